@@ -1,0 +1,140 @@
+"""The command line: a thin typer layer. Each command parses options and calls one function.
+
+Heavy imports (torch, pandas) happen inside the commands that need them, never at module level:
+``gpuopt --help`` and ``gpuopt report`` must start in well under half a second.
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import NoReturn
+
+import typer
+
+from gpuopt import __version__
+from gpuopt.errors import GpuoptError
+
+app = typer.Typer(
+    name="gpuopt",
+    help="Find out why a PyTorch training run leaves its GPU idle, and fix it.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+)
+
+
+class ReportFormat(str, Enum):
+    text = "text"
+    json = "json"
+    md = "md"
+    html = "html"
+
+
+def fail(message: str) -> NoReturn:
+    """Print a one-line reason to stderr and exit 2 (bad input or usage)."""
+    print(f"gpuopt: error: {' '.join(message.split())}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"gpuopt {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """gpuopt: profile a training script, read its traces, and fix what leaves the GPU idle."""
+
+
+@app.command(
+    context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
+    help="Run SCRIPT as `python SCRIPT ARGS` would, instrumented, and explain where each step's time goes.",
+)
+def profile(
+    script_and_args: list[str] = typer.Argument(None, metavar="SCRIPT [ARGS]...", help="The script and its own arguments."),
+    module: str | None = typer.Option(None, "-m", help="Run a module, as `python -m MODULE`."),
+    out: Path | None = typer.Option(None, "-o", "--out", help="Run directory (default gpuopt-runs/<stem>-<time>)."),
+    steps: int | None = typer.Option(None, "--steps", min=1, help="Stop cleanly after N training steps."),
+    warmup: int = typer.Option(2, "--warmup", min=0, help="Steps left out of the statistics."),
+    window: int = typer.Option(3, "--window", min=0, help="Steps recorded in detail (ops, copies, syncs) after warm-up; 0 turns the recorder off."),
+    sample_interval: float = typer.Option(0.1, "--sample-interval", min=0.005, help="Seconds between utilization samples."),
+    nproc_per_node: int | None = typer.Option(None, "--nproc-per-node", min=1, help="Launch N processes through torchrun."),
+    quiet: bool = typer.Option(False, "--quiet", help="No live progress and no terminal report."),
+    fmt: ReportFormat = typer.Option(ReportFormat.text, "--format", help="Terminal report format."),
+) -> None:
+    args = list(script_and_args or [])
+    if args and args[0] == "--":
+        args = args[1:]
+    if module is None:
+        if not args:
+            fail("profile needs a SCRIPT (or -m MODULE); try: gpuopt profile train.py")
+        if args[0].startswith("-"):
+            fail(f"unknown option {args[0]!r} for gpuopt profile; options of gpuopt go before SCRIPT, see gpuopt profile --help")
+    from gpuopt.runner.main import ProfileOptions, profile_command
+
+    opts = ProfileOptions(
+        script=None if module is not None else args[0],
+        module=module,
+        args=args if module is not None else args[1:],
+        out=out,
+        steps=steps,
+        warmup=warmup,
+        window=window,
+        sample_interval=sample_interval,
+        nproc_per_node=nproc_per_node,
+        quiet=quiet,
+        fmt=fmt.value,
+    )
+    try:
+        code = profile_command(opts)
+    except GpuoptError as exc:
+        fail(str(exc))
+    raise SystemExit(code)
+
+
+@app.command(help="Render a run directory, a profile.json, or PyTorch profiler traces (file or folder of ranks). Never re-runs anything.")
+def report(
+    path: Path = typer.Argument(..., help="Run directory, profile.json, trace .json/.json.gz, or a folder of per-rank traces."),
+    fmt: ReportFormat | None = typer.Option(None, "--format", "-f", help="text, json, md or html (default: from -o's extension, else text)."),
+    output: Path | None = typer.Option(None, "-o", "--output", help="Write to FILE instead of stdout."),
+) -> None:
+    from gpuopt.report.command import report_command
+
+    try:
+        report_command(path, fmt.value if fmt else None, output)
+    except GpuoptError as exc:
+        fail(str(exc))
+
+
+@app.command(help="Plan ahead-of-time multi-stream execution (Nimble) for a static model: streams, syncs, estimated speedup.")
+def schedule(
+    target: str = typer.Argument(..., help="module:factory returning an nn.Module (file.py:factory works too)."),
+    inputs: str | None = typer.Option(None, "--inputs", help="module:function returning the example inputs (a tuple)."),
+    device_profile: str = typer.Option("h100", "--device-profile", help="Device cost model for the estimate (h100, a100, v100, ...)."),
+    out: Path | None = typer.Option(None, "-o", "--out", help="Write the plan JSON here (default: <factory>.plan.json)."),
+    fmt: ReportFormat = typer.Option(ReportFormat.text, "--format", help="text or json on stdout."),
+) -> None:
+    from gpuopt.aot.command import schedule_command
+
+    try:
+        schedule_command(target, inputs=inputs, device_profile=device_profile, out=out, fmt=fmt.value)
+    except GpuoptError as exc:
+        fail(str(exc))
+
+
+def main() -> None:
+    """Console entry point."""
+    try:
+        app()
+    except GpuoptError as exc:  # pragma: no cover - commands catch their own
+        fail(str(exc))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""Renderers: small classes behind one ``render(doc) -> str`` interface, chosen by name or by the
+output file's extension. They read a profile document and never execute anything from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpuopt.errors import GpuoptError
+from gpuopt.report.base import Renderer
+
+FORMATS = ("text", "json", "md", "html")
+_EXTENSIONS = {".txt": "text", ".json": "json", ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html"}
+
+
+def format_for_path(path: Path | None) -> str | None:
+    """The format an output file's extension asks for, or None."""
+    if path is None:
+        return None
+    return _EXTENSIONS.get(path.suffix.lower())
+
+
+def get_renderer(name: str) -> Renderer:
+    if name == "text":
+        from gpuopt.report.text import TextRenderer
+
+        return TextRenderer()
+    if name == "json":
+        from gpuopt.report.jsonfmt import JsonRenderer
+
+        return JsonRenderer()
+    if name == "md":
+        from gpuopt.report.markdown import MarkdownRenderer
+
+        return MarkdownRenderer()
+    if name == "html":
+        from gpuopt.report.html import HtmlRenderer
+
+        return HtmlRenderer()
+    raise GpuoptError(f"unknown report format {name!r}; choose one of: {', '.join(FORMATS)}")
+
+
+__all__ = ["FORMATS", "Renderer", "format_for_path", "get_renderer"]

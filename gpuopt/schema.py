@@ -1,0 +1,206 @@
+"""The ``profile.json`` document (schema ``gpuopt.profile/1``): build, validate, read, write.
+
+The profile document is gpuopt's *session* object: ``profile`` writes it, ``report`` re-renders it
+without re-running anything, ``check``/``compare`` read two of them. It is plain JSON data (no
+classes, nothing to unpickle), so every renderer and every later version can read it.
+
+The keys listed in ``../shared/CONTRACT.md`` are required. gpuopt adds (all optional for readers):
+
+``source``      "run" (``gpuopt profile``) or "trace" (``gpuopt report TRACE``)
+``started_at``  ISO-8601 UTC time the run started; ``wall_s`` whole-run wall time in seconds
+``steps.warmup``  warm-up steps left out of the statistics
+``steps.series``  one record per step, warm-up included:
+                  ``{index, start_s, time_s, data_wait_s, h2d_s, sync_s, warmup}``
+                  (``start_s`` is seconds since the run started)
+``utilization.timeline``  ``{t_s: [...], cpu: [...], gpu: [... ] | null, rss_bytes: [...],
+                  gpu_memory_bytes: [...] | null}`` sampled in the background
+``utilization.note``  why a metric is missing (e.g. "no NVIDIA GPU/NVML: GPU utilization not measured")
+``tables``      extra tables any analysis may add; every renderer shows them:
+                ``[{id, title, columns: [str], rows: [[scalar]], note}]``
+``warnings``    one-line notes shown to the user (e.g. a sampler that could not start)
+``trace``       details from Kineto traces (``gpuopt report TRACE``, or the profiler window)
+``error``       ``{type, message}`` when ``status`` is "error"
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from gpuopt.errors import GpuoptError
+
+SCHEMA = "gpuopt.profile/1"
+SCHEMA_FAMILY = "gpuopt.profile"
+SCHEMA_VERSION = 1
+
+REQUIRED_KEYS: tuple[str, ...] = (
+    "schema",
+    "status",
+    "exit_code",
+    "script",
+    "argv",
+    "environment",
+    "steps",
+    "breakdown",
+    "utilization",
+    "transfers",
+    "syncs",
+    "dispatch",
+    "loops",
+    "findings",
+    "gpu",
+    "ranks",
+)
+BREAKDOWN_KEYS: tuple[str, ...] = ("data_wait", "h2d", "sync", "compute", "other")
+STATUSES = ("ok", "error", "interrupted")
+SEVERITIES = ("high", "medium", "low")
+
+
+def empty_profile(script: str = "", argv: list[str] | None = None) -> dict[str, Any]:
+    """A valid document with nothing measured yet: what a run starts from and fills in."""
+    return {
+        "schema": SCHEMA,
+        "source": "run",
+        "status": "ok",
+        "exit_code": 0,
+        "script": script,
+        "argv": list(argv or []),
+        "environment": {"python": "", "torch": None, "device": "cpu", "gpus": [], "cpu_count": os.cpu_count() or 1},
+        "steps": {
+            "count": 0,
+            "measured": 0,
+            "warmup": 0,
+            "time_s": {"median": None, "p10": None, "p90": None, "mean": None},
+            "series": [],
+        },
+        "breakdown": {k: 0.0 for k in BREAKDOWN_KEYS},
+        "utilization": {"gpu": None, "cpu": {"mean": None, "max": None}, "samples": 0, "timeline": None},
+        "transfers": [],
+        "syncs": [],
+        "dispatch": {"ops_per_step": None, "mean_op_us": None},
+        "loops": [],
+        "findings": [],
+        "gpu": None,
+        "ranks": None,
+        "tables": [],
+        "warnings": [],
+    }
+
+
+def validate_profile(doc: Any) -> list[str]:
+    """Problems that make ``doc`` unusable as a ``gpuopt.profile/1`` document (empty: valid).
+
+    Checks the contract's structure and value ranges, not every optional key.
+    """
+    if not isinstance(doc, dict):
+        return ["not a JSON object"]
+    problems: list[str] = []
+    missing = [k for k in REQUIRED_KEYS if k not in doc]
+    if missing:
+        problems.append("missing keys: " + ", ".join(missing))
+    if doc.get("status") not in STATUSES:
+        problems.append(f"status must be one of {', '.join(STATUSES)}, not {doc.get('status')!r}")
+    bd = doc.get("breakdown")
+    if isinstance(bd, dict):
+        values = [bd.get(k) for k in BREAKDOWN_KEYS]
+        if any(not isinstance(v, (int, float)) or math.isnan(v) or v < 0 or v > 1 for v in values):
+            problems.append("breakdown fractions must be numbers in [0, 1]")
+        elif sum(values) > 0 and abs(sum(values) - 1) > 0.02:  # type: ignore[arg-type]
+            problems.append(f"breakdown fractions sum to {sum(values):.3f}, not 1")  # type: ignore[arg-type]
+    elif "breakdown" in doc:
+        problems.append("breakdown must be an object")
+    for key in ("transfers", "syncs", "loops", "findings"):
+        if key in doc and not isinstance(doc[key], list):
+            problems.append(f"{key} must be a list")
+    for f in doc.get("findings") or []:
+        if not isinstance(f, dict) or f.get("severity") not in SEVERITIES or not f.get("id"):
+            problems.append("each finding needs an id and a severity of high, medium or low")
+            break
+    return problems
+
+
+def check_schema_version(doc: Any, origin: str) -> None:
+    """Refuse documents of another family or a newer version, with the fix in the message."""
+    schema = doc.get("schema") if isinstance(doc, dict) else None
+    if not isinstance(schema, str) or "/" not in schema:
+        raise GpuoptError(f"{origin}: not a gpuopt profile (no 'schema' key)")
+    family, _, version = schema.rpartition("/")
+    if family != SCHEMA_FAMILY:
+        raise GpuoptError(f"{origin}: schema {schema!r} is not a gpuopt profile")
+    try:
+        v = int(version)
+    except ValueError:
+        raise GpuoptError(f"{origin}: unknown schema version {schema!r}") from None
+    if v > SCHEMA_VERSION:
+        raise GpuoptError(
+            f"{origin}: schema {schema} is newer than this gpuopt reads ({SCHEMA}); "
+            "upgrade gpuopt: pip install -U gpuopt"
+        )
+    if v < SCHEMA_VERSION:
+        raise GpuoptError(f"{origin}: schema {schema} is older than {SCHEMA}; re-run gpuopt profile")
+
+
+def dumps(doc: Any) -> bytes:
+    """Serialise a document (orjson: fast, and NaN/inf become null rather than invalid JSON)."""
+    import orjson
+
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+
+
+def loads(data: bytes | str) -> Any:
+    import orjson
+
+    return orjson.loads(data)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write via a temporary file and rename, so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_profile(doc: dict[str, Any], path: Path) -> None:
+    write_atomic(path, dumps(doc))
+
+
+def resolve_profile_path(path: Path) -> Path:
+    """A run directory or a ``profile.json`` file → the ``profile.json`` path (or a clear error)."""
+    if path.is_dir():
+        candidate = path / "profile.json"
+        if not candidate.exists():
+            raise GpuoptError(f"{path}: no profile.json in this directory; is it a gpuopt run directory?")
+        return candidate
+    if not path.exists():
+        raise GpuoptError(f"{path}: no such file or directory")
+    return path
+
+
+def load_profile(path: Path) -> dict[str, Any]:
+    """Read and check a profile document; every failure is a one-line :class:`GpuoptError`."""
+    p = resolve_profile_path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise GpuoptError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    try:
+        doc = loads(raw)
+    except ValueError as exc:
+        raise GpuoptError(f"{p}: not valid JSON ({exc}); the file may be truncated") from None
+    check_schema_version(doc, str(p))
+    problems = validate_profile(doc)
+    if problems:
+        raise GpuoptError(f"{p}: invalid profile: {problems[0]}")
+    return doc  # type: ignore[no-any-return]
