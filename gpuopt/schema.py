@@ -7,6 +7,7 @@ classes, nothing to unpickle), so every renderer and every later version can rea
 The keys listed in ``../shared/CONTRACT.md`` are required. gpuopt adds (all optional for readers):
 
 ``source``      "run" (``gpuopt profile``) or "trace" (``gpuopt report TRACE``)
+``cwd``         the working directory the run started in (sites are relative to it)
 ``started_at``  ISO-8601 UTC time the run started; ``wall_s`` whole-run wall time in seconds
 ``steps.warmup``  warm-up steps left out of the statistics
 ``steps.series``  one record per step, warm-up included:

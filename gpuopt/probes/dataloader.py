@@ -1,0 +1,222 @@
+"""DataLoader wait per step, for every DataLoader (subclasses too), without changing behaviour.
+
+Every DataLoader iterator (single- and multi-process) inherits ``__next__`` from
+``torch.utils.data.dataloader._BaseDataLoaderIter``; we wrap that one method and time it. The
+batch and any exception pass through untouched. The wait of a ``next()`` counts towards the step
+in progress when it *started* (the number of steps completed so far), so a prefetch at the end of
+step 3 is step 4's wait. Which DataLoader a wait belongs to is recorded too, with its settings, so
+the ``dataloader-bound`` fix can name the knob (``num_workers``, ``pin_memory``, ...) and value.
+
+Batch listeners (``add_batch_listener``) see each batch yielded in the main process; the ragged
+batch analysis uses them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuopt.probes.base import RunContext
+
+BatchListener = Callable[[Any], None]
+_BATCH_LISTENERS: list[BatchListener] = []
+
+
+def add_batch_listener(fn: BatchListener) -> None:
+    if fn not in _BATCH_LISTENERS:
+        _BATCH_LISTENERS.append(fn)
+
+
+def remove_batch_listener(fn: BatchListener) -> None:
+    if fn in _BATCH_LISTENERS:
+        _BATCH_LISTENERS.remove(fn)
+
+
+@dataclass
+class LoaderStats:
+    """One DataLoader's settings (read once, when its first iterator is made) and waits."""
+
+    site: str | None
+    cls: str
+    dataset: str
+    batch_size: int | None
+    num_workers: int
+    pin_memory: bool
+    persistent_workers: bool
+    prefetch_factor: int | None
+    multiprocessing_context: str | None
+    iterators: int = 0
+    batches: int = 0
+    wait_s: float = 0.0
+    wait_by_step: dict[int, float] = field(default_factory=dict)
+
+    def to_dict(self, measured_steps: list[int]) -> dict[str, Any]:
+        per_step = [self.wait_by_step.get(i, 0.0) for i in measured_steps]
+        return {
+            "site": self.site,
+            "class": self.cls,
+            "dataset": self.dataset,
+            "batch_size": self.batch_size,
+            "num_workers": self.num_workers,
+            "pin_memory": self.pin_memory,
+            "persistent_workers": self.persistent_workers,
+            "prefetch_factor": self.prefetch_factor,
+            "multiprocessing_context": self.multiprocessing_context,
+            "epochs": self.iterators,
+            "batches": self.batches,
+            "wait_s_total": self.wait_s,
+            "wait_s_per_step": (sum(per_step) / len(per_step)) if per_step else None,
+        }
+
+
+class DataLoaderProbe:
+    """Times ``next()`` on every DataLoader iterator."""
+
+    name = "dataloader"
+
+    def __init__(self, step_count: Callable[[], int], clock: Callable[[], float] = time.perf_counter) -> None:
+        self._step_count = step_count
+        self._clock = clock
+        self.loaders: dict[int, LoaderStats] = {}
+        self.wait_by_step: dict[int, float] = {}
+        self.first_fetch_t: float | None = None
+        self._orig_next: Any = None
+        self._orig_init: Any = None
+        self._roots: list[Path] = []
+        self._alive: dict[int, Any] = {}  # id(loader) -> weakref, so a reused id starts a new entry
+
+    # -- Probe interface -------------------------------------------------------------------
+    def start(self, ctx: RunContext) -> None:
+        from torch.utils.data import dataloader as dl
+
+        self._roots = ctx.user_roots
+        base = dl._BaseDataLoaderIter
+        self._orig_init = base.__init__
+        self._orig_next = base.__next__
+        probe = self
+        orig_init, orig_next = self._orig_init, self._orig_next
+
+        def __init__(it: Any, loader: Any, *args: Any, **kwargs: Any) -> None:
+            orig_init(it, loader, *args, **kwargs)
+            try:
+                probe._register(it, loader)
+            except Exception:  # measuring must never break the user's loader
+                pass
+
+        def __next__(it: Any) -> Any:
+            step = probe._step_count()
+            t0 = probe._clock()
+            if probe.first_fetch_t is None:
+                probe.first_fetch_t = t0
+            try:
+                batch = orig_next(it)
+            finally:
+                dt = probe._clock() - t0
+                probe._record(it, step, dt)
+            if _BATCH_LISTENERS:
+                for fn in list(_BATCH_LISTENERS):
+                    try:
+                        fn(batch)
+                    except Exception:
+                        pass
+            return batch
+
+        __init__.__wrapped__ = orig_init  # type: ignore[attr-defined]
+        __next__.__wrapped__ = orig_next  # type: ignore[attr-defined]
+        base.__init__ = __init__  # type: ignore[method-assign]
+        base.__next__ = __next__  # type: ignore[method-assign]
+
+    def on_step(self, index: int, t: float) -> None:
+        pass
+
+    def stop(self) -> None:
+        if self._orig_next is None:
+            return
+        from torch.utils.data import dataloader as dl
+
+        dl._BaseDataLoaderIter.__next__ = self._orig_next  # type: ignore[method-assign]
+        dl._BaseDataLoaderIter.__init__ = self._orig_init  # type: ignore[method-assign]
+        self._orig_next = None
+
+    def contribute(self, doc: dict[str, Any]) -> None:
+        measured = doc.get("_measured_indices", [])
+        doc["dataloaders"] = [s.to_dict(measured) for s in self.loaders.values()]
+
+    # -- internals -------------------------------------------------------------------------
+    def _register(self, it: Any, loader: Any) -> None:
+        key = id(loader)
+        it._gpuopt_loader_key = key
+        ref = self._alive.get(key)
+        if ref is not None and ref() is not loader:  # the old loader died and its id was reused
+            key = id(it)
+            it._gpuopt_loader_key = key
+            ref = None
+        stats = self.loaders.get(key)
+        if stats is None:
+            ctx = getattr(loader, "multiprocessing_context", None)
+            ctx_name = None
+            if ctx is not None:
+                ctx_name = ctx if isinstance(ctx, str) else getattr(ctx, "get_start_method", lambda: None)()
+            elif getattr(loader, "num_workers", 0) > 0:
+                import multiprocessing as mp
+
+                ctx_name = mp.get_start_method(allow_none=True) or ("fork" if sys.platform == "linux" else "spawn")
+            stats = LoaderStats(
+                site=caller_site(self._roots),
+                cls=type(loader).__name__,
+                dataset=type(loader.dataset).__name__,
+                batch_size=getattr(loader, "batch_size", None),
+                num_workers=int(getattr(loader, "num_workers", 0)),
+                pin_memory=bool(getattr(loader, "pin_memory", False)),
+                persistent_workers=bool(getattr(loader, "persistent_workers", False)),
+                prefetch_factor=getattr(loader, "prefetch_factor", None),
+                multiprocessing_context=ctx_name,
+            )
+            self.loaders[key] = stats
+            try:
+                self._alive[key] = weakref.ref(loader)
+            except TypeError:
+                pass
+        stats.iterators += 1
+
+    def _record(self, it: Any, step: int, dt: float) -> None:
+        self.wait_by_step[step] = self.wait_by_step.get(step, 0.0) + dt
+        stats = self.loaders.get(getattr(it, "_gpuopt_loader_key", -1))
+        if stats is not None:
+            stats.batches += 1
+            stats.wait_s += dt
+            stats.wait_by_step[step] = stats.wait_by_step.get(step, 0.0) + dt
+
+
+
+def caller_site(roots: list[Path]) -> str | None:
+    """``path:line`` of the innermost frame in the user's code (under ``roots``, outside
+    site-packages, torch and gpuopt), relative to the working directory where possible."""
+    f = sys._getframe(1)
+    cwd = os.getcwd()
+    while f is not None:
+        fn = os.path.abspath(f.f_code.co_filename) if not f.f_code.co_filename.startswith("<") else ""
+        if _is_user_file(fn, roots):
+            rel = os.path.relpath(fn, cwd) if os.path.isabs(fn) else fn
+            if rel.startswith(".." + os.sep):
+                rel = fn
+            return f"{rel}:{f.f_lineno}"
+        f = f.f_back  # type: ignore[assignment]
+    return None
+
+
+_GPUOPT_DIR = str(Path(__file__).resolve().parents[1])
+
+
+def _is_user_file(filename: str, roots: list[Path]) -> bool:
+    if not filename or filename.startswith("<"):
+        return False
+    if "site-packages" in filename or "dist-packages" in filename or filename.startswith(_GPUOPT_DIR):
+        return False
+    return any(filename.startswith(str(r)) for r in roots) if roots else True

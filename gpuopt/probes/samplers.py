@@ -1,0 +1,205 @@
+"""Background utilization sampling: CPU and RSS of the process tree (psutil), GPUs (NVML).
+
+One daemon thread calls :meth:`UtilizationSampler.tick` every ``interval`` seconds. ``tick`` is
+also what tests call directly, with a fake clock and a fake NVML backend, so the numbers the
+sampler reports are testable without a GPU or real time.
+
+CPU utilization is the process tree's CPU time (the script and its DataLoader workers) as a
+percentage of all the cores the process may use (0–100), like a system monitor; ``cores_busy``
+gives the same as a number of cores.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gpuopt.probes.accelerator import GpuSample, NvmlBackend
+from gpuopt.probes.base import RunContext
+
+_CHILD_REFRESH_S = 1.0
+
+
+class ProcessTreeCpu:
+    """CPU% and RSS of a process and all its descendants (DataLoader workers included)."""
+
+    def __init__(self, pid: int | None = None) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self.root = psutil.Process(pid or os.getpid())
+        self._procs: dict[int, Any] = {self.root.pid: self.root}
+        self._last_refresh = -1e9
+        self.root.cpu_percent(None)  # prime: the first call always returns 0
+
+    def pids(self) -> set[int]:
+        return set(self._procs)
+
+    def read(self, now: float) -> tuple[float, int]:
+        """(CPU percent summed over the tree, in units of one core = 100; RSS bytes summed)."""
+        ps = self._psutil
+        if now - self._last_refresh >= _CHILD_REFRESH_S:
+            self._last_refresh = now
+            try:
+                for child in self.root.children(recursive=True):
+                    if child.pid not in self._procs:
+                        self._procs[child.pid] = child
+                        try:
+                            child.cpu_percent(None)
+                        except ps.Error:
+                            pass
+            except ps.Error:
+                pass
+        cpu = 0.0
+        rss = 0
+        for pid, proc in list(self._procs.items()):
+            try:
+                with proc.oneshot():
+                    cpu += proc.cpu_percent(None)
+                    rss += proc.memory_info().rss
+            except ps.Error:
+                del self._procs[pid]
+        return cpu, rss
+
+
+class UtilizationSampler:
+    """Samples CPU/RSS and, when a backend is given, every GPU; keeps a timeline."""
+
+    name = "sampler"
+
+    def __init__(
+        self,
+        interval: float = 0.1,
+        nvml: NvmlBackend | None = None,
+        nvml_note: str | None = None,
+        cpu: Any = None,
+        clock: Callable[[], float] = time.perf_counter,
+        ncpu: int | None = None,
+    ) -> None:
+        self.interval = interval
+        self.nvml = nvml
+        self.nvml_note = nvml_note
+        self._cpu = cpu
+        self._clock = clock
+        self.ncpu = ncpu or _usable_cpus()
+        self.t0: float | None = None
+        self.t: list[float] = []
+        self.cpu_pct: list[float] = []
+        self.rss: list[int] = []
+        self.gpu: list[list[GpuSample]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: str | None = None
+
+    # -- Probe interface -------------------------------------------------------------------
+    def start(self, ctx: RunContext | None = None, thread: bool = True) -> None:
+        if self._cpu is None:
+            self._cpu = ProcessTreeCpu()
+        self.t0 = self._clock()
+        if thread:
+            self._thread = threading.Thread(target=self._run, name="gpuopt-sampler", daemon=True)
+            self._thread.start()
+
+    def on_step(self, index: int, t: float) -> None:
+        pass
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+            self._thread = None
+        if self.nvml is not None:
+            self.nvml.close()
+
+    def contribute(self, doc: dict[str, Any]) -> None:
+        util = doc.setdefault("utilization", {})
+        util["samples"] = len(self.t)
+        util["interval_s"] = self.interval
+        cpu = self.cpu_pct
+        util["cpu"] = {"mean": _mean(cpu), "max": max(cpu) if cpu else None, "cores_busy_mean": _mean([c * self.ncpu / 100 for c in cpu])}
+        util["cpu_count"] = self.ncpu
+        gpu_series: list[float | None] | None = None
+        mem_series: list[int | None] | None = None
+        if self.nvml is not None and self.gpu:
+            # Mean over GPUs of this process's GPUs would need the device map; report each GPU and
+            # the mean over all sampled GPUs for the timeline.
+            gpu_series = [_mean([g.util_pct for g in row if g.util_pct is not None]) for row in self.gpu]
+            mem_series = [_sum_or_none([g.memory_used_bytes for g in row]) for row in self.gpu]
+            vals = [v for v in gpu_series if v is not None]
+            util["gpu"] = {"mean": _mean(vals), "max": max(vals) if vals else None}
+            util["gpus"] = [
+                {
+                    "index": i,
+                    "util_mean": _mean([row[i].util_pct for row in self.gpu if row[i].util_pct is not None]),
+                    "memory_used_max_bytes": max((row[i].memory_used_bytes or 0) for row in self.gpu),
+                    "power_w_mean": _mean([row[i].power_w for row in self.gpu if row[i].power_w is not None]),
+                    "sm_clock_mhz_mean": _mean([row[i].sm_clock_mhz for row in self.gpu if row[i].sm_clock_mhz is not None]),
+                    "process_util_mean": _mean([row[i].process_util_pct for row in self.gpu if row[i].process_util_pct is not None]),
+                }
+                for i in range(len(self.gpu[0]))
+            ]
+        else:
+            util["gpu"] = None
+            if self.nvml_note:
+                util["note"] = self.nvml_note
+        util["timeline"] = {
+            "t_s": [round(x, 4) for x in self.t],
+            "cpu": [round(x, 2) for x in cpu],
+            "gpu": gpu_series,
+            "rss_bytes": self.rss,
+            "gpu_memory_bytes": mem_series,
+        }
+        if self.error:
+            doc.setdefault("warnings", []).append(self.error)
+
+    # -- sampling --------------------------------------------------------------------------
+    def tick(self) -> None:
+        now = self._clock()
+        t0 = self.t0 if self.t0 is not None else now
+        cpu, rss = self._cpu.read(now)
+        row: list[GpuSample] = []
+        if self.nvml is not None:
+            pids = self._cpu.pids() if hasattr(self._cpu, "pids") else {os.getpid()}
+            row = [self.nvml.sample(i, pids) for i in range(self.nvml.device_count())]
+        self.t.append(now - t0)
+        self.cpu_pct.append(min(100.0, cpu / self.ncpu))
+        self.rss.append(rss)
+        if self.nvml is not None:
+            self.gpu.append(row)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.tick()
+            except Exception as exc:  # sampling must never take the run down
+                self.error = f"utilization sampler stopped: {type(exc).__name__}: {exc}"
+                return
+
+    def latest(self) -> tuple[float | None, float | None]:
+        """(CPU %, GPU %) of the last sample, for the live progress line."""
+        cpu = self.cpu_pct[-1] if self.cpu_pct else None
+        gpu = None
+        if self.gpu and self.gpu[-1]:
+            vals = [g.util_pct for g in self.gpu[-1] if g.util_pct is not None]
+            gpu = _mean(vals)
+        return cpu, gpu
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def _mean(xs: list[Any]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def _sum_or_none(xs: list[int | None]) -> int | None:
+    vals = [x for x in xs if x is not None]
+    return sum(vals) if vals else None

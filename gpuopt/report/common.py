@@ -1,0 +1,876 @@
+"""What every report format shares: safe reading of the document, number formatting, ordering,
+and one view of the detail tables.
+
+Why one module: the four renderers must agree on every number they print (a p90 of "41.2 ms" in
+the terminal and "41.20 ms" in the HTML page makes a reader doubt both), on the order of findings
+and table rows, and on how a missing key is shown. So the renderers only lay out; they read the
+document through these helpers and never format a number themselves.
+
+The document may come from an older gpuopt, a trace, or a hand-edited file: every accessor here
+tolerates missing keys, ``null``, wrong types, NaN and infinities, and shows them as
+:data:`MISSING` instead of raising. Nothing here imports torch, pandas or numpy.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath, PureWindowsPath
+from typing import Any
+from urllib.parse import quote
+
+MISSING = "–"  # shown for a value the document does not have (never "0", which would be a claim)
+
+BREAKDOWN_ORDER: tuple[str, ...] = ("data_wait", "h2d", "sync", "compute", "other")
+BREAKDOWN_LABELS: dict[str, str] = {
+    "data_wait": "data wait",
+    "h2d": "host→device copies",
+    "sync": "syncs",
+    "compute": "compute",
+    "other": "other",
+}
+SEVERITY_ORDER: dict[str, int] = {"high": 0, "medium": 1, "low": 2}
+WOULD_BLOCK_LABEL = "would block on a GPU"
+ESTIMATE_LABEL = "est."
+
+# ---------------------------------------------------------------------------------------------
+# Safe access
+# ---------------------------------------------------------------------------------------------
+
+
+def get(obj: Any, *path: str | int, default: Any = None) -> Any:
+    """``obj[k1][k2]...`` or ``default`` when any step is missing, null or of the wrong type."""
+    cur = obj
+    for key in path:
+        if isinstance(key, int) and isinstance(cur, list):
+            if -len(cur) <= key < len(cur):
+                cur = cur[key]
+                continue
+            return default
+        if isinstance(cur, dict) and key in cur:
+            cur = cur[key]
+            continue
+        return default
+    return default if cur is None else cur
+
+
+def num(value: Any) -> float | None:
+    """A finite float, or None (for null, NaN, inf, booleans, strings and anything else)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    f = float(value)
+    return f if math.isfinite(f) else None
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def text(value: Any) -> str:
+    """A string for display ("" for null). Only data, never markup: renderers escape it."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(value: Any) -> str:
+    """Text safe to print on a terminal: control characters (ANSI escapes, carriage returns,
+    bidi overrides) from the document are shown as ``\\xNN`` instead of acting on the terminal."""
+    s = text(value)
+
+    def repl(m: re.Match[str]) -> str:
+        c = ord(m.group(0))
+        return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+    return _CONTROL.sub(repl, s.replace("\t", " "))
+
+
+def one_line(value: Any) -> str:
+    """Collapse newlines and runs of spaces (for table cells and list items)."""
+    return " ".join(text(value).split())
+
+
+# ---------------------------------------------------------------------------------------------
+# Number formatting
+# ---------------------------------------------------------------------------------------------
+
+
+def fmt_duration(seconds: Any) -> str:
+    """``0.0412`` → ``"41.2 ms"``; three significant digits from ns to hours."""
+    s = num(seconds)
+    if s is None:
+        return MISSING
+    a = abs(s)
+    if a == 0:
+        return "0 s"
+    if a < 1e-6:
+        return f"{_sig3(s * 1e9)} ns"
+    if a < 1e-3:
+        return f"{_sig3(s * 1e6)} µs"
+    if a < 1:
+        return f"{_sig3(s * 1e3)} ms"
+    if a < 60:
+        return f"{_sig3(s)} s"
+    if a < 3600:
+        m, sec = divmod(s, 60)
+        return f"{int(m)} min {sec:02.0f} s"
+    h, rest = divmod(s, 3600)
+    return f"{int(h)} h {rest / 60:02.0f} min"
+
+
+def fmt_us(microseconds: Any) -> str:
+    us = num(microseconds)
+    return MISSING if us is None else fmt_duration(us / 1e6)
+
+
+def _sig3(x: float) -> str:
+    """Three significant digits without exponent: 41.23 → 41.2, 412.3 → 412, 4.123 → 4.12."""
+    a = abs(x)
+    if a >= 100:
+        return f"{x:.0f}"
+    if a >= 10:
+        return f"{x:.1f}"
+    return f"{x:.2f}"
+
+
+_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def fmt_bytes(n: Any) -> str:
+    """Binary units, as torch and nvidia-smi report memory: ``1572864`` → ``"1.50 MiB"``."""
+    b = num(n)
+    if b is None:
+        return MISSING
+    if abs(b) < 1024:
+        return f"{b:.0f} B"
+    v = b
+    unit = 0
+    while abs(v) >= 1024 and unit < len(_BYTE_UNITS) - 1:
+        v /= 1024
+        unit += 1
+    return f"{_sig3(v)} {_BYTE_UNITS[unit]}"
+
+
+def fmt_frac(fraction: Any, digits: int = 1) -> str:
+    """A fraction in [0, 1] as a percentage: ``0.4567`` → ``"45.7%"``."""
+    f = num(fraction)
+    return MISSING if f is None else f"{f * 100:.{digits}f}%"
+
+
+def fmt_pct(percent: Any, digits: int = 1) -> str:
+    """A value already in percent (the contract's ``*_pct`` keys, 0–100)."""
+    p = num(percent)
+    return MISSING if p is None else f"{p:.{digits}f}%"
+
+
+def fmt_count(value: Any) -> str:
+    """Counts: integers with thousands separators, per-step averages with up to 2 decimals."""
+    v = num(value)
+    if v is None:
+        return MISSING
+    if float(v).is_integer() and abs(v) < 1e15:
+        return f"{int(v):,}"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    return f"{v:,.2f}".rstrip("0").rstrip(".")
+
+
+def fmt_speedup(value: Any) -> str:
+    """An estimated whole-step speedup, always labelled as an estimate: ``"est. 1.85×"``."""
+    v = num(value)
+    return MISSING if v is None else f"{ESTIMATE_LABEL} {v:.2f}×"
+
+
+def fmt_scalar(value: Any) -> str:
+    """A cell of a generic table (``tables[].rows``): the value as the analysis wrote it, with
+    floats rounded for reading (4 significant digits, no exponent for ordinary magnitudes)."""
+    if value is None:
+        return MISSING
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}" if abs(value) >= 10000 else str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return MISSING
+        if value == 0:
+            return "0"
+        a = abs(value)
+        if 1e-4 <= a < 1e15:
+            digits = max(0, 3 - int(math.floor(math.log10(a))))
+            s = f"{value:,.{digits}f}"
+            return s.rstrip("0").rstrip(".") if "." in s else s
+        return f"{value:.3e}"
+    if isinstance(value, (list, dict)):
+        import json
+
+        return one_line(json.dumps(value, ensure_ascii=False, default=str))[:200]
+    return one_line(value)
+
+
+def sort_key(value: Any) -> float | str:
+    """A key for sorting table columns: the number itself where there is one, else the text."""
+    v = num(value)
+    return v if v is not None else text(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sites
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SiteLinks:
+    """Where a site points on disk, and the two links the HTML report offers for it."""
+
+    path: str      # absolute path as text
+    line: int
+    vscode: str    # vscode://file/<abs>:<line>:1 (opens the editor at the line)
+    file: str      # file:///<abs> (opens the file in the browser)
+
+
+def split_site(site: Any) -> tuple[str, int | None]:
+    """``"src/train.py:42"`` → ``("src/train.py", 42)``; a site without a line keeps None."""
+    s = text(site)
+    head, sep, tail = s.rpartition(":")
+    if sep and head and tail.isdigit():
+        return head, int(tail)
+    return s, None
+
+
+def site_links(site: Any, cwd: Any) -> SiteLinks | None:
+    """Links for a site, made absolute with the run's ``cwd``; None when that cannot be done
+    honestly (no line number, a pseudo-file such as ``<stdin>``, or a relative path and no cwd)."""
+    path, line = split_site(site)
+    if line is None or not path or path.startswith("<"):
+        return None
+    abs_path = _absolute(path, text(cwd))
+    if abs_path is None:
+        return None
+    url_path = _url_path(abs_path)
+    return SiteLinks(
+        path=abs_path,
+        line=line,
+        vscode=f"vscode://file{url_path}:{line}:1",
+        file=f"file://{url_path}",
+    )
+
+
+def _absolute(path: str, cwd: str) -> str | None:
+    win = PureWindowsPath(path)
+    if win.drive and win.root:
+        return str(win)
+    if path.startswith("/"):
+        return str(PurePosixPath(path))
+    if not cwd:
+        return None
+    cwd_win = PureWindowsPath(cwd)
+    if cwd_win.drive and cwd_win.root:
+        return str(cwd_win / path)
+    if not cwd.startswith("/"):
+        return None
+    # normalise "a/../b" lexically (the file may no longer exist; never touch the disk here)
+    parts: list[str] = []
+    for part in PurePosixPath(cwd, path).parts[1:]:
+        if part == "..":
+            if parts:
+                parts.pop()
+        elif part not in (".", ""):
+            parts.append(part)
+    return "/" + "/".join(parts)
+
+
+def _url_path(abs_path: str) -> str:
+    """Percent-encoded URL path ("/C:/x" for Windows drives); only unreserved characters, "/" and
+    a drive colon stay literal, so quotes, spaces, "<", "#" and "?" can never end the URL."""
+    win = PureWindowsPath(abs_path)
+    if win.drive and win.root:
+        rest = abs_path[len(win.drive) :].replace("\\", "/")
+        return "/" + quote(win.drive, safe=":") + quote(rest, safe="/")
+    return quote(abs_path, safe="/")
+
+
+# ---------------------------------------------------------------------------------------------
+# Facts shared by every format
+# ---------------------------------------------------------------------------------------------
+
+
+def device_summary(doc: dict[str, Any]) -> str:
+    """``"cuda · 8× NVIDIA H100 80GB HBM3 (79.6 GiB)"`` or ``"cpu · 16 cores"``."""
+    env = as_dict(doc.get("environment"))
+    device = text(env.get("device")) or MISSING
+    gpus = [g for g in as_list(env.get("gpus")) if isinstance(g, dict)]
+    parts = [device]
+    if gpus:
+        names: dict[str, list[dict[str, Any]]] = {}
+        for g in gpus:
+            names.setdefault(one_line(g.get("name")) or "GPU", []).append(g)
+        for name, group in names.items():
+            mem = num(group[0].get("memory_bytes"))
+            count = f"{len(group)}× " if len(group) > 1 else ""
+            parts.append(f"{count}{name}" + (f" ({fmt_bytes(mem)})" if mem else ""))
+    cores = num(env.get("cpu_count"))
+    if cores is not None:
+        parts.append(f"{int(cores)} CPU cores")
+    return " · ".join(parts)
+
+
+def steps_summary(doc: dict[str, Any]) -> str:
+    """``"48 measured · 2 warm-up · 50 total"``."""
+    steps = as_dict(doc.get("steps"))
+    measured = num(steps.get("measured"))
+    warm = num(steps.get("warmup"))
+    count = num(steps.get("count"))
+    parts = [f"{fmt_count(measured)} measured"]
+    if warm is not None:
+        parts.append(f"{fmt_count(warm)} warm-up")
+    if count is not None:
+        parts.append(f"{fmt_count(count)} total")
+    return " · ".join(parts)
+
+
+def header_facts(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """The run's identity, in the order every format shows it (values are plain, unescaped)."""
+    facts: list[tuple[str, str]] = [
+        ("script", one_line(doc.get("script")) or MISSING),
+        ("status", one_line(doc.get("status")) or MISSING),
+        ("exit code", text(doc.get("exit_code")) if doc.get("exit_code") is not None else MISSING),
+        ("device", device_summary(doc)),
+        ("steps", steps_summary(doc)),
+        ("wall time", fmt_duration(doc.get("wall_s"))),
+    ]
+    argv = [one_line(a) for a in as_list(doc.get("argv"))]
+    if argv:
+        facts.append(("argv", " ".join(argv)))
+    env = as_dict(doc.get("environment"))
+    versions = []
+    if env.get("python"):
+        versions.append(f"python {one_line(env.get('python'))}")
+    if env.get("torch"):
+        versions.append(f"torch {one_line(env.get('torch'))}")
+    if versions:
+        facts.append(("versions", " · ".join(versions)))
+    if doc.get("source"):
+        facts.append(("source", one_line(doc.get("source"))))
+    if doc.get("started_at"):
+        facts.append(("started", one_line(doc.get("started_at"))))
+    if doc.get("cwd"):
+        facts.append(("cwd", one_line(doc.get("cwd"))))
+    return facts
+
+
+def error_line(doc: dict[str, Any]) -> str | None:
+    """``"RuntimeError: CUDA out of memory"`` for a failed run, else None."""
+    err = doc.get("error")
+    if isinstance(err, dict):
+        kind = one_line(err.get("type"))
+        msg = one_line(err.get("message"))
+        line = f"{kind}: {msg}" if kind and msg else (kind or msg)
+        if line:
+            return line
+    if isinstance(err, str) and err.strip():
+        return one_line(err)
+    if doc.get("status") == "error":
+        return f"the script failed (exit code {text(doc.get('exit_code')) or MISSING})"
+    if doc.get("status") == "interrupted":
+        return "the run was interrupted; statistics cover the steps finished before that"
+    return None
+
+
+STEP_STATS: tuple[tuple[str, str], ...] = (("median", "median"), ("p10", "p10"), ("p90", "p90"), ("mean", "mean"))
+
+
+def step_stats(doc: dict[str, Any]) -> list[tuple[str, float | None]]:
+    """``[("median", 0.041), ("p10", ...), ("p90", ...), ("mean", ...)]`` in seconds."""
+    ts = as_dict(get(doc, "steps", "time_s"))
+    return [(label, num(ts.get(key))) for key, label in STEP_STATS]
+
+
+def breakdown_items(doc: dict[str, Any]) -> list[tuple[str, str, float]]:
+    """``[(key, label, fraction)]`` in the canonical order; an empty list when nothing was
+    measured (all zero or missing), so renderers say so instead of drawing an empty bar."""
+    bd = as_dict(doc.get("breakdown"))
+    items = [(k, BREAKDOWN_LABELS[k], max(0.0, num(bd.get(k)) or 0.0)) for k in BREAKDOWN_ORDER]
+    return items if sum(v for _, _, v in items) > 0 else []
+
+
+def step_series(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per-step records with finite numbers: ``{index, time_s, data_wait_s, h2d_s, sync_s,
+    rest_s, warmup, start_s}``; ``rest_s`` is the step time not explained by the three measured
+    parts (compute and other), never negative."""
+    out: list[dict[str, Any]] = []
+    for i, rec in enumerate(as_list(get(doc, "steps", "series"))):
+        if not isinstance(rec, dict):
+            continue
+        t = num(rec.get("time_s"))
+        if t is None or t < 0:
+            continue
+        parts = {k: max(0.0, num(rec.get(k)) or 0.0) for k in ("data_wait_s", "h2d_s", "sync_s")}
+        idx = num(rec.get("index"))
+        out.append(
+            {
+                "index": int(idx) if idx is not None else i,
+                "time_s": t,
+                **parts,
+                "rest_s": max(0.0, t - sum(parts.values())),
+                "warmup": bool(rec.get("warmup")),
+                "start_s": num(rec.get("start_s")),
+            }
+        )
+    return out
+
+
+@dataclass
+class Timeline:
+    """Utilization samples over time; series values are fractions (None where not sampled)."""
+
+    t_s: list[float]
+    series: dict[str, list[float | None]]   # "cpu", "gpu" (fractions 0..1)
+    memory: dict[str, list[float | None]]   # "rss_bytes", "gpu_memory_bytes"
+
+
+def timeline(doc: dict[str, Any]) -> Timeline | None:
+    """The sampled utilization timeline, aligned to ``t_s``; None when there are no samples."""
+    tl = as_dict(get(doc, "utilization", "timeline"))
+    t_raw = as_list(tl.get("t_s"))
+    t = [num(x) for x in t_raw]
+    if not t or all(x is None for x in t):
+        return None
+    keep = [i for i, x in enumerate(t) if x is not None]
+    t_s = [float(t[i]) for i in keep]  # type: ignore[arg-type]
+
+    def aligned(key: str) -> list[float | None] | None:
+        vals = tl.get(key)
+        if not isinstance(vals, list) or not vals:
+            return None
+        out = [num(vals[i]) if i < len(vals) else None for i in keep]
+        return out if any(v is not None for v in out) else None
+
+    series = {k: v for k in ("cpu", "gpu") if (v := aligned(k)) is not None}
+    memory = {k: v for k in ("rss_bytes", "gpu_memory_bytes") if (v := aligned(k)) is not None}
+    if not series and not memory:
+        return None
+    return Timeline(t_s=t_s, series=series, memory=memory)
+
+
+def utilization_summary(doc: dict[str, Any], key: str) -> tuple[float | None, float | None]:
+    """``(mean, max)`` fractions of ``utilization.cpu`` or ``utilization.gpu``."""
+    u = as_dict(get(doc, "utilization", key))
+    return num(u.get("mean")), num(u.get("max"))
+
+
+def utilization_note(doc: dict[str, Any]) -> str:
+    return one_line(get(doc, "utilization", "note", default=""))
+
+
+def gpu_utilization_measured(doc: dict[str, Any]) -> bool:
+    mean, mx = utilization_summary(doc, "gpu")
+    tl = timeline(doc)
+    return mean is not None or mx is not None or (tl is not None and "gpu" in tl.series)
+
+
+def resample(values: list[float | None], buckets: int) -> list[float | None]:
+    """Average ``values`` into ``buckets`` consecutive groups (None where a group has no data);
+    shorter inputs are returned as they are."""
+    n = len(values)
+    if n <= buckets or buckets <= 0:
+        return list(values)
+    out: list[float | None] = []
+    for b in range(buckets):
+        lo = b * n // buckets
+        hi = max(lo + 1, (b + 1) * n // buckets)
+        group = [v for v in values[lo:hi] if v is not None]
+        out.append(sum(group) / len(group) if group else None)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Findings
+# ---------------------------------------------------------------------------------------------
+
+
+def ordered_findings(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Findings ranked by estimated gain (the engine's order: est. speedup, then severity, then
+    id), tolerant of bad values; non-dict entries are dropped."""
+    items = [f for f in as_list(doc.get("findings")) if isinstance(f, dict)]
+    return sorted(
+        items,
+        key=lambda f: (
+            -(num(f.get("est_speedup")) or 1.0),
+            SEVERITY_ORDER.get(text(f.get("severity")), 3),
+            text(f.get("id")),
+        ),
+    )
+
+
+def evidence_summary(finding: dict[str, Any]) -> str:
+    ev = finding.get("evidence")
+    if isinstance(ev, dict):
+        return one_line(ev.get("summary"))
+    return one_line(ev) if isinstance(ev, str) else ""
+
+
+def evidence_numbers(finding: dict[str, Any], limit: int = 12) -> list[tuple[str, str]]:
+    """The measured values behind a finding (everything in ``evidence`` but the summary), as
+    ``(name, formatted value)``; nested values are shown compactly."""
+    ev = finding.get("evidence")
+    if not isinstance(ev, dict):
+        return []
+    out = []
+    for k, v in ev.items():
+        if k == "summary":
+            continue
+        out.append((one_line(k), fmt_evidence_value(str(k), v)))
+        if len(out) >= limit:
+            break
+    return out
+
+
+def fmt_evidence_value(key: str, value: Any) -> str:
+    """Format an evidence value using its name's unit suffix (``_s``, ``_us``, ``_bytes``,
+    ``_pct``, ``share``/``frac``) where it has one."""
+    v = num(value)
+    if v is None:
+        return fmt_scalar(value)
+    k = key.lower()
+    if k.endswith("_s") or k.endswith("_seconds"):
+        return fmt_duration(v)
+    if k.endswith("_us"):
+        return fmt_us(v)
+    if k.endswith("_ms"):
+        return fmt_duration(v / 1e3)
+    if k.endswith("_bytes") or k == "bytes":
+        return fmt_bytes(v)
+    if k.endswith("_pct"):
+        return fmt_pct(v)
+    if (k.endswith("share") or k.endswith("_frac") or k.endswith("fraction")) and 0 <= v <= 1:
+        return fmt_frac(v)
+    return fmt_scalar(value)
+
+
+@dataclass
+class Footnotes:
+    """Numbers the estimate models so each distinct model is explained once (text and md)."""
+
+    models: list[str] = field(default_factory=list)
+
+    def ref(self, model: Any) -> int | None:
+        m = one_line(model)
+        if not m:
+            return None
+        if m not in self.models:
+            self.models.append(m)
+        return self.models.index(m) + 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Detail tables (transfers, syncs, loops, dispatch, ragged, gpu, ranks, generic tables, trace)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One table cell: the display text (plain, unescaped), a sort key, and whether it is a site
+    (a link in HTML) or a number (right-aligned)."""
+
+    text: str
+    sort: float | str | None = None
+    site: str | None = None
+    numeric: bool = False
+
+
+@dataclass
+class Section:
+    """A table every format shows: ``id`` is stable (HTML anchors, tests)."""
+
+    id: str
+    title: str
+    columns: list[str]
+    rows: list[list[Cell]]
+    note: str = ""
+    numeric_columns: set[int] = field(default_factory=set)
+
+
+def _ncell(value: Any, formatter: Any = fmt_count) -> Cell:
+    return Cell(formatter(value), sort=num(value), numeric=True)
+
+
+def _scell(value: Any) -> Cell:
+    t = one_line(value)
+    return Cell(t or MISSING, sort=t)
+
+
+def _site(value: Any) -> Cell:
+    t = one_line(value)
+    return Cell(t or MISSING, sort=t, site=t or None)
+
+
+def _yesno(value: Any) -> Cell:
+    if value is None:
+        return Cell(MISSING, sort="")
+    return Cell("yes" if value else "no", sort="yes" if value else "no")
+
+
+def _desc(key: str) -> Any:
+    return lambda e: (-(num(e.get(key)) or 0.0), text(e.get("site")))
+
+
+def transfers_section(doc: dict[str, Any]) -> Section | None:
+    items = sorted((e for e in as_list(doc.get("transfers")) if isinstance(e, dict)), key=_desc("bytes_per_step"))
+    if not items:
+        return None
+    rows = [
+        [
+            _scell(e.get("direction")),
+            _site(e.get("site")),
+            _ncell(e.get("count_per_step")),
+            _ncell(e.get("bytes_per_step"), fmt_bytes),
+            _yesno(e.get("pinned")),
+            _yesno(e.get("non_blocking")),
+        ]
+        for e in items
+    ]
+    return Section("transfers", "Host↔device copies (per step)", ["dir", "site", "count", "bytes", "pinned", "non_blocking"], rows)
+
+
+def syncs_section(doc: dict[str, Any]) -> Section | None:
+    items = sorted((e for e in as_list(doc.get("syncs")) if isinstance(e, dict)), key=_desc("count_per_step"))
+    if not items:
+        return None
+    would_block = any(e.get("would_block_on_gpu") for e in items)
+    columns = ["kind", "site", "count"] + (["note"] if would_block else [])
+    rows = []
+    for e in items:
+        row = [_scell(e.get("kind")), _site(e.get("site")), _ncell(e.get("count_per_step"))]
+        if would_block:
+            note = WOULD_BLOCK_LABEL if e.get("would_block_on_gpu") else ""
+            row.append(Cell(note, sort=note))
+        rows.append(row)
+    note = (
+        "CPU-only run: these calls cost little here, but each one would block on a GPU "
+        "(the CPU waits for all queued GPU work)."
+        if would_block
+        else ""
+    )
+    return Section("syncs", "Host-device syncs (per step)", columns, rows, note=note)
+
+
+def loops_section(doc: dict[str, Any]) -> Section | None:
+    items = sorted((e for e in as_list(doc.get("loops")) if isinstance(e, dict)), key=_desc("ops_per_step"))
+    if not items:
+        return None
+    rows = [
+        [_site(e.get("site")), _ncell(e.get("ops_per_step")), _ncell(e.get("iterations_per_step"))]
+        for e in items
+    ]
+    return Section("loops", "Python loops issuing small tensor ops (per step)", ["site", "ops", "iterations"], rows)
+
+
+_DISPATCH_FIELDS: tuple[tuple[str, str, Any], ...] = (
+    ("ops_per_step", "ops per step", fmt_count),
+    ("mean_op_us", "mean time per op (host)", fmt_us),
+    ("between_ops_share", "share of step between ops", fmt_frac),
+    ("recorder_overhead_us_per_op", "recorder overhead per op", fmt_us),
+    ("window_steps", "steps recorded", fmt_count),
+)
+
+
+def dispatch_section(doc: dict[str, Any]) -> Section | None:
+    d = as_dict(doc.get("dispatch"))
+    rows = []
+    for key, label, f in _DISPATCH_FIELDS:
+        if num(d.get(key)) is not None:
+            rows.append([Cell(label, sort=label), Cell(f(d.get(key)), sort=num(d.get(key)), numeric=True)])
+    known = {k for k, _, _ in _DISPATCH_FIELDS}
+    for key, value in d.items():
+        if key not in known and (num(value) is not None or isinstance(value, str)):
+            rows.append([Cell(one_line(key), sort=one_line(key)), Cell(fmt_evidence_value(str(key), value), sort=sort_key(value), numeric=num(value) is not None)])
+    if not rows:
+        return None
+    return Section("dispatch", "Op dispatch (host side)", ["measure", "value"], rows)
+
+
+def _key_value_section(sec_id: str, title: str, obj: Any) -> Section | None:
+    """A flat view of an object whose keys gpuopt may extend: scalars shown with unit-aware
+    formatting, nested objects one level deep as ``a.b``, lists by their length."""
+    d = as_dict(obj)
+    rows: list[list[Cell]] = []
+    for key, value in d.items():
+        if isinstance(value, dict):
+            for k2, v2 in value.items():
+                if not isinstance(v2, (dict, list)):
+                    name = f"{one_line(key)}.{one_line(k2)}"
+                    rows.append([Cell(name, sort=name), Cell(fmt_evidence_value(str(k2), v2), sort=sort_key(v2), numeric=num(v2) is not None)])
+        elif isinstance(value, list):
+            name = one_line(key)
+            rows.append([Cell(name, sort=name), Cell(f"{len(value)} items", sort=len(value), numeric=True)])
+        else:
+            name = one_line(key)
+            rows.append([Cell(name, sort=name), Cell(fmt_evidence_value(str(key), value), sort=sort_key(value), numeric=num(value) is not None)])
+    if not rows:
+        return None
+    return Section(sec_id, title, ["measure", "value"], rows[:40])
+
+
+def ragged_section(doc: dict[str, Any]) -> Section | None:
+    return _key_value_section("ragged", "Ragged batches", doc.get("ragged"))
+
+
+def trace_section(doc: dict[str, Any]) -> Section | None:
+    return _key_value_section("trace", "Trace", doc.get("trace"))
+
+
+def _gpu_util(value: Any) -> Cell:
+    """``gpu[].utilization``: a fraction, or ``{mean, max}`` of fractions (the contract does not
+    fix which, so both are read)."""
+    v = num(value["mean"]) if isinstance(value, dict) and "mean" in value else num(value)
+    return Cell(fmt_frac(v), sort=v, numeric=True)
+
+
+def gpu_sections(doc: dict[str, Any]) -> list[Section]:
+    entries = sorted(
+        (e for e in as_list(doc.get("gpu")) if isinstance(e, dict)),
+        key=lambda e: (num(e.get("rank")) if num(e.get("rank")) is not None else 1e18, text(e.get("device"))),
+    )
+    if not entries:
+        return []
+    time_rows = [
+        [
+            _ncell(e.get("rank")),
+            _scell(e.get("device")),
+            _gpu_util(e.get("utilization")),
+            _ncell(e.get("idle_pct"), fmt_pct),
+            _ncell(e.get("compute_pct"), fmt_pct),
+            _ncell(e.get("non_compute_pct"), fmt_pct),
+            _ncell(e.get("comm_overlap_pct"), fmt_pct),
+        ]
+        for e in entries
+    ]
+    idle_rows = [
+        [
+            _ncell(e.get("rank")),
+            _ncell(get(e, "idle_us", "host_wait"), fmt_us),
+            _ncell(get(e, "idle_us", "kernel_wait"), fmt_us),
+            _ncell(get(e, "idle_us", "other"), fmt_us),
+            _ncell(get(e, "launch", "count")),
+            _ncell(get(e, "launch", "delay_median_us"), fmt_us),
+            _ncell(get(e, "launch", "short_kernels")),
+            _ncell(get(e, "memcpy", "count")),
+            _ncell(get(e, "memcpy", "time_us"), fmt_us),
+            _ncell(get(e, "memcpy", "bytes"), fmt_bytes),
+        ]
+        for e in entries
+    ]
+    return [
+        Section(
+            "gpu",
+            "GPU time per rank",
+            ["rank", "device", "util", "idle", "compute", "non-compute", "comm overlap"],
+            time_rows,
+        ),
+        Section(
+            "gpu-idle",
+            "GPU idle time, launches and copies per rank",
+            ["rank", "idle: host wait", "kernel wait", "other", "launches", "launch delay p50", "short kernels", "memcpy", "memcpy time", "memcpy bytes"],
+            idle_rows,
+        ),
+    ]
+
+
+def ranks_section(doc: dict[str, Any]) -> Section | None:
+    entries = sorted(
+        (e for e in as_list(doc.get("ranks")) if isinstance(e, dict)),
+        key=lambda e: num(e.get("rank")) if num(e.get("rank")) is not None else 1e18,
+    )
+    if not entries:
+        return None
+    rows = []
+    for e in entries:
+        steps = e.get("steps")
+        if isinstance(steps, dict):
+            measured = steps.get("measured", steps.get("count"))
+            median = get(steps, "time_s", "median")
+        else:
+            measured, median = steps, e.get("step_median_s")
+        bd = as_dict(e.get("breakdown"))
+        rows.append(
+            [
+                _ncell(e.get("rank")),
+                _ncell(measured),
+                _ncell(median, fmt_duration),
+                _ncell(bd.get("data_wait"), fmt_frac),
+                _ncell(bd.get("sync"), fmt_frac),
+                _ncell(bd.get("compute"), fmt_frac),
+                _ncell(e.get("collective_s_per_step"), fmt_duration),
+                _scell(e.get("dir")),
+            ]
+        )
+    return Section(
+        "ranks",
+        "Ranks",
+        ["rank", "steps", "step median", "data wait", "sync", "compute", "collectives/step", "dir"],
+        rows,
+    )
+
+
+def generic_sections(doc: dict[str, Any]) -> list[Section]:
+    """``tables`` as analyses wrote them: rows padded or cut to the column count."""
+    out = []
+    for i, t in enumerate(as_list(doc.get("tables"))):
+        if not isinstance(t, dict):
+            continue
+        columns = [one_line(c) for c in as_list(t.get("columns"))]
+        raw_rows = [r for r in as_list(t.get("rows")) if isinstance(r, list)]
+        if not columns and raw_rows:
+            columns = [f"col{j + 1}" for j in range(max(len(r) for r in raw_rows))]
+        if not columns:
+            continue
+        rows = []
+        for r in raw_rows:
+            cells = []
+            for j in range(len(columns)):
+                v = r[j] if j < len(r) else None
+                n = num(v)
+                cells.append(Cell(fmt_scalar(v), sort=n if n is not None else text(v), numeric=n is not None))
+            rows.append(cells)
+        sec_id = "table-" + (re.sub(r"[^A-Za-z0-9_-]+", "-", text(t.get("id"))).strip("-") or str(i + 1))
+        out.append(Section(sec_id, one_line(t.get("title")) or one_line(t.get("id")) or f"Table {i + 1}", columns, rows, note=one_line(t.get("note"))))
+    return out
+
+
+def detail_sections(doc: dict[str, Any]) -> list[Section]:
+    """Every detail table of the document, in report order; absent or empty ones left out."""
+    sections: list[Section | None] = [
+        transfers_section(doc),
+        syncs_section(doc),
+        loops_section(doc),
+        dispatch_section(doc),
+        ragged_section(doc),
+        *gpu_sections(doc),
+        ranks_section(doc),
+        *generic_sections(doc),
+        trace_section(doc),
+    ]
+    result = []
+    for s in sections:
+        if s is None:
+            continue
+        s.numeric_columns = {j for j in range(len(s.columns)) if s.rows and all(r[j].numeric or r[j].text == MISSING for r in s.rows if j < len(r))}
+        result.append(s)
+    return result
+
+
+def warnings_list(doc: dict[str, Any]) -> list[str]:
+    return [one_line(w) for w in as_list(doc.get("warnings")) if one_line(w)]

@@ -1,0 +1,89 @@
+"""Step statistics and the time breakdown: pure functions from measurements to profile keys."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+
+def step_times(start: float, ends: list[float]) -> list[float]:
+    """Durations of each step from its end times; step 0 starts at ``start``."""
+    out: list[float] = []
+    prev = start
+    for e in ends:
+        out.append(max(0.0, e - prev))
+        prev = e
+    return out
+
+
+def quantile(sorted_xs: list[float], q: float) -> float:
+    """Linear-interpolated quantile (numpy's default), on an already sorted list."""
+    if not sorted_xs:
+        raise ValueError("empty")
+    pos = (len(sorted_xs) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_xs) - 1)
+    return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
+
+
+def time_stats(xs: list[float]) -> dict[str, float | None]:
+    if not xs:
+        return {"median": None, "p10": None, "p90": None, "mean": None}
+    s = sorted(xs)
+    return {
+        "median": statistics.median(s),
+        "p10": quantile(s, 0.10),
+        "p90": quantile(s, 0.90),
+        "mean": statistics.fmean(s),
+    }
+
+
+def measured_indices(count: int, warmup: int) -> list[int]:
+    """Steps that count for the statistics: all after warm-up; all of them when there are fewer
+    steps than warm-up + 1 (so a short run still says something, and says it is short)."""
+    if count == 0:
+        return []
+    if count <= warmup:
+        return list(range(count))
+    return list(range(warmup, count))
+
+
+def breakdown(
+    times: list[float],
+    data_wait: list[float],
+    h2d: list[float] | None = None,
+    sync: list[float] | None = None,
+    other_share: float | None = None,
+) -> dict[str, float]:
+    """Fractions of measured step time: data_wait, h2d, sync, compute, other (sum to 1).
+
+    ``data_wait``, ``h2d`` and ``sync`` are measured seconds per step. ``other_share`` is the
+    measured share of the remaining (non-waiting) time spent *between* ops — host overhead — when
+    the recorder measured it; without it, all remaining time is counted as compute.
+    """
+    total = sum(times)
+    if total <= 0:
+        return {"data_wait": 0.0, "h2d": 0.0, "sync": 0.0, "compute": 0.0, "other": 0.0}
+    dw = min(sum(data_wait), total) / total
+    hd = min(sum(h2d or []), total) / total
+    sy = min(sum(sync or []), total) / total
+    waiting = dw + hd + sy
+    if waiting > 1.0:  # overlapping measurements: scale so the parts still sum to 1
+        dw, hd, sy = dw / waiting, hd / waiting, sy / waiting
+        waiting = 1.0
+    rest = 1.0 - waiting
+    other = rest * min(max(other_share or 0.0, 0.0), 1.0)
+    return {"data_wait": dw, "h2d": hd, "sync": sy, "compute": rest - other, "other": other}
+
+
+def series(start: float, t0: float, ends: list[float], warmup: int, per_step: dict[str, dict[int, float]]) -> list[dict[str, Any]]:
+    """One record per step for plots: start offset, duration, measured waits."""
+    out = []
+    prev = start
+    for i, e in enumerate(ends):
+        rec: dict[str, Any] = {"index": i, "start_s": round(prev - t0, 6), "time_s": max(0.0, e - prev), "warmup": i < warmup}
+        for key, values in per_step.items():
+            rec[key] = values.get(i, 0.0)
+        out.append(rec)
+        prev = e
+    return out
