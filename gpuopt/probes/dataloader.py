@@ -114,11 +114,12 @@ class DataLoaderProbe:
             t0 = probe._clock()
             if probe.first_fetch_t is None:
                 probe.first_fetch_t = t0
+            ok = False
             try:
                 batch = orig_next(it)
+                ok = True
             finally:
-                dt = probe._clock() - t0
-                probe._record(it, step, dt)
+                probe._record(it, step, probe._clock() - t0, ok)
             if _BATCH_LISTENERS:
                 for fn in list(_BATCH_LISTENERS):
                     try:
@@ -185,11 +186,11 @@ class DataLoaderProbe:
                 pass
         stats.iterators += 1
 
-    def _record(self, it: Any, step: int, dt: float) -> None:
+    def _record(self, it: Any, step: int, dt: float, ok: bool) -> None:
         self.wait_by_step[step] = self.wait_by_step.get(step, 0.0) + dt
         stats = self.loaders.get(getattr(it, "_gpuopt_loader_key", -1))
         if stats is not None:
-            stats.batches += 1
+            stats.batches += ok
             stats.wait_s += dt
             stats.wait_by_step[step] = stats.wait_by_step.get(step, 0.0) + dt
 

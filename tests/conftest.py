@@ -1,0 +1,38 @@
+"""Shared test helpers: run gpuopt as a user would (subprocess) and find the recorded traces."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).resolve().parent / "data"
+SCRIPTS = DATA / "scripts"
+SHARED_TRACES = ROOT.parent / "shared" / "traces"
+
+
+def run_gpuopt(*args: str, cwd: Path | None = None, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m gpuopt ARGS`` in a fresh process, as a user runs it."""
+    full_env = dict(os.environ)
+    full_env.setdefault("PYTHONUNBUFFERED", "1")
+    if env:
+        full_env.update(env)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuopt", *args],
+        cwd=cwd or ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+    )
+
+
+@pytest.fixture
+def shared_traces() -> Path:
+    if not SHARED_TRACES.is_dir():
+        pytest.skip(f"recorded traces not found at {SHARED_TRACES} (../shared is absent)")
+    return SHARED_TRACES

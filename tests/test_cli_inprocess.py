@@ -1,0 +1,101 @@
+"""The typer layer in-process (CliRunner), the schema checks behind `report`, and fast start."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import ROOT
+from gpuopt.cli import app
+from gpuopt.schema import SCHEMA, empty_profile, load_profile, validate_profile, write_profile
+from gpuopt.errors import GpuoptError
+
+runner = CliRunner()
+
+
+def test_version_and_help() -> None:
+    r = runner.invoke(app, ["--version"])
+    assert r.exit_code == 0 and r.output.startswith("gpuopt 0.")
+    r = runner.invoke(app, ["--help"])
+    assert r.exit_code == 0
+    for cmd in ("profile", "report", "schedule"):
+        assert cmd in r.output
+
+
+def test_profile_help_lists_contract_options() -> None:
+    r = runner.invoke(app, ["profile", "--help"])
+    assert r.exit_code == 0
+    for opt in ("--out", "--steps", "--warmup", "--nproc-per-node", "--quiet", "-m"):
+        assert opt in r.output
+
+
+def test_help_and_report_do_not_import_torch(tmp_path: Path) -> None:
+    doc = empty_profile("train.py")
+    write_profile(doc, tmp_path / "profile.json")
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from gpuopt.cli import app\n"
+        "r = CliRunner().invoke(app, ['--help'])\n"
+        "assert r.exit_code == 0\n"
+        f"r = CliRunner().invoke(app, ['report', {str(tmp_path)!r}, '--format', 'json'])\n"
+        "assert r.exit_code == 0, r.output\n"
+        "heavy = [m for m in ('torch', 'pandas', 'numpy') if m in sys.modules]\n"
+        "print(heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_future_schema_is_refused_with_upgrade_hint(tmp_path: Path) -> None:
+    doc = empty_profile("train.py")
+    doc["schema"] = "gpuopt.profile/9"
+    (tmp_path / "profile.json").write_text(json.dumps(doc))
+    r = runner.invoke(app, ["report", str(tmp_path)])
+    assert r.exit_code == 2
+    assert "newer than this gpuopt reads" in r.output and "pip install -U gpuopt" in r.output
+
+
+@pytest.mark.parametrize(
+    "content,needle",
+    [
+        (b'{"schema": "gpuopt.profile/1", "status": "ok"', "not valid JSON"),
+        (b'{"schema": "gpuopt.profile/0"}', "older than"),
+        (b'{"schema": "something/1"}', "not a gpuopt profile"),
+        (b"[1, 2]", "no 'schema' key"),
+    ],
+)
+def test_corrupt_profiles_are_one_line_errors(tmp_path: Path, content: bytes, needle: str) -> None:
+    p = tmp_path / "profile.json"
+    p.write_bytes(content)
+    with pytest.raises(GpuoptError) as ei:
+        load_profile(p)
+    assert needle in str(ei.value) and "\n" not in str(ei.value)
+
+
+def test_run_dir_without_profile(tmp_path: Path) -> None:
+    with pytest.raises(GpuoptError, match="no profile.json"):
+        load_profile(tmp_path)
+
+
+def test_validate_profile_catches_contract_violations() -> None:
+    doc = empty_profile("x.py")
+    assert validate_profile(doc) == []
+    assert doc["schema"] == SCHEMA
+    bad = dict(doc, breakdown={"data_wait": 0.7, "h2d": 0, "sync": 0, "compute": 0.7, "other": 0})
+    assert any("sum to" in p for p in validate_profile(bad))
+    bad = dict(doc, status="running")
+    assert any("status" in p for p in validate_profile(bad))
+    bad = {k: v for k, v in doc.items() if k != "syncs"}
+    assert any("syncs" in p for p in validate_profile(bad))
+
+
+def test_atomic_write_leaves_no_temp_files(tmp_path: Path) -> None:
+    write_profile(empty_profile("x.py"), tmp_path / "profile.json")
+    assert [p.name for p in tmp_path.iterdir()] == ["profile.json"]

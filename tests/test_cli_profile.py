@@ -1,0 +1,144 @@
+"""`gpuopt profile` as a user runs it: subprocesses of `python -m gpuopt`, real scripts."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, SCRIPTS, run_gpuopt
+
+
+def _profile(out: Path) -> dict:
+    return json.loads((out / "profile.json").read_text())
+
+
+def test_exit_code_is_the_scripts_and_profile_says_error(tmp_path: Path) -> None:
+    r = run_gpuopt("profile", "--quiet", "-o", str(tmp_path), str(SCRIPTS / "exit_code.py"), "7")
+    assert r.returncode == 7, r.stderr
+    doc = _profile(tmp_path)
+    assert doc["status"] == "error" and doc["exit_code"] == 7
+    assert doc["steps"]["count"] == 4
+
+
+def test_exit_zero_is_ok(tmp_path: Path) -> None:
+    r = run_gpuopt("profile", "--quiet", "-o", str(tmp_path), str(SCRIPTS / "exit_code.py"), "0")
+    assert r.returncode == 0, r.stderr
+    assert _profile(tmp_path)["status"] == "ok"
+
+
+def test_uncaught_exception_prints_the_scripts_traceback_only(tmp_path: Path) -> None:
+    r = run_gpuopt("profile", "--quiet", "-o", str(tmp_path), str(SCRIPTS / "raises.py"))
+    assert r.returncode == 1
+    assert "Traceback (most recent call last)" in r.stderr
+    assert "raises.py\", line 5, in broken_step" in r.stderr
+    assert "ValueError: planted failure after 5 steps" in r.stderr
+    assert "gpuopt/runner" not in r.stderr and "runpy" not in r.stderr
+    doc = _profile(tmp_path)
+    assert doc["status"] == "error" and doc["exit_code"] == 1
+    assert doc["error"] == {"type": "ValueError", "message": "planted failure after 5 steps"}
+    assert doc["steps"]["count"] == 5
+
+
+def test_steps_stops_a_long_run_cleanly(tmp_path: Path) -> None:
+    r = run_gpuopt("profile", "--quiet", "--steps", "6", "-o", str(tmp_path), str(SCRIPTS / "forever.py"))
+    assert r.returncode == 0, r.stderr
+    doc = _profile(tmp_path)
+    assert doc["status"] == "ok" and doc["stopped_by_steps"] is True
+    assert doc["steps"]["count"] == 6
+    assert doc["steps"]["measured"] == 4  # default --warmup 2 left out
+
+
+@pytest.mark.parametrize("mode,sig", [("sigterm", signal.SIGTERM), ("sigint", signal.SIGINT)])
+def test_signal_writes_interrupted_profile(tmp_path: Path, mode: str, sig: int) -> None:
+    r = run_gpuopt("profile", "--quiet", "-o", str(tmp_path), str(SCRIPTS / "forever.py"), mode)
+    assert r.returncode == 130, r.stderr
+    doc = _profile(tmp_path)
+    assert doc["status"] == "interrupted" and doc["exit_code"] == 130
+    assert doc["steps"]["count"] >= 3
+
+
+def test_external_sigterm_while_running(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuopt", "profile", "--quiet", "-o", str(tmp_path), str(SCRIPTS / "forever.py")],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "READY"
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    assert proc.returncode == 130
+    assert _profile(tmp_path)["status"] == "interrupted"
+
+
+def test_gpuopt_step_marks_steps_without_optimizer(tmp_path: Path) -> None:
+    r = run_gpuopt("profile", "--quiet", "--warmup", "1", "-o", str(tmp_path), str(SCRIPTS / "manual_steps.py"))
+    assert r.returncode == 0, r.stderr
+    doc = _profile(tmp_path)
+    assert doc["steps"]["count"] == 7 and doc["steps"]["measured"] == 6
+    assert doc["steps"]["marked_by"] == ["gpuopt.step"]
+    assert "done" in r.stdout
+
+
+def test_module_mode_runs_like_python_dash_m(tmp_path: Path) -> None:
+    r = run_gpuopt("profile", "--quiet", "-o", str(tmp_path), "-m", "pkg.trainmod", "5", "--flag", cwd=SCRIPTS)
+    assert r.returncode == 0, r.stderr
+    assert "argv ['5', '--flag']" in r.stdout
+    doc = _profile(tmp_path)
+    assert doc["script"] == "-m pkg.trainmod" and doc["steps"]["count"] == 5
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_dataloader_workers_fork_and_spawn(tmp_path: Path, method: str) -> None:
+    r = run_gpuopt("profile", "--quiet", "-o", str(tmp_path), str(SCRIPTS / "spawn_workers.py"), method)
+    assert r.returncode == 0, r.stderr
+    assert f"seen=24 method={method}" in r.stdout
+    doc = _profile(tmp_path)
+    assert doc["steps"]["count"] == 6
+    (loader,) = doc["dataloaders"]
+    assert loader["num_workers"] == 2 and loader["multiprocessing_context"] == method
+    assert loader["batches"] == 6
+
+
+def test_options_after_script_belong_to_the_script(tmp_path: Path) -> None:
+    # --steps after the script is the script's argument, as with python
+    r = run_gpuopt("profile", "--quiet", "-o", str(tmp_path), str(SCRIPTS / "exit_code.py"), "--steps")
+    assert r.returncode == 1  # int("--steps") fails inside the script
+    assert "ValueError" in r.stderr
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["profile", "no_such_script.py"], "no such file"),
+        (["profile", str(SCRIPTS)], "is a directory"),
+        (["profile", "--bogus", "x.py"], "unknown option"),
+        (["profile", "-m", "no_such_module_xyz"], "no module named"),
+        (["profile"], "needs a script"),
+        (["report", "does/not/exist"], "no such file"),
+    ],
+)
+def test_bad_input_one_line_exit_2(args: list[str], needle: str) -> None:
+    r = run_gpuopt(*args)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and needle in lines[0].lower(), r.stderr
+
+
+def test_planted_stall_data_wait_matches_ground_truth(tmp_path: Path) -> None:
+    truth_file = tmp_path / "truth.json"
+    out = tmp_path / "run"
+    r = run_gpuopt("profile", "--quiet", "-o", str(out), str(SCRIPTS / "planted_stall.py"), str(truth_file))
+    assert r.returncode == 0, r.stderr
+    truth = json.loads(truth_file.read_text())
+    doc = _profile(out)
+    assert doc["steps"]["count"] == truth["steps"] == 60
+    assert abs(doc["breakdown"]["data_wait"] - truth["data_wait"]) <= 0.03, (doc["breakdown"], truth)
+    assert truth["data_wait"] > 0.3  # the plant is real: a third of the batches stall
+    ids = [f["id"] for f in doc["findings"]]
+    assert "dataloader-bound" in ids

@@ -1,0 +1,158 @@
+"""Step hook, DataLoader wait and samplers with a fake clock and a fake NVML: exact numbers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from fakes import FakeClock, FakeCpu, FakeNvml
+from gpuopt.probes import steps as steps_mod
+from gpuopt.probes.base import RunContext
+from gpuopt.probes.dataloader import DataLoaderProbe, add_batch_listener, remove_batch_listener
+from gpuopt.probes.samplers import UtilizationSampler
+
+
+def _ctx(tmp_path) -> RunContext:
+    from pathlib import Path
+
+    return RunContext(script="t.py", user_roots=[Path(__file__).resolve().parent], out_dir=tmp_path)
+
+
+def test_step_clock_counts_first_optimizer_only_and_stops() -> None:
+    clock = FakeClock()
+    sc = steps_mod.StepClock(clock=clock, max_steps=3)
+    seen: list[tuple[int, float]] = []
+    sc.listeners.append(lambda i, t: seen.append((i, t)))
+    g, d = object(), object()
+    sc.mark("optimizer.step", optimizer=g)
+    clock.advance(1)
+    sc.mark("optimizer.step", optimizer=d)  # second optimizer of the same iteration: not a step
+    sc.mark("optimizer.step", optimizer=g)
+    clock.advance(1)
+    with pytest.raises(steps_mod.StopRun):
+        sc.mark("optimizer.step", optimizer=g)
+    assert seen == [(0, 100.0), (1, 101.0), (2, 102.0)]
+    sc.mark("optimizer.step", optimizer=g)  # after the stop nothing more is counted
+    assert sc.count == 3
+
+
+def test_explicit_gpuopt_step_wins_over_optimizer() -> None:
+    sc = steps_mod.StepClock(clock=FakeClock())
+    opt = object()
+    sc.mark("optimizer.step", optimizer=opt)
+    sc.mark("gpuopt.step")
+    sc.mark("optimizer.step", optimizer=opt)
+    sc.mark("gpuopt.step")
+    assert sc.count == 3 and sc.sources == {"optimizer.step", "gpuopt.step"}
+
+
+def test_global_hook_sees_every_optimizer_class() -> None:
+    sc = steps_mod.StepClock(clock=FakeClock())
+    steps_mod.install(sc)
+    try:
+        for cls in (torch.optim.SGD, torch.optim.AdamW):
+            p = torch.nn.Parameter(torch.ones(2))
+            opt = cls([p], lr=0.1)
+            p.grad = torch.ones(2)
+            opt.step()
+    finally:
+        steps_mod.uninstall()
+    assert sc.count == 1  # the second optimizer is a different instance: not a new step
+    import gpuopt
+
+    gpuopt.step()  # outside a run: a no-op, no error
+    assert sc.count == 1
+
+
+class _Timed(Dataset):
+    """Each item advances the fake clock by its cost: the loader's wait is known exactly."""
+
+    def __init__(self, clock: FakeClock, costs: list[float]) -> None:
+        self.clock, self.costs = clock, costs
+
+    def __len__(self) -> int:
+        return len(self.costs)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        self.clock.advance(self.costs[i])
+        return torch.tensor([float(i)])
+
+
+def test_dataloader_wait_per_step_exact(tmp_path) -> None:
+    clock = FakeClock()
+    sc = steps_mod.StepClock(clock=clock)
+    probe = DataLoaderProbe(step_count=lambda: sc.count, clock=clock)
+    batches: list[torch.Tensor] = []
+    add_batch_listener(batches.append)
+    probe.start(_ctx(tmp_path))
+    try:
+
+        class MyLoader(DataLoader):  # subclasses are measured too
+            pass
+
+        loader = MyLoader(_Timed(clock, [0.5, 0.0, 0.25, 1.0]), batch_size=1)
+        for _ in loader:
+            clock.advance(2.0)  # compute
+            sc.mark("gpuopt.step")
+    finally:
+        probe.stop()
+        remove_batch_listener(batches.append)
+    assert probe.wait_by_step == {0: 0.5, 1: 0.0, 2: 0.25, 3: 1.0, 4: 0.0}
+    assert len(batches) == 4 and float(batches[2]) == 2.0
+    doc: dict = {"_measured_indices": [1, 2, 3]}
+    probe.contribute(doc)
+    (entry,) = doc["dataloaders"]
+    assert entry["class"] == "MyLoader" and entry["dataset"] == "_Timed"
+    assert entry["batches"] == 4 and entry["wait_s_total"] == pytest.approx(1.75)
+    assert entry["wait_s_per_step"] == pytest.approx((0.0 + 0.25 + 1.0) / 3)
+    assert entry["site"].endswith("test_probes_foundation.py:" + str(_line_of("for _ in loader:")))
+    from torch.utils.data import dataloader as dl
+
+    assert not hasattr(dl._BaseDataLoaderIter.__next__, "__wrapped__")  # restored
+
+
+def _line_of(text: str) -> int:
+    import inspect
+
+    src = inspect.getsource(test_dataloader_wait_per_step_exact).splitlines()
+    start = test_dataloader_wait_per_step_exact.__code__.co_firstlineno
+    return start + next(i for i, ln in enumerate(src) if text in ln)
+
+
+def test_sampler_with_fake_nvml_and_cpu(tmp_path) -> None:
+    clock = FakeClock(0.0)
+    nv = FakeNvml(["Fake H100", "Fake H100"], [[10.0, 50.0, 90.0], [30.0, 30.0, 30.0]])
+    cpu = FakeCpu([(50.0, 100), (150.0, 200), (200.0, 300)])
+    s = UtilizationSampler(interval=0.5, nvml=nv, cpu=cpu, clock=clock, ncpu=2)
+    s.start(thread=False)
+    for _ in range(3):
+        clock.advance(0.5)
+        s.tick()
+    s.stop()
+    doc: dict = {}
+    s.contribute(doc)
+    u = doc["utilization"]
+    assert u["samples"] == 3
+    assert u["cpu"]["mean"] == pytest.approx((25 + 75 + 100) / 3) and u["cpu"]["max"] == 100
+    assert u["gpu"]["mean"] == pytest.approx((20 + 40 + 60) / 3) and u["gpu"]["max"] == 60
+    assert u["timeline"]["t_s"] == [0.5, 1.0, 1.5]
+    assert u["timeline"]["gpu"] == [20.0, 40.0, 60.0]
+    assert u["gpus"][0]["util_mean"] == pytest.approx(50.0)
+    assert nv.closed
+
+
+def test_sampler_without_gpu_says_why(tmp_path) -> None:
+    s = UtilizationSampler(interval=0.01, nvml=None, nvml_note="no NVIDIA GPU/NVML: GPU utilization not measured")
+    s.start()
+    import time
+
+    time.sleep(0.1)
+    s.stop()
+    doc: dict = {}
+    s.contribute(doc)
+    assert doc["utilization"]["gpu"] is None
+    assert "not measured" in doc["utilization"]["note"]
+    assert doc["utilization"]["samples"] >= 2
+    assert 0 <= doc["utilization"]["cpu"]["mean"] <= 100
+    assert min(doc["utilization"]["timeline"]["rss_bytes"]) > 10 * 2**20

@@ -1,0 +1,81 @@
+"""Pure functions: step statistics, the breakdown, and the dataloader-bound rule's model."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuopt.findings.engine import evaluate, rank
+from gpuopt.findings.rules.dataloader import suggest_workers
+from gpuopt.runner import stats
+from gpuopt.schema import empty_profile
+
+
+def test_step_times_and_quantiles() -> None:
+    assert stats.step_times(0.0, [1.0, 3.0, 3.5]) == [1.0, 2.0, 0.5]
+    s = stats.time_stats([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert s == {"median": 3.0, "p10": pytest.approx(1.4), "p90": pytest.approx(4.6), "mean": 3.0}
+    assert stats.time_stats([])["median"] is None
+    assert stats.measured_indices(5, 2) == [2, 3, 4]
+    assert stats.measured_indices(2, 2) == [0, 1]
+
+
+def test_breakdown_sums_to_one_and_splits_other() -> None:
+    b = stats.breakdown([1.0, 1.0], [0.5, 0.1], h2d=[0.1, 0.1], sync=[0.0, 0.2], other_share=0.5)
+    assert sum(b.values()) == pytest.approx(1.0)
+    assert b["data_wait"] == pytest.approx(0.3) and b["h2d"] == pytest.approx(0.1) and b["sync"] == pytest.approx(0.1)
+    assert b["other"] == pytest.approx(0.25) and b["compute"] == pytest.approx(0.25)
+    over = stats.breakdown([1.0], [0.9], h2d=[0.9])  # overlapping measurements are scaled, not >1
+    assert sum(over.values()) == pytest.approx(1.0) and over["compute"] == 0.0
+
+
+@pytest.mark.parametrize(
+    "current,wait,step,cpus,expect",
+    [
+        (0, 0.030, 0.040, 16, (4, False)),   # fetch 30 ms in-line, compute 10 ms: ceil(3*1.2)=4
+        (0, 0.030, 0.040, 2, (1, True)),     # two cores: capped, says so
+        (2, 0.010, 0.030, 32, (4, False)),   # f = 2*(10+20)=60 ms; 60/20*1.2 = 3.6 -> 4
+        (0, 0.001, 0.100, 8, (2, False)),    # tiny wait: at least 2 workers
+    ],
+)
+def test_suggest_workers_model(current: int, wait: float, step: float, cpus: int, expect: tuple[int, bool]) -> None:
+    assert suggest_workers(current, wait, step, cpus) == expect
+
+
+def _doc(data_wait: float) -> dict:
+    doc = empty_profile("train.py")
+    doc["breakdown"] = {"data_wait": data_wait, "h2d": 0.0, "sync": 0.0, "compute": 1 - data_wait, "other": 0.0}
+    doc["steps"]["time_s"] = {"median": 0.04, "p10": 0.04, "p90": 0.04, "mean": 0.04}
+    doc["utilization"]["cpu_count"] = 16
+    doc["environment"]["device"] = "cuda"
+    doc["dataloaders"] = [
+        {"site": "train.py:40", "class": "DataLoader", "dataset": "Imgs", "num_workers": 0, "pin_memory": False,
+         "persistent_workers": False, "prefetch_factor": None, "batch_size": 32, "epochs": 3,
+         "wait_s_per_step": 0.04 * data_wait}
+    ]
+    return doc
+
+
+def test_dataloader_bound_finding_names_knobs_and_estimate() -> None:
+    (f,) = [f for f in evaluate(_doc(0.75)) if f["id"] == "dataloader-bound"]
+    assert f["severity"] == "high" and f["site"] == "train.py:40"
+    assert f["fix"] == "DataLoader(..., num_workers=4, persistent_workers=True, pin_memory=True)"
+    assert f["est_speedup"] == pytest.approx(4.0)
+    assert "estimate" in f["estimate_model"]
+    assert "75% of step time" in f["evidence"]["summary"]
+
+
+def test_dataloader_bound_silent_below_threshold_and_on_traces() -> None:
+    assert not [f for f in evaluate(_doc(0.05)) if f["id"] == "dataloader-bound"]
+    doc = _doc(0.75)
+    doc["source"] = "trace"
+    assert not [f for f in evaluate(doc) if f["id"] == "dataloader-bound" and f.get("evidence", {}).get("dataset") == "Imgs"]
+
+
+def test_rank_orders_by_gain_then_severity() -> None:
+    fs = [
+        {"id": "a", "severity": "low", "est_speedup": 1.1},
+        {"id": "b", "severity": "high", "est_speedup": 2.0},
+        {"id": "c", "severity": "high", "est_speedup": None},
+        {"id": "d", "severity": "medium", "est_speedup": 2.0},
+    ]
+    assert [f["id"] for f in rank(fs)] == ["b", "d", "a", "c"]
