@@ -142,3 +142,15 @@ def test_planted_stall_data_wait_matches_ground_truth(tmp_path: Path) -> None:
     assert truth["data_wait"] > 0.3  # the plant is real: a third of the batches stall
     ids = [f["id"] for f in doc["findings"]]
     assert "dataloader-bound" in ids
+
+
+def test_nproc_per_node_launches_ranks_through_torchrun(tmp_path: Path) -> None:
+    out = tmp_path / "ddp"
+    r = run_gpuopt("profile", "--quiet", "--nproc-per-node", "2", "-o", str(out), str(SCRIPTS / "ddp_gloo.py"), timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert "rank 0 of 2 done" in r.stdout and "rank 1 of 2 done" in r.stdout
+    doc = _profile(out)
+    assert doc["status"] == "ok"
+    assert [(x["rank"], x["dir"], x["steps"]) for x in doc["ranks"]] == [(0, "rank-0", 8), (1, "rank-1", 8)]
+    for k in (0, 1):
+        assert json.loads((out / f"rank-{k}" / "profile.json").read_text())["rank"] == k

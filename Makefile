@@ -1,0 +1,35 @@
+# gpuopt: two commands on a fresh machine — `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The project's own venv uses the CPU build of torch 2.13.0; bring your own CUDA build with
+#   make demo TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
+TORCH_SPEC ?= torch==2.13.0
+RUN ?= gpuopt-runs/demo
+
+.PHONY: demo test lint bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(TORCH_SPEC)
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/gpuopt profile -o $(RUN) examples/slow_dataset.py
+	$(VENV)/bin/gpuopt report $(RUN) -o $(RUN)/report.html
+	@echo "HTML report: $(RUN)/report.html"
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check gpuopt tests benchmarks examples
+	$(VENV)/bin/mypy
+
+test: $(VENV)/.installed lint
+	$(PY) -m pytest -q -n 2 --durations=15
+
+bench: $(VENV)/.installed
+	$(PY) benchmarks/bench_profile.py
+
+clean:
+	rm -rf $(VENV) gpuopt-runs .pytest_cache .mypy_cache .ruff_cache
