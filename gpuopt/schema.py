@@ -13,9 +13,19 @@ The keys listed in ``../shared/CONTRACT.md`` are required. gpuopt adds (all opti
 ``steps.series``  one record per step, warm-up included:
                   ``{index, start_s, time_s, data_wait_s, h2d_s, sync_s, warmup}``
                   (``start_s`` is seconds since the run started)
+``utilization``  ``gpu.mean/max`` and ``cpu.mean/max`` are PERCENT (0–100): GPU as NVML reports it,
+                CPU as the process tree's share of all usable cores (``cpu.cores_busy_mean`` in
+                cores, ``cpu_count`` cores); ``gpus`` per-GPU means; ``interval_s``
 ``utilization.timeline``  ``{t_s: [...], cpu: [...], gpu: [... ] | null, rss_bytes: [...],
                   gpu_memory_bytes: [...] | null}`` sampled in the background
 ``utilization.note``  why a metric is missing (e.g. "no NVIDIA GPU/NVML: GPU utilization not measured")
+``steps.marked_by``  what marked steps: "optimizer.step" and/or "gpuopt.step"
+``stopped_by_steps``  true when ``--steps N`` ended the run
+``dataloaders`` one entry per DataLoader seen: ``{site, class, dataset, batch_size, num_workers,
+                pin_memory, persistent_workers, prefetch_factor, multiprocessing_context, epochs,
+                batches, wait_s_total, wait_s_per_step}``
+``rank``        this process's rank under torchrun (null otherwise); ``rank_spread``
+                ``{slowest_rank, fastest_rank, ratio}`` of median step times in a merged document
 ``tables``      extra tables any analysis may add; every renderer shows them:
                 ``[{id, title, columns: [str], rows: [[scalar]], note}]``
 ``warnings``    one-line notes shown to the user (e.g. a sampler that could not start)

@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 from typer.testing import CliRunner
 
-from conftest import ROOT
 from gpuopt.cli import app
-from gpuopt.schema import SCHEMA, empty_profile, load_profile, validate_profile, write_profile
 from gpuopt.errors import GpuoptError
+from gpuopt.schema import SCHEMA, empty_profile, load_profile, validate_profile, write_profile
 
 runner = CliRunner()
 

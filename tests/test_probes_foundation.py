@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from fakes import FakeClock, FakeCpu, FakeNvml
 from torch.utils.data import DataLoader, Dataset
 
-from fakes import FakeClock, FakeCpu, FakeNvml
 from gpuopt.probes import steps as steps_mod
 from gpuopt.probes.base import RunContext
 from gpuopt.probes.dataloader import DataLoaderProbe, add_batch_listener, remove_batch_listener
@@ -156,3 +156,35 @@ def test_sampler_without_gpu_says_why(tmp_path) -> None:
     assert doc["utilization"]["samples"] >= 2
     assert 0 <= doc["utilization"]["cpu"]["mean"] <= 100
     assert min(doc["utilization"]["timeline"]["rss_bytes"]) > 10 * 2**20
+
+
+def test_live_line_shows_steps_step_time_wait_and_utilization() -> None:
+    import io
+
+    from gpuopt.runner.progress import LiveLine
+
+    clock = FakeClock(0.0)
+    sc = steps_mod.StepClock(clock=clock)
+
+    class _Loader:
+        wait_by_step = {i: 0.010 for i in range(20)}
+
+    class _Sampler:
+        def latest(self):
+            return 42.0, 87.0
+
+    class _Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream = _Tty()
+    line = LiveLine.maybe(sc, _Loader(), _Sampler(), stream=stream)
+    assert line is not None
+    assert LiveLine.maybe(sc, _Loader(), _Sampler(), stream=io.StringIO()) is None  # not a terminal: silent
+    for _ in range(12):
+        clock.advance(0.040)
+        sc.mark("gpuopt.step")
+    assert line.text(11) == "gpuopt: step 12 · 40.0 ms/step · data wait 25% · GPU 87% · CPU 42%"
+    line.on_step(11, clock())
+    line.close()
+    assert stream.getvalue().startswith("\r\x1b[Kgpuopt: step 12") and stream.getvalue().endswith("\r\x1b[K")

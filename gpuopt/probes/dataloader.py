@@ -130,8 +130,8 @@ class DataLoaderProbe:
 
         __init__.__wrapped__ = orig_init  # type: ignore[attr-defined]
         __next__.__wrapped__ = orig_next  # type: ignore[attr-defined]
-        base.__init__ = __init__  # type: ignore[method-assign]
-        base.__next__ = __next__  # type: ignore[method-assign]
+        base.__init__ = __init__  # type: ignore[method-assign,assignment]
+        base.__next__ = __next__  # type: ignore[method-assign,assignment]
 
     def on_step(self, index: int, t: float) -> None:
         pass
