@@ -201,7 +201,7 @@ def fmt_scalar(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, int):
-        return f"{value:,}" if abs(value) >= 10000 else str(value)
+        return f"{value:,}" if abs(value) >= 1000 else str(value)
     if isinstance(value, float):
         if not math.isfinite(value):
             return MISSING
@@ -338,6 +338,11 @@ def steps_summary(doc: dict[str, Any]) -> str:
         parts.append(f"{fmt_count(warm)} warm-up")
     if count is not None:
         parts.append(f"{fmt_count(count)} total")
+    marked = [one_line(m) for m in as_list(steps.get("marked_by")) if one_line(m)]
+    if marked:
+        parts.append("marked by " + " + ".join(f"{m}()" for m in marked))
+    if doc.get("stopped_by_steps") is True:
+        parts.append("stopped by --steps")
     return " · ".join(parts)
 
 
@@ -434,10 +439,11 @@ def step_series(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 @dataclass
 class Timeline:
-    """Utilization samples over time; series values are fractions (None where not sampled)."""
+    """Utilization samples over time. ``series`` values are PERCENT (0–100), as the schema
+    defines ``utilization`` (None where a sample is missing); ``memory`` values are bytes."""
 
     t_s: list[float]
-    series: dict[str, list[float | None]]   # "cpu", "gpu" (fractions 0..1)
+    series: dict[str, list[float | None]]   # "cpu", "gpu"
     memory: dict[str, list[float | None]]   # "rss_bytes", "gpu_memory_bytes"
 
 
@@ -466,9 +472,60 @@ def timeline(doc: dict[str, Any]) -> Timeline | None:
 
 
 def utilization_summary(doc: dict[str, Any], key: str) -> tuple[float | None, float | None]:
-    """``(mean, max)`` fractions of ``utilization.cpu`` or ``utilization.gpu``."""
+    """``(mean, max)`` of ``utilization.cpu`` or ``utilization.gpu``, in percent (0–100)."""
     u = as_dict(get(doc, "utilization", key))
     return num(u.get("mean")), num(u.get("max"))
+
+
+def cpu_cores_note(doc: dict[str, Any]) -> str:
+    """``"≈1.8 of 8 cores busy"`` from ``utilization.cpu.cores_busy_mean`` / ``cpu_count``."""
+    busy = num(get(doc, "utilization", "cpu", "cores_busy_mean"))
+    if busy is None:
+        return ""
+    cores = num(get(doc, "utilization", "cpu_count"))
+    if cores is None:
+        cores = num(get(doc, "environment", "cpu_count"))
+    return f"≈{busy:.1f} of {int(cores)} cores busy" if cores else f"≈{busy:.1f} cores busy"
+
+
+def sampling_note(doc: dict[str, Any], tl: Timeline | None) -> str:
+    """``"136 samples every 100 ms over 13.5 s"``: how the timeline was sampled."""
+    if tl is None or len(tl.t_s) < 2:
+        return ""
+    interval = num(get(doc, "utilization", "interval_s"))
+    if interval is None:
+        interval = (tl.t_s[-1] - tl.t_s[0]) / (len(tl.t_s) - 1)
+    return f"{len(tl.t_s)} samples every {fmt_duration(interval)} over {fmt_duration(tl.t_s[-1] - tl.t_s[0])}"
+
+
+_SPARK = "▁▂▃▄▅▆▇█"
+
+
+def spark(values: list[float | None], lo: float = 0.0, hi: float = 1.0) -> str:
+    """One character per value, ``▁`` at ``lo`` to ``█`` at ``hi``; a blank where not sampled."""
+    out = []
+    span = hi - lo if hi > lo else 1.0
+    for v in values:
+        if v is None:
+            out.append(" ")
+            continue
+        x = min(1.0, max(0.0, (v - lo) / span))
+        out.append(_SPARK[min(len(_SPARK) - 1, int(round(x * (len(_SPARK) - 1))))])
+    return "".join(out)
+
+
+def bar_lengths(fractions: list[float], width: int) -> list[int]:
+    """Split ``width`` cells among ``fractions`` by largest remainder (the lengths sum to
+    ``width`` exactly, so the bar never jitters by a cell between reports)."""
+    total = sum(fractions)
+    if total <= 0 or width <= 0:
+        return [0] * len(fractions)
+    raw = [f / total * width for f in fractions]
+    lengths = [int(r) for r in raw]
+    order = sorted(range(len(raw)), key=lambda i: (-(raw[i] - lengths[i]), i))
+    for i in order[: width - sum(lengths)]:
+        lengths[i] += 1
+    return lengths
 
 
 def utilization_note(doc: dict[str, Any]) -> str:
@@ -501,6 +558,12 @@ def resample(values: list[float | None], buckets: int) -> list[float | None]:
 # ---------------------------------------------------------------------------------------------
 
 
+def rank_key(entry: dict[str, Any]) -> float:
+    """Sort key for per-rank entries: by rank number, entries without one last."""
+    r = num(entry.get("rank"))
+    return r if r is not None else math.inf
+
+
 def ordered_findings(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """Findings ranked by estimated gain (the engine's order: est. speedup, then severity, then
     id), tolerant of bad values; non-dict entries are dropped."""
@@ -513,6 +576,15 @@ def ordered_findings(doc: dict[str, Any]) -> list[dict[str, Any]]:
             text(f.get("id")),
         ),
     )
+
+
+def no_findings_message(doc: dict[str, Any]) -> str:
+    """Why the findings list is empty: a run that measured no step had nothing to analyse,
+    which is not the same as a clean run."""
+    measured = num(get(doc, "steps", "measured")) or 0
+    if measured == 0 and all(v is None for _, v in step_stats(doc)):
+        return "None: no measured steps, so there was nothing to analyse."
+    return "None: no rule found a cause of idle time in this run."
 
 
 def evidence_summary(finding: dict[str, Any]) -> str:
@@ -539,23 +611,24 @@ def evidence_numbers(finding: dict[str, Any], limit: int = 12) -> list[tuple[str
 
 
 def fmt_evidence_value(key: str, value: Any) -> str:
-    """Format an evidence value using its name's unit suffix (``_s``, ``_us``, ``_bytes``,
-    ``_pct``, ``share``/``frac``) where it has one."""
+    """Format a measured value by the unit its name carries (``data_wait_s_per_step`` → a
+    duration, ``bytes_per_step`` → bytes, ``*_us``, ``*_pct``, ``*share``/``*frac``/``*util*``
+    → percent); a name without a unit keeps the plain number."""
     v = num(value)
     if v is None:
         return fmt_scalar(value)
-    k = key.lower()
-    if k.endswith("_s") or k.endswith("_seconds"):
-        return fmt_duration(v)
-    if k.endswith("_us"):
-        return fmt_us(v)
-    if k.endswith("_ms"):
-        return fmt_duration(v / 1e3)
-    if k.endswith("_bytes") or k == "bytes":
+    tokens = set(re.split(r"[^a-z0-9]+", key.lower()))
+    if tokens & {"bytes", "byte"}:
         return fmt_bytes(v)
-    if k.endswith("_pct"):
+    if tokens & {"s", "sec", "seconds"}:
+        return fmt_duration(v)
+    if "us" in tokens:
+        return fmt_us(v)
+    if "ms" in tokens:
+        return fmt_duration(v / 1e3)
+    if "pct" in tokens:
         return fmt_pct(v)
-    if (k.endswith("share") or k.endswith("_frac") or k.endswith("fraction")) and 0 <= v <= 1:
+    if tokens & {"share", "frac", "fraction", "util", "utilization"} and 0 <= v <= 1:
         return fmt_frac(v)
     return fmt_scalar(value)
 
@@ -573,303 +646,6 @@ class Footnotes:
         if m not in self.models:
             self.models.append(m)
         return self.models.index(m) + 1
-
-
-# ---------------------------------------------------------------------------------------------
-# Detail tables (transfers, syncs, loops, dispatch, ragged, gpu, ranks, generic tables, trace)
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One table cell: the display text (plain, unescaped), a sort key, and whether it is a site
-    (a link in HTML) or a number (right-aligned)."""
-
-    text: str
-    sort: float | str | None = None
-    site: str | None = None
-    numeric: bool = False
-
-
-@dataclass
-class Section:
-    """A table every format shows: ``id`` is stable (HTML anchors, tests)."""
-
-    id: str
-    title: str
-    columns: list[str]
-    rows: list[list[Cell]]
-    note: str = ""
-    numeric_columns: set[int] = field(default_factory=set)
-
-
-def _ncell(value: Any, formatter: Any = fmt_count) -> Cell:
-    return Cell(formatter(value), sort=num(value), numeric=True)
-
-
-def _scell(value: Any) -> Cell:
-    t = one_line(value)
-    return Cell(t or MISSING, sort=t)
-
-
-def _site(value: Any) -> Cell:
-    t = one_line(value)
-    return Cell(t or MISSING, sort=t, site=t or None)
-
-
-def _yesno(value: Any) -> Cell:
-    if value is None:
-        return Cell(MISSING, sort="")
-    return Cell("yes" if value else "no", sort="yes" if value else "no")
-
-
-def _desc(key: str) -> Any:
-    return lambda e: (-(num(e.get(key)) or 0.0), text(e.get("site")))
-
-
-def transfers_section(doc: dict[str, Any]) -> Section | None:
-    items = sorted((e for e in as_list(doc.get("transfers")) if isinstance(e, dict)), key=_desc("bytes_per_step"))
-    if not items:
-        return None
-    rows = [
-        [
-            _scell(e.get("direction")),
-            _site(e.get("site")),
-            _ncell(e.get("count_per_step")),
-            _ncell(e.get("bytes_per_step"), fmt_bytes),
-            _yesno(e.get("pinned")),
-            _yesno(e.get("non_blocking")),
-        ]
-        for e in items
-    ]
-    return Section("transfers", "Host↔device copies (per step)", ["dir", "site", "count", "bytes", "pinned", "non_blocking"], rows)
-
-
-def syncs_section(doc: dict[str, Any]) -> Section | None:
-    items = sorted((e for e in as_list(doc.get("syncs")) if isinstance(e, dict)), key=_desc("count_per_step"))
-    if not items:
-        return None
-    would_block = any(e.get("would_block_on_gpu") for e in items)
-    columns = ["kind", "site", "count"] + (["note"] if would_block else [])
-    rows = []
-    for e in items:
-        row = [_scell(e.get("kind")), _site(e.get("site")), _ncell(e.get("count_per_step"))]
-        if would_block:
-            note = WOULD_BLOCK_LABEL if e.get("would_block_on_gpu") else ""
-            row.append(Cell(note, sort=note))
-        rows.append(row)
-    note = (
-        "CPU-only run: these calls cost little here, but each one would block on a GPU "
-        "(the CPU waits for all queued GPU work)."
-        if would_block
-        else ""
-    )
-    return Section("syncs", "Host-device syncs (per step)", columns, rows, note=note)
-
-
-def loops_section(doc: dict[str, Any]) -> Section | None:
-    items = sorted((e for e in as_list(doc.get("loops")) if isinstance(e, dict)), key=_desc("ops_per_step"))
-    if not items:
-        return None
-    rows = [
-        [_site(e.get("site")), _ncell(e.get("ops_per_step")), _ncell(e.get("iterations_per_step"))]
-        for e in items
-    ]
-    return Section("loops", "Python loops issuing small tensor ops (per step)", ["site", "ops", "iterations"], rows)
-
-
-_DISPATCH_FIELDS: tuple[tuple[str, str, Any], ...] = (
-    ("ops_per_step", "ops per step", fmt_count),
-    ("mean_op_us", "mean time per op (host)", fmt_us),
-    ("between_ops_share", "share of step between ops", fmt_frac),
-    ("recorder_overhead_us_per_op", "recorder overhead per op", fmt_us),
-    ("window_steps", "steps recorded", fmt_count),
-)
-
-
-def dispatch_section(doc: dict[str, Any]) -> Section | None:
-    d = as_dict(doc.get("dispatch"))
-    rows = []
-    for key, label, f in _DISPATCH_FIELDS:
-        if num(d.get(key)) is not None:
-            rows.append([Cell(label, sort=label), Cell(f(d.get(key)), sort=num(d.get(key)), numeric=True)])
-    known = {k for k, _, _ in _DISPATCH_FIELDS}
-    for key, value in d.items():
-        if key not in known and (num(value) is not None or isinstance(value, str)):
-            rows.append([Cell(one_line(key), sort=one_line(key)), Cell(fmt_evidence_value(str(key), value), sort=sort_key(value), numeric=num(value) is not None)])
-    if not rows:
-        return None
-    return Section("dispatch", "Op dispatch (host side)", ["measure", "value"], rows)
-
-
-def _key_value_section(sec_id: str, title: str, obj: Any) -> Section | None:
-    """A flat view of an object whose keys gpuopt may extend: scalars shown with unit-aware
-    formatting, nested objects one level deep as ``a.b``, lists by their length."""
-    d = as_dict(obj)
-    rows: list[list[Cell]] = []
-    for key, value in d.items():
-        if isinstance(value, dict):
-            for k2, v2 in value.items():
-                if not isinstance(v2, (dict, list)):
-                    name = f"{one_line(key)}.{one_line(k2)}"
-                    rows.append([Cell(name, sort=name), Cell(fmt_evidence_value(str(k2), v2), sort=sort_key(v2), numeric=num(v2) is not None)])
-        elif isinstance(value, list):
-            name = one_line(key)
-            rows.append([Cell(name, sort=name), Cell(f"{len(value)} items", sort=len(value), numeric=True)])
-        else:
-            name = one_line(key)
-            rows.append([Cell(name, sort=name), Cell(fmt_evidence_value(str(key), value), sort=sort_key(value), numeric=num(value) is not None)])
-    if not rows:
-        return None
-    return Section(sec_id, title, ["measure", "value"], rows[:40])
-
-
-def ragged_section(doc: dict[str, Any]) -> Section | None:
-    return _key_value_section("ragged", "Ragged batches", doc.get("ragged"))
-
-
-def trace_section(doc: dict[str, Any]) -> Section | None:
-    return _key_value_section("trace", "Trace", doc.get("trace"))
-
-
-def _gpu_util(value: Any) -> Cell:
-    """``gpu[].utilization``: a fraction, or ``{mean, max}`` of fractions (the contract does not
-    fix which, so both are read)."""
-    v = num(value["mean"]) if isinstance(value, dict) and "mean" in value else num(value)
-    return Cell(fmt_frac(v), sort=v, numeric=True)
-
-
-def gpu_sections(doc: dict[str, Any]) -> list[Section]:
-    entries = sorted(
-        (e for e in as_list(doc.get("gpu")) if isinstance(e, dict)),
-        key=lambda e: (num(e.get("rank")) if num(e.get("rank")) is not None else 1e18, text(e.get("device"))),
-    )
-    if not entries:
-        return []
-    time_rows = [
-        [
-            _ncell(e.get("rank")),
-            _scell(e.get("device")),
-            _gpu_util(e.get("utilization")),
-            _ncell(e.get("idle_pct"), fmt_pct),
-            _ncell(e.get("compute_pct"), fmt_pct),
-            _ncell(e.get("non_compute_pct"), fmt_pct),
-            _ncell(e.get("comm_overlap_pct"), fmt_pct),
-        ]
-        for e in entries
-    ]
-    idle_rows = [
-        [
-            _ncell(e.get("rank")),
-            _ncell(get(e, "idle_us", "host_wait"), fmt_us),
-            _ncell(get(e, "idle_us", "kernel_wait"), fmt_us),
-            _ncell(get(e, "idle_us", "other"), fmt_us),
-            _ncell(get(e, "launch", "count")),
-            _ncell(get(e, "launch", "delay_median_us"), fmt_us),
-            _ncell(get(e, "launch", "short_kernels")),
-            _ncell(get(e, "memcpy", "count")),
-            _ncell(get(e, "memcpy", "time_us"), fmt_us),
-            _ncell(get(e, "memcpy", "bytes"), fmt_bytes),
-        ]
-        for e in entries
-    ]
-    return [
-        Section(
-            "gpu",
-            "GPU time per rank",
-            ["rank", "device", "util", "idle", "compute", "non-compute", "comm overlap"],
-            time_rows,
-        ),
-        Section(
-            "gpu-idle",
-            "GPU idle time, launches and copies per rank",
-            ["rank", "idle: host wait", "kernel wait", "other", "launches", "launch delay p50", "short kernels", "memcpy", "memcpy time", "memcpy bytes"],
-            idle_rows,
-        ),
-    ]
-
-
-def ranks_section(doc: dict[str, Any]) -> Section | None:
-    entries = sorted(
-        (e for e in as_list(doc.get("ranks")) if isinstance(e, dict)),
-        key=lambda e: num(e.get("rank")) if num(e.get("rank")) is not None else 1e18,
-    )
-    if not entries:
-        return None
-    rows = []
-    for e in entries:
-        steps = e.get("steps")
-        if isinstance(steps, dict):
-            measured = steps.get("measured", steps.get("count"))
-            median = get(steps, "time_s", "median")
-        else:
-            measured, median = steps, e.get("step_median_s")
-        bd = as_dict(e.get("breakdown"))
-        rows.append(
-            [
-                _ncell(e.get("rank")),
-                _ncell(measured),
-                _ncell(median, fmt_duration),
-                _ncell(bd.get("data_wait"), fmt_frac),
-                _ncell(bd.get("sync"), fmt_frac),
-                _ncell(bd.get("compute"), fmt_frac),
-                _ncell(e.get("collective_s_per_step"), fmt_duration),
-                _scell(e.get("dir")),
-            ]
-        )
-    return Section(
-        "ranks",
-        "Ranks",
-        ["rank", "steps", "step median", "data wait", "sync", "compute", "collectives/step", "dir"],
-        rows,
-    )
-
-
-def generic_sections(doc: dict[str, Any]) -> list[Section]:
-    """``tables`` as analyses wrote them: rows padded or cut to the column count."""
-    out = []
-    for i, t in enumerate(as_list(doc.get("tables"))):
-        if not isinstance(t, dict):
-            continue
-        columns = [one_line(c) for c in as_list(t.get("columns"))]
-        raw_rows = [r for r in as_list(t.get("rows")) if isinstance(r, list)]
-        if not columns and raw_rows:
-            columns = [f"col{j + 1}" for j in range(max(len(r) for r in raw_rows))]
-        if not columns:
-            continue
-        rows = []
-        for r in raw_rows:
-            cells = []
-            for j in range(len(columns)):
-                v = r[j] if j < len(r) else None
-                n = num(v)
-                cells.append(Cell(fmt_scalar(v), sort=n if n is not None else text(v), numeric=n is not None))
-            rows.append(cells)
-        sec_id = "table-" + (re.sub(r"[^A-Za-z0-9_-]+", "-", text(t.get("id"))).strip("-") or str(i + 1))
-        out.append(Section(sec_id, one_line(t.get("title")) or one_line(t.get("id")) or f"Table {i + 1}", columns, rows, note=one_line(t.get("note"))))
-    return out
-
-
-def detail_sections(doc: dict[str, Any]) -> list[Section]:
-    """Every detail table of the document, in report order; absent or empty ones left out."""
-    sections: list[Section | None] = [
-        transfers_section(doc),
-        syncs_section(doc),
-        loops_section(doc),
-        dispatch_section(doc),
-        ragged_section(doc),
-        *gpu_sections(doc),
-        ranks_section(doc),
-        *generic_sections(doc),
-        trace_section(doc),
-    ]
-    result = []
-    for s in sections:
-        if s is None:
-            continue
-        s.numeric_columns = {j for j in range(len(s.columns)) if s.rows and all(r[j].numeric or r[j].text == MISSING for r in s.rows if j < len(r))}
-        result.append(s)
-    return result
 
 
 def warnings_list(doc: dict[str, Any]) -> list[str]:

@@ -92,23 +92,33 @@ def fill_steps(doc: dict[str, Any], rng: random.Random, n: int, warmup: int, ste
     doc["wall_s"] = round(t + 0.9, 3)
 
 
-def fill_timeline(doc: dict[str, Any], rng: random.Random, interval: float, cpu: tuple[float, float], gpu: tuple[float, float] | None, rss: float, gpu_mem: float | None) -> None:
+def fill_timeline(doc: dict[str, Any], rng: random.Random, interval: float, cpu: tuple[float, float], gpu: tuple[float, float] | None, rss: float, gpu_mem: float | None, n_gpus: int = 1) -> None:
+    """Utilization as the runner writes it: PERCENT (0-100), summary, per-GPU means, timeline."""
     wall = doc["wall_s"] or 5.0
     n = int(wall / interval)
     t_s = [round(i * interval, 3) for i in range(n)]
     ramp = lambda i: min(1.0, i / 8)  # noqa: E731 - start-up: imports, model build
-    cpu_v = [round(min(1.0, max(0.0, rng.gauss(*cpu))) * (0.4 + 0.6 * ramp(i)), 3) for i in range(n)]
+    cpu_v = [round(100 * min(1.0, max(0.0, rng.gauss(*cpu))) * (0.4 + 0.6 * ramp(i)), 2) for i in range(n)]
     tl: dict[str, Any] = {"t_s": t_s, "cpu": cpu_v, "gpu": None, "rss_bytes": [int(rss * (0.5 + 0.5 * ramp(i)) + rng.randint(0, 2**24)) for i in range(n)], "gpu_memory_bytes": None}
-    if gpu is not None:
-        # sawtooth: busy, then idle while the next batch is prepared
-        tl["gpu"] = [round(min(1.0, max(0.0, rng.gauss(*gpu) if (i % 5) < 3 else rng.uniform(0.0, 0.15))) * ramp(i), 3) for i in range(n)]
-        tl["gpu_memory_bytes"] = [int((gpu_mem or 0) * ramp(i)) for i in range(n)]
+    cores = doc["environment"]["cpu_count"]
     doc["utilization"] = {
-        "gpu": None if gpu is None else {"mean": round(statistics.fmean(tl["gpu"]), 4), "max": max(tl["gpu"])},
-        "cpu": {"mean": round(statistics.fmean(cpu_v), 4), "max": max(cpu_v)},
+        "gpu": None,
+        "cpu": {"mean": round(statistics.fmean(cpu_v), 2), "max": max(cpu_v), "cores_busy_mean": round(statistics.fmean(cpu_v) * cores / 100, 3)},
+        "cpu_count": cores,
         "samples": n,
+        "interval_s": interval,
         "timeline": tl,
     }
+    if gpu is not None:
+        # sawtooth: busy, then idle while the next batch is prepared
+        tl["gpu"] = [round(100 * min(1.0, max(0.0, rng.gauss(*gpu) if (i % 5) < 3 else rng.uniform(0.0, 0.15))) * ramp(i), 2) for i in range(n)]
+        tl["gpu_memory_bytes"] = [int((gpu_mem or 0) * n_gpus * ramp(i)) for i in range(n)]
+        mean = round(statistics.fmean(tl["gpu"]), 2)
+        doc["utilization"]["gpu"] = {"mean": mean, "max": max(tl["gpu"])}
+        doc["utilization"]["gpus"] = [
+            {"index": i, "util_mean": round(mean + rng.uniform(-2, 2), 2), "memory_used_max_bytes": int(gpu_mem or 0), "power_w_mean": round(rng.uniform(280, 420), 1), "sm_clock_mhz_mean": round(rng.uniform(1700, 1980)), "process_util_mean": round(mean + rng.uniform(-3, 0), 2)}
+            for i in range(n_gpus)
+        ]
 
 
 def cpu_dataloader_bound() -> dict[str, Any]:
@@ -117,6 +127,14 @@ def cpu_dataloader_bound() -> dict[str, Any]:
     fill_steps(doc, rng, 42, 2, 0.2315, {"data_wait": 0.68, "h2d": 0.0, "sync": 0.012, "other": 0.021}, 0.08)
     fill_timeline(doc, rng, 0.1, (0.22, 0.05), None, 1.9 * 2**30, None)
     doc["utilization"]["note"] = "no NVIDIA GPU/NVML: GPU utilization not measured"
+    doc["steps"]["marked_by"] = ["optimizer.step"]
+    doc["stopped_by_steps"] = True
+    doc["dataloaders"] = [{
+        "site": "train_mnist.py:40", "class": "DataLoader", "dataset": "MNIST", "batch_size": 256, "num_workers": 0,
+        "pin_memory": False, "persistent_workers": False, "prefetch_factor": None, "multiprocessing_context": None,
+        "epochs": 1, "batches": 43, "wait_s_total": round(sum(r["data_wait_s"] for r in doc["steps"]["series"]), 4),
+        "wait_s_per_step": round(doc["breakdown"]["data_wait"] * doc["steps"]["time_s"]["mean"], 5),
+    }]
     dw = doc["breakdown"]["data_wait"]
     median = doc["steps"]["time_s"]["median"]
     doc["syncs"] = [
@@ -213,7 +231,7 @@ def gpu_ranks() -> dict[str, Any]:
     gpus = [{"name": "NVIDIA H100 80GB HBM3", "memory_bytes": 85520809984}] * 4
     doc = base("train_ddp.py", ["train_ddp.py", "--model", "vit_b_16"], "cuda", gpus, 64)
     fill_steps(doc, rng, 120, 2, 0.1482, {"data_wait": 0.03, "h2d": 0.02, "sync": 0.05, "other": 0.17}, 0.04)
-    fill_timeline(doc, rng, 0.25, (0.45, 0.08), (0.84, 0.05), 11.5 * 2**30, 61.0 * 2**30)
+    fill_timeline(doc, rng, 0.25, (0.45, 0.08), (0.84, 0.05), 11.5 * 2**30, 61.0 * 2**30, n_gpus=4)
     median = doc["steps"]["time_s"]["median"]
     doc["gpu"] = []
     doc["ranks"] = []
@@ -222,7 +240,7 @@ def gpu_ranks() -> dict[str, Any]:
         idle = [7.8, 8.3, 7.1, 19.6][r]
         comp = [81.4, 80.9, 82.0, 70.2][r]
         doc["gpu"].append({
-            "rank": r, "device": f"cuda:{r}", "utilization": round(1 - idle / 100, 3),
+            "rank": r, "device": "NVIDIA H100 80GB HBM3", "utilization": round(1 - idle / 100, 3),
             "idle_pct": idle, "compute_pct": comp, "non_compute_pct": round(100 - idle - comp, 1),
             "idle_us": {"host_wait": round(idle * 1000 * 0.62 * median, 1), "kernel_wait": round(idle * 1000 * 0.23 * median, 1), "other": round(idle * 1000 * 0.15 * median, 1)},
             "launch": {"count": 1893, "delay_median_us": [11.2, 11.6, 10.9, 14.8][r], "short_kernels": 611},
@@ -230,14 +248,15 @@ def gpu_ranks() -> dict[str, Any]:
             "comm_overlap_pct": [63.5, 61.2, 64.8, 38.1][r],
         })
         doc["ranks"].append({
-            "rank": r, "dir": f"rank{r}",
-            "steps": {"count": 120, "measured": 118, "time_s": {"median": round(median * slow, 5), "p10": None, "p90": None, "mean": None}},
+            "rank": r, "dir": f"rank-{r}", "status": "ok", "steps": 120,
+            "step_time_median_s": round(median * slow, 5),
             "breakdown": {"data_wait": [0.031, 0.029, 0.033, 0.176][r], "h2d": 0.02, "sync": 0.05, "compute": [0.73, 0.732, 0.728, 0.604][r], "other": 0.0},
             "collective_s_per_step": [0.0212, 0.0219, 0.0208, 0.0047][r],
         })
     for rk in doc["ranks"]:
         b = rk["breakdown"]
         b["other"] = round(1 - b["data_wait"] - b["h2d"] - b["sync"] - b["compute"], 4)
+    doc["rank_spread"] = {"slowest_rank": 3, "fastest_rank": 0, "ratio": 1.19}
     gmean = doc["utilization"]["gpu"]["mean"]
     doc["findings"] = [
         {
@@ -247,8 +266,8 @@ def gpu_ranks() -> dict[str, Any]:
             "est_speedup": 1.16, "estimate_model": "all ranks at the median of the others",
         },
         {
-            "id": "low-gpu-util", "severity": "low", "title": f"GPU busy {gmean * 100:.0f}% of the sampled time", "site": None,
-            "evidence": {"summary": f"mean GPU utilization {gmean * 100:.0f}% (NVML samples); a sawtooth: busy, then idle between steps", "gpu_util_mean": gmean},
+            "id": "low-gpu-util", "severity": "low", "title": f"GPU busy {gmean:.0f}% of the sampled time", "site": None,
+            "evidence": {"summary": f"mean GPU utilization {gmean:.0f}% (NVML samples); a sawtooth: busy, then idle between steps", "gpu_util_mean_pct": gmean},
             "fix": "Fix the straggler first; then overlap the gradient all-reduce (DDP bucket_cap_mb=100)",
             "est_speedup": None, "estimate_model": None,
         },
@@ -280,10 +299,10 @@ def trace_doc() -> dict[str, Any]:
         "series": [{"index": i, "start_s": round(sum(times[:i]), 4), "time_s": t, "data_wait_s": round(t * 0.41, 5), "h2d_s": round(t * 0.05, 5), "sync_s": 0.0, "warmup": False} for i, t in enumerate(times)],
     }
     doc["breakdown"] = {"data_wait": 0.41, "h2d": 0.05, "sync": 0.0, "compute": 0.49, "other": 0.05}
-    doc["utilization"] = {"gpu": None, "cpu": {"mean": None, "max": None}, "samples": 0, "timeline": None, "note": "a trace has no utilization samples"}
+    doc["utilization"] = {"gpu": {"mean": 49.3, "max": 49.3}, "cpu": {"mean": None, "max": None}, "samples": 0, "timeline": None, "note": "from the trace: GPU busy time / span; CPU utilization is not in a trace"}
     doc["dispatch"] = {"ops_per_step": None, "mean_op_us": None}
     doc["gpu"] = [{
-        "rank": 0, "device": "cuda:0", "utilization": 0.493, "idle_pct": 50.7, "compute_pct": 43.9, "non_compute_pct": 5.4,
+        "rank": 0, "device": "Tesla V100-DGXS-32GB", "utilization": 0.493, "idle_pct": 50.7, "compute_pct": 43.9, "non_compute_pct": 5.4,
         "idle_us": {"host_wait": 301234.5, "kernel_wait": 8123.0, "other": 17890.2},
         "launch": {"count": 8772, "delay_median_us": 9.1, "short_kernels": 3120},
         "memcpy": {"count": 30, "time_us": 31890.0, "bytes": 361267200}, "comm_overlap_pct": None,
@@ -298,6 +317,11 @@ def trace_doc() -> dict[str, Any]:
          ], "note": "kernels from the GPU stream; share of total kernel time"},
         {"id": "idle", "title": "Idle time by cause (HTA-style)", "columns": ["stream", "host_wait_us", "kernel_wait_us", "other_us"], "rows": [[7, 301234.5, 8123.0, 17890.2], [20, None, 0.0, 12.5]], "note": ""},
     ]
+    doc["transfers"] = [
+        {"direction": "h2d", "site": None, "count_per_step": 6.0, "bytes_per_step": 72253440.0, "pinned": False, "non_blocking": False, "time_us_per_step": 6378.0, "bandwidth_gbps": 11.329},
+        {"direction": "d2h", "site": None, "count_per_step": 1.0, "bytes_per_step": 4.0, "pinned": False, "non_blocking": False, "time_us_per_step": 2.1, "bandwidth_gbps": 0.002},
+    ]
+    doc["syncs"] = [{"kind": "item", "site": None, "count_per_step": 1.0, "api": "cudaMemcpyAsync", "op": "aten::item", "time_us_per_step": 412.5}]
     doc["trace"] = {"files": 1, "ranks": 1, "events": 75718, "kernels": 8772, "profiler_steps": 5, "span_s": 0.6484}
     doc["findings"] = [{
         "id": "dataloader-bound", "severity": "high", "title": "The GPU waits for the next batch 41% of each step", "site": None,

@@ -1,0 +1,198 @@
+"""Benchmark: ``gpuopt report TRACE --format json`` vs HTA 0.5.0's ``TraceAnalysis`` load.
+
+Side by side in one run, on the same files, each tool in its own process (wall time and peak RSS of
+the whole process). HTA is installed by this script into its own venv under benchmarks/.work/
+(git-ignored). A synthetic large trace (real events of the ResNet50 trace, replicated and shifted
+in time) is generated under benchmarks/.work/ as well, never in the repository.
+
+    python benchmarks/bench_trace.py                 # real traces + a 256 MB synthetic trace
+    python benchmarks/bench_trace.py --synthetic-mb 1024 --skip-hta-synthetic   # the 1 GB run
+    python benchmarks/bench_trace.py --repeat 3 --out benchmarks/.work/bench-trace.json
+
+Results are printed as a Markdown table (copy into docs/bench-trace.md with the command line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK = ROOT / "benchmarks" / ".work"
+SHARED = ROOT.parent / "shared" / "traces"
+HTA_VENV = WORK / "hta-venv"
+REAL = [
+    "hta/df_index_resolver/df_index_resolver.json.gz",
+    "hta/trace_diff/control/control.json.gz",
+    "kineto_tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
+    "hta/negative_queue_length_values_check/rank0.json.gz",
+    "hta/nccl_parser_config/nccl_data.json.gz",
+]
+SEED = "kineto_tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+
+_RUNNER = r"""
+import resource, subprocess, sys, time, json
+t = time.perf_counter()
+p = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=float(__import__('os').environ.get('BENCH_TIMEOUT', '1800')))
+wall = time.perf_counter() - t
+rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+print(json.dumps({"wall_s": wall, "peak_rss_bytes": rss, "rc": p.returncode, "stderr": p.stderr.decode(errors="replace")[-400:]}))
+"""
+
+
+def ensure_hta() -> Path:
+    py = HTA_VENV / "bin" / "python"
+    if not py.exists():
+        WORK.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "venv", str(HTA_VENV)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", "HolisticTraceAnalysis==0.5.0"], check=True)
+    return py
+
+
+def measure(cmd: list[str], timeout_s: float) -> dict:
+    """Run ``cmd`` in a fresh child of a fresh runner: wall time and that child's peak RSS."""
+    env = dict(os.environ, BENCH_TIMEOUT=str(timeout_s))
+    try:
+        out = subprocess.run([sys.executable, "-c", _RUNNER, *cmd], capture_output=True, text=True, env=env, timeout=timeout_s + 60)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError) as exc:
+        return {"wall_s": None, "peak_rss_bytes": None, "rc": None, "stderr": f"{type(exc).__name__}"}
+
+
+def gpuopt_cmd(trace: Path) -> tuple[list[str], str]:
+    py = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv" / "bin" / "python").exists() else sys.executable
+    probe = subprocess.run([py, "-c", "import gpuopt.report.jsonfmt"], capture_output=True, cwd=ROOT)
+    if probe.returncode == 0:
+        return [py, "-m", "gpuopt", "report", str(trace), "--format", "json"], "gpuopt report TRACE --format json"
+    # The JSON renderer is written by another engineer; until it lands, time the same pipeline
+    # (load, analyse, build the profile document, serialise it as JSON) as one process.
+    code = (
+        "import sys; from pathlib import Path; from gpuopt.trace.profile import profile_from_traces; "
+        "from gpuopt.schema import dumps; sys.stdout.buffer.write(dumps(profile_from_traces(Path(sys.argv[1]))))"
+    )
+    return [py, "-c", code, str(trace)], "python -c profile_from_traces+dumps (JSON renderer not merged yet)"
+
+
+def hta_cmd(py: Path, trace: Path) -> list[str]:
+    tdir = WORK / "hta-dirs" / trace.name.replace(".", "_")
+    tdir.mkdir(parents=True, exist_ok=True)
+    link = tdir / trace.name
+    if not link.exists():
+        link.symlink_to(trace.resolve())
+    code = "import sys; from hta.trace_analysis import TraceAnalysis; TraceAnalysis(trace_dir=sys.argv[1])"
+    return [str(py), "-c", code, str(tdir)]
+
+
+def make_synthetic(target_mb: int) -> Path:
+    """Replicate the seed trace's events, shifted in time, until the JSON reaches ``target_mb``."""
+    out = WORK / f"synthetic_{target_mb}mb.pt.trace.json"
+    if out.exists() and out.stat().st_size >= target_mb * 1e6 * 0.95:
+        return out
+    WORK.mkdir(parents=True, exist_ok=True)
+    seed = json.loads(gzip.decompress((SHARED / SEED).read_bytes()))
+    events = seed["traceEvents"]
+    lines = [json.dumps(e) for e in events if e.get("ph") != "M"]
+    meta = [e for e in events if e.get("ph") == "M"]
+    ts = [e["ts"] for e in events if isinstance(e.get("ts"), (int, float))]
+    span = max(ts) - min(ts) + 1000
+    max_corr = max((e.get("args", {}).get("correlation", 0) for e in events if isinstance(e.get("args"), dict)), default=0) + 1
+    step_re = __import__("re").compile(r"ProfilerStep#(\d+)")
+    per_copy = sum(len(s) + 4 for s in lines)
+    copies = max(1, int(target_mb * 1e6 // per_copy))
+    with out.open("w") as fh:
+        head = {k: v for k, v in seed.items() if k != "traceEvents"}
+        fh.write("{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in head.items()) + ',\n  "traceEvents": [\n')
+        first = True
+        for c in range(copies):
+            for e in events:
+                if e.get("ph") == "M":
+                    continue
+                e2 = dict(e)
+                if isinstance(e2.get("ts"), (int, float)):
+                    e2["ts"] = e2["ts"] + c * span
+                a = e2.get("args")
+                if isinstance(a, dict) and ("correlation" in a or "External id" in a or "external id" in a):
+                    a = dict(a)
+                    for k in ("correlation", "External id", "external id"):
+                        if isinstance(a.get(k), int):
+                            a[k] = a[k] + c * max_corr
+                    e2["args"] = a
+                if isinstance(e2.get("id"), int):
+                    e2["id"] = e2["id"] + c * max_corr
+                name = e2.get("name")
+                if isinstance(name, str) and name.startswith("ProfilerStep#"):
+                    e2["name"] = step_re.sub(lambda m, c=c: f"ProfilerStep#{int(m.group(1)) + c * 100}", name)
+                fh.write(("" if first else ",\n") + "  " + json.dumps(e2))
+                first = False
+        for e in meta:
+            fh.write(",\n  " + json.dumps(e))
+        fh.write("\n  ]\n}\n")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--synthetic-mb", type=int, default=256)
+    ap.add_argument("--skip-hta-synthetic", action="store_true", help="do not run HTA on the synthetic trace")
+    ap.add_argument("--no-real", action="store_true")
+    ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--out", type=Path, default=WORK / "bench-trace.json")
+    args = ap.parse_args()
+    hta_py = ensure_hta()
+    traces = [] if args.no_real else [SHARED / r for r in REAL if (SHARED / r).exists()]
+    synth = make_synthetic(args.synthetic_mb) if args.synthetic_mb > 0 else None
+    if synth:
+        traces.append(synth)
+    results = []
+    for tr in traces:
+        json_bytes = len(gzip.decompress(tr.read_bytes())) if tr.name.endswith(".gz") else tr.stat().st_size
+        g_cmd, g_label = gpuopt_cmd(tr)
+        g_runs, h_runs = [], []
+        for _ in range(args.repeat):  # interleaved, so machine load hits both alike
+            g_runs.append(measure(g_cmd, args.timeout))
+            if not (synth is not None and tr == synth and args.skip_hta_synthetic):
+                h_runs.append(measure(hta_cmd(hta_py, tr), args.timeout))
+
+        def med(runs: list[dict], key: str) -> float | None:
+            vals = [r[key] for r in runs if r.get(key) is not None and r.get("rc") == 0]
+            return statistics.median(vals) if vals else None
+
+        row = {
+            "trace": str(tr.relative_to(SHARED)) if SHARED in tr.parents else str(tr.relative_to(ROOT)),
+            "json_mb": round(json_bytes / 1e6, 1),
+            "gpuopt_s": med(g_runs, "wall_s"),
+            "gpuopt_rss_mb": (med(g_runs, "peak_rss_bytes") or 0) / 1e6 or None,
+            "hta_s": med(h_runs, "wall_s"),
+            "hta_rss_mb": (med(h_runs, "peak_rss_bytes") or 0) / 1e6 or None,
+            "gpuopt_runs": g_runs,
+            "hta_runs": h_runs,
+            "gpuopt_command": g_label,
+        }
+        row["speedup"] = round(row["hta_s"] / row["gpuopt_s"], 2) if row["hta_s"] and row["gpuopt_s"] else None
+        row["rss_ratio"] = round(row["gpuopt_rss_mb"] / row["hta_rss_mb"], 3) if row["hta_rss_mb"] and row["gpuopt_rss_mb"] else None
+        results.append(row)
+        print(f"{row['trace']}: {row['json_mb']} MB  gpuopt {row['gpuopt_s']}s / {row['gpuopt_rss_mb']} MB   HTA {row['hta_s']}s / {row['hta_rss_mb']} MB   speedup {row['speedup']}  rss ratio {row['rss_ratio']}", flush=True)
+    machine = {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
+               "mem_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9, 1),
+               "load_avg_at_end": os.getloadavg()}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"command": " ".join(sys.argv), "machine": machine, "when": time.strftime("%Y-%m-%d %H:%M:%S"), "results": results}, indent=1))
+    print("\n| trace | JSON MB | gpuopt s | HTA load s | speedup | gpuopt peak RSS MB | HTA peak RSS MB | RSS ratio |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in results:
+        f = lambda x, nd=2: "—" if x is None else f"{x:.{nd}f}"  # noqa: E731
+        print(f"| {r['trace']} | {r['json_mb']} | {f(r['gpuopt_s'])} | {f(r['hta_s'])} | {f(r['speedup'], 1)} | {f(r['gpuopt_rss_mb'], 0)} | {f(r['hta_rss_mb'], 0)} | {f(r['rss_ratio'], 2)} |")
+    print(f"\nmachine: {machine}\nresults: {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,228 @@
+"""``gpuopt.aot.schedule``: capture a static model, plan its streams, return a module that runs it.
+
+The returned :class:`ScheduledModule` has the same outputs as the model on inputs shaped like
+the example inputs, and carries ``.plan`` (plain data, :class:`gpuopt.aot.plan.Plan`). Where it
+runs:
+
+* CUDA inputs: the plan on dedicated streams, captured into one CUDA graph after warm-up
+  (:mod:`gpuopt.aot.executor_cuda`);
+* CPU inputs: the plan's launch order (:func:`gpuopt.aot.executor_cpu.run_sequential`); CPU
+  has no streams, so there is no speedup, only the same results;
+* ``.simulate(*inputs, seed=...)``: the plan on simulated streams in a random legal order with
+  vector-clock checks (:class:`gpuopt.aot.executor_cpu.StreamSimulator`), the proof without a GPU;
+* ``.estimate(profile)``: the modelled eager / single-stream-graph / multi-stream times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from gpuopt.aot.capture import (
+    CaptureError,
+    Program,
+    capture_program,
+    dependence_edges,
+    probe,
+)
+from gpuopt.aot.executor_cpu import MemoryModel, SimReport, run_sequential, run_simulated
+from gpuopt.aot.plan import Plan, build_plan, release_policy
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from gpuopt.aot.simulate import Estimate
+
+
+def as_input_tuple(example_inputs: Any) -> tuple[Any, ...]:
+    """Example inputs as a positional-argument tuple (a lone tensor becomes a 1-tuple)."""
+    if isinstance(example_inputs, tuple):
+        return example_inputs
+    if isinstance(example_inputs, list):
+        return tuple(example_inputs)
+    return (example_inputs,)
+
+
+def _max_abs_diff(a: Any, b: Any) -> float | None:
+    """Largest absolute difference between two output structures (None: not comparable)."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    la, sa = pytree.tree_flatten(a)
+    lb, sb = pytree.tree_flatten(b)
+    if len(la) != len(lb):
+        return None
+    worst = 0.0
+    for x, y in zip(la, lb, strict=True):
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+            if x.shape != y.shape:
+                return None
+            if x.numel():
+                worst = max(worst, float((x.detach().double() - y.detach().double()).abs().max()))
+        elif x != y:
+            return None
+    return worst
+
+
+def plan_program(program: Program, leaves: Sequence[Any], *, merge: bool = True) -> tuple[Plan, Any]:
+    """Probe ``program`` on ``leaves`` and plan it; returns the plan and the probe's outputs."""
+    import torch
+
+    with torch.no_grad():
+        measured = probe(program, leaves)
+    edges, notes = dependence_edges(program, measured.nodes)
+    names = [n.name for n in program.compute]
+    weight = [1.0 if measured.nodes[n].kind == "kernel" else 0.0 for n in names]
+    plan = build_plan(names, edges, weight=weight, merge=merge)
+    plan.ops = {n: measured.nodes[n].to_dict() for n in names}
+    plan.memory = measured.memory()
+    outputs = program.output_names()
+    plan.release = release_policy(
+        plan,
+        {n: measured.nodes[n].storages for n in names},
+        {n: program.reads(n) for n in names},
+        keep=outputs,
+    )
+    plan.capture = program.method
+    plan.notes.extend(notes)
+    return plan, measured.outputs
+
+
+def _module_class() -> type:
+    import torch
+
+    class _ScheduledModule(torch.nn.Module):
+        """A static model planned for multi-stream execution (see the module docstring)."""
+
+        def __init__(self, program: Program, plan: Plan, *, cuda_graph: bool = True, warmup: int = 2) -> None:
+            super().__init__()
+            self.graph_module = program.gm
+            self.plan = plan
+            self.cuda_graph = cuda_graph
+            self.warmup = warmup
+            self._program = program
+            self._runners: dict[Any, Any] = {}
+
+        def _leaves(self, args: Sequence[Any]) -> list[Any]:
+            leaves = self._program.flatten_inputs(args)
+            self._program.check_static(leaves)
+            return leaves
+
+        def forward(self, *args: Any) -> Any:
+            leaves = self._leaves(args)
+            device = next((x.device for x in leaves if isinstance(x, torch.Tensor)), torch.device("cpu"))
+            with torch.no_grad():
+                if device.type == "cuda":
+                    return self._cuda_runner(device)(leaves)
+                return run_sequential(self._program, self.plan, leaves)
+
+        def _cuda_runner(self, device: torch.device) -> Any:
+            from gpuopt.aot.executor_cuda import CudaPlanRunner
+
+            key = (str(device), self.cuda_graph)
+            if key not in self._runners:
+                self._runners[key] = CudaPlanRunner(
+                    self._program, self.plan, device, use_graph=self.cuda_graph, warmup=self.warmup
+                )
+            return self._runners[key]
+
+        def memory_model(self) -> MemoryModel:
+            """The measured storage accesses the simulator checks the plan against."""
+            return MemoryModel.from_plan_ops(self.plan, self.plan.memory)
+
+        def simulate(self, *args: Any, seed: int = 0, plan: Plan | None = None) -> SimReport:
+            """Run on simulated streams in a random legal order (vector-clock checked).
+
+            ``plan`` replaces this module's plan (to check a modified one against the same
+            measured accesses).
+            """
+            leaves = self._leaves(args)
+            with torch.no_grad():
+                return run_simulated(self._program, plan or self.plan, self.memory_model(), leaves, seed)
+
+        def estimate(self, profile: str = "h100") -> Estimate:
+            """Modelled times for ``profile``: an estimate, never a measurement."""
+            from gpuopt.aot.costmodel import get_profile
+            from gpuopt.aot.simulate import estimate
+
+            return estimate(self.plan, get_profile(profile))
+
+    _ScheduledModule.__name__ = "ScheduledModule"
+    _ScheduledModule.__qualname__ = "ScheduledModule"
+    return _ScheduledModule
+
+
+_CLASS: type | None = None
+
+
+def scheduled_module_class() -> type:
+    """The ScheduledModule class (an ``nn.Module``; defined lazily so importing this module
+    does not import torch)."""
+    global _CLASS
+    if _CLASS is None:
+        _CLASS = _module_class()
+    return _CLASS
+
+
+def schedule(
+    model: torch.nn.Module,
+    example_inputs: Any,
+    *,
+    merge: bool = True,
+    cuda_graph: bool = True,
+    warmup: int = 2,
+    check: bool = True,
+    capture: str = "auto",
+    training: bool = False,
+) -> Any:
+    """Plan ``model`` for ahead-of-time multi-stream execution; returns a ScheduledModule.
+
+    ``example_inputs``: a tuple of positional arguments (a lone tensor is accepted). The model
+    must be static: the same operators and shapes on every call (Nimble's premise); the returned
+    module refuses inputs of other shapes. Capture runs the model's graph once on the inputs
+    (on their device). Put the model in ``eval()`` mode for inference: in training mode buffer
+    updates (e.g. BatchNorm statistics) are serialized. With ``check`` the captured graph's
+    outputs are compared with ``model(*example_inputs)`` and the largest difference is kept in
+    ``plan.stats["capture_max_abs_diff"]``. ``capture``: "auto" (torch.export, else torch.fx),
+    "export" or "fx". ``training=True``: Nimble's training mode (AOTAutograd forward graph on
+    multiple streams, backward graph on one; :mod:`gpuopt.aot.training`). ``merge=False`` keeps one stream per chain (Nimble before merging);
+    ``cuda_graph=False`` runs the streams without graph capture; ``warmup`` runs precede capture.
+    """
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"gpuopt.aot.schedule needs a torch.nn.Module, got {type(model).__name__}")
+    inputs = as_input_tuple(example_inputs)
+    if training:
+        from gpuopt.aot.training import schedule_training
+
+        try:
+            return schedule_training(model, inputs, merge=merge, cuda_graph=cuda_graph, warmup=warmup)
+        except CaptureError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - AOTAutograd could not trace the model
+            raise CaptureError(f"cannot capture the model for training: {type(exc).__name__}: {exc}") from None
+    program, notes = capture_program(model, inputs, capture)
+    leaves = program.flatten_inputs(inputs)
+    # The probe (and the check) run the model once; put its buffers (e.g. BatchNorm running
+    # statistics in training mode) back afterwards, so scheduling has no side effect.
+    saved = [(buf, buf.detach().clone()) for buf in model.buffers()]
+    try:
+        try:
+            plan, graph_outputs = plan_program(program, leaves, merge=merge)
+        except CaptureError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure to run the captured graph
+            raise CaptureError(
+                f"the captured graph does not run on the example inputs: {type(exc).__name__}: {exc}"
+            ) from None
+        plan.notes[:0] = notes
+        if check:
+            with torch.no_grad():
+                eager = model(*inputs)
+            plan.stats["capture_max_abs_diff"] = _max_abs_diff(graph_outputs, eager)
+    finally:
+        with torch.no_grad():
+            for buf, value in saved:
+                buf.copy_(value)
+    return scheduled_module_class()(program, plan, cuda_graph=cuda_graph, warmup=warmup)

@@ -1,0 +1,477 @@
+"""Capture a static model as an operator graph, and measure what the scheduler needs to know.
+
+Capture: ``torch.export`` first (functionalized ATen graph via ``run_decompositions({})``, so
+in-place operators become functional ones and only buffer updates remain as ``copy_`` at the
+end), ``torch.fx.symbolic_trace`` where export fails. Either way the result is a
+``torch.fx.GraphModule`` wrapped as a :class:`Program`, which every executor runs node by node.
+
+Measurement (:func:`probe`): the graph is run once on the example inputs, keeping every value
+alive, and for each node we record
+
+* the storages of its output (so views, which share their base's storage, are known; this is
+  what the memory-release policy is computed from),
+* whether it mutated one of its inputs (the tensor version counter moved): such a node is made a
+  barrier (ordered after every earlier node and before every later one), which is always safe,
+* FLOPs (``torch.utils.flop_counter.FlopCounterMode``), bytes moved, elements, dtype, and
+  whether it launches a kernel at all (a view or ``getitem`` does not): the cost model's inputs.
+
+Operators that draw random numbers are chained in launch order so every executor draws them in
+eager order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gpuopt.errors import GpuoptError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+    from torch import fx
+
+
+class CaptureError(GpuoptError):
+    """The model could not be captured as a static graph (neither torch.export nor torch.fx)."""
+
+
+_RANDOM_MARKERS = ("rand", "dropout", "bernoulli", "normal", "multinomial", "poisson", "exponential")
+_GUARD_PREFIX = "_guards"
+
+
+def _target_name(gm: fx.GraphModule, node: fx.Node) -> str:
+    if node.op == "call_module":
+        return f"module:{type(gm.get_submodule(str(node.target))).__name__}"
+    if node.op == "call_method":
+        return f"method:{node.target}"
+    target = node.target
+    if isinstance(target, str):
+        return target
+    name = str(target) if hasattr(target, "_schema") else getattr(target, "__name__", str(target))
+    mod = getattr(target, "__module__", "") or ""
+    if target is operator.getitem:
+        return "getitem"
+    if not hasattr(target, "_schema") and mod and not mod.startswith("_operator"):
+        return f"{mod}.{name}"
+    return name
+
+
+def op_class(target: str) -> str:
+    """Coarse operator class for the cost model: which peak rate applies."""
+    t = target.lower()
+    if "conv" in t:
+        return "conv"
+    if any(k in t for k in ("mm", "matmul", "linear", "einsum", "scaled_dot_product", "attention")):
+        return "matmul"
+    return "other"
+
+
+@dataclass
+class Program:
+    """A captured graph, runnable node by node with an explicit value environment.
+
+    Executors call :meth:`bind_inputs` to start an environment, :meth:`run` per compute node, and
+    :meth:`collect_outputs` at the end; that is the whole interface they need.
+    """
+
+    gm: fx.GraphModule
+    method: str  # "export" or "fx"
+    compute: list[fx.Node]
+    placeholders: list[fx.Node]
+    output: fx.Node
+    in_spec: Any = None
+    out_spec: Any = None
+    guards: list[fx.Node] = field(default_factory=list)
+    input_meta: list[tuple[tuple[int, ...], str, str]] = field(default_factory=list)
+    _fns: dict[str, Callable[[dict[fx.Node, Any]], Any]] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.by_name = {n.name: n for n in self.compute}
+        for node in self.compute:
+            self._fns[node.name] = self._compile(node)
+
+    def _compile(self, node: fx.Node) -> Callable[[dict[fx.Node, Any]], Any]:
+        from torch.fx.node import map_arg
+
+        args, kwargs = node.args, node.kwargs
+        if node.op == "call_function":
+            fn = node.target
+            assert callable(fn)
+
+            def run(env: dict[fx.Node, Any]) -> Any:
+                return fn(*map_arg(args, env.__getitem__), **map_arg(kwargs, env.__getitem__))
+
+            return run
+        if node.op == "call_method":
+            meth = str(node.target)
+
+            def run(env: dict[fx.Node, Any]) -> Any:
+                a = map_arg(args, env.__getitem__)
+                return getattr(a[0], meth)(*a[1:], **map_arg(kwargs, env.__getitem__))
+
+            return run
+        if node.op == "call_module":
+            mod = self.gm.get_submodule(str(node.target))
+
+            def run(env: dict[fx.Node, Any]) -> Any:
+                return mod(*map_arg(args, env.__getitem__), **map_arg(kwargs, env.__getitem__))
+
+            return run
+        raise CaptureError(f"unsupported graph node {node.op} {node.name}")
+
+    def flatten_inputs(self, args: Sequence[Any]) -> list[Any]:
+        """The graph's placeholder values for positional ``args``."""
+        import torch.utils._pytree as pytree
+
+        if self.in_spec is not None:
+            leaves, spec = pytree.tree_flatten((tuple(args), {}))
+            if spec != self.in_spec:
+                raise ValueError(
+                    "gpuopt.aot: the inputs' structure differs from the example inputs'; "
+                    "a scheduled module is static: call it with inputs shaped like the example"
+                )
+        else:
+            leaves = list(args)
+        if len(leaves) != len(self.placeholders):
+            raise ValueError(
+                f"gpuopt.aot: expected {len(self.placeholders)} input(s) like the example inputs, got {len(leaves)}"
+            )
+        return leaves
+
+    def check_static(self, leaves: Sequence[Any]) -> None:
+        """Shapes and dtypes must be the example's: the plan (and a CUDA graph) is static."""
+        import torch
+
+        for k, (leaf, meta) in enumerate(zip(leaves, self.input_meta, strict=False)):
+            if isinstance(leaf, torch.Tensor):
+                got = (tuple(leaf.shape), str(leaf.dtype))
+                if got != meta[:2]:
+                    raise ValueError(
+                        f"gpuopt.aot: input {k} is {list(got[0])} {got[1]}, the plan was made for "
+                        f"{list(meta[0])} {meta[1]}; a scheduled module is static, schedule again for new shapes"
+                    )
+
+    def bind_inputs(self, leaves: Sequence[Any]) -> dict[fx.Node, Any]:
+        """A fresh environment holding the inputs and the parameters/constants (get_attr)."""
+        env: dict[fx.Node, Any] = {}
+        for ph, val in zip(self.placeholders, leaves, strict=True):
+            env[ph] = val
+        for node in self.gm.graph.nodes:
+            if node.op == "get_attr":
+                env[node] = _fetch_attr(self.gm, str(node.target))
+        return env
+
+    def run_guards(self, env: dict[fx.Node, Any]) -> None:
+        """torch.export's input guards (host-side shape checks), run before launching anything."""
+        for node in self.guards:
+            self._compile(node)(env)
+
+    def run(self, name: str, env: dict[fx.Node, Any]) -> Any:
+        """Run compute node ``name`` reading its inputs from ``env``; store and return its value."""
+        node = self.by_name[name]
+        value = self._fns[name](env)
+        env[node] = value
+        return value
+
+    def collect_outputs(self, env: dict[fx.Node, Any]) -> Any:
+        import torch.utils._pytree as pytree
+        from torch.fx.node import map_arg
+
+        result = map_arg(self.output.args[0], env.__getitem__)
+        if self.out_spec is not None:
+            return pytree.tree_unflatten(list(result), self.out_spec)
+        return result
+
+    def output_names(self) -> set[str]:
+        names: set[str] = set()
+
+        def visit(n: fx.Node) -> fx.Node:
+            names.add(n.name)
+            return n
+
+        from torch.fx.node import map_arg
+
+        map_arg(self.output.args[0], visit)
+        return names
+
+    def reads(self, name: str) -> list[str]:
+        """Compute-node values that node ``name`` reads (placeholders/params excluded)."""
+        return [n.name for n in self.by_name[name].all_input_nodes if n.name in self.by_name]
+
+
+def _fetch_attr(gm: Any, target: str) -> Any:
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _program_from_gm(gm: fx.GraphModule, method: str, leaves: Sequence[Any]) -> Program:
+    import torch
+
+    compute, placeholders, guards = [], [], []
+    output = None
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            placeholders.append(node)
+        elif node.op == "output":
+            output = node
+        elif node.op == "get_attr":
+            continue
+        elif node.op == "call_module" and str(node.target).startswith(_GUARD_PREFIX):
+            guards.append(node)
+        else:
+            compute.append(node)
+    if output is None:  # pragma: no cover - fx graphs always have one
+        raise CaptureError("captured graph has no output")
+    meta = [
+        (tuple(x.shape), str(x.dtype), str(x.device)) if isinstance(x, torch.Tensor) else ((), type(x).__name__, "")
+        for x in leaves
+    ]
+    return Program(
+        gm=gm,
+        method=method,
+        compute=compute,
+        placeholders=placeholders,
+        output=output,
+        in_spec=getattr(gm, "_in_spec", None) if method == "export" else None,
+        out_spec=getattr(gm, "_out_spec", None) if method == "export" else None,
+        guards=guards,
+        input_meta=meta,
+    )
+
+
+def _has_mutable_ops(gm: fx.GraphModule) -> bool:
+    """Does the exported graph contain an operator that writes one of its arguments?"""
+    for node in gm.graph.nodes:
+        schema = getattr(node.target, "_schema", None)
+        if node.op == "call_function" and schema is not None and schema.is_mutable:
+            return True
+    return False
+
+
+@contextlib.contextmanager
+def _quiet_torch_logs() -> Iterator[None]:
+    """Silence torch's own warnings while exporting: a failed export is reported by us, in one
+    line, and falls back to torch.fx; torch's log lines about it would only confuse."""
+    import logging
+
+    names = [n for n in list(logging.root.manager.loggerDict) if n == "torch" or n.startswith("torch.")]
+    loggers = [logging.getLogger(n) for n in names]
+    saved = [(lg, lg.level) for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, level in saved:
+            lg.setLevel(level)
+
+
+def capture_program(
+    model: torch.nn.Module, example_inputs: tuple[Any, ...], method: str = "auto"
+) -> tuple[Program, list[str]]:
+    """Capture ``model`` as a Program: torch.export, else torch.fx (``method``: auto, export or
+    fx). Returns it and notes on what happened."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    notes: list[str] = []
+    leaves = pytree.tree_leaves((tuple(example_inputs), {}))
+    if method not in ("auto", "export", "fx"):
+        raise ValueError(f"capture method must be auto, export or fx, not {method!r}")
+    if method in ("auto", "export"):
+        try:
+            with _quiet_torch_logs():
+                ep = torch.export.export(model, tuple(example_inputs), strict=False)
+                if _has_mutable_ops(ep.graph_module):
+                    ep = ep.run_decompositions({})  # functionalize: in-place ops become out-of-place
+                gm = ep.module()
+            return _program_from_gm(gm, "export", leaves), notes
+        except Exception as exc:  # noqa: BLE001 - any export failure falls back to fx
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            if method == "export":
+                raise CaptureError(f"torch.export failed: {type(exc).__name__}: {first}") from None
+            notes.append(f"torch.export failed ({type(exc).__name__}: {first}); captured with torch.fx")
+    try:
+        gm = torch.fx.symbolic_trace(model)
+    except Exception as exc:  # noqa: BLE001
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise CaptureError(
+            f"cannot capture the model as a static graph: torch.export failed and torch.fx failed too "
+            f"({type(exc).__name__}: {first})"
+        ) from None
+    return _program_from_gm(gm, "fx", list(example_inputs)), notes
+
+
+@dataclass
+class NodeProbe:
+    """What one node did in the probe run."""
+
+    target: str
+    kind: str  # "kernel", "view" (output aliases an input; no kernel) or "none" (no tensor out)
+    flops: float
+    bytes: float
+    elems: int
+    in_elems: int
+    dtype: str | None
+    op_class: str
+    mutates: bool
+    random: bool
+    storages: list[int]  # storages the node's value references (views share their base's)
+    reads: list[int]  # storages of every tensor the node reads
+    writes: list[int]  # storages it allocates and writes, or mutates
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "kind": self.kind,
+            "flops": self.flops,
+            "bytes": self.bytes,
+            "elems": self.elems,
+            "in_elems": self.in_elems,
+            "dtype": self.dtype,
+            "class": self.op_class,
+            "mutates": self.mutates,
+            "storages": list(self.storages),
+            "reads": list(self.reads),
+            "writes": list(self.writes),
+        }
+
+
+@dataclass
+class ProbeResult:
+    nodes: dict[str, NodeProbe]
+    outputs: Any  # the graph's outputs on the example inputs
+    inputs: list[int]  # storages of the placeholders (written by the caller)
+    constants: list[int]  # storages of parameters, buffers and constants
+    output_storages: list[int]  # storages the outputs reference
+
+    def memory(self) -> dict[str, list[int]]:
+        return {"inputs": self.inputs, "constants": self.constants, "outputs": self.output_storages}
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    import torch
+    import torch.utils._pytree as pytree
+
+    return [x for x in pytree.tree_leaves(value) if isinstance(x, torch.Tensor)]
+
+
+def probe(program: Program, leaves: Sequence[Any]) -> ProbeResult:
+    """Run the graph once, keeping every value alive, and measure each node (module docstring)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    env = program.bind_inputs(leaves)
+    program.run_guards(env)
+    storage_ids: dict[int, int] = {}
+
+    def sid(t: torch.Tensor) -> int | None:
+        st = t.untyped_storage()
+        if st.nbytes() == 0:
+            return None
+        return storage_ids.setdefault(st.data_ptr(), len(storage_ids))
+
+    inputs = {s for node in program.placeholders for s in (sid(t) for t in _tensors(env[node])) if s is not None}
+    constants = {
+        s
+        for node, val in env.items()
+        if node.op == "get_attr"
+        for s in (sid(t) for t in _tensors(val))
+        if s is not None
+    } - inputs
+
+    out: dict[str, NodeProbe] = {}
+    for node in program.compute:
+        ins = []
+        seen: set[int] = set()
+        for inp in node.all_input_nodes:
+            for t in _tensors(env.get(inp)):
+                if id(t) not in seen:
+                    seen.add(id(t))
+                    ins.append(t)
+        in_sids = {s for s in (sid(t) for t in ins) if s is not None}
+        versions = [t._version for t in ins]
+        with FlopCounterMode(display=False) as counter:
+            value = program.run(node.name, env)
+        changed = [t for t, v in zip(ins, versions, strict=True) if t._version != v]
+        mutated = bool(changed)
+        outs = _tensors(value)
+        out_sids = [s for s in (sid(t) for t in outs) if s is not None]
+        fresh = [t for t in outs if sid(t) is not None and sid(t) not in in_sids]
+        target = _target_name(program.gm, node)
+        if mutated or fresh:
+            kind = "kernel"
+        elif outs:
+            kind = "view"
+        else:
+            kind = "none"
+        moved = fresh if fresh else (outs if mutated else [])
+        nbytes = 0.0
+        if kind == "kernel":
+            nbytes = float(sum(t.numel() * t.element_size() for t in ins))
+            nbytes += float(sum(t.numel() * t.element_size() for t in moved))
+        first = (moved or outs or ins or [None])[0]
+        out[node.name] = NodeProbe(
+            target=target,
+            kind=kind,
+            flops=float(counter.get_total_flops()),
+            bytes=nbytes,
+            elems=int(sum(t.numel() for t in moved)) if kind == "kernel" else 0,
+            in_elems=int(sum(t.numel() for t in ins)) if kind == "kernel" else 0,
+            dtype=str(first.dtype).replace("torch.", "") if first is not None else None,
+            op_class=op_class(target),
+            mutates=mutated,
+            random=any(m in target.lower() for m in _RANDOM_MARKERS),
+            storages=sorted(set(out_sids)),
+            reads=sorted(in_sids),
+            writes=sorted({s for s in (sid(t) for t in [*fresh, *changed]) if s is not None}),
+        )
+    outputs = program.collect_outputs(env)
+    out_storages = sorted({s for s in (sid(t) for t in _tensors(outputs)) if s is not None})
+    return ProbeResult(
+        nodes=out,
+        outputs=outputs,
+        inputs=sorted(inputs),
+        constants=sorted(constants),
+        output_storages=out_storages,
+    )
+
+
+def dependence_edges(program: Program, probes: dict[str, NodeProbe]) -> tuple[list[tuple[str, str]], list[str]]:
+    """Edges of the operator DAG: data dependences, plus barriers and the random-op chain.
+
+    Returns the edges and notes on what was serialized and why.
+    """
+    names = [n.name for n in program.compute]
+    edges: set[tuple[str, str]] = set()
+    for node in program.compute:
+        for src in program.reads(node.name):
+            edges.add((src, node.name))
+    notes = []
+    barriers = [i for i, name in enumerate(names) if probes[name].mutates]
+    for i in barriers:
+        for j in range(len(names)):
+            if j < i:
+                edges.add((names[j], names[i]))
+            elif j > i:
+                edges.add((names[i], names[j]))
+    if barriers:
+        notes.append(
+            f"{len(barriers)} node(s) mutate an input ({', '.join(names[i] for i in barriers[:5])}"
+            f"{', ...' if len(barriers) > 5 else ''}); each is serialized against all other nodes"
+        )
+    rnd = [name for name in names if probes[name].random]
+    for a, b in zip(rnd, rnd[1:], strict=False):
+        edges.add((a, b))
+    if len(rnd) > 1:
+        notes.append(f"{len(rnd)} random-number operators are kept in eager order")
+    index = {n: i for i, n in enumerate(names)}
+    return sorted(edges, key=lambda e: (index[e[1]], index[e[0]])), notes

@@ -1,0 +1,189 @@
+"""``gpuopt schedule TARGET``: plan a static model for multi-stream execution and print a summary.
+
+TARGET is ``module:factory`` (imported like ``python -m``, with the working directory on the
+path) or ``path/to/file.py:factory``. This imports and runs the user's own code, at their
+explicit request. The factory is called with no arguments and returns either the model or
+``(model, example_inputs)``. Example inputs come, in this order of precedence, from
+``--inputs module:function`` (called with no arguments), from the factory's pair, or from an
+``example_inputs()`` function in the factory's module. Inputs are a tuple of positional
+arguments (a single tensor is accepted).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from gpuopt.errors import GpuoptError
+
+
+def _import_target(spec: str, what: str) -> tuple[ModuleType, str, Any]:
+    """Resolve ``module:attr`` or ``file.py:attr`` to (module, attr name, object)."""
+    if ":" not in spec:
+        raise GpuoptError(f"{what} {spec!r} must look like module:function or path/to/file.py:function")
+    mod_part, _, attr = spec.rpartition(":")
+    if not mod_part or not attr or not attr.isidentifier():
+        raise GpuoptError(f"{what} {spec!r} must look like module:function or path/to/file.py:function")
+    if mod_part.endswith(".py") or "/" in mod_part or "\\" in mod_part:
+        path = Path(mod_part)
+        if not path.is_file():
+            raise GpuoptError(f"{what} {spec!r}: no such file {mod_part}")
+        name = f"_gpuopt_target_{path.stem}"
+        module = sys.modules.get(name)
+        if module is None or getattr(module, "__file__", None) != str(path.resolve()):
+            loader_spec = importlib.util.spec_from_file_location(name, path.resolve())
+            if loader_spec is None or loader_spec.loader is None:
+                raise GpuoptError(f"{what} {spec!r}: cannot load {mod_part} as Python")
+            module = importlib.util.module_from_spec(loader_spec)
+            sys.modules[name] = module
+            parent = str(path.resolve().parent)
+            if parent not in sys.path:
+                sys.path.insert(0, parent)
+            try:
+                loader_spec.loader.exec_module(module)
+            except Exception as exc:  # noqa: BLE001 - the user's module failed to import
+                sys.modules.pop(name, None)
+                raise GpuoptError(f"{what} {spec!r}: importing {mod_part} failed: {type(exc).__name__}: {exc}") from None
+    else:
+        cwd = str(Path.cwd())
+        if cwd not in sys.path and "" not in sys.path:
+            sys.path.insert(0, cwd)
+        try:
+            module = importlib.import_module(mod_part)
+        except ModuleNotFoundError as exc:
+            raise GpuoptError(f"{what} {spec!r}: no module named {exc.name or mod_part!r}") from None
+        except Exception as exc:  # noqa: BLE001
+            raise GpuoptError(f"{what} {spec!r}: importing {mod_part} failed: {type(exc).__name__}: {exc}") from None
+    if not hasattr(module, attr):
+        raise GpuoptError(f"{what} {spec!r}: {mod_part} has no attribute {attr!r}")
+    obj = getattr(module, attr)
+    if not callable(obj):
+        raise GpuoptError(f"{what} {spec!r}: {attr} is not callable")
+    return module, attr, obj
+
+
+def _call(fn: Any, spec: str, what: str) -> Any:
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - the user's factory failed
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise GpuoptError(f"{what} {spec!r} raised {type(exc).__name__}: {first}") from None
+
+
+def load_model_and_inputs(target: str, inputs: str | None) -> tuple[Any, tuple[Any, ...], str]:
+    """The model, its example inputs and the factory's name, from the command's arguments."""
+    import torch
+
+    from gpuopt.aot.api import as_input_tuple
+
+    module, name, factory = _import_target(target, "target")
+    made = _call(factory, target, "factory")
+    model: Any = made
+    example: Any = None
+    if isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], torch.nn.Module):
+        model, example = made
+    if not isinstance(model, torch.nn.Module):
+        raise GpuoptError(
+            f"factory {target!r} returned {type(made).__name__}; expected an nn.Module or (model, example_inputs)"
+        )
+    if inputs is not None:
+        _, _, fn = _import_target(inputs, "--inputs")
+        example = _call(fn, inputs, "--inputs")
+    elif example is None:
+        fn = getattr(module, "example_inputs", None)
+        if not callable(fn):
+            raise GpuoptError(
+                f"no example inputs for {target!r}: pass --inputs module:function, return (model, inputs) "
+                "from the factory, or define example_inputs() in its module"
+            )
+        example = _call(fn, f"{module.__name__}:example_inputs", "example_inputs")
+    if example is None:
+        raise GpuoptError(f"the example inputs for {target!r} are None; return a tuple of tensors")
+    return model, as_input_tuple(example), name
+
+
+def _fmt_s(seconds: float) -> str:
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3f} ms"
+    return f"{seconds * 1e6:.1f} us"
+
+
+def summary_text(target: str, doc: dict[str, Any]) -> str:
+    """The terminal summary: plan sizes (exact) and the estimate (labelled as such)."""
+    plan = doc["plan"]
+    stats = plan["stats"]
+    est = doc["estimate"]
+    kernels = sum(1 for op in plan["ops"].values() if op.get("kind") == "kernel")
+    lines = [
+        f"gpuopt schedule {target}: captured with torch.{plan['capture']}",
+        f"  nodes          {len(plan['nodes'])} ({kernels} launch a kernel), {stats['edges']} dependences, "
+        f"{stats['reduced_edges']} after transitive reduction",
+        f"  streams        {plan['num_streams']} ({stats['chains']} chains from the matching, merged where "
+        f"every node of one reaches every node of the other)",
+        f"  syncs          {len(plan['syncs'])} = |E'| {stats['reduced_edges']} - |M| {stats['matching']}, the "
+        f"minimum at maximum concurrency (plus fork/join of {len(plan['fork'])} side stream(s))",
+        f"  critical path  {est['critical_path_nodes']} of {est['nodes']} nodes; "
+        f"{est['critical_path_share']:.0%} of the modelled device work",
+    ]
+    diff = stats.get("capture_max_abs_diff")
+    if diff is not None:
+        lines.append(f"  capture check  graph vs eager outputs on the example inputs: max |diff| {diff:.3g}")
+    for note in plan.get("notes", []):
+        lines.append(f"  note           {note}")
+    lines += [
+        f"estimated (model: {est['model']})",
+        f"  eager PyTorch           {_fmt_s(est['eager_s'])}",
+        f"  one CUDA graph          {_fmt_s(est['graph_s'])}  ({est['speedup_graph_over_eager']:.2f}x over eager)",
+        f"  multi-stream graph      {_fmt_s(est['multistream_s'])}  ({est['speedup_multistream_over_eager']:.2f}x over eager, "
+        f"{est['speedup_multistream_over_graph']:.2f}x over one graph)",
+        f"  critical-path bound     {_fmt_s(est['critical_path_s'])}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def schedule_command(target: str, *, inputs: str | None, device_profile: str, out: Path | None, fmt: str) -> None:
+    """Plan TARGET, write the plan JSON, print a summary (text) or the document (json)."""
+    from gpuopt.aot.costmodel import get_profile
+    from gpuopt.schema import write_atomic
+
+    if fmt not in ("text", "json"):
+        raise GpuoptError(f"gpuopt schedule prints text or json, not {fmt!r}")
+    try:
+        profile = get_profile(device_profile)
+    except ValueError as exc:
+        raise GpuoptError(str(exc)) from None
+    model, example, name = load_model_and_inputs(target, inputs)
+
+    from gpuopt.aot.api import schedule
+    from gpuopt.aot.simulate import estimate
+
+    try:
+        scheduled = schedule(model, example)
+    except GpuoptError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - e.g. the model rejects the example inputs
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise GpuoptError(f"cannot capture {target!r}: {type(exc).__name__}: {first}") from None
+    est = estimate(scheduled.plan, profile)
+    doc = {
+        "schema": "gpuopt.aot.schedule/1",
+        "target": target,
+        "plan": scheduled.plan.to_dict(),
+        "estimate": est.to_dict(),
+    }
+    path = out if out is not None else Path(f"{name}.plan.json")
+    data = json.dumps(doc, indent=1) + "\n"
+    try:
+        write_atomic(path, data.encode("utf-8"))
+    except OSError as exc:
+        raise GpuoptError(f"{path}: cannot write the plan: {exc.strerror or exc}") from None
+    if fmt == "json":
+        sys.stdout.write(data)
+    else:
+        sys.stdout.write(summary_text(target, doc))
+    print(f"wrote {path}", file=sys.stderr)

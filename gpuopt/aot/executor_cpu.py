@@ -1,0 +1,311 @@
+"""CPU executors: the plain reference run, and simulated streams that *prove* a plan's ordering.
+
+:class:`StreamSimulator` issues a plan's launch script (:mod:`gpuopt.aot.launch`) into simulated
+FIFO streams with CUDA's event semantics (a wait binds, when it is issued, to the latest record
+of that event issued so far; waiting on an event never recorded does nothing), then plays the
+streams in a random order allowed by stream order and waits, with vector clocks:
+
+* every stream has a vector clock; running an op ticks it, a record snapshots it, a wait joins it;
+* every storage remembers its last write and the reads since; a read must be ordered after the
+  last write, a write after every earlier access, a free after every access, and nothing may touch
+  a storage after its free;
+* a storage is freed when the last value referencing it is released by the launch script (the
+  caching allocator may then hand it to later work on its allocating stream; after the join, to
+  anything issued after the origin stream's position, hence the free on the origin stream).
+
+Any access not ordered this way is reported as a violation, whatever order the random play
+happened to pick, so a missing sync is found on every run, not only on unlucky ones. With a
+captured model the operators really run, in the simulated order, so the outputs can be compared
+with eager ones.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuopt.aot.launch import Action, launch_script
+from gpuopt.aot.plan import Plan
+
+_MAX_VIOLATIONS = 50
+
+
+@dataclass
+class MemoryModel:
+    """Which storages each node reads and writes, and which storages each value references.
+
+    This is the *truth* the plan is checked against (measured from the model, or derived from a
+    true DAG in tests), never taken from the plan's own edges.
+    """
+
+    reads: dict[str, set[int]]
+    writes: dict[str, set[int]]
+    value_storages: dict[str, set[int]]
+    inputs: set[int] = field(default_factory=set)  # written by the caller before the fork
+    constants: set[int] = field(default_factory=set)  # parameters: written before anything
+    outputs: set[int] = field(default_factory=set)  # read by the caller after the join
+
+    @classmethod
+    def from_dag(
+        cls,
+        nodes: Sequence[str],
+        edges: Iterable[tuple[str, str]],
+        *,
+        input_readers: Iterable[str] = (),
+        output_nodes: Iterable[str] = (),
+    ) -> MemoryModel:
+        """One fresh storage per node, read by its successors in the *true* DAG ``edges``."""
+        sid = {n: i for i, n in enumerate(nodes)}
+        reads: dict[str, set[int]] = {n: set() for n in nodes}
+        for src, dst in edges:
+            reads[dst].add(sid[src])
+        inp = len(nodes)
+        for n in input_readers:
+            reads[n].add(inp)
+        return cls(
+            reads=reads,
+            writes={n: {sid[n]} for n in nodes},
+            value_storages={n: {sid[n]} for n in nodes},
+            inputs={inp},
+            outputs={sid[n] for n in output_nodes},
+        )
+
+    @classmethod
+    def from_plan_ops(cls, plan: Plan, memory: Mapping[str, Any]) -> MemoryModel:
+        """From a captured plan's measured ``ops`` entries and its ``memory`` section."""
+        return cls(
+            reads={n: set(plan.ops[n].get("reads", ())) for n in plan.order},
+            writes={n: set(plan.ops[n].get("writes", ())) for n in plan.order},
+            value_storages={n: set(plan.ops[n].get("storages", ())) for n in plan.order},
+            inputs=set(memory.get("inputs", ())),
+            constants=set(memory.get("constants", ())),
+            outputs=set(memory.get("outputs", ())),
+        )
+
+
+@dataclass
+class Violation:
+    kind: str  # unordered-read, unordered-write, read-before-write, use-after-free, unordered-free, deadlock
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}"
+
+
+@dataclass
+class SimReport:
+    violations: list[Violation]
+    played: list[tuple[int, str]]  # (stream, node) in the simulated device order
+    frees: int
+    outputs: Any = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+@dataclass
+class _Instance:
+    """One issued record of an event."""
+
+    vc: list[int] | None = None
+
+
+@dataclass
+class _Op:
+    kind: str  # write_inputs, run, record, wait, free, read_outputs
+    ref: str = ""
+    storage: int = -1
+    inst: _Instance | None = None
+
+
+class StreamSimulator:
+    """Simulated streams for one plan and one memory model (see the module docstring)."""
+
+    def __init__(self, plan: Plan, memory: MemoryModel) -> None:
+        self.plan = plan
+        self.memory = memory
+        self.script: list[Action] = launch_script(plan)
+
+    # ------------------------------------------------------------------ host side
+    def _issue(self) -> tuple[list[list[_Op]], int]:
+        plan, mem = self.plan, self.memory
+        queues: list[list[_Op]] = [[] for _ in range(plan.num_streams)]
+        origin = plan.origin_stream
+        latest: dict[str, _Instance] = {}
+        refs: dict[int, int] = {}
+        alloc_stream: dict[int, int] = {}
+        external = mem.inputs | mem.constants
+        joined = False
+        frees = 0
+        queues[origin].append(_Op("write_inputs"))
+        for act in self.script:
+            q = queues[act.stream]
+            if act.kind in ("fork_record", "record", "join_record"):
+                key = {"fork_record": "@fork", "record": act.ref, "join_record": f"@join{act.side}"}[act.kind]
+                inst = _Instance()
+                latest[key] = inst
+                q.append(_Op("record", ref=key, inst=inst))
+            elif act.kind in ("fork_wait", "wait", "join_wait"):
+                key = {"fork_wait": "@fork", "wait": act.ref, "join_wait": f"@join{act.side}"}[act.kind]
+                q.append(_Op("wait", ref=key, inst=latest.get(key)))
+                if act.kind == "join_wait":
+                    joined = True
+            elif act.kind == "run":
+                q.append(_Op("run", ref=act.ref))
+                for sid in mem.value_storages.get(act.ref, ()):
+                    refs[sid] = refs.get(sid, 0) + 1
+                    alloc_stream.setdefault(sid, act.stream)
+            elif act.kind == "release":
+                for sid in mem.value_storages.get(act.ref, ()):
+                    refs[sid] -= 1
+                    if refs[sid] == 0 and sid not in external and sid not in mem.outputs:
+                        target = origin if joined else alloc_stream[sid]
+                        queues[target].append(_Op("free", ref=act.ref, storage=sid))
+                        frees += 1
+        queues[origin].append(_Op("read_outputs"))
+        return queues, frees
+
+    # ------------------------------------------------------------------ device side
+    def run(self, seed: int = 0, execute: Callable[[str], None] | None = None) -> SimReport:
+        """Play the streams once in a random legal order; ``execute(node)`` runs the real op."""
+        queues, frees = self._issue()
+        rng = random.Random(seed)
+        n_streams = len(queues)
+        vc = [[0] * n_streams for _ in range(n_streams)]
+        heads = [0] * n_streams
+        last_write: dict[int, tuple[int, int, str]] = {}
+        reads_since: dict[int, list[tuple[int, int, str]]] = {}
+        accesses: dict[int, list[tuple[int, int, str]]] = {}
+        freed: dict[int, str] = {}
+        violations: list[Violation] = []
+        played: list[tuple[int, str]] = []
+        mem = self.memory
+        for sid in mem.constants:
+            last_write[sid] = (-1, 0, "<parameters>")
+        executing = execute is not None
+
+        def flag(kind: str, msg: str) -> None:
+            if len(violations) < _MAX_VIOLATIONS:
+                violations.append(Violation(kind, msg))
+
+        def before(epoch: tuple[int, int, str], s: int) -> bool:
+            st, clock, _ = epoch
+            return st < 0 or vc[s][st] >= clock
+
+        def read(sid: int, s: int, who: str) -> None:
+            if sid in freed:
+                flag("use-after-free", f"{who} (stream {s}) reads storage {sid} freed after {freed[sid]}")
+            lw = last_write.get(sid)
+            if lw is None:
+                flag("read-before-write", f"{who} (stream {s}) reads storage {sid} before anything wrote it")
+            elif not before(lw, s):
+                flag("unordered-read", f"{who} (stream {s}) reads what {lw[2]} (stream {lw[0]}) wrote, with no sync between them")
+            ep = (s, vc[s][s], who)
+            reads_since.setdefault(sid, []).append(ep)
+            accesses.setdefault(sid, []).append(ep)
+
+        def write(sid: int, s: int, who: str) -> None:
+            if sid in freed:
+                flag("use-after-free", f"{who} (stream {s}) writes storage {sid} freed after {freed[sid]}")
+            prior = ([last_write[sid]] if sid in last_write else []) + reads_since.get(sid, [])
+            for ep in prior:
+                if not before(ep, s):
+                    flag("unordered-write", f"{who} (stream {s}) overwrites storage {sid} used by {ep[2]} (stream {ep[0]}) with no sync between them")
+                    break
+            ep = (s, vc[s][s], who)
+            last_write[sid] = ep
+            reads_since[sid] = []
+            accesses.setdefault(sid, []).append(ep)
+
+        def runnable(s: int) -> bool:
+            if heads[s] >= len(queues[s]):
+                return False
+            op = queues[s][heads[s]]
+            return op.kind != "wait" or op.inst is None or op.inst.vc is not None
+
+        remaining = sum(len(q) for q in queues)
+        while remaining:
+            ready = [s for s in range(n_streams) if runnable(s)]
+            if not ready:
+                stuck = [f"stream {s} at {queues[s][heads[s]].kind} {queues[s][heads[s]].ref}" for s in range(n_streams) if heads[s] < len(queues[s])]
+                flag("deadlock", "; ".join(stuck))
+                break
+            s = rng.choice(ready)
+            op = queues[s][heads[s]]
+            heads[s] += 1
+            remaining -= 1
+            vc[s][s] += 1
+            if op.kind == "write_inputs":
+                for sid in sorted(mem.inputs):
+                    write(sid, s, "<inputs>")
+            elif op.kind == "read_outputs":
+                for sid in sorted(mem.outputs):
+                    read(sid, s, "<outputs>")
+            elif op.kind == "record":
+                assert op.inst is not None
+                op.inst.vc = list(vc[s])
+            elif op.kind == "wait":
+                if op.inst is not None and op.inst.vc is not None:
+                    vc[s] = [max(a, b) for a, b in zip(vc[s], op.inst.vc, strict=True)]
+            elif op.kind == "free":
+                sid = op.storage
+                for ep in accesses.get(sid, []):
+                    if not before(ep, s):
+                        flag("unordered-free", f"storage {sid} is freed on stream {s} after {op.ref} while {ep[2]} (stream {ep[0]}) may still use it")
+                        break
+                freed[sid] = op.ref
+            elif op.kind == "run":
+                before_count = len(violations)
+                for sid in sorted(mem.reads.get(op.ref, ())):
+                    read(sid, s, op.ref)
+                for sid in sorted(mem.writes.get(op.ref, ())):
+                    write(sid, s, op.ref)
+                played.append((s, op.ref))
+                if executing and len(violations) == before_count:
+                    try:
+                        assert execute is not None
+                        execute(op.ref)
+                    except KeyError:
+                        flag("read-before-write", f"{op.ref} needs a value that was not computed yet")
+                        executing = False
+                elif len(violations) != before_count:
+                    executing = False  # values can no longer be trusted
+        return SimReport(violations=violations, played=played, frees=frees)
+
+
+def run_simulated(program: Any, plan: Plan, memory: MemoryModel, leaves: Sequence[Any], seed: int = 0) -> SimReport:
+    """Run a captured program under :class:`StreamSimulator`; ``report.outputs`` holds its outputs
+    (None when a violation stopped the real execution)."""
+    env = program.bind_inputs(leaves)
+    program.run_guards(env)
+
+    def execute(name: str) -> None:
+        node = program.by_name[name]
+        missing = [n for n in node.all_input_nodes if n not in env]
+        if missing:
+            raise KeyError(missing[0].name)
+        program.run(name, env)
+
+    report = StreamSimulator(plan, memory).run(seed, execute)
+    if report.ok:
+        report.outputs = program.collect_outputs(env)
+    return report
+
+
+def run_sequential(program: Any, plan: Plan, leaves: Sequence[Any]) -> Any:
+    """The reference executor: the plan's launch order on the current device, releasing values as
+    the plan says. What ``ScheduledModule`` runs on CPU."""
+    env = program.bind_inputs(leaves)
+    program.run_guards(env)
+    by_name = program.by_name
+    drop_after: dict[str, list[str]] = {}
+    for value, when in plan.release.items():
+        drop_after.setdefault(when, []).append(value)
+    for name in plan.order:
+        program.run(name, env)
+        for value in drop_after.get(name, ()):
+            env.pop(by_name[value], None)
+    return program.collect_outputs(env)

@@ -1,0 +1,325 @@
+"""Turn the recorder's window counters into the profile keys: ``transfers``, ``syncs``,
+``dispatch``, ``loops`` and ``ragged``.
+
+Everything is per step (window totals divided by the steps recorded), times are corrected for the
+recorder's own cost as measured by :func:`gpuopt.probes.recorder_calibration.calibrate`, and each
+site is the user's line as ``"<path relative to cwd>:<line>"``.
+
+How the window's time is split (all per step, recorder cost removed):
+
+``step``      = data wait + synchronize waits + op time + between-op time
+``op time``   = time inside aten op calls of the step (sync ops and copies included)
+``between``   = the rest: Python, framework bookkeeping, launch preparation: host overhead
+``between_ops_share`` is ``between`` over the time that is not waiting (data, syncs, copies), the
+same convention ``breakdown.other`` uses; ``between_ops_step_share`` is over the whole step.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from types import CodeType
+from typing import TYPE_CHECKING, Any
+
+from gpuopt.probes.loops import LoopIndex
+from gpuopt.probes.recorder import S_DATA, S_EXEC, S_INDEX, S_OPS, S_TF, S_TIME, SMALL_OP_US
+
+if TYPE_CHECKING:
+    from gpuopt.probes.recorder import DispatchRecorder, RecorderEngine, StepCounters
+    from gpuopt.probes.sites import SiteResolver
+
+LOOP_MIN_ITERATIONS = 2      # a loop that runs once per step is the training loop itself
+LOOP_MIN_OPS = 4
+TIME_NOTE = (
+    "host-side times: on a GPU an op's time is its launch (kernels run asynchronously), and a "
+    "sync's time includes the wait for queued GPU work; the recorder's own cost, measured in this "
+    "process, is subtracted"
+)
+
+
+def per_step(value: float, steps: int, digits: int = 3) -> float | int:
+    """A window total as a per-step figure: an int when it is one (exact planted counts)."""
+    v = round(value / steps, digits) if steps else 0.0
+    return int(v) if float(v).is_integer() else v
+
+
+def _us(seconds: float, steps: int) -> float:
+    return round(seconds * 1e6 / steps, 1) if steps else 0.0
+
+
+def _share(part: float, whole: float) -> float:
+    return round(min(max(part / whole, 0.0), 1.0), 4) if whole > 0 else 0.0
+
+
+def _window_data_wait(doc: dict[str, Any], indices: list[int]) -> float | None:
+    """The DataLoader wait of the window steps, as the DataLoader probe measured it."""
+    series = (doc.get("steps") or {}).get("series")
+    if not isinstance(series, list) or not series:
+        return None
+    wanted = set(indices)
+    found = [r for r in series if isinstance(r, dict) and r.get("index") in wanted and isinstance(r.get("data_wait_s"), (int, float))]
+    if len(found) != len(wanted):
+        return None
+    return float(sum(r["data_wait_s"] for r in found))
+
+
+class _Sites:
+    """Positions, sites and loops for ``(code, lasti)`` keys, each computed once."""
+
+    def __init__(self, resolver: SiteResolver) -> None:
+        self.resolver = resolver
+        self._index: dict[str, LoopIndex] = {}
+
+    def site(self, code: CodeType, lasti: int) -> str:
+        return self.resolver.site(code, lasti)
+
+    def source_line(self, code: CodeType, line: int) -> str:
+        """The stripped text of a line of ``code``'s file (shown as evidence, never executed)."""
+        import linecache
+
+        text = linecache.getline(self.resolver.abspath(code.co_filename), line).strip()
+        return text if len(text) <= 120 else text[:117] + "..."
+
+    def loop_of(self, code: CodeType, lasti: int) -> tuple[str, int, str] | None:
+        """``(relpath, loop line, loop kind)`` of the innermost loop running this instruction."""
+        path = self.resolver.abspath(code.co_filename)
+        index = self._index.get(path)
+        if index is None:
+            index = self._index[path] = LoopIndex.from_file(path)
+        line, col, _, _ = self.resolver.position(code, lasti)
+        loop = index.innermost(line, col)
+        if loop is None:
+            return None
+        return self.resolver.relpath(code), loop.line, loop.kind
+
+
+def summarize(probe: DispatchRecorder, doc: dict[str, Any]) -> None:
+    """Fill the profile document from a stopped recorder (never raises on odd data)."""
+    warnings = doc.setdefault("warnings", [])
+    engine = probe.engine
+    for msg in probe.errors + (engine.errors if engine is not None else []):
+        if msg not in warnings:
+            warnings.append(msg)
+    ctx = probe.ctx
+    if not probe.enabled or engine is None or ctx is None:
+        dispatch = dict(doc.get("dispatch") or {})
+        dispatch.setdefault("ops_per_step", None)
+        dispatch.setdefault("mean_op_us", None)
+        dispatch["window_steps"] = 0
+        dispatch["note"] = "recorder off (--window 0)" if ctx is not None and ctx.window_steps <= 0 else "recorder did not run"
+        doc["dispatch"] = dispatch
+        return
+    ragged = probe.shapes.summary()
+    if probe.listener_note:
+        ragged["note"] = probe.listener_note
+    steps = engine.steps_done
+    if steps == 0:
+        doc["dispatch"] = {
+            "ops_per_step": None,
+            "mean_op_us": None,
+            "window_steps": 0,
+            "note": f"the run ended after {probe.next_step} step(s), before the recording window (step {ctx.window_start})",
+        }
+        doc["ragged"] = ragged
+        return
+
+    from gpuopt.probes.recorder_calibration import calibrate
+
+    cal = calibrate()
+    first = max(ctx.window_start, 0) if not probe.partial else probe.next_step
+    indices = list(range(first, first + steps))
+    total = engine.total
+    sites = _Sites(engine.resolver)
+
+    dispatch, wall = _dispatch(engine, total, cal, steps, doc, indices, probe.partial)
+    dispatch["top_sites"] = _top_sites(total, sites, steps, wall, cal)
+    doc["dispatch"] = dispatch
+    doc["transfers"] = _transfers(total, sites, steps, wall)
+    doc["syncs"] = _syncs(total, sites, steps, wall, engine.cpu_only)
+    doc["loops"] = _loops(total, sites, steps, wall, cal)
+    ragged["step_signatures_distinct"] = len(set(engine.step_signatures))
+    ragged["step_signatures_steps"] = len(engine.step_signatures)
+    doc["ragged"] = ragged
+
+
+def _dispatch(engine: RecorderEngine, t: StepCounters, cal: dict[str, float], steps: int,
+              doc: dict[str, Any], indices: list[int], partial: bool) -> tuple[dict[str, Any], float]:
+    us = 1e-6
+    overhead = (t.tf_events * cal["function_us"] + t.dispatch_events * cal["dispatch_us"]
+                + t.pass_events * cal["passthrough_us"]) * us
+    wall = max(t.wall_s - overhead, 1e-9)
+    inflation = cal["inflation_us"] * us
+    op_time = max(t.op_s - t.ops * inflation, 0.0)
+    small_time = max(t.small_s - t.small_ops * inflation, 0.0)
+    sync_calls_time = sum(v[1] for k, v in t.syncs.items() if k[0] == "synchronize")
+    h2d_time = sum(v[1] for k, v in t.transfers.items() if k[0] == "h2d")
+    data_wait = _window_data_wait(doc, indices)
+    data_source = "dataloader probe"
+    if data_wait is None:
+        data_wait, data_source = t.data_s, "recorder (data-loading ops only)"
+    data_wait = min(data_wait, wall)
+    between = max(wall - data_wait - sync_calls_time - op_time, 0.0)
+    not_waiting = max(wall - data_wait - t.sync_s - h2d_time, 1e-9)
+    out: dict[str, Any] = {
+        "ops_per_step": per_step(t.ops, steps, 1),
+        "mean_op_us": round(op_time / t.ops * 1e6, 2) if t.ops else None,
+        "mean_op_us_raw": round(t.op_s / t.ops * 1e6, 2) if t.ops else None,
+        "between_ops_share": _share(between, not_waiting),
+        "between_ops_step_share": _share(between, wall),
+        "op_time_share": _share(op_time, wall),
+        "host_dispatch_share": _share(between + small_time, wall),
+        "tiny_ops_per_step": per_step(t.small_ops, steps, 1),
+        "tiny_op_us": SMALL_OP_US,
+        "view_ops_per_step": per_step(t.view_ops, steps, 1),
+        "data_ops_per_step": per_step(t.data_ops, steps, 1),
+        "torch_function_calls_per_step": per_step(t.tf_events, steps, 1),
+        "step_time_us": round(wall / steps * 1e6, 1),
+        "step_time_us_raw": round(t.wall_s / steps * 1e6, 1),
+        "between_ops_us_per_step": _us(between, steps),
+        "op_time_us_per_step": _us(op_time, steps),
+        "data_wait_us_per_step": _us(data_wait, steps),
+        "data_wait_source": data_source,
+        "sync_us_per_step": _us(t.sync_s, steps),
+        "sync_share": _share(t.sync_s, wall),
+        "h2d_us_per_step": _us(h2d_time, steps),
+        "h2d_share": _share(h2d_time, wall),
+        "window_start": indices[0],
+        "window_steps": steps,
+        "window_partial": partial,
+        "measured_device": "cpu" if engine.cpu_only else "accelerator",
+        "recorder_overhead_us_per_op": round(cal["function_us"] + cal["dispatch_us"], 2),
+        "recorder_function_us": round(cal["function_us"], 2),
+        "recorder_dispatch_us": round(cal["dispatch_us"], 2),
+        "recorder_passthrough_us": round(cal["passthrough_us"], 2),
+        "recorder_inflation_us": round(cal["inflation_us"], 2),
+        "recorder_overhead_share": _share(overhead, t.wall_s),
+        "note": TIME_NOTE,
+    }
+    return out, wall
+
+
+def _transfers(t: StepCounters, sites: _Sites, steps: int, wall: float) -> list[dict[str, Any]]:
+    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for (direction, code, lasti, pinned, non_blocking, src, dst, api), (count, secs, nbytes) in t.transfers.items():
+        site = sites.site(code, lasti)
+        g = groups.setdefault((direction, site, pinned, non_blocking), {
+            "direction": direction, "site": site, "count": 0, "bytes": 0, "time": 0.0,
+            "pinned": pinned, "non_blocking": non_blocking, "src": set(), "dst": set(), "api": set(),
+        })
+        g["count"] += count
+        g["bytes"] += nbytes
+        g["time"] += secs
+        g["src"].add(src)
+        g["dst"].add(dst)
+        g["api"].add(api)
+    out = []
+    for g in groups.values():
+        out.append({
+            "direction": g["direction"],
+            "site": g["site"],
+            "count_per_step": per_step(g["count"], steps),
+            "bytes_per_step": per_step(g["bytes"], steps, 0),
+            "pinned": g["pinned"],
+            "non_blocking": g["non_blocking"],
+            "src_device": ",".join(sorted(g["src"])),
+            "dst_device": ",".join(sorted(g["dst"])),
+            "api": ",".join(sorted(g["api"])),
+            "time_us_per_step": _us(g["time"], steps),
+            "time_share": _share(g["time"] / steps, wall / steps),
+        })
+    out.sort(key=lambda e: (-e["bytes_per_step"], e["site"]))
+    return out
+
+
+def _syncs(t: StepCounters, sites: _Sites, steps: int, wall: float, cpu_only: bool) -> list[dict[str, Any]]:
+    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for (kind, code, lasti, dev, api, op), (count, secs, idle) in t.syncs.items():
+        site = sites.site(code, lasti)
+        measured = "cpu" if dev == "cpu" else dev
+        g = groups.setdefault((kind, site, measured), {
+            "kind": kind, "site": site, "count": 0, "time": 0.0, "idle": 0.0,
+            "measured": measured, "api": set(), "op": set(),
+        })
+        g["count"] += count
+        g["time"] += secs
+        g["idle"] += idle
+        g["api"].add(api)
+        g["op"].add(op)
+    out = []
+    for g in groups.values():
+        out.append({
+            "kind": g["kind"],
+            "site": g["site"],
+            "count_per_step": per_step(g["count"], steps),
+            "api": ",".join(sorted(g["api"])),
+            "op": ",".join(sorted(g["op"])),
+            "measured_device": g["measured"],
+            # Every entry is a call that blocks the host on a GPU; measured_device "cpu" means it
+            # was seen on a CPU-only run, where it cost nothing and its GPU cost is inferred.
+            "would_block_on_gpu": True,
+            "time_us_per_step": _us(g["time"], steps),
+            "idle_after_us_per_step": _us(g["idle"], steps),
+            "time_share": _share(g["time"], wall),
+            "idle_after_share": _share(g["idle"], wall),
+        })
+    out.sort(key=lambda e: (-e["count_per_step"], e["site"], e["kind"]))
+    return out
+
+
+def _loops(t: StepCounters, sites: _Sites, steps: int, wall: float, cal: dict[str, float]) -> list[dict[str, Any]]:
+    per_loop: dict[tuple[str, int], dict[str, Any]] = defaultdict(
+        lambda: {"ops": 0, "index": 0, "time": 0.0, "iters": 0, "kind": ""}
+    )
+    per_op = (cal["dispatch_us"] + cal["inflation_us"]) * 1e-6
+    per_call = cal["function_us"] * 1e-6
+    for (code, lasti), st in t.sites.items():
+        if st[S_DATA]:
+            continue
+        found = sites.loop_of(code, lasti)
+        if found is None:
+            continue
+        rel, line, kind = found
+        g = per_loop[(rel, line)]
+        g["kind"] = kind
+        if not g.get("code"):
+            g["code"] = sites.source_line(code, line)
+        g["ops"] += st[S_OPS]
+        g["index"] += st[S_INDEX]
+        g["time"] += max(st[S_TIME] - st[S_OPS] * per_op - st[S_TF] * per_call, 0.0)
+        g["iters"] = max(g["iters"], st[S_EXEC])
+    out = []
+    for (rel, line), g in per_loop.items():
+        iterations = g["iters"] / steps
+        ops = g["ops"] / steps
+        if iterations < LOOP_MIN_ITERATIONS or ops < LOOP_MIN_OPS:
+            continue
+        out.append({
+            "site": f"{rel}:{line}",
+            "kind": g["kind"],
+            "code": g.get("code", ""),
+            "ops_per_step": per_step(g["ops"], steps, 2),
+            "iterations_per_step": per_step(g["iters"], steps, 2),
+            "indexing_ops_per_step": per_step(g["index"], steps, 2),
+            "ops_per_iteration": round(g["ops"] / g["iters"], 2) if g["iters"] else None,
+            "time_us_per_step": _us(g["time"], steps),
+            "time_share": _share(g["time"], wall),
+        })
+    out.sort(key=lambda e: (-e["time_share"], -e["ops_per_step"], e["site"]))
+    return out
+
+
+def _top_sites(t: StepCounters, sites: _Sites, steps: int, wall: float, cal: dict[str, float]) -> list[dict[str, Any]]:
+    """The user lines that issue the most op time per step (op time + the host time before it)."""
+    per_op = (cal["dispatch_us"] + cal["inflation_us"]) * 1e-6
+    per_call = cal["function_us"] * 1e-6
+    agg: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    for (code, lasti), st in t.sites.items():
+        if st[S_DATA] or not st[S_OPS]:
+            continue
+        a = agg[sites.site(code, lasti)]
+        a[0] += st[S_OPS]
+        a[1] += max(st[S_TIME] - st[S_OPS] * per_op - st[S_TF] * per_call, 0.0)
+    ranked = sorted(agg.items(), key=lambda kv: (-kv[1][1], kv[0]))[:5]
+    return [
+        {"site": site, "ops_per_step": per_step(ops, steps, 1), "time_share": _share(secs, wall)}
+        for site, (ops, secs) in ranked
+    ]

@@ -1,0 +1,108 @@
+"""Which Python loop an instruction runs in, from the ``ast`` of the user's file.
+
+The recorder knows, for every op, the instruction that issued it (file, line, column). A loop is
+reported at its own header line (the ``for``/``while``, or the comprehension), so a finding points
+where the fix goes: "vectorise this loop", not "line 42 is slow". Only the parts of a loop that run
+once per iteration count as inside it: the body of a ``for`` (not its iterable, evaluated once),
+the test and body of a ``while``, and the element, conditions and inner iterables of a
+comprehension.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+# A region of source: (start_line, start_col, end_line, end_col); columns are 0-based offsets.
+Region = tuple[int, int, int, int]
+
+
+@dataclass(frozen=True)
+class Loop:
+    line: int              # the loop's header line: where a finding points
+    kind: str              # "for", "while" or "comprehension"
+    depth: int             # nesting depth in the file (outermost 0); the innermost match wins
+    regions: tuple[Region, ...]
+
+
+def _span(node: ast.AST) -> Region:
+    end_line = getattr(node, "end_lineno", None) or node.lineno  # type: ignore[attr-defined]
+    end_col = getattr(node, "end_col_offset", None)
+    return (node.lineno, node.col_offset, end_line, end_col if end_col is not None else 10**6)  # type: ignore[attr-defined]
+
+
+def _loop_regions(node: ast.AST) -> tuple[str, tuple[Region, ...]] | None:
+    if isinstance(node, (ast.For, ast.AsyncFor)):
+        return "for", tuple(_span(s) for s in node.body)
+    if isinstance(node, ast.While):
+        return "while", (_span(node.test), *(_span(s) for s in node.body))
+    if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp)):
+        parts: list[ast.AST] = [node.elt]
+    elif isinstance(node, ast.DictComp):
+        parts = [node.key, node.value]
+    else:
+        return None
+    for i, gen in enumerate(node.generators):
+        parts.extend(gen.ifs)
+        if i > 0:
+            parts.append(gen.iter)
+    return "comprehension", tuple(_span(p) for p in parts)
+
+
+class LoopIndex:
+    """The loops of one source file, answering "which loop runs this position?"."""
+
+    def __init__(self, source: str) -> None:
+        self.loops: list[Loop] = []
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError):
+            return
+        self._visit(tree, 0)
+
+    def _visit(self, node: ast.AST, depth: int) -> None:
+        for child in ast.iter_child_nodes(node):
+            found = _loop_regions(child)
+            if found is not None:
+                kind, regions = found
+                self.loops.append(Loop(child.lineno, kind, depth, regions))  # type: ignore[attr-defined]
+                self._visit(child, depth + 1)
+            else:
+                self._visit(child, depth)
+
+    @classmethod
+    def from_file(cls, path: str) -> LoopIndex:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return cls(fh.read())
+        except (OSError, UnicodeDecodeError):
+            return cls("")
+
+    def innermost(self, line: int, col: int | None) -> Loop | None:
+        """The innermost loop whose per-iteration part contains ``(line, col)``.
+
+        Without a column (Python 3.10) a line that is shared by a loop header and its one-line
+        body counts as inside the loop.
+        """
+        best: Loop | None = None
+        for loop in self.loops:
+            if best is not None and loop.depth <= best.depth:
+                continue
+            for r in loop.regions:
+                if _contains(r, line, col):
+                    best = loop
+                    break
+        return best
+
+
+def _contains(r: Region, line: int, col: int | None) -> bool:
+    l1, c1, l2, c2 = r
+    if line < l1 or line > l2:
+        return False
+    if col is None:
+        return True
+    if line == l1 and col < c1:
+        return False
+    if line == l2 and col >= c2:
+        return False
+    return True

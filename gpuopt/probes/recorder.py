@@ -1,0 +1,666 @@
+"""The dispatch recorder: every tensor op of a few steps, attributed to the user's line.
+
+Two PyTorch modes are pushed for the window steps only (outside the window nothing is installed,
+so the rest of the run pays nothing):
+
+* a ``TorchFunctionMode`` sees each call the Python code makes (``x[i]``, ``.item()``,
+  ``bool(t)``, ``.cpu()``, ``F.linear``); it finds the first user frame once per call and knows
+  whether the user's line called the API itself (*direct*) or through a library;
+* a ``TorchDispatchMode`` sees each aten op below autograd (forward and backward), times it, and
+  classifies it: copies between devices (direction, bytes, pinned, ``non_blocking``), host syncs
+  (``_local_scalar_dense``, data-dependent sizes, blocking device-to-host copies), indexing ops.
+
+``torch.cuda.synchronize`` and ``Stream``/``Event.synchronize`` are wrapped for the window too.
+Counters are kept per step and merged when a step ends; :mod:`gpuopt.probes.host_summary` turns
+them into the ``transfers``/``syncs``/``dispatch``/``loops``/``ragged`` keys.
+
+Costs: a recorded op costs tens of microseconds of Python (measured by
+:mod:`gpuopt.probes.recorder_calibration` on every run and reported as
+``dispatch.recorder_overhead_us_per_op``); op and between-op times are corrected for it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from types import CodeType
+from typing import Any
+
+from gpuopt.probes.base import RunContext
+from gpuopt.probes.op_classes import (
+    API_ONLY_ON_CPU,
+    BOOL_INDEX,
+    COPY,
+    COPY_SYNC_KINDS,
+    DATA_DEP,
+    INDEXING,
+    SCALAR_SYNC,
+    SKIP,
+    VIEW,
+    classify_op,
+    has_bool_index,
+    metadata_apis,
+    sync_api_kinds,
+)
+from gpuopt.probes.ragged import BatchShapeTracker
+from gpuopt.probes.sites import SiteResolver
+
+SMALL_OP_US = 25.0           # an op call this short is "tiny": its dispatch dominates its work
+_SPECIAL = COPY | SCALAR_SYNC | DATA_DEP | BOOL_INDEX
+_perf = time.perf_counter
+_MethodWrapper = type("".__add__)
+
+# Per-site stats list layout (lists, not objects: the hot path increments them in place).
+S_OPS, S_TIME, S_INDEX, S_EXEC, S_TF, S_DATA = range(6)
+
+
+class _Ctx:
+    """What the current Python-level tensor call is: its site, directness, sync kind."""
+
+    __slots__ = ("key", "stats", "direct", "data", "kind", "api", "recorded")
+
+    def __init__(self, key: tuple[CodeType, int] | None, stats: list[Any] | None, direct: bool,
+                 data: bool, kind: str | None, api: str) -> None:
+        self.key = key
+        self.stats = stats
+        self.direct = direct
+        self.data = data
+        self.kind = kind
+        self.api = api
+        self.recorded = False
+
+
+class StepCounters:
+    """Everything measured during one step (merged into the window totals when it ends)."""
+
+    def __init__(self) -> None:
+        self.sites: dict[tuple[CodeType, int], list[Any]] = {}
+        self.syncs: dict[tuple[Any, ...], list[float]] = {}
+        self.transfers: dict[tuple[Any, ...], list[float]] = {}
+        self.ops = 0             # model ops (not data loading)
+        self.op_s = 0.0
+        self.small_ops = 0
+        self.small_s = 0.0
+        self.view_ops = 0
+        self.data_ops = 0
+        self.data_s = 0.0
+        self.dispatch_events = 0  # every op the dispatch mode handled (for the overhead correction)
+        self.tf_events = 0        # recorded __torch_function__ calls
+        self.pass_events = 0      # metadata calls passed straight through
+        self.sync_calls = 0       # wrapped torch.cuda synchronize calls
+        self.sync_s = 0.0         # host time blocked in syncs (sync ops and synchronize calls)
+        self.signature = 0        # hash of the step's (op, first input shape) sequence
+        self.wall_s = 0.0
+
+    def merge(self, other: StepCounters) -> None:
+        for key, st in other.sites.items():
+            mine = self.sites.get(key)
+            if mine is None:
+                self.sites[key] = list(st)
+            else:
+                for i in range(S_DATA):
+                    mine[i] += st[i]
+        for table, theirs in ((self.syncs, other.syncs), (self.transfers, other.transfers)):
+            for key, vals in theirs.items():
+                mine_v = table.get(key)
+                if mine_v is None:
+                    table[key] = list(vals)
+                else:
+                    for i, v in enumerate(vals):
+                        mine_v[i] += v
+        for name in ("ops", "op_s", "small_ops", "small_s", "view_ops", "data_ops", "data_s",
+                     "dispatch_events", "tf_events", "pass_events", "sync_calls", "sync_s", "wall_s"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def is_empty(self) -> bool:
+        return not (self.dispatch_events or self.tf_events or self.sync_calls or self.pass_events)
+
+
+class RecorderEngine:
+    """The modes and their counters; the probe turns it on and off around the window.
+
+    ``cpu_only`` says whether the run has no accelerator: then syncs on CPU tensors are recorded
+    as "would block on a GPU" when the user's line called the API directly (not data loading,
+    not a library's internal ``.item()`` such as the optimizer's step counter).
+    """
+
+    def __init__(self, resolver: SiteResolver, cpu_only: bool) -> None:
+        import torch
+
+        self._torch = torch
+        self.resolver = resolver
+        self.cpu_only = cpu_only
+        self.recording = False
+        self.busy = False
+        self.ctx: _Ctx | None = None
+        self.acc = StepCounters()
+        self.total = StepCounters()
+        self.steps_done = 0
+        self.step_signatures: list[int] = []
+        self.step_walls: list[float] = []
+        self.errors: list[str] = []
+        self.op_flags: dict[Any, int] = {}
+        self.sync_apis = sync_api_kinds()
+        self.meta_apis = metadata_apis()
+        self.last_exit = 0.0
+        self.last_key: tuple[CodeType, int] | None = None
+        self.last_fid = 0
+        # The last sync, until the next model op: (entry, key, time it returned, data_clock then).
+        self.pending_idle: tuple[list[float], tuple[Any, ...], float, float] | None = None
+        self.last_sync_key: tuple[Any, ...] = ()
+        self.data_clock = 0.0  # host time in data-loading ops so far (excluded from idle-after)
+        self.step_start = 0.0
+        self._dispatch_mode: Any = None
+        self._function_mode: Any = None
+        self._patches: list[tuple[Any, str, Any]] = []
+
+    # -- on/off ------------------------------------------------------------------------
+    def turn_on(self, function: bool = True, dispatch: bool = True, patch_sync: bool = True) -> None:
+        """Push the modes (and wrap ``synchronize``); the calibration turns layers on one by one."""
+        if self.recording or self.modes_installed():
+            return
+        from torch.overrides import TorchFunctionMode
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        engine = self
+
+        class _Dispatch(TorchDispatchMode):
+            @classmethod
+            def _should_skip_dynamo(cls) -> bool:
+                # torch wraps a mode's handler in torch._dynamo.disable, importing dynamo (over a
+                # second) on the first op and adding a call per op. Needed only where the user's
+                # code compiles, i.e. where dynamo is already imported.
+                return "torch._dynamo" in sys.modules
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+                return engine.on_dispatch(func, args, kwargs or {})
+
+        class _Function(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+                return engine.on_function(func, args, kwargs or {})
+
+        self.acc = StepCounters()
+        if patch_sync:
+            self._patch_synchronize()
+        if dispatch:
+            self._dispatch_mode = _Dispatch()
+            self._dispatch_mode.__enter__()
+        if function:
+            self._function_mode = _Function()
+            self._function_mode.__enter__()
+        self.last_key = None
+        self.pending_idle = None
+        self.recording = True
+        self.step_start = self.last_exit = _perf()
+
+    def turn_off(self) -> None:
+        """Pop the modes, each only while it is on top: a mode the user pushed later and has not
+        exited yet is never popped (ours then stays below it, inert, and is retried at ``stop``)."""
+        self.recording = False
+        from torch.overrides import _get_current_function_mode_stack
+        from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+        try:
+            fmode: Any = self._function_mode
+            if fmode is not None:
+                stack = _get_current_function_mode_stack()
+                if stack and stack[-1] is fmode:
+                    fmode.__exit__(None, None, None)
+                    self._function_mode = None
+            dmode: Any = self._dispatch_mode
+            if dmode is not None and self._function_mode is None:
+                top: Any = _get_current_dispatch_mode()
+                if top is not None and top is dmode:
+                    top.__exit__(None, None, None)
+                    self._dispatch_mode = None
+            if self.modes_installed():
+                note = "another torch mode was pushed above the recorder's; the recorder stays inert below it"
+                if note not in self.errors:
+                    self.errors.append(note)
+        finally:
+            self._unpatch_synchronize()
+
+    def modes_installed(self) -> bool:
+        return self._function_mode is not None or self._dispatch_mode is not None
+
+    def end_step(self) -> None:
+        """Close the step in progress: merge its counters into the window totals."""
+        now = _perf()
+        acc = self.acc
+        acc.wall_s = now - self.step_start
+        self.total.merge(acc)
+        self.steps_done += 1
+        self.step_signatures.append(acc.signature)
+        self.step_walls.append(acc.wall_s)
+        self.acc = StepCounters()
+        pending = self.pending_idle
+        if pending is not None:
+            # The host time after a step's last sync runs into the next step (its data loading
+            # excluded): keep counting it, now into the merged window entry.
+            merged = self.total.syncs.get(pending[1])
+            self.pending_idle = (merged, *pending[1:]) if merged is not None else None  # type: ignore[assignment]
+        self.last_key = None
+        self.step_start = self.last_exit = _perf()
+
+    def close_partial(self) -> bool:
+        """At the end of the run: keep an unfinished step only when no step finished at all."""
+        if self.steps_done == 0 and not self.acc.is_empty():
+            self.end_step()
+            return True
+        return False
+
+    # -- the __torch_function__ layer ---------------------------------------------------
+    def on_function(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if not self.recording or self.busy:
+            return func(*args, **kwargs)
+        if type(func) is _MethodWrapper or func in self.meta_apis:
+            self.acc.pass_events += 1
+            return func(*args, **kwargs)
+        self.busy = True
+        ctx: _Ctx | None = None
+        try:
+            frame, direct, data = self.resolver.locate(sys._getframe(2))
+            kind = self.sync_apis.get(func)
+            api = getattr(func, "__name__", "?")
+            acc = self.acc
+            acc.tf_events += 1
+            if frame is not None:
+                key = (frame.f_code, frame.f_lasti)
+                stats = acc.sites.get(key)
+                if stats is None:
+                    stats = acc.sites[key] = [0, 0.0, 0, 0, 0, data]
+                stats[S_TF] += 1
+                fid = id(frame)
+                if direct or key != self.last_key or fid != self.last_fid:
+                    stats[S_EXEC] += 1
+                self.last_key, self.last_fid = key, fid
+                ctx = _Ctx(key, stats, direct, data, kind, api)
+            else:
+                ctx = _Ctx(None, None, False, data, kind, api)
+        except Exception as exc:  # never break the user's code
+            self._fail(exc)
+        prev = self.ctx
+        self.ctx = ctx
+        self.busy = False
+        try:
+            return func(*args, **kwargs)
+        finally:
+            self.ctx = prev
+            if ctx is not None and ctx.kind is not None and not ctx.recorded and self.recording:
+                self.busy = True
+                try:
+                    self._api_sync(ctx, func, args, kwargs)
+                except Exception as exc:
+                    self._fail(exc)
+                self.busy = False
+
+    def _api_sync(self, ctx: _Ctx, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """A sync API whose call reached no syncing aten op (CPU no-ops, calls that failed)."""
+        t = args[0] if args and isinstance(args[0], self._torch.Tensor) else None
+        if t is None or ctx.key is None:
+            return
+        dev = t.device.type
+        kind = ctx.kind
+        if dev == "meta":
+            return
+        if dev == "cpu":
+            if kind not in API_ONLY_ON_CPU or not self._would_block(ctx):
+                return
+        elif kind == "numpy" and not kwargs.get("force"):
+            return  # .numpy() of a device tensor raises; only force=True copies
+        self._add_sync(kind or "item", ctx, dev, "(" + ctx.api + ")")
+
+    def _would_block(self, ctx: _Ctx) -> bool:
+        """A CPU-tensor sync counts only on a CPU-only run, called directly, outside data loading."""
+        return self.cpu_only and ctx.direct and not ctx.data
+
+    def _add_sync(self, kind: str, ctx: _Ctx, dev: str, op: str) -> list[float]:
+        ctx.recorded = True
+        assert ctx.key is not None
+        key = (kind, ctx.key[0], ctx.key[1], dev, ctx.api, op)
+        entry = self.acc.syncs.get(key)
+        if entry is None:
+            entry = self.acc.syncs[key] = [0, 0.0, 0.0]
+        entry[0] += 1
+        self.last_sync_key = key
+        return entry
+
+    # -- the dispatch layer -------------------------------------------------------------
+    def on_dispatch(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if not self.recording or self.busy:
+            return func(*args, **kwargs)
+        t_in = _perf()
+        self.busy = True
+        timed: tuple[list[float], ...] = ()
+        sync_entry: list[float] | None = None
+        flags = 0
+        ctx: _Ctx | None = None
+        try:
+            flags = self.op_flags.get(func)  # type: ignore[assignment]
+            if flags is None:
+                flags = self.op_flags[func] = classify_op(func)
+            if flags & SKIP:
+                self.busy = False
+                return func(*args, **kwargs)
+            ctx = self.ctx
+            if ctx is None:
+                ctx = self._ctx_from_stack()
+            pending = self.pending_idle
+            if pending is not None and not ctx.data:
+                entry, _, t_ret, data_then = pending
+                entry[2] += max(t_in - t_ret - (self.data_clock - data_then), 0.0)
+                self.pending_idle = None
+            if flags & _SPECIAL and ctx.key is not None:
+                timed, sync_entry = self._special(func, flags, args, kwargs, ctx)
+            if not ctx.data and args:
+                a0 = args[0]
+                if isinstance(a0, self._torch.Tensor):
+                    self.acc.signature = hash((self.acc.signature, func, tuple(a0.shape)))
+        except Exception as exc:
+            self._fail(exc)
+        self.busy = False
+        t0 = _perf()
+        out = func(*args, **kwargs)
+        t1 = _perf()
+        if ctx is not None:
+            dt = t1 - t0
+            gap = t_in - self.last_exit
+            acc = self.acc
+            acc.dispatch_events += 1
+            if ctx.data:
+                acc.data_ops += 1
+                acc.data_s += dt + gap
+                self.data_clock += dt + gap
+            else:
+                acc.ops += 1
+                acc.op_s += dt
+                if dt * 1e6 < SMALL_OP_US:
+                    acc.small_ops += 1
+                    acc.small_s += dt
+                if flags & VIEW:
+                    acc.view_ops += 1
+                stats = ctx.stats
+                if stats is not None:
+                    stats[S_OPS] += 1
+                    stats[S_TIME] += dt + gap
+                    if flags & INDEXING:
+                        stats[S_INDEX] += 1
+            for entry in timed:
+                entry[1] += dt
+        self.last_exit = _perf()
+        if sync_entry is not None:
+            self.acc.sync_s += dt
+            self.pending_idle = (sync_entry, self.last_sync_key, self.last_exit, self.data_clock)
+        return out
+
+    def _ctx_from_stack(self) -> _Ctx:
+        """Context for an op no Python-level call announced (ops issued from C++ code)."""
+        frame, direct, data = self.resolver.locate(sys._getframe(3))
+        if frame is None:
+            return _Ctx(None, None, False, data, None, "?")
+        key = (frame.f_code, frame.f_lasti)
+        acc = self.acc
+        stats = acc.sites.get(key)
+        if stats is None:
+            stats = acc.sites[key] = [0, 0.0, 0, 0, 0, data]
+        fid = id(frame)
+        if key != self.last_key or fid != self.last_fid:
+            stats[S_EXEC] += 1
+        self.last_key, self.last_fid = key, fid
+        return _Ctx(key, stats, direct, data, None, "?")
+
+    def _special(self, func: Any, flags: int, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 ctx: _Ctx) -> tuple[tuple[list[float], ...], list[float] | None]:
+        """Copies and syncs: record the entry before the op runs (it may raise), time it after.
+
+        Returns the entries the op's time is added to, and the sync entry (if it is a sync) whose
+        "idle after" collects the host time until the next op starts.
+        """
+        if flags & COPY:
+            return self._copy(func, args, kwargs, ctx)
+        if flags & BOOL_INDEX and not (flags & DATA_DEP) and not has_bool_index(args):
+            return (), None
+        t = args[0] if args and isinstance(args[0], self._torch.Tensor) else None
+        if t is None or ctx.recorded:
+            return (), None
+        dev = t.device.type
+        if dev == "meta" or (dev == "cpu" and not self._would_block(ctx)):
+            return (), None
+        kind = (ctx.kind or "item") if flags & SCALAR_SYNC else "nonzero"
+        sync = self._add_sync(kind, ctx, dev, str(func))
+        return (sync,), sync
+
+    def _copy(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+              ctx: _Ctx) -> tuple[tuple[list[float], ...], list[float] | None]:
+        torch = self._torch
+        name = func._opname
+        dst: Any = None
+        dst_pinned: bool | None = None
+        if name == "_to_copy":
+            src = args[0]
+            dst_dev = kwargs.get("device")
+            if dst_dev is None:
+                return (), None
+            non_blocking = bool(kwargs.get("non_blocking", False))
+            dst_pinned = bool(kwargs.get("pin_memory") or False)
+        elif name == "copy_":
+            dst, src = args[0], args[1]
+            non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
+            dst_dev = dst.device
+        else:  # _copy_from(self, dst, non_blocking) / _copy_from_and_resize(self, dst)
+            src, dst = args[0], args[1]
+            non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
+            dst_dev = dst.device
+        if not isinstance(src, torch.Tensor):
+            return (), None
+        dst_dev = torch.device(dst_dev)
+        src_dev = src.device
+        if src_dev.type == dst_dev.type and (
+            src_dev.index == dst_dev.index or src_dev.index is None or dst_dev.index is None
+        ):
+            return (), None
+        pinned: bool | None
+        if src_dev.type == "cpu":
+            direction = "h2d"
+            pinned = _is_pinned(src)
+        elif dst_dev.type == "cpu":
+            direction = "d2h"
+            pinned = dst_pinned if dst is None else _is_pinned(dst)
+        else:
+            direction = "d2d"
+            pinned = None
+        assert ctx.key is not None
+        key = (direction, ctx.key[0], ctx.key[1], pinned, non_blocking, str(src_dev), str(dst_dev), ctx.api)
+        entry = self.acc.transfers.get(key)
+        if entry is None:
+            entry = self.acc.transfers[key] = [0, 0.0, 0]
+        entry[0] += 1
+        entry[2] += src.numel() * src.element_size()
+        # A blocking device-to-host copy is also a host sync (the CPU waits for the GPU queue).
+        if direction == "d2h" and not non_blocking and src_dev.type != "meta" and not ctx.recorded:
+            kind = ctx.kind if ctx.kind in COPY_SYNC_KINDS else "blocking_copy"
+            sync = self._add_sync(kind or "blocking_copy", ctx, src_dev.type, str(func))
+            return (entry, sync), sync
+        return (entry,), None
+
+    # -- torch.cuda.synchronize and friends -------------------------------------------
+    def _patch_synchronize(self) -> None:
+        torch = self._torch
+        targets: list[tuple[Any, str]] = [(torch.cuda, "synchronize")]
+        for cls_name in ("Stream", "Event"):
+            cls = getattr(torch.cuda, cls_name, None)
+            if cls is not None and "synchronize" in vars(cls):
+                targets.append((cls, "synchronize"))
+        accel = getattr(torch, "accelerator", None)
+        if accel is not None and hasattr(accel, "synchronize"):
+            targets.append((accel, "synchronize"))
+        for owner, attr in targets:
+            original = getattr(owner, attr)
+            label = f"{getattr(owner, '__name__', '?')}.{attr}"
+            setattr(owner, attr, self._sync_wrapper(original, label))
+            self._patches.append((owner, attr, original))
+
+    def _unpatch_synchronize(self) -> None:
+        while self._patches:
+            owner, attr, original = self._patches.pop()
+            setattr(owner, attr, original)
+
+    def _sync_wrapper(self, original: Any, label: str) -> Any:
+        engine = self
+
+        def synchronize(*args: Any, **kwargs: Any) -> Any:
+            entry = None
+            if engine.recording and not engine.busy:
+                try:
+                    frame, direct, data = engine.resolver.locate(sys._getframe(1))
+                    if frame is not None:
+                        ctx = _Ctx((frame.f_code, frame.f_lasti), None, direct, data, "synchronize", label)
+                        dev = "cpu" if engine.cpu_only else "cuda"
+                        entry = engine._add_sync("synchronize", ctx, dev, label)
+                        engine.acc.sync_calls += 1
+                except Exception as exc:
+                    engine._fail(exc)
+            t0 = _perf()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                if entry is not None:
+                    waited = _perf() - t0
+                    entry[1] += waited
+                    engine.acc.sync_s += waited
+                    engine.last_exit = _perf()
+                    engine.pending_idle = (entry, engine.last_sync_key, engine.last_exit, engine.data_clock)
+
+        synchronize.__wrapped__ = original  # type: ignore[attr-defined]
+        return synchronize
+
+    def _fail(self, exc: BaseException) -> None:
+        """An internal error: stop recording (the user's run goes on) and say why."""
+        self.errors.append(f"recorder stopped: {type(exc).__name__}: {exc}")
+        self.recording = False
+        self.busy = False
+
+
+def _is_pinned(t: Any) -> bool | None:
+    try:
+        return bool(t.is_pinned())
+    except Exception:
+        return None
+
+
+class DispatchRecorder:
+    """The probe: records ops, copies, syncs and loops for the window steps; batch shapes always.
+
+    Window: steps ``ctx.window_start .. window_start + window_steps - 1``; it turns on when step
+    ``window_start - 1`` ends (at ``start`` when ``window_start == 0``) and off when the last
+    window step ends or at ``stop``. ``window_steps == 0`` turns everything off.
+    """
+
+    name = "recorder"
+
+    def __init__(self) -> None:
+        self.ctx: RunContext | None = None
+        self.engine: RecorderEngine | None = None
+        self.shapes = BatchShapeTracker()
+        self.enabled = False
+        self.done = False
+        self.partial = False
+        self.next_step = 0
+        self.listener_note: str | None = None
+        self._listener_registered = False
+        self.errors: list[str] = []
+
+    # -- Probe interface ---------------------------------------------------------------
+    def start(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+        if ctx.window_steps <= 0:
+            return
+        try:
+            import torch
+
+            resolver = SiteResolver(ctx.user_roots)
+            self.engine = RecorderEngine(resolver, cpu_only=not _accelerator_available(torch))
+            self.enabled = True
+            self._add_listener()
+            if ctx.window_start <= 0:
+                self.engine.turn_on()
+        except Exception as exc:
+            self.errors.append(f"recorder could not start: {type(exc).__name__}: {exc}")
+            self.enabled = False
+
+    def on_step(self, index: int, t: float) -> None:
+        self.next_step = index + 1
+        engine = self.engine
+        if not self.enabled or self.done or engine is None or self.ctx is None:
+            return
+        last = self.ctx.window_start + self.ctx.window_steps - 1
+        try:
+            if engine.recording or engine.modes_installed():
+                engine.end_step()
+                if index >= last:
+                    engine.turn_off()
+                    self.done = True
+            elif index >= self.ctx.window_start - 1 and index < last:
+                engine.turn_on()
+        except Exception as exc:
+            self.errors.append(f"recorder step hook failed: {type(exc).__name__}: {exc}")
+            self.done = True
+
+    def stop(self) -> None:
+        try:
+            if self.engine is not None:
+                if self.engine.recording or self.engine.modes_installed():
+                    self.engine.recording = False
+                    self.partial = self.engine.close_partial()
+                    self.engine.turn_off()
+            self._remove_listener()
+        except Exception as exc:
+            self.errors.append(f"recorder stop failed: {type(exc).__name__}: {exc}")
+
+    def contribute(self, doc: dict[str, Any]) -> None:
+        from gpuopt.probes.host_summary import summarize
+
+        summarize(self, doc)
+
+    # -- batches -----------------------------------------------------------------------
+    def on_batch(self, batch: Any) -> None:
+        """Listener for every batch a DataLoader yields in the main process."""
+        engine = self.engine
+        recording = engine is not None and engine.recording
+        if recording:
+            assert engine is not None
+            engine.busy = True
+        try:
+            self.shapes.observe(batch, self.next_step, detailed=recording)
+        except Exception as exc:
+            self.errors.append(f"batch shapes: {type(exc).__name__}: {exc}")
+        finally:
+            if recording:
+                assert engine is not None
+                engine.busy = False
+
+    def _add_listener(self) -> None:
+        try:
+            from gpuopt.probes import dataloader
+        except ImportError:
+            self.listener_note = "batch shapes not observed: gpuopt.probes.dataloader is unavailable"
+            return
+        dataloader.add_batch_listener(self.on_batch)
+        self._listener_registered = True
+
+    def _remove_listener(self) -> None:
+        if self._listener_registered:
+            from gpuopt.probes import dataloader
+
+            dataloader.remove_batch_listener(self.on_batch)
+            self._listener_registered = False
+
+
+def _accelerator_available(torch: Any) -> bool:
+    if torch.cuda.is_available():
+        return True
+    accel = getattr(torch, "accelerator", None)
+    try:
+        return bool(accel is not None and accel.is_available())
+    except Exception:
+        return False

@@ -1,0 +1,65 @@
+"""Which files make up a trace, and which rank each one is.
+
+A path is one trace file, or a folder of per-rank traces (``*.json`` / ``*.json.gz``, not
+recursive, gpuopt's own ``profile.json`` ignored). A file's rank is ``distributedInfo.rank``;
+a single file without it is rank 0. In a folder every file must name a distinct rank: a folder
+mixing files with and without rank info, or two files claiming one rank, is refused (those are
+different runs, and averaging them would report numbers no run had).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gpuopt.errors import GpuoptError
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+def trace_files(path: Path) -> list[Path]:
+    if not path.exists():
+        raise GpuoptError(f"{path}: no such file or directory")
+    if path.is_file():
+        return [path]
+    files = sorted(
+        p
+        for p in path.iterdir()
+        if p.is_file() and p.name.endswith(TRACE_SUFFIXES) and p.name != "profile.json" and not p.name.startswith(".")
+    )
+    if not files:
+        raise GpuoptError(f"{path}: no trace files (*.json, *.json.gz) in this folder")
+    return files
+
+
+def rank_of(meta: dict[str, Any]) -> int | None:
+    info = meta.get("distributedInfo")
+    if isinstance(info, dict):
+        r = info.get("rank")
+        if isinstance(r, int) and not isinstance(r, bool) and r >= 0:
+            return r
+    return None
+
+
+def assign_ranks(path: Path, files: list[Path], metas: list[dict[str, Any]]) -> list[int]:
+    ranks = [rank_of(m) for m in metas]
+    if len(files) == 1:
+        return [ranks[0] if ranks[0] is not None else 0]
+    missing = [f.name for f, r in zip(files, ranks, strict=True) if r is None]
+    if missing and len(missing) < len(files):
+        raise GpuoptError(
+            f"{path}: mixed ranks: {len(missing)} of {len(files)} traces have no distributedInfo.rank "
+            f"(e.g. {missing[0]}); put one job's per-rank traces in a folder"
+        )
+    if missing:
+        raise GpuoptError(
+            f"{path}: {len(files)} traces without rank info (distributedInfo.rank); "
+            "they look like separate runs: report one file at a time"
+        )
+    seen: dict[int, str] = {}
+    for f, r in zip(files, ranks, strict=True):
+        assert r is not None
+        if r in seen:
+            raise GpuoptError(f"{path}: mixed ranks: {seen[r]} and {f.name} both claim rank {r}; keep one job's traces per folder")
+        seen[r] = f.name
+    return [r for r in ranks if r is not None]

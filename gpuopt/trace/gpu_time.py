@@ -1,0 +1,115 @@
+"""GPU time accounting: utilisation, temporal breakdown, kernel-type overlap, comm/compute overlap.
+
+Definitions (HTA 0.5 / PyTorch profiler, written down in docs/trace-metrics.md):
+
+* span = end of the last GPU event − start of the first (HTA's "kernel time");
+* busy = union of all GPU events (kernels, copies, sets, syncs on a stream); idle = span − busy;
+* compute = union of computation kernels; non-compute = busy − compute;
+* utilisation = busy / span, per device and per stream (a stream's own span).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gpuopt.trace import intervals as iv
+from gpuopt.trace.prepare import COMMUNICATION, COMPUTATION, KERNEL_TYPES, MEMORY, RankView
+
+
+@dataclass
+class Temporal:
+    span_us: float
+    busy_us: float
+    idle_us: float
+    compute_us: float
+    non_compute_us: float
+
+    def pct(self, v: float) -> float | None:
+        return 100.0 * v / self.span_us if self.span_us > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "span_us": self.span_us,
+            "busy_us": self.busy_us,
+            "idle_us": self.idle_us,
+            "compute_us": self.compute_us,
+            "non_compute_us": self.non_compute_us,
+            "utilization": self.busy_us / self.span_us if self.span_us > 0 else None,
+            "idle_pct": self.pct(self.idle_us),
+            "compute_pct": self.pct(self.compute_us),
+            "non_compute_pct": self.pct(self.non_compute_us),
+        }
+
+
+def gpu_intervals(v: RankView, mask: np.ndarray | None = None) -> iv.Intervals:
+    m = v.on_stream if mask is None else (v.on_stream & mask)
+    return iv.merge(v.ts[m], v.end[m])
+
+
+def temporal_breakdown(v: RankView) -> Temporal | None:
+    busy = gpu_intervals(v)
+    if busy[0].size == 0:
+        return None
+    span = float(busy[1][-1] - busy[0][0])
+    busy_us = iv.length(busy)
+    compute = iv.length(gpu_intervals(v, v.ktype == COMPUTATION))
+    idle = span - busy_us
+    return Temporal(span, busy_us, idle, compute, span - compute - idle)
+
+
+def stream_utilization(v: RankView) -> list[dict[str, Any]]:
+    """Per stream: events, busy time, its own span, utilisation (busy/span)."""
+    rows = []
+    for s in np.unique(v.ev.stream[v.on_stream]):
+        m = v.on_stream & (v.ev.stream == s)
+        u = iv.merge(v.ts[m], v.end[m])
+        span = float(u[1][-1] - u[0][0]) if u[0].size else 0.0
+        busy = iv.length(u)
+        rows.append(
+            {
+                "stream": int(s),
+                "events": int(m.sum()),
+                "busy_us": busy,
+                "span_us": span,
+                "utilization": busy / span if span > 0 else None,
+            }
+        )
+    return rows
+
+
+def kernel_type_time(v: RankView) -> dict[str, float]:
+    """Time per kernel-type combination ("COMPUTATION overlapping COMMUNICATION", ...), as HTA."""
+    kinds = (COMPUTATION, COMMUNICATION, MEMORY)
+    times, deltas = [], []
+    for bit, k in enumerate(kinds):
+        u = gpu_intervals(v, v.ktype == k)
+        times += [u[0], u[1]]
+        deltas += [np.full(u[0].size, 1 << bit), np.full(u[1].size, -(1 << bit))]
+    t = np.concatenate(times)
+    if t.size == 0:
+        return {}
+    d = np.concatenate(deltas)
+    o = np.argsort(t, kind="stable")
+    t, d = t[o], d[o]
+    running = np.cumsum(d)
+    seg = t[1:] - t[:-1]
+    out: dict[str, float] = {}
+    for state in np.unique(running[:-1]):
+        if state <= 0:
+            continue
+        label = " overlapping ".join(KERNEL_TYPES[k] for bit, k in enumerate(kinds) if state & (1 << bit))
+        out[label] = out.get(label, 0.0) + float(seg[running[:-1] == state].sum())
+    return out
+
+
+def comm_comp_overlap(v: RankView) -> float | None:
+    """Share of communication time (union) during which computation also runs; None without comm."""
+    comm = gpu_intervals(v, v.ktype == COMMUNICATION)
+    total = iv.length(comm)
+    if total <= 0:
+        return None
+    comp = gpu_intervals(v, v.ktype == COMPUTATION)
+    return iv.length(iv.intersect(comm, comp)) / total

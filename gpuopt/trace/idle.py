@@ -1,0 +1,64 @@
+"""Idle time between work on each stream, split as HTA does: host wait, kernel wait, other.
+
+For consecutive GPU events on one stream (by start time) the gap before an event is:
+
+* **host wait** when its launch call on the CPU started after the previous event ended: the
+  queue was empty, the GPU waited for the host;
+* **kernel wait** when the gap is shorter than ``kernel_wait_us`` (30 µs, HTA's default): the
+  normal delay between back-to-back kernels;
+* **other** for the rest (e.g. waiting on another stream or an event).
+
+Negative gaps (overlap after rounding) count as kernel wait, as in HTA, so the sums match.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gpuopt.trace.prepare import QUEUED_CATS, RankView
+
+KERNEL_WAIT_US = 30.0
+CATEGORIES = ("host_wait", "kernel_wait", "other")
+
+
+def queued_mask(v: RankView) -> np.ndarray:
+    return v.on_stream & v.ev.has_cat(QUEUED_CATS)
+
+
+def idle_by_stream(v: RankView, kernel_wait_us: float = KERNEL_WAIT_US) -> list[dict[str, Any]]:
+    """Rows ``{stream, host_wait, kernel_wait, other, gaps: {category: count}}`` in µs."""
+    q = np.flatnonzero(queued_mask(v))
+    rows: list[dict[str, Any]] = []
+    if q.size == 0:
+        return rows
+    streams = v.ev.stream[q]
+    for s in np.unique(streams):
+        idx = q[streams == s]
+        idx = idx[np.argsort(v.ts[idx], kind="stable")]
+        ts, end = v.ts[idx], v.end[idx]
+        if idx.size < 2:
+            rows.append({"stream": int(s), **{c: 0.0 for c in CATEGORIES}, "gaps": {c: 0 for c in CATEGORIES}})
+            continue
+        prev_end = end[:-1]
+        gap = ts[1:] - prev_end
+        rt = v.runtime_index[idx[1:]]
+        rt_ts = np.where(rt >= 0, v.ts[np.maximum(rt, 0)], -np.inf)
+        host = rt_ts > prev_end
+        kern = ~host & (gap < kernel_wait_us)
+        other = ~host & ~kern
+        rows.append(
+            {
+                "stream": int(s),
+                "host_wait": float(gap[host].sum()),
+                "kernel_wait": float(gap[kern].sum()),
+                "other": float(gap[other].sum()),
+                "gaps": {"host_wait": int(host.sum()), "kernel_wait": int(kern.sum()), "other": int(other.sum())},
+            }
+        )
+    return rows
+
+
+def idle_totals(rows: list[dict[str, Any]]) -> dict[str, float]:
+    return {c: float(sum(r[c] for r in rows)) for c in CATEGORIES}

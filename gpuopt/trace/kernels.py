@@ -1,0 +1,51 @@
+"""Kernel statistics: per-name totals and the top kernels of each type."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gpuopt.trace.prepare import KERNEL_TYPES, RankView
+
+
+def kernel_table(v: RankView) -> list[dict[str, Any]]:
+    """One row per GPU event name: type, count, total/mean/min/max µs (sorted by total, descending)."""
+    m = np.flatnonzero(v.on_stream)
+    if m.size == 0:
+        return []
+    codes = v.ev.name[m]
+    dur = v.dur[m]
+    uniq, inv = np.unique(codes, return_inverse=True)
+    total = np.bincount(inv, weights=dur, minlength=uniq.size)
+    count = np.bincount(inv, minlength=uniq.size)
+    mx = np.full(uniq.size, -np.inf)
+    mn = np.full(uniq.size, np.inf)
+    np.maximum.at(mx, inv, dur)
+    np.minimum.at(mn, inv, dur)
+    ktype_of_code = {int(c): int(k) for c, k in zip(codes, v.ktype[m], strict=True)}
+    rows: list[dict[str, Any]] = [
+        {
+            "name": v.ev.names[int(c)],
+            "type": KERNEL_TYPES[ktype_of_code[int(c)]],
+            "count": int(count[i]),
+            "total_us": float(total[i]),
+            "mean_us": float(total[i] / count[i]),
+            "min_us": float(mn[i]),
+            "max_us": float(mx[i]),
+        }
+        for i, c in enumerate(uniq)
+    ]
+    rows.sort(key=lambda r: (-float(r["total_us"]), str(r["name"])))
+    return rows
+
+
+def top_kernels(rows: list[dict[str, Any]], per_type: int = 10) -> list[dict[str, Any]]:
+    """The ``per_type`` largest names of each type (by total GPU time)."""
+    out: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    for r in rows:
+        if seen.get(r["type"], 0) < per_type:
+            seen[r["type"]] = seen.get(r["type"], 0) + 1
+            out.append(r)
+    return out

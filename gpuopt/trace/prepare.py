@@ -1,0 +1,168 @@
+"""From raw columns to the analysed view of one rank, with HTA 0.5's conventions.
+
+The conventions matter because users compare numbers with Holistic Trace Analysis (HTA), and a
+tool whose "idle %" differs for no stated reason is not trusted. What HTA does on load, and so do
+we (docs/trace-metrics.md says where and why we differ):
+
+* ns-resolution traces (fractional ``ts``): start rounded up and end rounded down to whole µs
+  (pytorch/pytorch#122425: events that overlap by a fraction of a µs).
+* "GPU events" are the events with a ``stream`` (kernels, memcpy, memset, CUDA syncs); GPU
+  *kernels* additionally have a correlation id (or are ``Event Sync``/``Context Sync``).
+* With two or more ``ProfilerStep#N`` annotations, the last step is dropped (it is usually cut
+  off by the profiler): CPU events starting at or after its start, and GPU events launched by them.
+* Kernel type from the name: ``nccl*Kernel`` → communication; ``Memcpy*``/``Memset*``/``dma*`` →
+  memory; names containing ``Memcpy``, ``Sync`` or starting with ``Memset`` otherwise → other;
+  the rest → computation.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpuopt.trace.columns import BoolArray, EventColumns, FloatArray, IntArray
+
+COMPUTATION, COMMUNICATION, MEMORY, OTHER = 0, 1, 2, 3
+KERNEL_TYPES = ("COMPUTATION", "COMMUNICATION", "MEMORY", "OTHER")
+
+_COMM_RE = re.compile(r"^nccl.*Kernel")
+_MEM_RE = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
+_NOT_COMPUTE_RE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
+_STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
+SYNC_EVENT_NAMES = ("Event Sync", "Context Sync")
+# Categories HTA's idle-time breakdown treats as work queued on a stream.
+QUEUED_CATS = ("kernel", "Kernel", "gpu_memset", "Memset", "gpu_memcpy", "Memcpy", "mtia_ccp_events")
+
+
+def kernel_type_of(name: str) -> int:
+    if _COMM_RE.match(name):
+        return COMMUNICATION
+    if _MEM_RE.match(name):
+        return MEMORY
+    if not _NOT_COMPUTE_RE.match(name):
+        return COMPUTATION
+    return OTHER
+
+
+def step_number(name: str) -> int | None:
+    m = _STEP_RE.match(name)
+    return int(m.group(1)) if m else None
+
+
+@dataclass
+class Step:
+    number: int
+    start: float
+    end: float
+    thread: int
+
+
+@dataclass
+class RankView:
+    """One rank, analysed view. Arrays are aligned with ``ev`` (the kept events)."""
+
+    rank: int
+    ev: EventColumns
+    ts: FloatArray
+    end: FloatArray
+    dur: FloatArray
+    on_stream: BoolArray  # stream != -1: HTA's "GPU events"
+    gpu_kernel: BoolArray  # HTA's GPUKernelFilter
+    ktype: IntArray  # kernel type per event (meaningful where on_stream)
+    runtime_index: IntArray  # for GPU events: index of the launching CPU event, else -1
+    steps: list[Step] = field(default_factory=list)  # profiler steps kept
+    dropped_last_step: Step | None = None
+    events_total: int = 0
+    source: str = ""
+
+    def name(self, i: int) -> str:
+        return self.ev.names[int(self.ev.name[i])]
+
+
+def count_step_names(cols: EventColumns) -> set[str]:
+    return {n for n in cols.names if "ProfilerStep" in n}
+
+
+def build_view(rank: int, cols: EventColumns, filter_last_step: bool, source: str = "") -> RankView:
+    """Round, classify, link GPU events to their launches, and drop the last profiler step."""
+    ts = cols.ts.copy()
+    end = cols.ts + cols.dur
+    if cols.fractional_ts:
+        ts = np.ceil(ts)
+        end = np.floor(end)
+    on_stream = cols.stream != -1
+    sync_codes = cols.name_codes(lambda n: n in SYNC_EVENT_NAMES)
+    gpu_kernel = ((cols.stream >= 0) & (cols.correlation >= 0)) | np.isin(cols.name, sync_codes)
+
+    names_step = np.array([("ProfilerStep" in n) for n in cols.names] or [False], dtype=bool)
+    is_step_evt = names_step[cols.name] & ~gpu_kernel if len(cols) else np.zeros(0, dtype=bool)
+    keep = np.ones(len(cols), dtype=bool)
+    dropped: Step | None = None
+    if filter_last_step and is_step_evt.any():
+        last_start = ts[is_step_evt].max()
+        cpu_keep = ~gpu_kernel & (ts < last_start)
+        kept_corr = np.unique(cols.correlation[cpu_keep])
+        gpu_keep = gpu_kernel & np.isin(cols.correlation, kept_corr)
+        keep = cpu_keep | gpu_keep
+        li = np.flatnonzero(is_step_evt & (ts == last_start))[0]
+        num = step_number(cols.names[int(cols.name[li])])
+        dropped = Step(num if num is not None else -1, float(ts[li]), float(end[li]), int(cols.thread[li]))
+    if not keep.all():
+        cols = cols.take(keep)
+        ts, end, on_stream, gpu_kernel, is_step_evt = ts[keep], end[keep], on_stream[keep], gpu_kernel[keep], is_step_evt[keep]
+    dur = end - ts
+
+    ktable = np.array([kernel_type_of(n) for n in cols.names] or [OTHER], dtype=np.int64)
+    ktype = ktable[cols.name] if len(cols) else np.zeros(0, dtype=np.int64)
+
+    runtime_index = _link_launches(cols, gpu_kernel)
+
+    steps: list[Step] = []
+    for i in np.flatnonzero(is_step_evt):
+        num = step_number(cols.names[int(cols.name[i])])
+        if num is not None:
+            steps.append(Step(num, float(ts[i]), float(end[i]), int(cols.thread[i])))
+    # One record per step number (a user_annotation and a gpu_user_annotation may share it).
+    uniq: dict[int, Step] = {}
+    for st in sorted(steps, key=lambda s: (s.number, -(s.end - s.start))):
+        uniq.setdefault(st.number, st)
+    return RankView(
+        rank=rank,
+        ev=cols,
+        ts=ts,
+        end=end,
+        dur=dur,
+        on_stream=on_stream,
+        gpu_kernel=gpu_kernel,
+        ktype=ktype,
+        runtime_index=runtime_index,
+        steps=sorted(uniq.values(), key=lambda s: s.start),
+        dropped_last_step=dropped,
+        events_total=cols.total_events,
+        source=source,
+    )
+
+
+def _link_launches(cols: EventColumns, gpu_kernel: BoolArray) -> IntArray:
+    """GPU event → the CPU event with the same correlation id (the last one, as HTA keeps)."""
+    out = np.full(len(cols), -1, dtype=np.int64)
+    has = cols.correlation != -1
+    cpu = np.flatnonzero(has & ~gpu_kernel)
+    gpu = np.flatnonzero(has & gpu_kernel)
+    if cpu.size == 0 or gpu.size == 0:
+        return out
+    ccorr = cols.correlation[cpu]
+    # last CPU event per correlation id: sort by (corr, order) and take the last of each run
+    o = np.lexsort((cols.order[cpu], ccorr))
+    sc = ccorr[o]
+    last = np.append(sc[1:] != sc[:-1], True)
+    uc = sc[last]
+    ui = cpu[o][last]
+    gcorr = cols.correlation[gpu]
+    pos = np.searchsorted(uc, gcorr)
+    pos_c = np.minimum(pos, uc.size - 1)
+    found = uc[pos_c] == gcorr
+    out[gpu[found]] = ui[pos_c[found]]
+    return out

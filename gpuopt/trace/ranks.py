@@ -1,0 +1,44 @@
+"""Across ranks: per-rank summary and the straggler.
+
+The straggler is found from the collectives themselves (as HTA's "late start of communication
+kernels"): the n-th communication kernel of every rank is the same collective, and it cannot
+finish before the last rank arrives. For each collective, each rank's lateness = its start −
+the earliest rank's start. The rank with the largest mean lateness makes the others wait; the
+wait it causes is the mean over collectives of (its start − the other ranks' starts).
+Kineto timestamps are wall-clock µs, so ranks on synchronised hosts are comparable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gpuopt.trace.prepare import COMMUNICATION, RankView
+
+
+def comm_starts(v: RankView) -> np.ndarray:
+    m = v.on_stream & (v.ktype == COMMUNICATION)
+    return np.sort(v.ts[m])
+
+
+def straggler(views: list[RankView]) -> dict[str, Any] | None:
+    if len(views) < 2:
+        return None
+    starts = [comm_starts(v) for v in views]
+    n = min(s.size for s in starts)
+    if n == 0:
+        return None
+    mat = np.stack([s[:n] for s in starts])  # ranks × collectives
+    late = mat - mat.min(axis=0)
+    mean_late = late.mean(axis=1)
+    worst = int(mean_late.argmax())
+    others = np.delete(np.arange(len(views)), worst)
+    caused = (mat[worst] - mat[others]).clip(min=0).mean()
+    return {
+        "rank": views[worst].rank,
+        "collectives_compared": int(n),
+        "mean_lateness_us": {views[i].rank: float(mean_late[i]) for i in range(len(views))},
+        "wait_caused_us_per_collective": float(caused),
+        "wait_caused_us_total": float((mat[worst] - mat[others]).clip(min=0).sum(axis=1).mean()),
+    }

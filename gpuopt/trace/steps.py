@@ -1,0 +1,135 @@
+"""Per-step time breakdown, as the PyTorch profiler's overview page did it.
+
+Each step's time is split into Kernel > Memcpy > Memset > Communication > Runtime > DataLoader >
+CPU op > Other: every category counts only time not covered by a category before it, so the eight
+add up to the step time. (We also split Runtime into its sync calls and the rest, which the
+contract's ``breakdown.sync`` needs.)
+
+Step windows: a ``ProfilerStep#N`` annotation starts a step on the CPU; the step ends when both
+its CPU annotation and the GPU work it launched have ended (the GPU runs behind the host), and the
+next step starts no earlier than that, so windows never overlap and add up to wall time.
+Host activity counts only on the training threads: the thread of the step annotations and the
+threads that launched GPU work (not, e.g., a pin-memory thread that is always busy).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from gpuopt.trace import intervals as iv
+from gpuopt.trace.memory import SYNC_APIS
+from gpuopt.trace.prepare import MEMORY, RankView
+
+CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_op", "other")
+RUNTIME_CATS = ("Runtime", "cuda_runtime", "cuda_driver", "mtia_runtime")
+OP_CATS = ("cpu_op", "Operator", "user_annotation", "python_function")
+_COMM_OP_RE = re.compile(r"^(nccl:|c10d::|gloo:|record_param_comms|ProcessGroup|torch\.distributed)|all_?reduce|all_?gather|reduce_?scatter|broadcast|all_to_all", re.I)
+
+
+def is_dataloader(name: str) -> bool:
+    return "DataLoader" in name or "dataloader" in name
+
+
+def training_threads(v: RankView) -> np.ndarray:
+    launched = v.runtime_index[v.runtime_index >= 0]
+    threads = set(np.unique(v.ev.thread[launched]).tolist()) if launched.size else set()
+    threads |= {s.thread for s in v.steps}
+    return np.array(sorted(threads), dtype=np.int64)
+
+
+def step_windows(v: RankView) -> tuple[np.ndarray, np.ndarray]:
+    if not v.steps:
+        return np.zeros(0), np.zeros(0)
+    starts = np.array([s.start for s in v.steps])
+    ends = np.array([s.end for s in v.steps])
+    g = np.flatnonzero(v.on_stream & (v.runtime_index >= 0))
+    launch_ts = v.ts[v.runtime_index[g]]
+    k = np.searchsorted(starts, launch_ts, side="right") - 1
+    ok = (k >= 0) & (launch_ts < ends[np.maximum(k, 0)])
+    gpu_end = np.full(starts.size, -np.inf)
+    np.maximum.at(gpu_end, k[ok], v.end[g][ok])
+    out_s, out_e = starts.copy(), np.maximum(ends, gpu_end)
+    for i in range(1, starts.size):
+        out_s[i] = max(out_s[i], out_e[i - 1])
+        out_e[i] = max(out_e[i], out_s[i])
+    return out_s, out_e
+
+
+def category_intervals(v: RankView) -> list[tuple[str, iv.Intervals]]:
+    """Union of intervals per category, in priority order (runtime split into sync / rest)."""
+    ev = v.ev
+    names = ev.names
+    gpu = v.on_stream
+    is_memcpy = ev.has_name(lambda n: n.startswith("Memcpy"))
+    is_memset = ev.has_name(lambda n: n.startswith("Memset"))
+    host = ~gpu & np.isin(ev.thread, training_threads(v))
+    runtime = host & ev.has_cat(RUNTIME_CATS)
+    sync_rt = runtime & ev.has_name(lambda n: n in SYNC_APIS)
+    ops = host & ev.has_cat(OP_CATS) & ~ev.has_name(lambda n: n.startswith("ProfilerStep"))
+    comm = ops & ev.has_name(lambda n: bool(_COMM_OP_RE.search(n)))
+    dl = ops & ev.has_name(is_dataloader)
+    del names
+
+    def u(m: np.ndarray) -> iv.Intervals:
+        return iv.merge(v.ts[m], v.end[m])
+
+    return [
+        ("kernel", u(gpu & (v.ktype != MEMORY) & ~ev.has_cat(("cuda_sync",)))),
+        ("memcpy", u(gpu & is_memcpy)),
+        ("memset", u(gpu & is_memset)),
+        ("communication", u(comm)),
+        ("runtime_sync", u(sync_rt)),
+        ("runtime", u(runtime & ~sync_rt)),
+        ("dataloader", u(dl)),
+        ("cpu_op", u(ops & ~dl & ~comm)),
+    ]
+
+
+def step_overview(v: RankView) -> list[dict[str, Any]]:
+    """One row per profiler step; without ``ProfilerStep`` annotations, one row (``step`` None)
+    for the whole trace (first to last event), so a breakdown is still given."""
+    ws, we = step_windows(v)
+    numbers: list[int | None] = [s.number for s in v.steps]
+    if ws.size == 0:
+        if len(v.ts) == 0:
+            return []
+        ws, we = np.array([float(v.ts.min())]), np.array([float(v.end.max())])
+        numbers = [None]
+    covered = iv.empty()
+    per: dict[str, np.ndarray] = {}
+    for name, u in category_intervals(v):
+        excl = iv.subtract(u, covered)
+        per[name] = iv.covered_in_windows(excl, ws, we)
+        covered = iv.merge(np.concatenate([covered[0], u[0]]), np.concatenate([covered[1], u[1]]))
+    rows = []
+    for i, number in enumerate(numbers):
+        dur = float(we[i] - ws[i])
+        row: dict[str, Any] = {"step": number, "start_us": float(ws[i]), "dur_us": dur}
+        for c in ("kernel", "memcpy", "memset", "communication"):
+            row[f"{c}_us"] = float(per[c][i])
+        row["runtime_us"] = float(per["runtime_sync"][i] + per["runtime"][i])
+        row["sync_us"] = float(per["runtime_sync"][i])
+        row["dataloader_us"] = float(per["dataloader"][i])
+        row["cpu_op_us"] = float(per["cpu_op"][i])
+        used = sum(row[f"{c}_us"] for c in CATEGORIES[:-1])
+        row["other_us"] = max(dur - used, 0.0)
+        rows.append(row)
+    return rows
+
+
+def contract_breakdown(rows: list[dict[str, Any]]) -> dict[str, float] | None:
+    """Map the overview onto the contract's {data_wait, h2d, sync, compute, other} (sum 1)."""
+    total = sum(r["dur_us"] for r in rows)
+    if total <= 0:
+        return None
+    data_wait = sum(r["dataloader_us"] for r in rows)
+    h2d = sum(r["memcpy_us"] for r in rows)
+    sync = sum(r["sync_us"] for r in rows)
+    compute = sum(r["kernel_us"] + r["memset_us"] + r["communication_us"] for r in rows)
+    parts = {"data_wait": data_wait / total, "h2d": h2d / total, "sync": sync / total, "compute": compute / total}
+    parts = {k: min(max(x, 0.0), 1.0) for k, x in parts.items()}
+    parts["other"] = max(0.0, 1.0 - sum(parts.values()))
+    return parts

@@ -1,0 +1,22 @@
+"""Shared, cached fixtures for the gpuopt.aot tests: each small zoo model is captured once per session."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+ZOO_NAMES = ("inception_v3", "nasnet_a_mobile", "resnet_stage", "transformer_block")
+
+
+@functools.lru_cache(maxsize=None)
+def scheduled_zoo(name: str) -> tuple[Any, tuple[Any, ...], Any]:
+    """(model, example_inputs, ScheduledModule) for the small variant of a zoo model."""
+    import warnings
+
+    from gpuopt.aot import schedule, zoo
+
+    model, inputs = zoo.ZOO[name]("small")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        scheduled = schedule(model, inputs)
+    return model, inputs, scheduled

@@ -1,0 +1,168 @@
+"""The window: only its steps are recorded; outside it nothing is installed; the run's end,
+failures and the user's own modes are handled without breaking the user's code."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from probes_support import ROOT, context, load, record, site
+from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+from gpuopt.probes.recorder import DispatchRecorder
+
+NAME = "planted_window.py"
+
+
+@pytest.fixture(autouse=True)
+def _repo_cwd(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+
+
+def _no_modes() -> bool:
+    return not _get_current_function_mode_stack() and not _get_current_dispatch_mode_stack()
+
+
+def _item_count(doc: dict) -> float:
+    (entry,) = [e for e in doc["syncs"] if e["site"] == site(NAME, "WINDOW-ITEM")]
+    return entry["count_per_step"]
+
+
+def test_only_window_steps_are_recorded(tmp_path: Path) -> None:
+    mod = load(NAME)
+    # step i does i + 1 reads; window = steps 2 and 3 -> (3 + 4) / 2 per step
+    doc = record(mod["train_step"], steps=7, tmp_path=tmp_path, window_start=2, window_steps=2)
+    assert _item_count(doc) == 3.5
+    assert (doc["dispatch"]["window_start"], doc["dispatch"]["window_steps"]) == (2, 2)
+    assert _no_modes()
+
+
+def test_window_at_start(tmp_path: Path) -> None:
+    mod = load(NAME)
+    doc = record(mod["train_step"], steps=4, tmp_path=tmp_path, window_start=0, window_steps=3)
+    assert _item_count(doc) == 2  # (1 + 2 + 3) / 3
+    assert doc["dispatch"]["window_start"] == 0
+
+
+def test_nothing_installed_outside_the_window(tmp_path: Path) -> None:
+    mod = load(NAME)
+    probe = DispatchRecorder()
+    probe.start(context(tmp_path, window_start=3, window_steps=1))
+    assert _no_modes()
+    mod["train_step"](0)
+    probe.on_step(0, time.perf_counter())
+    probe.on_step(1, time.perf_counter())
+    assert _no_modes()
+    probe.on_step(2, time.perf_counter())    # the window opens when step 2 ends
+    assert _get_current_function_mode_stack() and _get_current_dispatch_mode_stack()
+    mod["train_step"](3)
+    probe.on_step(3, time.perf_counter())
+    assert _no_modes()
+    mod["train_step"](4)                       # after the window: not recorded
+    probe.stop()
+    doc: dict = {}
+    probe.contribute(doc)
+    assert _item_count(doc) == 4
+
+
+def test_window_zero_turns_everything_off(tmp_path: Path) -> None:
+    mod = load(NAME)
+    probe = DispatchRecorder()
+    probe.start(context(tmp_path, window_start=0, window_steps=0))
+    assert _no_modes()
+    mod["train_step"](1)
+    probe.on_step(0, time.perf_counter())
+    probe.stop()
+    doc: dict = {"transfers": [], "syncs": []}
+    probe.contribute(doc)
+    assert doc["syncs"] == [] and doc["dispatch"]["window_steps"] == 0
+    assert doc["dispatch"]["ops_per_step"] is None
+
+
+def test_ops_per_step_exact(tmp_path: Path) -> None:
+    mod = load(NAME)
+    doc = record(mod["ten_adds"], steps=4, tmp_path=tmp_path, window_start=1, window_steps=2)
+    d = doc["dispatch"]
+    assert d["ops_per_step"] == 10
+    assert d["torch_function_calls_per_step"] == 10
+    assert d["recorder_overhead_us_per_op"] > 0
+    assert 0 <= d["between_ops_share"] <= 1 and 0 <= d["between_ops_step_share"] <= 1
+    assert d["step_time_us"] <= d["step_time_us_raw"]  # the recorder's measured cost is removed
+    first = int(site(NAME, "TEN-ADDS").rsplit(":", 1)[1])
+    assert {s["site"]: s["ops_per_step"] for s in d["top_sites"]} == {
+        site(NAME, "TEN-ADDS"): 5,
+        f"tests/data/probes/{NAME}:{first + 1}": 5,
+    }
+    assert sum(s["ops_per_step"] for s in d["top_sites"]) == 10
+
+
+def test_run_ending_inside_the_window_keeps_complete_steps(tmp_path: Path) -> None:
+    mod = load(NAME)
+    probe = DispatchRecorder()
+    probe.start(context(tmp_path, window_start=1, window_steps=4))
+    for i in range(3):                      # steps 1 and 2 complete inside the window
+        mod["train_step"](i)
+        probe.on_step(i, time.perf_counter())
+    mod["train_step"](3)                    # step 3 never ends: discarded
+    probe.stop()
+    assert _no_modes()
+    doc: dict = {}
+    probe.contribute(doc)
+    assert _item_count(doc) == 2.5          # (2 + 3) / 2
+    assert doc["dispatch"]["window_steps"] == 2 and doc["dispatch"]["window_partial"] is False
+
+
+def test_run_without_steps_reports_the_partial_window(tmp_path: Path) -> None:
+    mod = load(NAME)
+    probe = DispatchRecorder()
+    probe.start(context(tmp_path, window_start=0, window_steps=3))
+    mod["train_step"](2)                    # no step ever ends (no optimizer, no gpuopt.step())
+    probe.stop()
+    doc: dict = {}
+    probe.contribute(doc)
+    assert _item_count(doc) == 3
+    assert doc["dispatch"]["window_steps"] == 1 and doc["dispatch"]["window_partial"] is True
+
+
+def test_run_ending_before_the_window(tmp_path: Path) -> None:
+    mod = load(NAME)
+    doc = record(mod["train_step"], steps=2, tmp_path=tmp_path, window_start=5, window_steps=3)
+    assert doc["dispatch"]["ops_per_step"] is None
+    assert "before the recording window" in doc["dispatch"]["note"]
+
+
+def test_user_exception_inside_the_window(tmp_path: Path) -> None:
+    probe = DispatchRecorder()
+    probe.start(context(tmp_path, window_start=0, window_steps=3))
+    with pytest.raises(ValueError):
+        torch.ones(2).sum().item()
+        raise ValueError("user code failed")
+    probe.stop()                               # must not raise
+    assert _no_modes()
+    probe.contribute({})
+
+
+def test_user_mode_pushed_inside_the_window_is_never_popped(tmp_path: Path) -> None:
+    class UserMode(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            return func(*args, **(kwargs or {}))
+
+    mod = load(NAME)
+    probe = DispatchRecorder()
+    probe.start(context(tmp_path, window_start=0, window_steps=1))
+    user = UserMode()
+    user.__enter__()                           # the user's mode, above the recorder's
+    mod["ten_adds"](0)
+    probe.on_step(0, time.perf_counter())      # window ends while the user's mode is on top
+    assert _get_current_function_mode_stack()[-1] is user
+    mod["ten_adds"](1)                         # recorder inert: not counted
+    user.__exit__(None, None, None)
+    probe.stop()                               # now the recorder's own modes can go
+    assert _no_modes()
+    doc: dict = {}
+    probe.contribute(doc)
+    assert doc["dispatch"]["ops_per_step"] == 10
+    assert any("another torch mode" in w for w in doc["warnings"])

@@ -1,0 +1,96 @@
+"""Idle-gap causes, step overview and sync attribution on traces with known answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from trace_helpers import SHARED_TRACES, cpu, kernel, launch, write_trace
+
+from gpuopt.trace.analysis import analyze_trace
+from gpuopt.trace.idle_causes import user_site
+
+
+def _synthetic(tmp_path: Path) -> Path:
+    """Step 1 runs [0, 1000): kernels at [10,110), [300,400), [600,700), [900,950).
+
+    Gap [110,300): DataLoader __next__ covers [100,250) → 140 µs dataloader; launch [260,263) → 3.
+    Gap [400,600): aten::item [390,520) with cudaStreamSynchronize inside → 120 sync; python
+    frame train.py(7) covers [520,600) → 75 python + 5 launch (the cudaLaunchKernel at 590).
+    Gap [700,900): Optimizer.step [690,880) → 180 optimizer; launch [895,898) → 3; the rest untraced.
+    """
+    ev = [
+        cpu("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+        cpu("ProfilerStep#2", 1000, 100, cat="user_annotation"),
+        launch(5, 3, corr=1), kernel("gemm", 10, 100, corr=1),
+        cpu("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 100, 150, cat="user_annotation"),
+        launch(260, 3, corr=2), kernel("gemm", 300, 100, corr=2),
+        cpu("aten::item", 390, 130), cpu("aten::_local_scalar_dense", 391, 128),
+        cpu("cudaStreamSynchronize", 392, 100, cat="cuda_runtime"),
+        cpu("train.py(7): train_step", 520, 80, cat="python_function"),
+        launch(590, 5, corr=3), kernel("relu", 600, 100, corr=3),
+        cpu("Optimizer.step#SGD.step", 690, 190, cat="user_annotation"),
+        launch(895, 3, corr=4), kernel("add", 900, 50, corr=4),
+        launch(1010, 3, corr=5), kernel("add", 1020, 10, corr=5),
+    ]
+    return write_trace(tmp_path / "t.json", ev)
+
+
+def test_each_idle_microsecond_has_its_cause(tmp_path: Path) -> None:
+    ra = analyze_trace(_synthetic(tmp_path)).ranks[0]
+    ic = ra.idle_causes
+    assert ic["gaps"] == 3 and ic["idle_us"] == pytest.approx(590)
+    bc = ic["by_cause"]
+    assert bc["dataloader"] == pytest.approx(140)
+    assert bc["sync"] == pytest.approx(120)
+    assert bc["launch"] == pytest.approx(11)  # launch calls [260,263), [590,595), [895,898)
+    assert bc["python"] == pytest.approx(75)
+    assert bc["optimizer"] == pytest.approx(180)
+    assert bc["untraced"] == pytest.approx(64)  # [250,260) + [263,300) + [880,895) + [898,900)
+    assert sum(bc.values()) == pytest.approx(ic["idle_us"])
+    sync_site = next(s for s in ic["sites"] if s["cause"] == "sync")
+    assert sync_site["op"] == "aten::item" and sync_site["idle_us"] == pytest.approx(120)
+    assert any(s["cause"] == "python" and s["site"] == "train.py:7" for s in ic["sites"])
+    # the last profiler step is dropped (HTA), so one step, holding all the gaps
+    assert [r["step"] for r in ic["by_step"]] == [1] and ic["by_step"][0]["idle_us"] == pytest.approx(590)
+
+
+def test_step_overview_sums_to_step_time(tmp_path: Path) -> None:
+    ra = analyze_trace(_synthetic(tmp_path)).ranks[0]
+    (row,) = ra.step_overview
+    assert row["dur_us"] == pytest.approx(1000)
+    cats = ["kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_op", "other"]
+    assert sum(row[f"{c}_us"] for c in cats) == pytest.approx(row["dur_us"])
+    assert row["kernel_us"] == pytest.approx(350)
+    # dataloader [100,250) minus kernel [10,110) → 140
+    assert row["dataloader_us"] == pytest.approx(140)
+    # sync call [392,492) lies under the kernel [300,400) for 8 µs → 92 µs of runtime-sync
+    assert row["sync_us"] == pytest.approx(92)
+
+
+def test_sync_call_names_the_op_that_issued_it(tmp_path: Path) -> None:
+    ra = analyze_trace(_synthetic(tmp_path)).ranks[0]
+    (call,) = ra.syncs
+    assert call["api"] == "cudaStreamSynchronize" and call["outer_op"] == "aten::item"
+    assert call["op"] == "aten::_local_scalar_dense" and call["dur_us"] == 100
+
+
+def test_user_site_skips_library_frames() -> None:
+    assert user_site("train.py(45): train_step") == "train.py:45"
+    assert user_site("/usr/lib/python3.11/site-packages/torch/nn/modules/module.py(1501): _call_impl") is None
+    assert user_site("<built-in method item>") is None
+
+
+@pytest.mark.skipif(not (SHARED_TRACES / "kineto_tb_plugin").exists(), reason="../shared/traces not present")
+def test_dataloader_workers_remove_the_dataloader_cause() -> None:
+    """Same ResNet50 job: 0 DataLoader workers vs 4. The idle time blamed on the DataLoader must
+    collapse with workers, and the 0-worker trace must name the user's line."""
+    base = SHARED_TRACES / "kineto_tb_plugin" / "samples"
+    nw0 = analyze_trace(next((base / "resnet50_num_workers_0").glob("*.gz"))).ranks[0]
+    nw4 = analyze_trace(next((base / "resnet50_num_workers_4").glob("*.gz"))).ranks[0]
+    d0 = nw0.idle_causes["by_cause"]["dataloader"]
+    d4 = nw4.idle_causes["by_cause"]["dataloader"]
+    assert d0 > 0.5 * nw0.idle_causes["idle_us"]  # most idle time is the DataLoader
+    assert d4 < d0 / 10
+    top = nw0.idle_causes["sites"][0]
+    assert top["cause"] == "dataloader" and top["site"] == "resnet50_profiler_api.py:42"

@@ -1,0 +1,88 @@
+"""The profile document built from traces, and the trace findings."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+from trace_helpers import SHARED_TRACES, cpu, kernel, launch, write_trace
+
+from gpuopt.schema import validate_profile
+from gpuopt.trace.profile import profile_from_traces
+
+GPU_KEYS = {"rank", "device", "utilization", "idle_pct", "compute_pct", "non_compute_pct", "idle_us", "launch", "memcpy", "comm_overlap_pct"}
+needs_traces = pytest.mark.skipif(not (SHARED_TRACES / "hta").exists(), reason="../shared/traces not present")
+NW0 = SHARED_TRACES / "kineto_tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+NW4 = SHARED_TRACES / "kineto_tb_plugin/samples/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz"
+
+
+@pytest.fixture(scope="module")
+def nw0() -> dict:
+    return profile_from_traces(NW0)
+
+
+@needs_traces
+def test_document_is_valid_and_complete(nw0: dict) -> None:
+    assert validate_profile(nw0) == [] and nw0["source"] == "trace"
+    (g,) = nw0["gpu"]
+    assert set(g) == GPU_KEYS
+    assert g["idle_pct"] == pytest.approx(39.43, abs=0.01) and g["device"] == "Tesla V100-DGXS-32GB"
+    assert g["utilization"] == pytest.approx(1 - 0.3943, abs=1e-3)
+    assert set(g["idle_us"]) == {"host_wait", "kernel_wait", "other"}
+    assert nw0["steps"]["count"] == 5 and nw0["ranks"] is None
+    assert nw0["environment"]["python"] is None and nw0["utilization"]["cpu"]["mean"] is None
+    bd = nw0["breakdown"]
+    assert abs(sum(bd.values()) - 1) < 0.02 and bd["data_wait"] > 0.25
+    ids = {t["id"] for t in nw0["tables"]}
+    assert {"trace-gpu-time", "trace-idle-causes", "trace-step-breakdown", "trace-launch", "trace-memory", "trace-top-kernels"} <= ids
+    for t in nw0["tables"]:
+        assert all(len(r) == len(t["columns"]) for r in t["rows"]), t["id"]
+    (tr,) = [t for t in nw0["transfers"] if t["direction"] == "h2d"]
+    assert tr["pinned"] is False and tr["count_per_step"] == 2.0
+
+
+@needs_traces
+def test_findings_on_dataloader_bound_run(nw0: dict) -> None:
+    f = {x["id"]: x for x in nw0["findings"]}
+    assert "dataloader-bound" in f and f["dataloader-bound"]["severity"] == "high"
+    assert f["dataloader-bound"]["site"] == "resnet50_profiler_api.py:42"
+    assert "pageable-h2d" in f and f["pageable-h2d"]["evidence"]["count"] == 10
+    ids = [x["id"] for x in nw0["findings"]]
+    assert len(ids) == len(set(ids))  # run-time rules may fire on the same document: one per id
+    assert f["dataloader-bound"]["source"] == "trace" and f["pageable-h2d"]["source"] == "trace"
+
+
+@needs_traces
+def test_no_dataloader_finding_with_workers() -> None:
+    doc = profile_from_traces(NW4)
+    assert "dataloader-bound" not in {x["id"] for x in doc["findings"]}
+
+
+@needs_traces
+def test_two_ranks_give_ranks_and_straggler() -> None:
+    doc = profile_from_traces(SHARED_TRACES / "hta" / "trace_filter")
+    assert validate_profile(doc) == []
+    assert [r["rank"] for r in doc["ranks"]] == [0, 1] and [g["rank"] for g in doc["gpu"]] == [0, 1]
+    assert doc["gpu"][1]["comm_overlap_pct"] == pytest.approx(20.05, abs=0.5)
+    s = {x["id"]: x for x in doc["findings"]}["straggler-rank"]
+    assert s["evidence"]["rank"] == doc["trace"]["straggler"]["rank"]
+
+
+@needs_traces
+@pytest.mark.parametrize("rel", ["hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", "hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz", "hta/rank_unavailable/rank_not_found.json.gz", "hta/mtia_inference_trace/mtia_inference_rank_0.json.gz"])
+def test_traces_hta_cannot_read_still_get_a_report(rel: str) -> None:
+    doc = profile_from_traces(SHARED_TRACES / rel)
+    assert validate_profile(doc) == []
+
+
+def test_trace_rules_do_not_fire_on_run_documents(tmp_path: Path) -> None:
+    ev = [cpu("ProfilerStep#1", 0, 1000, cat="user_annotation"), cpu("enumerate(DataLoader)#x.__next__", 20, 900, cat="user_annotation"),
+          launch(5, 3, corr=1), kernel("gemm", 10, 5, corr=1), launch(930, 3, corr=2), kernel("gemm", 950, 40, corr=2)]
+    doc = profile_from_traces(write_trace(tmp_path / "t.json", ev))
+    assert "dataloader-bound" in {x["id"] for x in doc["findings"]}
+    from gpuopt.findings.rules import gpu_trace
+
+    run_doc = copy.deepcopy(doc)
+    run_doc["source"] = "run"
+    assert gpu_trace.dataloader_bound(run_doc) == [] and gpu_trace.low_gpu_util(run_doc) == []
