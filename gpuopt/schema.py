@@ -24,6 +24,8 @@ The keys listed in ``../shared/CONTRACT.md`` are required. gpuopt adds (all opti
 ``dataloaders`` one entry per DataLoader seen: ``{site, class, dataset, batch_size, num_workers,
                 pin_memory, persistent_workers, prefetch_factor, multiprocessing_context, epochs,
                 batches, wait_s_total, wait_s_per_step}``
+``gpu[].utilization``  a FRACTION (0–1) of the span with a kernel running; ``*_pct`` keys are 0–100
+``ranks[].step_time_median_s``  median step time of that rank
 ``rank``        this process's rank under torchrun (null otherwise); ``rank_spread``
                 ``{slowest_rank, fastest_rank, ratio}`` of median step times in a merged document
 ``tables``      extra tables any analysis may add; every renderer shows them:
@@ -174,6 +176,7 @@ def write_atomic(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual mode
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -181,6 +184,12 @@ def write_atomic(path: Path, data: bytes) -> None:
         except OSError:
             pass
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_profile(doc: dict[str, Any], path: Path) -> None:

@@ -64,6 +64,7 @@ def test_evidence_values_use_the_unit_in_their_name() -> None:
     assert c.fmt_evidence_value("ops_per_step", 480) == "480"
     # a "share" outside [0, 1] is not a fraction: shown as it is, never as 4200%
     assert c.fmt_evidence_value("share", 42) == "42"
+    assert c.fmt_evidence_value("idle_by_cause_ms", {"sync": 18.81, "launch": 12283.4, "python": 0.0}) == "launch 12.3 s, sync 18.8 ms, python 0 s"
 
 
 def test_site_links_are_absolute_and_percent_encoded() -> None:

@@ -127,7 +127,7 @@ def test_failed_run() -> None:
     assert "no measured steps" in out
     assert "no breakdown: no measured steps" in out
     assert "None: no measured steps, so there was nothing to analyse." in out
-    assert "CPU  no samples: the run ended before the first sample" in out
+    assert "CPU  not measured\n GPU  not measured: the run ended before the first sample" in out
 
 
 def test_trace_document() -> None:

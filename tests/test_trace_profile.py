@@ -40,6 +40,9 @@ def test_document_is_valid_and_complete(nw0: dict) -> None:
         assert all(len(r) == len(t["columns"]) for r in t["rows"]), t["id"]
     (tr,) = [t for t in nw0["transfers"] if t["direction"] == "h2d"]
     assert tr["pinned"] is False and tr["count_per_step"] == 2.0
+    assert tr["site"] == "resnet50_profiler_api.py:44"  # from the ops' "Call stack" (with_stack=True)
+    assert {s["site"] for s in nw0["syncs"]} == {"resnet50_profiler_api.py:44"}
+    assert nw0["utilization"]["gpu"]["mean"] == pytest.approx(60.57, abs=0.01)  # percent, like NVML
 
 
 @needs_traces
@@ -48,6 +51,7 @@ def test_findings_on_dataloader_bound_run(nw0: dict) -> None:
     assert "dataloader-bound" in f and f["dataloader-bound"]["severity"] == "high"
     assert f["dataloader-bound"]["site"] == "resnet50_profiler_api.py:42"
     assert "pageable-h2d" in f and f["pageable-h2d"]["evidence"]["count"] == 10
+    assert f["pageable-h2d"]["site"] == "resnet50_profiler_api.py:44"
     ids = [x["id"] for x in nw0["findings"]]
     assert len(ids) == len(set(ids))  # run-time rules may fire on the same document: one per id
     assert f["dataloader-bound"]["source"] == "trace" and f["pageable-h2d"]["source"] == "trace"

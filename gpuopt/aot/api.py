@@ -72,8 +72,8 @@ def plan_program(program: Program, leaves: Sequence[Any], *, merge: bool = True)
         measured = probe(program, leaves)
     edges, notes = dependence_edges(program, measured.nodes)
     names = [n.name for n in program.compute]
-    weight = [1.0 if measured.nodes[n].kind == "kernel" else 0.0 for n in names]
-    plan = build_plan(names, edges, weight=weight, merge=merge)
+    kernel = {n: measured.nodes[n].kind == "kernel" for n in names}
+    plan = build_plan(names, edges, merge=merge, kernel=kernel)
     plan.ops = {n: measured.nodes[n].to_dict() for n in names}
     plan.memory = measured.memory()
     outputs = program.output_names()
@@ -82,6 +82,9 @@ def plan_program(program: Program, leaves: Sequence[Any], *, merge: bool = True)
         {n: measured.nodes[n].storages for n in names},
         {n: program.reads(n) for n in names},
         keep=outputs,
+        accesses={
+            n: sorted(set(measured.nodes[n].reads) | set(measured.nodes[n].writes)) for n in names if kernel[n]
+        },
     )
     plan.capture = program.method
     plan.notes.extend(notes)

@@ -75,9 +75,13 @@ class MemoryModel:
     @classmethod
     def from_plan_ops(cls, plan: Plan, memory: Mapping[str, Any]) -> MemoryModel:
         """From a captured plan's measured ``ops`` entries and its ``memory`` section."""
+        def kernel(n: str) -> bool:
+            return plan.ops[n].get("kind", "kernel") == "kernel"
+
+        # Only kernels touch memory on the device; a view or getitem is host-side metadata.
         return cls(
-            reads={n: set(plan.ops[n].get("reads", ())) for n in plan.order},
-            writes={n: set(plan.ops[n].get("writes", ())) for n in plan.order},
+            reads={n: set(plan.ops[n].get("reads", ())) if kernel(n) else set() for n in plan.order},
+            writes={n: set(plan.ops[n].get("writes", ())) if kernel(n) else set() for n in plan.order},
             value_storages={n: set(plan.ops[n].get("storages", ())) for n in plan.order},
             inputs=set(memory.get("inputs", ())),
             constants=set(memory.get("constants", ())),
@@ -281,16 +285,30 @@ def run_simulated(program: Any, plan: Plan, memory: MemoryModel, leaves: Sequenc
     (None when a violation stopped the real execution)."""
     env = program.bind_inputs(leaves)
     program.run_guards(env)
+    kernel = {n: plan.ops.get(n, {}).get("kind", "kernel") == "kernel" for n in plan.order}
+    done: set[str] = set()
+
+    def materialize(name: str) -> None:
+        """Run a non-kernel node (view, getitem) when first needed, as the host would have
+        done at launch: it only needs its inputs' tensor objects, not their data."""
+        node = program.by_name[name]
+        for inp in node.all_input_nodes:
+            if inp.name in program.by_name and inp.name not in done:
+                if kernel[inp.name]:
+                    raise KeyError(inp.name)
+                materialize(inp.name)
+        program.run(name, env)
+        done.add(name)
 
     def execute(name: str) -> None:
-        node = program.by_name[name]
-        missing = [n for n in node.all_input_nodes if n not in env]
-        if missing:
-            raise KeyError(missing[0].name)
-        program.run(name, env)
+        if kernel[name]:
+            materialize(name)
 
     report = StreamSimulator(plan, memory).run(seed, execute)
     if report.ok:
+        for name in program.output_names():
+            if name in program.by_name and name not in done:
+                materialize(name)
         report.outputs = program.collect_outputs(env)
     return report
 

@@ -17,7 +17,9 @@ everything an executor needs besides the operators themselves:
                    (outputs, inputs, parameters)
 ``ops``            per node: ``target`` and the cost-model inputs measured at capture
                    (``kind`` kernel/view/none, ``flops``, ``bytes``, ``elems``, ``dtype``, ``class``)
-``stats``          sizes: |E|, |E'| (``reduced_edges``), |M| (``matching``), chains before merging
+``stats``          sizes: |E| (``edges``), kernels and the edges between them (streams are
+                   assigned on kernels only, see :func:`build_plan`), |E'| (``reduced_edges``)
+                   and |M| (``matching``) of that kernel DAG, chains before merging
 ``memory``         storage ids (measured at capture) of the ``inputs`` (written by the caller),
                    ``constants`` (parameters, buffers) and ``outputs``; with the per-node
                    ``storages``/``reads``/``writes`` in ``ops`` this is what the simulated
@@ -32,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuopt.aot.graph import Dag, GraphError
+from gpuopt.aot.graph import Dag, GraphError, iter_bits
 from gpuopt.aot.streams import StreamAssignment, assign_streams
 
 PLAN_SCHEMA = "gpuopt.aot.plan/1"
@@ -171,28 +173,58 @@ def build_plan(
     *,
     weight: Sequence[float] | None = None,
     merge: bool = True,
+    kernel: Mapping[str, bool] | None = None,
 ) -> Plan:
-    """Plan streams and syncs for a DAG given as names (in launch order) and edges."""
+    """Plan streams and syncs for a DAG given as names (in launch order) and edges.
+
+    ``kernel[name]`` False marks a node that launches no GPU work (a view, ``getitem``, a
+    ``detach``): it needs no stream order and no sync, since the host creates it, in launch
+    order, from tensors it already holds. Streams are assigned on the DAG of kernel nodes, with an
+    edge between two kernels wherever a path joins them through non-kernel nodes only; each
+    non-kernel node is then put on the stream of its latest kernel ancestor (else the origin).
+    Without ``kernel`` every node is a kernel.
+    """
     dag = Dag.from_edges(names, edges)
-    sa: StreamAssignment = assign_streams(dag, weight, merge=merge)
-    return plan_from_assignment(dag, sa)
-
-
-def plan_from_assignment(dag: Dag, sa: StreamAssignment) -> Plan:
-    names = dag.names
-    streams = {names[i]: sa.stream_of[i] for i in range(len(names))}
+    n = len(names)
+    is_kernel = [True] * n if kernel is None else [bool(kernel.get(name, True)) for name in names]
+    kidx = [i for i in range(n) if is_kernel[i]]
+    kpos = {i: k for k, i in enumerate(kidx)}
+    frontier = [0] * n  # bit set of the nearest kernel ancestors (itself, for a kernel)
+    kedges: set[tuple[int, int]] = set()
+    for i in range(n):
+        acc = 0
+        for p in dag.pred[i]:
+            acc |= frontier[p]
+        if is_kernel[i]:
+            for k in iter_bits(acc):
+                kedges.add((kpos[k], kpos[i]))
+            frontier[i] = 1 << i
+        else:
+            frontier[i] = acc
+    kdag = Dag.from_edges([names[i] for i in kidx], [(names[kidx[a]], names[kidx[b]]) for a, b in kedges])
+    kweight = [weight[i] for i in kidx] if weight is not None else None
+    sa: StreamAssignment = assign_streams(kdag, kweight, merge=merge)
+    streams: dict[str, int] = {}
+    for i in range(n):
+        if is_kernel[i]:
+            streams[names[i]] = sa.stream_of[kpos[i]]
+        else:
+            latest = frontier[i].bit_length() - 1
+            streams[names[i]] = sa.stream_of[kpos[latest]] if latest >= 0 else 0
     side = list(range(1, sa.num_streams))
     return Plan(
         nodes=list(names),
         edges=[(names[i], names[j]) for i, j in dag.edges()],
         streams=streams,
-        syncs=[(names[u], names[v]) for u, v in sa.syncs],
-        num_streams=sa.num_streams,
+        syncs=[(kdag.names[u], kdag.names[v]) for u, v in sa.syncs],
+        num_streams=max(sa.num_streams, 1 if n else 0),
         order=list(names),
         fork=side,
         join=side,
         stats={
             "edges": dag.num_edges(),
+            "kernels": len(kidx),
+            "kernel_edges": kdag.num_edges(),
             "reduced_edges": len(sa.reduced_edges),
             "matching": len(sa.matching),
             "chains": sa.num_chains,
@@ -205,28 +237,32 @@ def release_policy(
     value_storages: Mapping[str, Sequence[int]],
     node_reads: Mapping[str, Sequence[str]],
     keep: set[str],
+    accesses: Mapping[str, Sequence[int]] | None = None,
 ) -> dict[str, str]:
     """When each intermediate value's reference may be dropped without a cross-stream reuse hazard.
 
     The CUDA caching allocator hands a freed block back to the stream that allocated it; later
     work on that stream may reuse it at once, without waiting for readers on other streams.
-    So a value may be dropped right after its last reader (in launch order) only if every node
-    that touches any of its storages (its producer, views of it, readers of those) runs on one
+    So a value may be dropped right after its last reader (in launch order) only if every kernel
+    that touches any of its storages (its producer, readers of it or of views of it) runs on one
     stream; otherwise it is held until the side streams have joined (``"@join"``).
 
     ``value_storages``: storage ids per value (measured at capture; views share their base's id).
-    ``node_reads``: values each node reads. ``keep``: values never dropped (graph outputs).
-    Storages reachable from a kept value are never freed by dropping other values, but the
-    policy is computed per storage, so this needs no special case.
+    ``node_reads``: values each node takes as inputs (for the last reader, in launch order).
+    ``accesses``: storages each node reads or writes on the device (kernels only); by default,
+    the storages of the values it reads and produces. ``keep``: values never dropped (outputs).
     """
     touch: dict[int, set[int]] = {}
     for name in plan.order:
         s = plan.streams[name]
-        for sid in value_storages.get(name, ()):
+        if accesses is not None:
+            touched: Sequence[int] | set[int] = accesses.get(name, ())
+        else:
+            touched = set(value_storages.get(name, ()))
+            for v in node_reads.get(name, ()):
+                touched |= set(value_storages.get(v, ()))
+        for sid in touched:
             touch.setdefault(sid, set()).add(s)
-        for v in node_reads.get(name, ()):
-            for sid in value_storages.get(v, ()):
-                touch.setdefault(sid, set()).add(s)
     last_reader: dict[str, str] = {}
     for name in plan.order:
         for v in node_reads.get(name, ()):
@@ -237,8 +273,5 @@ def release_policy(
             continue
         storages = value_storages.get(name, ())
         single = all(len(touch.get(sid, ())) <= 1 for sid in storages)
-        if single:
-            release[name] = last_reader.get(name, name)
-        else:
-            release[name] = JOIN
+        release[name] = last_reader.get(name, name) if single else JOIN
     return release

@@ -141,32 +141,58 @@ def summarize(probe: DispatchRecorder, doc: dict[str, Any]) -> None:
     doc["ragged"] = ragged
 
 
-def _dispatch(engine: RecorderEngine, t: StepCounters, cal: dict[str, float], steps: int,
-              doc: dict[str, Any], indices: list[int], partial: bool) -> tuple[dict[str, Any], float]:
+def _split(t: StepCounters, cal: dict[str, float], data_wait: float | None) -> dict[str, float]:
+    """Where the time of ``t`` (one step or the whole window) went, recorder cost removed."""
     us = 1e-6
     overhead = (t.tf_events * cal["function_us"] + t.dispatch_events * cal["dispatch_us"]
                 + t.pass_events * cal["passthrough_us"]) * us
     wall = max(t.wall_s - overhead, 1e-9)
     inflation = cal["inflation_us"] * us
     op_time = max(t.op_s - t.ops * inflation, 0.0)
-    small_time = max(t.small_s - t.small_ops * inflation, 0.0)
-    sync_calls_time = sum(v[1] for k, v in t.syncs.items() if k[0] == "synchronize")
-    h2d_time = sum(v[1] for k, v in t.transfers.items() if k[0] == "h2d")
-    data_wait = _window_data_wait(doc, indices)
-    data_source = "dataloader probe"
-    if data_wait is None:
-        data_wait, data_source = t.data_s, "recorder (data-loading ops only)"
-    data_wait = min(data_wait, wall)
-    between = max(wall - data_wait - sync_calls_time - op_time, 0.0)
-    not_waiting = max(wall - data_wait - t.sync_s - h2d_time, 1e-9)
+    sync_calls = sum(v[1] for k, v in t.syncs.items() if k[0] == "synchronize")
+    h2d = sum(v[1] for k, v in t.transfers.items() if k[0] == "h2d")
+    data = min(t.data_s if data_wait is None else data_wait, wall)
+    between = max(wall - data - sync_calls - op_time, 0.0)
+    return {
+        "overhead": overhead,
+        "wall": wall,
+        "op_time": op_time,
+        "small_time": max(t.small_s - t.small_ops * inflation, 0.0),
+        "h2d": h2d,
+        "data": data,
+        "between": between,
+        "not_waiting": max(wall - data - t.sync_s - h2d, 1e-9),
+    }
+
+
+def _median(values: list[float]) -> float:
+    v = sorted(values)
+    mid = len(v) // 2
+    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
+
+
+def _dispatch(engine: RecorderEngine, t: StepCounters, cal: dict[str, float], steps: int,
+              doc: dict[str, Any], indices: list[int], partial: bool) -> tuple[dict[str, Any], float]:
+    waits = [_window_data_wait(doc, [i]) for i in indices]
+    measured_waits = all(w is not None for w in waits) and len(engine.step_counters) == len(indices)
+    data_source = "dataloader probe" if measured_waits else "recorder (data-loading ops only)"
+    total = _split(t, cal, sum(w or 0.0 for w in waits) if measured_waits else None)
+    per = [_split(c, cal, w if measured_waits else None) for c, w in zip(engine.step_counters, waits, strict=False)]
+    # Shares are medians over the window's steps: one step slowed by the machine (a preempted
+    # op) does not decide them. Times per step are means.
+    between_share = _median([_share(p["between"], p["not_waiting"]) for p in per]) if per else 0.0
+    host_share = _median([_share(p["between"] + p["small_time"], p["wall"]) for p in per]) if per else 0.0
+    wall, op_time, h2d_time, data_wait, between = (
+        total["wall"], total["op_time"], total["h2d"], total["data"], total["between"])
+    overhead = total["overhead"]
     out: dict[str, Any] = {
         "ops_per_step": per_step(t.ops, steps, 1),
         "mean_op_us": round(op_time / t.ops * 1e6, 2) if t.ops else None,
         "mean_op_us_raw": round(t.op_s / t.ops * 1e6, 2) if t.ops else None,
-        "between_ops_share": _share(between, not_waiting),
+        "between_ops_share": round(between_share, 4),
         "between_ops_step_share": _share(between, wall),
         "op_time_share": _share(op_time, wall),
-        "host_dispatch_share": _share(between + small_time, wall),
+        "host_dispatch_share": round(host_share, 4),
         "tiny_ops_per_step": per_step(t.small_ops, steps, 1),
         "tiny_op_us": SMALL_OP_US,
         "view_ops_per_step": per_step(t.view_ops, steps, 1),

@@ -138,6 +138,7 @@ class RecorderEngine:
         self.steps_done = 0
         self.step_signatures: list[int] = []
         self.step_walls: list[float] = []
+        self.step_counters: list[StepCounters] = []  # each window step's own counters
         self.errors: list[str] = []
         self.op_flags: dict[Any, int] = {}
         self.sync_apis = sync_api_kinds()
@@ -188,7 +189,10 @@ class RecorderEngine:
         if function:
             self._function_mode = _Function()
             self._function_mode.__enter__()
-        self.last_key = None
+        # The step boundary usually fires inside a user instruction (``opt.step()`` runs the step
+        # hook, then finishes): ops after the hook continue that instruction's execution, so it
+        # is the "last" one and is not counted again for the new step.
+        self.last_key, self.last_fid = self._current_instruction()
         self.pending_idle = None
         self.recording = True
         self.step_start = self.last_exit = _perf()
@@ -232,6 +236,7 @@ class RecorderEngine:
         self.steps_done += 1
         self.step_signatures.append(acc.signature)
         self.step_walls.append(acc.wall_s)
+        self.step_counters.append(acc)
         self.acc = StepCounters()
         pending = self.pending_idle
         if pending is not None:
@@ -239,8 +244,13 @@ class RecorderEngine:
             # excluded): keep counting it, now into the merged window entry.
             merged = self.total.syncs.get(pending[1])
             self.pending_idle = (merged, *pending[1:]) if merged is not None else None  # type: ignore[assignment]
-        self.last_key = None
         self.step_start = self.last_exit = _perf()
+
+    def _current_instruction(self) -> tuple[tuple[CodeType, int] | None, int]:
+        frame, _, _ = self.resolver.locate(sys._getframe(2))
+        if frame is None:
+            return None, 0
+        return (frame.f_code, frame.f_lasti), id(frame)
 
     def close_partial(self) -> bool:
         """At the end of the run: keep an unfinished step only when no step finished at all."""

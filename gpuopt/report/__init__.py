@@ -19,6 +19,13 @@ def format_for_path(path: Path | None) -> str | None:
     return _EXTENSIONS.get(path.suffix.lower())
 
 
+def terminal_width(default: int = 100) -> int:
+    """Lay out for the terminal we print to, at most 100 columns (the text report is tried to 60)."""
+    import shutil
+
+    return max(60, min(default, shutil.get_terminal_size((default, 24)).columns))
+
+
 def get_renderer(name: str) -> Renderer:
     if name == "text":
         from gpuopt.report.text import TextRenderer
@@ -39,4 +46,17 @@ def get_renderer(name: str) -> Renderer:
     raise GpuoptError(f"unknown report format {name!r}; choose one of: {', '.join(FORMATS)}")
 
 
-__all__ = ["FORMATS", "Renderer", "format_for_path", "get_renderer"]
+def print_report(doc: dict, fmt: str = "text") -> None:
+    """Render ``doc`` to stdout, laid out (and coloured) for the terminal when it is one."""
+    import sys
+
+    renderer = get_renderer(fmt)
+    if sys.stdout.isatty():
+        renderer.color = fmt == "text"
+        renderer.width = terminal_width()
+    sys.stdout.flush()
+    sys.stdout.write(renderer.render(doc))
+    sys.stdout.flush()
+
+
+__all__ = ["print_report", "FORMATS", "Renderer", "format_for_path", "get_renderer", "terminal_width"]

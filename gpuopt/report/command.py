@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuopt.errors import GpuoptError
-from gpuopt.report import format_for_path, get_renderer
+from gpuopt.report import format_for_path, get_renderer, print_report
 from gpuopt.schema import load_profile, write_atomic
 
 _TRACE_SUFFIXES = (".json.gz", ".json")
@@ -51,8 +51,7 @@ def report_command(path: Path, fmt: str | None, output: Path | None) -> None:
     renderer = get_renderer(name)
     doc = load_any(path)
     if output is None:
-        renderer.color = name == "text" and sys.stdout.isatty()
-        sys.stdout.write(renderer.render(doc))
+        print_report(doc, name)
         return
     write_atomic(output, renderer.render(doc).encode("utf-8"))
     print(f"wrote {output}", file=sys.stderr)

@@ -1,5 +1,5 @@
-"""What every report format shares: safe reading of the document, number formatting, ordering,
-and one view of the detail tables.
+"""What every report format shares: safe reading of the document, number formatting, site links,
+ordering, and the headline facts (the detail tables are in :mod:`gpuopt.report.sections`).
 
 Why one module: the four renderers must agree on every number they print (a p90 of "41.2 ms" in
 the terminal and "41.20 ms" in the HTML page makes a reader doubt both), on the order of findings
@@ -173,6 +173,12 @@ def fmt_pct(percent: Any, digits: int = 1) -> str:
     """A value already in percent (the contract's ``*_pct`` keys, 0–100)."""
     p = num(percent)
     return MISSING if p is None else f"{p:.{digits}f}%"
+
+
+def fmt_util(percent: Any) -> str:
+    """A utilization in percent: whole numbers, one decimal below 10% (0.5% is not "1%")."""
+    p = num(percent)
+    return MISSING if p is None else fmt_pct(p, 0 if abs(p) >= 10 else 1)
 
 
 def fmt_count(value: Any) -> str:
@@ -614,6 +620,11 @@ def fmt_evidence_value(key: str, value: Any) -> str:
     """Format a measured value by the unit its name carries (``data_wait_s_per_step`` → a
     duration, ``bytes_per_step`` → bytes, ``*_us``, ``*_pct``, ``*share``/``*frac``/``*util*``
     → percent); a name without a unit keeps the plain number."""
+    if isinstance(value, dict):
+        # e.g. idle_by_cause_ms: the largest parts first, in the unit the key names
+        parts = sorted(((k, num(v)) for k, v in value.items()), key=lambda kv: -(kv[1] if kv[1] is not None else -math.inf))
+        shown = [f"{one_line(k)} {fmt_evidence_value(key, v) if v is not None else fmt_scalar(value[k])}" for k, v in parts[:5]]
+        return ", ".join(shown) + (", …" if len(parts) > 5 else "")
     v = num(value)
     if v is None:
         return fmt_scalar(value)

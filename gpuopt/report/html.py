@@ -253,7 +253,7 @@ class HtmlRenderer(Renderer):
             if mean is not None or mx is not None:
                 extra = c.cpu_cores_note(doc) if key == "cpu" else ""
                 extra_html = f'<div class="k" style="text-transform:none">{esc(extra)}</div>' if extra else ""
-                summary.append(f'<div class="tile"><div class="k">{label} mean / max</div><div class="v">{esc(c.fmt_pct(mean, 0))} / {esc(c.fmt_pct(mx, 0))}</div>{extra_html}</div>')
+                summary.append(f'<div class="tile"><div class="k">{label} mean / max</div><div class="v">{esc(c.fmt_util(mean))} / {esc(c.fmt_util(mx))}</div>{extra_html}</div>')
         if summary:
             out.append(f'<div class="tiles">{"".join(summary)}</div>')
         if tl is not None and tl.series:

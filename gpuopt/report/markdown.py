@@ -102,8 +102,8 @@ class MarkdownRenderer(Renderer):
             values = tl.series.get(key) if tl is not None else None
             if mean is None and mx is None and values is None:
                 continue
-            mean_text = md(c.fmt_pct(mean, 0)) + (f" ({md(c.cpu_cores_note(doc))})" if key == "cpu" and c.cpu_cores_note(doc) else "")
-            rows.append([label, mean_text, md(c.fmt_pct(mx, 0)), spark(c.resample(values, 60), 0.0, 100.0) if values else " "])
+            mean_text = md(c.fmt_util(mean)) + (f" ({md(c.cpu_cores_note(doc))})" if key == "cpu" and c.cpu_cores_note(doc) else "")
+            rows.append([label, mean_text, md(c.fmt_util(mx)), spark(c.resample(values, 60), 0.0, 100.0) if values else " "])
         note = c.utilization_note(doc)
         if rows:
             out += _table(["", "mean", "max", "over time"], rows, right={1, 2})

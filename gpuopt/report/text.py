@@ -170,19 +170,18 @@ class TextRenderer(Renderer):
             mean, mx = c.utilization_summary(doc, key)
             values = tl.series.get(key) if tl is not None else None
             if values is None and mean is None and mx is None:
-                if key == "gpu":
-                    lines.append(Text(f" {label}  not measured" + (f": {c.printable(note)}" if note else ""), style="dim"))
-                else:
-                    lines.append(Text(f" {label}  no samples" + (f": {c.printable(note)}" if note else ""), style="dim"))
+                # the note says why; it is shown once: on the GPU line, or below when GPU was measured
+                with_note = note and key == "gpu"
+                lines.append(Text(f" {label}  not measured" + (f": {c.printable(note)}" if with_note else ""), style="dim"))
                 continue
             line = Text(f" {label}  ")
             if values is not None:
                 line.append(spark(c.resample(values, spark_width), 0.0, 100.0).ljust(spark_width), style="green" if key == "gpu" else "blue")
                 line.append("  ")
             line.append("mean ", style="dim")
-            line.append(c.fmt_pct(mean, 0))
+            line.append(c.fmt_util(mean))
             line.append("  max ", style="dim")
-            line.append(c.fmt_pct(mx, 0))
+            line.append(c.fmt_util(mx))
             if key == "cpu" and c.cpu_cores_note(doc):
                 line.append(f"  {c.cpu_cores_note(doc)}", style="dim")
             lines.append(line)

@@ -49,11 +49,9 @@ def launch(opts: Any, target: Target) -> int:
         proc = subprocess.CompletedProcess([], 130)
     doc = merge_ranks(out, proc.returncode, target)
     if not opts.quiet:
-        from gpuopt.report import get_renderer
+        from gpuopt.report import print_report
 
-        renderer = get_renderer(opts.fmt)
-        renderer.color = opts.fmt == "text" and sys.stdout.isatty()
-        sys.stdout.write(renderer.render(doc))
+        print_report(doc, opts.fmt)
     print(f"gpuopt: profile written to {out / 'profile.json'} ({len(doc.get('ranks') or [])} ranks)", file=sys.stderr)
     return int(doc["exit_code"])
 

@@ -67,13 +67,9 @@ def profile_command(opts: ProfileOptions) -> int:
     session = ProfileSession(target, out, opts)
     doc = session.run()
     if not opts.quiet:
-        from gpuopt.report import get_renderer
+        from gpuopt.report import print_report
 
-        renderer = get_renderer(opts.fmt)
-        renderer.color = opts.fmt == "text" and sys.stdout.isatty()
-        sys.stdout.flush()
-        sys.stdout.write(renderer.render(doc))
-        sys.stdout.flush()
+        print_report(doc, opts.fmt)
     print(f"gpuopt: profile written to {out / 'profile.json'}", file=sys.stderr)
     return int(doc["exit_code"])
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -79,6 +80,7 @@ def enclosing_chain(v: RankView, ops: ThreadOps, i: int) -> list[int]:
     return [int(j) for j in found if j != i]
 
 
+@lru_cache(maxsize=65536)
 def user_site(frame: str) -> str | None:
     """``file.py:line`` for a Python frame in user code (not torch, site-packages, stdlib)."""
     m = _USER_FRAME_RE.match(frame.strip())
@@ -88,21 +90,35 @@ def user_site(frame: str) -> str | None:
 
 
 def site_for(v: RankView, ops: Any, j: int) -> str | None:
-    """The user's frame for event ``j``: from its ``Call stack`` arg, else the python_function
-    events enclosing it (innermost user frame)."""
-    for k in [j, *reversed(enclosing_chain(v, ops, j))]:
-        sc = int(v.ev.stack[k])
-        if sc >= 0:
-            for frame in v.ev.stacks[sc].split(";"):
-                s = user_site(frame)
-                if s:
-                    return s
-    py_cat = set(v.ev.cat_codes(("python_function",)).tolist())
-    if not py_cat:
-        return None
+    """The user's frame for event ``j``: from its own ``Call stack`` arg, else from the ops or the
+    python_function events enclosing it (innermost user frame)."""
+    own = _stack_site(v, int(v.ev.stack[j]))
+    if own is not None:
+        return own
+    py_cat = _python_cat_codes(v)
     for k in reversed(enclosing_chain(v, ops, j)):
-        if int(v.ev.cat[k]) in py_cat:
+        s = _stack_site(v, int(v.ev.stack[k]))
+        if s is None and int(v.ev.cat[k]) in py_cat:
             s = user_site(v.name(k))
-            if s:
-                return s
+        if s:
+            return s
     return None
+
+
+def _stack_site(v: RankView, code: int) -> str | None:
+    if code < 0:
+        return None
+    return _first_user_frame(v.ev.stacks[code])
+
+
+@lru_cache(maxsize=16384)
+def _first_user_frame(stack: str) -> str | None:
+    for frame in stack.split(";"):
+        s = user_site(frame)
+        if s:
+            return s
+    return None
+
+
+def _python_cat_codes(v: RankView) -> set[int]:
+    return {i for i, c in enumerate(v.ev.cats) if c == "python_function"}

@@ -113,11 +113,18 @@ def idle_causes(v: RankView, ra: Any) -> dict[str, Any]:
 
     result["by_cause"] = {c: float(per_gap[:, k].sum()) for k, c in enumerate(CAUSES)}
     ws, we = step_windows(v)
-    for i, st in enumerate(v.steps):
-        inside = (gs >= ws[i]) & (gs < we[i])
-        row = {"step": st.number, "gaps": int(inside.sum()), "idle_us": float((ge - gs)[inside].sum())}
-        row.update({c: float(per_gap[inside, k].sum()) for k, c in enumerate(CAUSES)})
-        result["by_step"].append(row)
+    if ws.size:
+        # windows are sorted and disjoint: each gap belongs to the window its start falls in
+        k = np.searchsorted(ws, gs, side="right") - 1
+        inside = (k >= 0) & (gs < we[np.maximum(k, 0)])
+        kk = k[inside]
+        gaps_n = np.bincount(kk, minlength=ws.size)
+        idle_s = np.bincount(kk, weights=(ge - gs)[inside], minlength=ws.size)
+        per_cause = [np.bincount(kk, weights=per_gap[inside, j], minlength=ws.size) for j in range(len(CAUSES))]
+        for i, st in enumerate(v.steps):
+            row = {"step": st.number, "gaps": int(gaps_n[i]), "idle_us": float(idle_s[i])}
+            row.update({c: float(per_cause[j][i]) for j, c in enumerate(CAUSES)})
+            result["by_step"].append(row)
     top = sorted(sites.items(), key=lambda kv: -kv[1])[:15]
     result["sites"] = [{"cause": c, "op": op, "site": site, "idle_us": float(us)} for (c, op, site), us in top if us > 0]
     return result

@@ -158,6 +158,7 @@ def pageable_h2d(doc: dict[str, Any]) -> list[Finding]:
         }
         if pinned and pinned[0].get("bandwidth_gbps"):
             ev["pinned_bandwidth_gbps"] = round(pinned[0]["bandwidth_gbps"], 3)
+        sites = [t for t in r.get("transfers") or [] if t["direction"] == "HtoD" and t.get("pageable") and t.get("site")]
         return [
             Finding(
                 id="pageable-h2d",
@@ -166,6 +167,7 @@ def pageable_h2d(doc: dict[str, Any]) -> list[Finding]:
                 evidence=ev,
                 fix="Use pinned memory: DataLoader(pin_memory=True) or tensor.pin_memory(), then "
                 ".to(device, non_blocking=True).",
+                site=max(sites, key=lambda t: t["time_us"])["site"] if sites else None,
                 est_speedup=speedup_if_removed(share, keep=0.5) if share > 0 else None,
                 estimate_model="Amdahl: half of the pageable copy time removed (pinned copies are ~2x faster and overlap)",
                 extra={"source": "trace"},
