@@ -8,7 +8,7 @@ from typing import Any
 ZOO_NAMES = ("inception_v3", "nasnet_a_mobile", "resnet_stage", "transformer_block")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def scheduled_zoo(name: str) -> tuple[Any, tuple[Any, ...], Any]:
     """(model, example_inputs, ScheduledModule) for the small variant of a zoo model."""
     import warnings

@@ -63,7 +63,7 @@ def brute_force_min_syncs(dag: Dag) -> int:
         chain_edges = []
         for sid, block in enumerate(part):
             block = sorted(block)
-            for a, b in zip(block, block[1:]):
+            for a, b in zip(block, block[1:], strict=False):
                 chain_edges.append((a, b))
             for a in block:
                 stream[a] = sid
@@ -92,7 +92,7 @@ def check_assignment(dag: Dag) -> None:
     order_edges = []
     for s in range(sa.num_streams):
         members = [i for i in range(n) if sa.stream_of[i] == s]
-        order_edges += list(zip(members, members[1:]))
+        order_edges += list(zip(members, members[1:], strict=False))
     r = closure_bits(n, order_edges + list(sa.syncs))
     for u, v in dag.edges():
         assert (r[u] >> v) & 1, f"dependence {u}->{v} is not ordered"
@@ -161,7 +161,7 @@ def brute_force_min_sequences(chains: list[list[int]], reach: list[int]) -> int:
         ok = True
         for block in part:
             block = sorted(block, key=lambda c: chains[c][0])
-            for a, b in zip(block, block[1:]):
+            for a, b in zip(block, block[1:], strict=False):
                 if not (reach[chains[a][-1]] >> chains[b][0]) & 1:
                     ok = False
         if ok:

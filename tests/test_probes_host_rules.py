@@ -140,3 +140,19 @@ def test_launch_bound_end_to_end(tmp_path: Path, _repo_cwd: None) -> None:
     assert len(findings) == 1
     assert findings[0]["site"] == site("planted_tiny_ops.py", "TINY-OPS")
     assert "CPU-only run" in findings[0]["evidence"]["summary"]
+
+
+def test_trace_documents_without_sites_or_shares() -> None:
+    """``gpuopt report TRACE`` documents carry times but no sites and no shares."""
+    doc = _doc(
+        steps={"time_s": {"median": 0.1}},
+        transfers=[{"direction": "h2d", "site": None, "count_per_step": 6.0, "bytes_per_step": 72 << 20,
+                    "pinned": False, "non_blocking": False, "time_us_per_step": 20000.0}],
+        syncs=[{"kind": "item", "site": None, "count_per_step": 1.0, "time_us_per_step": 400.0}],
+    )
+    found = {f["id"]: f for f in evaluate(doc, only=HOST_RULES)}
+    assert set(found) == {"pageable-h2d", "sync-in-step"}
+    assert found["pageable-h2d"]["site"] is None
+    assert found["pageable-h2d"]["est_speedup"] == round(speedup_if_removed(0.2), 3)   # 20 ms of 100 ms
+    assert found["sync-in-step"]["est_speedup"] is None
+    assert "no host time after each sync" in found["sync-in-step"]["estimate_model"]

@@ -142,3 +142,25 @@ def test_cli_bad_input_exit_2_without_traceback(tmp_path: Path) -> None:
         pytest.skip("JSON renderer not merged yet (gpuopt.report.jsonfmt)")
     assert r.returncode == 2
     assert r.stderr.startswith("gpuopt: error:") and "Traceback" not in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_worker_processes_give_the_same_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    events = []
+    for i in range(4000):
+        events += [launch(i * 20, 3, corr=i), kernel(f"k{i % 5}", i * 20 + 5, 4, corr=i), {"ph": "f", "id": i, "ts": i * 20, "pid": 0, "tid": 1}]
+    p = write_trace(tmp_path / "w.json.gz", events)
+    monkeypatch.setattr(decode, "_BLOCK", 8192)
+    inline = decode._load_streaming(p, workers=0)
+    forked = decode._load_streaming(p, workers=2)
+    assert _same(inline, forked) and np.array_equal(inline.order, forked.order) and len(forked) == 8000
+    assert forked.total_events == 12000
+
+
+def test_unknown_phase_falls_back_to_lenient_decoding(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    odd = [{"ph": "Z", "ts": 1}, {"cat": "cpu_op", "name": "no phase", "ts": 2, "dur": 3}, cpu("a", 5, 1)]
+    p = write_trace(tmp_path / "odd.json", odd + [{"ph": "i", "ts": 9, "name": "pad" * 40}] * 20)
+    monkeypatch.setattr(decode, "_BLOCK", 256)  # the odd events land in a piece, not the tail
+    with pytest.raises(decode._Fallback):
+        decode._load_streaming(p)
+    cols = load_columns(p)
+    assert len(cols) == 2  # HTA keeps any event with a duration and a category, whatever its phase

@@ -89,4 +89,20 @@ def test_trace_rules_do_not_fire_on_run_documents(tmp_path: Path) -> None:
 
     run_doc = copy.deepcopy(doc)
     run_doc["source"] = "run"
-    assert gpu_trace.dataloader_bound(run_doc) == [] and gpu_trace.low_gpu_util(run_doc) == []
+    assert gpu_trace.dataloader_bound(run_doc) == [] and gpu_trace.sync_in_step(run_doc) == []
+    # ids no run-time rule produces still fire from a run's profiler-window trace
+    assert [f.id for f in gpu_trace.low_gpu_util(run_doc)] == ["low-gpu-util"]
+
+
+def test_add_trace_to_a_run_document(tmp_path: Path) -> None:
+    from gpuopt.schema import empty_profile
+    from gpuopt.trace.profile import add_trace_to_profile
+
+    ev = [cpu("ProfilerStep#1", 0, 100, cat="user_annotation"), launch(5, 3, corr=1), kernel("gemm", 10, 50, corr=1)]
+    doc = empty_profile("train.py")
+    doc["trace"] = {"profiler_window": {"steps": 1}}
+    add_trace_to_profile(doc, write_trace(tmp_path / "w.json", ev))
+    assert validate_profile(doc) == [] and doc["source"] == "run"
+    assert doc["gpu"][0]["compute_pct"] == 100.0 and set(doc["gpu"][0]) == GPU_KEYS
+    assert doc["trace"]["profiler_window"] == {"steps": 1} and doc["trace"]["ranks"][0]["rank"] == 0
+    assert any(t["id"] == "trace-gpu-time" for t in doc["tables"])

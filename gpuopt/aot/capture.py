@@ -10,8 +10,8 @@ alive, and for each node we record
 
 * the storages of its output (so views, which share their base's storage, are known; this is
   what the memory-release policy is computed from),
-* whether it mutated one of its inputs (the tensor version counter moved): such a node is made a
-  barrier (ordered after every earlier node and before every later one), which is always safe,
+* whether it mutated one of its inputs (the tensor version counter moved): such a node is then
+  ordered against every other node touching the storage it wrote (in launch order),
 * FLOPs (``torch.utils.flop_counter.FlopCounterMode``), bytes moved, elements, dtype, and
   whether it launches a kernel at all (a view or ``getitem`` does not): the cost model's inputs.
 
@@ -181,7 +181,7 @@ class Program:
         import torch.utils._pytree as pytree
         from torch.fx.node import map_arg
 
-        result = map_arg(self.output.args[0], env.__getitem__)
+        result: Any = map_arg(self.output.args[0], env.__getitem__)
         if self.out_spec is not None:
             return pytree.tree_unflatten(list(result), self.out_spec)
         return result
@@ -366,7 +366,6 @@ def _tensors(value: Any) -> list[torch.Tensor]:
 
 def probe(program: Program, leaves: Sequence[Any]) -> ProbeResult:
     """Run the graph once, keeping every value alive, and measure each node (module docstring)."""
-    import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     env = program.bind_inputs(leaves)
@@ -418,7 +417,8 @@ def probe(program: Program, leaves: Sequence[Any]) -> ProbeResult:
         if kind == "kernel":
             nbytes = float(sum(t.numel() * t.element_size() for t in ins))
             nbytes += float(sum(t.numel() * t.element_size() for t in moved))
-        first = (moved or outs or ins or [None])[0]
+        pool = moved or outs or ins
+        first = pool[0] if pool else None
         out[node.name] = NodeProbe(
             target=target,
             kind=kind,
@@ -446,7 +446,8 @@ def probe(program: Program, leaves: Sequence[Any]) -> ProbeResult:
 
 
 def dependence_edges(program: Program, probes: dict[str, NodeProbe]) -> tuple[list[tuple[str, str]], list[str]]:
-    """Edges of the operator DAG: data dependences, plus barriers and the random-op chain.
+    """Edges of the operator DAG: data dependences, plus ordering around in-place writes and the
+    random-op chain.
 
     Returns the edges and notes on what was serialized and why.
     """
@@ -456,17 +457,26 @@ def dependence_edges(program: Program, probes: dict[str, NodeProbe]) -> tuple[li
         for src in program.reads(node.name):
             edges.add((src, node.name))
     notes = []
-    barriers = [i for i, name in enumerate(names) if probes[name].mutates]
-    for i in barriers:
+    # A node that wrote into an existing storage (in-place op, buffer update) is ordered against
+    # every other node that touches that storage, in launch order: reads before it see the old
+    # value, reads after it the new one, and writes stay in order. Storages are measured, so
+    # views of the storage are covered.
+    touched = [set(probes[name].reads) | set(probes[name].writes) for name in names]
+    mutating = []
+    for i, name in enumerate(names):
+        p = probes[name]
+        if not p.mutates:
+            continue
+        overwritten = set(p.writes) & set(p.reads)
+        mutating.append(name)
         for j in range(len(names)):
-            if j < i:
-                edges.add((names[j], names[i]))
-            elif j > i:
-                edges.add((names[i], names[j]))
-    if barriers:
+            if j != i and overwritten & touched[j]:
+                edges.add((names[min(i, j)], names[max(i, j)]))
+    if mutating:
         notes.append(
-            f"{len(barriers)} node(s) mutate an input ({', '.join(names[i] for i in barriers[:5])}"
-            f"{', ...' if len(barriers) > 5 else ''}); each is serialized against all other nodes"
+            f"{len(mutating)} node(s) write into an existing tensor ({', '.join(mutating[:5])}"
+            f"{', ...' if len(mutating) > 5 else ''}); each is serialized against every other "
+            "access to the storage it writes"
         )
     rnd = [name for name in names if probes[name].random]
     for a, b in zip(rnd, rnd[1:], strict=False):

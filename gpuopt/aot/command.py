@@ -121,8 +121,9 @@ def summary_text(target: str, doc: dict[str, Any]) -> str:
     kernels = sum(1 for op in plan["ops"].values() if op.get("kind") == "kernel")
     lines = [
         f"gpuopt schedule {target}: captured with torch.{plan['capture']}",
-        f"  nodes          {len(plan['nodes'])} ({kernels} launch a kernel), {stats['edges']} dependences, "
-        f"{stats['reduced_edges']} after transitive reduction",
+        f"  nodes          {len(plan['nodes'])} ({kernels} launch a kernel), {stats['edges']} dependences "
+        f"({stats.get('kernel_edges', stats['edges'])} between kernels, {stats['reduced_edges']} after "
+        "transitive reduction)",
         f"  streams        {plan['num_streams']} ({stats['chains']} chains from the matching, merged where "
         f"every node of one reaches every node of the other)",
         f"  syncs          {len(plan['syncs'])} = |E'| {stats['reduced_edges']} - |M| {stats['matching']}, the "

@@ -26,11 +26,13 @@ from typing import Any
 #   (4,350 launches); NVIDIA's "Getting Started with CUDA Graphs" blog (A. Gray, 2019) and
 #   later measurements put one launch at 4-6 us.
 # - Shortest kernels: 5th percentile of kernel durations in that same trace is 1.7 us.
-# - Per-kernel overhead inside a CUDA graph: 3.4 us per kernel with a graph vs 2.9 us kernel time
-#   in the NVIDIA CUDA Graphs blog above, i.e. ~0.5 us.
+# - Per-kernel device-side gap: in the NVIDIA CUDA Graphs blog above a 2.9 us kernel took 3.8 us
+#   per kernel when launched back to back on a stream (~0.9 us gap) and 3.4 us inside a graph
+#   (~0.5 us gap).
 _DISPATCH_S = 3.3e-6
 _LAUNCH_S = 5.2e-6
 _MIN_KERNEL_S = 1.7e-6
+_STREAM_KERNEL_S = 0.9e-6
 _GRAPH_KERNEL_S = 0.5e-6
 # Max resident threads per SM is 2048 on compute capability 7.0, 8.0 and 9.0 (CUDA C++
 # Programming Guide, "Technical Specifications per Compute Capability").
@@ -55,6 +57,7 @@ class DeviceProfile:
     efficiency: float = 0.7  # assumption: fraction of peak FLOP/s and bandwidth a kernel reaches
     eager_op_s: float = _DISPATCH_S + _LAUNCH_S  # host time per eager op that launches a kernel
     eager_view_s: float = _DISPATCH_S  # host time per eager op that launches nothing (view, getitem)
+    stream_kernel_s: float = _STREAM_KERNEL_S  # per-kernel device gap, kernels launched one by one
     graph_kernel_s: float = _GRAPH_KERNEL_S  # per-kernel gap when replaying a CUDA graph
     graph_launch_s: float = _LAUNCH_S  # one cudaGraphLaunch (assumption: about one kernel launch)
     min_kernel_s: float = _MIN_KERNEL_S
@@ -65,7 +68,8 @@ class DeviceProfile:
             f"roofline per op max(FLOPs/peak, bytes/HBM) at {self.efficiency:.0%} of peak, width = "
             f"max(outputs, inputs/16)/({self.num_sms} SMs x {self.threads_per_sm} threads), kernels >= "
             f"{self.min_kernel_s * 1e6:.1f} us, processor sharing between streams, eager host "
-            f"{self.eager_op_s * 1e6:.1f} us/op, graph {self.graph_kernel_s * 1e6:.1f} us/kernel; "
+            f"{self.eager_op_s * 1e6:.1f} us/op + {self.stream_kernel_s * 1e6:.1f} us/kernel, graph "
+            f"{self.graph_kernel_s * 1e6:.1f} us/kernel; "
             f"profile {self.name}: {self.description}"
         )
 

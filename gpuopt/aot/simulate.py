@@ -3,8 +3,8 @@
 Three ways to run the same graph are simulated with the same per-op costs:
 
 ``eager``         PyTorch eager: the host issues ops one by one in launch order, each costing its
-                  host time (dispatch + launch); a kernel starts when it has been issued and the
-                  previous kernel (one stream) has finished. Small kernels leave the GPU idle
+                  host time (dispatch + launch); a kernel starts a launch gap after it has been
+                  issued and the previous kernel (one stream) has finished. Small kernels leave the GPU idle
                   while the host catches up: Nimble's "scheduling overhead".
 ``graph``         one CUDA graph on one stream: no host work per op, a small gap per kernel.
 ``multistream``   the plan replayed as one CUDA graph: each stream runs its nodes in order, a
@@ -103,6 +103,8 @@ def simulate(
                 complete(v, max(now, 0.0))
             else:
                 running[v] = c.solo_s
+        if len(finish) == len(order):
+            break
         if not running:
             if not ready_heap:
                 raise RuntimeError("simulation deadlock: the plan's waits form a cycle")
@@ -186,7 +188,7 @@ def estimate(plan: Plan, profile: DeviceProfile, precision: Precision | None = N
         t += costs[name].host_s
         host_ready[name] = t
     single = dict.fromkeys(order, 0)
-    eager = simulate(order, single, {}, costs, host_ready=host_ready)
+    eager = simulate(order, single, {}, costs, gap_s=profile.stream_kernel_s, host_ready=host_ready)
     graph = simulate(order, single, {}, costs, gap_s=profile.graph_kernel_s)
     multi = simulate(
         order, plan.streams, plan.waits(), costs, gap_s=profile.graph_kernel_s, event_s=profile.event_s

@@ -69,8 +69,11 @@ class _Sites:
         self.resolver = resolver
         self._index: dict[str, LoopIndex] = {}
 
-    def site(self, code: CodeType, lasti: int) -> str:
-        return self.resolver.site(code, lasti)
+    def code(self, cid: int) -> CodeType:
+        return self.resolver.codes[cid]
+
+    def site(self, cid: int, lasti: int) -> str:
+        return self.resolver.site(self.code(cid), lasti)
 
     def source_line(self, code: CodeType, line: int) -> str:
         """The stripped text of a line of ``code``'s file (shown as evidence, never executed)."""
@@ -79,8 +82,9 @@ class _Sites:
         text = linecache.getline(self.resolver.abspath(code.co_filename), line).strip()
         return text if len(text) <= 120 else text[:117] + "..."
 
-    def loop_of(self, code: CodeType, lasti: int) -> tuple[str, int, str] | None:
+    def loop_of(self, cid: int, lasti: int) -> tuple[str, int, str] | None:
         """``(relpath, loop line, loop kind)`` of the innermost loop running this instruction."""
+        code = self.code(cid)
         path = self.resolver.abspath(code.co_filename)
         index = self._index.get(path)
         if index is None:
@@ -136,8 +140,8 @@ def summarize(probe: DispatchRecorder, doc: dict[str, Any]) -> None:
     doc["transfers"] = _transfers(total, sites, steps, wall)
     doc["syncs"] = _syncs(total, sites, steps, wall, engine.cpu_only)
     doc["loops"] = _loops(total, sites, steps, wall, cal)
-    ragged["step_signatures_distinct"] = len(set(engine.step_signatures))
-    ragged["step_signatures_steps"] = len(engine.step_signatures)
+    ragged["step_signatures_distinct"] = len({c.signature for c in engine.step_counters})
+    ragged["step_signatures_steps"] = len(engine.step_counters)
     doc["ragged"] = ragged
 
 
@@ -145,7 +149,7 @@ def _split(t: StepCounters, cal: dict[str, float], data_wait: float | None) -> d
     """Where the time of ``t`` (one step or the whole window) went, recorder cost removed."""
     us = 1e-6
     overhead = (t.tf_events * cal["function_us"] + t.dispatch_events * cal["dispatch_us"]
-                + t.pass_events * cal["passthrough_us"]) * us
+                + t.pass_events * cal["passthrough_us"]) * us + t.setup_s
     wall = max(t.wall_s - overhead, 1e-9)
     inflation = cal["inflation_us"] * us
     op_time = max(t.op_s - t.ops * inflation, 0.0)
@@ -225,8 +229,8 @@ def _dispatch(engine: RecorderEngine, t: StepCounters, cal: dict[str, float], st
 
 def _transfers(t: StepCounters, sites: _Sites, steps: int, wall: float) -> list[dict[str, Any]]:
     groups: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for (direction, code, lasti, pinned, non_blocking, src, dst, api), (count, secs, nbytes) in t.transfers.items():
-        site = sites.site(code, lasti)
+    for (direction, cid, lasti, pinned, non_blocking, src, dst, api), (count, secs, nbytes) in t.transfers.items():
+        site = sites.site(cid, lasti)
         g = groups.setdefault((direction, site, pinned, non_blocking), {
             "direction": direction, "site": site, "count": 0, "bytes": 0, "time": 0.0,
             "pinned": pinned, "non_blocking": non_blocking, "src": set(), "dst": set(), "api": set(),
@@ -258,8 +262,8 @@ def _transfers(t: StepCounters, sites: _Sites, steps: int, wall: float) -> list[
 
 def _syncs(t: StepCounters, sites: _Sites, steps: int, wall: float, cpu_only: bool) -> list[dict[str, Any]]:
     groups: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for (kind, code, lasti, dev, api, op), (count, secs, idle) in t.syncs.items():
-        site = sites.site(code, lasti)
+    for (kind, cid, lasti, dev, api, op), (count, secs, idle) in t.syncs.items():
+        site = sites.site(cid, lasti)
         measured = "cpu" if dev == "cpu" else dev
         g = groups.setdefault((kind, site, measured), {
             "kind": kind, "site": site, "count": 0, "time": 0.0, "idle": 0.0,
@@ -297,17 +301,21 @@ def _loops(t: StepCounters, sites: _Sites, steps: int, wall: float, cal: dict[st
     )
     per_op = (cal["dispatch_us"] + cal["inflation_us"]) * 1e-6
     per_call = cal["function_us"] * 1e-6
-    for (code, lasti), st in t.sites.items():
-        if st[S_DATA]:
+    # A loop qualifies only through an instruction that ran at least LOOP_MIN_ITERATIONS times
+    # per step: files without one are not parsed at all.
+    repeated = {sites.code(cid).co_filename for (cid, _), st in t.sites.items()
+                if not st[S_DATA] and st[S_EXEC] >= LOOP_MIN_ITERATIONS * steps}
+    for (cid, lasti), st in t.sites.items():
+        if st[S_DATA] or sites.code(cid).co_filename not in repeated:
             continue
-        found = sites.loop_of(code, lasti)
+        found = sites.loop_of(cid, lasti)
         if found is None:
             continue
         rel, line, kind = found
         g = per_loop[(rel, line)]
         g["kind"] = kind
         if not g.get("code"):
-            g["code"] = sites.source_line(code, line)
+            g["code"] = sites.source_line(sites.code(cid), line)
         g["ops"] += st[S_OPS]
         g["index"] += st[S_INDEX]
         g["time"] += max(st[S_TIME] - st[S_OPS] * per_op - st[S_TF] * per_call, 0.0)
@@ -338,10 +346,10 @@ def _top_sites(t: StepCounters, sites: _Sites, steps: int, wall: float, cal: dic
     per_op = (cal["dispatch_us"] + cal["inflation_us"]) * 1e-6
     per_call = cal["function_us"] * 1e-6
     agg: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
-    for (code, lasti), st in t.sites.items():
+    for (cid, lasti), st in t.sites.items():
         if st[S_DATA] or not st[S_OPS]:
             continue
-        a = agg[sites.site(code, lasti)]
+        a = agg[sites.site(cid, lasti)]
         a[0] += st[S_OPS]
         a[1] += max(st[S_TIME] - st[S_OPS] * per_op - st[S_TF] * per_call, 0.0)
     ranked = sorted(agg.items(), key=lambda kv: (-kv[1][1], kv[0]))[:5]

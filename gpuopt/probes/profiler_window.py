@@ -39,6 +39,8 @@ class ProfilerWindow:
         self.written: Path | None = None
         self.recorded_steps = 0
         self._prof: Any = None
+        self._step_span: Any = None
+        self._step_number = 0
         self.errors: list[str] = []
 
     def start(self, ctx: RunContext) -> None:
@@ -70,7 +72,7 @@ class ProfilerWindow:
                 if index >= self.start_step + self.steps - 1:
                     self._end()
                 else:
-                    self._prof.step()
+                    self._mark_step()
             elif index == self.start_step - 1 and self.written is None:
                 self._begin()
         except Exception as exc:
@@ -113,9 +115,24 @@ class ProfilerWindow:
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
         self._prof = profile(activities=activities)
         self._prof.start()
+        self._mark_step()
+
+    def _mark_step(self) -> None:
+        """Close the previous ``ProfilerStep#N`` span and open the next one: trace analyses find
+        steps by these names (the profiler itself writes them only when given a schedule)."""
+        from torch.profiler import record_function
+
+        if self._step_span is not None:
+            self._step_span.__exit__(None, None, None)
+        self._step_span = record_function(f"ProfilerStep#{self._step_number}")
+        self._step_span.__enter__()
+        self._step_number += 1
 
     def _end(self) -> None:
         prof, self._prof = self._prof, None
+        span, self._step_span = self._step_span, None
+        if span is not None:
+            span.__exit__(None, None, None)
         prof.stop()
         assert self.path is not None
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ so the rest of the run pays nothing):
 Counters are kept per step and merged when a step ends; :mod:`gpuopt.probes.host_summary` turns
 them into the ``transfers``/``syncs``/``dispatch``/``loops``/``ragged`` keys.
 
-Costs: a recorded op costs tens of microseconds of Python (measured by
+Costs: a recorded op costs several microseconds of Python (measured by
 :mod:`gpuopt.probes.recorder_calibration` on every run and reported as
 ``dispatch.recorder_overhead_us_per_op``); op and between-op times are corrected for it.
 """
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import sys
 import time
-from types import CodeType
 from typing import Any
 
 from gpuopt.probes.base import RunContext
@@ -59,7 +58,7 @@ class _Ctx:
 
     __slots__ = ("key", "stats", "direct", "data", "kind", "api", "recorded")
 
-    def __init__(self, key: tuple[CodeType, int] | None, stats: list[Any] | None, direct: bool,
+    def __init__(self, key: tuple[int, int] | None, stats: list[Any] | None, direct: bool,
                  data: bool, kind: str | None, api: str) -> None:
         self.key = key
         self.stats = stats
@@ -74,7 +73,7 @@ class StepCounters:
     """Everything measured during one step (merged into the window totals when it ends)."""
 
     def __init__(self) -> None:
-        self.sites: dict[tuple[CodeType, int], list[Any]] = {}
+        self.sites: dict[tuple[int, int], list[Any]] = {}  # (id(code), lasti) -> stats
         self.syncs: dict[tuple[Any, ...], list[float]] = {}
         self.transfers: dict[tuple[Any, ...], list[float]] = {}
         self.ops = 0             # model ops (not data loading)
@@ -89,6 +88,7 @@ class StepCounters:
         self.pass_events = 0      # metadata calls passed straight through
         self.sync_calls = 0       # wrapped torch.cuda synchronize calls
         self.sync_s = 0.0         # host time blocked in syncs (sync ops and synchronize calls)
+        self.setup_s = 0.0        # recorder's first-sight classification of code objects
         self.signature = 0        # hash of the step's (op, first input shape) sequence
         self.wall_s = 0.0
 
@@ -109,7 +109,7 @@ class StepCounters:
                     for i, v in enumerate(vals):
                         mine_v[i] += v
         for name in ("ops", "op_s", "small_ops", "small_s", "view_ops", "data_ops", "data_s",
-                     "dispatch_events", "tf_events", "pass_events", "sync_calls", "sync_s", "wall_s"):
+                     "dispatch_events", "tf_events", "pass_events", "sync_calls", "sync_s", "setup_s", "wall_s"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
     def is_empty(self) -> bool:
@@ -136,21 +136,20 @@ class RecorderEngine:
         self.acc = StepCounters()
         self.total = StepCounters()
         self.steps_done = 0
-        self.step_signatures: list[int] = []
-        self.step_walls: list[float] = []
         self.step_counters: list[StepCounters] = []  # each window step's own counters
         self.errors: list[str] = []
         self.op_flags: dict[Any, int] = {}
         self.sync_apis = sync_api_kinds()
         self.meta_apis = metadata_apis()
         self.last_exit = 0.0
-        self.last_key: tuple[CodeType, int] | None = None
+        self.last_key: tuple[int, int] | None = None
         self.last_fid = 0
         # The last sync, until the next model op: (entry, key, time it returned, data_clock then).
         self.pending_idle: tuple[list[float], tuple[Any, ...], float, float] | None = None
         self.last_sync_key: tuple[Any, ...] = ()
         self.data_clock = 0.0  # host time in data-loading ops so far (excluded from idle-after)
         self.step_start = 0.0
+        self._miss_mark = 0.0
         self._dispatch_mode: Any = None
         self._function_mode: Any = None
         self._patches: list[tuple[Any, str, Any]] = []
@@ -195,6 +194,7 @@ class RecorderEngine:
         self.last_key, self.last_fid = self._current_instruction()
         self.pending_idle = None
         self.recording = True
+        self._miss_mark = self.resolver.miss_s
         self.step_start = self.last_exit = _perf()
 
     def turn_off(self) -> None:
@@ -232,10 +232,10 @@ class RecorderEngine:
         now = _perf()
         acc = self.acc
         acc.wall_s = now - self.step_start
+        acc.setup_s = self.resolver.miss_s - self._miss_mark
+        self._miss_mark = self.resolver.miss_s
         self.total.merge(acc)
         self.steps_done += 1
-        self.step_signatures.append(acc.signature)
-        self.step_walls.append(acc.wall_s)
         self.step_counters.append(acc)
         self.acc = StepCounters()
         pending = self.pending_idle
@@ -246,11 +246,11 @@ class RecorderEngine:
             self.pending_idle = (merged, *pending[1:]) if merged is not None else None  # type: ignore[assignment]
         self.step_start = self.last_exit = _perf()
 
-    def _current_instruction(self) -> tuple[tuple[CodeType, int] | None, int]:
+    def _current_instruction(self) -> tuple[tuple[int, int] | None, int]:
         frame, _, _ = self.resolver.locate(sys._getframe(2))
         if frame is None:
             return None, 0
-        return (frame.f_code, frame.f_lasti), id(frame)
+        return (id(frame.f_code), frame.f_lasti), id(frame)
 
     def close_partial(self) -> bool:
         """At the end of the run: keep an unfinished step only when no step finished at all."""
@@ -275,10 +275,12 @@ class RecorderEngine:
             acc = self.acc
             acc.tf_events += 1
             if frame is not None:
-                key = (frame.f_code, frame.f_lasti)
+                code = frame.f_code
+                key = (id(code), frame.f_lasti)
                 stats = acc.sites.get(key)
                 if stats is None:
                     stats = acc.sites[key] = [0, 0.0, 0, 0, 0, data]
+                    self.resolver.codes[key[0]] = code
                 stats[S_TF] += 1
                 fid = id(frame)
                 if direct or key != self.last_key or fid != self.last_fid:
@@ -408,11 +410,13 @@ class RecorderEngine:
         frame, direct, data = self.resolver.locate(sys._getframe(3))
         if frame is None:
             return _Ctx(None, None, False, data, None, "?")
-        key = (frame.f_code, frame.f_lasti)
+        code = frame.f_code
+        key = (id(code), frame.f_lasti)
         acc = self.acc
         stats = acc.sites.get(key)
         if stats is None:
             stats = acc.sites[key] = [0, 0.0, 0, 0, 0, data]
+            self.resolver.codes[key[0]] = code
         fid = id(frame)
         if key != self.last_key or fid != self.last_fid:
             stats[S_EXEC] += 1
@@ -524,7 +528,8 @@ class RecorderEngine:
                 try:
                     frame, direct, data = engine.resolver.locate(sys._getframe(1))
                     if frame is not None:
-                        ctx = _Ctx((frame.f_code, frame.f_lasti), None, direct, data, "synchronize", label)
+                        engine.resolver.codes[id(frame.f_code)] = frame.f_code
+                        ctx = _Ctx((id(frame.f_code), frame.f_lasti), None, direct, data, "synchronize", label)
                         dev = "cpu" if engine.cpu_only else "cuda"
                         entry = engine._add_sync("synchronize", ctx, dev, label)
                         engine.acc.sync_calls += 1

@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-_N = 200
+_N = 100
 _REPS = 3
 
 

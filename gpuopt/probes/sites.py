@@ -6,15 +6,18 @@ under one of the run's user roots and not inside torch, gpuopt or an installed p
 the stack with ``traceback``/``inspect`` costs tens of microseconds; here each code object is
 classified once and cached, so a walk is a handful of dict lookups.
 
-A site is recorded as the pair ``(code, lasti)`` (the code object and the offset of the calling
-instruction), which costs nothing to build; file, line and column are derived from it once, when
-the run is summarised (:meth:`SiteResolver.position`).
+A site is recorded as the pair ``(id(code), lasti)`` (the code object and the offset of the
+calling instruction), which costs nothing to build; file, line and column are derived from it
+once, when the run is summarised (:meth:`SiteResolver.position`). Code objects are keyed by
+``id`` (kept alive in :attr:`SiteResolver.codes`, so an id is never reused): hashing a code object
+hashes its bytecode and constants, and two equal functions in different files compare equal.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from types import CodeType, FrameType
 
@@ -28,7 +31,6 @@ DATA = 3         # torch.utils.data: ops below it belong to data loading, not to
 # ``Tensor.__iter__``) and the ``__torch_function__`` plumbing sit between the user's line and the
 # recorder without being a library call the user made.
 _TRANSPARENT_TORCH_FILES = ("_tensor.py", "overrides.py", os.path.join("utils", "_python_dispatch.py"))
-_COMPREHENSIONS = frozenset({"<listcomp>", "<genexpr>", "<setcomp>", "<dictcomp>"})
 
 
 def _norm_dir(p: str) -> str:
@@ -60,8 +62,10 @@ class SiteResolver:
         self._data_dir = os.path.join(self._torch_dir, "utils", "data", "")
         self._transparent = tuple(os.path.join(self._torch_dir, f) for f in _TRANSPARENT_TORCH_FILES)
         self._extra_user = frozenset(os.path.realpath(f) for f in extra_user_files)
-        self.cache: dict[CodeType, int] = {}
-        self._data_callers: dict[CodeType, bool] = {}
+        self.cache: dict[str, int] = {}    # by file name: the category depends on the file only
+        self.miss_s = 0.0  # time spent classifying code objects seen for the first time
+        self.codes: dict[int, CodeType] = {}  # id -> code, for every code a site refers to
+        self._data_callers: dict[int, bool] = {}
         self._abs: dict[str, str] = {}
         self._positions: dict[CodeType, list[tuple[int | None, int | None, int | None, int | None]]] = {}
 
@@ -74,11 +78,18 @@ class SiteResolver:
         return p
 
     def classify(self, code: CodeType) -> int:
-        """The category of ``code`` (cached): USER, LIBRARY, TRANSPARENT or DATA."""
-        cat = self.cache.get(code)
+        """The category of ``code`` (cached by file): USER, LIBRARY, TRANSPARENT or DATA.
+
+        The first sight of a file costs a path resolution; that time is summed in ``miss_s`` so
+        the recorder can take it out of the step it landed in.
+        """
+        filename = code.co_filename
+        cat = self.cache.get(filename)
         if cat is None:
-            cat = self._classify_file(code.co_filename)
-            self.cache[code] = cat
+            t0 = time.perf_counter()
+            cat = self._classify_file(filename)
+            self.cache[filename] = cat
+            self.miss_s += time.perf_counter() - t0
         return cat
 
     def _classify_file(self, filename: str) -> int:
@@ -117,15 +128,18 @@ class SiteResolver:
         f = frame
         while f is not None:
             code = f.f_code
-            cat = cache.get(code)
+            cat = cache.get(code.co_filename)
             if cat is None:
                 cat = self.classify(code)
             if cat == USER:
                 if not data:
-                    called_by_data = self._data_callers.get(code)
+                    called_by_data = self._data_callers.get(id(code))
                     if called_by_data is None:
+                        t0 = time.perf_counter()
                         called_by_data = self._called_by_data(f)
-                        self._data_callers[code] = called_by_data
+                        self.codes[id(code)] = code
+                        self._data_callers[id(code)] = called_by_data
+                        self.miss_s += time.perf_counter() - t0
                     data = called_by_data
                 return f, direct, data
             if cat == LIBRARY:
@@ -175,11 +189,6 @@ class SiteResolver:
 
     def site(self, code: CodeType, lasti: int) -> str:
         return f"{self.relpath(code)}:{self.position(code, lasti)[0]}"
-
-    @staticmethod
-    def is_comprehension(code: CodeType) -> bool:
-        return code.co_name in _COMPREHENSIONS
-
 
 def _code_positions(code: CodeType) -> list[tuple[int | None, int | None, int | None, int | None]]:
     """Per code unit (2 bytes) ``(line, end_line, col, end_col)``; Python 3.10 has lines only."""

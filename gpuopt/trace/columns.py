@@ -26,7 +26,7 @@ class EventColumns:
     ``ts``/``dur`` are microseconds as in the file (float64: Kineto writes integers, or fractions
     of a µs in ns-resolution traces). ``stream``/``correlation``/``bytes`` are -1
     where the event has none. ``name``/``cat``/``thread``/``stack`` index into the string tables.
-    ``order`` is the event's position in the file's ``traceEvents`` (ties are broken by it).
+    ``order`` grows with the event's position in the file's ``traceEvents`` (ties are broken by it).
     """
 
     ts: FloatArray

@@ -41,6 +41,25 @@ def profile_from_traces(path: Path) -> dict[str, Any]:
     return doc
 
 
+def add_trace_to_profile(doc: dict[str, Any], path: Path) -> None:
+    """For ``gpuopt profile`` on a GPU: add the profiler window's trace to a *run* document.
+
+    Fills ``gpu`` (contract key), extends ``trace`` (keeping keys already there, e.g.
+    ``profiler_window``), appends the trace ``tables`` and ``warnings``. Steps, breakdown,
+    transfers and syncs stay the run's own (measured over all steps, not the window). Raises
+    :class:`GpuoptError` on an unreadable trace; the caller decides whether that is a warning.
+    """
+    ta = analyze_trace(path)
+    strag = ranks_mod.straggler([ra.view for ra in ta.ranks]) if len(ta.ranks) > 1 else None
+    doc["gpu"] = [_gpu_entry(ra) for ra in ta.ranks if ra.has_gpu] or None
+    trace = doc.get("trace") if isinstance(doc.get("trace"), dict) else {}
+    assert isinstance(trace, dict)
+    trace.update(_trace_details(ta, strag))
+    doc["trace"] = trace
+    doc["tables"] = list(doc.get("tables") or []) + _tables(ta, strag)
+    doc["warnings"] = list(doc.get("warnings") or []) + _warnings(ta)
+
+
 def _r(x: float | None, nd: int = 3) -> float | None:
     return None if x is None or not np.isfinite(x) else round(float(x), nd)
 

@@ -1,8 +1,9 @@
 """Findings from PyTorch profiler traces (``gpuopt report TRACE``).
 
-They read only ``doc["trace"]`` (written by :mod:`gpuopt.trace.profile`) and fire only on documents
-with ``source == "trace"``: run documents get the same ids from the run-time rules, and one cause
-must not be reported twice. Every finding carries ``source: "trace"`` and the measured numbers.
+They read only ``doc["trace"]`` (written by :mod:`gpuopt.trace.profile`). The ids that run-time rules
+also produce (dataloader-bound, sync-in-step, pageable-h2d, launch-bound) fire only on documents with
+``source == "trace"``, so one cause is not reported twice; ``low-gpu-util`` and ``straggler-rank``
+(trace-only evidence) also fire on run documents that carry a profiler-window trace. Every finding carries ``source: "trace"`` and the measured numbers.
 
 Registry keys are ``gpu_trace:<finding id>``: the engine keys rules by name, and the run-time rules
 already use the bare ids, so sharing a key would replace one rule with the other.
@@ -25,8 +26,8 @@ PAGEABLE_MIN_BYTES = 1 << 20  # ... or move at least 1 MiB
 _AMDAHL = "Amdahl: step time without the idle time this cause covers (upper bound)"
 
 
-def _ranks(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    if doc.get("source") != "trace":
+def _ranks(doc: dict[str, Any], any_source: bool = False) -> list[dict[str, Any]]:
+    if doc.get("source") != "trace" and not any_source:
         return []
     tr = doc.get("trace")
     return list(tr.get("ranks") or []) if isinstance(tr, dict) else []
@@ -104,7 +105,7 @@ def sync_in_step(doc: dict[str, Any]) -> list[Finding]:
 
 @rule("gpu_trace:low-gpu-util")
 def low_gpu_util(doc: dict[str, Any]) -> list[Finding]:
-    for r in _ranks(doc):
+    for r in _ranks(doc, any_source=True):
         t = r.get("temporal") or {}
         idle = t.get("idle_pct")
         if idle is None or idle < LOW_UTIL_IDLE_PCT:
@@ -220,8 +221,6 @@ def launch_bound(doc: dict[str, Any]) -> list[Finding]:
 
 @rule("gpu_trace:straggler-rank")
 def straggler_rank(doc: dict[str, Any]) -> list[Finding]:
-    if doc.get("source") != "trace":
-        return []
     tr = doc.get("trace") or {}
     s = tr.get("straggler")
     if not s:

@@ -54,3 +54,34 @@ def pct(share: float) -> str:
 def on_cpu_only(doc: dict[str, Any]) -> bool:
     """Whether the recorder ran without an accelerator (its device findings are inferred)."""
     return obj(doc, "dispatch").get("measured_device") == "cpu"
+
+
+def step_us(doc: dict[str, Any]) -> float | None:
+    """The step time in microseconds: the recorder window's (corrected), else the run's median."""
+    window = num(obj(doc, "dispatch").get("step_time_us"))
+    if window > 0:
+        return window
+    median = num(obj(doc, "steps").get("time_s", {}).get("median") if isinstance(obj(doc, "steps").get("time_s"), dict) else None)
+    return median * 1e6 if median > 0 else None
+
+
+def share_of(doc: dict[str, Any], entry: dict[str, Any], share_key: str, us_key: str) -> float | None:
+    """An entry's share of the step: as recorded, or from its time per step (trace documents
+    carry times without shares); None when the document has neither."""
+    if isinstance(entry.get(share_key), (int, float)):
+        return num(entry.get(share_key))
+    us = entry.get(us_key)
+    step = step_us(doc)
+    if isinstance(us, (int, float)) and step:
+        return min(max(float(us) / step, 0.0), 1.0)
+    return None
+
+
+def site_of(entry: dict[str, Any]) -> str | None:
+    site = entry.get("site")
+    return str(site) if site else None
+
+
+def plural(n: float, one: str, many: str) -> str:
+    """``"1 call"``, ``"3 calls"``, ``"2.5 calls"``."""
+    return f"{fmt_count(n)} {one if n == 1 else many}"

@@ -13,7 +13,16 @@ from typing import Any
 
 from gpuopt.findings.engine import rule
 from gpuopt.findings.model import Finding, severity_for_share, speedup_if_removed
-from gpuopt.findings.rules.host_common import entries, fmt_bytes, fmt_count, num, pct
+from gpuopt.findings.rules.host_common import (
+    entries,
+    fmt_bytes,
+    fmt_count,
+    num,
+    pct,
+    plural,
+    share_of,
+    site_of,
+)
 
 MIN_BYTES_PER_STEP = 64 * 1024   # smaller copies are not worth a finding unless they take time
 MIN_TIME_SHARE = 0.01
@@ -22,21 +31,25 @@ MANY_COPIES = 8                  # this many copies per step at one line: batch 
 _STAND_IN = "meta"
 
 
-def _sites(doc: dict[str, Any], pinned: bool, blocking_only: bool) -> dict[str, dict[str, Any]]:
-    """h2d entries grouped by site, with their measured totals."""
-    out: dict[str, dict[str, Any]] = {}
+def _sites(doc: dict[str, Any], pinned: bool, blocking_only: bool) -> dict[str | None, dict[str, Any]]:
+    """h2d entries grouped by site (None: a trace, which has no sites), with measured totals."""
+    out: dict[str | None, dict[str, Any]] = {}
     for e in entries(doc, "transfers"):
         if e.get("direction") != "h2d" or e.get("pinned") is not pinned:
             continue
         if blocking_only and e.get("non_blocking") is not False:
             continue
-        site = str(e.get("site") or "?")
+        site = site_of(e)
         g = out.setdefault(site, {"count": 0.0, "bytes": 0.0, "time_us": 0.0, "share": 0.0,
-                                  "blocking": 0.0, "stand_in": False})
+                                  "timed": True, "blocking": 0.0, "stand_in": False})
         g["count"] += num(e.get("count_per_step"))
         g["bytes"] += num(e.get("bytes_per_step"))
         g["time_us"] += num(e.get("time_us_per_step"))
-        g["share"] += num(e.get("time_share"))
+        share = share_of(doc, e, "time_share", "time_us_per_step")
+        if share is None:
+            g["timed"] = False
+        else:
+            g["share"] += share
         if e.get("non_blocking") is False:
             g["blocking"] += num(e.get("count_per_step"))
         if _STAND_IN in str(e.get("dst_device") or ""):
@@ -45,6 +58,8 @@ def _sites(doc: dict[str, Any], pinned: bool, blocking_only: bool) -> dict[str, 
 
 
 def _estimate(g: dict[str, Any]) -> tuple[float | None, str]:
+    if not g["timed"]:
+        return None, "not estimated: this document has no copy times"
     if g["stand_in"]:
         return None, ("not estimated: copied to the meta stand-in device (no GPU here), so the copy "
                       "time is not a bus time")
@@ -64,7 +79,7 @@ def pageable_h2d(doc: dict[str, Any]) -> list[Finding]:
         findings.append(Finding(
             id="pageable-h2d",
             severity=severity_for_share(g["share"]),
-            title=f"{fmt_count(g['count'])} host→device copies per step from pageable memory ({fmt_bytes(g['bytes'])})",
+            title=f"{plural(g['count'], 'host→device copy', 'host→device copies')} per step from pageable memory ({fmt_bytes(g['bytes'])})",
             site=site,
             evidence={
                 "summary": (f"{fmt_count(g['count'])} copies, {fmt_bytes(g['bytes'])} per step from unpinned memory, "
@@ -79,7 +94,7 @@ def pageable_h2d(doc: dict[str, Any]) -> list[Finding]:
             },
             fix=("Pin the source and copy asynchronously: DataLoader(..., pin_memory=True) (or "
                  "x = x.pin_memory() once for a reused buffer), then x.to(device, non_blocking=True) "
-                 f"at {site}." + batch),
+                 f"at {site or 'the copy'}." + batch),
             est_speedup=est,
             estimate_model=model,
         ))
@@ -94,7 +109,7 @@ def blocking_h2d(doc: dict[str, Any]) -> list[Finding]:
         findings.append(Finding(
             id="blocking-h2d",
             severity=severity_for_share(g["share"]),
-            title=f"{fmt_count(g['count'])} blocking host→device copies per step from pinned memory",
+            title=f"{plural(g['count'], 'blocking host→device copy', 'blocking host→device copies')} per step from pinned memory",
             site=site,
             evidence={
                 "summary": (f"{fmt_count(g['count'])} copies, {fmt_bytes(g['bytes'])} per step are pinned but "
@@ -104,7 +119,7 @@ def blocking_h2d(doc: dict[str, Any]) -> list[Finding]:
                 "copy_us_per_step": round(g["time_us"], 1),
                 "h2d_share": round(g["share"], 4),
             },
-            fix=f"The memory is already pinned: add non_blocking=True to the copy at {site}, e.g. x.to(device, non_blocking=True).",
+            fix=f"The memory is already pinned: add non_blocking=True to the copy at {site or 'the copy'}, e.g. x.to(device, non_blocking=True).",
             est_speedup=est,
             estimate_model=model,
         ))

@@ -14,7 +14,16 @@ from typing import Any
 
 from gpuopt.findings.engine import rule
 from gpuopt.findings.model import Finding, Severity, severity_for_share, speedup_if_removed
-from gpuopt.findings.rules.host_common import at_least, entries, fmt_count, num, pct
+from gpuopt.findings.rules.host_common import (
+    at_least,
+    entries,
+    fmt_count,
+    num,
+    pct,
+    plural,
+    share_of,
+    site_of,
+)
 
 MAX_FINDINGS = 8
 MANY_PER_STEP = 8
@@ -40,25 +49,29 @@ _FIXES: dict[str, str] = {
 
 
 def _group(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """Sync entries grouped by site (one finding per line)."""
-    by_site: dict[str, dict[str, Any]] = {}
+    """Sync entries grouped by site (one finding per line; None: a trace, which has no sites)."""
+    by_site: dict[str | None, dict[str, Any]] = {}
     for e in entries(doc, "syncs"):
-        site = str(e.get("site") or "?")
+        site = site_of(e)
         g = by_site.setdefault(site, {"site": site, "count": 0.0, "kinds": {}, "time_us": 0.0,
                                       "idle_us": 0.0, "time_share": 0.0, "idle_share": 0.0,
-                                      "inferred": False})
+                                      "idle_known": True, "inferred": False})
         count = num(e.get("count_per_step"))
         kind = str(e.get("kind") or "item")
         g["count"] += count
         g["kinds"][kind] = g["kinds"].get(kind, 0.0) + count
         g["time_us"] += num(e.get("time_us_per_step"))
         g["idle_us"] += num(e.get("idle_after_us_per_step"))
-        g["time_share"] += num(e.get("time_share"))
-        g["idle_share"] += num(e.get("idle_after_share"))
+        g["time_share"] += share_of(doc, e, "time_share", "time_us_per_step") or 0.0
+        idle = share_of(doc, e, "idle_after_share", "idle_after_us_per_step")
+        if idle is None:
+            g["idle_known"] = False
+        else:
+            g["idle_share"] += idle
         if e.get("measured_device") == "cpu":
             g["inferred"] = True
     groups = [g for g in by_site.values() if g["count"] > 0]
-    groups.sort(key=lambda g: (-(g["idle_share"] + g["time_share"]), -g["count"], g["site"]))
+    groups.sort(key=lambda g: (-(g["idle_share"] + g["time_share"]), -g["count"], str(g["site"])))
     return groups
 
 
@@ -79,7 +92,14 @@ def sync_in_step(doc: dict[str, Any]) -> list[Finding]:
             model = ("not estimated on a CPU-only run: the gain is bounded by the GPU work queued at each "
                      "sync, which only a GPU run measures; the host time from the syncs to the next op, "
                      f"which the GPU would spend idle, is {g['idle_us']:.0f} µs per step ({pct(g['idle_share'])})")
-            title = f"{fmt_count(g['count'])} calls per step that would block on a GPU ({main_kind})"
+            title = f"{plural(g['count'], 'call', 'calls')} per step that would block on a GPU ({main_kind})"
+        elif not g["idle_known"]:
+            severity = severity_for_share(g["time_share"])
+            where = f"the host waited {g['time_us']:.0f} µs per step in them"
+            est = None
+            model = ("not estimated: this document has no host time after each sync (a trace); the host "
+                     f"waited {pct(g['time_share'])} of the step in them")
+            title = f"{plural(g['count'], 'host-device sync', 'host-device syncs')} per step ({main_kind})"
         else:
             overlap = min(g["idle_share"], g["time_share"])
             severity = severity_for_share(overlap)
@@ -88,7 +108,7 @@ def sync_in_step(doc: dict[str, Any]) -> list[Finding]:
             est = speedup_if_removed(overlap)
             model = ("Amdahl on min(host time from each sync to the next op, time the host waited in it) = "
                      f"{pct(overlap)} of the step: without the sync that host work overlaps the queued GPU work")
-            title = f"{fmt_count(g['count'])} host-device syncs per step ({main_kind})"
+            title = f"{plural(g['count'], 'host-device sync', 'host-device syncs')} per step ({main_kind})"
         if g["count"] >= MANY_PER_STEP:
             severity = at_least(severity, "medium")
         findings.append(Finding(
@@ -97,7 +117,7 @@ def sync_in_step(doc: dict[str, Any]) -> list[Finding]:
             title=title,
             site=g["site"],
             evidence={
-                "summary": f"{kinds_text} per step at {g['site']}; {where}",
+                "summary": f"{kinds_text} per step{' at ' + g['site'] if g['site'] else ''}; {where}",
                 "syncs_per_step": g["count"],
                 "kinds": {k: n for k, n in kinds},
                 "sync_us_per_step": round(g["time_us"], 1),

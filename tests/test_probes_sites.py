@@ -1,0 +1,62 @@
+"""Site attribution: which frame is the user's, relative paths, data-loading detection."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from probes_support import PLANTED, ROOT
+
+import gpuopt
+from gpuopt.probes.sites import DATA, LIBRARY, TRANSPARENT, USER, SiteResolver
+
+
+@pytest.fixture
+def resolver(monkeypatch: pytest.MonkeyPatch) -> SiteResolver:
+    monkeypatch.chdir(ROOT)
+    return SiteResolver([PLANTED])
+
+
+def _code_in(path: Path) -> object:
+    return compile("x = 1", str(path), "exec")
+
+
+def test_classification(resolver: SiteResolver, tmp_path: Path) -> None:
+    assert resolver.classify(_code_in(PLANTED / "planted_syncs.py")) == USER
+    assert resolver.classify(_code_in(Path(torch.__file__).parent / "nn" / "modules" / "linear.py")) == LIBRARY
+    assert resolver.classify(_code_in(Path(torch.__file__).parent / "_tensor.py")) == TRANSPARENT
+    assert resolver.classify(_code_in(Path(torch.__file__).parent / "utils" / "data" / "dataloader.py")) == DATA
+    assert resolver.classify(_code_in(Path(gpuopt.__file__).parent / "cli.py")) == TRANSPARENT
+    assert resolver.classify(_code_in(tmp_path / "elsewhere.py")) == LIBRARY  # outside the user roots
+    assert resolver.classify(_code_in(PLANTED / "site-packages" / "pkg.py")) == LIBRARY
+    assert resolver.classify(compile("x = 1", "<string>", "exec")) == LIBRARY
+
+
+def test_site_is_relative_to_cwd_or_as_given(resolver: SiteResolver, tmp_path: Path) -> None:
+    code = compile("\n\nx = 1\n", str(PLANTED / "planted_syncs.py"), "exec")
+    assert resolver.relpath(code) == "tests/data/probes/planted_syncs.py"
+    outside = compile("x = 1", "/opt/elsewhere/train.py", "exec")
+    assert resolver.relpath(outside) == "/opt/elsewhere/train.py"
+
+
+def test_locate_finds_first_user_frame_and_directness(resolver: SiteResolver) -> None:
+    ns: dict = {}
+    src = "import sys\ndef user(cb):\n    return cb()\n"
+    exec(compile(src, str(PLANTED / "virtual_user.py"), "exec"), ns)
+    frame, direct, data = ns["user"](lambda: resolver.locate(sys._getframe(1)))
+    assert frame is not None and frame.f_code.co_name == "user" and direct and not data
+    # called through a library frame (this test file is outside the user roots): not direct
+    frame2, direct2, _ = ns["user"](lambda: _library_hop(resolver))
+    assert frame2 is not None and frame2.f_code.co_name == "user" and not direct2
+
+
+def _library_hop(resolver: SiteResolver):  # type: ignore[no-untyped-def]
+    return resolver.locate(sys._getframe(0))
+
+
+def test_first_sight_cost_is_accounted(resolver: SiteResolver) -> None:
+    before = resolver.miss_s
+    resolver.classify(compile("x = 1", str(PLANTED / "fresh.py"), "exec"))
+    assert resolver.miss_s > before
