@@ -166,31 +166,42 @@ def _training(steps: int, tiny: bool) -> Callable[[Callable[[int], None] | None]
     return run
 
 
-def _whole_run(run: Callable[[Callable[[int], None] | None], None], with_recorder: bool) -> float:
-    t0 = time.perf_counter()
+def _whole_run(run: Callable[[Callable[[int], None] | None], None], with_recorder: bool) -> tuple[float, float]:
+    """(wall seconds, process CPU seconds) of one whole run."""
+    w0, c0 = time.perf_counter(), time.process_time()
     if not with_recorder:
         run(None)
-        return time.perf_counter() - t0
+        return time.perf_counter() - w0, time.process_time() - c0
     probe = DispatchRecorder()
     with tempfile.TemporaryDirectory() as tmp:
         probe.start(RunContext(script="bench", user_roots=[HERE], out_dir=Path(tmp), warmup=2, window_start=2, window_steps=3))
         run(lambda i: probe.on_step(i, time.perf_counter()))
         probe.stop()
         probe.contribute({})
-    return time.perf_counter() - t0
+    return time.perf_counter() - w0, time.process_time() - c0
 
 
 def whole_run(rounds: int, configs: list[tuple[str, int, bool]]) -> list[dict[str, Any]]:
+    """Paired rounds (without, then with, back to back): the median of the per-round ratios and
+    differences, so a machine whose speed drifts during the benchmark affects both sides alike."""
     rows = []
     for name, steps, tiny in configs:
         run = _training(steps, tiny)
         run(None)  # warm-up
-        base, rec = [], []
+        pairs = []
         for _ in range(rounds):
-            base.append(_whole_run(run, False))
-            rec.append(_whole_run(run, True))
-        b, r = statistics.median(base), statistics.median(rec)
-        rows.append({"workload": name, "steps": steps, "step_ms": b / steps * 1e3, "base_s": b, "recorder_s": r, "ratio": r / b})
+            base = _whole_run(run, False)
+            rec = _whole_run(run, True)
+            pairs.append((base, rec))
+        rows.append({
+            "workload": name,
+            "steps": steps,
+            "step_ms": statistics.median(b[0] for b, _ in pairs) / steps * 1e3,
+            "base_s": statistics.median(b[0] for b, _ in pairs),
+            "added_ms": statistics.median((r[0] - b[0]) for b, r in pairs) * 1e3,
+            "ratio": statistics.median(r[0] / b[0] for b, r in pairs),
+            "cpu_ratio": statistics.median(r[1] / b[1] for b, r in pairs),
+        })
     return rows
 
 
@@ -199,7 +210,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer rounds and steps (a smoke run)")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    rounds = 3 if args.quick else 5
+    rounds = 3 if args.quick else 7
     n = 300 if args.quick else 2000
     print(f"# bench_recorder: python {platform.python_version()}, torch {torch.__version__}, "
           f"{platform.processor() or platform.machine()}, torch threads 1, rounds {rounds} (median)")
@@ -213,10 +224,11 @@ def main() -> None:
     configs = [("mlp 256-512-256, batch 128", steps, False), ("12 x Linear(16,16), batch 8 (tiny ops)", steps, True),
                ("mlp 256-512-256, batch 128", steps * 5, False), ("12 x Linear(16,16), batch 8 (tiny ops)", steps * 5, True)]
     print("\n## Whole run (window 3 steps after 2 warm-up steps; summary and calibration included)\n")
-    print("| workload | steps | step (ms) | without (s) | with recorder (s) | ratio |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| workload | steps | step (ms) | run without (s) | added by recorder (ms) | wall ratio | CPU-time ratio |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for r in whole_run(rounds, configs):
-        print(f"| {r['workload']} | {r['steps']} | {r['step_ms']:.2f} | {r['base_s']:.3f} | {r['recorder_s']:.3f} | {r['ratio']:.3f}x |")
+        print(f"| {r['workload']} | {r['steps']} | {r['step_ms']:.2f} | {r['base_s']:.3f} | {r['added_ms']:.1f} | "
+              f"{r['ratio']:.3f}x | {r['cpu_ratio']:.3f}x |")
 
 
 if __name__ == "__main__":

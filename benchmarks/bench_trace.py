@@ -181,7 +181,11 @@ def main() -> None:
         row["rss_ratio"] = round(row["gpuopt_rss_mb"] / row["hta_rss_mb"], 3) if row["hta_rss_mb"] and row["gpuopt_rss_mb"] else None
         results.append(row)
         print(f"{row['trace']}: {row['json_mb']} MB  gpuopt {row['gpuopt_s']}s / {row['gpuopt_rss_mb']} MB   HTA {row['hta_s']}s / {row['hta_rss_mb']} MB   speedup {row['speedup']}  rss ratio {row['rss_ratio']}", flush=True)
-    machine = {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
+    versions = subprocess.run(
+        [str(hta_py), "-c", "import importlib.metadata as m; print({p: m.version(p) for p in ('HolisticTraceAnalysis', 'pandas', 'numpy')})"],
+        capture_output=True, text=True,
+    ).stdout.strip()
+    machine = {"hta_venv": versions, "platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
                "mem_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9, 1),
                "load_avg_at_end": os.getloadavg()}
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@ planted files, so the assertions are exact without hard-coding line numbers.
 
 from __future__ import annotations
 
+import re
 import runpy
 import time
 from collections.abc import Callable
@@ -27,9 +28,10 @@ def load(name: str) -> dict[str, Any]:
 
 def line_of(name: str, marker: str) -> int:
     """The line number of the one line carrying ``# <marker>`` in a planted file."""
+    pattern = re.compile(rf"# {re.escape(marker)}(\s|$)")
     hits = [
         i for i, text in enumerate((PLANTED / name).read_text().splitlines(), start=1)
-        if f"# {marker}" in text and not text.lstrip().startswith("#")
+        if pattern.search(text) and not text.lstrip().startswith("#")
     ]
     assert len(hits) == 1, f"marker {marker!r} found {len(hits)} times in {name}"
     return hits[0]

@@ -65,7 +65,7 @@ def test_stand_in_device_copies_are_not_estimated() -> None:
 
 
 def _sync(site: str, kind: str, count: float, device: str, time_share: float, idle_share: float) -> dict[str, Any]:
-    return {"kind": kind, "site": site, "count_per_step": count, "measured_device": device, "would_block_on_gpu": True,
+    return {"kind": kind, "site": site, "count_per_step": count, "measured_device": device, "would_block_on_gpu": device == "cpu",
             "time_us_per_step": 100.0, "idle_after_us_per_step": 50.0, "time_share": time_share, "idle_after_share": idle_share}
 
 

@@ -66,6 +66,7 @@ def test_d2h_reads_of_fake_cuda_tensors(tmp_path: Path) -> None:
     for key in (("cpu", site(NAME, "D2H-CPU")), ("item", site(NAME, "SYNC-FAKE-ITEM"))):
         assert syncs[key]["count_per_step"] == 1
         assert syncs[key]["measured_device"] == "cuda"   # measured on a (fake) device tensor
+        assert syncs[key]["would_block_on_gpu"] is False  # it did block: not an inference
     assert syncs[("synchronize", site(NAME, "SYNC-SYNCHRONIZE"))]["count_per_step"] == 1
 
 

@@ -49,6 +49,8 @@ def test_each_sync_kind_once(tmp_path: Path) -> None:
         ("float", site(name, "KIND-FLOAT")): 1,
         ("print", site(name, "KIND-PRINT")): 1,
         ("nonzero", site(name, "KIND-MASK")): 1,
+        ("nonzero", site(name, "KIND-MASK-SET")): 1,
+        ("nonzero", site(name, "KIND-UNIQUE")): 1,
         ("bool", site(name, "KIND-BOOL")): 1,
     }
 

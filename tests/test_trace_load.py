@@ -164,3 +164,14 @@ def test_unknown_phase_falls_back_to_lenient_decoding(tmp_path: Path, monkeypatc
         decode._load_streaming(p)
     cols = load_columns(p)
     assert len(cols) == 2  # HTA keeps any event with a duration and a category, whatever its phase
+
+
+def test_trace_strings_are_escaped_in_html(tmp_path: Path) -> None:
+    pytest.importorskip("gpuopt.report.html", reason="HTML renderer not merged yet")
+    evil = '<img src=x onerror="alert(1)">'
+    p = write_trace(tmp_path / "evil.json", [cpu(evil, 0, 10), launch(1, 2, corr=1), kernel(evil, 4, 3, corr=1)])
+    out = tmp_path / "r.html"
+    r = subprocess.run([sys.executable, "-m", "gpuopt", "report", str(p), "-o", str(out)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    html = out.read_text()
+    assert "onerror" in html and evil not in html  # the kernel name is shown, escaped

@@ -283,9 +283,9 @@ def _syncs(t: StepCounters, sites: _Sites, steps: int, wall: float, cpu_only: bo
             "api": ",".join(sorted(g["api"])),
             "op": ",".join(sorted(g["op"])),
             "measured_device": g["measured"],
-            # Every entry is a call that blocks the host on a GPU; measured_device "cpu" means it
-            # was seen on a CPU-only run, where it cost nothing and its GPU cost is inferred.
-            "would_block_on_gpu": True,
+            # Seen on a CPU-only run, where it cost nothing: it would block on a GPU (inferred).
+            # Entries measured on a device did block.
+            "would_block_on_gpu": g["measured"] == "cpu",
             "time_us_per_step": _us(g["time"], steps),
             "idle_after_us_per_step": _us(g["idle"], steps),
             "time_share": _share(g["time"], wall),

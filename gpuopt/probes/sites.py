@@ -28,9 +28,13 @@ TRANSPARENT = 2  # thin wrappers that do not make a call indirect (gpuopt, torch
 DATA = 3         # torch.utils.data: ops below it belong to data loading, not to the step
 
 # Tensor methods written in Python (``Tensor.__format__``, ``Tensor.backward``,
-# ``Tensor.__iter__``) and the ``__torch_function__`` plumbing sit between the user's line and the
+# ``Tensor.__iter__``), the one-op wrappers of ``torch/functional.py`` (``torch.unique``,
+# ``torch.split``, with ``_jit_internal``'s boolean dispatch) and the ``__torch_function__``
+# plumbing sit between the user's line and the
 # recorder without being a library call the user made.
-_TRANSPARENT_TORCH_FILES = ("_tensor.py", "overrides.py", os.path.join("utils", "_python_dispatch.py"))
+_TRANSPARENT_TORCH_FILES = (
+    "_tensor.py", "functional.py", "_jit_internal.py", "overrides.py", os.path.join("utils", "_python_dispatch.py"),
+)
 
 
 def _norm_dir(p: str) -> str:

@@ -3,7 +3,8 @@
 Used to name the op behind a sync call (``aten::item`` → ``aten::_local_scalar_dense`` →
 ``cudaStreamSynchronize``) and the host activity during a GPU idle gap. Ops on one thread nest
 properly (the profiler records a call stack), so the outermost op around a time is found by a
-binary search over the thread's top-level ops, and the innermost by a short backward walk.
+binary search over the thread's top-level ops, and the chain of enclosing ops by a vectorised
+scan of the events inside that top-level op.
 """
 
 from __future__ import annotations

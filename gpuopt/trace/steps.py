@@ -61,7 +61,6 @@ def step_windows(v: RankView) -> tuple[np.ndarray, np.ndarray]:
 def category_intervals(v: RankView) -> list[tuple[str, iv.Intervals]]:
     """Union of intervals per category, in priority order (runtime split into sync / rest)."""
     ev = v.ev
-    names = ev.names
     gpu = v.on_stream
     is_memcpy = ev.has_name(lambda n: n.startswith("Memcpy"))
     is_memset = ev.has_name(lambda n: n.startswith("Memset"))
@@ -71,7 +70,6 @@ def category_intervals(v: RankView) -> list[tuple[str, iv.Intervals]]:
     ops = host & ev.has_cat(OP_CATS) & ~ev.has_name(lambda n: n.startswith("ProfilerStep"))
     comm = ops & ev.has_name(lambda n: bool(_COMM_OP_RE.search(n)))
     dl = ops & ev.has_name(is_dataloader)
-    del names
 
     def u(m: np.ndarray) -> iv.Intervals:
         return iv.merge(v.ts[m], v.end[m])

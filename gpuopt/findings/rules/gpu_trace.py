@@ -4,9 +4,6 @@ They read only ``doc["trace"]`` (written by :mod:`gpuopt.trace.profile`). The id
 also produce (dataloader-bound, sync-in-step, pageable-h2d, launch-bound) fire only on documents with
 ``source == "trace"``, so one cause is not reported twice; ``low-gpu-util`` and ``straggler-rank``
 (trace-only evidence) also fire on run documents that carry a profiler-window trace. Every finding carries ``source: "trace"`` and the measured numbers.
-
-Registry keys are ``gpu_trace:<finding id>``: the engine keys rules by name, and the run-time rules
-already use the bare ids, so sharing a key would replace one rule with the other.
 """
 
 from __future__ import annotations
@@ -79,7 +76,7 @@ def _cause_finding(doc: dict[str, Any], cause: str, fid: str, title: str, fix: s
     return out
 
 
-@rule("gpu_trace:dataloader-bound")
+@rule("dataloader-bound")
 def dataloader_bound(doc: dict[str, Any]) -> list[Finding]:
     return _cause_finding(
         doc,
@@ -91,7 +88,7 @@ def dataloader_bound(doc: dict[str, Any]) -> list[Finding]:
     )
 
 
-@rule("gpu_trace:sync-in-step")
+@rule("sync-in-step")
 def sync_in_step(doc: dict[str, Any]) -> list[Finding]:
     return _cause_finding(
         doc,
@@ -103,7 +100,7 @@ def sync_in_step(doc: dict[str, Any]) -> list[Finding]:
     )
 
 
-@rule("gpu_trace:low-gpu-util")
+@rule("low-gpu-util")
 def low_gpu_util(doc: dict[str, Any]) -> list[Finding]:
     for r in _ranks(doc, any_source=True):
         t = r.get("temporal") or {}
@@ -133,7 +130,7 @@ def low_gpu_util(doc: dict[str, Any]) -> list[Finding]:
     return []
 
 
-@rule("gpu_trace:pageable-h2d")
+@rule("pageable-h2d")
 def pageable_h2d(doc: dict[str, Any]) -> list[Finding]:
     for r in _ranks(doc):
         rows = [m for m in r.get("memory") or [] if m["direction"] == "HtoD" and m.get("pageable")]
@@ -177,7 +174,7 @@ def pageable_h2d(doc: dict[str, Any]) -> list[Finding]:
     return []
 
 
-@rule("gpu_trace:launch-bound")
+@rule("launch-bound")
 def launch_bound(doc: dict[str, Any]) -> list[Finding]:
     for r in _ranks(doc):
         ls = r.get("launch") or {}
@@ -219,7 +216,7 @@ def launch_bound(doc: dict[str, Any]) -> list[Finding]:
     return []
 
 
-@rule("gpu_trace:straggler-rank")
+@rule("straggler-rank")
 def straggler_rank(doc: dict[str, Any]) -> list[Finding]:
     tr = doc.get("trace") or {}
     s = tr.get("straggler")

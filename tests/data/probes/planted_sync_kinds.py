@@ -11,6 +11,10 @@ def train_step(x: torch.Tensor) -> list[object]:
     seen.append(float(x.mean()))  # KIND-FLOAT
     seen.append(f"{x.sum():.3f}")  # KIND-PRINT
     seen.append(x[x > 0])  # KIND-MASK
+    y = x.clone()
+    y[y > 100] = 0.0  # KIND-MASK-SET
+    seen.append(torch.unique(x))  # KIND-UNIQUE
+    seen.append(x.masked_fill(x > 100, 0.0))  # MASKED-FILL (fixed size: no sync)
     if x.max() > 100:  # KIND-BOOL
         seen.append(None)
     seen.append(x.numpy())  # NUMPY-ALONE (a CPU array even on a GPU run: no sync)
