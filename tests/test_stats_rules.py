@@ -79,3 +79,20 @@ def test_rank_orders_by_gain_then_severity() -> None:
         {"id": "d", "severity": "medium", "est_speedup": 2.0},
     ]
     assert [f["id"] for f in rank(fs)] == ["b", "d", "a", "c"]
+
+
+def test_window_trace_is_analysed_into_a_run_document(shared_traces, tmp_path) -> None:
+    """What `gpuopt profile` does on a GPU with its profiler window's trace, on a recorded one."""
+    from gpuopt.runner.main import attach_window_traces
+    from gpuopt.schema import validate_profile
+
+    trace = shared_traces / "kineto_tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+    doc = empty_profile("train.py")
+    doc["trace_files"] = [str(trace), str(tmp_path / "missing.pt.trace.json")]
+    warnings: list[str] = []
+    attach_window_traces(doc, warnings)
+    assert validate_profile(doc) == []
+    (gpu,) = doc["gpu"]
+    assert 0 < gpu["utilization"] < 1 and gpu["launch"]["count"] > 1000
+    assert any(t["id"] for t in doc["tables"])
+    assert len(warnings) == 1 and "not analysed" in warnings[0] and "\n" not in warnings[0]

@@ -248,6 +248,7 @@ class ProfileSession:
                 p.contribute(doc)
             except Exception as exc:
                 warnings.append(f"probe {p.name} could not report: {type(exc).__name__}: {exc}")
+        attach_window_traces(doc, warnings)
         disp = doc.get("dispatch") or {}
         doc["breakdown"] = stats.breakdown(
             m_times,
@@ -261,6 +262,24 @@ class ProfileSession:
         doc["findings"] = evaluate(doc)
         write_profile(doc, self.out / "profile.json")
         return doc
+
+
+def attach_window_traces(doc: dict[str, Any], warnings: list[str]) -> None:
+    """On a GPU run, analyse the torch.profiler window's trace(s) into ``gpu``, ``trace``, tables.
+
+    The same analyses as ``gpuopt report TRACE``; a trace that cannot be read becomes a warning,
+    never a lost profile.
+    """
+    files = doc.get("trace_files") or []
+    if not files:
+        return
+    from gpuopt.trace.profile import add_trace_to_profile
+
+    for f in files:
+        try:
+            add_trace_to_profile(doc, Path(f))
+        except GpuoptError as exc:
+            warnings.append(f"profiler window trace not analysed: {exc}")
 
 
 def environment() -> dict[str, Any]:
