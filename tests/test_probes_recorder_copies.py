@@ -71,12 +71,19 @@ def test_d2h_reads_of_fake_cuda_tensors(tmp_path: Path) -> None:
 
 
 def test_synchronize_is_restored_after_the_window(tmp_path: Path) -> None:
-    original = torch.cuda.synchronize
+    originals = [torch.cuda.synchronize, torch.cuda.Stream.synchronize, torch.cuda.Event.synchronize]
     mod = load(NAME)
     with FakeTensorMode():
         g = torch.empty(2, device="cuda")
-    record(lambda i: mod["readback"](g), steps=3, tmp_path=tmp_path, window_start=0, window_steps=1)
-    assert torch.cuda.synchronize is original
+
+    def step(i: int) -> None:
+        if i == 0:  # inside the window the functions are wrapped
+            assert torch.cuda.synchronize is not originals[0]
+            assert torch.cuda.Stream.synchronize is not originals[1]
+        mod["readback"](g)
+
+    record(step, steps=3, tmp_path=tmp_path, window_start=0, window_steps=1)
+    assert [torch.cuda.synchronize, torch.cuda.Stream.synchronize, torch.cuda.Event.synchronize] == originals
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="pinned host memory needs CUDA; not faked")

@@ -26,16 +26,18 @@ def _no_modes() -> bool:
     return not _get_current_function_mode_stack() and not _get_current_dispatch_mode_stack()
 
 
-def _item_count(doc: dict) -> float:
-    (entry,) = [e for e in doc["syncs"] if e["site"] == site(NAME, "WINDOW-ITEM")]
-    return entry["count_per_step"]
+def _ops_per_step(doc: dict) -> float:
+    """Ops per step, all of them at the planted line."""
+    d = doc["dispatch"]
+    assert [s["site"] for s in d["top_sites"]] == [site(NAME, "WINDOW-ADD")]
+    return d["ops_per_step"]
 
 
 def test_only_window_steps_are_recorded(tmp_path: Path) -> None:
     mod = load(NAME)
     # step i does i + 1 reads; window = steps 2 and 3 -> (3 + 4) / 2 per step
     doc = record(mod["train_step"], steps=7, tmp_path=tmp_path, window_start=2, window_steps=2)
-    assert _item_count(doc) == 3.5
+    assert _ops_per_step(doc) == 3.5
     assert (doc["dispatch"]["window_start"], doc["dispatch"]["window_steps"]) == (2, 2)
     assert _no_modes()
 
@@ -43,7 +45,7 @@ def test_only_window_steps_are_recorded(tmp_path: Path) -> None:
 def test_window_at_start(tmp_path: Path) -> None:
     mod = load(NAME)
     doc = record(mod["train_step"], steps=4, tmp_path=tmp_path, window_start=0, window_steps=3)
-    assert _item_count(doc) == 2  # (1 + 2 + 3) / 3
+    assert _ops_per_step(doc) == 2  # (1 + 2 + 3) / 3
     assert doc["dispatch"]["window_start"] == 0
 
 
@@ -65,7 +67,7 @@ def test_nothing_installed_outside_the_window(tmp_path: Path) -> None:
     probe.stop()
     doc: dict = {}
     probe.contribute(doc)
-    assert _item_count(doc) == 4
+    assert _ops_per_step(doc) == 4
 
 
 def test_window_zero_turns_everything_off(tmp_path: Path) -> None:
@@ -111,7 +113,7 @@ def test_run_ending_inside_the_window_keeps_complete_steps(tmp_path: Path) -> No
     assert _no_modes()
     doc: dict = {}
     probe.contribute(doc)
-    assert _item_count(doc) == 2.5          # (2 + 3) / 2
+    assert _ops_per_step(doc) == 2.5          # (2 + 3) / 2
     assert doc["dispatch"]["window_steps"] == 2 and doc["dispatch"]["window_partial"] is False
 
 
@@ -123,7 +125,7 @@ def test_run_without_steps_reports_the_partial_window(tmp_path: Path) -> None:
     probe.stop()
     doc: dict = {}
     probe.contribute(doc)
-    assert _item_count(doc) == 3
+    assert _ops_per_step(doc) == 3
     assert doc["dispatch"]["window_steps"] == 1 and doc["dispatch"]["window_partial"] is True
 
 
@@ -166,3 +168,18 @@ def test_user_mode_pushed_inside_the_window_is_never_popped(tmp_path: Path) -> N
     probe.contribute(doc)
     assert doc["dispatch"]["ops_per_step"] == 10
     assert any("another torch mode" in w for w in doc["warnings"])
+
+
+def test_step_time_from_the_steps_outside_the_window(tmp_path: Path) -> None:
+    """With the step probe's series in the document, step time and data wait come from the
+    unrecorded steps (medians), and the window's op time is split off that."""
+    mod = load(NAME)
+    series = [{"index": i, "time_s": 0.010, "data_wait_s": 0.002, "warmup": i < 1} for i in range(8)]
+    series[1]["time_s"] = series[2]["time_s"] = 0.5       # the window's own (slowed) steps: ignored
+    doc = record(mod["ten_adds"], steps=8, tmp_path=tmp_path, window_start=1, window_steps=2,
+                 doc={"steps": {"series": series}})
+    d = doc["dispatch"]
+    assert d["step_time_source"] == "median of the measured steps outside the window"
+    assert (d["step_time_us"], d["data_wait_us_per_step"]) == (10000.0, 2000.0)
+    assert d["between_ops_us_per_step"] == pytest.approx(10000.0 - 2000.0 - d["op_time_us_per_step"], abs=0.2)
+    assert d["between_ops_share"] == pytest.approx(d["between_ops_us_per_step"] / 8000.0, abs=1e-3)

@@ -1,22 +1,29 @@
 """Turn the recorder's window counters into the profile keys: ``transfers``, ``syncs``,
 ``dispatch``, ``loops`` and ``ragged``.
 
-Everything is per step (window totals divided by the steps recorded), times are corrected for the
-recorder's own cost as measured by :func:`gpuopt.probes.recorder_calibration.calibrate`, and each
-site is the user's line as ``"<path relative to cwd>:<line>"``.
+Everything is per step (window totals divided by the steps recorded) and each site is the user's
+line as ``"<path relative to cwd>:<line>"``.
 
-How the window's time is split (all per step, recorder cost removed):
+How a step's time is split (per step):
 
 ``step``      = data wait + synchronize waits + op time + between-op time
-``op time``   = time inside aten op calls of the step (sync ops and copies included)
+``op time``   = time inside aten op calls (sync ops and copies included), measured in the window,
+                corrected for the recorder's inflation of each call
 ``between``   = the rest: Python, framework bookkeeping, launch preparation: host overhead
+
+The recorder slows the steps it records, by more than it can account for call by call. So
+``step`` and ``data wait`` come from the steps *outside* the window (the step probe's series, in
+the document before probes contribute) whenever there are at least three of them; otherwise from
+the window, minus the recorder's cost (its handlers' own time, measured on every call, plus the
+mode-entry costs of :mod:`gpuopt.probes.recorder_calibration`). ``step_time_source`` says which.
 ``between_ops_share`` is ``between`` over the time that is not waiting (data, syncs, copies), the
-same convention ``breakdown.other`` uses; ``between_ops_step_share`` is over the whole step.
+convention ``breakdown.other`` uses; ``between_ops_step_share`` is over the whole step.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from statistics import median
 from types import CodeType
 from typing import TYPE_CHECKING, Any
 
@@ -31,8 +38,8 @@ LOOP_MIN_ITERATIONS = 2      # a loop that runs once per step is the training lo
 LOOP_MIN_OPS = 4
 TIME_NOTE = (
     "host-side times: on a GPU an op's time is its launch (kernels run asynchronously), and a "
-    "sync's time includes the wait for queued GPU work; the recorder's own cost, measured in this "
-    "process, is subtracted"
+    "sync's time includes the wait for queued GPU work; op times are corrected for the recorder's "
+    "measured cost, and step time comes from the unrecorded steps where possible (step_time_source)"
 )
 
 
@@ -50,16 +57,27 @@ def _share(part: float, whole: float) -> float:
     return round(min(max(part / whole, 0.0), 1.0), 4) if whole > 0 else 0.0
 
 
-def _window_data_wait(doc: dict[str, Any], indices: list[int]) -> float | None:
-    """The DataLoader wait of the window steps, as the DataLoader probe measured it."""
+def _reference(doc: dict[str, Any], window: list[int]) -> tuple[float, float] | None:
+    """``(step s, data wait s)``: medians over the measured steps *outside* the window, from the
+    step probe's series. The recorder slows its own steps by more than it can account for op by op
+    (arguments handed to Python, colder caches), so step time and data wait come from the steps it
+    did not touch; the window supplies what only it can see (op time, syncs, copies)."""
     series = (doc.get("steps") or {}).get("series")
-    if not isinstance(series, list) or not series:
+    if not isinstance(series, list):
         return None
-    wanted = set(indices)
-    found = [r for r in series if isinstance(r, dict) and r.get("index") in wanted and isinstance(r.get("data_wait_s"), (int, float))]
-    if len(found) != len(wanted):
+    skip = set(window)
+    times, waits = [], []
+    for r in series:
+        if not isinstance(r, dict) or r.get("warmup") or r.get("index") in skip:
+            continue
+        t = r.get("time_s")
+        if isinstance(t, (int, float)) and t > 0:
+            times.append(float(t))
+            w = r.get("data_wait_s")
+            waits.append(float(w) if isinstance(w, (int, float)) else 0.0)
+    if len(times) < 3:
         return None
-    return float(sum(r["data_wait_s"] for r in found))
+    return median(times), median(waits)
 
 
 class _Sites:
@@ -134,32 +152,37 @@ def summarize(probe: DispatchRecorder, doc: dict[str, Any]) -> None:
     total = engine.total
     sites = _Sites(engine.resolver)
 
-    dispatch, wall = _dispatch(engine, total, cal, steps, doc, indices, probe.partial)
-    dispatch["top_sites"] = _top_sites(total, sites, steps, wall, cal)
+    dispatch, wall, host_scale = _dispatch(engine, total, cal, steps, doc, indices, probe.partial)
+    dispatch["top_sites"] = _top_sites(total, sites, steps, wall, cal, host_scale)
     doc["dispatch"] = dispatch
     doc["transfers"] = _transfers(total, sites, steps, wall)
     doc["syncs"] = _syncs(total, sites, steps, wall, engine.cpu_only)
-    doc["loops"] = _loops(total, sites, steps, wall, cal)
+    doc["loops"] = _loops(total, sites, steps, wall, cal, host_scale)
     ragged["step_signatures_distinct"] = len({c.signature for c in engine.step_counters})
     ragged["step_signatures_steps"] = len(engine.step_counters)
     doc["ragged"] = ragged
 
 
-def _split(t: StepCounters, cal: dict[str, float], data_wait: float | None) -> dict[str, float]:
-    """Where the time of ``t`` (one step or the whole window) went, recorder cost removed."""
-    us = 1e-6
-    overhead = (t.tf_events * cal["function_us"] + t.dispatch_events * cal["dispatch_us"]
-                + t.pass_events * cal["passthrough_us"]) * us + t.setup_s
-    wall = max(t.wall_s - overhead, 1e-9)
-    inflation = cal["inflation_us"] * us
+def _split(t: StepCounters, cal: dict[str, float], ref: tuple[float, float] | None, steps: int) -> dict[str, float]:
+    """Where the time of ``t`` (``steps`` steps: one, or the whole window) went, recorder cost
+    removed: step time and data wait from the unrecorded steps when there are enough of them,
+    else from the window with the recorder's cost subtracted."""
+    inflation = cal["inflation_us"] * 1e-6
     op_time = max(t.op_s - t.ops * inflation, 0.0)
     sync_calls = sum(v[1] for k, v in t.syncs.items() if k[0] == "synchronize")
     h2d = sum(v[1] for k, v in t.transfers.items() if k[0] == "h2d")
-    data = min(t.data_s if data_wait is None else data_wait, wall)
+    overhead = _overhead(t, cal)
+    if ref is not None:
+        wall, data = ref[0] * steps, ref[1] * steps
+    else:
+        per_op, _ = _per_event(t, cal)
+        wall = max(t.wall_s - overhead, 1e-9)
+        data = min(max(t.data_s - t.data_ops * per_op, 0.0), wall)
     between = max(wall - data - sync_calls - op_time, 0.0)
     return {
         "overhead": overhead,
         "wall": wall,
+        "model_wall": max(t.wall_s - overhead, 1e-9),
         "op_time": op_time,
         "small_time": max(t.small_s - t.small_ops * inflation, 0.0),
         "h2d": h2d,
@@ -169,26 +192,39 @@ def _split(t: StepCounters, cal: dict[str, float], data_wait: float | None) -> d
     }
 
 
-def _median(values: list[float]) -> float:
-    v = sorted(values)
-    mid = len(v) // 2
-    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
+def _overhead(t: StepCounters, cal: dict[str, float]) -> float:
+    """Seconds the recorder added to ``t``: its handlers' own time (measured on every call; it
+    includes the first-sight classification) plus the price of entering the modes (calibrated)."""
+    entries = (t.tf_events * cal["function_entry_us"] + t.dispatch_events * cal["dispatch_entry_us"]
+               + t.pass_events * cal["passthrough_us"]) * 1e-6
+    return t.own_tf_s + t.own_dispatch_s + entries
+
+
+def _per_event(t: StepCounters, cal: dict[str, float]) -> tuple[float, float]:
+    """Mean recorder seconds per recorded op and per recorded Python call, for per-site times."""
+    per_op = t.own_dispatch_s / max(t.dispatch_events, 1) + cal["dispatch_entry_us"] * 1e-6
+    per_call = t.own_tf_s / max(t.tf_events, 1) + cal["function_entry_us"] * 1e-6
+    return per_op, per_call
 
 
 def _dispatch(engine: RecorderEngine, t: StepCounters, cal: dict[str, float], steps: int,
-              doc: dict[str, Any], indices: list[int], partial: bool) -> tuple[dict[str, Any], float]:
-    waits = [_window_data_wait(doc, [i]) for i in indices]
-    measured_waits = all(w is not None for w in waits) and len(engine.step_counters) == len(indices)
-    data_source = "dataloader probe" if measured_waits else "recorder (data-loading ops only)"
-    total = _split(t, cal, sum(w or 0.0 for w in waits) if measured_waits else None)
-    per = [_split(c, cal, w if measured_waits else None) for c, w in zip(engine.step_counters, waits, strict=False)]
+              doc: dict[str, Any], indices: list[int], partial: bool) -> tuple[dict[str, Any], float, float]:
+    """The ``dispatch`` object, the window's total step time (for shares) and the factor that
+    scales per-site host times measured in the window to unrecorded time."""
+    ref = _reference(doc, indices)
+    total = _split(t, cal, ref, steps)
+    per = [_split(c, cal, ref, 1) for c in engine.step_counters]
     # Shares are medians over the window's steps: one step slowed by the machine (a preempted
     # op) does not decide them. Times per step are means.
-    between_share = _median([_share(p["between"], p["not_waiting"]) for p in per]) if per else 0.0
-    host_share = _median([_share(p["between"] + p["small_time"], p["wall"]) for p in per]) if per else 0.0
+    between_share = median([_share(p["between"], p["not_waiting"]) for p in per]) if per else 0.0
+    host_share = median([_share(p["between"] + p["small_time"], p["wall"]) for p in per]) if per else 0.0
     wall, op_time, h2d_time, data_wait, between = (
         total["wall"], total["op_time"], total["h2d"], total["data"], total["between"])
     overhead = total["overhead"]
+    # Per-site times are host time measured inside the window, cost subtracted op by op; what the
+    # per-op model misses is spread over them in proportion.
+    host_scale = min(1.0, wall / total["model_wall"]) if ref is not None else 1.0
+    recorder_share = max(0.0, 1.0 - wall / t.wall_s) if ref is not None and t.wall_s > 0 else _share(overhead, t.wall_s)
     out: dict[str, Any] = {
         "ops_per_step": per_step(t.ops, steps, 1),
         "mean_op_us": round(op_time / t.ops * 1e6, 2) if t.ops else None,
@@ -203,11 +239,14 @@ def _dispatch(engine: RecorderEngine, t: StepCounters, cal: dict[str, float], st
         "data_ops_per_step": per_step(t.data_ops, steps, 1),
         "torch_function_calls_per_step": per_step(t.tf_events, steps, 1),
         "step_time_us": round(wall / steps * 1e6, 1),
+        "step_time_source": "median of the measured steps outside the window" if ref is not None
+        else "the window's steps, recorder cost subtracted",
         "step_time_us_raw": round(t.wall_s / steps * 1e6, 1),
         "between_ops_us_per_step": _us(between, steps),
         "op_time_us_per_step": _us(op_time, steps),
         "data_wait_us_per_step": _us(data_wait, steps),
-        "data_wait_source": data_source,
+        "data_wait_source": "dataloader probe, steps outside the window" if ref is not None
+        else "recorder: data-loading ops in the window, recorder cost subtracted",
         "sync_us_per_step": _us(t.sync_s, steps),
         "sync_share": _share(t.sync_s, wall),
         "h2d_us_per_step": _us(h2d_time, steps),
@@ -216,15 +255,17 @@ def _dispatch(engine: RecorderEngine, t: StepCounters, cal: dict[str, float], st
         "window_steps": steps,
         "window_partial": partial,
         "measured_device": "cpu" if engine.cpu_only else "accelerator",
-        "recorder_overhead_us_per_op": round(cal["function_us"] + cal["dispatch_us"], 2),
-        "recorder_function_us": round(cal["function_us"], 2),
-        "recorder_dispatch_us": round(cal["dispatch_us"], 2),
+        "recorder_overhead_us_per_op": round(overhead / max(t.dispatch_events, 1) * 1e6, 2),
+        "recorder_own_us_per_op": round((t.own_tf_s + t.own_dispatch_s) / max(t.dispatch_events, 1) * 1e6, 2),
+        "recorder_function_entry_us": round(cal["function_entry_us"], 2),
+        "recorder_dispatch_entry_us": round(cal["dispatch_entry_us"], 2),
         "recorder_passthrough_us": round(cal["passthrough_us"], 2),
         "recorder_inflation_us": round(cal["inflation_us"], 2),
-        "recorder_overhead_share": _share(overhead, t.wall_s),
+        "recorder_trivial_op_us": round(cal["op_us_with_recorder"] - cal["op_us_without_recorder"], 2),
+        "recorder_overhead_share": round(recorder_share, 4),
         "note": TIME_NOTE,
     }
-    return out, wall
+    return out, wall, host_scale
 
 
 def _transfers(t: StepCounters, sites: _Sites, steps: int, wall: float) -> list[dict[str, Any]]:
@@ -295,12 +336,12 @@ def _syncs(t: StepCounters, sites: _Sites, steps: int, wall: float, cpu_only: bo
     return out
 
 
-def _loops(t: StepCounters, sites: _Sites, steps: int, wall: float, cal: dict[str, float]) -> list[dict[str, Any]]:
+def _loops(t: StepCounters, sites: _Sites, steps: int, wall: float, cal: dict[str, float],
+           host_scale: float) -> list[dict[str, Any]]:
     per_loop: dict[tuple[str, int], dict[str, Any]] = defaultdict(
         lambda: {"ops": 0, "index": 0, "time": 0.0, "iters": 0, "kind": ""}
     )
-    per_op = (cal["dispatch_us"] + cal["inflation_us"]) * 1e-6
-    per_call = cal["function_us"] * 1e-6
+    per_op, per_call = _per_event(t, cal)
     # A loop qualifies only through an instruction that ran at least LOOP_MIN_ITERATIONS times
     # per step: files without one are not parsed at all.
     repeated = {sites.code(cid).co_filename for (cid, _), st in t.sites.items()
@@ -318,7 +359,7 @@ def _loops(t: StepCounters, sites: _Sites, steps: int, wall: float, cal: dict[st
             g["code"] = sites.source_line(sites.code(cid), line)
         g["ops"] += st[S_OPS]
         g["index"] += st[S_INDEX]
-        g["time"] += max(st[S_TIME] - st[S_OPS] * per_op - st[S_TF] * per_call, 0.0)
+        g["time"] += max(st[S_TIME] - st[S_OPS] * per_op - st[S_TF] * per_call, 0.0) * host_scale
         g["iters"] = max(g["iters"], st[S_EXEC])
     out = []
     for (rel, line), g in per_loop.items():
@@ -341,17 +382,17 @@ def _loops(t: StepCounters, sites: _Sites, steps: int, wall: float, cal: dict[st
     return out
 
 
-def _top_sites(t: StepCounters, sites: _Sites, steps: int, wall: float, cal: dict[str, float]) -> list[dict[str, Any]]:
+def _top_sites(t: StepCounters, sites: _Sites, steps: int, wall: float, cal: dict[str, float],
+               host_scale: float) -> list[dict[str, Any]]:
     """The user lines that issue the most op time per step (op time + the host time before it)."""
-    per_op = (cal["dispatch_us"] + cal["inflation_us"]) * 1e-6
-    per_call = cal["function_us"] * 1e-6
+    per_op, per_call = _per_event(t, cal)
     agg: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
     for (cid, lasti), st in t.sites.items():
         if st[S_DATA] or not st[S_OPS]:
             continue
         a = agg[sites.site(cid, lasti)]
         a[0] += st[S_OPS]
-        a[1] += max(st[S_TIME] - st[S_OPS] * per_op - st[S_TF] * per_call, 0.0)
+        a[1] += max(st[S_TIME] - st[S_OPS] * per_op - st[S_TF] * per_call, 0.0) * host_scale
     ranked = sorted(agg.items(), key=lambda kv: (-kv[1][1], kv[0]))[:5]
     return [
         {"site": site, "ops_per_step": per_step(ops, steps, 1), "time_share": _share(secs, wall)}

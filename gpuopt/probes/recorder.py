@@ -56,17 +56,22 @@ S_OPS, S_TIME, S_INDEX, S_EXEC, S_TF, S_DATA = range(6)
 class _Ctx:
     """What the current Python-level tensor call is: its site, directness, sync kind."""
 
-    __slots__ = ("key", "stats", "direct", "data", "kind", "api", "recorded")
+    __slots__ = ("key", "stats", "direct", "data", "kind", "func", "recorded")
 
     def __init__(self, key: tuple[int, int] | None, stats: list[Any] | None, direct: bool,
-                 data: bool, kind: str | None, api: str) -> None:
+                 data: bool, kind: str | None, func: Any) -> None:
         self.key = key
         self.stats = stats
         self.direct = direct
         self.data = data
         self.kind = kind
-        self.api = api
+        self.func = func  # the Python API called (a str label for synchronize), named lazily
         self.recorded = False
+
+    @property
+    def api(self) -> str:
+        f = self.func
+        return f if isinstance(f, str) else getattr(f, "__name__", "?")
 
 
 class StepCounters:
@@ -89,6 +94,8 @@ class StepCounters:
         self.sync_calls = 0       # wrapped torch.cuda synchronize calls
         self.sync_s = 0.0         # host time blocked in syncs (sync ops and synchronize calls)
         self.setup_s = 0.0        # recorder's first-sight classification of code objects
+        self.own_tf_s = 0.0       # time in the recorder's own Python code, measured in its handlers:
+        self.own_dispatch_s = 0.0  # __torch_function__ and dispatch layers (not the modes' entry)
         self.signature = 0        # hash of the step's (op, first input shape) sequence
         self.wall_s = 0.0
 
@@ -109,7 +116,7 @@ class StepCounters:
                     for i, v in enumerate(vals):
                         mine_v[i] += v
         for name in ("ops", "op_s", "small_ops", "small_s", "view_ops", "data_ops", "data_s",
-                     "dispatch_events", "tf_events", "pass_events", "sync_calls", "sync_s", "setup_s", "wall_s"):
+                     "dispatch_events", "tf_events", "pass_events", "sync_calls", "sync_s", "setup_s", "own_tf_s", "own_dispatch_s", "wall_s"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
     def is_empty(self) -> bool:
@@ -266,12 +273,12 @@ class RecorderEngine:
         if type(func) is _MethodWrapper or func in self.meta_apis:
             self.acc.pass_events += 1
             return func(*args, **kwargs)
+        t_in = _perf()
         self.busy = True
         ctx: _Ctx | None = None
         try:
             frame, direct, data = self.resolver.locate(sys._getframe(2))
             kind = self.sync_apis.get(func)
-            api = getattr(func, "__name__", "?")
             acc = self.acc
             acc.tf_events += 1
             if frame is not None:
@@ -286,14 +293,15 @@ class RecorderEngine:
                 if direct or key != self.last_key or fid != self.last_fid:
                     stats[S_EXEC] += 1
                 self.last_key, self.last_fid = key, fid
-                ctx = _Ctx(key, stats, direct, data, kind, api)
+                ctx = _Ctx(key, stats, direct, data, kind, func)
             else:
-                ctx = _Ctx(None, None, False, data, kind, api)
+                ctx = _Ctx(None, None, False, data, kind, func)
         except Exception as exc:  # never break the user's code
             self._fail(exc)
         prev = self.ctx
         self.ctx = ctx
         self.busy = False
+        self.acc.own_tf_s += _perf() - t_in
         try:
             return func(*args, **kwargs)
         finally:
@@ -367,7 +375,10 @@ class RecorderEngine:
             if not ctx.data and args:
                 a0 = args[0]
                 if isinstance(a0, self._torch.Tensor):
-                    self.acc.signature = hash((self.acc.signature, func, tuple(a0.shape)))
+                    try:
+                        self.acc.signature = hash((self.acc.signature, func, a0.shape))
+                    except TypeError:  # symbolic sizes (tracing) are not hashable: no signature
+                        pass
         except Exception as exc:
             self._fail(exc)
         self.busy = False
@@ -399,7 +410,9 @@ class RecorderEngine:
                         stats[S_INDEX] += 1
             for entry in timed:
                 entry[1] += dt
-        self.last_exit = _perf()
+        self.last_exit = t_end = _perf()
+        if ctx is not None:
+            self.acc.own_dispatch_s += (t0 - t_in) + (t_end - t1)
         if sync_entry is not None:
             self.acc.sync_s += dt
             self.pending_idle = (sync_entry, self.last_sync_key, self.last_exit, self.data_clock)

@@ -1,24 +1,29 @@
-"""What the recorder itself costs per op, measured in the same process at the end of the run.
+"""What the recorder itself costs, so the window's times can be corrected for it.
 
-A Python dispatch mode costs time of its own (tens of microseconds per op), and that time lands
-between ops and inside the op timers of the window it records. To report honest op times and an
-honest "share of step time between ops", every run measures the cost on this machine, with this
-torch, and subtracts it:
+A Python mode costs time of its own, and that time lands between ops and inside the op timers
+of the window it records. The recorder measures most of its cost directly: its handlers time
+their own Python code on every call (``own_tf_s``/``own_dispatch_s`` in the step counters). What
+a handler cannot time is the price of being called at all: PyTorch entering a Python mode for a
+call (argument wrapping, popping and pushing the mode stack). That price does not depend on the
+user's code, so it is measured here, at the end of every run, in the same process:
 
-* ``function_us``: one recorded Python-level tensor call (``__torch_function__`` layer, with the
-  stack walk to the user frame);
-* ``dispatch_us``: one recorded aten op (dispatch layer);
-* ``passthrough_us``: one metadata call (``x.shape``) passed through unrecorded;
-* ``inflation_us``: how much longer an op looks from inside the recorder than the same call costs
-  without it (the correction applied to op times).
+* ``function_entry_us``: entering an empty ``TorchFunctionMode`` for one call;
+* ``dispatch_entry_us``: entering an empty ``TorchDispatchMode`` for one op (wrapped by torch in
+  ``torch._dynamo.disable`` exactly when the recorder's own mode is);
+* ``passthrough_us``: one metadata read (``x.shape``) passed through the recorder unrecorded;
+* ``inflation_us``: how much longer an op looks from inside the recorder than the same call
+  costs without it (the correction applied to op times);
+* ``op_us_without_recorder`` / ``op_us_with_recorder``: a trivial op called from user code,
+  without and with the recorder: the simplest per-op cost, for reference.
 
 Each is the minimum over a few repetitions of a loop of cheap CPU calls, timed with and without
-the recorder side by side (so machine load affects both alike). It runs after the user's code has
-finished, so it never disturbs the steps it corrects.
+the layer side by side. It runs after the user's code has finished, so it never disturbs the
+steps it corrects, and costs a few milliseconds.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
@@ -40,8 +45,27 @@ def _loop_shape(x: Any, n: int) -> float:
     return time.perf_counter() - t0
 
 
+def _empty_modes() -> tuple[type, type]:
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class EmptyFunction(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            return func(*args, **(kwargs or {}))
+
+    class EmptyDispatch(TorchDispatchMode):
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            return "torch._dynamo" in sys.modules  # as the recorder's own mode decides
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            return func(*args, **(kwargs or {}))
+
+    return EmptyFunction, EmptyDispatch
+
+
 def calibrate(n: int = _N, reps: int = _REPS) -> dict[str, float]:
-    """Per-call costs of the recorder in microseconds (see the module docstring)."""
+    """Per-call costs in microseconds (see the module docstring)."""
     import torch
 
     from gpuopt.probes.recorder import RecorderEngine
@@ -49,17 +73,28 @@ def calibrate(n: int = _N, reps: int = _REPS) -> dict[str, float]:
 
     x = torch.ones(4, 4)
     resolver = SiteResolver([], extra_user_files=(__file__,))
+    empty_function, empty_dispatch = _empty_modes()
 
-    def timed(fn: Any, modes: str | None) -> tuple[float, float]:
-        """Best wall time per call, and (with the dispatch mode) the op time seen inside."""
+    def timed(loop: Any, setup: str) -> tuple[float, float]:
+        """Best wall time per call, and (for the recorder) the op time it saw inside."""
         best, inside = float("inf"), 0.0
         for _ in range(reps):
-            engine = RecorderEngine(resolver, cpu_only=True) if modes else None
-            if engine is not None:
-                engine.turn_on(function=True, dispatch=modes == "both", patch_sync=False)
+            engine = None
+            modes: list[Any] = []
+            if setup == "empty-function":
+                modes = [empty_function()]
+            elif setup == "empty-both":
+                modes = [empty_dispatch(), empty_function()]
+            elif setup in ("recorder", "recorder-function"):
+                engine = RecorderEngine(resolver, cpu_only=True)
+                engine.turn_on(function=True, dispatch=setup == "recorder", patch_sync=False)
+            for m in modes:
+                m.__enter__()
             try:
-                wall = fn(x, n)
+                wall = loop(x, n)
             finally:
+                for m in reversed(modes):
+                    m.__exit__(None, None, None)
                 if engine is not None:
                     engine.turn_off()
             if wall < best:
@@ -68,19 +103,19 @@ def calibrate(n: int = _N, reps: int = _REPS) -> dict[str, float]:
                     inside = engine.acc.op_s / engine.acc.ops
         return best / n, inside
 
-    fn_index = _loop_index
-    timed(fn_index, None)  # warm-up: first calls allocate and fill caches
-    base, _ = timed(fn_index, None)
-    tf_only, _ = timed(fn_index, "function")
-    both, inside = timed(fn_index, "both")
-    shape_base, _ = timed(_loop_shape, None)
-    shape_tf, _ = timed(_loop_shape, "function")
+    timed(_loop_index, "recorder")  # warm-up: first calls allocate and fill caches
+    base, _ = timed(_loop_index, "none")
+    function_only, _ = timed(_loop_index, "empty-function")
+    both, _ = timed(_loop_index, "empty-both")
+    recorded, inside = timed(_loop_index, "recorder")
+    shape_base, _ = timed(_loop_shape, "none")
+    shape_pass, _ = timed(_loop_shape, "recorder-function")
     us = 1e6
     return {
-        "function_us": max(tf_only - base, 0.0) * us,
-        "dispatch_us": max(both - tf_only, 0.0) * us,
-        "passthrough_us": max(shape_tf - shape_base, 0.0) * us,
+        "function_entry_us": max(function_only - base, 0.0) * us,
+        "dispatch_entry_us": max(both - function_only, 0.0) * us,
+        "passthrough_us": max(shape_pass - shape_base, 0.0) * us,
         "inflation_us": (inside - base) * us,
         "op_us_without_recorder": base * us,
-        "op_us_with_recorder": both * us,
+        "op_us_with_recorder": recorded * us,
     }

@@ -29,11 +29,13 @@ DATA = 3         # torch.utils.data: ops below it belong to data loading, not to
 
 # Tensor methods written in Python (``Tensor.__format__``, ``Tensor.backward``,
 # ``Tensor.__iter__``), the one-op wrappers of ``torch/functional.py`` (``torch.unique``,
-# ``torch.split``, with ``_jit_internal``'s boolean dispatch) and the ``__torch_function__``
-# plumbing sit between the user's line and the
-# recorder without being a library call the user made.
+# ``torch.split``, with ``_jit_internal``'s boolean dispatch), the mode plumbing
+# (``__torch_function__`` handling, and the ``torch._dynamo.disable`` wrapper torch puts around a
+# dispatch mode's handler once dynamo is imported) sit between the user's line and the recorder
+# without being a library call the user made.
 _TRANSPARENT_TORCH_FILES = (
-    "_tensor.py", "functional.py", "_jit_internal.py", "overrides.py", os.path.join("utils", "_python_dispatch.py"),
+    "_tensor.py", "functional.py", "_jit_internal.py", "overrides.py", "_compile.py",
+    os.path.join("utils", "_python_dispatch.py"), os.path.join("_dynamo", "eval_frame.py"),
 )
 
 

@@ -85,3 +85,9 @@ def site_of(entry: dict[str, Any]) -> str | None:
 def plural(n: float, one: str, many: str) -> str:
     """``"1 call"``, ``"3 calls"``, ``"2.5 calls"``."""
     return f"{fmt_count(n)} {one if n == 1 else many}"
+
+
+def from_trace(doc: dict[str, Any]) -> bool:
+    """A ``gpuopt report TRACE`` document: the trace rules (``gpu_trace``) report these causes
+    from the trace itself, so the host rules stay silent rather than report them twice."""
+    return doc.get("source") == "trace"

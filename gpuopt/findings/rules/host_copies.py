@@ -17,6 +17,7 @@ from gpuopt.findings.rules.host_common import (
     entries,
     fmt_bytes,
     fmt_count,
+    from_trace,
     num,
     pct,
     plural,
@@ -71,6 +72,8 @@ def _estimate(g: dict[str, Any]) -> tuple[float | None, str]:
 
 @rule("pageable-h2d")
 def pageable_h2d(doc: dict[str, Any]) -> list[Finding]:
+    if from_trace(doc):
+        return []
     findings = []
     for site, g in _sites(doc, pinned=False, blocking_only=False).items():
         est, model = _estimate(g)
@@ -103,6 +106,8 @@ def pageable_h2d(doc: dict[str, Any]) -> list[Finding]:
 
 @rule("blocking-h2d")
 def blocking_h2d(doc: dict[str, Any]) -> list[Finding]:
+    if from_trace(doc):
+        return []
     findings = []
     for site, g in _sites(doc, pinned=True, blocking_only=True).items():
         est, model = _estimate(g)

@@ -13,7 +13,15 @@ from typing import Any
 
 from gpuopt.findings.engine import rule
 from gpuopt.findings.model import Finding, severity_for_share, speedup_if_removed
-from gpuopt.findings.rules.host_common import entries, fmt_count, num, obj, on_cpu_only, pct
+from gpuopt.findings.rules.host_common import (
+    entries,
+    fmt_count,
+    from_trace,
+    num,
+    obj,
+    on_cpu_only,
+    pct,
+)
 
 MIN_OPS_PER_STEP = 100
 MIN_TINY_SHARE = 0.5       # at least half of the ops are tiny calls
@@ -39,6 +47,8 @@ def _gpu_launch(doc: dict[str, Any]) -> dict[str, Any]:
 
 @rule("launch-bound")
 def launch_bound(doc: dict[str, Any]) -> list[Finding]:
+    if from_trace(doc):
+        return []
     d = obj(doc, "dispatch")
     ops = num(d.get("ops_per_step"))
     tiny = num(d.get("tiny_ops_per_step"))

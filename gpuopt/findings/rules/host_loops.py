@@ -12,7 +12,7 @@ from typing import Any
 
 from gpuopt.findings.engine import rule
 from gpuopt.findings.model import Finding, Severity, severity_for_share, speedup_if_removed
-from gpuopt.findings.rules.host_common import at_least, entries, fmt_count, num, pct
+from gpuopt.findings.rules.host_common import at_least, entries, fmt_count, from_trace, num, pct
 
 MIN_ITERATIONS = 8
 MAX_FINDINGS = 5
@@ -32,6 +32,8 @@ def _fix(loop: dict[str, Any]) -> str:
 
 @rule("loop-indexing")
 def loop_indexing(doc: dict[str, Any]) -> list[Finding]:
+    if from_trace(doc):
+        return []
     findings = []
     loops = [
         e for e in entries(doc, "loops")

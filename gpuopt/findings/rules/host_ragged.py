@@ -11,7 +11,7 @@ from typing import Any
 
 from gpuopt.findings.engine import rule
 from gpuopt.findings.model import Finding, severity_for_share, speedup_if_removed
-from gpuopt.findings.rules.host_common import entries, fmt_count, num, obj, pct
+from gpuopt.findings.rules.host_common import entries, fmt_count, from_trace, num, obj, pct
 
 MIN_BATCHES = 4
 MIN_NEW_SHAPE_SHARE = 0.3     # at least 30% of batches bring a shape not seen before
@@ -38,6 +38,8 @@ def _compute_share(doc: dict[str, Any]) -> float:
 
 @rule("ragged-batches")
 def ragged_batches(doc: dict[str, Any]) -> list[Finding]:
+    if from_trace(doc):
+        return []
     r = obj(doc, "ragged")
     findings: list[Finding] = []
     batches = num(r.get("batches"))

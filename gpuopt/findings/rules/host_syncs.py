@@ -18,6 +18,7 @@ from gpuopt.findings.rules.host_common import (
     at_least,
     entries,
     fmt_count,
+    from_trace,
     num,
     pct,
     plural,
@@ -77,6 +78,8 @@ def _group(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 @rule("sync-in-step")
 def sync_in_step(doc: dict[str, Any]) -> list[Finding]:
+    if from_trace(doc):
+        return []
     findings = []
     for g in _group(doc)[:MAX_FINDINGS]:
         kinds = sorted(g["kinds"].items(), key=lambda kv: (-kv[1], kv[0]))

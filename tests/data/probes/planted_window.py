@@ -1,15 +1,15 @@
-"""Planted: step ``i`` reads ``i + 1`` values back at one line, so per-step counts tell exactly
-which steps were recorded."""
+"""Planted: step ``i`` issues ``i + 1`` ops at one line, so per-step counts tell exactly which
+steps were recorded (on any device: no host syncs involved)."""
 
 import torch
 
 VALUE = torch.ones(3)
 
 
-def train_step(i: int) -> float:
-    total = 0.0
+def train_step(i: int) -> torch.Tensor:
+    total = VALUE
     for _ in range(i + 1):
-        total += VALUE.sum().item()  # WINDOW-ITEM
+        total = total + 1  # WINDOW-ADD
     return total
 
 
