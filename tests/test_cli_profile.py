@@ -49,7 +49,10 @@ def test_steps_stops_a_long_run_cleanly(tmp_path: Path) -> None:
     doc = _profile(tmp_path)
     assert doc["status"] == "ok" and doc["stopped_by_steps"] is True
     assert doc["steps"]["count"] == 6
-    assert doc["steps"]["measured"] == 4  # default --warmup 2 left out
+    # warm-up (0, 1) and the recorder's window (2, 3, 4) are left out of the statistics
+    assert doc["steps"]["instrumented"] == [2, 3, 4]
+    assert doc["steps"]["measured"] == 1
+    assert [r["instrumented"] for r in doc["steps"]["series"]] == [False, False, True, True, True, False]
 
 
 @pytest.mark.parametrize("mode,sig", [("sigterm", signal.SIGTERM), ("sigint", signal.SIGINT)])
@@ -78,7 +81,7 @@ def test_gpuopt_step_marks_steps_without_optimizer(tmp_path: Path) -> None:
     r = run_gpuopt("profile", "--quiet", "--warmup", "1", "-o", str(tmp_path), str(SCRIPTS / "manual_steps.py"))
     assert r.returncode == 0, r.stderr
     doc = _profile(tmp_path)
-    assert doc["steps"]["count"] == 7 and doc["steps"]["measured"] == 6
+    assert doc["steps"]["count"] == 7 and doc["steps"]["measured"] == 3  # warm-up 1, window 3
     assert doc["steps"]["marked_by"] == ["gpuopt.step"]
     assert "done" in r.stdout
 

@@ -13,7 +13,6 @@ batch analysis uses them.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 import weakref
@@ -89,6 +88,7 @@ class DataLoaderProbe:
         self._orig_next: Any = None
         self._orig_init: Any = None
         self._roots: list[Path] = []
+        self._resolver: Any = None
         self._alive: dict[int, Any] = {}  # id(loader) -> weakref, so a reused id starts a new entry
 
     # -- Probe interface -------------------------------------------------------------------
@@ -169,7 +169,7 @@ class DataLoaderProbe:
 
                 ctx_name = mp.get_start_method(allow_none=True) or ("fork" if sys.platform == "linux" else "spawn")
             stats = LoaderStats(
-                site=caller_site(self._roots),
+                site=self._caller_site(),
                 cls=type(loader).__name__,
                 dataset=type(loader.dataset).__name__,
                 batch_size=getattr(loader, "batch_size", None),
@@ -186,6 +186,15 @@ class DataLoaderProbe:
                 pass
         stats.iterators += 1
 
+    def _caller_site(self) -> str | None:
+        """Where the user's code made this iterator (its ``for`` line), via the recorder's resolver."""
+        from gpuopt.probes.sites import SiteResolver
+
+        if self._resolver is None:
+            self._resolver = SiteResolver(self._roots)
+        frame, _, _ = self._resolver.locate(sys._getframe(1))
+        return self._resolver.site(frame.f_code, frame.f_lasti) if frame is not None else None
+
     def _record(self, it: Any, step: int, dt: float, ok: bool) -> None:
         self.wait_by_step[step] = self.wait_by_step.get(step, 0.0) + dt
         stats = self.loaders.get(getattr(it, "_gpuopt_loader_key", -1))
@@ -195,29 +204,3 @@ class DataLoaderProbe:
             stats.wait_by_step[step] = stats.wait_by_step.get(step, 0.0) + dt
 
 
-
-def caller_site(roots: list[Path]) -> str | None:
-    """``path:line`` of the innermost frame in the user's code (under ``roots``, outside
-    site-packages, torch and gpuopt), relative to the working directory where possible."""
-    f = sys._getframe(1)
-    cwd = os.getcwd()
-    while f is not None:
-        fn = os.path.abspath(f.f_code.co_filename) if not f.f_code.co_filename.startswith("<") else ""
-        if _is_user_file(fn, roots):
-            rel = os.path.relpath(fn, cwd) if os.path.isabs(fn) else fn
-            if rel.startswith(".." + os.sep):
-                rel = fn
-            return f"{rel}:{f.f_lineno}"
-        f = f.f_back  # type: ignore[assignment]
-    return None
-
-
-_GPUOPT_DIR = str(Path(__file__).resolve().parents[1])
-
-
-def _is_user_file(filename: str, roots: list[Path]) -> bool:
-    if not filename or filename.startswith("<"):
-        return False
-    if "site-packages" in filename or "dist-packages" in filename or filename.startswith(_GPUOPT_DIR):
-        return False
-    return any(filename.startswith(str(r)) for r in roots) if roots else True

@@ -196,6 +196,18 @@ class ProfileSession:
                 out.append(ProfilerWindow())
         return out
 
+    def _instrumented_steps(self, probes: list[Probe]) -> set[int]:
+        """Steps the recorder or the profiler window slowed down: left out of the statistics
+        (their own measurements come from those probes), like warm-up steps."""
+        names = {p.name for p in probes}
+        w0, w = self.opts.warmup, self.opts.window
+        out: set[int] = set()
+        if "recorder" in names:
+            out.update(range(w0, w0 + w))
+        if "profiler_window" in names:
+            out.update(range(w0 + w, w0 + 2 * w))
+        return out
+
     def _finish(
         self,
         doc: dict[str, Any],
@@ -224,7 +236,16 @@ class ProfileSession:
         if ends and first_fetch is not None and first_fetch < ends[0]:
             step0_start = first_fetch
         times = stats.step_times(step0_start, ends)
+        instrumented = self._instrumented_steps(probes)
         measured = stats.measured_indices(len(ends), warmup)
+        kept = [i for i in measured if i not in instrumented]
+        if kept:
+            measured = kept
+        elif measured and instrumented & set(measured):
+            warnings.append(
+                "every measured step was inside the recorder's window, which slows the steps it records: "
+                "step times are inflated; run more steps or use --window 0"
+            )
         doc["_measured_indices"] = measured
         waits = loader_probe.wait_by_step
         m_times = [times[i] for i in measured]
@@ -235,8 +256,11 @@ class ProfileSession:
             "warmup": min(warmup, len(ends)) if len(ends) > warmup else 0,
             "time_s": stats.time_stats(m_times),
             "marked_by": sorted(clock.sources),
+            "instrumented": sorted(i for i in instrumented if i < len(ends)),
             "series": stats.series(step0_start, t_start, ends, warmup, {"data_wait_s": waits}),
         }
+        for rec in doc["steps"]["series"]:
+            rec["instrumented"] = rec["index"] in instrumented
         if 0 < len(ends) <= warmup:
             warnings.append(f"only {len(ends)} step(s), not more than --warmup {warmup}: statistics include warm-up steps")
         if not ends and outcome.status == "ok":
