@@ -63,7 +63,7 @@ def profile(
     steps: int | None = typer.Option(None, "--steps", min=1, help="Stop cleanly after N training steps."),
     warmup: int = typer.Option(2, "--warmup", min=0, help="Steps left out of the statistics."),
     window: int = typer.Option(3, "--window", min=0, help="Steps recorded in detail (ops, copies, syncs) after warm-up; 0 turns the recorder off."),
-    sample_interval: float = typer.Option(0.1, "--sample-interval", min=0.005, help="Seconds between utilization samples."),
+    sample_interval: float = typer.Option(0.2, "--sample-interval", min=0.005, help="Seconds between utilization samples (NVML itself averages over 1/6–1 s)."),
     nproc_per_node: int | None = typer.Option(None, "--nproc-per-node", min=1, help="Launch N processes through torchrun."),
     quiet: bool = typer.Option(False, "--quiet", help="No live progress and no terminal report."),
     fmt: ReportFormat = typer.Option(ReportFormat.text, "--format", help="Terminal report format."),

@@ -96,3 +96,14 @@ def test_window_trace_is_analysed_into_a_run_document(shared_traces, tmp_path) -
     assert 0 < gpu["utilization"] < 1 and gpu["launch"]["count"] > 1000
     assert any(t["id"] for t in doc["tables"])
     assert len(warnings) == 1 and "not analysed" in warnings[0] and "\n" not in warnings[0]
+
+
+def test_dataloader_estimate_follows_the_suggested_workers_when_cores_cap_them() -> None:
+    doc = _doc(0.75)
+    doc["utilization"]["cpu_count"] = 2  # one worker is all this machine can spare
+    (f,) = [f for f in evaluate(doc) if f["id"] == "dataloader-bound"]
+    assert f["fix"].startswith("DataLoader(..., num_workers=1")
+    assert "too few to hide the loading" in f["fix"]
+    # 30 ms fetch with one worker against 10 ms compute: a step becomes 30 ms, not 10 ms
+    assert f["est_speedup"] == pytest.approx(0.040 / 0.030, abs=1e-3)
+    assert "num_workers=1" in f["estimate_model"]

@@ -1,6 +1,8 @@
 """The overhead benchmark's workload: a 200-step CPU training run of a small MLP.
 
-In-memory data through a DataLoader (so the DataLoader probe is exercised on every batch), an
+One intra-op thread by default, as the host side of a GPU training job runs: with two OpenMP
+threads on a 2-core machine every run's time swings by ±10% with whatever else the host does,
+which would drown the overhead being measured. In-memory data through a DataLoader (so the DataLoader probe is exercised on every batch), an
 optimizer step per batch (so the step hook fires), a .item() every 10 steps (as logging does).
 """
 import argparse
@@ -11,9 +13,11 @@ from torch.utils.data import DataLoader, TensorDataset
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--steps", type=int, default=200)
-ap.add_argument("--batch", type=int, default=128)
-ap.add_argument("--width", type=int, default=512)
+ap.add_argument("--batch", type=int, default=256)
+ap.add_argument("--width", type=int, default=1024)
+ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1: the host side of a GPU job)")
 args = ap.parse_args()
+torch.set_num_threads(args.threads)
 
 torch.manual_seed(0)
 n = args.steps * args.batch

@@ -240,6 +240,19 @@ def _key_value_section(sec_id: str, title: str, obj: Any, compact: int | None = 
 
 
 def ragged_section(doc: dict[str, Any]) -> Section | None:
+    """Shown when the batches vary at all (shapes, sizes, per-sample lists, padding); a run whose
+    batches all have one shape has nothing to say here (the JSON keeps the counts)."""
+    d = as_dict(doc.get("ragged"))
+    varies = (
+        (num(d.get("distinct_shapes")) or 0) > 1
+        or (num(d.get("step_signatures_distinct")) or 0) > 1
+        or bool(d.get("variable_batch_size"))
+        or bool(d.get("batch_size_1_variable"))
+        or (num(d.get("list_batches")) or 0) > 0
+        or (num(d.get("pad_fraction")) or 0) > 0
+    )
+    if d and not varies:
+        return None
     return _key_value_section("ragged", "Ragged batches", doc.get("ragged"))
 
 

@@ -27,7 +27,7 @@ class ProfileOptions:
     steps: int | None = None
     warmup: int = 2
     window: int = 3
-    sample_interval: float = 0.1
+    sample_interval: float = 0.2
     nproc_per_node: int | None = None
     quiet: bool = False
     fmt: str = "text"

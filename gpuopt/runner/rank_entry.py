@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--window", type=int, default=3)
-    ap.add_argument("--sample-interval", type=float, default=0.1)
+    ap.add_argument("--sample-interval", type=float, default=0.2)
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--script", default=None)
     ap.add_argument("-m", dest="module", default=None)

@@ -14,6 +14,7 @@ from typing import Any
 from gpuopt.findings.engine import rule
 from gpuopt.findings.model import Finding, severity_for_share, speedup_if_removed
 
+_AMDAHL = "estimate: data wait fully overlapped with compute (Amdahl on the measured share)"
 THRESHOLD = 0.10  # share of step time spent waiting on the DataLoader before we call it a bottleneck
 
 
@@ -22,10 +23,21 @@ def _cpus(doc: dict[str, Any]) -> int:
     return int(util.get("cpu_count") or (doc.get("environment") or {}).get("cpu_count") or 1)
 
 
+def fetch_time(current: int, wait_s: float, step_s: float) -> float:
+    """Seconds one worker (or the main process, with 0 workers) takes to produce a batch."""
+    compute = max(step_s - wait_s, 1e-9)
+    return wait_s if current == 0 else current * (wait_s + compute)
+
+
+def step_with_workers(k: int, fetch_s: float, compute_s: float) -> float:
+    """Modelled step time with ``k`` workers: the slower of compute and batch delivery."""
+    return max(compute_s, fetch_s / max(k, 1))
+
+
 def suggest_workers(current: int, wait_s: float, step_s: float, cpus: int) -> tuple[int, bool]:
     """(workers to try, whether the machine's core count capped it)."""
     compute = max(step_s - wait_s, 1e-9)
-    fetch = wait_s if current == 0 else current * (wait_s + compute)
+    fetch = fetch_time(current, wait_s, step_s)
     needed = math.ceil(fetch / compute * 1.2)  # 20% headroom for jitter
     needed = max(needed, current + 1, 2 if current == 0 else current + 1)
     cap = max(1, cpus - 1) if cpus > 1 else 1  # leave one core for the training process
@@ -66,7 +78,18 @@ def dataloader_bound(doc: dict[str, Any]) -> list[Finding]:
                 "batch_size": loader.get("batch_size"),
             }
         )
-        k, capped = suggest_workers(nw, float(loader["wait_s_per_step"]), step_s, cpus)
+        loader_wait = float(loader["wait_s_per_step"])
+        k, capped = suggest_workers(nw, loader_wait, step_s, cpus)
+        if k > nw:
+            compute_s = max(step_s - wait_s, 1e-9)
+            modelled = step_with_workers(k, fetch_time(nw, loader_wait, step_s), compute_s) + (wait_s - loader_wait)
+            est = step_s / max(modelled, 1e-9)
+            model = (
+                f"estimate: with num_workers={k}, a step takes max(compute, batch time / {k}) "
+                f"(throughput model from the measured wait and compute)"
+            )
+        else:
+            est, model = speedup_if_removed(share), _AMDAHL
         if k > nw:
             changes.append(f"num_workers={k}")
         if capped:
@@ -89,6 +112,7 @@ def dataloader_bound(doc: dict[str, Any]) -> list[Finding]:
     else:
         summary = f"{share:.0%} of step time waits on the DataLoader ({wait_s * 1e3:.1f} ms of {step_s * 1e3:.1f} ms per step)"
         site = None
+        est, model = speedup_if_removed(share), _AMDAHL
         changes.append("num_workers=4")
     evidence["summary"] = summary
     fix = "DataLoader(..., " + ", ".join(changes) + ")" if changes else "make the Dataset's __getitem__ cheaper"
@@ -102,8 +126,8 @@ def dataloader_bound(doc: dict[str, Any]) -> list[Finding]:
             site=site,
             evidence=evidence,
             fix=fix,
-            est_speedup=speedup_if_removed(share),
-            estimate_model="estimate: data wait fully overlapped with compute (Amdahl on the measured share)",
+            est_speedup=est,
+            estimate_model=model,
             extra={"fix_params": dict(c.split("=", 1) for c in changes)},
         )
     ]

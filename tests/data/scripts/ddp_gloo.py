@@ -9,7 +9,7 @@ dist.init_process_group("gloo")
 rank = dist.get_rank()
 model = DDP(torch.nn.Linear(32, 4))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-for i in range(8):
+for _ in range(8):
     opt.zero_grad()
     model(torch.randn(16, 32)).sum().backward()
     opt.step()

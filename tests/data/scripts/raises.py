@@ -7,7 +7,7 @@ def broken_step(n):
 
 model = torch.nn.Linear(2, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for i in range(5):
+for _ in range(5):
     opt.zero_grad()
     model(torch.ones(1, 2)).sum().backward()
     opt.step()
