@@ -130,7 +130,8 @@ def main() -> None:
         f"Python {platform.python_version()}, torch {__import__('torch').__version__} (CPU)",
         "",
         f"Workload: `benchmarks/workloads/train_cpu.py`, {ov['steps_seen']} steps, median step "
-        f"{ov['median_step_ms']:.1f} ms under gpuopt. Whole-process wall time, {a.pairs} alternating pairs.",
+        f"{ov['median_step_ms']:.1f} ms under gpuopt, torch with one intra-op thread (the host side of a GPU "
+        f"job; see the workload's docstring). Whole-process wall time, {a.pairs} alternating pairs.",
         "",
         "| configuration | plain python median (s) | gpuopt median (s) | median of pair ratios (wall) | target | median of pair ratios (CPU time) |",
         "|---|---|---|---|---|---|",
