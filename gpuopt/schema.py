@@ -28,6 +28,17 @@ The keys listed in ``../shared/CONTRACT.md`` are required. gpuopt adds (all opti
 ``ranks[].step_time_median_s``  median step time of that rank
 ``rank``        this process's rank under torchrun (null otherwise); ``rank_spread``
                 ``{slowest_rank, fastest_rank, ratio}`` of median step times in a merged document
+``transfers[]`` also ``src_device, dst_device, api, time_us_per_step, time_share``
+``syncs[]``     also ``api, op, measured_device, would_block_on_gpu, time_us_per_step,
+                idle_after_us_per_step, time_share, idle_after_share`` (``would_block_on_gpu``: a
+                CPU-only run's site that would block on a GPU; see docs/host-culprits.md)
+``dispatch``    also ``between_ops_share, h2d_share, sync_share, window_steps,
+                recorder_overhead_us_per_op, step_time_source`` and more (docs/host-culprits.md)
+``loops[]``     also ``kind, code, indexing_ops_per_step, ops_per_iteration, time_us_per_step, time_share``
+``ragged``      batch-shape statistics: ``batches, distinct_shapes, batch_sizes, variable_dims,
+                pad_fraction, ...``
+``steps.instrumented``  steps the recorder / profiler window slowed, left out of the statistics
+``trace_files`` Kineto traces the GPU profiler window wrote (analysed into ``gpu``/``trace``)
 ``tables``      extra tables any analysis may add; every renderer shows them:
                 ``[{id, title, columns: [str], rows: [[scalar]], note}]``
 ``warnings``    one-line notes shown to the user (e.g. a sampler that could not start)

@@ -1,0 +1,45 @@
+"""The bundled examples keep showing the bottleneck they were written for, at the right lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import ROOT, run_gpuopt
+
+EXAMPLES = ROOT / "examples"
+
+
+def _line(path: Path, text: str) -> int:
+    return next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if text in ln)
+
+
+def test_slow_dataset_is_dataloader_bound(tmp_path: Path) -> None:
+    r = run_gpuopt("profile", "--quiet", "-o", str(tmp_path), "examples/slow_dataset.py", "--epochs", "1")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "profile.json").read_text())
+    top = doc["findings"][0]
+    assert top["id"] == "dataloader-bound"
+    assert top["site"] == f"examples/slow_dataset.py:{_line(EXAMPLES / 'slow_dataset.py', 'for x, y in loader:')}"
+    assert doc["breakdown"]["data_wait"] > 0.5
+
+
+def test_segmentation_loops_points_at_the_loop_and_the_syncs(tmp_path: Path) -> None:
+    r = run_gpuopt("profile", "--quiet", "-o", str(tmp_path), "examples/segmentation_loops.py", "--steps", "8")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "profile.json").read_text())
+    src = EXAMPLES / "segmentation_loops.py"
+    rel = "examples/segmentation_loops.py"
+    item_site = f"{rel}:{_line(src, 'loss {loss.item()')}"
+    by_id: dict[str, list[dict]] = {}
+    for f in doc["findings"]:
+        by_id.setdefault(f["id"], []).append(f)
+    (loop,) = by_id["loop-indexing"]
+    assert loop["site"] == f"{rel}:{_line(src, 'for c in range(NUM_CLASSES):')}"
+    loops = {entry["site"]: entry for entry in doc["loops"]}
+    assert loops[loop["site"]]["iterations_per_step"] == 80
+    sync_sites = {f["site"] for f in by_id["sync-in-step"]}
+    assert sync_sites == {f"{rel}:{_line(src, 'if acc > best:')}", item_site}
+    syncs = {(s["site"], s["kind"]): s for s in doc["syncs"]}
+    assert syncs[(item_site, "item")]["count_per_step"] == 1
+    assert all(s["would_block_on_gpu"] for s in doc["syncs"])  # CPU-only run: labelled, not measured
