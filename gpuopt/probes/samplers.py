@@ -162,7 +162,7 @@ class UtilizationSampler:
         cpu, rss = self._cpu.read(now)
         row: list[GpuSample] = []
         if self.nvml is not None:
-            pids = self._cpu.pids() if hasattr(self._cpu, "pids") else {os.getpid()}
+            pids = self._cpu.pids()
             row = [self.nvml.sample(i, pids) for i in range(self.nvml.device_count())]
         self.t.append(now - t0)
         self.cpu_pct.append(min(100.0, cpu / self.ncpu))

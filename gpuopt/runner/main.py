@@ -94,9 +94,7 @@ class ProfileSession:
         self.rank = rank
 
     def _base_doc(self) -> dict[str, Any]:
-        doc = empty_profile(self.target.display, [self.target.display, *self.target.args] if self.target.script else ["-m", self.target.module or "", *self.target.args])
-        doc["script"] = self.target.display
-        doc["argv"] = list(self.target.args)
+        doc = empty_profile(self.target.display, list(self.target.args))
         doc["cwd"] = os.getcwd()
         doc["started_at"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         doc["rank"] = self.rank
@@ -253,7 +251,7 @@ class ProfileSession:
         doc["steps"] = {
             "count": len(ends),
             "measured": len(measured),
-            "warmup": min(warmup, len(ends)) if len(ends) > warmup else 0,
+            "warmup": warmup if len(ends) > warmup else 0,
             "time_s": stats.time_stats(m_times),
             "marked_by": sorted(clock.sources),
             "instrumented": sorted(i for i in instrumented if i < len(ends)),
