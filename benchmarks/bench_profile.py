@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from installed import compile_gpuopt
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 WORKLOAD = HERE / "workloads" / "train_cpu.py"
@@ -118,6 +120,7 @@ def main() -> None:
     ap.add_argument("--without-recorder", action="store_true", help="also measure with --window 0")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "bench-profile.md")
     a = ap.parse_args()
+    compile_gpuopt()  # as an installed package would be (see installed.py)
     ov = overhead(a.pairs, [])
     ov_norec = overhead(a.pairs, ["--window", "0"]) if a.without_recorder else None
     acc = accuracy(a.accuracy_runs)

@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+from installed import compile_gpuopt
+
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "benchmarks" / ".work"
 SHARED = ROOT.parent / "shared" / "traces"
@@ -147,6 +149,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--out", type=Path, default=WORK / "bench-trace.json")
     args = ap.parse_args()
+    compile_gpuopt()  # as an installed package would be (see installed.py)
     hta_py = ensure_hta()
     traces = [] if args.no_real else [SHARED / r for r in REAL if (SHARED / r).exists()]
     synth = make_synthetic(args.synthetic_mb) if args.synthetic_mb > 0 else None

@@ -14,7 +14,7 @@ from trace_helpers import SHARED_TRACES, cpu, kernel, launch, write_trace
 
 from gpuopt.errors import GpuoptError
 from gpuopt.report.command import load_any
-from gpuopt.trace import decode
+from gpuopt.trace import decode, pieces
 from gpuopt.trace.decode import load_columns
 
 EVENTS = [cpu("aten::mm", 0, 10), launch(2, 3, corr=1), kernel("gemm", 8, 5, corr=1), {"ph": "i", "name": "mark", "ts": 3, "pid": 1, "tid": 1}]
@@ -36,7 +36,7 @@ def test_streaming_and_whole_decode_agree_on_many_pieces(tmp_path: Path, monkeyp
     for i in range(3000):
         events += [launch(i * 20, 3, corr=i), kernel(f"k{i % 7}", i * 20 + 5, 4, corr=i, **{"Input Dims": [[1, 2]]})]
     p = write_trace(tmp_path / "t.json.gz", events, traceName="after the events")
-    monkeypatch.setattr(decode, "_BLOCK", 4096)  # force hundreds of pieces
+    monkeypatch.setattr(pieces, "BLOCK", 4096)  # force hundreds of pieces
     streamed = decode._load_streaming(p)
     whole = decode._load_whole(p)
     assert _same(streamed, whole) and len(streamed) == 6000
@@ -45,7 +45,7 @@ def test_streaming_and_whole_decode_agree_on_many_pieces(tmp_path: Path, monkeyp
 
 def test_compact_json_falls_back_to_whole_decode(tmp_path: Path) -> None:
     p = write_trace(tmp_path / "compact.json", EVENTS, indent=None)
-    with pytest.raises(decode._Fallback):
+    with pytest.raises(pieces.Fallback):
         decode._load_streaming(p)
     cols = load_columns(p)
     assert len(cols) == 3 and cols.total_events == 4  # the instant event is not a complete event
@@ -149,7 +149,7 @@ def test_worker_processes_give_the_same_columns(tmp_path: Path, monkeypatch: pyt
     for i in range(4000):
         events += [launch(i * 20, 3, corr=i), kernel(f"k{i % 5}", i * 20 + 5, 4, corr=i), {"ph": "f", "id": i, "ts": i * 20, "pid": 0, "tid": 1}]
     p = write_trace(tmp_path / "w.json.gz", events)
-    monkeypatch.setattr(decode, "_BLOCK", 8192)
+    monkeypatch.setattr(pieces, "BLOCK", 8192)
     inline = decode._load_streaming(p, workers=0)
     forked = decode._load_streaming(p, workers=2)
     assert _same(inline, forked) and np.array_equal(inline.order, forked.order) and len(forked) == 8000
@@ -159,8 +159,8 @@ def test_worker_processes_give_the_same_columns(tmp_path: Path, monkeypatch: pyt
 def test_unknown_phase_falls_back_to_lenient_decoding(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     odd = [{"ph": "Z", "ts": 1}, {"cat": "cpu_op", "name": "no phase", "ts": 2, "dur": 3}, cpu("a", 5, 1)]
     p = write_trace(tmp_path / "odd.json", odd + [{"ph": "i", "ts": 9, "name": "pad" * 40}] * 20)
-    monkeypatch.setattr(decode, "_BLOCK", 256)  # the odd events land in a piece, not the tail
-    with pytest.raises(decode._Fallback):
+    monkeypatch.setattr(pieces, "BLOCK", 256)  # the odd events land in a piece, not the tail
+    with pytest.raises(pieces.Fallback):
         decode._load_streaming(p)
     cols = load_columns(p)
     assert len(cols) == 2  # HTA keeps any event with a duration and a category, whatever its phase

@@ -7,12 +7,13 @@ How, and why:
   need, counters...) is skipped by the C parser without building Python objects. This is what
   makes loading ~10× faster than ``json.load`` + pandas (HTA) and keeps memory bounded by the
   events kept.
-* **Streaming in pieces.** The decompressed text is read in blocks and cut at event boundaries
-  (a newline followed by the indentation of the first event and ``{``: a raw newline can never be
-  inside a JSON string, so such a cut is always between tokens). Each piece is decoded and turned
-  into columns before the next block is read, so the JSON text is never held whole. A cut that is
-  not between two events makes that piece invalid JSON, which is detected; the loader then falls
-  back to decoding the whole document at once (compact or unusually formatted files).
+* **Streaming in pieces** (:mod:`gpuopt.trace.pieces`). The decompressed text is cut at event
+  boundaries; each piece is decoded and turned into columns before the next block is read, so the
+  JSON text is never held whole. A cut that is not between two events makes that piece invalid
+  JSON, which is detected; the loader then falls back to decoding the whole document at once
+  (compact or unusually formatted files).
+* **Two processes** (:mod:`gpuopt.trace.helper`). On machines with two or more cores a forked
+  helper decodes the first half of a large file while the parent decodes the rest.
 * **Nothing is executed**: JSON only, no pickle, no eval; strings stay data.
 
 Every failure becomes a one-line :class:`~gpuopt.errors.GpuoptError`.
@@ -21,11 +22,7 @@ Every failure becomes a one-line :class:`~gpuopt.errors.GpuoptError`.
 from __future__ import annotations
 
 import math
-import os
-import re
-import sys
-import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, Union
@@ -35,12 +32,10 @@ import numpy as np
 import numpy.typing as npt
 
 from gpuopt.errors import GpuoptError
+from gpuopt.trace import helper as helper_mod
 from gpuopt.trace.columns import EventColumns
+from gpuopt.trace.pieces import Fallback, PieceStream, iter_blocks
 
-_BLOCK = 1 << 20  # decompressed bytes per piece: large enough to amortise, small next to the events
-_READ = 1 << 20  # compressed bytes per read
-_PARALLEL_MIN_BYTES = 24 << 20  # below this, forking workers costs more than it saves
-_ARRAY_START_RE = re.compile(rb"\s*:\s*\[[ \t\r]*\n([ \t]*)\{")
 _NAN = math.nan
 
 Scalar = Union[int, float, str, None]  # noqa: UP007 (msgspec evaluates it at runtime)
@@ -106,7 +101,6 @@ _EVENTS = msgspec.json.Decoder(list[_Event])
 _FAST_EVENTS = msgspec.json.Decoder(list[_FAST_EVENT])  # type: ignore[valid-type]
 _META = msgspec.json.Decoder(_Meta)
 _DOC = msgspec.json.Decoder(_Doc)
-_TRACE_EVENTS_KEY = b'"traceEvents"'
 
 
 _COLUMN_KEYS = ("ts", "dur", "name", "cat", "thread", "stream", "correlation", "bytes", "stack", "order")
@@ -126,7 +120,7 @@ def _piece_part(events: list[_Event]) -> dict[str, Any]:
     idx = np.flatnonzero(np.isfinite(dur_all))
     xs = events if idx.size == n_all else [events[i] for i in idx.tolist()]
     cats: dict[Any, int] = _Interner()
-    cat = _intern(cats, list(map(_CAT, xs)))
+    cat = _intern(cats, map(_CAT, xs), len(xs))
     # HTA keeps events that have both a duration and a category, minus the "Trace" span.
     bad = [code for key, code in cats.items() if key is None or key == "Trace"]
     if bad:
@@ -149,13 +143,13 @@ def _piece_part(events: list[_Event]) -> dict[str, Any]:
     part["cols"] = {
         "ts": ts,
         "dur": dur,
-        "name": _intern(names, list(map(_NAME, xs))),
+        "name": _intern(names, map(_NAME, xs), n),
         "cat": cat,
-        "thread": _intern(threads, list(zip(map(_PID, xs), map(_TID, xs), strict=True))),
-        "stream": _ints(list(map(_STREAM, args)), _stream),
-        "correlation": _ints(list(map(_CORR, args)), _int),
-        "bytes": _ints(list(map(_BYTES, args)), _int),
-        "stack": _intern(stacks, stacks_raw) if stacks_raw.count(None) != n else np.full(n, -1, dtype=np.int64),
+        "thread": _intern(threads, zip(map(_PID, xs), map(_TID, xs), strict=True), n),
+        "stream": _ints(args, _STREAM, _stream),
+        "correlation": _ints(args, _CORR, _int),
+        "bytes": _ints(args, _BYTES, _int),
+        "stack": _intern(stacks, stacks_raw, n) if stacks_raw.count(None) != n else np.full(n, -1, dtype=np.int64),
         "order": idx.astype(np.int64),
     }
     part["names"], part["cats"], part["threads"], part["stacks"] = list(names), list(cats), list(threads), list(stacks)
@@ -171,7 +165,7 @@ def _decode_part(data: bytes) -> dict[str, Any]:
     try:
         decoded = _FAST_EVENTS.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError):
-        raise _Fallback from None
+        raise Fallback from None
     complete = [e for e in decoded if type(e) is _Complete]
     part = _piece_part(complete)  # type: ignore[arg-type]
     part["n_all"] = len(decoded)
@@ -276,79 +270,30 @@ class _Interner(dict):  # type: ignore[type-arg]
         return code
 
 
-def _intern(table: dict[Any, int], values: list[Any]) -> npt.NDArray[np.int64]:
-    """Codes of ``values`` in ``table`` (an :class:`_Interner`, extended in first-seen order)."""
-    return np.fromiter(map(table.__getitem__, values), dtype=np.int64, count=len(values))
+def _intern(table: dict[Any, int], values: Iterable[Any], n: int) -> npt.NDArray[np.int64]:
+    """Codes of the ``n`` ``values`` in ``table`` (an :class:`_Interner`, extended in first-seen
+    order). An iterator, not a list: building the list cost a third of the time."""
+    return np.fromiter(map(table.__getitem__, values), dtype=np.int64, count=n)
 
 
-def _ints(values: list[Any], convert: Any) -> npt.NDArray[np.int64]:
-    """int64 column; fast path when every value is already an int, else -1 for what is not one."""
+def _ints(items: list[Any], getter: Any, convert: Any) -> npt.NDArray[np.int64]:
+    """int64 column of ``getter(item)``. Fast path: numpy converts ints (and int-like strings and
+    floats, as ``int()`` would); anything it refuses (None, "0x0", NaN, out of range) sends the
+    whole column through ``convert``, which gives -1 for what is not an integer."""
     try:
-        arr = np.array(values)
-        if arr.dtype.kind == "i" and arr.ndim == 1:
-            return arr.astype(np.int64, copy=False)
-    except (OverflowError, ValueError):
-        pass
-    return np.fromiter(map(convert, values), dtype=np.int64, count=len(values))
-
-
-# --------------------------------------------------------------------------- reading bytes
-
-
-def _iter_blocks(path: Path) -> Iterator[bytes]:
-    """Decompressed blocks of ``path`` (gzip detected by its magic bytes, not the name)."""
-    try:
-        fh = path.open("rb")
-    except OSError as exc:
-        raise GpuoptError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    with fh:
-        head = fh.read(2)
-        if head != b"\x1f\x8b":
-            if path.name.endswith(".gz"):
-                raise GpuoptError(f"{path}: not a gzip file (the name ends in .gz)")
-            yield head + fh.read(_BLOCK)
-            while True:
-                chunk = fh.read(_BLOCK)
-                if not chunk:
-                    return
-                yield chunk
-        d = zlib.decompressobj(wbits=31)
-        data = head
-        while True:
-            if not data:
-                data = fh.read(_READ)
-                if not data:
-                    break
-            try:
-                out = d.decompress(data, _BLOCK)
-            except zlib.error as exc:
-                raise GpuoptError(f"{path}: corrupt gzip data ({exc})") from None
-            data = d.unconsumed_tail
-            if out:
-                yield out
-            if d.eof:
-                # Concatenated gzip members are legal; go on with the next one, if any.
-                rest = d.unused_data or fh.read(_READ)
-                if not rest:
-                    return
-                d = zlib.decompressobj(wbits=31)
-                data = rest
-        if not d.eof:
-            raise GpuoptError(f"{path}: truncated gzip file (the data ends before the gzip stream does)")
+        return np.fromiter(map(getter, items), dtype=np.int64, count=len(items))
+    except (TypeError, ValueError, OverflowError):
+        return np.fromiter(map(convert, map(getter, items)), dtype=np.int64, count=len(items))
 
 
 # --------------------------------------------------------------------------- decoding
-
-
-class _Fallback(Exception):
-    """The streaming cutter could not handle this layout: decode the whole document instead."""
 
 
 def load_columns(path: Path) -> EventColumns:
     """Decode one trace file into columns; every bad input is a one-line :class:`GpuoptError`."""
     try:
         return _load_streaming(path)
-    except _Fallback:
+    except Fallback:
         return _load_whole(path)
 
 
@@ -359,93 +304,81 @@ def _strip_separator(piece: bytes) -> bytes:
     return piece
 
 
-def _workers_for(path: Path) -> int:
-    """Worker processes for decoding: only for large files, only where fork is cheap (Linux)."""
-    env = os.environ.get("GPUOPT_TRACE_WORKERS")
-    if env is not None:
-        try:
-            return max(0, int(env))
-        except ValueError:
-            return 0
-    if sys.platform != "linux":
-        return 0
-    try:
-        size = path.stat().st_size
-    except OSError:
-        return 0
-    estimate = size * 15 if path.name.endswith(".gz") else size  # Kineto JSON gzips ~15-30x
-    # Workers pay off where the parent has its own work to overlap (gunzip) and there are cores to
-    # spare: measured on a 2-core machine they saved nothing (the copies to and from the workers
-    # cost what they save), so they start only from 4 cores up.
-    cpus = os.cpu_count() or 1
-    gz = path.name.endswith(".gz")
-    return min(cpus - 1, 4) if cpus >= 4 and gz and estimate >= _PARALLEL_MIN_BYTES else 0
+def decode_piece(data: bytes) -> dict[str, Any]:
+    """One piece's columns (the helper process's entry point too)."""
+    return _decode_part(data)
 
 
-def _run_inline(pieces: Iterator[bytes], workers: int) -> Iterator[dict[str, Any]]:
-    for data in pieces:
-        yield _decode_part(data)
+def encode_frame(offset: int, part: dict[str, Any]) -> bytes:
+    """A piece's columns as msgpack (raw array bytes, plain strings): the helper's reply."""
+    cols = part["cols"]
+    return _FRAME_ENC.encode(
+        {
+            "offset": offset,
+            "n_all": part["n_all"],
+            "fractional": part["fractional"],
+            "cols": None if cols is None else {k: cols[k].tobytes() for k in _COLUMN_KEYS},
+            "names": part.get("names", []),
+            "cats": part.get("cats", []),
+            "threads": part.get("threads", []),
+            "stacks": part.get("stacks", []),
+        }
+    )
 
 
-def _run_parallel(pieces: Iterator[bytes], workers: int) -> Iterator[dict[str, Any]]:
-    """Decode pieces in ``workers`` forked processes, in order, with at most 2 pieces in flight per
-    worker (so the text read ahead stays bounded: memory follows the events kept, not the file)."""
-    import multiprocessing
-    from collections import deque
+def decode_frame(frame: bytes) -> tuple[int, dict[str, Any]]:
+    """Inverse of :func:`encode_frame` (the parent reads the helper's pieces)."""
+    raw = _FRAME_DEC.decode(frame)
+    cols = raw["cols"]
+    part = {
+        "n_all": raw["n_all"],
+        "fractional": raw["fractional"],
+        "cols": None
+        if cols is None
+        else {k: np.frombuffer(cols[k], dtype=np.float64 if k in ("ts", "dur") else np.int64) for k in _COLUMN_KEYS},
+        "names": raw["names"],
+        "cats": raw["cats"],
+        "threads": [tuple(t) if isinstance(t, list) else t for t in raw["threads"]],
+        "stacks": raw["stacks"],
+    }
+    return raw["offset"], part
 
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(workers) as pool:
-        inflight: deque[Any] = deque()
-        for data in pieces:
-            inflight.append(pool.apply_async(_decode_part, (data,)))
-            del data
-            while len(inflight) >= 2 * workers:
-                yield inflight.popleft().get()
-        while inflight:
-            yield inflight.popleft().get()
+
+_FRAME_ENC = msgspec.msgpack.Encoder()
+_FRAME_DEC = msgspec.msgpack.Decoder()
 
 
 def _load_streaming(path: Path, workers: int | None = None) -> EventColumns:
-    blocks = _iter_blocks(path)
-    buf = b""
-    header_end = -1
-    for block in blocks:
-        buf = buf + block if buf else block
-        header_end = _find_events_key(buf)
-        if header_end >= 0 or len(buf) > (64 << 20):
-            break
-    if header_end < 0:
-        raise _Fallback
-    # After the key: whitespace, ':', whitespace, '[', then a newline + the first event's indent.
-    m = _ARRAY_START_RE.match(buf, header_end + len(_TRACE_EVENTS_KEY))
-    if m is None:
-        raise _Fallback  # compact layout (no line structure to cut at) or not an array
-    sep = b"\n" + m.group(1) + b"{"
-    meta_doc = _decode_header(buf[:header_end])
-    state: dict[str, bytes] = {}
+    """Decode piece by piece, with a helper process where :func:`helper.wanted` says so.
 
-    def pieces() -> Iterator[bytes]:
-        pending = buf[m.end() - len(sep) + 1 :]  # starts at the first event's indent
-        for block in blocks:
-            pending = pending + block if pending else block
-            if len(pending) < _BLOCK:
-                continue
-            cut = pending.rfind(sep)
-            if cut <= 0:
-                continue
-            yield _wrap_piece(pending, cut)
-            pending = pending[cut + 1 :]
-        state["pending"] = pending
-
-    n = _workers_for(path) if workers is None else workers
+    ``workers``: 0 = no helper, >0 = a helper whatever the size, None = decide.
+    """
+    helper = helper_mod.DecodeHelper.start(path) if helper_mod.wanted(path, workers) else None
+    try:
+        stream = PieceStream(path)
+        meta_doc = _decode_header(stream.header)
+        split = helper.claim_rest() if helper is not None else None
+        offsets: list[int] = []
+        mine: dict[int, dict[str, Any]] = {}
+        for offset, data in stream.pieces():
+            offsets.append(offset)
+            if split is None or offset >= split:
+                mine[offset] = _decode_part(data)
+        theirs = helper.collect(decode_frame) if helper is not None else {}
+    finally:
+        if helper is not None:
+            helper.close()
     builder = _Builder()
-    for part in (_run_parallel if n > 1 else _run_inline)(pieces(), n):
+    for offset in offsets:
+        part = theirs.get(offset) or mine.get(offset)
+        if part is None:  # the helper stopped short (failed or killed): decode it all here
+            return _load_streaming(path, workers=0)
         builder.merge(part)
     # The tail holds the last events, the closing ']' and any top-level keys after traceEvents.
     try:
-        tail = _DOC.decode(b'{"traceEvents":[' + state["pending"])
+        tail = _DOC.decode(b'{"traceEvents":[' + stream.tail)
     except (msgspec.DecodeError, msgspec.ValidationError):
-        raise _Fallback from None
+        raise Fallback from None
     if tail.traceEvents:
         builder.add(tail.traceEvents)
     meta = _meta_dict(meta_doc)
@@ -455,34 +388,16 @@ def _load_streaming(path: Path, workers: int | None = None) -> EventColumns:
     return _finish(path, builder, meta, has_events_key=True)
 
 
-def _wrap_piece(buf: bytes, cut: int) -> bytes:
-    """``buf[:cut]`` (events ending with ``},`` and whitespace) as one JSON array, one copy."""
-    j = cut
-    while j > 0 and buf[j - 1] in b" \t\r\n":
-        j -= 1
-    if j > 0 and buf[j - 1] == 0x2C:  # ','
-        j -= 1
-    with memoryview(buf) as view:
-        return b"".join((b"[", view[:j], b"]"))
-
-
-def _find_events_key(buf: bytes) -> int:
-    pos = buf.find(_TRACE_EVENTS_KEY)
-    while pos > 0 and buf[pos - 1 : pos] == b"\\":
-        pos = buf.find(_TRACE_EVENTS_KEY, pos + 1)
-    return pos
-
-
 def _decode_header(header: bytes) -> _Meta:
     text = header.strip()
     if not text.startswith(b"{"):
-        raise _Fallback
+        raise Fallback
     body = text[1:].strip()
     doc = b"{" + body + b"}" if body == b"" else b"{" + _strip_separator(body) + b"}"
     try:
         return _META.decode(doc)
     except (msgspec.DecodeError, msgspec.ValidationError):
-        raise _Fallback from None
+        raise Fallback from None
 
 
 def _meta_dict(m: _Meta) -> dict[str, Any]:
@@ -490,7 +405,7 @@ def _meta_dict(m: _Meta) -> dict[str, Any]:
 
 
 def _load_whole(path: Path) -> EventColumns:
-    data = b"".join(_iter_blocks(path))
+    data = b"".join(iter_blocks(path))
     if not data.strip():
         raise GpuoptError(f"{path}: empty file, not a trace")
     try:

@@ -1,0 +1,158 @@
+"""The bytes of a Kineto trace, cut into pieces of whole events: no JSON parsing, no numpy.
+
+Why a module of its own: two processes cut the same file (the parent and the decode helper of
+:mod:`gpuopt.trace.helper`) and must agree on every piece, so there is exactly one cutter; and the
+helper is forked *before* the parent imports numpy, so nothing here may import it.
+
+How a file is cut: the decompressed text is read in blocks and cut at event boundaries (a newline
+followed by the indentation of the first event and ``{``: a raw newline can never be inside a JSON
+string, so such a cut is always between tokens). A layout that cannot be cut this way raises
+:class:`Fallback`; the caller then decodes the whole document at once.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from gpuopt.errors import GpuoptError
+
+BLOCK = 1 << 20  # decompressed bytes per piece: large enough to amortise, small next to the events
+READ = 1 << 20  # compressed bytes per read
+TRACE_EVENTS_KEY = b'"traceEvents"'
+_ARRAY_START_RE = re.compile(rb"\s*:\s*\[[ \t\r]*\n([ \t]*)\{")
+_HEADER_LIMIT = 64 << 20  # give up looking for "traceEvents" after this much text
+
+
+class Fallback(Exception):
+    """The streaming cutter could not handle this layout: decode the whole document instead."""
+
+
+def iter_blocks(path: Path) -> Iterator[bytes]:
+    """Decompressed blocks of ``path`` (gzip detected by its magic bytes, not the name)."""
+    try:
+        fh = path.open("rb")
+    except OSError as exc:
+        raise GpuoptError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    with fh:
+        head = fh.read(2)
+        if head != b"\x1f\x8b":
+            if path.name.endswith(".gz"):
+                raise GpuoptError(f"{path}: not a gzip file (the name ends in .gz)")
+            yield head + fh.read(BLOCK)
+            while True:
+                chunk = fh.read(BLOCK)
+                if not chunk:
+                    return
+                yield chunk
+        d = zlib.decompressobj(wbits=31)
+        data = head
+        while True:
+            if not data:
+                data = fh.read(READ)
+                if not data:
+                    break
+            try:
+                out = d.decompress(data, BLOCK)
+            except zlib.error as exc:
+                raise GpuoptError(f"{path}: corrupt gzip data ({exc})") from None
+            data = d.unconsumed_tail
+            if out:
+                yield out
+            if d.eof:
+                # Concatenated gzip members are legal; go on with the next one, if any.
+                rest = d.unused_data or fh.read(READ)
+                if not rest:
+                    return
+                d = zlib.decompressobj(wbits=31)
+                data = rest
+        if not d.eof:
+            raise GpuoptError(f"{path}: truncated gzip file (the data ends before the gzip stream does)")
+
+
+def text_size(path: Path) -> int:
+    """The decompressed size of ``path``, cheaply: gzip's ISIZE trailer (exact below 4 GiB for a
+    single-member file, an estimate otherwise), the file size for plain JSON. 0 if unreadable."""
+    try:
+        with path.open("rb") as fh:
+            magic = fh.read(2)
+            size = os.fstat(fh.fileno()).st_size
+            if magic != b"\x1f\x8b":
+                return size
+            fh.seek(max(0, size - 4))
+            isize = int.from_bytes(fh.read(4), "little")
+    except OSError:
+        return 0
+    # ISIZE is the size modulo 2**32: add whole 4 GiB turns until it is at least the compressed size.
+    while isize < size:
+        isize += 1 << 32
+    return isize
+
+
+class PieceStream:
+    """One pass over a trace file: :attr:`header` (the text before ``"traceEvents"``), then
+    :meth:`pieces` (``(offset, piece)``: each piece a JSON array of whole events, ``offset`` its
+    first byte in the decompressed text), then :attr:`tail` (the last events, the closing ``]`` and
+    any top-level keys after ``traceEvents``, as text that follows ``"traceEvents":[``).
+
+    The cut points depend only on the file and :data:`BLOCK`, so two streams over the same file
+    yield the same pieces at the same offsets.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._blocks = iter_blocks(path)
+        buf = b""
+        header_end = -1
+        for block in self._blocks:
+            buf = buf + block if buf else block
+            header_end = _find_events_key(buf)
+            if header_end >= 0 or len(buf) > _HEADER_LIMIT:
+                break
+        if header_end < 0:
+            raise Fallback
+        # After the key: whitespace, ':', whitespace, '[', then a newline + the first event's indent.
+        m = _ARRAY_START_RE.match(buf, header_end + len(TRACE_EVENTS_KEY))
+        if m is None:
+            raise Fallback  # compact layout (no line structure to cut at) or not an array
+        self.header = buf[:header_end]
+        self._sep = b"\n" + m.group(1) + b"{"
+        start = m.end() - len(self._sep) + 1  # the first event's indent
+        self._first = buf[start:]
+        self._offset = start
+        self.tail = b""
+
+    def pieces(self) -> Iterator[tuple[int, bytes]]:
+        pending, offset, sep = self._first, self._offset, self._sep
+        self._first = b""
+        for block in self._blocks:
+            pending = pending + block if pending else block
+            if len(pending) < BLOCK:
+                continue
+            cut = pending.rfind(sep)
+            if cut <= 0:
+                continue
+            yield offset, _wrap_piece(pending, cut)
+            offset += cut + 1
+            pending = pending[cut + 1 :]
+        self.tail = pending
+
+
+def _wrap_piece(buf: bytes, cut: int) -> bytes:
+    """``buf[:cut]`` (events ending with ``},`` and whitespace) as one JSON array, one copy."""
+    j = cut
+    while j > 0 and buf[j - 1] in b" \t\r\n":
+        j -= 1
+    if j > 0 and buf[j - 1] == 0x2C:  # ','
+        j -= 1
+    with memoryview(buf) as view:
+        return b"".join((b"[", view[:j], b"]"))
+
+
+def _find_events_key(buf: bytes) -> int:
+    pos = buf.find(TRACE_EVENTS_KEY)
+    while pos > 0 and buf[pos - 1 : pos] == b"\\":
+        pos = buf.find(TRACE_EVENTS_KEY, pos + 1)
+    return pos
