@@ -3,9 +3,11 @@
 Side by side in one run, on the same files, each tool in its own process (wall time and peak RSS of
 the whole process). HTA is installed by this script into its own venv under benchmarks/.work/
 (git-ignored). A synthetic large trace (real events of the ResNet50 trace, replicated and shifted
-in time) is generated under benchmarks/.work/ as well, never in the repository.
+in time) and a small one (its first 2,000 events: each tool's start-up floor) are generated under
+benchmarks/.work/ as well, never in the repository.
 
     python benchmarks/bench_trace.py                 # real traces + a 256 MB synthetic trace
+    python benchmarks/bench_trace.py --repeat 5 --without-helper   # + gpuopt with its helper off
     python benchmarks/bench_trace.py --synthetic-mb 1024 --skip-hta-synthetic   # the 1 GB run
     python benchmarks/bench_trace.py --repeat 3 --out benchmarks/.work/bench-trace.json
 
@@ -59,9 +61,9 @@ def ensure_hta() -> Path:
     return py
 
 
-def measure(cmd: list[str], timeout_s: float) -> dict:
+def measure(cmd: list[str], timeout_s: float, extra_env: dict[str, str] | None = None) -> dict:
     """Run ``cmd`` in a fresh child of a fresh runner: wall time and that child's peak RSS."""
-    env = dict(os.environ, BENCH_TIMEOUT=str(timeout_s))
+    env = dict(os.environ, BENCH_TIMEOUT=str(timeout_s), **(extra_env or {}))
     try:
         out = subprocess.run([sys.executable, "-c", _RUNNER, *cmd], capture_output=True, text=True, env=env, timeout=timeout_s + 60)
         return json.loads(out.stdout.strip().splitlines()[-1])
@@ -91,6 +93,22 @@ def hta_cmd(py: Path, trace: Path) -> list[str]:
         link.symlink_to(trace.resolve())
     code = "import sys; from hta.trace_analysis import TraceAnalysis; TraceAnalysis(trace_dir=sys.argv[1])"
     return [str(py), "-c", code, str(tdir)]
+
+
+def make_small(events: int = 2000) -> Path:
+    """The seed trace's first ``events`` events (plus its metadata): a trace so small that the
+    time either tool takes on it is its start-up floor (interpreter, imports, set-up)."""
+    out = WORK / f"small_{events}ev.pt.trace.json"
+    if out.exists():
+        return out
+    WORK.mkdir(parents=True, exist_ok=True)
+    seed = json.loads(gzip.decompress((SHARED / SEED).read_bytes()))
+    evs = seed["traceEvents"]
+    keep = [e for e in evs if e.get("ph") == "M"] + [e for e in evs if e.get("ph") != "M"][:events]
+    doc = {k: v for k, v in seed.items() if k != "traceEvents"}
+    doc["traceEvents"] = keep
+    out.write_text(json.dumps(doc, indent=1))
+    return out
 
 
 def make_synthetic(target_mb: int) -> Path:
@@ -148,10 +166,11 @@ def main() -> None:
     ap.add_argument("--no-real", action="store_true")
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--out", type=Path, default=WORK / "bench-trace.json")
+    ap.add_argument("--without-helper", action="store_true", help="also time gpuopt with GPUOPT_TRACE_WORKERS=0")
     args = ap.parse_args()
     compile_gpuopt()  # as an installed package would be (see installed.py)
     hta_py = ensure_hta()
-    traces = [] if args.no_real else [SHARED / r for r in REAL if (SHARED / r).exists()]
+    traces = [] if args.no_real else [make_small(), *(SHARED / r for r in REAL if (SHARED / r).exists())]
     synth = make_synthetic(args.synthetic_mb) if args.synthetic_mb > 0 else None
     if synth:
         traces.append(synth)
@@ -159,9 +178,11 @@ def main() -> None:
     for tr in traces:
         json_bytes = len(gzip.decompress(tr.read_bytes())) if tr.name.endswith(".gz") else tr.stat().st_size
         g_cmd, g_label = gpuopt_cmd(tr)
-        g_runs, h_runs = [], []
+        g_runs, h_runs, solo_runs = [], [], []
         for _ in range(args.repeat):  # interleaved, so machine load hits both alike
             g_runs.append(measure(g_cmd, args.timeout))
+            if args.without_helper:
+                solo_runs.append(measure(g_cmd, args.timeout, {"GPUOPT_TRACE_WORKERS": "0"}))
             if not (synth is not None and tr == synth and args.skip_hta_synthetic):
                 h_runs.append(measure(hta_cmd(hta_py, tr), args.timeout))
 
@@ -173,11 +194,13 @@ def main() -> None:
             "trace": str(tr.relative_to(SHARED)) if SHARED in tr.parents else str(tr.relative_to(ROOT)),
             "json_mb": round(json_bytes / 1e6, 1),
             "gpuopt_s": med(g_runs, "wall_s"),
+            "gpuopt_no_helper_s": med(solo_runs, "wall_s"),
             "gpuopt_rss_mb": (med(g_runs, "peak_rss_bytes") or 0) / 1e6 or None,
             "hta_s": med(h_runs, "wall_s"),
             "hta_rss_mb": (med(h_runs, "peak_rss_bytes") or 0) / 1e6 or None,
             "gpuopt_runs": g_runs,
             "hta_runs": h_runs,
+            "gpuopt_no_helper_runs": solo_runs,
             "gpuopt_command": g_label,
         }
         row["speedup"] = round(row["hta_s"] / row["gpuopt_s"], 2) if row["hta_s"] and row["gpuopt_s"] else None
@@ -193,11 +216,13 @@ def main() -> None:
                "load_avg_at_end": os.getloadavg()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"command": " ".join(sys.argv), "machine": machine, "when": time.strftime("%Y-%m-%d %H:%M:%S"), "results": results}, indent=1))
-    print("\n| trace | JSON MB | gpuopt s | HTA load s | speedup | gpuopt peak RSS MB | HTA peak RSS MB | RSS ratio |")
-    print("|---|---|---|---|---|---|---|---|")
+    solo = " gpuopt s, no helper |" if args.without_helper else ""
+    print(f"\n| trace | JSON MB | gpuopt s |{solo} HTA load s | speedup | gpuopt peak RSS MB | HTA peak RSS MB | RSS ratio |")
+    print("|---|---|---|---|---|---|---|---|" + ("---|" if solo else ""))
     for r in results:
         f = lambda x, nd=2: "—" if x is None else f"{x:.{nd}f}"  # noqa: E731
-        print(f"| {r['trace']} | {r['json_mb']} | {f(r['gpuopt_s'])} | {f(r['hta_s'])} | {f(r['speedup'], 1)} | {f(r['gpuopt_rss_mb'], 0)} | {f(r['hta_rss_mb'], 0)} | {f(r['rss_ratio'], 2)} |")
+        s = f" {f(r['gpuopt_no_helper_s'])} |" if solo else ""
+        print(f"| {r['trace']} | {r['json_mb']} | {f(r['gpuopt_s'])} |{s} {f(r['hta_s'])} | {f(r['speedup'], 1)} | {f(r['gpuopt_rss_mb'], 0)} | {f(r['hta_rss_mb'], 0)} | {f(r['rss_ratio'], 2)} |")
     print(f"\nmachine: {machine}\nresults: {args.out}")
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 from fakes import FakeClock, FakeCpu, FakeNvml
@@ -188,3 +190,16 @@ def test_live_line_shows_steps_step_time_wait_and_utilization() -> None:
     line.on_step(11, clock())
     line.close()
     assert stream.getvalue().startswith("\r\x1b[Kgpuopt: step 12") and stream.getvalue().endswith("\r\x1b[K")
+
+
+def test_no_nvidia_device_node_means_no_pynvml_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuopt.probes import accelerator
+
+    monkeypatch.setattr(accelerator.sys, "platform", "linux")
+    monkeypatch.setattr(accelerator.os.path, "exists", lambda p: False)
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # importing it now would raise ImportError
+    backend, reason = accelerator.open_nvml()
+    assert backend is None and reason is not None and "/dev/nvidiactl absent" in reason
+    monkeypatch.setattr(accelerator.os.path, "exists", lambda p: p == "/dev/nvidiactl")
+    backend, reason = accelerator.open_nvml()  # a driver node: NVML is asked (here: not installed)
+    assert backend is None and reason is not None and "nvidia-ml-py is not installed" in reason
