@@ -33,6 +33,7 @@ class RankAnalysis:
     launch_summary: dict[str, Any]
     memory: list[dict[str, Any]]
     memcpy_by_name: dict[str, dict[str, float]]
+    transfers: list[dict[str, Any]]
     syncs: list[dict[str, Any]]
     comm_overlap: float | None
     steps: list[dict[str, Any]] = field(default_factory=list)
@@ -94,6 +95,7 @@ def analyze_view(view: RankView, file: str = "") -> RankAnalysis:
         launch_summary=lst.summary(),
         memory=memory.memory_ops(view),
         memcpy_by_name=memory.memcpy_by_name(view),
+        transfers=memory.transfers(view),
         syncs=memory.sync_calls(view),
         comm_overlap=gpu_time.comm_comp_overlap(view),
     )

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from gpuopt.trace import intervals as iv
+from gpuopt.trace.npx import unique
 from gpuopt.trace.prepare import COMMUNICATION, COMPUTATION, KERNEL_TYPES, MEMORY, RankView
 
 
@@ -63,7 +64,7 @@ def temporal_breakdown(v: RankView) -> Temporal | None:
 def stream_utilization(v: RankView) -> list[dict[str, Any]]:
     """Per stream: events, busy time, its own span, utilisation (busy/span)."""
     rows = []
-    for s in np.unique(v.ev.stream[v.on_stream]):
+    for s in unique(v.ev.stream[v.on_stream]):
         m = v.on_stream & (v.ev.stream == s)
         u = iv.merge(v.ts[m], v.end[m])
         span = float(u[1][-1] - u[0][0]) if u[0].size else 0.0
@@ -97,7 +98,7 @@ def kernel_type_time(v: RankView) -> dict[str, float]:
     running = np.cumsum(d)
     seg = t[1:] - t[:-1]
     out: dict[str, float] = {}
-    for state in np.unique(running[:-1]):
+    for state in unique(running[:-1]):
         if state <= 0:
             continue
         label = " overlapping ".join(KERNEL_TYPES[k] for bit, k in enumerate(kinds) if state & (1 << bit))

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from gpuopt.trace.npx import unique
 from gpuopt.trace.prepare import QUEUED_CATS, RankView
 
 KERNEL_WAIT_US = 30.0
@@ -34,7 +35,7 @@ def idle_by_stream(v: RankView, kernel_wait_us: float = KERNEL_WAIT_US) -> list[
     if q.size == 0:
         return rows
     streams = v.ev.stream[q]
-    for s in np.unique(streams):
+    for s in unique(streams):
         idx = q[streams == s]
         idx = idx[np.argsort(v.ts[idx], kind="stable")]
         ts, end = v.ts[idx], v.end[idx]

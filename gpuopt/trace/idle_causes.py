@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 
 from gpuopt.trace import intervals as iv
-from gpuopt.trace.cpu_ops import enclosing_chain, site_for, thread_ops, user_site  # noqa: F401 (user_site re-exported)
+from gpuopt.trace.cpu_ops import ThreadOps, enclosing_chains, sites_for, thread_ops, user_site
+from gpuopt.trace.npx import unique
 from gpuopt.trace.prepare import RankView
 from gpuopt.trace.steps import OP_CATS, RUNTIME_CATS, is_dataloader, step_windows
 
@@ -67,34 +68,28 @@ def idle_causes(v: RankView, ra: Any) -> dict[str, Any]:
     per_gap = np.zeros((gs.size, len(CAUSES)))
     sites: dict[tuple[str, str, str | None], float] = defaultdict(float)
     sync_by_call = {c["index"]: c for c in ra.syncs}
-    for th in np.unique(thread):
+    # per name / category code: what kind of host activity it is
+    is_step = _name_table(v, lambda n: n.startswith("ProfilerStep"))
+    is_dl = _name_table(v, is_dataloader)
+    is_opt = _name_table(v, lambda n: n.startswith("Optimizer.") or n.startswith("Optimizer#"))
+    is_runtime, is_python, is_op = (_cat_table(v, c) for c in (RUNTIME_CATS, ("python_function",), OP_CATS))
+    for th in unique(thread).tolist():
         if th < 0:
             per_gap[thread == th, CAUSES.index("untraced")] = (ge - gs)[thread == th]
             continue
         sel = np.flatnonzero(thread == th)
         gaps = (gs[sel], ge[sel])
-        ops = thread_ops(v, int(th))
+        ops = thread_ops(v, th)
         idx = ops.index
         cats = v.ev.cat[idx]
-
-        def mask_names(pred: Any, _idx: np.ndarray = idx) -> np.ndarray:
-            return v.ev.has_name(pred)[_idx] if _idx.size else np.zeros(0, dtype=bool)
-
-        cat_runtime = np.isin(cats, v.ev.cat_codes(RUNTIME_CATS))
-        cat_py = np.isin(cats, v.ev.cat_codes(("python_function",)))
-        cat_op = np.isin(cats, v.ev.cat_codes(OP_CATS)) & ~cat_py
-        not_step = ~mask_names(lambda n: n.startswith("ProfilerStep"))
-        dl = mask_names(is_dataloader) & not_step
-        opt = mask_names(lambda n: n.startswith("Optimizer.") or n.startswith("Optimizer#"))
-        # sync: the outermost op that issued each sync call on this thread (or the call itself)
-        sync_idx = []
-        for i, call in sync_by_call.items():
-            if call["thread"] != th:
-                continue
-            chain = [j for j in enclosing_chain(v, ops, i) if not v.name(j).startswith("ProfilerStep") and not is_dataloader(v.name(j))]
-            ops_chain = [j for j in chain if v.ev.cats[int(v.ev.cat[j])] in ("cpu_op", "Operator")]
-            sync_idx.append(ops_chain[0] if ops_chain else i)
-        sync_idx_arr = np.array(sorted(set(sync_idx)), dtype=np.int64)
+        codes = v.ev.name[idx]
+        cat_runtime = is_runtime[cats]
+        cat_py = is_python[cats]
+        cat_op = is_op[cats] & ~cat_py
+        not_step = ~is_step[codes]
+        dl = is_dl[codes] & not_step
+        opt = is_opt[codes]
+        sync_idx_arr = _sync_ops(v, ops, [i for i, call in sync_by_call.items() if call["thread"] == th])
         layers = [
             ("dataloader", iv.merge(v.ts[idx[dl]], v.end[idx[dl]])),
             ("sync", iv.merge(v.ts[sync_idx_arr], v.end[sync_idx_arr])),
@@ -105,10 +100,10 @@ def idle_causes(v: RankView, ra: Any) -> dict[str, Any]:
         ]
         remaining = iv.merge(*gaps)
         for cause, layer in layers:
-            part = iv.intersect(remaining, layer)
+            part, rest = iv.split(remaining, layer)
             per_gap[sel, CAUSES.index(cause)] = iv.covered_in_windows(part, gaps[0], gaps[1])
             _add_sites(v, ops, cause, part, idx, sync_idx_arr if cause == "sync" else None, dl, opt, cat_op & not_step, cat_py, sync_by_call, sites)
-            remaining = iv.subtract(remaining, layer)
+            remaining = rest
         per_gap[sel, CAUSES.index("untraced")] = iv.covered_in_windows(remaining, gaps[0], gaps[1])
 
     result["by_cause"] = {c: float(per_gap[:, k].sum()) for k, c in enumerate(CAUSES)}
@@ -120,7 +115,8 @@ def idle_causes(v: RankView, ra: Any) -> dict[str, Any]:
         kk = k[inside]
         gaps_n = np.bincount(kk, minlength=ws.size)
         idle_s = np.bincount(kk, weights=(ge - gs)[inside], minlength=ws.size)
-        per_cause = [np.bincount(kk, weights=per_gap[inside, j], minlength=ws.size) for j in range(len(CAUSES))]
+        per_gap_in = per_gap[inside]
+        per_cause = [np.bincount(kk, weights=per_gap_in[:, j], minlength=ws.size) for j in range(len(CAUSES))]
         for i, st in enumerate(v.steps):
             row = {"step": st.number, "gaps": int(gaps_n[i]), "idle_us": float(idle_s[i])}
             row.update({c: float(per_cause[j][i]) for j, c in enumerate(CAUSES)})
@@ -128,6 +124,27 @@ def idle_causes(v: RankView, ra: Any) -> dict[str, Any]:
     top = sorted(sites.items(), key=lambda kv: -kv[1])[:15]
     result["sites"] = [{"cause": c, "op": op, "site": site, "idle_us": float(us)} for (c, op, site), us in top if us > 0]
     return result
+
+
+def _name_table(v: RankView, pred: Any) -> np.ndarray:
+    """``pred`` of every name in the string table, as a mask indexed by name code."""
+    return np.fromiter((bool(pred(n)) for n in v.ev.names), dtype=np.bool_, count=len(v.ev.names))
+
+
+def _cat_table(v: RankView, wanted: tuple[str, ...]) -> np.ndarray:
+    """Category in ``wanted``, as a mask indexed by category code."""
+    return np.fromiter((c in wanted for c in v.ev.cats), dtype=np.bool_, count=len(v.ev.cats))
+
+
+def _sync_ops(v: RankView, ops: ThreadOps, calls: list[int]) -> np.ndarray:
+    """The outermost op that issued each sync call on this thread (or the call itself), sorted."""
+    out = set()
+    chains = enclosing_chains(v, ops, np.asarray(calls, dtype=np.int64))
+    for i, enclosing in zip(calls, chains, strict=True):
+        chain = [j for j in enclosing if not (v.name(j).startswith("ProfilerStep") or is_dataloader(v.name(j)))]
+        ops_chain = [j for j in chain if v.ev.cats[int(v.ev.cat[j])] in ("cpu_op", "Operator")]
+        out.add(ops_chain[0] if ops_chain else i)
+    return np.array(sorted(out), dtype=np.int64)
 
 
 def _add_sites(v, ops, cause, part, idx, sync_idx, dl, opt, cat_op, cat_py, sync_by_call, sites):  # type: ignore[no-untyped-def]
@@ -149,11 +166,13 @@ def _add_sites(v, ops, cause, part, idx, sync_idx, dl, opt, cat_op, cat_py, sync
     if cand is None or cand.size == 0:
         return
     covered = iv.covered_in_windows(part, v.ts[cand], v.end[cand])
-    for j, us in zip(cand[covered > 0].tolist(), covered[covered > 0].tolist(), strict=True):
-        name = v.name(j)
-        if cause == "python":
+    hit_mask = covered > 0
+    hit = cand[hit_mask]
+    if cause == "python":
+        for j, us in zip(hit.tolist(), covered[hit_mask].tolist(), strict=True):
+            name = v.name(j)
             site = user_site(name)
             sites[(cause, name if site is None else "python", site)] += us
-            continue
-        site = site_for(v, ops, j)
-        sites[(cause, name, site)] += us
+        return
+    for j, us, site in zip(hit.tolist(), covered[hit_mask].tolist(), sites_for(v, ops, hit), strict=True):
+        sites[(cause, v.name(j), site)] += us

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpuopt.trace.columns import FloatArray
+from gpuopt.trace.columns import BoolArray, FloatArray, IntArray
 
 Intervals = tuple[FloatArray, FloatArray]
 
@@ -44,7 +44,8 @@ def intersect(a: Intervals, b: Intervals) -> Intervals:
     """Intervals covered by both ``a`` and ``b`` (each must already be disjoint, e.g. merged)."""
     if a[0].size == 0 or b[0].size == 0:
         return empty()
-    return _sweep(a, b, lambda ca, cb: (ca > 0) & (cb > 0))
+    t, ca, cb = _open_counts(a, b)
+    return _segments(t, (ca > 0) & (cb > 0))
 
 
 def subtract(a: Intervals, b: Intervals) -> Intervals:
@@ -53,19 +54,39 @@ def subtract(a: Intervals, b: Intervals) -> Intervals:
         return empty()
     if b[0].size == 0:
         return a
-    return _sweep(a, b, lambda ca, cb: (ca > 0) & (cb == 0))
+    t, ca, cb = _open_counts(a, b)
+    return _segments(t, (ca > 0) & (cb == 0))
 
 
-def _sweep(a: Intervals, b: Intervals, keep) -> Intervals:  # type: ignore[no-untyped-def]
+def split(a: Intervals, b: Intervals) -> tuple[Intervals, Intervals]:
+    """``(intersect(a, b), subtract(a, b))`` from one sweep (callers peeling ``a`` layer by layer
+    need both)."""
+    if a[0].size == 0 or b[0].size == 0:
+        return intersect(a, b), subtract(a, b)
+    t, ca, cb = _open_counts(a, b)
+    return _segments(t, (ca > 0) & (cb > 0)), _segments(t, (ca > 0) & (cb == 0))
+
+
+def _open_counts(a: Intervals, b: Intervals) -> tuple[FloatArray, IntArray, IntArray]:
+    """Every endpoint of ``a`` and ``b`` in time order (stable: on ties a's starts, a's ends, b's
+    starts, b's ends), and how many intervals of ``a`` and of ``b`` are open after each one."""
+    na, nb = a[0].size, b[0].size
     times = np.concatenate([a[0], a[1], b[0], b[1]])
-    da = np.concatenate([np.ones(a[0].size), -np.ones(a[1].size), np.zeros(2 * b[0].size)])
-    db = np.concatenate([np.zeros(2 * a[0].size), np.ones(b[0].size), -np.ones(b[1].size)])
     order = np.argsort(times, kind="stable")
-    t = times[order]
-    ca = np.cumsum(da[order])
-    cb = np.cumsum(db[order])
-    # segment i is [t[i], t[i+1]) with the counts after processing event i
-    seg_keep = keep(ca[:-1], cb[:-1]) & (t[1:] > t[:-1])
+    delta = np.zeros(times.size, dtype=np.int8)  # +1 at a start, -1 at an end: of a, then of b
+    delta[:na], delta[na : 2 * na] = 1, -1
+    ca = np.cumsum(delta[order], dtype=np.int64)
+    delta[: 2 * na] = 0
+    delta[2 * na : 2 * na + nb], delta[2 * na + nb :] = 1, -1
+    cb = np.cumsum(delta[order], dtype=np.int64)
+    return times[order], ca, cb
+
+
+def _segments(t: FloatArray, keep: BoolArray) -> Intervals:
+    """Union of the elementary segments ``[t[i], t[i+1])`` whose counts (after endpoint i) pass
+    ``keep``; empty segments (ties) are skipped, so only the counts after all endpoints at one time
+    matter."""
+    seg_keep = keep[:-1] & (t[1:] > t[:-1])
     s = t[:-1][seg_keep]
     e = t[1:][seg_keep]
     return merge(s, e) if s.size else empty()
@@ -88,10 +109,11 @@ def covered_in_windows(iv: Intervals, win_starts: FloatArray, win_ends: FloatArr
 
     def covered_before(x: FloatArray) -> FloatArray:
         # total covered length in (-inf, x)
-        k = np.searchsorted(s, x, side="right")  # intervals starting at or before x
-        full = cum[np.maximum(k - 1, 0)]
-        last_s = s[np.maximum(k - 1, 0)]
-        last_e = e[np.maximum(k - 1, 0)]
+        k = s.searchsorted(x, side="right")  # intervals starting at or before x
+        last = np.maximum(k - 1, 0)
+        full = cum[last]
+        last_s = s[last]
+        last_e = e[last]
         partial = np.clip(np.minimum(x, last_e) - last_s, 0, None)
         return np.where(k > 0, full + partial, 0.0)
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from gpuopt.trace.npx import unique_inverse
 from gpuopt.trace.prepare import KERNEL_TYPES, RankView
 
 
@@ -16,25 +17,30 @@ def kernel_table(v: RankView) -> list[dict[str, Any]]:
         return []
     codes = v.ev.name[m]
     dur = v.dur[m]
-    uniq, inv = np.unique(codes, return_inverse=True)
+    uniq, inv = unique_inverse(codes)
     total = np.bincount(inv, weights=dur, minlength=uniq.size)
     count = np.bincount(inv, minlength=uniq.size)
     mx = np.full(uniq.size, -np.inf)
     mn = np.full(uniq.size, np.inf)
     np.maximum.at(mx, inv, dur)
     np.minimum.at(mn, inv, dur)
-    ktype_of_code = {int(c): int(k) for c, k in zip(codes, v.ktype[m], strict=True)}
+    # the kernel type is a function of the name (prepare.kernel_type_of): any event of a name will do
+    ktype = np.zeros(uniq.size, dtype=np.int64)
+    ktype[inv] = v.ktype[m]
+    names = v.ev.names
     rows: list[dict[str, Any]] = [
         {
-            "name": v.ev.names[int(c)],
-            "type": KERNEL_TYPES[ktype_of_code[int(c)]],
-            "count": int(count[i]),
-            "total_us": float(total[i]),
-            "mean_us": float(total[i] / count[i]),
-            "min_us": float(mn[i]),
-            "max_us": float(mx[i]),
+            "name": names[c],
+            "type": KERNEL_TYPES[k],
+            "count": n,
+            "total_us": t,
+            "mean_us": t / n,
+            "min_us": lo,
+            "max_us": hi,
         }
-        for i, c in enumerate(uniq)
+        for c, k, n, t, lo, hi in zip(
+            uniq.tolist(), ktype.tolist(), count.tolist(), total.tolist(), mn.tolist(), mx.tolist(), strict=True
+        )
     ]
     rows.sort(key=lambda r: (-float(r["total_us"]), str(r["name"])))
     return rows

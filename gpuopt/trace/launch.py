@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from gpuopt.trace.npx import median, member, percentile
 from gpuopt.trace.prepare import RankView
 
 # HTA 0.5's list (CUDA, plus MTIA's submit call).
@@ -57,8 +58,8 @@ class Launches:
                 return {"mean": None, "median": None, "p95": None, "max": None, "sum": 0.0}
             return {
                 "mean": float(x.mean()),
-                "median": float(np.median(x)),
-                "p95": float(np.percentile(x, 95)),
+                "median": median(x),
+                "p95": percentile(x, 95),
                 "max": float(x.max()),
                 "sum": float(x.sum()),
             }
@@ -78,18 +79,16 @@ class Launches:
 
 def launch_stats(v: RankView, names: tuple[str, ...] = HTA_LAUNCH_NAMES + EXTRA_LAUNCH_NAMES) -> Launches:
     """All CPU-launch ↔ GPU-event pairs (joined on correlation id, many-to-many as in HTA)."""
-    codes = v.ev.name_codes(lambda n: n in names)
-    is_launch = np.isin(v.ev.name, codes)
-    corr_set = np.unique(v.ev.correlation[is_launch])
-    in_set = np.isin(v.ev.correlation, corr_set)
+    is_launch = v.ev.has_name(lambda n: n in names)
+    in_set = member(v.ev.correlation, v.ev.correlation[is_launch])
     cpu = np.flatnonzero(in_set & (v.ev.stream == -1))
     gpu = np.flatnonzero(in_set & (v.ev.stream != -1))
     # inner join on correlation
     cc, gc = v.ev.correlation[cpu], v.ev.correlation[gpu]
     co, go = np.argsort(cc, kind="stable"), np.argsort(gc, kind="stable")
     cpu, cc, gpu, gc = cpu[co], cc[co], gpu[go], gc[go]
-    lo = np.searchsorted(gc, cc, side="left")
-    hi = np.searchsorted(gc, cc, side="right")
+    lo = gc.searchsorted(cc, side="left")
+    hi = gc.searchsorted(cc, side="right")
     reps = hi - lo
     ci = np.repeat(cpu, reps)
     total = int(reps.sum())

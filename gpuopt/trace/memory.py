@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from gpuopt.trace.cpu_ops import enclosing_chain, site_for, thread_ops
+from gpuopt.trace.cpu_ops import enclosing_chains, sites_for, thread_ops
+from gpuopt.trace.npx import member, unique
 from gpuopt.trace.prepare import MEMORY, RankView
 
 SYNC_APIS = (
@@ -55,8 +56,8 @@ def memory_ops(v: RankView) -> list[dict[str, Any]]:
     idx = np.flatnonzero(v.on_stream & (v.ktype == MEMORY))
     acc: dict[tuple[str, bool], list[float]] = defaultdict(lambda: [0, 0.0, 0, 0])
     kinds = {}
-    for code in np.unique(v.ev.name[idx]):
-        kinds[int(code)] = copy_kind(v.ev.names[int(code)])
+    for code in unique(v.ev.name[idx]).tolist():
+        kinds[code] = copy_kind(v.ev.names[code])
     for code, kind in kinds.items():
         m = idx[v.ev.name[idx] == code]
         b = v.ev.bytes[m]
@@ -84,38 +85,29 @@ def memcpy_by_name(v: RankView) -> dict[str, dict[str, float]]:
     """HTA-style totals per memory event name: {name: {count, sum}}."""
     idx = np.flatnonzero(v.on_stream & (v.ktype == MEMORY))
     out: dict[str, dict[str, float]] = {}
-    for code in np.unique(v.ev.name[idx]):
+    for code in unique(v.ev.name[idx]).tolist():
         m = idx[v.ev.name[idx] == code]
-        out[v.ev.names[int(code)]] = {"count": int(m.size), "sum": float(v.dur[m].sum())}
+        out[v.ev.names[code]] = {"count": int(m.size), "sum": float(v.dur[m].sum())}
     return out
 
 
 def sync_calls(v: RankView) -> list[dict[str, Any]]:
     """Every host-blocking call: ``{index, api, kind, thread, ts, dur_us, op, outer_op}``."""
-    sync_codes = v.ev.name_codes(lambda n: n in SYNC_APIS)
-    async_codes = v.ev.name_codes(lambda n: n in ASYNC_COPY_APIS)
     cpu = ~v.on_stream
-    calls = np.flatnonzero(cpu & np.isin(v.ev.name, sync_codes))
-    # async copies that touch pageable memory block too: find their GPU copy via correlation
-    acopies = np.flatnonzero(cpu & np.isin(v.ev.name, async_codes))
-    blocking_async: list[int] = []
-    if acopies.size:
-        gpu_of: dict[int, int] = {}
-        g = np.flatnonzero(v.on_stream & (v.runtime_index >= 0))
-        for gi, ci in zip(g.tolist(), v.runtime_index[g].tolist(), strict=True):
-            gpu_of[ci] = gi
-        for ci in acopies.tolist():
-            g_i = gpu_of.get(ci)
-            if g_i is not None and copy_kind(v.name(g_i))[1]:
-                blocking_async.append(ci)
-    all_calls = np.concatenate([calls, np.asarray(blocking_async, dtype=np.int64)])
+    calls = np.flatnonzero(cpu & v.ev.has_name(lambda n: n in SYNC_APIS))
+    all_calls = np.sort(np.concatenate([calls, _blocking_async_copies(v)]))
+    threads = v.ev.thread[all_calls]
+    chain_of: dict[int, list[int]] = {}
+    site_of: dict[int, str | None] = {}
+    for th in unique(threads).tolist():
+        mine = all_calls[threads == th]
+        ops = thread_ops(v, th)
+        chains = enclosing_chains(v, ops, mine)
+        chain_of.update(zip(mine.tolist(), chains, strict=True))
+        site_of.update(zip(mine.tolist(), sites_for(v, ops, mine, chains), strict=True))
     out: list[dict[str, Any]] = []
-    ops_cache: dict[int, Any] = {}
-    for i in np.sort(all_calls).tolist():
-        th = int(v.ev.thread[i])
-        if th not in ops_cache:
-            ops_cache[th] = thread_ops(v, th)
-        chain = [j for j in enclosing_chain(v, ops_cache[th], i) if _is_op(v, j)]
+    for i, th in zip(all_calls.tolist(), threads.tolist(), strict=True):
+        chain = [j for j in chain_of[i] if _is_op(v, j)]
         api = v.name(i)
         out.append(
             {
@@ -127,10 +119,24 @@ def sync_calls(v: RankView) -> list[dict[str, Any]]:
                 "dur_us": float(v.dur[i]),
                 "op": v.name(chain[-1]) if chain else None,
                 "outer_op": v.name(chain[0]) if chain else None,
-                "site": site_for(v, ops_cache[th], i),
+                "site": site_of[i],
             }
         )
     return out
+
+
+def _blocking_async_copies(v: RankView) -> np.ndarray:
+    """Async copy calls that block anyway: their GPU copy touches pageable memory."""
+    acopies = np.flatnonzero(~v.on_stream & v.ev.has_name(lambda n: n in ASYNC_COPY_APIS))
+    if acopies.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    g = np.flatnonzero(v.on_stream & (v.runtime_index >= 0))
+    g = g[member(v.runtime_index[g], acopies)]
+    # name of the GPU event of each call (the last one, if several); pageable? per name
+    name_of = dict(zip(v.runtime_index[g].tolist(), v.ev.name[g].tolist(), strict=True))
+    pageable = {c: copy_kind(v.ev.names[c])[1] for c in set(name_of.values())}
+    blocking = [ci for ci in acopies.tolist() if ci in name_of and pageable[name_of[ci]]]
+    return np.asarray(blocking, dtype=np.int64)
 
 
 def _is_op(v: RankView, j: int) -> bool:
@@ -141,25 +147,31 @@ def _is_op(v: RankView, j: int) -> bool:
 def transfers(v: RankView) -> list[dict[str, Any]]:
     """Copies grouped by (direction, pageable, user call site): count, bytes, GPU µs."""
     idx = np.flatnonzero(v.on_stream & (v.ktype == MEMORY))
+    kinds = {c: copy_kind(v.ev.names[c]) for c in unique(v.ev.name[idx]).tolist()}
+    copies = idx[np.array([kinds[c][0] != "Memset" for c in v.ev.name[idx].tolist()], dtype=bool)]
     acc: dict[tuple[str, bool, str | None], list[float]] = defaultdict(lambda: [0, 0, 0.0])
-    ops_cache: dict[int, Any] = {}
-    kinds = {int(c): copy_kind(v.ev.names[int(c)]) for c in np.unique(v.ev.name[idx])}
-    for i in idx.tolist():
-        direction, pageable = kinds[int(v.ev.name[i])]
-        if direction == "Memset":
-            continue
-        site = None
-        ci = int(v.runtime_index[i])
-        if ci >= 0:
-            th = int(v.ev.thread[ci])
-            if th not in ops_cache:
-                ops_cache[th] = thread_ops(v, th)
-            site = site_for(v, ops_cache[th], ci)
+    names, sites = v.ev.name[copies].tolist(), _launch_sites(v, copies)
+    sizes, durs = np.maximum(v.ev.bytes[copies], 0).tolist(), v.dur[copies].tolist()
+    for code, site, nbytes, dur in zip(names, sites, sizes, durs, strict=True):
+        direction, pageable = kinds[code]
         a = acc[(direction, pageable, site)]
         a[0] += 1
-        a[1] += max(int(v.ev.bytes[i]), 0)
-        a[2] += float(v.dur[i])
+        a[1] += nbytes
+        a[2] += dur
     return [
         {"direction": d, "pageable": p, "site": s, "count": int(n), "bytes": int(b), "time_us": float(t)}
         for (d, p, s), (n, b, t) in sorted(acc.items(), key=lambda kv: -kv[1][2])
     ]
+
+
+def _launch_sites(v: RankView, gpu: np.ndarray) -> list[str | None]:
+    """The user's call site of each GPU event's launch call (None where it has no launch)."""
+    launch = v.runtime_index[gpu]
+    out: list[str | None] = [None] * gpu.size
+    has = np.flatnonzero(launch >= 0)
+    threads = v.ev.thread[launch[has]]
+    for th in unique(threads).tolist():
+        pos = has[threads == th]
+        for k, s in zip(pos.tolist(), sites_for(v, thread_ops(v, th), launch[pos]), strict=True):
+            out[k] = s
+    return out

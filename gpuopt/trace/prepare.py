@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from gpuopt.trace.columns import BoolArray, EventColumns, FloatArray, IntArray
+from gpuopt.trace.npx import member
 
 COMPUTATION, COMMUNICATION, MEMORY, OTHER = 0, 1, 2, 3
 KERNEL_TYPES = ("COMPUTATION", "COMMUNICATION", "MEMORY", "OTHER")
@@ -76,6 +78,9 @@ class RankView:
     dropped_last_step: Step | None = None
     events_total: int = 0
     source: str = ""
+    # Derived structures several analyses need (e.g. a thread's sorted CPU ops, see cpu_ops),
+    # built once on first use instead of once per analysis.
+    memo: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def name(self, i: int) -> str:
         return self.ev.names[int(self.ev.name[i])]
@@ -93,8 +98,8 @@ def build_view(rank: int, cols: EventColumns, filter_last_step: bool, source: st
         ts = np.ceil(ts)
         end = np.floor(end)
     on_stream = cols.stream != -1
-    sync_codes = cols.name_codes(lambda n: n in SYNC_EVENT_NAMES)
-    gpu_kernel = ((cols.stream >= 0) & (cols.correlation >= 0)) | np.isin(cols.name, sync_codes)
+    is_sync = cols.has_name(lambda n: n in SYNC_EVENT_NAMES)
+    gpu_kernel = ((cols.stream >= 0) & (cols.correlation >= 0)) | is_sync
 
     names_step = np.array([("ProfilerStep" in n) for n in cols.names] or [False], dtype=bool)
     is_step_evt = names_step[cols.name] & ~gpu_kernel if len(cols) else np.zeros(0, dtype=bool)
@@ -103,8 +108,7 @@ def build_view(rank: int, cols: EventColumns, filter_last_step: bool, source: st
     if filter_last_step and is_step_evt.any():
         last_start = ts[is_step_evt].max()
         cpu_keep = ~gpu_kernel & (ts < last_start)
-        kept_corr = np.unique(cols.correlation[cpu_keep])
-        gpu_keep = gpu_kernel & np.isin(cols.correlation, kept_corr)
+        gpu_keep = gpu_kernel & member(cols.correlation, cols.correlation[cpu_keep])
         keep = cpu_keep | gpu_keep
         li = np.flatnonzero(is_step_evt & (ts == last_start))[0]
         num = step_number(cols.names[int(cols.name[li])])

@@ -16,12 +16,12 @@ import numpy as np
 
 from gpuopt.errors import GpuoptError
 from gpuopt.schema import empty_profile, validate_profile
-from gpuopt.trace import memory as memory_mod
 from gpuopt.trace import ranks as ranks_mod
 from gpuopt.trace.analysis import RankAnalysis, TraceAnalysis, analyze_trace
 from gpuopt.trace.idle import idle_totals
 from gpuopt.trace.idle_causes import CAUSES
 from gpuopt.trace.kernels import top_kernels
+from gpuopt.trace.npx import median, percentile
 from gpuopt.trace.prepare import COMMUNICATION
 from gpuopt.trace.steps import CATEGORIES, contract_breakdown
 
@@ -149,9 +149,9 @@ def _steps(ra: RankAnalysis) -> dict[str, Any]:
         "measured": len(rows),
         "warmup": 0,
         "time_s": {
-            "median": _r(float(np.median(times)), 6) if times.size else None,
-            "p10": _r(float(np.percentile(times, 10)), 6) if times.size else None,
-            "p90": _r(float(np.percentile(times, 90)), 6) if times.size else None,
+            "median": _r(median(times), 6) if times.size else None,
+            "p10": _r(percentile(times, 10), 6) if times.size else None,
+            "p90": _r(percentile(times, 90), 6) if times.size else None,
             "mean": _r(float(times.mean()), 6) if times.size else None,
         },
         "series": series,
@@ -163,7 +163,7 @@ _DIRS = {"HtoD": "h2d", "DtoH": "d2h", "DtoD": "d2d"}
 
 def _transfers(ra: RankAnalysis, n_steps: int) -> list[dict[str, Any]]:
     out = []
-    for m in memory_mod.transfers(ra.view):
+    for m in ra.transfers:
         d = _DIRS.get(m["direction"])
         if d is None:
             continue
@@ -257,7 +257,7 @@ def _rank_entry(ra: RankAnalysis) -> dict[str, Any]:
         "steps": len(steps),
         "breakdown": {k: _r(x, 4) for k, x in bd.items()} if bd else None,
         "collective_s_per_step": _r(comm_us / n / 1e6, 6),
-        "step_time_s_median": _r(float(np.median([r["dur_us"] for r in steps])) / 1e6, 6) if steps else None,
+        "step_time_s_median": _r(median([r["dur_us"] for r in steps]) / 1e6, 6) if steps else None,
     }
 
 
@@ -280,7 +280,7 @@ def _trace_details(ta: TraceAnalysis, strag: dict[str, Any] | None) -> dict[str,
                 "top_kernels": top_kernels(ra.kernels, 10),
                 "launch": ra.launch_summary,
                 "memory": ra.memory,
-                "transfers": memory_mod.transfers(ra.view),
+                "transfers": ra.transfers,
                 "memcpy_by_name": ra.memcpy_by_name,
                 "sync_calls": {"count": len(ra.syncs), "time_us": float(sum(c["dur_us"] for c in ra.syncs))},
                 "comm_overlap_pct": _pct(ra.comm_overlap),
