@@ -48,14 +48,14 @@ def test_helper_and_parent_split_the_pieces_and_agree(tmp_path: Path, monkeypatc
     p = _trace(tmp_path)
     monkeypatch.setattr(pieces, "BLOCK", 4096)  # hundreds of pieces, so both processes get some
     seen: dict[str, int] = {}
-    real_collect = helper.DecodeHelper.collect
+    real_result = decode._helper_result
 
-    def counting_collect(self: helper.DecodeHelper, decode_frame):  # type: ignore[no-untyped-def]
-        got = real_collect(self, decode_frame)
-        seen["helper_pieces"] = len(got)
+    def counting(h: helper.DecodeHelper, start: int):  # type: ignore[no-untyped-def]
+        got = real_result(h, start)
+        seen["helper_pieces"] = -1 if got is None else len(got[0])
         return got
 
-    monkeypatch.setattr(helper.DecodeHelper, "collect", counting_collect)
+    monkeypatch.setattr(decode, "_helper_result", counting)
     alone = decode._load_streaming(p, workers=0)
     shared = decode._load_streaming(p, workers=1)
     assert identical(alone, shared) and len(shared) == 6000 and shared.total_events == 9000
@@ -99,16 +99,19 @@ def test_bad_input_is_reported_by_the_parent_not_the_helper(tmp_path: Path) -> N
 
 
 def test_frames_round_trip_odd_values() -> None:
-    part = decode._decode_part(
+    data = (
         b'[{"ph":"X","cat":"kernel","name":null,"pid":"host","tid":7,"ts":1.5,"dur":2,'
         b'"args":{"stream":"0x0","correlation":12,"Call stack":"a.py(3): f"}},'
         b'{"ph":"X","cat":"cpu_op","name":3,"pid":1,"tid":"t","ts":4,"dur":1}]'
     )
-    offset, back = decode.decode_frame(decode.encode_frame(123, part))
-    assert offset == 123
+    part = decode._decode_part(data)
+    got = decode._read_frame(decode._helper_piece(123, 456, data))
+    back = got["part"]
+    assert (got["offset"], got["end"]) == (123, 456)
     assert (back["names"], back["cats"], back["threads"], back["stacks"]) == (part["names"], part["cats"], part["threads"], part["stacks"])
     assert all(np.array_equal(back["cols"][k], part["cols"][k]) for k in KEYS)
     assert back["n_all"] == part["n_all"] and back["fractional"] is part["fractional"] is True
+    assert decode._read_frame(decode._helper_tail(7, b"]}")) == {"offset": 7, "tail": b"]}"}
 
 
 def test_when_a_helper_is_wanted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -305,16 +305,18 @@ def _strip_separator(piece: bytes) -> bytes:
 
 
 def decode_piece(data: bytes) -> dict[str, Any]:
-    """One piece's columns (the helper process's entry point too)."""
+    """One piece's columns (what the helper process runs on each of its pieces)."""
     return _decode_part(data)
 
 
-def encode_frame(offset: int, part: dict[str, Any]) -> bytes:
-    """A piece's columns as msgpack (raw array bytes, plain strings): the helper's reply."""
+def _helper_piece(offset: int, end: int, data: bytes) -> bytes:
+    """A piece's columns as one msgpack frame (raw array bytes, plain strings): the helper's reply."""
+    part = decode_piece(data)
     cols = part["cols"]
     return _FRAME_ENC.encode(
         {
             "offset": offset,
+            "end": end,
             "n_all": part["n_all"],
             "fractional": part["fractional"],
             "cols": None if cols is None else {k: cols[k].tobytes() for k in _COLUMN_KEYS},
@@ -326,11 +328,17 @@ def encode_frame(offset: int, part: dict[str, Any]) -> bytes:
     )
 
 
-def decode_frame(frame: bytes) -> tuple[int, dict[str, Any]]:
-    """Inverse of :func:`encode_frame` (the parent reads the helper's pieces)."""
-    raw = _FRAME_DEC.decode(frame)
+def _helper_tail(offset: int, tail: bytes) -> bytes:
+    return _FRAME_ENC.encode({"offset": offset, "tail": tail})
+
+
+def _read_frame(frame: bytes) -> dict[str, Any]:
+    """Inverse of :func:`_helper_piece` / :func:`_helper_tail`; a piece frame gets ``part``."""
+    raw: dict[str, Any] = _FRAME_DEC.decode(frame)
+    if "tail" in raw:
+        return raw
     cols = raw["cols"]
-    part = {
+    raw["part"] = {
         "n_all": raw["n_all"],
         "fractional": raw["fractional"],
         "cols": None
@@ -341,7 +349,7 @@ def decode_frame(frame: bytes) -> tuple[int, dict[str, Any]]:
         "threads": [tuple(t) if isinstance(t, list) else t for t in raw["threads"]],
         "stacks": raw["stacks"],
     }
-    return raw["offset"], part
+    return raw
 
 
 _FRAME_ENC = msgspec.msgpack.Encoder()
@@ -349,43 +357,64 @@ _FRAME_DEC = msgspec.msgpack.Decoder()
 
 
 def _load_streaming(path: Path, workers: int | None = None) -> EventColumns:
-    """Decode piece by piece, with a helper process where :func:`helper.wanted` says so.
-
-    ``workers``: 0 = no helper, >0 = a helper whatever the size, None = decide.
-    """
-    helper = helper_mod.DecodeHelper.start(path) if helper_mod.wanted(path, workers) else None
+    """Decode piece by piece; the second half in a helper process where :func:`helper.wanted`
+    says so (``workers``: 0 = no helper, >0 = a helper whatever the size, None = decide)."""
+    helper = helper_mod.DecodeHelper.start(path, _helper_piece, _helper_tail) if helper_mod.wanted(path, workers) else None
     try:
         stream = PieceStream(path)
         meta_doc = _decode_header(stream.header)
-        split = helper.claim_rest() if helper is not None else None
-        offsets: list[int] = []
-        mine: dict[int, dict[str, Any]] = {}
-        for offset, data in stream.pieces():
-            offsets.append(offset)
-            if split is None or offset >= split:
-                mine[offset] = _decode_part(data)
-        theirs = helper.collect(decode_frame) if helper is not None else {}
+        parts: list[dict[str, Any]] = []
+        stop = -1  # where the parent stopped and the helper's pieces must begin
+        for offset, _end, data in stream.pieces():
+            if helper is not None and offset >= helper.split:
+                stop = offset
+                stream.close()
+                break
+            parts.append(_decode_part(data))
+        if stop < 0:
+            tail = stream.tail  # the parent reached the end itself: the helper had nothing to do
+        else:
+            assert helper is not None
+            got = _helper_result(helper, stop)
+            if got is None:  # the helper stopped short (failed or killed): decode it all here
+                helper.close()
+                return _load_streaming(path, workers=0)
+            parts += got[0]
+            tail = got[1]
     finally:
         if helper is not None:
             helper.close()
     builder = _Builder()
-    for offset in offsets:
-        part = theirs.get(offset) or mine.get(offset)
-        if part is None:  # the helper stopped short (failed or killed): decode it all here
-            return _load_streaming(path, workers=0)
+    for part in parts:
         builder.merge(part)
     # The tail holds the last events, the closing ']' and any top-level keys after traceEvents.
     try:
-        tail = _DOC.decode(b'{"traceEvents":[' + stream.tail)
+        tail_doc = _DOC.decode(b'{"traceEvents":[' + tail)
     except (msgspec.DecodeError, msgspec.ValidationError):
         raise Fallback from None
-    if tail.traceEvents:
-        builder.add(tail.traceEvents)
+    if tail_doc.traceEvents:
+        builder.add(tail_doc.traceEvents)
     meta = _meta_dict(meta_doc)
-    for k, v in _meta_dict(tail).items():
+    for k, v in _meta_dict(tail_doc).items():
         if v is not None:
             meta[k] = v
     return _finish(path, builder, meta, has_events_key=True)
+
+
+def _helper_result(helper: helper_mod.DecodeHelper, start: int) -> tuple[list[dict[str, Any]], bytes] | None:
+    """The helper's parts and the tail, if its frames cover the text from ``start`` to the tail
+    without a gap; else None."""
+    parts: list[dict[str, Any]] = []
+    at = start
+    for frame in helper.frames():
+        got = _read_frame(frame)
+        if got["offset"] != at:
+            return None
+        if "tail" in got:
+            return parts, got["tail"]
+        parts.append(got["part"])
+        at = got["end"]
+    return None
 
 
 def _decode_header(header: bytes) -> _Meta:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 from gpuopt.errors import GpuoptError
@@ -31,7 +31,7 @@ class Fallback(Exception):
     """The streaming cutter could not handle this layout: decode the whole document instead."""
 
 
-def iter_blocks(path: Path) -> Iterator[bytes]:
+def iter_blocks(path: Path) -> Generator[bytes, None, None]:
     """Decompressed blocks of ``path`` (gzip detected by its magic bytes, not the name)."""
     try:
         fh = path.open("rb")
@@ -94,16 +94,16 @@ def text_size(path: Path) -> int:
 
 class PieceStream:
     """One pass over a trace file: :attr:`header` (the text before ``"traceEvents"``), then
-    :meth:`pieces` (``(offset, piece)``: each piece a JSON array of whole events, ``offset`` its
-    first byte in the decompressed text), then :attr:`tail` (the last events, the closing ``]`` and
-    any top-level keys after ``traceEvents``, as text that follows ``"traceEvents":[``).
+    :meth:`pieces` (each a JSON array of whole events, with its place in the decompressed text),
+    then :attr:`tail` (the last events, the closing ``]`` and any top-level keys after
+    ``traceEvents``, as text that follows ``"traceEvents":[``) and :attr:`tail_offset`.
 
     The cut points depend only on the file and :data:`BLOCK`, so two streams over the same file
     yield the same pieces at the same offsets.
     """
 
     def __init__(self, path: Path) -> None:
-        self._blocks = iter_blocks(path)
+        self._blocks: Generator[bytes, None, None] = iter_blocks(path)
         buf = b""
         header_end = -1
         for block in self._blocks:
@@ -122,9 +122,10 @@ class PieceStream:
         start = m.end() - len(self._sep) + 1  # the first event's indent
         self._first = buf[start:]
         self._offset = start
-        self.tail = b""
+        self.tail, self.tail_offset = b"", -1
 
-    def pieces(self) -> Iterator[tuple[int, bytes]]:
+    def pieces(self) -> Iterator[tuple[int, int, bytes]]:
+        """``(offset, end, piece)``: the piece covers the text from ``offset`` to ``end``."""
         pending, offset, sep = self._first, self._offset, self._sep
         self._first = b""
         for block in self._blocks:
@@ -134,10 +135,14 @@ class PieceStream:
             cut = pending.rfind(sep)
             if cut <= 0:
                 continue
-            yield offset, _wrap_piece(pending, cut)
+            yield offset, offset + cut + 1, _wrap_piece(pending, cut)
             offset += cut + 1
             pending = pending[cut + 1 :]
-        self.tail = pending
+        self.tail, self.tail_offset = pending, offset
+
+    def close(self) -> None:
+        """Stop early: close the file (a pass that reached the end has closed it already)."""
+        self._blocks.close()
 
 
 def _wrap_piece(buf: bytes, cut: int) -> bytes:
