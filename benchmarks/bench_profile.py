@@ -16,6 +16,8 @@ import datetime as dt
 import json
 import os
 import platform
+import random
+import re
 import resource
 import statistics
 import subprocess
@@ -38,12 +40,24 @@ def timed(cmd: list[str]) -> float:
 
 def timed_cpu(cmd: list[str]) -> tuple[float, float]:
     """(wall seconds, user+sys CPU seconds of the process and its children)."""
+    wall, cpu, _ = timed_parts(cmd)
+    return wall, cpu
+
+
+def timed_parts(cmd: list[str]) -> tuple[float, float, tuple[float, float, float] | None]:
+    """Wall and CPU seconds, and (before loop, loop, after loop) seconds where the script prints
+    ``LOOP_START``/``LOOP_END`` wall-clock stamps (the workload does)."""
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
-    wall = time.perf_counter() - t0
+    t0, w0 = time.perf_counter(), time.time()
+    p = subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    wall, w1 = time.perf_counter() - t0, time.time()
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    stamps = dict(re.findall(r"^(LOOP_START|LOOP_END) ([0-9.]+)$", p.stderr, re.MULTILINE))
+    parts = None
+    if len(stamps) == 2:
+        start, end = float(stamps["LOOP_START"]), float(stamps["LOOP_END"])
+        parts = (start - w0, end - start, w1 - end)
+    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime), parts
 
 
 def overhead(pairs: int, extra: list[str]) -> dict:
@@ -53,18 +67,20 @@ def overhead(pairs: int, extra: list[str]) -> dict:
         prof_cmd = [py, "-m", "gpuopt", "profile", "-o", str(Path(tmp) / "run"), *extra, str(WORKLOAD)]
         timed(plain_cmd)  # warm the page cache for both
         timed(prof_cmd)
-        plain, prof, ratios, cpu_ratios = [], [], [], []
+        plain, prof, ratios, cpu_ratios, parts = [], [], [], [], []
         for i in range(pairs):
             if i % 2 == 0:
-                a, ac = timed_cpu(plain_cmd)
-                b, bc = timed_cpu(prof_cmd)
+                a, ac, ap = timed_parts(plain_cmd)
+                b, bc, bp = timed_parts(prof_cmd)
             else:
-                b, bc = timed_cpu(prof_cmd)
-                a, ac = timed_cpu(plain_cmd)
+                b, bc, bp = timed_parts(prof_cmd)
+                a, ac, ap = timed_parts(plain_cmd)
             plain.append(a)
             prof.append(b)
             ratios.append(b / a)
             cpu_ratios.append(bc / ac)
+            if ap and bp:
+                parts.append({"plain": ap, "gpuopt": bp})
         doc = json.loads((Path(tmp) / "run" / "profile.json").read_text())
     return {
         "pairs": pairs,
@@ -75,8 +91,38 @@ def overhead(pairs: int, extra: list[str]) -> dict:
         "median_ratio": statistics.median(ratios),
         "cpu_ratios": cpu_ratios,
         "median_cpu_ratio": statistics.median(cpu_ratios),
+        "ratio_ci90": bootstrap_median_ci(ratios),
+        "parts": parts,
+        **split_parts(parts),
         "steps_seen": doc["steps"]["count"],
         "median_step_ms": doc["steps"]["time_s"]["median"] * 1e3,
+    }
+
+
+def bootstrap_median_ci(xs: list[float], level: float = 0.90, draws: int = 4000) -> tuple[float, float]:
+    """Percentile bootstrap interval of the median (seeded: the same pairs give the same interval)."""
+    rng = random.Random(0)
+    meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(draws))
+    lo = meds[int((1 - level) / 2 * draws)]
+    hi = meds[min(draws - 1, int((1 + level) / 2 * draws))]
+    return lo, hi
+
+
+def split_parts(parts: list[dict]) -> dict:
+    """Per pair: gpuopt's extra seconds before and after the loop (fixed costs) and its loop-time
+    ratio (per-step cost); medians over the pairs. Far less noisy than the whole-run ratio: the
+    loop's own ±10% swings cancel out of the fixed parts, and the fixed parts out of the loop."""
+    if not parts:
+        return {}
+    before = [p["gpuopt"][0] - p["plain"][0] for p in parts]
+    after = [p["gpuopt"][2] - p["plain"][2] for p in parts]
+    loop = [p["gpuopt"][1] / p["plain"][1] for p in parts]
+    return {
+        "extra_before_loop_s": statistics.median(before),
+        "extra_after_loop_s": statistics.median(after),
+        "loop_ratio": statistics.median(loop),
+        "plain_loop_s": statistics.median(p["plain"][1] for p in parts),
+        "plain_outside_loop_s": statistics.median(p["plain"][0] + p["plain"][2] for p in parts),
     }
 
 
@@ -145,6 +191,25 @@ def main() -> None:
             f"| {name} | {statistics.median(r['plain_s']):.3f} | {statistics.median(r['gpuopt_s']):.3f} | "
             f"**{r['median_ratio']:.3f}×** | ≤ 1.03× | {r['median_cpu_ratio']:.3f}× |"
         )
+    lo, hi = ov["ratio_ci90"]
+    lines += ["", f"90% bootstrap interval of the median pair ratio (default): {lo:.3f}–{hi:.3f}."]
+    if ov.get("parts"):
+        fixed = ov["extra_before_loop_s"] + ov["extra_after_loop_s"]
+        model = (ov["plain_outside_loop_s"] + fixed + ov["plain_loop_s"] * ov["loop_ratio"]) / (
+            ov["plain_outside_loop_s"] + ov["plain_loop_s"]
+        )
+        lines += [
+            "",
+            "Where the time goes (medians over the pairs; the workload stamps its loop's start and end):",
+            "",
+            "| part | plain python | gpuopt − plain |",
+            "|---|---|---|",
+            f"| before the loop (interpreter, imports, set-up) + after it (exit) | {ov['plain_outside_loop_s']:.3f} s | "
+            f"+{ov['extra_before_loop_s']:.3f} s before, +{ov['extra_after_loop_s']:.3f} s after |",
+            f"| the 200-step loop | {ov['plain_loop_s']:.3f} s | ×{ov['loop_ratio']:.3f} |",
+            "",
+            f"Whole run from these parts: **{model:.3f}×** (fixed +{fixed:.3f} s, loop ×{ov['loop_ratio']:.3f}).",
+        ]
     lines += [
         "",
         "Pair ratios (default, wall): " + ", ".join(f"{x:.3f}" for x in ov["ratios"]),

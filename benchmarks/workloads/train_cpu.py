@@ -4,8 +4,14 @@ One intra-op thread by default, as the host side of a GPU training job runs: wit
 threads on a 2-core machine every run's time swings by ±10% with whatever else the host does,
 which would drown the overhead being measured. In-memory data through a DataLoader (so the DataLoader probe is exercised on every batch), an
 optimizer step per batch (so the step hook fires), a .item() every 10 steps (as logging does).
+
+The script prints the wall-clock time (``time.time()``) at which its training loop starts and
+ends to stderr, so the benchmark can split each run into before-loop, loop and after-loop parts:
+the loop is where a per-step overhead would show, the two ends where fixed costs do.
 """
 import argparse
+import sys
+import time
 
 import torch
 from torch import nn
@@ -26,6 +32,7 @@ loader = DataLoader(data, batch_size=args.batch, shuffle=True)
 model = nn.Sequential(nn.Linear(256, args.width), nn.ReLU(), nn.Linear(args.width, args.width), nn.ReLU(), nn.Linear(args.width, 10))
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 loss_fn = nn.CrossEntropyLoss()
+print(f"LOOP_START {time.time():.6f}", file=sys.stderr)
 for step, (x, y) in enumerate(loader):
     opt.zero_grad(set_to_none=True)
     loss = loss_fn(model(x), y)
@@ -33,4 +40,5 @@ for step, (x, y) in enumerate(loader):
     opt.step()
     if step % 10 == 0:
         last = loss.item()
+print(f"LOOP_END {time.time():.6f}", file=sys.stderr)
 print(f"final loss {last:.3f}")
