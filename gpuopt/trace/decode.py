@@ -332,7 +332,7 @@ def _helper_tail(offset: int, tail: bytes) -> bytes:
     return _FRAME_ENC.encode({"offset": offset, "tail": tail})
 
 
-def _read_frame(frame: bytes) -> dict[str, Any]:
+def _read_frame(frame: bytes | memoryview) -> dict[str, Any]:
     """Inverse of :func:`_helper_piece` / :func:`_helper_tail`; a piece frame gets ``part``."""
     raw: dict[str, Any] = _FRAME_DEC.decode(frame)
     if "tail" in raw:
@@ -406,8 +406,7 @@ def _helper_result(helper: helper_mod.DecodeHelper, start: int) -> tuple[list[di
     without a gap; else None."""
     parts: list[dict[str, Any]] = []
     at = start
-    for frame in helper.frames():
-        got = _read_frame(frame)
+    for got in helper.frames(_read_frame):
         if got["offset"] != at:
             return None
         if "tail" in got:

@@ -32,8 +32,9 @@ import signal
 import struct
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from gpuopt.trace import pieces as pieces_mod
 
@@ -41,6 +42,7 @@ MIN_TEXT_BYTES = 4 << 20  # below this, forking and frame copies cost about what
 # The parent's share: a little over half, since the helper also decompresses the parent's half.
 PARENT_SHARE = 0.55
 _LEN = struct.Struct("<Q")
+T = TypeVar("T")
 
 
 def wanted(path: Path, workers: int | None = None) -> bool:
@@ -97,24 +99,28 @@ class DecodeHelper:
             _helper_main(path, fd, split, piece, tail)
         return cls(pid, fd, split)
 
-    def frames(self) -> Iterator[bytes]:
-        """Wait for the helper, then its frames in order (fewer, or none, if it failed)."""
+    def frames(self, read: Callable[[memoryview], T]) -> list[T]:
+        """Wait for the helper, then ``read`` each of its frames in order (fewer, or none, if it
+        failed). ``read`` gets a view into the helper's memory and must not keep it."""
         self._wait()
+        out: list[T] = []
         try:
             size = os.fstat(self.fd).st_size
             if size == 0:
-                return
-            with mmap.mmap(self.fd, size, prot=mmap.PROT_READ) as data:
+                return out
+            with mmap.mmap(self.fd, size, prot=mmap.PROT_READ) as data, memoryview(data) as view:
                 pos = 0
                 while pos + _LEN.size <= size:
-                    (n,) = _LEN.unpack_from(data, pos)
+                    (n,) = _LEN.unpack_from(view, pos)
                     pos += _LEN.size
                     if pos + n > size:
-                        return  # a frame cut short (the helper was killed mid-write)
-                    yield data[pos : pos + n]
+                        break  # a frame cut short (the helper was killed mid-write)
+                    with view[pos : pos + n] as frame:
+                        out.append(read(frame))
                     pos += n
         except (OSError, ValueError):
-            return
+            return []
+        return out
 
     def close(self) -> None:
         """Stop the helper if it still runs, reap it, free its memory (idempotent)."""
