@@ -1,0 +1,123 @@
+"""Per-step cost of gpuopt's always-on probes: what each hook costs per call, measured directly.
+
+Why not time a training loop with and without the probes: on this project's VM the speed of the
+same loop swings by ±10-15% from one second to the next (measured here too: blocks of 20 steps
+with and without probes, alternating in one process, give ratios from 0.83 to 1.25), far more
+than a per-step cost of microseconds. So each hook ``gpuopt profile`` keeps on for the whole run
+is timed on its own, over thousands of calls, alternately with and without it:
+
+* the optimizer step hook (one per training step): ``opt.step()`` of a one-parameter optimizer;
+* the DataLoader wait probe (one per batch): ``next()`` on a DataLoader over an in-memory dataset;
+* the CPU/RSS sampler thread: one ``tick`` (every 0.2 s by default), whose time holds the GIL.
+
+The per-step overhead bound is then (hook costs per step + sampler time per second x step time)
+/ step time, for the benchmark workload's measured step. The recorder is not included: it runs
+only in a 3-step window (bench_recorder.py; bench_profile.py for a whole run).
+
+    python benchmarks/bench_step_cost.py [--reps 15] [--calls 2000] [--step-ms 35]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from installed import compile_gpuopt
+
+
+def per_call_us(run: Callable[[int], None], calls: int, reps: int, on: Callable[[], None], off: Callable[[], None]) -> tuple[float, float]:
+    """Median per-call time without and with the hook (µs), alternating reps to cancel drift."""
+    without, with_ = [], []
+    run(calls // 10)  # warm-up
+    for i in range(reps):
+        for hooked in ((False, True) if i % 2 == 0 else (True, False)):
+            if hooked:
+                on()
+            try:
+                t0 = time.perf_counter()
+                run(calls)
+                dt = (time.perf_counter() - t0) / calls * 1e6
+            finally:
+                if hooked:
+                    off()
+            (with_ if hooked else without).append(dt)
+    return statistics.median(without), statistics.median(with_)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--step-ms", type=float, default=35.0, help="the workload's step time (bench_profile.py measures it)")
+    ap.add_argument("--interval", type=float, default=0.2, help="the sampler's interval (gpuopt's default)")
+    a = ap.parse_args()
+    compile_gpuopt()
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from gpuopt.probes import steps as steps_mod
+    from gpuopt.probes.base import RunContext
+    from gpuopt.probes.dataloader import DataLoaderProbe
+    from gpuopt.probes.samplers import UtilizationSampler
+
+    torch.set_num_threads(1)
+    tmp = tempfile.TemporaryDirectory()
+    ctx = RunContext(script=__file__, user_roots=[Path(__file__).parent], out_dir=Path(tmp.name))
+
+    # 1. the optimizer step hook
+    p = torch.nn.Parameter(torch.zeros(1))
+    p.grad = torch.zeros(1)
+    opt = torch.optim.SGD([p], lr=0.1)
+    clock = steps_mod.StepClock()
+
+    def steps(n: int) -> None:
+        for _ in range(n):
+            opt.step()
+
+    step_off, step_on = per_call_us(steps, a.calls, a.reps, lambda: steps_mod.install(clock), steps_mod.uninstall)
+
+    # 2. the DataLoader wait probe (per batch)
+    data = TensorDataset(torch.zeros(a.calls, 1))
+    probe = DataLoaderProbe(step_count=lambda: 0)
+
+    def batches(n: int) -> None:
+        it = iter(DataLoader(data, batch_size=1))
+        for _ in range(min(n, a.calls)):
+            next(it)
+
+    dl_off, dl_on = per_call_us(batches, a.calls, a.reps, lambda: probe.start(ctx), probe.stop)
+
+    # 3. one sampler tick (process-tree CPU and RSS through psutil)
+    sampler = UtilizationSampler(interval=a.interval, nvml=None, nvml_note="benchmark")
+    sampler.start(ctx, thread=False)
+    ticks = []
+    for _ in range(a.reps):
+        t0 = time.perf_counter()
+        for _ in range(100):
+            sampler.tick()
+        ticks.append((time.perf_counter() - t0) / 100 * 1e6)
+    tick_us = statistics.median(ticks)
+    tmp.cleanup()
+
+    step_us = a.step_ms * 1e3
+    hooks_us = (step_on - step_off) + (dl_on - dl_off)  # one optimizer step and one batch per step
+    sampler_share = tick_us / (a.interval * 1e6)  # of wall time, while it holds the GIL
+    bound = (max(hooks_us, 0.0) + sampler_share * step_us) / step_us
+    print(f"command: python benchmarks/bench_step_cost.py {' '.join(sys.argv[1:])}".rstrip())
+    print(f"torch {torch.__version__}; medians of {a.reps} alternating reps of {a.calls} calls\n")
+    print("| hook | per call without | with | cost per call |")
+    print("|---|---:|---:|---:|")
+    print(f"| optimizer step hook (`opt.step()`) | {step_off:.2f} µs | {step_on:.2f} µs | {step_on - step_off:.2f} µs |")
+    print(f"| DataLoader wait probe (`next(loader)`) | {dl_off:.2f} µs | {dl_on:.2f} µs | {dl_on - dl_off:.2f} µs |")
+    print(f"| sampler tick (every {a.interval} s, in its own thread) | — | {tick_us:.1f} µs | {sampler_share * 100:.3f}% of wall time |")
+    print(f"\nPer-step overhead on a {a.step_ms:.0f} ms step (one optimizer step, one batch, the sampler's GIL time): "
+          f"**{bound * 100:.3f}%**")
+
+
+if __name__ == "__main__":
+    main()
