@@ -1,8 +1,9 @@
 """Benchmark: ``gpuopt report TRACE --format json`` vs HTA 0.5.0's ``TraceAnalysis`` load.
 
-Side by side in one run, on the same files, each tool in its own process (wall time and peak RSS:
-the larger of the biggest process's ``ru_maxrss`` and the RSS of the whole process tree sampled
-every 5 ms, so gpuopt's decode helper counts too). HTA is installed by this script into its own venv under benchmarks/.work/
+Side by side in one run, on the same files, each tool in its own process (wall time and peak
+memory: the larger of the biggest process's ``ru_maxrss`` and the proportional set size of the
+whole process tree sampled every 5 ms, so gpuopt's decode helper counts too, its pages shared
+with the parent once). HTA is installed by this script into its own venv under benchmarks/.work/
 (git-ignored). A synthetic large trace (real events of the ResNet50 trace, replicated and shifted
 in time) and a small one (its first 2,000 events: each tool's start-up floor) are generated under
 benchmarks/.work/ as well, never in the repository.
@@ -46,17 +47,18 @@ SEED = "kineto_tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt
 _RUNNER = r"""
 import json, os, resource, subprocess, sys, threading, time
 
-def tree_rss(pid):
-    # RSS summed over the process and its descendants (gpuopt's decode helper included), from /proc.
+def tree_pss(pid):
+    # Proportional set size summed over the process and its descendants (gpuopt's decode helper
+    # included): pages a forked helper shares with its parent count once, not twice as RSS would.
     total, todo = 0, [pid]
     while todo:
         p = todo.pop()
         try:
-            with open(f"/proc/{p}/statm") as f:
-                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                total += next(int(line.split()[1]) * 1024 for line in f if line.startswith("Pss:"))
             with open(f"/proc/{p}/task/{p}/children") as f:
                 todo += [int(c) for c in f.read().split()]
-        except (OSError, ValueError):
+        except (OSError, ValueError, StopIteration):
             pass
     return total
 
@@ -65,7 +67,7 @@ p = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.
 peak = [0]
 def poll():
     while p.poll() is None:
-        peak[0] = max(peak[0], tree_rss(p.pid))
+        peak[0] = max(peak[0], tree_pss(p.pid))
         time.sleep(0.005)
 th = threading.Thread(target=poll, daemon=True)
 th.start()
@@ -74,7 +76,7 @@ wall = time.perf_counter() - t
 th.join()
 rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
 print(json.dumps({"wall_s": wall, "peak_rss_bytes": max(rss, peak[0]), "largest_process_rss_bytes": rss,
-                  "tree_rss_sampled_bytes": peak[0], "rc": p.returncode, "stderr": err.decode(errors="replace")[-400:]}))
+                  "tree_pss_sampled_bytes": peak[0], "rc": p.returncode, "stderr": err.decode(errors="replace")[-400:]}))
 """
 
 

@@ -38,7 +38,9 @@ from typing import TypeVar
 
 from gpuopt.trace import pieces as pieces_mod
 
-MIN_TEXT_BYTES = 4 << 20  # below this, forking and frame copies cost about what they save
+# Below this much JSON the helper saved under 0.02 s (5-8%) and added a second process's memory
+# (measured: docs/bench-trace.md); from ~25 MB up it saves 0.02-0.4 s.
+MIN_TEXT_BYTES = 16 << 20
 # The parent's share: a little over half, since the helper also decompresses the parent's half.
 PARENT_SHARE = 0.55
 _LEN = struct.Struct("<Q")
