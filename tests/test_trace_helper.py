@@ -67,15 +67,15 @@ def test_a_helper_that_fails_midway_is_redone_by_the_parent(tmp_path: Path, monk
     p = _trace(tmp_path)
     monkeypatch.setattr(pieces, "BLOCK", 4096)
     calls = {"n": 0}
-    real = decode.decode_piece
+    real = decode._helper_piece
 
-    def flaky(data: bytes) -> dict:
+    def flaky(offset: int, end: int, data: bytes) -> bytes:
         calls["n"] += 1  # counted in the helper's own copy of this closure (it is forked)
         if calls["n"] == 3:
             raise RuntimeError("helper dies on its third piece")
-        return real(data)
+        return real(offset, end, data)
 
-    monkeypatch.setattr(decode, "decode_piece", flaky)  # the helper imports it after the fork
+    monkeypatch.setattr(decode, "_helper_piece", flaky)  # what the parent hands the helper
     alone = decode._load_streaming(p, workers=0)
     real_load, redone = decode._load_streaming, []
 

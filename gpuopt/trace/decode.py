@@ -13,7 +13,7 @@ How, and why:
   JSON, which is detected; the loader then falls back to decoding the whole document at once
   (compact or unusually formatted files).
 * **Two processes** (:mod:`gpuopt.trace.helper`). On machines with two or more cores a forked
-  helper decodes the first half of a large file while the parent decodes the rest.
+  helper decodes the second half of a large file while the parent decodes the first.
 * **Nothing is executed**: JSON only, no pickle, no eval; strings stay data.
 
 Every failure becomes a one-line :class:`~gpuopt.errors.GpuoptError`.
@@ -304,14 +304,9 @@ def _strip_separator(piece: bytes) -> bytes:
     return piece
 
 
-def decode_piece(data: bytes) -> dict[str, Any]:
-    """One piece's columns (what the helper process runs on each of its pieces)."""
-    return _decode_part(data)
-
-
 def _helper_piece(offset: int, end: int, data: bytes) -> bytes:
     """A piece's columns as one msgpack frame (raw array bytes, plain strings): the helper's reply."""
-    part = decode_piece(data)
+    part = _decode_part(data)
     cols = part["cols"]
     return _FRAME_ENC.encode(
         {
