@@ -140,3 +140,47 @@ def test_text_size_reads_the_gzip_trailer(tmp_path: Path) -> None:
 def test_recorded_trace_same_with_and_without_helper() -> None:
     p = SHARED_TRACES / "hta" / "nccl_parser_config" / "nccl_data.json.gz"
     assert identical(decode._load_streaming(p, workers=0), decode._load_streaming(p, workers=1))
+
+
+def test_the_helper_dies_with_its_parent(tmp_path: Path) -> None:
+    """A parent killed outright (SIGKILL) must not leave its helper decoding on its own."""
+    import subprocess
+    import sys
+    import time
+
+    p = _trace(tmp_path)
+    code = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from gpuopt.trace import decode, pieces\n"
+        "pieces.BLOCK = 4096\n"
+        "real = decode._helper_piece\n"
+        "def slow(*a):\n"
+        "    time.sleep(0.05)\n"
+        "    return real(*a)\n"
+        "decode._helper_piece = slow\n"
+        "print('go', flush=True)\n"
+        "decode._load_streaming(Path(sys.argv[1]), workers=1)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, str(p)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "go"
+        children: list[str] = []
+        for _ in range(200):  # wait for the fork
+            children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+            if children:
+                break
+            time.sleep(0.01)
+        assert children, "no helper was forked"
+    finally:
+        proc.kill()
+        proc.wait()
+    helper_pid = int(children[0])
+    for _ in range(200):
+        stat = Path(f"/proc/{helper_pid}/stat")
+        if not stat.exists() or stat.read_text().split()[2] == "Z":
+            break
+        time.sleep(0.01)
+    else:
+        os.kill(helper_pid, 9)
+        pytest.fail("the helper outlived its parent")

@@ -21,7 +21,8 @@ Safe by construction:
 * Only forked from a single-threaded parent, on Linux (``fork`` and ``memfd``), with two or more
   usable cores, for files with at least :data:`MIN_TEXT_BYTES` of JSON text. The environment
   variable ``GPUOPT_TRACE_WORKERS`` overrides: ``0`` never, a positive number always.
-* The helper ends with ``os._exit``: no atexit handlers, no flushing of the parent's buffers.
+* The helper ends with ``os._exit``: no atexit handlers, no flushing of the parent's buffers. It
+  dies with its parent (``PR_SET_PDEATHSIG``), even when the parent is killed outright.
 """
 
 from __future__ import annotations
@@ -92,12 +93,14 @@ class DecodeHelper:
             fd = os.memfd_create("gpuopt-trace-helper", os.MFD_CLOEXEC)
         except (OSError, AttributeError):
             return None
+        parent = os.getpid()
         try:
             pid = os.fork()
         except OSError:
             os.close(fd)
             return None
         if pid == 0:  # pragma: no cover - runs in the child; its result is tested through the parent
+            _die_with(parent)
             _helper_main(path, fd, split, piece, tail)
         return cls(pid, fd, split)
 
@@ -144,6 +147,19 @@ class DecodeHelper:
         except ChildProcessError:
             pass
         self._reaped = True
+
+
+def _die_with(parent: int) -> None:  # pragma: no cover - child only
+    """Ask Linux to kill the helper if the parent dies (``PR_SET_PDEATHSIG``), so a parent killed
+    outright never leaves a helper decoding on its own; exit now if the parent is already gone."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def _helper_main(path: Path, fd: int, split: int, piece: PieceEncoder, tail: TailEncoder) -> None:  # pragma: no cover
