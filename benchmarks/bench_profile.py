@@ -35,13 +35,7 @@ PLANTED = ROOT / "tests" / "data" / "scripts" / "planted_stall.py"
 
 
 def timed(cmd: list[str]) -> float:
-    return timed_cpu(cmd)[0]
-
-
-def timed_cpu(cmd: list[str]) -> tuple[float, float]:
-    """(wall seconds, user+sys CPU seconds of the process and its children)."""
-    wall, cpu, _ = timed_parts(cmd)
-    return wall, cpu
+    return timed_parts(cmd)[0]
 
 
 def timed_parts(cmd: list[str]) -> tuple[float, float, tuple[float, float, float] | None]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
 
 import numpy as np
 
@@ -88,11 +87,6 @@ def _start_order(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
     sub = np.flatnonzero(tied)
     o[sub] = o[sub][np.lexsort((-dur[o[sub]], run[sub]))]
     return o
-
-
-def enclosing_chain(v: RankView, ops: ThreadOps, i: int) -> list[int]:
-    """Events on ``ops``' thread that contain event ``i``, outermost first."""
-    return enclosing_chains(v, ops, np.array([i], dtype=np.int64))[0]
 
 
 def enclosing_chains(v: RankView, ops: ThreadOps, events: np.ndarray) -> list[list[int]]:
@@ -171,17 +165,12 @@ def user_site(frame: str) -> str | None:
     return f"{m.group('file')}:{m.group('line')}"
 
 
-def site_for(v: RankView, ops: Any, j: int) -> str | None:
-    """The user's frame for event ``j``: from its own ``Call stack`` arg, else from the ops or the
-    python_function events enclosing it (innermost user frame)."""
-    return sites_for(v, ops, np.array([j], dtype=np.int64))[0]
-
-
 def sites_for(
     v: RankView, ops: ThreadOps, events: np.ndarray, chains: list[list[int]] | None = None
 ) -> list[str | None]:
-    """:func:`site_for` for many events of ``ops``' thread (``chains``: their enclosing chains,
-    if the caller has them already)."""
+    """The user's frame of each of ``events`` (on ``ops``' thread): from the event's own ``Call
+    stack`` arg, else from the ops or python_function events enclosing it (innermost user frame).
+    ``chains``: their enclosing chains, if the caller has them already."""
     events = np.asarray(events, dtype=np.int64)
     py_cat = _python_cat_codes(v)
     if not py_cat and not any(v.ev.stacks):  # no python_function events, no Call stack: no sites
