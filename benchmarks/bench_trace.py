@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from installed import compile_gpuopt
+from installed import user_venv
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "benchmarks" / ".work"
@@ -99,18 +99,9 @@ def measure(cmd: list[str], timeout_s: float, extra_env: dict[str, str] | None =
         return {"wall_s": None, "peak_rss_bytes": None, "rc": None, "stderr": f"{type(exc).__name__}"}
 
 
-def gpuopt_cmd(trace: Path) -> tuple[list[str], str]:
-    py = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv" / "bin" / "python").exists() else sys.executable
-    probe = subprocess.run([py, "-c", "import gpuopt.report.jsonfmt"], capture_output=True, cwd=ROOT)
-    if probe.returncode == 0:
-        return [py, "-m", "gpuopt", "report", str(trace), "--format", "json"], "gpuopt report TRACE --format json"
-    # The JSON renderer is written by another engineer; until it lands, time the same pipeline
-    # (load, analyse, build the profile document, serialise it as JSON) as one process.
-    code = (
-        "import sys; from pathlib import Path; from gpuopt.trace.profile import profile_from_traces; "
-        "from gpuopt.schema import dumps; sys.stdout.buffer.write(dumps(profile_from_traces(Path(sys.argv[1]))))"
-    )
-    return [py, "-c", code, str(trace)], "python -c profile_from_traces+dumps (JSON renderer not merged yet)"
+def gpuopt_cmd(bin_dir: Path, trace: Path) -> list[str]:
+    """The console script of a user-like install (installed.py), as a user types it."""
+    return [str(bin_dir / "gpuopt"), "report", str(trace), "--format", "json"]
 
 
 def hta_cmd(py: Path, trace: Path) -> list[str]:
@@ -196,7 +187,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=WORK / "bench-trace.json")
     ap.add_argument("--without-helper", action="store_true", help="also time gpuopt with GPUOPT_TRACE_WORKERS=0")
     args = ap.parse_args()
-    compile_gpuopt()  # as an installed package would be (see installed.py)
+    gpuopt_bin = user_venv()  # a wheel install, as a user has it (see installed.py)
     hta_py = ensure_hta()
     traces = [] if args.no_real else [make_small(), *(SHARED / r for r in REAL if (SHARED / r).exists())]
     synth = make_synthetic(args.synthetic_mb) if args.synthetic_mb > 0 else None
@@ -205,7 +196,7 @@ def main() -> None:
     results = []
     for tr in traces:
         json_bytes = len(gzip.decompress(tr.read_bytes())) if tr.name.endswith(".gz") else tr.stat().st_size
-        g_cmd, g_label = gpuopt_cmd(tr)
+        g_cmd = gpuopt_cmd(gpuopt_bin, tr)
         g_runs, h_runs, solo_runs = [], [], []
         for _ in range(args.repeat):  # interleaved, so machine load hits both alike
             g_runs.append(measure(g_cmd, args.timeout))
@@ -229,7 +220,7 @@ def main() -> None:
             "gpuopt_runs": g_runs,
             "hta_runs": h_runs,
             "gpuopt_no_helper_runs": solo_runs,
-            "gpuopt_command": g_label,
+            "gpuopt_command": " ".join(["gpuopt", *g_cmd[1:]]),
         }
         row["speedup"] = round(row["hta_s"] / row["gpuopt_s"], 2) if row["hta_s"] and row["gpuopt_s"] else None
         row["rss_ratio"] = round(row["gpuopt_rss_mb"] / row["hta_rss_mb"], 3) if row["hta_rss_mb"] and row["gpuopt_rss_mb"] else None

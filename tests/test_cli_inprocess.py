@@ -99,3 +99,20 @@ def test_validate_profile_catches_contract_violations() -> None:
 def test_atomic_write_leaves_no_temp_files(tmp_path: Path) -> None:
     write_profile(empty_profile("x.py"), tmp_path / "profile.json")
     assert [p.name for p in tmp_path.iterdir()] == ["profile.json"]
+
+
+def test_report_process_quick_exit_flushes_everything(tmp_path: Path) -> None:
+    """`report` leaves through os._exit (no teardown): every byte must still reach the pipe, and
+    the exit code must be the command's."""
+    fixture = ROOT / "tests" / "data" / "report" / "gpu_ranks.json"
+    expected = runner.invoke(app, ["report", str(fixture), "--format", "html"])
+    assert expected.exit_code == 0 and len(expected.stdout) > 65536  # more than one pipe buffer
+    out = subprocess.run(
+        [sys.executable, "-m", "gpuopt", "report", str(fixture), "--format", "html"], capture_output=True, cwd=ROOT, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.decode("utf-8") == expected.stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "gpuopt", "report", str(tmp_path / "missing")], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "no such file" in out.stderr
