@@ -34,7 +34,7 @@ The keys listed in ``../shared/CONTRACT.md`` are required. gpuopt adds (all opti
                 CPU-only run's site that would block on a GPU; see docs/host-culprits.md)
 ``dispatch``    also ``between_ops_share, h2d_share, sync_share, window_steps,
                 recorder_overhead_us_per_op, step_time_source`` and more (docs/host-culprits.md)
-``loops[]``     also ``kind, code, indexing_ops_per_step, ops_per_iteration, time_us_per_step, time_share``
+``loops[]``     also ``kind, code, indexing_ops_per_step, ops_per_iteration, time_us_per_step, time_share``; ``through`` (helper lines) when a loop issues its ops through your functions
 ``ragged``      batch-shape statistics: ``batches, distinct_shapes, batch_sizes, variable_dims,
                 pad_fraction, ...``
 ``steps.instrumented``  steps the recorder / profiler window slowed, left out of the statistics

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 import torch
-from probes_support import ROOT, by_site, load, record, site
+from probes_support import ROOT, by_site, context, load, record, site
 
 from gpuopt.findings.engine import evaluate
 from gpuopt.probes.loops import LoopIndex
+from gpuopt.probes.recorder import DispatchRecorder
 
 NAME = "planted_loops.py"
 
@@ -99,3 +101,40 @@ def test_loop_index_tolerates_unparsable_files(tmp_path: Path) -> None:
     bad.write_text("for x in :\n")
     assert LoopIndex.from_file(str(bad)).loops == []
     assert LoopIndex.from_file(str(tmp_path / "missing.py")).loops == []
+
+
+def test_loops_that_call_user_helpers_are_found_at_the_loop(tmp_path: Path) -> None:
+    """The indexing happens in a helper (one or two calls deep): the loop that calls it is where
+    the fix goes, with one iteration per call and the helper's line named."""
+    mod = load(NAME)
+    x = torch.randn(16, 8)
+    doc = record(lambda i: mod["helpers_step"](x), steps=5, tmp_path=tmp_path)
+    loops = by_site(doc["loops"])
+    assert set(loops) == {site(NAME, "LOOP-VIA-HELPER"), site(NAME, "LOOP-VIA-TWO")}
+    for marker, (iterations, kind) in {"LOOP-VIA-HELPER": (10, "for"), "LOOP-VIA-TWO": (7, "comprehension")}.items():
+        e = loops[site(NAME, marker)]
+        # x[i] (select) * 3 (mul) per call
+        assert (e["iterations_per_step"], e["ops_per_step"], e["indexing_ops_per_step"], e["kind"]) == (
+            iterations, 2 * iterations, iterations, kind), marker
+        assert e["through"] == [site(NAME, "HELPER-LINE")]
+    findings = [f for f in evaluate(dict(doc, breakdown={})) if f["id"] == "loop-indexing"]
+    assert {f["site"] for f in findings} == {site(NAME, "LOOP-VIA-HELPER")}  # 7 < the rule's 8 iterations
+    assert findings[0]["evidence"]["through"] == [site(NAME, "HELPER-LINE")]
+    assert f"issued in {site(NAME, 'HELPER-LINE')}" in findings[0]["evidence"]["summary"]
+
+
+def test_a_training_loop_calling_a_step_function_is_not_a_loop_finding(tmp_path: Path) -> None:
+    """The user's own training loop calls the step once per step: its ops are not "loop" ops."""
+    mod = load(NAME)
+    x = torch.randn(16, 8)
+    probe = DispatchRecorder()
+    probe.start(context(tmp_path))
+    try:
+        mod["user_training_loop"](x, 5, lambda s: probe.on_step(s, time.perf_counter()))
+    finally:
+        probe.stop()
+    doc: dict = {}
+    probe.contribute(doc)
+    loops = by_site(doc["loops"])
+    assert set(loops) == {site(NAME, "LOOP-VIA-HELPER"), site(NAME, "LOOP-VIA-TWO")}
+    assert loops[site(NAME, "LOOP-VIA-HELPER")]["iterations_per_step"] == 10

@@ -187,3 +187,17 @@ def test_chromium_runs_the_sort_script_under_the_csp(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60,
     )
     assert '<th scope="col" tabindex="0">' in res.stdout, "the sort script did not run (CSP hash?)"
+
+
+def test_loop_through_a_helper_names_and_links_the_helper() -> None:
+    doc = fixture("host_culprits")
+    doc["loops"] = [dict(doc["loops"][0], through=["seg/util.py:12", "seg/util.py:20"]),
+                    {"site": "seg/masks.py:60", "ops_per_step": 40, "iterations_per_step": 20}]
+    out, p = page(doc)
+    hrefs = [a.get("href") for t, a, _ in p.tags if t == "a"]
+    assert "vscode://file/home/ml/projects/segmenter/seg/util.py:12:1" in hrefs
+    assert "ops issued in" in out and "loop body" in out
+    from gpuopt.report.text import TextRenderer
+
+    text = TextRenderer().render(doc)
+    assert "ops issued in" in text and "seg/util.py:12" in text

@@ -27,7 +27,7 @@ from statistics import median
 from types import CodeType
 from typing import TYPE_CHECKING, Any
 
-from gpuopt.probes.loops import LoopIndex
+from gpuopt.probes.loops import LoopFinder
 from gpuopt.probes.recorder import S_DATA, S_EXEC, S_INDEX, S_OPS, S_TF, S_TIME, SMALL_OP_US
 
 if TYPE_CHECKING:
@@ -83,9 +83,9 @@ def _reference(doc: dict[str, Any], window: list[int]) -> tuple[float, float] | 
 class _Sites:
     """Positions, sites and loops for ``(code, lasti)`` keys, each computed once."""
 
-    def __init__(self, resolver: SiteResolver) -> None:
+    def __init__(self, resolver: SiteResolver, loops: LoopFinder | None = None) -> None:
         self.resolver = resolver
-        self._index: dict[str, LoopIndex] = {}
+        self.loops = loops or LoopFinder(resolver)
 
     def code(self, cid: int) -> CodeType:
         return self.resolver.codes[cid]
@@ -103,12 +103,7 @@ class _Sites:
     def loop_of(self, cid: int, lasti: int) -> tuple[str, int, str] | None:
         """``(relpath, loop line, loop kind)`` of the innermost loop running this instruction."""
         code = self.code(cid)
-        path = self.resolver.abspath(code.co_filename)
-        index = self._index.get(path)
-        if index is None:
-            index = self._index[path] = LoopIndex.from_file(path)
-        line, col, _, _ = self.resolver.position(code, lasti)
-        loop = index.innermost(line, col)
+        loop = self.loops.loop_at(code, lasti)
         if loop is None:
             return None
         return self.resolver.relpath(code), loop.line, loop.kind
@@ -150,7 +145,7 @@ def summarize(probe: DispatchRecorder, doc: dict[str, Any]) -> None:
     first = max(ctx.window_start, 0) if not probe.partial else probe.next_step
     indices = list(range(first, first + steps))
     total = engine.total
-    sites = _Sites(engine.resolver)
+    sites = _Sites(engine.resolver, engine.loops)
 
     dispatch, wall, host_scale = _dispatch(engine, total, cal, steps, doc, indices, probe.partial)
     dispatch["top_sites"] = _top_sites(total, sites, steps, wall, cal, host_scale)
@@ -361,6 +356,26 @@ def _loops(t: StepCounters, sites: _Sites, steps: int, wall: float, cal: dict[st
         g["index"] += st[S_INDEX]
         g["time"] += max(st[S_TIME] - st[S_OPS] * per_op - st[S_TF] * per_call, 0.0) * host_scale
         g["iters"] = max(g["iters"], st[S_EXEC])
+    # Ops issued in user helpers that a loop calls: counted in the caller's loop when that line
+    # made at least LOOP_MIN_ITERATIONS calls per step (a training loop calling forward() once
+    # per step does not qualify); each call is one iteration.
+    for (own, caller), st in t.via.items():
+        calls = t.via_calls.get(caller, 0)
+        if calls < LOOP_MIN_ITERATIONS * steps or own in t.sites and t.sites[own][S_DATA]:
+            continue
+        found = sites.loop_of(*caller)
+        if found is None:
+            continue
+        rel, line, kind = found
+        g = per_loop[(rel, line)]
+        g["kind"] = kind
+        if not g.get("code"):
+            g["code"] = sites.source_line(sites.code(caller[0]), line)
+        g["ops"] += st[S_OPS]
+        g["index"] += st[S_INDEX]
+        g["time"] += max(st[S_TIME] - st[S_OPS] * per_op - st[S_TF] * per_call, 0.0) * host_scale
+        g["iters"] = max(g["iters"], calls)
+        g.setdefault("through", set()).add(sites.site(*own))
     out = []
     for (rel, line), g in per_loop.items():
         iterations = g["iters"] / steps
@@ -378,6 +393,8 @@ def _loops(t: StepCounters, sites: _Sites, steps: int, wall: float, cal: dict[st
             "time_us_per_step": _us(g["time"], steps),
             "time_share": _share(g["time"], wall),
         })
+        if g.get("through"):
+            out[-1]["through"] = sorted(g["through"])  # the helper lines that issued its ops
     out.sort(key=lambda e: (-e["time_share"], -e["ops_per_step"], e["site"]))
     return out
 

@@ -11,7 +11,13 @@ comprehension.
 from __future__ import annotations
 
 import ast
+import time
 from dataclasses import dataclass
+from types import CodeType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpuopt.probes.sites import SiteResolver
 
 # A region of source: (start_line, start_col, end_line, end_col); columns are 0-based offsets.
 Region = tuple[int, int, int, int]
@@ -106,3 +112,33 @@ def _contains(r: Region, line: int, col: int | None) -> bool:
     if line == l2 and col >= c2:
         return False
     return True
+
+
+class LoopFinder:
+    """The innermost loop running instruction ``lasti`` of ``code``: each file parsed once, each
+    instruction looked up once. The recorder asks during the window (the first look at a file
+    costs a parse, counted in the resolver's ``miss_s`` so it is taken out of the step), the
+    summary asks again afterwards from the same cache."""
+
+    def __init__(self, resolver: SiteResolver) -> None:
+        self.resolver = resolver
+        self._files: dict[str, LoopIndex] = {}
+        self._found: dict[tuple[int, int], Loop | None] = {}
+
+    def loop_at(self, code: CodeType, lasti: int) -> Loop | None:
+        key = (id(code), lasti)
+        try:
+            return self._found[key]
+        except KeyError:
+            pass
+        t0 = time.perf_counter()
+        resolver = self.resolver
+        resolver.codes[key[0]] = code  # keeps the code alive, so its id is never reused
+        path = resolver.abspath(code.co_filename)
+        index = self._files.get(path)
+        if index is None:
+            index = self._files[path] = LoopIndex.from_file(path)
+        line, col, _, _ = resolver.position(code, lasti)
+        loop = self._found[key] = index.innermost(line, col)
+        resolver.miss_s += time.perf_counter() - t0
+        return loop

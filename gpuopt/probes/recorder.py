@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 from gpuopt.probes.base import RunContext
+from gpuopt.probes.loops import LoopFinder
 from gpuopt.probes.op_classes import (
     API_ONLY_ON_CPU,
     BOOL_INDEX,
@@ -42,7 +43,7 @@ from gpuopt.probes.op_classes import (
     sync_api_kinds,
 )
 from gpuopt.probes.ragged import BatchShapeTracker
-from gpuopt.probes.sites import SiteResolver
+from gpuopt.probes.sites import DATA, USER, SiteResolver
 
 SMALL_OP_US = 25.0           # an op call this short is "tiny": its dispatch dominates its work
 _SPECIAL = COPY | SCALAR_SYNC | DATA_DEP | BOOL_INDEX
@@ -51,17 +52,22 @@ _MethodWrapper = type("".__add__)
 
 # Per-site stats list layout (lists, not objects: the hot path increments them in place).
 S_OPS, S_TIME, S_INDEX, S_EXEC, S_TF, S_DATA = range(6)
+# How many user frames out from an op's own line the recorder looks for a loop that calls it.
+VIA_DEPTH = 6
+
+Key = tuple[int, int]  # (id(code), lasti): one instruction
 
 
 class _Ctx:
     """What the current Python-level tensor call is: its site, directness, sync kind."""
 
-    __slots__ = ("key", "stats", "direct", "data", "kind", "func", "recorded")
+    __slots__ = ("key", "stats", "via", "direct", "data", "kind", "func", "recorded")
 
     def __init__(self, key: tuple[int, int] | None, stats: list[Any] | None, direct: bool,
-                 data: bool, kind: str | None, func: Any) -> None:
+                 data: bool, kind: str | None, func: Any, via: list[Any] | None = None) -> None:
         self.key = key
         self.stats = stats
+        self.via = via  # the stats of (this line, the caller's line in a loop), if any
         self.direct = direct
         self.data = data
         self.kind = kind
@@ -79,6 +85,11 @@ class StepCounters:
 
     def __init__(self) -> None:
         self.sites: dict[tuple[int, int], list[Any]] = {}  # (id(code), lasti) -> stats
+        # Ops whose own line runs in no loop, by (their line, the first caller line out from it
+        # that runs in a loop): a loop calling a user helper that indexes. ``via_calls`` counts
+        # the calls each such caller line made (its loop's iterations).
+        self.via: dict[tuple[Key, Key], list[Any]] = {}
+        self.via_calls: dict[Key, int] = {}
         self.syncs: dict[tuple[Any, ...], list[float]] = {}
         self.transfers: dict[tuple[Any, ...], list[float]] = {}
         self.ops = 0             # model ops (not data loading)
@@ -100,13 +111,18 @@ class StepCounters:
         self.wall_s = 0.0
 
     def merge(self, other: StepCounters) -> None:
-        for key, st in other.sites.items():
-            mine = self.sites.get(key)
-            if mine is None:
-                self.sites[key] = list(st)
-            else:
-                for i in range(S_DATA):
-                    mine[i] += st[i]
+        tables: tuple[tuple[dict[Any, list[Any]], dict[Any, list[Any]]], ...] = (
+            (self.sites, other.sites), (self.via, other.via))
+        for table, theirs in tables:
+            for key, st in theirs.items():
+                mine = table.get(key)
+                if mine is None:
+                    table[key] = list(st)
+                else:
+                    for i in range(S_DATA):
+                        mine[i] += st[i]
+        for caller, n in other.via_calls.items():
+            self.via_calls[caller] = self.via_calls.get(caller, 0) + n
         for table, theirs in ((self.syncs, other.syncs), (self.transfers, other.transfers)):
             for key, vals in theirs.items():
                 mine_v = table.get(key)
@@ -151,6 +167,10 @@ class RecorderEngine:
         self.last_exit = 0.0
         self.last_key: tuple[int, int] | None = None
         self.last_fid = 0
+        self.loops = LoopFinder(resolver)
+        # Per caller line in a loop: the frame it called last. Held (not its id), so a new call
+        # is a new object even where CPython reuses a freed frame's memory.
+        self.via_callee: dict[Key, Any] = {}
         # The last sync, until the next model op: (entry, key, time it returned, data_clock then).
         self.pending_idle: tuple[list[float], tuple[Any, ...], float, float] | None = None
         self.last_sync_key: tuple[Any, ...] = ()
@@ -208,6 +228,7 @@ class RecorderEngine:
         """Pop the modes, each only while it is on top: a mode the user pushed later and has not
         exited yet is never popped (ours then stays below it, inert, and is retried at ``stop``)."""
         self.recording = False
+        self.via_callee.clear()  # frees the frames it held
         from torch.overrides import _get_current_function_mode_stack
         from torch.utils._python_dispatch import _get_current_dispatch_mode
 
@@ -293,7 +314,10 @@ class RecorderEngine:
                 if direct or key != self.last_key or fid != self.last_fid:
                     stats[S_EXEC] += 1
                 self.last_key, self.last_fid = key, fid
-                ctx = _Ctx(key, stats, direct, data, kind, func)
+                via = None if data else self._via(frame, key)
+                if via is not None:
+                    via[S_TF] += 1
+                ctx = _Ctx(key, stats, direct, data, kind, func, via)
             else:
                 ctx = _Ctx(None, None, False, data, kind, func)
         except Exception as exc:  # never break the user's code
@@ -402,12 +426,12 @@ class RecorderEngine:
                     acc.small_s += dt
                 if flags & VIEW:
                     acc.view_ops += 1
-                stats = ctx.stats
-                if stats is not None:
-                    stats[S_OPS] += 1
-                    stats[S_TIME] += dt + gap
-                    if flags & INDEXING:
-                        stats[S_INDEX] += 1
+                for stats in (ctx.stats, ctx.via):
+                    if stats is not None:
+                        stats[S_OPS] += 1
+                        stats[S_TIME] += dt + gap
+                        if flags & INDEXING:
+                            stats[S_INDEX] += 1
             for entry in timed:
                 entry[1] += dt
         self.last_exit = t_end = _perf()
@@ -434,7 +458,42 @@ class RecorderEngine:
         if key != self.last_key or fid != self.last_fid:
             stats[S_EXEC] += 1
         self.last_key, self.last_fid = key, fid
-        return _Ctx(key, stats, direct, data, None, "?")
+        return _Ctx(key, stats, direct, data, None, "?", None if data else self._via(frame, key))
+
+    def _via(self, frame: Any, key: Key) -> list[Any] | None:
+        """Stats for an op whose own line runs in no loop but is called, through user helpers
+        (up to :data:`VIA_DEPTH` of them), from a line that does: the loop is where the fix goes.
+        Counts a call of that line each time the frame it calls changes."""
+        loops = self.loops
+        if loops.loop_at(frame.f_code, key[1]) is not None:
+            return None
+        resolver = self.resolver
+        cache = resolver.cache
+        callee = frame
+        f = frame.f_back
+        depth = 0
+        while f is not None and depth < VIA_DEPTH:
+            code = f.f_code
+            cat = cache.get(code.co_filename)
+            if cat is None:
+                cat = resolver.classify(code)
+            if cat == USER:
+                caller = (id(code), f.f_lasti)
+                if loops.loop_at(code, caller[1]) is not None:
+                    acc = self.acc
+                    stats = acc.via.get((key, caller))
+                    if stats is None:
+                        stats = acc.via[(key, caller)] = [0, 0.0, 0, 0, 0, False]
+                    if self.via_callee.get(caller) is not callee:
+                        self.via_callee[caller] = callee
+                        acc.via_calls[caller] = acc.via_calls.get(caller, 0) + 1
+                    return stats
+                callee = f
+                depth += 1
+            elif cat == DATA:
+                return None
+            f = f.f_back
+        return None
 
     def _special(self, func: Any, flags: int, args: tuple[Any, ...], kwargs: dict[str, Any],
                  ctx: _Ctx) -> tuple[tuple[list[float], ...], list[float] | None]:

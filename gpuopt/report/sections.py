@@ -169,7 +169,14 @@ def loops_section(doc: dict[str, Any]) -> Section | None:
         [_site(e.get("site")), _ncell(e.get("ops_per_step")), _ncell(e.get("iterations_per_step"))]
         for e in items
     ]
-    return Section("loops", "Python loops issuing small tensor ops (per step)", ["site", "ops", "iterations"], rows)
+    headers = ["site", "ops", "iterations"]
+    if any(as_list(e.get("through")) for e in items):
+        # The loop calls a user helper that issues the ops: name it (the first; all are in JSON).
+        headers.append("ops issued in")
+        for row, e in zip(rows, items, strict=True):
+            through = as_list(e.get("through"))
+            row.append(_site(through[0]) if through else Cell("loop body", sort=""))
+    return Section("loops", "Python loops issuing small tensor ops (per step)", headers, rows)
 
 
 _DISPATCH_FIELDS: tuple[tuple[str, str, Any], ...] = (

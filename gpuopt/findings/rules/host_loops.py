@@ -3,7 +3,8 @@
 ``for i in range(n): out[i] = f(x[i])`` issues a few tiny ops per iteration (``select``,
 ``copy_``, ...), each with full dispatch cost and, on a GPU, a kernel launch; one vectorised op
 does the same work at once. The recorder attributes each op to the innermost loop running its
-line (found with ``ast``) and counts iterations per step exactly.
+line (found with ``ast``), or, when that line runs in no loop, to the loop of the first user line
+out from it that calls it (a helper called per element), and counts iterations per step exactly.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def loop_indexing(doc: dict[str, Any]) -> list[Finding]:
         iters = num(e.get("iterations_per_step"))
         ops = num(e.get("ops_per_step"))
         share = num(e.get("time_share"))
+        through = [str(t) for t in e.get("through") or []][:3]  # helper lines the loop calls
         severity: Severity = severity_for_share(share)
         if ops >= 100:
             severity = at_least(severity, "medium")
@@ -56,13 +58,15 @@ def loop_indexing(doc: dict[str, Any]) -> list[Finding]:
             evidence={
                 "summary": (f"{fmt_count(iters)} iterations per step, {fmt_count(num(e.get('ops_per_iteration')))} ops "
                             f"each ({fmt_count(num(e.get('indexing_ops_per_step')))} indexing ops per step); "
-                            f"{num(e.get('time_us_per_step')):.0f} µs per step ({pct(share)}) in the loop"),
+                            f"{num(e.get('time_us_per_step')):.0f} µs per step ({pct(share)}) in the loop"
+                            + (f"; the ops are issued in {', '.join(map(str, through))}, called from the loop" if through else "")),
                 "iterations_per_step": iters,
                 "ops_per_step": ops,
                 "indexing_ops_per_step": num(e.get("indexing_ops_per_step")),
                 "loop_us_per_step": num(e.get("time_us_per_step")),
                 "loop_share": share,
                 **({"code": e["code"]} if e.get("code") else {}),
+                **({"through": through} if through else {}),
             },
             fix=_fix(e),
             est_speedup=speedup_if_removed(share, keep=1.0 / iters),

@@ -41,3 +41,33 @@ def train_step(x: torch.Tensor) -> torch.Tensor:
     c = countdown(z)
     one_line(x)
     return c.sum() + t
+
+
+def pick(x: torch.Tensor, i: int) -> torch.Tensor:
+    return x[i] * 3  # HELPER-LINE
+
+
+def pick_twice_removed(x: torch.Tensor, i: int) -> torch.Tensor:
+    return pick(x, i)
+
+
+def via_helper(x: torch.Tensor) -> list[torch.Tensor]:
+    rows = []
+    for i in range(10):  # LOOP-VIA-HELPER
+        rows.append(pick(x, i))
+    return rows
+
+
+def via_two_helpers(x: torch.Tensor) -> list[torch.Tensor]:
+    return [pick_twice_removed(x, i) for i in range(7)]  # LOOP-VIA-TWO
+
+
+def helpers_step(x: torch.Tensor) -> torch.Tensor:
+    return torch.stack(via_helper(x) + via_two_helpers(x)).sum()
+
+
+def user_training_loop(x: torch.Tensor, steps: int, on_step) -> None:  # type: ignore[no-untyped-def]
+    for s in range(steps):  # LOOP-TRAINING
+        y = helpers_step(x)
+        y.add_(1)
+        on_step(s)
