@@ -2,11 +2,14 @@
 
     python benchmarks/bench_profile.py [--pairs 7] [--out docs/bench-profile.md]
 
-Overhead: wall time of `python -m gpuopt profile workloads/train_cpu.py` over plain
+Overhead: wall time of `gpuopt profile workloads/train_cpu.py` over plain
 `python workloads/train_cpu.py` (200 steps), both as whole processes, in alternating pairs (the
 order flips every pair so drift hits both sides); the ratio reported is the median of the
 per-pair ratios. Accuracy: the planted-stall script measures its own blocked time in
 next(loader); gpuopt's `breakdown.data_wait` is compared with it, over several runs.
+
+gpuopt runs as a user has it: the console script of a wheel install (installed.py), and the plain
+side runs that install's ``python``, so both start the same interpreter with the same packages.
 """
 
 from __future__ import annotations
@@ -26,12 +29,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from installed import compile_gpuopt
+from installed import user_venv
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 WORKLOAD = HERE / "workloads" / "train_cpu.py"
 PLANTED = ROOT / "tests" / "data" / "scripts" / "planted_stall.py"
+BIN = Path(sys.executable).parent  # replaced by the user-like install's bin folder in main()
+
+
+def gpuopt(*args: str) -> list[str]:
+    return [str(BIN / "gpuopt"), *args]
 
 
 def timed(cmd: list[str]) -> float:
@@ -55,10 +63,9 @@ def timed_parts(cmd: list[str]) -> tuple[float, float, tuple[float, float, float
 
 
 def overhead(pairs: int, extra: list[str]) -> dict:
-    py = sys.executable
     with tempfile.TemporaryDirectory() as tmp:
-        plain_cmd = [py, str(WORKLOAD)]
-        prof_cmd = [py, "-m", "gpuopt", "profile", "-o", str(Path(tmp) / "run"), *extra, str(WORKLOAD)]
+        plain_cmd = [str(BIN / "python"), str(WORKLOAD)]
+        prof_cmd = gpuopt("profile", "-o", str(Path(tmp) / "run"), *extra, str(WORKLOAD))
         timed(plain_cmd)  # warm the page cache for both
         timed(prof_cmd)
         plain, prof, ratios, cpu_ratios, parts = [], [], [], [], []
@@ -122,15 +129,14 @@ def split_parts(parts: list[dict]) -> dict:
 
 def start_time(runs: int) -> dict:
     """Whole-process time of `gpuopt --help` and `gpuopt report RUN --format json` (no torch)."""
-    py = sys.executable
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "run"
-        subprocess.run([py, "-m", "gpuopt", "profile", "--quiet", "--steps", "5", "-o", str(run), str(WORKLOAD)],
+        subprocess.run(gpuopt("profile", "--quiet", "--steps", "5", "-o", str(run), str(WORKLOAD)),
                        check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         cmds = {
-            "gpuopt --help": [py, "-m", "gpuopt", "--help"],
-            "gpuopt report RUN --format json": [py, "-m", "gpuopt", "report", str(run), "--format", "json"],
-            "gpuopt report RUN (text)": [py, "-m", "gpuopt", "report", str(run)],
+            "gpuopt --help": gpuopt("--help"),
+            "gpuopt report RUN --format json": gpuopt("report", str(run), "--format", "json"),
+            "gpuopt report RUN (text)": gpuopt("report", str(run)),
         }
         return {name: statistics.median(timed(cmd) for _ in range(runs)) for name, cmd in cmds.items()}
 
@@ -143,7 +149,7 @@ def accuracy(runs: int) -> dict:
             truth_f = Path(tmp) / f"truth{i}.json"
             out = Path(tmp) / f"run{i}"
             subprocess.run(
-                [sys.executable, "-m", "gpuopt", "profile", "--quiet", "-o", str(out), str(PLANTED), str(truth_f)],
+                gpuopt("profile", "--quiet", "-o", str(out), str(PLANTED), str(truth_f)),
                 check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )
             truth = json.loads(truth_f.read_text())["data_wait"]
@@ -160,7 +166,8 @@ def main() -> None:
     ap.add_argument("--without-recorder", action="store_true", help="also measure with --window 0")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "bench-profile.md")
     a = ap.parse_args()
-    compile_gpuopt()  # as an installed package would be (see installed.py)
+    global BIN
+    BIN = user_venv()  # a wheel install, as a user has it (see installed.py)
     ov = overhead(a.pairs, [])
     ov_norec = overhead(a.pairs, ["--window", "0"]) if a.without_recorder else None
     acc = accuracy(a.accuracy_runs)

@@ -1,6 +1,6 @@
 """``python -m gpuopt`` is the same as ``gpuopt``."""
 
-from gpuopt.cli import main
+from gpuopt.entry import main
 
 if __name__ == "__main__":
     main()

@@ -6,16 +6,14 @@ Heavy imports (torch, pandas) happen inside the commands that need them, never a
 
 from __future__ import annotations
 
-import os
-import sys
 from enum import Enum
 from pathlib import Path
-from typing import NoReturn
 
 import typer
 
 from gpuopt import __version__
-from gpuopt.errors import GpuoptError
+from gpuopt.entry import quick_exit
+from gpuopt.errors import GpuoptError, fail
 
 app = typer.Typer(
     name="gpuopt",
@@ -35,12 +33,6 @@ class ReportFormat(str, Enum):
     json = "json"
     md = "md"
     html = "html"
-
-
-def fail(message: str) -> NoReturn:
-    """Print a one-line reason to stderr and exit 2 (bad input or usage)."""
-    print(f"gpuopt: error: {' '.join(message.split())}", file=sys.stderr)
-    raise SystemExit(2)
 
 
 def _version(value: bool) -> None:
@@ -108,14 +100,11 @@ def report(
     fmt: ReportFormat | None = typer.Option(None, "--format", "-f", help="text, json, md or html (default: from -o's extension, else text)."),
     output: Path | None = typer.Option(None, "-o", "--output", help="Write to FILE instead of stdout."),
 ) -> None:
-    from gpuopt.report.command import report_command
+    from gpuopt.report.command import run_report
 
     global _quick_exit
     _quick_exit = True  # runs no user code: see main()
-    try:
-        report_command(path, fmt.value if fmt else None, output)
-    except GpuoptError as exc:
-        fail(str(exc))
+    run_report(path, fmt.value if fmt else None, output)
 
 
 @app.command(help="Plan ahead-of-time multi-stream execution (Nimble) for a static model: streams, syncs, estimated speedup.")
@@ -135,33 +124,20 @@ def schedule(
 
 
 def main() -> None:
-    """Console entry point.
+    """Run the typer app (``gpuopt.entry.main`` calls it for every command line but the fast one).
 
-    A command that runs no user code (``report``) ends with ``os._exit`` once stdout and stderr
-    are flushed: tearing the interpreter down (freeing every decoded event, numpy's and msgspec's
-    module state) took 0.05–0.07 s after a 50 MB trace, a seventh of the whole command
-    (docs/bench-trace.md). Commands that run user code (``profile``, ``schedule``) always exit
-    normally, so the user's atexit handlers and finalizers run.
+    A command that runs no user code (``report``) ends with :func:`gpuopt.entry.quick_exit`.
+    Commands that run user code (``profile``, ``schedule``) always exit normally, so the user's
+    atexit handlers and finalizers run.
     """
     try:
         app()
     except SystemExit as exc:
         if _quick_exit and (exc.code is None or isinstance(exc.code, int)):
-            _exit_now(exc.code or 0)
+            quick_exit(exc.code or 0)
         raise
     except GpuoptError as exc:  # pragma: no cover - commands catch their own
         fail(str(exc))
-
-
-def _exit_now(code: int) -> None:
-    """Flush, then leave without teardown; a flush that fails (a closed pipe) returns, and the
-    caller's normal exit reports it as Python always has."""
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        return
-    os._exit(code)
 
 
 if __name__ == "__main__":

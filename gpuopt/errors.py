@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from typing import NoReturn
+
 
 class GpuoptError(Exception):
     """Bad input or usage: the CLI prints ``gpuopt: error: <message>`` and exits with 2.
@@ -13,3 +16,9 @@ class GpuoptError(Exception):
 
     def __init__(self, message: str) -> None:
         super().__init__(" ".join(message.split()))
+
+
+def fail(message: str) -> NoReturn:
+    """Print a one-line reason to stderr and exit 2 (bad input or usage)."""
+    print(f"gpuopt: error: {' '.join(message.split())}", file=sys.stderr)
+    raise SystemExit(2)

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpuopt.errors import GpuoptError
+from gpuopt.errors import GpuoptError, fail
 from gpuopt.report import format_for_path, get_renderer, print_report
 from gpuopt.schema import load_profile, write_atomic
 
@@ -55,3 +55,12 @@ def report_command(path: Path, fmt: str | None, output: Path | None) -> None:
         return
     write_atomic(output, renderer.render(doc).encode("utf-8"))
     print(f"wrote {output}", file=sys.stderr)
+
+
+def run_report(path: Path, fmt: str | None, output: Path | None) -> None:
+    """The ``report`` command as both entry paths run it (typer's, and gpuopt.entry's fast one):
+    bad input ends with a one-line reason and exit code 2."""
+    try:
+        report_command(path, fmt, output)
+    except GpuoptError as exc:
+        fail(str(exc))

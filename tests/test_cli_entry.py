@@ -1,0 +1,91 @@
+"""The entry point's fast path for `gpuopt report`: it must parse exactly as typer does, or leave
+the command line to typer."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ROOT
+from typer.testing import CliRunner
+
+import gpuopt.entry as entry
+import gpuopt.report.command as command
+from gpuopt.cli import app
+
+ACCEPTED = [
+    ["report", "t.json"],
+    ["report", "t.json", "--format", "json"],
+    ["report", "--format", "json", "t.json"],
+    ["report", "-f", "md", "-o", "out.md", "t.json"],
+    ["report", "t.json", "--format=html"],
+    ["report", "t.json", "--output=x.html"],
+    ["report", "runs/a b/", "-o", "x", "--format", "text"],
+]
+DECLINED = [
+    [], ["report"], ["report", "--help"], ["report", "t.json", "--help"], ["--version"], ["profile", "x.py"],
+    ["report", "t.json", "--format", "JSON"], ["report", "t.json", "--format", "csv"], ["report", "t.json", "-f"],
+    ["report", "a", "b"], ["report", "t.json", "-o", "-"], ["report", "-"], ["report", "t.json", "-fjson"],
+    ["report", "t.json", "--format", "json", "--format", "md"], ["report", "--", "t.json"],
+    ["report", "t.json", "--bogus"], ["report", ""], ["report", "t.json", "--format="], ["report", "t.json", "-o="],
+]
+
+
+def typer_parse(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
+    seen: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(command, "run_report", lambda *a: seen.append(a))
+    r = CliRunner().invoke(app, argv)
+    assert r.exit_code == 0 and len(seen) == 1, r.output
+    return seen[0]
+
+
+@pytest.mark.parametrize("argv", ACCEPTED, ids=" ".join)
+def test_accepted_command_lines_parse_as_typer_parses_them(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    fast = entry.parse_report(argv)
+    assert fast is not None
+    path, fmt, output = fast
+    assert typer_parse(argv, monkeypatch) == (Path(path), fmt, Path(output) if output else None)
+
+
+@pytest.mark.parametrize("argv", DECLINED, ids=lambda a: " ".join(a) or "(empty)")
+def test_anything_else_goes_to_typer(argv: list[str]) -> None:
+    assert entry.parse_report(argv) is None
+
+
+def test_fast_path_runs_the_report_without_typer(tmp_path: Path) -> None:
+    trace = ROOT / "tests" / "data" / "report" / "gpu_ranks.json"
+    out = tmp_path / "r.md"
+    code = (
+        "import sys\n"
+        "import gpuopt.entry as e\n"
+        "e.quick_exit = lambda code: print('exit', code)\n"
+        f"sys.argv = ['gpuopt', 'report', {str(trace)!r}, '-o', {str(out)!r}]\n"
+        "e.main()\n"
+        "print('typer' in sys.modules, 'click' in sys.modules or 'typer._click' in sys.modules)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:2] == ["exit 0", "False False"]
+    assert out.read_text().startswith("#")  # Markdown, chosen from -o's extension as typer's path does
+
+
+def test_interrupt_and_bad_input_exit_codes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def leave(code: int) -> None:
+        raise SystemExit(code)
+
+    monkeypatch.setattr(entry, "quick_exit", leave)
+    monkeypatch.setattr(sys, "argv", ["gpuopt", "report", str(tmp_path / "missing.json")])
+    with pytest.raises(SystemExit) as ei:
+        entry.main()
+    assert ei.value.code == 2 and "no such file" in capsys.readouterr().err
+
+    def interrupted(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(command, "run_report", interrupted)
+    with pytest.raises(SystemExit) as ei:
+        entry.main()
+    assert ei.value.code == 130  # as typer ends an interrupted command
