@@ -77,12 +77,21 @@ def _workloads() -> dict[str, tuple[Callable[[int], None], int]]:
         for _ in range(n):
             model(data).sum().backward()
 
-    ops_per_call = {"tiny_add": 1, "index_row": 1, "matmul_256": 1, "mlp_fwd_bwd": _count_ops(mlp_fwd_bwd)}
+    def pick(i: int) -> Any:
+        return x[i % 64]  # in no loop: the recorder walks out to the loop that calls it
+
+    def index_via_helper(n: int) -> None:
+        for i in range(n):
+            pick(i)
+
+    ops_per_call = {"tiny_add": 1, "index_row": 1, "matmul_256": 1, "mlp_fwd_bwd": _count_ops(mlp_fwd_bwd),
+                    "index_via_helper": 1}
     return {
         "tiny_add": (tiny_add, ops_per_call["tiny_add"]),
         "index_row": (index_row, ops_per_call["index_row"]),
         "matmul_256": (matmul_256, ops_per_call["matmul_256"]),
         "mlp_fwd_bwd": (mlp_fwd_bwd, ops_per_call["mlp_fwd_bwd"]),
+        "index_via_helper": (index_via_helper, ops_per_call["index_via_helper"]),
     }
 
 

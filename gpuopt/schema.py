@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -183,6 +182,8 @@ def loads(data: bytes | str) -> Any:
 def write_atomic(path: Path, data: bytes) -> None:
     """Write via a temporary file and rename, so a reader never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    import tempfile  # here, not at the top: `gpuopt report` to stdout never needs it
+
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:

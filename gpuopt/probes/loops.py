@@ -120,9 +120,12 @@ class LoopFinder:
     costs a parse, counted in the resolver's ``miss_s`` so it is taken out of the step), the
     summary asks again afterwards from the same cache."""
 
+    # Parsed files, shared by every finder in the process: the end-of-run calibration builds
+    # several recorders over the same file, and a parse costs 1-10 ms.
+    _files: dict[str, LoopIndex] = {}
+
     def __init__(self, resolver: SiteResolver) -> None:
         self.resolver = resolver
-        self._files: dict[str, LoopIndex] = {}
         self._found: dict[tuple[int, int], Loop | None] = {}
 
     def loop_at(self, code: CodeType, lasti: int) -> Loop | None:

@@ -80,6 +80,20 @@ class _Ctx:
         return f if isinstance(f, str) else getattr(f, "__name__", "?")
 
 
+class _LoopMemo(dict):  # type: ignore[type-arg]
+    """``memo[key]``: does instruction ``key`` run in a loop of its own file? One dict lookup on
+    the hot path; the first look at an instruction (its code already in ``resolver.codes``) asks
+    the :class:`LoopFinder`."""
+
+    def __init__(self, loops: LoopFinder) -> None:
+        super().__init__()
+        self.loops = loops
+
+    def __missing__(self, key: Key) -> bool:
+        found = self[key] = self.loops.loop_at(self.loops.resolver.codes[key[0]], key[1]) is not None
+        return found
+
+
 class StepCounters:
     """Everything measured during one step (merged into the window totals when it ends)."""
 
@@ -168,6 +182,7 @@ class RecorderEngine:
         self.last_key: tuple[int, int] | None = None
         self.last_fid = 0
         self.loops = LoopFinder(resolver)
+        self.in_loop = _LoopMemo(self.loops)
         # Per caller line in a loop: the frame it called last. Held (not its id), so a new call
         # is a new object even where CPython reuses a freed frame's memory.
         self.via_callee: dict[Key, Any] = {}
@@ -314,7 +329,7 @@ class RecorderEngine:
                 if direct or key != self.last_key or fid != self.last_fid:
                     stats[S_EXEC] += 1
                 self.last_key, self.last_fid = key, fid
-                via = None if data else self._via(frame, key)
+                via = None if data or self.in_loop[key] else self._via(frame, key)
                 if via is not None:
                     via[S_TF] += 1
                 ctx = _Ctx(key, stats, direct, data, kind, func, via)
@@ -426,12 +441,18 @@ class RecorderEngine:
                     acc.small_s += dt
                 if flags & VIEW:
                     acc.view_ops += 1
-                for stats in (ctx.stats, ctx.via):
-                    if stats is not None:
-                        stats[S_OPS] += 1
-                        stats[S_TIME] += dt + gap
+                stats = ctx.stats
+                if stats is not None:
+                    stats[S_OPS] += 1
+                    stats[S_TIME] += dt + gap
+                    if flags & INDEXING:
+                        stats[S_INDEX] += 1
+                    via = ctx.via
+                    if via is not None:  # the same op, counted in the loop that called its line
+                        via[S_OPS] += 1
+                        via[S_TIME] += dt + gap
                         if flags & INDEXING:
-                            stats[S_INDEX] += 1
+                            via[S_INDEX] += 1
             for entry in timed:
                 entry[1] += dt
         self.last_exit = t_end = _perf()
@@ -458,15 +479,14 @@ class RecorderEngine:
         if key != self.last_key or fid != self.last_fid:
             stats[S_EXEC] += 1
         self.last_key, self.last_fid = key, fid
-        return _Ctx(key, stats, direct, data, None, "?", None if data else self._via(frame, key))
+        via = None if data or self.in_loop[key] else self._via(frame, key)
+        return _Ctx(key, stats, direct, data, None, "?", via)
 
     def _via(self, frame: Any, key: Key) -> list[Any] | None:
-        """Stats for an op whose own line runs in no loop but is called, through user helpers
-        (up to :data:`VIA_DEPTH` of them), from a line that does: the loop is where the fix goes.
-        Counts a call of that line each time the frame it calls changes."""
-        loops = self.loops
-        if loops.loop_at(frame.f_code, key[1]) is not None:
-            return None
+        """Stats for an op whose own line (``key``, in ``frame``) runs in no loop but is called,
+        through user helpers (up to :data:`VIA_DEPTH` of them), from a line that does: the loop
+        is where the fix goes. Counts a call of that line each time the frame it calls changes."""
+        in_loop = self.in_loop
         resolver = self.resolver
         cache = resolver.cache
         callee = frame
@@ -479,7 +499,8 @@ class RecorderEngine:
                 cat = resolver.classify(code)
             if cat == USER:
                 caller = (id(code), f.f_lasti)
-                if loops.loop_at(code, caller[1]) is not None:
+                resolver.codes[caller[0]] = code
+                if in_loop[caller]:
                     acc = self.acc
                     stats = acc.via.get((key, caller))
                     if stats is None:
