@@ -83,9 +83,9 @@ def _reference(doc: dict[str, Any], window: list[int]) -> tuple[float, float] | 
 class _Sites:
     """Positions, sites and loops for ``(code, lasti)`` keys, each computed once."""
 
-    def __init__(self, resolver: SiteResolver, loops: LoopFinder | None = None) -> None:
+    def __init__(self, resolver: SiteResolver, loops: LoopFinder) -> None:
         self.resolver = resolver
-        self.loops = loops or LoopFinder(resolver)
+        self.loops = loops
 
     def code(self, cid: int) -> CodeType:
         return self.resolver.codes[cid]
@@ -361,7 +361,7 @@ def _loops(t: StepCounters, sites: _Sites, steps: int, wall: float, cal: dict[st
     # per step does not qualify); each call is one iteration.
     for (own, caller), st in t.via.items():
         calls = t.via_calls.get(caller, 0)
-        if calls < LOOP_MIN_ITERATIONS * steps or own in t.sites and t.sites[own][S_DATA]:
+        if calls < LOOP_MIN_ITERATIONS * steps:  # (data-loading ops never get a caller loop)
             continue
         found = sites.loop_of(*caller)
         if found is None:

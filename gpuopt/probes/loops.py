@@ -115,33 +115,27 @@ def _contains(r: Region, line: int, col: int | None) -> bool:
 
 
 class LoopFinder:
-    """The innermost loop running instruction ``lasti`` of ``code``: each file parsed once, each
-    instruction looked up once. The recorder asks during the window (the first look at a file
-    costs a parse, counted in the resolver's ``miss_s`` so it is taken out of the step), the
-    summary asks again afterwards from the same cache."""
+    """The innermost loop running instruction ``lasti`` of ``code``, each file parsed once. The
+    recorder asks once per instruction during the window (its memo keeps the answer; the first
+    look at a file costs a parse, counted in the resolver's ``miss_s`` so it is taken out of the
+    step), the summary asks again for the sites it reports."""
 
-    # Parsed files, shared by every finder in the process: the end-of-run calibration builds
-    # several recorders over the same file, and a parse costs 1-10 ms.
+    # Parsed files, shared by every finder in the process (one gpuopt process profiles one run):
+    # the end-of-run calibration builds several recorders over the same file, and a parse costs
+    # 1-10 ms.
     _files: dict[str, LoopIndex] = {}
 
     def __init__(self, resolver: SiteResolver) -> None:
         self.resolver = resolver
-        self._found: dict[tuple[int, int], Loop | None] = {}
 
     def loop_at(self, code: CodeType, lasti: int) -> Loop | None:
-        key = (id(code), lasti)
-        try:
-            return self._found[key]
-        except KeyError:
-            pass
         t0 = time.perf_counter()
         resolver = self.resolver
-        resolver.codes[key[0]] = code  # keeps the code alive, so its id is never reused
         path = resolver.abspath(code.co_filename)
         index = self._files.get(path)
         if index is None:
             index = self._files[path] = LoopIndex.from_file(path)
         line, col, _, _ = resolver.position(code, lasti)
-        loop = self._found[key] = index.innermost(line, col)
+        loop = index.innermost(line, col)
         resolver.miss_s += time.perf_counter() - t0
         return loop
