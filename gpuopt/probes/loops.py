@@ -11,7 +11,6 @@ comprehension.
 from __future__ import annotations
 
 import ast
-import time
 from dataclasses import dataclass
 from types import CodeType
 from typing import TYPE_CHECKING
@@ -117,8 +116,9 @@ def _contains(r: Region, line: int, col: int | None) -> bool:
 class LoopFinder:
     """The innermost loop running instruction ``lasti`` of ``code``, each file parsed once. The
     recorder asks once per instruction during the window (its memo keeps the answer; the first
-    look at a file costs a parse, counted in the resolver's ``miss_s`` so it is taken out of the
-    step), the summary asks again for the sites it reports."""
+    look at a file costs a parse, inside the recorder's handlers, so it is part of the recorder's
+    own time that the window's timings are corrected for); the summary asks again for the sites
+    it reports."""
 
     # Parsed files, shared by every finder in the process (one gpuopt process profiles one run):
     # the end-of-run calibration builds several recorders over the same file, and a parse costs
@@ -129,13 +129,10 @@ class LoopFinder:
         self.resolver = resolver
 
     def loop_at(self, code: CodeType, lasti: int) -> Loop | None:
-        t0 = time.perf_counter()
         resolver = self.resolver
         path = resolver.abspath(code.co_filename)
         index = self._files.get(path)
         if index is None:
             index = self._files[path] = LoopIndex.from_file(path)
         line, col, _, _ = resolver.position(code, lasti)
-        loop = index.innermost(line, col)
-        resolver.miss_s += time.perf_counter() - t0
-        return loop
+        return index.innermost(line, col)
