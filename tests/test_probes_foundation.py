@@ -203,3 +203,38 @@ def test_no_nvidia_device_node_means_no_pynvml_import(monkeypatch: pytest.Monkey
     monkeypatch.setattr(accelerator.os.path, "exists", lambda p: p == "/dev/nvidiactl")
     backend, reason = accelerator.open_nvml()  # a driver node: NVML is asked (here: not installed)
     assert backend is None and reason is not None and "nvidia-ml-py is not installed" in reason
+
+
+@pytest.mark.parametrize("proc_files", [True, False], ids=["proc-children", "psutil-scan"])
+def test_process_tree_finds_children_and_grandchildren(proc_files: bool) -> None:
+    """DataLoader workers and what they start count in the CPU/RSS of the run: both ways of
+    finding them (Linux's per-thread children files, psutil's scan of every process) agree."""
+    import subprocess
+    import time
+
+    from gpuopt.probes.samplers import ProcessTreeCpu
+
+    code = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        tree = ProcessTreeCpu()
+        if not proc_files:
+            tree._proc_children = False
+        elif not tree._proc_children:
+            pytest.skip("no /proc/PID/task/TID/children on this system")
+        psutil = pytest.importorskip("psutil")
+        deadline = time.monotonic() + 20
+        want: set[int] = set()
+        while time.monotonic() < deadline:
+            want = {child.pid} | {p.pid for p in psutil.Process(child.pid).children()}
+            tree._last_refresh = -1e9  # refresh on every read
+            tree.read(time.perf_counter())
+            if len(want) == 2 and want <= tree.pids():
+                break
+            time.sleep(0.05)
+        assert len(want) == 2 and want <= tree.pids()  # (other children of this process may count too)
+    finally:
+        for p in __import__("psutil").Process(child.pid).children():
+            p.kill()
+        child.kill()
+        child.wait()

@@ -33,7 +33,43 @@ class ProcessTreeCpu:
         self.root = psutil.Process(pid or os.getpid())
         self._procs: dict[int, Any] = {self.root.pid: self.root}
         self._last_refresh = -1e9
+        me = self.root.pid
+        self._proc_children = os.path.exists(f"/proc/{me}/task/{me}/children")  # Linux >= 3.5
         self.root.cpu_percent(None)  # prime: the first call always returns 0
+
+    def _descendants(self) -> list[Any]:
+        """The root's descendants. On Linux they come from ``/proc/PID/task/TID/children`` (a few
+        small reads per process of the tree); psutil's ``children(recursive=True)`` reads the
+        ``stat`` file of every process on the machine instead: 1.7 ms with 64 processes here, tens
+        of milliseconds on a busy GPU server, every refresh, mostly holding the GIL the training
+        loop needs. Elsewhere (or without that file) psutil's way."""
+        if not self._proc_children:
+            return list(self.root.children(recursive=True))
+        ps = self._psutil
+        out: list[Any] = []
+        todo = [self.root.pid]
+        while todo:
+            pid = todo.pop()
+            try:
+                tids = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue  # gone since its parent listed it
+            for tid in tids:
+                try:
+                    with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+                        kids = [int(k) for k in fh.read().split()]
+                except (OSError, ValueError):
+                    continue  # the thread ended meanwhile
+                todo += kids
+                for kid in kids:
+                    proc = self._procs.get(kid)
+                    if proc is None:
+                        try:
+                            proc = ps.Process(kid)
+                        except ps.Error:
+                            continue
+                    out.append(proc)
+        return out
 
     def pids(self) -> set[int]:
         return set(self._procs)
@@ -44,7 +80,7 @@ class ProcessTreeCpu:
         if now - self._last_refresh >= _CHILD_REFRESH_S:
             self._last_refresh = now
             try:
-                for child in self.root.children(recursive=True):
+                for child in self._descendants():
                     if child.pid not in self._procs:
                         self._procs[child.pid] = child
                         try:
