@@ -93,7 +93,15 @@ def main() -> None:
     dl_off, dl_on = per_call_us(batches, a.calls, a.reps, lambda: probe.start(ctx), probe.stop)
 
     # 3. one sampler tick (process-tree CPU and RSS through psutil)
-    sampler = UtilizationSampler(interval=a.interval, nvml=None, nvml_note="benchmark")
+    # The sampler's clock advances one interval per tick, as in a run, so the process-tree
+    # refresh (every second) lands on the same share of ticks as it does there.
+    fake_now = [0.0]
+
+    def clock() -> float:
+        fake_now[0] += a.interval
+        return fake_now[0]
+
+    sampler = UtilizationSampler(interval=a.interval, nvml=None, nvml_note="benchmark", clock=clock)
     sampler.start(ctx, thread=False)
     ticks = []
     for _ in range(a.reps):
