@@ -72,7 +72,7 @@ def profile(
             fail("profile needs a SCRIPT (or -m MODULE); try: gpuopt profile train.py")
         if args[0].startswith("-"):
             fail(f"unknown option {args[0]!r} for gpuopt profile; options of gpuopt go before SCRIPT, see gpuopt profile --help")
-    from gpuopt.runner.main import ProfileOptions, profile_command
+    from gpuopt.runner.main import ProfileOptions, run_profile
 
     opts = ProfileOptions(
         script=None if module is not None else args[0],
@@ -87,11 +87,7 @@ def profile(
         quiet=quiet,
         fmt=fmt.value,
     )
-    try:
-        code = profile_command(opts)
-    except GpuoptError as exc:
-        fail(str(exc))
-    raise SystemExit(code)
+    run_profile(opts)
 
 
 @app.command(help="Render a run directory, a profile.json, or PyTorch profiler traces (file or folder of ranks). Never re-runs anything.")

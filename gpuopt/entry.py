@@ -1,14 +1,19 @@
-"""The console entry point (``gpuopt``, ``python -m gpuopt``), with one fast path.
+"""The console entry point (``gpuopt``, ``python -m gpuopt``), with two fast paths.
 
-``gpuopt report PATH [--format F] [-o FILE]`` is what CI jobs and people run on traces, and its
-whole run on a 25-35 MB trace is about 0.35 s, of which importing typer (with the standard-library
-modules it pulls in) and building the click command take 25-30 ms (docs/bench-trace.md). So that
-one command shape is recognised here, before typer is imported, and runs the very function the
-typer command runs (:func:`gpuopt.report.command.run_report`). The recogniser accepts only that
-exact shape with values it can check; anything else (``--help``, an unknown or repeated option, a
-format that is not one of ours, a value that looks like an option) goes to typer, whose behaviour
-and messages stay the reference. tests/test_cli_entry.py checks that typer parses every accepted
-command line the same way.
+Importing typer (with the standard-library modules it pulls in) and building the click command
+take 25-30 ms. That is a tenth of ``gpuopt report`` on a 25-35 MB trace (docs/bench-trace.md) and
+part of the fixed cost ``gpuopt profile`` adds to a training run (docs/bench-profile.md). So the
+two command shapes people type most are recognised here, before typer is imported, and run the
+very functions the typer commands run:
+
+* ``gpuopt report PATH [--format F] [-o FILE]`` (:func:`gpuopt.report.command.run_report`);
+* ``gpuopt profile [-o DIR] [--quiet] SCRIPT [ARGS...]`` (:func:`gpuopt.runner.main.run_profile`;
+  everything after SCRIPT is the script's, as under typer).
+
+The recognisers accept only those exact shapes with values they can check; anything else
+(``--help``, any other or a repeated option, a format that is not one of ours, a value that looks
+like an option) goes to typer, whose behaviour and messages stay the reference.
+tests/test_cli_entry.py checks that typer parses every accepted command line the same way.
 
 Commands that run no user code end with ``os._exit`` once stdout and stderr are flushed (see
 :func:`quick_exit`).
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import NoReturn
 
 FORMATS = ("text", "json", "md", "html")
 _OPTIONS = {"--format": "format", "-f": "format", "-o": "output", "--output": "output"}
@@ -56,6 +62,36 @@ def parse_report(argv: list[str]) -> tuple[str, str | None, str | None] | None:
     return path, got.get("format"), got.get("output")
 
 
+def parse_profile(argv: list[str]) -> tuple[str, list[str], str | None, bool] | None:
+    """``(script, script_args, out, quiet)`` when ``argv`` is a plain ``profile`` command line,
+    else None (typer takes it)."""
+    if not argv or argv[0] != "profile":
+        return None
+    out: str | None = None
+    quiet = False
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--quiet" and not quiet:
+            quiet = True
+            i += 1
+            continue
+        name, eq, value = arg.partition("=")
+        if eq and name == "--out":
+            i += 1
+        elif arg in ("-o", "--out") and i + 1 < len(argv):
+            value = argv[i + 1]
+            i += 2
+        elif arg.startswith("-") or not arg:
+            return None
+        else:
+            return arg, argv[i + 1:], out, quiet  # the script; the rest is its own
+        if out is not None or not value or value.startswith("-"):
+            return None
+        out = value
+    return None
+
+
 def quick_exit(code: int) -> None:
     """Leave without the interpreter's teardown, once stdout and stderr are flushed.
 
@@ -73,7 +109,11 @@ def quick_exit(code: int) -> None:
 
 
 def main() -> None:
-    fast = parse_report(sys.argv[1:])
+    argv = sys.argv[1:]
+    prof = parse_profile(argv)
+    if prof is not None:
+        _profile(*prof)
+    fast = parse_report(argv)
     if fast is None:
         from gpuopt.cli import main as typer_main
 
@@ -96,6 +136,18 @@ def main() -> None:
     except BrokenPipeError:  # the reader went away (`| head`): exit 1, as typer does
         os._exit(1)
     quick_exit(0)
+
+
+def _profile(script: str, args: list[str], out: str | None, quiet: bool) -> NoReturn:
+    """Runs user code: a normal exit (atexit handlers, finalizers), never :func:`quick_exit`."""
+    from pathlib import Path
+
+    from gpuopt.runner.main import ProfileOptions, run_profile
+
+    try:
+        run_profile(ProfileOptions(script=script, module=None, args=args, out=Path(out) if out else None, quiet=quiet))
+    except KeyboardInterrupt:  # outside the script (the runner handles it inside): as typer ends
+        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":

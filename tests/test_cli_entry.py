@@ -1,5 +1,5 @@
-"""The entry point's fast path for `gpuopt report`: it must parse exactly as typer does, or leave
-the command line to typer."""
+"""The entry point's fast paths for `gpuopt report` and `gpuopt profile`: they must parse exactly
+as typer does, or leave the command line to typer."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from typer.testing import CliRunner
 
 import gpuopt.entry as entry
 import gpuopt.report.command as command
+import gpuopt.runner.main as runner_main
 from gpuopt.cli import app
+from gpuopt.runner.main import ProfileOptions
 
 ACCEPTED = [
     ["report", "t.json"],
@@ -89,3 +91,45 @@ def test_interrupt_and_bad_input_exit_codes(monkeypatch: pytest.MonkeyPatch, tmp
     with pytest.raises(SystemExit) as ei:
         entry.main()
     assert ei.value.code == 130  # as typer ends an interrupted command
+
+
+PROFILE_ACCEPTED = [
+    ["profile", "train.py"],
+    ["profile", "train.py", "--lr", "0.1", "--help"],
+    ["profile", "-o", "runs/x", "train.py", "-o", "y"],
+    ["profile", "--quiet", "--out=r", "t.py", "--quiet"],
+    ["profile", "--out", "r", "--quiet", "t.py", "a", "--", "b"],
+]
+PROFILE_DECLINED = [
+    ["profile"], ["profile", "--help"], ["profile", "-m", "mod"], ["profile", "--steps", "5", "t.py"],
+    ["profile", "-o", "x"], ["profile", "--quiet", "--quiet", "t.py"], ["profile", "-o", "a", "-o", "b", "t.py"],
+    ["profile", "--", "t.py"], ["profile", "-o", "--quiet", "t.py"], ["profile", "--out=", "t.py"], ["profile", "-"],
+    ["profile", ""], ["profile", "-otmp", "t.py"], ["report", "t.json", "x.py"],
+]
+
+
+@pytest.mark.parametrize("argv", PROFILE_ACCEPTED, ids=" ".join)
+def test_accepted_profile_command_lines_give_typers_options(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    fast = entry.parse_profile(argv)
+    assert fast is not None
+    script, args, out, quiet = fast
+    seen: list[ProfileOptions] = []
+    monkeypatch.setattr(runner_main, "run_profile", seen.append)
+    r = CliRunner().invoke(app, argv)
+    assert r.exit_code == 0 and len(seen) == 1, r.output
+    assert seen[0] == ProfileOptions(script=script, module=None, args=args, out=Path(out) if out else None, quiet=quiet)
+
+
+@pytest.mark.parametrize("argv", PROFILE_DECLINED, ids=lambda a: " ".join(a))
+def test_any_other_profile_command_line_goes_to_typer(argv: list[str]) -> None:
+    assert entry.parse_profile(argv) is None
+
+
+def test_profile_fast_path_runs_the_script_without_typer(tmp_path: Path) -> None:
+    script = tmp_path / "probe_modules.py"
+    script.write_text("import sys\nprint('typer' in sys.modules, sys.argv[1:])\nraise SystemExit(3)\n")
+    r = subprocess.run([sys.executable, "-m", "gpuopt", "profile", "--quiet", "-o", str(tmp_path / "run"), str(script), "-o", "x"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 3, r.stderr  # the script's exit code
+    assert r.stdout.splitlines()[0] == "False ['-o', 'x']"
+    assert (tmp_path / "run" / "profile.json").exists()

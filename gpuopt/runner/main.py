@@ -10,9 +10,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from gpuopt.errors import GpuoptError
+from gpuopt.errors import GpuoptError, fail
 from gpuopt.probes.base import Probe, RunContext
 from gpuopt.runner.script import Outcome, Target, check_target, run_target
 from gpuopt.schema import empty_profile, write_profile
@@ -53,6 +53,16 @@ def prepare_out_dir(out: Path) -> Path:
     if not os.access(out, os.W_OK):
         raise GpuoptError(f"{out}: run directory is not writable")
     return out
+
+
+def run_profile(opts: ProfileOptions) -> NoReturn:
+    """The ``profile`` command as both entry paths run it (typer's, and gpuopt.entry's fast one):
+    exits with the script's exit code, or 2 with a one-line reason for bad input."""
+    try:
+        code = profile_command(opts)
+    except GpuoptError as exc:
+        fail(str(exc))
+    raise SystemExit(code)
 
 
 def profile_command(opts: ProfileOptions) -> int:
