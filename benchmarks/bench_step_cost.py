@@ -97,11 +97,11 @@ def main() -> None:
     # refresh (every second) lands on the same share of ticks as it does there.
     fake_now = [0.0]
 
-    def clock() -> float:
+    def sampler_clock() -> float:
         fake_now[0] += a.interval
         return fake_now[0]
 
-    sampler = UtilizationSampler(interval=a.interval, nvml=None, nvml_note="benchmark", clock=clock)
+    sampler = UtilizationSampler(interval=a.interval, nvml=None, nvml_note="benchmark", clock=sampler_clock)
     sampler.start(ctx, thread=False)
     ticks = []
     for _ in range(a.reps):
