@@ -337,45 +337,39 @@ def _loops(t: StepCounters, sites: _Sites, steps: int, wall: float, cal: dict[st
         lambda: {"ops": 0, "index": 0, "time": 0.0, "iters": 0, "kind": ""}
     )
     per_op, per_call = _per_event(t, cal)
+
+    def add(at: tuple[int, int], st: list[Any], iterations: int) -> dict[str, Any] | None:
+        """Count ``st`` in the loop running instruction ``at``, if one does."""
+        found = sites.loop_of(*at)
+        if found is None:
+            return None
+        rel, line, kind = found
+        g = per_loop[(rel, line)]
+        g["kind"] = kind
+        if not g.get("code"):
+            g["code"] = sites.source_line(sites.code(at[0]), line)
+        g["ops"] += st[S_OPS]
+        g["index"] += st[S_INDEX]
+        g["time"] += max(st[S_TIME] - st[S_OPS] * per_op - st[S_TF] * per_call, 0.0) * host_scale
+        g["iters"] = max(g["iters"], iterations)
+        return g
+
     # A loop qualifies only through an instruction that ran at least LOOP_MIN_ITERATIONS times
     # per step: files without one are not parsed at all.
     repeated = {sites.code(cid).co_filename for (cid, _), st in t.sites.items()
                 if not st[S_DATA] and st[S_EXEC] >= LOOP_MIN_ITERATIONS * steps}
-    for (cid, lasti), st in t.sites.items():
-        if st[S_DATA] or sites.code(cid).co_filename not in repeated:
-            continue
-        found = sites.loop_of(cid, lasti)
-        if found is None:
-            continue
-        rel, line, kind = found
-        g = per_loop[(rel, line)]
-        g["kind"] = kind
-        if not g.get("code"):
-            g["code"] = sites.source_line(sites.code(cid), line)
-        g["ops"] += st[S_OPS]
-        g["index"] += st[S_INDEX]
-        g["time"] += max(st[S_TIME] - st[S_OPS] * per_op - st[S_TF] * per_call, 0.0) * host_scale
-        g["iters"] = max(g["iters"], st[S_EXEC])
+    for key, st in t.sites.items():
+        if not st[S_DATA] and sites.code(key[0]).co_filename in repeated:
+            add(key, st, st[S_EXEC])
     # Ops issued in user helpers that a loop calls: counted in the caller's loop when that line
     # made at least LOOP_MIN_ITERATIONS calls per step (a training loop calling forward() once
-    # per step does not qualify); each call is one iteration.
+    # per step does not qualify); each call is one iteration. (Data-loading ops have no caller.)
     for (own, caller), st in t.via.items():
         calls = t.via_calls.get(caller, 0)
-        if calls < LOOP_MIN_ITERATIONS * steps:  # (data-loading ops never get a caller loop)
-            continue
-        found = sites.loop_of(*caller)
-        if found is None:
-            continue
-        rel, line, kind = found
-        g = per_loop[(rel, line)]
-        g["kind"] = kind
-        if not g.get("code"):
-            g["code"] = sites.source_line(sites.code(caller[0]), line)
-        g["ops"] += st[S_OPS]
-        g["index"] += st[S_INDEX]
-        g["time"] += max(st[S_TIME] - st[S_OPS] * per_op - st[S_TF] * per_call, 0.0) * host_scale
-        g["iters"] = max(g["iters"], calls)
-        g.setdefault("through", set()).add(sites.site(*own))
+        if calls >= LOOP_MIN_ITERATIONS * steps:
+            g = add(caller, st, calls)
+            if g is not None:
+                g.setdefault("through", set()).add(sites.site(*own))
     out = []
     for (rel, line), g in per_loop.items():
         iterations = g["iters"] / steps
