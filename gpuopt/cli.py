@@ -14,7 +14,7 @@ from pathlib import Path
 import typer
 
 from gpuopt import __version__
-from gpuopt.entry import quick_exit
+from gpuopt.entry import exit_quickly_on
 from gpuopt.errors import GpuoptError, fail
 
 app = typer.Typer(
@@ -131,8 +131,8 @@ def main() -> None:
     try:
         app()
     except SystemExit as exc:
-        if _quick_exit and (exc.code is None or isinstance(exc.code, int)):
-            quick_exit(exc.code or 0)
+        if _quick_exit:
+            exit_quickly_on(exc)
         raise
     except GpuoptError as exc:  # pragma: no cover - commands catch their own
         fail(str(exc))

@@ -25,7 +25,6 @@ import os
 import sys
 from typing import NoReturn
 
-FORMATS = ("text", "json", "md", "html")
 _OPTIONS = {"--format": "format", "-f": "format", "-o": "output", "--output": "output"}
 
 
@@ -34,6 +33,8 @@ def parse_report(argv: list[str]) -> tuple[str, str | None, str | None] | None:
     command line, else None (typer takes it)."""
     if not argv or argv[0] != "report":
         return None
+    from gpuopt.report import FORMATS  # the report command imports it anyway
+
     path: str | None = None
     got: dict[str, str] = {}
     i = 1
@@ -108,6 +109,13 @@ def quick_exit(code: int) -> None:
     os._exit(code)
 
 
+def exit_quickly_on(exc: SystemExit) -> None:
+    """:func:`quick_exit` with the code of ``exc`` (a command's ending); a message code (a
+    string, which Python prints) returns, so the caller re-raises it."""
+    if exc.code is None or isinstance(exc.code, int):
+        quick_exit(exc.code or 0)
+
+
 def main() -> None:
     argv = sys.argv[1:]
     prof = parse_profile(argv)
@@ -127,8 +135,7 @@ def main() -> None:
     try:
         run_report(Path(path), fmt, Path(output) if output else None)
     except SystemExit as exc:
-        if exc.code is None or isinstance(exc.code, int):
-            quick_exit(exc.code or 0)
+        exit_quickly_on(exc)
         raise
     except KeyboardInterrupt:
         quick_exit(130)  # as typer ends an interrupted command: 130, no message, no traceback
