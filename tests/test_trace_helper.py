@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from trace_helpers import SHARED_TRACES, kernel, launch, write_trace
 
-from gpuopt.trace import decode, helper, pieces
+from gpuopt.trace import decode, early, events, helper, pieces
 from gpuopt.trace.columns import EventColumns
 
 pytestmark = pytest.mark.skipif(
@@ -67,7 +67,7 @@ def test_a_helper_that_fails_midway_is_redone_by_the_parent(tmp_path: Path, monk
     p = _trace(tmp_path)
     monkeypatch.setattr(pieces, "BLOCK", 4096)
     calls = {"n": 0}
-    real = decode._helper_piece
+    real = events.piece_frame
 
     def flaky(offset: int, end: int, data: bytes) -> bytes:
         calls["n"] += 1  # counted in the helper's own copy of this closure (it is forked)
@@ -75,7 +75,7 @@ def test_a_helper_that_fails_midway_is_redone_by_the_parent(tmp_path: Path, monk
             raise RuntimeError("helper dies on its third piece")
         return real(offset, end, data)
 
-    monkeypatch.setattr(decode, "_helper_piece", flaky)  # what the parent hands the helper
+    monkeypatch.setattr(events, "piece_frame", flaky)  # what the parent hands the helper
     alone = decode._load_streaming(p, workers=0)
     real_load, redone = decode._load_streaming, []
 
@@ -102,16 +102,26 @@ def test_frames_round_trip_odd_values() -> None:
     data = (
         b'[{"ph":"X","cat":"kernel","name":null,"pid":"host","tid":7,"ts":1.5,"dur":2,'
         b'"args":{"stream":"0x0","correlation":12,"Call stack":"a.py(3): f"}},'
-        b'{"ph":"X","cat":"cpu_op","name":3,"pid":1,"tid":"t","ts":4,"dur":1}]'
+        b'{"ph":"X","cat":"cpu_op","name":3,"pid":1,"tid":"t","ts":4,"dur":1},'
+        b'{"ph":"X","cat":"Trace","name":"span","pid":1,"tid":"t","ts":0,"dur":9},'
+        b'{"ph":"X","cat":"cpu_op","name":"no dur","pid":2,"tid":"t","ts":5},'
+        b'{"ph":"i","name":"instant","pid":1,"tid":1,"ts":4}]'
     )
-    part = decode._decode_part(data)
-    got = decode._read_frame(decode._helper_piece(123, 456, data))
-    back = got["part"]
+    part = events.decode_piece(data)
+    got = events.read_frame(events.piece_frame(123, 456, data))
     assert (got["offset"], got["end"]) == (123, 456)
-    assert (back["names"], back["cats"], back["threads"], back["stacks"]) == (part["names"], part["cats"], part["threads"], part["stacks"])
-    assert all(np.array_equal(back["cols"][k], part["cols"][k]) for k in KEYS)
-    assert back["n_all"] == part["n_all"] and back["fractional"] is part["fractional"] is True
-    assert decode._read_frame(decode._helper_tail(7, b"]}")) == {"offset": 7, "tail": b"]}"}
+    assert got["part"] == part  # plain data: bytes, numbers, strings
+    assert events.read_frame(events.tail_frame(7, b"]}")) == {"offset": 7, "tail": b"]}"}
+    b = decode._Builder()
+    b.merge(got["part"])
+    cols = b.finish({})
+    # The Trace span and the event without a duration are dropped by the parent, and their names
+    # and threads never reach the tables; the instant event counts only in total_events.
+    assert [cols.names[i] for i in cols.name] == ["", "3"] and cols.cats == ["kernel", "cpu_op"]
+    assert cols.threads == [("host", 7), (1, "t")] and cols.stacks == ["a.py(3): f"]
+    assert cols.stream.tolist() == [-1, -1] and cols.correlation.tolist() == [12, -1]
+    assert cols.stack.tolist() == [0, -1] and cols.order.tolist() == [0, 1]
+    assert cols.total_events == 5 and cols.fractional_ts is True
 
 
 def test_when_a_helper_is_wanted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -152,13 +162,13 @@ def test_the_helper_dies_with_its_parent(tmp_path: Path) -> None:
     code = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from gpuopt.trace import decode, pieces\n"
+        "from gpuopt.trace import decode, events, pieces\n"
         "pieces.BLOCK = 4096\n"
-        "real = decode._helper_piece\n"
+        "real = events.piece_frame\n"
         "def slow(*a):\n"
         "    time.sleep(0.05)\n"
         "    return real(*a)\n"
-        "decode._helper_piece = slow\n"
+        "events.piece_frame = slow\n"
         "print('go', flush=True)\n"
         "decode._load_streaming(Path(sys.argv[1]), workers=1)\n"
     )
@@ -184,3 +194,97 @@ def test_the_helper_dies_with_its_parent(tmp_path: Path) -> None:
     else:
         os.kill(helper_pid, 9)
         pytest.fail("the helper outlived its parent")
+
+
+# --------------------------------------------------------------------------- the early helper
+
+
+def _helper_pieces_seen(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Spy on the parent's reading of the helper's frames: how many pieces it took from it."""
+    seen: dict[str, int] = {}
+    real_result = decode._helper_result
+
+    def counting(h: helper.DecodeHelper, start: int):  # type: ignore[no-untyped-def]
+        got = real_result(h, start)
+        seen["split"] = h.split
+        seen["helper_pieces"] = -1 if got is None else len(got[0])
+        return got
+
+    monkeypatch.setattr(decode, "_helper_result", counting)
+    return seen
+
+
+@pytest.mark.parametrize("early_text", [0, 1 << 30])
+def test_an_early_helper_is_claimed_by_the_loader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, early_text: int) -> None:
+    """Forked before the imports, then handed to the loader: the same columns as decoding alone,
+    whether the two processes share the pieces (early_text=0) or the helper takes them all."""
+    p = _trace(tmp_path)
+    monkeypatch.setattr(pieces, "BLOCK", 4096)
+    monkeypatch.setattr(helper, "EARLY_TEXT_BYTES", early_text)
+    monkeypatch.setenv("GPUOPT_TRACE_WORKERS", "1")  # the test process may run threads: force it
+    alone = decode._load_streaming(p, workers=0)
+    seen = _helper_pieces_seen(monkeypatch)
+    assert early.start(p)
+    together = decode.load_columns(p)
+    assert early._started is None  # claimed
+    assert identical(alone, together)
+    assert seen["helper_pieces"] > 0
+    assert (seen["split"] == 0) == (early_text > 0)  # it took every piece when told the imports are long
+
+
+def test_an_early_helper_for_another_or_changed_file_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    p, q = _trace(tmp_path), write_trace(tmp_path / "other.json", [launch(1, 2, corr=1)])
+    monkeypatch.setattr(early, "MIN_TEXT_BYTES", 0)
+    monkeypatch.setenv("GPUOPT_TRACE_WORKERS", "1")
+
+    def reaped(h: helper.DecodeHelper) -> bool:
+        return h.fd == -1 and not Path(f"/proc/{h.pid}").exists()
+
+    assert early.start(p)
+    h = early._started[1]  # type: ignore[index]
+    assert early.claim(q) is None and reaped(h)  # another file: stopped, not used
+    assert early.start(p)
+    h = early._started[1]  # type: ignore[index]
+    p.write_bytes(p.read_bytes() + b"\n")  # the file changed after the fork
+    assert early.claim(p) is None and reaped(h)
+    assert early.start(p)
+    h = early._started[1]  # type: ignore[index]
+    early.discard()  # the command failed before loading
+    assert early._started is None and reaped(h)
+    monkeypatch.setenv("GPUOPT_TRACE_WORKERS", "0")
+    assert not early.start(p) and early._started is None
+
+
+def test_the_early_path_imports_no_numpy() -> None:
+    """What the early helper runs must not import numpy: that is the import it overlaps."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import gpuopt.entry, gpuopt.report.command, gpuopt.trace.early\n"
+        "print(sorted(m for m in sys.modules if m == 'numpy' or m.startswith('numpy.')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_report_from_the_command_line_is_the_same_with_the_early_helper(tmp_path: Path) -> None:
+    """``gpuopt report TRACE`` as a user runs it: the early helper changes no number."""
+    import json
+    import subprocess
+    import sys
+
+    p = _trace(tmp_path, n=20000)  # ~10 MB of JSON: above the early helper's minimum
+    assert pieces.text_size(p) >= early.MIN_TEXT_BYTES
+
+    def report(workers: str) -> dict:  # type: ignore[type-arg]
+        env = dict(os.environ, GPUOPT_TRACE_WORKERS=workers)
+        out = subprocess.run([sys.executable, "-m", "gpuopt", "report", str(p), "--format", "json"],
+                             capture_output=True, text=True, env=env, check=True)
+        doc = json.loads(out.stdout)
+        doc["trace"].pop("load_s"), doc["trace"].pop("analyze_s")
+        return doc
+
+    with_helper, alone = report("1"), report("0")
+    assert with_helper == alone and with_helper["trace"]["ranks"][0]["events_analysed"] == 40000

@@ -41,9 +41,15 @@ def load_any(path: Path) -> dict[str, Any]:
         return load_profile(path)
     if not path.name.endswith(_TRACE_SUFFIXES):
         raise GpuoptError(f"{path}: expected a run directory, profile.json, or a trace .json/.json.gz")
-    from gpuopt.trace.profile import profile_from_traces
+    from gpuopt.trace import early
 
-    return profile_from_traces(path)
+    early.start(path)  # decoding begins in a helper while the next line imports numpy and the analyses
+    try:
+        from gpuopt.trace.profile import profile_from_traces
+
+        return profile_from_traces(path)
+    finally:
+        early.discard()
 
 
 def report_command(path: Path, fmt: str | None, output: Path | None) -> None:

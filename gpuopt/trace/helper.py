@@ -6,10 +6,17 @@ before the split (:data:`PARENT_SHARE` of the text); the helper decompresses its
 (gunzip alone is fast) and decodes the rest, then hands its columns and the text's tail back. The
 parent never decompresses the second half at all.
 
-Measured (docs/bench-trace.md): on this project's 2-vCPU machines two busy processes get about
-1.4x the throughput of one, so the helper saves a quarter of the load time, not half. Forking
-it *before* the parent imports numpy was tried and lost: both processes then import at once, each
-slower.
+Two starts. :mod:`gpuopt.trace.early` forks it as soon as ``gpuopt report`` knows its input is a
+trace file, before numpy is imported: the helper runs only numpy-free code
+(:mod:`gpuopt.trace.events`), so it decodes while the parent imports, and takes the first
+:data:`EARLY_TEXT_BYTES` of pieces on top of its share (:func:`split_for`). Otherwise the loader
+forks it after the imports, for files of at least :data:`MIN_TEXT_BYTES`. (A first version forked
+before the imports with a helper that imported numpy too: both processes then imported at once,
+each slower, and it lost.)
+
+Measured (docs/bench-trace.md): on this project's 2-vCPU machines two busy processes get between
+1.1x and 2x the throughput of one, changing from minute to minute, so the helper saves far less
+than half the load time here.
 
 Safe by construction:
 
@@ -44,12 +51,17 @@ from gpuopt.trace import pieces as pieces_mod
 MIN_TEXT_BYTES = 16 << 20
 # The parent's share: a little over half, since the helper also decompresses the parent's half.
 PARENT_SHARE = 0.55
+# How much JSON a helper forked before the parent's imports decodes while the parent imports numpy
+# and the analyses (0.10-0.14 s on this project's machines, at ~100 MB/s with both processes busy).
+EARLY_TEXT_BYTES = 12 << 20
 _LEN = struct.Struct("<Q")
 T = TypeVar("T")
 
 
-def wanted(path: Path, workers: int | None = None) -> bool:
-    """Is a helper worth forking for ``path``? ``workers``: 0 never, >0 always, None: decide."""
+def wanted(path: Path, workers: int | None = None, min_text: int | None = None) -> bool:
+    """Is a helper worth forking for ``path``? ``workers``: 0 never, >0 always, None: decide
+    (two or more usable cores and at least ``min_text`` bytes of JSON, :data:`MIN_TEXT_BYTES`
+    unless given)."""
     if workers is None:
         env = os.environ.get("GPUOPT_TRACE_WORKERS", "").strip()
         if env:
@@ -69,7 +81,17 @@ def wanted(path: Path, workers: int | None = None) -> bool:
         cores = len(os.sched_getaffinity(0))
     except OSError:
         cores = os.cpu_count() or 1
-    return cores >= 2 and pieces_mod.text_size(path) >= MIN_TEXT_BYTES
+    return cores >= 2 and pieces_mod.text_size(path) >= (MIN_TEXT_BYTES if min_text is None else min_text)
+
+
+def split_for(text_bytes: int, early: bool) -> int:
+    """Where the helper's pieces begin. Forked after the parent's imports, the helper takes a
+    little under half (it also decompresses the parent's half). Forked before them
+    (:mod:`gpuopt.trace.early`), it first takes the :data:`EARLY_TEXT_BYTES` the parent would
+    spend importing, and the two share the rest as before."""
+    if not early:
+        return int(text_bytes * PARENT_SHARE)
+    return int(max(0, text_bytes - EARLY_TEXT_BYTES) * PARENT_SHARE)
 
 
 # What the helper runs on its pieces: (piece offset, piece end, piece JSON) -> frame, and
@@ -86,9 +108,10 @@ class DecodeHelper:
         self._reaped = False
 
     @classmethod
-    def start(cls, path: Path, piece: PieceEncoder, tail: TailEncoder) -> DecodeHelper | None:
-        """Fork a helper for the pieces of ``path`` that start at or after the split."""
-        split = int(pieces_mod.text_size(path) * PARENT_SHARE)
+    def start(cls, path: Path, piece: PieceEncoder, tail: TailEncoder, early: bool = False) -> DecodeHelper | None:
+        """Fork a helper for the pieces of ``path`` that start at or after the split
+        (:func:`split_for`; ``early``: forked before the parent's imports)."""
+        split = split_for(pieces_mod.text_size(path), early)
         try:
             fd = os.memfd_create("gpuopt-trace-helper", os.MFD_CLOEXEC)
         except (OSError, AttributeError):

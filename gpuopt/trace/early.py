@@ -1,0 +1,69 @@
+"""Start decoding a trace file before numpy and the analyses are imported.
+
+Why: on a trace of a few MB, ``gpuopt report TRACE`` spent as long importing numpy and its own
+analysis modules (0.10-0.14 s on this project's 2-core machines) as decoding the file, one after
+the other. :func:`start` forks the decode helper (:mod:`gpuopt.trace.helper`) as soon as the
+command knows its input is a trace file; the helper runs only numpy-free code
+(:mod:`gpuopt.trace.events`), so it decodes while the parent imports. :func:`claim`, called by the
+loader, hands the running helper over; anything not claimed is stopped by :func:`discard`.
+
+Same safety as the helper itself: the parent checks that the frames cover the text without a gap
+and decodes alone otherwise; bad input is reported by the parent; ``GPUOPT_TRACE_WORKERS=0`` turns
+it off. This module imports msgspec (the helper needs it) but never numpy.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from gpuopt.trace import events, helper
+
+# Below two pieces of text the whole file is the tail (decoded by the parent in ~10 ms anyway).
+MIN_TEXT_BYTES = 2 << 20
+
+_started: tuple[tuple[int, int, int, int], helper.DecodeHelper] | None = None
+
+
+def _identity(path: Path) -> tuple[int, int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def start(path: Path) -> bool:
+    """Fork a helper for ``path`` now, if one is worth it (see :func:`helper.wanted`)."""
+    global _started
+    discard()
+    ident = _identity(path)
+    if ident is None or not helper.wanted(path, min_text=MIN_TEXT_BYTES):
+        return False
+    h = helper.DecodeHelper.start(path, events.piece_frame, events.tail_frame, early=True)
+    if h is None:
+        return False
+    _started = (ident, h)
+    return True
+
+
+def claim(path: Path) -> helper.DecodeHelper | None:
+    """The helper :func:`start` forked for this very file (same device, inode, size and mtime),
+    or None; a helper for another file, or for a file changed since, is stopped."""
+    global _started
+    if _started is None:
+        return None
+    ident, h = _started
+    _started = None
+    if _identity(path) == ident:
+        return h
+    h.close()
+    return None
+
+
+def discard() -> None:
+    """Stop and reap a helper nobody claimed (the command failed before loading)."""
+    global _started
+    if _started is not None:
+        _started[1].close()
+        _started = None
