@@ -12,6 +12,7 @@ benchmarks/.work/ as well, never in the repository.
     python benchmarks/bench_trace.py --repeat 5 --without-helper   # + gpuopt with its helper off
     python benchmarks/bench_trace.py --synthetic-mb 1024 --skip-hta-synthetic   # the 1 GB run
     python benchmarks/bench_trace.py --repeat 3 --out benchmarks/.work/bench-trace.json
+    python benchmarks/bench_trace.py --repeat 15 --synthetic-mb 0 --only nccl --only small   # the floor
 
 Results are printed as a Markdown table (copy into docs/bench-trace.md with the command line).
 """
@@ -186,6 +187,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--out", type=Path, default=WORK / "bench-trace.json")
     ap.add_argument("--without-helper", action="store_true", help="also time gpuopt with GPUOPT_TRACE_WORKERS=0")
+    ap.add_argument("--only", action="append", default=[], metavar="TEXT", help="only traces whose path contains TEXT (repeatable)")
     args = ap.parse_args()
     gpuopt_bin = user_venv()  # a wheel install, as a user has it (see installed.py)
     hta_py = ensure_hta()
@@ -193,6 +195,8 @@ def main() -> None:
     synth = make_synthetic(args.synthetic_mb) if args.synthetic_mb > 0 else None
     if synth:
         traces.append(synth)
+    if args.only:
+        traces = [t for t in traces if any(s in str(t) for s in args.only)]
     results = []
     for tr in traces:
         json_bytes = len(gzip.decompress(tr.read_bytes())) if tr.name.endswith(".gz") else tr.stat().st_size

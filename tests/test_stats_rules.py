@@ -107,3 +107,13 @@ def test_dataloader_estimate_follows_the_suggested_workers_when_cores_cap_them()
     # 30 ms fetch with one worker against 10 ms compute: a step becomes 30 ms, not 10 ms
     assert f["est_speedup"] == pytest.approx(0.040 / 0.030, abs=1e-3)
     assert "num_workers=1" in f["estimate_model"]
+
+
+def test_every_rule_module_is_loaded() -> None:
+    """Rule modules are listed (no directory scan at start-up): a new module must be listed too."""
+    from pathlib import Path
+
+    import gpuopt.findings.rules as rules_pkg
+
+    on_disk = sorted(p.stem for p in Path(rules_pkg.__file__).parent.glob("*.py") if p.stem != "__init__")
+    assert sorted(rules_pkg.MODULES) == on_disk

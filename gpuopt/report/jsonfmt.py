@@ -10,7 +10,6 @@ keys, numbers too large for a 64-bit integer) is written the way JSON can hold i
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -50,5 +49,7 @@ class JsonRenderer(Renderer):
             return data.decode("utf-8") + "\n"
         except (TypeError, orjson.JSONEncodeError):
             # what orjson refuses (integers beyond 64 bits, unknown objects) goes the slow way
+            import json
+
             cleaned = _clean(ordered(doc))
             return json.dumps(cleaned, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
