@@ -1,12 +1,16 @@
 """Benchmark: ``gpuopt report TRACE --format json`` vs HTA 0.5.0's ``TraceAnalysis`` load.
 
-Side by side in one run, on the same files, each tool in its own process (wall time and peak
-memory: the larger of the biggest process's ``ru_maxrss`` and the proportional set size of the
-whole process tree sampled every 5 ms, so gpuopt's decode helper counts too, its pages shared
-with the parent once). HTA is installed by this script into its own venv under benchmarks/.work/
-(git-ignored). A synthetic large trace (real events of the ResNet50 trace, replicated and shifted
-in time) and a small one (its first 2,000 events: each tool's start-up floor) are generated under
-benchmarks/.work/ as well, never in the repository.
+Side by side in one run, on the same files, each tool in its own process. Wall time comes from
+*timing runs*, interleaved (gpuopt, HTA, gpuopt, HTA, ...) and not watched by anything. Peak
+memory comes from separate *memory runs* (``--memory-runs``, after the timing runs): the larger
+of the biggest process's ``ru_maxrss`` and the proportional set size of the whole process tree
+sampled every 5 ms, so gpuopt's decode helper counts too, its pages shared with the parent once.
+(Sampling reads ``/proc/PID/smaps_rollup``, which walks the process's memory map under its lock:
+done during timing runs it added ~8% to gpuopt's 0.25 s runs, measured.) HTA is installed by this
+script into its own venv under benchmarks/.work/ (git-ignored). A synthetic large trace (real
+events of the ResNet50 trace, replicated and shifted in time) and a small one (its first 2,000
+events: each tool's start-up floor) are generated under benchmarks/.work/ as well, never in the
+repository.
 
     python benchmarks/bench_trace.py                 # real traces + a 256 MB synthetic trace
     python benchmarks/bench_trace.py --repeat 5 --without-helper   # + gpuopt with its helper off
@@ -71,10 +75,12 @@ def poll():
         peak[0] = max(peak[0], tree_pss(p.pid))
         time.sleep(0.005)
 th = threading.Thread(target=poll, daemon=True)
-th.start()
+if os.environ.get("BENCH_SAMPLE_MEMORY") == "1":
+    th.start()
 _, err = p.communicate(timeout=float(os.environ.get("BENCH_TIMEOUT", "1800")))
 wall = time.perf_counter() - t
-th.join()
+if th.is_alive() or th.ident is not None:
+    th.join()
 rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
 print(json.dumps({"wall_s": wall, "peak_rss_bytes": max(rss, peak[0]), "largest_process_rss_bytes": rss,
                   "tree_pss_sampled_bytes": peak[0], "rc": p.returncode, "stderr": err.decode(errors="replace")[-400:]}))
@@ -90,9 +96,10 @@ def ensure_hta() -> Path:
     return py
 
 
-def measure(cmd: list[str], timeout_s: float, extra_env: dict[str, str] | None = None) -> dict:
-    """Run ``cmd`` in a fresh child of a fresh runner: wall time and that child's peak RSS."""
-    env = dict(os.environ, BENCH_TIMEOUT=str(timeout_s), **(extra_env or {}))
+def measure(cmd: list[str], timeout_s: float, extra_env: dict[str, str] | None = None, memory: bool = False) -> dict:
+    """Run ``cmd`` in a fresh child of a fresh runner: wall time and that child's peak RSS
+    (``memory``: also sample the process tree's PSS every 5 ms, which slows what it watches)."""
+    env = dict(os.environ, BENCH_TIMEOUT=str(timeout_s), BENCH_SAMPLE_MEMORY="1" if memory else "0", **(extra_env or {}))
     try:
         out = subprocess.run([sys.executable, "-c", _RUNNER, *cmd], capture_output=True, text=True, env=env, timeout=timeout_s + 60)
         return json.loads(out.stdout.strip().splitlines()[-1])
@@ -180,7 +187,8 @@ def make_synthetic(target_mb: int) -> Path:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=3, help="timing runs of each tool per trace")
+    ap.add_argument("--memory-runs", type=int, default=2, help="memory runs of each tool per trace (sampled, not timed)")
     ap.add_argument("--synthetic-mb", type=int, default=256)
     ap.add_argument("--skip-hta-synthetic", action="store_true", help="do not run HTA on the synthetic trace")
     ap.add_argument("--no-real", action="store_true")
@@ -201,29 +209,40 @@ def main() -> None:
     for tr in traces:
         json_bytes = len(gzip.decompress(tr.read_bytes())) if tr.name.endswith(".gz") else tr.stat().st_size
         g_cmd = gpuopt_cmd(gpuopt_bin, tr)
-        g_runs, h_runs, solo_runs = [], [], []
+        g_runs, h_runs, solo_runs, g_mem, h_mem = [], [], [], [], []
+        run_hta = not (synth is not None and tr == synth and args.skip_hta_synthetic)
         for _ in range(args.repeat):  # interleaved, so machine load hits both alike
             g_runs.append(measure(g_cmd, args.timeout))
             if args.without_helper:
                 solo_runs.append(measure(g_cmd, args.timeout, {"GPUOPT_TRACE_WORKERS": "0"}))
-            if not (synth is not None and tr == synth and args.skip_hta_synthetic):
+            if run_hta:
                 h_runs.append(measure(hta_cmd(hta_py, tr), args.timeout))
+        for _ in range(args.memory_runs):
+            g_mem.append(measure(g_cmd, args.timeout, memory=True))
+            if run_hta:
+                h_mem.append(measure(hta_cmd(hta_py, tr), args.timeout, memory=True))
 
         def med(runs: list[dict], key: str) -> float | None:
             vals = [r[key] for r in runs if r.get(key) is not None and r.get("rc") == 0]
             return statistics.median(vals) if vals else None
+
+        def peak(runs: list[dict]) -> float | None:
+            vals = [r["peak_rss_bytes"] for r in runs if r.get("peak_rss_bytes") is not None and r.get("rc") == 0]
+            return max(vals) if vals else None
 
         row = {
             "trace": str(tr.relative_to(SHARED)) if SHARED in tr.parents else str(tr.relative_to(ROOT)),
             "json_mb": round(json_bytes / 1e6, 1),
             "gpuopt_s": med(g_runs, "wall_s"),
             "gpuopt_no_helper_s": med(solo_runs, "wall_s"),
-            "gpuopt_rss_mb": (med(g_runs, "peak_rss_bytes") or 0) / 1e6 or None,
+            "gpuopt_rss_mb": (peak(g_mem) or 0) / 1e6 or None,
             "hta_s": med(h_runs, "wall_s"),
-            "hta_rss_mb": (med(h_runs, "peak_rss_bytes") or 0) / 1e6 or None,
+            "hta_rss_mb": (peak(h_mem) or 0) / 1e6 or None,
             "gpuopt_runs": g_runs,
             "hta_runs": h_runs,
             "gpuopt_no_helper_runs": solo_runs,
+            "gpuopt_memory_runs": g_mem,
+            "hta_memory_runs": h_mem,
             "gpuopt_command": " ".join(["gpuopt", *g_cmd[1:]]),
         }
         row["speedup"] = round(row["hta_s"] / row["gpuopt_s"], 2) if row["hta_s"] and row["gpuopt_s"] else None
