@@ -17,6 +17,7 @@ repository.
     python benchmarks/bench_trace.py --synthetic-mb 1024 --skip-hta-synthetic   # the 1 GB run
     python benchmarks/bench_trace.py --repeat 3 --out benchmarks/.work/bench-trace.json
     python benchmarks/bench_trace.py --repeat 15 --synthetic-mb 0 --only nccl --only small   # the floor
+    python benchmarks/bench_trace.py --repeat 5 --compare-rev af11cc7   # + gpuopt as of a revision
 
 Results are printed as a Markdown table (copy into docs/bench-trace.md with the command line).
 """
@@ -34,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-from installed import user_venv
+from installed import revision_venv, user_venv
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "benchmarks" / ".work"
@@ -195,9 +196,11 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--out", type=Path, default=WORK / "bench-trace.json")
     ap.add_argument("--without-helper", action="store_true", help="also time gpuopt with GPUOPT_TRACE_WORKERS=0")
+    ap.add_argument("--compare-rev", metavar="REV", help="also time gpuopt as of git revision REV, interleaved (a change's effect)")
     ap.add_argument("--only", action="append", default=[], metavar="TEXT", help="only traces whose path contains TEXT (repeatable)")
     args = ap.parse_args()
     gpuopt_bin = user_venv()  # a wheel install, as a user has it (see installed.py)
+    rev_bin = revision_venv(args.compare_rev) if args.compare_rev else None
     hta_py = ensure_hta()
     traces = [] if args.no_real else [make_small(), *(SHARED / r for r in REAL if (SHARED / r).exists())]
     synth = make_synthetic(args.synthetic_mb) if args.synthetic_mb > 0 else None
@@ -209,12 +212,14 @@ def main() -> None:
     for tr in traces:
         json_bytes = len(gzip.decompress(tr.read_bytes())) if tr.name.endswith(".gz") else tr.stat().st_size
         g_cmd = gpuopt_cmd(gpuopt_bin, tr)
-        g_runs, h_runs, solo_runs, g_mem, h_mem = [], [], [], [], []
+        g_runs, h_runs, solo_runs, rev_runs, g_mem, h_mem = [], [], [], [], [], []
         run_hta = not (synth is not None and tr == synth and args.skip_hta_synthetic)
         for _ in range(args.repeat):  # interleaved, so machine load hits both alike
             g_runs.append(measure(g_cmd, args.timeout))
             if args.without_helper:
                 solo_runs.append(measure(g_cmd, args.timeout, {"GPUOPT_TRACE_WORKERS": "0"}))
+            if rev_bin is not None:
+                rev_runs.append(measure(gpuopt_cmd(rev_bin, tr), args.timeout))
             if run_hta:
                 h_runs.append(measure(hta_cmd(hta_py, tr), args.timeout))
         for _ in range(args.memory_runs):
@@ -235,12 +240,14 @@ def main() -> None:
             "json_mb": round(json_bytes / 1e6, 1),
             "gpuopt_s": med(g_runs, "wall_s"),
             "gpuopt_no_helper_s": med(solo_runs, "wall_s"),
+            "gpuopt_rev_s": med(rev_runs, "wall_s"),
             "gpuopt_rss_mb": (peak(g_mem) or 0) / 1e6 or None,
             "hta_s": med(h_runs, "wall_s"),
             "hta_rss_mb": (peak(h_mem) or 0) / 1e6 or None,
             "gpuopt_runs": g_runs,
             "hta_runs": h_runs,
             "gpuopt_no_helper_runs": solo_runs,
+            "gpuopt_rev_runs": rev_runs,
             "gpuopt_memory_runs": g_mem,
             "hta_memory_runs": h_mem,
             "gpuopt_command": " ".join(["gpuopt", *g_cmd[1:]]),
@@ -248,7 +255,7 @@ def main() -> None:
         row["speedup"] = round(row["hta_s"] / row["gpuopt_s"], 2) if row["hta_s"] and row["gpuopt_s"] else None
         row["rss_ratio"] = round(row["gpuopt_rss_mb"] / row["hta_rss_mb"], 3) if row["hta_rss_mb"] and row["gpuopt_rss_mb"] else None
         results.append(row)
-        print(f"{row['trace']}: {row['json_mb']} MB  gpuopt {row['gpuopt_s']}s / {row['gpuopt_rss_mb']} MB   HTA {row['hta_s']}s / {row['hta_rss_mb']} MB   speedup {row['speedup']}  rss ratio {row['rss_ratio']}", flush=True)
+        print(f"{row['trace']}: {row['json_mb']} MB  gpuopt {row['gpuopt_s']}s (at {args.compare_rev}: {row['gpuopt_rev_s']}s) / {row['gpuopt_rss_mb']} MB   HTA {row['hta_s']}s / {row['hta_rss_mb']} MB   speedup {row['speedup']}  rss ratio {row['rss_ratio']}", flush=True)
     versions = subprocess.run(
         [str(hta_py), "-c", "import importlib.metadata as m; print({p: m.version(p) for p in ('HolisticTraceAnalysis', 'pandas', 'numpy')})"],
         capture_output=True, text=True,
@@ -258,12 +265,12 @@ def main() -> None:
                "load_avg_at_end": os.getloadavg()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"command": " ".join(sys.argv), "machine": machine, "when": time.strftime("%Y-%m-%d %H:%M:%S"), "results": results}, indent=1))
-    solo = " gpuopt s, no helper |" if args.without_helper else ""
+    solo = (" gpuopt s, no helper |" if args.without_helper else "") + (f" gpuopt s at {args.compare_rev} |" if rev_bin else "")
     print(f"\n| trace | JSON MB | gpuopt s |{solo} HTA load s | speedup | gpuopt peak RSS MB | HTA peak RSS MB | RSS ratio |")
-    print("|---|---|---|---|---|---|---|---|" + ("---|" if solo else ""))
+    print("|---|---|---|---|---|---|---|---|" + "---|" * solo.count("|"))
     for r in results:
         f = lambda x, nd=2: "—" if x is None else f"{x:.{nd}f}"  # noqa: E731
-        s = f" {f(r['gpuopt_no_helper_s'])} |" if solo else ""
+        s = (f" {f(r['gpuopt_no_helper_s'])} |" if args.without_helper else "") + (f" {f(r['gpuopt_rev_s'])} |" if rev_bin else "")
         print(f"| {r['trace']} | {r['json_mb']} | {f(r['gpuopt_s'])} |{s} {f(r['hta_s'])} | {f(r['speedup'], 1)} | {f(r['gpuopt_rss_mb'], 0)} | {f(r['hta_rss_mb'], 0)} | {f(r['rss_ratio'], 2)} |")
     print(f"\nmachine: {machine}\nresults: {args.out}")
 

@@ -20,10 +20,10 @@ from pathlib import Path
 from gpuopt.trace import events, helper
 
 # Measured on this project's 2-vCPU machines (docs/bench-trace.md): from 25 MB of JSON up the
-# early helper saved 7-30% of the whole run, but on the 9.8 MB trace it cost 25% (0.20 vs 0.16 s)
-# and on 2.8 MB it did not pay: the fork's copy-on-write faults and a helper that decodes the whole
-# file while the parent imports weigh more than the decoding they move. So the same threshold as
-# the helper forked after the imports.
+# early helper saved 7-30% of the whole run in every benchmark run; on the 9.8 MB trace it ranged
+# from 4% faster to 25% slower between runs, and on 2.8 MB it did not pay (the fork's copy-on-write
+# faults and a helper decoding the whole file while the parent imports weigh as much as the
+# decoding it moves). So the same threshold as the helper forked after the imports.
 MIN_TEXT_BYTES = helper.MIN_TEXT_BYTES
 
 _started: tuple[tuple[int, int, int, int], helper.DecodeHelper] | None = None
