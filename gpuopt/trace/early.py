@@ -1,8 +1,7 @@
 """Start decoding a trace file before numpy and the analyses are imported.
 
-Why: on a trace of a few MB, ``gpuopt report TRACE`` spent as long importing numpy and its own
-analysis modules (0.10-0.14 s on this project's 2-core machines) as decoding the file, one after
-the other. :func:`start` forks the decode helper (:mod:`gpuopt.trace.helper`) as soon as the
+Why: ``gpuopt report TRACE`` spends 0.10-0.14 s (on this project's 2-core machines) importing
+numpy and its analysis modules before it could start decoding, one after the other. :func:`start` forks the decode helper (:mod:`gpuopt.trace.helper`) as soon as the
 command knows its input is a trace file; the helper runs only numpy-free code
 (:mod:`gpuopt.trace.events`), so it decodes while the parent imports. :func:`claim`, called by the
 loader, hands the running helper over; anything not claimed is stopped by :func:`discard`.
@@ -20,10 +19,10 @@ from pathlib import Path
 from gpuopt.trace import events, helper
 
 # Measured on this project's 2-vCPU machines (docs/bench-trace.md): from 25 MB of JSON up the
-# early helper saved 7-30% of the whole run in every benchmark run; on the 9.8 MB trace it ranged
-# from 4% faster to 25% slower between runs, and on 2.8 MB it did not pay (the fork's copy-on-write
-# faults and a helper decoding the whole file while the parent imports weigh as much as the
-# decoding it moves). So the same threshold as the helper forked after the imports.
+# early helper saved 5-32% of the whole run on every trace of two benchmark runs; on the 9.8 MB
+# trace comparisons ranged from 12% faster to 24% slower, and on 2.8 MB it did not pay (the fork's
+# copy-on-write faults and a helper decoding the whole file while the parent imports weigh as much
+# as the decoding it moves). So the same threshold as the helper forked after the imports.
 MIN_TEXT_BYTES = helper.MIN_TEXT_BYTES
 
 _started: tuple[tuple[int, int, int, int], helper.DecodeHelper] | None = None

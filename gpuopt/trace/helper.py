@@ -6,13 +6,13 @@ before the split (:data:`PARENT_SHARE` of the text); the helper decompresses its
 (gunzip alone is fast) and decodes the rest, then hands its columns and the text's tail back. The
 parent never decompresses the second half at all.
 
-Two starts. :mod:`gpuopt.trace.early` forks it as soon as ``gpuopt report`` knows its input is a
-trace file, before numpy is imported: the helper runs only numpy-free code
-(:mod:`gpuopt.trace.events`), so it decodes while the parent imports, and takes the first
-:data:`EARLY_TEXT_BYTES` of pieces on top of its share (:func:`split_for`). Otherwise the loader
-forks it after the imports, for files of at least :data:`MIN_TEXT_BYTES`. (A first version forked
-before the imports with a helper that imported numpy too: both processes then imported at once,
-each slower, and it lost.)
+Two starts, both for files of at least :data:`MIN_TEXT_BYTES` of JSON. :mod:`gpuopt.trace.early`
+forks it as soon as ``gpuopt report`` knows its input is a trace file, before numpy is imported:
+the helper runs only numpy-free code (:mod:`gpuopt.trace.events`), so it decodes while the parent
+imports, and its share grows by :data:`EARLY_TEXT_BYTES`, what it decodes in that time
+(:func:`split_for`). Otherwise (a folder of ranks, ``gpuopt profile``'s window) the loader forks
+it after the imports. (A first version forked before the imports with a helper that imported
+numpy too: both processes then imported at once, each slower, and it lost.)
 
 Measured (docs/bench-trace.md): on this project's 2-vCPU machines two busy processes get between
 1.1x and 2x the throughput of one, changing from minute to minute, so the helper saves far less
