@@ -184,29 +184,32 @@ def _ints(pack: Any, items: list[Any], getter: Any, convert: Any) -> bytes:
         return pack(*map(convert, map(getter, items)))  # type: ignore[no-any-return]
 
 
+_INT64 = range(-(1 << 63), 1 << 63)
+
+
 def _stream(v: Any) -> int:
     """HTA's rule: ``int(stream)`` where that works, else -1 (CPU events, AMD's "0x0" strings)."""
-    if type(v) is int:
-        return v if -(1 << 63) <= v < (1 << 63) else -1
     if v is None:
         return -1
     try:
         i = int(v)
     except (TypeError, ValueError, OverflowError):
         return -1
-    return i if -(1 << 63) <= i < (1 << 63) else -1
+    return i if i in _INT64 else -1
 
 
 def _int(v: Any) -> int:
+    """An integer field (correlation, bytes): an int, or ``int(float(v))`` for other numbers and
+    numeric strings; -1 for anything else or out of int64."""
     if type(v) is int:
-        return v if -(1 << 63) <= v < (1 << 63) else -1
+        return v if v in _INT64 else -1
     if v is None:
         return -1
     try:
         f = float(v)
-        return int(f) if math.isfinite(f) and abs(f) < 9e18 else -1
     except (TypeError, ValueError):
         return -1
+    return int(f) if math.isfinite(f) and abs(f) < 9e18 else -1
 
 
 # --------------------------------------------------------------------------- helper frames
