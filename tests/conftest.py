@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,15 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
 SCRIPTS = DATA / "scripts"
 SHARED_TRACES = ROOT.parent / "shared" / "traces"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Run as a background job (``make test &``), a shell starts pytest with SIGINT ignored, every
+    process it starts inherits that, and Python then never raises KeyboardInterrupt: a script
+    that interrupts itself would run on forever. Restore Python's own handler so the tests'
+    processes see SIGINT as in a foreground run (exec resets a handled signal to its default)."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def run_gpuopt(*args: str, cwd: Path | None = None, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
