@@ -234,7 +234,6 @@ def test_an_early_helper_is_claimed_by_the_loader(tmp_path: Path, monkeypatch: p
 
 def test_an_early_helper_for_another_or_changed_file_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     p, q = _trace(tmp_path), write_trace(tmp_path / "other.json", [launch(1, 2, corr=1)])
-    monkeypatch.setattr(early, "MIN_TEXT_BYTES", 0)
     monkeypatch.setenv("GPUOPT_TRACE_WORKERS", "1")
 
     def reaped(h: helper.DecodeHelper) -> bool:

@@ -18,13 +18,6 @@ from pathlib import Path
 
 from gpuopt.trace import events, helper
 
-# Measured on this project's 2-vCPU machines (docs/bench-trace.md): from 25 MB of JSON up the
-# early helper saved 5-32% of the whole run on every trace of two benchmark runs; on the 9.8 MB
-# trace comparisons ranged from 12% faster to 24% slower, and on 2.8 MB it did not pay (the fork's
-# copy-on-write faults and a helper decoding the whole file while the parent imports weigh as much
-# as the decoding it moves). So the same threshold as the helper forked after the imports.
-MIN_TEXT_BYTES = helper.MIN_TEXT_BYTES
-
 _started: tuple[tuple[int, int, int, int], helper.DecodeHelper] | None = None
 
 
@@ -37,11 +30,12 @@ def _identity(path: Path) -> tuple[int, int, int, int] | None:
 
 
 def start(path: Path) -> bool:
-    """Fork a helper for ``path`` now, if one is worth it (see :func:`helper.wanted`)."""
+    """Fork a helper for ``path`` now, if one is worth it (:func:`helper.wanted`: the same size
+    threshold as the helper forked after the imports, :data:`helper.MIN_TEXT_BYTES`)."""
     global _started
     discard()
     ident = _identity(path)
-    if ident is None or not helper.wanted(path, min_text=MIN_TEXT_BYTES):
+    if ident is None or not helper.wanted(path):
         return False
     h = helper.DecodeHelper.start(path, events.piece_frame, events.tail_frame, early=True)
     if h is None:

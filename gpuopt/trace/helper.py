@@ -47,7 +47,11 @@ from typing import TypeVar
 from gpuopt.trace import pieces as pieces_mod
 
 # Below this much JSON the helper saved under 0.02 s (5-8%) and added a second process's memory
-# (measured: docs/bench-trace.md); from ~25 MB up it saves 0.02-0.4 s.
+# (measured: docs/bench-trace.md); from ~25 MB up it saves 0.02-0.4 s. Forked early (before the
+# imports) it saved 5-32% of the whole run from 25 MB up in every benchmark run, while on the
+# 9.8 MB trace comparisons ranged from 12% faster to 24% slower and on 2.8 MB it did not pay: the
+# fork's copy-on-write faults and a helper decoding the whole file while the parent imports weigh
+# as much as the decoding it moves, on two vCPUs that give 1.1-2x one's throughput.
 MIN_TEXT_BYTES = 16 << 20
 # The parent's share: a little over half, since the helper also decompresses the parent's half.
 PARENT_SHARE = 0.55
@@ -58,10 +62,9 @@ _LEN = struct.Struct("<Q")
 T = TypeVar("T")
 
 
-def wanted(path: Path, workers: int | None = None, min_text: int | None = None) -> bool:
+def wanted(path: Path, workers: int | None = None) -> bool:
     """Is a helper worth forking for ``path``? ``workers``: 0 never, >0 always, None: decide
-    (two or more usable cores and at least ``min_text`` bytes of JSON, :data:`MIN_TEXT_BYTES`
-    unless given)."""
+    (two or more usable cores and at least :data:`MIN_TEXT_BYTES` of JSON)."""
     if workers is None:
         env = os.environ.get("GPUOPT_TRACE_WORKERS", "").strip()
         if env:
@@ -81,7 +84,7 @@ def wanted(path: Path, workers: int | None = None, min_text: int | None = None) 
         cores = len(os.sched_getaffinity(0))
     except OSError:
         cores = os.cpu_count() or 1
-    return cores >= 2 and pieces_mod.text_size(path) >= (MIN_TEXT_BYTES if min_text is None else min_text)
+    return cores >= 2 and pieces_mod.text_size(path) >= MIN_TEXT_BYTES
 
 
 def split_for(text_bytes: int, early: bool) -> int:
