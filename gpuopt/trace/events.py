@@ -41,20 +41,8 @@ _NO_ARGS = _Args()
 
 
 class Event(msgspec.Struct, gc=False):
-    """Any event, any phase (the lenient whole-document decoder's type)."""
-
-    ph: Scalar = None
-    cat: Scalar = None
-    name: Scalar = None
-    pid: Scalar = None
-    tid: Scalar = None
-    ts: float = _NAN
-    dur: float = _NAN
-    args: _Args | None = None
-
-
-class _Complete(msgspec.Struct, tag_field="ph", tag="X", gc=False):
-    """A complete event (``"ph": "X"``), the only phase with a duration: the fast path's type."""
+    """The fields kept of any event, any phase (the lenient whole-document decoder's type); keys
+    not declared here, ``ph`` included, are skipped unbuilt."""
 
     cat: Scalar = None
     name: Scalar = None
@@ -63,6 +51,10 @@ class _Complete(msgspec.Struct, tag_field="ph", tag="X", gc=False):
     ts: float = _NAN
     dur: float = _NAN
     args: _Args | None = _NO_ARGS
+
+
+class _Complete(Event, tag_field="ph", tag="X"):
+    """A complete event (``"ph": "X"``), the only phase with a duration: the fast path's type."""
 
 
 # Every other Chrome-trace phase decodes to an empty struct: its fields are skipped unbuilt.
