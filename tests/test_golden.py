@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import ROOT, SHARED_TRACES
 
 GOLDEN = ROOT / "tests" / "data" / "golden"
