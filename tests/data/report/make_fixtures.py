@@ -189,7 +189,13 @@ def host_culprits() -> dict[str, Any]:
     ]
     doc["loops"] = [{"site": "seg/masks.py:39", "ops_per_step": 480, "iterations_per_step": 80}]
     doc["dispatch"] = {"ops_per_step": 2316, "mean_op_us": 21.7, "between_ops_share": 0.27, "recorder_overhead_us_per_op": 3.4, "window_steps": 3}
-    doc["ragged"] = {"pad_fraction": 0.0, "length_p10": 512, "length_p90": 512, "batches": 64}
+    doc["ragged"] = {
+        "batches": 64, "steps_observed": 64, "distinct_shapes": 1, "new_shape_share": 0.0156, "batch_size": 16,
+        "batch_sizes": [16], "variable_dims": [], "variable_batch_size": False, "list_batches": 0,
+        "batch_size_1_variable": False, "pad_fraction": 0.0, "pad_tensor": "batch.mask", "padded_batches_scanned": 3,
+        "top_shapes": [{"shapes": "batch.image: 16x3x512x512, batch.mask: 16x512x512", "batches": 64}],
+        "step_signatures_distinct": 1, "step_signatures_steps": 3,
+    }
     median = doc["steps"]["time_s"]["median"]
     doc["findings"] = [
         {
@@ -289,8 +295,7 @@ def failed_run() -> dict[str, Any]:
 def trace_doc() -> dict[str, Any]:
     doc = base("worker0.1623143089861.pt.trace.json.gz", [], "cuda", [{"name": "Tesla V100-DGXS-32GB", "memory_bytes": 34089730048}], 0)
     doc["source"] = "trace"
-    doc["cwd"] = None
-    doc["started_at"] = None
+    del doc["cwd"], doc["started_at"]  # a trace does not say where or when it was recorded
     doc["environment"] = {"python": None, "torch": None, "device": "cuda", "gpus": [{"name": "Tesla V100-DGXS-32GB", "memory_bytes": 34089730048}], "cpu_count": None}
     times = [0.1293, 0.1288, 0.1301, 0.1297, 0.1305]
     doc["steps"] = {
@@ -322,7 +327,10 @@ def trace_doc() -> dict[str, Any]:
         {"direction": "d2h", "site": None, "count_per_step": 1.0, "bytes_per_step": 4.0, "pinned": False, "non_blocking": False, "time_us_per_step": 2.1, "bandwidth_gbps": 0.002},
     ]
     doc["syncs"] = [{"kind": "item", "site": None, "count_per_step": 1.0, "api": "cudaMemcpyAsync", "op": "aten::item", "time_us_per_step": 412.5}]
-    doc["trace"] = {"files": 1, "ranks": 1, "events": 75718, "kernels": 8772, "profiler_steps": 5, "span_s": 0.6484}
+    doc["trace"] = {
+        "path": "worker0.1623143089861.pt.trace.json.gz", "load_s": 0.412, "analyze_s": 0.095,
+        "filtered_last_step": True, "note": "Definitions follow Holistic Trace Analysis 0.5", "ranks": [], "straggler": None,
+    }
     doc["findings"] = [{
         "id": "dataloader-bound", "severity": "high", "title": "The GPU waits for the next batch 41% of each step", "site": None,
         "evidence": {"summary": "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__ takes 41% of each ProfilerStep", "data_wait_share": 0.41},
@@ -354,7 +362,6 @@ def hostile() -> dict[str, Any]:
     doc["tables"] = [{"id": '"><script>', "title": f"Table {xss}", "columns": ["<th>", "a|b", "ü"], "rows": [[xss, "x | y", 'q"uote'], [1.5, None, "&amp;"]], "note": f"note {xss}"}]
     doc["warnings"] = [f"warning {xss} & \"q\"", "line1\nline2\rline3"]
     doc["utilization"]["note"] = f"note {xss}"
-    doc["error"] = None
     return doc
 
 
