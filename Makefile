@@ -23,6 +23,7 @@ demo: $(VENV)/.installed
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check gpuopt tests benchmarks examples
+	$(VENV)/bin/ruff format --check gpuopt tests benchmarks
 	$(VENV)/bin/mypy
 
 test: $(VENV)/.installed lint

@@ -191,9 +191,13 @@ def bench_zoo(size: str, sim_seeds: int) -> list[dict[str, Any]]:
     return rows
 
 
-def print_report(planning: list[dict[str, Any]], nx_row: dict[str, Any] | None, zoo_rows: list[dict[str, Any]]) -> None:
+def print_report(
+    planning: list[dict[str, Any]], nx_row: dict[str, Any] | None, zoo_rows: list[dict[str, Any]]
+) -> None:
     print("## Planning time (measured)\n")
-    print("| graph | nodes | edges | E' | chains | streams | syncs | plan median s | max s | reduce s | match s | merge s |")
+    print(
+        "| graph | nodes | edges | E' | chains | streams | syncs | plan median s | max s | reduce s | match s | merge s |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in planning:
         print(
@@ -207,7 +211,9 @@ def print_report(planning: list[dict[str, Any]], nx_row: dict[str, Any] | None, 
             f"bit sets {nx_row['bitset_s']:.3f} s (identical edge sets)."
         )
     print("\n## Zoo: plan (exact) and CPU checks (measured)\n")
-    print("| model | capture | capture s | nodes | kernels | E (all nodes) | E (kernels) | E' | M | chains | streams | syncs | critical path (nodes) | max abs diff vs eager | simulated runs ok |")
+    print(
+        "| model | capture | capture s | nodes | kernels | E (all nodes) | E (kernels) | E' | M | chains | streams | syncs | critical path (nodes) | max abs diff vs eager | simulated runs ok |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in zoo_rows:
         cp = r["estimates"]["h100"]["critical_path_nodes"]
@@ -217,7 +223,9 @@ def print_report(planning: list[dict[str, Any]], nx_row: dict[str, Any] | None, 
             f"{cp} ({cp / r['nodes']:.0%}) | {r['max_abs_diff_vs_eager']:.2g} | {r['simulated_runs_ok']} |"
         )
     print("\n## Zoo: estimated times (model, not measured)\n")
-    print("| model | profile | eager | 1 graph | multi-stream | critical-path share | graph/eager | multi/eager | multi over graph | paper (V100, Nimble/eager) |")
+    print(
+        "| model | profile | eager | 1 graph | multi-stream | critical-path share | graph/eager | multi/eager | multi over graph | paper (V100, Nimble/eager) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in zoo_rows:
         for prof, e in r["estimates"].items():
@@ -253,7 +261,9 @@ def main() -> None:
     zoo_rows = bench_zoo("small" if args.quick else "full", 1 if args.quick else args.sim_seeds)
     print_report(planning, nx_row, zoo_rows)
     if args.json:
-        args.json.write_text(json.dumps({"planning": planning, "networkx": nx_row, "zoo": zoo_rows}, indent=1))
+        args.json.write_text(
+            json.dumps({"planning": planning, "networkx": nx_row, "zoo": zoo_rows}, indent=1)
+        )
 
 
 if __name__ == "__main__":

@@ -51,7 +51,9 @@ def timed_parts(cmd: list[str]) -> tuple[float, float, tuple[float, float, float
     ``LOOP_START``/``LOOP_END`` wall-clock stamps (the workload does)."""
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0, w0 = time.perf_counter(), time.time()
-    p = subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    p = subprocess.run(
+        cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT
+    )
     wall, w1 = time.perf_counter() - t0, time.time()
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     stamps = dict(re.findall(r"^(LOOP_START|LOOP_END) ([0-9.]+)$", p.stderr, re.MULTILINE))
@@ -100,7 +102,9 @@ def overhead(pairs: int, extra: list[str]) -> dict:
     }
 
 
-def bootstrap_median_ci(xs: list[float], level: float = 0.90, draws: int = 4000) -> tuple[float, float]:
+def bootstrap_median_ci(
+    xs: list[float], level: float = 0.90, draws: int = 4000
+) -> tuple[float, float]:
     """Percentile bootstrap interval of the median (seeded: the same pairs give the same interval)."""
     rng = random.Random(0)
     meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(draws))
@@ -131,14 +135,21 @@ def start_time(runs: int) -> dict:
     """Whole-process time of `gpuopt --help` and `gpuopt report RUN --format json` (no torch)."""
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "run"
-        subprocess.run(gpuopt("profile", "--quiet", "--steps", "5", "-o", str(run), str(WORKLOAD)),
-                       check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            gpuopt("profile", "--quiet", "--steps", "5", "-o", str(run), str(WORKLOAD)),
+            check=True,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         cmds = {
             "gpuopt --help": gpuopt("--help"),
             "gpuopt report RUN --format json": gpuopt("report", str(run), "--format", "json"),
             "gpuopt report RUN (text)": gpuopt("report", str(run)),
         }
-        return {name: statistics.median(timed(cmd) for _ in range(runs)) for name, cmd in cmds.items()}
+        return {
+            name: statistics.median(timed(cmd) for _ in range(runs)) for name, cmd in cmds.items()
+        }
 
 
 def accuracy(runs: int) -> dict:
@@ -150,7 +161,10 @@ def accuracy(runs: int) -> dict:
             out = Path(tmp) / f"run{i}"
             subprocess.run(
                 gpuopt("profile", "--quiet", "-o", str(out), str(PLANTED), str(truth_f)),
-                check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                check=True,
+                cwd=ROOT,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
             )
             truth = json.loads(truth_f.read_text())["data_wait"]
             got = json.loads((out / "profile.json").read_text())["breakdown"]["data_wait"]
@@ -186,7 +200,9 @@ def main() -> None:
         "| configuration | plain python median (s) | gpuopt median (s) | median of pair ratios (wall) | target | median of pair ratios (CPU time) |",
         "|---|---|---|---|---|---|",
     ]
-    configs = [("default (recorder window on)", ov)] + ([("--window 0 (recorder off)", ov_norec)] if ov_norec else [])
+    configs = [("default (recorder window on)", ov)] + (
+        [("--window 0 (recorder off)", ov_norec)] if ov_norec else []
+    )
     for name, r in configs:
         lines.append(
             f"| {name} | {statistics.median(r['plain_s']):.3f} | {statistics.median(r['gpuopt_s']):.3f} | "
@@ -215,7 +231,8 @@ def main() -> None:
         "",
         "Pair ratios (default, wall): " + ", ".join(f"{x:.3f}" for x in ov["ratios"]),
         "",
-        "Pair ratios (default, CPU time of the process tree): " + ", ".join(f"{x:.3f}" for x in ov["cpu_ratios"]),
+        "Pair ratios (default, CPU time of the process tree): "
+        + ", ".join(f"{x:.3f}" for x in ov["cpu_ratios"]),
         "",
         f"Accuracy: planted-stall script (`tests/data/scripts/planted_stall.py`) measuring its own blocked time in "
         f"`next(loader)`; {acc['runs']} runs.",
@@ -226,14 +243,23 @@ def main() -> None:
     for i, (t, g) in enumerate(acc["rows"]):
         lines.append(f"| {i} | {t:.4f} | {g:.4f} | {abs(g - t):.4f} |")
     lines += ["", f"Max absolute error: **{acc['max_abs_error']:.4f}** (target ±0.03).", ""]
-    lines += ["Start-up (whole process, median of 5; target < 0.5 s, torch never imported):", "",
-              "| command | seconds |", "|---|---|"]
+    lines += [
+        "Start-up (whole process, median of 5; target < 0.5 s, torch never imported):",
+        "",
+        "| command | seconds |",
+        "|---|---|",
+    ]
     lines += [f"| `{k}` | {v:.3f} |" for k, v in st.items()]
     lines.append("")
     a.out.write_text("\n".join(lines))
     print("\n".join(lines))
     (HERE / ".work").mkdir(exist_ok=True)
-    (HERE / ".work" / "bench_profile.json").write_text(json.dumps({"overhead": ov, "overhead_no_recorder": ov_norec, "accuracy": acc, "start_time": st}, indent=1))
+    (HERE / ".work" / "bench_profile.json").write_text(
+        json.dumps(
+            {"overhead": ov, "overhead_no_recorder": ov_norec, "accuracy": acc, "start_time": st},
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -84,8 +84,13 @@ def _workloads() -> dict[str, tuple[Callable[[int], None], int]]:
         for i in range(n):
             pick(i)
 
-    ops_per_call = {"tiny_add": 1, "index_row": 1, "matmul_256": 1, "mlp_fwd_bwd": _count_ops(mlp_fwd_bwd),
-                    "index_via_helper": 1}
+    ops_per_call = {
+        "tiny_add": 1,
+        "index_row": 1,
+        "matmul_256": 1,
+        "mlp_fwd_bwd": _count_ops(mlp_fwd_bwd),
+        "index_via_helper": 1,
+    }
     return {
         "tiny_add": (tiny_add, ops_per_call["tiny_add"]),
         "index_row": (index_row, ops_per_call["index_row"]),
@@ -140,15 +145,17 @@ def per_op(rounds: int, n: int) -> list[dict[str, Any]]:
             for setup in ("none", "empty", "recorder"):
                 samples[setup].append(_time(loop, calls, setup) / (calls * ops) * 1e6)
         med = {k: statistics.median(v) for k, v in samples.items()}
-        rows.append({
-            "workload": name,
-            "ops_per_call": ops,
-            "none_us": med["none"],
-            "empty_modes_us": med["empty"],
-            "recorder_us": med["recorder"],
-            "overhead_us": med["recorder"] - med["none"],
-            "ratio": med["recorder"] / med["none"],
-        })
+        rows.append(
+            {
+                "workload": name,
+                "ops_per_call": ops,
+                "none_us": med["none"],
+                "empty_modes_us": med["empty"],
+                "recorder_us": med["recorder"],
+                "overhead_us": med["recorder"] - med["none"],
+                "ratio": med["recorder"] / med["none"],
+            }
+        )
     return rows
 
 
@@ -159,7 +166,9 @@ def _training(steps: int, tiny: bool) -> Callable[[Callable[[int], None] | None]
         model = torch.nn.Sequential(*[torch.nn.Linear(16, 16) for _ in range(12)])
         data = torch.randn(8, 16)
     else:
-        model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256))
+        model = torch.nn.Sequential(
+            torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256)
+        )
         data = torch.randn(128, 256)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 
@@ -175,7 +184,9 @@ def _training(steps: int, tiny: bool) -> Callable[[Callable[[int], None] | None]
     return run
 
 
-def _whole_run(run: Callable[[Callable[[int], None] | None], None], with_recorder: bool) -> dict[str, float]:
+def _whole_run(
+    run: Callable[[Callable[[int], None] | None], None], with_recorder: bool
+) -> dict[str, float]:
     """One whole run: wall and process CPU seconds, and (with the recorder) the recorder's own
     time measured directly: start + the window steps' excess over a typical step + stop +
     contribute (summary and calibration)."""
@@ -187,7 +198,16 @@ def _whole_run(run: Callable[[Callable[[int], None] | None], None], with_recorde
     ends: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         t_start = time.perf_counter()
-        probe.start(RunContext(script="bench", user_roots=[HERE], out_dir=Path(tmp), warmup=2, window_start=2, window_steps=3))
+        probe.start(
+            RunContext(
+                script="bench",
+                user_roots=[HERE],
+                out_dir=Path(tmp),
+                warmup=2,
+                window_start=2,
+                window_steps=3,
+            )
+        )
         started = time.perf_counter()
 
         def on_step(i: int) -> None:
@@ -200,8 +220,10 @@ def _whole_run(run: Callable[[Callable[[int], None] | None], None], with_recorde
         probe.contribute({})
         t_end = time.perf_counter()
     durations = [b - a for a, b in zip(ends, ends[1:], strict=False)]  # durations[k] = step k + 1
-    window = durations[1:4]                                             # steps 2, 3, 4
-    typical = statistics.median(durations[5:]) if len(durations) > 6 else statistics.median(durations)
+    window = durations[1:4]  # steps 2, 3, 4
+    typical = (
+        statistics.median(durations[5:]) if len(durations) > 6 else statistics.median(durations)
+    )
     direct = (started - t_start) + sum(d - typical for d in window) + (t_end - t_stop)
     return {"wall": time.perf_counter() - w0, "cpu": time.process_time() - c0, "direct": direct}
 
@@ -217,16 +239,18 @@ def whole_run(rounds: int, configs: list[tuple[str, int, bool]]) -> list[dict[st
         pairs = [(_whole_run(run, False), _whole_run(run, True)) for _ in range(rounds)]
         base = statistics.median(b["wall"] for b, _ in pairs)
         direct = statistics.median(r["direct"] for _, r in pairs)
-        rows.append({
-            "workload": name,
-            "steps": steps,
-            "step_ms": base / steps * 1e3,
-            "base_s": base,
-            "direct_ms": direct * 1e3,
-            "direct_ratio": 1 + direct / base,
-            "ratio": statistics.median(r["wall"] / b["wall"] for b, r in pairs),
-            "cpu_ratio": statistics.median(r["cpu"] / b["cpu"] for b, r in pairs),
-        })
+        rows.append(
+            {
+                "workload": name,
+                "steps": steps,
+                "step_ms": base / steps * 1e3,
+                "base_s": base,
+                "direct_ms": direct * 1e3,
+                "direct_ratio": 1 + direct / base,
+                "ratio": statistics.median(r["wall"] / b["wall"] for b, r in pairs),
+                "cpu_ratio": statistics.median(r["cpu"] / b["cpu"] for b, r in pairs),
+            }
+        )
     return rows
 
 
@@ -237,23 +261,40 @@ def main() -> None:
     torch.set_num_threads(1)
     rounds = 3 if args.quick else 7
     n = 300 if args.quick else 2000
-    print(f"# bench_recorder: python {platform.python_version()}, torch {torch.__version__}, "
-          f"{platform.processor() or platform.machine()}, torch threads 1, rounds {rounds} (median)")
+    print(
+        f"# bench_recorder: python {platform.python_version()}, torch {torch.__version__}, "
+        f"{platform.processor() or platform.machine()}, torch threads 1, rounds {rounds} (median)"
+    )
     print("\n## Per op (µs per aten op)\n")
-    print("| workload | aten ops per call | no recorder | two empty modes | recorder | recorder overhead | ratio |")
+    print(
+        "| workload | aten ops per call | no recorder | two empty modes | recorder | recorder overhead | ratio |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|")
     for r in per_op(rounds, n):
-        print(f"| {r['workload']} | {r['ops_per_call']} | {r['none_us']:.2f} | {r['empty_modes_us']:.2f} | "
-              f"{r['recorder_us']:.2f} | {r['overhead_us']:.2f} | {r['ratio']:.2f}x |")
+        print(
+            f"| {r['workload']} | {r['ops_per_call']} | {r['none_us']:.2f} | {r['empty_modes_us']:.2f} | "
+            f"{r['recorder_us']:.2f} | {r['overhead_us']:.2f} | {r['ratio']:.2f}x |"
+        )
     steps = 60 if args.quick else 300
-    configs = [("mlp 256-512-256, batch 128", steps, False), ("12 x Linear(16,16), batch 8 (tiny ops)", steps, True),
-               ("mlp 256-512-256, batch 128", steps * 5, False), ("12 x Linear(16,16), batch 8 (tiny ops)", steps * 5, True)]
-    print("\n## Whole run (window 3 steps after 2 warm-up steps; summary and calibration included)\n")
-    print("| workload | steps | step (ms) | run without (s) | recorder time, direct (ms) | ratio, direct | wall ratio, paired | CPU ratio, paired |")
+    configs = [
+        ("mlp 256-512-256, batch 128", steps, False),
+        ("12 x Linear(16,16), batch 8 (tiny ops)", steps, True),
+        ("mlp 256-512-256, batch 128", steps * 5, False),
+        ("12 x Linear(16,16), batch 8 (tiny ops)", steps * 5, True),
+    ]
+    print(
+        "\n## Whole run (window 3 steps after 2 warm-up steps; summary and calibration included)\n"
+    )
+    print(
+        "| workload | steps | step (ms) | run without (s) | recorder time, direct (ms) | ratio, direct | wall ratio, paired | CPU ratio, paired |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in whole_run(rounds, configs):
-        print(f"| {r['workload']} | {r['steps']} | {r['step_ms']:.2f} | {r['base_s']:.3f} | {r['direct_ms']:.1f} | "
-              f"{r['direct_ratio']:.3f}x | {r['ratio']:.3f}x | {r['cpu_ratio']:.3f}x |")
+        print(
+            f"| {r['workload']} | {r['steps']} | {r['step_ms']:.2f} | {r['base_s']:.3f} | {r['direct_ms']:.1f} | "
+            f"{r['direct_ratio']:.3f}x | {r['ratio']:.3f}x | {r['cpu_ratio']:.3f}x |"
+        )
+
 
 if __name__ == "__main__":
     main()

@@ -41,14 +41,18 @@ def long_run(doc: dict[str, Any], steps: int = 10_000, samples: int = 36_000) ->
     series = d["steps"]["series"]
     step_s = d["steps"]["time_s"]["median"]
     d["steps"]["series"] = [
-        {**series[i % len(series)], "index": i, "start_s": round(i * step_s, 4), "warmup": i < 3} for i in range(steps)
+        {**series[i % len(series)], "index": i, "start_s": round(i * step_s, 4), "warmup": i < 3}
+        for i in range(steps)
     ]
     d["steps"]["count"], d["steps"]["measured"] = steps, steps - 3
     tl = d["utilization"]["timeline"]
     n = len(tl["t_s"])
     d["utilization"]["timeline"] = {
         "t_s": [round(i * 0.1, 3) for i in range(samples)],
-        **{k: [tl[k][i % n] for i in range(samples)] for k in ("cpu", "gpu", "rss_bytes", "gpu_memory_bytes")},
+        **{
+            k: [tl[k][i % n] for i in range(samples)]
+            for k in ("cpu", "gpu", "rss_bytes", "gpu_memory_bytes")
+        },
     }
     d["utilization"]["samples"] = samples
     return d
@@ -70,8 +74,20 @@ def time_cli(path: Path, fmt: str) -> float:
         for _ in range(CLI_REPEAT):
             t0 = time.perf_counter()
             subprocess.run(
-                [sys.executable, "-m", "gpuopt", "report", str(path), "--format", fmt, "-o", str(Path(tmp) / f"out.{fmt}")],
-                check=True, capture_output=True, cwd=ROOT,
+                [
+                    sys.executable,
+                    "-m",
+                    "gpuopt",
+                    "report",
+                    str(path),
+                    "--format",
+                    fmt,
+                    "-o",
+                    str(Path(tmp) / f"out.{fmt}"),
+                ],
+                check=True,
+                capture_output=True,
+                cwd=ROOT,
             )
             times.append(time.perf_counter() - t0)
     return statistics.median(times)
@@ -82,18 +98,31 @@ def time_startup() -> float:
     times = []
     for _ in range(CLI_REPEAT):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "gpuopt", "--version"], check=True, capture_output=True, cwd=ROOT)
+        subprocess.run(
+            [sys.executable, "-m", "gpuopt", "--version"], check=True, capture_output=True, cwd=ROOT
+        )
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
 
 def main() -> None:
     compile_gpuopt()  # as an installed package would be (see installed.py)
-    base = json.loads((ROOT / "tests" / "data" / "report" / "host_culprits.json").read_text(encoding="utf-8"))
-    docs = {"typical (64 steps, 311 samples)": base, "long (10,000 steps, 36,000 samples)": long_run(base)}
-    print(f"machine: {platform.machine()}, {platform.processor() or 'cpu'}, python {platform.python_version()}")
-    print(f"command: python benchmarks/bench_report.py (render: median of {REPEAT}; CLI: median of {CLI_REPEAT} fresh processes)\n")
-    print("| document | format | render (in process) | output size | `gpuopt report` (whole command) |")
+    base = json.loads(
+        (ROOT / "tests" / "data" / "report" / "host_culprits.json").read_text(encoding="utf-8")
+    )
+    docs = {
+        "typical (64 steps, 311 samples)": base,
+        "long (10,000 steps, 36,000 samples)": long_run(base),
+    }
+    print(
+        f"machine: {platform.machine()}, {platform.processor() or 'cpu'}, python {platform.python_version()}"
+    )
+    print(
+        f"command: python benchmarks/bench_report.py (render: median of {REPEAT}; CLI: median of {CLI_REPEAT} fresh processes)\n"
+    )
+    print(
+        "| document | format | render (in process) | output size | `gpuopt report` (whole command) |"
+    )
     print("|---|---|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
         for label, doc in docs.items():
@@ -102,8 +131,12 @@ def main() -> None:
             for fmt in FORMATS:
                 render_s, size = time_render(doc, fmt)
                 cli_s = time_cli(path, fmt)
-                print(f"| {label} | {fmt} | {render_s * 1e3:.1f} ms | {size / 1024:.0f} KiB | {cli_s * 1e3:.0f} ms |")
-    print(f"| (baseline) `python -m gpuopt --version` | – | – | – | {time_startup() * 1e3:.0f} ms |")
+                print(
+                    f"| {label} | {fmt} | {render_s * 1e3:.1f} ms | {size / 1024:.0f} KiB | {cli_s * 1e3:.0f} ms |"
+                )
+    print(
+        f"| (baseline) `python -m gpuopt --version` | – | – | – | {time_startup() * 1e3:.0f} ms |"
+    )
 
 
 if __name__ == "__main__":

@@ -30,12 +30,18 @@ from pathlib import Path
 from installed import compile_gpuopt
 
 
-def per_call_us(run: Callable[[int], None], calls: int, reps: int, on: Callable[[], None], off: Callable[[], None]) -> tuple[float, float]:
+def per_call_us(
+    run: Callable[[int], None],
+    calls: int,
+    reps: int,
+    on: Callable[[], None],
+    off: Callable[[], None],
+) -> tuple[float, float]:
     """Median per-call time without and with the hook (µs), alternating reps to cancel drift."""
     without, with_ = [], []
     run(calls // 10)  # warm-up
     for i in range(reps):
-        for hooked in ((False, True) if i % 2 == 0 else (True, False)):
+        for hooked in (False, True) if i % 2 == 0 else (True, False):
             if hooked:
                 on()
             try:
@@ -50,11 +56,20 @@ def per_call_us(run: Callable[[int], None], calls: int, reps: int, on: Callable[
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--calls", type=int, default=2000)
-    ap.add_argument("--step-ms", type=float, default=35.0, help="the workload's step time (bench_profile.py measures it)")
-    ap.add_argument("--interval", type=float, default=0.2, help="the sampler's interval (gpuopt's default)")
+    ap.add_argument(
+        "--step-ms",
+        type=float,
+        default=35.0,
+        help="the workload's step time (bench_profile.py measures it)",
+    )
+    ap.add_argument(
+        "--interval", type=float, default=0.2, help="the sampler's interval (gpuopt's default)"
+    )
     a = ap.parse_args()
     compile_gpuopt()
     import torch
@@ -79,7 +94,9 @@ def main() -> None:
         for _ in range(n):
             opt.step()
 
-    step_off, step_on = per_call_us(steps, a.calls, a.reps, lambda: steps_mod.install(clock), steps_mod.uninstall)
+    step_off, step_on = per_call_us(
+        steps, a.calls, a.reps, lambda: steps_mod.install(clock), steps_mod.uninstall
+    )
 
     # 2. the DataLoader wait probe (per batch)
     data = TensorDataset(torch.zeros(a.calls, 1))
@@ -101,7 +118,9 @@ def main() -> None:
         fake_now[0] += a.interval
         return fake_now[0]
 
-    sampler = UtilizationSampler(interval=a.interval, nvml=None, nvml_note="benchmark", clock=sampler_clock)
+    sampler = UtilizationSampler(
+        interval=a.interval, nvml=None, nvml_note="benchmark", clock=sampler_clock
+    )
     sampler.start(ctx, thread=False)
     ticks = []
     for _ in range(a.reps):
@@ -120,11 +139,19 @@ def main() -> None:
     print(f"torch {torch.__version__}; medians of {a.reps} alternating reps of {a.calls} calls\n")
     print("| hook | per call without | with | cost per call |")
     print("|---|---:|---:|---:|")
-    print(f"| optimizer step hook (`opt.step()`) | {step_off:.2f} µs | {step_on:.2f} µs | {step_on - step_off:.2f} µs |")
-    print(f"| DataLoader wait probe (`next(loader)`) | {dl_off:.2f} µs | {dl_on:.2f} µs | {dl_on - dl_off:.2f} µs |")
-    print(f"| sampler tick (every {a.interval} s, in its own thread) | — | {tick_us:.1f} µs | {sampler_share * 100:.3f}% of wall time |")
-    print(f"\nPer-step overhead on a {a.step_ms:.0f} ms step (one optimizer step, one batch, the sampler's GIL time): "
-          f"**{bound * 100:.3f}%**")
+    print(
+        f"| optimizer step hook (`opt.step()`) | {step_off:.2f} µs | {step_on:.2f} µs | {step_on - step_off:.2f} µs |"
+    )
+    print(
+        f"| DataLoader wait probe (`next(loader)`) | {dl_off:.2f} µs | {dl_on:.2f} µs | {dl_on - dl_off:.2f} µs |"
+    )
+    print(
+        f"| sampler tick (every {a.interval} s, in its own thread) | — | {tick_us:.1f} µs | {sampler_share * 100:.3f}% of wall time |"
+    )
+    print(
+        f"\nPer-step overhead on a {a.step_ms:.0f} ms step (one optimizer step, one batch, the sampler's GIL time): "
+        f"**{bound * 100:.3f}%**"
+    )
 
 
 if __name__ == "__main__":

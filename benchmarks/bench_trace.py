@@ -93,19 +93,39 @@ def ensure_hta() -> Path:
     if not py.exists():
         WORK.mkdir(parents=True, exist_ok=True)
         subprocess.run([sys.executable, "-m", "venv", str(HTA_VENV)], check=True)
-        subprocess.run([str(py), "-m", "pip", "install", "-q", "HolisticTraceAnalysis==0.5.0"], check=True)
+        subprocess.run(
+            [str(py), "-m", "pip", "install", "-q", "HolisticTraceAnalysis==0.5.0"], check=True
+        )
     return py
 
 
-def measure(cmd: list[str], timeout_s: float, extra_env: dict[str, str] | None = None, memory: bool = False) -> dict:
+def measure(
+    cmd: list[str], timeout_s: float, extra_env: dict[str, str] | None = None, memory: bool = False
+) -> dict:
     """Run ``cmd`` in a fresh child of a fresh runner: wall time and that child's peak RSS
     (``memory``: also sample the process tree's PSS every 5 ms, which slows what it watches)."""
-    env = dict(os.environ, BENCH_TIMEOUT=str(timeout_s), BENCH_SAMPLE_MEMORY="1" if memory else "0", **(extra_env or {}))
+    env = dict(
+        os.environ,
+        BENCH_TIMEOUT=str(timeout_s),
+        BENCH_SAMPLE_MEMORY="1" if memory else "0",
+        **(extra_env or {}),
+    )
     try:
-        out = subprocess.run([sys.executable, "-c", _RUNNER, *cmd], capture_output=True, text=True, env=env, timeout=timeout_s + 60)
+        out = subprocess.run(
+            [sys.executable, "-c", _RUNNER, *cmd],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout_s + 60,
+        )
         return json.loads(out.stdout.strip().splitlines()[-1])
     except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError) as exc:
-        return {"wall_s": None, "peak_rss_bytes": None, "rc": None, "stderr": f"{type(exc).__name__}"}
+        return {
+            "wall_s": None,
+            "peak_rss_bytes": None,
+            "rc": None,
+            "stderr": f"{type(exc).__name__}",
+        }
 
 
 def gpuopt_cmd(bin_dir: Path, trace: Path) -> list[str]:
@@ -151,13 +171,27 @@ def make_synthetic(target_mb: int) -> Path:
     meta = [e for e in events if e.get("ph") == "M"]
     ts = [e["ts"] for e in events if isinstance(e.get("ts"), (int, float))]
     span = max(ts) - min(ts) + 1000
-    max_corr = max((e.get("args", {}).get("correlation", 0) for e in events if isinstance(e.get("args"), dict)), default=0) + 1
+    max_corr = (
+        max(
+            (
+                e.get("args", {}).get("correlation", 0)
+                for e in events
+                if isinstance(e.get("args"), dict)
+            ),
+            default=0,
+        )
+        + 1
+    )
     step_re = __import__("re").compile(r"ProfilerStep#(\d+)")
     per_copy = sum(len(s) + 4 for s in lines)
     copies = max(1, int(target_mb * 1e6 // per_copy))
     with out.open("w") as fh:
         head = {k: v for k, v in seed.items() if k != "traceEvents"}
-        fh.write("{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in head.items()) + ',\n  "traceEvents": [\n')
+        fh.write(
+            "{\n"
+            + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in head.items())
+            + ',\n  "traceEvents": [\n'
+        )
         first = True
         for c in range(copies):
             for e in events:
@@ -167,7 +201,9 @@ def make_synthetic(target_mb: int) -> Path:
                 if isinstance(e2.get("ts"), (int, float)):
                     e2["ts"] = e2["ts"] + c * span
                 a = e2.get("args")
-                if isinstance(a, dict) and ("correlation" in a or "External id" in a or "external id" in a):
+                if isinstance(a, dict) and (
+                    "correlation" in a or "External id" in a or "external id" in a
+                ):
                     a = dict(a)
                     for k in ("correlation", "External id", "external id"):
                         if isinstance(a.get(k), int):
@@ -177,7 +213,9 @@ def make_synthetic(target_mb: int) -> Path:
                     e2["id"] = e2["id"] + c * max_corr
                 name = e2.get("name")
                 if isinstance(name, str) and name.startswith("ProfilerStep#"):
-                    e2["name"] = step_re.sub(lambda m, c=c: f"ProfilerStep#{int(m.group(1)) + c * 100}", name)
+                    e2["name"] = step_re.sub(
+                        lambda m, c=c: f"ProfilerStep#{int(m.group(1)) + c * 100}", name
+                    )
                 fh.write(("" if first else ",\n") + "  " + json.dumps(e2))
                 first = False
         for e in meta:
@@ -187,22 +225,45 @@ def make_synthetic(target_mb: int) -> Path:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--repeat", type=int, default=3, help="timing runs of each tool per trace")
-    ap.add_argument("--memory-runs", type=int, default=2, help="memory runs of each tool per trace (sampled, not timed)")
+    ap.add_argument(
+        "--memory-runs",
+        type=int,
+        default=2,
+        help="memory runs of each tool per trace (sampled, not timed)",
+    )
     ap.add_argument("--synthetic-mb", type=int, default=256)
-    ap.add_argument("--skip-hta-synthetic", action="store_true", help="do not run HTA on the synthetic trace")
+    ap.add_argument(
+        "--skip-hta-synthetic", action="store_true", help="do not run HTA on the synthetic trace"
+    )
     ap.add_argument("--no-real", action="store_true")
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--out", type=Path, default=WORK / "bench-trace.json")
-    ap.add_argument("--without-helper", action="store_true", help="also time gpuopt with GPUOPT_TRACE_WORKERS=0")
-    ap.add_argument("--compare-rev", metavar="REV", help="also time gpuopt as of git revision REV, interleaved (a change's effect)")
-    ap.add_argument("--only", action="append", default=[], metavar="TEXT", help="only traces whose path contains TEXT (repeatable)")
+    ap.add_argument(
+        "--without-helper", action="store_true", help="also time gpuopt with GPUOPT_TRACE_WORKERS=0"
+    )
+    ap.add_argument(
+        "--compare-rev",
+        metavar="REV",
+        help="also time gpuopt as of git revision REV, interleaved (a change's effect)",
+    )
+    ap.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="only traces whose path contains TEXT (repeatable)",
+    )
     args = ap.parse_args()
     gpuopt_bin = user_venv()  # a wheel install, as a user has it (see installed.py)
     rev_bin = revision_venv(args.compare_rev) if args.compare_rev else None
     hta_py = ensure_hta()
-    traces = [] if args.no_real else [make_small(), *(SHARED / r for r in REAL if (SHARED / r).exists())]
+    traces = (
+        [] if args.no_real else [make_small(), *(SHARED / r for r in REAL if (SHARED / r).exists())]
+    )
     synth = make_synthetic(args.synthetic_mb) if args.synthetic_mb > 0 else None
     if synth:
         traces.append(synth)
@@ -210,7 +271,9 @@ def main() -> None:
         traces = [t for t in traces if any(s in str(t) for s in args.only)]
     results = []
     for tr in traces:
-        json_bytes = len(gzip.decompress(tr.read_bytes())) if tr.name.endswith(".gz") else tr.stat().st_size
+        json_bytes = (
+            len(gzip.decompress(tr.read_bytes())) if tr.name.endswith(".gz") else tr.stat().st_size
+        )
         g_cmd = gpuopt_cmd(gpuopt_bin, tr)
         g_runs, h_runs, solo_runs, rev_runs, g_mem, h_mem = [], [], [], [], [], []
         run_hta = not (synth is not None and tr == synth and args.skip_hta_synthetic)
@@ -232,11 +295,17 @@ def main() -> None:
             return statistics.median(vals) if vals else None
 
         def peak(runs: list[dict]) -> float | None:
-            vals = [r["peak_rss_bytes"] for r in runs if r.get("peak_rss_bytes") is not None and r.get("rc") == 0]
+            vals = [
+                r["peak_rss_bytes"]
+                for r in runs
+                if r.get("peak_rss_bytes") is not None and r.get("rc") == 0
+            ]
             return max(vals) if vals else None
 
         row = {
-            "trace": str(tr.relative_to(SHARED)) if SHARED in tr.parents else str(tr.relative_to(ROOT)),
+            "trace": str(tr.relative_to(SHARED))
+            if SHARED in tr.parents
+            else str(tr.relative_to(ROOT)),
             "json_mb": round(json_bytes / 1e6, 1),
             "gpuopt_s": med(g_runs, "wall_s"),
             "gpuopt_no_helper_s": med(solo_runs, "wall_s"),
@@ -252,26 +321,63 @@ def main() -> None:
             "hta_memory_runs": h_mem,
             "gpuopt_command": " ".join(["gpuopt", *g_cmd[1:]]),
         }
-        row["speedup"] = round(row["hta_s"] / row["gpuopt_s"], 2) if row["hta_s"] and row["gpuopt_s"] else None
-        row["rss_ratio"] = round(row["gpuopt_rss_mb"] / row["hta_rss_mb"], 3) if row["hta_rss_mb"] and row["gpuopt_rss_mb"] else None
+        row["speedup"] = (
+            round(row["hta_s"] / row["gpuopt_s"], 2) if row["hta_s"] and row["gpuopt_s"] else None
+        )
+        row["rss_ratio"] = (
+            round(row["gpuopt_rss_mb"] / row["hta_rss_mb"], 3)
+            if row["hta_rss_mb"] and row["gpuopt_rss_mb"]
+            else None
+        )
         results.append(row)
-        print(f"{row['trace']}: {row['json_mb']} MB  gpuopt {row['gpuopt_s']}s (at {args.compare_rev}: {row['gpuopt_rev_s']}s) / {row['gpuopt_rss_mb']} MB   HTA {row['hta_s']}s / {row['hta_rss_mb']} MB   speedup {row['speedup']}  rss ratio {row['rss_ratio']}", flush=True)
+        print(
+            f"{row['trace']}: {row['json_mb']} MB  gpuopt {row['gpuopt_s']}s (at {args.compare_rev}: {row['gpuopt_rev_s']}s) / {row['gpuopt_rss_mb']} MB   HTA {row['hta_s']}s / {row['hta_rss_mb']} MB   speedup {row['speedup']}  rss ratio {row['rss_ratio']}",
+            flush=True,
+        )
     versions = subprocess.run(
-        [str(hta_py), "-c", "import importlib.metadata as m; print({p: m.version(p) for p in ('HolisticTraceAnalysis', 'pandas', 'numpy')})"],
-        capture_output=True, text=True,
+        [
+            str(hta_py),
+            "-c",
+            "import importlib.metadata as m; print({p: m.version(p) for p in ('HolisticTraceAnalysis', 'pandas', 'numpy')})",
+        ],
+        capture_output=True,
+        text=True,
     ).stdout.strip()
-    machine = {"hta_venv": versions, "platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
-               "mem_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9, 1),
-               "load_avg_at_end": os.getloadavg()}
+    machine = {
+        "hta_venv": versions,
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "mem_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9, 1),
+        "load_avg_at_end": os.getloadavg(),
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"command": " ".join(sys.argv), "machine": machine, "when": time.strftime("%Y-%m-%d %H:%M:%S"), "results": results}, indent=1))
-    solo = (" gpuopt s, no helper |" if args.without_helper else "") + (f" gpuopt s at {args.compare_rev} |" if rev_bin else "")
-    print(f"\n| trace | JSON MB | gpuopt s |{solo} HTA load s | speedup | gpuopt peak RSS MB | HTA peak RSS MB | RSS ratio |")
+    args.out.write_text(
+        json.dumps(
+            {
+                "command": " ".join(sys.argv),
+                "machine": machine,
+                "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+                "results": results,
+            },
+            indent=1,
+        )
+    )
+    solo = (" gpuopt s, no helper |" if args.without_helper else "") + (
+        f" gpuopt s at {args.compare_rev} |" if rev_bin else ""
+    )
+    print(
+        f"\n| trace | JSON MB | gpuopt s |{solo} HTA load s | speedup | gpuopt peak RSS MB | HTA peak RSS MB | RSS ratio |"
+    )
     print("|---|---|---|---|---|---|---|---|" + "---|" * solo.count("|"))
     for r in results:
         f = lambda x, nd=2: "—" if x is None else f"{x:.{nd}f}"  # noqa: E731
-        s = (f" {f(r['gpuopt_no_helper_s'])} |" if args.without_helper else "") + (f" {f(r['gpuopt_rev_s'])} |" if rev_bin else "")
-        print(f"| {r['trace']} | {r['json_mb']} | {f(r['gpuopt_s'])} |{s} {f(r['hta_s'])} | {f(r['speedup'], 1)} | {f(r['gpuopt_rss_mb'], 0)} | {f(r['hta_rss_mb'], 0)} | {f(r['rss_ratio'], 2)} |")
+        s = (f" {f(r['gpuopt_no_helper_s'])} |" if args.without_helper else "") + (
+            f" {f(r['gpuopt_rev_s'])} |" if rev_bin else ""
+        )
+        print(
+            f"| {r['trace']} | {r['json_mb']} | {f(r['gpuopt_s'])} |{s} {f(r['hta_s'])} | {f(r['speedup'], 1)} | {f(r['gpuopt_rss_mb'], 0)} | {f(r['hta_rss_mb'], 0)} | {f(r['rss_ratio'], 2)} |"
+        )
     print(f"\nmachine: {machine}\nresults: {args.out}")
 
 

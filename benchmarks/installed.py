@@ -26,7 +26,10 @@ USER_VENV = ROOT / "benchmarks" / ".work" / "user-venv"
 
 def compile_gpuopt(python: str = sys.executable) -> None:
     subprocess.run(
-        [python, "-m", "compileall", "-q", str(ROOT / "gpuopt")], check=True, stdout=subprocess.DEVNULL, cwd=ROOT
+        [python, "-m", "compileall", "-q", str(ROOT / "gpuopt")],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        cwd=ROOT,
     )
 
 
@@ -40,27 +43,47 @@ def user_venv(src_root: Path = ROOT, venv: Path = USER_VENV) -> Path:
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     site = Path(
         subprocess.run(
-            [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True
+            [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.strip()
     )
     (site / "_bench_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     with tempfile.TemporaryDirectory() as tmp:
         # Build from a copy: setuptools writes build/ and *.egg-info next to the sources.
         src = Path(tmp) / "src"
-        shutil.copytree(src_root, src, ignore=shutil.ignore_patterns(".venv", ".git", "benchmarks", "__pycache__", "*.egg-info", "build"))
+        shutil.copytree(
+            src_root,
+            src,
+            ignore=shutil.ignore_patterns(
+                ".venv", ".git", "benchmarks", "__pycache__", "*.egg-info", "build"
+            ),
+        )
         pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
-        subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", tmp, str(src)], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", tmp, str(src)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         wheel = next(Path(tmp).glob("gpuopt-*.whl"))
-        subprocess.run([*pip, "--python", str(py), "install", "--no-deps", "--force-reinstall", str(wheel)], check=True)
+        subprocess.run(
+            [*pip, "--python", str(py), "install", "--no-deps", "--force-reinstall", str(wheel)],
+            check=True,
+        )
     return py.parent
 
 
 def revision_venv(rev: str) -> Path:
     """A user-like install of git revision ``rev`` (``git archive``, no worktree), for timing a
     change side by side with what it changed; returns the venv's bin folder."""
-    sha = subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    sha = subprocess.run(
+        ["git", "rev-parse", "--short", rev], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
     with tempfile.TemporaryDirectory() as tmp:
-        archive = subprocess.run(["git", "archive", "--format=tar", sha], cwd=ROOT, capture_output=True, check=True).stdout
+        archive = subprocess.run(
+            ["git", "archive", "--format=tar", sha], cwd=ROOT, capture_output=True, check=True
+        ).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
         return user_venv(Path(tmp), ROOT / "benchmarks" / ".work" / f"user-venv-{sha}")
 

@@ -45,7 +45,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version."
+    ),
 ) -> None:
     """gpuopt: profile a training script, read its traces, and fix what leaves the GPU idle."""
 
@@ -55,14 +57,32 @@ def _root(
     help="Run SCRIPT as `python SCRIPT ARGS` would, instrumented, and explain where each step's time goes.",
 )
 def profile(
-    script_and_args: list[str] = typer.Argument(None, metavar="SCRIPT [ARGS]...", help="The script and its own arguments."),
+    script_and_args: list[str] = typer.Argument(
+        None, metavar="SCRIPT [ARGS]...", help="The script and its own arguments."
+    ),
     module: str | None = typer.Option(None, "-m", help="Run a module, as `python -m MODULE`."),
-    out: Path | None = typer.Option(None, "-o", "--out", help="Run directory (default gpuopt-runs/<stem>-<time>)."),
-    steps: int | None = typer.Option(None, "--steps", min=1, help="Stop cleanly after N training steps."),
+    out: Path | None = typer.Option(
+        None, "-o", "--out", help="Run directory (default gpuopt-runs/<stem>-<time>)."
+    ),
+    steps: int | None = typer.Option(
+        None, "--steps", min=1, help="Stop cleanly after N training steps."
+    ),
     warmup: int = typer.Option(2, "--warmup", min=0, help="Steps left out of the statistics."),
-    window: int = typer.Option(3, "--window", min=0, help="Steps recorded in detail (ops, copies, syncs) after warm-up; 0 turns the recorder off."),
-    sample_interval: float = typer.Option(0.2, "--sample-interval", min=0.005, help="Seconds between utilization samples (NVML itself averages over 1/6–1 s)."),
-    nproc_per_node: int | None = typer.Option(None, "--nproc-per-node", min=1, help="Launch N processes through torchrun."),
+    window: int = typer.Option(
+        3,
+        "--window",
+        min=0,
+        help="Steps recorded in detail (ops, copies, syncs) after warm-up; 0 turns the recorder off.",
+    ),
+    sample_interval: float = typer.Option(
+        0.2,
+        "--sample-interval",
+        min=0.005,
+        help="Seconds between utilization samples (NVML itself averages over 1/6–1 s).",
+    ),
+    nproc_per_node: int | None = typer.Option(
+        None, "--nproc-per-node", min=1, help="Launch N processes through torchrun."
+    ),
     quiet: bool = typer.Option(False, "--quiet", help="No live progress and no terminal report."),
     fmt: ReportFormat = typer.Option(ReportFormat.text, "--format", help="Terminal report format."),
 ) -> None:
@@ -73,7 +93,9 @@ def profile(
         if not args:
             fail("profile needs a SCRIPT (or -m MODULE); try: gpuopt profile train.py")
         if args[0].startswith("-"):
-            fail(f"unknown option {args[0]!r} for gpuopt profile; options of gpuopt go before SCRIPT, see gpuopt profile --help")
+            fail(
+                f"unknown option {args[0]!r} for gpuopt profile; options of gpuopt go before SCRIPT, see gpuopt profile --help"
+            )
     from gpuopt.runner.main import ProfileOptions, run_profile
 
     opts = ProfileOptions(
@@ -92,11 +114,23 @@ def profile(
     run_profile(opts)
 
 
-@app.command(help="Render a run directory, a profile.json, or PyTorch profiler traces (file or folder of ranks). Never re-runs anything.")
+@app.command(
+    help="Render a run directory, a profile.json, or PyTorch profiler traces (file or folder of ranks). Never re-runs anything."
+)
 def report(
-    path: Path = typer.Argument(..., help="Run directory, profile.json, trace .json/.json.gz, or a folder of per-rank traces."),
-    fmt: ReportFormat | None = typer.Option(None, "--format", "-f", help="text, json, md or html (default: from -o's extension, else text)."),
-    output: Path | None = typer.Option(None, "-o", "--output", help="Write to FILE instead of stdout."),
+    path: Path = typer.Argument(
+        ...,
+        help="Run directory, profile.json, trace .json/.json.gz, or a folder of per-rank traces.",
+    ),
+    fmt: ReportFormat | None = typer.Option(
+        None,
+        "--format",
+        "-f",
+        help="text, json, md or html (default: from -o's extension, else text).",
+    ),
+    output: Path | None = typer.Option(
+        None, "-o", "--output", help="Write to FILE instead of stdout."
+    ),
 ) -> None:
     from gpuopt.report.command import run_report
 
@@ -105,18 +139,32 @@ def report(
     run_report(path, fmt.value if fmt else None, output)
 
 
-@app.command(help="Plan ahead-of-time multi-stream execution (Nimble) for a static model: streams, syncs, estimated speedup.")
+@app.command(
+    help="Plan ahead-of-time multi-stream execution (Nimble) for a static model: streams, syncs, estimated speedup."
+)
 def schedule(
-    target: str = typer.Argument(..., help="module:factory returning an nn.Module (file.py:factory works too)."),
-    inputs: str | None = typer.Option(None, "--inputs", help="module:function returning the example inputs (a tuple)."),
-    device_profile: str = typer.Option("h100", "--device-profile", help="Device cost model for the estimate (h100, a100, v100, ...)."),
-    out: Path | None = typer.Option(None, "-o", "--out", help="Write the plan JSON here (default: <factory>.plan.json)."),
+    target: str = typer.Argument(
+        ..., help="module:factory returning an nn.Module (file.py:factory works too)."
+    ),
+    inputs: str | None = typer.Option(
+        None, "--inputs", help="module:function returning the example inputs (a tuple)."
+    ),
+    device_profile: str = typer.Option(
+        "h100",
+        "--device-profile",
+        help="Device cost model for the estimate (h100, a100, v100, ...).",
+    ),
+    out: Path | None = typer.Option(
+        None, "-o", "--out", help="Write the plan JSON here (default: <factory>.plan.json)."
+    ),
     fmt: ReportFormat = typer.Option(ReportFormat.text, "--format", help="text or json on stdout."),
 ) -> None:
     from gpuopt.aot.command import schedule_command
 
     try:
-        schedule_command(target, inputs=inputs, device_profile=device_profile, out=out, fmt=fmt.value)
+        schedule_command(
+            target, inputs=inputs, device_profile=device_profile, out=out, fmt=fmt.value
+        )
     except GpuoptError as exc:
         fail(str(exc))
 

@@ -55,7 +55,12 @@ def parse_report(argv: list[str]) -> tuple[str, str | None, str | None] | None:
             i += 1
             continue
         key = _OPTIONS[name]
-        if key in got or not value or value.startswith("-") or (key == "format" and value not in FORMATS):
+        if (
+            key in got
+            or not value
+            or value.startswith("-")
+            or (key == "format" and value not in FORMATS)
+        ):
             return None
         got[key] = value
     if path is None:
@@ -86,7 +91,7 @@ def parse_profile(argv: list[str]) -> tuple[str, list[str], str | None, bool] | 
         elif arg.startswith("-") or not arg:
             return None
         else:
-            return arg, argv[i + 1:], out, quiet  # the script; the rest is its own
+            return arg, argv[i + 1 :], out, quiet  # the script; the rest is its own
         if out is not None or not value or value.startswith("-"):
             return None
         out = value
@@ -152,7 +157,11 @@ def _profile(script: str, args: list[str], out: str | None, quiet: bool) -> NoRe
     from gpuopt.runner.main import ProfileOptions, run_profile
 
     try:
-        run_profile(ProfileOptions(script=script, module=None, args=args, out=Path(out) if out else None, quiet=quiet))
+        run_profile(
+            ProfileOptions(
+                script=script, module=None, args=args, out=Path(out) if out else None, quiet=quiet
+            )
+        )
     except KeyboardInterrupt:  # outside the script (the runner handles it inside): as typer ends
         raise SystemExit(130) from None
 

@@ -91,7 +91,13 @@ def empty_profile(script: str = "", argv: list[str] | None = None) -> dict[str, 
         "exit_code": 0,
         "script": script,
         "argv": list(argv or []),
-        "environment": {"python": "", "torch": None, "device": "cpu", "gpus": [], "cpu_count": os.cpu_count() or 1},
+        "environment": {
+            "python": "",
+            "torch": None,
+            "device": "cpu",
+            "gpus": [],
+            "cpu_count": os.cpu_count() or 1,
+        },
         "steps": {
             "count": 0,
             "measured": 0,
@@ -100,7 +106,12 @@ def empty_profile(script: str = "", argv: list[str] | None = None) -> dict[str, 
             "series": [],
         },
         "breakdown": {k: 0.0 for k in BREAKDOWN_KEYS},
-        "utilization": {"gpu": None, "cpu": {"mean": None, "max": None}, "samples": 0, "timeline": None},
+        "utilization": {
+            "gpu": None,
+            "cpu": {"mean": None, "max": None},
+            "samples": 0,
+            "timeline": None,
+        },
         "transfers": [],
         "syncs": [],
         "dispatch": {"ops_per_step": None, "mean_op_us": None},
@@ -163,14 +174,18 @@ def check_schema_version(doc: Any, origin: str) -> None:
             "upgrade gpuopt: pip install -U gpuopt"
         )
     if v < SCHEMA_VERSION:
-        raise GpuoptError(f"{origin}: schema {schema} is older than {SCHEMA}; re-run gpuopt profile")
+        raise GpuoptError(
+            f"{origin}: schema {schema} is older than {SCHEMA}; re-run gpuopt profile"
+        )
 
 
 def dumps(doc: Any) -> bytes:
     """Serialise a document (orjson: fast, and NaN/inf become null rather than invalid JSON)."""
     import orjson
 
-    return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+    return orjson.dumps(
+        doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+    )
 
 
 def loads(data: bytes | str) -> Any:
@@ -213,7 +228,9 @@ def resolve_profile_path(path: Path) -> Path:
     if path.is_dir():
         candidate = path / "profile.json"
         if not candidate.exists():
-            raise GpuoptError(f"{path}: no profile.json in this directory; is it a gpuopt run directory?")
+            raise GpuoptError(
+                f"{path}: no profile.json in this directory; is it a gpuopt run directory?"
+            )
         return candidate
     if not path.exists():
         raise GpuoptError(f"{path}: no such file or directory")

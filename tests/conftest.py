@@ -25,7 +25,9 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def run_gpuopt(*args: str, cwd: Path | None = None, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_gpuopt(
+    *args: str, cwd: Path | None = None, timeout: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """``python -m gpuopt ARGS`` in a fresh process, as a user runs it."""
     full_env = dict(os.environ)
     full_env.setdefault("PYTHONUNBUFFERED", "1")

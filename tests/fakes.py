@@ -21,7 +21,9 @@ class FakeClock:
 class FakeNvml:
     """Replays scripted utilization readings, one per ``sample`` call per GPU."""
 
-    def __init__(self, names: list[str], utils: list[list[float]], memory_total: int = 80 * 2**30) -> None:
+    def __init__(
+        self, names: list[str], utils: list[list[float]], memory_total: int = 80 * 2**30
+    ) -> None:
         self.names = names
         self.utils = utils  # utils[gpu][k] = reading k
         self.calls = [0] * len(names)
@@ -41,7 +43,13 @@ class FakeNvml:
         k = self.calls[index]
         self.calls[index] += 1
         u = self.utils[index][min(k, len(self.utils[index]) - 1)]
-        return GpuSample(index=index, util_pct=u, memory_used_bytes=int(u * 2**20), power_w=100 + u, sm_clock_mhz=1500.0)
+        return GpuSample(
+            index=index,
+            util_pct=u,
+            memory_used_bytes=int(u * 2**20),
+            power_w=100 + u,
+            sm_clock_mhz=1500.0,
+        )
 
     def close(self) -> None:
         self.closed = True

@@ -30,7 +30,8 @@ def line_of(name: str, marker: str) -> int:
     """The line number of the one line carrying ``# <marker>`` in a planted file."""
     pattern = re.compile(rf"# {re.escape(marker)}(\s|$)")
     hits = [
-        i for i, text in enumerate((PLANTED / name).read_text().splitlines(), start=1)
+        i
+        for i, text in enumerate((PLANTED / name).read_text().splitlines(), start=1)
         if pattern.search(text) and not text.lstrip().startswith("#")
     ]
     assert len(hits) == 1, f"marker {marker!r} found {len(hits)} times in {name}"
@@ -42,7 +43,9 @@ def site(name: str, marker: str) -> str:
     return f"tests/data/probes/{name}:{line_of(name, marker)}"
 
 
-def context(tmp_path: Path, window_start: int = 1, window_steps: int = 3, **extra: Any) -> RunContext:
+def context(
+    tmp_path: Path, window_start: int = 1, window_steps: int = 3, **extra: Any
+) -> RunContext:
     return RunContext(
         script="planted",
         user_roots=[PLANTED],

@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import Any
 
 DATA = Path(__file__).resolve().parent / "data" / "report"
-NAMES = ("cpu_dataloader_bound", "host_culprits", "gpu_ranks", "failed_run", "trace_tables", "hostile")
+NAMES = (
+    "cpu_dataloader_bound",
+    "host_culprits",
+    "gpu_ranks",
+    "failed_run",
+    "trace_tables",
+    "hostile",
+)
 _CACHE: dict[str, dict[str, Any]] = {}
 
 
@@ -28,7 +35,11 @@ def minimal_doc() -> dict[str, Any]:
         "script": "x.py",
         "argv": [],
         "environment": {},
-        "steps": {"count": 0, "measured": 0, "time_s": {"median": None, "p10": None, "p90": None, "mean": None}},
+        "steps": {
+            "count": 0,
+            "measured": 0,
+            "time_s": {"median": None, "p10": None, "p90": None, "mean": None},
+        },
         "breakdown": {"data_wait": 0, "h2d": 0, "sync": 0, "compute": 0, "other": 0},
         "utilization": {"gpu": None, "cpu": None, "samples": 0},
         "transfers": [],

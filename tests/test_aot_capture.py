@@ -139,7 +139,11 @@ def test_fx_plan_without_barriers_is_flagged() -> None:
     from gpuopt.aot.plan import build_plan
 
     names = sm.plan.order
-    data_edges = [(s, d) for s, d in sm.plan.edges if s in {n.name for n in sm._program.by_name[d].all_input_nodes}]
+    data_edges = [
+        (s, d)
+        for s, d in sm.plan.edges
+        if s in {n.name for n in sm._program.by_name[d].all_input_nodes}
+    ]
     naive = build_plan(names, data_edges)
     naive.ops, naive.memory, naive.release = sm.plan.ops, sm.plan.memory, {}
     flagged = [not sm.simulate(x, seed=s, plan=naive).ok for s in range(10)]

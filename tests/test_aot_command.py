@@ -76,13 +76,22 @@ def model_file(tmp_path: Path) -> Path:
     return path
 
 
-def run(target: str, tmp_path: Path, *, inputs: str | None = None, fmt: str = "text", profile: str = "h100") -> Path:
+def run(
+    target: str,
+    tmp_path: Path,
+    *,
+    inputs: str | None = None,
+    fmt: str = "text",
+    profile: str = "h100",
+) -> Path:
     out = tmp_path / "plan.json"
     schedule_command(target, inputs=inputs, device_profile=profile, out=out, fmt=fmt)
     return out
 
 
-def test_file_target_with_pair_writes_plan_and_prints_summary(model_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_file_target_with_pair_writes_plan_and_prints_summary(
+    model_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = run(f"{model_file}:pair", tmp_path)
     text = capsys.readouterr().out
     doc = json.loads(out.read_text())
@@ -95,21 +104,27 @@ def test_file_target_with_pair_writes_plan_and_prints_summary(model_file: Path, 
     assert doc["estimate"]["kind"] == "estimate"
 
 
-def test_json_format_prints_the_written_document(model_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_json_format_prints_the_written_document(
+    model_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = run(f"{model_file}:pair", tmp_path, fmt="json", profile="v100")
     printed = json.loads(capsys.readouterr().out)
     assert printed == json.loads(out.read_text())
     assert printed["estimate"]["profile"] == "v100"
 
 
-def test_inputs_from_module_function_and_from_option(model_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_inputs_from_module_function_and_from_option(
+    model_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = run(f"{model_file}:model_only", tmp_path)
     assert json.loads(out.read_text())["plan"]["num_streams"] == 3
     out = run(f"{model_file}:model_only", tmp_path, inputs=f"{model_file}:other_inputs")
     assert json.loads(out.read_text())["plan"]["num_streams"] == 3
 
 
-def test_module_target_and_default_output_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_module_target_and_default_output_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "mymodels_aot.py").write_text(MODEL_SRC)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -129,7 +144,9 @@ def test_module_target_and_default_output_name(tmp_path: Path, monkeypatch: pyte
         ("{file}:data_dependent", "cannot capture"),
     ],
 )
-def test_bad_targets_raise_one_line_errors(model_file: Path, tmp_path: Path, target: str, message: str) -> None:
+def test_bad_targets_raise_one_line_errors(
+    model_file: Path, tmp_path: Path, target: str, message: str
+) -> None:
     with pytest.raises(GpuoptError) as info:
         run(target.format(file=model_file), tmp_path)
     assert message in str(info.value)
@@ -150,14 +167,34 @@ def test_missing_inputs_and_unknown_profile(tmp_path: Path) -> None:
 
 def test_cli_exit_codes(model_file: Path, tmp_path: Path) -> None:
     ok = subprocess.run(
-        [sys.executable, "-m", "gpuopt", "schedule", f"{model_file}:pair", "-o", str(tmp_path / "p.json")],
-        capture_output=True, text=True, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "gpuopt",
+            "schedule",
+            f"{model_file}:pair",
+            "-o",
+            str(tmp_path / "p.json"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
     )
     assert ok.returncode == 0, ok.stderr
     assert "estimated (model:" in ok.stdout
     bad = subprocess.run(
-        [sys.executable, "-m", "gpuopt", "schedule", f"{model_file}:nope", "-o", str(tmp_path / "q.json")],
-        capture_output=True, text=True, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "gpuopt",
+            "schedule",
+            f"{model_file}:nope",
+            "-o",
+            str(tmp_path / "q.json"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
     )
     assert bad.returncode == 2
     assert bad.stderr.startswith("gpuopt: error: ") and "Traceback" not in bad.stderr

@@ -12,7 +12,9 @@ from gpuopt.aot import schedule, zoo
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (streams, events, CUDA graphs)"),
+    pytest.mark.skipif(
+        not torch.cuda.is_available(), reason="needs a CUDA device (streams, events, CUDA graphs)"
+    ),
 ]
 
 NAMES = ["inception_v3", "nasnet_a_mobile", "resnet_stage", "transformer_block"]

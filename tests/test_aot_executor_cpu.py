@@ -26,7 +26,9 @@ def random_plan(seed: int, n: int = 25, p: float = 0.15) -> tuple[Plan, MemoryMo
     sinks = [names[i] for i in range(n) if not dag.succ[i]]
     memory = MemoryModel.from_dag(names, edges, input_readers=sources, output_nodes=sinks)
     reads = {v: [u for u, w in edges if w == v] for v in names}
-    plan.release = release_policy(plan, {v: [i] for i, v in enumerate(names)}, reads, keep=set(sinks))
+    plan.release = release_policy(
+        plan, {v: [i] for i, v in enumerate(names)}, reads, keep=set(sinks)
+    )
     return plan, memory
 
 

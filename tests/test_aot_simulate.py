@@ -69,13 +69,26 @@ def test_non_kernels_cost_no_device_time() -> None:
 
 def test_op_cost_roofline_and_width() -> None:
     # A large FP16 matmul: compute bound, full width.
-    big = {"kind": "kernel", "flops": 2 * 4096**3, "bytes": 3 * 4096 * 4096 * 2, "elems": 4096 * 4096,
-           "dtype": "float16", "class": "matmul"}
+    big = {
+        "kind": "kernel",
+        "flops": 2 * 4096**3,
+        "bytes": 3 * 4096 * 4096 * 2,
+        "elems": 4096 * 4096,
+        "dtype": "float16",
+        "class": "matmul",
+    }
     c = op_cost(big, H100)
     assert c.width == 1.0
     assert c.solo_s == pytest.approx(2 * 4096**3 / (H100.fp16_flops * H100.efficiency))
     # A tiny elementwise op hits the floor.
-    tiny = {"kind": "kernel", "flops": 0, "bytes": 64, "elems": 8, "dtype": "float32", "class": "other"}
+    tiny = {
+        "kind": "kernel",
+        "flops": 0,
+        "bytes": 64,
+        "elems": 8,
+        "dtype": "float32",
+        "class": "other",
+    }
     assert op_cost(tiny, H100).solo_s == H100.min_kernel_s
     # A view costs host time only.
     view = op_cost({"kind": "view"}, H100)
@@ -84,7 +97,9 @@ def test_op_cost_roofline_and_width() -> None:
     conv = dict(big, dtype="float32", **{"class": "conv"})
     mm = dict(big, dtype="float32")
     assert op_cost(conv, H100).solo_s < op_cost(mm, H100).solo_s
-    assert op_cost(mm, H100, Precision(tf32_matmul=True)).solo_s == pytest.approx(op_cost(conv, H100).solo_s)
+    assert op_cost(mm, H100, Precision(tf32_matmul=True)).solo_s == pytest.approx(
+        op_cost(conv, H100).solo_s
+    )
 
 
 def test_profiles_are_selectable_and_distinct() -> None:
@@ -99,7 +114,15 @@ def test_profiles_are_selectable_and_distinct() -> None:
 def test_estimate_on_a_fork_join_graph() -> None:
     names = ["a", "b", "c", "d"]
     plan = build_plan(names, [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")])
-    op = {"kind": "kernel", "flops": 0, "bytes": 0, "elems": 1000, "in_elems": 1000, "dtype": "float32", "class": "other"}
+    op = {
+        "kind": "kernel",
+        "flops": 0,
+        "bytes": 0,
+        "elems": 1000,
+        "in_elems": 1000,
+        "dtype": "float32",
+        "class": "other",
+    }
     plan.ops = {n: dict(op) for n in names}
     prof = with_overrides(H100, min_kernel_s=5e-6)
     est = estimate(plan, prof)
@@ -109,7 +132,9 @@ def test_estimate_on_a_fork_join_graph() -> None:
     # One graph: four kernels back to back with gaps, plus the launch.
     assert est.graph_s == pytest.approx(4 * (5e-6 + prof.graph_kernel_s) + prof.graph_launch_s)
     # Multi-stream: b and c overlap (narrow), so three kernel times.
-    assert est.multistream_s == pytest.approx(3 * (5e-6 + prof.graph_kernel_s) + prof.graph_launch_s)
+    assert est.multistream_s == pytest.approx(
+        3 * (5e-6 + prof.graph_kernel_s) + prof.graph_launch_s
+    )
     assert est.critical_path_nodes == 3
     assert est.critical_path_share == pytest.approx(0.75)
 
@@ -119,7 +144,11 @@ def test_estimate_on_a_fork_join_graph() -> None:
 def test_zoo_estimates_are_ordered(name: str, profile: str) -> None:
     est = scheduled_zoo(name)[2].estimate(profile)
     # Eager pays at least the graph's per-kernel costs, plus host time; graph launch aside.
-    assert est.eager_s + PROFILES[profile].graph_launch_s > est.graph_s >= est.multistream_s * (1 - 1e-9)
+    assert (
+        est.eager_s + PROFILES[profile].graph_launch_s
+        > est.graph_s
+        >= est.multistream_s * (1 - 1e-9)
+    )
     assert est.multistream_s >= est.critical_path_s * (1 - 1e-9)
     assert 0 < est.critical_path_share <= 1
     assert "profile " + profile in est.model

@@ -68,7 +68,12 @@ def brute_force_min_syncs(dag: Dag) -> int:
             for a in block:
                 stream[a] = sid
         # A sync may only join two ordered nodes on different streams (else it adds a false dependence).
-        cands = [(a, b) for a in range(n) for b in range(n) if stream[a] != stream[b] and (reach[a] >> b) & 1]
+        cands = [
+            (a, b)
+            for a in range(n)
+            for b in range(n)
+            if stream[a] != stream[b] and (reach[a] >> b) & 1
+        ]
         candidates_by_part.append((chain_edges, cands))
     for k in range(0, len(true_edges) + 1):
         for chain_edges, cands in candidates_by_part:
@@ -87,7 +92,9 @@ def check_assignment(dag: Dag) -> None:
     for i in range(n):
         for j in range(i + 1, n):
             if sa.stream_of[i] == sa.stream_of[j]:
-                assert (reach[i] >> j) & 1, f"{i} and {j} share stream {sa.stream_of[i]} but are independent"
+                assert (reach[i] >> j) & 1, (
+                    f"{i} and {j} share stream {sa.stream_of[i]} but are independent"
+                )
     # Every dependence is ordered by stream order plus syncs.
     order_edges = []
     for s in range(sa.num_streams):
@@ -175,7 +182,10 @@ def test_merge_uses_fewest_streams_for_the_chains(seed: int) -> None:
     dag = random_dag(rng, rng.randint(4, 12), rng.choice([0.15, 0.3]))
     reach = descendants(dag)
     unmerged = assign_streams(dag, merge=False)
-    chains = [[i for i in range(len(dag)) if unmerged.stream_of[i] == s] for s in range(unmerged.num_streams)]
+    chains = [
+        [i for i in range(len(dag)) if unmerged.stream_of[i] == s]
+        for s in range(unmerged.num_streams)
+    ]
     if len(chains) > 7:
         chains = chains[:7]  # keep the partition count small; the merge runs on the same subset
     follow = _merge_matching([c[-1] for c in chains], [c[0] for c in chains], reach)
@@ -188,7 +198,16 @@ def test_merge_uses_fewest_streams_for_the_chains(seed: int) -> None:
 
 def test_merge_is_needed_and_happens() -> None:
     """Two parallel branches followed by two more: the matching gives 4 chains, merging 2 streams."""
-    edges = [("a", "b1"), ("a", "c1"), ("b1", "m"), ("c1", "m"), ("m", "b2"), ("m", "c2"), ("b2", "z"), ("c2", "z")]
+    edges = [
+        ("a", "b1"),
+        ("a", "c1"),
+        ("b1", "m"),
+        ("c1", "m"),
+        ("m", "b2"),
+        ("m", "c2"),
+        ("b2", "z"),
+        ("c2", "z"),
+    ]
     names = ["a", "b1", "c1", "m", "b2", "c2", "z"]
     plan = build_plan(names, edges)
     unmerged = build_plan(names, edges, merge=False)

@@ -28,11 +28,25 @@ ACCEPTED = [
     ["report", "runs/a b/", "-o", "x", "--format", "text"],
 ]
 DECLINED = [
-    [], ["report"], ["report", "--help"], ["report", "t.json", "--help"], ["--version"], ["profile", "x.py"],
-    ["report", "t.json", "--format", "JSON"], ["report", "t.json", "--format", "csv"], ["report", "t.json", "-f"],
-    ["report", "a", "b"], ["report", "t.json", "-o", "-"], ["report", "-"], ["report", "t.json", "-fjson"],
-    ["report", "t.json", "--format", "json", "--format", "md"], ["report", "--", "t.json"],
-    ["report", "t.json", "--bogus"], ["report", ""], ["report", "t.json", "--format="], ["report", "t.json", "-o="],
+    [],
+    ["report"],
+    ["report", "--help"],
+    ["report", "t.json", "--help"],
+    ["--version"],
+    ["profile", "x.py"],
+    ["report", "t.json", "--format", "JSON"],
+    ["report", "t.json", "--format", "csv"],
+    ["report", "t.json", "-f"],
+    ["report", "a", "b"],
+    ["report", "t.json", "-o", "-"],
+    ["report", "-"],
+    ["report", "t.json", "-fjson"],
+    ["report", "t.json", "--format", "json", "--format", "md"],
+    ["report", "--", "t.json"],
+    ["report", "t.json", "--bogus"],
+    ["report", ""],
+    ["report", "t.json", "--format="],
+    ["report", "t.json", "-o="],
 ]
 
 
@@ -45,7 +59,9 @@ def typer_parse(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, 
 
 
 @pytest.mark.parametrize("argv", ACCEPTED, ids=" ".join)
-def test_accepted_command_lines_parse_as_typer_parses_them(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_accepted_command_lines_parse_as_typer_parses_them(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     fast = entry.parse_report(argv)
     assert fast is not None
     path, fmt, output = fast
@@ -68,13 +84,19 @@ def test_fast_path_runs_the_report_without_typer(tmp_path: Path) -> None:
         "e.main()\n"
         "print('typer' in sys.modules, 'click' in sys.modules or 'typer._click' in sys.modules)\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split("\n")[:2] == ["exit 0", "False False"]
-    assert out.read_text().startswith("#")  # Markdown, chosen from -o's extension as typer's path does
+    assert out.read_text().startswith(
+        "#"
+    )  # Markdown, chosen from -o's extension as typer's path does
 
 
-def test_interrupt_and_bad_input_exit_codes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_interrupt_and_bad_input_exit_codes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     def leave(code: int) -> None:
         raise SystemExit(code)
 
@@ -101,15 +123,27 @@ PROFILE_ACCEPTED = [
     ["profile", "--out", "r", "--quiet", "t.py", "a", "--", "b"],
 ]
 PROFILE_DECLINED = [
-    ["profile"], ["profile", "--help"], ["profile", "-m", "mod"], ["profile", "--steps", "5", "t.py"],
-    ["profile", "-o", "x"], ["profile", "--quiet", "--quiet", "t.py"], ["profile", "-o", "a", "-o", "b", "t.py"],
-    ["profile", "--", "t.py"], ["profile", "-o", "--quiet", "t.py"], ["profile", "--out=", "t.py"], ["profile", "-"],
-    ["profile", ""], ["profile", "-otmp", "t.py"], ["report", "t.json", "x.py"],
+    ["profile"],
+    ["profile", "--help"],
+    ["profile", "-m", "mod"],
+    ["profile", "--steps", "5", "t.py"],
+    ["profile", "-o", "x"],
+    ["profile", "--quiet", "--quiet", "t.py"],
+    ["profile", "-o", "a", "-o", "b", "t.py"],
+    ["profile", "--", "t.py"],
+    ["profile", "-o", "--quiet", "t.py"],
+    ["profile", "--out=", "t.py"],
+    ["profile", "-"],
+    ["profile", ""],
+    ["profile", "-otmp", "t.py"],
+    ["report", "t.json", "x.py"],
 ]
 
 
 @pytest.mark.parametrize("argv", PROFILE_ACCEPTED, ids=" ".join)
-def test_accepted_profile_command_lines_give_typers_options(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_accepted_profile_command_lines_give_typers_options(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     fast = entry.parse_profile(argv)
     assert fast is not None
     script, args, out, quiet = fast
@@ -117,7 +151,9 @@ def test_accepted_profile_command_lines_give_typers_options(argv: list[str], mon
     monkeypatch.setattr(runner_main, "run_profile", seen.append)
     r = CliRunner().invoke(app, argv)
     assert r.exit_code == 0 and len(seen) == 1, r.output
-    assert seen[0] == ProfileOptions(script=script, module=None, args=args, out=Path(out) if out else None, quiet=quiet)
+    assert seen[0] == ProfileOptions(
+        script=script, module=None, args=args, out=Path(out) if out else None, quiet=quiet
+    )
 
 
 @pytest.mark.parametrize("argv", PROFILE_DECLINED, ids=lambda a: " ".join(a))
@@ -127,9 +163,27 @@ def test_any_other_profile_command_line_goes_to_typer(argv: list[str]) -> None:
 
 def test_profile_fast_path_runs_the_script_without_typer(tmp_path: Path) -> None:
     script = tmp_path / "probe_modules.py"
-    script.write_text("import sys\nprint('typer' in sys.modules, sys.argv[1:])\nraise SystemExit(3)\n")
-    r = subprocess.run([sys.executable, "-m", "gpuopt", "profile", "--quiet", "-o", str(tmp_path / "run"), str(script), "-o", "x"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    script.write_text(
+        "import sys\nprint('typer' in sys.modules, sys.argv[1:])\nraise SystemExit(3)\n"
+    )
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuopt",
+            "profile",
+            "--quiet",
+            "-o",
+            str(tmp_path / "run"),
+            str(script),
+            "-o",
+            "x",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert r.returncode == 3, r.stderr  # the script's exit code
     assert r.stdout.splitlines()[0] == "False ['-o', 'x']"
     assert (tmp_path / "run" / "profile.json").exists()

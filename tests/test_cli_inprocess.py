@@ -48,7 +48,9 @@ def test_help_and_report_do_not_import_torch(tmp_path: Path) -> None:
         "heavy = [m for m in ('torch', 'pandas', 'numpy') if m in sys.modules]\n"
         "print(heavy)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
 
@@ -108,11 +110,18 @@ def test_report_process_quick_exit_flushes_everything(tmp_path: Path) -> None:
     expected = runner.invoke(app, ["report", str(fixture), "--format", "html"])
     assert expected.exit_code == 0 and len(expected.stdout) > 65536  # more than one pipe buffer
     out = subprocess.run(
-        [sys.executable, "-m", "gpuopt", "report", str(fixture), "--format", "html"], capture_output=True, cwd=ROOT, timeout=60
+        [sys.executable, "-m", "gpuopt", "report", str(fixture), "--format", "html"],
+        capture_output=True,
+        cwd=ROOT,
+        timeout=60,
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.decode("utf-8") == expected.stdout
     out = subprocess.run(
-        [sys.executable, "-m", "gpuopt", "report", str(tmp_path / "missing")], capture_output=True, text=True, cwd=ROOT, timeout=60
+        [sys.executable, "-m", "gpuopt", "report", str(tmp_path / "missing")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
     )
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "no such file" in out.stderr

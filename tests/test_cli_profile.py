@@ -34,7 +34,7 @@ def test_uncaught_exception_prints_the_scripts_traceback_only(tmp_path: Path) ->
     r = run_gpuopt("profile", "--quiet", "-o", str(tmp_path), str(SCRIPTS / "raises.py"))
     assert r.returncode == 1
     assert "Traceback (most recent call last)" in r.stderr
-    assert "raises.py\", line 5, in broken_step" in r.stderr
+    assert 'raises.py", line 5, in broken_step' in r.stderr
     assert "ValueError: planted failure after 5 steps" in r.stderr
     assert "gpuopt/runner" not in r.stderr and "runpy" not in r.stderr
     doc = _profile(tmp_path)
@@ -44,7 +44,9 @@ def test_uncaught_exception_prints_the_scripts_traceback_only(tmp_path: Path) ->
 
 
 def test_steps_stops_a_long_run_cleanly(tmp_path: Path) -> None:
-    r = run_gpuopt("profile", "--quiet", "--steps", "6", "-o", str(tmp_path), str(SCRIPTS / "forever.py"))
+    r = run_gpuopt(
+        "profile", "--quiet", "--steps", "6", "-o", str(tmp_path), str(SCRIPTS / "forever.py")
+    )
     assert r.returncode == 0, r.stderr
     doc = _profile(tmp_path)
     assert doc["status"] == "ok" and doc["stopped_by_steps"] is True
@@ -52,7 +54,14 @@ def test_steps_stops_a_long_run_cleanly(tmp_path: Path) -> None:
     # warm-up (0, 1) and the recorder's window (2, 3, 4) are left out of the statistics
     assert doc["steps"]["instrumented"] == [2, 3, 4]
     assert doc["steps"]["measured"] == 1
-    assert [r["instrumented"] for r in doc["steps"]["series"]] == [False, False, True, True, True, False]
+    assert [r["instrumented"] for r in doc["steps"]["series"]] == [
+        False,
+        False,
+        True,
+        True,
+        True,
+        False,
+    ]
 
 
 @pytest.mark.parametrize("mode,sig", [("sigterm", signal.SIGTERM), ("sigint", signal.SIGINT)])
@@ -66,8 +75,20 @@ def test_signal_writes_interrupted_profile(tmp_path: Path, mode: str, sig: int) 
 
 def test_external_sigterm_while_running(tmp_path: Path) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpuopt", "profile", "--quiet", "-o", str(tmp_path), str(SCRIPTS / "forever.py")],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "gpuopt",
+            "profile",
+            "--quiet",
+            "-o",
+            str(tmp_path),
+            str(SCRIPTS / "forever.py"),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "READY"
@@ -78,7 +99,9 @@ def test_external_sigterm_while_running(tmp_path: Path) -> None:
 
 
 def test_gpuopt_step_marks_steps_without_optimizer(tmp_path: Path) -> None:
-    r = run_gpuopt("profile", "--quiet", "--warmup", "1", "-o", str(tmp_path), str(SCRIPTS / "manual_steps.py"))
+    r = run_gpuopt(
+        "profile", "--quiet", "--warmup", "1", "-o", str(tmp_path), str(SCRIPTS / "manual_steps.py")
+    )
     assert r.returncode == 0, r.stderr
     doc = _profile(tmp_path)
     assert doc["steps"]["count"] == 7 and doc["steps"]["measured"] == 3  # warm-up 1, window 3
@@ -87,7 +110,9 @@ def test_gpuopt_step_marks_steps_without_optimizer(tmp_path: Path) -> None:
 
 
 def test_module_mode_runs_like_python_dash_m(tmp_path: Path) -> None:
-    r = run_gpuopt("profile", "--quiet", "-o", str(tmp_path), "-m", "pkg.trainmod", "5", "--flag", cwd=SCRIPTS)
+    r = run_gpuopt(
+        "profile", "--quiet", "-o", str(tmp_path), "-m", "pkg.trainmod", "5", "--flag", cwd=SCRIPTS
+    )
     assert r.returncode == 0, r.stderr
     assert "argv ['5', '--flag']" in r.stdout
     doc = _profile(tmp_path)
@@ -96,7 +121,9 @@ def test_module_mode_runs_like_python_dash_m(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_dataloader_workers_fork_and_spawn(tmp_path: Path, method: str) -> None:
-    r = run_gpuopt("profile", "--quiet", "-o", str(tmp_path), str(SCRIPTS / "spawn_workers.py"), method)
+    r = run_gpuopt(
+        "profile", "--quiet", "-o", str(tmp_path), str(SCRIPTS / "spawn_workers.py"), method
+    )
     assert r.returncode == 0, r.stderr
     assert f"seen=24 method={method}" in r.stdout
     doc = _profile(tmp_path)
@@ -108,7 +135,9 @@ def test_dataloader_workers_fork_and_spawn(tmp_path: Path, method: str) -> None:
 
 def test_options_after_script_belong_to_the_script(tmp_path: Path) -> None:
     # --steps after the script is the script's argument, as with python
-    r = run_gpuopt("profile", "--quiet", "-o", str(tmp_path), str(SCRIPTS / "exit_code.py"), "--steps")
+    r = run_gpuopt(
+        "profile", "--quiet", "-o", str(tmp_path), str(SCRIPTS / "exit_code.py"), "--steps"
+    )
     assert r.returncode == 1  # int("--steps") fails inside the script
     assert "ValueError" in r.stderr
 
@@ -135,12 +164,17 @@ def test_bad_input_one_line_exit_2(args: list[str], needle: str) -> None:
 def test_planted_stall_data_wait_matches_ground_truth(tmp_path: Path) -> None:
     truth_file = tmp_path / "truth.json"
     out = tmp_path / "run"
-    r = run_gpuopt("profile", "--quiet", "-o", str(out), str(SCRIPTS / "planted_stall.py"), str(truth_file))
+    r = run_gpuopt(
+        "profile", "--quiet", "-o", str(out), str(SCRIPTS / "planted_stall.py"), str(truth_file)
+    )
     assert r.returncode == 0, r.stderr
     truth = json.loads(truth_file.read_text())
     doc = _profile(out)
     assert doc["steps"]["count"] == truth["steps"] == 60
-    assert abs(doc["breakdown"]["data_wait"] - truth["data_wait"]) <= 0.03, (doc["breakdown"], truth)
+    assert abs(doc["breakdown"]["data_wait"] - truth["data_wait"]) <= 0.03, (
+        doc["breakdown"],
+        truth,
+    )
     assert truth["data_wait"] > 0.3  # the plant is real: a third of the batches stall
     ids = [f["id"] for f in doc["findings"]]
     assert "dataloader-bound" in ids
@@ -148,11 +182,23 @@ def test_planted_stall_data_wait_matches_ground_truth(tmp_path: Path) -> None:
 
 def test_nproc_per_node_launches_ranks_through_torchrun(tmp_path: Path) -> None:
     out = tmp_path / "ddp"
-    r = run_gpuopt("profile", "--quiet", "--nproc-per-node", "2", "-o", str(out), str(SCRIPTS / "ddp_gloo.py"), timeout=180)
+    r = run_gpuopt(
+        "profile",
+        "--quiet",
+        "--nproc-per-node",
+        "2",
+        "-o",
+        str(out),
+        str(SCRIPTS / "ddp_gloo.py"),
+        timeout=180,
+    )
     assert r.returncode == 0, r.stderr
     assert "rank 0 of 2 done" in r.stdout and "rank 1 of 2 done" in r.stdout
     doc = _profile(out)
     assert doc["status"] == "ok"
-    assert [(x["rank"], x["dir"], x["steps"]) for x in doc["ranks"]] == [(0, "rank-0", 8), (1, "rank-1", 8)]
+    assert [(x["rank"], x["dir"], x["steps"]) for x in doc["ranks"]] == [
+        (0, "rank-0", 8),
+        (1, "rank-1", 8),
+    ]
     for k in (0, 1):
         assert json.loads((out / f"rank-{k}" / "profile.json").read_text())["rank"] == k

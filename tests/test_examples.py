@@ -15,18 +15,25 @@ def _line(path: Path, text: str) -> int:
 
 
 def test_slow_dataset_is_dataloader_bound(tmp_path: Path) -> None:
-    r = run_gpuopt("profile", "--quiet", "-o", str(tmp_path), "examples/slow_dataset.py", "--epochs", "1")
+    r = run_gpuopt(
+        "profile", "--quiet", "-o", str(tmp_path), "examples/slow_dataset.py", "--epochs", "1"
+    )
     assert r.returncode == 0, r.stderr
     doc = json.loads((tmp_path / "profile.json").read_text())
     top = doc["findings"][0]
     assert top["id"] == "dataloader-bound"
-    assert top["site"] == f"examples/slow_dataset.py:{_line(EXAMPLES / 'slow_dataset.py', 'for x, y in loader:')}"
+    assert (
+        top["site"]
+        == f"examples/slow_dataset.py:{_line(EXAMPLES / 'slow_dataset.py', 'for x, y in loader:')}"
+    )
     # ~0.9 on an idle machine; other load on the 2 cores slows compute too, so keep a margin
     assert doc["breakdown"]["data_wait"] > 0.25
 
 
 def test_segmentation_loops_points_at_the_loop_and_the_syncs(tmp_path: Path) -> None:
-    r = run_gpuopt("profile", "--quiet", "-o", str(tmp_path), "examples/segmentation_loops.py", "--steps", "8")
+    r = run_gpuopt(
+        "profile", "--quiet", "-o", str(tmp_path), "examples/segmentation_loops.py", "--steps", "8"
+    )
     assert r.returncode == 0, r.stderr
     doc = json.loads((tmp_path / "profile.json").read_text())
     src = EXAMPLES / "segmentation_loops.py"
@@ -43,4 +50,6 @@ def test_segmentation_loops_points_at_the_loop_and_the_syncs(tmp_path: Path) -> 
     assert sync_sites == {f"{rel}:{_line(src, 'if acc > best:')}", item_site}
     syncs = {(s["site"], s["kind"]): s for s in doc["syncs"]}
     assert syncs[(item_site, "item")]["count_per_step"] == 1
-    assert all(s["would_block_on_gpu"] for s in doc["syncs"])  # CPU-only run: labelled, not measured
+    assert all(
+        s["would_block_on_gpu"] for s in doc["syncs"]
+    )  # CPU-only run: labelled, not measured

@@ -43,8 +43,14 @@ def _gz(path: Path) -> str:
 
 
 def _gpuopt(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpuopt", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300, env=dict(os.environ, COLUMNS="100"))
+    return subprocess.run(
+        [sys.executable, "-m", "gpuopt", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, COLUMNS="100"),
+    )
 
 
 def _first_difference(a: str, b: str) -> str:
@@ -88,7 +94,9 @@ def test_refused_traces_keep_their_message(shared_traces: Path) -> None:
 
 
 def _rendered() -> list[tuple[str, str]]:
-    return sorted(tuple(p.name[: -len(".gz")].rsplit(".", 1)) for p in (GOLDEN / "render").glob("*.gz"))  # type: ignore[misc]
+    return sorted(
+        tuple(p.name[: -len(".gz")].rsplit(".", 1)) for p in (GOLDEN / "render").glob("*.gz")
+    )  # type: ignore[misc]
 
 
 @pytest.mark.parametrize(("name", "fmt"), _rendered())
@@ -107,29 +115,93 @@ def test_rendering_is_the_recorded_one(name: str, fmt: str, tmp_path: Path) -> N
 # --- run documents ------------------------------------------------------------------------------
 
 # Values that are measured again on every run (times, shares, samples): compared by type only.
-_TIMING_LISTS = {".utilization.timeline.t_s", ".utilization.timeline.cpu", ".utilization.timeline.gpu",
-                 ".utilization.timeline.rss_bytes", ".utilization.timeline.gpu_memory_bytes"}
+_TIMING_LISTS = {
+    ".utilization.timeline.t_s",
+    ".utilization.timeline.cpu",
+    ".utilization.timeline.gpu",
+    ".utilization.timeline.rss_bytes",
+    ".utilization.timeline.gpu_memory_bytes",
+}
 # Paths whose values must be the recorded ones (lists: element by element).
 _EXACT = (
-    ".schema", ".source", ".status", ".exit_code", ".script", ".argv", ".rank",
-    ".environment.device", ".environment.gpus", ".environment.cpu_count",
-    ".steps.count", ".steps.measured", ".steps.warmup", ".steps.marked_by", ".steps.instrumented",
-    ".stopped_by_steps", ".gpu",
-    ".dispatch.ops_per_step", ".dispatch.view_ops_per_step", ".dispatch.data_ops_per_step",
-    ".dispatch.torch_function_calls_per_step", ".dispatch.window_steps", ".dispatch.window_start",
-    ".dispatch.window_partial", ".dispatch.measured_device", ".dispatch.step_time_source",
-    ".dispatch.data_wait_source", ".dispatch.tiny_op_us", ".dispatch.note",
-    ".utilization.interval_s", ".utilization.cpu_count", ".utilization.note", ".utilization.gpu",
+    ".schema",
+    ".source",
+    ".status",
+    ".exit_code",
+    ".script",
+    ".argv",
+    ".rank",
+    ".environment.device",
+    ".environment.gpus",
+    ".environment.cpu_count",
+    ".steps.count",
+    ".steps.measured",
+    ".steps.warmup",
+    ".steps.marked_by",
+    ".steps.instrumented",
+    ".stopped_by_steps",
+    ".gpu",
+    ".dispatch.ops_per_step",
+    ".dispatch.view_ops_per_step",
+    ".dispatch.data_ops_per_step",
+    ".dispatch.torch_function_calls_per_step",
+    ".dispatch.window_steps",
+    ".dispatch.window_start",
+    ".dispatch.window_partial",
+    ".dispatch.measured_device",
+    ".dispatch.step_time_source",
+    ".dispatch.data_wait_source",
+    ".dispatch.tiny_op_us",
+    ".dispatch.note",
+    ".utilization.interval_s",
+    ".utilization.cpu_count",
+    ".utilization.note",
+    ".utilization.gpu",
 )
 _IDENTITY = {
-    "transfers": ("direction", "site", "count_per_step", "bytes_per_step", "pinned", "non_blocking",
-                  "src_device", "dst_device", "api"),
-    "syncs": ("kind", "site", "count_per_step", "api", "op", "measured_device", "would_block_on_gpu"),
-    "loops": ("site", "kind", "code", "ops_per_step", "iterations_per_step", "indexing_ops_per_step",
-              "ops_per_iteration", "through"),
-    "dataloaders": ("site", "class", "dataset", "batch_size", "num_workers", "pin_memory",
-                    "persistent_workers", "prefetch_factor", "multiprocessing_context", "epochs",
-                    "batches"),
+    "transfers": (
+        "direction",
+        "site",
+        "count_per_step",
+        "bytes_per_step",
+        "pinned",
+        "non_blocking",
+        "src_device",
+        "dst_device",
+        "api",
+    ),
+    "syncs": (
+        "kind",
+        "site",
+        "count_per_step",
+        "api",
+        "op",
+        "measured_device",
+        "would_block_on_gpu",
+    ),
+    "loops": (
+        "site",
+        "kind",
+        "code",
+        "ops_per_step",
+        "iterations_per_step",
+        "indexing_ops_per_step",
+        "ops_per_iteration",
+        "through",
+    ),
+    "dataloaders": (
+        "site",
+        "class",
+        "dataset",
+        "batch_size",
+        "num_workers",
+        "pin_memory",
+        "persistent_workers",
+        "prefetch_factor",
+        "multiprocessing_context",
+        "epochs",
+        "batches",
+    ),
     "ranks": ("rank", "dir", "status", "steps"),
 }
 
@@ -148,7 +220,9 @@ def _structure(a: Any, b: Any, path: str, out: list[str]) -> None:
         return  # compared by _findings
     if isinstance(a, dict) and isinstance(b, dict):
         if set(a) != set(b):
-            out.append(f"{path}: keys {sorted(set(a) - set(b))} recorded only, {sorted(set(b) - set(a))} new")
+            out.append(
+                f"{path}: keys {sorted(set(a) - set(b))} recorded only, {sorted(set(b) - set(a))} new"
+            )
         for k in a.keys() & b.keys():
             _structure(a[k], b[k], f"{path}.{k}", out)
     elif isinstance(a, list) and isinstance(b, list):
@@ -173,7 +247,9 @@ def _finite(doc: Any, path: str, out: list[str]) -> None:
     elif isinstance(doc, list):
         for v in doc:
             _finite(v, f"{path}[]", out)
-    elif isinstance(doc, float) and (not math.isfinite(doc) or (path.endswith("share") and not 0 <= doc <= 1)):
+    elif isinstance(doc, float) and (
+        not math.isfinite(doc) or (path.endswith("share") and not 0 <= doc <= 1)
+    ):
         out.append(f"{path}: {doc}")
 
 
@@ -189,7 +265,9 @@ def _findings(a: list[dict[str, Any]], b: list[dict[str, Any]], out: list[str]) 
         if set(f) != set(g):
             out.append(f"finding {key}: keys {sorted(set(f) ^ set(g))} differ")
         if set(f.get("evidence") or {}) != set(g.get("evidence") or {}):
-            out.append(f"finding {key}: evidence keys {sorted(set(f['evidence']) ^ set(g['evidence']))} differ")
+            out.append(
+                f"finding {key}: evidence keys {sorted(set(f['evidence']) ^ set(g['evidence']))} differ"
+            )
         for k in ("title", "fix") if key[0] in ("loop-indexing",) else ():
             if f[k] != g[k]:
                 out.append(f"finding {key}: {k} {f[k]!r} recorded, {g[k]!r} now")
@@ -219,7 +297,9 @@ def compare_runs(recorded: dict[str, Any], now: dict[str, Any]) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "args"), record.RUNS, ids=[n for n, _ in record.RUNS])
-def test_run_document_keeps_the_recorded_structure(name: str, args: tuple[str, ...], tmp_path: Path) -> None:
+def test_run_document_keeps_the_recorded_structure(
+    name: str, args: tuple[str, ...], tmp_path: Path
+) -> None:
     out = tmp_path / name
     res = _gpuopt("profile", "--quiet", "-o", str(out), *args)
     recorded = json.loads(_gz(GOLDEN / "runs" / f"{name}.json.gz"))

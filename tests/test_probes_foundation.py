@@ -145,7 +145,9 @@ def test_sampler_with_fake_nvml_and_cpu(tmp_path) -> None:
 
 
 def test_sampler_without_gpu_says_why(tmp_path) -> None:
-    s = UtilizationSampler(interval=0.01, nvml=None, nvml_note="no NVIDIA GPU/NVML: GPU utilization not measured")
+    s = UtilizationSampler(
+        interval=0.01, nvml=None, nvml_note="no NVIDIA GPU/NVML: GPU utilization not measured"
+    )
     s.start()
     import time
 
@@ -182,14 +184,18 @@ def test_live_line_shows_steps_step_time_wait_and_utilization() -> None:
     stream = _Tty()
     line = LiveLine.maybe(sc, _Loader(), _Sampler(), stream=stream)
     assert line is not None
-    assert LiveLine.maybe(sc, _Loader(), _Sampler(), stream=io.StringIO()) is None  # not a terminal: silent
+    assert (
+        LiveLine.maybe(sc, _Loader(), _Sampler(), stream=io.StringIO()) is None
+    )  # not a terminal: silent
     for _ in range(12):
         clock.advance(0.040)
         sc.mark("gpuopt.step")
     assert line.text(11) == "gpuopt: step 12 · 40.0 ms/step · data wait 25% · GPU 87% · CPU 42%"
     line.on_step(11, clock())
     line.close()
-    assert stream.getvalue().startswith("\r\x1b[Kgpuopt: step 12") and stream.getvalue().endswith("\r\x1b[K")
+    assert stream.getvalue().startswith("\r\x1b[Kgpuopt: step 12") and stream.getvalue().endswith(
+        "\r\x1b[K"
+    )
 
 
 def test_no_nvidia_device_node_means_no_pynvml_import(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -232,7 +238,9 @@ def test_process_tree_finds_children_and_grandchildren(proc_files: bool) -> None
             if len(want) == 2 and want <= tree.pids():
                 break
             time.sleep(0.05)
-        assert len(want) == 2 and want <= tree.pids()  # (other children of this process may count too)
+        assert (
+            len(want) == 2 and want <= tree.pids()
+        )  # (other children of this process may count too)
     finally:
         for p in __import__("psutil").Process(child.pid).children():
             p.kill()

@@ -18,11 +18,13 @@ from probes_support import context
 from gpuopt.probes.profiler_window import TRACE_NAME, ProfilerWindow
 
 
-def _drive(probe: ProfilerWindow, tmp_path: Path, steps: int, window_start: int = 1, window_steps: int = 2) -> dict:
+def _drive(
+    probe: ProfilerWindow, tmp_path: Path, steps: int, window_start: int = 1, window_steps: int = 2
+) -> dict:
     probe.start(context(tmp_path, window_start=window_start, window_steps=window_steps))
     a = torch.ones(8)
     for i in range(steps):
-        for _ in range(i + 1):   # step i runs i + 1 adds: the trace tells which steps it saw
+        for _ in range(i + 1):  # step i runs i + 1 adds: the trace tells which steps it saw
             a = a + 1
         probe.on_step(i, time.perf_counter())
     probe.stop()
@@ -57,20 +59,26 @@ def test_window_follows_the_recorder_window(tmp_path: Path) -> None:
     steps = sorted(e["name"] for e in events if e.get("name", "").startswith("ProfilerStep#"))
     assert steps == ["ProfilerStep#0", "ProfilerStep#1"]
     adds = [e for e in events if e.get("name") == "aten::add" and e.get("ph") == "X"]
-    assert len(adds) == 4 + 5   # steps 3 and 4 run 4 and 5 adds
+    assert len(adds) == 4 + 5  # steps 3 and 4 run 4 and 5 adds
 
 
 def test_run_ending_inside_the_profiler_window_still_writes_the_trace(tmp_path: Path) -> None:
     probe = ProfilerWindow(require_cuda=False)
-    doc = _drive(probe, tmp_path, steps=3, window_start=1, window_steps=3)  # profiler from step 4: never reached
+    doc = _drive(
+        probe, tmp_path, steps=3, window_start=1, window_steps=3
+    )  # profiler from step 4: never reached
     assert "trace_files" not in doc
     probe2 = ProfilerWindow(require_cuda=False)
-    doc2 = _drive(probe2, tmp_path / "b", steps=5, window_start=1, window_steps=3)  # step 4 ends; 5 and 6 never run
+    doc2 = _drive(
+        probe2, tmp_path / "b", steps=5, window_start=1, window_steps=3
+    )  # step 4 ends; 5 and 6 never run
     assert doc2["trace_files"] == [str(tmp_path / "b" / TRACE_NAME)]
     assert doc2["trace"]["profiler_window"]["steps"] == 1
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="kernels in the trace need a CUDA device; not faked")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="kernels in the trace need a CUDA device; not faked"
+)
 def test_gpu_trace_has_kernels(tmp_path: Path) -> None:
     probe = ProfilerWindow()
     probe.start(context(tmp_path, window_start=0, window_steps=2))

@@ -27,7 +27,12 @@ def test_fixed_shapes() -> None:
     for step in range(5):
         t.observe((torch.zeros(8, 3, 4), torch.zeros(8)), step, detailed=True)
     s = t.summary()
-    assert (s["batches"], s["distinct_shapes"], s["batch_size"], s["variable_dims"]) == (5, 1, 8, [])
+    assert (s["batches"], s["distinct_shapes"], s["batch_size"], s["variable_dims"]) == (
+        5,
+        1,
+        8,
+        [],
+    )
     assert s["batch_size_1_variable"] is False and s["pad_fraction"] is None
 
 
@@ -43,18 +48,23 @@ def test_batch_size_one_with_variable_samples() -> None:
 
 def test_padding_waste_exact() -> None:
     t = BatchShapeTracker()
-    ids = torch.tensor([[5, 6, 7, 8], [5, 6, 0, 0]])          # 2 of 8 positions are padding
-    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]])          # 4 of 8 are padding
+    ids = torch.tensor([[5, 6, 7, 8], [5, 6, 0, 0]])  # 2 of 8 positions are padding
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]])  # 4 of 8 are padding
     t.observe({"input_ids": ids}, 0, detailed=True)
     assert (t.summary()["pad_fraction"], t.summary()["pad_tensor"]) == (0.25, "batch.input_ids")
     t2 = BatchShapeTracker()
     t2.observe({"input_ids": ids, "attention_mask": mask}, 0, detailed=True)
-    assert (t2.summary()["pad_fraction"], t2.summary()["pad_tensor"]) == (0.5, "batch.attention_mask")
+    assert (t2.summary()["pad_fraction"], t2.summary()["pad_tensor"]) == (
+        0.5,
+        "batch.attention_mask",
+    )
     t3 = BatchShapeTracker()
-    t3.observe({"input_ids": ids}, 0, detailed=False)          # outside the window: no scan
+    t3.observe({"input_ids": ids}, 0, detailed=False)  # outside the window: no scan
     assert t3.summary()["pad_fraction"] is None
     t4 = BatchShapeTracker()
-    t4.observe({"input_ids": torch.ones(2, 4, dtype=torch.long)}, 0, detailed=True)  # equal rows: not padding
+    t4.observe(
+        {"input_ids": torch.ones(2, 4, dtype=torch.long)}, 0, detailed=True
+    )  # equal rows: not padding
     assert t4.summary()["pad_fraction"] is None
 
 
@@ -65,7 +75,9 @@ def test_list_of_variable_samples() -> None:
     assert s["list_batches"] == 1 and s["batch_size"] == 2
 
 
-def _run_loader(tmp_path: Path, loader, step_fn, steps: int, window_start: int = 1, window_steps: int = 2) -> dict:  # type: ignore[no-untyped-def]
+def _run_loader(
+    tmp_path: Path, loader, step_fn, steps: int, window_start: int = 1, window_steps: int = 2
+) -> dict:  # type: ignore[no-untyped-def]
     """The lead's DataLoader probe (which calls the batch listeners) and the recorder together."""
     count = {"n": 0}
     dl_probe = DataLoaderProbe(step_count=lambda: count["n"])
@@ -98,14 +110,22 @@ def test_batch_size_one_through_a_dataloader(tmp_path: Path) -> None:
     assert len(findings) == 1
     assert "batch size 1 with variable-size samples" in findings[0]["title"]
     assert "8 distinct input shapes in 8 batches" in findings[0]["title"]
-    assert findings[0]["est_speedup"] is None and findings[0]["estimate_model"].startswith("not estimated")
+    assert findings[0]["est_speedup"] is None and findings[0]["estimate_model"].startswith(
+        "not estimated"
+    )
 
 
 def test_padding_and_per_sample_loop_through_a_dataloader(tmp_path: Path) -> None:
     mod = load(NAME)
     w = torch.ones(8)
-    doc = _run_loader(tmp_path, mod["padded"](4), lambda b: mod["per_sample_step"](b, w), steps=2,
-                      window_start=0, window_steps=2)
+    doc = _run_loader(
+        tmp_path,
+        mod["padded"](4),
+        lambda b: mod["per_sample_step"](b, w),
+        steps=2,
+        window_start=0,
+        window_steps=2,
+    )
     r = doc["ragged"]
     # batches of lengths [3,5,2,8] (width 8) and [4,6,7,1] (width 7): padding 14/32 and 10/28
     assert r["pad_fraction"] == round((14 + 10) / (32 + 28), 4)
@@ -114,8 +134,10 @@ def test_padding_and_per_sample_loop_through_a_dataloader(tmp_path: Path) -> Non
     assert loops[site(NAME, "PER-SAMPLE")]["iterations_per_step"] == 4
     findings = [f for f in evaluate(doc) if f["id"] == "ragged-batches"]
     titles = sorted(f["title"] for f in findings)
-    assert titles == ["40.0% of the padded batch is padding",
-                      "Per-sample Python loop inside the step (4 iterations = batch size)"]
+    assert titles == [
+        "40.0% of the padded batch is padding",
+        "Per-sample Python loop inside the step (4 iterations = batch size)",
+    ]
     per_sample = next(f for f in findings if f["site"] == site(NAME, "PER-SAMPLE"))
     assert per_sample["evidence"]["batch_size"] == 4
     # the collate's own per-row loop runs in data loading: not a step loop

@@ -30,8 +30,13 @@ def loops_doc(tmp_path_factory: pytest.TempPathFactory) -> dict:
     try:
         mod = load(NAME)
         x = torch.randn(16, 8)
-        return record(lambda i: mod["train_step"](x), steps=5, tmp_path=tmp_path_factory.mktemp("loops"),
-                      window_start=1, window_steps=3)
+        return record(
+            lambda i: mod["train_step"](x),
+            steps=5,
+            tmp_path=tmp_path_factory.mktemp("loops"),
+            window_start=1,
+            window_steps=3,
+        )
     finally:
         os.chdir(cwd)
 
@@ -40,16 +45,20 @@ def test_loops_at_their_header_lines_with_exact_counts(loops_doc: dict) -> None:
     loops = by_site(loops_doc["loops"])
     # marker: (iterations, ops, indexing ops) per step
     expect = {
-        "LOOP-ROWS": (16, 64, 48),      # x[i] (select), * 2 (mul), out[i] = (select + copy_)
-        "LOOP-COMP": (8, 8, 8),          # x[i] in a comprehension; torch.stack is outside it
-        "LOOP-INNER": (12, 36, 24),      # x[i, j] (two selects) + add, 4 x 3 iterations
-        "LOOP-WHILE": (5, 5, 0),         # x + 1 while a Python counter runs down
-        "LOOP-ONE-LINE": (6, 12, 6),     # body on the header's line: told apart by column
+        "LOOP-ROWS": (16, 64, 48),  # x[i] (select), * 2 (mul), out[i] = (select + copy_)
+        "LOOP-COMP": (8, 8, 8),  # x[i] in a comprehension; torch.stack is outside it
+        "LOOP-INNER": (12, 36, 24),  # x[i, j] (two selects) + add, 4 x 3 iterations
+        "LOOP-WHILE": (5, 5, 0),  # x + 1 while a Python counter runs down
+        "LOOP-ONE-LINE": (6, 12, 6),  # body on the header's line: told apart by column
     }
     assert set(loops) == {site(NAME, m) for m in expect}
     for marker, (iterations, ops, indexing) in expect.items():
         e = loops[site(NAME, marker)]
-        assert (e["iterations_per_step"], e["ops_per_step"], e["indexing_ops_per_step"]) == (iterations, ops, indexing), marker
+        assert (e["iterations_per_step"], e["ops_per_step"], e["indexing_ops_per_step"]) == (
+            iterations,
+            ops,
+            indexing,
+        ), marker
         assert 0 <= e["time_share"] <= 1
     assert loops[site(NAME, "LOOP-ROWS")]["code"] == "for i in range(x.shape[0]):  # LOOP-ROWS"
     assert site(NAME, "LOOP-OUTER") not in loops  # its body's ops belong to the inner loop
@@ -59,7 +68,11 @@ def test_loop_indexing_findings_point_at_the_loops(loops_doc: dict) -> None:
     doc = dict(loops_doc, breakdown={})
     findings = [f for f in evaluate(doc) if f["id"] == "loop-indexing"]
     # >= 8 iterations with at least one indexing op per iteration
-    assert {f["site"] for f in findings} == {site(NAME, "LOOP-ROWS"), site(NAME, "LOOP-INNER"), site(NAME, "LOOP-COMP")}
+    assert {f["site"] for f in findings} == {
+        site(NAME, "LOOP-ROWS"),
+        site(NAME, "LOOP-INNER"),
+        site(NAME, "LOOP-COMP"),
+    }
     rows = next(f for f in findings if f["site"] == site(NAME, "LOOP-ROWS"))
     assert rows["evidence"]["iterations_per_step"] == 16
     assert rows["evidence"]["ops_per_step"] == 64
@@ -80,15 +93,15 @@ for j in range(3): g(j)             # 6
 @pytest.mark.parametrize(
     ("line", "col", "expected"),
     [
-        (1, 9, None),            # range(len(xs)): the iterable runs once, not per iteration
-        (2, 8, 1),               # the for body
-        (3, 10, 3),              # a while's test runs every iteration
-        (4, 12, 3),              # the innermost loop wins
-        (5, 6, 5),               # f(v): a comprehension's element
-        (5, 26, 5),              # its condition
-        (5, 20, None),           # xs: the first iterable of a comprehension runs once
-        (6, 0, None),            # the header of a one-line loop ...
-        (6, 19, 6),              # ... and its body, told apart by column
+        (1, 9, None),  # range(len(xs)): the iterable runs once, not per iteration
+        (2, 8, 1),  # the for body
+        (3, 10, 3),  # a while's test runs every iteration
+        (4, 12, 3),  # the innermost loop wins
+        (5, 6, 5),  # f(v): a comprehension's element
+        (5, 26, 5),  # its condition
+        (5, 20, None),  # xs: the first iterable of a comprehension runs once
+        (6, 0, None),  # the header of a one-line loop ...
+        (6, 19, 6),  # ... and its body, told apart by column
     ],
 )
 def test_loop_index_regions(line: int, col: int, expected: int | None) -> None:
@@ -111,14 +124,23 @@ def test_loops_that_call_user_helpers_are_found_at_the_loop(tmp_path: Path) -> N
     doc = record(lambda i: mod["helpers_step"](x), steps=5, tmp_path=tmp_path)
     loops = by_site(doc["loops"])
     assert set(loops) == {site(NAME, "LOOP-VIA-HELPER"), site(NAME, "LOOP-VIA-TWO")}
-    for marker, (iterations, kind) in {"LOOP-VIA-HELPER": (10, "for"), "LOOP-VIA-TWO": (7, "comprehension")}.items():
+    for marker, (iterations, kind) in {
+        "LOOP-VIA-HELPER": (10, "for"),
+        "LOOP-VIA-TWO": (7, "comprehension"),
+    }.items():
         e = loops[site(NAME, marker)]
         # x[i] (select) * 3 (mul) per call
-        assert (e["iterations_per_step"], e["ops_per_step"], e["indexing_ops_per_step"], e["kind"]) == (
-            iterations, 2 * iterations, iterations, kind), marker
+        assert (
+            e["iterations_per_step"],
+            e["ops_per_step"],
+            e["indexing_ops_per_step"],
+            e["kind"],
+        ) == (iterations, 2 * iterations, iterations, kind), marker
         assert e["through"] == [site(NAME, "HELPER-LINE")]
     findings = [f for f in evaluate(dict(doc, breakdown={})) if f["id"] == "loop-indexing"]
-    assert {f["site"] for f in findings} == {site(NAME, "LOOP-VIA-HELPER")}  # 7 < the rule's 8 iterations
+    assert {f["site"] for f in findings} == {
+        site(NAME, "LOOP-VIA-HELPER")
+    }  # 7 < the rule's 8 iterations
     assert findings[0]["evidence"]["through"] == [site(NAME, "HELPER-LINE")]
     assert f"issued in {site(NAME, 'HELPER-LINE')}" in findings[0]["evidence"]["summary"]
 

@@ -11,7 +11,10 @@ from probes_support import PLANTED, ROOT, load, record, site
 from gpuopt.probes.recorder import RecorderEngine
 from gpuopt.probes.sites import SiteResolver
 
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="these tests assert the CPU-only labels (would_block_on_gpu, measured_device 'cpu')")
+pytestmark = pytest.mark.skipif(
+    torch.cuda.is_available(),
+    reason="these tests assert the CPU-only labels (would_block_on_gpu, measured_device 'cpu')",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -22,7 +25,13 @@ def _repo_cwd(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_three_syncs_per_step_at_three_lines(tmp_path: Path) -> None:
     mod = load("planted_syncs.py")
     x, w = torch.randn(8, 16), torch.randn(16, 4)
-    doc = record(lambda i: mod["train_step"](x, w), steps=6, tmp_path=tmp_path, window_start=1, window_steps=3)
+    doc = record(
+        lambda i: mod["train_step"](x, w),
+        steps=6,
+        tmp_path=tmp_path,
+        window_start=1,
+        window_steps=3,
+    )
     got = {(e["kind"], e["site"], e["count_per_step"]) for e in doc["syncs"]}
     assert got == {
         ("item", site("planted_syncs.py", "SYNC-ITEM"), 1),
@@ -39,7 +48,9 @@ def test_three_syncs_per_step_at_three_lines(tmp_path: Path) -> None:
 def test_each_sync_kind_once(tmp_path: Path) -> None:
     mod = load("planted_sync_kinds.py")
     x = torch.arange(1.0, 9.0)
-    doc = record(lambda i: mod["train_step"](x), steps=4, tmp_path=tmp_path, window_start=1, window_steps=2)
+    doc = record(
+        lambda i: mod["train_step"](x), steps=4, tmp_path=tmp_path, window_start=1, window_steps=2
+    )
     name = "planted_sync_kinds.py"
     got = {(e["kind"], e["site"]): e["count_per_step"] for e in doc["syncs"]}
     assert got == {
@@ -72,7 +83,9 @@ def test_library_and_data_loading_reads_are_not_step_syncs(tmp_path: Path) -> No
     assert not data_lines & {s["site"] for s in d["top_sites"]}
 
 
-def test_cpu_tensor_reads_are_not_syncs_when_an_accelerator_exists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cpu_tensor_reads_are_not_syncs_when_an_accelerator_exists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With an accelerator present, ``.item()`` of a CPU tensor waits for nothing: not recorded.
     (The engine's accelerator flag is set directly; no GPU code path runs.)"""
     mod = load("planted_syncs.py")

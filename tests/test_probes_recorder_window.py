@@ -58,12 +58,12 @@ def test_nothing_installed_outside_the_window(tmp_path: Path) -> None:
     probe.on_step(0, time.perf_counter())
     probe.on_step(1, time.perf_counter())
     assert _no_modes()
-    probe.on_step(2, time.perf_counter())    # the window opens when step 2 ends
+    probe.on_step(2, time.perf_counter())  # the window opens when step 2 ends
     assert _get_current_function_mode_stack() and _get_current_dispatch_mode_stack()
     mod["train_step"](3)
     probe.on_step(3, time.perf_counter())
     assert _no_modes()
-    mod["train_step"](4)                       # after the window: not recorded
+    mod["train_step"](4)  # after the window: not recorded
     probe.stop()
     doc: dict = {}
     probe.contribute(doc)
@@ -105,15 +105,15 @@ def test_run_ending_inside_the_window_keeps_complete_steps(tmp_path: Path) -> No
     mod = load(NAME)
     probe = DispatchRecorder()
     probe.start(context(tmp_path, window_start=1, window_steps=4))
-    for i in range(3):                      # steps 1 and 2 complete inside the window
+    for i in range(3):  # steps 1 and 2 complete inside the window
         mod["train_step"](i)
         probe.on_step(i, time.perf_counter())
-    mod["train_step"](3)                    # step 3 never ends: discarded
+    mod["train_step"](3)  # step 3 never ends: discarded
     probe.stop()
     assert _no_modes()
     doc: dict = {}
     probe.contribute(doc)
-    assert _ops_per_step(doc) == 2.5          # (2 + 3) / 2
+    assert _ops_per_step(doc) == 2.5  # (2 + 3) / 2
     assert doc["dispatch"]["window_steps"] == 2 and doc["dispatch"]["window_partial"] is False
 
 
@@ -121,7 +121,7 @@ def test_run_without_steps_reports_the_partial_window(tmp_path: Path) -> None:
     mod = load(NAME)
     probe = DispatchRecorder()
     probe.start(context(tmp_path, window_start=0, window_steps=3))
-    mod["train_step"](2)                    # no step ever ends (no optimizer, no gpuopt.step())
+    mod["train_step"](2)  # no step ever ends (no optimizer, no gpuopt.step())
     probe.stop()
     doc: dict = {}
     probe.contribute(doc)
@@ -142,7 +142,7 @@ def test_user_exception_inside_the_window(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         torch.ones(2).sum().item()
         raise ValueError("user code failed")
-    probe.stop()                               # must not raise
+    probe.stop()  # must not raise
     assert _no_modes()
     probe.contribute({})
 
@@ -156,13 +156,13 @@ def test_user_mode_pushed_inside_the_window_is_never_popped(tmp_path: Path) -> N
     probe = DispatchRecorder()
     probe.start(context(tmp_path, window_start=0, window_steps=1))
     user = UserMode()
-    user.__enter__()                           # the user's mode, above the recorder's
+    user.__enter__()  # the user's mode, above the recorder's
     mod["ten_adds"](0)
-    probe.on_step(0, time.perf_counter())      # window ends while the user's mode is on top
+    probe.on_step(0, time.perf_counter())  # window ends while the user's mode is on top
     assert _get_current_function_mode_stack()[-1] is user
-    mod["ten_adds"](1)                         # recorder inert: not counted
+    mod["ten_adds"](1)  # recorder inert: not counted
     user.__exit__(None, None, None)
-    probe.stop()                               # now the recorder's own modes can go
+    probe.stop()  # now the recorder's own modes can go
     assert _no_modes()
     doc: dict = {}
     probe.contribute(doc)
@@ -174,12 +174,22 @@ def test_step_time_from_the_steps_outside_the_window(tmp_path: Path) -> None:
     """With the step probe's series in the document, step time and data wait come from the
     unrecorded steps (medians), and the window's op time is split off that."""
     mod = load(NAME)
-    series = [{"index": i, "time_s": 0.010, "data_wait_s": 0.002, "warmup": i < 1} for i in range(8)]
-    series[1]["time_s"] = series[2]["time_s"] = 0.5       # the window's own (slowed) steps: ignored
-    doc = record(mod["ten_adds"], steps=8, tmp_path=tmp_path, window_start=1, window_steps=2,
-                 doc={"steps": {"series": series}})
+    series = [
+        {"index": i, "time_s": 0.010, "data_wait_s": 0.002, "warmup": i < 1} for i in range(8)
+    ]
+    series[1]["time_s"] = series[2]["time_s"] = 0.5  # the window's own (slowed) steps: ignored
+    doc = record(
+        mod["ten_adds"],
+        steps=8,
+        tmp_path=tmp_path,
+        window_start=1,
+        window_steps=2,
+        doc={"steps": {"series": series}},
+    )
     d = doc["dispatch"]
     assert d["step_time_source"] == "median of the measured steps outside the window"
     assert (d["step_time_us"], d["data_wait_us_per_step"]) == (10000.0, 2000.0)
-    assert d["between_ops_us_per_step"] == pytest.approx(10000.0 - 2000.0 - d["op_time_us_per_step"], abs=0.2)
+    assert d["between_ops_us_per_step"] == pytest.approx(
+        10000.0 - 2000.0 - d["op_time_us_per_step"], abs=0.2
+    )
     assert d["between_ops_share"] == pytest.approx(d["between_ops_us_per_step"] / 8000.0, abs=1e-3)

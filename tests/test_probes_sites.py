@@ -25,11 +25,21 @@ def _code_in(path: Path) -> object:
 
 def test_classification(resolver: SiteResolver, tmp_path: Path) -> None:
     assert resolver.classify(_code_in(PLANTED / "planted_syncs.py")) == USER
-    assert resolver.classify(_code_in(Path(torch.__file__).parent / "nn" / "modules" / "linear.py")) == LIBRARY
+    assert (
+        resolver.classify(_code_in(Path(torch.__file__).parent / "nn" / "modules" / "linear.py"))
+        == LIBRARY
+    )
     assert resolver.classify(_code_in(Path(torch.__file__).parent / "_tensor.py")) == TRANSPARENT
-    assert resolver.classify(_code_in(Path(torch.__file__).parent / "utils" / "data" / "dataloader.py")) == DATA
+    assert (
+        resolver.classify(
+            _code_in(Path(torch.__file__).parent / "utils" / "data" / "dataloader.py")
+        )
+        == DATA
+    )
     assert resolver.classify(_code_in(Path(gpuopt.__file__).parent / "cli.py")) == TRANSPARENT
-    assert resolver.classify(_code_in(tmp_path / "elsewhere.py")) == LIBRARY  # outside the user roots
+    assert (
+        resolver.classify(_code_in(tmp_path / "elsewhere.py")) == LIBRARY
+    )  # outside the user roots
     assert resolver.classify(_code_in(PLANTED / "site-packages" / "pkg.py")) == LIBRARY
     assert resolver.classify(compile("x = 1", "<string>", "exec")) == LIBRARY
 

@@ -64,7 +64,10 @@ def test_evidence_values_use_the_unit_in_their_name() -> None:
     assert c.fmt_evidence_value("ops_per_step", 480) == "480"
     # a "share" outside [0, 1] is not a fraction: shown as it is, never as 4200%
     assert c.fmt_evidence_value("share", 42) == "42"
-    assert c.fmt_evidence_value("idle_by_cause_ms", {"sync": 18.81, "launch": 12283.4, "python": 0.0}) == "launch 12.3 s, sync 18.8 ms, python 0 s"
+    assert (
+        c.fmt_evidence_value("idle_by_cause_ms", {"sync": 18.81, "launch": 12283.4, "python": 0.0})
+        == "launch 12.3 s, sync 18.8 ms, python 0 s"
+    )
 
 
 def test_site_links_are_absolute_and_percent_encoded() -> None:
@@ -105,12 +108,23 @@ def test_findings_are_ranked_by_estimated_gain_then_severity() -> None:
 
 
 def test_step_series_rest_is_never_negative() -> None:
-    doc = {"steps": {"series": [
-        {"index": 0, "time_s": 0.1, "data_wait_s": 0.03, "h2d_s": 0.01, "sync_s": 0.02, "warmup": True},
-        {"index": 1, "time_s": 0.1, "data_wait_s": 0.2, "h2d_s": None, "sync_s": "x"},
-        {"index": 2, "time_s": None},
-        "junk",
-    ]}}
+    doc = {
+        "steps": {
+            "series": [
+                {
+                    "index": 0,
+                    "time_s": 0.1,
+                    "data_wait_s": 0.03,
+                    "h2d_s": 0.01,
+                    "sync_s": 0.02,
+                    "warmup": True,
+                },
+                {"index": 1, "time_s": 0.1, "data_wait_s": 0.2, "h2d_s": None, "sync_s": "x"},
+                {"index": 2, "time_s": None},
+                "junk",
+            ]
+        }
+    }
     series = c.step_series(doc)
     assert [r["index"] for r in series] == [0, 1]
     assert series[0]["rest_s"] == pytest.approx(0.04)
@@ -119,7 +133,16 @@ def test_step_series_rest_is_never_negative() -> None:
 
 
 def test_timeline_aligns_series_and_drops_bad_samples() -> None:
-    doc = {"utilization": {"timeline": {"t_s": [0.0, 0.1, None, 0.3], "cpu": [10, float("nan"), 30, 40], "gpu": None, "rss_bytes": [1, 2, 3]}}}
+    doc = {
+        "utilization": {
+            "timeline": {
+                "t_s": [0.0, 0.1, None, 0.3],
+                "cpu": [10, float("nan"), 30, 40],
+                "gpu": None,
+                "rss_bytes": [1, 2, 3],
+            }
+        }
+    }
     tl = c.timeline(doc)
     assert tl is not None
     assert tl.t_s == [0.0, 0.1, 0.3]

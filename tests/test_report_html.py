@@ -67,11 +67,17 @@ def test_self_contained_and_safe(name: str) -> None:
         assert "src" not in attrs, raw
         assert not any(a.startswith("on") for a in attrs), raw
         outside_quotes = re.sub(r'"[^"]*"', '""', raw)
-        assert "'" not in outside_quotes and not re.search(r"=(?!\")", outside_quotes), f"unquoted attribute in {raw}"
+        assert "'" not in outside_quotes and not re.search(r"=(?!\")", outside_quotes), (
+            f"unquoted attribute in {raw}"
+        )
         if tag == "a":
             assert (attrs.get("href") or "").startswith(("vscode://file/", "file:///")), raw
     # the CSP allows that one script by its hash and nothing from the network
-    csp = next(a["content"] for t, a, _ in p.tags if t == "meta" and a.get("http-equiv") == "Content-Security-Policy")
+    csp = next(
+        a["content"]
+        for t, a, _ in p.tags
+        if t == "meta" and a.get("http-equiv") == "Content-Security-Policy"
+    )
     digest = base64.b64encode(hashlib.sha256(_SORT_SCRIPT.encode()).digest()).decode()
     assert f"script-src 'sha256-{digest}'" in (csp or "") and "default-src 'none'" in (csp or "")
 
@@ -84,10 +90,16 @@ def test_hostile_strings_are_escaped() -> None:
     assert [t for t, _, _ in p.tags].count("script") == 1
     # the title survives as text, exactly
     titles = re.findall(r"<h3>(.*?)</h3>", out)
-    assert "Title &lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &lt;b&gt;bold&lt;/b&gt; | pipe" in titles
+    assert (
+        "Title &lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &lt;b&gt;bold&lt;/b&gt; | pipe"
+        in titles
+    )
     # a site with quotes and angle brackets becomes a percent-encoded link, text escaped
     hrefs = [a["href"] for t, a, _ in p.tags if t == "a"]
-    assert "vscode://file/home/ml/we%20ird%20%22dir%22/%3Cx%3E%26y/data/%3Cscript%3Ealert%28%22x%22%29%3C/script%3E.py:12:1" in hrefs
+    assert (
+        "vscode://file/home/ml/we%20ird%20%22dir%22/%3Cx%3E%26y/data/%3Cscript%3Ealert%28%22x%22%29%3C/script%3E.py:12:1"
+        in hrefs
+    )
     assert not any(h and h.startswith("javascript") for h in hrefs)
     assert "ünïcødé 训练.py" in out
 
@@ -109,7 +121,9 @@ def test_charts() -> None:
     step_svg = step_svg[: step_svg.index("</svg>")]
     groups = re.findall(r'<g opacity="([0-9.]+)"><title>(step \d+)[^<]*</title>', step_svg)
     assert len(groups) == len(doc["steps"]["series"]) == 64
-    assert [g for g in groups if g[0] == "0.45"] == [("0.45", f"step {i}") for i in range(3)]  # warm-up
+    assert [g for g in groups if g[0] == "0.45"] == [
+        ("0.45", f"step {i}") for i in range(3)
+    ]  # warm-up
     assert "warm-up" in step_svg
     util_svg = out[out.index('aria-label="CPU and GPU utilization over time"') :]
     util_svg = util_svg[: util_svg.index("</svg>")]
@@ -119,7 +133,10 @@ def test_charts() -> None:
     cards = re.findall(r'<article class="finding sev-(\w+)" id="finding-(\d)">', out)
     assert cards == [("high", "1"), ("medium", "2"), ("medium", "3"), ("medium", "4"), ("low", "5")]
     est = re.findall(r'<span class="est" title="([^"]*)">est\. ([0-9.]+)×', out)
-    assert est[0] == ("estimate, not measured. Model: Amdahl: 90% of the sync share removed", "1.25")
+    assert est[0] == (
+        "estimate, not measured. Model: Amdahl: 90% of the sync share removed",
+        "1.25",
+    )
 
 
 def test_tables_sortable_with_numeric_keys() -> None:
@@ -127,13 +144,21 @@ def test_tables_sortable_with_numeric_keys() -> None:
     assert out.count('<table class="sortable">') >= 5
     copies = out[out.index('id="transfers"') :]
     copies = copies[: copies.index("</table>")]
-    assert re.findall(r'<td class="num" data-sort="([0-9.]+)">([^<]+)</td>', copies)[:2] == [("80.0", "80"), ("335544320.0", "320 MiB")]
+    assert re.findall(r'<td class="num" data-sort="([0-9.]+)">([^<]+)</td>', copies)[:2] == [
+        ("80.0", "80"),
+        ("335544320.0", "320 MiB"),
+    ]
 
 
 def test_ranks_chart_and_failed_run() -> None:
     out, _ = page(fixture("gpu_ranks"))
     ranks_svg = out[out.index('aria-label="step median and breakdown per rank"') :]
-    assert re.findall(r">(rank \d)<", ranks_svg[: ranks_svg.index("</svg>")]) == ["rank 0", "rank 1", "rank 2", "rank 3"]
+    assert re.findall(r">(rank \d)<", ranks_svg[: ranks_svg.index("</svg>")]) == [
+        "rank 0",
+        "rank 1",
+        "rank 2",
+        "rank 3",
+    ]
     assert ">176 ms<" in ranks_svg
     out, _ = page(fixture("failed_run"))
     assert '<div class="error-box"><b>Error:</b> torch.OutOfMemoryError: CUDA out of memory.' in out
@@ -148,7 +173,18 @@ def test_degrades_on_missing_keys() -> None:
 
 def test_svg_helpers() -> None:
     assert nice_ticks(0.0432, 4) == [0.0, 0.02, 0.04, 0.06]
-    series = [{"index": i, "time_s": 0.1, "data_wait_s": 0.0, "h2d_s": 0.0, "sync_s": 0.0, "rest_s": 0.1, "warmup": i < 2} for i in range(5000)]
+    series = [
+        {
+            "index": i,
+            "time_s": 0.1,
+            "data_wait_s": 0.0,
+            "h2d_s": 0.0,
+            "sync_s": 0.0,
+            "rest_s": 0.1,
+            "warmup": i < 2,
+        }
+        for i in range(5000)
+    ]
     bars, per = step_bars(series)
     assert len(bars) <= 400 and per == 13 and bars[2].label == "steps 2–14 (mean)"
     svg = line_chart([0, 1, 2, 3, 4], [("cpu", "CPU", [10, 20, None, 30, 40])], 100, str, "x")
@@ -177,22 +213,37 @@ def test_renderers_do_not_import_heavy_libraries() -> None:
     assert res.stdout.strip() == "False"
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium not installed (apt-get install chromium)")
+@pytest.mark.skipif(
+    shutil.which("chromium") is None, reason="chromium not installed (apt-get install chromium)"
+)
 def test_chromium_runs_the_sort_script_under_the_csp(tmp_path: Path) -> None:
     html = tmp_path / "r.html"
     html.write_text(HtmlRenderer().render(fixture("host_culprits")), encoding="utf-8")
     res = subprocess.run(
-        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-         f"--user-data-dir={tempfile.mkdtemp(dir=tmp_path)}", "--dump-dom", html.as_uri()],
-        capture_output=True, text=True, timeout=60,
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            f"--user-data-dir={tempfile.mkdtemp(dir=tmp_path)}",
+            "--dump-dom",
+            html.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert '<th scope="col" tabindex="0">' in res.stdout, "the sort script did not run (CSP hash?)"
 
 
 def test_loop_through_a_helper_names_and_links_the_helper() -> None:
     doc = fixture("host_culprits")
-    doc["loops"] = [dict(doc["loops"][0], through=["seg/util.py:12", "seg/util.py:20"]),
-                    {"site": "seg/masks.py:60", "ops_per_step": 40, "iterations_per_step": 20}]
+    doc["loops"] = [
+        dict(doc["loops"][0], through=["seg/util.py:12", "seg/util.py:20"]),
+        {"site": "seg/masks.py:60", "ops_per_step": 40, "iterations_per_step": 20},
+    ]
     out, p = page(doc)
     hrefs = [a.get("href") for t, a, _ in p.tags if t == "a"]
     assert "vscode://file/home/ml/projects/segmenter/seg/util.py:12:1" in hrefs

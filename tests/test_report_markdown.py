@@ -59,7 +59,13 @@ def test_headline_tables() -> None:
     stats = next(tb for tb in t.tables if tb[0] == ["median", "p10", "p90", "mean"])
     assert stats[1] == ["233 ms", "219 ms", "397 ms", "254 ms"]
     bd = next(tb for tb in t.tables if tb[0][:2] == ["part", "share of step time"])
-    assert [row[:2] for row in bd[1:]] == [["data wait", "67.6%"], ["host→device copies", "0.0%"], ["syncs", "1.2%"], ["compute", "29.1%"], ["other", "2.1%"]]
+    assert [row[:2] for row in bd[1:]] == [
+        ["data wait", "67.6%"],
+        ["host→device copies", "0.0%"],
+        ["syncs", "1.2%"],
+        ["compute", "29.1%"],
+        ["other", "2.1%"],
+    ]
     util = next(tb for tb in t.tables if tb[0][:3] == ["", "mean", "max"])
     assert util[1][:3] == ["CPU", "22% (≈1.7 of 8 cores busy)", "37%"]
     assert "no NVIDIA GPU/NVML: GPU utilization not measured" in out
@@ -68,7 +74,9 @@ def test_headline_tables() -> None:
 def test_findings_table_ranked_with_estimates() -> None:
     out = MarkdownRenderer().render(fixture("host_culprits"))
     t = parse(out)
-    findings = next(tb for tb in t.tables if tb[0] == ["#", "severity", "finding", "site", "est. speedup"])
+    findings = next(
+        tb for tb in t.tables if tb[0] == ["#", "severity", "finding", "site", "est. speedup"]
+    )
     assert [row[0] for row in findings[1:]] == ["1", "2", "3", "4", "5"]
     ids = [re.search(r"\(([a-z0-9-]+)\)", row[2]).group(1) for row in findings[1:]]  # type: ignore[union-attr]
     assert ids == ["sync-in-step", "launch-bound", "pageable-h2d", "loop-indexing", "blocking-h2d"]
@@ -89,8 +97,31 @@ def test_hostile_text_is_escaped() -> None:
     out = MarkdownRenderer().render(fixture("hostile"))
     html = to_html(out)
     t = parse(out)
-    assert t.tags <= {"h2", "h3", "p", "table", "thead", "tbody", "tr", "th", "td", "strong", "em", "br", "details", "summary", "b", "blockquote", "ul", "li"}
-    assert "<script" not in html and "<img" not in html and "onerror" not in re.sub(r"&[a-z]+;|[^<]*", "", html)
+    assert t.tags <= {
+        "h2",
+        "h3",
+        "p",
+        "table",
+        "thead",
+        "tbody",
+        "tr",
+        "th",
+        "td",
+        "strong",
+        "em",
+        "br",
+        "details",
+        "summary",
+        "b",
+        "blockquote",
+        "ul",
+        "li",
+    }
+    assert (
+        "<script" not in html
+        and "<img" not in html
+        and "onerror" not in re.sub(r"&[a-z]+;|[^<]*", "", html)
+    )
     for tb in t.tables:
         assert len({len(row) for row in tb}) == 1, "a | in the data must not split a cell"
     findings = next(tb for tb in t.tables if tb[0] and tb[0][0] == "#")
@@ -103,7 +134,10 @@ def test_hostile_text_is_escaped() -> None:
 
 def test_md_escape() -> None:
     assert md("a|b") == "a\\|b"
-    assert md("<x> & *y* _z_ `c` [l](u) $m$ #h") == "&lt;x&gt; &amp; \\*y\\* \\_z\\_ \\`c\\` \\[l\\](u) \\$m\\$ \\#h"
+    assert (
+        md("<x> & *y* _z_ `c` [l](u) $m$ #h")
+        == "&lt;x&gt; &amp; \\*y\\* \\_z\\_ \\`c\\` \\[l\\](u) \\$m\\$ \\#h"
+    )
     assert md("two\nlines") == "two lines"
 
 

@@ -26,16 +26,29 @@ def test_get_renderer_gives_the_text_renderer() -> None:
 def test_cpu_dataloader_bound_headline() -> None:
     out = render(fixture("cpu_dataloader_bound"))
     lines = out.splitlines()
-    assert lines[0].startswith("gpuopt train_mnist.py") and " OK " in lines[0] and "exit code 0" in lines[0]
+    assert (
+        lines[0].startswith("gpuopt train_mnist.py")
+        and " OK " in lines[0]
+        and "exit code 0" in lines[0]
+    )
     assert "device cpu · 8 CPU cores" in out
-    assert "40 measured · 2 warm-up · 42 total · marked by optimizer.step() · stopped by --steps" in out
+    assert (
+        "40 measured · 2 warm-up · 42 total · marked by optimizer.step() · stopped by --steps"
+        in out
+    )
     # the step statistics of the fixture (0.233065, 0.218841, 0.396531, 0.254087 s)
     assert "median 233 ms   p10 219 ms   p90 397 ms   mean 254 ms" in out
     # breakdown legend, in the canonical order, with the fixture's fractions
     legend = next(line for line in lines if "data wait" in line and "compute" in line)
-    assert re.search(r"D data wait 67\.6%.*H host→device copies 0\.0%.*S syncs 1\.2%.*C compute 29\.1%.*o other 2\.1%", legend)
+    assert re.search(
+        r"D data wait 67\.6%.*H host→device copies 0\.0%.*S syncs 1\.2%.*C compute 29\.1%.*o other 2\.1%",
+        legend,
+    )
     bar = lines[lines.index(legend) - 1]
-    assert len(bar) == 99 and bar.count("D") == bar_lengths([0.6762, 0.0, 0.0121, 0.2907, 0.021], 98)[0] == 66
+    assert (
+        len(bar) == 99
+        and bar.count("D") == bar_lengths([0.6762, 0.0, 0.0121, 0.2907, 0.021], 98)[0] == 66
+    )
     # CPU utilization is percent in the schema: mean 21.86 → 22%, max 36.86 → 37%, cores busy
     assert re.search(r"CPU  [▁▂▃▄▅▆▇█ ]+  mean 22%  max 37%  ≈1\.7 of 8 cores busy", out)
     assert "GPU  not measured: no NVIDIA GPU/NVML: GPU utilization not measured" in out
@@ -48,7 +61,9 @@ def test_findings_ranked_with_estimates_labelled_and_explained() -> None:
     second = out.index("loss.item() every step forces a host-device sync")
     assert first < second
     assert re.search(r"1 HIGH\s+Each step waits for the DataLoader\s+est\. 2\.56× \[1\]", out)
-    assert re.search(r"2 LOW\s+loss\.item\(\) every step forces a host-device sync\s+est\. 1\.01× \[2\]", out)
+    assert re.search(
+        r"2 LOW\s+loss\.item\(\) every step forces a host-device sync\s+est\. 1\.01× \[2\]", out
+    )
     assert "dataloader-bound · at train_mnist.py:54" in out
     assert "fix: DataLoader(..., num_workers=6, pin_memory=True," in out
     assert "data_wait_s_per_step=158 ms" in out  # evidence numbers formatted by their unit
@@ -65,7 +80,9 @@ def test_would_block_syncs_and_warnings() -> None:
     assert table.index("tolist") < table.index("item ")  # more calls per step first
     assert "CPU-only run" in table
     assert "! GPU sampler not started: no NVIDIA GPU/NVML" in out
-    assert "DataLoaders" in out and re.search(r"train_mnist\.py:40\s+MNIST\s+256\s+0\s+no\s+no", out)
+    assert "DataLoaders" in out and re.search(
+        r"train_mnist\.py:40\s+MNIST\s+256\s+0\s+no\s+no", out
+    )
 
 
 def test_headline_fits_one_screen() -> None:
@@ -73,7 +90,13 @@ def test_headline_fits_one_screen() -> None:
     for name in ("cpu_dataloader_bound", "gpu_ranks", "failed_run"):
         out = render(fixture(name))
         end = out.find("\n\nDataLoaders")
-        for title in ("Host↔device copies", "Host-device syncs", "Op dispatch", "GPUs sampled", "Ranks"):
+        for title in (
+            "Host↔device copies",
+            "Host-device syncs",
+            "Op dispatch",
+            "GPUs sampled",
+            "Ranks",
+        ):
             pos = out.find(f"\n\n{title}")
             if pos != -1 and (end == -1 or pos < end):
                 end = pos
@@ -84,11 +107,18 @@ def test_headline_fits_one_screen() -> None:
 def test_host_culprits_order_and_tables() -> None:
     out = render(fixture("host_culprits"))
     ids = ["sync-in-step", "launch-bound", "pageable-h2d", "loop-indexing", "blocking-h2d"]
-    positions = [out.index(f"{i} ·") if f"{i} ·" in out else out.index(f"\n          {i}\n") for i in ids]
+    positions = [
+        out.index(f"{i} ·") if f"{i} ·" in out else out.index(f"\n          {i}\n") for i in ids
+    ]
     assert positions == sorted(positions), "findings must be ranked by estimated speedup"
     copies = out[out.index("Host↔device copies (per step)") : out.index("Host-device syncs")]
     rows = [line for line in copies.splitlines() if line.startswith(("h2d", "d2h", "d2d"))]
-    assert [r.split()[1] for r in rows] == ["seg/masks.py:41", "seg/train.py:88", "seg/model.py:133", "seg/metrics.py:27"]
+    assert [r.split()[1] for r in rows] == [
+        "seg/masks.py:41",
+        "seg/train.py:88",
+        "seg/model.py:133",
+        "seg/metrics.py:27",
+    ]
     assert re.search(r"h2d\s+seg/masks\.py:41\s+80\s+320 MiB\s+no\s+no", copies)
     assert re.search(r"d2h\s+seg/metrics\.py:27\s+1\s+5\.06 KiB", copies)
     assert re.search(r"seg/masks\.py:39\s+480\s+80", out)  # the loop
@@ -135,7 +165,9 @@ def test_trace_document() -> None:
     assert "(from a profiler trace)" in out.splitlines()[0]
     assert "wall time –" in out
     kernels = out[out.index("Top GPU kernels by total time") :]
-    assert re.search(r"volta_scudnn_128x128_relu_interior_nn_v1\s+1,590\s+150,823\s+94\.86\s+0\.232", kernels)
+    assert re.search(
+        r"volta_scudnn_128x128_relu_interior_nn_v1\s+1,590\s+150,823\s+94\.86\s+0\.232", kernels
+    )
     assert "kernels from the GPU stream; share of total kernel time" in kernels
     copies = out[out.index("Host↔device copies") :]
     assert re.search(r"h2d\s+–\s+6\s+68\.9 MiB\s+6\.38 ms\s+11\.33", copies)
@@ -166,7 +198,9 @@ def test_color_output_has_styles_and_the_same_words() -> None:
     doc = fixture("host_culprits")
     colored = render(doc, color=True)
     assert ANSI.search(colored)
-    plain_words = set(render(doc).split()) - {w for w in render(doc).split() if set(w) <= set("DHSCo")}
+    plain_words = set(render(doc).split()) - {
+        w for w in render(doc).split() if set(w) <= set("DHSCo")
+    }
     colored_words = set(ANSI.sub("", colored).split())
     assert {"median", "387", "ms", "est.", "1.25×", "seg/masks.py:45"} <= colored_words
     assert len(plain_words - colored_words) < 10
@@ -178,7 +212,16 @@ def test_degrades_on_missing_and_null_keys() -> None:
         assert "no measured steps" in out and "no breakdown" in out
         assert "GPU  not measured" in out
     junk = fixture("host_culprits")
-    junk.update(transfers=None, syncs="x", loops=[None, 3], dispatch=None, gpu={}, ranks=[{}], tables=[{"rows": [[1]]}], warnings=[None, "w"])
+    junk.update(
+        transfers=None,
+        syncs="x",
+        loops=[None, 3],
+        dispatch=None,
+        gpu={},
+        ranks=[{}],
+        tables=[{"rows": [[1]]}],
+        warnings=[None, "w"],
+    )
     junk["steps"]["series"] = [{"time_s": "slow"}]
     junk["utilization"]["timeline"] = {"t_s": [0, 1], "cpu": [float("nan"), None]}
     out = render(junk)

@@ -22,7 +22,11 @@ def test_step_times_and_quantiles() -> None:
 def test_breakdown_sums_to_one_and_splits_other() -> None:
     b = stats.breakdown([1.0, 1.0], [0.5, 0.1], h2d=[0.1, 0.1], sync=[0.0, 0.2], other_share=0.5)
     assert sum(b.values()) == pytest.approx(1.0)
-    assert b["data_wait"] == pytest.approx(0.3) and b["h2d"] == pytest.approx(0.1) and b["sync"] == pytest.approx(0.1)
+    assert (
+        b["data_wait"] == pytest.approx(0.3)
+        and b["h2d"] == pytest.approx(0.1)
+        and b["sync"] == pytest.approx(0.1)
+    )
     assert b["other"] == pytest.approx(0.25) and b["compute"] == pytest.approx(0.25)
     over = stats.breakdown([1.0], [0.9], h2d=[0.9])  # overlapping measurements are scaled, not >1
     assert sum(over.values()) == pytest.approx(1.0) and over["compute"] == 0.0
@@ -31,26 +35,43 @@ def test_breakdown_sums_to_one_and_splits_other() -> None:
 @pytest.mark.parametrize(
     "current,wait,step,cpus,expect",
     [
-        (0, 0.030, 0.040, 16, (4, False)),   # fetch 30 ms in-line, compute 10 ms: ceil(3*1.2)=4
-        (0, 0.030, 0.040, 2, (1, True)),     # two cores: capped, says so
-        (2, 0.010, 0.030, 32, (4, False)),   # f = 2*(10+20)=60 ms; 60/20*1.2 = 3.6 -> 4
-        (0, 0.001, 0.100, 8, (2, False)),    # tiny wait: at least 2 workers
+        (0, 0.030, 0.040, 16, (4, False)),  # fetch 30 ms in-line, compute 10 ms: ceil(3*1.2)=4
+        (0, 0.030, 0.040, 2, (1, True)),  # two cores: capped, says so
+        (2, 0.010, 0.030, 32, (4, False)),  # f = 2*(10+20)=60 ms; 60/20*1.2 = 3.6 -> 4
+        (0, 0.001, 0.100, 8, (2, False)),  # tiny wait: at least 2 workers
     ],
 )
-def test_suggest_workers_model(current: int, wait: float, step: float, cpus: int, expect: tuple[int, bool]) -> None:
+def test_suggest_workers_model(
+    current: int, wait: float, step: float, cpus: int, expect: tuple[int, bool]
+) -> None:
     assert suggest_workers(current, wait, step, cpus) == expect
 
 
 def _doc(data_wait: float) -> dict:
     doc = empty_profile("train.py")
-    doc["breakdown"] = {"data_wait": data_wait, "h2d": 0.0, "sync": 0.0, "compute": 1 - data_wait, "other": 0.0}
+    doc["breakdown"] = {
+        "data_wait": data_wait,
+        "h2d": 0.0,
+        "sync": 0.0,
+        "compute": 1 - data_wait,
+        "other": 0.0,
+    }
     doc["steps"]["time_s"] = {"median": 0.04, "p10": 0.04, "p90": 0.04, "mean": 0.04}
     doc["utilization"]["cpu_count"] = 16
     doc["environment"]["device"] = "cuda"
     doc["dataloaders"] = [
-        {"site": "train.py:40", "class": "DataLoader", "dataset": "Imgs", "num_workers": 0, "pin_memory": False,
-         "persistent_workers": False, "prefetch_factor": None, "batch_size": 32, "epochs": 3,
-         "wait_s_per_step": 0.04 * data_wait}
+        {
+            "site": "train.py:40",
+            "class": "DataLoader",
+            "dataset": "Imgs",
+            "num_workers": 0,
+            "pin_memory": False,
+            "persistent_workers": False,
+            "prefetch_factor": None,
+            "batch_size": 32,
+            "epochs": 3,
+            "wait_s_per_step": 0.04 * data_wait,
+        }
     ]
     return doc
 
@@ -68,7 +89,11 @@ def test_dataloader_bound_silent_below_threshold_and_on_traces() -> None:
     assert not [f for f in evaluate(_doc(0.05)) if f["id"] == "dataloader-bound"]
     doc = _doc(0.75)
     doc["source"] = "trace"
-    assert not [f for f in evaluate(doc) if f["id"] == "dataloader-bound" and f.get("evidence", {}).get("dataset") == "Imgs"]
+    assert not [
+        f
+        for f in evaluate(doc)
+        if f["id"] == "dataloader-bound" and f.get("evidence", {}).get("dataset") == "Imgs"
+    ]
 
 
 def test_rank_orders_by_gain_then_severity() -> None:
@@ -86,7 +111,10 @@ def test_window_trace_is_analysed_into_a_run_document(shared_traces, tmp_path) -
     from gpuopt.runner.main import attach_window_traces
     from gpuopt.schema import validate_profile
 
-    trace = shared_traces / "kineto_tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+    trace = (
+        shared_traces
+        / "kineto_tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+    )
     doc = empty_profile("train.py")
     doc["trace_files"] = [str(trace), str(tmp_path / "missing.pt.trace.json")]
     warnings: list[str] = []
@@ -115,5 +143,7 @@ def test_every_rule_module_is_loaded() -> None:
 
     import gpuopt.findings.rules as rules_pkg
 
-    on_disk = sorted(p.stem for p in Path(rules_pkg.__file__).parent.glob("*.py") if p.stem != "__init__")
+    on_disk = sorted(
+        p.stem for p in Path(rules_pkg.__file__).parent.glob("*.py") if p.stem != "__init__"
+    )
     assert sorted(rules_pkg.MODULES) == on_disk

@@ -17,7 +17,8 @@ from gpuopt.trace import decode, early, events, helper, pieces
 from gpuopt.trace.columns import EventColumns
 
 pytestmark = pytest.mark.skipif(
-    not (hasattr(os, "fork") and hasattr(os, "memfd_create")), reason="the decode helper needs fork and memfd (Linux)"
+    not (hasattr(os, "fork") and hasattr(os, "memfd_create")),
+    reason="the decode helper needs fork and memfd (Linux)",
 )
 
 KEYS = ("ts", "dur", "name", "cat", "thread", "stream", "correlation", "bytes", "stack", "order")
@@ -27,7 +28,8 @@ def identical(a: EventColumns, b: EventColumns) -> bool:
     return (
         all(np.array_equal(getattr(a, k), getattr(b, k)) for k in KEYS)
         and (a.names, a.cats, a.threads, a.stacks) == (b.names, b.cats, b.threads, b.stacks)
-        and (a.metadata, a.total_events, a.fractional_ts) == (b.metadata, b.total_events, b.fractional_ts)
+        and (a.metadata, a.total_events, a.fractional_ts)
+        == (b.metadata, b.total_events, b.fractional_ts)
     )
 
 
@@ -44,7 +46,9 @@ def _trace(tmp_path: Path, n: int = 3000) -> Path:
     return write_trace(tmp_path / "t.json.gz", events, traceName="after the events")
 
 
-def test_helper_and_parent_split_the_pieces_and_agree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_helper_and_parent_split_the_pieces_and_agree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     p = _trace(tmp_path)
     monkeypatch.setattr(pieces, "BLOCK", 4096)  # hundreds of pieces, so both processes get some
     seen: dict[str, int] = {}
@@ -63,7 +67,9 @@ def test_helper_and_parent_split_the_pieces_and_agree(tmp_path: Path, monkeypatc
     assert seen["helper_pieces"] > 0  # the helper did decode part of the file
 
 
-def test_a_helper_that_fails_midway_is_redone_by_the_parent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_helper_that_fails_midway_is_redone_by_the_parent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     p = _trace(tmp_path)
     monkeypatch.setattr(pieces, "BLOCK", 4096)
     calls = {"n": 0}
@@ -215,7 +221,9 @@ def _helper_pieces_seen(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("early_text", [0, 1 << 30])
-def test_an_early_helper_is_claimed_by_the_loader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, early_text: int) -> None:
+def test_an_early_helper_is_claimed_by_the_loader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, early_text: int
+) -> None:
     """Forked before the imports, then handed to the loader: the same columns as decoding alone,
     whether the two processes share the pieces (early_text=0) or the helper takes them all."""
     p = _trace(tmp_path)
@@ -229,10 +237,14 @@ def test_an_early_helper_is_claimed_by_the_loader(tmp_path: Path, monkeypatch: p
     assert early._started is None  # claimed
     assert identical(alone, together)
     assert seen["helper_pieces"] > 0
-    assert (seen["split"] == 0) == (early_text > 0)  # it took every piece when told the imports are long
+    assert (seen["split"] == 0) == (
+        early_text > 0
+    )  # it took every piece when told the imports are long
 
 
-def test_an_early_helper_for_another_or_changed_file_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_early_helper_for_another_or_changed_file_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     p, q = _trace(tmp_path), write_trace(tmp_path / "other.json", [launch(1, 2, corr=1)])
     monkeypatch.setenv("GPUOPT_TRACE_WORKERS", "1")
 
@@ -274,13 +286,20 @@ def test_report_from_the_command_line_is_the_same_with_the_early_helper(tmp_path
     import subprocess
     import sys
 
-    p = _trace(tmp_path, n=20000)  # ~10 MB of JSON: pieces for both processes (the helper is forced)
+    p = _trace(
+        tmp_path, n=20000
+    )  # ~10 MB of JSON: pieces for both processes (the helper is forced)
     assert pieces.text_size(p) > 4 * pieces.BLOCK
 
     def report(workers: str) -> dict:  # type: ignore[type-arg]
         env = dict(os.environ, GPUOPT_TRACE_WORKERS=workers)
-        out = subprocess.run([sys.executable, "-m", "gpuopt", "report", str(p), "--format", "json"],
-                             capture_output=True, text=True, env=env, check=True)
+        out = subprocess.run(
+            [sys.executable, "-m", "gpuopt", "report", str(p), "--format", "json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        )
         doc = json.loads(out.stdout)
         doc["trace"].pop("load_s"), doc["trace"].pop("analyze_s")
         return doc

@@ -22,16 +22,27 @@ def _synthetic(tmp_path: Path) -> Path:
     ev = [
         cpu("ProfilerStep#1", 0, 1000, cat="user_annotation"),
         cpu("ProfilerStep#2", 1000, 100, cat="user_annotation"),
-        launch(5, 3, corr=1), kernel("gemm", 10, 100, corr=1),
-        cpu("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 100, 150, cat="user_annotation"),
-        launch(260, 3, corr=2), kernel("gemm", 300, 100, corr=2),
-        cpu("aten::item", 390, 130), cpu("aten::_local_scalar_dense", 391, 128),
+        launch(5, 3, corr=1),
+        kernel("gemm", 10, 100, corr=1),
+        cpu(
+            "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+            100,
+            150,
+            cat="user_annotation",
+        ),
+        launch(260, 3, corr=2),
+        kernel("gemm", 300, 100, corr=2),
+        cpu("aten::item", 390, 130),
+        cpu("aten::_local_scalar_dense", 391, 128),
         cpu("cudaStreamSynchronize", 392, 100, cat="cuda_runtime"),
         cpu("train.py(7): train_step", 520, 80, cat="python_function"),
-        launch(590, 5, corr=3), kernel("relu", 600, 100, corr=3),
+        launch(590, 5, corr=3),
+        kernel("relu", 600, 100, corr=3),
         cpu("Optimizer.step#SGD.step", 690, 190, cat="user_annotation"),
-        launch(895, 3, corr=4), kernel("add", 900, 50, corr=4),
-        launch(1010, 3, corr=5), kernel("add", 1020, 10, corr=5),
+        launch(895, 3, corr=4),
+        kernel("add", 900, 50, corr=4),
+        launch(1010, 3, corr=5),
+        kernel("add", 1020, 10, corr=5),
     ]
     return write_trace(tmp_path / "t.json", ev)
 
@@ -52,14 +63,25 @@ def test_each_idle_microsecond_has_its_cause(tmp_path: Path) -> None:
     assert sync_site["op"] == "aten::item" and sync_site["idle_us"] == pytest.approx(120)
     assert any(s["cause"] == "python" and s["site"] == "train.py:7" for s in ic["sites"])
     # the last profiler step is dropped (HTA), so one step, holding all the gaps
-    assert [r["step"] for r in ic["by_step"]] == [1] and ic["by_step"][0]["idle_us"] == pytest.approx(590)
+    assert [r["step"] for r in ic["by_step"]] == [1] and ic["by_step"][0][
+        "idle_us"
+    ] == pytest.approx(590)
 
 
 def test_step_overview_sums_to_step_time(tmp_path: Path) -> None:
     ra = analyze_trace(_synthetic(tmp_path)).ranks[0]
     (row,) = ra.step_overview
     assert row["dur_us"] == pytest.approx(1000)
-    cats = ["kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_op", "other"]
+    cats = [
+        "kernel",
+        "memcpy",
+        "memset",
+        "communication",
+        "runtime",
+        "dataloader",
+        "cpu_op",
+        "other",
+    ]
     assert sum(row[f"{c}_us"] for c in cats) == pytest.approx(row["dur_us"])
     assert row["kernel_us"] == pytest.approx(350)
     # dataloader [100,250) minus kernel [10,110) → 140
@@ -77,11 +99,16 @@ def test_sync_call_names_the_op_that_issued_it(tmp_path: Path) -> None:
 
 def test_user_site_skips_library_frames() -> None:
     assert user_site("train.py(45): train_step") == "train.py:45"
-    assert user_site("/usr/lib/python3.11/site-packages/torch/nn/modules/module.py(1501): _call_impl") is None
+    assert (
+        user_site("/usr/lib/python3.11/site-packages/torch/nn/modules/module.py(1501): _call_impl")
+        is None
+    )
     assert user_site("<built-in method item>") is None
 
 
-@pytest.mark.skipif(not (SHARED_TRACES / "kineto_tb_plugin").exists(), reason="../shared/traces not present")
+@pytest.mark.skipif(
+    not (SHARED_TRACES / "kineto_tb_plugin").exists(), reason="../shared/traces not present"
+)
 def test_dataloader_workers_remove_the_dataloader_cause() -> None:
     """Same ResNet50 job: 0 DataLoader workers vs 4. The idle time blamed on the DataLoader must
     collapse with workers, and the 0-worker trace must name the user's line."""

@@ -17,7 +17,12 @@ from gpuopt.report.command import load_any
 from gpuopt.trace import decode, pieces
 from gpuopt.trace.decode import load_columns
 
-EVENTS = [cpu("aten::mm", 0, 10), launch(2, 3, corr=1), kernel("gemm", 8, 5, corr=1), {"ph": "i", "name": "mark", "ts": 3, "pid": 1, "tid": 1}]
+EVENTS = [
+    cpu("aten::mm", 0, 10),
+    launch(2, 3, corr=1),
+    kernel("gemm", 8, 5, corr=1),
+    {"ph": "i", "name": "mark", "ts": 3, "pid": 1, "tid": 1},
+]
 
 
 def _same(a, b) -> bool:  # type: ignore[no-untyped-def]
@@ -31,10 +36,15 @@ def _same(a, b) -> bool:  # type: ignore[no-untyped-def]
     )
 
 
-def test_streaming_and_whole_decode_agree_on_many_pieces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_streaming_and_whole_decode_agree_on_many_pieces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     events = []
     for i in range(3000):
-        events += [launch(i * 20, 3, corr=i), kernel(f"k{i % 7}", i * 20 + 5, 4, corr=i, **{"Input Dims": [[1, 2]]})]
+        events += [
+            launch(i * 20, 3, corr=i),
+            kernel(f"k{i % 7}", i * 20 + 5, 4, corr=i, **{"Input Dims": [[1, 2]]}),
+        ]
     p = write_trace(tmp_path / "t.json.gz", events, traceName="after the events")
     monkeypatch.setattr(pieces, "BLOCK", 4096)  # force hundreds of pieces
     streamed = decode._load_streaming(p)
@@ -52,9 +62,19 @@ def test_compact_json_falls_back_to_whole_decode(tmp_path: Path) -> None:
 
 
 def test_missing_fields_get_defaults(tmp_path: Path) -> None:
-    p = write_trace(tmp_path / "m.json", [{"ph": "X", "cat": "kernel", "name": "k", "ts": 5, "dur": 2}, {"ph": "X", "cat": "cpu_op", "ts": 1, "dur": 1}])
+    p = write_trace(
+        tmp_path / "m.json",
+        [
+            {"ph": "X", "cat": "kernel", "name": "k", "ts": 5, "dur": 2},
+            {"ph": "X", "cat": "cpu_op", "ts": 1, "dur": 1},
+        ],
+    )
     cols = load_columns(p)
-    assert len(cols) == 2 and cols.stream.tolist() == [-1, -1] and cols.correlation.tolist() == [-1, -1]
+    assert (
+        len(cols) == 2
+        and cols.stream.tolist() == [-1, -1]
+        and cols.correlation.tolist() == [-1, -1]
+    )
 
 
 def test_fractional_timestamps_are_flagged(tmp_path: Path) -> None:
@@ -71,11 +91,17 @@ def test_fractional_timestamps_are_flagged(tmp_path: Path) -> None:
         ("empty.json", b'{"traceEvents": []}', "no events"),
         ("emptyfile.json", b"", "empty file"),
         ("nocomplete.json", b'{"traceEvents": [{"ph": "i", "ts": 1}]}', "none of its 1 events"),
-        ("badtype.json", b'{"traceEvents": [{"ph": "X", "cat": "k", "ts": "soon", "dur": 1}]}', "malformed trace event"),
+        (
+            "badtype.json",
+            b'{"traceEvents": [{"ph": "X", "cat": "k", "ts": "soon", "dur": 1}]}',
+            "malformed trace event",
+        ),
         ("fake.json.gz", b"plain text, not gzip", "not a gzip file"),
     ],
 )
-def test_bad_input_is_one_line_error(tmp_path: Path, name: str, content: bytes, expect: str) -> None:
+def test_bad_input_is_one_line_error(
+    tmp_path: Path, name: str, content: bytes, expect: str
+) -> None:
     p = tmp_path / name
     p.write_bytes(content)
     with pytest.raises(GpuoptError) as ei:
@@ -85,7 +111,9 @@ def test_bad_input_is_one_line_error(tmp_path: Path, name: str, content: bytes, 
 
 
 def test_truncated_gzip(tmp_path: Path) -> None:
-    full = gzip.compress(json.dumps({"traceEvents": [cpu("a", i, 1) for i in range(2000)]}).encode())
+    full = gzip.compress(
+        json.dumps({"traceEvents": [cpu("a", i, 1) for i in range(2000)]}).encode()
+    )
     p = tmp_path / "cut.json.gz"
     p.write_bytes(full[: len(full) // 2])
     with pytest.raises(GpuoptError, match="truncated gzip"):
@@ -126,7 +154,9 @@ def test_folder_errors(tmp_path: Path) -> None:
 
 def test_strings_from_the_trace_stay_data(tmp_path: Path) -> None:
     evil = "<script>alert(1)</script>__import__('os').system('touch PWNED')"
-    p = write_trace(tmp_path / "evil.json", [cpu(evil, 0, 10), launch(1, 2, corr=1), kernel(evil, 4, 3, corr=1)])
+    p = write_trace(
+        tmp_path / "evil.json", [cpu(evil, 0, 10), launch(1, 2, corr=1), kernel(evil, 4, 3, corr=1)]
+    )
     doc = load_any(p)
     assert not (tmp_path / "PWNED").exists() and not Path("PWNED").exists()
     names = [r[2] for t in doc["tables"] if t["id"] == "trace-top-kernels" for r in t["rows"]]
@@ -137,27 +167,50 @@ def test_strings_from_the_trace_stay_data(tmp_path: Path) -> None:
 def test_cli_bad_input_exit_2_without_traceback(tmp_path: Path) -> None:
     p = tmp_path / "x.json.gz"
     p.write_bytes(b"\x1f\x8b\x08\x00garbage")
-    r = subprocess.run([sys.executable, "-m", "gpuopt", "report", str(p), "--format", "json"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "gpuopt", "report", str(p), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if "No module named 'gpuopt.report.jsonfmt'" in r.stderr:
         pytest.skip("JSON renderer not merged yet (gpuopt.report.jsonfmt)")
     assert r.returncode == 2
-    assert r.stderr.startswith("gpuopt: error:") and "Traceback" not in r.stderr and r.stderr.count("\n") == 1
+    assert (
+        r.stderr.startswith("gpuopt: error:")
+        and "Traceback" not in r.stderr
+        and r.stderr.count("\n") == 1
+    )
 
 
-def test_worker_processes_give_the_same_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_worker_processes_give_the_same_columns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     events = []
     for i in range(4000):
-        events += [launch(i * 20, 3, corr=i), kernel(f"k{i % 5}", i * 20 + 5, 4, corr=i), {"ph": "f", "id": i, "ts": i * 20, "pid": 0, "tid": 1}]
+        events += [
+            launch(i * 20, 3, corr=i),
+            kernel(f"k{i % 5}", i * 20 + 5, 4, corr=i),
+            {"ph": "f", "id": i, "ts": i * 20, "pid": 0, "tid": 1},
+        ]
     p = write_trace(tmp_path / "w.json.gz", events)
     monkeypatch.setattr(pieces, "BLOCK", 8192)
     inline = decode._load_streaming(p, workers=0)
     forked = decode._load_streaming(p, workers=2)
-    assert _same(inline, forked) and np.array_equal(inline.order, forked.order) and len(forked) == 8000
+    assert (
+        _same(inline, forked) and np.array_equal(inline.order, forked.order) and len(forked) == 8000
+    )
     assert forked.total_events == 12000
 
 
-def test_unknown_phase_falls_back_to_lenient_decoding(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    odd = [{"ph": "Z", "ts": 1}, {"cat": "cpu_op", "name": "no phase", "ts": 2, "dur": 3}, cpu("a", 5, 1)]
+def test_unknown_phase_falls_back_to_lenient_decoding(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    odd = [
+        {"ph": "Z", "ts": 1},
+        {"cat": "cpu_op", "name": "no phase", "ts": 2, "dur": 3},
+        cpu("a", 5, 1),
+    ]
     p = write_trace(tmp_path / "odd.json", odd + [{"ph": "i", "ts": 9, "name": "pad" * 40}] * 20)
     monkeypatch.setattr(pieces, "BLOCK", 256)  # the odd events land in a piece, not the tail
     with pytest.raises(pieces.Fallback):
@@ -169,9 +222,16 @@ def test_unknown_phase_falls_back_to_lenient_decoding(tmp_path: Path, monkeypatc
 def test_trace_strings_are_escaped_in_html(tmp_path: Path) -> None:
     pytest.importorskip("gpuopt.report.html", reason="HTML renderer not merged yet")
     evil = '<img src=x onerror="alert(1)">'
-    p = write_trace(tmp_path / "evil.json", [cpu(evil, 0, 10), launch(1, 2, corr=1), kernel(evil, 4, 3, corr=1)])
+    p = write_trace(
+        tmp_path / "evil.json", [cpu(evil, 0, 10), launch(1, 2, corr=1), kernel(evil, 4, 3, corr=1)]
+    )
     out = tmp_path / "r.html"
-    r = subprocess.run([sys.executable, "-m", "gpuopt", "report", str(p), "-o", str(out)], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "gpuopt", "report", str(p), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     html = out.read_text()
     assert "onerror" in html and evil not in html  # the kernel name is shown, escaped

@@ -16,7 +16,9 @@ from gpuopt.trace.analysis import TraceAnalysis, analyze_trace
 from gpuopt.trace.idle import idle_totals
 
 REF = SHARED_TRACES / "reference"
-SETS = sorted(p.name for p in REF.iterdir() if (p / "summary.json").exists()) if REF.exists() else []
+SETS = (
+    sorted(p.name for p in REF.iterdir() if (p / "summary.json").exists()) if REF.exists() else []
+)
 pytestmark = pytest.mark.skipif(not SETS, reason="../shared/traces/reference not present")
 _CACHE: dict[str, tuple[dict, TraceAnalysis]] = {}
 
@@ -99,7 +101,9 @@ def test_memcpy_totals_and_overlap_and_steps(name: str) -> None:
         assert close(sum(x["count"] for x in got.values()), mc["count"], abs_=0)
         assert close(sum(x["sum"] for x in got.values()), mc["total_dur_us"])
         for row in mc["by_name"]:
-            assert close(got[row["nm"]]["sum"], row["sum"]) and got[row["nm"]]["count"] == row["count"]
+            assert (
+                close(got[row["nm"]]["sum"], row["sum"]) and got[row["nm"]]["count"] == row["count"]
+            )
     for row in ref["comm_comp_overlap"]:
         got = rank(ta, row["rank"]).comm_overlap
         if row["comp_comm_overlap_pctg"] is None:

@@ -11,10 +11,29 @@ from trace_helpers import SHARED_TRACES, cpu, kernel, launch, write_trace
 from gpuopt.schema import validate_profile
 from gpuopt.trace.profile import profile_from_traces
 
-GPU_KEYS = {"rank", "device", "utilization", "idle_pct", "compute_pct", "non_compute_pct", "idle_us", "launch", "memcpy", "comm_overlap_pct"}
-needs_traces = pytest.mark.skipif(not (SHARED_TRACES / "hta").exists(), reason="../shared/traces not present")
-NW0 = SHARED_TRACES / "kineto_tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
-NW4 = SHARED_TRACES / "kineto_tb_plugin/samples/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz"
+GPU_KEYS = {
+    "rank",
+    "device",
+    "utilization",
+    "idle_pct",
+    "compute_pct",
+    "non_compute_pct",
+    "idle_us",
+    "launch",
+    "memcpy",
+    "comm_overlap_pct",
+}
+needs_traces = pytest.mark.skipif(
+    not (SHARED_TRACES / "hta").exists(), reason="../shared/traces not present"
+)
+NW0 = (
+    SHARED_TRACES
+    / "kineto_tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+)
+NW4 = (
+    SHARED_TRACES
+    / "kineto_tb_plugin/samples/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz"
+)
 
 
 @pytest.fixture(scope="module")
@@ -35,12 +54,21 @@ def test_document_is_valid_and_complete(nw0: dict) -> None:
     bd = nw0["breakdown"]
     assert abs(sum(bd.values()) - 1) < 0.02 and bd["data_wait"] > 0.25
     ids = {t["id"] for t in nw0["tables"]}
-    assert {"trace-gpu-time", "trace-idle-causes", "trace-step-breakdown", "trace-launch", "trace-memory", "trace-top-kernels"} <= ids
+    assert {
+        "trace-gpu-time",
+        "trace-idle-causes",
+        "trace-step-breakdown",
+        "trace-launch",
+        "trace-memory",
+        "trace-top-kernels",
+    } <= ids
     for t in nw0["tables"]:
         assert all(len(r) == len(t["columns"]) for r in t["rows"]), t["id"]
     (tr,) = [t for t in nw0["transfers"] if t["direction"] == "h2d"]
     assert tr["pinned"] is False and tr["count_per_step"] == 2.0
-    assert tr["site"] == "resnet50_profiler_api.py:44"  # from the ops' "Call stack" (with_stack=True)
+    assert (
+        tr["site"] == "resnet50_profiler_api.py:44"
+    )  # from the ops' "Call stack" (with_stack=True)
     assert {s["site"] for s in nw0["syncs"]} == {"resnet50_profiler_api.py:44"}
     assert nw0["utilization"]["gpu"]["mean"] == pytest.approx(60.57, abs=0.01)  # percent, like NVML
 
@@ -74,15 +102,29 @@ def test_two_ranks_give_ranks_and_straggler() -> None:
 
 
 @needs_traces
-@pytest.mark.parametrize("rel", ["hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", "hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz", "hta/rank_unavailable/rank_not_found.json.gz", "hta/mtia_inference_trace/mtia_inference_rank_0.json.gz"])
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
+        "hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+        "hta/rank_unavailable/rank_not_found.json.gz",
+        "hta/mtia_inference_trace/mtia_inference_rank_0.json.gz",
+    ],
+)
 def test_traces_hta_cannot_read_still_get_a_report(rel: str) -> None:
     doc = profile_from_traces(SHARED_TRACES / rel)
     assert validate_profile(doc) == []
 
 
 def test_trace_rules_do_not_fire_on_run_documents(tmp_path: Path) -> None:
-    ev = [cpu("ProfilerStep#1", 0, 1000, cat="user_annotation"), cpu("enumerate(DataLoader)#x.__next__", 20, 900, cat="user_annotation"),
-          launch(5, 3, corr=1), kernel("gemm", 10, 5, corr=1), launch(930, 3, corr=2), kernel("gemm", 950, 40, corr=2)]
+    ev = [
+        cpu("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+        cpu("enumerate(DataLoader)#x.__next__", 20, 900, cat="user_annotation"),
+        launch(5, 3, corr=1),
+        kernel("gemm", 10, 5, corr=1),
+        launch(930, 3, corr=2),
+        kernel("gemm", 950, 40, corr=2),
+    ]
     doc = profile_from_traces(write_trace(tmp_path / "t.json", ev))
     assert "dataloader-bound" in {x["id"] for x in doc["findings"]}
     from gpuopt.findings.rules import gpu_trace
@@ -98,7 +140,11 @@ def test_add_trace_to_a_run_document(tmp_path: Path) -> None:
     from gpuopt.schema import empty_profile
     from gpuopt.trace.profile import add_trace_to_profile
 
-    ev = [cpu("ProfilerStep#1", 0, 100, cat="user_annotation"), launch(5, 3, corr=1), kernel("gemm", 10, 50, corr=1)]
+    ev = [
+        cpu("ProfilerStep#1", 0, 100, cat="user_annotation"),
+        launch(5, 3, corr=1),
+        kernel("gemm", 10, 50, corr=1),
+    ]
     doc = empty_profile("train.py")
     doc["trace"] = {"profiler_window": {"steps": 1}}
     add_trace_to_profile(doc, write_trace(tmp_path / "w.json", ev))

@@ -9,6 +9,7 @@ The script prints the wall-clock time (``time.time()``) at which its training lo
 ends to stderr, so the benchmark can split each run into before-loop, loop and after-loop parts:
 the loop is where a per-step overhead would show, the two ends where fixed costs do.
 """
+
 import argparse
 import sys
 import time
@@ -21,7 +22,9 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--steps", type=int, default=200)
 ap.add_argument("--batch", type=int, default=256)
 ap.add_argument("--width", type=int, default=1024)
-ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1: the host side of a GPU job)")
+ap.add_argument(
+    "--threads", type=int, default=1, help="torch intra-op threads (1: the host side of a GPU job)"
+)
 args = ap.parse_args()
 torch.set_num_threads(args.threads)
 
@@ -29,7 +32,13 @@ torch.manual_seed(0)
 n = args.steps * args.batch
 data = TensorDataset(torch.randn(n, 256), torch.randint(0, 10, (n,)))
 loader = DataLoader(data, batch_size=args.batch, shuffle=True)
-model = nn.Sequential(nn.Linear(256, args.width), nn.ReLU(), nn.Linear(args.width, args.width), nn.ReLU(), nn.Linear(args.width, 10))
+model = nn.Sequential(
+    nn.Linear(256, args.width),
+    nn.ReLU(),
+    nn.Linear(args.width, args.width),
+    nn.ReLU(),
+    nn.Linear(args.width, 10),
+)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 loss_fn = nn.CrossEntropyLoss()
 print(f"LOOP_START {time.time():.6f}", file=sys.stderr)

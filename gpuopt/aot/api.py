@@ -64,7 +64,9 @@ def _max_abs_diff(a: Any, b: Any) -> float | None:
     return worst
 
 
-def plan_program(program: Program, leaves: Sequence[Any], *, merge: bool = True) -> tuple[Plan, Any]:
+def plan_program(
+    program: Program, leaves: Sequence[Any], *, merge: bool = True
+) -> tuple[Plan, Any]:
     """Probe ``program`` on ``leaves`` and plan it; returns the plan and the probe's outputs."""
     import torch
 
@@ -83,7 +85,9 @@ def plan_program(program: Program, leaves: Sequence[Any], *, merge: bool = True)
         {n: program.reads(n) for n in names},
         keep=outputs,
         accesses={
-            n: sorted(set(measured.nodes[n].reads) | set(measured.nodes[n].writes)) for n in names if kernel[n]
+            n: sorted(set(measured.nodes[n].reads) | set(measured.nodes[n].writes))
+            for n in names
+            if kernel[n]
         },
     )
     plan.capture = program.method
@@ -97,7 +101,9 @@ def _module_class() -> type:
     class _ScheduledModule(torch.nn.Module):
         """A static model planned for multi-stream execution (see the module docstring)."""
 
-        def __init__(self, program: Program, plan: Plan, *, cuda_graph: bool = True, warmup: int = 2) -> None:
+        def __init__(
+            self, program: Program, plan: Plan, *, cuda_graph: bool = True, warmup: int = 2
+        ) -> None:
             super().__init__()
             self.graph_module = program.gm
             self.plan = plan
@@ -113,7 +119,9 @@ def _module_class() -> type:
 
         def forward(self, *args: Any) -> Any:
             leaves = self._leaves(args)
-            device = next((x.device for x in leaves if isinstance(x, torch.Tensor)), torch.device("cpu"))
+            device = next(
+                (x.device for x in leaves if isinstance(x, torch.Tensor)), torch.device("cpu")
+            )
             with torch.no_grad():
                 if device.type == "cuda":
                     return self._cuda_runner(device)(leaves)
@@ -141,7 +149,9 @@ def _module_class() -> type:
             """
             leaves = self._leaves(args)
             with torch.no_grad():
-                return run_simulated(self._program, plan or self.plan, self.memory_model(), leaves, seed)
+                return run_simulated(
+                    self._program, plan or self.plan, self.memory_model(), leaves, seed
+                )
 
         def estimate(self, profile: str = "h100") -> Estimate:
             """Modelled times for ``profile``: an estimate, never a measurement."""
@@ -200,11 +210,15 @@ def schedule(
         from gpuopt.aot.training import schedule_training
 
         try:
-            return schedule_training(model, inputs, merge=merge, cuda_graph=cuda_graph, warmup=warmup)
+            return schedule_training(
+                model, inputs, merge=merge, cuda_graph=cuda_graph, warmup=warmup
+            )
         except CaptureError:
             raise
         except Exception as exc:  # noqa: BLE001 - AOTAutograd could not trace the model
-            raise CaptureError(f"cannot capture the model for training: {type(exc).__name__}: {exc}") from None
+            raise CaptureError(
+                f"cannot capture the model for training: {type(exc).__name__}: {exc}"
+            ) from None
     program, notes = capture_program(model, inputs, capture)
     leaves = program.flatten_inputs(inputs)
     # The probe (and the check) run the model once; put its buffers (e.g. BatchNorm running

@@ -39,7 +39,15 @@ class CaptureError(GpuoptError):
     """The model could not be captured as a static graph (neither torch.export nor torch.fx)."""
 
 
-_RANDOM_MARKERS = ("rand", "dropout", "bernoulli", "normal", "multinomial", "poisson", "exponential")
+_RANDOM_MARKERS = (
+    "rand",
+    "dropout",
+    "bernoulli",
+    "normal",
+    "multinomial",
+    "poisson",
+    "exponential",
+)
 _GUARD_PREFIX = "_guards"
 
 
@@ -229,7 +237,9 @@ def _program_from_gm(gm: fx.GraphModule, method: str, leaves: Sequence[Any]) -> 
     if output is None:  # pragma: no cover - fx graphs always have one
         raise CaptureError("captured graph has no output")
     meta = [
-        (tuple(x.shape), str(x.dtype), str(x.device)) if isinstance(x, torch.Tensor) else ((), type(x).__name__, "")
+        (tuple(x.shape), str(x.dtype), str(x.device))
+        if isinstance(x, torch.Tensor)
+        else ((), type(x).__name__, "")
         for x in leaves
     ]
     return Program(
@@ -260,7 +270,9 @@ def _quiet_torch_logs() -> Iterator[None]:
     line, and falls back to torch.fx; torch's log lines about it would only confuse."""
     import logging
 
-    names = [n for n in list(logging.root.manager.loggerDict) if n == "torch" or n.startswith("torch.")]
+    names = [
+        n for n in list(logging.root.manager.loggerDict) if n == "torch" or n.startswith("torch.")
+    ]
     loggers = [logging.getLogger(n) for n in names]
     saved = [(lg, lg.level) for lg in loggers]
     for lg in loggers:
@@ -291,14 +303,18 @@ def capture_program(
             with _quiet_torch_logs():
                 ep = torch.export.export(model, tuple(example_inputs), strict=False)
                 if _has_mutable_ops(ep.graph_module):
-                    ep = ep.run_decompositions({})  # functionalize: in-place ops become out-of-place
+                    ep = ep.run_decompositions(
+                        {}
+                    )  # functionalize: in-place ops become out-of-place
                 gm = ep.module()
             return _program_from_gm(gm, "export", leaves), notes
         except Exception as exc:  # noqa: BLE001 - any export failure falls back to fx
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
             if method == "export":
                 raise CaptureError(f"torch.export failed: {type(exc).__name__}: {first}") from None
-            notes.append(f"torch.export failed ({type(exc).__name__}: {first}); captured with torch.fx")
+            notes.append(
+                f"torch.export failed ({type(exc).__name__}: {first}); captured with torch.fx"
+            )
     try:
         gm = torch.fx.symbolic_trace(model)
     except Exception as exc:  # noqa: BLE001
@@ -378,7 +394,12 @@ def probe(program: Program, leaves: Sequence[Any]) -> ProbeResult:
             return None
         return storage_ids.setdefault(st.data_ptr(), len(storage_ids))
 
-    inputs = {s for node in program.placeholders for s in (sid(t) for t in _tensors(env[node])) if s is not None}
+    inputs = {
+        s
+        for node in program.placeholders
+        for s in (sid(t) for t in _tensors(env[node]))
+        if s is not None
+    }
     constants = {
         s
         for node, val in env.items()
@@ -445,7 +466,9 @@ def probe(program: Program, leaves: Sequence[Any]) -> ProbeResult:
     )
 
 
-def dependence_edges(program: Program, probes: dict[str, NodeProbe]) -> tuple[list[tuple[str, str]], list[str]]:
+def dependence_edges(
+    program: Program, probes: dict[str, NodeProbe]
+) -> tuple[list[tuple[str, str]], list[str]]:
     """Edges of the operator DAG: data dependences, plus ordering around in-place writes and the
     random-op chain.
 

@@ -25,10 +25,14 @@ from gpuopt.errors import GpuoptError
 def _import_target(spec: str, what: str) -> tuple[ModuleType, str, Any]:
     """Resolve ``module:attr`` or ``file.py:attr`` to (module, attr name, object)."""
     if ":" not in spec:
-        raise GpuoptError(f"{what} {spec!r} must look like module:function or path/to/file.py:function")
+        raise GpuoptError(
+            f"{what} {spec!r} must look like module:function or path/to/file.py:function"
+        )
     mod_part, _, attr = spec.rpartition(":")
     if not mod_part or not attr or not attr.isidentifier():
-        raise GpuoptError(f"{what} {spec!r} must look like module:function or path/to/file.py:function")
+        raise GpuoptError(
+            f"{what} {spec!r} must look like module:function or path/to/file.py:function"
+        )
     if mod_part.endswith(".py") or "/" in mod_part or "\\" in mod_part:
         path = Path(mod_part)
         if not path.is_file():
@@ -48,7 +52,9 @@ def _import_target(spec: str, what: str) -> tuple[ModuleType, str, Any]:
                 loader_spec.loader.exec_module(module)
             except Exception as exc:  # noqa: BLE001 - the user's module failed to import
                 sys.modules.pop(name, None)
-                raise GpuoptError(f"{what} {spec!r}: importing {mod_part} failed: {type(exc).__name__}: {exc}") from None
+                raise GpuoptError(
+                    f"{what} {spec!r}: importing {mod_part} failed: {type(exc).__name__}: {exc}"
+                ) from None
     else:
         cwd = str(Path.cwd())
         if cwd not in sys.path and "" not in sys.path:
@@ -56,9 +62,13 @@ def _import_target(spec: str, what: str) -> tuple[ModuleType, str, Any]:
         try:
             module = importlib.import_module(mod_part)
         except ModuleNotFoundError as exc:
-            raise GpuoptError(f"{what} {spec!r}: no module named {exc.name or mod_part!r}") from None
+            raise GpuoptError(
+                f"{what} {spec!r}: no module named {exc.name or mod_part!r}"
+            ) from None
         except Exception as exc:  # noqa: BLE001
-            raise GpuoptError(f"{what} {spec!r}: importing {mod_part} failed: {type(exc).__name__}: {exc}") from None
+            raise GpuoptError(
+                f"{what} {spec!r}: importing {mod_part} failed: {type(exc).__name__}: {exc}"
+            ) from None
     if not hasattr(module, attr):
         raise GpuoptError(f"{what} {spec!r}: {mod_part} has no attribute {attr!r}")
     obj = getattr(module, attr)
@@ -133,7 +143,9 @@ def summary_text(target: str, doc: dict[str, Any]) -> str:
     ]
     diff = stats.get("capture_max_abs_diff")
     if diff is not None:
-        lines.append(f"  capture check  graph vs eager outputs on the example inputs: max |diff| {diff:.3g}")
+        lines.append(
+            f"  capture check  graph vs eager outputs on the example inputs: max |diff| {diff:.3g}"
+        )
     for note in plan.get("notes", []):
         lines.append(f"  note           {note}")
     lines += [
@@ -147,7 +159,9 @@ def summary_text(target: str, doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def schedule_command(target: str, *, inputs: str | None, device_profile: str, out: Path | None, fmt: str) -> None:
+def schedule_command(
+    target: str, *, inputs: str | None, device_profile: str, out: Path | None, fmt: str
+) -> None:
     """Plan TARGET, write the plan JSON, print a summary (text) or the document (json)."""
     from gpuopt.aot.costmodel import get_profile
     from gpuopt.schema import write_atomic

@@ -56,7 +56,9 @@ class DeviceProfile:
     threads_per_sm: int = _THREADS_PER_SM
     efficiency: float = 0.7  # assumption: fraction of peak FLOP/s and bandwidth a kernel reaches
     eager_op_s: float = _DISPATCH_S + _LAUNCH_S  # host time per eager op that launches a kernel
-    eager_view_s: float = _DISPATCH_S  # host time per eager op that launches nothing (view, getitem)
+    eager_view_s: float = (
+        _DISPATCH_S  # host time per eager op that launches nothing (view, getitem)
+    )
     stream_kernel_s: float = _STREAM_KERNEL_S  # per-kernel device gap, kernels launched one by one
     graph_kernel_s: float = _GRAPH_KERNEL_S  # per-kernel gap when replaying a CUDA graph
     graph_launch_s: float = _LAUNCH_S  # one cudaGraphLaunch (assumption: about one kernel launch)
@@ -151,7 +153,9 @@ def _peak(profile: DeviceProfile, cls: str, dtype: str | None, precision: Precis
     return profile.fp32_flops
 
 
-def op_cost(op: Mapping[str, Any], profile: DeviceProfile, precision: Precision = Precision()) -> OpCost:
+def op_cost(
+    op: Mapping[str, Any], profile: DeviceProfile, precision: Precision = Precision()
+) -> OpCost:
     """Cost of one node from its measured ``ops`` entry (kind, flops, bytes, elems, dtype, class)."""
     if op.get("kind") != "kernel":
         return OpCost(kernel=False, solo_s=0.0, width=0.0, host_s=profile.eager_view_s)

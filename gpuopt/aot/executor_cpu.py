@@ -75,13 +75,18 @@ class MemoryModel:
     @classmethod
     def from_plan_ops(cls, plan: Plan, memory: Mapping[str, Any]) -> MemoryModel:
         """From a captured plan's measured ``ops`` entries and its ``memory`` section."""
+
         def kernel(n: str) -> bool:
             return plan.ops[n].get("kind", "kernel") == "kernel"
 
         # Only kernels touch memory on the device; a view or getitem is host-side metadata.
         return cls(
-            reads={n: set(plan.ops[n].get("reads", ())) if kernel(n) else set() for n in plan.order},
-            writes={n: set(plan.ops[n].get("writes", ())) if kernel(n) else set() for n in plan.order},
+            reads={
+                n: set(plan.ops[n].get("reads", ())) if kernel(n) else set() for n in plan.order
+            },
+            writes={
+                n: set(plan.ops[n].get("writes", ())) if kernel(n) else set() for n in plan.order
+            },
             value_storages={n: set(plan.ops[n].get("storages", ())) for n in plan.order},
             inputs=set(memory.get("inputs", ())),
             constants=set(memory.get("constants", ())),
@@ -148,12 +153,18 @@ class StreamSimulator:
         for act in self.script:
             q = queues[act.stream]
             if act.kind in ("fork_record", "record", "join_record"):
-                key = {"fork_record": "@fork", "record": act.ref, "join_record": f"@join{act.side}"}[act.kind]
+                key = {
+                    "fork_record": "@fork",
+                    "record": act.ref,
+                    "join_record": f"@join{act.side}",
+                }[act.kind]
                 inst = _Instance()
                 latest[key] = inst
                 q.append(_Op("record", ref=key, inst=inst))
             elif act.kind in ("fork_wait", "wait", "join_wait"):
-                key = {"fork_wait": "@fork", "wait": act.ref, "join_wait": f"@join{act.side}"}[act.kind]
+                key = {"fork_wait": "@fork", "wait": act.ref, "join_wait": f"@join{act.side}"}[
+                    act.kind
+                ]
                 q.append(_Op("wait", ref=key, inst=latest.get(key)))
                 if act.kind == "join_wait":
                     joined = True
@@ -201,23 +212,38 @@ class StreamSimulator:
 
         def read(sid: int, s: int, who: str) -> None:
             if sid in freed:
-                flag("use-after-free", f"{who} (stream {s}) reads storage {sid} freed after {freed[sid]}")
+                flag(
+                    "use-after-free",
+                    f"{who} (stream {s}) reads storage {sid} freed after {freed[sid]}",
+                )
             lw = last_write.get(sid)
             if lw is None:
-                flag("read-before-write", f"{who} (stream {s}) reads storage {sid} before anything wrote it")
+                flag(
+                    "read-before-write",
+                    f"{who} (stream {s}) reads storage {sid} before anything wrote it",
+                )
             elif not before(lw, s):
-                flag("unordered-read", f"{who} (stream {s}) reads what {lw[2]} (stream {lw[0]}) wrote, with no sync between them")
+                flag(
+                    "unordered-read",
+                    f"{who} (stream {s}) reads what {lw[2]} (stream {lw[0]}) wrote, with no sync between them",
+                )
             ep = (s, vc[s][s], who)
             reads_since.setdefault(sid, []).append(ep)
             accesses.setdefault(sid, []).append(ep)
 
         def write(sid: int, s: int, who: str) -> None:
             if sid in freed:
-                flag("use-after-free", f"{who} (stream {s}) writes storage {sid} freed after {freed[sid]}")
+                flag(
+                    "use-after-free",
+                    f"{who} (stream {s}) writes storage {sid} freed after {freed[sid]}",
+                )
             prior = ([last_write[sid]] if sid in last_write else []) + reads_since.get(sid, [])
             for ep in prior:
                 if not before(ep, s):
-                    flag("unordered-write", f"{who} (stream {s}) overwrites storage {sid} used by {ep[2]} (stream {ep[0]}) with no sync between them")
+                    flag(
+                        "unordered-write",
+                        f"{who} (stream {s}) overwrites storage {sid} used by {ep[2]} (stream {ep[0]}) with no sync between them",
+                    )
                     break
             ep = (s, vc[s][s], who)
             last_write[sid] = ep
@@ -234,7 +260,11 @@ class StreamSimulator:
         while remaining:
             ready = [s for s in range(n_streams) if runnable(s)]
             if not ready:
-                stuck = [f"stream {s} at {queues[s][heads[s]].kind} {queues[s][heads[s]].ref}" for s in range(n_streams) if heads[s] < len(queues[s])]
+                stuck = [
+                    f"stream {s} at {queues[s][heads[s]].kind} {queues[s][heads[s]].ref}"
+                    for s in range(n_streams)
+                    if heads[s] < len(queues[s])
+                ]
                 flag("deadlock", "; ".join(stuck))
                 break
             s = rng.choice(ready)
@@ -258,7 +288,10 @@ class StreamSimulator:
                 sid = op.storage
                 for ep in accesses.get(sid, []):
                     if not before(ep, s):
-                        flag("unordered-free", f"storage {sid} is freed on stream {s} after {op.ref} while {ep[2]} (stream {ep[0]}) may still use it")
+                        flag(
+                            "unordered-free",
+                            f"storage {sid} is freed on stream {s} after {op.ref} while {ep[2]} (stream {ep[0]}) may still use it",
+                        )
                         break
                 freed[sid] = op.ref
             elif op.kind == "run":
@@ -273,14 +306,18 @@ class StreamSimulator:
                         assert execute is not None
                         execute(op.ref)
                     except KeyError:
-                        flag("read-before-write", f"{op.ref} needs a value that was not computed yet")
+                        flag(
+                            "read-before-write", f"{op.ref} needs a value that was not computed yet"
+                        )
                         executing = False
                 elif len(violations) != before_count:
                     executing = False  # values can no longer be trusted
         return SimReport(violations=violations, played=played, frees=frees)
 
 
-def run_simulated(program: Any, plan: Plan, memory: MemoryModel, leaves: Sequence[Any], seed: int = 0) -> SimReport:
+def run_simulated(
+    program: Any, plan: Plan, memory: MemoryModel, leaves: Sequence[Any], seed: int = 0
+) -> SimReport:
     """Run a captured program under :class:`StreamSimulator`; ``report.outputs`` holds its outputs
     (None when a violation stopped the real execution)."""
     env = program.bind_inputs(leaves)

@@ -29,7 +29,9 @@ from gpuopt.aot.plan import Plan
 class CudaPlanRunner:
     """Runs one plan on one CUDA device (eagerly on streams, or captured and replayed)."""
 
-    def __init__(self, program: Any, plan: Plan, device: Any, *, use_graph: bool = True, warmup: int = 2) -> None:
+    def __init__(
+        self, program: Any, plan: Plan, device: Any, *, use_graph: bool = True, warmup: int = 2
+    ) -> None:
         import torch
 
         self.program = program

@@ -53,7 +53,10 @@ def launch_script(plan: Plan) -> list[Action]:
         script.append(Action("run", s, ref=node))
         if node in sources:
             script.append(Action("record", s, ref=node))
-        script += [Action("release", s, ref=v) for v in sorted(released_after.get(node, ()), key=lambda v: pos.get(v, -1))]
+        script += [
+            Action("release", s, ref=v)
+            for v in sorted(released_after.get(node, ()), key=lambda v: pos.get(v, -1))
+        ]
     for s in plan.join:
         script.append(Action("join_record", s, side=s))
         script.append(Action("join_wait", origin, side=s))

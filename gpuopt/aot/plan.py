@@ -201,7 +201,9 @@ def build_plan(
             frontier[i] = 1 << i
         else:
             frontier[i] = acc
-    kdag = Dag.from_edges([names[i] for i in kidx], [(names[kidx[a]], names[kidx[b]]) for a, b in kedges])
+    kdag = Dag.from_edges(
+        [names[i] for i in kidx], [(names[kidx[a]], names[kidx[b]]) for a, b in kedges]
+    )
     kweight = [weight[i] for i in kidx] if weight is not None else None
     sa: StreamAssignment = assign_streams(kdag, kweight, merge=merge)
     streams: dict[str, int] = {}

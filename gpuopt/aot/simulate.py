@@ -180,7 +180,9 @@ def estimate(plan: Plan, profile: DeviceProfile, precision: Precision | None = N
     """Simulate eager, single-stream graph and the plan's multi-stream graph (module docstring)."""
     costs = op_costs(plan.ops, profile, precision)
     for name in plan.order:  # nodes without measurements count as one small kernel
-        costs.setdefault(name, OpCost(True, profile.min_kernel_s, 1.0 / profile.num_sms, profile.eager_op_s))
+        costs.setdefault(
+            name, OpCost(True, profile.min_kernel_s, 1.0 / profile.num_sms, profile.eager_op_s)
+        )
     order = plan.order
     host_ready: dict[str, float] = {}
     t = 0.0
@@ -191,7 +193,12 @@ def estimate(plan: Plan, profile: DeviceProfile, precision: Precision | None = N
     eager = simulate(order, single, {}, costs, gap_s=profile.stream_kernel_s, host_ready=host_ready)
     graph = simulate(order, single, {}, costs, gap_s=profile.graph_kernel_s)
     multi = simulate(
-        order, plan.streams, plan.waits(), costs, gap_s=profile.graph_kernel_s, event_s=profile.event_s
+        order,
+        plan.streams,
+        plan.waits(),
+        costs,
+        gap_s=profile.graph_kernel_s,
+        event_s=profile.event_s,
     )
     weight = [costs[n].solo_s + (profile.graph_kernel_s if costs[n].kernel else 0.0) for n in order]
     dag = Dag.from_edges(order, plan.edges)

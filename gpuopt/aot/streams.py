@@ -178,7 +178,9 @@ def assign_streams(
     else:
         streams = [list(c) for c in chains]
     w = weight if weight is not None else [1.0] * n
-    heaviest = max(range(len(streams)), key=lambda s: (sum(w[i] for i in streams[s]), -streams[s][0]))
+    heaviest = max(
+        range(len(streams)), key=lambda s: (sum(w[i] for i in streams[s]), -streams[s][0])
+    )
     ordered = [streams[heaviest]] + sorted(
         (s for k, s in enumerate(streams) if k != heaviest), key=lambda s: s[0]
     )
@@ -186,7 +188,9 @@ def assign_streams(
     for sid, nodes in enumerate(ordered):
         for i in nodes:
             stream_of[i] = sid
-    syncs = sorted(((u, v) for u, v in reduced if stream_of[u] != stream_of[v]), key=lambda e: (e[1], e[0]))
+    syncs = sorted(
+        ((u, v) for u, v in reduced if stream_of[u] != stream_of[v]), key=lambda e: (e[1], e[0])
+    )
     return StreamAssignment(
         stream_of=stream_of,
         num_streams=len(ordered),

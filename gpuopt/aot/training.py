@@ -32,7 +32,9 @@ def single_stream(plan: Plan) -> Plan:
     plan.syncs = []
     plan.num_streams = 1 if plan.nodes else 0
     plan.fork, plan.join = [], []
-    plan.notes.append("single stream (Nimble's training mode runs the backward graph on one stream)")
+    plan.notes.append(
+        "single stream (Nimble's training mode runs the backward graph on one stream)"
+    )
     return plan
 
 
@@ -160,5 +162,7 @@ def schedule_training(
             for buf, value in saved:
                 buf.copy_(value)
     if "forward" not in parts:
-        raise RuntimeError("AOTAutograd did not produce a forward graph (does any parameter require grad?)")
+        raise RuntimeError(
+            "AOTAutograd did not produce a forward graph (does any parameter require grad?)"
+        )
     return module

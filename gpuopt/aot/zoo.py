@@ -279,9 +279,13 @@ class ReductionCell(nn.Module):
 
 
 class NASNetALike(nn.Module):
-    def __init__(self, filters: int = 44, cells_per_stage: int = 4, stem: int = 32, num_classes: int = 1000) -> None:
+    def __init__(
+        self, filters: int = 44, cells_per_stage: int = 4, stem: int = 32, num_classes: int = 1000
+    ) -> None:
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, stem, 3, 2, 1, bias=False), nn.BatchNorm2d(stem, eps=0.001))
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, stem, 3, 2, 1, bias=False), nn.BatchNorm2d(stem, eps=0.001)
+        )
         cells: list[nn.Module] = []
         # Two stem reduction cells (NASNet-A mobile has them at filters/4 and filters/2).
         c_prev, c_in, prev_stride = stem, stem, 1
@@ -318,7 +322,9 @@ def nasnet_a_mobile(size: str = "full") -> tuple[nn.Module, tuple[torch.Tensor, 
     torch.manual_seed(0)
     if size == "full":
         return NASNetALike().eval(), (torch.randn(1, 3, 224, 224),)
-    return NASNetALike(filters=8, cells_per_stage=1, stem=8, num_classes=10).eval(), (torch.randn(1, 3, 32, 32),)
+    return NASNetALike(filters=8, cells_per_stage=1, stem=8, num_classes=10).eval(), (
+        torch.randn(1, 3, 32, 32),
+    )
 
 
 # --------------------------------------------------------------------------- ResNet stage
@@ -334,7 +340,9 @@ class Bottleneck(nn.Module):
         self.bn3 = nn.BatchNorm2d(cout)
         self.down: nn.Module | None = None
         if stride != 1 or cin != cout:
-            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+            self.down = nn.Sequential(
+                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)
+            )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = F.relu(self.bn1(self.conv1(x)))

@@ -44,7 +44,11 @@ def rank(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Highest estimated gain first; severity, then id, break ties (stable, deterministic)."""
     return sorted(
         findings,
-        key=lambda f: (-(f.get("est_speedup") or 1.0), _SEVERITY_RANK.get(f.get("severity", "low"), 3), f.get("id", "")),
+        key=lambda f: (
+            -(f.get("est_speedup") or 1.0),
+            _SEVERITY_RANK.get(f.get("severity", "low"), 3),
+            f.get("id", ""),
+        ),
     )
 
 
@@ -57,5 +61,7 @@ def evaluate(doc: dict[str, Any], only: set[str] | None = None) -> list[dict[str
         try:
             out.extend(f.to_dict() for f in fn(doc))
         except Exception as exc:  # a broken rule must not lose the user's run
-            doc.setdefault("warnings", []).append(f"rule {name} ({rule_id}) failed: {type(exc).__name__}: {exc}")
+            doc.setdefault("warnings", []).append(
+                f"rule {name} ({rule_id}) failed: {type(exc).__name__}: {exc}"
+            )
     return rank(out)

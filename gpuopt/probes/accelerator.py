@@ -45,7 +45,9 @@ class PynvmlBackend:
 
         self._nv = pynvml
         pynvml.nvmlInit()
-        self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        self._handles = [
+            pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())
+        ]
         self._last_ts = [0] * len(self._handles)
 
     def device_count(self) -> int:
@@ -109,7 +111,10 @@ def open_nvml() -> tuple[NvmlBackend | None, str | None]:
     try:
         import pynvml  # noqa: F401
     except ImportError:
-        return None, "nvidia-ml-py is not installed: GPU utilization not measured (pip install nvidia-ml-py)"
+        return (
+            None,
+            "nvidia-ml-py is not installed: GPU utilization not measured (pip install nvidia-ml-py)",
+        )
     try:
         backend = PynvmlBackend()
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...

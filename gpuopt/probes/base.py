@@ -18,14 +18,14 @@ from typing import Any, Protocol
 class RunContext:
     """What a probe may know about the run."""
 
-    script: str                      # the script path as the user gave it, or "-m module"
-    user_roots: list[Path]           # directories whose files count as "user code" for sites
-    out_dir: Path                    # the run directory (probes may write extra files there)
-    warmup: int = 2                  # steps left out of the statistics
-    window_start: int = 2            # first step of the detailed-recording window
-    window_steps: int = 3            # how many steps the detailed window records
-    max_steps: int | None = None     # --steps N
-    clock: Any = None                # a callable returning seconds (time.perf_counter; fakes in tests)
+    script: str  # the script path as the user gave it, or "-m module"
+    user_roots: list[Path]  # directories whose files count as "user code" for sites
+    out_dir: Path  # the run directory (probes may write extra files there)
+    warmup: int = 2  # steps left out of the statistics
+    window_start: int = 2  # first step of the detailed-recording window
+    window_steps: int = 3  # how many steps the detailed window records
+    max_steps: int | None = None  # --steps N
+    clock: Any = None  # a callable returning seconds (time.perf_counter; fakes in tests)
     extra: dict[str, Any] = field(default_factory=dict)
 
 

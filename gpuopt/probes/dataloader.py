@@ -79,7 +79,9 @@ class DataLoaderProbe:
 
     name = "dataloader"
 
-    def __init__(self, step_count: Callable[[], int], clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self, step_count: Callable[[], int], clock: Callable[[], float] = time.perf_counter
+    ) -> None:
         self._step_count = step_count
         self._clock = clock
         self.loaders: dict[int, LoaderStats] = {}
@@ -163,11 +165,17 @@ class DataLoaderProbe:
             ctx = getattr(loader, "multiprocessing_context", None)
             ctx_name = None
             if ctx is not None:
-                ctx_name = ctx if isinstance(ctx, str) else getattr(ctx, "get_start_method", lambda: None)()
+                ctx_name = (
+                    ctx
+                    if isinstance(ctx, str)
+                    else getattr(ctx, "get_start_method", lambda: None)()
+                )
             elif getattr(loader, "num_workers", 0) > 0:
                 import multiprocessing as mp
 
-                ctx_name = mp.get_start_method(allow_none=True) or ("fork" if sys.platform == "linux" else "spawn")
+                ctx_name = mp.get_start_method(allow_none=True) or (
+                    "fork" if sys.platform == "linux" else "spawn"
+                )
             stats = LoaderStats(
                 site=self._caller_site(),
                 cls=type(loader).__name__,
@@ -202,5 +210,3 @@ class DataLoaderProbe:
             stats.batches += ok
             stats.wait_s += dt
             stats.wait_by_step[step] = stats.wait_by_step.get(step, 0.0) + dt
-
-

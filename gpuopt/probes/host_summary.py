@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from gpuopt.probes.recorder import DispatchRecorder, RecorderEngine, StepCounters
     from gpuopt.probes.sites import SiteResolver
 
-LOOP_MIN_ITERATIONS = 2      # a loop that runs once per step is the training loop itself
+LOOP_MIN_ITERATIONS = 2  # a loop that runs once per step is the training loop itself
 LOOP_MIN_OPS = 4
 TIME_NOTE = (
     "host-side times: on a GPU an op's time is its launch (kernels run asynchronously), and a "
@@ -122,7 +122,11 @@ def summarize(probe: DispatchRecorder, doc: dict[str, Any]) -> None:
         dispatch.setdefault("ops_per_step", None)
         dispatch.setdefault("mean_op_us", None)
         dispatch["window_steps"] = 0
-        dispatch["note"] = "recorder off (--window 0)" if ctx is not None and ctx.window_steps <= 0 else "recorder did not run"
+        dispatch["note"] = (
+            "recorder off (--window 0)"
+            if ctx is not None and ctx.window_steps <= 0
+            else "recorder did not run"
+        )
         doc["dispatch"] = dispatch
         return
     ragged = probe.shapes.summary()
@@ -158,7 +162,9 @@ def summarize(probe: DispatchRecorder, doc: dict[str, Any]) -> None:
     doc["ragged"] = ragged
 
 
-def _split(t: StepCounters, cal: dict[str, float], ref: tuple[float, float] | None, steps: int) -> dict[str, float]:
+def _split(
+    t: StepCounters, cal: dict[str, float], ref: tuple[float, float] | None, steps: int
+) -> dict[str, float]:
     """Where the time of ``t`` (``steps`` steps: one, or the whole window) went, recorder cost
     removed: step time and data wait from the unrecorded steps when there are enough of them,
     else from the window with the recorder's cost subtracted."""
@@ -190,8 +196,11 @@ def _split(t: StepCounters, cal: dict[str, float], ref: tuple[float, float] | No
 def _overhead(t: StepCounters, cal: dict[str, float]) -> float:
     """Seconds the recorder added to ``t``: its handlers' own time (measured on every call; it
     includes the first-sight classification) plus the price of entering the modes (calibrated)."""
-    entries = (t.tf_events * cal["function_entry_us"] + t.dispatch_events * cal["dispatch_entry_us"]
-               + t.pass_events * cal["passthrough_us"]) * 1e-6
+    entries = (
+        t.tf_events * cal["function_entry_us"]
+        + t.dispatch_events * cal["dispatch_entry_us"]
+        + t.pass_events * cal["passthrough_us"]
+    ) * 1e-6
     return t.own_tf_s + t.own_dispatch_s + entries
 
 
@@ -202,8 +211,15 @@ def _per_event(t: StepCounters, cal: dict[str, float]) -> tuple[float, float]:
     return per_op, per_call
 
 
-def _dispatch(engine: RecorderEngine, t: StepCounters, cal: dict[str, float], steps: int,
-              doc: dict[str, Any], indices: list[int], partial: bool) -> tuple[dict[str, Any], float, float]:
+def _dispatch(
+    engine: RecorderEngine,
+    t: StepCounters,
+    cal: dict[str, float],
+    steps: int,
+    doc: dict[str, Any],
+    indices: list[int],
+    partial: bool,
+) -> tuple[dict[str, Any], float, float]:
     """The ``dispatch`` object, the window's total step time (for shares) and the factor that
     scales per-site host times measured in the window to unrecorded time."""
     ref = _reference(doc, indices)
@@ -212,14 +228,25 @@ def _dispatch(engine: RecorderEngine, t: StepCounters, cal: dict[str, float], st
     # Shares are medians over the window's steps: one step slowed by the machine (a preempted
     # op) does not decide them. Times per step are means.
     between_share = median([_share(p["between"], p["not_waiting"]) for p in per]) if per else 0.0
-    host_share = median([_share(p["between"] + p["small_time"], p["wall"]) for p in per]) if per else 0.0
+    host_share = (
+        median([_share(p["between"] + p["small_time"], p["wall"]) for p in per]) if per else 0.0
+    )
     wall, op_time, h2d_time, data_wait, between = (
-        total["wall"], total["op_time"], total["h2d"], total["data"], total["between"])
+        total["wall"],
+        total["op_time"],
+        total["h2d"],
+        total["data"],
+        total["between"],
+    )
     overhead = total["overhead"]
     # Per-site times are host time measured inside the window, cost subtracted op by op; what the
     # per-op model misses is spread over them in proportion.
     host_scale = min(1.0, wall / total["model_wall"]) if ref is not None else 1.0
-    recorder_share = max(0.0, 1.0 - wall / t.wall_s) if ref is not None and t.wall_s > 0 else _share(overhead, t.wall_s)
+    recorder_share = (
+        max(0.0, 1.0 - wall / t.wall_s)
+        if ref is not None and t.wall_s > 0
+        else _share(overhead, t.wall_s)
+    )
     out: dict[str, Any] = {
         "ops_per_step": per_step(t.ops, steps, 1),
         "mean_op_us": round(op_time / t.ops * 1e6, 2) if t.ops else None,
@@ -234,13 +261,15 @@ def _dispatch(engine: RecorderEngine, t: StepCounters, cal: dict[str, float], st
         "data_ops_per_step": per_step(t.data_ops, steps, 1),
         "torch_function_calls_per_step": per_step(t.tf_events, steps, 1),
         "step_time_us": round(wall / steps * 1e6, 1),
-        "step_time_source": "median of the measured steps outside the window" if ref is not None
+        "step_time_source": "median of the measured steps outside the window"
+        if ref is not None
         else "the window's steps, recorder cost subtracted",
         "step_time_us_raw": round(t.wall_s / steps * 1e6, 1),
         "between_ops_us_per_step": _us(between, steps),
         "op_time_us_per_step": _us(op_time, steps),
         "data_wait_us_per_step": _us(data_wait, steps),
-        "data_wait_source": "dataloader probe, steps outside the window" if ref is not None
+        "data_wait_source": "dataloader probe, steps outside the window"
+        if ref is not None
         else "recorder: data-loading ops in the window, recorder cost subtracted",
         "sync_us_per_step": _us(t.sync_s, steps),
         "sync_share": _share(t.sync_s, wall),
@@ -251,12 +280,16 @@ def _dispatch(engine: RecorderEngine, t: StepCounters, cal: dict[str, float], st
         "window_partial": partial,
         "measured_device": "cpu" if engine.cpu_only else "accelerator",
         "recorder_overhead_us_per_op": round(overhead / max(t.dispatch_events, 1) * 1e6, 2),
-        "recorder_own_us_per_op": round((t.own_tf_s + t.own_dispatch_s) / max(t.dispatch_events, 1) * 1e6, 2),
+        "recorder_own_us_per_op": round(
+            (t.own_tf_s + t.own_dispatch_s) / max(t.dispatch_events, 1) * 1e6, 2
+        ),
         "recorder_function_entry_us": round(cal["function_entry_us"], 2),
         "recorder_dispatch_entry_us": round(cal["dispatch_entry_us"], 2),
         "recorder_passthrough_us": round(cal["passthrough_us"], 2),
         "recorder_inflation_us": round(cal["inflation_us"], 2),
-        "recorder_trivial_op_us": round(cal["op_us_with_recorder"] - cal["op_us_without_recorder"], 2),
+        "recorder_trivial_op_us": round(
+            cal["op_us_with_recorder"] - cal["op_us_without_recorder"], 2
+        ),
         "recorder_overhead_share": round(recorder_share, 4),
         "note": TIME_NOTE,
     }
@@ -265,12 +298,27 @@ def _dispatch(engine: RecorderEngine, t: StepCounters, cal: dict[str, float], st
 
 def _transfers(t: StepCounters, sites: _Sites, steps: int, wall: float) -> list[dict[str, Any]]:
     groups: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for (direction, cid, lasti, pinned, non_blocking, src, dst, api), (count, secs, nbytes) in t.transfers.items():
+    for (direction, cid, lasti, pinned, non_blocking, src, dst, api), (
+        count,
+        secs,
+        nbytes,
+    ) in t.transfers.items():
         site = sites.site(cid, lasti)
-        g = groups.setdefault((direction, site, pinned, non_blocking), {
-            "direction": direction, "site": site, "count": 0, "bytes": 0, "time": 0.0,
-            "pinned": pinned, "non_blocking": non_blocking, "src": set(), "dst": set(), "api": set(),
-        })
+        g = groups.setdefault(
+            (direction, site, pinned, non_blocking),
+            {
+                "direction": direction,
+                "site": site,
+                "count": 0,
+                "bytes": 0,
+                "time": 0.0,
+                "pinned": pinned,
+                "non_blocking": non_blocking,
+                "src": set(),
+                "dst": set(),
+                "api": set(),
+            },
+        )
         g["count"] += count
         g["bytes"] += nbytes
         g["time"] += secs
@@ -279,32 +327,45 @@ def _transfers(t: StepCounters, sites: _Sites, steps: int, wall: float) -> list[
         g["api"].add(api)
     out = []
     for g in groups.values():
-        out.append({
-            "direction": g["direction"],
-            "site": g["site"],
-            "count_per_step": per_step(g["count"], steps),
-            "bytes_per_step": per_step(g["bytes"], steps, 0),
-            "pinned": g["pinned"],
-            "non_blocking": g["non_blocking"],
-            "src_device": ",".join(sorted(g["src"])),
-            "dst_device": ",".join(sorted(g["dst"])),
-            "api": ",".join(sorted(g["api"])),
-            "time_us_per_step": _us(g["time"], steps),
-            "time_share": _share(g["time"] / steps, wall / steps),
-        })
+        out.append(
+            {
+                "direction": g["direction"],
+                "site": g["site"],
+                "count_per_step": per_step(g["count"], steps),
+                "bytes_per_step": per_step(g["bytes"], steps, 0),
+                "pinned": g["pinned"],
+                "non_blocking": g["non_blocking"],
+                "src_device": ",".join(sorted(g["src"])),
+                "dst_device": ",".join(sorted(g["dst"])),
+                "api": ",".join(sorted(g["api"])),
+                "time_us_per_step": _us(g["time"], steps),
+                "time_share": _share(g["time"] / steps, wall / steps),
+            }
+        )
     out.sort(key=lambda e: (-e["bytes_per_step"], e["site"]))
     return out
 
 
-def _syncs(t: StepCounters, sites: _Sites, steps: int, wall: float, cpu_only: bool) -> list[dict[str, Any]]:
+def _syncs(
+    t: StepCounters, sites: _Sites, steps: int, wall: float, cpu_only: bool
+) -> list[dict[str, Any]]:
     groups: dict[tuple[Any, ...], dict[str, Any]] = {}
     for (kind, cid, lasti, dev, api, op), (count, secs, idle) in t.syncs.items():
         site = sites.site(cid, lasti)
         measured = "cpu" if dev == "cpu" else dev
-        g = groups.setdefault((kind, site, measured), {
-            "kind": kind, "site": site, "count": 0, "time": 0.0, "idle": 0.0,
-            "measured": measured, "api": set(), "op": set(),
-        })
+        g = groups.setdefault(
+            (kind, site, measured),
+            {
+                "kind": kind,
+                "site": site,
+                "count": 0,
+                "time": 0.0,
+                "idle": 0.0,
+                "measured": measured,
+                "api": set(),
+                "op": set(),
+            },
+        )
         g["count"] += count
         g["time"] += secs
         g["idle"] += idle
@@ -312,27 +373,35 @@ def _syncs(t: StepCounters, sites: _Sites, steps: int, wall: float, cpu_only: bo
         g["op"].add(op)
     out = []
     for g in groups.values():
-        out.append({
-            "kind": g["kind"],
-            "site": g["site"],
-            "count_per_step": per_step(g["count"], steps),
-            "api": ",".join(sorted(g["api"])),
-            "op": ",".join(sorted(g["op"])),
-            "measured_device": g["measured"],
-            # Seen on a CPU-only run, where it cost nothing: it would block on a GPU (inferred).
-            # Entries measured on a device did block.
-            "would_block_on_gpu": g["measured"] == "cpu",
-            "time_us_per_step": _us(g["time"], steps),
-            "idle_after_us_per_step": _us(g["idle"], steps),
-            "time_share": _share(g["time"], wall),
-            "idle_after_share": _share(g["idle"], wall),
-        })
+        out.append(
+            {
+                "kind": g["kind"],
+                "site": g["site"],
+                "count_per_step": per_step(g["count"], steps),
+                "api": ",".join(sorted(g["api"])),
+                "op": ",".join(sorted(g["op"])),
+                "measured_device": g["measured"],
+                # Seen on a CPU-only run, where it cost nothing: it would block on a GPU (inferred).
+                # Entries measured on a device did block.
+                "would_block_on_gpu": g["measured"] == "cpu",
+                "time_us_per_step": _us(g["time"], steps),
+                "idle_after_us_per_step": _us(g["idle"], steps),
+                "time_share": _share(g["time"], wall),
+                "idle_after_share": _share(g["idle"], wall),
+            }
+        )
     out.sort(key=lambda e: (-e["count_per_step"], e["site"], e["kind"]))
     return out
 
 
-def _loops(t: StepCounters, sites: _Sites, steps: int, wall: float, cal: dict[str, float],
-           host_scale: float) -> list[dict[str, Any]]:
+def _loops(
+    t: StepCounters,
+    sites: _Sites,
+    steps: int,
+    wall: float,
+    cal: dict[str, float],
+    host_scale: float,
+) -> list[dict[str, Any]]:
     per_loop: dict[tuple[str, int], dict[str, Any]] = defaultdict(
         lambda: {"ops": 0, "index": 0, "time": 0.0, "iters": 0, "kind": ""}
     )
@@ -356,8 +425,11 @@ def _loops(t: StepCounters, sites: _Sites, steps: int, wall: float, cal: dict[st
 
     # A loop qualifies only through an instruction that ran at least LOOP_MIN_ITERATIONS times
     # per step: files without one are not parsed at all.
-    repeated = {sites.code(cid).co_filename for (cid, _), st in t.sites.items()
-                if not st[S_DATA] and st[S_EXEC] >= LOOP_MIN_ITERATIONS * steps}
+    repeated = {
+        sites.code(cid).co_filename
+        for (cid, _), st in t.sites.items()
+        if not st[S_DATA] and st[S_EXEC] >= LOOP_MIN_ITERATIONS * steps
+    }
     for key, st in t.sites.items():
         if not st[S_DATA] and sites.code(key[0]).co_filename in repeated:
             add(key, st, st[S_EXEC])
@@ -376,25 +448,33 @@ def _loops(t: StepCounters, sites: _Sites, steps: int, wall: float, cal: dict[st
         ops = g["ops"] / steps
         if iterations < LOOP_MIN_ITERATIONS or ops < LOOP_MIN_OPS:
             continue
-        out.append({
-            "site": f"{rel}:{line}",
-            "kind": g["kind"],
-            "code": g.get("code", ""),
-            "ops_per_step": per_step(g["ops"], steps, 2),
-            "iterations_per_step": per_step(g["iters"], steps, 2),
-            "indexing_ops_per_step": per_step(g["index"], steps, 2),
-            "ops_per_iteration": round(g["ops"] / g["iters"], 2) if g["iters"] else None,
-            "time_us_per_step": _us(g["time"], steps),
-            "time_share": _share(g["time"], wall),
-        })
+        out.append(
+            {
+                "site": f"{rel}:{line}",
+                "kind": g["kind"],
+                "code": g.get("code", ""),
+                "ops_per_step": per_step(g["ops"], steps, 2),
+                "iterations_per_step": per_step(g["iters"], steps, 2),
+                "indexing_ops_per_step": per_step(g["index"], steps, 2),
+                "ops_per_iteration": round(g["ops"] / g["iters"], 2) if g["iters"] else None,
+                "time_us_per_step": _us(g["time"], steps),
+                "time_share": _share(g["time"], wall),
+            }
+        )
         if g.get("through"):
             out[-1]["through"] = sorted(g["through"])  # the helper lines that issued its ops
     out.sort(key=lambda e: (-e["time_share"], -e["ops_per_step"], e["site"]))
     return out
 
 
-def _top_sites(t: StepCounters, sites: _Sites, steps: int, wall: float, cal: dict[str, float],
-               host_scale: float) -> list[dict[str, Any]]:
+def _top_sites(
+    t: StepCounters,
+    sites: _Sites,
+    steps: int,
+    wall: float,
+    cal: dict[str, float],
+    host_scale: float,
+) -> list[dict[str, Any]]:
     """The user lines that issue the most op time per step (op time + the host time before it)."""
     per_op, per_call = _per_event(t, cal)
     agg: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])

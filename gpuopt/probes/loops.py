@@ -24,9 +24,9 @@ Region = tuple[int, int, int, int]
 
 @dataclass(frozen=True)
 class Loop:
-    line: int              # the loop's header line: where a finding points
-    kind: str              # "for", "while" or "comprehension"
-    depth: int             # nesting depth in the file (outermost 0); the innermost match wins
+    line: int  # the loop's header line: where a finding points
+    kind: str  # "for", "while" or "comprehension"
+    depth: int  # nesting depth in the file (outermost 0); the innermost match wins
     regions: tuple[Region, ...]
 
 

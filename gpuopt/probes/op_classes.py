@@ -13,24 +13,40 @@ from __future__ import annotations
 from typing import Any
 
 # Op classes (bit flags: an op can be both indexing and data-dependent, e.g. ``x[mask]``).
-SKIP = 1          # internal queries (``prim.device``): not counted at all
-COPY = 2          # may move bytes between devices
-SCALAR_SYNC = 4   # reads a value back to the host
-DATA_DEP = 8      # output size depends on the data: the host must wait for the device
-INDEXING = 16     # small indexing ops a Python loop typically issues per element
-VIEW = 32         # no kernel: a view of existing memory
-BOOL_INDEX = 64   # data-dependent only when an index is a boolean mask (``index``, ``index_put``)
+SKIP = 1  # internal queries (``prim.device``): not counted at all
+COPY = 2  # may move bytes between devices
+SCALAR_SYNC = 4  # reads a value back to the host
+DATA_DEP = 8  # output size depends on the data: the host must wait for the device
+INDEXING = 16  # small indexing ops a Python loop typically issues per element
+VIEW = 32  # no kernel: a view of existing memory
+BOOL_INDEX = 64  # data-dependent only when an index is a boolean mask (``index``, ``index_put``)
 
 _COPY_OPS = ("_to_copy", "copy_", "_copy_from", "_copy_from_and_resize")
 _SCALAR_OPS = ("_local_scalar_dense", "equal")
 _DATA_DEP_OPS = (
-    "nonzero", "masked_select", "_unique2", "unique_dim", "unique_consecutive", "_unique",
-    "argwhere", "repeat_interleave",
+    "nonzero",
+    "masked_select",
+    "_unique2",
+    "unique_dim",
+    "unique_consecutive",
+    "_unique",
+    "argwhere",
+    "repeat_interleave",
 )
 _BOOL_INDEX_OPS = ("index", "index_put", "index_put_", "_index_put_impl_")
 _INDEXING_OPS = (
-    "select", "slice", "index", "index_put", "index_put_", "_index_put_impl_", "copy_", "fill_",
-    "unbind", "narrow", "lift_fresh", "as_strided",
+    "select",
+    "slice",
+    "index",
+    "index_put",
+    "index_put_",
+    "_index_put_impl_",
+    "copy_",
+    "fill_",
+    "unbind",
+    "narrow",
+    "lift_fresh",
+    "as_strided",
 )
 
 
@@ -111,8 +127,25 @@ def metadata_apis() -> frozenset[Any]:
 
     T = torch.Tensor
     names = (
-        "dim", "size", "numel", "stride", "is_contiguous", "element_size", "data_ptr", "__len__",
-        "is_floating_point", "is_complex", "nelement", "ndimension", "get_device", "storage_offset",
-        "is_pinned", "__hash__", "untyped_storage", "is_shared", "type", "has_names",
+        "dim",
+        "size",
+        "numel",
+        "stride",
+        "is_contiguous",
+        "element_size",
+        "data_ptr",
+        "__len__",
+        "is_floating_point",
+        "is_complex",
+        "nelement",
+        "ndimension",
+        "get_device",
+        "storage_offset",
+        "is_pinned",
+        "__hash__",
+        "untyped_storage",
+        "is_shared",
+        "type",
+        "has_names",
     )
     return frozenset(getattr(T, n) for n in names if hasattr(T, n))

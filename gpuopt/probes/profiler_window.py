@@ -45,7 +45,9 @@ class ProfilerWindow:
 
     def start(self, ctx: RunContext) -> None:
         self.steps = int(ctx.extra.get("profiler_window_steps", ctx.window_steps))
-        self.start_step = int(ctx.extra.get("profiler_window_start", ctx.window_start + ctx.window_steps))
+        self.start_step = int(
+            ctx.extra.get("profiler_window_start", ctx.window_start + ctx.window_steps)
+        )
         if self.steps <= 0:
             self.note = "GPU profiler window off (--window 0)"
             return

@@ -22,7 +22,9 @@ _MAX_DISTINCT = 256
 _MASK_WORDS = ("mask",)
 
 
-def _leaves(batch: Any, path: str = "batch", depth: int = 0, out: list[tuple[str, Any]] | None = None) -> list[tuple[str, Any]]:
+def _leaves(
+    batch: Any, path: str = "batch", depth: int = 0, out: list[tuple[str, Any]] | None = None
+) -> list[tuple[str, Any]]:
     """``(path, leaf)`` pairs of tensors/arrays (and lists of them) in a batch structure."""
     if out is None:
         out = []
@@ -65,7 +67,7 @@ class BatchShapeTracker:
         self.signatures: Counter[tuple[Any, ...]] = Counter()
         self.batch_sizes: Counter[int] = Counter()
         self.dim_sizes: dict[tuple[str, int], set[int]] = {}
-        self.list_batches = 0               # batches holding a list of variable-size samples
+        self.list_batches = 0  # batches holding a list of variable-size samples
         self.padding: dict[str, list[float]] = {}  # leaf path → [padded elements, total elements]
         self.padded_batches = 0
 
@@ -110,10 +112,20 @@ class BatchShapeTracker:
             if not isinstance(leaf, torch.Tensor) or leaf.device.type != "cpu" or leaf.numel() == 0:
                 continue
             name = path.lower()
-            if any(w in name for w in _MASK_WORDS) and leaf.dtype in (torch.bool, torch.uint8, torch.int32, torch.int64):
+            if any(w in name for w in _MASK_WORDS) and leaf.dtype in (
+                torch.bool,
+                torch.uint8,
+                torch.int32,
+                torch.int64,
+            ):
                 total = leaf.numel()
                 padded = total - int((leaf != 0).sum())
-            elif leaf.dim() == 2 and not leaf.dtype.is_floating_point and leaf.dtype != torch.bool and leaf.shape[1] > 1:
+            elif (
+                leaf.dim() == 2
+                and not leaf.dtype.is_floating_point
+                and leaf.dtype != torch.bool
+                and leaf.shape[1] > 1
+            ):
                 rows, width = leaf.shape
                 nonzero = leaf != 0
                 positions = torch.arange(1, width + 1).expand(rows, width)
@@ -134,12 +146,13 @@ class BatchShapeTracker:
     def summary(self) -> dict[str, Any]:
         """The ``ragged`` object of the profile document (shapes part)."""
         variable = sorted(
-            f"{path} dim {d}" for (path, d), sizes in self.dim_sizes.items() if len(sizes) > 1 and d > 0
+            f"{path} dim {d}"
+            for (path, d), sizes in self.dim_sizes.items()
+            if len(sizes) > 1 and d > 0
         )
         variable_batch_dim = any(len(s) > 1 for (_, d), s in self.dim_sizes.items() if d == 0)
         top = [
-            {"shapes": _describe(sig), "batches": n}
-            for sig, n in self.signatures.most_common(5)
+            {"shapes": _describe(sig), "batches": n} for sig, n in self.signatures.most_common(5)
         ]
         sizes = sorted(self.batch_sizes)
         common_size = self.batch_sizes.most_common(1)[0][0] if self.batch_sizes else None
@@ -152,7 +165,9 @@ class BatchShapeTracker:
             "batches": self.batches,
             "steps_observed": len(self.steps),
             "distinct_shapes": len(self.signatures),
-            "new_shape_share": round(len(self.signatures) / self.batches, 4) if self.batches else None,
+            "new_shape_share": round(len(self.signatures) / self.batches, 4)
+            if self.batches
+            else None,
             "batch_size": common_size,
             "batch_sizes": sizes[:16],
             "variable_dims": variable[:16],

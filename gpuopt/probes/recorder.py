@@ -45,7 +45,7 @@ from gpuopt.probes.op_classes import (
 from gpuopt.probes.ragged import BatchShapeTracker
 from gpuopt.probes.sites import DATA, USER, SiteResolver
 
-SMALL_OP_US = 25.0           # an op call this short is "tiny": its dispatch dominates its work
+SMALL_OP_US = 25.0  # an op call this short is "tiny": its dispatch dominates its work
 _SPECIAL = COPY | SCALAR_SYNC | DATA_DEP | BOOL_INDEX
 _perf = time.perf_counter
 _MethodWrapper = type("".__add__)
@@ -63,8 +63,16 @@ class _Ctx:
 
     __slots__ = ("key", "stats", "via", "direct", "data", "kind", "func", "recorded")
 
-    def __init__(self, key: tuple[int, int] | None, stats: list[Any] | None, direct: bool,
-                 data: bool, kind: str | None, func: Any, via: list[Any] | None = None) -> None:
+    def __init__(
+        self,
+        key: tuple[int, int] | None,
+        stats: list[Any] | None,
+        direct: bool,
+        data: bool,
+        kind: str | None,
+        func: Any,
+        via: list[Any] | None = None,
+    ) -> None:
         self.key = key
         self.stats = stats
         self.via = via  # the stats of (this line, the caller's line in a loop), if any
@@ -90,7 +98,9 @@ class _LoopMemo(dict):  # type: ignore[type-arg]
         self.loops = loops
 
     def __missing__(self, key: Key) -> bool:
-        found = self[key] = self.loops.loop_at(self.loops.resolver.codes[key[0]], key[1]) is not None
+        found = self[key] = (
+            self.loops.loop_at(self.loops.resolver.codes[key[0]], key[1]) is not None
+        )
         return found
 
 
@@ -106,7 +116,7 @@ class StepCounters:
         self.via_calls: dict[Key, int] = {}
         self.syncs: dict[tuple[Any, ...], list[float]] = {}
         self.transfers: dict[tuple[Any, ...], list[float]] = {}
-        self.ops = 0             # model ops (not data loading)
+        self.ops = 0  # model ops (not data loading)
         self.op_s = 0.0
         self.small_ops = 0
         self.small_s = 0.0
@@ -114,19 +124,21 @@ class StepCounters:
         self.data_ops = 0
         self.data_s = 0.0
         self.dispatch_events = 0  # every op the dispatch mode handled (for the overhead correction)
-        self.tf_events = 0        # recorded __torch_function__ calls
-        self.pass_events = 0      # metadata calls passed straight through
-        self.sync_calls = 0       # wrapped torch.cuda synchronize calls
-        self.sync_s = 0.0         # host time blocked in syncs (sync ops and synchronize calls)
-        self.setup_s = 0.0        # recorder's first-sight classification of code objects
-        self.own_tf_s = 0.0       # time in the recorder's own Python code, measured in its handlers:
+        self.tf_events = 0  # recorded __torch_function__ calls
+        self.pass_events = 0  # metadata calls passed straight through
+        self.sync_calls = 0  # wrapped torch.cuda synchronize calls
+        self.sync_s = 0.0  # host time blocked in syncs (sync ops and synchronize calls)
+        self.setup_s = 0.0  # recorder's first-sight classification of code objects
+        self.own_tf_s = 0.0  # time in the recorder's own Python code, measured in its handlers:
         self.own_dispatch_s = 0.0  # __torch_function__ and dispatch layers (not the modes' entry)
-        self.signature = 0        # hash of the step's (op, first input shape) sequence
+        self.signature = 0  # hash of the step's (op, first input shape) sequence
         self.wall_s = 0.0
 
     def merge(self, other: StepCounters) -> None:
         tables: tuple[tuple[dict[Any, list[Any]], dict[Any, list[Any]]], ...] = (
-            (self.sites, other.sites), (self.via, other.via))
+            (self.sites, other.sites),
+            (self.via, other.via),
+        )
         for table, theirs in tables:
             for key, st in theirs.items():
                 mine = table.get(key)
@@ -145,8 +157,24 @@ class StepCounters:
                 else:
                     for i, v in enumerate(vals):
                         mine_v[i] += v
-        for name in ("ops", "op_s", "small_ops", "small_s", "view_ops", "data_ops", "data_s",
-                     "dispatch_events", "tf_events", "pass_events", "sync_calls", "sync_s", "setup_s", "own_tf_s", "own_dispatch_s", "wall_s"):
+        for name in (
+            "ops",
+            "op_s",
+            "small_ops",
+            "small_s",
+            "view_ops",
+            "data_ops",
+            "data_s",
+            "dispatch_events",
+            "tf_events",
+            "pass_events",
+            "sync_calls",
+            "sync_s",
+            "setup_s",
+            "own_tf_s",
+            "own_dispatch_s",
+            "wall_s",
+        ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
     def is_empty(self) -> bool:
@@ -197,7 +225,9 @@ class RecorderEngine:
         self._patches: list[tuple[Any, str, Any]] = []
 
     # -- on/off ------------------------------------------------------------------------
-    def turn_on(self, function: bool = True, dispatch: bool = True, patch_sync: bool = True) -> None:
+    def turn_on(
+        self, function: bool = True, dispatch: bool = True, patch_sync: bool = True
+    ) -> None:
         """Push the modes (and wrap ``synchronize``); the calibration turns layers on one by one."""
         if self.recording or self.modes_installed():
             return
@@ -353,7 +383,9 @@ class RecorderEngine:
                     self._fail(exc)
                 self.busy = False
 
-    def _api_sync(self, ctx: _Ctx, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def _api_sync(
+        self, ctx: _Ctx, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
         """A sync API whose call reached no syncing aten op (CPU no-ops, calls that failed)."""
         t = args[0] if args and isinstance(args[0], self._torch.Tensor) else None
         if t is None or ctx.key is None:
@@ -516,8 +548,9 @@ class RecorderEngine:
             f = f.f_back
         return None
 
-    def _special(self, func: Any, flags: int, args: tuple[Any, ...], kwargs: dict[str, Any],
-                 ctx: _Ctx) -> tuple[tuple[list[float], ...], list[float] | None]:
+    def _special(
+        self, func: Any, flags: int, args: tuple[Any, ...], kwargs: dict[str, Any], ctx: _Ctx
+    ) -> tuple[tuple[list[float], ...], list[float] | None]:
         """Copies and syncs: record the entry before the op runs (it may raise), time it after.
 
         Returns the entries the op's time is added to, and the sync entry (if it is a sync) whose
@@ -537,8 +570,9 @@ class RecorderEngine:
         sync = self._add_sync(kind, ctx, dev, str(func))
         return (sync,), sync
 
-    def _copy(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
-              ctx: _Ctx) -> tuple[tuple[list[float], ...], list[float] | None]:
+    def _copy(
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], ctx: _Ctx
+    ) -> tuple[tuple[list[float], ...], list[float] | None]:
         torch = self._torch
         name = func._opname
         dst: Any = None
@@ -577,7 +611,16 @@ class RecorderEngine:
             direction = "d2d"
             pinned = None
         assert ctx.key is not None
-        key = (direction, ctx.key[0], ctx.key[1], pinned, non_blocking, str(src_dev), str(dst_dev), ctx.api)
+        key = (
+            direction,
+            ctx.key[0],
+            ctx.key[1],
+            pinned,
+            non_blocking,
+            str(src_dev),
+            str(dst_dev),
+            ctx.api,
+        )
         entry = self.acc.transfers.get(key)
         if entry is None:
             entry = self.acc.transfers[key] = [0, 0.0, 0]
@@ -622,7 +665,14 @@ class RecorderEngine:
                     frame, direct, data = engine.resolver.locate(sys._getframe(1))
                     if frame is not None:
                         engine.resolver.codes[id(frame.f_code)] = frame.f_code
-                        ctx = _Ctx((id(frame.f_code), frame.f_lasti), None, direct, data, "synchronize", label)
+                        ctx = _Ctx(
+                            (id(frame.f_code), frame.f_lasti),
+                            None,
+                            direct,
+                            data,
+                            "synchronize",
+                            label,
+                        )
                         dev = "cpu" if engine.cpu_only else "cuda"
                         entry = engine._add_sync("synchronize", ctx, dev, label)
                         engine.acc.sync_calls += 1
@@ -637,7 +687,12 @@ class RecorderEngine:
                     entry[1] += waited
                     engine.acc.sync_s += waited
                     engine.last_exit = _perf()
-                    engine.pending_idle = (entry, engine.last_sync_key, engine.last_exit, engine.data_clock)
+                    engine.pending_idle = (
+                        entry,
+                        engine.last_sync_key,
+                        engine.last_exit,
+                        engine.data_clock,
+                    )
 
         synchronize.__wrapped__ = original  # type: ignore[attr-defined]
         return synchronize
@@ -751,7 +806,9 @@ class DispatchRecorder:
         try:
             from gpuopt.probes import dataloader
         except ImportError:
-            self.listener_note = "batch shapes not observed: gpuopt.probes.dataloader is unavailable"
+            self.listener_note = (
+                "batch shapes not observed: gpuopt.probes.dataloader is unavailable"
+            )
             return
         dataloader.add_batch_listener(self.on_batch)
         self._listener_registered = True

@@ -155,25 +155,45 @@ class UtilizationSampler:
         util["samples"] = len(self.t)
         util["interval_s"] = self.interval
         cpu = self.cpu_pct
-        util["cpu"] = {"mean": _mean(cpu), "max": max(cpu) if cpu else None, "cores_busy_mean": _mean([c * self.ncpu / 100 for c in cpu])}
+        util["cpu"] = {
+            "mean": _mean(cpu),
+            "max": max(cpu) if cpu else None,
+            "cores_busy_mean": _mean([c * self.ncpu / 100 for c in cpu]),
+        }
         util["cpu_count"] = self.ncpu
         gpu_series: list[float | None] | None = None
         mem_series: list[int | None] | None = None
         if self.nvml is not None and self.gpu:
             # Mean over GPUs of this process's GPUs would need the device map; report each GPU and
             # the mean over all sampled GPUs for the timeline.
-            gpu_series = [_mean([g.util_pct for g in row if g.util_pct is not None]) for row in self.gpu]
+            gpu_series = [
+                _mean([g.util_pct for g in row if g.util_pct is not None]) for row in self.gpu
+            ]
             mem_series = [_sum_or_none([g.memory_used_bytes for g in row]) for row in self.gpu]
             vals = [v for v in gpu_series if v is not None]
             util["gpu"] = {"mean": _mean(vals), "max": max(vals) if vals else None}
             util["gpus"] = [
                 {
                     "index": i,
-                    "util_mean": _mean([row[i].util_pct for row in self.gpu if row[i].util_pct is not None]),
-                    "memory_used_max_bytes": max((row[i].memory_used_bytes or 0) for row in self.gpu),
-                    "power_w_mean": _mean([row[i].power_w for row in self.gpu if row[i].power_w is not None]),
-                    "sm_clock_mhz_mean": _mean([row[i].sm_clock_mhz for row in self.gpu if row[i].sm_clock_mhz is not None]),
-                    "process_util_mean": _mean([row[i].process_util_pct for row in self.gpu if row[i].process_util_pct is not None]),
+                    "util_mean": _mean(
+                        [row[i].util_pct for row in self.gpu if row[i].util_pct is not None]
+                    ),
+                    "memory_used_max_bytes": max(
+                        (row[i].memory_used_bytes or 0) for row in self.gpu
+                    ),
+                    "power_w_mean": _mean(
+                        [row[i].power_w for row in self.gpu if row[i].power_w is not None]
+                    ),
+                    "sm_clock_mhz_mean": _mean(
+                        [row[i].sm_clock_mhz for row in self.gpu if row[i].sm_clock_mhz is not None]
+                    ),
+                    "process_util_mean": _mean(
+                        [
+                            row[i].process_util_pct
+                            for row in self.gpu
+                            if row[i].process_util_pct is not None
+                        ]
+                    ),
                 }
                 for i in range(len(self.gpu[0]))
             ]

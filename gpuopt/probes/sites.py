@@ -22,10 +22,10 @@ from pathlib import Path
 from types import CodeType, FrameType
 
 # Frame categories, cached per code object.
-USER = 0         # the user's own code: the site
-LIBRARY = 1      # torch, installed packages, the standard library: "called through a library"
+USER = 0  # the user's own code: the site
+LIBRARY = 1  # torch, installed packages, the standard library: "called through a library"
 TRANSPARENT = 2  # thin wrappers that do not make a call indirect (gpuopt, torch's Tensor shims)
-DATA = 3         # torch.utils.data: ops below it belong to data loading, not to the step
+DATA = 3  # torch.utils.data: ops below it belong to data loading, not to the step
 
 # Tensor methods written in Python (``Tensor.__format__``, ``Tensor.backward``,
 # ``Tensor.__iter__``), the one-op wrappers of ``torch/functional.py`` (``torch.unique``,
@@ -34,8 +34,13 @@ DATA = 3         # torch.utils.data: ops below it belong to data loading, not to
 # dispatch mode's handler once dynamo is imported) sit between the user's line and the recorder
 # without being a library call the user made.
 _TRANSPARENT_TORCH_FILES = (
-    "_tensor.py", "functional.py", "_jit_internal.py", "overrides.py", "_compile.py",
-    os.path.join("utils", "_python_dispatch.py"), os.path.join("_dynamo", "eval_frame.py"),
+    "_tensor.py",
+    "functional.py",
+    "_jit_internal.py",
+    "overrides.py",
+    "_compile.py",
+    os.path.join("utils", "_python_dispatch.py"),
+    os.path.join("_dynamo", "eval_frame.py"),
 )
 
 
@@ -66,20 +71,26 @@ class SiteResolver:
         self._torch_dir = _norm_dir(os.path.dirname(torch.__file__))
         self._gpuopt_dir = _norm_dir(os.path.dirname(gpuopt.__file__))
         self._data_dir = os.path.join(self._torch_dir, "utils", "data", "")
-        self._transparent = tuple(os.path.join(self._torch_dir, f) for f in _TRANSPARENT_TORCH_FILES)
+        self._transparent = tuple(
+            os.path.join(self._torch_dir, f) for f in _TRANSPARENT_TORCH_FILES
+        )
         self._extra_user = frozenset(os.path.realpath(f) for f in extra_user_files)
-        self.cache: dict[str, int] = {}    # by file name: the category depends on the file only
+        self.cache: dict[str, int] = {}  # by file name: the category depends on the file only
         self.miss_s = 0.0  # time spent classifying code objects seen for the first time
         self.codes: dict[int, CodeType] = {}  # id -> code, for every code a site refers to
         self._data_callers: dict[int, bool] = {}
         self._abs: dict[str, str] = {}
-        self._positions: dict[CodeType, list[tuple[int | None, int | None, int | None, int | None]]] = {}
+        self._positions: dict[
+            CodeType, list[tuple[int | None, int | None, int | None, int | None]]
+        ] = {}
 
     # -- classification -------------------------------------------------------------------
     def abspath(self, filename: str) -> str:
         p = self._abs.get(filename)
         if p is None:
-            p = os.path.realpath(filename if os.path.isabs(filename) else os.path.join(self.cwd, filename))
+            p = os.path.realpath(
+                filename if os.path.isabs(filename) else os.path.join(self.cwd, filename)
+            )
             self._abs[filename] = p
         return p
 
@@ -171,10 +182,12 @@ class SiteResolver:
         path = self.abspath(code.co_filename)
         base = os.path.join(self.cwd, "")
         if path.startswith(base):
-            return path[len(base):]
+            return path[len(base) :]
         return code.co_filename
 
-    def position(self, code: CodeType, lasti: int) -> tuple[int, int | None, int | None, int | None]:
+    def position(
+        self, code: CodeType, lasti: int
+    ) -> tuple[int, int | None, int | None, int | None]:
         """``(line, col, end_line, end_col)`` of the instruction at byte offset ``lasti``."""
         positions = self._positions.get(code)
         if positions is None:
@@ -195,6 +208,7 @@ class SiteResolver:
 
     def site(self, code: CodeType, lasti: int) -> str:
         return f"{self.relpath(code)}:{self.position(code, lasti)[0]}"
+
 
 def _code_positions(code: CodeType) -> list[tuple[int | None, int | None, int | None, int | None]]:
     """Per code unit (2 bytes) ``(line, end_line, col, end_col)``; Python 3.10 has lines only."""

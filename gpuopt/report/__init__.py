@@ -9,7 +9,14 @@ from gpuopt.errors import GpuoptError
 from gpuopt.report.base import Renderer
 
 FORMATS = ("text", "json", "md", "html")
-_EXTENSIONS = {".txt": "text", ".json": "json", ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html"}
+_EXTENSIONS = {
+    ".txt": "text",
+    ".json": "json",
+    ".md": "md",
+    ".markdown": "md",
+    ".html": "html",
+    ".htm": "html",
+}
 
 
 def format_for_path(path: Path | None) -> str | None:
@@ -59,4 +66,11 @@ def print_report(doc: dict, fmt: str = "text") -> None:
     sys.stdout.flush()
 
 
-__all__ = ["print_report", "FORMATS", "Renderer", "format_for_path", "get_renderer", "terminal_width"]
+__all__ = [
+    "print_report",
+    "FORMATS",
+    "Renderer",
+    "format_for_path",
+    "get_renderer",
+    "terminal_width",
+]

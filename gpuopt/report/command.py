@@ -40,10 +40,14 @@ def load_any(path: Path) -> dict[str, Any]:
     if _looks_like_profile(path):
         return load_profile(path)
     if not path.name.endswith(_TRACE_SUFFIXES):
-        raise GpuoptError(f"{path}: expected a run directory, profile.json, or a trace .json/.json.gz")
+        raise GpuoptError(
+            f"{path}: expected a run directory, profile.json, or a trace .json/.json.gz"
+        )
     from gpuopt.trace import early
 
-    early.start(path)  # decoding begins in a helper while the next line imports numpy and the analyses
+    early.start(
+        path
+    )  # decoding begins in a helper while the next line imports numpy and the analyses
     try:
         from gpuopt.trace.profile import profile_from_traces
 

@@ -241,10 +241,10 @@ def sort_key(value: Any) -> float | str:
 class SiteLinks:
     """Where a site points on disk, and the two links the HTML report offers for it."""
 
-    path: str      # absolute path as text
+    path: str  # absolute path as text
     line: int
-    vscode: str    # vscode://file/<abs>:<line>:1 (opens the editor at the line)
-    file: str      # file:///<abs> (opens the file in the browser)
+    vscode: str  # vscode://file/<abs>:<line>:1 (opens the editor at the line)
+    file: str  # file:///<abs> (opens the file in the browser)
 
 
 def split_site(site: Any) -> tuple[str, int | None]:
@@ -400,7 +400,12 @@ def error_line(doc: dict[str, Any]) -> str | None:
     return None
 
 
-STEP_STATS: tuple[tuple[str, str], ...] = (("median", "median"), ("p10", "p10"), ("p90", "p90"), ("mean", "mean"))
+STEP_STATS: tuple[tuple[str, str], ...] = (
+    ("median", "median"),
+    ("p10", "p10"),
+    ("p90", "p90"),
+    ("mean", "mean"),
+)
 
 
 def step_stats(doc: dict[str, Any]) -> list[tuple[str, float | None]]:
@@ -449,8 +454,8 @@ class Timeline:
     defines ``utilization`` (None where a sample is missing); ``memory`` values are bytes."""
 
     t_s: list[float]
-    series: dict[str, list[float | None]]   # "cpu", "gpu"
-    memory: dict[str, list[float | None]]   # "rss_bytes", "gpu_memory_bytes"
+    series: dict[str, list[float | None]]  # "cpu", "gpu"
+    memory: dict[str, list[float | None]]  # "rss_bytes", "gpu_memory_bytes"
 
 
 def timeline(doc: dict[str, Any]) -> Timeline | None:
@@ -622,8 +627,14 @@ def fmt_evidence_value(key: str, value: Any) -> str:
     → percent); a name without a unit keeps the plain number."""
     if isinstance(value, dict):
         # e.g. idle_by_cause_ms: the largest parts first, in the unit the key names
-        parts = sorted(((k, num(v)) for k, v in value.items()), key=lambda kv: -(kv[1] if kv[1] is not None else -math.inf))
-        shown = [f"{one_line(k)} {fmt_evidence_value(key, v) if v is not None else fmt_scalar(value[k])}" for k, v in parts[:5]]
+        parts = sorted(
+            ((k, num(v)) for k, v in value.items()),
+            key=lambda kv: -(kv[1] if kv[1] is not None else -math.inf),
+        )
+        shown = [
+            f"{one_line(k)} {fmt_evidence_value(key, v) if v is not None else fmt_scalar(value[k])}"
+            for k, v in parts[:5]
+        ]
         return ", ".join(shown) + (", …" if len(parts) > 5 else "")
     v = num(value)
     if v is None:

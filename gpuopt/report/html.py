@@ -54,7 +54,9 @@ _SORT_SCRIPT = """(function () {
   });
 })();"""
 
-_SCRIPT_HASH = base64.b64encode(hashlib.sha256(_SORT_SCRIPT.encode("utf-8")).digest()).decode("ascii")
+_SCRIPT_HASH = base64.b64encode(hashlib.sha256(_SORT_SCRIPT.encode("utf-8")).digest()).decode(
+    "ascii"
+)
 CSP = (
     "default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
     f"script-src 'sha256-{_SCRIPT_HASH}'; base-uri 'none'; form-action 'none'"
@@ -180,8 +182,14 @@ class HtmlRenderer(Renderer):
         d = dict(facts)
         status = c.one_line(doc.get("status")) or c.MISSING
         badge_class = status if status in ("ok", "error", "interrupted") else "interrupted"
-        trace = ' <span class="muted" style="font-size:14px;font-weight:400">(from a profiler trace)</span>' if doc.get("source") == "trace" else ""
-        rows = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in facts if k not in ("script", "status"))
+        trace = (
+            ' <span class="muted" style="font-size:14px;font-weight:400">(from a profiler trace)</span>'
+            if doc.get("source") == "trace"
+            else ""
+        )
+        rows = "".join(
+            f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in facts if k not in ("script", "status")
+        )
         out = [
             '<header id="summary">',
             f'<h1>gpuopt report: <code>{esc(d["script"])}</code><span class="badge {esc(badge_class)}">{esc(status)}</span>{trace}</h1>',
@@ -199,17 +207,23 @@ class HtmlRenderer(Renderer):
         out = ['<section id="step-time">', "<h2>Step time</h2>"]
         stats = c.step_stats(doc)
         if all(v is None for _, v in stats):
-            out.append('<p class="muted">No measured steps: gpuopt counts a step at each <code>optimizer.step()</code> or <code>gpuopt.step()</code>.</p>')
+            out.append(
+                '<p class="muted">No measured steps: gpuopt counts a step at each <code>optimizer.step()</code> or <code>gpuopt.step()</code>.</p>'
+            )
             return "\n".join(out + ["</section>"])
         tiles = "".join(
             f'<div class="tile"><div class="k">{esc(label)}</div><div class="v">{esc(c.fmt_duration(v))}</div></div>'
             for label, v in stats
         )
-        out.append(f'<div class="tiles">{tiles}<div class="tile"><div class="k">steps</div><div class="v">{esc(c.fmt_count(c.get(doc, "steps", "measured")))}</div></div></div>')
+        out.append(
+            f'<div class="tiles">{tiles}<div class="tile"><div class="k">steps</div><div class="v">{esc(c.fmt_count(c.get(doc, "steps", "measured")))}</div></div></div>'
+        )
         series = c.step_series(doc)
         if series:
-            out.append("<h3 style=\"margin-top:18px\">Each step, by cause</h3>")
-            out.append(f'<div class="chartbox">{step_chart(series)}{self._legend([("data_wait", "data wait"), ("h2d", "host→device copies"), ("sync", "syncs"), ("rest", "compute + other")])}</div>')
+            out.append('<h3 style="margin-top:18px">Each step, by cause</h3>')
+            out.append(
+                f'<div class="chartbox">{step_chart(series)}{self._legend([("data_wait", "data wait"), ("h2d", "host→device copies"), ("sync", "syncs"), ("rest", "compute + other")])}</div>'
+            )
             n_warm = sum(1 for r in series if r["warmup"])
             note = "Hover a bar for its numbers."
             if n_warm:
@@ -219,7 +233,11 @@ class HtmlRenderer(Renderer):
 
     @staticmethod
     def _legend(items: list[tuple[str, str]]) -> str:
-        return '<div class="legend">' + "".join(f'<span style="--sw:{COLORS[k]}">{esc(label)}</span>' for k, label in items) + "</div>"
+        return (
+            '<div class="legend">'
+            + "".join(f'<span style="--sw:{COLORS[k]}">{esc(label)}</span>' for k, label in items)
+            + "</div>"
+        )
 
     def breakdown(self, doc: dict[str, Any]) -> str:
         out = ['<section id="breakdown">', "<h2>Where step time goes</h2>"]
@@ -227,19 +245,32 @@ class HtmlRenderer(Renderer):
         if not items:
             out.append('<p class="muted">No breakdown: no measured steps.</p>')
             return "\n".join(out + ["</section>"])
-        legend = '<div class="legend">' + "".join(
-            f'<span style="--sw:{COLORS[k]}">{esc(label)} <b>{esc(c.fmt_frac(f))}</b></span>' for k, label, f in items
-        ) + "</div>"
-        out.append(f'<div class="chartbox">{hbar(items, label="share of measured step time by cause")}{legend}</div>')
+        legend = (
+            '<div class="legend">'
+            + "".join(
+                f'<span style="--sw:{COLORS[k]}">{esc(label)} <b>{esc(c.fmt_frac(f))}</b></span>'
+                for k, label, f in items
+            )
+            + "</div>"
+        )
+        out.append(
+            f'<div class="chartbox">{hbar(items, label="share of measured step time by cause")}{legend}</div>'
+        )
         ranks = [e for e in c.as_list(doc.get("ranks")) if isinstance(e, dict)]
         if ranks:
             rows = []
             for e in sorted(ranks, key=c.rank_key):
                 median = c.num(rank_steps(e)[1])
-                rows.append((f"rank {c.text(e.get('rank'))}", median, c.breakdown_items({"breakdown": e.get("breakdown")})))
+                rows.append(
+                    (
+                        f"rank {c.text(e.get('rank'))}",
+                        median,
+                        c.breakdown_items({"breakdown": e.get("breakdown")}),
+                    )
+                )
             chart = rank_bars(rows)
             if chart:
-                out.append("<h3 style=\"margin-top:18px\">Per rank (bar length: step median)</h3>")
+                out.append('<h3 style="margin-top:18px">Per rank (bar length: step median)</h3>')
                 out.append(f'<div class="chartbox">{chart}</div>')
         return "\n".join(out + ["</section>"])
 
@@ -252,20 +283,38 @@ class HtmlRenderer(Renderer):
             mean, mx = c.utilization_summary(doc, key)
             if mean is not None or mx is not None:
                 extra = c.cpu_cores_note(doc) if key == "cpu" else ""
-                extra_html = f'<div class="k" style="text-transform:none">{esc(extra)}</div>' if extra else ""
-                summary.append(f'<div class="tile"><div class="k">{label} mean / max</div><div class="v">{esc(c.fmt_util(mean))} / {esc(c.fmt_util(mx))}</div>{extra_html}</div>')
+                extra_html = (
+                    f'<div class="k" style="text-transform:none">{esc(extra)}</div>'
+                    if extra
+                    else ""
+                )
+                summary.append(
+                    f'<div class="tile"><div class="k">{label} mean / max</div><div class="v">{esc(c.fmt_util(mean))} / {esc(c.fmt_util(mx))}</div>{extra_html}</div>'
+                )
         if summary:
             out.append(f'<div class="tiles">{"".join(summary)}</div>')
         if tl is not None and tl.series:
-            lines: list[tuple[str, str, Sequence[float | None]]] = [(k, k.upper(), tl.series[k]) for k in ("cpu", "gpu") if k in tl.series]
-            chart = line_chart(tl.t_s, lines, 100.0, lambda v: f"{v:.0f}%", "CPU and GPU utilization over time")
+            lines: list[tuple[str, str, Sequence[float | None]]] = [
+                (k, k.upper(), tl.series[k]) for k in ("cpu", "gpu") if k in tl.series
+            ]
+            chart = line_chart(
+                tl.t_s, lines, 100.0, lambda v: f"{v:.0f}%", "CPU and GPU utilization over time"
+            )
             if chart:
                 sampling = c.sampling_note(doc, tl)
-                caption = f'<p class="tablenote">{esc(sampling)}; CPU is the process tree\'s share of all usable cores.</p>' if sampling else ""
+                caption = (
+                    f'<p class="tablenote">{esc(sampling)}; CPU is the process tree\'s share of all usable cores.</p>'
+                    if sampling
+                    else ""
+                )
                 out.append(f'<div class="chartbox">{chart}</div>{caption}')
         if tl is not None and tl.memory:
             names = {"rss_bytes": "host RSS", "gpu_memory_bytes": "GPU memory"}
-            mem_lines = [(k, names[k], tl.memory[k]) for k in ("rss_bytes", "gpu_memory_bytes") if k in tl.memory]
+            mem_lines = [
+                (k, names[k], tl.memory[k])
+                for k in ("rss_bytes", "gpu_memory_bytes")
+                if k in tl.memory
+            ]
             peak = max(v for _, _, vals in mem_lines for v in vals if v is not None)
             # ticks at round numbers of the unit the peak is shown in (8 GiB, not 8.59 GB)
             unit_i = 0
@@ -275,7 +324,14 @@ class HtmlRenderer(Renderer):
             scaled: list[tuple[str, str, Sequence[float | None]]] = [
                 (k, n, [None if v is None else v / unit for v in vals]) for k, n, vals in mem_lines
             ]
-            chart = line_chart(tl.t_s, scaled, peak / unit * 1.05, lambda v: "0" if v == 0 else f"{v:g} {unit_name}", "memory over time", height=180)
+            chart = line_chart(
+                tl.t_s,
+                scaled,
+                peak / unit * 1.05,
+                lambda v: "0" if v == 0 else f"{v:g} {unit_name}",
+                "memory over time",
+                height=180,
+            )
             if chart:
                 out.append(f'<div class="chartbox">{chart}</div>')
         if note:
@@ -288,7 +344,10 @@ class HtmlRenderer(Renderer):
 
     def findings(self, doc: dict[str, Any]) -> str:
         findings = c.ordered_findings(doc)
-        out = ['<section id="findings">', "<h2>Findings <span class=\"muted\" style=\"font-weight:400;font-size:13px\">ranked by estimated gain</span></h2>"]
+        out = [
+            '<section id="findings">',
+            '<h2>Findings <span class="muted" style="font-weight:400;font-size:13px">ranked by estimated gain</span></h2>',
+        ]
         if not findings:
             out.append(f'<p class="muted">{esc(c.no_findings_message(doc))}</p>')
             return "\n".join(out + ["</section>"])
@@ -301,7 +360,11 @@ class HtmlRenderer(Renderer):
             if c.num(f.get("est_speedup")) is not None:
                 model = c.one_line(f.get("estimate_model"))
                 ref = notes.ref(model)
-                tip = f"estimate, not measured. Model: {model}" if model else "estimate, not measured (no model given)"
+                tip = (
+                    f"estimate, not measured. Model: {model}"
+                    if model
+                    else "estimate, not measured (no model given)"
+                )
                 sup = f"<sup>[{ref}]</sup>" if ref else ""
                 est = f'<span class="est" title="{esc(tip)}">{esc(c.fmt_speedup(f.get("est_speedup")))}{sup}</span>'
             meta = [f"<code>{esc(c.one_line(f.get('id')))}</code>"]
@@ -318,15 +381,23 @@ class HtmlRenderer(Renderer):
                 parts.append(f"<p>{esc(summary)}</p>")
             numbers = c.evidence_numbers(f)
             if numbers:
-                parts.append('<dl class="evidence">' + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in numbers) + "</dl>")
+                parts.append(
+                    '<dl class="evidence">'
+                    + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in numbers)
+                    + "</dl>"
+                )
             fix = c.text(f.get("fix")).strip()
             if fix:
                 parts.append(f'<div class="fix"><b>Fix</b><pre>{esc(fix)}</pre></div>')
             parts.append("</article>")
             out.append("\n".join(parts))
         if notes.models:
-            out.append('<p class="tablenote">est. = estimated, not measured. How each estimate was made:</p>')
-            out.append('<ol class="notes">' + "".join(f"<li>{esc(m)}</li>" for m in notes.models) + "</ol>")
+            out.append(
+                '<p class="tablenote">est. = estimated, not measured. How each estimate was made:</p>'
+            )
+            out.append(
+                '<ol class="notes">' + "".join(f"<li>{esc(m)}</li>" for m in notes.models) + "</ol>"
+            )
         return "\n".join(out + ["</section>"])
 
     def details(self, doc: dict[str, Any]) -> str:
@@ -339,19 +410,26 @@ class HtmlRenderer(Renderer):
             out.append(f'<h3 id="{esc(s.id)}" style="margin-top:16px">{esc(s.title)}</h3>')
             num_cls = ' class="num"'
             head = "".join(
-                f'<th scope="col"{num_cls if j in s.numeric_columns else ""}>{esc(col)}</th>' for j, col in enumerate(s.columns)
+                f'<th scope="col"{num_cls if j in s.numeric_columns else ""}>{esc(col)}</th>'
+                for j, col in enumerate(s.columns)
             )
             rows = []
             for row in s.rows:
                 cells = []
                 for j, cell in enumerate(row):
                     cls = ' class="num"' if j in s.numeric_columns else ""
-                    sort = f' data-sort="{esc(cell.sort)}"' if isinstance(cell.sort, (int, float)) and not isinstance(cell.sort, bool) else ""
+                    sort = (
+                        f' data-sort="{esc(cell.sort)}"'
+                        if isinstance(cell.sort, (int, float)) and not isinstance(cell.sort, bool)
+                        else ""
+                    )
                     content = _site_html(cell.site, cwd) if cell.site else esc(cell.text)
                     cells.append(f"<td{cls}{sort}>{content}</td>")
                 rows.append("<tr>" + "".join(cells) + "</tr>")
             wrap = "tablewrap narrow" if len(s.columns) <= 3 else "tablewrap"
-            out.append(f'<div class="{wrap}"><table class="sortable"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>')
+            out.append(
+                f'<div class="{wrap}"><table class="sortable"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+            )
             if s.note:
                 out.append(f'<p class="tablenote">{esc(s.note)}</p>')
         return "\n".join(out + ["</section>"])
@@ -361,7 +439,9 @@ class HtmlRenderer(Renderer):
         if not warnings:
             return ""
         items = "".join(f"<li>{esc(w)}</li>" for w in warnings)
-        return f'<section id="warnings"><h2>Warnings</h2><ul class="warnings">{items}</ul></section>'
+        return (
+            f'<section id="warnings"><h2>Warnings</h2><ul class="warnings">{items}</ul></section>'
+        )
 
     def footer(self, doc: dict[str, Any]) -> str:
         schema = c.one_line(doc.get("schema")) or c.MISSING

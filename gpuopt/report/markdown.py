@@ -62,7 +62,10 @@ class MarkdownRenderer(Renderer):
         facts = c.header_facts(doc)
         status = c.one_line(doc.get("status")) or c.MISSING
         script = dict(facts)["script"]
-        out = [f"## gpuopt: {md(script)} — {md(status)} (exit code {md(dict(facts)['exit code'])})", ""]
+        out = [
+            f"## gpuopt: {md(script)} — {md(status)} (exit code {md(dict(facts)['exit code'])})",
+            "",
+        ]
         err = c.error_line(doc)
         if err:
             label = "Error" if doc.get("status") == "error" else "Note"
@@ -75,8 +78,15 @@ class MarkdownRenderer(Renderer):
         out = ["### Step time", ""]
         stats = c.step_stats(doc)
         if all(v is None for _, v in stats):
-            return out + ["No measured steps (gpuopt counts a step at each `optimizer.step()` or `gpuopt.step()`).", ""]
-        out += _table([label for label, _ in stats], [[md(c.fmt_duration(v)) for _, v in stats]], right={0, 1, 2, 3})
+            return out + [
+                "No measured steps (gpuopt counts a step at each `optimizer.step()` or `gpuopt.step()`).",
+                "",
+            ]
+        out += _table(
+            [label for label, _ in stats],
+            [[md(c.fmt_duration(v)) for _, v in stats]],
+            right={0, 1, 2, 3},
+        )
         series = c.step_series(doc)
         measured = [r["time_s"] for r in series if not r["warmup"]]
         if len(measured) >= 2:
@@ -90,7 +100,10 @@ class MarkdownRenderer(Renderer):
         if not items:
             return out + ["No breakdown: no measured steps.", ""]
         lengths = bar_lengths([f for _, _, f in items], 40)
-        rows = [[md(label), md(c.fmt_frac(frac)), "█" * n if n else " "] for (_, label, frac), n in zip(items, lengths, strict=True)]
+        rows = [
+            [md(label), md(c.fmt_frac(frac)), "█" * n if n else " "]
+            for (_, label, frac), n in zip(items, lengths, strict=True)
+        ]
         return out + _table(["part", "share of step time", ""], rows, right={1}) + [""]
 
     def utilization(self, doc: dict[str, Any]) -> list[str]:
@@ -102,8 +115,17 @@ class MarkdownRenderer(Renderer):
             values = tl.series.get(key) if tl is not None else None
             if mean is None and mx is None and values is None:
                 continue
-            mean_text = md(c.fmt_util(mean)) + (f" ({md(c.cpu_cores_note(doc))})" if key == "cpu" and c.cpu_cores_note(doc) else "")
-            rows.append([label, mean_text, md(c.fmt_util(mx)), spark(c.resample(values, 60), 0.0, 100.0) if values else " "])
+            mean_text = md(c.fmt_util(mean)) + (
+                f" ({md(c.cpu_cores_note(doc))})" if key == "cpu" and c.cpu_cores_note(doc) else ""
+            )
+            rows.append(
+                [
+                    label,
+                    mean_text,
+                    md(c.fmt_util(mx)),
+                    spark(c.resample(values, 60), 0.0, 100.0) if values else " ",
+                ]
+            )
         note = c.utilization_note(doc)
         if rows:
             out += _table(["", "mean", "max", "over time"], rows, right={1, 2})
@@ -138,8 +160,18 @@ class MarkdownRenderer(Renderer):
             est = " "
             if c.num(f.get("est_speedup")) is not None:
                 ref = notes.ref(f.get("estimate_model"))
-                est = md(c.fmt_speedup(f.get("est_speedup"))) + (f" \\[{ref}\\]" if ref else " \\(no model\\)")
-            rows.append([str(i), _SEVERITY_MARK.get(sev, md(sev)), "<br>".join(parts), md(f.get("site")) or " ", est])
+                est = md(c.fmt_speedup(f.get("est_speedup"))) + (
+                    f" \\[{ref}\\]" if ref else " \\(no model\\)"
+                )
+            rows.append(
+                [
+                    str(i),
+                    _SEVERITY_MARK.get(sev, md(sev)),
+                    "<br>".join(parts),
+                    md(f.get("site")) or " ",
+                    est,
+                ]
+            )
         out += _table(["#", "severity", "finding", "site", "est. speedup"], rows, right={0, 4})
         if notes.models:
             out += ["", "est. = estimated, not measured; how:", ""]
@@ -147,7 +179,11 @@ class MarkdownRenderer(Renderer):
         return out + [""]
 
     def section(self, section: Section) -> list[str]:
-        out = ["<details>", f"<summary><b>{_html_text(section.title)}</b> ({len(section.rows)} rows)</summary>", ""]
+        out = [
+            "<details>",
+            f"<summary><b>{_html_text(section.title)}</b> ({len(section.rows)} rows)</summary>",
+            "",
+        ]
         rows = [[md(cell.text) for cell in row] for row in section.rows]
         out += _table(section.columns, rows, right=section.numeric_columns)
         if section.note:

@@ -86,18 +86,33 @@ def _desc(key: str) -> Any:
 
 
 def _has(items: list[dict[str, Any]], key: str) -> bool:
-    return any(num(e.get(key)) is not None or (isinstance(e.get(key), str) and e.get(key)) for e in items)
+    return any(
+        num(e.get(key)) is not None or (isinstance(e.get(key), str) and e.get(key)) for e in items
+    )
 
 
 def transfers_section(doc: dict[str, Any]) -> Section | None:
-    items = sorted((e for e in as_list(doc.get("transfers")) if isinstance(e, dict)), key=_desc("bytes_per_step"))
+    items = sorted(
+        (e for e in as_list(doc.get("transfers")) if isinstance(e, dict)),
+        key=_desc("bytes_per_step"),
+    )
     if not items:
         return None
     timed, bw = _has(items, "time_us_per_step"), _has(items, "bandwidth_gbps")
-    columns = ["dir", "site", "count", "bytes"] + (["time"] if timed else []) + (["GB/s"] if bw else []) + ["pinned", "non_blocking"]
+    columns = (
+        ["dir", "site", "count", "bytes"]
+        + (["time"] if timed else [])
+        + (["GB/s"] if bw else [])
+        + ["pinned", "non_blocking"]
+    )
     rows = []
     for e in items:
-        row = [_scell(e.get("direction")), _site(e.get("site")), _ncell(e.get("count_per_step")), _ncell(e.get("bytes_per_step"), fmt_bytes)]
+        row = [
+            _scell(e.get("direction")),
+            _site(e.get("site")),
+            _ncell(e.get("count_per_step")),
+            _ncell(e.get("bytes_per_step"), fmt_bytes),
+        ]
         if timed:
             row.append(_ncell(e.get("time_us_per_step"), fmt_us))
         if bw:
@@ -108,12 +123,20 @@ def transfers_section(doc: dict[str, Any]) -> Section | None:
 
 
 def syncs_section(doc: dict[str, Any]) -> Section | None:
-    items = sorted((e for e in as_list(doc.get("syncs")) if isinstance(e, dict)), key=_desc("count_per_step"))
+    items = sorted(
+        (e for e in as_list(doc.get("syncs")) if isinstance(e, dict)), key=_desc("count_per_step")
+    )
     if not items:
         return None
     would_block = any(e.get("would_block_on_gpu") for e in items)
     has_op, timed = _has(items, "op"), _has(items, "time_us_per_step")
-    columns = ["kind", "site"] + (["op"] if has_op else []) + ["count"] + (["time"] if timed else []) + (["note"] if would_block else [])
+    columns = (
+        ["kind", "site"]
+        + (["op"] if has_op else [])
+        + ["count"]
+        + (["time"] if timed else [])
+        + (["note"] if would_block else [])
+    )
     rows = []
     for e in items:
         row = [_scell(e.get("kind")), _site(e.get("site"))]
@@ -136,7 +159,10 @@ def syncs_section(doc: dict[str, Any]) -> Section | None:
 
 
 def dataloaders_section(doc: dict[str, Any]) -> Section | None:
-    items = sorted((e for e in as_list(doc.get("dataloaders")) if isinstance(e, dict)), key=_desc("wait_s_per_step"))
+    items = sorted(
+        (e for e in as_list(doc.get("dataloaders")) if isinstance(e, dict)),
+        key=_desc("wait_s_per_step"),
+    )
     if not items:
         return None
     rows = [
@@ -162,7 +188,9 @@ def dataloaders_section(doc: dict[str, Any]) -> Section | None:
 
 
 def loops_section(doc: dict[str, Any]) -> Section | None:
-    items = sorted((e for e in as_list(doc.get("loops")) if isinstance(e, dict)), key=_desc("ops_per_step"))
+    items = sorted(
+        (e for e in as_list(doc.get("loops")) if isinstance(e, dict)), key=_desc("ops_per_step")
+    )
     if not items:
         return None
     rows = [
@@ -193,7 +221,9 @@ def dispatch_section(doc: dict[str, Any]) -> Section | None:
     rows = []
     for key, label, f in _DISPATCH_FIELDS:
         if num(d.get(key)) is not None:
-            rows.append([Cell(label, sort=label), Cell(f(d.get(key)), sort=num(d.get(key)), numeric=True)])
+            rows.append(
+                [Cell(label, sort=label), Cell(f(d.get(key)), sort=num(d.get(key)), numeric=True)]
+            )
     headline = len(rows)
     known = {k for k, _, _ in _DISPATCH_FIELDS} | {"note"}
     extra = _key_value_rows({k: v for k, v in d.items() if k not in known})
@@ -227,15 +257,35 @@ def _key_value_rows(d: dict[str, Any]) -> list[list[Cell]]:
                 if isinstance(v2, list):
                     rows.append([Cell(sub, sort=sub), Cell(_list_text(v2), sort=len(v2))])
                 elif not isinstance(v2, dict):
-                    rows.append([Cell(sub, sort=sub), Cell(fmt_evidence_value(str(k2), v2), sort=sort_key(v2), numeric=num(v2) is not None)])
+                    rows.append(
+                        [
+                            Cell(sub, sort=sub),
+                            Cell(
+                                fmt_evidence_value(str(k2), v2),
+                                sort=sort_key(v2),
+                                numeric=num(v2) is not None,
+                            ),
+                        ]
+                    )
         elif isinstance(value, list):
             rows.append([Cell(name, sort=name), Cell(_list_text(value), sort=len(value))])
         else:
-            rows.append([Cell(name, sort=name), Cell(fmt_evidence_value(str(key), value), sort=sort_key(value), numeric=num(value) is not None)])
+            rows.append(
+                [
+                    Cell(name, sort=name),
+                    Cell(
+                        fmt_evidence_value(str(key), value),
+                        sort=sort_key(value),
+                        numeric=num(value) is not None,
+                    ),
+                ]
+            )
     return rows
 
 
-def _key_value_section(sec_id: str, title: str, obj: Any, compact: int | None = 8) -> Section | None:
+def _key_value_section(
+    sec_id: str, title: str, obj: Any, compact: int | None = 8
+) -> Section | None:
     """A flat view of an object whose keys gpuopt may extend: scalars shown with unit-aware
     formatting, nested objects one level deep as ``a.b``, lists as their values or length;
     a ``note`` key becomes the section's note."""
@@ -243,7 +293,14 @@ def _key_value_section(sec_id: str, title: str, obj: Any, compact: int | None = 
     rows = _key_value_rows({k: v for k, v in d.items() if k != "note"})
     if not rows:
         return None
-    return Section(sec_id, title, ["measure", "value"], rows[:60], note=one_line(d.get("note")), compact_rows=compact if compact and len(rows) > compact else None)
+    return Section(
+        sec_id,
+        title,
+        ["measure", "value"],
+        rows[:60],
+        note=one_line(d.get("note")),
+        compact_rows=compact if compact and len(rows) > compact else None,
+    )
 
 
 def ragged_section(doc: dict[str, Any]) -> Section | None:
@@ -319,7 +376,18 @@ def gpu_sections(doc: dict[str, Any]) -> list[Section]:
         Section(
             "gpu-idle",
             "GPU idle time, launches and copies per rank",
-            ["rank", "idle: host wait", "kernel wait", "other", "launches", "launch delay p50", "short kernels", "memcpy", "memcpy time", "memcpy bytes"],
+            [
+                "rank",
+                "idle: host wait",
+                "kernel wait",
+                "other",
+                "launches",
+                "launch delay p50",
+                "short kernels",
+                "memcpy",
+                "memcpy time",
+                "memcpy bytes",
+            ],
             idle_rows,
             per_rank=True,
         ),
@@ -359,7 +427,11 @@ def ranks_section(doc: dict[str, Any]) -> Section | None:
             _scell(e.get("dir")),
         ]
         rows.append(row)
-    columns = ["rank"] + (["status"] if with_status else []) + ["steps", "step median", "data wait", "sync", "compute", "collectives/step", "dir"]
+    columns = (
+        ["rank"]
+        + (["status"] if with_status else [])
+        + ["steps", "step median", "data wait", "sync", "compute", "collectives/step", "dir"]
+    )
     spread = as_dict(doc.get("rank_spread"))
     note = ""
     if num(spread.get("ratio")) is not None:
@@ -381,8 +453,13 @@ def gpu_samples_section(doc: dict[str, Any]) -> Section | None:
             _ncell(e.get("util_mean"), fmt_pct),
             _ncell(e.get("process_util_mean"), fmt_pct),
             _ncell(e.get("memory_used_max_bytes"), fmt_bytes),
-            _ncell(e.get("power_w_mean"), lambda v: MISSING if num(v) is None else f"{num(v):.0f} W"),
-            _ncell(e.get("sm_clock_mhz_mean"), lambda v: MISSING if num(v) is None else f"{num(v):.0f} MHz"),
+            _ncell(
+                e.get("power_w_mean"), lambda v: MISSING if num(v) is None else f"{num(v):.0f} W"
+            ),
+            _ncell(
+                e.get("sm_clock_mhz_mean"),
+                lambda v: MISSING if num(v) is None else f"{num(v):.0f} MHz",
+            ),
         ]
         for e in sorted(items, key=lambda e: num(e.get("index")) or 0.0)
     ]
@@ -412,10 +489,22 @@ def generic_sections(doc: dict[str, Any]) -> list[Section]:
             for j in range(len(columns)):
                 v = r[j] if j < len(r) else None
                 n = num(v)
-                cells.append(Cell(fmt_scalar(v), sort=n if n is not None else text(v), numeric=n is not None))
+                cells.append(
+                    Cell(fmt_scalar(v), sort=n if n is not None else text(v), numeric=n is not None)
+                )
             rows.append(cells)
-        sec_id = "table-" + (re.sub(r"[^A-Za-z0-9_-]+", "-", text(t.get("id"))).strip("-") or str(i + 1))
-        out.append(Section(sec_id, one_line(t.get("title")) or one_line(t.get("id")) or f"Table {i + 1}", columns, rows, note=one_line(t.get("note"))))
+        sec_id = "table-" + (
+            re.sub(r"[^A-Za-z0-9_-]+", "-", text(t.get("id"))).strip("-") or str(i + 1)
+        )
+        out.append(
+            Section(
+                sec_id,
+                one_line(t.get("title")) or one_line(t.get("id")) or f"Table {i + 1}",
+                columns,
+                rows,
+                note=one_line(t.get("note")),
+            )
+        )
     return out
 
 

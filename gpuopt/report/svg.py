@@ -22,7 +22,7 @@ COLORS = {
     "sync": "#f3a712",
     "compute": "#2a9d5c",
     "other": "#9aa0a6",
-    "rest": "#7cc49c",   # compute + other, where only the total is known per step
+    "rest": "#7cc49c",  # compute + other, where only the total is known per step
     "cpu": "#3b6fd8",
     "gpu": "#2a9d5c",
     "rss_bytes": "#3b6fd8",
@@ -67,7 +67,7 @@ class StepBar:
     """One bar: a step (or the mean of a bucket of steps)."""
 
     label: str
-    parts: list[tuple[str, float]]   # (color key, seconds), bottom to top
+    parts: list[tuple[str, float]]  # (color key, seconds), bottom to top
     warmup: bool
 
 
@@ -80,14 +80,30 @@ def step_bars(series: list[dict[str, Any]], max_bars: int = 400) -> tuple[list[S
     warm = [r for r in series if r["warmup"]]
     measured = [r for r in series if not r["warmup"]]
     per = max(1, math.ceil(len(measured) / max(1, max_bars - len(warm))))
-    bars = [StepBar(f"step {r['index']} (warm-up)", [(col, r[k]) for col, k in zip(colors, keys, strict=True)], True) for r in warm]
+    bars = [
+        StepBar(
+            f"step {r['index']} (warm-up)",
+            [(col, r[k]) for col, k in zip(colors, keys, strict=True)],
+            True,
+        )
+        for r in warm
+    ]
     for i in range(0, len(measured), per):
         group = measured[i : i + per]
         if per == 1:
             label = f"step {group[0]['index']}"
         else:
             label = f"steps {group[0]['index']}–{group[-1]['index']} (mean)"
-        bars.append(StepBar(label, [(col, sum(r[k] for r in group) / len(group)) for col, k in zip(colors, keys, strict=True)], False))
+        bars.append(
+            StepBar(
+                label,
+                [
+                    (col, sum(r[k] for r in group) / len(group))
+                    for col, k in zip(colors, keys, strict=True)
+                ],
+                False,
+            )
+        )
     return bars, per
 
 
@@ -110,28 +126,46 @@ def step_chart(series: list[dict[str, Any]], width: int = 1100, height: int = 26
     n_warm = sum(1 for b in bars if b.warmup)
     if n_warm:
         wx = left + n_warm * slot
-        out.append(f'<rect x="{left}" y="{top}" width="{wx - left:.1f}" height="{ph}" fill="currentColor" opacity="0.07"/>')
-        out.append(f'<text x="{left + 2}" y="{height - 3}" fill="currentColor" opacity="0.8">◀ warm-up</text>' if n_warm * slot < 60 else f'<text x="{(left + wx) / 2:.1f}" y="{height - 3}" text-anchor="middle" fill="currentColor" opacity="0.8">warm-up</text>')
+        out.append(
+            f'<rect x="{left}" y="{top}" width="{wx - left:.1f}" height="{ph}" fill="currentColor" opacity="0.07"/>'
+        )
+        out.append(
+            f'<text x="{left + 2}" y="{height - 3}" fill="currentColor" opacity="0.8">◀ warm-up</text>'
+            if n_warm * slot < 60
+            else f'<text x="{(left + wx) / 2:.1f}" y="{height - 3}" text-anchor="middle" fill="currentColor" opacity="0.8">warm-up</text>'
+        )
     tick_label = duration_tick_formatter(y_hi)
     for t in ticks:
         y = top + ph - t / y_hi * ph
-        out.append(f'<line x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}" stroke="currentColor" opacity="0.12"/>')
-        out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" fill="currentColor">{esc(tick_label(t))}</text>')
+        out.append(
+            f'<line x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}" stroke="currentColor" opacity="0.12"/>'
+        )
+        out.append(
+            f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" fill="currentColor">{esc(tick_label(t))}</text>'
+        )
     for i, (bar, total) in enumerate(zip(bars, totals, strict=True)):
         x = left + i * slot + (slot - bw) / 2
         y = top + ph
         detail = ", ".join(f"{_PART_LABEL[k]} {c.fmt_duration(v)}" for k, v in bar.parts if v > 0)
-        out.append(f'<g opacity="{0.45 if bar.warmup else 1}"><title>{esc(bar.label)}: {esc(c.fmt_duration(total))} ({esc(detail)})</title>')
+        out.append(
+            f'<g opacity="{0.45 if bar.warmup else 1}"><title>{esc(bar.label)}: {esc(c.fmt_duration(total))} ({esc(detail)})</title>'
+        )
         for key, v in bar.parts:
             h = min(v, max(0.0, y_hi - (top + ph - y) / ph * y_hi)) / y_hi * ph
             if h <= 0:
                 continue
             y -= h
-            out.append(f'<rect x="{x:.2f}" y="{y:.2f}" width="{bw:.2f}" height="{h:.2f}" fill="{COLORS[key]}"/>')
+            out.append(
+                f'<rect x="{x:.2f}" y="{y:.2f}" width="{bw:.2f}" height="{h:.2f}" fill="{COLORS[key]}"/>'
+            )
         if total > y_hi:
-            out.append(f'<text x="{x + bw / 2:.1f}" y="{top - 2}" text-anchor="middle" font-size="9" fill="currentColor">▲</text>')
+            out.append(
+                f'<text x="{x + bw / 2:.1f}" y="{top - 2}" text-anchor="middle" font-size="9" fill="currentColor">▲</text>'
+            )
         out.append("</g>")
-    out.append(f'<line x1="{left}" x2="{left + pw}" y1="{top + ph}" y2="{top + ph}" stroke="currentColor" opacity="0.5"/>')
+    out.append(
+        f'<line x1="{left}" x2="{left + pw}" y1="{top + ph}" y2="{top + ph}" stroke="currentColor" opacity="0.5"/>'
+    )
     # x labels: first, a few in between, last
     idx_ticks = sorted({0, len(bars) - 1, *range(0, len(bars), max(1, len(bars) // 8))})
     for i in idx_ticks:
@@ -139,14 +173,23 @@ def step_chart(series: list[dict[str, Any]], width: int = 1100, height: int = 26
             continue  # too close to the last label
         x = left + (i + 0.5) * slot
         label = bars[i].label.split(" ")[1].split("–")[0]
-        out.append(f'<text x="{x:.1f}" y="{top + ph + 15}" text-anchor="middle" fill="currentColor">{esc(label)}</text>')
+        out.append(
+            f'<text x="{x:.1f}" y="{top + ph + 15}" text-anchor="middle" fill="currentColor">{esc(label)}</text>'
+        )
     axis = "step" if per == 1 else f"step (measured bars: mean of {per} steps)"
-    out.append(f'<text x="{left + pw / 2:.1f}" y="{height - 3}" text-anchor="middle" fill="currentColor" opacity="0.8">{esc(axis)}</text>')
+    out.append(
+        f'<text x="{left + pw / 2:.1f}" y="{height - 3}" text-anchor="middle" fill="currentColor" opacity="0.8">{esc(axis)}</text>'
+    )
     out.append("</svg>")
     return "".join(out)
 
 
-_PART_LABEL = {"data_wait": "data wait", "h2d": "copies", "sync": "syncs", "rest": "compute + other"}
+_PART_LABEL = {
+    "data_wait": "data wait",
+    "h2d": "copies",
+    "sync": "syncs",
+    "rest": "compute + other",
+}
 
 
 def line_chart(
@@ -173,14 +216,26 @@ def line_chart(
     out = [_svg_open(width, height, label)]
     for t in yticks:
         y = top + ph - t / y_top * ph
-        out.append(f'<line x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}" stroke="currentColor" opacity="0.12"/>')
-        out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" fill="currentColor">{esc(y_fmt(t))}</text>')
+        out.append(
+            f'<line x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}" stroke="currentColor" opacity="0.12"/>'
+        )
+        out.append(
+            f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" fill="currentColor">{esc(y_fmt(t))}</text>'
+        )
     for t in xticks:
         x = left + t / span * pw
-        out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top + ph}" y2="{top + ph + 4}" stroke="currentColor" opacity="0.5"/>')
-        out.append(f'<text x="{x:.1f}" y="{top + ph + 16}" text-anchor="middle" fill="currentColor">{esc(_fmt_seconds_tick(t))}</text>')
-    out.append(f'<line x1="{left}" x2="{left + pw}" y1="{top + ph}" y2="{top + ph}" stroke="currentColor" opacity="0.5"/>')
-    out.append(f'<text x="{left + pw / 2:.1f}" y="{height - 3}" text-anchor="middle" fill="currentColor" opacity="0.8">time since start (s)</text>')
+        out.append(
+            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top + ph}" y2="{top + ph + 4}" stroke="currentColor" opacity="0.5"/>'
+        )
+        out.append(
+            f'<text x="{x:.1f}" y="{top + ph + 16}" text-anchor="middle" fill="currentColor">{esc(_fmt_seconds_tick(t))}</text>'
+        )
+    out.append(
+        f'<line x1="{left}" x2="{left + pw}" y1="{top + ph}" y2="{top + ph}" stroke="currentColor" opacity="0.5"/>'
+    )
+    out.append(
+        f'<text x="{left + pw / 2:.1f}" y="{height - 3}" text-anchor="middle" fill="currentColor" opacity="0.8">time since start (s)</text>'
+    )
     step = max(1, math.ceil(len(t_s) / max_points))
     lx = left
     for key, name, values in lines:
@@ -201,8 +256,12 @@ def line_chart(
                 cx, cy = seg[0].split(",")
                 out.append(f'<circle cx="{cx}" cy="{cy}" r="1.8" fill="{color}"/>')
             elif seg:
-                out.append(f'<polyline points="{" ".join(seg)}" fill="none" stroke="{color}" stroke-width="1.6" stroke-linejoin="round"/>')
-        out.append(f'<rect x="{lx}" y="6" width="12" height="4" fill="{color}"/><text x="{lx + 16}" y="12" fill="currentColor">{esc(name)}</text>')
+                out.append(
+                    f'<polyline points="{" ".join(seg)}" fill="none" stroke="{color}" stroke-width="1.6" stroke-linejoin="round"/>'
+                )
+        out.append(
+            f'<rect x="{lx}" y="6" width="12" height="4" fill="{color}"/><text x="{lx + 16}" y="12" fill="currentColor">{esc(name)}</text>'
+        )
         lx += 24 + 7 * len(name)
     out.append("</svg>")
     return "".join(out)
@@ -212,7 +271,12 @@ def _fmt_seconds_tick(t: float) -> str:
     return f"{t:.0f}" if float(t).is_integer() or t >= 10 else f"{t:g}"
 
 
-def hbar(items: list[tuple[str, str, float]], width: int = 1100, height: int = 34, label: str = "breakdown") -> str:
+def hbar(
+    items: list[tuple[str, str, float]],
+    width: int = 1100,
+    height: int = 34,
+    label: str = "breakdown",
+) -> str:
     """A 100% stacked horizontal bar; segments wide enough carry their percentage."""
     total = sum(f for _, _, f in items)
     if total <= 0:
@@ -223,18 +287,26 @@ def hbar(items: list[tuple[str, str, float]], width: int = 1100, height: int = 3
         w = frac / total * width
         if w <= 0:
             continue
-        out.append(f'<rect x="{x:.2f}" y="0" width="{w:.2f}" height="{height}" fill="{COLORS.get(key, "#888")}"><title>{esc(name)} {esc(c.fmt_frac(frac))}</title></rect>')
+        out.append(
+            f'<rect x="{x:.2f}" y="0" width="{w:.2f}" height="{height}" fill="{COLORS.get(key, "#888")}"><title>{esc(name)} {esc(c.fmt_frac(frac))}</title></rect>'
+        )
         text = f"{name} {c.fmt_frac(frac)}"
         if w > 7.2 * len(text) + 10:
-            out.append(f'<text x="{x + w / 2:.1f}" y="{height / 2 + 4:.1f}" text-anchor="middle" fill="#fff" font-weight="600">{esc(text)}</text>')
+            out.append(
+                f'<text x="{x + w / 2:.1f}" y="{height / 2 + 4:.1f}" text-anchor="middle" fill="#fff" font-weight="600">{esc(text)}</text>'
+            )
         elif w > 7.2 * len(c.fmt_frac(frac)) + 8:
-            out.append(f'<text x="{x + w / 2:.1f}" y="{height / 2 + 4:.1f}" text-anchor="middle" fill="#fff" font-weight="600">{esc(c.fmt_frac(frac))}</text>')
+            out.append(
+                f'<text x="{x + w / 2:.1f}" y="{height / 2 + 4:.1f}" text-anchor="middle" fill="#fff" font-weight="600">{esc(c.fmt_frac(frac))}</text>'
+            )
         x += w
     out.append("</svg>")
     return "".join(out)
 
 
-def rank_bars(rows: list[tuple[str, float | None, list[tuple[str, str, float]]]], width: int = 1100) -> str:
+def rank_bars(
+    rows: list[tuple[str, float | None, list[tuple[str, str, float]]]], width: int = 1100
+) -> str:
     """One horizontal bar per rank, its length the rank's step median and its segments the
     rank's breakdown: a straggler is the long bar, and its colours say why."""
     rows = [r for r in rows if r[1] is not None and r[1] > 0]
@@ -248,7 +320,9 @@ def rank_bars(rows: list[tuple[str, float | None, list[tuple[str, str, float]]]]
     for i, (name, median, items) in enumerate(rows):
         assert median is not None
         y = 3 + i * (bar_h + gap)
-        out.append(f'<text x="{label_w - 8}" y="{y + bar_h - 5}" text-anchor="end" fill="currentColor">{esc(name)}</text>')
+        out.append(
+            f'<text x="{label_w - 8}" y="{y + bar_h - 5}" text-anchor="end" fill="currentColor">{esc(name)}</text>'
+        )
         total = sum(f for _, _, f in items) or 1.0
         length = median / longest * pw
         x = float(label_w)
@@ -256,10 +330,16 @@ def rank_bars(rows: list[tuple[str, float | None, list[tuple[str, str, float]]]]
             w = frac / total * length
             if w <= 0:
                 continue
-            out.append(f'<rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{bar_h}" fill="{COLORS.get(key, "#888")}"><title>{esc(name)}: {esc(seg_name)} {esc(c.fmt_frac(frac))}</title></rect>')
+            out.append(
+                f'<rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{bar_h}" fill="{COLORS.get(key, "#888")}"><title>{esc(name)}: {esc(seg_name)} {esc(c.fmt_frac(frac))}</title></rect>'
+            )
             x += w
         if not items:
-            out.append(f'<rect x="{x:.2f}" y="{y}" width="{length:.2f}" height="{bar_h}" fill="{COLORS["other"]}"/>')
-        out.append(f'<text x="{label_w + length + 6:.1f}" y="{y + bar_h - 5}" fill="currentColor">{esc(c.fmt_duration(median))}</text>')
+            out.append(
+                f'<rect x="{x:.2f}" y="{y}" width="{length:.2f}" height="{bar_h}" fill="{COLORS["other"]}"/>'
+            )
+        out.append(
+            f'<text x="{label_w + length + 6:.1f}" y="{y + bar_h - 5}" fill="currentColor">{esc(c.fmt_duration(median))}</text>'
+        )
     out.append("</svg>")
     return "".join(out)

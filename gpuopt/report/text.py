@@ -24,10 +24,26 @@ from gpuopt.report.base import Renderer
 from gpuopt.report.common import bar_lengths, spark
 from gpuopt.report.sections import Section, detail_sections
 
-_SEGMENT_STYLE = {"data_wait": "red", "h2d": "magenta", "sync": "yellow", "compute": "green", "other": "bright_black"}
-_SEGMENT_CHAR = {"data_wait": "D", "h2d": "H", "sync": "S", "compute": "C", "other": "o"}  # plain text
+_SEGMENT_STYLE = {
+    "data_wait": "red",
+    "h2d": "magenta",
+    "sync": "yellow",
+    "compute": "green",
+    "other": "bright_black",
+}
+_SEGMENT_CHAR = {
+    "data_wait": "D",
+    "h2d": "H",
+    "sync": "S",
+    "compute": "C",
+    "other": "o",
+}  # plain text
 _SEVERITY_STYLE = {"high": "bold red", "medium": "bold yellow", "low": "cyan"}
-_STATUS_STYLE = {"ok": "bold green", "error": "bold white on red", "interrupted": "bold black on yellow"}
+_STATUS_STYLE = {
+    "ok": "bold green",
+    "error": "bold white on red",
+    "interrupted": "bold black on yellow",
+}
 _FULL_FINDINGS = 8  # findings shown with evidence and fix; the rest get one line each
 
 
@@ -96,7 +112,12 @@ class TextRenderer(Renderer):
             lines.append(info)
         err = c.error_line(doc)
         if err:
-            lines.append(Text(("error: " if doc.get("status") == "error" else "note: ") + c.printable(err), style="red" if doc.get("status") == "error" else "yellow"))
+            lines.append(
+                Text(
+                    ("error: " if doc.get("status") == "error" else "note: ") + c.printable(err),
+                    style="red" if doc.get("status") == "error" else "yellow",
+                )
+            )
         return Group(*lines)
 
     def step_time(self, doc: dict[str, Any]) -> RenderableType:
@@ -106,7 +127,9 @@ class TextRenderer(Renderer):
         if all(v is None for _, v in stats):
             t.append("no measured steps", style="yellow")
             if (c.num(c.get(doc, "steps", "count")) or 0) == 0:
-                t.append(" (gpuopt counts a step at each optimizer.step() or gpuopt.step())", style="dim")
+                t.append(
+                    " (gpuopt counts a step at each optimizer.step() or gpuopt.step())", style="dim"
+                )
             return Padding(t, (1, 0, 0, 0))
         for i, (label, value) in enumerate(stats):
             if i:
@@ -126,33 +149,53 @@ class TextRenderer(Renderer):
             line.append("per step   ", style="dim")
             if len(series) <= width:
                 for x, w in zip(times, warm, strict=True):
-                    line.append(spark([x], 0.0, hi) if x <= hi else "↑", style="dim" if w else "cyan")
+                    line.append(
+                        spark([x], 0.0, hi) if x <= hi else "↑", style="dim" if w else "cyan"
+                    )
             else:
-                line.append(spark(c.resample([float(x) for x in times], width), 0.0, hi), style="cyan")
+                line.append(
+                    spark(c.resample([float(x) for x in times], width), 0.0, hi), style="cyan"
+                )
             line.append(f"  max {c.fmt_duration(max(times))}", style="dim")
             lines.append(line)
             if len(series) > width:
-                lines.append(Text(f"           {len(series)} steps, each mark the mean of ~{len(series) / width:.1f}", style="dim"))
+                lines.append(
+                    Text(
+                        f"           {len(series)} steps, each mark the mean of ~{len(series) / width:.1f}",
+                        style="dim",
+                    )
+                )
             if n_warm and len(series) <= width:
-                lines.append(Text(f"           {n_warm} warm-up step(s) dimmed, ↑ = above the scale (slower than any measured step)", style="dim"))
+                lines.append(
+                    Text(
+                        f"           {n_warm} warm-up step(s) dimmed, ↑ = above the scale (slower than any measured step)",
+                        style="dim",
+                    )
+                )
         return Padding(Group(*lines), (1, 0, 0, 0))
 
     def breakdown(self, doc: dict[str, Any]) -> RenderableType:
         items = c.breakdown_items(doc)
         head = Text("where step time goes", style="bold")
         if not items:
-            return Padding(Group(head, Text("no breakdown: no measured steps", style="yellow")), (1, 0, 0, 0))
+            return Padding(
+                Group(head, Text("no breakdown: no measured steps", style="yellow")), (1, 0, 0, 0)
+            )
         width = self.width - 2
         lengths = bar_lengths([f for _, _, f in items], width)
         bar = Text(" ")
         for (key, _, _), n in zip(items, lengths, strict=True):
             if n:
-                bar.append((("█" if self.color else _SEGMENT_CHAR[key])) * n, style=_SEGMENT_STYLE[key])
+                bar.append(
+                    ("█" if self.color else _SEGMENT_CHAR[key]) * n, style=_SEGMENT_STYLE[key]
+                )
         legend = Text(" ")
         for i, (key, label, frac) in enumerate(items):
             if i:
                 legend.append("   ")
-            legend.append(("■" if self.color else _SEGMENT_CHAR[key]) + " ", style=_SEGMENT_STYLE[key])
+            legend.append(
+                ("■" if self.color else _SEGMENT_CHAR[key]) + " ", style=_SEGMENT_STYLE[key]
+            )
             legend.append(f"{label} ")
             legend.append(c.fmt_frac(frac), style="bold")
         return Padding(Group(head, bar, legend), (1, 0, 0, 0))
@@ -172,11 +215,19 @@ class TextRenderer(Renderer):
             if values is None and mean is None and mx is None:
                 # the note says why; it is shown once: on the GPU line, or below when GPU was measured
                 with_note = note and key == "gpu"
-                lines.append(Text(f" {label}  not measured" + (f": {c.printable(note)}" if with_note else ""), style="dim"))
+                lines.append(
+                    Text(
+                        f" {label}  not measured" + (f": {c.printable(note)}" if with_note else ""),
+                        style="dim",
+                    )
+                )
                 continue
             line = Text(f" {label}  ")
             if values is not None:
-                line.append(spark(c.resample(values, spark_width), 0.0, 100.0).ljust(spark_width), style="green" if key == "gpu" else "blue")
+                line.append(
+                    spark(c.resample(values, spark_width), 0.0, 100.0).ljust(spark_width),
+                    style="green" if key == "gpu" else "blue",
+                )
                 line.append("  ")
             line.append("mean ", style="dim")
             line.append(c.fmt_util(mean))
@@ -215,14 +266,18 @@ class TextRenderer(Renderer):
         grid.add_column(justify="right", no_wrap=True)
         for i, f in enumerate(findings, 1):
             sev = c.one_line(f.get("severity")) or c.MISSING
-            title = Text(c.printable(c.one_line(f.get("title")) or c.one_line(f.get("id"))), style="bold")
+            title = Text(
+                c.printable(c.one_line(f.get("title")) or c.one_line(f.get("id"))), style="bold"
+            )
             est = Text()
             if c.num(f.get("est_speedup")) is not None:
                 est.append(c.fmt_speedup(f.get("est_speedup")), style="bold")
                 ref = notes.ref(f.get("estimate_model"))
                 est.append(f" [{ref}]" if ref else " [no model]", style="dim")
             if i > _FULL_FINDINGS:
-                grid.add_row(f"{i}", Text(sev.upper(), style=_SEVERITY_STYLE.get(sev, "")), title, est)
+                grid.add_row(
+                    f"{i}", Text(sev.upper(), style=_SEVERITY_STYLE.get(sev, "")), title, est
+                )
                 continue
             body = Text()
             body.append_text(title)
@@ -235,7 +290,10 @@ class TextRenderer(Renderer):
                 body.append("\n" + c.printable(summary))
             numbers = c.evidence_numbers(f, limit=6)
             if numbers:
-                body.append("\n" + "  ".join(f"{c.printable(k)}={c.printable(v)}" for k, v in numbers), style="dim")
+                body.append(
+                    "\n" + "  ".join(f"{c.printable(k)}={c.printable(v)}" for k, v in numbers),
+                    style="dim",
+                )
             fix = c.one_line(f.get("fix"))
             if fix:
                 body.append("\nfix: ", style="bold green")
@@ -255,7 +313,9 @@ class TextRenderer(Renderer):
     def table(self, section: Section) -> RenderableType:
         # title and note sit outside the table so they use the full width, not the table's
         columns, numeric = [c.printable(col) for col in section.columns], section.numeric_columns
-        shown = section.rows if section.compact_rows is None else section.rows[: section.compact_rows]
+        shown = (
+            section.rows if section.compact_rows is None else section.rows[: section.compact_rows]
+        )
         rows = [[c.printable(cell.text) for cell in r] for r in shown]  # widths of what is printed
         site_cols = {j for r in shown for j, cell in enumerate(r) if cell.site}
         if section.per_rank and len(rows) <= 8 and _needed_width(columns, rows) > self.width:
@@ -272,13 +332,22 @@ class TextRenderer(Renderer):
             table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1))
             for j, col in enumerate(columns):
                 is_num = j in numeric
-                table.add_column(Text(col), justify="right" if is_num else "left", overflow="fold", width=widths[j])
+                table.add_column(
+                    Text(col),
+                    justify="right" if is_num else "left",
+                    overflow="fold",
+                    width=widths[j],
+                )
             for row in rows:
                 table.add_row(*(Text(cell) for cell in row))
         parts: list[RenderableType] = [Text(c.printable(section.title), style="bold"), table]
         hidden = len(section.rows) - len(shown)
         if hidden:
-            parts.append(Text(f"… {hidden} more rows: gpuopt report DIR --format html (or json)", style="dim"))
+            parts.append(
+                Text(
+                    f"… {hidden} more rows: gpuopt report DIR --format html (or json)", style="dim"
+                )
+            )
         if section.note:
             parts.append(Text(c.printable(section.note), style="dim"))
         return Padding(Group(*parts), (1, 0, 0, 0))
@@ -288,7 +357,9 @@ _SITE_MIN = 16  # a folded site column keeps at least this many characters per l
 _LONG_TEXT = 24  # text cells longer than this may fold
 
 
-def _column_widths(columns: list[str], rows: list[list[str]], site_cols: set[int], width: int) -> list[int] | None:
+def _column_widths(
+    columns: list[str], rows: list[list[str]], site_cols: set[int], width: int
+) -> list[int] | None:
     """Exact column widths within ``width`` that keep every number and short value whole.
 
     Each column first gets its widest cell (sites and long text: at most ``_SITE_MIN``); what is
@@ -344,9 +415,14 @@ def _needed_width(columns: list[str], rows: list[list[str]]) -> int:
     return sum(widths) + 3 * max(0, len(columns) - 1)  # " " padding on both sides + the divider
 
 
-def _transpose(columns: list[str], rows: list[list[str]], numeric: set[int]) -> tuple[list[str], list[list[str]], set[int]]:
+def _transpose(
+    columns: list[str], rows: list[list[str]], numeric: set[int]
+) -> tuple[list[str], list[list[str]], set[int]]:
     """Rows become columns, headed by the first column's value (``rank 0``, ``rank 1``, ...)."""
     head = [""] + [f"{columns[0]} {r[0]}" if r else "" for r in rows]
-    body = [[columns[j]] + [r[j] if j < len(r) else c.MISSING for r in rows] for j in range(1, len(columns))]
+    body = [
+        [columns[j]] + [r[j] if j < len(r) else c.MISSING for r in rows]
+        for j in range(1, len(columns))
+    ]
     all_numeric = all(j in numeric for j in range(1, len(columns)))
     return head, body, set(range(1, len(head))) if all_numeric else set()

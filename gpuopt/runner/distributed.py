@@ -22,11 +22,21 @@ from gpuopt.schema import empty_profile, load_profile, write_profile
 
 def torchrun_command(opts: Any, target: Target, out: Path) -> list[str]:
     cmd = [
-        sys.executable, "-m", "torch.distributed.run",
-        "--standalone", f"--nproc-per-node={opts.nproc_per_node}",
-        "-m", "gpuopt.runner.rank_entry",
-        "--out", str(out), "--warmup", str(opts.warmup), "--window", str(opts.window),
-        "--sample-interval", str(opts.sample_interval),
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={opts.nproc_per_node}",
+        "-m",
+        "gpuopt.runner.rank_entry",
+        "--out",
+        str(out),
+        "--warmup",
+        str(opts.warmup),
+        "--window",
+        str(opts.window),
+        "--sample-interval",
+        str(opts.sample_interval),
     ]
     if opts.steps is not None:
         cmd += ["--steps", str(opts.steps)]
@@ -42,7 +52,9 @@ def launch(opts: Any, target: Target) -> int:
 
     out = prepare_out_dir(opts.out or default_out_dir(target.stem)).resolve()
     env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, stated so the warning is not printed
+    env.setdefault(
+        "OMP_NUM_THREADS", "1"
+    )  # torchrun's own default, stated so the warning is not printed
     try:
         proc = subprocess.run(torchrun_command(opts, target, out), env=env)
     except KeyboardInterrupt:
@@ -52,13 +64,19 @@ def launch(opts: Any, target: Target) -> int:
         from gpuopt.report import print_report
 
         print_report(doc, opts.fmt)
-    print(f"gpuopt: profile written to {out / 'profile.json'} ({len(doc.get('ranks') or [])} ranks)", file=sys.stderr)
+    print(
+        f"gpuopt: profile written to {out / 'profile.json'} ({len(doc.get('ranks') or [])} ranks)",
+        file=sys.stderr,
+    )
     return int(doc["exit_code"])
 
 
 def merge_ranks(out: Path, returncode: int, target: Target) -> dict[str, Any]:
     """One document for the whole job: rank 0's, plus a row per rank."""
-    rank_dirs = sorted((p for p in out.glob("rank-*") if (p / "profile.json").exists()), key=lambda p: int(p.name.split("-")[1]))
+    rank_dirs = sorted(
+        (p for p in out.glob("rank-*") if (p / "profile.json").exists()),
+        key=lambda p: int(p.name.split("-")[1]),
+    )
     docs: list[dict[str, Any]] = []
     for d in rank_dirs:
         try:
@@ -73,7 +91,11 @@ def merge_ranks(out: Path, returncode: int, target: Target) -> dict[str, Any]:
     code = returncode if returncode >= 0 else 128 - returncode
     statuses = [d["status"] for d in docs]
     doc["exit_code"] = code
-    doc["status"] = "interrupted" if "interrupted" in statuses or code == 130 else ("error" if code != 0 or "error" in statuses else "ok")
+    doc["status"] = (
+        "interrupted"
+        if "interrupted" in statuses or code == 130
+        else ("error" if code != 0 or "error" in statuses else "ok")
+    )
     doc["rank"] = None
     doc["ranks"] = [
         {
@@ -87,9 +109,15 @@ def merge_ranks(out: Path, returncode: int, target: Target) -> dict[str, Any]:
         }
         for i, d in enumerate(docs)
     ]
-    medians = [(r["step_time_median_s"], r["rank"]) for r in doc["ranks"] if r["step_time_median_s"]]
+    medians = [
+        (r["step_time_median_s"], r["rank"]) for r in doc["ranks"] if r["step_time_median_s"]
+    ]
     if len(medians) > 1:
         slow, fast = max(medians), min(medians)
-        doc["rank_spread"] = {"slowest_rank": slow[1], "fastest_rank": fast[1], "ratio": slow[0] / fast[0]}
+        doc["rank_spread"] = {
+            "slowest_rank": slow[1],
+            "fastest_rank": fast[1],
+            "ratio": slow[0] / fast[0],
+        }
     write_profile(doc, out / "profile.json")
     return doc

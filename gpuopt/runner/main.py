@@ -270,7 +270,9 @@ class ProfileSession:
         for rec in doc["steps"]["series"]:
             rec["instrumented"] = rec["index"] in instrumented
         if 0 < len(ends) <= warmup:
-            warnings.append(f"only {len(ends)} step(s), not more than --warmup {warmup}: statistics include warm-up steps")
+            warnings.append(
+                f"only {len(ends)} step(s), not more than --warmup {warmup}: statistics include warm-up steps"
+            )
         if not ends and outcome.status == "ok":
             warnings.append(
                 "no training steps were seen: no torch.optim optimizer stepped; mark steps with gpuopt.step() in loops without an optimizer"
@@ -285,8 +287,12 @@ class ProfileSession:
         doc["breakdown"] = stats.breakdown(
             m_times,
             m_waits,
-            h2d=[disp.get("h2d_share", 0.0) * t for t in m_times] if disp.get("h2d_share") else None,
-            sync=[disp.get("sync_share", 0.0) * t for t in m_times] if disp.get("sync_share") else None,
+            h2d=[disp.get("h2d_share", 0.0) * t for t in m_times]
+            if disp.get("h2d_share")
+            else None,
+            sync=[disp.get("sync_share", 0.0) * t for t in m_times]
+            if disp.get("sync_share")
+            else None,
             other_share=disp.get("between_ops_share"),
         )
         doc.pop("_measured_indices", None)
@@ -330,7 +336,10 @@ def environment() -> dict[str, Any]:
         try:
             if torch.cuda.is_available():
                 env["gpus"] = [
-                    {"name": torch.cuda.get_device_name(i), "memory_bytes": int(torch.cuda.get_device_properties(i).total_memory)}
+                    {
+                        "name": torch.cuda.get_device_name(i),
+                        "memory_bytes": int(torch.cuda.get_device_properties(i).total_memory),
+                    }
                     for i in range(torch.cuda.device_count())
                 ]
                 if torch.cuda.is_initialized():

@@ -23,7 +23,9 @@ class LiveLine:
         self._drawn = False
 
     @classmethod
-    def maybe(cls, clock: Any, loader_probe: Any, sampler: Any, stream: TextIO | None = None) -> LiveLine | None:
+    def maybe(
+        cls, clock: Any, loader_probe: Any, sampler: Any, stream: TextIO | None = None
+    ) -> LiveLine | None:
         stream = stream or sys.stderr
         if not stream.isatty():
             return None
@@ -33,7 +35,7 @@ class LiveLine:
         ends = self.clock.ends
         parts = [f"gpuopt: step {index + 1}"]
         if len(ends) >= 2:
-            recent = ends[-min(len(ends), 11):]
+            recent = ends[-min(len(ends), 11) :]
             per_step = (recent[-1] - recent[0]) / (len(recent) - 1)
             waits = self.loader.wait_by_step
             n = len(recent) - 1

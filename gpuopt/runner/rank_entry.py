@@ -29,8 +29,15 @@ def main(argv: list[str] | None = None) -> int:
 
     rank = int(os.environ.get("RANK", "0"))
     opts = ProfileOptions(
-        script=ns.script, module=ns.module, args=args, out=ns.out, steps=ns.steps, warmup=ns.warmup,
-        window=ns.window, sample_interval=ns.sample_interval, quiet=True,
+        script=ns.script,
+        module=ns.module,
+        args=args,
+        out=ns.out,
+        steps=ns.steps,
+        warmup=ns.warmup,
+        window=ns.window,
+        sample_interval=ns.sample_interval,
+        quiet=True,
     )
     out = prepare_out_dir(ns.out / f"rank-{rank}")
     doc = ProfileSession(Target(ns.script, ns.module, args), out, opts, rank=rank).run()

@@ -59,9 +59,13 @@ def check_target(target: Target) -> None:
     if target.script is not None:
         p = Path(target.script)
         if not p.exists():
-            raise GpuoptError(f"{target.script}: no such file; give the path of a Python script, e.g. gpuopt profile train.py")
+            raise GpuoptError(
+                f"{target.script}: no such file; give the path of a Python script, e.g. gpuopt profile train.py"
+            )
         if p.is_dir():
-            raise GpuoptError(f"{target.script}: is a directory, not a script; to run a package use gpuopt profile -m PACKAGE")
+            raise GpuoptError(
+                f"{target.script}: is a directory, not a script; to run a package use gpuopt profile -m PACKAGE"
+            )
         if not os.access(p, os.R_OK):
             raise GpuoptError(f"{target.script}: permission denied")
         return
@@ -75,7 +79,9 @@ def check_target(target: Target) -> None:
     finally:
         sys.path[0] = saved
     if spec is None:
-        raise GpuoptError(f"-m {target.module}: no module named {target.module!r} (is it importable from {os.getcwd()}?)")
+        raise GpuoptError(
+            f"-m {target.module}: no module named {target.module!r} (is it importable from {os.getcwd()}?)"
+        )
 
 
 @dataclass
@@ -109,7 +115,10 @@ def run_target(target: Target) -> Outcome:
             runpy.run_path(path, run_name="__main__")
         else:
             assert target.module is not None
-            sys.argv = [target.module, *target.args]  # runpy replaces argv[0] with the module's file
+            sys.argv = [
+                target.module,
+                *target.args,
+            ]  # runpy replaces argv[0] with the module's file
             sys.path[0] = os.getcwd()
             runpy.run_module(target.module, run_name="__main__", alter_sys=True)
         return Outcome("ok", 0)
@@ -120,7 +129,11 @@ def run_target(target: Target) -> Outcome:
         if code is None:
             return Outcome("ok", 0)
         if isinstance(code, int):
-            return Outcome("ok" if code == 0 else "error", code, None if code == 0 else {"type": "SystemExit", "message": str(code)})
+            return Outcome(
+                "ok" if code == 0 else "error",
+                code,
+                None if code == 0 else {"type": "SystemExit", "message": str(code)},
+            )
         print(code, file=sys.stderr)
         return Outcome("error", 1, {"type": "SystemExit", "message": str(code)})
     except (KeyboardInterrupt, Terminated) as exc:
@@ -140,7 +153,11 @@ def run_target(target: Target) -> Outcome:
 
 
 def _is_ours(filename: str) -> bool:
-    return filename.startswith(_GPUOPT_DIR) or filename == runpy.__file__ or filename.endswith(("runpy.py", "<frozen runpy>"))
+    return (
+        filename.startswith(_GPUOPT_DIR)
+        or filename == runpy.__file__
+        or filename.endswith(("runpy.py", "<frozen runpy>"))
+    )
 
 
 def print_user_traceback(exc: BaseException) -> None:

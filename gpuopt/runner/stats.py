@@ -76,12 +76,19 @@ def breakdown(
     return {"data_wait": dw, "h2d": hd, "sync": sy, "compute": rest - other, "other": other}
 
 
-def series(start: float, t0: float, ends: list[float], warmup: int, per_step: dict[str, dict[int, float]]) -> list[dict[str, Any]]:
+def series(
+    start: float, t0: float, ends: list[float], warmup: int, per_step: dict[str, dict[int, float]]
+) -> list[dict[str, Any]]:
     """One record per step for plots: start offset, duration, measured waits."""
     out = []
     prev = start
     for i, e in enumerate(ends):
-        rec: dict[str, Any] = {"index": i, "start_s": round(prev - t0, 6), "time_s": max(0.0, e - prev), "warmup": i < warmup}
+        rec: dict[str, Any] = {
+            "index": i,
+            "start_s": round(prev - t0, 6),
+            "time_s": max(0.0, e - prev),
+            "warmup": i < warmup,
+        }
         for key, values in per_step.items():
             rec[key] = values.get(i, 0.0)
         out.append(rec)

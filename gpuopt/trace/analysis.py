@@ -108,5 +108,8 @@ def _device(view: RankView) -> dict[str, Any] | None:
     props = view.ev.metadata.get("deviceProperties")
     if isinstance(props, list) and props and isinstance(props[0], dict):
         # the device the GPU events ran on (Kineto's GPU pid is the device index)
-        return {"name": str(props[0].get("name", "")), "memory_bytes": props[0].get("totalGlobalMem")}
+        return {
+            "name": str(props[0].get("name", "")),
+            "memory_bytes": props[0].get("totalGlobalMem"),
+        }
     return None

@@ -18,8 +18,18 @@ import numpy as np
 from gpuopt.trace.prepare import RankView
 
 _USER_FRAME_RE = re.compile(r"^(?P<file>[^<(]+\.py)\((?P<line>\d+)\)")
-_LIB_RE = re.compile(r"(site-packages|dist-packages|/torch/|^torch/|/lib/python\d|<frozen|/gpuopt/)")
-CPU_OP_CATS = ("cpu_op", "Operator", "user_annotation", "python_function", "Runtime", "cuda_runtime", "cuda_driver")
+_LIB_RE = re.compile(
+    r"(site-packages|dist-packages|/torch/|^torch/|/lib/python\d|<frozen|/gpuopt/)"
+)
+CPU_OP_CATS = (
+    "cpu_op",
+    "Operator",
+    "user_annotation",
+    "python_function",
+    "Runtime",
+    "cuda_runtime",
+    "cuda_driver",
+)
 
 
 @dataclass

@@ -36,7 +36,18 @@ from gpuopt.trace import helper as helper_mod
 from gpuopt.trace.columns import EventColumns
 from gpuopt.trace.pieces import Fallback, PieceStream, iter_blocks
 
-_COLUMN_KEYS = ("ts", "dur", "name", "cat", "thread", "stream", "correlation", "bytes", "stack", "order")
+_COLUMN_KEYS = (
+    "ts",
+    "dur",
+    "name",
+    "cat",
+    "thread",
+    "stream",
+    "correlation",
+    "bytes",
+    "stack",
+    "order",
+)
 
 
 class _Builder:
@@ -60,9 +71,15 @@ class _Builder:
         if n == 0:
             return
         raw = part["cols"]
-        cols: dict[str, npt.NDArray[Any]] = {k: np.frombuffer(raw[k], dtype="<f8") for k in ev.FLOAT_KEYS}
+        cols: dict[str, npt.NDArray[Any]] = {
+            k: np.frombuffer(raw[k], dtype="<f8") for k in ev.FLOAT_KEYS
+        }
         for key in ev.INT_KEYS:
-            cols[key] = np.full(n, -1, dtype=np.int64) if raw[key] is None else np.frombuffer(raw[key], dtype="<i8")
+            cols[key] = (
+                np.full(n, -1, dtype=np.int64)
+                if raw[key] is None
+                else np.frombuffer(raw[key], dtype="<i8")
+            )
         cols["order"] = np.arange(base, base + n, dtype=np.int64)
         keep = np.isfinite(cols["dur"])
         bad = [code for code, cat in enumerate(part["cats"]) if cat is None or cat == "Trace"]
@@ -78,12 +95,20 @@ class _Builder:
         cols["cat"] = _globalise(cols["cat"], len(cats), cats.__getitem__, t["cat"])
         width = len(tids)
         pair = cols.pop("pid") * width + cols.pop("tid")
-        cols["thread"] = _globalise(pair, len(pids) * width, lambda p: (pids[p // width], tids[p % width]), t["thread"])
+        cols["thread"] = _globalise(
+            pair, len(pids) * width, lambda p: (pids[p // width], tids[p % width]), t["thread"]
+        )
         if raw["stack"] is not None:
-            cols["stack"] = _globalise(cols["stack"], len(stacks), stacks.__getitem__, t["stack"], skip_none=True)
+            cols["stack"] = _globalise(
+                cols["stack"], len(stacks), stacks.__getitem__, t["stack"], skip_none=True
+            )
         ts, dur = cols["ts"], cols["dur"]
         finite = ts[np.isfinite(ts)]
-        self.fractional = self.fractional or bool(np.any(finite != np.floor(finite))) or bool(np.any(dur != np.floor(dur)))
+        self.fractional = (
+            self.fractional
+            or bool(np.any(finite != np.floor(finite)))
+            or bool(np.any(dur != np.floor(dur)))
+        )
         self.parts.append(cols)
 
     def finish(self, meta: dict[str, Any]) -> EventColumns:
@@ -108,7 +133,11 @@ class _Builder:
 
 
 def _globalise(
-    local: npt.NDArray[np.int64], size: int, key_of: Callable[[int], Any], table: dict[Any, int], skip_none: bool = False
+    local: npt.NDArray[np.int64],
+    size: int,
+    key_of: Callable[[int], Any],
+    table: dict[Any, int],
+    skip_none: bool = False,
 ) -> npt.NDArray[np.int64]:
     """Piece-local codes (``0 <= code < size``) to the file's codes: each local code the events
     use gets its key (``key_of(code)``) a code in ``table``, new keys in the order the events first
@@ -117,9 +146,17 @@ def _globalise(
     n = local.size
     if size > 4 * n + 1024:  # sparse codes (many pid x tid pairs): sort the few that occur
         uniq, inverse = np.unique(local, return_inverse=True)
-        return _globalise(inverse.reshape(-1).astype(np.int64), uniq.size, lambda j: key_of(int(uniq[j])), table, skip_none)
+        return _globalise(
+            inverse.reshape(-1).astype(np.int64),
+            uniq.size,
+            lambda j: key_of(int(uniq[j])),
+            table,
+            skip_none,
+        )
     first = np.full(size, n, dtype=np.int64)
-    first[local[::-1]] = np.arange(n - 1, -1, -1, dtype=np.int64)  # the last write wins: the first use
+    first[local[::-1]] = np.arange(
+        n - 1, -1, -1, dtype=np.int64
+    )  # the last write wins: the first use
     used = np.flatnonzero(first < n)
     dense = np.full(size, -1, dtype=np.int64)
     for j in used[np.argsort(first[used], kind="stable")].tolist():
@@ -198,7 +235,9 @@ def _load_streaming(path: Path, workers: int | None = None) -> EventColumns:
     return _finish(path, builder, meta, has_events_key=True)
 
 
-def _helper_result(helper: helper_mod.DecodeHelper, start: int) -> tuple[list[dict[str, Any]], bytes] | None:
+def _helper_result(
+    helper: helper_mod.DecodeHelper, start: int
+) -> tuple[list[dict[str, Any]], bytes] | None:
     """The helper's parts and the tail, if its frames cover the text from ``start`` to the tail
     without a gap; else None."""
     parts: list[dict[str, Any]] = []
@@ -237,22 +276,34 @@ def _load_whole(path: Path) -> EventColumns:
         doc = ev.DOC.decode(data)
     except msgspec.ValidationError as exc:
         msg = str(exc)
-        if "Expected `object`, got `array`" in msg and msg.endswith("`$`") or msg == "Expected `object`, got `array`":
-            raise GpuoptError(f"{path}: a JSON array, not a PyTorch profiler trace (expected an object with 'traceEvents')") from None
+        if (
+            "Expected `object`, got `array`" in msg
+            and msg.endswith("`$`")
+            or msg == "Expected `object`, got `array`"
+        ):
+            raise GpuoptError(
+                f"{path}: a JSON array, not a PyTorch profiler trace (expected an object with 'traceEvents')"
+            ) from None
         if "Expected `object`" in msg and "`$`" not in msg and "traceEvents" not in msg:
-            raise GpuoptError(f"{path}: not a PyTorch profiler trace (top level is not a JSON object)") from None
+            raise GpuoptError(
+                f"{path}: not a PyTorch profiler trace (top level is not a JSON object)"
+            ) from None
         raise GpuoptError(f"{path}: malformed trace event: {msg}") from None
     except msgspec.DecodeError as exc:
         raise GpuoptError(f"{path}: not valid JSON ({exc}); the file may be truncated") from None
     del data
     if doc.traceEvents is None:
-        raise GpuoptError(f"{path}: no 'traceEvents' in this JSON: not a PyTorch profiler (Kineto) trace")
+        raise GpuoptError(
+            f"{path}: no 'traceEvents' in this JSON: not a PyTorch profiler (Kineto) trace"
+        )
     builder = _Builder()
     builder.add(doc.traceEvents)
     return _finish(path, builder, _meta_dict(doc), has_events_key=True)
 
 
-def _finish(path: Path, builder: _Builder, meta: dict[str, Any], has_events_key: bool) -> EventColumns:
+def _finish(
+    path: Path, builder: _Builder, meta: dict[str, Any], has_events_key: bool
+) -> EventColumns:
     if builder.total == 0:
         raise GpuoptError(f"{path}: the trace has no events (empty 'traceEvents')")
     cols = builder.finish(meta)

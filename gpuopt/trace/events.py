@@ -59,7 +59,8 @@ class _Complete(Event, tag_field="ph", tag="X"):
 
 # Every other Chrome-trace phase decodes to an empty struct: its fields are skipped unbuilt.
 _OTHER_PHASES = tuple(
-    msgspec.defstruct(f"_Phase_{p}", [], tag_field="ph", tag=p, gc=False) for p in "BEiICbnestfPONDMVvRc"
+    msgspec.defstruct(f"_Phase_{p}", [], tag_field="ph", tag=p, gc=False)
+    for p in "BEiICbnestfPONDMVvRc"
 )
 _FAST_EVENT = Union[(_Complete, *_OTHER_PHASES)]  # type: ignore[valid-type]  # noqa: UP007
 
@@ -145,7 +146,12 @@ def part_of(events: list[Any]) -> dict[str, Any]:
         "bytes": _ints(ints, args, _BYTES, _int),
         "stack": None if stack_raw.count(None) == n else ints(*map(stacks.__getitem__, stack_raw)),
     }
-    part["names"], part["cats"], part["pids"], part["tids"] = list(names), list(cats), list(pids), list(tids)
+    part["names"], part["cats"], part["pids"], part["tids"] = (
+        list(names),
+        list(cats),
+        list(pids),
+        list(tids),
+    )
     part["stacks"] = list(stacks)
     return part
 

@@ -25,7 +25,10 @@ def trace_files(path: Path) -> list[Path]:
     files = sorted(
         p
         for p in path.iterdir()
-        if p.is_file() and p.name.endswith(TRACE_SUFFIXES) and p.name != "profile.json" and not p.name.startswith(".")
+        if p.is_file()
+        and p.name.endswith(TRACE_SUFFIXES)
+        and p.name != "profile.json"
+        and not p.name.startswith(".")
     )
     if not files:
         raise GpuoptError(f"{path}: no trace files (*.json, *.json.gz) in this folder")
@@ -60,6 +63,8 @@ def assign_ranks(path: Path, files: list[Path], metas: list[dict[str, Any]]) -> 
     for f, r in zip(files, ranks, strict=True):
         assert r is not None
         if r in seen:
-            raise GpuoptError(f"{path}: mixed ranks: {seen[r]} and {f.name} both claim rank {r}; keep one job's traces per folder")
+            raise GpuoptError(
+                f"{path}: mixed ranks: {seen[r]} and {f.name} both claim rank {r}; keep one job's traces per folder"
+            )
         seen[r] = f.name
     return [r for r in ranks if r is not None]

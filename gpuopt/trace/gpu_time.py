@@ -101,7 +101,9 @@ def kernel_type_time(v: RankView) -> dict[str, float]:
     for state in unique(running[:-1]):
         if state <= 0:
             continue
-        label = " overlapping ".join(KERNEL_TYPES[k] for bit, k in enumerate(kinds) if state & (1 << bit))
+        label = " overlapping ".join(
+            KERNEL_TYPES[k] for bit, k in enumerate(kinds) if state & (1 << bit)
+        )
         out[label] = out.get(label, 0.0) + float(seg[running[:-1] == state].sum())
     return out
 

@@ -111,7 +111,9 @@ class DecodeHelper:
         self._reaped = False
 
     @classmethod
-    def start(cls, path: Path, piece: PieceEncoder, tail: TailEncoder, early: bool = False) -> DecodeHelper | None:
+    def start(
+        cls, path: Path, piece: PieceEncoder, tail: TailEncoder, early: bool = False
+    ) -> DecodeHelper | None:
         """Fork a helper for the pieces of ``path`` that start at or after the split
         (:func:`split_for`; ``early``: forked before the parent's imports)."""
         split = split_for(pieces_mod.text_size(path), early)
@@ -125,7 +127,9 @@ class DecodeHelper:
         except OSError:
             os.close(fd)
             return None
-        if pid == 0:  # pragma: no cover - runs in the child; its result is tested through the parent
+        if (
+            pid == 0
+        ):  # pragma: no cover - runs in the child; its result is tested through the parent
             _die_with(parent)
             _helper_main(path, fd, split, piece, tail)
         return cls(pid, fd, split)
@@ -188,7 +192,9 @@ def _die_with(parent: int) -> None:  # pragma: no cover - child only
         os._exit(1)
 
 
-def _helper_main(path: Path, fd: int, split: int, piece: PieceEncoder, tail: TailEncoder) -> None:  # pragma: no cover
+def _helper_main(
+    path: Path, fd: int, split: int, piece: PieceEncoder, tail: TailEncoder
+) -> None:  # pragma: no cover
     """The helper: skip (decompress only) the pieces before the split, encode the rest and the tail."""
     code = 1
     try:

@@ -40,7 +40,13 @@ def idle_by_stream(v: RankView, kernel_wait_us: float = KERNEL_WAIT_US) -> list[
         idx = idx[np.argsort(v.ts[idx], kind="stable")]
         ts, end = v.ts[idx], v.end[idx]
         if idx.size < 2:
-            rows.append({"stream": int(s), **{c: 0.0 for c in CATEGORIES}, "gaps": {c: 0 for c in CATEGORIES}})
+            rows.append(
+                {
+                    "stream": int(s),
+                    **{c: 0.0 for c in CATEGORIES},
+                    "gaps": {c: 0 for c in CATEGORIES},
+                }
+            )
             continue
         prev_end = end[:-1]
         gap = ts[1:] - prev_end
@@ -55,7 +61,11 @@ def idle_by_stream(v: RankView, kernel_wait_us: float = KERNEL_WAIT_US) -> list[
                 "host_wait": float(gap[host].sum()),
                 "kernel_wait": float(gap[kern].sum()),
                 "other": float(gap[other].sum()),
-                "gaps": {"host_wait": int(host.sum()), "kernel_wait": int(kern.sum()), "other": int(other.sum())},
+                "gaps": {
+                    "host_wait": int(host.sum()),
+                    "kernel_wait": int(kern.sum()),
+                    "other": int(other.sum()),
+                },
             }
         )
     return rows

@@ -49,7 +49,11 @@ def idle_gaps(v: RankView) -> iv.Intervals:
 
 def idle_causes(v: RankView, ra: Any) -> dict[str, Any]:
     gs, ge = idle_gaps(v)
-    result: dict[str, Any] = {"gaps": int(gs.size), "idle_us": float((ge - gs).sum()), "by_cause": {c: 0.0 for c in CAUSES}}
+    result: dict[str, Any] = {
+        "gaps": int(gs.size),
+        "idle_us": float((ge - gs).sum()),
+        "by_cause": {c: 0.0 for c in CAUSES},
+    }
     result["by_step"] = []
     result["sites"] = []
     if gs.size == 0:
@@ -72,7 +76,9 @@ def idle_causes(v: RankView, ra: Any) -> dict[str, Any]:
     is_step = _name_table(v, lambda n: n.startswith("ProfilerStep"))
     is_dl = _name_table(v, is_dataloader)
     is_opt = _name_table(v, lambda n: n.startswith("Optimizer.") or n.startswith("Optimizer#"))
-    is_runtime, is_python, is_op = (_cat_table(v, c) for c in (RUNTIME_CATS, ("python_function",), OP_CATS))
+    is_runtime, is_python, is_op = (
+        _cat_table(v, c) for c in (RUNTIME_CATS, ("python_function",), OP_CATS)
+    )
     for th in unique(thread).tolist():
         if th < 0:
             per_gap[thread == th, CAUSES.index("untraced")] = (ge - gs)[thread == th]
@@ -89,7 +95,9 @@ def idle_causes(v: RankView, ra: Any) -> dict[str, Any]:
         not_step = ~is_step[codes]
         dl = is_dl[codes] & not_step
         opt = is_opt[codes]
-        sync_idx_arr = _sync_ops(v, ops, [i for i, call in sync_by_call.items() if call["thread"] == th])
+        sync_idx_arr = _sync_ops(
+            v, ops, [i for i, call in sync_by_call.items() if call["thread"] == th]
+        )
         layers = [
             ("dataloader", iv.merge(v.ts[idx[dl]], v.end[idx[dl]])),
             ("sync", iv.merge(v.ts[sync_idx_arr], v.end[sync_idx_arr])),
@@ -102,7 +110,20 @@ def idle_causes(v: RankView, ra: Any) -> dict[str, Any]:
         for cause, layer in layers:
             part, rest = iv.split(remaining, layer)
             per_gap[sel, CAUSES.index(cause)] = iv.covered_in_windows(part, gaps[0], gaps[1])
-            _add_sites(v, ops, cause, part, idx, sync_idx_arr if cause == "sync" else None, dl, opt, cat_op & not_step, cat_py, sync_by_call, sites)
+            _add_sites(
+                v,
+                ops,
+                cause,
+                part,
+                idx,
+                sync_idx_arr if cause == "sync" else None,
+                dl,
+                opt,
+                cat_op & not_step,
+                cat_py,
+                sync_by_call,
+                sites,
+            )
             remaining = rest
         per_gap[sel, CAUSES.index("untraced")] = iv.covered_in_windows(remaining, gaps[0], gaps[1])
 
@@ -116,13 +137,19 @@ def idle_causes(v: RankView, ra: Any) -> dict[str, Any]:
         gaps_n = np.bincount(kk, minlength=ws.size)
         idle_s = np.bincount(kk, weights=(ge - gs)[inside], minlength=ws.size)
         per_gap_in = per_gap[inside]
-        per_cause = [np.bincount(kk, weights=per_gap_in[:, j], minlength=ws.size) for j in range(len(CAUSES))]
+        per_cause = [
+            np.bincount(kk, weights=per_gap_in[:, j], minlength=ws.size) for j in range(len(CAUSES))
+        ]
         for i, st in enumerate(v.steps):
             row = {"step": st.number, "gaps": int(gaps_n[i]), "idle_us": float(idle_s[i])}
             row.update({c: float(per_cause[j][i]) for j, c in enumerate(CAUSES)})
             result["by_step"].append(row)
     top = sorted(sites.items(), key=lambda kv: -kv[1])[:15]
-    result["sites"] = [{"cause": c, "op": op, "site": site, "idle_us": float(us)} for (c, op, site), us in top if us > 0]
+    result["sites"] = [
+        {"cause": c, "op": op, "site": site, "idle_us": float(us)}
+        for (c, op, site), us in top
+        if us > 0
+    ]
     return result
 
 
@@ -141,7 +168,11 @@ def _sync_ops(v: RankView, ops: ThreadOps, calls: list[int]) -> np.ndarray:
     out = set()
     chains = enclosing_chains(v, ops, np.asarray(calls, dtype=np.int64))
     for i, enclosing in zip(calls, chains, strict=True):
-        chain = [j for j in enclosing if not (v.name(j).startswith("ProfilerStep") or is_dataloader(v.name(j)))]
+        chain = [
+            j
+            for j in enclosing
+            if not (v.name(j).startswith("ProfilerStep") or is_dataloader(v.name(j)))
+        ]
         ops_chain = [j for j in chain if v.ev.cats[int(v.ev.cat[j])] in ("cpu_op", "Operator")]
         out.add(ops_chain[0] if ops_chain else i)
     return np.array(sorted(out), dtype=np.int64)
@@ -174,5 +205,7 @@ def _add_sites(v, ops, cause, part, idx, sync_idx, dl, opt, cat_op, cat_py, sync
             site = user_site(name)
             sites[(cause, name if site is None else "python", site)] += us
         return
-    for j, us, site in zip(hit.tolist(), covered[hit_mask].tolist(), sites_for(v, ops, hit), strict=True):
+    for j, us, site in zip(
+        hit.tolist(), covered[hit_mask].tolist(), sites_for(v, ops, hit), strict=True
+    ):
         sites[(cause, v.name(j), site)] += us

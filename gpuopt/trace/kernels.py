@@ -39,7 +39,13 @@ def kernel_table(v: RankView) -> list[dict[str, Any]]:
             "max_us": hi,
         }
         for c, k, n, t, lo, hi in zip(
-            uniq.tolist(), ktype.tolist(), count.tolist(), total.tolist(), mn.tolist(), mx.tolist(), strict=True
+            uniq.tolist(),
+            ktype.tolist(),
+            count.tolist(),
+            total.tolist(),
+            mn.tolist(),
+            mx.tolist(),
+            strict=True,
         )
     ]
     rows.sort(key=lambda r: (-float(r["total_us"]), str(r["name"])))

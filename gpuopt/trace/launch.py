@@ -77,7 +77,9 @@ class Launches:
         }
 
 
-def launch_stats(v: RankView, names: tuple[str, ...] = HTA_LAUNCH_NAMES + EXTRA_LAUNCH_NAMES) -> Launches:
+def launch_stats(
+    v: RankView, names: tuple[str, ...] = HTA_LAUNCH_NAMES + EXTRA_LAUNCH_NAMES
+) -> Launches:
     """All CPU-launch ↔ GPU-event pairs (joined on correlation id, many-to-many as in HTA)."""
     is_launch = v.ev.has_name(lambda n: n in names)
     in_set = member(v.ev.correlation, v.ev.correlation[is_launch])

@@ -37,7 +37,12 @@ SYNC_APIS = (
 ASYNC_COPY_APIS = ("cudaMemcpyAsync", "hipMemcpyAsync", "hipMemcpyWithStream")
 _DIR_RE = re.compile(r"^Memcpy\s+(\w+)")
 _ENDS_RE = re.compile(r"\((\w+)\s*->\s*(\w+)\)")
-_DIR_ALIASES = {"HostToDevice": "HtoD", "DeviceToHost": "DtoH", "DeviceToDevice": "DtoD", "HostToHost": "HtoH"}
+_DIR_ALIASES = {
+    "HostToDevice": "HtoD",
+    "DeviceToHost": "DtoH",
+    "DeviceToDevice": "DtoD",
+    "HostToHost": "HtoH",
+}
 
 
 def copy_kind(name: str) -> tuple[str, bool]:
@@ -67,7 +72,9 @@ def memory_ops(v: RankView) -> list[dict[str, Any]]:
         a[2] += int(b[b > 0].sum())
         a[3] += int((b > 0).sum())
     rows = []
-    for (direction, pageable), (count, time_us, nbytes, with_bytes) in sorted(acc.items(), key=lambda kv: -kv[1][1]):
+    for (direction, pageable), (count, time_us, nbytes, with_bytes) in sorted(
+        acc.items(), key=lambda kv: -kv[1][1]
+    ):
         rows.append(
             {
                 "direction": direction,
@@ -75,7 +82,9 @@ def memory_ops(v: RankView) -> list[dict[str, Any]]:
                 "count": int(count),
                 "time_us": float(time_us),
                 "bytes": int(nbytes),
-                "bandwidth_gbps": (nbytes / (time_us * 1e3)) if time_us > 0 and with_bytes else None,
+                "bandwidth_gbps": (nbytes / (time_us * 1e3))
+                if time_us > 0 and with_bytes
+                else None,
             }
         )
     return rows
@@ -113,7 +122,9 @@ def sync_calls(v: RankView) -> list[dict[str, Any]]:
             {
                 "index": i,
                 "api": api,
-                "kind": "blocking_copy" if api in ASYNC_COPY_APIS or api.endswith("Memcpy") else "synchronize",
+                "kind": "blocking_copy"
+                if api in ASYNC_COPY_APIS or api.endswith("Memcpy")
+                else "synchronize",
                 "thread": th,
                 "ts": float(v.ts[i]),
                 "dur_us": float(v.dur[i]),
@@ -141,7 +152,10 @@ def _blocking_async_copies(v: RankView) -> np.ndarray:
 
 def _is_op(v: RankView, j: int) -> bool:
     n = v.name(j)
-    return not n.startswith("ProfilerStep") and v.ev.cats[int(v.ev.cat[j])] in ("cpu_op", "Operator")
+    return not n.startswith("ProfilerStep") and v.ev.cats[int(v.ev.cat[j])] in (
+        "cpu_op",
+        "Operator",
+    )
 
 
 def transfers(v: RankView) -> list[dict[str, Any]]:
@@ -159,7 +173,14 @@ def transfers(v: RankView) -> list[dict[str, Any]]:
         a[1] += nbytes
         a[2] += dur
     return [
-        {"direction": d, "pageable": p, "site": s, "count": int(n), "bytes": int(b), "time_us": float(t)}
+        {
+            "direction": d,
+            "pageable": p,
+            "site": s,
+            "count": int(n),
+            "bytes": int(b),
+            "time_us": float(t),
+        }
         for (d, p, s), (n, b, t) in sorted(acc.items(), key=lambda kv: -kv[1][2])
     ]
 

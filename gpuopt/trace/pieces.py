@@ -76,7 +76,9 @@ def iter_blocks(path: Path) -> Generator[bytes, None, None]:
                 d = zlib.decompressobj(wbits=31)
                 data = rest
         if not d.eof:
-            raise GpuoptError(f"{path}: truncated gzip file (the data ends before the gzip stream does)")
+            raise GpuoptError(
+                f"{path}: truncated gzip file (the data ends before the gzip stream does)"
+            )
 
 
 def text_size(path: Path) -> int:

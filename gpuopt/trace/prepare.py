@@ -35,7 +35,15 @@ _NOT_COMPUTE_RE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
 _STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 SYNC_EVENT_NAMES = ("Event Sync", "Context Sync")
 # Categories HTA's idle-time breakdown treats as work queued on a stream.
-QUEUED_CATS = ("kernel", "Kernel", "gpu_memset", "Memset", "gpu_memcpy", "Memcpy", "mtia_ccp_events")
+QUEUED_CATS = (
+    "kernel",
+    "Kernel",
+    "gpu_memset",
+    "Memset",
+    "gpu_memcpy",
+    "Memcpy",
+    "mtia_ccp_events",
+)
 
 
 def kernel_type_of(name: str) -> int:
@@ -112,10 +120,18 @@ def build_view(rank: int, cols: EventColumns, filter_last_step: bool, source: st
         keep = cpu_keep | gpu_keep
         li = np.flatnonzero(is_step_evt & (ts == last_start))[0]
         num = step_number(cols.names[int(cols.name[li])])
-        dropped = Step(num if num is not None else -1, float(ts[li]), float(end[li]), int(cols.thread[li]))
+        dropped = Step(
+            num if num is not None else -1, float(ts[li]), float(end[li]), int(cols.thread[li])
+        )
     if not keep.all():
         cols = cols.take(keep)
-        ts, end, on_stream, gpu_kernel, is_step_evt = ts[keep], end[keep], on_stream[keep], gpu_kernel[keep], is_step_evt[keep]
+        ts, end, on_stream, gpu_kernel, is_step_evt = (
+            ts[keep],
+            end[keep],
+            on_stream[keep],
+            gpu_kernel[keep],
+            is_step_evt[keep],
+        )
     dur = end - ts
 
     ktable = np.array([kernel_type_of(n) for n in cols.names] or [OTHER], dtype=np.int64)

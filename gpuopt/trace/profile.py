@@ -113,13 +113,25 @@ def _environment(ta: TraceAnalysis) -> dict[str, Any]:
         if ra.device:
             gpus.append({"name": ra.device["name"], "memory_bytes": ra.device.get("memory_bytes")})
     any_gpu = any(ra.has_gpu for ra in ta.ranks)
-    return {"python": None, "torch": None, "device": "cuda" if any_gpu else "cpu", "gpus": gpus, "cpu_count": None}
+    return {
+        "python": None,
+        "torch": None,
+        "device": "cuda" if any_gpu else "cpu",
+        "gpus": gpus,
+        "cpu_count": None,
+    }
 
 
 def _utilization(ta: TraceAnalysis) -> dict[str, Any]:
-    u = [ra.temporal.busy_us / ra.temporal.span_us for ra in ta.ranks if ra.temporal and ra.temporal.span_us > 0]
+    u = [
+        ra.temporal.busy_us / ra.temporal.span_us
+        for ra in ta.ranks
+        if ra.temporal and ra.temporal.span_us > 0
+    ]
     return {
-        "gpu": {"mean": _r(100 * float(np.mean(u)), 2), "max": _r(100 * float(np.max(u)), 2)} if u else None,
+        "gpu": {"mean": _r(100 * float(np.mean(u)), 2), "max": _r(100 * float(np.max(u)), 2)}
+        if u
+        else None,
         "cpu": {"mean": None, "max": None},
         "samples": 0,
         "timeline": None,
@@ -176,7 +188,9 @@ def _transfers(ra: RankAnalysis, n_steps: int) -> list[dict[str, Any]]:
                 "pinned": not m["pageable"],
                 "non_blocking": not m["pageable"],
                 "time_us_per_step": _r(m["time_us"] / n_steps, 3),
-                "bandwidth_gbps": _r(m["bytes"] / (m["time_us"] * 1e3), 3) if m["time_us"] > 0 and m["bytes"] > 0 else None,
+                "bandwidth_gbps": _r(m["bytes"] / (m["time_us"] * 1e3), 3)
+                if m["time_us"] > 0 and m["bytes"] > 0
+                else None,
             }
         )
     return out
@@ -184,7 +198,13 @@ def _transfers(ra: RankAnalysis, n_steps: int) -> list[dict[str, Any]]:
 
 def _sync_kind(call: dict[str, Any]) -> str:
     op = (call.get("outer_op") or call.get("op") or "").lower()
-    for key, kind in (("item", "item"), ("_local_scalar_dense", "item"), ("tolist", "tolist"), ("nonzero", "nonzero"), ("is_nonzero", "bool")):
+    for key, kind in (
+        ("item", "item"),
+        ("_local_scalar_dense", "item"),
+        ("tolist", "tolist"),
+        ("nonzero", "nonzero"),
+        ("is_nonzero", "bool"),
+    ):
         if key in op:
             return kind
     return "blocking_copy" if call["kind"] == "blocking_copy" else "synchronize"
@@ -211,9 +231,16 @@ def _syncs(ra: RankAnalysis, n_steps: int) -> list[dict[str, Any]]:
 
 def _dispatch(ra: RankAnalysis, n_steps: int) -> dict[str, Any]:
     v = ra.view
-    ops = (~v.on_stream) & v.ev.has_cat(("cpu_op", "Operator")) & v.ev.has_name(lambda n: n.startswith("aten::"))
+    ops = (
+        (~v.on_stream)
+        & v.ev.has_cat(("cpu_op", "Operator"))
+        & v.ev.has_name(lambda n: n.startswith("aten::"))
+    )
     n = int(ops.sum())
-    return {"ops_per_step": _r(n / n_steps, 1) if n else None, "mean_op_us": _r(float(v.dur[ops].mean()), 3) if n else None}
+    return {
+        "ops_per_step": _r(n / n_steps, 1) if n else None,
+        "mean_op_us": _r(float(v.dur[ops].mean()), 3) if n else None,
+    }
 
 
 def _gpu_entry(ra: RankAnalysis) -> dict[str, Any]:
@@ -282,11 +309,16 @@ def _trace_details(ta: TraceAnalysis, strag: dict[str, Any] | None) -> dict[str,
                 "memory": ra.memory,
                 "transfers": ra.transfers,
                 "memcpy_by_name": ra.memcpy_by_name,
-                "sync_calls": {"count": len(ra.syncs), "time_us": float(sum(c["dur_us"] for c in ra.syncs))},
+                "sync_calls": {
+                    "count": len(ra.syncs),
+                    "time_us": float(sum(c["dur_us"] for c in ra.syncs)),
+                },
                 "comm_overlap_pct": _pct(ra.comm_overlap),
                 "steps": ra.step_overview,
                 "profiler_steps": [s.number for s in ra.view.steps],
-                "dropped_last_step": ra.view.dropped_last_step.number if ra.view.dropped_last_step else None,
+                "dropped_last_step": ra.view.dropped_last_step.number
+                if ra.view.dropped_last_step
+                else None,
             }
         )
     return {
@@ -303,7 +335,9 @@ def _trace_details(ta: TraceAnalysis, strag: dict[str, Any] | None) -> dict[str,
 def _tables(ta: TraceAnalysis, strag: dict[str, Any] | None) -> list[dict[str, Any]]:
     T: list[dict[str, Any]] = []
 
-    def table(id_: str, title: str, columns: list[str], rows: list[list[Any]], note: str = "") -> None:
+    def table(
+        id_: str, title: str, columns: list[str], rows: list[list[Any]], note: str = ""
+    ) -> None:
         if rows:
             T.append({"id": id_, "title": title, "columns": columns, "rows": rows, "note": note})
 
@@ -311,11 +345,29 @@ def _tables(ta: TraceAnalysis, strag: dict[str, Any] | None) -> list[dict[str, A
     table(
         "trace-gpu-time",
         "GPU time per rank (HTA temporal breakdown)",
-        ["rank", "device", "span ms", "busy %", "idle %", "compute %", "non-compute %", "comm/compute overlap %"],
         [
-            [ra.rank, ra.device["name"] if ra.device else None, ms(ra.temporal.span_us), _pct(ra.temporal.busy_us / ra.temporal.span_us),
-             _r(ra.temporal.to_dict()["idle_pct"], 2), _r(ra.temporal.to_dict()["compute_pct"], 2), _r(ra.temporal.to_dict()["non_compute_pct"], 2), _pct(ra.comm_overlap)]
-            for ra in ta.ranks if ra.temporal and ra.temporal.span_us > 0
+            "rank",
+            "device",
+            "span ms",
+            "busy %",
+            "idle %",
+            "compute %",
+            "non-compute %",
+            "comm/compute overlap %",
+        ],
+        [
+            [
+                ra.rank,
+                ra.device["name"] if ra.device else None,
+                ms(ra.temporal.span_us),
+                _pct(ra.temporal.busy_us / ra.temporal.span_us),
+                _r(ra.temporal.to_dict()["idle_pct"], 2),
+                _r(ra.temporal.to_dict()["compute_pct"], 2),
+                _r(ra.temporal.to_dict()["non_compute_pct"], 2),
+                _pct(ra.comm_overlap),
+            ]
+            for ra in ta.ranks
+            if ra.temporal and ra.temporal.span_us > 0
         ],
         "span = first GPU event start to last GPU event end; busy = time with at least one GPU event running.",
     )
@@ -323,13 +375,28 @@ def _tables(ta: TraceAnalysis, strag: dict[str, Any] | None) -> list[dict[str, A
         "trace-streams",
         "Per-stream utilization",
         ["rank", "stream", "events", "busy ms", "stream span ms", "utilization %"],
-        [[ra.rank, s["stream"], s["events"], ms(s["busy_us"]), ms(s["span_us"]), _pct(s["utilization"])] for ra in ta.ranks for s in ra.streams],
+        [
+            [
+                ra.rank,
+                s["stream"],
+                s["events"],
+                ms(s["busy_us"]),
+                ms(s["span_us"]),
+                _pct(s["utilization"]),
+            ]
+            for ra in ta.ranks
+            for s in ra.streams
+        ],
     )
     table(
         "trace-idle-streams",
         "Idle time per stream (HTA categories)",
         ["rank", "stream", "host wait ms", "kernel wait ms", "other ms"],
-        [[ra.rank, r["stream"], ms(r["host_wait"]), ms(r["kernel_wait"]), ms(r["other"])] for ra in ta.ranks for r in ra.idle_streams],
+        [
+            [ra.rank, r["stream"], ms(r["host_wait"]), ms(r["kernel_wait"]), ms(r["other"])]
+            for ra in ta.ranks
+            for r in ra.idle_streams
+        ],
         "host wait: the launch came after the previous GPU work ended; kernel wait: gap < 30 µs.",
     )
     rows = []
@@ -340,26 +407,43 @@ def _tables(ta: TraceAnalysis, strag: dict[str, Any] | None) -> list[dict[str, A
             us = ic["by_cause"].get(c, 0.0)
             if us > 0:
                 rows.append([ra.rank, c, ms(us), _r(100 * us / total, 1) if total else None])
-    table("trace-idle-causes", "What the host was doing while the GPU was idle", ["rank", "cause", "idle ms", "% of idle"], rows,
-          "Each idle µs is credited to the launching thread's activity, first match of: dataloader, sync, optimizer, launch, cpu_op, python, untraced.")
+    table(
+        "trace-idle-causes",
+        "What the host was doing while the GPU was idle",
+        ["rank", "cause", "idle ms", "% of idle"],
+        rows,
+        "Each idle µs is credited to the launching thread's activity, first match of: dataloader, sync, optimizer, launch, cpu_op, python, untraced.",
+    )
     table(
         "trace-idle-causes-by-step",
         "GPU idle causes per step (ms)",
         ["rank", "step", "idle ms", *CAUSES],
-        [[ra.rank, r["step"], ms(r["idle_us"]), *[ms(r[c]) for c in CAUSES]] for ra in ta.ranks for r in ra.idle_causes.get("by_step", [])],
+        [
+            [ra.rank, r["step"], ms(r["idle_us"]), *[ms(r[c]) for c in CAUSES]]
+            for ra in ta.ranks
+            for r in ra.idle_causes.get("by_step", [])
+        ],
     )
     table(
         "trace-idle-sites",
         "Top call sites behind GPU idle time",
         ["rank", "cause", "op", "site", "idle ms"],
-        [[ra.rank, s["cause"], s["op"], s["site"], ms(s["idle_us"])] for ra in ta.ranks for s in ra.idle_causes.get("sites", [])[:10]],
+        [
+            [ra.rank, s["cause"], s["op"], s["site"], ms(s["idle_us"])]
+            for ra in ta.ranks
+            for s in ra.idle_causes.get("sites", [])[:10]
+        ],
         "site: the user's Python frame, where the trace has stacks (with_stack=True).",
     )
     table(
         "trace-step-breakdown",
         "Step time breakdown (PyTorch profiler overview: each category only counts time not covered by the ones before it)",
         ["rank", "step", "step ms", *[f"{c} ms" for c in CATEGORIES]],
-        [[ra.rank, r["step"], ms(r["dur_us"]), *[ms(r[f"{c}_us"]) for c in CATEGORIES]] for ra in ta.ranks for r in ra.step_overview],
+        [
+            [ra.rank, r["step"], ms(r["dur_us"]), *[ms(r[f"{c}_us"]) for c in CATEGORIES]]
+            for ra in ta.ranks
+            for r in ra.step_overview
+        ],
         "Without ProfilerStep annotations the whole trace is one row (step empty).",
     )
     kt: dict[str, float] = defaultdict(float)
@@ -367,27 +451,82 @@ def _tables(ta: TraceAnalysis, strag: dict[str, Any] | None) -> list[dict[str, A
         for k, us in ra.kernel_types.items():
             kt[k] += us
     total_kt = sum(kt.values())
-    table("trace-kernel-types", "GPU time by kernel type (all ranks), overlaps separate", ["type", "ms", "%"],
-          [[k, ms(us), _r(100 * us / total_kt, 1)] for k, us in sorted(kt.items(), key=lambda kv: -kv[1])] if total_kt else [])
+    table(
+        "trace-kernel-types",
+        "GPU time by kernel type (all ranks), overlaps separate",
+        ["type", "ms", "%"],
+        [
+            [k, ms(us), _r(100 * us / total_kt, 1)]
+            for k, us in sorted(kt.items(), key=lambda kv: -kv[1])
+        ]
+        if total_kt
+        else [],
+    )
     table(
         "trace-top-kernels",
         "Top GPU kernels by total time",
         ["rank", "type", "name", "count", "total ms", "mean µs", "max µs"],
-        [[ra.rank, k["type"], k["name"], k["count"], ms(k["total_us"]), _r(k["mean_us"], 2), _r(k["max_us"], 2)] for ra in ta.ranks for k in top_kernels(ra.kernels, 5)],
+        [
+            [
+                ra.rank,
+                k["type"],
+                k["name"],
+                k["count"],
+                ms(k["total_us"]),
+                _r(k["mean_us"], 2),
+                _r(k["max_us"], 2),
+            ]
+            for ra in ta.ranks
+            for k in top_kernels(ra.kernels, 5)
+        ],
     )
     table(
         "trace-launch",
         "Kernel launches",
-        ["rank", "launches", "CPU launch median µs", "launch delay median µs", "launch delay p95 µs", "short kernels", "runtime outliers (>50 µs)", "delay outliers (>100 µs)"],
-        [[ra.rank, ls["count"], _r(ls["cpu_duration_us"]["median"], 2), _r(ls["launch_delay_us"]["median"], 2), _r(ls["launch_delay_us"]["p95"], 2),
-          ls["short_kernels"], ls["runtime_outliers"], ls["launch_delay_outliers"]] for ra in ta.ranks for ls in [ra.launch_summary] if ls["count"]],
+        [
+            "rank",
+            "launches",
+            "CPU launch median µs",
+            "launch delay median µs",
+            "launch delay p95 µs",
+            "short kernels",
+            "runtime outliers (>50 µs)",
+            "delay outliers (>100 µs)",
+        ],
+        [
+            [
+                ra.rank,
+                ls["count"],
+                _r(ls["cpu_duration_us"]["median"], 2),
+                _r(ls["launch_delay_us"]["median"], 2),
+                _r(ls["launch_delay_us"]["p95"], 2),
+                ls["short_kernels"],
+                ls["runtime_outliers"],
+                ls["launch_delay_outliers"],
+            ]
+            for ra in ta.ranks
+            for ls in [ra.launch_summary]
+            if ls["count"]
+        ],
         "short kernel: GPU time shorter than the CPU time its launch took.",
     )
     table(
         "trace-memory",
         "Memory copies and sets",
         ["rank", "direction", "pageable", "count", "GPU ms", "MB", "GB/s"],
-        [[ra.rank, m["direction"], m["pageable"], m["count"], ms(m["time_us"]), _r(m["bytes"] / 1e6, 3), _r(m["bandwidth_gbps"], 2)] for ra in ta.ranks for m in ra.memory],
+        [
+            [
+                ra.rank,
+                m["direction"],
+                m["pageable"],
+                m["count"],
+                ms(m["time_us"]),
+                _r(m["bytes"] / 1e6, 3),
+                _r(m["bandwidth_gbps"], 2),
+            ]
+            for ra in ta.ranks
+            for m in ra.memory
+        ],
     )
     srows = []
     for ra in ta.ranks:
@@ -396,16 +535,45 @@ def _tables(ta: TraceAnalysis, strag: dict[str, Any] | None) -> list[dict[str, A
             by_api[(call["api"], call.get("outer_op"))].append(call["dur_us"])
         for (api, op), d in sorted(by_api.items(), key=lambda kv: -sum(kv[1]))[:10]:
             srows.append([ra.rank, api, op, len(d), ms(sum(d))])
-    table("trace-syncs", "Host-blocking sync calls", ["rank", "API", "issued by op", "count", "CPU ms"], srows)
+    table(
+        "trace-syncs",
+        "Host-blocking sync calls",
+        ["rank", "API", "issued by op", "count", "CPU ms"],
+        srows,
+    )
     if len(ta.ranks) > 1:
         rows = []
         for ra in ta.ranks:
             e = _rank_entry(ra)
             late = strag["mean_lateness_us"].get(ra.rank) if strag else None
-            rows.append([ra.rank, e["steps"], _r((e["step_time_s_median"] or 0) * 1e3, 3), _r(ra.temporal.to_dict()["idle_pct"], 2) if ra.temporal else None,
-                         _r((e["collective_s_per_step"] or 0) * 1e3, 3), _pct(ra.comm_overlap), _r(late, 1), bool(strag and strag["rank"] == ra.rank)])
-        table("trace-ranks", "Ranks", ["rank", "steps", "step median ms", "idle %", "collectives ms/step", "comm overlap %", "mean lateness at collectives µs", "straggler"], rows,
-              "lateness: how much later than the earliest rank this rank starts each collective.")
+            rows.append(
+                [
+                    ra.rank,
+                    e["steps"],
+                    _r((e["step_time_s_median"] or 0) * 1e3, 3),
+                    _r(ra.temporal.to_dict()["idle_pct"], 2) if ra.temporal else None,
+                    _r((e["collective_s_per_step"] or 0) * 1e3, 3),
+                    _pct(ra.comm_overlap),
+                    _r(late, 1),
+                    bool(strag and strag["rank"] == ra.rank),
+                ]
+            )
+        table(
+            "trace-ranks",
+            "Ranks",
+            [
+                "rank",
+                "steps",
+                "step median ms",
+                "idle %",
+                "collectives ms/step",
+                "comm overlap %",
+                "mean lateness at collectives µs",
+                "straggler",
+            ],
+            rows,
+            "lateness: how much later than the earliest rank this rank starts each collective.",
+        )
     return T
 
 
@@ -413,7 +581,11 @@ def _warnings(ta: TraceAnalysis) -> list[str]:
     out = []
     for ra in ta.ranks:
         if not ra.has_gpu:
-            out.append(f"rank {ra.rank}: no GPU events in the trace (CPU-only profile): GPU metrics are empty")
+            out.append(
+                f"rank {ra.rank}: no GPU events in the trace (CPU-only profile): GPU metrics are empty"
+            )
         elif not ra.view.steps:
-            out.append(f"rank {ra.rank}: no ProfilerStep annotations: the breakdown covers the whole trace as one window")
+            out.append(
+                f"rank {ra.rank}: no ProfilerStep annotations: the breakdown covers the whole trace as one window"
+            )
     return out

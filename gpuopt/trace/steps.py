@@ -24,13 +24,32 @@ from gpuopt.trace.memory import SYNC_APIS
 from gpuopt.trace.npx import code_mask, unique
 from gpuopt.trace.prepare import MEMORY, RankView
 
-CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_op", "other")
+CATEGORIES = (
+    "kernel",
+    "memcpy",
+    "memset",
+    "communication",
+    "runtime",
+    "dataloader",
+    "cpu_op",
+    "other",
+)
 RUNTIME_CATS = ("Runtime", "cuda_runtime", "cuda_driver", "mtia_runtime")
 OP_CATS = ("cpu_op", "Operator", "user_annotation", "python_function")
-_COMM_OP_RE = re.compile(r"^(nccl:|c10d::|gloo:|record_param_comms|ProcessGroup|torch\.distributed)|all_?reduce|all_?gather|reduce_?scatter|broadcast|all_to_all", re.I)
+_COMM_OP_RE = re.compile(
+    r"^(nccl:|c10d::|gloo:|record_param_comms|ProcessGroup|torch\.distributed)|all_?reduce|all_?gather|reduce_?scatter|broadcast|all_to_all",
+    re.I,
+)
 # Every match of _COMM_OP_RE contains one of these words or starts with one of these prefixes.
 _COMM_OP_WORDS = ("all", "reduce", "broadcast")
-_COMM_OP_PREFIXES = ("nccl:", "c10d::", "gloo:", "record_param_comms", "processgroup", "torch.distributed")
+_COMM_OP_PREFIXES = (
+    "nccl:",
+    "c10d::",
+    "gloo:",
+    "record_param_comms",
+    "processgroup",
+    "torch.distributed",
+)
 
 
 def is_comm_op(name: str) -> bool:
@@ -142,7 +161,12 @@ def contract_breakdown(rows: list[dict[str, Any]]) -> dict[str, float] | None:
     h2d = sum(r["memcpy_us"] for r in rows)
     sync = sum(r["sync_us"] for r in rows)
     compute = sum(r["kernel_us"] + r["memset_us"] + r["communication_us"] for r in rows)
-    parts = {"data_wait": data_wait / total, "h2d": h2d / total, "sync": sync / total, "compute": compute / total}
+    parts = {
+        "data_wait": data_wait / total,
+        "h2d": h2d / total,
+        "sync": sync / total,
+        "compute": compute / total,
+    }
     parts = {k: min(max(x, 0.0), 1.0) for k, x in parts.items()}
     parts["other"] = max(0.0, 1.0 - sum(parts.values()))
     return parts

@@ -15,7 +15,9 @@ from gpuopt.findings.engine import rule
 from gpuopt.findings.model import Finding, severity_for_share, speedup_if_removed
 
 _AMDAHL = "estimate: data wait fully overlapped with compute (Amdahl on the measured share)"
-THRESHOLD = 0.10  # share of step time spent waiting on the DataLoader before we call it a bottleneck
+THRESHOLD = (
+    0.10  # share of step time spent waiting on the DataLoader before we call it a bottleneck
+)
 
 
 def _cpus(doc: dict[str, Any]) -> int:
@@ -82,7 +84,9 @@ def dataloader_bound(doc: dict[str, Any]) -> list[Finding]:
         k, capped = suggest_workers(nw, loader_wait, step_s, cpus)
         if k > nw:
             compute_s = max(step_s - wait_s, 1e-9)
-            modelled = step_with_workers(k, fetch_time(nw, loader_wait, step_s), compute_s) + (wait_s - loader_wait)
+            modelled = step_with_workers(k, fetch_time(nw, loader_wait, step_s), compute_s) + (
+                wait_s - loader_wait
+            )
             est = step_s / max(modelled, 1e-9)
             model = (
                 f"estimate: with num_workers={k}, a step takes max(compute, batch time / {k}) "
@@ -115,7 +119,11 @@ def dataloader_bound(doc: dict[str, Any]) -> list[Finding]:
         est, model = speedup_if_removed(share), _AMDAHL
         changes.append("num_workers=4")
     evidence["summary"] = summary
-    fix = "DataLoader(..., " + ", ".join(changes) + ")" if changes else "make the Dataset's __getitem__ cheaper"
+    fix = (
+        "DataLoader(..., " + ", ".join(changes) + ")"
+        if changes
+        else "make the Dataset's __getitem__ cheaper"
+    )
     if notes:
         fix += "; " + "; ".join(notes)
     return [

@@ -41,7 +41,9 @@ def _top_site(r: dict[str, Any], cause: str) -> dict[str, Any] | None:
     return None
 
 
-def _cause_finding(doc: dict[str, Any], cause: str, fid: str, title: str, fix: str) -> list[Finding]:
+def _cause_finding(
+    doc: dict[str, Any], cause: str, fid: str, title: str, fix: str
+) -> list[Finding]:
     out: list[Finding] = []
     for r in _ranks(doc):
         total = _step_total_us(r)
@@ -59,7 +61,8 @@ def _cause_finding(doc: dict[str, Any], cause: str, fid: str, title: str, fix: s
                 title=title,
                 evidence={
                     "summary": f"rank {r['rank']}: the GPU sat idle {us / 1e3:.1f} ms ({100 * share:.1f}% of step time) "
-                    f"while the launching thread was in {cause}" + (f" ({site['op']})" if site else ""),
+                    f"while the launching thread was in {cause}"
+                    + (f" ({site['op']})" if site else ""),
                     "rank": r["rank"],
                     "idle_ms_per_step": round(us / 1e3 / n_steps, 3),
                     "share_of_step_time": round(share, 4),
@@ -116,7 +119,11 @@ def low_gpu_util(doc: dict[str, Any]) -> list[Finding]:
                 title="The GPU is idle for a large part of the run",
                 evidence={
                     "summary": f"rank {r['rank']}: GPU idle {idle:.1f}% of {t['span_us'] / 1e3:.1f} ms"
-                    + (f"; largest host-side cause: {top[0]} ({top[1] / 1e3:.1f} ms)" if top and top[1] > 0 else ""),
+                    + (
+                        f"; largest host-side cause: {top[0]} ({top[1] / 1e3:.1f} ms)"
+                        if top and top[1] > 0
+                        else ""
+                    ),
                     "rank": r["rank"],
                     "idle_pct": round(idle, 2),
                     "span_ms": round(t["span_us"] / 1e3, 3),
@@ -143,7 +150,11 @@ def pageable_h2d(doc: dict[str, Any]) -> list[Finding]:
         share = t_us / total if total else 0.0
         if share < PAGEABLE_MIN_SHARE and nbytes < PAGEABLE_MIN_BYTES:
             continue  # a few tiny copies (scalars) are not worth a finding
-        pinned = [m for m in r.get("memory") or [] if m["direction"] == "HtoD" and m.get("pageable") is False]
+        pinned = [
+            m
+            for m in r.get("memory") or []
+            if m["direction"] == "HtoD" and m.get("pageable") is False
+        ]
         ev: dict[str, Any] = {
             "summary": f"rank {r['rank']}: {count} host-to-device copies from pageable memory, "
             f"{nbytes / 1e6:.1f} MB in {t_us / 1e3:.2f} ms GPU time"
@@ -156,7 +167,11 @@ def pageable_h2d(doc: dict[str, Any]) -> list[Finding]:
         }
         if pinned and pinned[0].get("bandwidth_gbps"):
             ev["pinned_bandwidth_gbps"] = round(pinned[0]["bandwidth_gbps"], 3)
-        sites = [t for t in r.get("transfers") or [] if t["direction"] == "HtoD" and t.get("pageable") and t.get("site")]
+        sites = [
+            t
+            for t in r.get("transfers") or []
+            if t["direction"] == "HtoD" and t.get("pageable") and t.get("site")
+        ]
         return [
             Finding(
                 id="pageable-h2d",

@@ -61,11 +61,17 @@ def step_us(doc: dict[str, Any]) -> float | None:
     window = num(obj(doc, "dispatch").get("step_time_us"))
     if window > 0:
         return window
-    median = num(obj(doc, "steps").get("time_s", {}).get("median") if isinstance(obj(doc, "steps").get("time_s"), dict) else None)
+    median = num(
+        obj(doc, "steps").get("time_s", {}).get("median")
+        if isinstance(obj(doc, "steps").get("time_s"), dict)
+        else None
+    )
     return median * 1e6 if median > 0 else None
 
 
-def share_of(doc: dict[str, Any], entry: dict[str, Any], share_key: str, us_key: str) -> float | None:
+def share_of(
+    doc: dict[str, Any], entry: dict[str, Any], share_key: str, us_key: str
+) -> float | None:
     """An entry's share of the step: as recorded, or from its time per step (trace documents
     carry times without shares); None when the document has neither."""
     if isinstance(entry.get(share_key), (int, float)):

@@ -25,14 +25,16 @@ from gpuopt.findings.rules.host_common import (
     site_of,
 )
 
-MIN_BYTES_PER_STEP = 64 * 1024   # smaller copies are not worth a finding unless they take time
+MIN_BYTES_PER_STEP = 64 * 1024  # smaller copies are not worth a finding unless they take time
 MIN_TIME_SHARE = 0.01
-MANY_COPIES = 8                  # this many copies per step at one line: batch them into one
+MANY_COPIES = 8  # this many copies per step at one line: batch them into one
 
 _STAND_IN = "meta"
 
 
-def _sites(doc: dict[str, Any], pinned: bool, blocking_only: bool) -> dict[str | None, dict[str, Any]]:
+def _sites(
+    doc: dict[str, Any], pinned: bool, blocking_only: bool
+) -> dict[str | None, dict[str, Any]]:
     """h2d entries grouped by site (None: a trace, which has no sites), with measured totals."""
     out: dict[str | None, dict[str, Any]] = {}
     for e in entries(doc, "transfers"):
@@ -41,8 +43,18 @@ def _sites(doc: dict[str, Any], pinned: bool, blocking_only: bool) -> dict[str |
         if blocking_only and e.get("non_blocking") is not False:
             continue
         site = site_of(e)
-        g = out.setdefault(site, {"count": 0.0, "bytes": 0.0, "time_us": 0.0, "share": 0.0,
-                                  "timed": True, "blocking": 0.0, "stand_in": False})
+        g = out.setdefault(
+            site,
+            {
+                "count": 0.0,
+                "bytes": 0.0,
+                "time_us": 0.0,
+                "share": 0.0,
+                "timed": True,
+                "blocking": 0.0,
+                "stand_in": False,
+            },
+        )
         g["count"] += num(e.get("count_per_step"))
         g["bytes"] += num(e.get("bytes_per_step"))
         g["time_us"] += num(e.get("time_us_per_step"))
@@ -55,15 +67,21 @@ def _sites(doc: dict[str, Any], pinned: bool, blocking_only: bool) -> dict[str |
             g["blocking"] += num(e.get("count_per_step"))
         if _STAND_IN in str(e.get("dst_device") or ""):
             g["stand_in"] = True
-    return {s: g for s, g in out.items() if g["bytes"] >= MIN_BYTES_PER_STEP or g["share"] >= MIN_TIME_SHARE}
+    return {
+        s: g
+        for s, g in out.items()
+        if g["bytes"] >= MIN_BYTES_PER_STEP or g["share"] >= MIN_TIME_SHARE
+    }
 
 
 def _estimate(g: dict[str, Any]) -> tuple[float | None, str]:
     if not g["timed"]:
         return None, "not estimated: this document has no copy times"
     if g["stand_in"]:
-        return None, ("not estimated: copied to the meta stand-in device (no GPU here), so the copy "
-                      "time is not a bus time")
+        return None, (
+            "not estimated: copied to the meta stand-in device (no GPU here), so the copy "
+            "time is not a bus time"
+        )
     return speedup_if_removed(g["share"]), (
         "Amdahl upper bound: a pinned, non_blocking copy overlaps compute, so its measured "
         f"{pct(g['share'])} of the step leaves the critical path"
@@ -77,30 +95,46 @@ def pageable_h2d(doc: dict[str, Any]) -> list[Finding]:
     findings = []
     for site, g in _sites(doc, pinned=False, blocking_only=False).items():
         est, model = _estimate(g)
-        batch = (f" The {fmt_count(g['count'])} copies per step at this line could be one: "
-                 "torch.stack/cat them on the host, then a single .to().") if g["count"] >= MANY_COPIES else ""
-        findings.append(Finding(
-            id="pageable-h2d",
-            severity=severity_for_share(g["share"]),
-            title=f"{plural(g['count'], 'host→device copy', 'host→device copies')} per step from pageable memory ({fmt_bytes(g['bytes'])})",
-            site=site,
-            evidence={
-                "summary": (f"{fmt_count(g['count'])} copies, {fmt_bytes(g['bytes'])} per step from unpinned memory, "
-                            f"{fmt_count(g['blocking'])} of them blocking; {g['time_us']:.0f} µs per step "
-                            f"({pct(g['share'])}) in the copy calls"),
-                "copies_per_step": g["count"],
-                "bytes_per_step": g["bytes"],
-                "blocking_per_step": g["blocking"],
-                "copy_us_per_step": round(g["time_us"], 1),
-                "h2d_share": round(g["share"], 4),
-                **({"device_note": "measured with the meta device standing in for a GPU"} if g["stand_in"] else {}),
-            },
-            fix=("Pin the source and copy asynchronously: DataLoader(..., pin_memory=True) (or "
-                 "x = x.pin_memory() once for a reused buffer), then x.to(device, non_blocking=True) "
-                 f"at {site or 'the copy'}." + batch),
-            est_speedup=est,
-            estimate_model=model,
-        ))
+        batch = (
+            (
+                f" The {fmt_count(g['count'])} copies per step at this line could be one: "
+                "torch.stack/cat them on the host, then a single .to()."
+            )
+            if g["count"] >= MANY_COPIES
+            else ""
+        )
+        findings.append(
+            Finding(
+                id="pageable-h2d",
+                severity=severity_for_share(g["share"]),
+                title=f"{plural(g['count'], 'host→device copy', 'host→device copies')} per step from pageable memory ({fmt_bytes(g['bytes'])})",
+                site=site,
+                evidence={
+                    "summary": (
+                        f"{fmt_count(g['count'])} copies, {fmt_bytes(g['bytes'])} per step from unpinned memory, "
+                        f"{fmt_count(g['blocking'])} of them blocking; {g['time_us']:.0f} µs per step "
+                        f"({pct(g['share'])}) in the copy calls"
+                    ),
+                    "copies_per_step": g["count"],
+                    "bytes_per_step": g["bytes"],
+                    "blocking_per_step": g["blocking"],
+                    "copy_us_per_step": round(g["time_us"], 1),
+                    "h2d_share": round(g["share"], 4),
+                    **(
+                        {"device_note": "measured with the meta device standing in for a GPU"}
+                        if g["stand_in"]
+                        else {}
+                    ),
+                },
+                fix=(
+                    "Pin the source and copy asynchronously: DataLoader(..., pin_memory=True) (or "
+                    "x = x.pin_memory() once for a reused buffer), then x.to(device, non_blocking=True) "
+                    f"at {site or 'the copy'}." + batch
+                ),
+                est_speedup=est,
+                estimate_model=model,
+            )
+        )
     return findings
 
 
@@ -111,21 +145,25 @@ def blocking_h2d(doc: dict[str, Any]) -> list[Finding]:
     findings = []
     for site, g in _sites(doc, pinned=True, blocking_only=True).items():
         est, model = _estimate(g)
-        findings.append(Finding(
-            id="blocking-h2d",
-            severity=severity_for_share(g["share"]),
-            title=f"{plural(g['count'], 'blocking host→device copy', 'blocking host→device copies')} per step from pinned memory",
-            site=site,
-            evidence={
-                "summary": (f"{fmt_count(g['count'])} copies, {fmt_bytes(g['bytes'])} per step are pinned but "
-                            f"not non_blocking: the host waits {g['time_us']:.0f} µs per step ({pct(g['share'])})"),
-                "copies_per_step": g["count"],
-                "bytes_per_step": g["bytes"],
-                "copy_us_per_step": round(g["time_us"], 1),
-                "h2d_share": round(g["share"], 4),
-            },
-            fix=f"The memory is already pinned: add non_blocking=True to the copy at {site or 'the copy'}, e.g. x.to(device, non_blocking=True).",
-            est_speedup=est,
-            estimate_model=model,
-        ))
+        findings.append(
+            Finding(
+                id="blocking-h2d",
+                severity=severity_for_share(g["share"]),
+                title=f"{plural(g['count'], 'blocking host→device copy', 'blocking host→device copies')} per step from pinned memory",
+                site=site,
+                evidence={
+                    "summary": (
+                        f"{fmt_count(g['count'])} copies, {fmt_bytes(g['bytes'])} per step are pinned but "
+                        f"not non_blocking: the host waits {g['time_us']:.0f} µs per step ({pct(g['share'])})"
+                    ),
+                    "copies_per_step": g["count"],
+                    "bytes_per_step": g["bytes"],
+                    "copy_us_per_step": round(g["time_us"], 1),
+                    "h2d_share": round(g["share"], 4),
+                },
+                fix=f"The memory is already pinned: add non_blocking=True to the copy at {site or 'the copy'}, e.g. x.to(device, non_blocking=True).",
+                est_speedup=est,
+                estimate_model=model,
+            )
+        )
     return findings

@@ -24,9 +24,9 @@ from gpuopt.findings.rules.host_common import (
 )
 
 MIN_OPS_PER_STEP = 100
-MIN_TINY_SHARE = 0.5       # at least half of the ops are tiny calls
-MIN_HOST_SHARE = 0.3       # and issuing them takes at least 30% of the step
-REMOVED = 0.9              # CUDA graphs: assumed share of the host dispatch time that goes away
+MIN_TINY_SHARE = 0.5  # at least half of the ops are tiny calls
+MIN_HOST_SHARE = 0.3  # and issuing them takes at least 30% of the step
+REMOVED = 0.9  # CUDA graphs: assumed share of the host dispatch time that goes away
 
 
 def _gpu_launch(doc: dict[str, Any]) -> dict[str, Any]:
@@ -60,30 +60,41 @@ def launch_bound(doc: dict[str, Any]) -> list[Finding]:
     mean_us = num(d.get("mean_op_us"))
     between_us = num(d.get("between_ops_us_per_step"))
     cpu = on_cpu_only(doc)
-    note = ("measured on a CPU-only run: on a GPU this host time leaves the device idle between small kernels; "
-            if cpu else "")
-    return [Finding(
-        id="launch-bound",
-        severity=severity_for_share(host_share),
-        title=f"{fmt_count(ops)} small ops per step: issuing them takes {pct(host_share)} of the step",
-        site=site,
-        evidence={
-            "summary": (f"{note}{fmt_count(ops)} ops per step ({fmt_count(tiny)} under "
-                        f"{num(d.get('tiny_op_us'), 25):.0f} µs), mean {mean_us:.1f} µs per op call, "
-                        f"{between_us:.0f} µs per step between ops"),
-            "ops_per_step": ops,
-            "tiny_ops_per_step": tiny,
-            "mean_op_us": mean_us,
-            "between_ops_us_per_step": between_us,
-            "host_dispatch_share": host_share,
-            "recorder_overhead_us_per_op": d.get("recorder_overhead_us_per_op"),
-            **_gpu_launch(doc),
-        },
-        fix=("Replay the step instead of dispatching every op: model = torch.compile(model, "
-             "mode=\"reduce-overhead\") (CUDA graphs), torch.cuda.CUDAGraph for a static step, or "
-             "gpuopt's ahead-of-time scheduler gpuopt.aot.schedule(model, example_inputs); fuse "
-             "element-wise chains and use fused/foreach optimizers (torch.optim.AdamW(..., fused=True))."),
-        est_speedup=speedup_if_removed(host_share, keep=1.0 - REMOVED),
-        estimate_model=(f"Amdahl: CUDA graphs replay the step's launches as one; {int(REMOVED * 100)}% of the "
-                        f"measured host dispatch time ({pct(host_share)} of the step) assumed removed"),
-    )]
+    note = (
+        "measured on a CPU-only run: on a GPU this host time leaves the device idle between small kernels; "
+        if cpu
+        else ""
+    )
+    return [
+        Finding(
+            id="launch-bound",
+            severity=severity_for_share(host_share),
+            title=f"{fmt_count(ops)} small ops per step: issuing them takes {pct(host_share)} of the step",
+            site=site,
+            evidence={
+                "summary": (
+                    f"{note}{fmt_count(ops)} ops per step ({fmt_count(tiny)} under "
+                    f"{num(d.get('tiny_op_us'), 25):.0f} µs), mean {mean_us:.1f} µs per op call, "
+                    f"{between_us:.0f} µs per step between ops"
+                ),
+                "ops_per_step": ops,
+                "tiny_ops_per_step": tiny,
+                "mean_op_us": mean_us,
+                "between_ops_us_per_step": between_us,
+                "host_dispatch_share": host_share,
+                "recorder_overhead_us_per_op": d.get("recorder_overhead_us_per_op"),
+                **_gpu_launch(doc),
+            },
+            fix=(
+                "Replay the step instead of dispatching every op: model = torch.compile(model, "
+                'mode="reduce-overhead") (CUDA graphs), torch.cuda.CUDAGraph for a static step, or '
+                "gpuopt's ahead-of-time scheduler gpuopt.aot.schedule(model, example_inputs); fuse "
+                "element-wise chains and use fused/foreach optimizers (torch.optim.AdamW(..., fused=True))."
+            ),
+            est_speedup=speedup_if_removed(host_share, keep=1.0 - REMOVED),
+            estimate_model=(
+                f"Amdahl: CUDA graphs replay the step's launches as one; {int(REMOVED * 100)}% of the "
+                f"measured host dispatch time ({pct(host_share)} of the step) assumed removed"
+            ),
+        )
+    ]

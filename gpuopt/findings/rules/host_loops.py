@@ -37,11 +37,14 @@ def loop_indexing(doc: dict[str, Any]) -> list[Finding]:
         return []
     findings = []
     loops = [
-        e for e in entries(doc, "loops")
+        e
+        for e in entries(doc, "loops")
         if num(e.get("iterations_per_step")) >= MIN_ITERATIONS
         and num(e.get("indexing_ops_per_step")) >= num(e.get("iterations_per_step"))
     ]
-    loops.sort(key=lambda e: (-num(e.get("time_share")), -num(e.get("ops_per_step")), str(e.get("site"))))
+    loops.sort(
+        key=lambda e: (-num(e.get("time_share")), -num(e.get("ops_per_step")), str(e.get("site")))
+    )
     for e in loops[:MAX_FINDINGS]:
         iters = num(e.get("iterations_per_step"))
         ops = num(e.get("ops_per_step"))
@@ -50,27 +53,37 @@ def loop_indexing(doc: dict[str, Any]) -> list[Finding]:
         severity: Severity = severity_for_share(share)
         if ops >= 100:
             severity = at_least(severity, "medium")
-        findings.append(Finding(
-            id="loop-indexing",
-            severity=severity,
-            title=f"Python loop: {fmt_count(iters)} iterations and {fmt_count(ops)} small tensor ops per step",
-            site=str(e.get("site") or "?"),
-            evidence={
-                "summary": (f"{fmt_count(iters)} iterations per step, {fmt_count(num(e.get('ops_per_iteration')))} ops "
-                            f"each ({fmt_count(num(e.get('indexing_ops_per_step')))} indexing ops per step); "
-                            f"{num(e.get('time_us_per_step')):.0f} µs per step ({pct(share)}) in the loop"
-                            + (f"; the ops are issued in {', '.join(map(str, through))}, called from the loop" if through else "")),
-                "iterations_per_step": iters,
-                "ops_per_step": ops,
-                "indexing_ops_per_step": num(e.get("indexing_ops_per_step")),
-                "loop_us_per_step": num(e.get("time_us_per_step")),
-                "loop_share": share,
-                **({"code": e["code"]} if e.get("code") else {}),
-                **({"through": through} if through else {}),
-            },
-            fix=_fix(e),
-            est_speedup=speedup_if_removed(share, keep=1.0 / iters),
-            estimate_model=(f"Amdahl: vectorised, the loop costs about one iteration's time (1/{fmt_count(iters)} "
-                            f"of its measured {pct(share)} of the step)"),
-        ))
+        findings.append(
+            Finding(
+                id="loop-indexing",
+                severity=severity,
+                title=f"Python loop: {fmt_count(iters)} iterations and {fmt_count(ops)} small tensor ops per step",
+                site=str(e.get("site") or "?"),
+                evidence={
+                    "summary": (
+                        f"{fmt_count(iters)} iterations per step, {fmt_count(num(e.get('ops_per_iteration')))} ops "
+                        f"each ({fmt_count(num(e.get('indexing_ops_per_step')))} indexing ops per step); "
+                        f"{num(e.get('time_us_per_step')):.0f} µs per step ({pct(share)}) in the loop"
+                        + (
+                            f"; the ops are issued in {', '.join(map(str, through))}, called from the loop"
+                            if through
+                            else ""
+                        )
+                    ),
+                    "iterations_per_step": iters,
+                    "ops_per_step": ops,
+                    "indexing_ops_per_step": num(e.get("indexing_ops_per_step")),
+                    "loop_us_per_step": num(e.get("time_us_per_step")),
+                    "loop_share": share,
+                    **({"code": e["code"]} if e.get("code") else {}),
+                    **({"through": through} if through else {}),
+                },
+                fix=_fix(e),
+                est_speedup=speedup_if_removed(share, keep=1.0 / iters),
+                estimate_model=(
+                    f"Amdahl: vectorised, the loop costs about one iteration's time (1/{fmt_count(iters)} "
+                    f"of its measured {pct(share)} of the step)"
+                ),
+            )
+        )
     return findings
