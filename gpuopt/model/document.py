@@ -1,0 +1,133 @@
+"""``profile.json`` at the edge: the one encoder and the one decoder of the profile document.
+
+The decoder validates: a document that is not JSON, not a gpuopt profile, of another schema
+version, or whose values have the wrong type or range is refused with a one-line
+:class:`GpuoptError` that names the file and the key (``$.steps.count: Expected `int`, got
+`str```). Reading never executes or unpickles anything.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import msgspec
+
+from gpuopt.errors import GpuoptError
+from gpuopt.model.profile import BREAKDOWN_KEYS, SCHEMA, Breakdown, Environment, Profile
+
+SCHEMA_FAMILY = "gpuopt.profile"
+SCHEMA_VERSION = 1
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(Profile)
+
+
+class _Header(msgspec.Struct):
+    schema: str | msgspec.UnsetType = msgspec.UNSET
+
+
+_header_decoder = msgspec.json.Decoder(_Header)
+
+
+def empty_profile(script: str = "", argv: list[str] | None = None) -> Profile:
+    """A valid document with nothing measured yet: what a run starts from."""
+    return Profile(
+        script=script,
+        argv=list(argv or []),
+        environment=Environment(cpu_count=os.cpu_count() or 1),
+    )
+
+
+def encode(profile: Profile) -> bytes:
+    """The document as indented JSON (NaN and infinities become null)."""
+    return msgspec.json.format(_encoder.encode(profile), indent=2)
+
+
+def decode(data: bytes | str, origin: str) -> Profile:
+    """A validated :class:`Profile` from JSON text, or a one-line :class:`GpuoptError`."""
+    try:
+        header = _header_decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise GpuoptError(f"{origin}: not valid JSON ({exc})") from None
+    except msgspec.ValidationError:
+        raise GpuoptError(f"{origin}: not a gpuopt profile (not a JSON object)") from None
+    check_schema_version(header.schema, origin)
+    try:
+        profile = _decoder.decode(data)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise GpuoptError(f"{origin}: invalid profile: {exc}") from None
+    problems = validate(profile)
+    if problems:
+        raise GpuoptError(f"{origin}: invalid profile: {problems[0]}")
+    return profile
+
+
+def check_schema_version(schema: object, origin: str) -> None:
+    """Refuse documents of another family or a newer version, with the fix in the message."""
+    if not isinstance(schema, str) or "/" not in schema:
+        raise GpuoptError(f"{origin}: not a gpuopt profile (no 'schema' key)")
+    family, _, version = schema.rpartition("/")
+    if family != SCHEMA_FAMILY:
+        raise GpuoptError(f"{origin}: schema {schema!r} is not a gpuopt profile")
+    try:
+        v = int(version)
+    except ValueError:
+        raise GpuoptError(f"{origin}: unknown schema version {schema!r}") from None
+    if v > SCHEMA_VERSION:
+        raise GpuoptError(
+            f"{origin}: schema {schema} is newer than this gpuopt reads ({SCHEMA}); "
+            "upgrade gpuopt: pip install -U gpuopt"
+        )
+    if v < SCHEMA_VERSION:
+        raise GpuoptError(
+            f"{origin}: schema {schema} is older than {SCHEMA}; re-run gpuopt profile"
+        )
+
+
+def validate(profile: Profile) -> list[str]:
+    """What the types cannot say: value ranges. Empty when the document is usable."""
+    problems = _breakdown_problems(profile.breakdown, "breakdown")
+    for i, entry in enumerate(profile.ranks or []):
+        if entry.breakdown is not None:
+            problems += _breakdown_problems(entry.breakdown, f"ranks[{i}].breakdown")
+    if profile.steps.measured > profile.steps.count:
+        problems.append(
+            f"steps.measured ({profile.steps.measured}) exceeds steps.count ({profile.steps.count})"
+        )
+    return problems
+
+
+def _breakdown_problems(bd: Breakdown, where: str) -> list[str]:
+    values = [getattr(bd, k) for k in BREAKDOWN_KEYS]
+    if any(math.isnan(v) or v < 0 or v > 1 for v in values):
+        return [f"{where} fractions must be numbers in [0, 1]"]
+    total = sum(values)
+    if total > 0 and abs(total - 1) > 0.02:
+        return [f"{where} fractions sum to {total:.3f}, not 1"]
+    return []
+
+
+def resolve_profile_path(path: Path) -> Path:
+    """A run directory or a ``profile.json`` file → the ``profile.json`` path (or a clear error)."""
+    if path.is_dir():
+        candidate = path / "profile.json"
+        if not candidate.exists():
+            raise GpuoptError(
+                f"{path}: no profile.json in this directory; is it a gpuopt run directory?"
+            )
+        return candidate
+    if not path.exists():
+        raise GpuoptError(f"{path}: no such file or directory")
+    return path
+
+
+def load_profile(path: Path) -> Profile:
+    """Read and check a profile document; every failure is a one-line :class:`GpuoptError`."""
+    p = resolve_profile_path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise GpuoptError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    return decode(raw, str(p))
