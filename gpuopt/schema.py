@@ -53,6 +53,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from gpuopt.atomic_write import write_atomic  # noqa: F401  (re-exported until callers move)
 from gpuopt.errors import GpuoptError
 
 SCHEMA = "gpuopt.profile/1"
@@ -192,31 +193,6 @@ def loads(data: bytes | str) -> Any:
     import orjson
 
     return orjson.loads(data)
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write via a temporary file and rename, so a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    import tempfile  # here, not at the top: `gpuopt report` to stdout never needs it
-
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual mode
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def write_profile(doc: dict[str, Any], path: Path) -> None:

@@ -6,54 +6,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gpuopt.atomic_write import write_atomic
 from gpuopt.errors import GpuoptError, fail
 from gpuopt.report import format_for_path, get_renderer, print_report
-from gpuopt.schema import load_profile, write_atomic
-
-_TRACE_SUFFIXES = (".json.gz", ".json")
-
-
-def _looks_like_profile(path: Path) -> bool:
-    """A gpuopt profile (not a Kineto trace)? Decided from the first bytes, never a full parse."""
-    if path.name == "profile.json":
-        return True
-    if path.name.endswith(".gz"):
-        return False
-    try:
-        with path.open("rb") as fh:
-            head = fh.read(4096)
-    except OSError as exc:
-        raise GpuoptError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    return b'"gpuopt.profile/' in head
 
 
 def load_any(path: Path) -> dict[str, Any]:
-    """A profile document from any input ``report`` accepts."""
-    if not path.exists():
-        raise GpuoptError(f"{path}: no such file or directory")
-    if path.is_dir():
-        if (path / "profile.json").exists():
-            return load_profile(path)
-        from gpuopt.trace.profile import profile_from_traces
+    """A profile document from any input ``report`` accepts (bridge: the typed Profile as
+    plain data, until the renderers read the typed Profile)."""
+    import msgspec
 
-        return profile_from_traces(path)
-    if _looks_like_profile(path):
-        return load_profile(path)
-    if not path.name.endswith(_TRACE_SUFFIXES):
-        raise GpuoptError(
-            f"{path}: expected a run directory, profile.json, or a trace .json/.json.gz"
-        )
-    from gpuopt.trace import early
+    from gpuopt.loading import load
 
-    early.start(
-        path
-    )  # decoding begins in a helper while the next line imports numpy and the analyses
-    try:
-        from gpuopt.trace.profile import profile_from_traces
-
-        return profile_from_traces(path)
-    finally:
-        early.discard()
+    return msgspec.to_builtins(load(path))  # type: ignore[no-any-return]
 
 
 def report_command(path: Path, fmt: str | None, output: Path | None) -> None:

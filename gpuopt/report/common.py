@@ -20,7 +20,22 @@ from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any
 from urllib.parse import quote
 
-MISSING = "–"  # shown for a value the document does not have (never "0", which would be a claim)
+from gpuopt.units import (  # noqa: F401  (re-exported: the renderers read them through this module)
+    ESTIMATE_LABEL,
+    MISSING,
+    fmt_bytes,
+    fmt_count,
+    fmt_duration,
+    fmt_frac,
+    fmt_pct,
+    fmt_scalar,
+    fmt_speedup,
+    fmt_us,
+    fmt_util,
+    num,
+    one_line,
+    text,
+)
 
 BREAKDOWN_ORDER: tuple[str, ...] = ("data_wait", "h2d", "sync", "compute", "other")
 BREAKDOWN_LABELS: dict[str, str] = {
@@ -32,7 +47,6 @@ BREAKDOWN_LABELS: dict[str, str] = {
 }
 SEVERITY_ORDER: dict[str, int] = {"high": 0, "medium": 1, "low": 2}
 WOULD_BLOCK_LABEL = "would block on a GPU"
-ESTIMATE_LABEL = "est."
 
 # ---------------------------------------------------------------------------------------------
 # Safe access
@@ -55,31 +69,12 @@ def get(obj: Any, *path: str | int, default: Any = None) -> Any:
     return default if cur is None else cur
 
 
-def num(value: Any) -> float | None:
-    """A finite float, or None (for null, NaN, inf, booleans, strings and anything else)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    f = float(value)
-    return f if math.isfinite(f) else None
-
-
 def as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
 def as_dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
-
-
-def text(value: Any) -> str:
-    """A string for display ("" for null). Only data, never markup: renderers escape it."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    return str(value)
 
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -95,135 +90,6 @@ def printable(value: Any) -> str:
         return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
 
     return _CONTROL.sub(repl, s.replace("\t", " "))
-
-
-def one_line(value: Any) -> str:
-    """Collapse newlines and runs of spaces (for table cells and list items)."""
-    return " ".join(text(value).split())
-
-
-# ---------------------------------------------------------------------------------------------
-# Number formatting
-# ---------------------------------------------------------------------------------------------
-
-
-def fmt_duration(seconds: Any) -> str:
-    """``0.0412`` → ``"41.2 ms"``; three significant digits from ns to hours."""
-    s = num(seconds)
-    if s is None:
-        return MISSING
-    a = abs(s)
-    if a == 0:
-        return "0 s"
-    if a < 1e-6:
-        return f"{_sig3(s * 1e9)} ns"
-    if a < 1e-3:
-        return f"{_sig3(s * 1e6)} µs"
-    if a < 1:
-        return f"{_sig3(s * 1e3)} ms"
-    if a < 60:
-        return f"{_sig3(s)} s"
-    if a < 3600:
-        m, sec = divmod(s, 60)
-        return f"{int(m)} min {sec:02.0f} s"
-    h, rest = divmod(s, 3600)
-    return f"{int(h)} h {rest / 60:02.0f} min"
-
-
-def fmt_us(microseconds: Any) -> str:
-    us = num(microseconds)
-    return MISSING if us is None else fmt_duration(us / 1e6)
-
-
-def _sig3(x: float) -> str:
-    """Three significant digits without exponent: 41.23 → 41.2, 412.3 → 412, 4.123 → 4.12."""
-    a = abs(x)
-    if a >= 100:
-        return f"{x:.0f}"
-    if a >= 10:
-        return f"{x:.1f}"
-    return f"{x:.2f}"
-
-
-_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
-
-
-def fmt_bytes(n: Any) -> str:
-    """Binary units, as torch and nvidia-smi report memory: ``1572864`` → ``"1.50 MiB"``."""
-    b = num(n)
-    if b is None:
-        return MISSING
-    if abs(b) < 1024:
-        return f"{b:.0f} B"
-    v = b
-    unit = 0
-    while abs(v) >= 1024 and unit < len(_BYTE_UNITS) - 1:
-        v /= 1024
-        unit += 1
-    return f"{_sig3(v)} {_BYTE_UNITS[unit]}"
-
-
-def fmt_frac(fraction: Any, digits: int = 1) -> str:
-    """A fraction in [0, 1] as a percentage: ``0.4567`` → ``"45.7%"``."""
-    f = num(fraction)
-    return MISSING if f is None else f"{f * 100:.{digits}f}%"
-
-
-def fmt_pct(percent: Any, digits: int = 1) -> str:
-    """A value already in percent (the contract's ``*_pct`` keys, 0–100)."""
-    p = num(percent)
-    return MISSING if p is None else f"{p:.{digits}f}%"
-
-
-def fmt_util(percent: Any) -> str:
-    """A utilization in percent: whole numbers, one decimal below 10% (0.5% is not "1%")."""
-    p = num(percent)
-    return MISSING if p is None else fmt_pct(p, 0 if abs(p) >= 10 else 1)
-
-
-def fmt_count(value: Any) -> str:
-    """Counts: integers with thousands separators, per-step averages with up to 2 decimals."""
-    v = num(value)
-    if v is None:
-        return MISSING
-    if float(v).is_integer() and abs(v) < 1e15:
-        return f"{int(v):,}"
-    if abs(v) >= 100:
-        return f"{v:,.0f}"
-    return f"{v:,.2f}".rstrip("0").rstrip(".")
-
-
-def fmt_speedup(value: Any) -> str:
-    """An estimated whole-step speedup, always labelled as an estimate: ``"est. 1.85×"``."""
-    v = num(value)
-    return MISSING if v is None else f"{ESTIMATE_LABEL} {v:.2f}×"
-
-
-def fmt_scalar(value: Any) -> str:
-    """A cell of a generic table (``tables[].rows``): the value as the analysis wrote it, with
-    floats rounded for reading (4 significant digits, no exponent for ordinary magnitudes)."""
-    if value is None:
-        return MISSING
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return f"{value:,}" if abs(value) >= 1000 else str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return MISSING
-        if value == 0:
-            return "0"
-        a = abs(value)
-        if 1e-4 <= a < 1e15:
-            digits = max(0, 3 - int(math.floor(math.log10(a))))
-            s = f"{value:,.{digits}f}"
-            return s.rstrip("0").rstrip(".") if "." in s else s
-        return f"{value:.3e}"
-    if isinstance(value, (list, dict)):
-        import json
-
-        return one_line(json.dumps(value, ensure_ascii=False, default=str))[:200]
-    return one_line(value)
 
 
 def sort_key(value: Any) -> float | str:
