@@ -76,7 +76,7 @@ def main() -> None:
     from torch.utils.data import DataLoader, TensorDataset
 
     from gpuopt.probes import steps as steps_mod
-    from gpuopt.probes.base import RunContext
+    from gpuopt.probes.protocol import RunContext
     from gpuopt.probes.dataloader import DataLoaderProbe
     from gpuopt.probes.samplers import UtilizationSampler
 

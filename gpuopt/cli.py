@@ -14,8 +14,9 @@ from pathlib import Path
 import typer
 
 from gpuopt import __version__
-from gpuopt.entry import exit_quickly_on
+from gpuopt.defaults import SAMPLE_INTERVAL_S, WARMUP_STEPS, WINDOW_STEPS
 from gpuopt.errors import GpuoptError, fail
+from gpuopt.quick_exit import exit_quickly_on
 
 app = typer.Typer(
     name="gpuopt",
@@ -67,15 +68,17 @@ def profile(
     steps: int | None = typer.Option(
         None, "--steps", min=1, help="Stop cleanly after N training steps."
     ),
-    warmup: int = typer.Option(2, "--warmup", min=0, help="Steps left out of the statistics."),
+    warmup: int = typer.Option(
+        WARMUP_STEPS, "--warmup", min=0, help="Steps left out of the statistics."
+    ),
     window: int = typer.Option(
-        3,
+        WINDOW_STEPS,
         "--window",
         min=0,
         help="Steps recorded in detail (ops, copies, syncs) after warm-up; 0 turns the recorder off.",
     ),
     sample_interval: float = typer.Option(
-        0.2,
+        SAMPLE_INTERVAL_S,
         "--sample-interval",
         min=0.005,
         help="Seconds between utilization samples (NVML itself averages over 1/6–1 s).",
@@ -96,7 +99,8 @@ def profile(
             fail(
                 f"unknown option {args[0]!r} for gpuopt profile; options of gpuopt go before SCRIPT, see gpuopt profile --help"
             )
-    from gpuopt.runner.main import ProfileOptions, run_profile
+    from gpuopt.runner.options import ProfileOptions
+    from gpuopt.runner.profile_command import run_profile
 
     opts = ProfileOptions(
         script=None if module is not None else args[0],
@@ -172,7 +176,7 @@ def schedule(
 def main() -> None:
     """Run the typer app (``gpuopt.entry.main`` calls it for every command line but the fast one).
 
-    A command that runs no user code (``report``) ends with :func:`gpuopt.entry.quick_exit`.
+    A command that runs no user code (``report``) ends with :func:`gpuopt.quick_exit.quick_exit`.
     Commands that run user code (``profile``, ``schedule``) always exit normally, so the user's
     atexit handlers and finalizers run.
     """

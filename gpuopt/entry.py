@@ -7,7 +7,7 @@ two command shapes people type most are recognised here, before typer is importe
 very functions the typer commands run:
 
 * ``gpuopt report PATH [--format F] [-o FILE]`` (:func:`gpuopt.report.command.run_report`);
-* ``gpuopt profile [-o DIR] [--quiet] SCRIPT [ARGS...]`` (:func:`gpuopt.runner.main.run_profile`;
+* ``gpuopt profile [-o DIR] [--quiet] SCRIPT [ARGS...]`` (:func:`gpuopt.runner.profile_command.run_profile`;
   everything after SCRIPT is the script's, as under typer).
 
 The recognisers accept only those exact shapes with values they can check; anything else
@@ -16,7 +16,7 @@ like an option) goes to typer, whose behaviour and messages stay the reference.
 tests/test_cli_entry.py checks that typer parses every accepted command line the same way.
 
 Commands that run no user code end with ``os._exit`` once stdout and stderr are flushed (see
-:func:`quick_exit`).
+:func:`gpuopt.quick_exit.quick_exit`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from __future__ import annotations
 import os
 import sys
 from typing import NoReturn
+
+from gpuopt.quick_exit import exit_quickly_on, quick_exit
 
 _OPTIONS = {"--format": "format", "-f": "format", "-o": "output", "--output": "output"}
 
@@ -98,29 +100,6 @@ def parse_profile(argv: list[str]) -> tuple[str, list[str], str | None, bool] | 
     return None
 
 
-def quick_exit(code: int) -> None:
-    """Leave without the interpreter's teardown, once stdout and stderr are flushed.
-
-    Only for commands that ran no user code: tearing the interpreter down (freeing every decoded
-    event, numpy's and msgspec's module state) took 0.05-0.07 s after a 50 MB trace, a seventh of
-    the whole command. A flush that fails (a closed pipe) returns, and the caller's normal exit
-    reports it as Python always has.
-    """
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        return
-    os._exit(code)
-
-
-def exit_quickly_on(exc: SystemExit) -> None:
-    """:func:`quick_exit` with the code of ``exc`` (a command's ending); a message code (a
-    string, which Python prints) returns, so the caller re-raises it."""
-    if exc.code is None or isinstance(exc.code, int):
-        quick_exit(exc.code or 0)
-
-
 def main() -> None:
     argv = sys.argv[1:]
     prof = parse_profile(argv)
@@ -154,7 +133,8 @@ def _profile(script: str, args: list[str], out: str | None, quiet: bool) -> NoRe
     """Runs user code: a normal exit (atexit handlers, finalizers), never :func:`quick_exit`."""
     from pathlib import Path
 
-    from gpuopt.runner.main import ProfileOptions, run_profile
+    from gpuopt.runner.options import ProfileOptions
+    from gpuopt.runner.profile_command import run_profile
 
     try:
         run_profile(

@@ -157,3 +157,8 @@ def text(value: Any) -> str:
 def one_line(value: Any) -> str:
     """Collapse newlines and runs of spaces (for table cells and list items)."""
     return " ".join(text(value).split())
+
+
+def plural(n: float, one: str, many: str) -> str:
+    """``"1 call"``, ``"3 calls"``, ``"2.5 calls"``, ``"1,200 calls"``."""
+    return f"{fmt_count(n)} {one if n == 1 else many}"

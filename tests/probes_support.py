@@ -1,7 +1,8 @@
 """Helpers for the recorder tests: run planted code under the probe, find marked lines.
 
 The recorder is driven directly in-process, as the runner drives it: start → N steps, each ending
-with ``on_step`` → stop → contribute. Expected lines come from ``# MARKER`` comments in the
+with ``on_step`` → stop → result, summarised as the assembly does. Expected lines come from
+``# MARKER`` comments in the
 planted files, so the assertions are exact without hard-coding line numbers.
 """
 
@@ -14,7 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpuopt.probes.base import RunContext
+import msgspec
+
+from gpuopt.model.profile import Profile, StepRecord
+from gpuopt.probes.host_summary import summarize
+from gpuopt.probes.protocol import RunContext
 from gpuopt.probes.recorder import DispatchRecorder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,10 +68,10 @@ def record(
     tmp_path: Path,
     window_start: int = 1,
     window_steps: int = 3,
-    doc: dict[str, Any] | None = None,
+    series: list[dict[str, Any]] | None = None,
     probe: DispatchRecorder | None = None,
 ) -> dict[str, Any]:
-    """Run ``step(i)`` for ``steps`` steps under a fresh recorder; the contributed document."""
+    """Run ``step(i)`` for ``steps`` steps under a fresh recorder; the document's host parts."""
     probe = probe or DispatchRecorder()
     probe.start(context(tmp_path, window_start, window_steps))
     try:
@@ -75,9 +80,28 @@ def record(
             probe.on_step(i, time.perf_counter())
     finally:
         probe.stop()
-    out: dict[str, Any] = doc if doc is not None else {}
-    probe.contribute(out)
-    return out
+    return host_document(probe, series)
+
+
+def host_document(
+    probe: DispatchRecorder, series: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The profile parts a stopped recorder measured (``dispatch``, ``transfers``, ``syncs``,
+    ``loops``, ``ragged``, ``warnings``), as plain data, the way they appear in profile.json.
+    ``series``: the run's steps (``{index, time_s, data_wait_s, warmup}``), as the assembly
+    passes them."""
+    steps = [msgspec.convert({"start_s": None, **r}, StepRecord) for r in series or []]
+    host = summarize(probe.result(), steps)
+    profile = Profile(
+        dispatch=host.dispatch,
+        transfers=host.transfers,
+        syncs=host.syncs,
+        loops=host.loops,
+        warnings=host.warnings,
+    )
+    if host.ragged is not None:
+        profile.ragged = host.ragged
+    return msgspec.to_builtins(profile)  # type: ignore[no-any-return]
 
 
 def by_site(entries: list[dict[str, Any]], **match: Any) -> dict[str, dict[str, Any]]:

@@ -13,10 +13,11 @@ from conftest import ROOT
 from typer.testing import CliRunner
 
 import gpuopt.entry as entry
+import gpuopt.quick_exit as quick_exit_module
 import gpuopt.report.command as command
-import gpuopt.runner.main as runner_main
+import gpuopt.runner.profile_command as runner_main
 from gpuopt.cli import app
-from gpuopt.runner.main import ProfileOptions
+from gpuopt.runner.options import ProfileOptions
 
 ACCEPTED = [
     ["report", "t.json"],
@@ -101,6 +102,7 @@ def test_interrupt_and_bad_input_exit_codes(
         raise SystemExit(code)
 
     monkeypatch.setattr(entry, "quick_exit", leave)
+    monkeypatch.setattr(quick_exit_module, "quick_exit", leave)  # exit_quickly_on's own name
     monkeypatch.setattr(sys, "argv", ["gpuopt", "report", str(tmp_path / "missing.json")])
     with pytest.raises(SystemExit) as ei:
         entry.main()

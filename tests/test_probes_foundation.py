@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import sys
 
+import msgspec
 import pytest
 import torch
 from fakes import FakeClock, FakeCpu, FakeNvml
 from torch.utils.data import DataLoader, Dataset
 
 from gpuopt.probes import steps as steps_mod
-from gpuopt.probes.base import RunContext
 from gpuopt.probes.dataloader import DataLoaderProbe, add_batch_listener, remove_batch_listener
+from gpuopt.probes.protocol import RunContext
 from gpuopt.probes.samplers import UtilizationSampler
 
 
@@ -102,9 +103,7 @@ def test_dataloader_wait_per_step_exact(tmp_path) -> None:
         remove_batch_listener(batches.append)
     assert probe.wait_by_step == {0: 0.5, 1: 0.0, 2: 0.25, 3: 1.0, 4: 0.0}
     assert len(batches) == 4 and float(batches[2]) == 2.0
-    doc: dict = {"_measured_indices": [1, 2, 3]}
-    probe.contribute(doc)
-    (entry,) = doc["dataloaders"]
+    (entry,) = msgspec.to_builtins(probe.result().infos([1, 2, 3]))
     assert entry["class"] == "MyLoader" and entry["dataset"] == "_Timed"
     assert entry["batches"] == 4 and entry["wait_s_total"] == pytest.approx(1.75)
     assert entry["wait_s_per_step"] == pytest.approx((0.0 + 0.25 + 1.0) / 3)
@@ -132,9 +131,7 @@ def test_sampler_with_fake_nvml_and_cpu(tmp_path) -> None:
         clock.advance(0.5)
         s.tick()
     s.stop()
-    doc: dict = {}
-    s.contribute(doc)
-    u = doc["utilization"]
+    u = msgspec.to_builtins(s.result())
     assert u["samples"] == 3
     assert u["cpu"]["mean"] == pytest.approx((25 + 75 + 100) / 3) and u["cpu"]["max"] == 100
     assert u["gpu"]["mean"] == pytest.approx((20 + 40 + 60) / 3) and u["gpu"]["max"] == 60
@@ -153,13 +150,10 @@ def test_sampler_without_gpu_says_why(tmp_path) -> None:
 
     time.sleep(0.1)
     s.stop()
-    doc: dict = {}
-    s.contribute(doc)
-    assert doc["utilization"]["gpu"] is None
-    assert "not measured" in doc["utilization"]["note"]
-    assert doc["utilization"]["samples"] >= 2
-    assert 0 <= doc["utilization"]["cpu"]["mean"] <= 100
-    assert min(doc["utilization"]["timeline"]["rss_bytes"]) > 10 * 2**20
+    u = s.result()
+    assert u.gpu is None and "not measured" in (u.note or "") and u.samples >= 2
+    assert u.cpu.mean is not None and 0 <= u.cpu.mean <= 100
+    assert u.timeline is not None and min(u.timeline.rss_bytes) > 10 * 2**20
 
 
 def test_live_line_shows_steps_step_time_wait_and_utilization() -> None:

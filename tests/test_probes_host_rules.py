@@ -6,12 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import torch
 from probes_support import ROOT, load, record, site
 
-from gpuopt.findings.engine import evaluate, registered_rules
-from gpuopt.findings.model import speedup_if_removed
+from gpuopt.findings.engine import evaluate as evaluate_profile
+from gpuopt.findings.engine import registered_rules
+from gpuopt.findings.estimates import speedup_if_removed
+from gpuopt.model.profile import Finding, Profile
 
 HOST_RULES = {
     "pageable-h2d",
@@ -35,8 +38,52 @@ def _doc(**keys: Any) -> dict[str, Any]:
     return base
 
 
+def evaluate(doc: dict[str, Any], only: set[str] | None = None) -> list[Finding]:
+    """The rules on a hand-made document (every field it leaves out takes its default)."""
+    return evaluate_profile(msgspec.convert(doc, Profile), only=only)
+
+
+def _ragged(**keys: Any) -> dict[str, Any]:
+    """A ``ragged`` object as the recorder writes it: one shape, no padding, then ``keys``."""
+    base: dict[str, Any] = {
+        "batches": 0,
+        "steps_observed": 0,
+        "distinct_shapes": 0,
+        "new_shape_share": None,
+        "batch_size": None,
+        "batch_sizes": [],
+        "variable_dims": [],
+        "variable_batch_size": False,
+        "list_batches": 0,
+        "batch_size_1_variable": False,
+        "pad_fraction": None,
+        "pad_tensor": None,
+        "padded_batches_scanned": 0,
+        "top_shapes": [],
+    }
+    return {**base, **keys}
+
+
+def _loader(site: str) -> dict[str, Any]:
+    return {
+        "site": site,
+        "class": "DataLoader",
+        "dataset": "D",
+        "batch_size": 32,
+        "num_workers": 0,
+        "pin_memory": False,
+        "persistent_workers": False,
+        "prefetch_factor": None,
+        "multiprocessing_context": None,
+        "epochs": 1,
+        "batches": 20,
+        "wait_s_total": 0.0,
+        "wait_s_per_step": None,
+    }
+
+
 def _ids(doc: dict[str, Any]) -> list[tuple[str, str | None]]:
-    return [(f["id"], f["site"]) for f in evaluate(doc, only=HOST_RULES)]
+    return [(f.id, f.site) for f in evaluate(doc, only=HOST_RULES)]
 
 
 def _h2d(
@@ -62,7 +109,7 @@ def _h2d(
 
 
 def test_rules_registered() -> None:
-    host = {rule_id for name, (rule_id, _) in registered_rules().items() if ".rules.host_" in name}
+    host = {r.finding_id for name, r in registered_rules().items() if ".rules.host_" in name}
     assert host == HOST_RULES
 
 
@@ -83,17 +130,17 @@ def test_pageable_and_blocking_h2d() -> None:
         ]
     )
     assert sorted(_ids(doc)) == [("blocking-h2d", "t.py:2"), ("pageable-h2d", "t.py:1")]
-    pageable = next(f for f in evaluate(doc) if f["id"] == "pageable-h2d")
-    assert pageable["severity"] == "medium"
-    assert pageable["est_speedup"] == round(speedup_if_removed(0.12), 3)
-    assert "pin_memory=True" in pageable["fix"] and "non_blocking=True" in pageable["fix"]
-    assert pageable["evidence"]["bytes_per_step"] == 8 << 20
+    pageable = next(f for f in evaluate(doc) if f.id == "pageable-h2d")
+    assert pageable.severity == "medium"
+    assert pageable.est_speedup == round(speedup_if_removed(0.12), 3)
+    assert "pin_memory=True" in pageable.fix and "non_blocking=True" in pageable.fix
+    assert pageable.evidence["bytes_per_step"] == 8 << 20
 
 
 def test_stand_in_device_copies_are_not_estimated() -> None:
     doc = _doc(transfers=[_h2d("t.py:1", False, False, 8 << 20, share=0.3, dst="meta")])
     (f,) = evaluate(doc, only={"pageable-h2d"})
-    assert f["est_speedup"] is None and "meta" in f["estimate_model"]
+    assert f.est_speedup is None and "meta" in f.estimate_model
 
 
 def _sync(
@@ -120,23 +167,21 @@ def test_sync_in_step_measured_on_a_gpu() -> None:
         ]
     )
     (f,) = evaluate(doc, only={"sync-in-step"})
-    assert f["site"] == "t.py:9" and f["evidence"]["syncs_per_step"] == 4
-    assert f["evidence"]["kinds"] == {"item": 3, "bool": 1}
+    assert f.site == "t.py:9" and f.evidence["syncs_per_step"] == 4
+    assert f.evidence["kinds"] == {"item": 3, "bool": 1}
     # gain bounded by min(idle after, time waited) = min(0.12, 0.45)
-    assert f["est_speedup"] == round(speedup_if_removed(0.12), 3)
-    assert f["severity"] == "medium"
-    assert "every N steps" in f["fix"] and "torch.where" in f["fix"]
+    assert f.est_speedup == round(speedup_if_removed(0.12), 3)
+    assert f.severity == "medium"
+    assert "every N steps" in f.fix and "torch.where" in f.fix
 
 
 def test_sync_in_step_inferred_on_cpu() -> None:
     doc = _doc(syncs=[_sync("t.py:3", "nonzero", 16, "cpu", time_share=0.0, idle_share=0.01)])
     (f,) = evaluate(doc, only={"sync-in-step"})
-    assert f["est_speedup"] is None and f["estimate_model"].startswith(
-        "not estimated on a CPU-only run"
-    )
-    assert f["severity"] == "medium"  # 16 per step
-    assert "would block on a GPU" in f["title"]
-    assert "masked_fill" in f["fix"]
+    assert f.est_speedup is None and f.estimate_model.startswith("not estimated on a CPU-only run")
+    assert f.severity == "medium"  # 16 per step
+    assert "would block on a GPU" in f.title
+    assert "masked_fill" in f.fix
 
 
 def test_launch_bound_thresholds() -> None:
@@ -149,9 +194,9 @@ def test_launch_bound_thresholds() -> None:
         "top_sites": [{"site": "m.py:7", "ops_per_step": 200, "time_share": 0.3}],
     }
     (f,) = evaluate(_doc(dispatch=d), only={"launch-bound"})
-    assert (f["site"], f["severity"]) == ("m.py:7", "high")
-    assert f["est_speedup"] == round(speedup_if_removed(0.6, keep=0.1), 3)
-    assert "reduce-overhead" in f["fix"] and "gpuopt.aot.schedule" in f["fix"]
+    assert (f.site, f.severity) == ("m.py:7", "high")
+    assert f.est_speedup == round(speedup_if_removed(0.6, keep=0.1), 3)
+    assert "reduce-overhead" in f.fix and "gpuopt.aot.schedule" in f.fix
     for change in ({"ops_per_step": 50}, {"tiny_ops_per_step": 100}, {"host_dispatch_share": 0.2}):
         assert evaluate(_doc(dispatch={**d, **change}), only={"launch-bound"}) == []
 
@@ -168,9 +213,9 @@ def test_loop_indexing_thresholds() -> None:
         "code": "for c in range(80):",
     }
     (f,) = evaluate(_doc(loops=[loop]), only={"loop-indexing"})
-    assert (f["site"], f["severity"]) == ("l.py:4", "high")
-    assert f["est_speedup"] == round(speedup_if_removed(0.3, keep=1 / 80), 3)
-    assert "for c in range(80):" in f["fix"]
+    assert (f.site, f.severity) == ("l.py:4", "high")
+    assert f.est_speedup == round(speedup_if_removed(0.3, keep=1 / 80), 3)
+    assert "for c in range(80):" in f.fix
     assert evaluate(_doc(loops=[{**loop, "iterations_per_step": 4}]), only={"loop-indexing"}) == []
     assert (
         evaluate(_doc(loops=[{**loop, "indexing_ops_per_step": 10}]), only={"loop-indexing"}) == []
@@ -178,23 +223,18 @@ def test_loop_indexing_thresholds() -> None:
 
 
 def test_ragged_thresholds() -> None:
-    ragged = {
-        "batches": 20,
-        "distinct_shapes": 15,
-        "new_shape_share": 0.75,
-        "batch_size": 32,
-        "batch_size_1_variable": False,
-        "pad_fraction": 0.1,
-    }
-    doc = _doc(ragged=ragged, dataloaders=[{"site": "train.py:20"}])
+    ragged = _ragged(
+        batches=20, distinct_shapes=15, new_shape_share=0.75, batch_size=32, pad_fraction=0.1
+    )
+    doc = _doc(ragged=ragged, dataloaders=[_loader("train.py:20")])
     (f,) = evaluate(doc, only={"ragged-batches"})
-    assert f["site"] == "train.py:20" and "15 distinct input shapes in 20 batches" in f["title"]
+    assert f.site == "train.py:20" and "15 distinct input shapes in 20 batches" in f.title
     assert evaluate(_doc(ragged={**ragged, "distinct_shapes": 2}), only={"ragged-batches"}) == []
     padded = _doc(
         ragged={**ragged, "distinct_shapes": 1, "pad_fraction": 0.5}, breakdown={"compute": 0.8}
     )
     (p,) = evaluate(padded, only={"ragged-batches"})
-    assert p["est_speedup"] == round(speedup_if_removed(0.4), 3)
+    assert p.est_speedup == round(speedup_if_removed(0.4), 3)
 
 
 @pytest.fixture
@@ -211,11 +251,11 @@ def test_launch_bound_end_to_end(tmp_path: Path, _repo_cwd: None) -> None:
     )
     d = doc["dispatch"]
     assert d["ops_per_step"] == 300
-    findings = [f for f in evaluate(dict(doc, breakdown={})) if f["id"] == "launch-bound"]
+    findings = [f for f in evaluate(dict(doc, breakdown={}, findings=[])) if f.id == "launch-bound"]
     assert len(findings) == 1
-    assert findings[0]["site"] == site("planted_tiny_ops.py", "TINY-OPS")
+    assert findings[0].site == site("planted_tiny_ops.py", "TINY-OPS")
     if not torch.cuda.is_available():
-        assert "CPU-only run" in findings[0]["evidence"]["summary"]
+        assert "CPU-only run" in findings[0].evidence["summary"]
 
 
 def test_documents_without_sites_or_shares() -> None:
@@ -235,14 +275,12 @@ def test_documents_without_sites_or_shares() -> None:
         ],
         syncs=[{"kind": "item", "site": None, "count_per_step": 1.0, "time_us_per_step": 400.0}],
     )
-    found = {f["id"]: f for f in evaluate(doc, only=HOST_RULES)}
+    found = {f.id: f for f in evaluate(doc, only=HOST_RULES)}
     assert set(found) == {"pageable-h2d", "sync-in-step"}
-    assert found["pageable-h2d"]["site"] is None
-    assert found["pageable-h2d"]["est_speedup"] == round(
-        speedup_if_removed(0.2), 3
-    )  # 20 ms of 100 ms
-    assert found["sync-in-step"]["est_speedup"] is None
-    assert "no host time after each sync" in found["sync-in-step"]["estimate_model"]
+    assert found["pageable-h2d"].site is None
+    assert found["pageable-h2d"].est_speedup == round(speedup_if_removed(0.2), 3)  # 20 ms of 100 ms
+    assert found["sync-in-step"].est_speedup is None
+    assert "no host time after each sync" in found["sync-in-step"].estimate_model
 
 
 def test_trace_documents_are_left_to_the_trace_rules() -> None:
@@ -252,5 +290,5 @@ def test_trace_documents_are_left_to_the_trace_rules() -> None:
         transfers=[_h2d("t.py:1", False, False, 8 << 20, share=0.3)],
         syncs=[_sync("t.py:9", "item", 3, "cuda", time_share=0.4, idle_share=0.1)],
     )
-    host = {rule_id for name, (rule_id, _) in registered_rules().items() if ".rules.host_" in name}
-    assert [f for f in evaluate(doc, only=host) if f.get("source") != "trace"] == []
+    host = {r.finding_id for name, r in registered_rules().items() if ".rules.host_" in name}
+    assert [f for f in evaluate(doc, only=host) if f.source != "trace"] == []

@@ -11,6 +11,7 @@ import json
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 import torch
 from probes_support import context
@@ -28,8 +29,17 @@ def _drive(
             a = a + 1
         probe.on_step(i, time.perf_counter())
     probe.stop()
-    doc: dict = {"warnings": []}
-    probe.contribute(doc)
+    return _document(probe)
+
+
+def _document(probe: ProfilerWindow) -> dict:
+    """The window's parts of the profile, as the assembly writes them (plain data)."""
+    result = probe.result()
+    doc: dict = {"warnings": list(result.errors)}
+    if result.trace_file is not None:
+        doc["trace_files"] = [str(result.trace_file)]
+    if result.info is not None:
+        doc["trace"] = {"profiler_window": msgspec.to_builtins(result.info)}
     return doc
 
 
@@ -87,7 +97,6 @@ def test_gpu_trace_has_kernels(tmp_path: Path) -> None:
         a = a * 1.0001 + 1
         probe.on_step(i, time.perf_counter())
     probe.stop()
-    doc: dict = {}
-    probe.contribute(doc)
+    doc = _document(probe)
     events = _events(Path(doc["trace_files"][0]))
     assert any(e.get("cat") == "kernel" for e in events)

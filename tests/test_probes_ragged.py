@@ -5,11 +5,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 import torch
-from probes_support import ROOT, context, load, site
+from probes_support import ROOT, context, host_document, load, site
 
-from gpuopt.findings.engine import evaluate
+from gpuopt.findings.engine import evaluate as evaluate_profile
+from gpuopt.model.profile import Profile
 from gpuopt.probes.dataloader import DataLoaderProbe
 from gpuopt.probes.ragged import BatchShapeTracker
 from gpuopt.probes.recorder import DispatchRecorder
@@ -27,13 +29,13 @@ def test_fixed_shapes() -> None:
     for step in range(5):
         t.observe((torch.zeros(8, 3, 4), torch.zeros(8)), step, detailed=True)
     s = t.summary()
-    assert (s["batches"], s["distinct_shapes"], s["batch_size"], s["variable_dims"]) == (
+    assert (s.batches, s.distinct_shapes, s.batch_size, s.variable_dims) == (
         5,
         1,
         8,
         [],
     )
-    assert s["batch_size_1_variable"] is False and s["pad_fraction"] is None
+    assert s.batch_size_1_variable is False and s.pad_fraction is None
 
 
 def test_batch_size_one_with_variable_samples() -> None:
@@ -41,9 +43,9 @@ def test_batch_size_one_with_variable_samples() -> None:
     for step, n in enumerate([3, 5, 2, 5]):
         t.observe(torch.zeros(1, n), step, detailed=False)
     s = t.summary()
-    assert s["batch_size_1_variable"] is True
-    assert (s["distinct_shapes"], s["batch_sizes"], s["variable_dims"]) == (3, [1], ["batch dim 1"])
-    assert s["new_shape_share"] == 0.75
+    assert s.batch_size_1_variable is True
+    assert (s.distinct_shapes, s.batch_sizes, s.variable_dims) == (3, [1], ["batch dim 1"])
+    assert s.new_shape_share == 0.75
 
 
 def test_padding_waste_exact() -> None:
@@ -51,28 +53,33 @@ def test_padding_waste_exact() -> None:
     ids = torch.tensor([[5, 6, 7, 8], [5, 6, 0, 0]])  # 2 of 8 positions are padding
     mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]])  # 4 of 8 are padding
     t.observe({"input_ids": ids}, 0, detailed=True)
-    assert (t.summary()["pad_fraction"], t.summary()["pad_tensor"]) == (0.25, "batch.input_ids")
+    assert (t.summary().pad_fraction, t.summary().pad_tensor) == (0.25, "batch.input_ids")
     t2 = BatchShapeTracker()
     t2.observe({"input_ids": ids, "attention_mask": mask}, 0, detailed=True)
-    assert (t2.summary()["pad_fraction"], t2.summary()["pad_tensor"]) == (
+    assert (t2.summary().pad_fraction, t2.summary().pad_tensor) == (
         0.5,
         "batch.attention_mask",
     )
     t3 = BatchShapeTracker()
     t3.observe({"input_ids": ids}, 0, detailed=False)  # outside the window: no scan
-    assert t3.summary()["pad_fraction"] is None
+    assert t3.summary().pad_fraction is None
     t4 = BatchShapeTracker()
     t4.observe(
         {"input_ids": torch.ones(2, 4, dtype=torch.long)}, 0, detailed=True
     )  # equal rows: not padding
-    assert t4.summary()["pad_fraction"] is None
+    assert t4.summary().pad_fraction is None
 
 
 def test_list_of_variable_samples() -> None:
     t = BatchShapeTracker()
     t.observe([torch.zeros(3), torch.zeros(5)], 0, detailed=False)
     s = t.summary()
-    assert s["list_batches"] == 1 and s["batch_size"] == 2
+    assert s.list_batches == 1 and s.batch_size == 2
+
+
+def evaluate(doc: dict) -> list[dict]:
+    """The rules on the measured parts (the rest of the document at its defaults)."""
+    return msgspec.to_builtins(evaluate_profile(msgspec.convert(doc, Profile)))
 
 
 def _run_loader(
@@ -95,9 +102,8 @@ def _run_loader(
     finally:
         rec.stop()
         dl_probe.stop()
-    doc: dict = {"breakdown": {}}
-    rec.contribute(doc)
-    dl_probe.contribute(doc)
+    doc = host_document(rec)
+    doc["dataloaders"] = msgspec.to_builtins(dl_probe.result().infos(list(range(steps))))
     return doc
 
 

@@ -5,15 +5,22 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 import torch
-from probes_support import ROOT, by_site, context, load, record, site
+from probes_support import ROOT, by_site, context, host_document, load, record, site
 
-from gpuopt.findings.engine import evaluate
+from gpuopt.findings.engine import evaluate as evaluate_profile
+from gpuopt.model.profile import Profile
 from gpuopt.probes.loops import LoopIndex
 from gpuopt.probes.recorder import DispatchRecorder
 
 NAME = "planted_loops.py"
+
+
+def evaluate(doc: dict) -> list[dict]:
+    """The rules on the measured parts (the rest of the document at its defaults)."""
+    return msgspec.to_builtins(evaluate_profile(msgspec.convert(doc, Profile)))
 
 
 @pytest.fixture(autouse=True)
@@ -155,8 +162,7 @@ def test_a_training_loop_calling_a_step_function_is_not_a_loop_finding(tmp_path:
         mod["user_training_loop"](x, 5, lambda s: probe.on_step(s, time.perf_counter()))
     finally:
         probe.stop()
-    doc: dict = {}
-    probe.contribute(doc)
+    doc = host_document(probe)
     loops = by_site(doc["loops"])
     assert set(loops) == {site(NAME, "LOOP-VIA-HELPER"), site(NAME, "LOOP-VIA-TWO")}
     assert loops[site(NAME, "LOOP-VIA-HELPER")]["iterations_per_step"] == 10

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from probes_support import ROOT, context, load, record, site
+from probes_support import ROOT, context, host_document, load, record, site
 from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
@@ -65,8 +65,7 @@ def test_nothing_installed_outside_the_window(tmp_path: Path) -> None:
     assert _no_modes()
     mod["train_step"](4)  # after the window: not recorded
     probe.stop()
-    doc: dict = {}
-    probe.contribute(doc)
+    doc = host_document(probe)
     assert _ops_per_step(doc) == 4
 
 
@@ -78,8 +77,7 @@ def test_window_zero_turns_everything_off(tmp_path: Path) -> None:
     mod["train_step"](1)
     probe.on_step(0, time.perf_counter())
     probe.stop()
-    doc: dict = {"transfers": [], "syncs": []}
-    probe.contribute(doc)
+    doc = host_document(probe)
     assert doc["syncs"] == [] and doc["dispatch"]["window_steps"] == 0
     assert doc["dispatch"]["ops_per_step"] is None
 
@@ -111,8 +109,7 @@ def test_run_ending_inside_the_window_keeps_complete_steps(tmp_path: Path) -> No
     mod["train_step"](3)  # step 3 never ends: discarded
     probe.stop()
     assert _no_modes()
-    doc: dict = {}
-    probe.contribute(doc)
+    doc = host_document(probe)
     assert _ops_per_step(doc) == 2.5  # (2 + 3) / 2
     assert doc["dispatch"]["window_steps"] == 2 and doc["dispatch"]["window_partial"] is False
 
@@ -123,8 +120,7 @@ def test_run_without_steps_reports_the_partial_window(tmp_path: Path) -> None:
     probe.start(context(tmp_path, window_start=0, window_steps=3))
     mod["train_step"](2)  # no step ever ends (no optimizer, no gpuopt.step())
     probe.stop()
-    doc: dict = {}
-    probe.contribute(doc)
+    doc = host_document(probe)
     assert _ops_per_step(doc) == 3
     assert doc["dispatch"]["window_steps"] == 1 and doc["dispatch"]["window_partial"] is True
 
@@ -144,7 +140,7 @@ def test_user_exception_inside_the_window(tmp_path: Path) -> None:
         raise ValueError("user code failed")
     probe.stop()  # must not raise
     assert _no_modes()
-    probe.contribute({})
+    host_document(probe)
 
 
 def test_user_mode_pushed_inside_the_window_is_never_popped(tmp_path: Path) -> None:
@@ -164,8 +160,7 @@ def test_user_mode_pushed_inside_the_window_is_never_popped(tmp_path: Path) -> N
     user.__exit__(None, None, None)
     probe.stop()  # now the recorder's own modes can go
     assert _no_modes()
-    doc: dict = {}
-    probe.contribute(doc)
+    doc = host_document(probe)
     assert doc["dispatch"]["ops_per_step"] == 10
     assert any("another torch mode" in w for w in doc["warnings"])
 
@@ -184,7 +179,7 @@ def test_step_time_from_the_steps_outside_the_window(tmp_path: Path) -> None:
         tmp_path=tmp_path,
         window_start=1,
         window_steps=2,
-        doc={"steps": {"series": series}},
+        series=series,
     )
     d = doc["dispatch"]
     assert d["step_time_source"] == "median of the measured steps outside the window"

@@ -4,32 +4,34 @@ from __future__ import annotations
 
 import pytest
 
+from gpuopt.assemble import step_stats as stats
 from gpuopt.findings.engine import evaluate, rank
 from gpuopt.findings.rules.dataloader import suggest_workers
-from gpuopt.runner import stats
-from gpuopt.schema import empty_profile
+from gpuopt.model.document import empty_profile, validate
+from gpuopt.model.profile import Breakdown, DataLoaderInfo, Finding, StepTimes
 
 
 def test_step_times_and_quantiles() -> None:
     assert stats.step_times(0.0, [1.0, 3.0, 3.5]) == [1.0, 2.0, 0.5]
     s = stats.time_stats([1.0, 2.0, 3.0, 4.0, 5.0])
-    assert s == {"median": 3.0, "p10": pytest.approx(1.4), "p90": pytest.approx(4.6), "mean": 3.0}
-    assert stats.time_stats([])["median"] is None
+    assert (s.median, s.p10, s.p90, s.mean) == (3.0, pytest.approx(1.4), pytest.approx(4.6), 3.0)
+    assert stats.time_stats([]) == StepTimes()
     assert stats.measured_indices(5, 2) == [2, 3, 4]
     assert stats.measured_indices(2, 2) == [0, 1]
 
 
 def test_breakdown_sums_to_one_and_splits_other() -> None:
     b = stats.breakdown([1.0, 1.0], [0.5, 0.1], h2d=[0.1, 0.1], sync=[0.0, 0.2], other_share=0.5)
-    assert sum(b.values()) == pytest.approx(1.0)
-    assert (
-        b["data_wait"] == pytest.approx(0.3)
-        and b["h2d"] == pytest.approx(0.1)
-        and b["sync"] == pytest.approx(0.1)
+    assert sum(v for _, v in b.items()) == pytest.approx(1.0)
+    assert (b.data_wait, b.h2d, b.sync) == (
+        pytest.approx(0.3),
+        pytest.approx(0.1),
+        pytest.approx(0.1),
     )
-    assert b["other"] == pytest.approx(0.25) and b["compute"] == pytest.approx(0.25)
+    assert b.other == pytest.approx(0.25) and b.compute == pytest.approx(0.25)
     over = stats.breakdown([1.0], [0.9], h2d=[0.9])  # overlapping measurements are scaled, not >1
-    assert sum(over.values()) == pytest.approx(1.0) and over["compute"] == 0.0
+    assert sum(v for _, v in over.items()) == pytest.approx(1.0) and over.compute == 0.0
+    assert stats.breakdown([], []) == Breakdown()
 
 
 @pytest.mark.parametrize(
@@ -47,94 +49,93 @@ def test_suggest_workers_model(
     assert suggest_workers(current, wait, step, cpus) == expect
 
 
-def _doc(data_wait: float) -> dict:
+def _doc(data_wait: float):  # type: ignore[no-untyped-def]
     doc = empty_profile("train.py")
-    doc["breakdown"] = {
-        "data_wait": data_wait,
-        "h2d": 0.0,
-        "sync": 0.0,
-        "compute": 1 - data_wait,
-        "other": 0.0,
-    }
-    doc["steps"]["time_s"] = {"median": 0.04, "p10": 0.04, "p90": 0.04, "mean": 0.04}
-    doc["utilization"]["cpu_count"] = 16
-    doc["environment"]["device"] = "cuda"
-    doc["dataloaders"] = [
-        {
-            "site": "train.py:40",
-            "class": "DataLoader",
-            "dataset": "Imgs",
-            "num_workers": 0,
-            "pin_memory": False,
-            "persistent_workers": False,
-            "prefetch_factor": None,
-            "batch_size": 32,
-            "epochs": 3,
-            "wait_s_per_step": 0.04 * data_wait,
-        }
+    doc.breakdown = Breakdown(data_wait=data_wait, compute=1 - data_wait)
+    doc.steps.time_s = StepTimes(median=0.04, p10=0.04, p90=0.04, mean=0.04)
+    doc.utilization.cpu_count = 16
+    doc.environment.device = "cuda"
+    doc.dataloaders = [
+        DataLoaderInfo(
+            site="train.py:40",
+            cls="DataLoader",
+            dataset="Imgs",
+            num_workers=0,
+            pin_memory=False,
+            persistent_workers=False,
+            prefetch_factor=None,
+            multiprocessing_context=None,
+            batch_size=32,
+            epochs=3,
+            batches=120,
+            wait_s_total=4.0,
+            wait_s_per_step=0.04 * data_wait,
+        )
     ]
     return doc
 
 
 def test_dataloader_bound_finding_names_knobs_and_estimate() -> None:
-    (f,) = [f for f in evaluate(_doc(0.75)) if f["id"] == "dataloader-bound"]
-    assert f["severity"] == "high" and f["site"] == "train.py:40"
-    assert f["fix"] == "DataLoader(..., num_workers=4, persistent_workers=True, pin_memory=True)"
-    assert f["est_speedup"] == pytest.approx(4.0)
-    assert "estimate" in f["estimate_model"]
-    assert "75% of step time" in f["evidence"]["summary"]
+    (f,) = [f for f in evaluate(_doc(0.75)) if f.id == "dataloader-bound"]
+    assert f.severity == "high" and f.site == "train.py:40"
+    assert f.fix == "DataLoader(..., num_workers=4, persistent_workers=True, pin_memory=True)"
+    assert f.est_speedup == pytest.approx(4.0)
+    assert "estimate" in (f.estimate_model or "")
+    assert "75% of step time" in f.summary
+    assert f.fix_params == {"num_workers": "4", "persistent_workers": "True", "pin_memory": "True"}
 
 
 def test_dataloader_bound_silent_below_threshold_and_on_traces() -> None:
-    assert not [f for f in evaluate(_doc(0.05)) if f["id"] == "dataloader-bound"]
+    assert not [f for f in evaluate(_doc(0.05)) if f.id == "dataloader-bound"]
     doc = _doc(0.75)
-    doc["source"] = "trace"
+    doc.source = "trace"
     assert not [
         f
         for f in evaluate(doc)
-        if f["id"] == "dataloader-bound" and f.get("evidence", {}).get("dataset") == "Imgs"
+        if f.id == "dataloader-bound" and f.evidence.get("dataset") == "Imgs"
     ]
 
 
 def test_rank_orders_by_gain_then_severity() -> None:
     fs = [
-        {"id": "a", "severity": "low", "est_speedup": 1.1},
-        {"id": "b", "severity": "high", "est_speedup": 2.0},
-        {"id": "c", "severity": "high", "est_speedup": None},
-        {"id": "d", "severity": "medium", "est_speedup": 2.0},
+        Finding(id=i, severity=sev, title="", evidence={}, fix="", est_speedup=est)  # type: ignore[arg-type]
+        for i, sev, est in (
+            ("a", "low", 1.1),
+            ("b", "high", 2.0),
+            ("c", "high", None),
+            ("d", "medium", 2.0),
+        )
     ]
-    assert [f["id"] for f in rank(fs)] == ["b", "d", "a", "c"]
+    assert [f.id for f in rank(fs)] == ["b", "d", "a", "c"]
 
 
 def test_window_trace_is_analysed_into_a_run_document(shared_traces, tmp_path) -> None:
     """What `gpuopt profile` does on a GPU with its profiler window's trace, on a recorded one."""
-    from gpuopt.runner.main import attach_window_traces
-    from gpuopt.schema import validate_profile
+    from gpuopt.assemble.run_profile import attach_window_traces
 
     trace = (
         shared_traces
         / "kineto_tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
     )
     doc = empty_profile("train.py")
-    doc["trace_files"] = [str(trace), str(tmp_path / "missing.pt.trace.json")]
-    warnings: list[str] = []
-    attach_window_traces(doc, warnings)
-    assert validate_profile(doc) == []
-    (gpu,) = doc["gpu"]
-    assert 0 < gpu["utilization"] < 1 and gpu["launch"]["count"] > 1000
-    assert any(t["id"] for t in doc["tables"])
+    doc.trace_files = [str(trace), str(tmp_path / "missing.pt.trace.json")]
+    warnings = attach_window_traces(doc)
+    assert validate(doc) == []
+    (gpu,) = doc.gpu or []
+    assert gpu.utilization is not None and 0 < gpu.utilization < 1 and gpu.launch.count > 1000
+    assert any(t.id for t in doc.tables)
     assert len(warnings) == 1 and "not analysed" in warnings[0] and "\n" not in warnings[0]
 
 
 def test_dataloader_estimate_follows_the_suggested_workers_when_cores_cap_them() -> None:
     doc = _doc(0.75)
-    doc["utilization"]["cpu_count"] = 2  # one worker is all this machine can spare
-    (f,) = [f for f in evaluate(doc) if f["id"] == "dataloader-bound"]
-    assert f["fix"].startswith("DataLoader(..., num_workers=1")
-    assert "too few to hide the loading" in f["fix"]
+    doc.utilization.cpu_count = 2  # one worker is all this machine can spare
+    (f,) = [f for f in evaluate(doc) if f.id == "dataloader-bound"]
+    assert f.fix.startswith("DataLoader(..., num_workers=1")
+    assert "too few to hide the loading" in f.fix
     # 30 ms fetch with one worker against 10 ms compute: a step becomes 30 ms, not 10 ms
-    assert f["est_speedup"] == pytest.approx(0.040 / 0.030, abs=1e-3)
-    assert "num_workers=1" in f["estimate_model"]
+    assert f.est_speedup == pytest.approx(0.040 / 0.030, abs=1e-3)
+    assert "num_workers=1" in (f.estimate_model or "")
 
 
 def test_every_rule_module_is_loaded() -> None:

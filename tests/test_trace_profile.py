@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import pytest
@@ -127,10 +126,12 @@ def test_trace_rules_do_not_fire_on_run_documents(tmp_path: Path) -> None:
     ]
     doc = profile_from_traces(write_trace(tmp_path / "t.json", ev))
     assert "dataloader-bound" in {x["id"] for x in doc["findings"]}
-    from gpuopt.findings.rules import gpu_trace
+    import orjson
 
-    run_doc = copy.deepcopy(doc)
-    run_doc["source"] = "run"
+    from gpuopt.findings.rules import gpu_trace
+    from gpuopt.model.document import decode
+
+    run_doc = decode(orjson.dumps(dict(doc, source="run"), option=orjson.OPT_NON_STR_KEYS), "t")
     assert gpu_trace.dataloader_bound(run_doc) == [] and gpu_trace.sync_in_step(run_doc) == []
     # ids no run-time rule produces still fire from a run's profiler-window trace
     assert [f.id for f in gpu_trace.low_gpu_util(run_doc)] == ["low-gpu-util"]

@@ -1,67 +1,103 @@
-"""Run every rule over a profile document; rank the findings by estimated gain.
+"""Run every rule over a Profile; rank the findings by estimated gain.
 
-Rules are pure functions ``(doc) -> list[Finding]`` registered with :func:`rule`. They read only
-the document (never a live run), so the same rules serve ``profile``, ``report TRACE`` and
-re-rendering an old run.
+Rules are pure functions ``(profile) -> list[Finding]`` registered with :func:`rule`, which also
+records the Profile fields each one reads (tests/test_findings_rules.py checks the declaration:
+a rule given only those fields finds the same). They read only the document, never a live run,
+so the same rules serve ``profile``, ``report TRACE`` and re-rendering an old run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from gpuopt.findings.model import Finding
+from gpuopt.model.profile import Finding, Profile
 
-RuleFn = Callable[[dict[str, Any]], list[Finding]]
-# Keyed by the rule function's qualified name, so several rules may produce the same finding id
-# (the run-time and the trace-based ``dataloader-bound``) without replacing each other.
-_RULES: dict[str, tuple[str, RuleFn]] = {}
+RuleFn = Callable[[Profile], list[Finding]]
 _SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2}
 
 
-def rule(rule_id: str) -> Callable[[RuleFn], RuleFn]:
-    """Register a rule producing findings with id ``rule_id``."""
+@dataclass(frozen=True)
+class Rule:
+    """A registered rule: the finding id it produces and the Profile fields it reads."""
+
+    finding_id: str
+    reads: tuple[str, ...]
+    fn: RuleFn
+
+    @property
+    def name(self) -> str:
+        return f"{self.fn.__module__}.{self.fn.__qualname__}"
+
+
+# Keyed by the rule function's qualified name, so several rules may produce the same finding id
+# (the run-time and the trace-based ``dataloader-bound``) without replacing each other.
+_RULES: dict[str, Rule] = {}
+
+
+def rule(finding_id: str, reads: tuple[str, ...]) -> Callable[[RuleFn], RuleFn]:
+    """Register a rule producing findings with id ``finding_id`` from the Profile fields
+    ``reads`` (top-level field names, e.g. ``("breakdown", "dataloaders")``)."""
+    unknown = [f for f in reads if f not in Profile.__struct_fields__]
+    if unknown:
+        raise ValueError(f"rule {finding_id!r} reads fields a Profile does not have: {unknown}")
 
     def deco(fn: RuleFn) -> RuleFn:
-        _RULES[f"{fn.__module__}.{fn.__qualname__}"] = (rule_id, fn)
+        r = Rule(finding_id, reads, fn)
+        _RULES[r.name] = r
         return fn
 
     return deco
 
 
-def registered_rules() -> dict[str, tuple[str, RuleFn]]:
-    """``{qualified function name: (finding id, rule)}`` of every built-in rule."""
-    _load_builtin_rules()
+def registered_rules() -> dict[str, Rule]:
+    """``{qualified function name: Rule}`` of every built-in rule."""
+    import gpuopt.findings.rules  # noqa: F401  (importing the modules registers their rules)
+
     return dict(_RULES)
 
 
-def _load_builtin_rules() -> None:
-    # Importing the modules registers their rules.
-    import gpuopt.findings.rules  # noqa: F401
-
-
-def rank(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def rank(findings: list[Finding]) -> list[Finding]:
     """Highest estimated gain first; severity, then id, break ties (stable, deterministic)."""
     return sorted(
         findings,
-        key=lambda f: (
-            -(f.get("est_speedup") or 1.0),
-            _SEVERITY_RANK.get(f.get("severity", "low"), 3),
-            f.get("id", ""),
-        ),
+        key=lambda f: (-(f.est_speedup or 1.0), _SEVERITY_RANK.get(f.severity, 3), f.id),
     )
 
 
-def evaluate(doc: dict[str, Any], only: set[str] | None = None) -> list[dict[str, Any]]:
-    """All findings for ``doc``, ranked. A rule that fails is skipped with a warning in ``doc``."""
-    out: list[dict[str, Any]] = []
-    for name, (rule_id, fn) in registered_rules().items():
-        if only is not None and rule_id not in only:
+def evaluate(profile: Profile, only: set[str] | None = None) -> list[Finding]:
+    """All findings for ``profile``, ranked. A rule that fails is skipped with a warning added to
+    ``profile.warnings`` (a broken rule must not lose the user's run)."""
+    out: list[Finding] = []
+    for name, r in registered_rules().items():
+        if only is not None and r.finding_id not in only:
             continue
         try:
-            out.extend(f.to_dict() for f in fn(doc))
-        except Exception as exc:  # a broken rule must not lose the user's run
-            doc.setdefault("warnings", []).append(
-                f"rule {name} ({rule_id}) failed: {type(exc).__name__}: {exc}"
+            found = r.fn(profile)
+        except Exception as exc:
+            profile.warnings.append(
+                f"rule {name} ({r.finding_id}) failed: {type(exc).__name__}: {exc}"
             )
+            continue
+        for f in found:
+            if f.est_speedup is not None:
+                f.est_speedup = round(float(f.est_speedup), 3)
+        out.extend(found)
     return rank(out)
+
+
+def evaluate_document(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Bridge for callers that still build a plain-dict document (removed once every producer
+    builds a Profile): the findings of ``doc`` as plain data; rule failures go to its warnings."""
+    import msgspec
+    import orjson
+
+    from gpuopt.model.document import decode
+
+    data = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+    profile = decode(data, "profile")
+    found = evaluate(profile)
+    warnings = doc.setdefault("warnings", [])
+    warnings.extend(w for w in profile.warnings if w not in warnings)
+    return msgspec.to_builtins(found)  # type: ignore[no-any-return]

@@ -20,7 +20,29 @@ from gpuopt.model.profile import BREAKDOWN_KEYS, SCHEMA, Breakdown, Environment,
 SCHEMA_FAMILY = "gpuopt.profile"
 SCHEMA_VERSION = 1
 
-_encoder = msgspec.json.Encoder()
+def _plain(obj: object) -> object:
+    """What the encoder writes for a value of a type it does not know: values that reach the
+    document from user code (a DataLoader's ``batch_size`` as a numpy integer, torch's version
+    string class) are written as the plain number or string they stand for, never refused —
+    a user's run must not lose its profile over a type."""
+    if isinstance(obj, str):
+        return str(obj)
+    item = getattr(obj, "item", None)  # numpy and torch scalars
+    if callable(item):
+        try:
+            value = item()
+        except (TypeError, ValueError):
+            value = None
+        if isinstance(value, (int, float, bool, str)):
+            return value
+    if hasattr(obj, "__index__"):
+        return int(obj)  # type: ignore[call-overload]
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    return str(obj)
+
+
+_encoder = msgspec.json.Encoder(enc_hook=_plain)
 _decoder = msgspec.json.Decoder(Profile)
 
 

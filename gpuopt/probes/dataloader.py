@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuopt.probes.base import RunContext
+from gpuopt.model.profile import DataLoaderInfo
+from gpuopt.probes.protocol import RunContext
 
 BatchListener = Callable[[Any], None]
 _BATCH_LISTENERS: list[BatchListener] = []
@@ -55,23 +56,37 @@ class LoaderStats:
     wait_s: float = 0.0
     wait_by_step: dict[int, float] = field(default_factory=dict)
 
-    def to_dict(self, measured_steps: list[int]) -> dict[str, Any]:
+    def info(self, measured_steps: list[int]) -> DataLoaderInfo:
+        """The profile's entry for this loader; its wait averaged over ``measured_steps``."""
         per_step = [self.wait_by_step.get(i, 0.0) for i in measured_steps]
-        return {
-            "site": self.site,
-            "class": self.cls,
-            "dataset": self.dataset,
-            "batch_size": self.batch_size,
-            "num_workers": self.num_workers,
-            "pin_memory": self.pin_memory,
-            "persistent_workers": self.persistent_workers,
-            "prefetch_factor": self.prefetch_factor,
-            "multiprocessing_context": self.multiprocessing_context,
-            "epochs": self.iterators,
-            "batches": self.batches,
-            "wait_s_total": self.wait_s,
-            "wait_s_per_step": (sum(per_step) / len(per_step)) if per_step else None,
-        }
+        return DataLoaderInfo(
+            site=self.site,
+            cls=self.cls,
+            dataset=self.dataset,
+            batch_size=self.batch_size,
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
+            persistent_workers=self.persistent_workers,
+            prefetch_factor=self.prefetch_factor,
+            multiprocessing_context=self.multiprocessing_context,
+            epochs=self.iterators,
+            batches=self.batches,
+            wait_s_total=self.wait_s,
+            wait_s_per_step=(sum(per_step) / len(per_step)) if per_step else None,
+        )
+
+
+@dataclass
+class DataLoaderWaits:
+    """The DataLoader probe's result: every loader seen, and the wait of each step (seconds,
+    all loaders together; a ``next()`` counts towards the step in progress when it started)."""
+
+    loaders: list[LoaderStats]
+    wait_by_step: dict[int, float]
+    first_fetch_t: float | None  # clock time of the run's first next(), if any
+
+    def infos(self, measured_steps: list[int]) -> list[DataLoaderInfo]:
+        return [s.info(measured_steps) for s in self.loaders]
 
 
 class DataLoaderProbe:
@@ -147,9 +162,10 @@ class DataLoaderProbe:
         dl._BaseDataLoaderIter.__init__ = self._orig_init  # type: ignore[method-assign]
         self._orig_next = None
 
-    def contribute(self, doc: dict[str, Any]) -> None:
-        measured = doc.get("_measured_indices", [])
-        doc["dataloaders"] = [s.to_dict(measured) for s in self.loaders.values()]
+    def result(self) -> DataLoaderWaits:
+        return DataLoaderWaits(
+            list(self.loaders.values()), dict(self.wait_by_step), self.first_fetch_t
+        )
 
     # -- internals -------------------------------------------------------------------------
     def _register(self, it: Any, loader: Any) -> None:

@@ -1,5 +1,5 @@
-"""Turn the recorder's window counters into the profile keys: ``transfers``, ``syncs``,
-``dispatch``, ``loops`` and ``ragged``.
+"""Turn the recorder's result into the Profile's ``transfers``, ``syncs``, ``dispatch``,
+``loops`` and ``ragged``.
 
 Everything is per step (window totals divided by the steps recorded) and each site is the user's
 line as ``"<path relative to cwd>:<line>"``.
@@ -16,6 +16,8 @@ The recorder slows the steps it records, by more than it can account for call by
 the document before probes contribute) whenever there are at least three of them; otherwise from
 the window, minus the recorder's cost (its handlers' own time, measured on every call, plus the
 mode-entry costs of :mod:`gpuopt.probes.recorder_calibration`). ``step_time_source`` says which.
+The step series comes from the assembly (it is built from the step clock and the DataLoader
+probe), so :func:`summarize` is called once the run's steps are known.
 ``between_ops_share`` is ``between`` over the time that is not waiting (data, syncs, copies), the
 convention ``breakdown.other`` uses; ``between_ops_step_share`` is over the whole step.
 """
@@ -23,16 +25,25 @@ convention ``breakdown.other`` uses; ``between_ops_step_share`` is over the whol
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass, field
 from statistics import median
 from types import CodeType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from gpuopt.model.profile import Dispatch, Loop, Ragged, StepRecord, Sync, TopSite, Transfer
 from gpuopt.probes.loops import LoopFinder
-from gpuopt.probes.recorder import S_DATA, S_EXEC, S_INDEX, S_OPS, S_TF, S_TIME, SMALL_OP_US
-
-if TYPE_CHECKING:
-    from gpuopt.probes.recorder import DispatchRecorder, RecorderEngine, StepCounters
-    from gpuopt.probes.sites import SiteResolver
+from gpuopt.probes.recorder_counters import (
+    S_DATA,
+    S_EXEC,
+    S_INDEX,
+    S_OPS,
+    S_TF,
+    S_TIME,
+    SMALL_OP_US,
+    StepCounters,
+)
+from gpuopt.probes.recorder_engine import RecorderEngine
+from gpuopt.probes.sites import SiteResolver
 
 LOOP_MIN_ITERATIONS = 2  # a loop that runs once per step is the training loop itself
 LOOP_MIN_OPS = 4
@@ -57,24 +68,19 @@ def _share(part: float, whole: float) -> float:
     return round(min(max(part / whole, 0.0), 1.0), 4) if whole > 0 else 0.0
 
 
-def _reference(doc: dict[str, Any], window: list[int]) -> tuple[float, float] | None:
-    """``(step s, data wait s)``: medians over the measured steps *outside* the window, from the
-    step probe's series. The recorder slows its own steps by more than it can account for op by op
-    (arguments handed to Python, colder caches), so step time and data wait come from the steps it
-    did not touch; the window supplies what only it can see (op time, syncs, copies)."""
-    series = (doc.get("steps") or {}).get("series")
-    if not isinstance(series, list):
-        return None
+def _reference(series: list[StepRecord], window: list[int]) -> tuple[float, float] | None:
+    """``(step s, data wait s)``: medians over the measured steps *outside* the window. The
+    recorder slows its own steps by more than it can account for op by op (arguments handed to
+    Python, colder caches), so step time and data wait come from the steps it did not touch; the
+    window supplies what only it can see (op time, syncs, copies)."""
     skip = set(window)
     times, waits = [], []
     for r in series:
-        if not isinstance(r, dict) or r.get("warmup") or r.get("index") in skip:
+        if r.warmup or r.index in skip or not r.time_s > 0:
             continue
-        t = r.get("time_s")
-        if isinstance(t, (int, float)) and t > 0:
-            times.append(float(t))
-            w = r.get("data_wait_s")
-            waits.append(float(w) if isinstance(w, (int, float)) else 0.0)
+        times.append(float(r.time_s))
+        wait = r.data_wait_s
+        waits.append(float(wait) if isinstance(wait, (int, float)) else 0.0)
     if len(times) < 3:
         return None
     return median(times), median(waits)
@@ -109,57 +115,67 @@ class _Sites:
         return self.resolver.relpath(code), loop.line, loop.kind
 
 
-def summarize(probe: DispatchRecorder, doc: dict[str, Any]) -> None:
-    """Fill the profile document from a stopped recorder (never raises on odd data)."""
-    warnings = doc.setdefault("warnings", [])
-    engine = probe.engine
-    for msg in probe.errors + (engine.errors if engine is not None else []):
-        if msg not in warnings:
-            warnings.append(msg)
-    ctx = probe.ctx
-    if not probe.enabled or engine is None or ctx is None:
-        dispatch = dict(doc.get("dispatch") or {})
-        dispatch.setdefault("ops_per_step", None)
-        dispatch.setdefault("mean_op_us", None)
-        dispatch["window_steps"] = 0
-        dispatch["note"] = (
-            "recorder off (--window 0)"
-            if ctx is not None and ctx.window_steps <= 0
-            else "recorder did not run"
-        )
-        doc["dispatch"] = dispatch
-        return
-    ragged = probe.shapes.summary()
-    if probe.listener_note:
-        ragged["note"] = probe.listener_note
+@dataclass
+class RecorderCapture:
+    """What the dispatch recorder hands back when the run ends (``DispatchRecorder.result()``)."""
+
+    enabled: bool  # the recorder ran (it may still have recorded no step)
+    off: bool  # turned off by the user (--window 0)
+    window_start: int
+    engine: RecorderEngine | None
+    calibration: dict[str, float] | None  # recorder_calibration.calibrate(), when it recorded
+    partial: bool  # an unfinished step was kept because no step finished
+    next_step: int  # steps the run finished
+    shapes: Ragged | None  # batch shapes of every batch (None: the recorder did not run)
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class HostSummary:
+    """The Profile parts the recorder measures."""
+
+    dispatch: Dispatch
+    transfers: list[Transfer] = field(default_factory=list)
+    syncs: list[Sync] = field(default_factory=list)
+    loops: list[Loop] = field(default_factory=list)
+    ragged: Ragged | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def summarize(capture: RecorderCapture, series: list[StepRecord]) -> HostSummary:
+    """The Profile parts from a stopped recorder and the run's steps (never raises on odd data)."""
+    warnings = list(dict.fromkeys(capture.errors))
+    engine = capture.engine
+    if not capture.enabled or engine is None:
+        note = "recorder off (--window 0)" if capture.off else "recorder did not run"
+        return HostSummary(Dispatch(window_steps=0, note=note), warnings=warnings)
+    ragged = capture.shapes
     steps = engine.steps_done
-    if steps == 0:
-        doc["dispatch"] = {
-            "ops_per_step": None,
-            "mean_op_us": None,
-            "window_steps": 0,
-            "note": f"the run ended after {probe.next_step} step(s), before the recording window (step {ctx.window_start})",
-        }
-        doc["ragged"] = ragged
-        return
-
-    from gpuopt.probes.recorder_calibration import calibrate
-
-    cal = calibrate()
-    first = max(ctx.window_start, 0) if not probe.partial else probe.next_step
+    if steps == 0 or capture.calibration is None:
+        note = (
+            f"the run ended after {capture.next_step} step(s), before the recording window "
+            f"(step {capture.window_start})"
+        )
+        return HostSummary(Dispatch(window_steps=0, note=note), ragged=ragged, warnings=warnings)
+    cal = capture.calibration
+    first = max(capture.window_start, 0) if not capture.partial else capture.next_step
     indices = list(range(first, first + steps))
     total = engine.total
     sites = _Sites(engine.resolver, engine.loops)
-
-    dispatch, wall, host_scale = _dispatch(engine, total, cal, steps, doc, indices, probe.partial)
-    dispatch["top_sites"] = _top_sites(total, sites, steps, wall, cal, host_scale)
-    doc["dispatch"] = dispatch
-    doc["transfers"] = _transfers(total, sites, steps, wall)
-    doc["syncs"] = _syncs(total, sites, steps, wall, engine.cpu_only)
-    doc["loops"] = _loops(total, sites, steps, wall, cal, host_scale)
-    ragged["step_signatures_distinct"] = len({c.signature for c in engine.step_counters})
-    ragged["step_signatures_steps"] = len(engine.step_counters)
-    doc["ragged"] = ragged
+    ref = _reference(series, indices)
+    dispatch, wall, host_scale = _dispatch(engine, total, cal, steps, ref, indices, capture.partial)
+    dispatch.top_sites = _top_sites(total, sites, steps, wall, cal, host_scale)
+    if ragged is not None:
+        ragged.step_signatures_distinct = len({c.signature for c in engine.step_counters})
+        ragged.step_signatures_steps = len(engine.step_counters)
+    return HostSummary(
+        dispatch=dispatch,
+        transfers=_transfers(total, sites, steps, wall),
+        syncs=_syncs(total, sites, steps, wall),
+        loops=_loops(total, sites, steps, wall, cal, host_scale),
+        ragged=ragged,
+        warnings=warnings,
+    )
 
 
 def _split(
@@ -216,13 +232,13 @@ def _dispatch(
     t: StepCounters,
     cal: dict[str, float],
     steps: int,
-    doc: dict[str, Any],
+    ref: tuple[float, float] | None,
     indices: list[int],
     partial: bool,
-) -> tuple[dict[str, Any], float, float]:
-    """The ``dispatch`` object, the window's total step time (for shares) and the factor that
-    scales per-site host times measured in the window to unrecorded time."""
-    ref = _reference(doc, indices)
+) -> tuple[Dispatch, float, float]:
+    """The ``dispatch`` record, the window's total step time (for shares) and the factor that
+    scales per-site host times measured in the window to unrecorded time (``ref``: step and
+    data-wait seconds from the unrecorded steps, when there are enough of them)."""
     total = _split(t, cal, ref, steps)
     per = [_split(c, cal, ref, 1) for c in engine.step_counters]
     # Shares are medians over the window's steps: one step slowed by the machine (a preempted
@@ -247,56 +263,54 @@ def _dispatch(
         if ref is not None and t.wall_s > 0
         else _share(overhead, t.wall_s)
     )
-    out: dict[str, Any] = {
-        "ops_per_step": per_step(t.ops, steps, 1),
-        "mean_op_us": round(op_time / t.ops * 1e6, 2) if t.ops else None,
-        "mean_op_us_raw": round(t.op_s / t.ops * 1e6, 2) if t.ops else None,
-        "between_ops_share": round(between_share, 4),
-        "between_ops_step_share": _share(between, wall),
-        "op_time_share": _share(op_time, wall),
-        "host_dispatch_share": round(host_share, 4),
-        "tiny_ops_per_step": per_step(t.small_ops, steps, 1),
-        "tiny_op_us": SMALL_OP_US,
-        "view_ops_per_step": per_step(t.view_ops, steps, 1),
-        "data_ops_per_step": per_step(t.data_ops, steps, 1),
-        "torch_function_calls_per_step": per_step(t.tf_events, steps, 1),
-        "step_time_us": round(wall / steps * 1e6, 1),
-        "step_time_source": "median of the measured steps outside the window"
+    out = Dispatch(
+        ops_per_step=per_step(t.ops, steps, 1),
+        mean_op_us=round(op_time / t.ops * 1e6, 2) if t.ops else None,
+        mean_op_us_raw=round(t.op_s / t.ops * 1e6, 2) if t.ops else None,
+        between_ops_share=round(between_share, 4),
+        between_ops_step_share=_share(between, wall),
+        op_time_share=_share(op_time, wall),
+        host_dispatch_share=round(host_share, 4),
+        tiny_ops_per_step=per_step(t.small_ops, steps, 1),
+        tiny_op_us=SMALL_OP_US,
+        view_ops_per_step=per_step(t.view_ops, steps, 1),
+        data_ops_per_step=per_step(t.data_ops, steps, 1),
+        torch_function_calls_per_step=per_step(t.tf_events, steps, 1),
+        step_time_us=round(wall / steps * 1e6, 1),
+        step_time_source="median of the measured steps outside the window"
         if ref is not None
         else "the window's steps, recorder cost subtracted",
-        "step_time_us_raw": round(t.wall_s / steps * 1e6, 1),
-        "between_ops_us_per_step": _us(between, steps),
-        "op_time_us_per_step": _us(op_time, steps),
-        "data_wait_us_per_step": _us(data_wait, steps),
-        "data_wait_source": "dataloader probe, steps outside the window"
+        step_time_us_raw=round(t.wall_s / steps * 1e6, 1),
+        between_ops_us_per_step=_us(between, steps),
+        op_time_us_per_step=_us(op_time, steps),
+        data_wait_us_per_step=_us(data_wait, steps),
+        data_wait_source="dataloader probe, steps outside the window"
         if ref is not None
         else "recorder: data-loading ops in the window, recorder cost subtracted",
-        "sync_us_per_step": _us(t.sync_s, steps),
-        "sync_share": _share(t.sync_s, wall),
-        "h2d_us_per_step": _us(h2d_time, steps),
-        "h2d_share": _share(h2d_time, wall),
-        "window_start": indices[0],
-        "window_steps": steps,
-        "window_partial": partial,
-        "measured_device": "cpu" if engine.cpu_only else "accelerator",
-        "recorder_overhead_us_per_op": round(overhead / max(t.dispatch_events, 1) * 1e6, 2),
-        "recorder_own_us_per_op": round(
+        sync_us_per_step=_us(t.sync_s, steps),
+        sync_share=_share(t.sync_s, wall),
+        h2d_us_per_step=_us(h2d_time, steps),
+        h2d_share=_share(h2d_time, wall),
+        window_start=indices[0],
+        window_steps=steps,
+        window_partial=partial,
+        measured_device="cpu" if engine.cpu_only else "accelerator",
+        recorder_overhead_us_per_op=round(overhead / max(t.dispatch_events, 1) * 1e6, 2),
+        recorder_own_us_per_op=round(
             (t.own_tf_s + t.own_dispatch_s) / max(t.dispatch_events, 1) * 1e6, 2
         ),
-        "recorder_function_entry_us": round(cal["function_entry_us"], 2),
-        "recorder_dispatch_entry_us": round(cal["dispatch_entry_us"], 2),
-        "recorder_passthrough_us": round(cal["passthrough_us"], 2),
-        "recorder_inflation_us": round(cal["inflation_us"], 2),
-        "recorder_trivial_op_us": round(
-            cal["op_us_with_recorder"] - cal["op_us_without_recorder"], 2
-        ),
-        "recorder_overhead_share": round(recorder_share, 4),
-        "note": TIME_NOTE,
-    }
+        recorder_function_entry_us=round(cal["function_entry_us"], 2),
+        recorder_dispatch_entry_us=round(cal["dispatch_entry_us"], 2),
+        recorder_passthrough_us=round(cal["passthrough_us"], 2),
+        recorder_inflation_us=round(cal["inflation_us"], 2),
+        recorder_trivial_op_us=round(cal["op_us_with_recorder"] - cal["op_us_without_recorder"], 2),
+        recorder_overhead_share=round(recorder_share, 4),
+        note=TIME_NOTE,
+    )
     return out, wall, host_scale
 
 
-def _transfers(t: StepCounters, sites: _Sites, steps: int, wall: float) -> list[dict[str, Any]]:
+def _transfers(t: StepCounters, sites: _Sites, steps: int, wall: float) -> list[Transfer]:
     groups: dict[tuple[Any, ...], dict[str, Any]] = {}
     for (direction, cid, lasti, pinned, non_blocking, src, dst, api), (
         count,
@@ -325,30 +339,27 @@ def _transfers(t: StepCounters, sites: _Sites, steps: int, wall: float) -> list[
         g["src"].add(src)
         g["dst"].add(dst)
         g["api"].add(api)
-    out = []
-    for g in groups.values():
-        out.append(
-            {
-                "direction": g["direction"],
-                "site": g["site"],
-                "count_per_step": per_step(g["count"], steps),
-                "bytes_per_step": per_step(g["bytes"], steps, 0),
-                "pinned": g["pinned"],
-                "non_blocking": g["non_blocking"],
-                "src_device": ",".join(sorted(g["src"])),
-                "dst_device": ",".join(sorted(g["dst"])),
-                "api": ",".join(sorted(g["api"])),
-                "time_us_per_step": _us(g["time"], steps),
-                "time_share": _share(g["time"] / steps, wall / steps),
-            }
+    out = [
+        Transfer(
+            direction=g["direction"],
+            site=g["site"],
+            count_per_step=per_step(g["count"], steps),
+            bytes_per_step=per_step(g["bytes"], steps, 0),
+            pinned=g["pinned"],
+            non_blocking=g["non_blocking"],
+            src_device=",".join(sorted(g["src"])),
+            dst_device=",".join(sorted(g["dst"])),
+            api=",".join(sorted(g["api"])),
+            time_us_per_step=_us(g["time"], steps),
+            time_share=_share(g["time"] / steps, wall / steps),
         )
-    out.sort(key=lambda e: (-e["bytes_per_step"], e["site"]))
+        for g in groups.values()
+    ]
+    out.sort(key=lambda e: (-e.bytes_per_step, e.site or ""))
     return out
 
 
-def _syncs(
-    t: StepCounters, sites: _Sites, steps: int, wall: float, cpu_only: bool
-) -> list[dict[str, Any]]:
+def _syncs(t: StepCounters, sites: _Sites, steps: int, wall: float) -> list[Sync]:
     groups: dict[tuple[Any, ...], dict[str, Any]] = {}
     for (kind, cid, lasti, dev, api, op), (count, secs, idle) in t.syncs.items():
         site = sites.site(cid, lasti)
@@ -371,26 +382,25 @@ def _syncs(
         g["idle"] += idle
         g["api"].add(api)
         g["op"].add(op)
-    out = []
-    for g in groups.values():
-        out.append(
-            {
-                "kind": g["kind"],
-                "site": g["site"],
-                "count_per_step": per_step(g["count"], steps),
-                "api": ",".join(sorted(g["api"])),
-                "op": ",".join(sorted(g["op"])),
-                "measured_device": g["measured"],
-                # Seen on a CPU-only run, where it cost nothing: it would block on a GPU (inferred).
-                # Entries measured on a device did block.
-                "would_block_on_gpu": g["measured"] == "cpu",
-                "time_us_per_step": _us(g["time"], steps),
-                "idle_after_us_per_step": _us(g["idle"], steps),
-                "time_share": _share(g["time"], wall),
-                "idle_after_share": _share(g["idle"], wall),
-            }
+    out = [
+        Sync(
+            kind=g["kind"],
+            site=g["site"],
+            count_per_step=per_step(g["count"], steps),
+            api=",".join(sorted(g["api"])),
+            op=",".join(sorted(g["op"])),
+            measured_device=g["measured"],
+            # Seen on a CPU-only run, where it cost nothing: it would block on a GPU (inferred).
+            # Entries measured on a device did block.
+            would_block_on_gpu=g["measured"] == "cpu",
+            time_us_per_step=_us(g["time"], steps),
+            idle_after_us_per_step=_us(g["idle"], steps),
+            time_share=_share(g["time"], wall),
+            idle_after_share=_share(g["idle"], wall),
         )
-    out.sort(key=lambda e: (-e["count_per_step"], e["site"], e["kind"]))
+        for g in groups.values()
+    ]
+    out.sort(key=lambda e: (-e.count_per_step, e.site or "", e.kind))
     return out
 
 
@@ -401,7 +411,7 @@ def _loops(
     wall: float,
     cal: dict[str, float],
     host_scale: float,
-) -> list[dict[str, Any]]:
+) -> list[Loop]:
     per_loop: dict[tuple[str, int], dict[str, Any]] = defaultdict(
         lambda: {"ops": 0, "index": 0, "time": 0.0, "iters": 0, "kind": ""}
     )
@@ -442,29 +452,33 @@ def _loops(
             g = add(caller, st, calls)
             if g is not None:
                 g.setdefault("through", set()).add(sites.site(*own))
-    out = []
+    ranked: list[tuple[tuple[float, float, str], Loop]] = []
     for (rel, line), g in per_loop.items():
         iterations = g["iters"] / steps
         ops = g["ops"] / steps
         if iterations < LOOP_MIN_ITERATIONS or ops < LOOP_MIN_OPS:
             continue
-        out.append(
-            {
-                "site": f"{rel}:{line}",
-                "kind": g["kind"],
-                "code": g.get("code", ""),
-                "ops_per_step": per_step(g["ops"], steps, 2),
-                "iterations_per_step": per_step(g["iters"], steps, 2),
-                "indexing_ops_per_step": per_step(g["index"], steps, 2),
-                "ops_per_iteration": round(g["ops"] / g["iters"], 2) if g["iters"] else None,
-                "time_us_per_step": _us(g["time"], steps),
-                "time_share": _share(g["time"], wall),
-            }
+        site, share, ops_per_step = (
+            f"{rel}:{line}",
+            _share(g["time"], wall),
+            per_step(g["ops"], steps, 2),
+        )
+        loop = Loop(
+            site=site,
+            kind=g["kind"],
+            code=g.get("code", ""),
+            ops_per_step=ops_per_step,
+            iterations_per_step=per_step(g["iters"], steps, 2),
+            indexing_ops_per_step=per_step(g["index"], steps, 2),
+            ops_per_iteration=round(g["ops"] / g["iters"], 2) if g["iters"] else None,
+            time_us_per_step=_us(g["time"], steps),
+            time_share=share,
         )
         if g.get("through"):
-            out[-1]["through"] = sorted(g["through"])  # the helper lines that issued its ops
-    out.sort(key=lambda e: (-e["time_share"], -e["ops_per_step"], e["site"]))
-    return out
+            loop.through = sorted(g["through"])  # the helper lines that issued its ops
+        ranked.append(((-share, -ops_per_step, site), loop))
+    ranked.sort(key=lambda kv: kv[0])
+    return [loop for _, loop in ranked]
 
 
 def _top_sites(
@@ -474,7 +488,7 @@ def _top_sites(
     wall: float,
     cal: dict[str, float],
     host_scale: float,
-) -> list[dict[str, Any]]:
+) -> list[TopSite]:
     """The user lines that issue the most op time per step (op time + the host time before it)."""
     per_op, per_call = _per_event(t, cal)
     agg: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
@@ -486,6 +500,6 @@ def _top_sites(
         a[1] += max(st[S_TIME] - st[S_OPS] * per_op - st[S_TF] * per_call, 0.0) * host_scale
     ranked = sorted(agg.items(), key=lambda kv: (-kv[1][1], kv[0]))[:5]
     return [
-        {"site": site, "ops_per_step": per_step(ops, steps, 1), "time_share": _share(secs, wall)}
+        TopSite(site=site, ops_per_step=per_step(ops, steps, 1), time_share=_share(secs, wall))
         for site, (ops, secs) in ranked
     ]

@@ -13,12 +13,24 @@ override that.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuopt.probes.base import RunContext
+from gpuopt.model.trace import ProfilerWindowInfo
+from gpuopt.probes.protocol import RunContext
 
 TRACE_NAME = "profiler-window.pt.trace.json.gz"
+
+
+@dataclass
+class WindowResult:
+    """The profiler window's result: the profile's ``trace.profiler_window``, the trace file
+    written (None if none) and errors met on the way (they become warnings)."""
+
+    info: ProfilerWindowInfo | None
+    trace_file: Path | None
+    errors: list[str]
 
 
 class ProfilerWindow:
@@ -90,25 +102,19 @@ class ProfilerWindow:
             self.errors.append(f"profiler window: {type(exc).__name__}: {exc}")
             self._prof = None
 
-    def contribute(self, doc: dict[str, Any]) -> None:
-        warnings = doc.setdefault("warnings", [])
-        warnings.extend(e for e in self.errors if e not in warnings)
+    def result(self) -> WindowResult:
+        """The trace the window wrote (or why it did not run) and what went wrong on the way."""
+        info: ProfilerWindowInfo | None = None
         if self.written is not None:
-            doc.setdefault("trace_files", []).append(str(self.written))
-            trace = doc.get("trace")
-            if not isinstance(trace, dict):
-                trace = doc["trace"] = {}
-            trace["profiler_window"] = {
-                "file": self.written.name,
-                "cuda": self.cuda,
-                "start_step": self.start_step,
-                "steps": self.recorded_steps,
-            }
+            info = ProfilerWindowInfo(
+                file=self.written.name,
+                cuda=self.cuda,
+                start_step=self.start_step,
+                steps=self.recorded_steps,
+            )
         elif self.note:
-            trace = doc.get("trace")
-            if not isinstance(trace, dict):
-                trace = doc["trace"] = {}
-            trace["profiler_window"] = {"note": self.note}
+            info = ProfilerWindowInfo(note=self.note)
+        return WindowResult(info, self.written, list(self.errors))
 
     # -- internals ---------------------------------------------------------------------
     def _begin(self) -> None:

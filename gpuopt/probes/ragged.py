@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from gpuopt.model.profile import Ragged, ShapeCount
+
 _MAX_LEAVES = 32
 _MAX_DEPTH = 4
 _MAX_DISTINCT = 256
@@ -143,8 +145,8 @@ class BatchShapeTracker:
         if found:
             self.padded_batches += 1
 
-    def summary(self) -> dict[str, Any]:
-        """The ``ragged`` object of the profile document (shapes part)."""
+    def summary(self) -> Ragged:
+        """The profile's ``ragged`` record (the shapes part; the recorder adds the rest)."""
         variable = sorted(
             f"{path} dim {d}"
             for (path, d), sizes in self.dim_sizes.items()
@@ -152,7 +154,8 @@ class BatchShapeTracker:
         )
         variable_batch_dim = any(len(s) > 1 for (_, d), s in self.dim_sizes.items() if d == 0)
         top = [
-            {"shapes": _describe(sig), "batches": n} for sig, n in self.signatures.most_common(5)
+            ShapeCount(shapes=_describe(sig), batches=n)
+            for sig, n in self.signatures.most_common(5)
         ]
         sizes = sorted(self.batch_sizes)
         common_size = self.batch_sizes.most_common(1)[0][0] if self.batch_sizes else None
@@ -161,24 +164,22 @@ class BatchShapeTracker:
             frac = padded / total if total else 0.0
             if pad is None or frac > pad:
                 pad_path, pad = path, frac
-        return {
-            "batches": self.batches,
-            "steps_observed": len(self.steps),
-            "distinct_shapes": len(self.signatures),
-            "new_shape_share": round(len(self.signatures) / self.batches, 4)
-            if self.batches
-            else None,
-            "batch_size": common_size,
-            "batch_sizes": sizes[:16],
-            "variable_dims": variable[:16],
-            "variable_batch_size": variable_batch_dim,
-            "list_batches": self.list_batches,
-            "batch_size_1_variable": bool(sizes == [1] and (variable or self.list_batches)),
-            "pad_fraction": round(pad, 4) if pad is not None else None,
-            "pad_tensor": pad_path,
-            "padded_batches_scanned": self.padded_batches,
-            "top_shapes": top,
-        }
+        return Ragged(
+            batches=self.batches,
+            steps_observed=len(self.steps),
+            distinct_shapes=len(self.signatures),
+            new_shape_share=round(len(self.signatures) / self.batches, 4) if self.batches else None,
+            batch_size=common_size,
+            batch_sizes=sizes[:16],
+            variable_dims=variable[:16],
+            variable_batch_size=variable_batch_dim,
+            list_batches=self.list_batches,
+            batch_size_1_variable=bool(sizes == [1] and (variable or self.list_batches)),
+            pad_fraction=round(pad, 4) if pad is not None else None,
+            pad_tensor=pad_path,
+            padded_batches_scanned=self.padded_batches,
+            top_shapes=top,
+        )
 
 
 def _describe(sig: tuple[Any, ...]) -> str:

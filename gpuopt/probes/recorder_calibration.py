@@ -68,7 +68,7 @@ def calibrate(n: int = _N, reps: int = _REPS) -> dict[str, float]:
     """Per-call costs in microseconds (see the module docstring)."""
     import torch
 
-    from gpuopt.probes.recorder import RecorderEngine
+    from gpuopt.probes.recorder_engine import RecorderEngine
     from gpuopt.probes.sites import SiteResolver
 
     x = torch.ones(4, 4)

@@ -17,8 +17,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gpuopt.defaults import SAMPLE_INTERVAL_S
+from gpuopt.model.profile import (
+    CpuUtilization,
+    GpuSampleSummary,
+    MeanMax,
+    Timeline,
+    Utilization,
+)
 from gpuopt.probes.accelerator import GpuSample, NvmlBackend
-from gpuopt.probes.base import RunContext
+from gpuopt.probes.protocol import RunContext
 
 _CHILD_REFRESH_S = 1.0
 
@@ -108,7 +116,7 @@ class UtilizationSampler:
 
     def __init__(
         self,
-        interval: float = 0.1,
+        interval: float = SAMPLE_INTERVAL_S,
         nvml: NvmlBackend | None = None,
         nvml_note: str | None = None,
         cpu: Any = None,
@@ -150,17 +158,19 @@ class UtilizationSampler:
         if self.nvml is not None:
             self.nvml.close()
 
-    def contribute(self, doc: dict[str, Any]) -> None:
-        util = doc.setdefault("utilization", {})
-        util["samples"] = len(self.t)
-        util["interval_s"] = self.interval
+    def result(self) -> Utilization:
+        """The profile's ``utilization``: CPU over the process tree, GPUs where NVML sampled."""
         cpu = self.cpu_pct
-        util["cpu"] = {
-            "mean": _mean(cpu),
-            "max": max(cpu) if cpu else None,
-            "cores_busy_mean": _mean([c * self.ncpu / 100 for c in cpu]),
-        }
-        util["cpu_count"] = self.ncpu
+        util = Utilization(
+            samples=len(self.t),
+            interval_s=self.interval,
+            cpu=CpuUtilization(
+                mean=_mean(cpu),
+                max=max(cpu) if cpu else None,
+                cores_busy_mean=_mean([c * self.ncpu / 100 for c in cpu]),
+            ),
+            cpu_count=self.ncpu,
+        )
         gpu_series: list[float | None] | None = None
         mem_series: list[int | None] | None = None
         if self.nvml is not None and self.gpu:
@@ -171,45 +181,31 @@ class UtilizationSampler:
             ]
             mem_series = [_sum_or_none([g.memory_used_bytes for g in row]) for row in self.gpu]
             vals = [v for v in gpu_series if v is not None]
-            util["gpu"] = {"mean": _mean(vals), "max": max(vals) if vals else None}
-            util["gpus"] = [
-                {
-                    "index": i,
-                    "util_mean": _mean(
-                        [row[i].util_pct for row in self.gpu if row[i].util_pct is not None]
-                    ),
-                    "memory_used_max_bytes": max(
-                        (row[i].memory_used_bytes or 0) for row in self.gpu
-                    ),
-                    "power_w_mean": _mean(
-                        [row[i].power_w for row in self.gpu if row[i].power_w is not None]
-                    ),
-                    "sm_clock_mhz_mean": _mean(
-                        [row[i].sm_clock_mhz for row in self.gpu if row[i].sm_clock_mhz is not None]
-                    ),
-                    "process_util_mean": _mean(
-                        [
-                            row[i].process_util_pct
-                            for row in self.gpu
-                            if row[i].process_util_pct is not None
-                        ]
-                    ),
-                }
-                for i in range(len(self.gpu[0]))
-            ]
-        else:
-            util["gpu"] = None
-            if self.nvml_note:
-                util["note"] = self.nvml_note
-        util["timeline"] = {
-            "t_s": [round(x, 4) for x in self.t],
-            "cpu": [round(x, 2) for x in cpu],
-            "gpu": gpu_series,
-            "rss_bytes": self.rss,
-            "gpu_memory_bytes": mem_series,
-        }
-        if self.error:
-            doc.setdefault("warnings", []).append(self.error)
+            util.gpu = MeanMax(mean=_mean(vals), max=max(vals) if vals else None)
+            util.gpus = [self._gpu_summary(i) for i in range(len(self.gpu[0]))]
+        elif self.nvml_note:
+            util.note = self.nvml_note
+        util.timeline = Timeline(
+            t_s=[round(x, 4) for x in self.t],
+            cpu=[round(x, 2) for x in cpu],
+            gpu=gpu_series,
+            rss_bytes=self.rss,
+            gpu_memory_bytes=mem_series,
+        )
+        return util
+
+    def _gpu_summary(self, i: int) -> GpuSampleSummary:
+        rows = [row[i] for row in self.gpu]
+        return GpuSampleSummary(
+            index=i,
+            util_mean=_mean([g.util_pct for g in rows if g.util_pct is not None]),
+            memory_used_max_bytes=max((g.memory_used_bytes or 0) for g in rows),
+            power_w_mean=_mean([g.power_w for g in rows if g.power_w is not None]),
+            sm_clock_mhz_mean=_mean([g.sm_clock_mhz for g in rows if g.sm_clock_mhz is not None]),
+            process_util_mean=_mean(
+                [g.process_util_pct for g in rows if g.process_util_pct is not None]
+            ),
+        )
 
     # -- sampling --------------------------------------------------------------------------
     def tick(self) -> None:

@@ -11,21 +11,25 @@ import os
 import sys
 from pathlib import Path
 
+from gpuopt.defaults import SAMPLE_INTERVAL_S, WARMUP_STEPS, WINDOW_STEPS
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="gpuopt-rank")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--window", type=int, default=3)
-    ap.add_argument("--sample-interval", type=float, default=0.2)
+    ap.add_argument("--warmup", type=int, default=WARMUP_STEPS)
+    ap.add_argument("--window", type=int, default=WINDOW_STEPS)
+    ap.add_argument("--sample-interval", type=float, default=SAMPLE_INTERVAL_S)
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--script", default=None)
     ap.add_argument("-m", dest="module", default=None)
     ap.add_argument("args", nargs=argparse.REMAINDER)
     ns = ap.parse_args(argv)
     args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
-    from gpuopt.runner.main import ProfileOptions, ProfileSession, prepare_out_dir
-    from gpuopt.runner.script import Target
+    from gpuopt.runner.options import ProfileOptions
+    from gpuopt.runner.profile_command import measure
+    from gpuopt.runner.run_dir import prepare_out_dir
+    from gpuopt.runner.target import Target
 
     rank = int(os.environ.get("RANK", "0"))
     opts = ProfileOptions(
@@ -40,8 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         quiet=True,
     )
     out = prepare_out_dir(ns.out / f"rank-{rank}")
-    doc = ProfileSession(Target(ns.script, ns.module, args), out, opts, rank=rank).run()
-    return int(doc["exit_code"])
+    return measure(Target(ns.script, ns.module, args), out, opts, rank=rank).exit_code
 
 
 if __name__ == "__main__":

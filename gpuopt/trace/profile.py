@@ -91,7 +91,7 @@ def build_profile(ta: TraceAnalysis) -> dict[str, Any]:
     doc["trace"] = _trace_details(ta, strag)
     doc["tables"] = _tables(ta, strag)
     doc["warnings"] = list(ta.warnings) + _warnings(ta)
-    from gpuopt.findings.engine import evaluate
+    from gpuopt.findings.engine import evaluate_document as evaluate
 
     doc["findings"] = _dedupe(evaluate(doc))
     return doc

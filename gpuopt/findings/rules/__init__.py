@@ -10,7 +10,6 @@ import importlib
 MODULES = (
     "dataloader",
     "gpu_trace",
-    "host_common",
     "host_copies",
     "host_dispatch",
     "host_loops",

@@ -9,10 +9,14 @@ is in-line (f ≈ measured wait w); with K workers and a remaining wait w, f ≈
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Any
 
+from msgspec import UnsetType
+
 from gpuopt.findings.engine import rule
-from gpuopt.findings.model import Finding, severity_for_share, speedup_if_removed
+from gpuopt.findings.estimates import severity_for_share, speedup_if_removed
+from gpuopt.model.profile import DataLoaderInfo, Finding, Profile
 
 _AMDAHL = "estimate: data wait fully overlapped with compute (Amdahl on the measured share)"
 THRESHOLD = (
@@ -20,9 +24,11 @@ THRESHOLD = (
 )
 
 
-def _cpus(doc: dict[str, Any]) -> int:
-    util = doc.get("utilization") or {}
-    return int(util.get("cpu_count") or (doc.get("environment") or {}).get("cpu_count") or 1)
+def _cpus(profile: Profile) -> int:
+    util = profile.utilization.cpu_count
+    if not isinstance(util, UnsetType) and util:
+        return int(util)
+    return int(profile.environment.cpu_count or 1)
 
 
 def fetch_time(current: int, wait_s: float, step_s: float) -> float:
@@ -48,84 +54,109 @@ def suggest_workers(current: int, wait_s: float, step_s: float, cpus: int) -> tu
     return needed, False
 
 
-@rule("dataloader-bound")
-def dataloader_bound(doc: dict[str, Any]) -> list[Finding]:
-    if doc.get("source") == "trace":
+@dataclass
+class _Advice:
+    """What the finding says about one loader: the changes, notes and the estimate."""
+
+    changes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    est: float = 1.0
+    model: str = _AMDAHL
+
+
+def _loader_advice(
+    profile: Profile, loader: DataLoaderInfo, share: float, step_s: float, cpus: int
+) -> _Advice:
+    wait_s = share * step_s
+    nw = loader.num_workers
+    loader_wait = float(loader.wait_s_per_step or 0.0)
+    k, capped = suggest_workers(nw, loader_wait, step_s, cpus)
+    advice = _Advice()
+    if k > nw:
+        compute_s = max(step_s - wait_s, 1e-9)
+        fetch = fetch_time(nw, loader_wait, step_s)
+        modelled = step_with_workers(k, fetch, compute_s) + (wait_s - loader_wait)
+        advice.est = step_s / max(modelled, 1e-9)
+        advice.model = (
+            f"estimate: with num_workers={k}, a step takes max(compute, batch time / {k}) "
+            f"(throughput model from the measured wait and compute)"
+        )
+        advice.changes.append(f"num_workers={k}")
+    else:
+        advice.est = speedup_if_removed(share)
+    if capped:
+        advice.notes.append(
+            f"this machine has {cpus} cores, too few to hide the loading at this rate: also "
+            f"make {loader.dataset}.__getitem__ cheaper (cache decoded samples, move "
+            "augmentation to the GPU)"
+        )
+    if k > 0 and not loader.persistent_workers and loader.epochs > 1:
+        advice.changes.append("persistent_workers=True")
+    if nw > 0 and (loader.prefetch_factor or 2) < 4:
+        advice.changes.append("prefetch_factor=4")
+    if profile.environment.device == "cuda" and not loader.pin_memory:
+        advice.changes.append("pin_memory=True")
+    return advice
+
+
+def _loader_evidence(loader: DataLoaderInfo) -> dict[str, Any]:
+    return {
+        "dataset": loader.dataset,
+        "num_workers": loader.num_workers,
+        "pin_memory": loader.pin_memory,
+        "persistent_workers": loader.persistent_workers,
+        "prefetch_factor": loader.prefetch_factor,
+        "batch_size": loader.batch_size,
+    }
+
+
+@rule(
+    "dataloader-bound",
+    reads=("source", "breakdown", "dataloaders", "steps", "utilization", "environment"),
+)
+def dataloader_bound(profile: Profile) -> list[Finding]:
+    if profile.source == "trace":
         return []  # traces have their own rule with the annotation evidence
-    share = float((doc.get("breakdown") or {}).get("data_wait") or 0.0)
+    share = float(profile.breakdown.data_wait or 0.0)
     if share < THRESHOLD:
         return []
-    loaders = [d for d in doc.get("dataloaders") or [] if d.get("wait_s_per_step")]
-    step_s = ((doc.get("steps") or {}).get("time_s") or {}).get("mean") or 0.0
+    loaders = profile.dataloaders if not isinstance(profile.dataloaders, UnsetType) else []
+    loaders = [d for d in loaders if d.wait_s_per_step]
+    step_s = profile.steps.time_s.mean or 0.0
     wait_s = share * step_s
-    loader = max(loaders, key=lambda d: d["wait_s_per_step"]) if loaders else None
-    cpus = _cpus(doc)
-    changes: list[str] = []
-    notes: list[str] = []
+    cpus = _cpus(profile)
     evidence: dict[str, Any] = {
         "data_wait_share": round(share, 4),
         "wait_ms_per_step": round(wait_s * 1e3, 3),
         "step_ms": round(step_s * 1e3, 3),
         "cpu_count": cpus,
     }
-    if loader is not None:
-        nw = int(loader.get("num_workers") or 0)
-        evidence.update(
-            {
-                "dataset": loader.get("dataset"),
-                "num_workers": nw,
-                "pin_memory": loader.get("pin_memory"),
-                "persistent_workers": loader.get("persistent_workers"),
-                "prefetch_factor": loader.get("prefetch_factor"),
-                "batch_size": loader.get("batch_size"),
-            }
-        )
-        loader_wait = float(loader["wait_s_per_step"])
-        k, capped = suggest_workers(nw, loader_wait, step_s, cpus)
-        if k > nw:
-            compute_s = max(step_s - wait_s, 1e-9)
-            modelled = step_with_workers(k, fetch_time(nw, loader_wait, step_s), compute_s) + (
-                wait_s - loader_wait
-            )
-            est = step_s / max(modelled, 1e-9)
-            model = (
-                f"estimate: with num_workers={k}, a step takes max(compute, batch time / {k}) "
-                f"(throughput model from the measured wait and compute)"
-            )
-        else:
-            est, model = speedup_if_removed(share), _AMDAHL
-        if k > nw:
-            changes.append(f"num_workers={k}")
-        if capped:
-            notes.append(
-                f"this machine has {cpus} cores, too few to hide the loading at this rate: also make "
-                f"{loader.get('dataset')}.__getitem__ cheaper (cache decoded samples, move augmentation to the GPU)"
-            )
-        if (k > 0) and not loader.get("persistent_workers") and int(loader.get("epochs") or 1) > 1:
-            changes.append("persistent_workers=True")
-        if nw > 0 and (loader.get("prefetch_factor") or 2) < 4:
-            changes.append("prefetch_factor=4")
-        if (doc.get("environment") or {}).get("device") == "cuda" and not loader.get("pin_memory"):
-            changes.append("pin_memory=True")
-        where = f" at {loader['site']}" if loader.get("site") else ""
+    site: str | None = None
+    if loaders:
+        loader = max(loaders, key=lambda d: d.wait_s_per_step or 0.0)
+        evidence.update(_loader_evidence(loader))
+        advice = _loader_advice(profile, loader, share, step_s, cpus)
+        where = f" at {loader.site}" if loader.site else ""
         summary = (
-            f"{share:.0%} of step time waits on next() of {loader.get('class', 'DataLoader')}"
-            f"({loader.get('dataset')}, num_workers={nw}){where}: {wait_s * 1e3:.1f} ms of {step_s * 1e3:.1f} ms per step"
+            f"{share:.0%} of step time waits on next() of {loader.cls}"
+            f"({loader.dataset}, num_workers={loader.num_workers}){where}: "
+            f"{wait_s * 1e3:.1f} ms of {step_s * 1e3:.1f} ms per step"
         )
-        site = loader.get("site")
+        site = loader.site
     else:
-        summary = f"{share:.0%} of step time waits on the DataLoader ({wait_s * 1e3:.1f} ms of {step_s * 1e3:.1f} ms per step)"
-        site = None
-        est, model = speedup_if_removed(share), _AMDAHL
-        changes.append("num_workers=4")
+        summary = (
+            f"{share:.0%} of step time waits on the DataLoader ({wait_s * 1e3:.1f} ms of "
+            f"{step_s * 1e3:.1f} ms per step)"
+        )
+        advice = _Advice(changes=["num_workers=4"], est=speedup_if_removed(share))
     evidence["summary"] = summary
     fix = (
-        "DataLoader(..., " + ", ".join(changes) + ")"
-        if changes
+        "DataLoader(..., " + ", ".join(advice.changes) + ")"
+        if advice.changes
         else "make the Dataset's __getitem__ cheaper"
     )
-    if notes:
-        fix += "; " + "; ".join(notes)
+    if advice.notes:
+        fix += "; " + "; ".join(advice.notes)
     return [
         Finding(
             id="dataloader-bound",
@@ -134,8 +165,8 @@ def dataloader_bound(doc: dict[str, Any]) -> list[Finding]:
             site=site,
             evidence=evidence,
             fix=fix,
-            est_speedup=est,
-            estimate_model=model,
-            extra={"fix_params": dict(c.split("=", 1) for c in changes)},
+            est_speedup=advice.est,
+            estimate_model=advice.model,
+            fix_params=dict(c.split("=", 1) for c in advice.changes),
         )
     ]

@@ -1,17 +1,22 @@
 """Findings from PyTorch profiler traces (``gpuopt report TRACE``).
 
-They read only ``doc["trace"]`` (written by :mod:`gpuopt.trace.profile`). The ids that run-time rules
-also produce (dataloader-bound, sync-in-step, pageable-h2d, launch-bound) fire only on documents with
-``source == "trace"``, so one cause is not reported twice; ``low-gpu-util`` and ``straggler-rank``
-(trace-only evidence) also fire on run documents that carry a profiler-window trace. Every finding carries ``source: "trace"`` and the measured numbers.
+They read only ``profile.trace`` (the trace analyses' records). The ids that run-time rules also
+produce (dataloader-bound, sync-in-step, pageable-h2d, launch-bound) fire only on documents with
+``source == "trace"``, so one cause is not reported twice; ``low-gpu-util`` and
+``straggler-rank`` (trace-only evidence) also fire on run documents that carry a profiler-window
+trace. Every finding carries ``source: "trace"`` and the measured numbers.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from msgspec import UnsetType
+
 from gpuopt.findings.engine import rule
-from gpuopt.findings.model import Finding, severity_for_share, speedup_if_removed
+from gpuopt.findings.estimates import severity_for_share, speedup_if_removed
+from gpuopt.model.profile import Finding, Profile
+from gpuopt.model.trace import IdleSite, TraceRank
 
 LOW_UTIL_IDLE_PCT = 30.0  # idle share of the GPU span that makes utilisation "low"
 MIN_CAUSE_SHARE = 0.05  # a cause must cover at least this share of step time to be reported
@@ -23,224 +28,225 @@ PAGEABLE_MIN_BYTES = 1 << 20  # ... or move at least 1 MiB
 _AMDAHL = "Amdahl: step time without the idle time this cause covers (upper bound)"
 
 
-def _ranks(doc: dict[str, Any], any_source: bool = False) -> list[dict[str, Any]]:
-    if doc.get("source") != "trace" and not any_source:
+def _ranks(profile: Profile, any_source: bool = False) -> list[TraceRank]:
+    if profile.source != "trace" and not any_source:
         return []
-    tr = doc.get("trace")
-    return list(tr.get("ranks") or []) if isinstance(tr, dict) else []
+    tr = profile.trace
+    if isinstance(tr, UnsetType) or isinstance(tr.ranks, UnsetType):
+        return []
+    return list(tr.ranks)
 
 
-def _step_total_us(r: dict[str, Any]) -> float:
-    return float(sum(s["dur_us"] for s in r.get("steps") or []))
+def _step_total_us(r: TraceRank) -> float:
+    return float(sum(s.dur_us for s in r.steps))
 
 
-def _top_site(r: dict[str, Any], cause: str) -> dict[str, Any] | None:
-    for s in (r.get("idle_causes") or {}).get("sites") or []:
-        if s["cause"] == cause:
+def _top_site(r: TraceRank, cause: str) -> IdleSite | None:
+    for s in r.idle_causes.sites:
+        if s.cause == cause:
             return s
     return None
 
 
-def _cause_finding(
-    doc: dict[str, Any], cause: str, fid: str, title: str, fix: str
-) -> list[Finding]:
-    out: list[Finding] = []
-    for r in _ranks(doc):
+def _cause_finding(profile: Profile, cause: str, fid: str, title: str, fix: str) -> list[Finding]:
+    for r in _ranks(profile):
         total = _step_total_us(r)
-        ic = r.get("idle_causes") or {}
-        us = float((ic.get("by_cause") or {}).get(cause, 0.0))
+        us = float(getattr(r.idle_causes.by_cause, cause, 0.0))
         if total <= 0 or us / total < MIN_CAUSE_SHARE:
             continue
         share = us / total
         site = _top_site(r, cause)
-        n_steps = max(len([s for s in r["steps"] if s.get("step") is not None]), 1)
-        out.append(
+        n_steps = max(len([s for s in r.steps if s.step is not None]), 1)
+        summary = (
+            f"rank {r.rank}: the GPU sat idle {us / 1e3:.1f} ms ({100 * share:.1f}% of step time) "
+            f"while the launching thread was in {cause}" + (f" ({site.op})" if site else "")
+        )
+        return [
             Finding(
                 id=fid,
                 severity=severity_for_share(share),
                 title=title,
                 evidence={
-                    "summary": f"rank {r['rank']}: the GPU sat idle {us / 1e3:.1f} ms ({100 * share:.1f}% of step time) "
-                    f"while the launching thread was in {cause}"
-                    + (f" ({site['op']})" if site else ""),
-                    "rank": r["rank"],
+                    "summary": summary,
+                    "rank": r.rank,
                     "idle_ms_per_step": round(us / 1e3 / n_steps, 3),
                     "share_of_step_time": round(share, 4),
-                    "op": site["op"] if site else None,
+                    "op": site.op if site else None,
                 },
                 fix=fix,
-                site=site["site"] if site else None,
+                site=site.site if site else None,
                 est_speedup=speedup_if_removed(share),
                 estimate_model=_AMDAHL,
-                extra={"source": "trace"},
+                source="trace",
             )
-        )
-        break  # one finding per id: the first rank that shows it (ranks are sorted)
-    return out
+        ]  # one finding per id: the first rank that shows it (ranks are sorted)
+    return []
 
 
-@rule("dataloader-bound")
-def dataloader_bound(doc: dict[str, Any]) -> list[Finding]:
+@rule("dataloader-bound", reads=("source", "trace"))
+def dataloader_bound(profile: Profile) -> list[Finding]:
     return _cause_finding(
-        doc,
+        profile,
         "dataloader",
         "dataloader-bound",
         "GPU waits for the DataLoader",
         "Load batches in background workers: DataLoader(num_workers=4 or more, pin_memory=True, "
-        "persistent_workers=True, prefetch_factor=2); move per-sample work out of __getitem__ hot paths.",
+        "persistent_workers=True, prefetch_factor=2); move per-sample work out of __getitem__ "
+        "hot paths.",
     )
 
 
-@rule("sync-in-step")
-def sync_in_step(doc: dict[str, Any]) -> list[Finding]:
+@rule("sync-in-step", reads=("source", "trace"))
+def sync_in_step(profile: Profile) -> list[Finding]:
     return _cause_finding(
-        doc,
+        profile,
         "sync",
         "sync-in-step",
         "Host-device synchronisation inside the step leaves the GPU idle",
-        "Avoid .item()/.cpu()/.tolist()/print of CUDA tensors every step: accumulate metrics on the GPU "
-        "and read them every N steps; use non_blocking copies from pinned memory.",
+        "Avoid .item()/.cpu()/.tolist()/print of CUDA tensors every step: accumulate metrics on "
+        "the GPU and read them every N steps; use non_blocking copies from pinned memory.",
     )
 
 
-@rule("low-gpu-util")
-def low_gpu_util(doc: dict[str, Any]) -> list[Finding]:
-    for r in _ranks(doc, any_source=True):
-        t = r.get("temporal") or {}
-        idle = t.get("idle_pct")
-        if idle is None or idle < LOW_UTIL_IDLE_PCT:
+@rule("low-gpu-util", reads=("source", "trace"))
+def low_gpu_util(profile: Profile) -> list[Finding]:
+    for r in _ranks(profile, any_source=True):
+        t = r.temporal
+        idle = t.idle_pct if t is not None else None
+        if t is None or idle is None or idle < LOW_UTIL_IDLE_PCT:
             continue
-        causes = (r.get("idle_causes") or {}).get("by_cause") or {}
-        top = max(causes.items(), key=lambda kv: kv[1]) if causes else None
+        causes = r.idle_causes.by_cause.items()
+        top = max(causes, key=lambda kv: kv[1]) if causes else None
+        summary = f"rank {r.rank}: GPU idle {idle:.1f}% of {t.span_us / 1e3:.1f} ms" + (
+            f"; largest host-side cause: {top[0]} ({top[1] / 1e3:.1f} ms)"
+            if top and top[1] > 0
+            else ""
+        )
         return [
             Finding(
                 id="low-gpu-util",
                 severity="high" if idle >= 50 else "medium",
                 title="The GPU is idle for a large part of the run",
                 evidence={
-                    "summary": f"rank {r['rank']}: GPU idle {idle:.1f}% of {t['span_us'] / 1e3:.1f} ms"
-                    + (
-                        f"; largest host-side cause: {top[0]} ({top[1] / 1e3:.1f} ms)"
-                        if top and top[1] > 0
-                        else ""
-                    ),
-                    "rank": r["rank"],
+                    "summary": summary,
+                    "rank": r.rank,
                     "idle_pct": round(idle, 2),
-                    "span_ms": round(t["span_us"] / 1e3, 3),
-                    "idle_by_cause_ms": {k: round(v / 1e3, 3) for k, v in causes.items()},
+                    "span_ms": round(t.span_us / 1e3, 3),
+                    "idle_by_cause_ms": {k: round(v / 1e3, 3) for k, v in causes},
                 },
-                fix="See the idle-cause table: remove the largest cause first (data loading, syncs, "
-                "Python overhead between kernels).",
-                extra={"source": "trace"},
+                fix="See the idle-cause table: remove the largest cause first (data loading, "
+                "syncs, Python overhead between kernels).",
+                source="trace",
             )
         ]
     return []
 
 
-@rule("pageable-h2d")
-def pageable_h2d(doc: dict[str, Any]) -> list[Finding]:
-    for r in _ranks(doc):
-        rows = [m for m in r.get("memory") or [] if m["direction"] == "HtoD" and m.get("pageable")]
-        if not rows:
-            continue
-        count = sum(m["count"] for m in rows)
-        nbytes = sum(m["bytes"] for m in rows)
-        t_us = sum(m["time_us"] for m in rows)
-        total = _step_total_us(r) or (r.get("temporal") or {}).get("span_us") or 0
-        share = t_us / total if total else 0.0
-        if share < PAGEABLE_MIN_SHARE and nbytes < PAGEABLE_MIN_BYTES:
-            continue  # a few tiny copies (scalars) are not worth a finding
-        pinned = [
-            m
-            for m in r.get("memory") or []
-            if m["direction"] == "HtoD" and m.get("pageable") is False
-        ]
-        ev: dict[str, Any] = {
-            "summary": f"rank {r['rank']}: {count} host-to-device copies from pageable memory, "
-            f"{nbytes / 1e6:.1f} MB in {t_us / 1e3:.2f} ms GPU time"
-            + (f" ({nbytes / (t_us * 1e3):.1f} GB/s)" if t_us > 0 else ""),
-            "rank": r["rank"],
-            "count": count,
-            "bytes": nbytes,
-            "time_ms": round(t_us / 1e3, 3),
-            "bandwidth_gbps": round(nbytes / (t_us * 1e3), 3) if t_us > 0 else None,
-        }
-        if pinned and pinned[0].get("bandwidth_gbps"):
-            ev["pinned_bandwidth_gbps"] = round(pinned[0]["bandwidth_gbps"], 3)
-        sites = [
-            t
-            for t in r.get("transfers") or []
-            if t["direction"] == "HtoD" and t.get("pageable") and t.get("site")
-        ]
-        return [
-            Finding(
-                id="pageable-h2d",
-                severity=severity_for_share(share) if share > 0 else "low",
-                title="Host-to-device copies from pageable memory (slow and blocking)",
-                evidence=ev,
-                fix="Use pinned memory: DataLoader(pin_memory=True) or tensor.pin_memory(), then "
-                ".to(device, non_blocking=True).",
-                site=max(sites, key=lambda t: t["time_us"])["site"] if sites else None,
-                est_speedup=speedup_if_removed(share, keep=0.5) if share > 0 else None,
-                estimate_model="Amdahl: half of the pageable copy time removed (pinned copies are ~2x faster and overlap)",
-                extra={"source": "trace"},
-            )
-        ]
+def _pageable_finding(r: TraceRank) -> Finding | None:
+    rows = [m for m in r.memory if m.direction == "HtoD" and m.pageable]
+    if not rows:
+        return None
+    count = sum(m.count for m in rows)
+    nbytes = sum(m.bytes for m in rows)
+    t_us = sum(m.time_us for m in rows)
+    total = _step_total_us(r) or (r.temporal.span_us if r.temporal else 0) or 0
+    share = t_us / total if total else 0.0
+    if share < PAGEABLE_MIN_SHARE and nbytes < PAGEABLE_MIN_BYTES:
+        return None  # a few tiny copies (scalars) are not worth a finding
+    pinned = [m for m in r.memory if m.direction == "HtoD" and m.pageable is False]
+    ev: dict[str, Any] = {
+        "summary": f"rank {r.rank}: {count} host-to-device copies from pageable memory, "
+        f"{nbytes / 1e6:.1f} MB in {t_us / 1e3:.2f} ms GPU time"
+        + (f" ({nbytes / (t_us * 1e3):.1f} GB/s)" if t_us > 0 else ""),
+        "rank": r.rank,
+        "count": count,
+        "bytes": nbytes,
+        "time_ms": round(t_us / 1e3, 3),
+        "bandwidth_gbps": round(nbytes / (t_us * 1e3), 3) if t_us > 0 else None,
+    }
+    if pinned and pinned[0].bandwidth_gbps:
+        ev["pinned_bandwidth_gbps"] = round(pinned[0].bandwidth_gbps, 3)
+    sites = [t for t in r.transfers if t.direction == "HtoD" and t.pageable and t.site]
+    return Finding(
+        id="pageable-h2d",
+        severity=severity_for_share(share) if share > 0 else "low",
+        title="Host-to-device copies from pageable memory (slow and blocking)",
+        evidence=ev,
+        fix="Use pinned memory: DataLoader(pin_memory=True) or tensor.pin_memory(), then "
+        ".to(device, non_blocking=True).",
+        site=max(sites, key=lambda t: t.time_us).site if sites else None,
+        est_speedup=speedup_if_removed(share, keep=0.5) if share > 0 else None,
+        estimate_model="Amdahl: half of the pageable copy time removed (pinned copies are ~2x "
+        "faster and overlap)",
+        source="trace",
+    )
+
+
+@rule("pageable-h2d", reads=("source", "trace"))
+def pageable_h2d(profile: Profile) -> list[Finding]:
+    for r in _ranks(profile):
+        found = _pageable_finding(r)
+        if found is not None:
+            return [found]
     return []
 
 
-@rule("launch-bound")
-def launch_bound(doc: dict[str, Any]) -> list[Finding]:
-    for r in _ranks(doc):
-        ls = r.get("launch") or {}
-        n = ls.get("count") or 0
+_HOST_OVERHEAD_CAUSES = ("launch", "cpu_op", "python", "untraced")
+
+
+@rule("launch-bound", reads=("source", "trace"))
+def launch_bound(profile: Profile) -> list[Finding]:
+    for r in _ranks(profile):
+        ls = r.launch
+        n = ls.count
         if n < 100:
             continue
-        short = ls.get("short_kernels", 0) / n
-        t = r.get("temporal") or {}
-        causes = (r.get("idle_causes") or {}).get("by_cause") or {}
-        host_overhead = sum(causes.get(c, 0.0) for c in ("launch", "cpu_op", "python", "untraced"))
-        span = t.get("span_us") or 0
+        short = ls.short_kernels / n
+        causes = r.idle_causes.by_cause
+        host_overhead = sum(float(getattr(causes, c)) for c in _HOST_OVERHEAD_CAUSES)
+        span = r.temporal.span_us if r.temporal else 0
         share = host_overhead / span if span else 0.0
         if short < LAUNCH_BOUND_SHORT_SHARE or share < MIN_CAUSE_SHARE:
             continue
-        gpu_med = (ls.get("gpu_duration_us") or {}).get("median")
-        cpu_med = (ls.get("cpu_duration_us") or {}).get("median")
+        gpu_med = ls.gpu_duration_us.median
+        cpu_med = ls.cpu_duration_us.median
         return [
             Finding(
                 id="launch-bound",
                 severity=severity_for_share(share),
                 title="Kernels are too short to hide their launch cost",
                 evidence={
-                    "summary": f"rank {r['rank']}: {100 * short:.0f}% of {n} kernels run shorter on the GPU than their "
-                    f"launch takes on the CPU (median GPU {gpu_med} µs vs launch {cpu_med} µs); the GPU idles "
-                    f"{host_overhead / 1e3:.1f} ms while the host dispatches ops",
-                    "rank": r["rank"],
+                    "summary": f"rank {r.rank}: {100 * short:.0f}% of {n} kernels run shorter on "
+                    f"the GPU than their launch takes on the CPU (median GPU {gpu_med} µs vs "
+                    f"launch {cpu_med} µs); the GPU idles {host_overhead / 1e3:.1f} ms while "
+                    "the host dispatches ops",
+                    "rank": r.rank,
                     "launches": n,
                     "short_kernel_share": round(short, 3),
                     "gpu_median_us": gpu_med,
                     "cpu_launch_median_us": cpu_med,
                 },
                 fix="Cut per-kernel overhead: torch.compile (fuses ops), CUDA graphs "
-                "(torch.compile(mode='reduce-overhead')), larger batches, foreach/fused optimizers (foreach=True, fused=True).",
+                "(torch.compile(mode='reduce-overhead')), larger batches, foreach/fused "
+                "optimizers (foreach=True, fused=True).",
                 est_speedup=speedup_if_removed(share, keep=0.5),
                 estimate_model="Amdahl: half of the host-overhead idle time removed",
-                extra={"source": "trace"},
+                source="trace",
             )
         ]
     return []
 
 
-@rule("straggler-rank")
-def straggler_rank(doc: dict[str, Any]) -> list[Finding]:
-    tr = doc.get("trace") or {}
-    s = tr.get("straggler")
-    if not s:
+@rule("straggler-rank", reads=("trace",))
+def straggler_rank(profile: Profile) -> list[Finding]:
+    tr = profile.trace
+    if isinstance(tr, UnsetType) or isinstance(tr.straggler, UnsetType) or tr.straggler is None:
         return []
-    ranks = {r["rank"]: r for r in tr.get("ranks") or []}
-    others = [r for k, r in ranks.items() if k != s["rank"]]
+    s = tr.straggler
+    ranks = {r.rank: r for r in (tr.ranks if not isinstance(tr.ranks, UnsetType) else [])}
+    others = [r for k, r in ranks.items() if k != s.rank]
     step_us = sum(_step_total_us(r) for r in others) / max(len(others), 1) if others else 0.0
-    wait = float(s["wait_caused_us_total"])
+    wait = float(s.wait_caused_us_total)
     share = wait / step_us if step_us > 0 else 0.0
     if share < STRAGGLER_SHARE:
         return []
@@ -248,20 +254,22 @@ def straggler_rank(doc: dict[str, Any]) -> list[Finding]:
         Finding(
             id="straggler-rank",
             severity=severity_for_share(share),
-            title=f"Rank {s['rank']} is the straggler: the others wait for it at collectives",
+            title=f"Rank {s.rank} is the straggler: the others wait for it at collectives",
             evidence={
-                "summary": f"rank {s['rank']} starts collectives on average "
-                f"{s['mean_lateness_us'][s['rank']] / 1e3:.2f} ms after the earliest rank; the other ranks wait "
-                f"{wait / 1e3:.1f} ms in total over {s['collectives_compared']} collectives",
-                "rank": s["rank"],
-                "collectives_compared": s["collectives_compared"],
+                "summary": f"rank {s.rank} starts collectives on average "
+                f"{s.mean_lateness_us[s.rank] / 1e3:.2f} ms after the earliest rank; the other "
+                f"ranks wait {wait / 1e3:.1f} ms in total over {s.collectives_compared} "
+                "collectives",
+                "rank": s.rank,
+                "collectives_compared": s.collectives_compared,
                 "wait_ms": round(wait / 1e3, 3),
-                "mean_lateness_us": s["mean_lateness_us"],
+                "mean_lateness_us": s.mean_lateness_us,
             },
-            fix="Balance the work per rank (uneven batch sizes or sequence lengths, data loading on that rank, "
-            "a slower GPU or host); compare the rank's idle-cause table with the others.",
+            fix="Balance the work per rank (uneven batch sizes or sequence lengths, data loading "
+            "on that rank, a slower GPU or host); compare the rank's idle-cause table with the "
+            "others.",
             est_speedup=speedup_if_removed(share),
             estimate_model="Amdahl: the other ranks' wait at collectives removed",
-            extra={"source": "trace"},
+            source="trace",
         )
     ]

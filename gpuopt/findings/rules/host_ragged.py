@@ -7,11 +7,13 @@ step that runs once per sample of the batch, and padding that is mostly waste.
 
 from __future__ import annotations
 
-from typing import Any
+from msgspec import UnsetType
 
 from gpuopt.findings.engine import rule
-from gpuopt.findings.model import Finding, severity_for_share, speedup_if_removed
-from gpuopt.findings.rules.host_common import entries, fmt_count, from_trace, num, obj, pct
+from gpuopt.findings.estimates import severity_for_share, speedup_if_removed
+from gpuopt.findings.measures import from_trace, value
+from gpuopt.model.profile import Finding, Loop, Profile, Ragged
+from gpuopt.units import fmt_count, fmt_frac
 
 MIN_BATCHES = 4
 MIN_NEW_SHAPE_SHARE = 0.3  # at least 30% of batches bring a shape not seen before
@@ -23,115 +25,130 @@ BUCKET_FIX = (
 )
 
 
-def _loader_site(doc: dict[str, Any]) -> str | None:
-    for loader in entries(doc, "dataloaders"):
-        if loader.get("site"):
-            return str(loader["site"])
+def _loader_site(profile: Profile) -> str | None:
+    for loader in profile.dataloaders or []:
+        if loader.site:
+            return loader.site
     return None
 
 
-def _compute_share(doc: dict[str, Any]) -> float:
+def _compute_share(profile: Profile) -> float:
     """Share of the step that is op work (padding wastes a part of it)."""
-    bd = obj(doc, "breakdown")
-    if num(bd.get("compute")) > 0:
-        return num(bd.get("compute"))
-    return num(obj(doc, "dispatch").get("op_time_share"))
+    if profile.breakdown.compute > 0:
+        return profile.breakdown.compute
+    return value(profile.dispatch.op_time_share)
 
 
-@rule("ragged-batches")
-def ragged_batches(doc: dict[str, Any]) -> list[Finding]:
-    if from_trace(doc):
-        return []
-    r = obj(doc, "ragged")
-    findings: list[Finding] = []
-    batches = num(r.get("batches"))
-    distinct = num(r.get("distinct_shapes"))
-    new_share = num(r.get("new_shape_share"))
+def _shape_finding(profile: Profile, r: Ragged) -> Finding | None:
     signs: list[str] = []
-    if r.get("batch_size_1_variable"):
-        signs.append(
-            f"batch size 1 with variable-size samples ({', '.join(map(str, r.get('variable_dims') or [])) or 'list batches'})"
-        )
+    if r.batch_size_1_variable:
+        dims = ", ".join(r.variable_dims) or "list batches"
+        signs.append(f"batch size 1 with variable-size samples ({dims})")
+    batches, distinct = r.batches, r.distinct_shapes
+    new_share = value(r.new_shape_share)
     if batches >= MIN_BATCHES and distinct >= 3 and new_share >= MIN_NEW_SHAPE_SHARE:
         signs.append(f"{fmt_count(distinct)} distinct input shapes in {fmt_count(batches)} batches")
-    if signs:
-        findings.append(
-            Finding(
-                id="ragged-batches",
-                severity="medium",
-                title="Variable-size batches: " + "; ".join(signs),
-                site=_loader_site(doc),
-                evidence={
-                    "summary": "; ".join(signs),
-                    "batches": batches,
-                    "distinct_shapes": distinct,
-                    "new_shape_share": new_share,
-                    "batch_sizes": r.get("batch_sizes"),
-                    "variable_dims": r.get("variable_dims"),
-                },
-                fix=BUCKET_FIX,
-                est_speedup=None,
-                estimate_model=(
-                    "not estimated: the gain of batching fixed shapes depends on GPU occupancy and "
-                    "on caches (graphs, autotuning) a host-side measurement cannot see"
-                ),
-            )
-        )
-    pad = num(r.get("pad_fraction"))
-    if pad >= MIN_PAD_FRACTION:
-        compute = _compute_share(doc)
-        findings.append(
-            Finding(
-                id="ragged-batches",
-                severity=severity_for_share(pad * compute),
-                title=f"{pct(pad)} of the padded batch is padding",
-                site=_loader_site(doc),
-                evidence={
-                    "summary": f"{pct(pad)} of the elements of {r.get('pad_tensor')} are padding in the batches scanned",
-                    "pad_fraction": pad,
-                    "pad_tensor": r.get("pad_tensor"),
-                    "compute_share": round(compute, 4),
-                },
-                fix=(
-                    "Pad each batch only to its own longest sample and group samples of similar length: a "
-                    "bucketing/length-grouped sampler with a pad collate (gpuopt.batching)."
-                ),
-                est_speedup=speedup_if_removed(pad * compute),
-                estimate_model=(
-                    f"Amdahl: padded positions cost compute in proportion ({pct(pad)} of the "
-                    f"{pct(compute)} compute share), all assumed removed by bucketing"
-                ),
-            )
-        )
-    batch_size = num(r.get("batch_size"))
+    if not signs:
+        return None
+    return Finding(
+        id="ragged-batches",
+        severity="medium",
+        title="Variable-size batches: " + "; ".join(signs),
+        site=_loader_site(profile),
+        evidence={
+            "summary": "; ".join(signs),
+            "batches": float(batches),
+            "distinct_shapes": float(distinct),
+            "new_shape_share": new_share,
+            "batch_sizes": r.batch_sizes,
+            "variable_dims": r.variable_dims,
+        },
+        fix=BUCKET_FIX,
+        est_speedup=None,
+        estimate_model=(
+            "not estimated: the gain of batching fixed shapes depends on GPU occupancy and "
+            "on caches (graphs, autotuning) a host-side measurement cannot see"
+        ),
+    )
+
+
+def _padding_finding(profile: Profile, r: Ragged) -> Finding | None:
+    pad = value(r.pad_fraction)
+    if pad < MIN_PAD_FRACTION:
+        return None
+    compute = _compute_share(profile)
+    return Finding(
+        id="ragged-batches",
+        severity=severity_for_share(pad * compute),
+        title=f"{fmt_frac(pad)} of the padded batch is padding",
+        site=_loader_site(profile),
+        evidence={
+            "summary": f"{fmt_frac(pad)} of the elements of {r.pad_tensor} are padding in the "
+            "batches scanned",
+            "pad_fraction": pad,
+            "pad_tensor": r.pad_tensor,
+            "compute_share": round(compute, 4),
+        },
+        fix=(
+            "Pad each batch only to its own longest sample and group samples of similar "
+            "length: a bucketing/length-grouped sampler with a pad collate (gpuopt.batching)."
+        ),
+        est_speedup=speedup_if_removed(pad * compute),
+        estimate_model=(
+            f"Amdahl: padded positions cost compute in proportion ({fmt_frac(pad)} of the "
+            f"{fmt_frac(compute)} compute share), all assumed removed by bucketing"
+        ),
+    )
+
+
+def _per_sample_finding(loop: Loop, batch_size: float) -> Finding:
+    share = value(loop.time_share)
+    ops = value(loop.ops_per_step)
+    code = loop.code if isinstance(loop.code, str) and loop.code else None
+    return Finding(
+        id="ragged-batches",
+        severity=severity_for_share(share),
+        title=f"Per-sample Python loop inside the step ({fmt_count(batch_size)} iterations = "
+        "batch size)",
+        site=loop.site or "?",
+        evidence={
+            "summary": (
+                f"the loop runs once per sample ({fmt_count(batch_size)} per step) and issues "
+                f"{fmt_count(ops)} ops per step ({fmt_frac(share)} of the step)"
+            ),
+            "iterations_per_step": value(loop.iterations_per_step),
+            "batch_size": batch_size,
+            "ops_per_step": ops,
+            "loop_share": share,
+            **({"code": code} if code else {}),
+        },
+        fix=(
+            "Run the model once on the whole batch: pad the samples into one tensor (pad "
+            "collate) with a mask of the real positions, instead of looping over samples."
+        ),
+        est_speedup=speedup_if_removed(share, keep=1.0 / batch_size),
+        estimate_model=(
+            f"Amdahl: batched, the loop costs about one iteration's time "
+            f"(1/{fmt_count(batch_size)} of {fmt_frac(share)})"
+        ),
+    )
+
+
+@rule(
+    "ragged-batches",
+    reads=("source", "ragged", "dataloaders", "breakdown", "dispatch", "loops"),
+)
+def ragged_batches(profile: Profile) -> list[Finding]:
+    r = profile.ragged
+    if from_trace(profile) or isinstance(r, UnsetType):
+        return []
+    found = [_shape_finding(profile, r), _padding_finding(profile, r)]
+    findings = [f for f in found if f is not None]
+    batch_size = value(r.batch_size)
     if batch_size >= 2:
-        for loop in entries(doc, "loops"):
-            if num(loop.get("iterations_per_step")) != batch_size:
-                continue
-            share = num(loop.get("time_share"))
-            findings.append(
-                Finding(
-                    id="ragged-batches",
-                    severity=severity_for_share(share),
-                    title=f"Per-sample Python loop inside the step ({fmt_count(batch_size)} iterations = batch size)",
-                    site=str(loop.get("site") or "?"),
-                    evidence={
-                        "summary": (
-                            f"the loop runs once per sample ({fmt_count(batch_size)} per step) and issues "
-                            f"{fmt_count(num(loop.get('ops_per_step')))} ops per step ({pct(share)} of the step)"
-                        ),
-                        "iterations_per_step": num(loop.get("iterations_per_step")),
-                        "batch_size": batch_size,
-                        "ops_per_step": num(loop.get("ops_per_step")),
-                        "loop_share": share,
-                        **({"code": loop["code"]} if loop.get("code") else {}),
-                    },
-                    fix=(
-                        "Run the model once on the whole batch: pad the samples into one tensor (pad collate) "
-                        "with a mask of the real positions, instead of looping over samples."
-                    ),
-                    est_speedup=speedup_if_removed(share, keep=1.0 / batch_size),
-                    estimate_model=f"Amdahl: batched, the loop costs about one iteration's time (1/{fmt_count(batch_size)} of {pct(share)})",
-                )
-            )
+        findings += [
+            _per_sample_finding(loop, batch_size)
+            for loop in profile.loops
+            if value(loop.iterations_per_step) == batch_size
+        ]
     return findings

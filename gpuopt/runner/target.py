@@ -19,7 +19,9 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
+from gpuopt.assemble.run_record import Outcome
 from gpuopt.errors import GpuoptError
+from gpuopt.model.profile import RunError
 from gpuopt.probes.steps import StopRun
 
 _GPUOPT_DIR = str(Path(__file__).resolve().parents[1])
@@ -84,16 +86,6 @@ def check_target(target: Target) -> None:
         )
 
 
-@dataclass
-class Outcome:
-    """How the user's code ended."""
-
-    status: str  # ok | error | interrupted
-    exit_code: int
-    error: dict[str, str] | None = None
-    stopped_by_steps: bool = False
-
-
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise Terminated()
 
@@ -132,15 +124,15 @@ def run_target(target: Target) -> Outcome:
             return Outcome(
                 "ok" if code == 0 else "error",
                 code,
-                None if code == 0 else {"type": "SystemExit", "message": str(code)},
+                None if code == 0 else RunError(type="SystemExit", message=str(code)),
             )
         print(code, file=sys.stderr)
-        return Outcome("error", 1, {"type": "SystemExit", "message": str(code)})
+        return Outcome("error", 1, RunError(type="SystemExit", message=str(code)))
     except (KeyboardInterrupt, Terminated) as exc:
-        return Outcome("interrupted", 130, {"type": type(exc).__name__, "message": "interrupted"})
+        return Outcome("interrupted", 130, RunError(type=type(exc).__name__, message="interrupted"))
     except Exception as exc:
         print_user_traceback(exc)
-        return Outcome("error", 1, {"type": type(exc).__name__, "message": str(exc)[:2000]})
+        return Outcome("error", 1, RunError(type=type(exc).__name__, message=str(exc)[:2000]))
     finally:
         sys.argv = saved_argv
         if saved_path0 is not None:

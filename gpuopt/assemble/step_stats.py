@@ -1,9 +1,10 @@
-"""Step statistics and the time breakdown: pure functions from measurements to profile keys."""
+"""Step statistics and the time breakdown: pure functions from measurements to Profile parts."""
 
 from __future__ import annotations
 
 import statistics
-from typing import Any
+
+from gpuopt.model.profile import Breakdown, StepRecord, StepTimes
 
 
 def step_times(start: float, ends: list[float]) -> list[float]:
@@ -26,16 +27,16 @@ def quantile(sorted_xs: list[float], q: float) -> float:
     return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
 
 
-def time_stats(xs: list[float]) -> dict[str, float | None]:
+def time_stats(xs: list[float]) -> StepTimes:
     if not xs:
-        return {"median": None, "p10": None, "p90": None, "mean": None}
+        return StepTimes()
     s = sorted(xs)
-    return {
-        "median": statistics.median(s),
-        "p10": quantile(s, 0.10),
-        "p90": quantile(s, 0.90),
-        "mean": statistics.fmean(s),
-    }
+    return StepTimes(
+        median=statistics.median(s),
+        p10=quantile(s, 0.10),
+        p90=quantile(s, 0.90),
+        mean=statistics.fmean(s),
+    )
 
 
 def measured_indices(count: int, warmup: int) -> list[int]:
@@ -54,7 +55,7 @@ def breakdown(
     h2d: list[float] | None = None,
     sync: list[float] | None = None,
     other_share: float | None = None,
-) -> dict[str, float]:
+) -> Breakdown:
     """Fractions of measured step time: data_wait, h2d, sync, compute, other (sum to 1).
 
     ``data_wait``, ``h2d`` and ``sync`` are measured seconds per step. ``other_share`` is the
@@ -63,7 +64,7 @@ def breakdown(
     """
     total = sum(times)
     if total <= 0:
-        return {"data_wait": 0.0, "h2d": 0.0, "sync": 0.0, "compute": 0.0, "other": 0.0}
+        return Breakdown()
     dw = min(sum(data_wait), total) / total
     hd = min(sum(h2d or []), total) / total
     sy = min(sum(sync or []), total) / total
@@ -73,24 +74,24 @@ def breakdown(
         waiting = 1.0
     rest = 1.0 - waiting
     other = rest * min(max(other_share or 0.0, 0.0), 1.0)
-    return {"data_wait": dw, "h2d": hd, "sync": sy, "compute": rest - other, "other": other}
+    return Breakdown(data_wait=dw, h2d=hd, sync=sy, compute=rest - other, other=other)
 
 
 def series(
-    start: float, t0: float, ends: list[float], warmup: int, per_step: dict[str, dict[int, float]]
-) -> list[dict[str, Any]]:
-    """One record per step for plots: start offset, duration, measured waits."""
+    start: float, t0: float, ends: list[float], warmup: int, data_wait: dict[int, float]
+) -> list[StepRecord]:
+    """One record per step for plots: start offset, duration, measured data wait."""
     out = []
     prev = start
     for i, e in enumerate(ends):
-        rec: dict[str, Any] = {
-            "index": i,
-            "start_s": round(prev - t0, 6),
-            "time_s": max(0.0, e - prev),
-            "warmup": i < warmup,
-        }
-        for key, values in per_step.items():
-            rec[key] = values.get(i, 0.0)
-        out.append(rec)
+        out.append(
+            StepRecord(
+                index=i,
+                start_s=round(prev - t0, 6),
+                time_s=max(0.0, e - prev),
+                warmup=i < warmup,
+                data_wait_s=data_wait.get(i, 0.0),
+            )
+        )
         prev = e
     return out

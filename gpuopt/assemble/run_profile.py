@@ -1,0 +1,149 @@
+"""Build the Profile of a ``gpuopt profile`` run from its :class:`RunRecord` (pure: no I/O but
+reading the analysed trace files a GPU run's profiler window wrote).
+
+Per step: a step ends at each optimizer (or ``gpuopt.step()``) mark; step 0 starts at the run's
+first ``next()`` on a DataLoader when that comes before the first mark. Statistics cover the
+measured steps: after warm-up, and outside the recorder's window (which slows the steps it
+records) whenever other steps remain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpuopt.assemble import step_stats
+from gpuopt.assemble.run_record import RunRecord
+from gpuopt.errors import GpuoptError
+from gpuopt.model.document import empty_profile
+from gpuopt.model.profile import Breakdown, Dispatch, Profile, Steps
+from gpuopt.model.trace import TraceDetails
+from gpuopt.probes.host_summary import summarize
+
+
+@dataclass
+class _StepTimeline:
+    steps: Steps
+    times: list[float]
+    measured: list[int]
+    warnings: list[str] = field(default_factory=list)
+
+
+def assemble_run(rec: RunRecord) -> Profile:
+    """The run's Profile, findings not yet evaluated (``gpuopt.findings.engine.evaluate``)."""
+    p = empty_profile(rec.script, rec.argv)
+    p.cwd, p.started_at, p.rank = rec.cwd, rec.started_at, rec.rank
+    p.status, p.exit_code = rec.outcome.status, rec.outcome.exit_code
+    if rec.outcome.error is not None:
+        p.error = rec.outcome.error
+    p.stopped_by_steps = rec.outcome.stopped_by_steps
+    p.wall_s = rec.t_end - rec.t_start
+    p.environment = rec.environment
+    timeline = _step_timeline(rec)
+    p.steps = timeline.steps
+    p.dataloaders = rec.loaders.infos(timeline.measured)
+    reported: list[str] = []
+    if rec.utilization is not None:
+        p.utilization = rec.utilization
+    if rec.sampler_error:
+        reported.append(rec.sampler_error)
+    if rec.recorder is not None:
+        host = summarize(rec.recorder, p.steps.series)
+        p.dispatch, p.transfers, p.syncs, p.loops = (
+            host.dispatch,
+            host.transfers,
+            host.syncs,
+            host.loops,
+        )
+        if host.ragged is not None:
+            p.ragged = host.ragged
+        reported += host.warnings
+    late: list[str] = []
+    if rec.window is not None:
+        reported += rec.window.errors
+        if rec.window.trace_file is not None:
+            p.trace_files = [str(rec.window.trace_file)]
+        if rec.window.info is not None:
+            p.trace = TraceDetails(profiler_window=rec.window.info)
+        late = attach_window_traces(p)
+    p.breakdown = _breakdown(rec, timeline, p.dispatch)
+    p.warnings = list(dict.fromkeys(reported)) + rec.warnings + timeline.warnings + late
+    return p
+
+
+def _step_timeline(rec: RunRecord) -> _StepTimeline:
+    ends = rec.step_ends
+    warnings: list[str] = []
+    step0_start = rec.t_start
+    first_fetch = rec.loaders.first_fetch_t
+    if ends and first_fetch is not None and first_fetch < ends[0]:
+        step0_start = first_fetch
+    times = step_stats.step_times(step0_start, ends)
+    measured = step_stats.measured_indices(len(ends), rec.warmup)
+    kept = [i for i in measured if i not in rec.instrumented]
+    if kept:
+        measured = kept
+    elif measured and rec.instrumented & set(measured):
+        warnings.append(
+            "every measured step was inside the recorder's window, which slows the steps it "
+            "records: step times are inflated; run more steps or use --window 0"
+        )
+    waits = rec.loaders.wait_by_step
+    series = step_stats.series(step0_start, rec.t_start, ends, rec.warmup, waits)
+    for r in series:
+        r.instrumented = r.index in rec.instrumented
+    steps = Steps(
+        count=len(ends),
+        measured=len(measured),
+        warmup=rec.warmup if len(ends) > rec.warmup else 0,
+        time_s=step_stats.time_stats([times[i] for i in measured]),
+        marked_by=sorted(rec.step_sources),
+        instrumented=sorted(i for i in rec.instrumented if i < len(ends)),
+        series=series,
+    )
+    if 0 < len(ends) <= rec.warmup:
+        warnings.append(
+            f"only {len(ends)} step(s), not more than --warmup {rec.warmup}: statistics include "
+            "warm-up steps"
+        )
+    if not ends and rec.outcome.status == "ok":
+        warnings.append(
+            "no training steps were seen: no torch.optim optimizer stepped; mark steps with "
+            "gpuopt.step() in loops without an optimizer"
+        )
+    return _StepTimeline(steps, times, measured, warnings)
+
+
+def _breakdown(rec: RunRecord, timeline: _StepTimeline, d: Dispatch) -> Breakdown:
+    measured, times = timeline.measured, timeline.times
+    waits = rec.loaders.wait_by_step
+    m_times = [times[i] for i in measured]
+    m_waits = [min(waits.get(i, 0.0), times[i]) for i in measured]
+    h2d = d.h2d_share if isinstance(d.h2d_share, float) else 0.0
+    sync = d.sync_share if isinstance(d.sync_share, float) else 0.0
+    between = d.between_ops_share if isinstance(d.between_ops_share, float) else None
+    return step_stats.breakdown(
+        m_times,
+        m_waits,
+        h2d=[h2d * t for t in m_times] if h2d else None,
+        sync=[sync * t for t in m_times] if sync else None,
+        other_share=between,
+    )
+
+
+def attach_window_traces(profile: Profile) -> list[str]:
+    """On a GPU run, analyse the torch.profiler window's trace(s) into ``gpu``, ``trace`` and
+    ``tables`` (the same analyses as ``gpuopt report TRACE``). A trace that cannot be read is a
+    warning (returned), never a lost profile."""
+    files = profile.trace_files or []
+    if not files:
+        return []
+    from gpuopt.assemble.trace_profile import add_trace_to_profile
+
+    warnings = []
+    for f in files:
+        try:
+            add_trace_to_profile(profile, Path(f))
+        except GpuoptError as exc:
+            warnings.append(f"profiler window trace not analysed: {exc}")
+    return warnings

@@ -1,0 +1,45 @@
+"""What a ``gpuopt profile`` run measured, as its probes returned it: the assembly's input."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpuopt.model.profile import Environment, RunError, Status, Utilization
+from gpuopt.probes.dataloader import DataLoaderWaits
+from gpuopt.probes.host_summary import RecorderCapture
+from gpuopt.probes.profiler_window import WindowResult
+
+
+@dataclass
+class Outcome:
+    """How the user's code ended."""
+
+    status: Status
+    exit_code: int
+    error: RunError | None = None
+    stopped_by_steps: bool = False
+
+
+@dataclass
+class RunRecord:
+    """One run: who ran, how it ended, and each probe's result (times are the session clock's)."""
+
+    script: str  # as the user gave it, or "-m module"
+    argv: list[str]
+    cwd: str
+    started_at: str  # ISO-8601 UTC
+    rank: int | None  # this process's rank under torchrun
+    warmup: int
+    t_start: float
+    t_end: float
+    outcome: Outcome
+    environment: Environment
+    step_ends: list[float]  # clock time at the end of each step
+    step_sources: set[str]  # what marked steps: "optimizer.step" and/or "gpuopt.step"
+    instrumented: set[int]  # steps the recorder or the profiler window slowed down
+    loaders: DataLoaderWaits
+    utilization: Utilization | None  # None: the sampler could not report
+    recorder: RecorderCapture | None  # None: no recorder ran (--window 0)
+    window: WindowResult | None  # None: no GPU profiler window (no CUDA)
+    sampler_error: str | None = None
+    warnings: list[str] = field(default_factory=list)  # probes that failed to start or stop

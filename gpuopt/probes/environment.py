@@ -1,0 +1,38 @@
+"""The process's environment: Python, torch, the device the run used, its GPUs and cores."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+
+from gpuopt.model.profile import Environment, GpuInfo
+
+
+def environment() -> Environment:
+    """Python, torch, device and GPUs of this process (read when the run ends: torch is imported
+    by then, and CUDA initialised if the run used it)."""
+    env = Environment(
+        python=platform.python_version(),
+        cpu_count=os.cpu_count() or 1,
+        platform=platform.platform(terse=True),
+    )
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return env
+    version = getattr(torch, "__version__", None)
+    env.torch = str(version) if version is not None else None  # torch's is a str subclass
+    try:
+        if torch.cuda.is_available():
+            env.gpus = [
+                GpuInfo(
+                    name=torch.cuda.get_device_name(i),
+                    memory_bytes=int(torch.cuda.get_device_properties(i).total_memory),
+                )
+                for i in range(torch.cuda.device_count())
+            ]
+            if torch.cuda.is_initialized():
+                env.device = "cuda"
+    except Exception:  # a broken driver must not lose the profile
+        pass
+    return env

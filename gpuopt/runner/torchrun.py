@@ -1,0 +1,92 @@
+"""``--nproc-per-node N``: launch through PyTorch's own elastic launcher (torchrun).
+
+torchrun starts N copies of ``python -m gpuopt.runner.rank_entry``, each of which profiles the
+user's script as one rank into ``DIR/rank-<RANK>/profile.json`` (torchrun sets RANK, LOCAL_RANK,
+WORLD_SIZE, MASTER_ADDR/PORT as usual, so the script's ``init_process_group`` works unchanged).
+When all ranks end, this process merges them into ``DIR/profile.json``
+(:func:`gpuopt.assemble.rank_merge.merge_ranks`).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from gpuopt.assemble.rank_merge import merge_ranks
+from gpuopt.errors import GpuoptError
+from gpuopt.model.document import load_profile
+from gpuopt.model.profile import Profile
+from gpuopt.runner.options import ProfileOptions
+from gpuopt.runner.run_dir import PROFILE_NAME, default_out_dir, prepare_out_dir, write_profile
+from gpuopt.runner.target import Target
+
+
+def torchrun_command(opts: ProfileOptions, target: Target, out: Path) -> list[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={opts.nproc_per_node}",
+        "-m",
+        "gpuopt.runner.rank_entry",
+        "--out",
+        str(out),
+        "--warmup",
+        str(opts.warmup),
+        "--window",
+        str(opts.window),
+        "--sample-interval",
+        str(opts.sample_interval),
+    ]
+    if opts.steps is not None:
+        cmd += ["--steps", str(opts.steps)]
+    if target.module is not None:
+        cmd += ["-m", target.module]
+    else:
+        cmd += ["--script", target.script or ""]
+    return [*cmd, "--", *target.args]
+
+
+def launch(opts: ProfileOptions, target: Target) -> int:
+    out = prepare_out_dir(opts.out or default_out_dir(target.stem)).resolve()
+    env = dict(os.environ)
+    # torchrun's own default, stated so its warning is not printed
+    env.setdefault("OMP_NUM_THREADS", "1")
+    try:
+        proc = subprocess.run(torchrun_command(opts, target, out), env=env)
+    except KeyboardInterrupt:
+        proc = subprocess.CompletedProcess([], 130)
+    code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+    profile = merge_ranks(_rank_profiles(out), code, target.display, list(target.args))
+    write_profile(profile, out)
+    if not opts.quiet:
+        import msgspec
+
+        from gpuopt.report import print_report
+
+        # bridge: the renderers take the Profile itself once they are ported
+        print_report(msgspec.to_builtins(profile), opts.fmt)
+    print(
+        f"gpuopt: profile written to {out / PROFILE_NAME} ({len(profile.ranks or [])} ranks)",
+        file=sys.stderr,
+    )
+    return profile.exit_code
+
+
+def _rank_profiles(out: Path) -> list[tuple[str, Profile]]:
+    """Each rank's run directory (relative to ``out``) and its profile, in rank order; a rank
+    whose profile cannot be read is left out with a one-line note on stderr."""
+    rank_dirs = sorted(
+        (p for p in out.glob("rank-*") if (p / PROFILE_NAME).exists()),
+        key=lambda p: int(p.name.split("-")[1]),
+    )
+    found: list[tuple[str, Profile]] = []
+    for d in rank_dirs:
+        try:
+            found.append((str(d.relative_to(out)), load_profile(d)))
+        except GpuoptError as exc:
+            print(f"gpuopt: {exc}", file=sys.stderr)
+    return found
