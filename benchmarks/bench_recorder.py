@@ -9,7 +9,7 @@ Part 1, per op: a loop of one kind of op, called from a user-code frame, timed w
 with two empty modes (the floor any Python dispatch mode pays), and with the recorder.
 
 Part 2, whole run: a small CPU training script of N steps driven exactly as ``gpuopt profile``
-drives its probes (start, on_step per step, stop, contribute), with the recorder's default window
+drives its probes (start, on_step per step, stop, result and summary), with the recorder's default window
 (3 steps after 2 warm-up steps) versus no recorder. The ratio is total wall time, the end-of-run
 summary and calibration included.
 """
@@ -33,8 +33,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from gpuopt.probes.host_summary import summarize  # noqa: E402
 from gpuopt.probes.protocol import RunContext  # noqa: E402
-from gpuopt.probes.recorder import DispatchRecorder, RecorderEngine  # noqa: E402
+from gpuopt.probes.recorder import DispatchRecorder  # noqa: E402
+from gpuopt.probes.recorder_engine import RecorderEngine  # noqa: E402
 from gpuopt.probes.sites import SiteResolver  # noqa: E402
 
 
@@ -189,7 +191,7 @@ def _whole_run(
 ) -> dict[str, float]:
     """One whole run: wall and process CPU seconds, and (with the recorder) the recorder's own
     time measured directly: start + the window steps' excess over a typical step + stop +
-    contribute (summary and calibration)."""
+    result and summary (calibration included)."""
     w0, c0 = time.perf_counter(), time.process_time()
     if not with_recorder:
         run(None)
@@ -217,7 +219,7 @@ def _whole_run(
         run(on_step)
         t_stop = time.perf_counter()
         probe.stop()
-        probe.contribute({})
+        summarize(probe.result(), [])
         t_end = time.perf_counter()
     durations = [b - a for a, b in zip(ends, ends[1:], strict=False)]  # durations[k] = step k + 1
     window = durations[1:4]  # steps 2, 3, 4

@@ -76,8 +76,8 @@ def main() -> None:
     from torch.utils.data import DataLoader, TensorDataset
 
     from gpuopt.probes import steps as steps_mod
-    from gpuopt.probes.protocol import RunContext
     from gpuopt.probes.dataloader import DataLoaderProbe
+    from gpuopt.probes.protocol import RunContext
     from gpuopt.probes.samplers import UtilizationSampler
 
     torch.set_num_threads(1)
