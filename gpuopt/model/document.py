@@ -20,6 +20,7 @@ from gpuopt.model.profile import BREAKDOWN_KEYS, SCHEMA, Breakdown, Environment,
 SCHEMA_FAMILY = "gpuopt.profile"
 SCHEMA_VERSION = 1
 
+
 def _plain(obj: object) -> object:
     """What the encoder writes for a value of a type it does not know: values that reach the
     document from user code (a DataLoader's ``batch_size`` as a numpy integer, torch's version
