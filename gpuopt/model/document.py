@@ -72,10 +72,10 @@ def decode(data: bytes | str, origin: str) -> Profile:
     """A validated :class:`Profile` from JSON text, or a one-line :class:`GpuoptError`."""
     try:
         header = _header_decoder.decode(data)
+    except msgspec.ValidationError:  # a subclass of DecodeError: JSON, but not an object
+        raise GpuoptError(f"{origin}: not a gpuopt profile (not a JSON object)") from None
     except msgspec.DecodeError as exc:
         raise GpuoptError(f"{origin}: not valid JSON ({exc})") from None
-    except msgspec.ValidationError:
-        raise GpuoptError(f"{origin}: not a gpuopt profile (not a JSON object)") from None
     check_schema_version(header.schema, origin)
     try:
         profile = _decoder.decode(data)

@@ -425,9 +425,10 @@ class Profile(Record):
     def frames(self) -> dict[str, pd.DataFrame]:
         """The document as pandas DataFrames: ``steps`` (one row per step), ``breakdown``,
         ``transfers``, ``syncs``, ``loops``, ``findings``, ``gpu`` (one row per rank),
-        ``dataloaders``, ``ranks`` and, from a trace, ``kernels`` (one row per kernel name and
-        rank) and ``idle_causes``; a frame is empty (with its columns) where the source cannot
-        give it. See docs/api.md."""
+        ``dataloaders``, ``ranks`` and, from a trace, ``kernels`` (the top kernels of each type,
+        per rank), ``trace_steps`` (each profiler step's time by category, per rank) and
+        ``idle_causes`` (GPU idle time by what the host was doing, per rank); a frame is empty
+        (with its columns) where the source cannot give it. See docs/api.md."""
         from gpuopt.model.frames import profile_frames
 
         return profile_frames(self)

@@ -1,0 +1,121 @@
+"""Rules declare the Profile fields they read, and the declaration is honest: each rule, given a
+profile holding only its declared fields (every other field at its empty default), finds exactly
+what it finds in the whole profile — on every recorded document and fixture."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import msgspec
+import pytest
+from conftest import ROOT
+
+from gpuopt.findings.engine import Rule, registered_rules
+from gpuopt.model.document import decode
+from gpuopt.model.profile import Profile
+
+DOCS = sorted((ROOT / "tests" / "data" / "report").glob("*.json")) + sorted(
+    (ROOT / "tests" / "data" / "golden").glob("*/*.json.gz")
+)
+
+
+def _load(path: Path) -> Profile:
+    raw = path.read_bytes()
+    return decode(gzip.decompress(raw) if path.name.endswith(".gz") else raw, path.name)
+
+
+def _crafted() -> list[Profile]:
+    """Runs where the host rules that no recorded run triggers do fire (values as a recorder
+    writes them): tiny ops, a pinned blocking copy, ragged batches with a per-sample loop."""
+    ragged = {
+        "batches": 20,
+        "steps_observed": 20,
+        "distinct_shapes": 15,
+        "new_shape_share": 0.75,
+        "batch_size": 4,
+        "batch_sizes": [4],
+        "variable_dims": ["batch[0] dim 1"],
+        "variable_batch_size": False,
+        "list_batches": 0,
+        "batch_size_1_variable": False,
+        "pad_fraction": 0.5,
+        "pad_tensor": "batch.mask",
+        "padded_batches_scanned": 3,
+        "top_shapes": [],
+    }
+    loader = {
+        "site": "train.py:20",
+        "class": "DataLoader",
+        "dataset": "D",
+        "batch_size": 4,
+        "num_workers": 0,
+        "pin_memory": True,
+        "persistent_workers": False,
+        "prefetch_factor": None,
+        "multiprocessing_context": None,
+        "epochs": 1,
+        "batches": 20,
+        "wait_s_total": 0.0,
+        "wait_s_per_step": 0.0,
+    }
+    doc = {
+        "breakdown": {"compute": 0.8, "other": 0.2},
+        "dispatch": {
+            "ops_per_step": 400,
+            "tiny_ops_per_step": 380,
+            "host_dispatch_share": 0.6,
+            "mean_op_us": 6.0,
+            "step_time_us": 10000.0,
+            "top_sites": [{"site": "m.py:7", "ops_per_step": 200, "time_share": 0.3}],
+        },
+        "transfers": [
+            {
+                "direction": "h2d",
+                "site": "t.py:2",
+                "count_per_step": 2,
+                "bytes_per_step": 8 << 20,
+                "pinned": True,
+                "non_blocking": False,
+                "time_us_per_step": 900.0,
+                "time_share": 0.09,
+            }
+        ],
+        "loops": [
+            {
+                "site": "t.py:30",
+                "ops_per_step": 40,
+                "iterations_per_step": 4,
+                "time_share": 0.2,
+            }
+        ],
+        "ragged": ragged,
+        "dataloaders": [loader],
+    }
+    return [msgspec.convert(doc, Profile)]
+
+
+def _only(profile: Profile, fields: tuple[str, ...]) -> Profile:
+    return msgspec.structs.replace(Profile(), **{f: getattr(profile, f) for f in fields})
+
+
+@pytest.mark.parametrize("rule", list(registered_rules().values()), ids=lambda r: r.name)
+def test_a_rule_reads_only_what_it_declares(rule: Rule) -> None:
+    fired = 0
+    profiles = [(p.name, _load(p)) for p in DOCS] + [("crafted", p) for p in _crafted()]
+    for name, profile in profiles:
+        found = rule.fn(profile)
+        fired += bool(found)
+        assert rule.fn(_only(profile, rule.reads)) == found, f"{name}: reads undeclared fields"
+    assert rule.reads, "a rule that reads nothing"
+    assert fired, f"{rule.name} fires on no document: the check would mean nothing"
+
+
+def test_undeclared_reads_are_caught() -> None:
+    """The check itself: a rule that reads the breakdown without declaring it is caught."""
+    from gpuopt.findings.rules import dataloader
+
+    profile = _load(ROOT / "tests" / "data" / "report" / "cpu_dataloader_bound.json")
+    shrunk = tuple(f for f in ("source", "dataloaders", "steps", "utilization", "environment"))
+    assert dataloader.dataloader_bound(profile)
+    assert dataloader.dataloader_bound(_only(profile, shrunk)) == []
