@@ -251,11 +251,19 @@ def test_launch_bound_end_to_end(tmp_path: Path, _repo_cwd: None) -> None:
     )
     d = doc["dispatch"]
     assert d["ops_per_step"] == 300
+    assert d["top_sites"][0]["site"] == site("planted_tiny_ops.py", "TINY-OPS")
     findings = [f for f in evaluate(dict(doc, breakdown={}, findings=[])) if f.id == "launch-bound"]
-    assert len(findings) == 1
-    assert findings[0].site == site("planted_tiny_ops.py", "TINY-OPS")
-    if not torch.cuda.is_available():
-        assert "CPU-only run" in findings[0].evidence["summary"]
+    # Whether 300 ops are "tiny" (< 25 µs a call) and take ≥ 30% of the step depends on how
+    # busy this machine is: the rule must follow the measurement either way (its thresholds
+    # are tested on fixed numbers in test_launch_bound_thresholds).
+    tiny = d["tiny_ops_per_step"] / d["ops_per_step"] >= 0.5
+    if tiny and d["host_dispatch_share"] >= 0.3:
+        (f,) = findings
+        assert f.site == site("planted_tiny_ops.py", "TINY-OPS")
+        if not torch.cuda.is_available():
+            assert "CPU-only run" in f.evidence["summary"]
+    else:
+        assert findings == [], d
 
 
 def test_documents_without_sites_or_shares() -> None:

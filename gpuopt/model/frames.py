@@ -81,7 +81,9 @@ def _names(record_type: type) -> tuple[str, ...]:
     return tuple(f.encode_name for f in fields(record_type))
 
 
-def _rows(records: Iterable[Any], record_type: type, prefix: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def _rows(
+    records: Iterable[Any], record_type: type, prefix: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     out = []
     for r in records:
         row = dict(prefix or {})
@@ -168,8 +170,12 @@ def profile_frames(profile: Profile) -> dict[str, pd.DataFrame]:
     """See :meth:`gpuopt.model.profile.Profile.frames`."""
     loaders = profile.dataloaders if not isinstance(profile.dataloaders, UnsetType) else []
     trace_ranks = _trace_ranks(profile)
-    kernels = [r for tr in trace_ranks for r in _rows(tr.top_kernels, KernelStat, {"rank": tr.rank})]
-    trace_steps = [r for tr in trace_ranks for r in _rows(tr.steps, StepOverview, {"rank": tr.rank})]
+    kernels = [
+        r for tr in trace_ranks for r in _rows(tr.top_kernels, KernelStat, {"rank": tr.rank})
+    ]
+    trace_steps = [
+        r for tr in trace_ranks for r in _rows(tr.steps, StepOverview, {"rank": tr.rank})
+    ]
     idle = [
         {"rank": tr.rank, "cause": cause, "idle_us": us}
         for tr in trace_ranks
@@ -192,4 +198,3 @@ def profile_frames(profile: Profile) -> dict[str, pd.DataFrame]:
         "trace_steps": _frame(trace_steps, ("rank", *_names(StepOverview))),
         "idle_causes": _frame(idle, ("rank", "cause", "idle_us")),
     }
-

@@ -17,6 +17,7 @@ from msgspec import UnsetType
 from gpuopt.findings.engine import rule
 from gpuopt.findings.estimates import severity_for_share, speedup_if_removed
 from gpuopt.model.profile import DataLoaderInfo, Finding, Profile
+from gpuopt.units import fmt_duration, fmt_frac
 
 _AMDAHL = "estimate: data wait fully overlapped with compute (Amdahl on the measured share)"
 THRESHOLD = (
@@ -138,15 +139,15 @@ def dataloader_bound(profile: Profile) -> list[Finding]:
         advice = _loader_advice(profile, loader, share, step_s, cpus)
         where = f" at {loader.site}" if loader.site else ""
         summary = (
-            f"{share:.0%} of step time waits on next() of {loader.cls}"
+            f"{fmt_frac(share, 0)} of step time waits on next() of {loader.cls}"
             f"({loader.dataset}, num_workers={loader.num_workers}){where}: "
-            f"{wait_s * 1e3:.1f} ms of {step_s * 1e3:.1f} ms per step"
+            f"{fmt_duration(wait_s)} of {fmt_duration(step_s)} per step"
         )
         site = loader.site
     else:
         summary = (
-            f"{share:.0%} of step time waits on the DataLoader ({wait_s * 1e3:.1f} ms of "
-            f"{step_s * 1e3:.1f} ms per step)"
+            f"{fmt_frac(share, 0)} of step time waits on the DataLoader ({fmt_duration(wait_s)} "
+            f"of {fmt_duration(step_s)} per step)"
         )
         advice = _Advice(changes=["num_workers=4"], est=speedup_if_removed(share))
     evidence["summary"] = summary

@@ -17,6 +17,7 @@ from gpuopt.findings.engine import rule
 from gpuopt.findings.estimates import severity_for_share, speedup_if_removed
 from gpuopt.model.profile import Finding, Profile
 from gpuopt.model.trace import IdleSite, TraceRank
+from gpuopt.units import fmt_bytes, fmt_frac, fmt_pct, fmt_us
 
 LOW_UTIL_IDLE_PCT = 30.0  # idle share of the GPU span that makes utilisation "low"
 MIN_CAUSE_SHARE = 0.05  # a cause must cover at least this share of step time to be reported
@@ -58,7 +59,7 @@ def _cause_finding(profile: Profile, cause: str, fid: str, title: str, fix: str)
         site = _top_site(r, cause)
         n_steps = max(len([s for s in r.steps if s.step is not None]), 1)
         summary = (
-            f"rank {r.rank}: the GPU sat idle {us / 1e3:.1f} ms ({100 * share:.1f}% of step time) "
+            f"rank {r.rank}: the GPU sat idle {fmt_us(us)} ({fmt_frac(share)} of step time) "
             f"while the launching thread was in {cause}" + (f" ({site.op})" if site else "")
         )
         return [
@@ -117,10 +118,8 @@ def low_gpu_util(profile: Profile) -> list[Finding]:
             continue
         causes = r.idle_causes.by_cause.items()
         top = max(causes, key=lambda kv: kv[1]) if causes else None
-        summary = f"rank {r.rank}: GPU idle {idle:.1f}% of {t.span_us / 1e3:.1f} ms" + (
-            f"; largest host-side cause: {top[0]} ({top[1] / 1e3:.1f} ms)"
-            if top and top[1] > 0
-            else ""
+        summary = f"rank {r.rank}: GPU idle {fmt_pct(idle)} of {fmt_us(t.span_us)}" + (
+            f"; largest host-side cause: {top[0]} ({fmt_us(top[1])})" if top and top[1] > 0 else ""
         )
         return [
             Finding(
@@ -156,7 +155,7 @@ def _pageable_finding(r: TraceRank) -> Finding | None:
     pinned = [m for m in r.memory if m.direction == "HtoD" and m.pageable is False]
     ev: dict[str, Any] = {
         "summary": f"rank {r.rank}: {count} host-to-device copies from pageable memory, "
-        f"{nbytes / 1e6:.1f} MB in {t_us / 1e3:.2f} ms GPU time"
+        f"{fmt_bytes(nbytes)} in {fmt_us(t_us)} GPU time"
         + (f" ({nbytes / (t_us * 1e3):.1f} GB/s)" if t_us > 0 else ""),
         "rank": r.rank,
         "count": count,
@@ -217,8 +216,8 @@ def launch_bound(profile: Profile) -> list[Finding]:
                 title="Kernels are too short to hide their launch cost",
                 evidence={
                     "summary": f"rank {r.rank}: {100 * short:.0f}% of {n} kernels run shorter on "
-                    f"the GPU than their launch takes on the CPU (median GPU {gpu_med} µs vs "
-                    f"launch {cpu_med} µs); the GPU idles {host_overhead / 1e3:.1f} ms while "
+                    f"the GPU than their launch takes on the CPU (median GPU {fmt_us(gpu_med)} vs "
+                    f"launch {fmt_us(cpu_med)}); the GPU idles {fmt_us(host_overhead)} while "
                     "the host dispatches ops",
                     "rank": r.rank,
                     "launches": n,
@@ -257,8 +256,8 @@ def straggler_rank(profile: Profile) -> list[Finding]:
             title=f"Rank {s.rank} is the straggler: the others wait for it at collectives",
             evidence={
                 "summary": f"rank {s.rank} starts collectives on average "
-                f"{s.mean_lateness_us[s.rank] / 1e3:.2f} ms after the earliest rank; the other "
-                f"ranks wait {wait / 1e3:.1f} ms in total over {s.collectives_compared} "
+                f"{fmt_us(s.mean_lateness_us[s.rank])} after the earliest rank; the other "
+                f"ranks wait {fmt_us(wait)} in total over {s.collectives_compared} "
                 "collectives",
                 "rank": s.rank,
                 "collectives_compared": s.collectives_compared,

@@ -15,7 +15,7 @@ from gpuopt.findings.engine import rule
 from gpuopt.findings.estimates import severity_for_share, speedup_if_removed
 from gpuopt.findings.measures import from_trace, share_of, value
 from gpuopt.model.profile import Finding, Profile
-from gpuopt.units import fmt_bytes, fmt_count, fmt_frac, plural
+from gpuopt.units import fmt_bytes, fmt_count, fmt_frac, fmt_us, plural
 
 MIN_BYTES_PER_STEP = 64 * 1024  # smaller copies are not worth a finding unless they take time
 MIN_TIME_SHARE = 0.01
@@ -94,7 +94,7 @@ def _pageable(site: str | None, g: _SiteCopies) -> Finding:
         evidence={
             "summary": (
                 f"{fmt_count(g.count)} copies, {fmt_bytes(g.bytes)} per step from unpinned "
-                f"memory, {fmt_count(g.blocking)} of them blocking; {g.time_us:.0f} µs per step "
+                f"memory, {fmt_count(g.blocking)} of them blocking; {fmt_us(g.time_us)} per step "
                 f"({fmt_frac(g.share)}) in the copy calls"
             ),
             "copies_per_step": g.count,
@@ -142,7 +142,7 @@ def blocking_h2d(profile: Profile) -> list[Finding]:
                 evidence={
                     "summary": (
                         f"{fmt_count(g.count)} copies, {fmt_bytes(g.bytes)} per step are pinned "
-                        f"but not non_blocking: the host waits {g.time_us:.0f} µs per step "
+                        f"but not non_blocking: the host waits {fmt_us(g.time_us)} per step "
                         f"({fmt_frac(g.share)})"
                     ),
                     "copies_per_step": g.count,

@@ -15,7 +15,7 @@ from gpuopt.findings.engine import rule
 from gpuopt.findings.estimates import severity_for_share, speedup_if_removed
 from gpuopt.findings.measures import from_trace, on_cpu_only, value
 from gpuopt.model.profile import Finding, Profile
-from gpuopt.units import fmt_count, fmt_frac, num
+from gpuopt.units import fmt_count, fmt_frac, fmt_us, num
 
 MIN_OPS_PER_STEP = 100
 MIN_TINY_SHARE = 0.5  # at least half of the ops are tiny calls
@@ -66,8 +66,8 @@ def launch_bound(profile: Profile) -> list[Finding]:
             evidence={
                 "summary": (
                     f"{note}{fmt_count(ops)} ops per step ({fmt_count(tiny)} under "
-                    f"{value(d.tiny_op_us, 25):.0f} µs), mean {mean_us:.1f} µs per op call, "
-                    f"{between_us:.0f} µs per step between ops"
+                    f"{fmt_us(value(d.tiny_op_us, 25))}), mean {fmt_us(mean_us)} per op call, "
+                    f"{fmt_us(between_us)} per step between ops"
                 ),
                 "ops_per_step": ops,
                 "tiny_ops_per_step": tiny,

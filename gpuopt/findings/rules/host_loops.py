@@ -15,7 +15,7 @@ from gpuopt.findings.engine import rule
 from gpuopt.findings.estimates import at_least, severity_for_share, speedup_if_removed
 from gpuopt.findings.measures import from_trace, value
 from gpuopt.model.profile import Finding, Loop, Profile, Severity
-from gpuopt.units import fmt_count, fmt_frac
+from gpuopt.units import fmt_count, fmt_frac, fmt_us
 
 MIN_ITERATIONS = 8
 MAX_FINDINGS = 5
@@ -45,7 +45,7 @@ def _finding(e: Loop) -> Finding:
     summary = (
         f"{fmt_count(iters)} iterations per step, {fmt_count(value(e.ops_per_iteration))} ops "
         f"each ({fmt_count(indexing)} indexing ops per step); "
-        f"{value(e.time_us_per_step):.0f} µs per step ({fmt_frac(share)}) in the loop"
+        f"{fmt_us(value(e.time_us_per_step))} per step ({fmt_frac(share)}) in the loop"
         + (f"; the ops are issued in {', '.join(through)}, called from the loop" if through else "")
     )
     code = e.code if isinstance(e.code, str) and e.code else None

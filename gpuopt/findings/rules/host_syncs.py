@@ -16,7 +16,7 @@ from gpuopt.findings.engine import rule
 from gpuopt.findings.estimates import at_least, severity_for_share, speedup_if_removed
 from gpuopt.findings.measures import from_trace, share_of, value
 from gpuopt.model.profile import Finding, Profile, Severity
-from gpuopt.units import fmt_count, fmt_frac, plural
+from gpuopt.units import fmt_count, fmt_frac, fmt_us, plural
 
 MAX_FINDINGS = 8
 MANY_PER_STEP = 8
@@ -115,7 +115,7 @@ def _verdict(g: _SiteSyncs, main_kind: str) -> _Verdict:
             None,
             "not estimated on a CPU-only run: the gain is bounded by the GPU work queued at each "
             "sync, which only a GPU run measures; the host time from the syncs to the next op, "
-            f"which the GPU would spend idle, is {g.idle_us:.0f} µs per step "
+            f"which the GPU would spend idle, is {fmt_us(g.idle_us)} per step "
             f"({fmt_frac(g.idle_share)})",
             f"{plural(g.count, 'call', 'calls')} per step that would block on a GPU ({main_kind})",
         )
@@ -123,7 +123,7 @@ def _verdict(g: _SiteSyncs, main_kind: str) -> _Verdict:
     if not g.idle_known:
         return _Verdict(
             severity_for_share(g.time_share),
-            f"the host waited {g.time_us:.0f} µs per step in them",
+            f"the host waited {fmt_us(g.time_us)} per step in them",
             None,
             "not estimated: this document has no host time after each sync (a trace); the host "
             f"waited {fmt_frac(g.time_share)} of the step in them",
@@ -132,7 +132,7 @@ def _verdict(g: _SiteSyncs, main_kind: str) -> _Verdict:
     overlap = min(g.idle_share, g.time_share)
     return _Verdict(
         severity_for_share(overlap),
-        f"the host waited {g.time_us:.0f} µs per step in them, then took {g.idle_us:.0f} µs "
+        f"the host waited {fmt_us(g.time_us)} per step in them, then took {fmt_us(g.idle_us)} "
         "per step to issue the next op while the GPU had nothing queued",
         speedup_if_removed(overlap),
         "Amdahl on min(host time from each sync to the next op, time the host waited in it) = "
