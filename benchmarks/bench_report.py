@@ -4,8 +4,8 @@
 
 Inputs: the hand-made fixture ``tests/data/report/host_culprits.json`` (64 steps, 311 samples,
 5 findings) and the same document stretched to a long run (10,000 steps and 36,000 utilization
-samples: one hour sampled every 100 ms). Each render is timed ``REPEAT`` times in this process
-(median); then the whole command, ``python -m gpuopt report FILE --format F -o OUT``, is timed
+samples: one hour sampled every 100 ms), each decoded once into a typed Profile. Each render is
+timed ``REPEAT`` times in this process (median); then the whole command, ``python -m gpuopt report FILE --format F -o OUT``, is timed
 as a user runs it (a fresh interpreter each time, median of ``CLI_REPEAT``), all in one run so
 the numbers are comparable side by side.
 """
@@ -28,6 +28,8 @@ from installed import compile_gpuopt
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gpuopt.model.document import decode  # noqa: E402
+from gpuopt.model.profile import Profile  # noqa: E402
 from gpuopt.report import get_renderer  # noqa: E402
 
 FORMATS = ("text", "json", "md", "html")
@@ -58,12 +60,12 @@ def long_run(doc: dict[str, Any], steps: int = 10_000, samples: int = 36_000) ->
     return d
 
 
-def time_render(doc: dict[str, Any], fmt: str) -> tuple[float, int]:
+def time_render(profile: Profile, fmt: str) -> tuple[float, int]:
     times = []
     out = ""
     for _ in range(REPEAT):
         t0 = time.perf_counter()
-        out = get_renderer(fmt).render(doc)
+        out = get_renderer(fmt).render(profile)
         times.append(time.perf_counter() - t0)
     return statistics.median(times), len(out.encode("utf-8"))
 
@@ -128,8 +130,9 @@ def main() -> None:
         for label, doc in docs.items():
             path = Path(tmp) / "profile.json"
             path.write_text(json.dumps(doc), encoding="utf-8")
+            profile = decode(path.read_bytes(), label)
             for fmt in FORMATS:
-                render_s, size = time_render(doc, fmt)
+                render_s, size = time_render(profile, fmt)
                 cli_s = time_cli(path, fmt)
                 print(
                     f"| {label} | {fmt} | {render_s * 1e3:.1f} ms | {size / 1024:.0f} KiB | {cli_s * 1e3:.0f} ms |"

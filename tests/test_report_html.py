@@ -13,11 +13,14 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 from report_fixtures import NAMES, fixture, minimal_doc
 
+from gpuopt.model.document import empty_profile
+from gpuopt.model.profile import Loop, Profile
+from gpuopt.report.headline import StepSplit
 from gpuopt.report.html import _SORT_SCRIPT, HtmlRenderer
 from gpuopt.report.svg import line_chart, nice_ticks, step_bars
-from gpuopt.schema import empty_profile
 
 
 class Page(HTMLParser):
@@ -47,7 +50,7 @@ class Page(HTMLParser):
             self.scripts[-1] += data
 
 
-def page(doc: dict) -> tuple[str, Page]:
+def page(doc: Profile) -> tuple[str, Page]:
     out = HtmlRenderer().render(doc)
     p = Page()
     p.feed(out)
@@ -120,7 +123,7 @@ def test_charts() -> None:
     step_svg = out[out.index('aria-label="step time per step, stacked by cause"') :]
     step_svg = step_svg[: step_svg.index("</svg>")]
     groups = re.findall(r'<g opacity="([0-9.]+)"><title>(step \d+)[^<]*</title>', step_svg)
-    assert len(groups) == len(doc["steps"]["series"]) == 64
+    assert len(groups) == len(doc.steps.series) == 64
     assert [g for g in groups if g[0] == "0.45"] == [
         ("0.45", f"step {i}") for i in range(3)
     ]  # warm-up
@@ -174,15 +177,16 @@ def test_degrades_on_missing_keys() -> None:
 def test_svg_helpers() -> None:
     assert nice_ticks(0.0432, 4) == [0.0, 0.02, 0.04, 0.06]
     series = [
-        {
-            "index": i,
-            "time_s": 0.1,
-            "data_wait_s": 0.0,
-            "h2d_s": 0.0,
-            "sync_s": 0.0,
-            "rest_s": 0.1,
-            "warmup": i < 2,
-        }
+        StepSplit(
+            index=i,
+            time_s=0.1,
+            data_wait_s=0.0,
+            h2d_s=0.0,
+            sync_s=0.0,
+            rest_s=0.1,
+            warmup=i < 2,
+            start_s=None,
+        )
         for i in range(5000)
     ]
     bars, per = step_bars(series)
@@ -192,10 +196,12 @@ def test_svg_helpers() -> None:
 
 
 def test_renderers_do_not_import_heavy_libraries() -> None:
+    fixture_file = Path(__file__).parent / "data" / "report" / "host_culprits.json"
+    load = f"from gpuopt.loading import load; doc = load({str(fixture_file)!r}); "
     code = (
-        "import sys, json; from gpuopt.report import get_renderer; "
-        f"doc = json.load(open({str(Path(__file__).parent / 'data' / 'report' / 'host_culprits.json')!r})); "
-        "[get_renderer(n).render(doc) for n in ('text', 'json', 'md', 'html')]; "
+        "import sys; from gpuopt.report import get_renderer; "
+        + load
+        + "[get_renderer(n).render(doc) for n in ('text', 'json', 'md', 'html')]; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'numpy', 'pandas'}))"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -203,9 +209,9 @@ def test_renderers_do_not_import_heavy_libraries() -> None:
     assert res.stdout.strip() == "[]"
     # the Markdown and JSON renderers do not even need rich
     code = (
-        "import sys, json; from gpuopt.report import get_renderer; "
-        f"doc = json.load(open({str(Path(__file__).parent / 'data' / 'report' / 'host_culprits.json')!r})); "
-        "[get_renderer(n).render(doc) for n in ('json', 'md', 'html')]; "
+        "import sys; from gpuopt.report import get_renderer; "
+        + load
+        + "[get_renderer(n).render(doc) for n in ('json', 'md', 'html')]; "
         "print('rich' in sys.modules)"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -240,9 +246,9 @@ def test_chromium_runs_the_sort_script_under_the_csp(tmp_path: Path) -> None:
 
 def test_loop_through_a_helper_names_and_links_the_helper() -> None:
     doc = fixture("host_culprits")
-    doc["loops"] = [
-        dict(doc["loops"][0], through=["seg/util.py:12", "seg/util.py:20"]),
-        {"site": "seg/masks.py:60", "ops_per_step": 40, "iterations_per_step": 20},
+    doc.loops = [
+        replace(doc.loops[0], through=["seg/util.py:12", "seg/util.py:20"]),
+        Loop(site="seg/masks.py:60", ops_per_step=40, iterations_per_step=20),
     ]
     out, p = page(doc)
     hrefs = [a.get("href") for t, a, _ in p.tags if t == "a"]

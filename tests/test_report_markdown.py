@@ -10,8 +10,8 @@ import pytest
 from markdown_it import MarkdownIt
 from report_fixtures import NAMES, fixture, minimal_doc
 
+from gpuopt.model.document import empty_profile
 from gpuopt.report.markdown import MarkdownRenderer, md
-from gpuopt.schema import empty_profile
 
 
 def to_html(text: str) -> str:

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
+from msgspec.structs import replace
 from report_fixtures import NAMES, fixture, minimal_doc
 
+from gpuopt.model.document import empty_profile
+from gpuopt.model.profile import Dispatch, Profile, StepRecord, Timeline
 from gpuopt.report import get_renderer
-from gpuopt.report.common import bar_lengths, spark
 from gpuopt.report.text import TextRenderer
-from gpuopt.schema import empty_profile
+from gpuopt.report.textcharts import bar_lengths, spark
 
+MISSING = "–"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def render(doc: dict, width: int = 100, color: bool = False) -> str:
-    return TextRenderer(color=color, width=width).render(doc)
+def render(profile: Profile, width: int = 100, color: bool = False) -> str:
+    return TextRenderer(color=color, width=width).render(profile)
 
 
 def test_get_renderer_gives_the_text_renderer() -> None:
@@ -211,21 +215,31 @@ def test_degrades_on_missing_and_null_keys() -> None:
         out = render(doc)
         assert "no measured steps" in out and "no breakdown" in out
         assert "GPU  not measured" in out
-    junk = fixture("host_culprits")
-    junk.update(
-        transfers=None,
-        syncs="x",
-        loops=[None, 3],
-        dispatch=None,
-        gpu={},
-        ranks=[{}],
-        tables=[{"rows": [[1]]}],
-        warnings=[None, "w"],
+
+
+def test_valid_document_with_nulls_and_nan_shows_them_as_missing() -> None:
+    """A typed document may still hold None (optional values) and NaN (a float measured as
+    nothing): shown as MISSING, never as 0, and the rest of the report is unaffected."""
+    doc = fixture("host_culprits")
+    doc.steps.time_s.p90 = math.nan
+    doc.steps.series = [StepRecord(index=0, start_s=None, time_s=math.nan)] + doc.steps.series
+    next(t for t in doc.transfers if t.site == "seg/masks.py:41").pinned = None
+    doc = replace(
+        doc,
+        dispatch=Dispatch(ops_per_step=None, mean_op_us=math.nan),
+        gpu=[],
+        ranks=None,
+        wall_s=None,
+        warnings=["", "w"],
     )
-    junk["steps"]["series"] = [{"time_s": "slow"}]
-    junk["utilization"]["timeline"] = {"t_s": [0, 1], "cpu": [float("nan"), None]}
-    out = render(junk)
-    assert "median 387 ms" in out and "! w" in out
+    doc.utilization.timeline = Timeline(t_s=[0.0, 1.0], cpu=[math.nan, math.nan])
+    out = render(doc)
+    assert "median 387 ms" in out and f"p90 {MISSING}" in out and "! w" in out
+    assert f"wall time {MISSING}" in out
+    assert re.search(rf"h2d\s+seg/masks\.py:41\s+80\s+320 MiB\s+{MISSING}\s+no", out)
+    assert "Op dispatch" not in out and "GPU time per rank" not in out
+    assert " CPU  mean 31%  max 49%" in out  # no sample left to draw: the summary stays
+    assert "host RSS peak" not in out and "samples every" not in out
 
 
 def test_spark_and_bar_helpers() -> None:

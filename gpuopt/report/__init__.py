@@ -1,12 +1,21 @@
-"""Renderers: small classes behind one ``render(doc) -> str`` interface, chosen by name or by the
-output file's extension. They read a profile document and never execute anything from it."""
+"""Renderers: small classes behind one ``render(profile) -> str`` interface, chosen by name or by
+the output file's extension. They read a typed :class:`~gpuopt.model.profile.Profile` and never
+execute anything from it.
+
+Import-light on purpose (``gpuopt report`` imports this first): the renderers, the model and
+orjson are imported when they are used.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from gpuopt.errors import GpuoptError
-from gpuopt.report.base import Renderer
+from gpuopt.report.renderer import Renderer
+
+if TYPE_CHECKING:
+    from gpuopt.model.profile import Profile
 
 FORMATS = ("text", "json", "md", "html")
 _EXTENSIONS = {
@@ -27,7 +36,8 @@ def format_for_path(path: Path | None) -> str | None:
 
 
 def terminal_width(default: int = 100) -> int:
-    """Lay out for the terminal we print to, at most 100 columns (the text report is tried to 60)."""
+    """Lay out for the terminal we print to, at most 100 columns (the text report is tried down
+    to 60)."""
     import shutil
 
     return max(60, min(default, shutil.get_terminal_size((default, 24)).columns))
@@ -53,17 +63,32 @@ def get_renderer(name: str) -> Renderer:
     raise GpuoptError(f"unknown report format {name!r}; choose one of: {', '.join(FORMATS)}")
 
 
-def print_report(doc: dict, fmt: str = "text") -> None:
-    """Render ``doc`` to stdout, laid out (and coloured) for the terminal when it is one."""
+def print_report(profile: Profile | dict[str, Any], fmt: str = "text") -> None:
+    """Render ``profile`` to stdout, laid out (and coloured) for the terminal when it is one."""
     import sys
 
     renderer = get_renderer(fmt)
+    if isinstance(profile, dict):
+        profile = profile_from_dict(profile)
     if sys.stdout.isatty():
         renderer.color = fmt == "text"
         renderer.width = terminal_width()
     sys.stdout.flush()
-    sys.stdout.write(renderer.render(doc))
+    sys.stdout.write(renderer.render(profile))
     sys.stdout.flush()
+
+
+# bridge: removed when the runner builds a Profile
+def profile_from_dict(doc: dict[str, Any]) -> Profile:
+    """The runner's plain-dict document as a validated Profile, through the JSON edge (numpy
+    numbers and non-string keys as orjson writes them); a document the decoder refuses is a
+    one-line :class:`GpuoptError`."""
+    import orjson
+
+    from gpuopt.model.document import decode
+
+    data = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+    return decode(data, "profile")
 
 
 __all__ = [

@@ -9,12 +9,24 @@ some raw HTML), ``|`` cannot split a cell, and newlines cannot end a row.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpuopt.report import common as c
-from gpuopt.report.base import Renderer
-from gpuopt.report.common import bar_lengths, spark
+from gpuopt.report import headline as h
+from gpuopt.report import utilization as u
+from gpuopt.report.findings import (
+    Footnotes,
+    evidence_numbers,
+    evidence_summary,
+    no_findings_message,
+    ordered_findings,
+)
+from gpuopt.report.renderer import Renderer
 from gpuopt.report.sections import Section, detail_sections
+from gpuopt.report.textcharts import bar_lengths, resample, spark
+from gpuopt.units import fmt_duration, fmt_frac, fmt_speedup, fmt_util, num, one_line
+
+if TYPE_CHECKING:
+    from gpuopt.model.profile import Finding, Profile
 
 _SEVERITY_MARK = {"high": "🔴 high", "medium": "🟠 medium", "low": "🟡 low"}
 # Inline-significant punctuation (cells never start a line, so list/heading markers at a line
@@ -24,7 +36,7 @@ _MD_SPECIAL = re.compile(r"([\\`*_\[\]#!|~$])")
 
 def md(value: Any) -> str:
     """Escape text for inline Markdown (one line; safe inside a table cell)."""
-    s = c.one_line(value)
+    s = one_line(value)
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return _MD_SPECIAL.sub(r"\\\1", s)
 
@@ -44,93 +56,78 @@ def _table(columns: list[str], rows: list[list[str]], right: set[int] | None = N
 class MarkdownRenderer(Renderer):
     name = "md"
 
-    def render(self, doc: dict[str, Any]) -> str:
+    def render(self, profile: Profile) -> str:
         lines: list[str] = []
-        lines += self.header(doc)
-        lines += self.step_time(doc)
-        lines += self.breakdown(doc)
-        lines += self.utilization(doc)
-        lines += self.findings(doc)
-        for section in detail_sections(doc):
+        lines += self.header(profile)
+        lines += self.step_time(profile)
+        lines += self.breakdown(profile)
+        lines += self.utilization(profile)
+        lines += self.findings(profile)
+        for section in detail_sections(profile):
             lines += self.section(section)
-        warnings = c.warnings_list(doc)
+        warnings = h.warnings_list(profile)
         if warnings:
             lines += ["### Warnings", ""] + [f"- ⚠️ {md(w)}" for w in warnings] + [""]
         return "\n".join(lines).rstrip("\n") + "\n"
 
-    def header(self, doc: dict[str, Any]) -> list[str]:
-        facts = c.header_facts(doc)
-        status = c.one_line(doc.get("status")) or c.MISSING
-        script = dict(facts)["script"]
+    def header(self, profile: Profile) -> list[str]:
+        facts = h.header_facts(profile)
+        d = dict(facts)
         out = [
-            f"## gpuopt: {md(script)} — {md(status)} (exit code {md(dict(facts)['exit code'])})",
+            f"## gpuopt: {md(d['script'])} — {md(profile.status)} (exit code {md(d['exit code'])})",
             "",
         ]
-        err = c.error_line(doc)
+        err = h.error_line(profile)
         if err:
-            label = "Error" if doc.get("status") == "error" else "Note"
+            label = "Error" if profile.status == "error" else "Note"
             out += [f"> **{label}:** {md(err)}", ""]
         rows = [[md(k), md(v)] for k, v in facts if k not in ("script", "status", "exit code")]
         out += _table(["", ""], rows) + [""]
         return out
 
-    def step_time(self, doc: dict[str, Any]) -> list[str]:
+    def step_time(self, profile: Profile) -> list[str]:
         out = ["### Step time", ""]
-        stats = c.step_stats(doc)
+        stats = h.step_stats(profile)
         if all(v is None for _, v in stats):
             return out + [
-                "No measured steps (gpuopt counts a step at each `optimizer.step()` or `gpuopt.step()`).",
+                "No measured steps (gpuopt counts a step at each `optimizer.step()` or "
+                "`gpuopt.step()`).",
                 "",
             ]
         out += _table(
             [label for label, _ in stats],
-            [[md(c.fmt_duration(v)) for _, v in stats]],
+            [[md(fmt_duration(v)) for _, v in stats]],
             right={0, 1, 2, 3},
         )
-        series = c.step_series(doc)
-        measured = [r["time_s"] for r in series if not r["warmup"]]
+        measured = [r.time_s for r in h.step_series(profile) if not r.warmup]
         if len(measured) >= 2:
-            line = spark(c.resample([float(x) for x in measured], 60), 0.0, max(measured))
+            line = spark(resample(measured, 60), 0.0, max(measured))
             out += ["", f"Measured steps over time ({len(measured)}, warm-up left out): {line}"]
         return out + [""]
 
-    def breakdown(self, doc: dict[str, Any]) -> list[str]:
+    def breakdown(self, profile: Profile) -> list[str]:
         out = ["### Where step time goes", ""]
-        items = c.breakdown_items(doc)
+        items = h.breakdown_items(profile.breakdown)
         if not items:
             return out + ["No breakdown: no measured steps.", ""]
         lengths = bar_lengths([f for _, _, f in items], 40)
         rows = [
-            [md(label), md(c.fmt_frac(frac)), "█" * n if n else " "]
+            [md(label), md(fmt_frac(frac)), "█" * n if n else " "]
             for (_, label, frac), n in zip(items, lengths, strict=True)
         ]
         return out + _table(["part", "share of step time", ""], rows, right={1}) + [""]
 
-    def utilization(self, doc: dict[str, Any]) -> list[str]:
+    def utilization(self, profile: Profile) -> list[str]:
         out = ["### Utilization", ""]
-        tl = c.timeline(doc)
-        rows = []
-        for key, label in (("cpu", "CPU"), ("gpu", "GPU")):
-            mean, mx = c.utilization_summary(doc, key)
-            values = tl.series.get(key) if tl is not None else None
-            if mean is None and mx is None and values is None:
-                continue
-            mean_text = md(c.fmt_util(mean)) + (
-                f" ({md(c.cpu_cores_note(doc))})" if key == "cpu" and c.cpu_cores_note(doc) else ""
-            )
-            rows.append(
-                [
-                    label,
-                    mean_text,
-                    md(c.fmt_util(mx)),
-                    spark(c.resample(values, 60), 0.0, 100.0) if values else " ",
-                ]
-            )
-        note = c.utilization_note(doc)
+        tl = u.timeline(profile)
+        rows = [
+            row for key in ("cpu", "gpu") if (row := _utilization_row(profile, key, tl)) is not None
+        ]
+        note = u.utilization_note(profile)
         if rows:
             out += _table(["", "mean", "max", "over time"], rows, right={1, 2})
             out.append("")
-            sampling = c.sampling_note(doc, tl)
+            sampling = u.sampling_note(profile, tl)
             if sampling:
                 out += [f"Sampled: {md(sampling)}.", ""]
         if note:
@@ -139,39 +136,22 @@ class MarkdownRenderer(Renderer):
             out += ["No utilization samples.", ""]
         return out
 
-    def findings(self, doc: dict[str, Any]) -> list[str]:
-        findings = c.ordered_findings(doc)
+    def findings(self, profile: Profile) -> list[str]:
+        findings = ordered_findings(profile)
         out = ["### Findings", ""]
         if not findings:
-            return out + [md(c.no_findings_message(doc)), ""]
-        notes = c.Footnotes()
-        rows = []
-        for i, f in enumerate(findings, 1):
-            sev = c.one_line(f.get("severity"))
-            parts = [f"**{md(f.get('title') or f.get('id'))}** ({md(f.get('id'))})"]
-            summary = c.evidence_summary(f)
-            if summary:
-                parts.append(md(summary))
-            numbers = c.evidence_numbers(f, limit=6)
-            if numbers:
-                parts.append(" · ".join(f"{md(k)} {md(v)}" for k, v in numbers))
-            if c.one_line(f.get("fix")):
-                parts.append(f"**fix:** {md(f.get('fix'))}")
-            est = " "
-            if c.num(f.get("est_speedup")) is not None:
-                ref = notes.ref(f.get("estimate_model"))
-                est = md(c.fmt_speedup(f.get("est_speedup"))) + (
-                    f" \\[{ref}\\]" if ref else " \\(no model\\)"
-                )
-            rows.append(
-                [
-                    str(i),
-                    _SEVERITY_MARK.get(sev, md(sev)),
-                    "<br>".join(parts),
-                    md(f.get("site")) or " ",
-                    est,
-                ]
-            )
+            return out + [md(no_findings_message(profile)), ""]
+        notes = Footnotes()
+        rows = [
+            [
+                str(i),
+                _SEVERITY_MARK.get(f.severity, md(f.severity)),
+                _finding_cell(f),
+                md(f.site) or " ",
+                _estimate(f, notes),
+            ]
+            for i, f in enumerate(findings, 1)
+        ]
         out += _table(["#", "severity", "finding", "site", "est. speedup"], rows, right={0, 4})
         if notes.models:
             out += ["", "est. = estimated, not measured; how:", ""]
@@ -191,8 +171,42 @@ class MarkdownRenderer(Renderer):
         return out + ["", "</details>", ""]
 
 
+def _utilization_row(profile: Profile, key: str, tl: u.TimelineView | None) -> list[str] | None:
+    """``CPU | 22% (≈1.7 of 8 cores busy) | 37% | ▁▂▅█``; None when not measured."""
+    mean, mx = u.utilization_summary(profile, key)
+    values = tl.series.get(key) if tl is not None else None
+    if mean is None and mx is None and values is None:
+        return None
+    cores = u.cpu_cores_note(profile) if key == "cpu" else ""
+    mean_text = md(fmt_util(mean)) + (f" ({md(cores)})" if cores else "")
+    over_time = spark(resample(values, 60), 0.0, 100.0) if values else " "
+    return [key.upper(), mean_text, md(fmt_util(mx)), over_time]
+
+
+def _finding_cell(f: Finding) -> str:
+    """Title and id, the evidence (summary and numbers) and the fix, as ``<br>``-joined lines."""
+    parts = [f"**{md(f.title or f.id)}** ({md(f.id)})"]
+    summary = evidence_summary(f)
+    if summary:
+        parts.append(md(summary))
+    numbers = evidence_numbers(f, limit=6)
+    if numbers:
+        parts.append(" · ".join(f"{md(k)} {md(v)}" for k, v in numbers))
+    if one_line(f.fix):
+        parts.append(f"**fix:** {md(f.fix)}")
+    return "<br>".join(parts)
+
+
+def _estimate(f: Finding, notes: Footnotes) -> str:
+    """``est. 1.25× \\[1\\]`` (a footnote names the model), or a blank cell."""
+    if num(f.est_speedup) is None:
+        return " "
+    ref = notes.ref(f.estimate_model)
+    return md(fmt_speedup(f.est_speedup)) + (f" \\[{ref}\\]" if ref else " \\(no model\\)")
+
+
 def _html_text(value: Any) -> str:
     """Text inside the raw-HTML ``<summary>`` tag: entities only (Markdown is not parsed there)."""
     import html
 
-    return html.escape(c.one_line(value), quote=True)
+    return html.escape(one_line(value), quote=True)

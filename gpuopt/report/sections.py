@@ -9,29 +9,32 @@ with the same numbers; each renderer only decides how to lay a section out.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpuopt.report.common import (
+from msgspec import Struct
+
+from gpuopt.report.fields import given, set_fields
+from gpuopt.report.findings import fmt_evidence_value
+from gpuopt.units import (
     MISSING,
-    WOULD_BLOCK_LABEL,
-    as_dict,
-    as_list,
     fmt_bytes,
     fmt_count,
     fmt_duration,
-    fmt_evidence_value,
     fmt_frac,
     fmt_pct,
     fmt_scalar,
     fmt_us,
-    get,
     num,
     one_line,
-    rank_key,
-    sort_key,
     text,
 )
+
+if TYPE_CHECKING:
+    from gpuopt.model.profile import GpuRank, Profile, RankEntry, RankSpread, Table
+
+WOULD_BLOCK_LABEL = "would block on a GPU"
 
 # ---------------------------------------------------------------------------------------------
 
@@ -61,44 +64,55 @@ class Section:
     compact_rows: int | None = None  # the terminal shows only this many rows (the headline ones)
 
 
-def _ncell(value: Any, formatter: Any = fmt_count) -> Cell:
+Formatter = Callable[[Any], str]
+
+
+def _ncell(value: Any, formatter: Formatter = fmt_count) -> Cell:
     return Cell(formatter(value), sort=num(value), numeric=True)
 
 
-def _scell(value: Any) -> Cell:
+def _scell(value: str | None) -> Cell:
     t = one_line(value)
     return Cell(t or MISSING, sort=t)
 
 
-def _site(value: Any) -> Cell:
+def _site(value: str | None) -> Cell:
     t = one_line(value)
     return Cell(t or MISSING, sort=t, site=t or None)
 
 
-def _yesno(value: Any) -> Cell:
+def _yesno(value: bool | None) -> Cell:
     if value is None:
         return Cell(MISSING, sort="")
     return Cell("yes" if value else "no", sort="yes" if value else "no")
 
 
-def _desc(key: str) -> Any:
-    return lambda e: (-(num(e.get(key)) or 0.0), text(e.get("site")))
+def sort_key(value: Any) -> float | str:
+    """A key for sorting table columns: the number itself where there is one, else the text."""
+    v = num(value)
+    return v if v is not None else text(value)
 
 
-def _has(items: list[dict[str, Any]], key: str) -> bool:
-    return any(
-        num(e.get(key)) is not None or (isinstance(e.get(key), str) and e.get(key)) for e in items
-    )
+def _largest_first(value: Callable[[Any], Any]) -> Callable[[Any], tuple[float, str]]:
+    """Sort key: ``value(entry)`` descending (missing as 0), then the site."""
+    return lambda e: (-(num(value(e)) or 0.0), text(e.site))
 
 
-def transfers_section(doc: dict[str, Any]) -> Section | None:
-    items = sorted(
-        (e for e in as_list(doc.get("transfers")) if isinstance(e, dict)),
-        key=_desc("bytes_per_step"),
-    )
+def _has(values: Iterable[Any]) -> bool:
+    """Does any entry have a value here (a number or a non-empty string)?"""
+    return any(num(v) is not None or (isinstance(v, str) and v) for v in values)
+
+
+def _gbps(value: Any) -> str:
+    return fmt_scalar(num(value))
+
+
+def transfers_section(profile: Profile) -> Section | None:
+    items = sorted(profile.transfers, key=_largest_first(lambda e: e.bytes_per_step))
     if not items:
         return None
-    timed, bw = _has(items, "time_us_per_step"), _has(items, "bandwidth_gbps")
+    timed = _has(given(e.time_us_per_step) for e in items)
+    bw = _has(given(e.bandwidth_gbps) for e in items)
     columns = (
         ["dir", "site", "count", "bytes"]
         + (["time"] if timed else [])
@@ -108,28 +122,27 @@ def transfers_section(doc: dict[str, Any]) -> Section | None:
     rows = []
     for e in items:
         row = [
-            _scell(e.get("direction")),
-            _site(e.get("site")),
-            _ncell(e.get("count_per_step")),
-            _ncell(e.get("bytes_per_step"), fmt_bytes),
+            _scell(e.direction),
+            _site(e.site),
+            _ncell(e.count_per_step),
+            _ncell(e.bytes_per_step, fmt_bytes),
         ]
         if timed:
-            row.append(_ncell(e.get("time_us_per_step"), fmt_us))
+            row.append(_ncell(given(e.time_us_per_step), fmt_us))
         if bw:
-            row.append(_ncell(e.get("bandwidth_gbps"), lambda v: fmt_scalar(num(v))))
-        row += [_yesno(e.get("pinned")), _yesno(e.get("non_blocking"))]
+            row.append(_ncell(given(e.bandwidth_gbps), _gbps))
+        row += [_yesno(e.pinned), _yesno(e.non_blocking)]
         rows.append(row)
     return Section("transfers", "Host↔device copies (per step)", columns, rows)
 
 
-def syncs_section(doc: dict[str, Any]) -> Section | None:
-    items = sorted(
-        (e for e in as_list(doc.get("syncs")) if isinstance(e, dict)), key=_desc("count_per_step")
-    )
+def syncs_section(profile: Profile) -> Section | None:
+    items = sorted(profile.syncs, key=_largest_first(lambda e: e.count_per_step))
     if not items:
         return None
-    would_block = any(e.get("would_block_on_gpu") for e in items)
-    has_op, timed = _has(items, "op"), _has(items, "time_us_per_step")
+    would_block = any(e.would_block_on_gpu for e in items)
+    has_op = _has(given(e.op) for e in items)
+    timed = _has(given(e.time_us_per_step) for e in items)
     columns = (
         ["kind", "site"]
         + (["op"] if has_op else [])
@@ -139,14 +152,14 @@ def syncs_section(doc: dict[str, Any]) -> Section | None:
     )
     rows = []
     for e in items:
-        row = [_scell(e.get("kind")), _site(e.get("site"))]
+        row = [_scell(e.kind), _site(e.site)]
         if has_op:
-            row.append(_scell(e.get("op")))
-        row.append(_ncell(e.get("count_per_step")))
+            row.append(_scell(given(e.op)))
+        row.append(_ncell(e.count_per_step))
         if timed:
-            row.append(_ncell(e.get("time_us_per_step"), fmt_us))
+            row.append(_ncell(given(e.time_us_per_step), fmt_us))
         if would_block:
-            note = WOULD_BLOCK_LABEL if e.get("would_block_on_gpu") else ""
+            note = WOULD_BLOCK_LABEL if e.would_block_on_gpu else ""
             row.append(Cell(note, sort=note))
         rows.append(row)
     note = (
@@ -158,23 +171,22 @@ def syncs_section(doc: dict[str, Any]) -> Section | None:
     return Section("syncs", "Host-device syncs (per step)", columns, rows, note=note)
 
 
-def dataloaders_section(doc: dict[str, Any]) -> Section | None:
+def dataloaders_section(profile: Profile) -> Section | None:
     items = sorted(
-        (e for e in as_list(doc.get("dataloaders")) if isinstance(e, dict)),
-        key=_desc("wait_s_per_step"),
+        given(profile.dataloaders) or [], key=_largest_first(lambda e: e.wait_s_per_step)
     )
     if not items:
         return None
     rows = [
         [
-            _site(e.get("site")),
-            _scell(e.get("dataset")),
-            _ncell(e.get("batch_size")),
-            _ncell(e.get("num_workers")),
-            _yesno(e.get("pin_memory")),
-            _yesno(e.get("persistent_workers")),
-            _ncell(e.get("prefetch_factor")),
-            _ncell(e.get("wait_s_per_step"), fmt_duration),
+            _site(e.site),
+            _scell(e.dataset),
+            _ncell(e.batch_size),
+            _ncell(e.num_workers),
+            _yesno(e.pin_memory),
+            _yesno(e.persistent_workers),
+            _ncell(e.prefetch_factor),
+            _ncell(e.wait_s_per_step, fmt_duration),
         ]
         for e in items
     ]
@@ -187,46 +199,42 @@ def dataloaders_section(doc: dict[str, Any]) -> Section | None:
     )
 
 
-def loops_section(doc: dict[str, Any]) -> Section | None:
-    items = sorted(
-        (e for e in as_list(doc.get("loops")) if isinstance(e, dict)), key=_desc("ops_per_step")
-    )
+def loops_section(profile: Profile) -> Section | None:
+    items = sorted(profile.loops, key=_largest_first(lambda e: e.ops_per_step))
     if not items:
         return None
-    rows = [
-        [_site(e.get("site")), _ncell(e.get("ops_per_step")), _ncell(e.get("iterations_per_step"))]
-        for e in items
-    ]
+    rows = [[_site(e.site), _ncell(e.ops_per_step), _ncell(e.iterations_per_step)] for e in items]
     headers = ["site", "ops", "iterations"]
-    if any(as_list(e.get("through")) for e in items):
+    if any(given(e.through) for e in items):
         # The loop calls a user helper that issues the ops: name it (the first; all are in JSON).
         headers.append("ops issued in")
         for row, e in zip(rows, items, strict=True):
-            through = as_list(e.get("through"))
+            through = given(e.through)
             row.append(_site(through[0]) if through else Cell("loop body", sort=""))
     return Section("loops", "Python loops issuing small tensor ops (per step)", headers, rows)
 
 
-_DISPATCH_FIELDS: tuple[tuple[str, str, Any], ...] = (
+_DISPATCH_FIELDS: tuple[tuple[str, str, Formatter], ...] = (
     ("ops_per_step", "ops per step", fmt_count),
     ("mean_op_us", "mean time per op (host)", fmt_us),
     ("between_ops_share", "share of step between ops", fmt_frac),
     ("recorder_overhead_us_per_op", "recorder overhead per op", fmt_us),
     ("window_steps", "steps recorded", fmt_count),
 )
+_DISPATCH_HEADLINE = {key for key, _, _ in _DISPATCH_FIELDS}
 
 
-def dispatch_section(doc: dict[str, Any]) -> Section | None:
-    d = as_dict(doc.get("dispatch"))
+def dispatch_section(profile: Profile) -> Section | None:
+    """The headline measures of op dispatch first, then every other field the recorder wrote."""
+    d = profile.dispatch
     rows = []
     for key, label, f in _DISPATCH_FIELDS:
-        if num(d.get(key)) is not None:
-            rows.append(
-                [Cell(label, sort=label), Cell(f(d.get(key)), sort=num(d.get(key)), numeric=True)]
-            )
+        value = getattr(d, key)
+        if num(value) is not None:
+            rows.append([Cell(label, sort=label), Cell(f(value), sort=num(value), numeric=True)])
     headline = len(rows)
-    known = {k for k, _, _ in _DISPATCH_FIELDS} | {"note"}
-    extra = _key_value_rows({k: v for k, v in d.items() if k not in known})
+    others = [(k, v) for k, v in set_fields(d) if k not in _DISPATCH_HEADLINE and k != "note"]
+    extra = _key_value_rows(others)
     if not rows and not extra:
         return None
     return Section(
@@ -234,143 +242,110 @@ def dispatch_section(doc: dict[str, Any]) -> Section | None:
         "Op dispatch (host side)",
         ["measure", "value"],
         rows + extra,
-        note=one_line(d.get("note")),
+        note=one_line(given(d.note)),
         compact_rows=headline if extra and headline else None,
     )
 
 
-def _list_text(value: list[Any]) -> str:
+def _is_object(value: Any) -> bool:
+    return isinstance(value, (dict, Struct))
+
+
+def _items(value: dict[Any, Any] | Struct) -> list[tuple[Any, Any]]:
+    """The keys and values of an object: a record's set fields, or a mapping's items."""
+    return set_fields(value) if isinstance(value, Struct) else list(value.items())
+
+
+def _list_text(value: Sequence[Any]) -> str:
     """A list in one cell: scalars joined (up to 8), otherwise its length."""
-    if all(not isinstance(v, (dict, list)) for v in value):
+    if all(not _is_object(v) and not isinstance(v, list) for v in value):
         shown = ", ".join(fmt_scalar(v) for v in value[:8])
         return shown + (f", … ({len(value)} in all)" if len(value) > 8 else "") if value else "none"
     return f"{len(value)} entries"
 
 
-def _key_value_rows(d: dict[str, Any]) -> list[list[Cell]]:
+def _value_row(name: str, key: str, value: Any) -> list[Cell]:
+    """``name | value``: lists as their values or length, scalars by the unit ``key`` names."""
+    if isinstance(value, list):
+        return [Cell(name, sort=name), Cell(_list_text(value), sort=len(value))]
+    shown = fmt_evidence_value(key, value)
+    return [
+        Cell(name, sort=name),
+        Cell(shown, sort=sort_key(value), numeric=num(value) is not None),
+    ]
+
+
+def _key_value_rows(items: Iterable[tuple[Any, Any]]) -> list[list[Cell]]:
+    """One row per key; a nested object one level deep as ``a.b`` rows (deeper objects left
+    out: the JSON has them)."""
     rows: list[list[Cell]] = []
-    for key, value in d.items():
+    for key, value in items:
         name = one_line(key)
-        if isinstance(value, dict):
-            for k2, v2 in value.items():
-                sub = f"{name}.{one_line(k2)}"
-                if isinstance(v2, list):
-                    rows.append([Cell(sub, sort=sub), Cell(_list_text(v2), sort=len(v2))])
-                elif not isinstance(v2, dict):
-                    rows.append(
-                        [
-                            Cell(sub, sort=sub),
-                            Cell(
-                                fmt_evidence_value(str(k2), v2),
-                                sort=sort_key(v2),
-                                numeric=num(v2) is not None,
-                            ),
-                        ]
-                    )
-        elif isinstance(value, list):
-            rows.append([Cell(name, sort=name), Cell(_list_text(value), sort=len(value))])
-        else:
-            rows.append(
-                [
-                    Cell(name, sort=name),
-                    Cell(
-                        fmt_evidence_value(str(key), value),
-                        sort=sort_key(value),
-                        numeric=num(value) is not None,
-                    ),
-                ]
-            )
+        if not _is_object(value):
+            rows.append(_value_row(name, str(key), value))
+            continue
+        for k2, v2 in _items(value):
+            if not _is_object(v2):
+                rows.append(_value_row(f"{name}.{one_line(k2)}", str(k2), v2))
     return rows
 
 
 def _key_value_section(
-    sec_id: str, title: str, obj: Any, compact: int | None = 8
+    sec_id: str, title: str, record: Struct | None, compact: int | None = 8
 ) -> Section | None:
-    """A flat view of an object whose keys gpuopt may extend: scalars shown with unit-aware
-    formatting, nested objects one level deep as ``a.b``, lists as their values or length;
-    a ``note`` key becomes the section's note."""
-    d = as_dict(obj)
-    rows = _key_value_rows({k: v for k, v in d.items() if k != "note"})
+    """A flat view of a record whose fields gpuopt may extend: scalars shown with unit-aware
+    formatting, nested records one level deep as ``a.b``, lists as their values or length;
+    a ``note`` field becomes the section's note."""
+    if record is None:
+        return None
+    fields = set_fields(record)
+    rows = _key_value_rows((k, v) for k, v in fields if k != "note")
     if not rows:
         return None
+    note = next((v for k, v in fields if k == "note"), None)
     return Section(
         sec_id,
         title,
         ["measure", "value"],
         rows[:60],
-        note=one_line(d.get("note")),
+        note=one_line(note),
         compact_rows=compact if compact and len(rows) > compact else None,
     )
 
 
-def ragged_section(doc: dict[str, Any]) -> Section | None:
+def ragged_section(profile: Profile) -> Section | None:
     """Shown when the batches vary at all (shapes, sizes, per-sample lists, padding); a run whose
     batches all have one shape has nothing to say here (the JSON keeps the counts)."""
-    d = as_dict(doc.get("ragged"))
-    varies = (
-        (num(d.get("distinct_shapes")) or 0) > 1
-        or (num(d.get("step_signatures_distinct")) or 0) > 1
-        or bool(d.get("variable_batch_size"))
-        or bool(d.get("batch_size_1_variable"))
-        or (num(d.get("list_batches")) or 0) > 0
-        or (num(d.get("pad_fraction")) or 0) > 0
-    )
-    if d and not varies:
+    r = given(profile.ragged)
+    if r is None:
         return None
-    return _key_value_section("ragged", "Ragged batches", doc.get("ragged"))
-
-
-def trace_section(doc: dict[str, Any]) -> Section | None:
-    return _key_value_section("trace", "Trace", doc.get("trace"))
-
-
-def _gpu_util(value: Any) -> Cell:
-    """``gpu[].utilization``: a fraction, or ``{mean, max}`` of fractions (the contract does not
-    fix which, so both are read)."""
-    v = num(value["mean"]) if isinstance(value, dict) and "mean" in value else num(value)
-    return Cell(fmt_frac(v), sort=v, numeric=True)
-
-
-def gpu_sections(doc: dict[str, Any]) -> list[Section]:
-    entries = sorted(
-        (e for e in as_list(doc.get("gpu")) if isinstance(e, dict)),
-        key=lambda e: (rank_key(e), text(e.get("device"))),
+    varies = (
+        r.distinct_shapes > 1
+        or (num(given(r.step_signatures_distinct)) or 0) > 1
+        or r.variable_batch_size
+        or r.batch_size_1_variable
+        or r.list_batches > 0
+        or (num(r.pad_fraction) or 0) > 0
     )
+    if not varies:
+        return None
+    return _key_value_section("ragged", "Ragged batches", r)
+
+
+def trace_section(profile: Profile) -> Section | None:
+    return _key_value_section("trace", "Trace", given(profile.trace))
+
+
+def gpu_sections(profile: Profile) -> list[Section]:
+    entries = sorted(profile.gpu or [], key=lambda e: (e.rank, text(e.device)))
     if not entries:
         return []
-    time_rows = [
-        [
-            _ncell(e.get("rank")),
-            _scell(e.get("device")),
-            _gpu_util(e.get("utilization")),
-            _ncell(e.get("idle_pct"), fmt_pct),
-            _ncell(e.get("compute_pct"), fmt_pct),
-            _ncell(e.get("non_compute_pct"), fmt_pct),
-            _ncell(e.get("comm_overlap_pct"), fmt_pct),
-        ]
-        for e in entries
-    ]
-    idle_rows = [
-        [
-            _ncell(e.get("rank")),
-            _ncell(get(e, "idle_us", "host_wait"), fmt_us),
-            _ncell(get(e, "idle_us", "kernel_wait"), fmt_us),
-            _ncell(get(e, "idle_us", "other"), fmt_us),
-            _ncell(get(e, "launch", "count")),
-            _ncell(get(e, "launch", "delay_median_us"), fmt_us),
-            _ncell(get(e, "launch", "short_kernels")),
-            _ncell(get(e, "memcpy", "count")),
-            _ncell(get(e, "memcpy", "time_us"), fmt_us),
-            _ncell(get(e, "memcpy", "bytes"), fmt_bytes),
-        ]
-        for e in entries
-    ]
     return [
         Section(
             "gpu",
             "GPU time per rank",
             ["rank", "device", "util", "idle", "compute", "non-compute", "comm overlap"],
-            time_rows,
+            [_gpu_time_row(e) for e in entries],
             per_rank=True,
         ),
         Section(
@@ -388,80 +363,104 @@ def gpu_sections(doc: dict[str, Any]) -> list[Section]:
                 "memcpy time",
                 "memcpy bytes",
             ],
-            idle_rows,
+            [_gpu_idle_row(e) for e in entries],
             per_rank=True,
         ),
     ]
 
 
-def rank_steps(e: dict[str, Any]) -> tuple[Any, Any]:
-    """``(steps, median step time)`` of a ``ranks`` entry: the runner writes ``steps`` (count)
-    and ``step_time_median_s``, the trace reader ``step_time_s_median``; a nested ``steps``
-    object (``{measured, time_s: {median}}``) is read too."""
-    steps = e.get("steps")
-    if isinstance(steps, dict):
-        return steps.get("measured", steps.get("count")), get(steps, "time_s", "median")
-    median = e.get("step_time_median_s")
-    if num(median) is None:
-        median = e.get("step_time_s_median")
-    return steps, median
+def _gpu_time_row(e: GpuRank) -> list[Cell]:
+    return [
+        _ncell(e.rank),
+        _scell(e.device),
+        _ncell(e.utilization, fmt_frac),  # a fraction of the span
+        _ncell(e.idle_pct, fmt_pct),
+        _ncell(e.compute_pct, fmt_pct),
+        _ncell(e.non_compute_pct, fmt_pct),
+        _ncell(e.comm_overlap_pct, fmt_pct),
+    ]
 
 
-def ranks_section(doc: dict[str, Any]) -> Section | None:
-    entries = sorted((e for e in as_list(doc.get("ranks")) if isinstance(e, dict)), key=rank_key)
+def _gpu_idle_row(e: GpuRank) -> list[Cell]:
+    return [
+        _ncell(e.rank),
+        _ncell(e.idle_us.host_wait, fmt_us),
+        _ncell(e.idle_us.kernel_wait, fmt_us),
+        _ncell(e.idle_us.other, fmt_us),
+        _ncell(e.launch.count),
+        _ncell(e.launch.delay_median_us, fmt_us),
+        _ncell(e.launch.short_kernels),
+        _ncell(e.memcpy.count),
+        _ncell(e.memcpy.time_us, fmt_us),
+        _ncell(e.memcpy.bytes, fmt_bytes),
+    ]
+
+
+def ranks_section(profile: Profile) -> Section | None:
+    entries = sorted(profile.ranks or [], key=lambda e: e.rank)
     if not entries:
         return None
-    with_status = any(e.get("status") for e in entries)
-    rows = []
-    for e in entries:
-        steps, median = rank_steps(e)
-        bd = as_dict(e.get("breakdown"))
-        row = [_ncell(e.get("rank"))] + ([_scell(e.get("status"))] if with_status else [])
-        row += [
-            _ncell(steps),
-            _ncell(median, fmt_duration),
-            _ncell(bd.get("data_wait"), fmt_frac),
-            _ncell(bd.get("sync"), fmt_frac),
-            _ncell(bd.get("compute"), fmt_frac),
-            _ncell(e.get("collective_s_per_step"), fmt_duration),
-            _scell(e.get("dir")),
-        ]
-        rows.append(row)
+    with_status = any(given(e.status) for e in entries)
+    rows = [_rank_row(e, with_status) for e in entries]
     columns = (
         ["rank"]
         + (["status"] if with_status else [])
         + ["steps", "step median", "data wait", "sync", "compute", "collectives/step", "dir"]
     )
-    spread = as_dict(doc.get("rank_spread"))
-    note = ""
-    if num(spread.get("ratio")) is not None:
-        note = (
-            f"slowest rank {text(spread.get('slowest_rank'))} has a median step "
-            f"{num(spread.get('ratio')):.2f}× that of the fastest, rank {text(spread.get('fastest_rank'))}."
-        )
+    spread = given(profile.rank_spread)
+    note = _spread_note(spread) if spread is not None else ""
     return Section("ranks", "Ranks", columns, rows, note=note, per_rank=True)
 
 
-def gpu_samples_section(doc: dict[str, Any]) -> Section | None:
+def _rank_row(e: RankEntry, with_status: bool) -> list[Cell]:
+    bd = e.breakdown
+    row = [_ncell(e.rank)] + ([_scell(given(e.status))] if with_status else [])
+    return row + [
+        _ncell(e.steps),
+        _ncell(given(e.step_time_median_s), fmt_duration),
+        _ncell(bd.data_wait if bd else None, fmt_frac),
+        _ncell(bd.sync if bd else None, fmt_frac),
+        _ncell(bd.compute if bd else None, fmt_frac),
+        _ncell(e.collective_s_per_step, fmt_duration),
+        _scell(e.dir),
+    ]
+
+
+def _spread_note(spread: RankSpread) -> str:
+    ratio = num(spread.ratio)
+    if ratio is None:
+        return ""
+    return (
+        f"slowest rank {spread.slowest_rank} has a median step {ratio:.2f}× that of the "
+        f"fastest, rank {spread.fastest_rank}."
+    )
+
+
+def _per_unit(unit: str) -> Formatter:
+    """``"{v:.0f} W"``-style formatting for NVML means (MISSING where there is no number)."""
+
+    def fmt(value: Any) -> str:
+        v = num(value)
+        return MISSING if v is None else f"{v:.0f} {unit}"
+
+    return fmt
+
+
+def gpu_samples_section(profile: Profile) -> Section | None:
     """``utilization.gpus``: NVML samples per GPU (utilization in percent)."""
-    items = [e for e in as_list(get(doc, "utilization", "gpus")) if isinstance(e, dict)]
+    items = sorted(given(profile.utilization.gpus) or [], key=lambda e: e.index)
     if not items:
         return None
     rows = [
         [
-            _ncell(e.get("index")),
-            _ncell(e.get("util_mean"), fmt_pct),
-            _ncell(e.get("process_util_mean"), fmt_pct),
-            _ncell(e.get("memory_used_max_bytes"), fmt_bytes),
-            _ncell(
-                e.get("power_w_mean"), lambda v: MISSING if num(v) is None else f"{num(v):.0f} W"
-            ),
-            _ncell(
-                e.get("sm_clock_mhz_mean"),
-                lambda v: MISSING if num(v) is None else f"{num(v):.0f} MHz",
-            ),
+            _ncell(e.index),
+            _ncell(e.util_mean, fmt_pct),
+            _ncell(e.process_util_mean, fmt_pct),
+            _ncell(e.memory_used_max_bytes, fmt_bytes),
+            _ncell(e.power_w_mean, _per_unit("W")),
+            _ncell(e.sm_clock_mhz_mean, _per_unit("MHz")),
         ]
-        for e in sorted(items, key=lambda e: num(e.get("index")) or 0.0)
+        for e in items
     ]
     return Section(
         "gpu-samples",
@@ -471,67 +470,63 @@ def gpu_samples_section(doc: dict[str, Any]) -> Section | None:
     )
 
 
-def generic_sections(doc: dict[str, Any]) -> list[Section]:
-    """``tables`` as analyses wrote them: rows padded or cut to the column count."""
-    out = []
-    for i, t in enumerate(as_list(doc.get("tables"))):
-        if not isinstance(t, dict):
-            continue
-        columns = [one_line(c) for c in as_list(t.get("columns"))]
-        raw_rows = [r for r in as_list(t.get("rows")) if isinstance(r, list)]
-        if not columns and raw_rows:
-            columns = [f"col{j + 1}" for j in range(max(len(r) for r in raw_rows))]
-        if not columns:
-            continue
-        rows = []
-        for r in raw_rows:
-            cells = []
-            for j in range(len(columns)):
-                v = r[j] if j < len(r) else None
-                n = num(v)
-                cells.append(
-                    Cell(fmt_scalar(v), sort=n if n is not None else text(v), numeric=n is not None)
-                )
-            rows.append(cells)
-        sec_id = "table-" + (
-            re.sub(r"[^A-Za-z0-9_-]+", "-", text(t.get("id"))).strip("-") or str(i + 1)
-        )
-        out.append(
-            Section(
-                sec_id,
-                one_line(t.get("title")) or one_line(t.get("id")) or f"Table {i + 1}",
-                columns,
-                rows,
-                note=one_line(t.get("note")),
+def _table_section(i: int, t: Table) -> Section | None:
+    """One of ``tables`` as the analysis wrote it: rows padded or cut to the column count."""
+    columns = [one_line(c) for c in t.columns]
+    if not columns and t.rows:
+        columns = [f"col{j + 1}" for j in range(max(len(r) for r in t.rows))]
+    if not columns:
+        return None
+    rows = []
+    for r in t.rows:
+        cells = []
+        for j in range(len(columns)):
+            v = r[j] if j < len(r) else None
+            n = num(v)
+            cells.append(
+                Cell(fmt_scalar(v), sort=n if n is not None else text(v), numeric=n is not None)
             )
-        )
-    return out
+        rows.append(cells)
+    sec_id = "table-" + (re.sub(r"[^A-Za-z0-9_-]+", "-", t.id).strip("-") or str(i + 1))
+    title = one_line(t.title) or one_line(t.id) or f"Table {i + 1}"
+    return Section(sec_id, title, columns, rows, note=one_line(t.note))
 
 
-def detail_sections(doc: dict[str, Any]) -> list[Section]:
+def generic_sections(profile: Profile) -> list[Section]:
+    """``tables`` as analyses wrote them."""
+    sections = (_table_section(i, t) for i, t in enumerate(profile.tables))
+    return [s for s in sections if s is not None]
+
+
+def _numeric_columns(s: Section) -> set[int]:
+    """Columns with at least one number and nothing but numbers or MISSING."""
+    return {
+        j
+        for j in range(len(s.columns))
+        if any(j < len(r) and r[j].numeric for r in s.rows)
+        and all(r[j].numeric or r[j].text == MISSING for r in s.rows if j < len(r))
+    }
+
+
+def detail_sections(profile: Profile) -> list[Section]:
     """Every detail table of the document, in report order; absent or empty ones left out."""
     sections: list[Section | None] = [
-        dataloaders_section(doc),
-        transfers_section(doc),
-        syncs_section(doc),
-        loops_section(doc),
-        dispatch_section(doc),
-        ragged_section(doc),
-        gpu_samples_section(doc),
-        *gpu_sections(doc),
-        ranks_section(doc),
-        *generic_sections(doc),
-        trace_section(doc),
+        dataloaders_section(profile),
+        transfers_section(profile),
+        syncs_section(profile),
+        loops_section(profile),
+        dispatch_section(profile),
+        ragged_section(profile),
+        gpu_samples_section(profile),
+        *gpu_sections(profile),
+        ranks_section(profile),
+        *generic_sections(profile),
+        trace_section(profile),
     ]
     result = []
     for s in sections:
         if s is None:
             continue
-        s.numeric_columns = {
-            j
-            for j in range(len(s.columns))
-            if any(j < len(r) and r[j].numeric for r in s.rows)
-            and all(r[j].numeric or r[j].text == MISSING for r in s.rows if j < len(r))
-        }
+        s.numeric_columns = _numeric_columns(s)
         result.append(s)
     return result

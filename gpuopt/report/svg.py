@@ -1,9 +1,10 @@
 """Inline SVG charts for the HTML report, drawn in plain Python (no plotting library, no script).
 
 Why hand-made: the page must open offline and stay one file, and ``gpuopt report`` must not pay
-for importing matplotlib or plotly. Three charts are enough: stacked per-step bars, a time line
-chart with axes, and a 100% stacked bar. Every label passes through :func:`esc`; data only ever
-lands in text nodes and quoted attribute values, never in element or attribute names.
+for importing matplotlib or plotly. Four charts are enough: stacked per-step bars, a time line
+chart with axes, a 100% stacked bar, and one bar per rank. Every label passes through
+:func:`esc`; data only ever lands in text nodes and quoted attribute values, never in element or
+attribute names.
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ import html
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpuopt.report import common as c
+from gpuopt.units import fmt_duration, fmt_frac, text
+
+if TYPE_CHECKING:
+    from gpuopt.report.headline import StepSplit
 
 COLORS = {
     "data_wait": "#e4572e",
@@ -29,10 +33,12 @@ COLORS = {
     "gpu_memory_bytes": "#2a9d5c",
 }
 FONT = 'font-family="system-ui, -apple-system, Segoe UI, Roboto, sans-serif"'
+_TEXT = 'fill="currentColor"'
+_MIDDLE = f'text-anchor="middle" {_TEXT}'
 
 
 def esc(value: Any) -> str:
-    return html.escape(c.text(value), quote=True)
+    return html.escape(text(value), quote=True)
 
 
 def nice_ticks(hi: float, count: int = 5) -> list[float]:
@@ -62,6 +68,64 @@ def _svg_open(width: int, height: int, label: str) -> str:
     )
 
 
+@dataclass(frozen=True)
+class _Plot:
+    """A chart's plotting area inside its ``width`` × ``height`` box."""
+
+    width: int
+    height: int
+    left: int
+    top: int
+    pw: int  # plot width
+    ph: int  # plot height
+
+    @classmethod
+    def of(cls, width: int, height: int, left: int, right: int, top: int, bottom: int) -> _Plot:
+        return cls(width, height, left, top, width - left - right, height - top - bottom)
+
+    @property
+    def base(self) -> int:
+        """The y of the x axis."""
+        return self.top + self.ph
+
+    def y(self, value: float, top_value: float) -> float:
+        return self.base - value / top_value * self.ph
+
+    def hline(self, y: float, opacity: str) -> str:
+        return (
+            f'<line x1="{self.left}" x2="{self.left + self.pw}" y1="{y:.1f}" y2="{y:.1f}" '
+            f'stroke="currentColor" opacity="{opacity}"/>'
+        )
+
+    def axis(self) -> str:
+        return (
+            f'<line x1="{self.left}" x2="{self.left + self.pw}" y1="{self.base}" '
+            f'y2="{self.base}" stroke="currentColor" opacity="0.5"/>'
+        )
+
+    def y_grid(self, ticks: list[float], top_value: float, label: Callable[[float], str]) -> str:
+        """A faint line and a right-aligned label at each tick, 0 at the axis."""
+        out = []
+        for t in ticks:
+            y = self.y(t, top_value)
+            out.append(self.hline(y, "0.12"))
+            out.append(
+                f'<text x="{self.left - 6}" y="{y + 4:.1f}" text-anchor="end" {_TEXT}>'
+                f"{esc(label(t))}</text>"
+            )
+        return "".join(out)
+
+    def caption(self, label: str) -> str:
+        """The x axis' name, centred under it."""
+        return (
+            f'<text x="{self.left + self.pw / 2:.1f}" y="{self.height - 3}" {_MIDDLE} '
+            f'opacity="0.8">{esc(label)}</text>'
+        )
+
+
+# --- per-step bars ---------------------------------------------------------------------------
+
+
 @dataclass
 class StepBar:
     """One bar: a step (or the mean of a bucket of steps)."""
@@ -71,117 +135,24 @@ class StepBar:
     warmup: bool
 
 
-def step_bars(series: list[dict[str, Any]], max_bars: int = 400) -> tuple[list[StepBar], int]:
+def step_bars(series: list[StepSplit], max_bars: int = 400) -> tuple[list[StepBar], int]:
     """Bars for the per-step chart and how many steps each measured bar stands for (1 = one
     step). Warm-up steps stay single (they are few); measured steps are averaged in buckets only
     when there are more than ``max_bars``."""
-    keys = ("data_wait_s", "h2d_s", "sync_s", "rest_s")
-    colors = ("data_wait", "h2d", "sync", "rest")
-    warm = [r for r in series if r["warmup"]]
-    measured = [r for r in series if not r["warmup"]]
+    warm = [r for r in series if r.warmup]
+    measured = [r for r in series if not r.warmup]
     per = max(1, math.ceil(len(measured) / max(1, max_bars - len(warm))))
-    bars = [
-        StepBar(
-            f"step {r['index']} (warm-up)",
-            [(col, r[k]) for col, k in zip(colors, keys, strict=True)],
-            True,
-        )
-        for r in warm
-    ]
+    bars = [StepBar(f"step {r.index} (warm-up)", r.parts(), True) for r in warm]
     for i in range(0, len(measured), per):
         group = measured[i : i + per]
         if per == 1:
-            label = f"step {group[0]['index']}"
+            label = f"step {group[0].index}"
         else:
-            label = f"steps {group[0]['index']}–{group[-1]['index']} (mean)"
-        bars.append(
-            StepBar(
-                label,
-                [
-                    (col, sum(r[k] for r in group) / len(group))
-                    for col, k in zip(colors, keys, strict=True)
-                ],
-                False,
-            )
-        )
+            label = f"steps {group[0].index}–{group[-1].index} (mean)"
+        columns = zip(*(r.parts() for r in group), strict=True)
+        parts = [(col[0][0], sum(v for _, v in col) / len(group)) for col in columns]
+        bars.append(StepBar(label, parts, False))
     return bars, per
-
-
-def step_chart(series: list[dict[str, Any]], width: int = 1100, height: int = 260) -> str:
-    """Stacked per-step bars (data wait, copies, syncs, rest) with warm-up steps shaded. The
-    y scale fits the measured steps; a taller bar (usually warm-up) is cut and marked ▲."""
-    bars, per = step_bars(series)
-    if not bars:
-        return ""
-    left, right, top, bottom = 64, 12, 22, 34
-    pw, ph = width - left - right, height - top - bottom
-    totals = [sum(v for _, v in b.parts) for b in bars]
-    measured_tot = [t for t, b in zip(totals, bars, strict=True) if not b.warmup] or totals
-    y_hi = max(measured_tot) * 1.08 or 1.0
-    ticks = nice_ticks(y_hi, 4)
-    y_hi = ticks[-1]
-    slot = pw / len(bars)
-    bw = max(1.0, slot * 0.8) if slot >= 3 else slot
-    out = [_svg_open(width, height, "step time per step, stacked by cause")]
-    n_warm = sum(1 for b in bars if b.warmup)
-    if n_warm:
-        wx = left + n_warm * slot
-        out.append(
-            f'<rect x="{left}" y="{top}" width="{wx - left:.1f}" height="{ph}" fill="currentColor" opacity="0.07"/>'
-        )
-        out.append(
-            f'<text x="{left + 2}" y="{height - 3}" fill="currentColor" opacity="0.8">◀ warm-up</text>'
-            if n_warm * slot < 60
-            else f'<text x="{(left + wx) / 2:.1f}" y="{height - 3}" text-anchor="middle" fill="currentColor" opacity="0.8">warm-up</text>'
-        )
-    tick_label = duration_tick_formatter(y_hi)
-    for t in ticks:
-        y = top + ph - t / y_hi * ph
-        out.append(
-            f'<line x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}" stroke="currentColor" opacity="0.12"/>'
-        )
-        out.append(
-            f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" fill="currentColor">{esc(tick_label(t))}</text>'
-        )
-    for i, (bar, total) in enumerate(zip(bars, totals, strict=True)):
-        x = left + i * slot + (slot - bw) / 2
-        y = top + ph
-        detail = ", ".join(f"{_PART_LABEL[k]} {c.fmt_duration(v)}" for k, v in bar.parts if v > 0)
-        out.append(
-            f'<g opacity="{0.45 if bar.warmup else 1}"><title>{esc(bar.label)}: {esc(c.fmt_duration(total))} ({esc(detail)})</title>'
-        )
-        for key, v in bar.parts:
-            h = min(v, max(0.0, y_hi - (top + ph - y) / ph * y_hi)) / y_hi * ph
-            if h <= 0:
-                continue
-            y -= h
-            out.append(
-                f'<rect x="{x:.2f}" y="{y:.2f}" width="{bw:.2f}" height="{h:.2f}" fill="{COLORS[key]}"/>'
-            )
-        if total > y_hi:
-            out.append(
-                f'<text x="{x + bw / 2:.1f}" y="{top - 2}" text-anchor="middle" font-size="9" fill="currentColor">▲</text>'
-            )
-        out.append("</g>")
-    out.append(
-        f'<line x1="{left}" x2="{left + pw}" y1="{top + ph}" y2="{top + ph}" stroke="currentColor" opacity="0.5"/>'
-    )
-    # x labels: first, a few in between, last
-    idx_ticks = sorted({0, len(bars) - 1, *range(0, len(bars), max(1, len(bars) // 8))})
-    for i in idx_ticks:
-        if 0 < i < len(bars) - 1 and (len(bars) - 1 - i) < max(1, len(bars) // 16):
-            continue  # too close to the last label
-        x = left + (i + 0.5) * slot
-        label = bars[i].label.split(" ")[1].split("–")[0]
-        out.append(
-            f'<text x="{x:.1f}" y="{top + ph + 15}" text-anchor="middle" fill="currentColor">{esc(label)}</text>'
-        )
-    axis = "step" if per == 1 else f"step (measured bars: mean of {per} steps)"
-    out.append(
-        f'<text x="{left + pw / 2:.1f}" y="{height - 3}" text-anchor="middle" fill="currentColor" opacity="0.8">{esc(axis)}</text>'
-    )
-    out.append("</svg>")
-    return "".join(out)
 
 
 _PART_LABEL = {
@@ -190,6 +161,89 @@ _PART_LABEL = {
     "sync": "syncs",
     "rest": "compute + other",
 }
+
+
+def step_chart(series: list[StepSplit], width: int = 1100, height: int = 260) -> str:
+    """Stacked per-step bars (data wait, copies, syncs, rest) with warm-up steps shaded. The
+    y scale fits the measured steps; a taller bar (usually warm-up) is cut and marked ▲."""
+    bars, per = step_bars(series)
+    if not bars:
+        return ""
+    plot = _Plot.of(width, height, left=64, right=12, top=22, bottom=34)
+    totals = [sum(v for _, v in b.parts) for b in bars]
+    measured_tot = [t for t, b in zip(totals, bars, strict=True) if not b.warmup] or totals
+    ticks = nice_ticks(max(measured_tot) * 1.08 or 1.0, 4)
+    y_hi = ticks[-1]
+    slot = plot.pw / len(bars)
+    bw = max(1.0, slot * 0.8) if slot >= 3 else slot
+    out = [_svg_open(width, height, "step time per step, stacked by cause")]
+    out.append(_warmup_shade(plot, sum(1 for b in bars if b.warmup), slot))
+    out.append(plot.y_grid(ticks, y_hi, duration_tick_formatter(y_hi)))
+    for i, (bar, total) in enumerate(zip(bars, totals, strict=True)):
+        out.append(_step_bar(plot, bar, total, plot.left + i * slot + (slot - bw) / 2, bw, y_hi))
+    out.append(plot.axis())
+    out.append(_step_labels(plot, bars, slot))
+    out.append(plot.caption("step" if per == 1 else f"step (measured bars: mean of {per} steps)"))
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _warmup_shade(plot: _Plot, n_warm: int, slot: float) -> str:
+    """The warm-up steps' background and its label ("◀ warm-up" where the band is narrow)."""
+    if not n_warm:
+        return ""
+    wx = plot.left + n_warm * slot
+    y = plot.height - 3
+    band = (
+        f'<rect x="{plot.left}" y="{plot.top}" width="{wx - plot.left:.1f}" height="{plot.ph}" '
+        f'fill="currentColor" opacity="0.07"/>'
+    )
+    if n_warm * slot < 60:
+        return band + f'<text x="{plot.left + 2}" y="{y}" {_TEXT} opacity="0.8">◀ warm-up</text>'
+    x = (plot.left + wx) / 2
+    return band + f'<text x="{x:.1f}" y="{y}" {_MIDDLE} opacity="0.8">warm-up</text>'
+
+
+def _step_bar(plot: _Plot, bar: StepBar, total: float, x: float, bw: float, y_hi: float) -> str:
+    """One stacked bar with its hover text; a bar above the scale is cut and marked ▲."""
+    y = float(plot.base)
+    detail = ", ".join(f"{_PART_LABEL[k]} {fmt_duration(v)}" for k, v in bar.parts if v > 0)
+    out = [
+        f'<g opacity="{0.45 if bar.warmup else 1}"><title>{esc(bar.label)}: '
+        f"{esc(fmt_duration(total))} ({esc(detail)})</title>"
+    ]
+    for key, v in bar.parts:
+        h = min(v, max(0.0, y_hi - (plot.base - y) / plot.ph * y_hi)) / y_hi * plot.ph
+        if h <= 0:
+            continue
+        y -= h
+        out.append(
+            f'<rect x="{x:.2f}" y="{y:.2f}" width="{bw:.2f}" height="{h:.2f}" '
+            f'fill="{COLORS[key]}"/>'
+        )
+    if total > y_hi:
+        out.append(
+            f'<text x="{x + bw / 2:.1f}" y="{plot.top - 2}" text-anchor="middle" font-size="9" '
+            f"{_TEXT}>▲</text>"
+        )
+    out.append("</g>")
+    return "".join(out)
+
+
+def _step_labels(plot: _Plot, bars: list[StepBar], slot: float) -> str:
+    """Step numbers under the bars: the first, a few in between, the last."""
+    n = len(bars)
+    out = []
+    for i in sorted({0, n - 1, *range(0, n, max(1, n // 8))}):
+        if 0 < i < n - 1 and (n - 1 - i) < max(1, n // 16):
+            continue  # too close to the last label
+        x = plot.left + (i + 0.5) * slot
+        label = bars[i].label.split(" ")[1].split("–")[0]
+        out.append(f'<text x="{x:.1f}" y="{plot.base + 15}" {_MIDDLE}>{esc(label)}</text>')
+    return "".join(out)
+
+
+# --- lines over time -------------------------------------------------------------------------
 
 
 def line_chart(
@@ -206,69 +260,89 @@ def line_chart(
     time axis in seconds and a y axis from 0 to ``y_hi``; gaps where a value is missing."""
     if len(t_s) < 2 or not lines:
         return ""
-    left, right, top, bottom = 64, 12, 24, 34
-    pw, ph = width - left - right, height - top - bottom
-    t0, t1 = t_s[0], t_s[-1]
-    span = (t1 - t0) or 1.0
+    plot = _Plot.of(width, height, left=64, right=12, top=24, bottom=34)
+    span = (t_s[-1] - t_s[0]) or 1.0
     yticks = nice_ticks(y_hi, 4)
     y_top = yticks[-1] or 1.0
-    xticks = [t for t in nice_ticks(span, 8) if t <= span + 1e-9]
     out = [_svg_open(width, height, label)]
-    for t in yticks:
-        y = top + ph - t / y_top * ph
-        out.append(
-            f'<line x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}" stroke="currentColor" opacity="0.12"/>'
-        )
-        out.append(
-            f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" fill="currentColor">{esc(y_fmt(t))}</text>'
-        )
-    for t in xticks:
-        x = left + t / span * pw
-        out.append(
-            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top + ph}" y2="{top + ph + 4}" stroke="currentColor" opacity="0.5"/>'
-        )
-        out.append(
-            f'<text x="{x:.1f}" y="{top + ph + 16}" text-anchor="middle" fill="currentColor">{esc(_fmt_seconds_tick(t))}</text>'
-        )
-    out.append(
-        f'<line x1="{left}" x2="{left + pw}" y1="{top + ph}" y2="{top + ph}" stroke="currentColor" opacity="0.5"/>'
-    )
-    out.append(
-        f'<text x="{left + pw / 2:.1f}" y="{height - 3}" text-anchor="middle" fill="currentColor" opacity="0.8">time since start (s)</text>'
-    )
+    out.append(plot.y_grid(yticks, y_top, y_fmt))
+    out.append(_time_ticks(plot, span))
+    out.append(plot.axis())
+    out.append(plot.caption("time since start (s)"))
     step = max(1, math.ceil(len(t_s) / max_points))
-    lx = left
+    lx = plot.left
     for key, name, values in lines:
-        segments: list[list[str]] = [[]]
-        for i in range(0, len(t_s), step):
-            chunk = [v for v in values[i : i + step] if v is not None]
-            if not chunk:
-                if segments[-1]:
-                    segments.append([])
-                continue
-            v = sum(chunk) / len(chunk)
-            x = left + (t_s[i] - t0) / span * pw
-            y = top + ph - min(max(v, 0.0), y_top) / y_top * ph
-            segments[-1].append(f"{x:.1f},{y:.1f}")
         color = COLORS.get(key, "#555")
-        for seg in segments:
-            if len(seg) == 1:
-                cx, cy = seg[0].split(",")
-                out.append(f'<circle cx="{cx}" cy="{cy}" r="1.8" fill="{color}"/>')
-            elif seg:
-                out.append(
-                    f'<polyline points="{" ".join(seg)}" fill="none" stroke="{color}" stroke-width="1.6" stroke-linejoin="round"/>'
-                )
+        segments = _segments(plot, t_s, values, step, span, y_top)
+        out.append(_polylines(segments, color))
         out.append(
-            f'<rect x="{lx}" y="6" width="12" height="4" fill="{color}"/><text x="{lx + 16}" y="12" fill="currentColor">{esc(name)}</text>'
+            f'<rect x="{lx}" y="6" width="12" height="4" fill="{color}"/>'
+            f'<text x="{lx + 16}" y="12" {_TEXT}>{esc(name)}</text>'
         )
         lx += 24 + 7 * len(name)
     out.append("</svg>")
     return "".join(out)
 
 
+def _time_ticks(plot: _Plot, span: float) -> str:
+    """Ticks and labels of the time axis, in seconds since the first sample."""
+    out = []
+    for t in (t for t in nice_ticks(span, 8) if t <= span + 1e-9):
+        x = plot.left + t / span * plot.pw
+        out.append(
+            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{plot.base}" y2="{plot.base + 4}" '
+            f'stroke="currentColor" opacity="0.5"/>'
+        )
+        out.append(
+            f'<text x="{x:.1f}" y="{plot.base + 16}" {_MIDDLE}>{esc(_fmt_seconds_tick(t))}</text>'
+        )
+    return "".join(out)
+
+
+def _segments(
+    plot: _Plot,
+    t_s: Sequence[float],
+    values: Sequence[float | None],
+    step: int,
+    span: float,
+    y_top: float,
+) -> list[list[str]]:
+    """The line's points (``"x,y"``), averaged over ``step`` samples, split where a stretch of
+    samples is missing."""
+    segments: list[list[str]] = [[]]
+    for i in range(0, len(t_s), step):
+        chunk = [v for v in values[i : i + step] if v is not None]
+        if not chunk:
+            if segments[-1]:
+                segments.append([])
+            continue
+        v = sum(chunk) / len(chunk)
+        x = plot.left + (t_s[i] - t_s[0]) / span * plot.pw
+        y = plot.y(min(max(v, 0.0), y_top), y_top)
+        segments[-1].append(f"{x:.1f},{y:.1f}")
+    return segments
+
+
+def _polylines(segments: list[list[str]], color: str) -> str:
+    """A polyline per segment; a lone point as a dot."""
+    out = []
+    for seg in segments:
+        if len(seg) == 1:
+            cx, cy = seg[0].split(",")
+            out.append(f'<circle cx="{cx}" cy="{cy}" r="1.8" fill="{color}"/>')
+        elif seg:
+            out.append(
+                f'<polyline points="{" ".join(seg)}" fill="none" stroke="{color}" '
+                f'stroke-width="1.6" stroke-linejoin="round"/>'
+            )
+    return "".join(out)
+
+
 def _fmt_seconds_tick(t: float) -> str:
     return f"{t:.0f}" if float(t).is_integer() or t >= 10 else f"{t:g}"
+
+
+# --- bars of shares --------------------------------------------------------------------------
 
 
 def hbar(
@@ -288,20 +362,29 @@ def hbar(
         if w <= 0:
             continue
         out.append(
-            f'<rect x="{x:.2f}" y="0" width="{w:.2f}" height="{height}" fill="{COLORS.get(key, "#888")}"><title>{esc(name)} {esc(c.fmt_frac(frac))}</title></rect>'
+            f'<rect x="{x:.2f}" y="0" width="{w:.2f}" height="{height}" '
+            f'fill="{COLORS.get(key, "#888")}"><title>{esc(name)} {esc(fmt_frac(frac))}</title>'
+            "</rect>"
         )
-        text = f"{name} {c.fmt_frac(frac)}"
-        if w > 7.2 * len(text) + 10:
-            out.append(
-                f'<text x="{x + w / 2:.1f}" y="{height / 2 + 4:.1f}" text-anchor="middle" fill="#fff" font-weight="600">{esc(text)}</text>'
-            )
-        elif w > 7.2 * len(c.fmt_frac(frac)) + 8:
-            out.append(
-                f'<text x="{x + w / 2:.1f}" y="{height / 2 + 4:.1f}" text-anchor="middle" fill="#fff" font-weight="600">{esc(c.fmt_frac(frac))}</text>'
-            )
+        out.append(_segment_label(x, w, height, name, fmt_frac(frac)))
         x += w
     out.append("</svg>")
     return "".join(out)
+
+
+def _segment_label(x: float, w: float, height: int, name: str, share: str) -> str:
+    """Inside a segment: "name share" where it fits, else the share alone, else nothing."""
+    full = f"{name} {share}"
+    if w > 7.2 * len(full) + 10:
+        shown = full
+    elif w > 7.2 * len(share) + 8:
+        shown = share
+    else:
+        return ""
+    return (
+        f'<text x="{x + w / 2:.1f}" y="{height / 2 + 4:.1f}" text-anchor="middle" fill="#fff" '
+        f'font-weight="600">{esc(shown)}</text>'
+    )
 
 
 def rank_bars(
@@ -309,37 +392,49 @@ def rank_bars(
 ) -> str:
     """One horizontal bar per rank, its length the rank's step median and its segments the
     rank's breakdown: a straggler is the long bar, and its colours say why."""
-    rows = [r for r in rows if r[1] is not None and r[1] > 0]
-    if not rows:
+    bars = [(name, median, items) for name, median, items in rows if median and median > 0]
+    if not bars:
         return ""
     label_w, bar_h, gap = 70, 18, 8
-    longest = max(r[1] for r in rows if r[1] is not None)
+    longest = max(median for _, median, _ in bars)
     pw = width - label_w - 90
-    height = len(rows) * (bar_h + gap) + 6
+    height = len(bars) * (bar_h + gap) + 6
     out = [_svg_open(width, height, "step median and breakdown per rank")]
-    for i, (name, median, items) in enumerate(rows):
-        assert median is not None
+    for i, (name, median, items) in enumerate(bars):
         y = 3 + i * (bar_h + gap)
-        out.append(
-            f'<text x="{label_w - 8}" y="{y + bar_h - 5}" text-anchor="end" fill="currentColor">{esc(name)}</text>'
-        )
-        total = sum(f for _, _, f in items) or 1.0
         length = median / longest * pw
-        x = float(label_w)
-        for key, seg_name, frac in items:
-            w = frac / total * length
-            if w <= 0:
-                continue
-            out.append(
-                f'<rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{bar_h}" fill="{COLORS.get(key, "#888")}"><title>{esc(name)}: {esc(seg_name)} {esc(c.fmt_frac(frac))}</title></rect>'
-            )
-            x += w
-        if not items:
-            out.append(
-                f'<rect x="{x:.2f}" y="{y}" width="{length:.2f}" height="{bar_h}" fill="{COLORS["other"]}"/>'
-            )
         out.append(
-            f'<text x="{label_w + length + 6:.1f}" y="{y + bar_h - 5}" fill="currentColor">{esc(c.fmt_duration(median))}</text>'
+            f'<text x="{label_w - 8}" y="{y + bar_h - 5}" text-anchor="end" {_TEXT}>'
+            f"{esc(name)}</text>"
+        )
+        out.append(_rank_segments(name, items, float(label_w), y, length, bar_h))
+        out.append(
+            f'<text x="{label_w + length + 6:.1f}" y="{y + bar_h - 5}" {_TEXT}>'
+            f"{esc(fmt_duration(median))}</text>"
         )
     out.append("</svg>")
+    return "".join(out)
+
+
+def _rank_segments(
+    name: str, items: list[tuple[str, str, float]], x: float, y: int, length: float, bar_h: int
+) -> str:
+    """One rank's bar split by its breakdown (one grey bar where it has none)."""
+    if not items:
+        return (
+            f'<rect x="{x:.2f}" y="{y}" width="{length:.2f}" height="{bar_h}" '
+            f'fill="{COLORS["other"]}"/>'
+        )
+    total = sum(f for _, _, f in items) or 1.0
+    out = []
+    for key, seg_name, frac in items:
+        w = frac / total * length
+        if w <= 0:
+            continue
+        out.append(
+            f'<rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{bar_h}" '
+            f'fill="{COLORS.get(key, "#888")}"><title>{esc(name)}: {esc(seg_name)} '
+            f"{esc(fmt_frac(frac))}</title></rect>"
+        )
+        x += w
     return "".join(out)

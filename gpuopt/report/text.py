@@ -11,7 +11,8 @@ characters are neutralised, so a script name cannot restyle or rewrite the termi
 from __future__ import annotations
 
 import io
-from typing import Any
+import re
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -19,10 +20,33 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from gpuopt.report import common as c
-from gpuopt.report.base import Renderer
-from gpuopt.report.common import bar_lengths, spark
+from gpuopt.report import headline as h
+from gpuopt.report import utilization as u
+from gpuopt.report.findings import (
+    Footnotes,
+    evidence_numbers,
+    evidence_summary,
+    no_findings_message,
+    ordered_findings,
+)
+from gpuopt.report.renderer import Renderer
 from gpuopt.report.sections import Section, detail_sections
+from gpuopt.report.textcharts import bar_lengths, resample, spark
+from gpuopt.units import (
+    MISSING,
+    fmt_bytes,
+    fmt_duration,
+    fmt_frac,
+    fmt_speedup,
+    fmt_util,
+    num,
+    one_line,
+    text,
+)
+
+if TYPE_CHECKING:
+    from gpuopt.model.profile import Finding, Profile
+    from gpuopt.report.headline import StepSplit
 
 _SEGMENT_STYLE = {
     "data_wait": "red",
@@ -45,6 +69,24 @@ _STATUS_STYLE = {
     "interrupted": "bold black on yellow",
 }
 _FULL_FINDINGS = 8  # findings shown with evidence and fix; the rest get one line each
+_INDENT = " " * 11  # under the values of "per step   "
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(value: Any) -> str:
+    """Text safe to print on a terminal: control characters (ANSI escapes, carriage returns,
+    bidi overrides) from the document are shown as ``\\xNN`` instead of acting on the terminal."""
+
+    def repl(m: re.Match[str]) -> str:
+        c = ord(m.group(0))
+        return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+    return _CONTROL.sub(repl, text(value).replace("\t", " "))
+
+
+def _spaced(lines: list[RenderableType]) -> RenderableType:
+    """A block of the report, one blank line above it."""
+    return Padding(Group(*lines), (1, 0, 0, 0))
 
 
 class TextRenderer(Renderer):
@@ -52,7 +94,7 @@ class TextRenderer(Renderer):
 
     name = "text"
 
-    def render(self, doc: dict[str, Any]) -> str:
+    def render(self, profile: Profile) -> str:
         buf = io.StringIO()
         console = Console(
             file=buf,
@@ -65,41 +107,43 @@ class TextRenderer(Renderer):
             legacy_windows=False,
             soft_wrap=False,
         )
-        console.print(Group(*self.parts(doc)))
-        # rich pads every line to the full width; trailing blanks only get in the way (diffs, CI logs)
+        console.print(Group(*self.parts(profile)))
+        # rich pads every line to the full width; trailing blanks only get in the way (diffs,
+        # CI logs)
         return "\n".join(line.rstrip(" ") for line in buf.getvalue().split("\n"))
 
     # --- sections -------------------------------------------------------------------------
 
-    def parts(self, doc: dict[str, Any]) -> list[RenderableType]:
-        out: list[RenderableType] = [self.header(doc)]
-        out.append(self.step_time(doc))
-        out.append(self.breakdown(doc))
-        out.append(self.utilization(doc))
-        out.append(self.findings(doc))
-        for section in detail_sections(doc):
-            out.append(self.table(section))
-        warnings = c.warnings_list(doc)
+    def parts(self, profile: Profile) -> list[RenderableType]:
+        out: list[RenderableType] = [
+            self.header(profile),
+            self.step_time(profile),
+            self.breakdown(profile),
+            self.utilization(profile),
+            self.findings(profile),
+        ]
+        out += [self.table(section) for section in detail_sections(profile)]
+        warnings = h.warnings_list(profile)
         if warnings:
             t = Text()
             t.append("warnings\n", style="bold")
             for w in warnings:
                 t.append("  ! ", style="yellow")
-                t.append(c.printable(w) + "\n")
+                t.append(printable(w) + "\n")
             t.rstrip()
             out.append(Padding(t, (1, 0, 0, 0)))
         return out
 
-    def header(self, doc: dict[str, Any]) -> RenderableType:
-        facts = dict(c.header_facts(doc))
-        status = c.one_line(doc.get("status")) or c.MISSING
+    def header(self, profile: Profile) -> RenderableType:
+        facts = dict(h.header_facts(profile))
+        status = profile.status
         title = Text()
         title.append("gpuopt ", style="bold")
-        title.append(c.printable(facts["script"]), style="bold cyan")
+        title.append(printable(facts["script"]), style="bold cyan")
         title.append("  ")
         title.append(f" {status.upper()} ", style=_STATUS_STYLE.get(status, "bold"))
-        title.append(f"  exit code {c.printable(facts['exit code'])}")
-        if doc.get("source") == "trace":
+        title.append(f"  exit code {printable(facts['exit code'])}")
+        if profile.source == "trace":
             title.append("  (from a profiler trace)", style="dim")
         lines = [title]
         for keys in (("device", "wall time"), ("steps",)):
@@ -108,25 +152,22 @@ class TextRenderer(Renderer):
                 if i:
                     info.append("   ")
                 info.append(f"{key} ", style="dim")
-                info.append(c.printable(facts[key]))
+                info.append(printable(facts[key]))
             lines.append(info)
-        err = c.error_line(doc)
+        err = h.error_line(profile)
         if err:
-            lines.append(
-                Text(
-                    ("error: " if doc.get("status") == "error" else "note: ") + c.printable(err),
-                    style="red" if doc.get("status") == "error" else "yellow",
-                )
-            )
+            failed = status == "error"
+            label = "error: " if failed else "note: "
+            lines.append(Text(label + printable(err), style="red" if failed else "yellow"))
         return Group(*lines)
 
-    def step_time(self, doc: dict[str, Any]) -> RenderableType:
+    def step_time(self, profile: Profile) -> RenderableType:
         t = Text()
         t.append("step time  ", style="bold")
-        stats = c.step_stats(doc)
+        stats = h.step_stats(profile)
         if all(v is None for _, v in stats):
             t.append("no measured steps", style="yellow")
-            if (c.num(c.get(doc, "steps", "count")) or 0) == 0:
+            if profile.steps.count == 0:
                 t.append(
                     " (gpuopt counts a step at each optimizer.step() or gpuopt.step())", style="dim"
                 )
@@ -135,54 +176,54 @@ class TextRenderer(Renderer):
             if i:
                 t.append("   ")
             t.append(f"{label} ", style="dim")
-            t.append(c.fmt_duration(value), style="bold" if label == "median" else "")
-        series = c.step_series(doc)
+            t.append(fmt_duration(value), style="bold" if label == "median" else "")
+        series = h.step_series(profile)
         lines: list[RenderableType] = [t]
         if len(series) >= 2:
-            width = max(10, self.width - 30)
-            times = [r["time_s"] for r in series]
-            warm = [r["warmup"] for r in series]
-            n_warm = sum(warm)
-            measured = [x for x, w in zip(times, warm, strict=True) if not w] or times
-            hi = max(measured)
-            line = Text()
-            line.append("per step   ", style="dim")
-            if len(series) <= width:
-                for x, w in zip(times, warm, strict=True):
-                    line.append(
-                        spark([x], 0.0, hi) if x <= hi else "↑", style="dim" if w else "cyan"
-                    )
-            else:
-                line.append(
-                    spark(c.resample([float(x) for x in times], width), 0.0, hi), style="cyan"
-                )
-            line.append(f"  max {c.fmt_duration(max(times))}", style="dim")
-            lines.append(line)
-            if len(series) > width:
-                lines.append(
-                    Text(
-                        f"           {len(series)} steps, each mark the mean of ~{len(series) / width:.1f}",
-                        style="dim",
-                    )
-                )
-            if n_warm and len(series) <= width:
-                lines.append(
-                    Text(
-                        f"           {n_warm} warm-up step(s) dimmed, ↑ = above the scale (slower than any measured step)",
-                        style="dim",
-                    )
-                )
-        return Padding(Group(*lines), (1, 0, 0, 0))
+            lines += self.per_step(series)
+        return _spaced(lines)
 
-    def breakdown(self, doc: dict[str, Any]) -> RenderableType:
-        items = c.breakdown_items(doc)
+    def per_step(self, series: list[StepSplit]) -> list[RenderableType]:
+        """The step times as a sparkline scaled to the measured steps (warm-up dimmed, a step
+        above the scale as ↑), or averaged down to the width on a long run."""
+        width = max(10, self.width - 30)
+        times = [r.time_s for r in series]
+        n_warm = sum(1 for r in series if r.warmup)
+        hi = max([r.time_s for r in series if not r.warmup] or times)
+        line = Text()
+        line.append("per step   ", style="dim")
+        if len(series) <= width:
+            for r in series:
+                mark = spark([r.time_s], 0.0, hi) if r.time_s <= hi else "↑"
+                line.append(mark, style="dim" if r.warmup else "cyan")
+        else:
+            line.append(spark(resample(times, width), 0.0, hi), style="cyan")
+        line.append(f"  max {fmt_duration(max(times))}", style="dim")
+        out: list[RenderableType] = [line]
+        if len(series) > width:
+            out.append(
+                Text(
+                    f"{_INDENT}{len(series)} steps, each mark the mean of "
+                    f"~{len(series) / width:.1f}",
+                    style="dim",
+                )
+            )
+        if n_warm and len(series) <= width:
+            out.append(
+                Text(
+                    f"{_INDENT}{n_warm} warm-up step(s) dimmed, ↑ = above the scale "
+                    "(slower than any measured step)",
+                    style="dim",
+                )
+            )
+        return out
+
+    def breakdown(self, profile: Profile) -> RenderableType:
+        items = h.breakdown_items(profile.breakdown)
         head = Text("where step time goes", style="bold")
         if not items:
-            return Padding(
-                Group(head, Text("no breakdown: no measured steps", style="yellow")), (1, 0, 0, 0)
-            )
-        width = self.width - 2
-        lengths = bar_lengths([f for _, _, f in items], width)
+            return _spaced([head, Text("no breakdown: no measured steps", style="yellow")])
+        lengths = bar_lengths([f for _, _, f in items], self.width - 2)
         bar = Text(" ")
         for (key, _, _), n in zip(items, lengths, strict=True):
             if n:
@@ -197,108 +238,74 @@ class TextRenderer(Renderer):
                 ("■" if self.color else _SEGMENT_CHAR[key]) + " ", style=_SEGMENT_STYLE[key]
             )
             legend.append(f"{label} ")
-            legend.append(c.fmt_frac(frac), style="bold")
-        return Padding(Group(head, bar, legend), (1, 0, 0, 0))
+            legend.append(fmt_frac(frac), style="bold")
+        return _spaced([head, bar, legend])
 
-    def utilization(self, doc: dict[str, Any]) -> RenderableType:
+    def utilization(self, profile: Profile) -> RenderableType:
         head = Text("utilization", style="bold")
-        tl = c.timeline(doc)
-        sampling = c.sampling_note(doc, tl)
+        tl = u.timeline(profile)
+        sampling = u.sampling_note(profile, tl)
         if sampling:
             head.append(f"  ({sampling})", style="dim")
+        note = u.utilization_note(profile)
         lines: list[RenderableType] = [head]
-        note = c.utilization_note(doc)
-        spark_width = max(10, self.width - 52)
-        for key, label in (("cpu", "CPU"), ("gpu", "GPU")):
-            mean, mx = c.utilization_summary(doc, key)
-            values = tl.series.get(key) if tl is not None else None
-            if values is None and mean is None and mx is None:
-                # the note says why; it is shown once: on the GPU line, or below when GPU was measured
-                with_note = note and key == "gpu"
-                lines.append(
-                    Text(
-                        f" {label}  not measured" + (f": {c.printable(note)}" if with_note else ""),
-                        style="dim",
-                    )
-                )
-                continue
-            line = Text(f" {label}  ")
-            if values is not None:
-                line.append(
-                    spark(c.resample(values, spark_width), 0.0, 100.0).ljust(spark_width),
-                    style="green" if key == "gpu" else "blue",
-                )
-                line.append("  ")
-            line.append("mean ", style="dim")
-            line.append(c.fmt_util(mean))
-            line.append("  max ", style="dim")
-            line.append(c.fmt_util(mx))
-            if key == "cpu" and c.cpu_cores_note(doc):
-                line.append(f"  {c.cpu_cores_note(doc)}", style="dim")
-            lines.append(line)
-        if note and c.gpu_utilization_measured(doc):
-            lines.append(Text(f" note: {c.printable(note)}", style="dim"))
-        if tl is not None:
-            mem = Text(" memory ", style="dim")
-            parts = []
-            rss = [v for v in tl.memory.get("rss_bytes", []) if v is not None]
-            gmem = [v for v in tl.memory.get("gpu_memory_bytes", []) if v is not None]
-            if rss:
-                parts.append(f"host RSS peak {c.fmt_bytes(max(rss))}")
-            if gmem:
-                parts.append(f"GPU memory peak {c.fmt_bytes(max(gmem))}")
-            if parts:
-                mem.append(" · ".join(parts))
-                lines.append(mem)
-        return Padding(Group(*lines), (1, 0, 0, 0))
+        lines += [self.utilization_line(profile, key, tl, note) for key in ("cpu", "gpu")]
+        if note and u.gpu_utilization_measured(profile):
+            lines.append(Text(f" note: {printable(note)}", style="dim"))
+        memory = _memory_line(tl)
+        if memory is not None:
+            lines.append(memory)
+        return _spaced(lines)
 
-    def findings(self, doc: dict[str, Any]) -> RenderableType:
-        findings = c.ordered_findings(doc)
+    def utilization_line(
+        self, profile: Profile, key: str, tl: u.TimelineView | None, note: str
+    ) -> Text:
+        """`` CPU  ▁▂▅█  mean 22%  max 37%``, or why it was not measured."""
+        label = key.upper()
+        mean, mx = u.utilization_summary(profile, key)
+        values = tl.series.get(key) if tl is not None else None
+        if values is None and mean is None and mx is None:
+            # the note says why; it is shown once: on the GPU line, or below when GPU was measured
+            why = f": {printable(note)}" if note and key == "gpu" else ""
+            return Text(f" {label}  not measured{why}", style="dim")
+        line = Text(f" {label}  ")
+        if values is not None:
+            spark_width = max(10, self.width - 52)
+            line.append(
+                spark(resample(values, spark_width), 0.0, 100.0).ljust(spark_width),
+                style="green" if key == "gpu" else "blue",
+            )
+            line.append("  ")
+        line.append("mean ", style="dim")
+        line.append(fmt_util(mean))
+        line.append("  max ", style="dim")
+        line.append(fmt_util(mx))
+        cores = u.cpu_cores_note(profile) if key == "cpu" else ""
+        if cores:
+            line.append(f"  {cores}", style="dim")
+        return line
+
+    def findings(self, profile: Profile) -> RenderableType:
+        findings = ordered_findings(profile)
         head = Text("findings", style="bold")
         if not findings:
-            return Padding(Group(head, Text(c.no_findings_message(doc), style="dim")), (1, 0, 0, 0))
+            return _spaced([head, Text(no_findings_message(profile), style="dim")])
         head.append("  ranked by estimated gain", style="dim")
-        notes = c.Footnotes()
+        notes = Footnotes()
         grid = Table.grid(padding=(0, 1), expand=True)
         grid.add_column(width=2, justify="right")
         grid.add_column(width=6)
         grid.add_column(ratio=1)
         grid.add_column(justify="right", no_wrap=True)
         for i, f in enumerate(findings, 1):
-            sev = c.one_line(f.get("severity")) or c.MISSING
-            title = Text(
-                c.printable(c.one_line(f.get("title")) or c.one_line(f.get("id"))), style="bold"
-            )
-            est = Text()
-            if c.num(f.get("est_speedup")) is not None:
-                est.append(c.fmt_speedup(f.get("est_speedup")), style="bold")
-                ref = notes.ref(f.get("estimate_model"))
-                est.append(f" [{ref}]" if ref else " [no model]", style="dim")
+            title = Text(printable(one_line(f.title) or one_line(f.id)), style="bold")
+            est = _estimate(f, notes)
+            sev = one_line(f.severity) or MISSING
+            sev_text = Text(sev.upper(), style=_SEVERITY_STYLE.get(sev, ""))
             if i > _FULL_FINDINGS:
-                grid.add_row(
-                    f"{i}", Text(sev.upper(), style=_SEVERITY_STYLE.get(sev, "")), title, est
-                )
+                grid.add_row(f"{i}", sev_text, title, est)
                 continue
-            body = Text()
-            body.append_text(title)
-            meta = [c.printable(c.one_line(f.get("id")))]
-            if f.get("site"):
-                meta.append("at " + c.printable(c.one_line(f.get("site"))))
-            body.append("\n" + " · ".join(m for m in meta if m), style="dim")
-            summary = c.evidence_summary(f)
-            if summary:
-                body.append("\n" + c.printable(summary))
-            numbers = c.evidence_numbers(f, limit=6)
-            if numbers:
-                body.append(
-                    "\n" + "  ".join(f"{c.printable(k)}={c.printable(v)}" for k, v in numbers),
-                    style="dim",
-                )
-            fix = c.one_line(f.get("fix"))
-            if fix:
-                body.append("\nfix: ", style="bold green")
-                body.append(c.printable(fix))
-            grid.add_row(f"{i}", Text(sev.upper(), style=_SEVERITY_STYLE.get(sev, "")), body, est)
+            grid.add_row(f"{i}", sev_text, _finding_body(f, title), est)
             if i < min(len(findings), _FULL_FINDINGS):
                 grid.add_row("", "", "", "")
         lines: list[RenderableType] = [head, grid]
@@ -306,17 +313,17 @@ class TextRenderer(Renderer):
             foot = Text()
             foot.append("est. = estimated, not measured; how:", style="dim")
             for n, model in enumerate(notes.models, 1):
-                foot.append(f"\n [{n}] {c.printable(model)}", style="dim")
+                foot.append(f"\n [{n}] {printable(model)}", style="dim")
             lines.append(foot)
-        return Padding(Group(*lines), (1, 0, 0, 0))
+        return _spaced(lines)
 
     def table(self, section: Section) -> RenderableType:
         # title and note sit outside the table so they use the full width, not the table's
-        columns, numeric = [c.printable(col) for col in section.columns], section.numeric_columns
+        columns, numeric = [printable(col) for col in section.columns], section.numeric_columns
         shown = (
             section.rows if section.compact_rows is None else section.rows[: section.compact_rows]
         )
-        rows = [[c.printable(cell.text) for cell in r] for r in shown]  # widths of what is printed
+        rows = [[printable(cell.text) for cell in r] for r in shown]  # widths of what is printed
         site_cols = {j for r in shown for j, cell in enumerate(r) if cell.site}
         if section.per_rank and len(rows) <= 8 and _needed_width(columns, rows) > self.width:
             # too wide for the terminal (per-rank GPU tables on a narrow one): one column per row
@@ -324,23 +331,10 @@ class TextRenderer(Renderer):
             columns, rows, numeric = _transpose(columns, rows, numeric)
             site_cols = set()
         widths = _column_widths(columns, rows, site_cols, self.width)
-        if widths is None:
-            # even with headers and sites folded the columns do not fit: one block per row
-            # ("name: value" lines), so no number is ever cut
-            table: RenderableType = _records(columns, rows)
-        else:
-            table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1))
-            for j, col in enumerate(columns):
-                is_num = j in numeric
-                table.add_column(
-                    Text(col),
-                    justify="right" if is_num else "left",
-                    overflow="fold",
-                    width=widths[j],
-                )
-            for row in rows:
-                table.add_row(*(Text(cell) for cell in row))
-        parts: list[RenderableType] = [Text(c.printable(section.title), style="bold"), table]
+        # even with headers and sites folded the columns may not fit: then one block per row
+        # ("name: value" lines), so no number is ever cut
+        table = _records(columns, rows) if widths is None else _grid(columns, rows, numeric, widths)
+        parts: list[RenderableType] = [Text(printable(section.title), style="bold"), table]
         hidden = len(section.rows) - len(shown)
         if hidden:
             parts.append(
@@ -349,8 +343,73 @@ class TextRenderer(Renderer):
                 )
             )
         if section.note:
-            parts.append(Text(c.printable(section.note), style="dim"))
-        return Padding(Group(*parts), (1, 0, 0, 0))
+            parts.append(Text(printable(section.note), style="dim"))
+        return _spaced(parts)
+
+
+def _estimate(f: Finding, notes: Footnotes) -> Text:
+    """``est. 1.25× [1]`` (the footnote names the model), or nothing without an estimate."""
+    est = Text()
+    if num(f.est_speedup) is not None:
+        est.append(fmt_speedup(f.est_speedup), style="bold")
+        ref = notes.ref(f.estimate_model)
+        est.append(f" [{ref}]" if ref else " [no model]", style="dim")
+    return est
+
+
+def _finding_body(f: Finding, title: Text) -> Text:
+    """Title, id and site, the evidence (summary and numbers) and the fix."""
+    body = Text()
+    body.append_text(title)
+    meta = [printable(one_line(f.id))]
+    if f.site:
+        meta.append("at " + printable(one_line(f.site)))
+    body.append("\n" + " · ".join(m for m in meta if m), style="dim")
+    summary = evidence_summary(f)
+    if summary:
+        body.append("\n" + printable(summary))
+    numbers = evidence_numbers(f, limit=6)
+    if numbers:
+        body.append(
+            "\n" + "  ".join(f"{printable(k)}={printable(v)}" for k, v in numbers), style="dim"
+        )
+    fix = one_line(f.fix)
+    if fix:
+        body.append("\nfix: ", style="bold green")
+        body.append(printable(fix))
+    return body
+
+
+def _memory_line(tl: u.TimelineView | None) -> Text | None:
+    """`` memory host RSS peak 1.2 GiB · GPU memory peak 41.2 GiB``, where sampled."""
+    if tl is None:
+        return None
+    parts = []
+    rss = [v for v in tl.memory.get("rss_bytes", []) if v is not None]
+    gmem = [v for v in tl.memory.get("gpu_memory_bytes", []) if v is not None]
+    if rss:
+        parts.append(f"host RSS peak {fmt_bytes(max(rss))}")
+    if gmem:
+        parts.append(f"GPU memory peak {fmt_bytes(max(gmem))}")
+    if not parts:
+        return None
+    mem = Text(" memory ", style="dim")
+    mem.append(" · ".join(parts))
+    return mem
+
+
+def _grid(columns: list[str], rows: list[list[str]], numeric: set[int], widths: list[int]) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1))
+    for j, col in enumerate(columns):
+        table.add_column(
+            Text(col),
+            justify="right" if j in numeric else "left",
+            overflow="fold",
+            width=widths[j],
+        )
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))
+    return table
 
 
 _SITE_MIN = 16  # a folded site column keeps at least this many characters per line
@@ -400,7 +459,7 @@ def _records(columns: list[str], rows: list[list[str]]) -> RenderableType:
             out.append("\n")
         for j, col in enumerate(columns):
             out.append(f"  {col.ljust(label_w)}  ", style="dim")
-            out.append((row[j] if j < len(row) else c.MISSING) + "\n")
+            out.append((row[j] if j < len(row) else MISSING) + "\n")
     out.rstrip()
     return out
 
@@ -421,7 +480,7 @@ def _transpose(
     """Rows become columns, headed by the first column's value (``rank 0``, ``rank 1``, ...)."""
     head = [""] + [f"{columns[0]} {r[0]}" if r else "" for r in rows]
     body = [
-        [columns[j]] + [r[j] if j < len(r) else c.MISSING for r in rows]
+        [columns[j]] + [r[j] if j < len(r) else MISSING for r in rows]
         for j in range(1, len(columns))
     ]
     all_numeric = all(j in numeric for j in range(1, len(columns)))
