@@ -9,7 +9,7 @@ orjson are imported when they are used.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpuopt.errors import GpuoptError
 from gpuopt.report.renderer import Renderer
@@ -63,32 +63,17 @@ def get_renderer(name: str) -> Renderer:
     raise GpuoptError(f"unknown report format {name!r}; choose one of: {', '.join(FORMATS)}")
 
 
-def print_report(profile: Profile | dict[str, Any], fmt: str = "text") -> None:
+def print_report(profile: Profile, fmt: str = "text") -> None:
     """Render ``profile`` to stdout, laid out (and coloured) for the terminal when it is one."""
     import sys
 
     renderer = get_renderer(fmt)
-    if isinstance(profile, dict):
-        profile = profile_from_dict(profile)
     if sys.stdout.isatty():
         renderer.color = fmt == "text"
         renderer.width = terminal_width()
     sys.stdout.flush()
     sys.stdout.write(renderer.render(profile))
     sys.stdout.flush()
-
-
-# bridge: removed when the runner builds a Profile
-def profile_from_dict(doc: dict[str, Any]) -> Profile:
-    """The runner's plain-dict document as a validated Profile, through the JSON edge (numpy
-    numbers and non-string keys as orjson writes them); a document the decoder refuses is a
-    one-line :class:`GpuoptError`."""
-    import orjson
-
-    from gpuopt.model.document import decode
-
-    data = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
-    return decode(data, "profile")
 
 
 __all__ = [

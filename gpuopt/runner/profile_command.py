@@ -38,12 +38,9 @@ def profile_command(opts: ProfileOptions) -> int:
     out = prepare_out_dir(opts.out or default_out_dir(target.stem))
     profile = measure(target, out, opts)
     if not opts.quiet:
-        import msgspec
-
         from gpuopt.report import print_report
 
-        # bridge: the renderers take the Profile itself once they are ported
-        print_report(msgspec.to_builtins(profile), opts.fmt)
+        print_report(profile, opts.fmt)
     print(f"gpuopt: profile written to {out / 'profile.json'}", file=sys.stderr)
     return profile.exit_code
 

@@ -63,12 +63,9 @@ def launch(opts: ProfileOptions, target: Target) -> int:
     profile = merge_ranks(_rank_profiles(out), code, target.display, list(target.args))
     write_profile(profile, out)
     if not opts.quiet:
-        import msgspec
-
         from gpuopt.report import print_report
 
-        # bridge: the renderers take the Profile itself once they are ported
-        print_report(msgspec.to_builtins(profile), opts.fmt)
+        print_report(profile, opts.fmt)
     print(
         f"gpuopt: profile written to {out / PROFILE_NAME} ({len(profile.ranks or [])} ranks)",
         file=sys.stderr,
