@@ -49,14 +49,14 @@ def load(path: Path | str) -> Profile:
         raise GpuoptError(
             f"{path}: expected a run directory, profile.json, or a trace .json/.json.gz"
         )
-    from gpuopt.trace import early
+    from gpuopt.trace import decode_ahead
 
     # decoding begins in a helper while the next lines import numpy and the analyses
-    early.start(path)
+    decode_ahead.start(path)
     try:
         return _from_traces(path)
     finally:
-        early.discard()
+        decode_ahead.discard()
 
 
 def _from_traces(path: Path) -> Profile:

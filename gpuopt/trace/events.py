@@ -1,7 +1,7 @@
 """Kineto events to packed columns, without numpy: the part of decoding a helper process can run.
 
 Why a module of its own, and why no numpy: ``gpuopt report TRACE`` forks its decode helper *before*
-the parent imports numpy (:mod:`gpuopt.trace.early`), so the helper decodes while the parent spends
+the parent imports numpy (:mod:`gpuopt.trace.decode_ahead`), so the helper decodes while the parent spends
 0.07-0.12 s importing numpy and the analyses. That only pays if the helper does not import numpy
 itself. Columns are therefore packed with :mod:`struct` (which also packs faster than
 ``np.fromiter``: 0.7 vs 1.4 ms per 24,000 values, measured) and turned into arrays by the parent's

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from gpuopt.trace import intervals as iv
-from gpuopt.trace.npx import unique
+from gpuopt.trace.array_stats import unique
 from gpuopt.trace.prepare import COMMUNICATION, COMPUTATION, KERNEL_TYPES, MEMORY, RankView
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from gpuopt.trace.npx import unique
+from gpuopt.trace.array_stats import unique
 from gpuopt.trace.prepare import QUEUED_CATS, RankView
 
 KERNEL_WAIT_US = 30.0

@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from gpuopt.trace import intervals as iv
+from gpuopt.trace.array_stats import unique
 from gpuopt.trace.cpu_ops import ThreadOps, enclosing_chains, sites_for, thread_ops, user_site
-from gpuopt.trace.npx import unique
 from gpuopt.trace.prepare import RankView
 from gpuopt.trace.steps import OP_CATS, RUNTIME_CATS, is_dataloader, step_windows
 

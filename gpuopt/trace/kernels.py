@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from gpuopt.trace.npx import unique_inverse
+from gpuopt.trace.array_stats import unique_inverse
 from gpuopt.trace.prepare import KERNEL_TYPES, RankView
 
 

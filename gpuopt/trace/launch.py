@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from gpuopt.trace.npx import median, member, percentile
+from gpuopt.trace.array_stats import median, member, percentile
 from gpuopt.trace.prepare import RankView
 
 # HTA 0.5's list (CUDA, plus MTIA's submit call).

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from gpuopt.trace.array_stats import member, unique
 from gpuopt.trace.cpu_ops import enclosing_chains, sites_for, thread_ops
-from gpuopt.trace.npx import member, unique
 from gpuopt.trace.prepare import MEMORY, RankView
 
 SYNC_APIS = (

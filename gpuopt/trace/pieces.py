@@ -1,7 +1,7 @@
 """The bytes of a Kineto trace, cut into pieces of whole events: no JSON parsing, no numpy.
 
 Why a module of its own: two processes cut the same file (the parent and the decode helper of
-:mod:`gpuopt.trace.helper`) and must agree on every piece, so there is exactly one cutter; and the
+:mod:`gpuopt.trace.decode_worker`) and must agree on every piece, so there is exactly one cutter; and the
 helper is forked *before* the parent imports numpy, so nothing here may import it.
 
 How a file is cut: the decompressed text is read in blocks and cut at event boundaries (a newline

@@ -18,10 +18,10 @@ from gpuopt.errors import GpuoptError
 from gpuopt.schema import empty_profile, validate_profile
 from gpuopt.trace import ranks as ranks_mod
 from gpuopt.trace.analysis import RankAnalysis, TraceAnalysis, analyze_trace
+from gpuopt.trace.array_stats import median, percentile
 from gpuopt.trace.idle import idle_totals
 from gpuopt.trace.idle_causes import CAUSES
 from gpuopt.trace.kernels import top_kernels
-from gpuopt.trace.npx import median, percentile
 from gpuopt.trace.prepare import COMMUNICATION
 from gpuopt.trace.steps import CATEGORIES, contract_breakdown
 

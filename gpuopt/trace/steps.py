@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from gpuopt.trace import intervals as iv
+from gpuopt.trace.array_stats import code_mask, unique
 from gpuopt.trace.memory import SYNC_APIS
-from gpuopt.trace.npx import code_mask, unique
 from gpuopt.trace.prepare import MEMORY, RankView
 
 CATEGORIES = (

@@ -6,7 +6,7 @@ before the split (:data:`PARENT_SHARE` of the text); the helper decompresses its
 (gunzip alone is fast) and decodes the rest, then hands its columns and the text's tail back. The
 parent never decompresses the second half at all.
 
-Two starts, both for files of at least :data:`MIN_TEXT_BYTES` of JSON. :mod:`gpuopt.trace.early`
+Two starts, both for files of at least :data:`MIN_TEXT_BYTES` of JSON. :mod:`gpuopt.trace.decode_ahead`
 forks it as soon as ``gpuopt report`` knows its input is a trace file, before numpy is imported:
 the helper runs only numpy-free code (:mod:`gpuopt.trace.events`), so it decodes while the parent
 imports, and its share grows by :data:`EARLY_TEXT_BYTES`, what it decodes in that time
@@ -90,7 +90,7 @@ def wanted(path: Path, workers: int | None = None) -> bool:
 def split_for(text_bytes: int, early: bool) -> int:
     """Where the helper's pieces begin. Forked after the parent's imports, the helper takes a
     little under half (it also decompresses the parent's half). Forked before them
-    (:mod:`gpuopt.trace.early`), it first takes the :data:`EARLY_TEXT_BYTES` the parent would
+    (:mod:`gpuopt.trace.decode_ahead`), it first takes the :data:`EARLY_TEXT_BYTES` the parent would
     spend importing, and the two share the rest as before."""
     if not early:
         return int(text_bytes * PARENT_SHARE)
