@@ -60,12 +60,6 @@ def load(path: Path | str) -> Profile:
 
 
 def _from_traces(path: Path) -> Profile:
-    import orjson
+    from gpuopt.assemble.trace_profile import profile_from_traces
 
-    from gpuopt.model.document import decode
-    from gpuopt.trace.profile import profile_from_traces
-
-    doc = profile_from_traces(path)
-    # Bridge while the trace package still builds a dict: the document through its JSON edge.
-    data = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
-    return decode(data, str(path))
+    return profile_from_traces(path)

@@ -273,7 +273,8 @@ def test_the_early_path_imports_no_numpy() -> None:
 
     code = (
         "import sys\n"
-        "import gpuopt.entry, gpuopt.report.command, gpuopt.trace.decode_ahead\n"
+        "import gpuopt.entry, gpuopt.report.command, gpuopt.loading, gpuopt.assemble\n"
+        "import gpuopt.trace.decode_ahead\n"
         "print(sorted(m for m in sys.modules if m == 'numpy' or m.startswith('numpy.')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

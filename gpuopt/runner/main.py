@@ -311,11 +311,11 @@ def attach_window_traces(doc: dict[str, Any], warnings: list[str]) -> None:
     files = doc.get("trace_files") or []
     if not files:
         return
-    from gpuopt.trace.profile import add_trace_to_profile
+    from gpuopt.assemble.trace_profile import add_trace_to_document  # bridge: dict document
 
     for f in files:
         try:
-            add_trace_to_profile(doc, Path(f))
+            add_trace_to_document(doc, Path(f))
         except GpuoptError as exc:
             warnings.append(f"profiler window trace not analysed: {exc}")
 
