@@ -11,9 +11,10 @@ How, and why:
   JSON text is never held whole. A cut that is not between two events makes that piece invalid
   JSON, which is detected; the loader then falls back to decoding the whole document at once
   (compact or unusually formatted files).
-* **Two processes** (:mod:`gpuopt.trace.decode_worker`, :mod:`gpuopt.trace.decode_ahead`). A forked helper
-  decodes the later pieces: forked before numpy is imported when ``gpuopt report`` starts on a
-  trace file, else (a folder of ranks, ``gpuopt profile``'s window) forked here for large files.
+* **Two processes** (:mod:`gpuopt.trace.decode_worker`, :mod:`gpuopt.trace.decode_ahead`). A
+  forked helper decodes the later pieces: forked before numpy is imported when ``gpuopt report``
+  starts on a trace file, else (a folder of ranks, ``gpuopt profile``'s window) forked here for
+  large files.
 * **Nothing is executed**: JSON only, no pickle, no eval; strings stay data.
 
 Every failure becomes a one-line :class:`~gpuopt.errors.GpuoptError`.
@@ -184,9 +185,9 @@ def _strip_separator(piece: bytes) -> bytes:
 
 
 def _load_streaming(path: Path, workers: int | None = None) -> EventColumns:
-    """Decode piece by piece; the later pieces in a helper process: the one :mod:`decode_ahead` forked
-    before the imports, else one forked now where :func:`decode_worker.wanted` says so (``workers``:
-    0 = no helper, >0 = a helper whatever the size, None = decide)."""
+    """Decode piece by piece; the later pieces in a helper process: the one :mod:`decode_ahead`
+    forked before the imports, else one forked now where :func:`decode_worker.wanted` says so
+    (``workers``: 0 = no helper, >0 = a helper whatever the size, None = decide)."""
     helper = decode_ahead.claim(path)
     if helper is not None and workers == 0:
         helper.close()
@@ -281,7 +282,8 @@ def _load_whole(path: Path) -> EventColumns:
             or msg == "Expected `object`, got `array`"
         ):
             raise GpuoptError(
-                f"{path}: a JSON array, not a PyTorch profiler trace (expected an object with 'traceEvents')"
+                f"{path}: a JSON array, not a PyTorch profiler trace "
+                "(expected an object with 'traceEvents')"
             ) from None
         if "Expected `object`" in msg and "`$`" not in msg and "traceEvents" not in msg:
             raise GpuoptError(
@@ -308,7 +310,8 @@ def _finish(
     cols = builder.finish(meta)
     if len(cols) == 0:
         raise GpuoptError(
-            f"{path}: none of its {cols.total_events} events is a complete event with a duration; nothing to analyse"
+            f"{path}: none of its {cols.total_events} events is a complete event with a duration; "
+            "nothing to analyse"
         )
     bad = ~np.isfinite(cols.ts)
     if bad.any():

@@ -1,8 +1,9 @@
 """Start decoding a trace file before numpy and the analyses are imported.
 
 Why: ``gpuopt report TRACE`` spends 0.10-0.14 s (on this project's 2-core machines) importing
-numpy and its analysis modules before it could start decoding, one after the other. :func:`start` forks the decode helper (:mod:`gpuopt.trace.decode_worker`) as soon as the
-command knows its input is a trace file; the helper runs only numpy-free code
+numpy and its analysis modules before it could start decoding, one after the other.
+:func:`start` forks the decode helper (:mod:`gpuopt.trace.decode_worker`) as soon as the command
+knows its input is a trace file; the helper runs only numpy-free code
 (:mod:`gpuopt.trace.events`), so it decodes while the parent imports. :func:`claim`, called by the
 loader, hands the running helper over; anything not claimed is stopped by :func:`discard`.
 
@@ -30,8 +31,8 @@ def _identity(path: Path) -> tuple[int, int, int, int] | None:
 
 
 def start(path: Path) -> bool:
-    """Fork a helper for ``path`` now, if one is worth it (:func:`decode_worker.wanted`: the same size
-    threshold as the helper forked after the imports, :data:`decode_worker.MIN_TEXT_BYTES`)."""
+    """Fork a helper for ``path`` now, if one is worth it (:func:`decode_worker.wanted`: the same
+    size threshold as the helper forked after the imports, :data:`decode_worker.MIN_TEXT_BYTES`)."""
     global _started
     discard()
     ident = _identity(path)
