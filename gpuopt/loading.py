@@ -49,23 +49,17 @@ def load(path: Path | str) -> Profile:
         raise GpuoptError(
             f"{path}: expected a run directory, profile.json, or a trace .json/.json.gz"
         )
-    from gpuopt.trace import early
+    from gpuopt.trace import decode_ahead
 
     # decoding begins in a helper while the next lines import numpy and the analyses
-    early.start(path)
+    decode_ahead.start(path)
     try:
         return _from_traces(path)
     finally:
-        early.discard()
+        decode_ahead.discard()
 
 
 def _from_traces(path: Path) -> Profile:
-    import orjson
+    from gpuopt.assemble.trace_profile import profile_from_traces
 
-    from gpuopt.model.document import decode
-    from gpuopt.trace.profile import profile_from_traces
-
-    doc = profile_from_traces(path)
-    # Bridge while the trace package still builds a dict: the document through its JSON edge.
-    data = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
-    return decode(data, str(path))
+    return profile_from_traces(path)

@@ -50,51 +50,53 @@ def _synthetic(tmp_path: Path) -> Path:
 def test_each_idle_microsecond_has_its_cause(tmp_path: Path) -> None:
     ra = analyze_trace(_synthetic(tmp_path)).ranks[0]
     ic = ra.idle_causes
-    assert ic["gaps"] == 3 and ic["idle_us"] == pytest.approx(590)
-    bc = ic["by_cause"]
-    assert bc["dataloader"] == pytest.approx(140)
-    assert bc["sync"] == pytest.approx(120)
-    assert bc["launch"] == pytest.approx(11)  # launch calls [260,263), [590,595), [895,898)
-    assert bc["python"] == pytest.approx(75)
-    assert bc["optimizer"] == pytest.approx(180)
-    assert bc["untraced"] == pytest.approx(64)  # [250,260) + [263,300) + [880,895) + [898,900)
-    assert sum(bc.values()) == pytest.approx(ic["idle_us"])
-    sync_site = next(s for s in ic["sites"] if s["cause"] == "sync")
-    assert sync_site["op"] == "aten::item" and sync_site["idle_us"] == pytest.approx(120)
-    assert any(s["cause"] == "python" and s["site"] == "train.py:7" for s in ic["sites"])
-    # the last profiler step is dropped (HTA), so one step, holding all the gaps
-    assert [r["step"] for r in ic["by_step"]] == [1] and ic["by_step"][0][
-        "idle_us"
-    ] == pytest.approx(590)
+    assert ic.gaps == 3 and ic.idle_us == pytest.approx(590)
+    bc = ic.by_cause
+    assert bc.dataloader == pytest.approx(140)
+    assert bc.sync == pytest.approx(120)
+    assert bc.launch == pytest.approx(11)  # launch calls [260,263), [590,595), [895,898)
+    assert bc.python == pytest.approx(75)
+    assert bc.optimizer == pytest.approx(180)
+    assert bc.cpu_op == 0.0
+    assert bc.untraced == pytest.approx(64)  # [250,260) + [263,300) + [880,895) + [898,900)
+    assert sum(us for _, us in bc.items()) == pytest.approx(ic.idle_us)
+    sync_site = next(s for s in ic.sites if s.cause == "sync")
+    assert sync_site.op == "aten::item" and sync_site.idle_us == pytest.approx(120)
+    assert any(s.cause == "python" and s.site == "train.py:7" for s in ic.sites)
+    # the last profiler step is dropped (HTA), so one step, holding all the gaps and causes
+    (step,) = ic.by_step
+    assert step.step == 1 and step.gaps == 3 and step.idle_us == pytest.approx(590)
+    assert dict(step.items()) == pytest.approx(dict(bc.items()))
 
 
 def test_step_overview_sums_to_step_time(tmp_path: Path) -> None:
     ra = analyze_trace(_synthetic(tmp_path)).ranks[0]
     (row,) = ra.step_overview
-    assert row["dur_us"] == pytest.approx(1000)
-    cats = [
-        "kernel",
-        "memcpy",
-        "memset",
-        "communication",
-        "runtime",
-        "dataloader",
-        "cpu_op",
-        "other",
+    assert row.step == 1 and row.dur_us == pytest.approx(1000)
+    parts = [
+        row.kernel_us,
+        row.memcpy_us,
+        row.memset_us,
+        row.communication_us,
+        row.runtime_us,
+        row.dataloader_us,
+        row.cpu_op_us,
+        row.other_us,
     ]
-    assert sum(row[f"{c}_us"] for c in cats) == pytest.approx(row["dur_us"])
-    assert row["kernel_us"] == pytest.approx(350)
+    assert sum(parts) == pytest.approx(row.dur_us)
+    assert row.kernel_us == pytest.approx(350)
     # dataloader [100,250) minus kernel [10,110) → 140
-    assert row["dataloader_us"] == pytest.approx(140)
+    assert row.dataloader_us == pytest.approx(140)
     # sync call [392,492) lies under the kernel [300,400) for 8 µs → 92 µs of runtime-sync
-    assert row["sync_us"] == pytest.approx(92)
+    assert row.sync_us == pytest.approx(92)
 
 
 def test_sync_call_names_the_op_that_issued_it(tmp_path: Path) -> None:
     ra = analyze_trace(_synthetic(tmp_path)).ranks[0]
     (call,) = ra.syncs
-    assert call["api"] == "cudaStreamSynchronize" and call["outer_op"] == "aten::item"
-    assert call["op"] == "aten::_local_scalar_dense" and call["dur_us"] == 100
+    assert call.api == "cudaStreamSynchronize" and call.outer_op == "aten::item"
+    assert call.op == "aten::_local_scalar_dense" and call.dur_us == 100
+    assert call.kind == "synchronize" and call.site is None  # no stacks in this trace
 
 
 def test_user_site_skips_library_frames() -> None:
@@ -115,9 +117,9 @@ def test_dataloader_workers_remove_the_dataloader_cause() -> None:
     base = SHARED_TRACES / "kineto_tb_plugin" / "samples"
     nw0 = analyze_trace(next((base / "resnet50_num_workers_0").glob("*.gz"))).ranks[0]
     nw4 = analyze_trace(next((base / "resnet50_num_workers_4").glob("*.gz"))).ranks[0]
-    d0 = nw0.idle_causes["by_cause"]["dataloader"]
-    d4 = nw4.idle_causes["by_cause"]["dataloader"]
-    assert d0 > 0.5 * nw0.idle_causes["idle_us"]  # most idle time is the DataLoader
+    d0 = nw0.idle_causes.by_cause.dataloader
+    d4 = nw4.idle_causes.by_cause.dataloader
+    assert d0 > 0.5 * nw0.idle_causes.idle_us  # most idle time is the DataLoader
     assert d4 < d0 / 10
-    top = nw0.idle_causes["sites"][0]
-    assert top["cause"] == "dataloader" and top["site"] == "resnet50_profiler_api.py:42"
+    top = nw0.idle_causes.sites[0]
+    assert top.cause == "dataloader" and top.site == "resnet50_profiler_api.py:42"

@@ -13,7 +13,7 @@ import pytest
 from trace_helpers import SHARED_TRACES, cpu, kernel, launch, write_trace
 
 from gpuopt.errors import GpuoptError
-from gpuopt.report.command import load_any
+from gpuopt.loading import load
 from gpuopt.trace import decode, pieces
 from gpuopt.trace.decode import load_columns
 
@@ -105,7 +105,7 @@ def test_bad_input_is_one_line_error(
     p = tmp_path / name
     p.write_bytes(content)
     with pytest.raises(GpuoptError) as ei:
-        load_any(p)
+        load(p)
     msg = str(ei.value)
     assert expect in msg and "\n" not in msg and str(p) in msg
 
@@ -117,39 +117,39 @@ def test_truncated_gzip(tmp_path: Path) -> None:
     p = tmp_path / "cut.json.gz"
     p.write_bytes(full[: len(full) // 2])
     with pytest.raises(GpuoptError, match="truncated gzip"):
-        load_any(p)
+        load(p)
 
 
 def test_truncated_plain_json(tmp_path: Path) -> None:
     p = write_trace(tmp_path / "cut.json", EVENTS)
     p.write_bytes(p.read_bytes()[:-40])
     with pytest.raises(GpuoptError, match="truncated|not valid JSON"):
-        load_any(p)
+        load(p)
 
 
 def test_folder_errors(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(GpuoptError, match="no trace files"):
-        load_any(empty)
+        load(empty)
     mixed = tmp_path / "mixed"
     mixed.mkdir()
     write_trace(mixed / "a.json", EVENTS, rank=0)
     write_trace(mixed / "b.json", EVENTS, rank=None)
     with pytest.raises(GpuoptError, match="mixed ranks"):
-        load_any(mixed)
+        load(mixed)
     dup = tmp_path / "dup"
     dup.mkdir()
     write_trace(dup / "a.json", EVENTS, rank=1)
     write_trace(dup / "b.json", EVENTS, rank=1)
     with pytest.raises(GpuoptError, match="both claim rank 1"):
-        load_any(dup)
+        load(dup)
     norank = tmp_path / "norank"
     norank.mkdir()
     write_trace(norank / "a.json", EVENTS, rank=None)
     write_trace(norank / "b.json", EVENTS, rank=None)
     with pytest.raises(GpuoptError, match="without rank info"):
-        load_any(norank)
+        load(norank)
 
 
 def test_strings_from_the_trace_stay_data(tmp_path: Path) -> None:
@@ -157,9 +157,9 @@ def test_strings_from_the_trace_stay_data(tmp_path: Path) -> None:
     p = write_trace(
         tmp_path / "evil.json", [cpu(evil, 0, 10), launch(1, 2, corr=1), kernel(evil, 4, 3, corr=1)]
     )
-    doc = load_any(p)
+    doc = load(p)
     assert not (tmp_path / "PWNED").exists() and not Path("PWNED").exists()
-    names = [r[2] for t in doc["tables"] if t["id"] == "trace-top-kernels" for r in t["rows"]]
+    names = [r[2] for t in doc.tables if t.id == "trace-top-kernels" for r in t.rows]
     assert evil in names  # kept verbatim as a string; renderers escape it
 
 

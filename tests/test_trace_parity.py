@@ -12,7 +12,7 @@ import json
 import pytest
 from trace_helpers import SHARED_TRACES
 
-from gpuopt.trace.analysis import TraceAnalysis, analyze_trace
+from gpuopt.trace.analysis import RankAnalysis, TraceAnalysis, analyze_trace
 from gpuopt.trace.idle import idle_totals
 
 REF = SHARED_TRACES / "reference"
@@ -36,7 +36,7 @@ def close(a: float, b: float, rel: float = 0.01, abs_: float = 1.0) -> bool:
     return abs(a - b) <= max(rel * abs(b), abs_)
 
 
-def rank(ta: TraceAnalysis, r: int):  # type: ignore[no-untyped-def]
+def rank(ta: TraceAnalysis, r: int) -> RankAnalysis:
     return next(x for x in ta.ranks if x.rank == r)
 
 
@@ -44,20 +44,22 @@ def rank(ta: TraceAnalysis, r: int):  # type: ignore[no-untyped-def]
 def test_temporal_breakdown(name: str) -> None:
     ref, ta = _load(name)
     for tb in ref["temporal_breakdown"]:
-        t = rank(ta, tb["rank"]).temporal.to_dict()
-        assert abs(t["idle_pct"] - tb["idle_time_pctg"]) <= 0.5
-        assert abs(t["compute_pct"] - tb["compute_time_pctg"]) <= 0.5
-        assert abs(t["non_compute_pct"] - tb["non_compute_time_pctg"]) <= 0.5
-        assert close(t["span_us"], tb["kernel_time(us)"])
-        assert close(t["idle_us"], tb["idle_time(us)"])
-        assert close(t["compute_us"], tb["compute_time(us)"])
+        t = rank(ta, tb["rank"]).temporal
+        assert t is not None and t.idle_pct is not None
+        assert t.compute_pct is not None and t.non_compute_pct is not None
+        assert abs(t.idle_pct - tb["idle_time_pctg"]) <= 0.5
+        assert abs(t.compute_pct - tb["compute_time_pctg"]) <= 0.5
+        assert abs(t.non_compute_pct - tb["non_compute_time_pctg"]) <= 0.5
+        assert close(t.span_us, tb["kernel_time(us)"])
+        assert close(t.idle_us, tb["idle_time(us)"])
+        assert close(t.compute_us, tb["compute_time(us)"])
 
 
 @pytest.mark.parametrize("name", SETS)
 def test_idle_time_categories(name: str) -> None:
     ref, ta = _load(name)
     for row in ref["idle_time_by_rank_category_us"]:
-        got = idle_totals(rank(ta, row["rank"]).idle_streams)[row["idle_category"]]
+        got = getattr(idle_totals(rank(ta, row["rank"]).idle_streams), row["idle_category"])
         assert close(got, row["idle_time"] or 0.0), (row, got)
 
 
@@ -82,15 +84,15 @@ def test_launch_stats(name: str) -> None:
         if "launch_delay" not in ls:
             # Deliberate difference: HTA 0.5 knows only CUDA launch calls and finds none in ROCm
             # traces; gpuopt also joins hipLaunchKernel & co. to their kernels.
-            assert ls["n"] == 0 and got["count"] > 0 and "amd" in name
+            assert ls["n"] == 0 and got.count > 0 and "amd" in name
             continue
-        assert close(got["count"], ls["n"], abs_=0)
+        assert close(got.count, ls["n"], abs_=0)
         for key in ("median", "p95", "mean"):
-            assert close(got["launch_delay_us"][key], ls["launch_delay"][key]), key
-            assert close(got["cpu_duration_us"][key], ls["cpu_duration"][key]), key
-        assert close(got["short_kernels"], ls["short_kernels_gpu_lt_cpu"], abs_=0)
-        assert close(got["launch_delay_outliers"], ls["launch_delay_outliers_gt_100us"], abs_=0)
-        assert close(got["runtime_outliers"], ls["runtime_outliers_cpu_gt_50us"], abs_=0)
+            assert close(getattr(got.launch_delay_us, key), ls["launch_delay"][key]), key
+            assert close(getattr(got.cpu_duration_us, key), ls["cpu_duration"][key]), key
+        assert close(got.short_kernels, ls["short_kernels_gpu_lt_cpu"], abs_=0)
+        assert close(got.launch_delay_outliers, ls["launch_delay_outliers_gt_100us"], abs_=0)
+        assert close(got.runtime_outliers, ls["runtime_outliers_cpu_gt_50us"], abs_=0)
 
 
 @pytest.mark.parametrize("name", SETS)
@@ -98,12 +100,10 @@ def test_memcpy_totals_and_overlap_and_steps(name: str) -> None:
     ref, ta = _load(name)
     for r, mc in ref["memcpy_totals"].items():
         got = rank(ta, int(r)).memcpy_by_name
-        assert close(sum(x["count"] for x in got.values()), mc["count"], abs_=0)
-        assert close(sum(x["sum"] for x in got.values()), mc["total_dur_us"])
+        assert close(sum(x.count for x in got.values()), mc["count"], abs_=0)
+        assert close(sum(x.sum for x in got.values()), mc["total_dur_us"])
         for row in mc["by_name"]:
-            assert (
-                close(got[row["nm"]]["sum"], row["sum"]) and got[row["nm"]]["count"] == row["count"]
-            )
+            assert close(got[row["nm"]].sum, row["sum"]) and got[row["nm"]].count == row["count"]
     for row in ref["comm_comp_overlap"]:
         got = rank(ta, row["rank"]).comm_overlap
         if row["comp_comm_overlap_pctg"] is None:
@@ -120,5 +120,5 @@ def test_top_kernels_match_hta_sums(name: str) -> None:
     for row in ref["top_kernels"]:
         if row["name"] == "others":
             continue
-        table = {k["name"]: k for k in rank(ta, row["rank"]).kernels}
-        assert close(table[row["name"]]["total_us"], row["sum (us)"]), row["name"]
+        table = {k.name: k for k in rank(ta, row["rank"]).kernels}
+        assert close(table[row["name"]].total_us, row["sum (us)"]), row["name"]

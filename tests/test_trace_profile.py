@@ -1,14 +1,20 @@
-"""The profile document built from traces, and the trace findings."""
+"""The profile built from traces (gpuopt.assemble), and the trace findings."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 from trace_helpers import SHARED_TRACES, cpu, kernel, launch, write_trace
 
-from gpuopt.schema import validate_profile
-from gpuopt.trace.profile import profile_from_traces
+from gpuopt.assemble.trace_profile import (
+    add_trace_to_profile,
+    profile_from_traces,
+)
+from gpuopt.model.document import decode, empty_profile, encode, validate
+from gpuopt.model.profile import Profile
+from gpuopt.model.trace import ProfilerWindowInfo, TraceDetails
 
 GPU_KEYS = {
     "rank",
@@ -35,24 +41,52 @@ NW4 = (
 )
 
 
+def _trace_details(p: Profile) -> TraceDetails:
+    assert isinstance(p.trace, TraceDetails)
+    return p.trace
+
+
+def _dataloader_bound_trace(tmp_path: Path) -> Path:
+    ev = [
+        cpu("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+        cpu("enumerate(DataLoader)#x.__next__", 20, 900, cat="user_annotation"),
+        launch(5, 3, corr=1),
+        kernel("gemm", 10, 5, corr=1),
+        launch(930, 3, corr=2),
+        kernel("gemm", 950, 40, corr=2),
+    ]
+    return write_trace(tmp_path / "t.json", ev)
+
+
+def _window_trace(tmp_path: Path) -> Path:
+    ev = [
+        cpu("ProfilerStep#1", 0, 100, cat="user_annotation"),
+        launch(5, 3, corr=1),
+        kernel("gemm", 10, 50, corr=1),
+    ]
+    return write_trace(tmp_path / "w.json", ev)
+
+
 @pytest.fixture(scope="module")
-def nw0() -> dict:
+def nw0() -> Profile:
     return profile_from_traces(NW0)
 
 
 @needs_traces
-def test_document_is_valid_and_complete(nw0: dict) -> None:
-    assert validate_profile(nw0) == [] and nw0["source"] == "trace"
-    (g,) = nw0["gpu"]
-    assert set(g) == GPU_KEYS
-    assert g["idle_pct"] == pytest.approx(39.43, abs=0.01) and g["device"] == "Tesla V100-DGXS-32GB"
-    assert g["utilization"] == pytest.approx(1 - 0.3943, abs=1e-3)
-    assert set(g["idle_us"]) == {"host_wait", "kernel_wait", "other"}
-    assert nw0["steps"]["count"] == 5 and nw0["ranks"] is None
-    assert nw0["environment"]["python"] is None and nw0["utilization"]["cpu"]["mean"] is None
-    bd = nw0["breakdown"]
-    assert abs(sum(bd.values()) - 1) < 0.02 and bd["data_wait"] > 0.25
-    ids = {t["id"] for t in nw0["tables"]}
+def test_document_is_valid_and_complete(nw0: Profile) -> None:
+    assert validate(nw0) == [] and nw0.source == "trace"
+    assert nw0.gpu is not None
+    (g,) = nw0.gpu
+    assert set(msgspec.to_builtins(g)) == GPU_KEYS  # the contract's keys, as written
+    assert g.idle_pct == pytest.approx(39.43, abs=0.01) and g.device == "Tesla V100-DGXS-32GB"
+    assert g.utilization == pytest.approx(1 - 0.3943, abs=1e-3)
+    idle = g.idle_us
+    assert None not in (idle.host_wait, idle.kernel_wait, idle.other)
+    assert nw0.steps.count == 5 and len(nw0.steps.series) == 5 and nw0.ranks is None
+    assert nw0.environment.python is None and nw0.utilization.cpu.mean is None
+    bd = nw0.breakdown
+    assert abs(sum(v for _, v in bd.items()) - 1) < 0.02 and bd.data_wait > 0.25
+    ids = {t.id for t in nw0.tables}
     assert {
         "trace-gpu-time",
         "trace-idle-causes",
@@ -61,43 +95,48 @@ def test_document_is_valid_and_complete(nw0: dict) -> None:
         "trace-memory",
         "trace-top-kernels",
     } <= ids
-    for t in nw0["tables"]:
-        assert all(len(r) == len(t["columns"]) for r in t["rows"]), t["id"]
-    (tr,) = [t for t in nw0["transfers"] if t["direction"] == "h2d"]
-    assert tr["pinned"] is False and tr["count_per_step"] == 2.0
-    assert (
-        tr["site"] == "resnet50_profiler_api.py:44"
-    )  # from the ops' "Call stack" (with_stack=True)
-    assert {s["site"] for s in nw0["syncs"]} == {"resnet50_profiler_api.py:44"}
-    assert nw0["utilization"]["gpu"]["mean"] == pytest.approx(60.57, abs=0.01)  # percent, like NVML
+    for t in nw0.tables:
+        assert t.rows and all(len(r) == len(t.columns) for r in t.rows), t.id
+    (tr,) = [t for t in nw0.transfers if t.direction == "h2d"]
+    assert tr.pinned is False and tr.count_per_step == 2.0
+    assert tr.site == "resnet50_profiler_api.py:44"  # from the ops' "Call stack" (with_stack=True)
+    assert {s.site for s in nw0.syncs} == {"resnet50_profiler_api.py:44"}
+    assert nw0.utilization.gpu is not None
+    assert nw0.utilization.gpu.mean == pytest.approx(60.57, abs=0.01)  # percent, like NVML
 
 
 @needs_traces
-def test_findings_on_dataloader_bound_run(nw0: dict) -> None:
-    f = {x["id"]: x for x in nw0["findings"]}
-    assert "dataloader-bound" in f and f["dataloader-bound"]["severity"] == "high"
-    assert f["dataloader-bound"]["site"] == "resnet50_profiler_api.py:42"
-    assert "pageable-h2d" in f and f["pageable-h2d"]["evidence"]["count"] == 10
-    assert f["pageable-h2d"]["site"] == "resnet50_profiler_api.py:44"
-    ids = [x["id"] for x in nw0["findings"]]
+def test_findings_on_dataloader_bound_run(nw0: Profile) -> None:
+    f = {x.id: x for x in nw0.findings}
+    assert "dataloader-bound" in f and f["dataloader-bound"].severity == "high"
+    assert f["dataloader-bound"].site == "resnet50_profiler_api.py:42"
+    assert "pageable-h2d" in f and f["pageable-h2d"].evidence["count"] == 10
+    assert f["pageable-h2d"].site == "resnet50_profiler_api.py:44"
+    ids = [x.id for x in nw0.findings]
     assert len(ids) == len(set(ids))  # run-time rules may fire on the same document: one per id
-    assert f["dataloader-bound"]["source"] == "trace" and f["pageable-h2d"]["source"] == "trace"
+    assert f["dataloader-bound"].source == "trace" and f["pageable-h2d"].source == "trace"
 
 
 @needs_traces
 def test_no_dataloader_finding_with_workers() -> None:
     doc = profile_from_traces(NW4)
-    assert "dataloader-bound" not in {x["id"] for x in doc["findings"]}
+    assert "dataloader-bound" not in {x.id for x in doc.findings}
 
 
 @needs_traces
 def test_two_ranks_give_ranks_and_straggler() -> None:
     doc = profile_from_traces(SHARED_TRACES / "hta" / "trace_filter")
-    assert validate_profile(doc) == []
-    assert [r["rank"] for r in doc["ranks"]] == [0, 1] and [g["rank"] for g in doc["gpu"]] == [0, 1]
-    assert doc["gpu"][1]["comm_overlap_pct"] == pytest.approx(20.05, abs=0.5)
-    s = {x["id"]: x for x in doc["findings"]}["straggler-rank"]
-    assert s["evidence"]["rank"] == doc["trace"]["straggler"]["rank"]
+    assert validate(doc) == []
+    assert doc.ranks is not None and doc.gpu is not None
+    assert [r.rank for r in doc.ranks] == [0, 1] and [g.rank for g in doc.gpu] == [0, 1]
+    assert all(isinstance(r.step_time_median_s, float) for r in doc.ranks)
+    assert doc.gpu[1].comm_overlap_pct == pytest.approx(20.05, abs=0.5)
+    s = {x.id: x for x in doc.findings}["straggler-rank"]
+    straggler = _trace_details(doc).straggler
+    assert straggler is not None and not isinstance(straggler, msgspec.UnsetType)
+    assert s.evidence["rank"] == straggler.rank
+    assert set(straggler.mean_lateness_us) == {0, 1}
+    assert any(t.id == "trace-ranks" for t in doc.tables)
 
 
 @needs_traces
@@ -112,44 +151,45 @@ def test_two_ranks_give_ranks_and_straggler() -> None:
 )
 def test_traces_hta_cannot_read_still_get_a_report(rel: str) -> None:
     doc = profile_from_traces(SHARED_TRACES / rel)
-    assert validate_profile(doc) == []
+    assert validate(doc) == []
+
+
+@needs_traces
+@pytest.mark.parametrize("rel", ["hta/trace_filter", "hta/nccl_parser_config/nccl_data.json.gz"])
+def test_the_typed_profile_is_what_its_json_reads_back(rel: str) -> None:
+    """Built in memory, the profile holds exactly what its JSON says (no numpy numbers, NaN,
+    tuples or keys the document would lose), so ``report`` shows what ``--format json`` writes."""
+    doc = profile_from_traces(SHARED_TRACES / rel)
+    assert decode(encode(doc), rel) == doc
+
+
+def test_the_typed_profile_of_a_small_trace_is_what_its_json_reads_back(tmp_path: Path) -> None:
+    doc = profile_from_traces(_dataloader_bound_trace(tmp_path))
+    assert decode(encode(doc), "t.json") == doc
 
 
 def test_trace_rules_do_not_fire_on_run_documents(tmp_path: Path) -> None:
-    ev = [
-        cpu("ProfilerStep#1", 0, 1000, cat="user_annotation"),
-        cpu("enumerate(DataLoader)#x.__next__", 20, 900, cat="user_annotation"),
-        launch(5, 3, corr=1),
-        kernel("gemm", 10, 5, corr=1),
-        launch(930, 3, corr=2),
-        kernel("gemm", 950, 40, corr=2),
-    ]
-    doc = profile_from_traces(write_trace(tmp_path / "t.json", ev))
-    assert "dataloader-bound" in {x["id"] for x in doc["findings"]}
-    import orjson
-
+    doc = profile_from_traces(_dataloader_bound_trace(tmp_path))
+    assert "dataloader-bound" in {x.id for x in doc.findings}
     from gpuopt.findings.rules import gpu_trace
-    from gpuopt.model.document import decode
 
-    run_doc = decode(orjson.dumps(dict(doc, source="run"), option=orjson.OPT_NON_STR_KEYS), "t")
+    run_doc = msgspec.structs.replace(doc, source="run")
     assert gpu_trace.dataloader_bound(run_doc) == [] and gpu_trace.sync_in_step(run_doc) == []
     # ids no run-time rule produces still fire from a run's profiler-window trace
     assert [f.id for f in gpu_trace.low_gpu_util(run_doc)] == ["low-gpu-util"]
 
 
-def test_add_trace_to_a_run_document(tmp_path: Path) -> None:
-    from gpuopt.schema import empty_profile
-    from gpuopt.trace.profile import add_trace_to_profile
-
-    ev = [
-        cpu("ProfilerStep#1", 0, 100, cat="user_annotation"),
-        launch(5, 3, corr=1),
-        kernel("gemm", 10, 50, corr=1),
-    ]
-    doc = empty_profile("train.py")
-    doc["trace"] = {"profiler_window": {"steps": 1}}
-    add_trace_to_profile(doc, write_trace(tmp_path / "w.json", ev))
-    assert validate_profile(doc) == [] and doc["source"] == "run"
-    assert doc["gpu"][0]["compute_pct"] == 100.0 and set(doc["gpu"][0]) == GPU_KEYS
-    assert doc["trace"]["profiler_window"] == {"steps": 1} and doc["trace"]["ranks"][0]["rank"] == 0
-    assert any(t["id"] == "trace-gpu-time" for t in doc["tables"])
+def test_add_trace_to_a_run_profile(tmp_path: Path) -> None:
+    profile = empty_profile("train.py")
+    window = ProfilerWindowInfo(steps=1)
+    profile.trace = TraceDetails(profiler_window=window)
+    profile.warnings = ["an earlier warning"]
+    add_trace_to_profile(profile, _window_trace(tmp_path))
+    assert validate(profile) == [] and profile.source == "run"
+    assert profile.gpu is not None and profile.gpu[0].compute_pct == 100.0
+    trace = _trace_details(profile)
+    assert trace.profiler_window == window and not isinstance(trace.ranks, msgspec.UnsetType)
+    assert trace.ranks[0].rank == 0 and trace.straggler is None
+    assert any(t.id == "trace-gpu-time" for t in profile.tables)
+    assert profile.warnings == ["an earlier warning"]  # the trace has steps and GPU events
+    assert profile.steps.count == 0 and profile.findings == []  # the run's own, untouched

@@ -1,23 +1,277 @@
-"""Bridge until the typed trace assembly lands: the dict-based builder in gpuopt.trace.profile,
-through the document's JSON edge."""
+"""A :class:`TraceAnalysis` as a ``gpuopt.profile/1`` :class:`Profile` (``gpuopt report TRACE``),
+or as the GPU sections of a run's profile (``gpuopt profile``'s profiler window).
+
+Contract keys a trace cannot give stay null or empty (Python and torch versions, CPU
+utilisation, Python loops). What it can give goes into the contract keys (``gpu``, ``ranks``,
+``steps``, ``breakdown``, ``transfers``, ``syncs``, ``dispatch``), everything richer into
+``trace`` (:class:`TraceDetails`) and, for people, into ``tables`` that every renderer shows.
+"""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from pathlib import Path
 
 import msgspec
-import orjson
+import numpy as np
 
-from gpuopt.model.document import decode
-from gpuopt.model.profile import Profile
+from gpuopt.assemble.trace_parts import fixed, gpu_rank, profile_breakdown, rank_entry, rounded
+from gpuopt.assemble.trace_tables import trace_tables
+from gpuopt.errors import GpuoptError
+from gpuopt.model.document import validate
+from gpuopt.model.profile import (
+    CpuUtilization,
+    Dispatch,
+    Environment,
+    Finding,
+    GpuInfo,
+    GpuRank,
+    MeanMax,
+    Profile,
+    StepRecord,
+    Steps,
+    StepTimes,
+    Sync,
+    Transfer,
+    Utilization,
+)
+from gpuopt.model.trace import SyncCall, TraceDetails
+from gpuopt.trace.analysis import RankAnalysis, TraceAnalysis, analyze_trace
+from gpuopt.trace.array_stats import median, percentile
+
+HTA_NOTE = (
+    "Definitions follow Holistic Trace Analysis 0.5 (docs/trace-metrics.md): the last profiler "
+    "step is dropped when there are two or more; ns timestamps are rounded inward to whole µs."
+)
+UTILIZATION_NOTE = (
+    "GPU: from the trace, % of the span with at least one GPU event running (mean/max over "
+    "ranks); CPU utilization is not in a trace"
+)
+_DIRECTIONS = {"HtoD": "h2d", "DtoH": "d2h", "DtoD": "d2d"}
+
+
+def profile_from_traces(path: Path) -> Profile:
+    """A complete, valid profile from a trace file or a folder of per-rank traces."""
+    profile = build_profile(analyze_trace(path))
+    problems = validate(profile)
+    if problems:  # a bug, not bad input: say so plainly rather than give an invalid profile
+        raise GpuoptError(f"{path}: internal error building the report: {problems[0]}")
+    return profile
 
 
 def add_trace_to_profile(profile: Profile, path: Path) -> None:
-    from gpuopt.trace.profile import add_trace_to_profile as add_to_dict
+    """For ``gpuopt profile`` on a GPU: add the profiler window's trace to a *run*'s profile.
 
-    doc = msgspec.to_builtins(profile)
-    add_to_dict(doc, path)
-    data = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
-    new = decode(data, str(path))
-    for name in ("gpu", "trace", "tables", "warnings"):
-        setattr(profile, name, getattr(new, name))
+    Fills ``gpu`` (contract key), replaces ``trace`` but for its ``profiler_window``, appends
+    the trace ``tables`` and ``warnings``. Steps, breakdown, transfers and syncs stay the run's
+    own (measured over all steps, not the window). Raises :class:`GpuoptError` on an unreadable
+    trace; the caller decides whether that is a warning.
+    """
+    ta = analyze_trace(path)
+    profile.gpu = _gpu(ta)
+    details = _trace_details(ta)
+    if not isinstance(profile.trace, msgspec.UnsetType):
+        details.profiler_window = profile.trace.profiler_window
+    profile.trace = details
+    profile.tables = [*profile.tables, *trace_tables(ta)]
+    profile.warnings = [*profile.warnings, *_warnings(ta)]
+
+
+def build_profile(ta: TraceAnalysis) -> Profile:
+    """The whole profile of a trace analysis, findings included."""
+    first = ta.ranks[0]
+    n_steps = max(len(first.view.steps), 1)
+    profile = Profile(
+        script=ta.path,
+        argv=[],
+        source="trace",
+        environment=_environment(ta),
+        steps=_steps(first),
+        breakdown=profile_breakdown(first.step_overview),
+        utilization=_utilization(ta),
+        transfers=_transfers(first, n_steps),
+        syncs=_syncs(first, n_steps),
+        dispatch=_dispatch(first, n_steps),
+        gpu=_gpu(ta),
+        ranks=[rank_entry(ra) for ra in ta.ranks] if len(ta.ranks) > 1 else None,
+        trace=_trace_details(ta),
+        tables=trace_tables(ta),
+        warnings=[*ta.warnings, *_warnings(ta)],
+    )
+    profile.findings = _dedupe(_findings(profile))
+    return profile
+
+
+def _findings(profile: Profile) -> list[Finding]:
+    """Every rule over the profile, ranked; a rule that fails adds a warning to ``profile``."""
+    from gpuopt.findings.engine import evaluate
+
+    return evaluate(profile)
+
+
+def _dedupe(findings: list[Finding]) -> list[Finding]:
+    """One finding per id: where a run-time rule and a trace rule both fire, keep the trace one."""
+    by_id: dict[str, Finding] = {}
+    for f in findings:
+        prev = by_id.get(f.id)
+        if prev is None or (f.source == "trace" and prev.source != "trace"):
+            by_id[f.id] = f
+    return [f for f in findings if by_id.get(f.id) is f]
+
+
+def _environment(ta: TraceAnalysis) -> Environment:
+    return Environment(
+        python=None,
+        torch=None,
+        device="cuda" if any(ra.has_gpu for ra in ta.ranks) else "cpu",
+        gpus=[
+            GpuInfo(name=ra.device.name, memory_bytes=ra.device.memory_bytes)
+            for ra in ta.ranks
+            if ra.device is not None
+        ],
+        cpu_count=None,
+    )
+
+
+def _utilization(ta: TraceAnalysis) -> Utilization:
+    u = [
+        ra.temporal.busy_us / ra.temporal.span_us
+        for ra in ta.ranks
+        if ra.temporal is not None and ra.temporal.span_us > 0
+    ]
+    gpu = (
+        MeanMax(mean=rounded(100 * float(np.mean(u)), 2), max=rounded(100 * float(np.max(u)), 2))
+        if u
+        else None
+    )
+    return Utilization(
+        gpu=gpu,
+        cpu=CpuUtilization(mean=None, max=None),
+        samples=0,
+        timeline=None,
+        note=UTILIZATION_NOTE,
+    )
+
+
+def _steps(ra: RankAnalysis) -> Steps:
+    rows = ra.measured_steps
+    times = np.array([r.dur_us for r in rows]) / 1e6
+    t0 = rows[0].start_us if rows else 0.0
+    series = [
+        StepRecord(
+            index=r.step,
+            start_s=rounded((r.start_us - t0) / 1e6, 6),
+            time_s=fixed(r.dur_us / 1e6, 6),
+            warmup=False,
+            data_wait_s=fixed(r.dataloader_us / 1e6, 6),
+            h2d_s=fixed(r.memcpy_us / 1e6, 6),
+            sync_s=fixed(r.sync_us / 1e6, 6),
+        )
+        for r in rows
+        if r.step is not None
+    ]
+    time_s = (
+        StepTimes(
+            median=rounded(median(times), 6),
+            p10=rounded(percentile(times, 10), 6),
+            p90=rounded(percentile(times, 90), 6),
+            mean=rounded(float(times.mean()), 6),
+        )
+        if times.size
+        else StepTimes()
+    )
+    return Steps(count=len(rows), measured=len(rows), warmup=0, time_s=time_s, series=series)
+
+
+def _transfers(ra: RankAnalysis, n_steps: int) -> list[Transfer]:
+    out = []
+    for m in ra.transfers:
+        d = _DIRECTIONS.get(m.direction)
+        if d is None:
+            continue
+        out.append(
+            Transfer(
+                direction=d,
+                site=m.site,
+                count_per_step=fixed(m.count / n_steps, 3),
+                bytes_per_step=fixed(m.bytes / n_steps, 1),
+                pinned=not m.pageable,
+                non_blocking=not m.pageable,
+                time_us_per_step=rounded(m.time_us / n_steps, 3),
+                bandwidth_gbps=rounded(m.bytes / (m.time_us * 1e3), 3)
+                if m.time_us > 0 and m.bytes > 0
+                else None,
+            )
+        )
+    return out
+
+
+def _sync_kind(call: SyncCall) -> str:
+    op = (call.outer_op or call.op or "").lower()
+    for key, kind in (
+        ("item", "item"),
+        ("_local_scalar_dense", "item"),
+        ("tolist", "tolist"),
+        ("nonzero", "nonzero"),
+        ("is_nonzero", "bool"),
+    ):
+        if key in op:
+            return kind
+    return "blocking_copy" if call.kind == "blocking_copy" else "synchronize"
+
+
+def _syncs(ra: RankAnalysis, n_steps: int) -> list[Sync]:
+    groups: dict[tuple[str, str | None, str, str | None], list[float]] = defaultdict(list)
+    for c in ra.syncs:
+        groups[(_sync_kind(c), c.site, c.api, c.outer_op)].append(c.dur_us)
+    return [
+        Sync(
+            kind=kind,
+            site=site,
+            count_per_step=fixed(len(durs) / n_steps, 3),
+            api=api,
+            op=op,
+            time_us_per_step=rounded(sum(durs) / n_steps, 3),
+        )
+        for (kind, site, api, op), durs in sorted(groups.items(), key=lambda kv: -sum(kv[1]))
+    ]
+
+
+def _dispatch(ra: RankAnalysis, n_steps: int) -> Dispatch:
+    ops = ra.host_ops
+    return Dispatch(
+        ops_per_step=rounded(ops.count / n_steps, 1) if ops.count else None,
+        mean_op_us=rounded(ops.mean_us, 3) if ops.count else None,
+    )
+
+
+def _gpu(ta: TraceAnalysis) -> list[GpuRank] | None:
+    return [gpu_rank(ra) for ra in ta.ranks if ra.has_gpu] or None
+
+
+def _trace_details(ta: TraceAnalysis) -> TraceDetails:
+    return TraceDetails(
+        path=ta.path,
+        load_s=round(ta.load_s, 4),
+        analyze_s=round(ta.analyze_s, 4),
+        filtered_last_step=ta.filtered_last_step,
+        note=HTA_NOTE,
+        ranks=[ra.record() for ra in ta.ranks],
+        straggler=ta.straggler,
+    )
+
+
+def _warnings(ta: TraceAnalysis) -> list[str]:
+    out = []
+    for ra in ta.ranks:
+        if not ra.has_gpu:
+            out.append(
+                f"rank {ra.rank}: no GPU events in the trace (CPU-only profile): "
+                "GPU metrics are empty"
+            )
+        elif not ra.view.steps:
+            out.append(
+                f"rank {ra.rank}: no ProfilerStep annotations: the breakdown covers the whole "
+                "trace as one window"
+            )
+    return out

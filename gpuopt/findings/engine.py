@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from gpuopt.model.profile import Finding, Profile
 
@@ -85,19 +84,3 @@ def evaluate(profile: Profile, only: set[str] | None = None) -> list[Finding]:
                 f.est_speedup = round(float(f.est_speedup), 3)
         out.extend(found)
     return rank(out)
-
-
-def evaluate_document(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """Bridge for callers that still build a plain-dict document (removed once every producer
-    builds a Profile): the findings of ``doc`` as plain data; rule failures go to its warnings."""
-    import msgspec
-    import orjson
-
-    from gpuopt.model.document import decode
-
-    data = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
-    profile = decode(data, "profile")
-    found = evaluate(profile)
-    warnings = doc.setdefault("warnings", [])
-    warnings.extend(w for w in profile.warnings if w not in warnings)
-    return msgspec.to_builtins(found)  # type: ignore[no-any-return]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 from gpuopt.atomic_write import write_atomic
 from gpuopt.errors import GpuoptError, fail
@@ -32,14 +31,3 @@ def run_report(path: Path, fmt: str | None, output: Path | None) -> None:
         report_command(path, fmt, output)
     except GpuoptError as exc:
         fail(str(exc))
-
-
-# bridge: removed when tests/test_trace_load.py calls gpuopt.loading.load (it reads the result
-# as a dict); nothing in gpuopt uses it.
-def load_any(path: Path) -> dict[str, Any]:
-    """The document of any input ``report`` accepts, as plain data."""
-    import msgspec
-
-    from gpuopt.loading import load
-
-    return msgspec.to_builtins(load(path))  # type: ignore[no-any-return]

@@ -1,8 +1,9 @@
 """Run every trace analysis over a file or a folder of ranks: :func:`analyze_trace`.
 
-The result, :class:`TraceAnalysis`, holds one :class:`RankAnalysis` per rank with plain-data
-results (dicts and lists of numbers), so the profile builder, the findings and ``gpuopt
-profile``'s profiler window all read the same numbers. Nothing here prints.
+The result, :class:`TraceAnalysis`, holds one :class:`RankAnalysis` per rank whose results are
+the typed records of :mod:`gpuopt.model.trace` (the rank's view, numpy columns, stays beside
+them), so the profile's assembly (:mod:`gpuopt.assemble`), the findings and ``gpuopt profile``'s
+profiler window all read the same numbers. Nothing here prints.
 """
 
 from __future__ import annotations
@@ -10,12 +11,31 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from gpuopt.trace import gpu_time, idle, kernels, launch, memory
+from gpuopt.model.trace import (
+    DeviceInfo,
+    IdleCauses,
+    KernelStat,
+    LaunchStats,
+    MemoryOps,
+    NameTotal,
+    StepOverview,
+    Straggler,
+    StreamIdle,
+    StreamUse,
+    SyncCall,
+    SyncCallTotals,
+    Temporal,
+    TraceRank,
+    TraceTransfer,
+)
+from gpuopt.trace import cpu_ops, gpu_time, idle, kernels, launch, memory
 from gpuopt.trace.decode import load_columns
 from gpuopt.trace.files import assign_ranks, trace_files
 from gpuopt.trace.prepare import RankView, build_view, count_step_names
+from gpuopt.trace.ranks import straggler
+
+TOP_KERNELS_PER_TYPE = 10
 
 
 @dataclass
@@ -23,26 +43,62 @@ class RankAnalysis:
     rank: int
     file: str
     view: RankView
-    device: dict[str, Any] | None
-    temporal: gpu_time.Temporal | None
-    streams: list[dict[str, Any]]
-    idle_streams: list[dict[str, Any]]
+    device: DeviceInfo | None
+    temporal: Temporal | None
+    streams: list[StreamUse]
+    idle_streams: list[StreamIdle]
     kernel_types: dict[str, float]
-    kernels: list[dict[str, Any]]
+    kernels: list[KernelStat]
     launches: launch.Launches
-    launch_summary: dict[str, Any]
-    memory: list[dict[str, Any]]
-    memcpy_by_name: dict[str, dict[str, float]]
-    transfers: list[dict[str, Any]]
-    syncs: list[dict[str, Any]]
-    comm_overlap: float | None
-    steps: list[dict[str, Any]] = field(default_factory=list)
-    step_overview: list[dict[str, Any]] = field(default_factory=list)
-    idle_causes: dict[str, Any] = field(default_factory=dict)
+    launch_summary: LaunchStats
+    memory: list[MemoryOps]
+    memcpy_by_name: dict[str, NameTotal]
+    transfers: list[TraceTransfer]
+    syncs: list[SyncCall]
+    comm_overlap: float | None  # a fraction of the communication time
+    communication_us: float  # time with a communication kernel running
+    host_ops: cpu_ops.HostOps
+    step_overview: list[StepOverview] = field(default_factory=list)
+    idle_causes: IdleCauses = field(default_factory=IdleCauses)
 
     @property
     def has_gpu(self) -> bool:
         return self.temporal is not None
+
+    @property
+    def measured_steps(self) -> list[StepOverview]:
+        """The overview's rows of profiler steps (not the whole-trace row of a trace without)."""
+        return [s for s in self.step_overview if s.step is not None]
+
+    def record(self) -> TraceRank:
+        """This rank as the profile's ``trace.ranks[]`` keeps it."""
+        v = self.view
+        overlap = self.comm_overlap
+        return TraceRank(
+            rank=self.rank,
+            file=self.file,
+            events=v.events_total,
+            events_analysed=len(v.ev),
+            device=self.device,
+            temporal=self.temporal,
+            streams=self.streams,
+            idle_by_stream=self.idle_streams,
+            idle_totals_us=idle.idle_totals(self.idle_streams),
+            idle_causes=self.idle_causes,
+            kernel_types_us=self.kernel_types,
+            top_kernels=kernels.top_kernels(self.kernels, TOP_KERNELS_PER_TYPE),
+            launch=self.launch_summary,
+            memory=self.memory,
+            transfers=self.transfers,
+            memcpy_by_name=self.memcpy_by_name,
+            sync_calls=SyncCallTotals(
+                count=len(self.syncs), time_us=float(sum(c.dur_us for c in self.syncs))
+            ),
+            comm_overlap_pct=None if overlap is None else round(100 * overlap, 2),
+            steps=self.step_overview,
+            profiler_steps=[s.number for s in v.steps],
+            dropped_last_step=v.dropped_last_step.number if v.dropped_last_step else None,
+        )
 
 
 @dataclass
@@ -52,6 +108,7 @@ class TraceAnalysis:
     load_s: float
     analyze_s: float
     filtered_last_step: bool
+    straggler: Straggler | None = None  # with two or more ranks
     warnings: list[str] = field(default_factory=list)
 
 
@@ -71,22 +128,23 @@ def analyze_trace(path: Path | str) -> TraceAnalysis:
     for f, r, c in sorted(zip(files, ranks, cols, strict=True), key=lambda x: x[1]):
         view = build_view(r, c, filter_last, source=str(f))
         out.append(analyze_view(view, str(f)))
+    strag = straggler([ra.view for ra in out]) if len(out) > 1 else None
     t2 = time.perf_counter()
-    return TraceAnalysis(str(p), out, t1 - t0, t2 - t1, filter_last)
+    return TraceAnalysis(str(p), out, t1 - t0, t2 - t1, filter_last, strag)
 
 
 def analyze_view(view: RankView, file: str = "") -> RankAnalysis:
     """Every analysis of one rank (pure: reads the view, returns data)."""
     from gpuopt.trace import idle_causes, steps
 
-    temporal = gpu_time.temporal_breakdown(view)
     lst = launch.launch_stats(view)
-    ra = RankAnalysis(
+    syncs = memory.sync_calls(view)
+    return RankAnalysis(
         rank=view.rank,
         file=file,
         view=view,
         device=_device(view),
-        temporal=temporal,
+        temporal=gpu_time.temporal_breakdown(view),
         streams=gpu_time.stream_utilization(view),
         idle_streams=idle.idle_by_stream(view),
         kernel_types=gpu_time.kernel_type_time(view),
@@ -96,20 +154,22 @@ def analyze_view(view: RankView, file: str = "") -> RankAnalysis:
         memory=memory.memory_ops(view),
         memcpy_by_name=memory.memcpy_by_name(view),
         transfers=memory.transfers(view),
-        syncs=memory.sync_calls(view),
+        syncs=syncs,
         comm_overlap=gpu_time.comm_comp_overlap(view),
+        communication_us=gpu_time.communication_us(view),
+        host_ops=cpu_ops.host_ops(view),
+        step_overview=steps.step_overview(view),
+        idle_causes=idle_causes.idle_causes(view, syncs),
     )
-    ra.step_overview = steps.step_overview(view)
-    ra.idle_causes = idle_causes.idle_causes(view, ra)
-    return ra
 
 
-def _device(view: RankView) -> dict[str, Any] | None:
+def _device(view: RankView) -> DeviceInfo | None:
     props = view.ev.metadata.get("deviceProperties")
     if isinstance(props, list) and props and isinstance(props[0], dict):
         # the device the GPU events ran on (Kineto's GPU pid is the device index)
-        return {
-            "name": str(props[0].get("name", "")),
-            "memory_bytes": props[0].get("totalGlobalMem"),
-        }
+        mem = props[0].get("totalGlobalMem")
+        return DeviceInfo(
+            name=str(props[0].get("name", "")),
+            memory_bytes=mem if isinstance(mem, int) and not isinstance(mem, bool) else None,
+        )
     return None

@@ -34,7 +34,8 @@ CPU_OP_CATS = (
 
 @dataclass
 class ThreadOps:
-    """The CPU events of one thread, sorted by start (longer first on ties: parents before children)."""
+    """The CPU events of one thread, sorted by start (longer first on ties: parents before
+    children)."""
 
     index: np.ndarray
     ts: np.ndarray
@@ -230,3 +231,22 @@ def _first_user_frame(stack: str) -> str | None:
 
 def _python_cat_codes(v: RankView) -> set[int]:
     return {i for i, c in enumerate(v.ev.cats) if c == "python_function"}
+
+
+@dataclass
+class HostOps:
+    """PyTorch's ``aten::`` ops on the host: how many ran, and their mean duration."""
+
+    count: int
+    mean_us: float | None
+
+
+def host_ops(v: RankView) -> HostOps:
+    """The rank's ``aten::`` CPU ops (what ``dispatch`` counts for a run)."""
+    ops = (
+        (~v.on_stream)
+        & v.ev.has_cat(("cpu_op", "Operator"))
+        & v.ev.has_name(lambda n: n.startswith("aten::"))
+    )
+    n = int(ops.sum())
+    return HostOps(n, float(v.dur[ops].mean()) if n else None)

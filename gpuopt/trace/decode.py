@@ -11,9 +11,10 @@ How, and why:
   JSON text is never held whole. A cut that is not between two events makes that piece invalid
   JSON, which is detected; the loader then falls back to decoding the whole document at once
   (compact or unusually formatted files).
-* **Two processes** (:mod:`gpuopt.trace.helper`, :mod:`gpuopt.trace.early`). A forked helper
-  decodes the later pieces: forked before numpy is imported when ``gpuopt report`` starts on a
-  trace file, else (a folder of ranks, ``gpuopt profile``'s window) forked here for large files.
+* **Two processes** (:mod:`gpuopt.trace.decode_worker`, :mod:`gpuopt.trace.decode_ahead`). A
+  forked helper decodes the later pieces: forked before numpy is imported when ``gpuopt report``
+  starts on a trace file, else (a folder of ranks, ``gpuopt profile``'s window) forked here for
+  large files.
 * **Nothing is executed**: JSON only, no pickle, no eval; strings stay data.
 
 Every failure becomes a one-line :class:`~gpuopt.errors.GpuoptError`.
@@ -30,9 +31,8 @@ import numpy as np
 import numpy.typing as npt
 
 from gpuopt.errors import GpuoptError
-from gpuopt.trace import early as early_mod
+from gpuopt.trace import decode_ahead, decode_worker
 from gpuopt.trace import events as ev
-from gpuopt.trace import helper as helper_mod
 from gpuopt.trace.columns import EventColumns
 from gpuopt.trace.pieces import Fallback, PieceStream, iter_blocks
 
@@ -185,15 +185,15 @@ def _strip_separator(piece: bytes) -> bytes:
 
 
 def _load_streaming(path: Path, workers: int | None = None) -> EventColumns:
-    """Decode piece by piece; the later pieces in a helper process: the one :mod:`early` forked
-    before the imports, else one forked now where :func:`helper.wanted` says so (``workers``:
-    0 = no helper, >0 = a helper whatever the size, None = decide)."""
-    helper = early_mod.claim(path)
+    """Decode piece by piece; the later pieces in a helper process: the one :mod:`decode_ahead`
+    forked before the imports, else one forked now where :func:`decode_worker.wanted` says so
+    (``workers``: 0 = no helper, >0 = a helper whatever the size, None = decide)."""
+    helper = decode_ahead.claim(path)
     if helper is not None and workers == 0:
         helper.close()
         helper = None
-    if helper is None and helper_mod.wanted(path, workers):
-        helper = helper_mod.DecodeHelper.start(path, ev.piece_frame, ev.tail_frame)
+    if helper is None and decode_worker.wanted(path, workers):
+        helper = decode_worker.DecodeHelper.start(path, ev.piece_frame, ev.tail_frame)
     try:
         stream = PieceStream(path)
         meta_doc = _decode_header(stream.header)
@@ -236,7 +236,7 @@ def _load_streaming(path: Path, workers: int | None = None) -> EventColumns:
 
 
 def _helper_result(
-    helper: helper_mod.DecodeHelper, start: int
+    helper: decode_worker.DecodeHelper, start: int
 ) -> tuple[list[dict[str, Any]], bytes] | None:
     """The helper's parts and the tail, if its frames cover the text from ``start`` to the tail
     without a gap; else None."""
@@ -282,7 +282,8 @@ def _load_whole(path: Path) -> EventColumns:
             or msg == "Expected `object`, got `array`"
         ):
             raise GpuoptError(
-                f"{path}: a JSON array, not a PyTorch profiler trace (expected an object with 'traceEvents')"
+                f"{path}: a JSON array, not a PyTorch profiler trace "
+                "(expected an object with 'traceEvents')"
             ) from None
         if "Expected `object`" in msg and "`$`" not in msg and "traceEvents" not in msg:
             raise GpuoptError(
@@ -309,7 +310,8 @@ def _finish(
     cols = builder.finish(meta)
     if len(cols) == 0:
         raise GpuoptError(
-            f"{path}: none of its {cols.total_events} events is a complete event with a duration; nothing to analyse"
+            f"{path}: none of its {cols.total_events} events is a complete event with a duration; "
+            "nothing to analyse"
         )
     bad = ~np.isfinite(cols.ts)
     if bad.any():

@@ -51,8 +51,8 @@ def assign_ranks(path: Path, files: list[Path], metas: list[dict[str, Any]]) -> 
     missing = [f.name for f, r in zip(files, ranks, strict=True) if r is None]
     if missing and len(missing) < len(files):
         raise GpuoptError(
-            f"{path}: mixed ranks: {len(missing)} of {len(files)} traces have no distributedInfo.rank "
-            f"(e.g. {missing[0]}); put one job's per-rank traces in a folder"
+            f"{path}: mixed ranks: {len(missing)} of {len(files)} traces have no "
+            f"distributedInfo.rank (e.g. {missing[0]}); put one job's per-rank traces in a folder"
         )
     if missing:
         raise GpuoptError(
@@ -64,7 +64,8 @@ def assign_ranks(path: Path, files: list[Path], metas: list[dict[str, Any]]) -> 
         assert r is not None
         if r in seen:
             raise GpuoptError(
-                f"{path}: mixed ranks: {seen[r]} and {f.name} both claim rank {r}; keep one job's traces per folder"
+                f"{path}: mixed ranks: {seen[r]} and {f.name} both claim rank {r}; "
+                "keep one job's traces per folder"
             )
         seen[r] = f.name
     return [r for r in ranks if r is not None]

@@ -10,39 +10,12 @@ Definitions (HTA 0.5 / PyTorch profiler, written down in docs/trace-metrics.md):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import numpy as np
 
+from gpuopt.model.trace import StreamUse, Temporal
 from gpuopt.trace import intervals as iv
-from gpuopt.trace.npx import unique
+from gpuopt.trace.array_stats import unique
 from gpuopt.trace.prepare import COMMUNICATION, COMPUTATION, KERNEL_TYPES, MEMORY, RankView
-
-
-@dataclass
-class Temporal:
-    span_us: float
-    busy_us: float
-    idle_us: float
-    compute_us: float
-    non_compute_us: float
-
-    def pct(self, v: float) -> float | None:
-        return 100.0 * v / self.span_us if self.span_us > 0 else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "span_us": self.span_us,
-            "busy_us": self.busy_us,
-            "idle_us": self.idle_us,
-            "compute_us": self.compute_us,
-            "non_compute_us": self.non_compute_us,
-            "utilization": self.busy_us / self.span_us if self.span_us > 0 else None,
-            "idle_pct": self.pct(self.idle_us),
-            "compute_pct": self.pct(self.compute_us),
-            "non_compute_pct": self.pct(self.non_compute_us),
-        }
 
 
 def gpu_intervals(v: RankView, mask: np.ndarray | None = None) -> iv.Intervals:
@@ -57,11 +30,10 @@ def temporal_breakdown(v: RankView) -> Temporal | None:
     span = float(busy[1][-1] - busy[0][0])
     busy_us = iv.length(busy)
     compute = iv.length(gpu_intervals(v, v.ktype == COMPUTATION))
-    idle = span - busy_us
-    return Temporal(span, busy_us, idle, compute, span - compute - idle)
+    return Temporal.of(span, busy_us, compute)
 
 
-def stream_utilization(v: RankView) -> list[dict[str, Any]]:
+def stream_utilization(v: RankView) -> list[StreamUse]:
     """Per stream: events, busy time, its own span, utilisation (busy/span)."""
     rows = []
     for s in unique(v.ev.stream[v.on_stream]):
@@ -70,13 +42,13 @@ def stream_utilization(v: RankView) -> list[dict[str, Any]]:
         span = float(u[1][-1] - u[0][0]) if u[0].size else 0.0
         busy = iv.length(u)
         rows.append(
-            {
-                "stream": int(s),
-                "events": int(m.sum()),
-                "busy_us": busy,
-                "span_us": span,
-                "utilization": busy / span if span > 0 else None,
-            }
+            StreamUse(
+                stream=int(s),
+                events=int(m.sum()),
+                busy_us=busy,
+                span_us=span,
+                utilization=busy / span if span > 0 else None,
+            )
         )
     return rows
 
@@ -106,6 +78,11 @@ def kernel_type_time(v: RankView) -> dict[str, float]:
         )
         out[label] = out.get(label, 0.0) + float(seg[running[:-1] == state].sum())
     return out
+
+
+def communication_us(v: RankView) -> float:
+    """Time with at least one communication kernel running (union)."""
+    return iv.length(gpu_intervals(v, v.ktype == COMMUNICATION))
 
 
 def comm_comp_overlap(v: RankView) -> float | None:

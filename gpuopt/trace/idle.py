@@ -13,11 +13,10 @@ Negative gaps (overlap after rounding) count as kernel wait, as in HTA, so the s
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from gpuopt.trace.npx import unique
+from gpuopt.model.trace import GapCounts, IdleTotals, StreamIdle
+from gpuopt.trace.array_stats import unique
 from gpuopt.trace.prepare import QUEUED_CATS, RankView
 
 KERNEL_WAIT_US = 30.0
@@ -28,26 +27,20 @@ def queued_mask(v: RankView) -> np.ndarray:
     return v.on_stream & v.ev.has_cat(QUEUED_CATS)
 
 
-def idle_by_stream(v: RankView, kernel_wait_us: float = KERNEL_WAIT_US) -> list[dict[str, Any]]:
-    """Rows ``{stream, host_wait, kernel_wait, other, gaps: {category: count}}`` in µs."""
+def idle_by_stream(v: RankView, kernel_wait_us: float = KERNEL_WAIT_US) -> list[StreamIdle]:
+    """Per stream: idle µs before its queued events by category, and how many gaps of each."""
     q = np.flatnonzero(queued_mask(v))
-    rows: list[dict[str, Any]] = []
+    rows: list[StreamIdle] = []
     if q.size == 0:
         return rows
     streams = v.ev.stream[q]
     for s in unique(streams):
         idx = q[streams == s]
         idx = idx[np.argsort(v.ts[idx], kind="stable")]
-        ts, end = v.ts[idx], v.end[idx]
         if idx.size < 2:
-            rows.append(
-                {
-                    "stream": int(s),
-                    **{c: 0.0 for c in CATEGORIES},
-                    "gaps": {c: 0 for c in CATEGORIES},
-                }
-            )
+            rows.append(StreamIdle(stream=int(s)))
             continue
+        ts, end = v.ts[idx], v.end[idx]
         prev_end = end[:-1]
         gap = ts[1:] - prev_end
         rt = v.runtime_index[idx[1:]]
@@ -56,20 +49,25 @@ def idle_by_stream(v: RankView, kernel_wait_us: float = KERNEL_WAIT_US) -> list[
         kern = ~host & (gap < kernel_wait_us)
         other = ~host & ~kern
         rows.append(
-            {
-                "stream": int(s),
-                "host_wait": float(gap[host].sum()),
-                "kernel_wait": float(gap[kern].sum()),
-                "other": float(gap[other].sum()),
-                "gaps": {
-                    "host_wait": int(host.sum()),
-                    "kernel_wait": int(kern.sum()),
-                    "other": int(other.sum()),
-                },
-            }
+            StreamIdle(
+                stream=int(s),
+                host_wait=float(gap[host].sum()),
+                kernel_wait=float(gap[kern].sum()),
+                other=float(gap[other].sum()),
+                gaps=GapCounts(
+                    host_wait=int(host.sum()),
+                    kernel_wait=int(kern.sum()),
+                    other=int(other.sum()),
+                ),
+            )
         )
     return rows
 
 
-def idle_totals(rows: list[dict[str, Any]]) -> dict[str, float]:
-    return {c: float(sum(r[c] for r in rows)) for c in CATEGORIES}
+def idle_totals(rows: list[StreamIdle]) -> IdleTotals:
+    """The streams' idle time summed, by category."""
+    return IdleTotals(
+        host_wait=float(sum(r.host_wait for r in rows)),
+        kernel_wait=float(sum(r.kernel_wait for r in rows)),
+        other=float(sum(r.other for r in rows)),
+    )

@@ -25,17 +25,24 @@ stacks), summed in µs.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
+from gpuopt.model.trace import IDLE_CAUSES, CauseTimes, IdleCauses, IdleSite, StepIdle, SyncCall
 from gpuopt.trace import intervals as iv
+from gpuopt.trace.array_stats import unique
+from gpuopt.trace.columns import BoolArray, FloatArray, IntArray
 from gpuopt.trace.cpu_ops import ThreadOps, enclosing_chains, sites_for, thread_ops, user_site
-from gpuopt.trace.npx import unique
 from gpuopt.trace.prepare import RankView
 from gpuopt.trace.steps import OP_CATS, RUNTIME_CATS, is_dataloader, step_windows
 
-CAUSES = ("dataloader", "sync", "optimizer", "launch", "cpu_op", "python", "untraced")
+CAUSES = IDLE_CAUSES
+_UNTRACED = CAUSES.index("untraced")
+TOP_SITES = 15
+# Idle µs credited to (cause, op name, the user's site).
+SiteTimes = dict[tuple[str, str, str | None], float]
 
 
 def idle_gaps(v: RankView) -> iv.Intervals:
@@ -47,123 +54,178 @@ def idle_gaps(v: RankView) -> iv.Intervals:
     return s[keep], e[keep]
 
 
-def idle_causes(v: RankView, ra: Any) -> dict[str, Any]:
+@dataclass
+class _HostKinds:
+    """What kind of host activity each name or category code is (masks indexed by the code)."""
+
+    step: BoolArray
+    dataloader: BoolArray
+    optimizer: BoolArray
+    runtime: BoolArray
+    python: BoolArray
+    op: BoolArray
+
+    @classmethod
+    def of(cls, v: RankView) -> _HostKinds:
+        return cls(
+            step=_name_table(v, lambda n: n.startswith("ProfilerStep")),
+            dataloader=_name_table(v, is_dataloader),
+            optimizer=_name_table(
+                v, lambda n: n.startswith("Optimizer.") or n.startswith("Optimizer#")
+            ),
+            runtime=_cat_table(v, RUNTIME_CATS),
+            python=_cat_table(v, ("python_function",)),
+            op=_cat_table(v, OP_CATS),
+        )
+
+
+def idle_causes(v: RankView, syncs: list[SyncCall]) -> IdleCauses:
+    """Every GPU idle µs credited to a cause (``syncs``: the rank's host-blocking calls), in
+    total, per profiler step, and per call site (the largest :data:`TOP_SITES`)."""
     gs, ge = idle_gaps(v)
-    result: dict[str, Any] = {
-        "gaps": int(gs.size),
-        "idle_us": float((ge - gs).sum()),
-        "by_cause": {c: 0.0 for c in CAUSES},
-    }
-    result["by_step"] = []
-    result["sites"] = []
     if gs.size == 0:
-        return result
-    # launching thread of the GPU event that ends each gap
+        return IdleCauses()
+    thread = _launching_threads(v, ge)
+    per_gap = np.zeros((gs.size, len(CAUSES)))
+    sites: SiteTimes = defaultdict(float)
+    kinds = _HostKinds.of(v)
+    for th in unique(thread).tolist():
+        sel = np.flatnonzero(thread == th)
+        if th < 0:
+            per_gap[sel, _UNTRACED] = (ge - gs)[sel]
+            continue
+        ops = thread_ops(v, th)
+        layers = _thread_layers(v, ops, kinds, [c.index for c in syncs if c.thread == th])
+        per_gap[sel] = _credit_thread(v, ops, layers, (gs[sel], ge[sel]), sites)
+    return IdleCauses(
+        gaps=int(gs.size),
+        idle_us=float((ge - gs).sum()),
+        by_cause=_cause_times([float(per_gap[:, k].sum()) for k in range(len(CAUSES))]),
+        by_step=_by_step(v, gs, ge, per_gap),
+        sites=_top_sites(sites),
+    )
+
+
+def _launching_threads(v: RankView, gap_ends: FloatArray) -> IntArray:
+    """The thread that launched the GPU event ending each gap (events without a launch: the
+    thread that launched the most; -1 when nothing was launched)."""
     gpu_idx = np.flatnonzero(v.on_stream)
     o = np.argsort(v.ts[gpu_idx], kind="stable")
     gpu_sorted = gpu_idx[o]
-    pos = np.minimum(np.searchsorted(v.ts[gpu_sorted], ge, side="left"), gpu_sorted.size - 1)
-    nxt = gpu_sorted[pos]
-    rt = v.runtime_index[nxt]
+    pos = np.minimum(np.searchsorted(v.ts[gpu_sorted], gap_ends, side="left"), gpu_sorted.size - 1)
+    rt = v.runtime_index[gpu_sorted[pos]]
     launched = v.runtime_index[v.runtime_index >= 0]
     main_thread = int(np.bincount(v.ev.thread[launched]).argmax()) if launched.size else -1
-    thread = np.where(rt >= 0, v.ev.thread[np.maximum(rt, 0)], main_thread)
+    return np.where(rt >= 0, v.ev.thread[np.maximum(rt, 0)], main_thread)
 
-    per_gap = np.zeros((gs.size, len(CAUSES)))
-    sites: dict[tuple[str, str, str | None], float] = defaultdict(float)
-    sync_by_call = {c["index"]: c for c in ra.syncs}
-    # per name / category code: what kind of host activity it is
-    is_step = _name_table(v, lambda n: n.startswith("ProfilerStep"))
-    is_dl = _name_table(v, is_dataloader)
-    is_opt = _name_table(v, lambda n: n.startswith("Optimizer.") or n.startswith("Optimizer#"))
-    is_runtime, is_python, is_op = (
-        _cat_table(v, c) for c in (RUNTIME_CATS, ("python_function",), OP_CATS)
+
+def _thread_layers(
+    v: RankView, ops: ThreadOps, kinds: _HostKinds, sync_calls: list[int]
+) -> list[tuple[str, IntArray]]:
+    """Per cause in priority order (untraced aside), the thread's events that make it up."""
+    idx = ops.index
+    cats, codes = v.ev.cat[idx], v.ev.name[idx]
+    cat_py = kinds.python[cats]
+    cat_op = kinds.op[cats] & ~cat_py
+    not_step = ~kinds.step[codes]
+    return [
+        ("dataloader", idx[kinds.dataloader[codes] & not_step]),
+        ("sync", _sync_ops(v, ops, sync_calls)),
+        ("optimizer", idx[kinds.optimizer[codes]]),
+        ("launch", idx[kinds.runtime[cats]]),
+        ("cpu_op", idx[cat_op & not_step]),
+        ("python", idx[cat_py]),
+    ]
+
+
+def _credit_thread(
+    v: RankView,
+    ops: ThreadOps,
+    layers: list[tuple[str, IntArray]],
+    gaps: iv.Intervals,
+    sites: SiteTimes,
+) -> FloatArray:
+    """Each gap's µs by cause (one row per gap): the first layer covering a moment takes it,
+    what no layer covers is untraced. The sites of the credited events are added to ``sites``."""
+    out = np.zeros((gaps[0].size, len(CAUSES)))
+    remaining = iv.merge(*gaps)
+    for cause, events in layers:
+        part, remaining = iv.split(remaining, iv.merge(v.ts[events], v.end[events]))
+        out[:, CAUSES.index(cause)] = iv.covered_in_windows(part, gaps[0], gaps[1])
+        if part[0].size and cause != "launch":
+            _add_sites(v, ops, cause, part, events, sites)
+    out[:, _UNTRACED] = iv.covered_in_windows(remaining, gaps[0], gaps[1])
+    return out
+
+
+def _cause_times(us: list[float]) -> CauseTimes:
+    t = dict(zip(CAUSES, us, strict=True))
+    return CauseTimes(
+        dataloader=t["dataloader"],
+        sync=t["sync"],
+        optimizer=t["optimizer"],
+        launch=t["launch"],
+        cpu_op=t["cpu_op"],
+        python=t["python"],
+        untraced=t["untraced"],
     )
-    for th in unique(thread).tolist():
-        if th < 0:
-            per_gap[thread == th, CAUSES.index("untraced")] = (ge - gs)[thread == th]
-            continue
-        sel = np.flatnonzero(thread == th)
-        gaps = (gs[sel], ge[sel])
-        ops = thread_ops(v, th)
-        idx = ops.index
-        cats = v.ev.cat[idx]
-        codes = v.ev.name[idx]
-        cat_runtime = is_runtime[cats]
-        cat_py = is_python[cats]
-        cat_op = is_op[cats] & ~cat_py
-        not_step = ~is_step[codes]
-        dl = is_dl[codes] & not_step
-        opt = is_opt[codes]
-        sync_idx_arr = _sync_ops(
-            v, ops, [i for i, call in sync_by_call.items() if call["thread"] == th]
-        )
-        layers = [
-            ("dataloader", iv.merge(v.ts[idx[dl]], v.end[idx[dl]])),
-            ("sync", iv.merge(v.ts[sync_idx_arr], v.end[sync_idx_arr])),
-            ("optimizer", iv.merge(v.ts[idx[opt]], v.end[idx[opt]])),
-            ("launch", iv.merge(v.ts[idx[cat_runtime]], v.end[idx[cat_runtime]])),
-            ("cpu_op", iv.merge(v.ts[idx[cat_op & not_step]], v.end[idx[cat_op & not_step]])),
-            ("python", iv.merge(v.ts[idx[cat_py]], v.end[idx[cat_py]])),
-        ]
-        remaining = iv.merge(*gaps)
-        for cause, layer in layers:
-            part, rest = iv.split(remaining, layer)
-            per_gap[sel, CAUSES.index(cause)] = iv.covered_in_windows(part, gaps[0], gaps[1])
-            _add_sites(
-                v,
-                ops,
-                cause,
-                part,
-                idx,
-                sync_idx_arr if cause == "sync" else None,
-                dl,
-                opt,
-                cat_op & not_step,
-                cat_py,
-                sync_by_call,
-                sites,
-            )
-            remaining = rest
-        per_gap[sel, CAUSES.index("untraced")] = iv.covered_in_windows(remaining, gaps[0], gaps[1])
 
-    result["by_cause"] = {c: float(per_gap[:, k].sum()) for k, c in enumerate(CAUSES)}
+
+def _by_step(v: RankView, gs: FloatArray, ge: FloatArray, per_gap: FloatArray) -> list[StepIdle]:
+    """Idle time and its causes per profiler step (empty without steps)."""
     ws, we = step_windows(v)
-    if ws.size:
-        # windows are sorted and disjoint: each gap belongs to the window its start falls in
-        k = np.searchsorted(ws, gs, side="right") - 1
-        inside = (k >= 0) & (gs < we[np.maximum(k, 0)])
-        kk = k[inside]
-        gaps_n = np.bincount(kk, minlength=ws.size)
-        idle_s = np.bincount(kk, weights=(ge - gs)[inside], minlength=ws.size)
-        per_gap_in = per_gap[inside]
-        per_cause = [
-            np.bincount(kk, weights=per_gap_in[:, j], minlength=ws.size) for j in range(len(CAUSES))
-        ]
-        for i, st in enumerate(v.steps):
-            row = {"step": st.number, "gaps": int(gaps_n[i]), "idle_us": float(idle_s[i])}
-            row.update({c: float(per_cause[j][i]) for j, c in enumerate(CAUSES)})
-            result["by_step"].append(row)
-    top = sorted(sites.items(), key=lambda kv: -kv[1])[:15]
-    result["sites"] = [
-        {"cause": c, "op": op, "site": site, "idle_us": float(us)}
+    if not ws.size:
+        return []
+    # windows are sorted and disjoint: each gap belongs to the window its start falls in
+    k = np.searchsorted(ws, gs, side="right") - 1
+    inside = (k >= 0) & (gs < we[np.maximum(k, 0)])
+    kk = k[inside]
+    gaps_n = np.bincount(kk, minlength=ws.size)
+    idle_s = np.bincount(kk, weights=(ge - gs)[inside], minlength=ws.size)
+    per_gap_in = per_gap[inside]
+    per_cause = [
+        np.bincount(kk, weights=per_gap_in[:, j], minlength=ws.size) for j in range(len(CAUSES))
+    ]
+    out = []
+    for i, st in enumerate(v.steps):
+        c = _cause_times([float(pc[i]) for pc in per_cause])
+        out.append(
+            StepIdle(
+                step=st.number,
+                gaps=int(gaps_n[i]),
+                idle_us=float(idle_s[i]),
+                dataloader=c.dataloader,
+                sync=c.sync,
+                optimizer=c.optimizer,
+                launch=c.launch,
+                cpu_op=c.cpu_op,
+                python=c.python,
+                untraced=c.untraced,
+            )
+        )
+    return out
+
+
+def _top_sites(sites: SiteTimes) -> list[IdleSite]:
+    top = sorted(sites.items(), key=lambda kv: -kv[1])[:TOP_SITES]
+    return [
+        IdleSite(cause=c, op=op, site=site, idle_us=float(us))
         for (c, op, site), us in top
         if us > 0
     ]
-    return result
 
 
-def _name_table(v: RankView, pred: Any) -> np.ndarray:
+def _name_table(v: RankView, pred: Callable[[str], bool]) -> BoolArray:
     """``pred`` of every name in the string table, as a mask indexed by name code."""
     return np.fromiter((bool(pred(n)) for n in v.ev.names), dtype=np.bool_, count=len(v.ev.names))
 
 
-def _cat_table(v: RankView, wanted: tuple[str, ...]) -> np.ndarray:
+def _cat_table(v: RankView, wanted: tuple[str, ...]) -> BoolArray:
     """Category in ``wanted``, as a mask indexed by category code."""
     return np.fromiter((c in wanted for c in v.ev.cats), dtype=np.bool_, count=len(v.ev.cats))
 
 
-def _sync_ops(v: RankView, ops: ThreadOps, calls: list[int]) -> np.ndarray:
+def _sync_ops(v: RankView, ops: ThreadOps, calls: list[int]) -> IntArray:
     """The outermost op that issued each sync call on this thread (or the call itself), sorted."""
     out = set()
     chains = enclosing_chains(v, ops, np.asarray(calls, dtype=np.int64))
@@ -178,23 +240,23 @@ def _sync_ops(v: RankView, ops: ThreadOps, calls: list[int]) -> np.ndarray:
     return np.array(sorted(out), dtype=np.int64)
 
 
-def _add_sites(v, ops, cause, part, idx, sync_idx, dl, opt, cat_op, cat_py, sync_by_call, sites):  # type: ignore[no-untyped-def]
-    """Credit the idle time in ``part`` to the events of ``cause`` that cover it (named, with a site)."""
-    if part[0].size == 0 or cause in ("launch", "untraced"):
-        return
-    if cause == "sync":
-        cand = sync_idx
-    else:
-        m = {"dataloader": dl, "optimizer": opt, "cpu_op": cat_op, "python": cat_py}[cause]
-        cand = idx[m]
-        # outermost events only (children would double count)
-        if cand.size:
-            e = v.end[cand]
-            prev = np.maximum.accumulate(e)
-            top = np.ones(cand.size, dtype=bool)
-            top[1:] = v.ts[cand][1:] >= prev[:-1]
-            cand = cand[top]
-    if cand is None or cand.size == 0:
+def _outermost(v: RankView, events: IntArray) -> IntArray:
+    """The events not inside an earlier one (children would count the same time twice)."""
+    if events.size == 0:
+        return events
+    prev = np.maximum.accumulate(v.end[events])
+    top = np.ones(events.size, dtype=bool)
+    top[1:] = v.ts[events][1:] >= prev[:-1]
+    return events[top]
+
+
+def _add_sites(
+    v: RankView, ops: ThreadOps, cause: str, part: iv.Intervals, events: IntArray, sites: SiteTimes
+) -> None:
+    """Credit the idle time in ``part`` to the events of ``cause`` that cover it (named, with
+    the user's site)."""
+    cand = events if cause == "sync" else _outermost(v, events)
+    if cand.size == 0:
         return
     covered = iv.covered_in_windows(part, v.ts[cand], v.end[cand])
     hit_mask = covered > 0

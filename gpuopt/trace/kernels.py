@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from gpuopt.trace.npx import unique_inverse
+from gpuopt.model.trace import KernelStat
+from gpuopt.trace.array_stats import unique_inverse
 from gpuopt.trace.prepare import KERNEL_TYPES, RankView
 
 
-def kernel_table(v: RankView) -> list[dict[str, Any]]:
-    """One row per GPU event name: type, count, total/mean/min/max µs (sorted by total, descending)."""
+def kernel_table(v: RankView) -> list[KernelStat]:
+    """One row per GPU event name: type, count, total/mean/min/max µs (by total, descending)."""
     m = np.flatnonzero(v.on_stream)
     if m.size == 0:
         return []
@@ -24,20 +23,20 @@ def kernel_table(v: RankView) -> list[dict[str, Any]]:
     mn = np.full(uniq.size, np.inf)
     np.maximum.at(mx, inv, dur)
     np.minimum.at(mn, inv, dur)
-    # the kernel type is a function of the name (prepare.kernel_type_of): any event of a name will do
+    # the kernel type is a function of the name (prepare.kernel_type_of): any event of it will do
     ktype = np.zeros(uniq.size, dtype=np.int64)
     ktype[inv] = v.ktype[m]
     names = v.ev.names
-    rows: list[dict[str, Any]] = [
-        {
-            "name": names[c],
-            "type": KERNEL_TYPES[k],
-            "count": n,
-            "total_us": t,
-            "mean_us": t / n,
-            "min_us": lo,
-            "max_us": hi,
-        }
+    rows = [
+        KernelStat(
+            name=names[c],
+            type=KERNEL_TYPES[k],
+            count=n,
+            total_us=t,
+            mean_us=t / n,
+            min_us=lo,
+            max_us=hi,
+        )
         for c, k, n, t, lo, hi in zip(
             uniq.tolist(),
             ktype.tolist(),
@@ -48,16 +47,16 @@ def kernel_table(v: RankView) -> list[dict[str, Any]]:
             strict=True,
         )
     ]
-    rows.sort(key=lambda r: (-float(r["total_us"]), str(r["name"])))
+    rows.sort(key=lambda r: (-r.total_us, r.name))
     return rows
 
 
-def top_kernels(rows: list[dict[str, Any]], per_type: int = 10) -> list[dict[str, Any]]:
+def top_kernels(rows: list[KernelStat], per_type: int = 10) -> list[KernelStat]:
     """The ``per_type`` largest names of each type (by total GPU time)."""
-    out: list[dict[str, Any]] = []
+    out: list[KernelStat] = []
     seen: dict[str, int] = {}
     for r in rows:
-        if seen.get(r["type"], 0) < per_type:
-            seen[r["type"]] = seen.get(r["type"], 0) + 1
+        if seen.get(r.type, 0) < per_type:
+            seen[r.type] = seen.get(r.type, 0) + 1
             out.append(r)
     return out

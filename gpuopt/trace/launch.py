@@ -10,11 +10,12 @@ GPU cannot be kept busy by such kernels however fast the host is.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from gpuopt.trace.npx import median, member, percentile
+from gpuopt.model.trace import Distribution, LaunchStats
+from gpuopt.trace.array_stats import median, member, percentile
+from gpuopt.trace.columns import FloatArray, IntArray
 from gpuopt.trace.prepare import RankView
 
 # HTA 0.5's list (CUDA, plus MTIA's submit call).
@@ -43,38 +44,39 @@ LAUNCH_DELAY_OUTLIER_US = 100.0
 
 @dataclass
 class Launches:
-    correlation: np.ndarray
-    cpu_index: np.ndarray
-    gpu_index: np.ndarray
-    cpu_dur: np.ndarray
-    gpu_dur: np.ndarray
-    delay: np.ndarray
+    correlation: IntArray
+    cpu_index: IntArray
+    gpu_index: IntArray
+    cpu_dur: FloatArray
+    gpu_dur: FloatArray
+    delay: FloatArray
 
-    def summary(self) -> dict[str, Any]:
-        n = int(self.cpu_dur.size)
+    def summary(self) -> LaunchStats:
+        """Counts and distributions of the launches (HTA's launch statistics)."""
+        return LaunchStats(
+            count=int(self.cpu_dur.size),
+            cpu_duration_us=distribution(self.cpu_dur),
+            gpu_duration_us=distribution(self.gpu_dur),
+            launch_delay_us=distribution(self.delay),
+            short_kernels=int((self.gpu_dur < self.cpu_dur).sum()),
+            runtime_outliers=int((self.cpu_dur > RUNTIME_OUTLIER_US).sum()),
+            launch_delay_outliers=int((self.delay > LAUNCH_DELAY_OUTLIER_US).sum()),
+            runtime_outlier_us=RUNTIME_OUTLIER_US,
+            launch_delay_outlier_us=LAUNCH_DELAY_OUTLIER_US,
+        )
 
-        def stats(x: np.ndarray) -> dict[str, float | None]:
-            if x.size == 0:
-                return {"mean": None, "median": None, "p95": None, "max": None, "sum": 0.0}
-            return {
-                "mean": float(x.mean()),
-                "median": median(x),
-                "p95": percentile(x, 95),
-                "max": float(x.max()),
-                "sum": float(x.sum()),
-            }
 
-        return {
-            "count": n,
-            "cpu_duration_us": stats(self.cpu_dur),
-            "gpu_duration_us": stats(self.gpu_dur),
-            "launch_delay_us": stats(self.delay),
-            "short_kernels": int((self.gpu_dur < self.cpu_dur).sum()),
-            "runtime_outliers": int((self.cpu_dur > RUNTIME_OUTLIER_US).sum()),
-            "launch_delay_outliers": int((self.delay > LAUNCH_DELAY_OUTLIER_US).sum()),
-            "runtime_outlier_us": RUNTIME_OUTLIER_US,
-            "launch_delay_outlier_us": LAUNCH_DELAY_OUTLIER_US,
-        }
+def distribution(x: FloatArray) -> Distribution:
+    """Mean, median, p95, max and sum of a sample (all but the sum None when it is empty)."""
+    if x.size == 0:
+        return Distribution()
+    return Distribution(
+        mean=float(x.mean()),
+        median=median(x),
+        p95=percentile(x, 95),
+        max=float(x.max()),
+        sum=float(x.sum()),
+    )
 
 
 def launch_stats(

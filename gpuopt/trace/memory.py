@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from typing import Any
 
 import numpy as np
 
+from gpuopt.model.trace import MemoryOps, NameTotal, SyncCall, TraceTransfer
+from gpuopt.trace.array_stats import member, unique
 from gpuopt.trace.cpu_ops import enclosing_chains, sites_for, thread_ops
-from gpuopt.trace.npx import member, unique
 from gpuopt.trace.prepare import MEMORY, RankView
 
 SYNC_APIS = (
@@ -56,9 +56,10 @@ def copy_kind(name: str) -> tuple[str, bool]:
     return direction, pageable
 
 
-def memory_ops(v: RankView) -> list[dict[str, Any]]:
+def memory_ops(v: RankView) -> list[MemoryOps]:
     """Rows per (direction, pageable): count, GPU µs, bytes, GB/s."""
     idx = np.flatnonzero(v.on_stream & (v.ktype == MEMORY))
+    # per kind: count, GPU µs, bytes, events that say their bytes
     acc: dict[tuple[str, bool], list[float]] = defaultdict(lambda: [0, 0.0, 0, 0])
     kinds = {}
     for code in unique(v.ev.name[idx]).tolist():
@@ -71,37 +72,33 @@ def memory_ops(v: RankView) -> list[dict[str, Any]]:
         a[1] += float(v.dur[m].sum())
         a[2] += int(b[b > 0].sum())
         a[3] += int((b > 0).sum())
-    rows = []
-    for (direction, pageable), (count, time_us, nbytes, with_bytes) in sorted(
-        acc.items(), key=lambda kv: -kv[1][1]
-    ):
-        rows.append(
-            {
-                "direction": direction,
-                "pageable": pageable if direction != "Memset" else None,
-                "count": int(count),
-                "time_us": float(time_us),
-                "bytes": int(nbytes),
-                "bandwidth_gbps": (nbytes / (time_us * 1e3))
-                if time_us > 0 and with_bytes
-                else None,
-            }
+    return [
+        MemoryOps(
+            direction=direction,
+            pageable=pageable if direction != "Memset" else None,
+            count=int(count),
+            time_us=float(time_us),
+            bytes=int(nbytes),
+            bandwidth_gbps=(nbytes / (time_us * 1e3)) if time_us > 0 and with_bytes else None,
         )
-    return rows
+        for (direction, pageable), (count, time_us, nbytes, with_bytes) in sorted(
+            acc.items(), key=lambda kv: -kv[1][1]
+        )
+    ]
 
 
-def memcpy_by_name(v: RankView) -> dict[str, dict[str, float]]:
-    """HTA-style totals per memory event name: {name: {count, sum}}."""
+def memcpy_by_name(v: RankView) -> dict[str, NameTotal]:
+    """HTA-style totals per memory event name: its count and summed GPU µs."""
     idx = np.flatnonzero(v.on_stream & (v.ktype == MEMORY))
-    out: dict[str, dict[str, float]] = {}
+    out: dict[str, NameTotal] = {}
     for code in unique(v.ev.name[idx]).tolist():
         m = idx[v.ev.name[idx] == code]
-        out[v.ev.names[code]] = {"count": int(m.size), "sum": float(v.dur[m].sum())}
+        out[v.ev.names[code]] = NameTotal(count=int(m.size), sum=float(v.dur[m].sum()))
     return out
 
 
-def sync_calls(v: RankView) -> list[dict[str, Any]]:
-    """Every host-blocking call: ``{index, api, kind, thread, ts, dur_us, op, outer_op}``."""
+def sync_calls(v: RankView) -> list[SyncCall]:
+    """Every host-blocking call: the API, the ops that issued it, the user's site, its time."""
     cpu = ~v.on_stream
     calls = np.flatnonzero(cpu & v.ev.has_name(lambda n: n in SYNC_APIS))
     all_calls = np.sort(np.concatenate([calls, _blocking_async_copies(v)]))
@@ -114,24 +111,23 @@ def sync_calls(v: RankView) -> list[dict[str, Any]]:
         chains = enclosing_chains(v, ops, mine)
         chain_of.update(zip(mine.tolist(), chains, strict=True))
         site_of.update(zip(mine.tolist(), sites_for(v, ops, mine, chains), strict=True))
-    out: list[dict[str, Any]] = []
+    out: list[SyncCall] = []
     for i, th in zip(all_calls.tolist(), threads.tolist(), strict=True):
         chain = [j for j in chain_of[i] if _is_op(v, j)]
         api = v.name(i)
+        blocking_copy = api in ASYNC_COPY_APIS or api.endswith("Memcpy")
         out.append(
-            {
-                "index": i,
-                "api": api,
-                "kind": "blocking_copy"
-                if api in ASYNC_COPY_APIS or api.endswith("Memcpy")
-                else "synchronize",
-                "thread": th,
-                "ts": float(v.ts[i]),
-                "dur_us": float(v.dur[i]),
-                "op": v.name(chain[-1]) if chain else None,
-                "outer_op": v.name(chain[0]) if chain else None,
-                "site": site_of[i],
-            }
+            SyncCall(
+                index=i,
+                api=api,
+                kind="blocking_copy" if blocking_copy else "synchronize",
+                thread=th,
+                ts=float(v.ts[i]),
+                dur_us=float(v.dur[i]),
+                op=v.name(chain[-1]) if chain else None,
+                outer_op=v.name(chain[0]) if chain else None,
+                site=site_of[i],
+            )
         )
     return out
 
@@ -158,7 +154,7 @@ def _is_op(v: RankView, j: int) -> bool:
     )
 
 
-def transfers(v: RankView) -> list[dict[str, Any]]:
+def transfers(v: RankView) -> list[TraceTransfer]:
     """Copies grouped by (direction, pageable, user call site): count, bytes, GPU µs."""
     idx = np.flatnonzero(v.on_stream & (v.ktype == MEMORY))
     kinds = {c: copy_kind(v.ev.names[c]) for c in unique(v.ev.name[idx]).tolist()}
@@ -173,14 +169,7 @@ def transfers(v: RankView) -> list[dict[str, Any]]:
         a[1] += nbytes
         a[2] += dur
     return [
-        {
-            "direction": d,
-            "pageable": p,
-            "site": s,
-            "count": int(n),
-            "bytes": int(b),
-            "time_us": float(t),
-        }
+        TraceTransfer(direction=d, pageable=p, site=s, count=int(n), bytes=int(b), time_us=float(t))
         for (d, p, s), (n, b, t) in sorted(acc.items(), key=lambda kv: -kv[1][2])
     ]
 

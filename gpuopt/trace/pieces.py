@@ -1,8 +1,8 @@
 """The bytes of a Kineto trace, cut into pieces of whole events: no JSON parsing, no numpy.
 
 Why a module of its own: two processes cut the same file (the parent and the decode helper of
-:mod:`gpuopt.trace.helper`) and must agree on every piece, so there is exactly one cutter; and the
-helper is forked *before* the parent imports numpy, so nothing here may import it.
+:mod:`gpuopt.trace.decode_worker`) and must agree on every piece, so there is exactly one cutter;
+and the helper is forked *before* the parent imports numpy, so nothing here may import it.
 
 How a file is cut: the decompressed text is read in blocks and cut at event boundaries (a newline
 followed by the indentation of the first event and ``{``: a raw newline can never be inside a JSON
@@ -94,7 +94,8 @@ def text_size(path: Path) -> int:
             isize = int.from_bytes(fh.read(4), "little")
     except OSError:
         return 0
-    # ISIZE is the size modulo 2**32: add whole 4 GiB turns until it is at least the compressed size.
+    # ISIZE is the size modulo 2**32: add whole 4 GiB turns until it is at least the compressed
+    # size.
     while isize < size:
         isize += 1 << 32
     return isize
@@ -121,7 +122,8 @@ class PieceStream:
                 break
         if header_end < 0:
             raise Fallback
-        # After the key: whitespace, ':', whitespace, '[', then a newline + the first event's indent.
+        # After the key: whitespace, ':', whitespace, '[', then a newline + the first event's
+        # indent.
         m = _ARRAY_START_RE.match(buf, header_end + len(TRACE_EVENTS_KEY))
         if m is None:
             raise Fallback  # compact layout (no line structure to cut at) or not an array

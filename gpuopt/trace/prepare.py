@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from gpuopt.trace.array_stats import member
 from gpuopt.trace.columns import BoolArray, EventColumns, FloatArray, IntArray
-from gpuopt.trace.npx import member
 
 COMPUTATION, COMMUNICATION, MEMORY, OTHER = 0, 1, 2, 3
 KERNEL_TYPES = ("COMPUTATION", "COMMUNICATION", "MEMORY", "OTHER")

@@ -1,4 +1,4 @@
-"""Across ranks: per-rank summary and the straggler.
+"""Across ranks: the straggler.
 
 The straggler is found from the collectives themselves (as HTA's "late start of communication
 kernels"): the n-th communication kernel of every rank is the same collective, and it cannot
@@ -10,19 +10,21 @@ Kineto timestamps are wall-clock µs, so ranks on synchronised hosts are compara
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
+from gpuopt.model.trace import Straggler
+from gpuopt.trace.columns import FloatArray
 from gpuopt.trace.prepare import COMMUNICATION, RankView
 
 
-def comm_starts(v: RankView) -> np.ndarray:
+def comm_starts(v: RankView) -> FloatArray:
     m = v.on_stream & (v.ktype == COMMUNICATION)
     return np.sort(v.ts[m])
 
 
-def straggler(views: list[RankView]) -> dict[str, Any] | None:
+def straggler(views: list[RankView]) -> Straggler | None:
+    """The rank whose late arrival at collectives the others wait for (None: fewer than two
+    ranks, or a rank without communication kernels)."""
     if len(views) < 2:
         return None
     starts = [comm_starts(v) for v in views]
@@ -35,10 +37,10 @@ def straggler(views: list[RankView]) -> dict[str, Any] | None:
     worst = int(mean_late.argmax())
     others = np.delete(np.arange(len(views)), worst)
     caused = (mat[worst] - mat[others]).clip(min=0).mean()
-    return {
-        "rank": views[worst].rank,
-        "collectives_compared": int(n),
-        "mean_lateness_us": {views[i].rank: float(mean_late[i]) for i in range(len(views))},
-        "wait_caused_us_per_collective": float(caused),
-        "wait_caused_us_total": float((mat[worst] - mat[others]).clip(min=0).sum(axis=1).mean()),
-    }
+    return Straggler(
+        rank=views[worst].rank,
+        collectives_compared=int(n),
+        mean_lateness_us={views[i].rank: float(mean_late[i]) for i in range(len(views))},
+        wait_caused_us_per_collective=float(caused),
+        wait_caused_us_total=float((mat[worst] - mat[others]).clip(min=0).sum(axis=1).mean()),
+    )

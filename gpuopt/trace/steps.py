@@ -15,13 +15,14 @@ threads that launched GPU work (not, e.g., a pin-memory thread that is always bu
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import numpy as np
 
+from gpuopt.model.trace import StepOverview
 from gpuopt.trace import intervals as iv
+from gpuopt.trace.array_stats import code_mask, unique
+from gpuopt.trace.columns import FloatArray
 from gpuopt.trace.memory import SYNC_APIS
-from gpuopt.trace.npx import code_mask, unique
 from gpuopt.trace.prepare import MEMORY, RankView
 
 CATEGORIES = (
@@ -120,7 +121,7 @@ def category_intervals(v: RankView) -> list[tuple[str, iv.Intervals]]:
     ]
 
 
-def step_overview(v: RankView) -> list[dict[str, Any]]:
+def step_overview(v: RankView) -> list[StepOverview]:
     """One row per profiler step; without ``ProfilerStep`` annotations, one row (``step`` None)
     for the whole trace (first to last event), so a breakdown is still given."""
     ws, we = step_windows(v)
@@ -131,42 +132,37 @@ def step_overview(v: RankView) -> list[dict[str, Any]]:
         ws, we = np.array([float(v.ts.min())]), np.array([float(v.end.max())])
         numbers = [None]
     covered = iv.empty()
-    per: dict[str, np.ndarray] = {}
+    per: dict[str, FloatArray] = {}
     for name, u in category_intervals(v):
         excl = iv.subtract(u, covered)
         per[name] = iv.covered_in_windows(excl, ws, we)
         covered = iv.merge(np.concatenate([covered[0], u[0]]), np.concatenate([covered[1], u[1]]))
-    rows = []
-    for i, number in enumerate(numbers):
-        dur = float(we[i] - ws[i])
-        row: dict[str, Any] = {"step": number, "start_us": float(ws[i]), "dur_us": dur}
-        for c in ("kernel", "memcpy", "memset", "communication"):
-            row[f"{c}_us"] = float(per[c][i])
-        row["runtime_us"] = float(per["runtime_sync"][i] + per["runtime"][i])
-        row["sync_us"] = float(per["runtime_sync"][i])
-        row["dataloader_us"] = float(per["dataloader"][i])
-        row["cpu_op_us"] = float(per["cpu_op"][i])
-        used = sum(row[f"{c}_us"] for c in CATEGORIES[:-1])
-        row["other_us"] = max(dur - used, 0.0)
-        rows.append(row)
-    return rows
+    return [
+        _step_row(number, float(ws[i]), float(we[i] - ws[i]), per, i)
+        for i, number in enumerate(numbers)
+    ]
 
 
-def contract_breakdown(rows: list[dict[str, Any]]) -> dict[str, float] | None:
-    """Map the overview onto the contract's {data_wait, h2d, sync, compute, other} (sum 1)."""
-    total = sum(r["dur_us"] for r in rows)
-    if total <= 0:
-        return None
-    data_wait = sum(r["dataloader_us"] for r in rows)
-    h2d = sum(r["memcpy_us"] for r in rows)
-    sync = sum(r["sync_us"] for r in rows)
-    compute = sum(r["kernel_us"] + r["memset_us"] + r["communication_us"] for r in rows)
-    parts = {
-        "data_wait": data_wait / total,
-        "h2d": h2d / total,
-        "sync": sync / total,
-        "compute": compute / total,
-    }
-    parts = {k: min(max(x, 0.0), 1.0) for k, x in parts.items()}
-    parts["other"] = max(0.0, 1.0 - sum(parts.values()))
-    return parts
+def _step_row(
+    number: int | None, start: float, dur: float, per: dict[str, FloatArray], i: int
+) -> StepOverview:
+    """Step ``i``'s row from the per-category exclusive times; ``other`` is what none covers."""
+    us = {c: float(per[c][i]) for c in ("kernel", "memcpy", "memset", "communication")}
+    us["runtime"] = float(per["runtime_sync"][i] + per["runtime"][i])
+    us["dataloader"] = float(per["dataloader"][i])
+    us["cpu_op"] = float(per["cpu_op"][i])
+    used = sum(us[c] for c in CATEGORIES[:-1])
+    return StepOverview(
+        step=number,
+        start_us=start,
+        dur_us=dur,
+        kernel_us=us["kernel"],
+        memcpy_us=us["memcpy"],
+        memset_us=us["memset"],
+        communication_us=us["communication"],
+        runtime_us=us["runtime"],
+        sync_us=float(per["runtime_sync"][i]),
+        dataloader_us=us["dataloader"],
+        cpu_op_us=us["cpu_op"],
+        other_us=max(dur - used, 0.0),
+    )

@@ -1,6 +1,7 @@
 """Findings from PyTorch profiler traces (``gpuopt report TRACE``).
 
-They read only ``profile.trace`` (the trace analyses' records). The ids that run-time rules also
+They read only ``profile.trace`` (the trace analyses' records, built by
+:mod:`gpuopt.assemble.trace_profile`). The ids that run-time rules also
 produce (dataloader-bound, sync-in-step, pageable-h2d, launch-bound) fire only on documents with
 ``source == "trace"``, so one cause is not reported twice; ``low-gpu-util`` and
 ``straggler-rank`` (trace-only evidence) also fire on run documents that carry a profiler-window
@@ -262,7 +263,8 @@ def straggler_rank(profile: Profile) -> list[Finding]:
                 "rank": s.rank,
                 "collectives_compared": s.collectives_compared,
                 "wait_ms": round(wait / 1e3, 3),
-                "mean_lateness_us": s.mean_lateness_us,
+                # evidence is JSON data: keys are strings, as the document reads back
+                "mean_lateness_us": {str(k): v for k, v in s.mean_lateness_us.items()},
             },
             fix="Balance the work per rank (uneven batch sizes or sequence lengths, data loading "
             "on that rank, a slower GPU or host); compare the rank's idle-cause table with the "

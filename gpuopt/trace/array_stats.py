@@ -58,7 +58,8 @@ def member(values: IntArray, pool: IntArray) -> BoolArray:
     s = np.sort(pool, axis=None)
     pos = s.searchsorted(values)
     np.minimum(pos, s.size - 1, out=pos)
-    return s[pos] == values
+    found: BoolArray = s[pos] == values
+    return found
 
 
 def code_mask(codes: IntArray, wanted: npt.NDArray[Any] | list[int], n_codes: int) -> BoolArray:

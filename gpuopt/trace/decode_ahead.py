@@ -1,8 +1,9 @@
 """Start decoding a trace file before numpy and the analyses are imported.
 
 Why: ``gpuopt report TRACE`` spends 0.10-0.14 s (on this project's 2-core machines) importing
-numpy and its analysis modules before it could start decoding, one after the other. :func:`start` forks the decode helper (:mod:`gpuopt.trace.helper`) as soon as the
-command knows its input is a trace file; the helper runs only numpy-free code
+numpy and its analysis modules before it could start decoding, one after the other.
+:func:`start` forks the decode helper (:mod:`gpuopt.trace.decode_worker`) as soon as the command
+knows its input is a trace file; the helper runs only numpy-free code
 (:mod:`gpuopt.trace.events`), so it decodes while the parent imports. :func:`claim`, called by the
 loader, hands the running helper over; anything not claimed is stopped by :func:`discard`.
 
@@ -16,9 +17,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gpuopt.trace import events, helper
+from gpuopt.trace import decode_worker, events
 
-_started: tuple[tuple[int, int, int, int], helper.DecodeHelper] | None = None
+_started: tuple[tuple[int, int, int, int], decode_worker.DecodeHelper] | None = None
 
 
 def _identity(path: Path) -> tuple[int, int, int, int] | None:
@@ -30,21 +31,21 @@ def _identity(path: Path) -> tuple[int, int, int, int] | None:
 
 
 def start(path: Path) -> bool:
-    """Fork a helper for ``path`` now, if one is worth it (:func:`helper.wanted`: the same size
-    threshold as the helper forked after the imports, :data:`helper.MIN_TEXT_BYTES`)."""
+    """Fork a helper for ``path`` now, if one is worth it (:func:`decode_worker.wanted`: the same
+    size threshold as the helper forked after the imports, :data:`decode_worker.MIN_TEXT_BYTES`)."""
     global _started
     discard()
     ident = _identity(path)
-    if ident is None or not helper.wanted(path):
+    if ident is None or not decode_worker.wanted(path):
         return False
-    h = helper.DecodeHelper.start(path, events.piece_frame, events.tail_frame, early=True)
+    h = decode_worker.DecodeHelper.start(path, events.piece_frame, events.tail_frame, early=True)
     if h is None:
         return False
     _started = (ident, h)
     return True
 
 
-def claim(path: Path) -> helper.DecodeHelper | None:
+def claim(path: Path) -> decode_worker.DecodeHelper | None:
     """The helper :func:`start` forked for this very file (same device, inode, size and mtime),
     or None; a helper for another file, or for a file changed since, is stopped."""
     global _started

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from trace_helpers import SHARED_TRACES, kernel, launch, write_trace
 
-from gpuopt.trace import decode, early, events, helper, pieces
+from gpuopt.trace import decode, decode_ahead, decode_worker, events, pieces
 from gpuopt.trace.columns import EventColumns
 
 pytestmark = pytest.mark.skipif(
@@ -54,7 +54,7 @@ def test_helper_and_parent_split_the_pieces_and_agree(
     seen: dict[str, int] = {}
     real_result = decode._helper_result
 
-    def counting(h: helper.DecodeHelper, start: int):  # type: ignore[no-untyped-def]
+    def counting(h: decode_worker.DecodeHelper, start: int):  # type: ignore[no-untyped-def]
         got = real_result(h, start)
         seen["helper_pieces"] = -1 if got is None else len(got[0])
         return got
@@ -133,13 +133,13 @@ def test_frames_round_trip_odd_values() -> None:
 def test_when_a_helper_is_wanted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     small = write_trace(tmp_path / "s.json", [launch(1, 2, corr=1)])
     monkeypatch.delenv("GPUOPT_TRACE_WORKERS", raising=False)
-    assert not helper.wanted(small)  # a few bytes: decoding alone is faster
-    assert helper.wanted(small, workers=1) and not helper.wanted(small, workers=0)
+    assert not decode_worker.wanted(small)  # a few bytes: decoding alone is faster
+    assert decode_worker.wanted(small, workers=1) and not decode_worker.wanted(small, workers=0)
     monkeypatch.setenv("GPUOPT_TRACE_WORKERS", "1")
-    assert helper.wanted(small)
+    assert decode_worker.wanted(small)
     monkeypatch.setenv("GPUOPT_TRACE_WORKERS", "0")
-    monkeypatch.setattr(helper, "MIN_TEXT_BYTES", 0)
-    assert not helper.wanted(small)
+    monkeypatch.setattr(decode_worker, "MIN_TEXT_BYTES", 0)
+    assert not decode_worker.wanted(small)
 
 
 def test_text_size_reads_the_gzip_trailer(tmp_path: Path) -> None:
@@ -210,7 +210,7 @@ def _helper_pieces_seen(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     seen: dict[str, int] = {}
     real_result = decode._helper_result
 
-    def counting(h: helper.DecodeHelper, start: int):  # type: ignore[no-untyped-def]
+    def counting(h: decode_worker.DecodeHelper, start: int):  # type: ignore[no-untyped-def]
         got = real_result(h, start)
         seen["split"] = h.split
         seen["helper_pieces"] = -1 if got is None else len(got[0])
@@ -228,13 +228,13 @@ def test_an_early_helper_is_claimed_by_the_loader(
     whether the two processes share the pieces (early_text=0) or the helper takes them all."""
     p = _trace(tmp_path)
     monkeypatch.setattr(pieces, "BLOCK", 4096)
-    monkeypatch.setattr(helper, "EARLY_TEXT_BYTES", early_text)
+    monkeypatch.setattr(decode_worker, "EARLY_TEXT_BYTES", early_text)
     monkeypatch.setenv("GPUOPT_TRACE_WORKERS", "1")  # the test process may run threads: force it
     alone = decode._load_streaming(p, workers=0)
     seen = _helper_pieces_seen(monkeypatch)
-    assert early.start(p)
+    assert decode_ahead.start(p)
     together = decode.load_columns(p)
-    assert early._started is None  # claimed
+    assert decode_ahead._started is None  # claimed
     assert identical(alone, together)
     assert seen["helper_pieces"] > 0
     assert (seen["split"] == 0) == (
@@ -248,22 +248,22 @@ def test_an_early_helper_for_another_or_changed_file_is_not_used(
     p, q = _trace(tmp_path), write_trace(tmp_path / "other.json", [launch(1, 2, corr=1)])
     monkeypatch.setenv("GPUOPT_TRACE_WORKERS", "1")
 
-    def reaped(h: helper.DecodeHelper) -> bool:
+    def reaped(h: decode_worker.DecodeHelper) -> bool:
         return h.fd == -1 and not Path(f"/proc/{h.pid}").exists()
 
-    assert early.start(p)
-    h = early._started[1]  # type: ignore[index]
-    assert early.claim(q) is None and reaped(h)  # another file: stopped, not used
-    assert early.start(p)
-    h = early._started[1]  # type: ignore[index]
+    assert decode_ahead.start(p)
+    h = decode_ahead._started[1]  # type: ignore[index]
+    assert decode_ahead.claim(q) is None and reaped(h)  # another file: stopped, not used
+    assert decode_ahead.start(p)
+    h = decode_ahead._started[1]  # type: ignore[index]
     p.write_bytes(p.read_bytes() + b"\n")  # the file changed after the fork
-    assert early.claim(p) is None and reaped(h)
-    assert early.start(p)
-    h = early._started[1]  # type: ignore[index]
-    early.discard()  # the command failed before loading
-    assert early._started is None and reaped(h)
+    assert decode_ahead.claim(p) is None and reaped(h)
+    assert decode_ahead.start(p)
+    h = decode_ahead._started[1]  # type: ignore[index]
+    decode_ahead.discard()  # the command failed before loading
+    assert decode_ahead._started is None and reaped(h)
     monkeypatch.setenv("GPUOPT_TRACE_WORKERS", "0")
-    assert not early.start(p) and early._started is None
+    assert not decode_ahead.start(p) and decode_ahead._started is None
 
 
 def test_the_early_path_imports_no_numpy() -> None:
@@ -273,7 +273,8 @@ def test_the_early_path_imports_no_numpy() -> None:
 
     code = (
         "import sys\n"
-        "import gpuopt.entry, gpuopt.report.command, gpuopt.trace.early\n"
+        "import gpuopt.entry, gpuopt.report.command, gpuopt.loading, gpuopt.assemble\n"
+        "import gpuopt.trace.decode_ahead\n"
         "print(sorted(m for m in sys.modules if m == 'numpy' or m.startswith('numpy.')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

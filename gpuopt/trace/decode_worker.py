@@ -1,4 +1,5 @@
-"""A forked helper process that decodes the second half of a trace while the parent decodes the first.
+"""A forked helper process that decodes the second half of a trace while the parent decodes the
+first.
 
 Why: decoding is the largest part of ``gpuopt report TRACE`` on a big trace, and it is CPU-bound
 Python work that threads cannot share. The parent forks a helper and decodes the pieces that start
@@ -6,13 +7,13 @@ before the split (:data:`PARENT_SHARE` of the text); the helper decompresses its
 (gunzip alone is fast) and decodes the rest, then hands its columns and the text's tail back. The
 parent never decompresses the second half at all.
 
-Two starts, both for files of at least :data:`MIN_TEXT_BYTES` of JSON. :mod:`gpuopt.trace.early`
-forks it as soon as ``gpuopt report`` knows its input is a trace file, before numpy is imported:
-the helper runs only numpy-free code (:mod:`gpuopt.trace.events`), so it decodes while the parent
-imports, and its share grows by :data:`EARLY_TEXT_BYTES`, what it decodes in that time
-(:func:`split_for`). Otherwise (a folder of ranks, ``gpuopt profile``'s window) the loader forks
-it after the imports. (A first version forked before the imports with a helper that imported
-numpy too: both processes then imported at once, each slower, and it lost.)
+Two starts, both for files of at least :data:`MIN_TEXT_BYTES` of JSON.
+:mod:`gpuopt.trace.decode_ahead` forks it as soon as ``gpuopt report`` knows its input is a trace
+file, before numpy is imported: the helper runs only numpy-free code (:mod:`gpuopt.trace.events`),
+so it decodes while the parent imports, and its share grows by :data:`EARLY_TEXT_BYTES`, what it
+decodes in that time (:func:`split_for`). Otherwise (a folder of ranks, ``gpuopt profile``'s
+window) the loader forks it after the imports. (A first version forked before the imports with a
+helper that imported numpy too: both processes then imported at once, each slower, and it lost.)
 
 Measured (docs/bench-trace.md): on this project's 2-vCPU machines two busy processes get between
 1.1x and 2x the throughput of one, changing from minute to minute, so the helper saves far less
@@ -90,7 +91,7 @@ def wanted(path: Path, workers: int | None = None) -> bool:
 def split_for(text_bytes: int, early: bool) -> int:
     """Where the helper's pieces begin. Forked after the parent's imports, the helper takes a
     little under half (it also decompresses the parent's half). Forked before them
-    (:mod:`gpuopt.trace.early`), it first takes the :data:`EARLY_TEXT_BYTES` the parent would
+    (:mod:`gpuopt.trace.decode_ahead`), it first takes the :data:`EARLY_TEXT_BYTES` the parent would
     spend importing, and the two share the rest as before."""
     if not early:
         return int(text_bytes * PARENT_SHARE)
@@ -195,7 +196,8 @@ def _die_with(parent: int) -> None:  # pragma: no cover - child only
 def _helper_main(
     path: Path, fd: int, split: int, piece: PieceEncoder, tail: TailEncoder
 ) -> None:  # pragma: no cover
-    """The helper: skip (decompress only) the pieces before the split, encode the rest and the tail."""
+    """The helper: skip (decompress only) the pieces before the split, encode the rest and the
+    tail."""
     code = 1
     try:
         stream = pieces_mod.PieceStream(path)

@@ -1,0 +1,131 @@
+"""One rank's trace analysis as parts of the profile: its ``gpu[]`` and ``ranks[]`` entries and
+the contract's breakdown of its steps.
+
+Numbers are rounded here, where they enter the document (the trace records keep full precision):
+percentages to 0.01, fractions to 1e-4, seconds to µs.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpuopt.model.profile import Breakdown, GpuRank, IdleSplit, LaunchBrief, MemcpyTotals, RankEntry
+from gpuopt.model.trace import StepOverview
+from gpuopt.trace.analysis import RankAnalysis
+from gpuopt.trace.array_stats import median
+from gpuopt.trace.idle import idle_totals
+
+
+def rounded(x: float | None, nd: int = 3) -> float | None:
+    """``x`` rounded to ``nd`` decimals; None for a missing or non-finite value."""
+    return None if x is None or not math.isfinite(x) else round(float(x), nd)
+
+
+def fixed(x: float, nd: int = 3) -> float:
+    """A value that is always finite, rounded to ``nd`` decimals."""
+    return round(float(x), nd)
+
+
+def percent(fraction: float | None) -> float | None:
+    return None if fraction is None else rounded(100.0 * fraction, 2)
+
+
+def ms(us: float) -> float | None:
+    """µs → ms, rounded to the µs."""
+    return rounded(us / 1e3, 3)
+
+
+def contract_breakdown(rows: list[StepOverview]) -> Breakdown | None:
+    """The step overview mapped onto the contract's data_wait, h2d, sync, compute and other:
+    fractions of the steps' time that sum to 1 (None when the steps took no time)."""
+    total = sum(r.dur_us for r in rows)
+    if total <= 0:
+        return None
+    data_wait = sum(r.dataloader_us for r in rows)
+    h2d = sum(r.memcpy_us for r in rows)
+    sync = sum(r.sync_us for r in rows)
+    compute = sum(r.kernel_us + r.memset_us + r.communication_us for r in rows)
+    parts = [min(max(x / total, 0.0), 1.0) for x in (data_wait, h2d, sync, compute)]
+    return Breakdown(
+        data_wait=parts[0],
+        h2d=parts[1],
+        sync=parts[2],
+        compute=parts[3],
+        other=max(0.0, 1.0 - sum(parts)),
+    )
+
+
+def gpu_rank(ra: RankAnalysis) -> GpuRank:
+    """The contract's ``gpu[]`` entry of a rank."""
+    t = ra.temporal
+    it = idle_totals(ra.idle_streams)
+    ls = ra.launch_summary
+    return GpuRank(
+        rank=ra.rank,
+        device=ra.device.name if ra.device is not None else None,
+        utilization=rounded(t.utilization, 4) if t is not None else None,
+        idle_pct=rounded(t.idle_pct, 2) if t is not None else None,
+        compute_pct=rounded(t.compute_pct, 2) if t is not None else None,
+        non_compute_pct=rounded(t.non_compute_pct, 2) if t is not None else None,
+        idle_us=IdleSplit(
+            host_wait=rounded(it.host_wait, 1),
+            kernel_wait=rounded(it.kernel_wait, 1),
+            other=rounded(it.other, 1),
+        ),
+        launch=LaunchBrief(
+            count=ls.count,
+            delay_median_us=rounded(ls.launch_delay_us.median, 2),
+            short_kernels=ls.short_kernels,
+        ),
+        memcpy=MemcpyTotals(
+            count=int(sum(m.count for m in ra.memory)),
+            time_us=rounded(sum(m.time_us for m in ra.memory), 1),
+            bytes=int(sum(m.bytes for m in ra.memory)),
+        ),
+        comm_overlap_pct=percent(ra.comm_overlap),
+    )
+
+
+def step_time_median_s(ra: RankAnalysis) -> float | None:
+    durations = [s.dur_us for s in ra.measured_steps]
+    return rounded(median(durations) / 1e6, 6) if durations else None
+
+
+def collective_s_per_step(ra: RankAnalysis) -> float | None:
+    return rounded(ra.communication_us / max(len(ra.measured_steps), 1) / 1e6, 6)
+
+
+def rank_entry(ra: RankAnalysis) -> RankEntry:
+    """The contract's ``ranks[]`` entry of a rank of a folder of traces."""
+    bd = contract_breakdown(ra.step_overview)
+    return RankEntry(
+        rank=ra.rank,
+        dir=ra.file,
+        steps=len(ra.measured_steps),
+        breakdown=None if bd is None else _rounded_fractions(bd),
+        collective_s_per_step=collective_s_per_step(ra),
+        step_time_median_s=step_time_median_s(ra),
+    )
+
+
+def _rounded_fractions(bd: Breakdown) -> Breakdown:
+    return Breakdown(
+        data_wait=fixed(bd.data_wait, 4),
+        h2d=fixed(bd.h2d, 4),
+        sync=fixed(bd.sync, 4),
+        compute=fixed(bd.compute, 4),
+        other=fixed(bd.other, 4),
+    )
+
+
+def profile_breakdown(rows: list[StepOverview]) -> Breakdown:
+    """The profile's breakdown (rounded; all 0 when the steps took no time): rounding must not
+    push the sum past the validator's tolerance, so ``other`` takes up the difference."""
+    bd = contract_breakdown(rows)
+    if bd is None:
+        return Breakdown()
+    out = _rounded_fractions(bd)
+    total = sum(v for _, v in out.items())
+    if total > 0:
+        out.other = round(max(0.0, out.other + 1.0 - total), 4)
+    return out
