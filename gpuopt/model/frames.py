@@ -15,13 +15,12 @@ from typing import TYPE_CHECKING, Any
 from msgspec import UnsetType
 from msgspec.structs import fields
 
-from gpuopt.model.profile import (
+from gpuopt.model.records import (
     BREAKDOWN_KEYS,
     DataLoaderInfo,
     Finding,
     GpuRank,
     Loop,
-    Profile,
     RankEntry,
     StepRecord,
     Sync,
@@ -31,6 +30,8 @@ from gpuopt.model.trace import KernelStat, StepOverview, TraceRank
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from gpuopt.model.profile import Profile
 
 FINDING_COLUMNS = (
     "id",

@@ -1,8 +1,9 @@
 """The profile document (schema ``gpuopt.profile/1``) as typed records.
 
 One :class:`Profile` is what ``gpuopt profile`` measures and ``gpuopt report TRACE`` reads from a
-trace: the probes and the trace analyses produce these records, the rules read them, the
-renderers draw them, and JSON exists only at the edge (:mod:`gpuopt.model.document`).
+trace: the probes and the trace analyses produce its records (:mod:`gpuopt.model.records`,
+:mod:`gpuopt.model.trace`), the rules read them, the renderers draw them, and JSON exists only at
+the edge (:mod:`gpuopt.model.document`).
 
 Field order is the contract's (``docs/contract.md``), then gpuopt's additions. A field typed
 ``X | UnsetType`` is a key that only some documents carry (a trace has no ``cwd``, a run without
@@ -14,376 +15,95 @@ of measured step time (0-1).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING
 
-from msgspec import UNSET, Struct, UnsetType, field
+from msgspec import UNSET, UnsetType, field
 
+from gpuopt.model.records import (
+    BREAKDOWN_KEYS,
+    SCHEMA,
+    Breakdown,
+    Count,
+    CpuUtilization,
+    DataLoaderInfo,
+    Dispatch,
+    Environment,
+    Evidence,
+    Finding,
+    GpuInfo,
+    GpuRank,
+    GpuSampleSummary,
+    IdleSplit,
+    LaunchBrief,
+    Loop,
+    MeanMax,
+    MemcpyTotals,
+    Ragged,
+    RankEntry,
+    RankSpread,
+    Record,
+    RunError,
+    Scalar,
+    Severity,
+    ShapeCount,
+    Source,
+    Status,
+    StepRecord,
+    Steps,
+    StepTimes,
+    Sync,
+    Table,
+    Timeline,
+    TopSite,
+    Transfer,
+    Utilization,
+)
 from gpuopt.model.trace import TraceDetails
 
 if TYPE_CHECKING:
     import pandas as pd
 
-SCHEMA = "gpuopt.profile/1"
-
-Status = Literal["ok", "error", "interrupted"]
-Severity = Literal["high", "medium", "low"]
-Source = Literal["run", "trace"]
-# Per-step figures: an int when the recorder counted an exact whole number per step.
-Count = int | float
-# A cell of a generic table.
-Scalar = str | int | float | bool | None
-# What a rule measured for a finding: named numbers (and a few lists and names) plus ``summary``.
-Evidence = dict[str, Any]
-
-
-class Record(Struct, kw_only=True):
-    """Every record of the document: keyword construction, compared by value."""
-
-
-class GpuInfo(Record):
-    name: str
-    memory_bytes: int | None = None
-
-
-class Environment(Record):
-    python: str | None = None
-    torch: str | None = None
-    device: str = "cpu"
-    gpus: list[GpuInfo] = field(default_factory=list)
-    cpu_count: int | None = None
-    platform: str | UnsetType = UNSET
-
-
-class StepTimes(Record):
-    median: float | None = None
-    p10: float | None = None
-    p90: float | None = None
-    mean: float | None = None
-
-
-class StepRecord(Record):
-    """One step, warm-up included: ``start_s`` is seconds since the run (or trace) started."""
-
-    index: int
-    start_s: float | None
-    time_s: float
-    warmup: bool = False
-    data_wait_s: float | UnsetType = UNSET
-    h2d_s: float | UnsetType = UNSET
-    sync_s: float | UnsetType = UNSET
-    instrumented: bool | UnsetType = UNSET
-
-
-class Steps(Record):
-    count: int = 0
-    measured: int = 0
-    warmup: int = 0
-    time_s: StepTimes = field(default_factory=StepTimes)
-    marked_by: list[str] | UnsetType = UNSET
-    instrumented: list[int] | UnsetType = UNSET
-    series: list[StepRecord] = field(default_factory=list)
-
-
-class Breakdown(Record):
-    """Fractions of measured step time; they sum to 1 (all 0 when nothing was measured)."""
-
-    data_wait: float = 0.0
-    h2d: float = 0.0
-    sync: float = 0.0
-    compute: float = 0.0
-    other: float = 0.0
-
-    def items(self) -> list[tuple[str, float]]:
-        return [(k, getattr(self, k)) for k in BREAKDOWN_KEYS]
-
-
-BREAKDOWN_KEYS: tuple[str, ...] = ("data_wait", "h2d", "sync", "compute", "other")
-
-
-class MeanMax(Record):
-    """Utilization in percent (0-100)."""
-
-    mean: float | None = None
-    max: float | None = None
-
-
-class CpuUtilization(Record):
-    mean: float | None = None
-    max: float | None = None
-    cores_busy_mean: float | None | UnsetType = UNSET
-
-
-class Timeline(Record):
-    """Background samples: ``cpu``/``gpu`` in percent, memory in bytes."""
-
-    t_s: list[float] = field(default_factory=list)
-    cpu: list[float] = field(default_factory=list)
-    gpu: list[float | None] | None = None
-    rss_bytes: list[int] = field(default_factory=list)
-    gpu_memory_bytes: list[int | None] | None = None
-
-
-class GpuSampleSummary(Record):
-    """One GPU's NVML samples over the run."""
-
-    index: int
-    util_mean: float | None = None
-    memory_used_max_bytes: int | None = None
-    power_w_mean: float | None = None
-    sm_clock_mhz_mean: float | None = None
-    process_util_mean: float | None = None
-
-
-class Utilization(Record):
-    gpu: MeanMax | None = None
-    cpu: CpuUtilization = field(default_factory=CpuUtilization)
-    samples: int = 0
-    timeline: Timeline | None = None
-    interval_s: float | UnsetType = UNSET
-    cpu_count: int | UnsetType = UNSET
-    note: str | UnsetType = UNSET
-    gpus: list[GpuSampleSummary] | UnsetType = UNSET
-
-
-class Transfer(Record):
-    """Copies between devices at one site, per step."""
-
-    direction: str  # h2d | d2h | d2d
-    site: str | None
-    count_per_step: Count
-    bytes_per_step: Count
-    pinned: bool | None
-    non_blocking: bool | None
-    src_device: str | UnsetType = UNSET
-    dst_device: str | UnsetType = UNSET
-    api: str | UnsetType = UNSET
-    time_us_per_step: float | None | UnsetType = UNSET
-    time_share: float | UnsetType = UNSET
-    bandwidth_gbps: float | None | UnsetType = UNSET
-
-
-class Sync(Record):
-    """Calls that make the host wait for the device, at one site, per step."""
-
-    kind: str  # item, tolist, cpu, numpy, bool, nonzero, synchronize, blocking_copy, ...
-    site: str | None
-    count_per_step: Count
-    api: str | UnsetType = UNSET
-    op: str | None | UnsetType = UNSET
-    measured_device: str | UnsetType = UNSET
-    would_block_on_gpu: bool | UnsetType = UNSET
-    time_us_per_step: float | None | UnsetType = UNSET
-    idle_after_us_per_step: float | UnsetType = UNSET
-    time_share: float | UnsetType = UNSET
-    idle_after_share: float | UnsetType = UNSET
-
-
-class TopSite(Record):
-    site: str
-    ops_per_step: Count
-    time_share: float
-
-
-class Dispatch(Record):
-    """Host-side op dispatch measured by the recorder's window (docs/host-culprits.md)."""
-
-    ops_per_step: Count | None = None
-    mean_op_us: float | None = None
-    mean_op_us_raw: float | None | UnsetType = UNSET
-    between_ops_share: float | UnsetType = UNSET
-    between_ops_step_share: float | UnsetType = UNSET
-    op_time_share: float | UnsetType = UNSET
-    host_dispatch_share: float | UnsetType = UNSET
-    tiny_ops_per_step: Count | UnsetType = UNSET
-    tiny_op_us: float | UnsetType = UNSET
-    view_ops_per_step: Count | UnsetType = UNSET
-    data_ops_per_step: Count | UnsetType = UNSET
-    torch_function_calls_per_step: Count | UnsetType = UNSET
-    step_time_us: float | UnsetType = UNSET
-    step_time_source: str | UnsetType = UNSET
-    step_time_us_raw: float | UnsetType = UNSET
-    between_ops_us_per_step: float | UnsetType = UNSET
-    op_time_us_per_step: float | UnsetType = UNSET
-    data_wait_us_per_step: float | UnsetType = UNSET
-    data_wait_source: str | UnsetType = UNSET
-    sync_us_per_step: float | UnsetType = UNSET
-    sync_share: float | UnsetType = UNSET
-    h2d_us_per_step: float | UnsetType = UNSET
-    h2d_share: float | UnsetType = UNSET
-    window_start: int | UnsetType = UNSET
-    window_steps: int | UnsetType = UNSET
-    window_partial: bool | UnsetType = UNSET
-    measured_device: str | UnsetType = UNSET
-    recorder_overhead_us_per_op: float | UnsetType = UNSET
-    recorder_own_us_per_op: float | UnsetType = UNSET
-    recorder_function_entry_us: float | UnsetType = UNSET
-    recorder_dispatch_entry_us: float | UnsetType = UNSET
-    recorder_passthrough_us: float | UnsetType = UNSET
-    recorder_inflation_us: float | UnsetType = UNSET
-    recorder_trivial_op_us: float | UnsetType = UNSET
-    recorder_overhead_share: float | UnsetType = UNSET
-    note: str | UnsetType = UNSET
-    top_sites: list[TopSite] | UnsetType = UNSET
-
-
-class Loop(Record):
-    """A Python loop that issues many small tensor ops, per step."""
-
-    site: str
-    ops_per_step: Count
-    iterations_per_step: Count
-    kind: str | UnsetType = UNSET
-    code: str | UnsetType = UNSET
-    indexing_ops_per_step: Count | UnsetType = UNSET
-    ops_per_iteration: float | None | UnsetType = UNSET
-    time_us_per_step: float | UnsetType = UNSET
-    time_share: float | UnsetType = UNSET
-    through: list[str] | UnsetType = UNSET  # the helper lines that issue the loop's ops
-
-
-class Finding(Record):
-    """One diagnosed cause of idle GPU time, with the measured evidence and a concrete fix.
-
-    ``est_speedup`` is an estimate (whole-step speedup if the cause were removed) and
-    ``estimate_model`` says how it was estimated; reports label it as such.
-    """
-
-    id: str
-    severity: Severity
-    title: str
-    evidence: Evidence
-    fix: str
-    site: str | None = None
-    est_speedup: float | None = None
-    estimate_model: str | None = None
-    source: str | UnsetType = UNSET  # "trace": found in a Kineto trace
-    fix_params: dict[str, str] | UnsetType = UNSET  # the knobs and values of the fix
-
-    @property
-    def summary(self) -> str:
-        s = self.evidence.get("summary")
-        return s if isinstance(s, str) else ""
-
-
-class IdleSplit(Record):
-    """GPU idle time in µs, as HTA splits it."""
-
-    host_wait: float | None = None
-    kernel_wait: float | None = None
-    other: float | None = None
-
-
-class LaunchBrief(Record):
-    count: int
-    delay_median_us: float | None
-    short_kernels: int
-
-
-class MemcpyTotals(Record):
-    count: int
-    time_us: float | None
-    bytes: int
-
-
-class GpuRank(Record):
-    """One rank's GPU time from a Kineto trace (the contract's ``gpu[]``)."""
-
-    rank: int
-    device: str | None
-    utilization: float | None  # a fraction of the span with a GPU event running
-    idle_pct: float | None
-    compute_pct: float | None
-    non_compute_pct: float | None
-    idle_us: IdleSplit
-    launch: LaunchBrief
-    memcpy: MemcpyTotals
-    comm_overlap_pct: float | None
-
-
-class RankEntry(Record):
-    """One rank of a multi-process run or of a folder of per-rank traces."""
-
-    rank: int
-    dir: str
-    steps: int
-    breakdown: Breakdown | None
-    collective_s_per_step: float | None = None
-    status: Status | UnsetType = UNSET
-    step_time_median_s: float | None | UnsetType = UNSET
-    # Read from documents of gpuopt before 0.2 (trace folders wrote this name), never written.
-    step_time_s_median: float | None | UnsetType = UNSET
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.step_time_s_median, UnsetType):
-            if isinstance(self.step_time_median_s, UnsetType):
-                self.step_time_median_s = self.step_time_s_median
-            self.step_time_s_median = UNSET
-
-
-class RankSpread(Record):
-    slowest_rank: int
-    fastest_rank: int
-    ratio: float
-
-
-class Table(Record):
-    """A table any analysis may add; every renderer shows it."""
-
-    id: str
-    title: str
-    columns: list[str]
-    rows: list[list[Scalar]]
-    note: str = ""
-
-
-class DataLoaderInfo(Record):
-    """One DataLoader the run iterated: its settings and the time the loop waited on it."""
-
-    site: str | None
-    cls: str = field(name="class")
-    dataset: str
-    batch_size: int | None
-    num_workers: int
-    pin_memory: bool
-    persistent_workers: bool
-    prefetch_factor: int | None
-    multiprocessing_context: str | None
-    epochs: int
-    batches: int
-    wait_s_total: float
-    wait_s_per_step: float | None
-
-
-class ShapeCount(Record):
-    shapes: str
-    batches: int
-
-
-class Ragged(Record):
-    """Batch-shape statistics over every batch, padding over the recorder's window."""
-
-    batches: int
-    steps_observed: int
-    distinct_shapes: int
-    new_shape_share: float | None
-    batch_size: int | None
-    batch_sizes: list[int]
-    variable_dims: list[str]
-    variable_batch_size: bool
-    list_batches: int
-    batch_size_1_variable: bool
-    pad_fraction: float | None
-    pad_tensor: str | None
-    padded_batches_scanned: int
-    top_shapes: list[ShapeCount]
-    step_signatures_distinct: int | UnsetType = UNSET
-    step_signatures_steps: int | UnsetType = UNSET
-    note: str | UnsetType = UNSET
-
-
-class RunError(Record):
-    type: str
-    message: str
+# The records are importable from here too: a Profile and its parts are one vocabulary.
+__all__ = [
+    "Breakdown",
+    "BREAKDOWN_KEYS",
+    "Count",
+    "CpuUtilization",
+    "DataLoaderInfo",
+    "Dispatch",
+    "Environment",
+    "Evidence",
+    "Finding",
+    "GpuInfo",
+    "GpuRank",
+    "GpuSampleSummary",
+    "IdleSplit",
+    "LaunchBrief",
+    "Loop",
+    "MeanMax",
+    "MemcpyTotals",
+    "Profile",
+    "Ragged",
+    "RankEntry",
+    "RankSpread",
+    "Record",
+    "RunError",
+    "Scalar",
+    "SCHEMA",
+    "Severity",
+    "ShapeCount",
+    "Source",
+    "Status",
+    "StepRecord",
+    "Steps",
+    "StepTimes",
+    "Sync",
+    "Table",
+    "Timeline",
+    "TopSite",
+    "Transfer",
+    "Utilization",
+]
 
 
 class Profile(Record):
