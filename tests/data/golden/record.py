@@ -43,7 +43,14 @@ RENDERED_TRACES = (
     "hta__cpu_only__rank-34.Jul_15_10_52_41.1074.pt.trace",
     "kineto_tb_plugin__samples__resnet50_num_workers_0__worker0.1623143089861.pt.trace",
 )
-FIXTURE_NAMES = ("cpu_dataloader_bound", "host_culprits", "gpu_ranks", "failed_run", "trace_tables", "hostile")
+FIXTURE_NAMES = (
+    "cpu_dataloader_bound",
+    "host_culprits",
+    "gpu_ranks",
+    "failed_run",
+    "trace_tables",
+    "hostile",
+)
 FORMATS = ("text", "md", "html")
 # (name, gpuopt profile arguments): real runs; each test compares against these.
 RUNS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -71,8 +78,14 @@ def trace_inputs() -> list[str]:
 
 def gpuopt(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, COLUMNS="100")
-    return subprocess.run([sys.executable, "-m", "gpuopt", *args], cwd=cwd, capture_output=True,
-                          text=True, env=env, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuopt", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
 
 
 def zero_timings(doc: dict) -> dict:
@@ -102,9 +115,14 @@ def record_traces() -> None:
             print(f"refused {rel}: {res.stderr.strip()[:100]}")
             continue
         doc = zero_timings(json.loads(res.stdout))
-        write_gz(HERE / "traces" / f"{name}.json.gz", json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+        write_gz(
+            HERE / "traces" / f"{name}.json.gz",
+            json.dumps(doc, indent=1, ensure_ascii=False) + "\n",
+        )
         print(f"recorded {rel}")
-    (HERE / "traces" / "errors.json").write_text(json.dumps(errors, indent=1, sort_keys=True) + "\n")
+    (HERE / "traces" / "errors.json").write_text(
+        json.dumps(errors, indent=1, sort_keys=True) + "\n"
+    )
 
 
 def record_renderings() -> None:
@@ -130,7 +148,10 @@ def record_runs() -> None:
             out = Path(tmp) / name
             res = gpuopt("profile", "--quiet", "-o", str(out), *args)
             doc = json.loads((out / "profile.json").read_text())
-            write_gz(HERE / "runs" / f"{name}.json.gz", json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+            write_gz(
+                HERE / "runs" / f"{name}.json.gz",
+                json.dumps(doc, indent=1, ensure_ascii=False) + "\n",
+            )
             print(f"ran {name}: exit {res.returncode}")
 
 
