@@ -341,69 +341,28 @@ class RecorderEngine:
             return func(*args, **kwargs)
         t_in = _perf()
         self.busy = True
-        timed: tuple[list[float], ...] = ()
-        sync_entry: list[float] | None = None
         flags = 0
         ctx: _Ctx | None = None
+        timed: tuple[list[float], ...] = ()
+        sync_entry: list[float] | None = None
         try:
-            flags = self.op_flags.get(func)  # type: ignore[assignment]
-            if flags is None:
-                flags = self.op_flags[func] = classify_op(func)
-            if flags & SKIP:
-                self.busy = False
-                return func(*args, **kwargs)
-            ctx = self.ctx
-            if ctx is None:
-                ctx = self._ctx_from_stack()
-            pending = self.pending_idle
-            if pending is not None and not ctx.data:
-                entry, _, t_ret, data_then = pending
-                entry[2] += max(t_in - t_ret - (self.data_clock - data_then), 0.0)
-                self.pending_idle = None
-            if flags & _SPECIAL and ctx.key is not None:
-                timed, sync_entry = self._special(func, flags, args, kwargs, ctx)
-            if not ctx.data and args:
-                a0 = args[0]
-                if isinstance(a0, self._torch.Tensor):
-                    try:
-                        self.acc.signature = hash((self.acc.signature, func, a0.shape))
-                    except TypeError:  # symbolic sizes (tracing) are not hashable: no signature
-                        pass
+            known = self.op_flags.get(func)
+            if known is None:
+                known = self.op_flags[func] = classify_op(func)
+            flags = known
+            if not flags & SKIP:
+                ctx, timed, sync_entry = self._enter_op(func, flags, args, kwargs, t_in)
         except Exception as exc:
             self._fail(exc)
         self.busy = False
+        if flags & SKIP:
+            return func(*args, **kwargs)
         t0 = _perf()
         out = func(*args, **kwargs)
         t1 = _perf()
+        dt = t1 - t0
         if ctx is not None:
-            dt = t1 - t0
-            gap = t_in - self.last_exit
-            acc = self.acc
-            acc.dispatch_events += 1
-            if ctx.data:
-                acc.data_ops += 1
-                acc.data_s += dt + gap
-                self.data_clock += dt + gap
-            else:
-                acc.ops += 1
-                acc.op_s += dt
-                if dt * 1e6 < SMALL_OP_US:
-                    acc.small_ops += 1
-                    acc.small_s += dt
-                if flags & VIEW:
-                    acc.view_ops += 1
-                stats = ctx.stats
-                if stats is not None:
-                    stats[S_OPS] += 1
-                    stats[S_TIME] += dt + gap
-                    if flags & INDEXING:
-                        stats[S_INDEX] += 1
-                    via = ctx.via
-                    if via is not None:  # the same op, counted in the loop that called its line
-                        via[S_OPS] += 1
-                        via[S_TIME] += dt + gap
-                        if flags & INDEXING:
-                            via[S_INDEX] += 1
+            self._count_op(ctx, flags, dt, t_in - self.last_exit)
             for entry in timed:
                 entry[1] += dt
         self.last_exit = t_end = _perf()
@@ -414,9 +373,60 @@ class RecorderEngine:
             self.pending_idle = (sync_entry, self.last_sync_key, self.last_exit, self.data_clock)
         return out
 
+    def _enter_op(
+        self, func: Any, flags: int, args: tuple[Any, ...], kwargs: dict[str, Any], t_in: float
+    ) -> tuple[_Ctx, tuple[list[float], ...], list[float] | None]:
+        """Before an op runs: its context (the Python call that issued it, or the stack), the
+        idle time since the last sync closed, copies and syncs recorded, the step signature."""
+        ctx = self.ctx
+        if ctx is None:
+            ctx = self._ctx_from_stack()
+        pending = self.pending_idle
+        if pending is not None and not ctx.data:
+            entry, _, t_ret, data_then = pending
+            entry[2] += max(t_in - t_ret - (self.data_clock - data_then), 0.0)
+            self.pending_idle = None
+        timed: tuple[list[float], ...] = ()
+        sync_entry: list[float] | None = None
+        if flags & _SPECIAL and ctx.key is not None:
+            timed, sync_entry = self._special(func, flags, args, kwargs, ctx)
+        if not ctx.data and args:
+            a0 = args[0]
+            if isinstance(a0, self._torch.Tensor):
+                try:
+                    self.acc.signature = hash((self.acc.signature, func, a0.shape))
+                except TypeError:  # symbolic sizes (tracing) are not hashable: no signature
+                    pass
+        return ctx, timed, sync_entry
+
+    def _count_op(self, ctx: _Ctx, flags: int, dt: float, gap: float) -> None:
+        """After an op ran for ``dt`` seconds, ``gap`` after the previous one ended: count it in
+        the step, and in its line's (and the calling loop's) stats."""
+        acc = self.acc
+        acc.dispatch_events += 1
+        if ctx.data:
+            acc.data_ops += 1
+            acc.data_s += dt + gap
+            self.data_clock += dt + gap
+            return
+        acc.ops += 1
+        acc.op_s += dt
+        if dt * 1e6 < SMALL_OP_US:
+            acc.small_ops += 1
+            acc.small_s += dt
+        if flags & VIEW:
+            acc.view_ops += 1
+        for stats in (ctx.stats, ctx.via):  # the via stats: the loop that called its line
+            if stats is not None:
+                stats[S_OPS] += 1
+                stats[S_TIME] += dt + gap
+                if flags & INDEXING:
+                    stats[S_INDEX] += 1
+
     def _ctx_from_stack(self) -> _Ctx:
         """Context for an op no Python-level call announced (ops issued from C++ code)."""
-        frame, direct, data = self.resolver.locate(sys._getframe(3))
+        # 0: here, 1: _enter_op, 2: on_dispatch, 3: the mode's __torch_dispatch__, 4: its caller
+        frame, direct, data = self.resolver.locate(sys._getframe(4))
         if frame is None:
             return _Ctx(None, None, False, data, None, "?")
         code = frame.f_code
