@@ -164,7 +164,7 @@ def schedule_command(
 ) -> None:
     """Plan TARGET, write the plan JSON, print a summary (text) or the document (json)."""
     from gpuopt.aot.costmodel import get_profile
-    from gpuopt.schema import write_atomic
+    from gpuopt.atomic_write import write_atomic
 
     if fmt not in ("text", "json"):
         raise GpuoptError(f"gpuopt schedule prints text or json, not {fmt!r}")
