@@ -18,15 +18,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from gpuopt.aot.capture import (
-    CaptureError,
-    Program,
-    capture_program,
-    dependence_edges,
-    probe,
-)
+from gpuopt.aot.capture import CaptureError, Program, capture_program
 from gpuopt.aot.executor_cpu import MemoryModel, SimReport, run_sequential, run_simulated
-from gpuopt.aot.plan import Plan, build_plan, release_policy
+from gpuopt.aot.plan import Plan
+from gpuopt.aot.planner import buffers_restored, plan_program
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -62,37 +57,6 @@ def _max_abs_diff(a: Any, b: Any) -> float | None:
         elif x != y:
             return None
     return worst
-
-
-def plan_program(
-    program: Program, leaves: Sequence[Any], *, merge: bool = True
-) -> tuple[Plan, Any]:
-    """Probe ``program`` on ``leaves`` and plan it; returns the plan and the probe's outputs."""
-    import torch
-
-    with torch.no_grad():
-        measured = probe(program, leaves)
-    edges, notes = dependence_edges(program, measured.nodes)
-    names = [n.name for n in program.compute]
-    kernel = {n: measured.nodes[n].kind == "kernel" for n in names}
-    plan = build_plan(names, edges, merge=merge, kernel=kernel)
-    plan.ops = {n: measured.nodes[n].to_dict() for n in names}
-    plan.memory = measured.memory()
-    outputs = program.output_names()
-    plan.release = release_policy(
-        plan,
-        {n: measured.nodes[n].storages for n in names},
-        {n: program.reads(n) for n in names},
-        keep=outputs,
-        accesses={
-            n: sorted(set(measured.nodes[n].reads) | set(measured.nodes[n].writes))
-            for n in names
-            if kernel[n]
-        },
-    )
-    plan.capture = program.method
-    plan.notes.extend(notes)
-    return plan, measured.outputs
 
 
 def _module_class() -> type:
@@ -223,8 +187,7 @@ def schedule(
     leaves = program.flatten_inputs(inputs)
     # The probe (and the check) run the model once; put its buffers (e.g. BatchNorm running
     # statistics in training mode) back afterwards, so scheduling has no side effect.
-    saved = [(buf, buf.detach().clone()) for buf in model.buffers()]
-    try:
+    with buffers_restored(model):
         try:
             plan, graph_outputs = plan_program(program, leaves, merge=merge)
         except CaptureError:
@@ -238,8 +201,4 @@ def schedule(
             with torch.no_grad():
                 eager = model(*inputs)
             plan.stats["capture_max_abs_diff"] = _max_abs_diff(graph_outputs, eager)
-    finally:
-        with torch.no_grad():
-            for buf, value in saved:
-                buf.copy_(value)
     return scheduled_module_class()(program, plan, cuda_graph=cuda_graph, warmup=warmup)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from gpuopt.aot.capture import _program_from_gm
 from gpuopt.aot.executor_cpu import MemoryModel, SimReport, run_sequential, run_simulated
 from gpuopt.aot.plan import Plan
+from gpuopt.aot.planner import buffers_restored, plan_program
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -54,8 +55,6 @@ class GraphPart:
 
     def _prepare(self, args: Sequence[Any]) -> None:
         import torch
-
-        from gpuopt.aot.api import plan_program
 
         self.program = _program_from_gm(self.gm, f"aot-{self.role}", list(args))
         self.program.method = "aot_autograd"
@@ -153,14 +152,8 @@ def schedule_training(
     module = ScheduledTrainingModule()
     # One forward on the example inputs compiles and plans the forward graph; the model's
     # buffers are restored afterwards and no gradient is computed.
-    saved = [(buf, buf.detach().clone()) for buf in model.buffers()]
-    try:
-        with torch.enable_grad():
-            compiled(*inputs)
-    finally:
-        with torch.no_grad():
-            for buf, value in saved:
-                buf.copy_(value)
+    with buffers_restored(model), torch.enable_grad():
+        compiled(*inputs)
     if "forward" not in parts:
         raise RuntimeError(
             "AOTAutograd did not produce a forward graph (does any parameter require grad?)"
