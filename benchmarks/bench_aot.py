@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpuopt.aot.graph import Dag, descendants, transitive_reduction  # noqa: E402
 from gpuopt.aot.plan import build_plan  # noqa: E402
-from gpuopt.aot.streams import _chains, _merge_matching, maximum_matching  # noqa: E402
+from gpuopt.aot.streams import chain_followers, chains_from_matching, maximum_matching  # noqa: E402
 
 # Nimble (Kwon et al., NeurIPS 2020), Table/Figure for inference on V100, batch 1: speedup of
 # Nimble over PyTorch eager. Reference points only; nothing here reproduces them.
@@ -97,8 +97,8 @@ def bench_planning(n: int, repeats: int) -> list[dict[str, Any]]:
             t2 = time.perf_counter()
             m = maximum_matching(len(dag), red)
             t3 = time.perf_counter()
-            ch = _chains(len(dag), m)
-            _merge_matching([x[-1] for x in ch], [x[0] for x in ch], reach)
+            ch = chains_from_matching(len(dag), m)
+            chain_followers([x[-1] for x in ch], [x[0] for x in ch], reach)
             t4 = time.perf_counter()
             parts["reduce"].append(t2 - t1)
             parts["match"].append(t3 - t2)

@@ -142,7 +142,7 @@ def test_fx_plan_without_barriers_is_flagged() -> None:
     data_edges = [
         (s, d)
         for s, d in sm.plan.edges
-        if s in {n.name for n in sm._program.by_name[d].all_input_nodes}
+        if s in {n.name for n in sm.program.by_name[d].all_input_nodes}
     ]
     naive = build_plan(names, data_edges)
     naive.ops, naive.memory, naive.release = sm.plan.ops, sm.plan.memory, {}

@@ -17,7 +17,7 @@ import pytest
 
 from gpuopt.aot.graph import Dag, descendants, longest_path, transitive_reduction
 from gpuopt.aot.plan import build_plan
-from gpuopt.aot.streams import _merge_matching, assign_streams, maximum_matching
+from gpuopt.aot.streams import assign_streams, chain_followers, maximum_matching
 
 
 def random_dag(rng: random.Random, n: int, p: float) -> Dag:
@@ -188,7 +188,7 @@ def test_merge_uses_fewest_streams_for_the_chains(seed: int) -> None:
     ]
     if len(chains) > 7:
         chains = chains[:7]  # keep the partition count small; the merge runs on the same subset
-    follow = _merge_matching([c[-1] for c in chains], [c[0] for c in chains], reach)
+    follow = chain_followers([c[-1] for c in chains], [c[0] for c in chains], reach)
     merged_count = len(chains) - sum(1 for f in follow if f >= 0)
     assert merged_count == brute_force_min_sequences(chains, reach)
     full = assign_streams(dag)

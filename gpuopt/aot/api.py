@@ -73,12 +73,12 @@ def _module_class() -> type:
             self.plan = plan
             self.cuda_graph = cuda_graph
             self.warmup = warmup
-            self._program = program
+            self.program = program
             self._runners: dict[Any, Any] = {}
 
         def _leaves(self, args: Sequence[Any]) -> list[Any]:
-            leaves = self._program.flatten_inputs(args)
-            self._program.check_static(leaves)
+            leaves = self.program.flatten_inputs(args)
+            self.program.check_static(leaves)
             return leaves
 
         def forward(self, *args: Any) -> Any:
@@ -89,7 +89,7 @@ def _module_class() -> type:
             with torch.no_grad():
                 if device.type == "cuda":
                     return self._cuda_runner(device)(leaves)
-                return run_sequential(self._program, self.plan, leaves)
+                return run_sequential(self.program, self.plan, leaves)
 
         def _cuda_runner(self, device: torch.device) -> Any:
             from gpuopt.aot.executor_cuda import CudaPlanRunner
@@ -97,7 +97,7 @@ def _module_class() -> type:
             key = (str(device), self.cuda_graph)
             if key not in self._runners:
                 self._runners[key] = CudaPlanRunner(
-                    self._program, self.plan, device, use_graph=self.cuda_graph, warmup=self.warmup
+                    self.program, self.plan, device, use_graph=self.cuda_graph, warmup=self.warmup
                 )
             return self._runners[key]
 
@@ -114,7 +114,7 @@ def _module_class() -> type:
             leaves = self._leaves(args)
             with torch.no_grad():
                 return run_simulated(
-                    self._program, plan or self.plan, self.memory_model(), leaves, seed
+                    self.program, plan or self.plan, self.memory_model(), leaves, seed
                 )
 
         def estimate(self, profile: str = "h100") -> Estimate:

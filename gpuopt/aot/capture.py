@@ -218,7 +218,15 @@ def _fetch_attr(gm: Any, target: str) -> Any:
     return obj
 
 
-def _program_from_gm(gm: fx.GraphModule, method: str, leaves: Sequence[Any]) -> Program:
+def program_from_graph_module(gm: fx.GraphModule, method: str, leaves: Sequence[Any]) -> Program:
+    """Wrap an ``fx.GraphModule`` as a :class:`Program`.
+
+    ``method`` says where the graph came from ("export", "fx", or a caller's own label such as
+    AOTAutograd's); only an "export" graph carries the pytree specs of its inputs and outputs.
+    ``leaves`` are the example placeholder values, whose shapes and dtypes the program then
+    requires (:meth:`Program.check_static`). torch.export's guard submodules become
+    :attr:`Program.guards`, run before anything is launched.
+    """
     import torch
 
     compute, placeholders, guards = [], [], []
@@ -307,7 +315,7 @@ def capture_program(
                         {}
                     )  # functionalize: in-place ops become out-of-place
                 gm = ep.module()
-            return _program_from_gm(gm, "export", leaves), notes
+            return program_from_graph_module(gm, "export", leaves), notes
         except Exception as exc:  # noqa: BLE001 - any export failure falls back to fx
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
             if method == "export":
@@ -323,7 +331,7 @@ def capture_program(
             f"cannot capture the model as a static graph: torch.export failed and torch.fx failed too "
             f"({type(exc).__name__}: {first})"
         ) from None
-    return _program_from_gm(gm, "fx", list(example_inputs)), notes
+    return program_from_graph_module(gm, "fx", list(example_inputs)), notes
 
 
 @dataclass

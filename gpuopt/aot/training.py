@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from gpuopt.aot.capture import _program_from_gm
+from gpuopt.aot.capture import program_from_graph_module
 from gpuopt.aot.executor_cpu import MemoryModel, SimReport, run_sequential, run_simulated
 from gpuopt.aot.plan import Plan
 from gpuopt.aot.planner import buffers_restored, plan_program
@@ -56,7 +56,7 @@ class GraphPart:
     def _prepare(self, args: Sequence[Any]) -> None:
         import torch
 
-        self.program = _program_from_gm(self.gm, f"aot-{self.role}", list(args))
+        self.program = program_from_graph_module(self.gm, f"aot-{self.role}", list(args))
         self.program.method = "aot_autograd"
         plan, _ = plan_program(self.program, list(args), merge=self.merge)
         if self.role == "backward":
