@@ -162,8 +162,9 @@ def schedule(
     outputs are compared with ``model(*example_inputs)`` and the largest difference is kept in
     ``plan.stats["capture_max_abs_diff"]``. ``capture``: "auto" (torch.export, else torch.fx),
     "export" or "fx". ``training=True``: Nimble's training mode (AOTAutograd forward graph on
-    multiple streams, backward graph on one; :mod:`gpuopt.aot.training`). ``merge=False`` keeps one stream per chain (Nimble before merging);
-    ``cuda_graph=False`` runs the streams without graph capture; ``warmup`` runs precede capture.
+    multiple streams, backward graph on one; :mod:`gpuopt.aot.training`). ``merge=False`` keeps
+    one stream per chain (Nimble before merging); ``cuda_graph=False`` runs the streams without
+    graph capture; ``warmup`` runs precede capture.
     """
     import torch
 
@@ -194,7 +195,8 @@ def schedule(
             raise
         except Exception as exc:  # noqa: BLE001 - any failure to run the captured graph
             raise CaptureError(
-                f"the captured graph does not run on the example inputs: {type(exc).__name__}: {exc}"
+                "the captured graph does not run on the example inputs: "
+                f"{type(exc).__name__}: {exc}"
             ) from None
         plan.notes[:0] = notes
         if check:

@@ -146,7 +146,8 @@ class Program:
             leaves = list(args)
         if len(leaves) != len(self.placeholders):
             raise ValueError(
-                f"gpuopt.aot: expected {len(self.placeholders)} input(s) like the example inputs, got {len(leaves)}"
+                f"gpuopt.aot: expected {len(self.placeholders)} input(s) like the example "
+                f"inputs, got {len(leaves)}"
             )
         return leaves
 
@@ -160,7 +161,8 @@ class Program:
                 if got != meta[:2]:
                     raise ValueError(
                         f"gpuopt.aot: input {k} is {list(got[0])} {got[1]}, the plan was made for "
-                        f"{list(meta[0])} {meta[1]}; a scheduled module is static, schedule again for new shapes"
+                        f"{list(meta[0])} {meta[1]}; a scheduled module is static, "
+                        "schedule again for new shapes"
                     )
 
     def bind_inputs(self, leaves: Sequence[Any]) -> dict[fx.Node, Any]:
@@ -328,8 +330,8 @@ def capture_program(
     except Exception as exc:  # noqa: BLE001
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise CaptureError(
-            f"cannot capture the model as a static graph: torch.export failed and torch.fx failed too "
-            f"({type(exc).__name__}: {first})"
+            "cannot capture the model as a static graph: torch.export failed and torch.fx "
+            f"failed too ({type(exc).__name__}: {first})"
         ) from None
     return program_from_graph_module(gm, "fx", list(example_inputs)), notes
 

@@ -99,7 +99,8 @@ def load_model_and_inputs(target: str, inputs: str | None) -> tuple[Any, tuple[A
         model, example = made
     if not isinstance(model, torch.nn.Module):
         raise GpuoptError(
-            f"factory {target!r} returned {type(made).__name__}; expected an nn.Module or (model, example_inputs)"
+            f"factory {target!r} returned {type(made).__name__}; "
+            "expected an nn.Module or (model, example_inputs)"
         )
     if inputs is not None:
         _, _, fn = _import_target(inputs, "--inputs")
@@ -108,8 +109,8 @@ def load_model_and_inputs(target: str, inputs: str | None) -> tuple[Any, tuple[A
         fn = getattr(module, "example_inputs", None)
         if not callable(fn):
             raise GpuoptError(
-                f"no example inputs for {target!r}: pass --inputs module:function, return (model, inputs) "
-                "from the factory, or define example_inputs() in its module"
+                f"no example inputs for {target!r}: pass --inputs module:function, "
+                "return (model, inputs) from the factory, or define example_inputs() in its module"
             )
         example = _call(fn, f"{module.__name__}:example_inputs", "example_inputs")
     if example is None:
@@ -129,15 +130,18 @@ def summary_text(target: str, doc: dict[str, Any]) -> str:
     stats = plan["stats"]
     est = doc["estimate"]
     kernels = sum(1 for op in plan["ops"].values() if op.get("kind") == "kernel")
+    kernel_edges = stats.get("kernel_edges", stats["edges"])
+    reduced = stats["reduced_edges"]
     lines = [
         f"gpuopt schedule {target}: captured with torch.{plan['capture']}",
-        f"  nodes          {len(plan['nodes'])} ({kernels} launch a kernel), {stats['edges']} dependences "
-        f"({stats.get('kernel_edges', stats['edges'])} between kernels, {stats['reduced_edges']} after "
+        f"  nodes          {len(plan['nodes'])} ({kernels} launch a kernel), "
+        f"{stats['edges']} dependences ({kernel_edges} between kernels, {reduced} after "
         "transitive reduction)",
-        f"  streams        {plan['num_streams']} ({stats['chains']} chains from the matching, merged where "
-        f"every node of one reaches every node of the other)",
-        f"  syncs          {len(plan['syncs'])} = |E'| {stats['reduced_edges']} - |M| {stats['matching']}, the "
-        f"minimum at maximum concurrency (plus fork/join of {len(plan['fork'])} side stream(s))",
+        f"  streams        {plan['num_streams']} ({stats['chains']} chains from the matching, "
+        "merged where every node of one reaches every node of the other)",
+        f"  syncs          {len(plan['syncs'])} = |E'| {reduced} - |M| {stats['matching']}, "
+        "the minimum at maximum concurrency "
+        f"(plus fork/join of {len(plan['fork'])} side stream(s))",
         f"  critical path  {est['critical_path_nodes']} of {est['nodes']} nodes; "
         f"{est['critical_path_share']:.0%} of the modelled device work",
     ]
@@ -151,8 +155,10 @@ def summary_text(target: str, doc: dict[str, Any]) -> str:
     lines += [
         f"estimated (model: {est['model']})",
         f"  eager PyTorch           {_fmt_s(est['eager_s'])}",
-        f"  one CUDA graph          {_fmt_s(est['graph_s'])}  ({est['speedup_graph_over_eager']:.2f}x over eager)",
-        f"  multi-stream graph      {_fmt_s(est['multistream_s'])}  ({est['speedup_multistream_over_eager']:.2f}x over eager, "
+        f"  one CUDA graph          {_fmt_s(est['graph_s'])}  "
+        f"({est['speedup_graph_over_eager']:.2f}x over eager)",
+        f"  multi-stream graph      {_fmt_s(est['multistream_s'])}  "
+        f"({est['speedup_multistream_over_eager']:.2f}x over eager, "
         f"{est['speedup_multistream_over_graph']:.2f}x over one graph)",
         f"  critical-path bound     {_fmt_s(est['critical_path_s'])}",
     ]

@@ -96,7 +96,8 @@ class MemoryModel:
 
 @dataclass
 class Violation:
-    kind: str  # unordered-read, unordered-write, read-before-write, use-after-free, unordered-free, deadlock
+    # unordered-read, unordered-write, read-before-write, use-after-free, unordered-free, deadlock
+    kind: str
     message: str
 
     def __str__(self) -> str:

@@ -4,8 +4,8 @@ Three ways to run the same graph are simulated with the same per-op costs:
 
 ``eager``         PyTorch eager: the host issues ops one by one in launch order, each costing its
                   host time (dispatch + launch); a kernel starts a launch gap after it has been
-                  issued and the previous kernel (one stream) has finished. Small kernels leave the GPU idle
-                  while the host catches up: Nimble's "scheduling overhead".
+                  issued and the previous kernel (one stream) has finished. Small kernels leave
+                  the GPU idle while the host catches up: Nimble's "scheduling overhead".
 ``graph``         one CUDA graph on one stream: no host work per op, a small gap per kernel.
 ``multistream``   the plan replayed as one CUDA graph: each stream runs its nodes in order, a
                   node waits for its sync sources, and kernels that overlap share the GPU

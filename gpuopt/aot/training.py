@@ -127,7 +127,8 @@ def schedule_training(
             got = [(tuple(x.shape), x.dtype) for x in args if isinstance(x, torch.Tensor)]
             if got != meta:
                 raise ValueError(
-                    f"gpuopt.aot: inputs {got} differ from the example inputs {meta}; a scheduled module is static"
+                    f"gpuopt.aot: inputs {got} differ from the example inputs {meta}; "
+                    "a scheduled module is static"
                 )
             return self._compiled(*args)
 

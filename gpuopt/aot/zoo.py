@@ -317,7 +317,8 @@ class NASNetALike(nn.Module):
 
 
 def nasnet_a_mobile(size: str = "full") -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
-    """NASNet-A-like (mobile setting: 4 cells per stage, 44 filters, 224x224); small: 1 cell, 8 filters, 32x32."""
+    """NASNet-A-like (mobile setting: 4 cells per stage, 44 filters, 224x224); small: 1 cell,
+    8 filters, 32x32."""
     _check_size(size)
     torch.manual_seed(0)
     if size == "full":
@@ -353,7 +354,8 @@ class Bottleneck(nn.Module):
 
 
 def resnet_stage(size: str = "full") -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
-    """ResNet-50 stage 3 (conv4_x): 6 bottlenecks 512 -> 1024 channels, 28x28 -> 14x14; small: 2 blocks, 16 wide."""
+    """ResNet-50 stage 3 (conv4_x): 6 bottlenecks 512 -> 1024 channels, 28x28 -> 14x14; small:
+    2 blocks, 16 wide."""
     _check_size(size)
     torch.manual_seed(0)
     blocks, width, cin, hw = (6, 256, 512, 28) if size == "full" else (2, 4, 8, 8)
