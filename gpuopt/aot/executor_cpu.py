@@ -77,7 +77,7 @@ class MemoryModel:
         """From a captured plan's measured ``ops`` entries and its ``memory`` section."""
 
         def kernel(n: str) -> bool:
-            return plan.ops[n].get("kind", "kernel") == "kernel"
+            return bool(plan.ops[n].get("kind", "kernel") == "kernel")
 
         # Only kernels touch memory on the device; a view or getitem is host-side metadata.
         return cls(
