@@ -67,7 +67,8 @@ def brute_force_min_syncs(dag: Dag) -> int:
                 chain_edges.append((a, b))
             for a in block:
                 stream[a] = sid
-        # A sync may only join two ordered nodes on different streams (else it adds a false dependence).
+        # A sync may only join two ordered nodes on different streams (else it adds a false
+        # dependence).
         cands = [
             (a, b)
             for a in range(n)
@@ -197,7 +198,8 @@ def test_merge_uses_fewest_streams_for_the_chains(seed: int) -> None:
 
 
 def test_merge_is_needed_and_happens() -> None:
-    """Two parallel branches followed by two more: the matching gives 4 chains, merging 2 streams."""
+    """Two parallel branches followed by two more: the matching gives 4 chains, merging 2
+    streams."""
     edges = [
         ("a", "b1"),
         ("a", "c1"),
@@ -238,7 +240,8 @@ def test_longest_path() -> None:
 
 
 def test_five_thousand_nodes_plan_quickly() -> None:
-    """The issue's target is < 2 s (docs/bench-aot.md); the bound here leaves room for a busy machine."""
+    """The issue's target is < 2 s (docs/bench-aot.md); the bound here leaves room for a busy
+    machine."""
     rng = random.Random(0)
     n = 5000
     names = [f"n{i}" for i in range(n)]
