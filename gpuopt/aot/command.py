@@ -34,47 +34,57 @@ def _import_target(spec: str, what: str) -> tuple[ModuleType, str, Any]:
             f"{what} {spec!r} must look like module:function or path/to/file.py:function"
         )
     if mod_part.endswith(".py") or "/" in mod_part or "\\" in mod_part:
-        path = Path(mod_part)
-        if not path.is_file():
-            raise GpuoptError(f"{what} {spec!r}: no such file {mod_part}")
-        name = f"_gpuopt_target_{path.stem}"
-        module = sys.modules.get(name)
-        if module is None or getattr(module, "__file__", None) != str(path.resolve()):
-            loader_spec = importlib.util.spec_from_file_location(name, path.resolve())
-            if loader_spec is None or loader_spec.loader is None:
-                raise GpuoptError(f"{what} {spec!r}: cannot load {mod_part} as Python")
-            module = importlib.util.module_from_spec(loader_spec)
-            sys.modules[name] = module
-            parent = str(path.resolve().parent)
-            if parent not in sys.path:
-                sys.path.insert(0, parent)
-            try:
-                loader_spec.loader.exec_module(module)
-            except Exception as exc:  # noqa: BLE001 - the user's module failed to import
-                sys.modules.pop(name, None)
-                raise GpuoptError(
-                    f"{what} {spec!r}: importing {mod_part} failed: {type(exc).__name__}: {exc}"
-                ) from None
+        module = _module_from_file(mod_part, spec, what)
     else:
-        cwd = str(Path.cwd())
-        if cwd not in sys.path and "" not in sys.path:
-            sys.path.insert(0, cwd)
-        try:
-            module = importlib.import_module(mod_part)
-        except ModuleNotFoundError as exc:
-            raise GpuoptError(
-                f"{what} {spec!r}: no module named {exc.name or mod_part!r}"
-            ) from None
-        except Exception as exc:  # noqa: BLE001
-            raise GpuoptError(
-                f"{what} {spec!r}: importing {mod_part} failed: {type(exc).__name__}: {exc}"
-            ) from None
+        module = _module_by_name(mod_part, spec, what)
     if not hasattr(module, attr):
         raise GpuoptError(f"{what} {spec!r}: {mod_part} has no attribute {attr!r}")
     obj = getattr(module, attr)
     if not callable(obj):
         raise GpuoptError(f"{what} {spec!r}: {attr} is not callable")
     return module, attr, obj
+
+
+def _module_from_file(mod_part: str, spec: str, what: str) -> ModuleType:
+    """Import ``path/to/file.py`` (once per resolved path), its folder on ``sys.path``."""
+    path = Path(mod_part)
+    if not path.is_file():
+        raise GpuoptError(f"{what} {spec!r}: no such file {mod_part}")
+    name = f"_gpuopt_target_{path.stem}"
+    module = sys.modules.get(name)
+    if module is not None and getattr(module, "__file__", None) == str(path.resolve()):
+        return module
+    loader_spec = importlib.util.spec_from_file_location(name, path.resolve())
+    if loader_spec is None or loader_spec.loader is None:
+        raise GpuoptError(f"{what} {spec!r}: cannot load {mod_part} as Python")
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[name] = module
+    parent = str(path.resolve().parent)
+    if parent not in sys.path:
+        sys.path.insert(0, parent)
+    try:
+        loader_spec.loader.exec_module(module)
+    except Exception as exc:  # noqa: BLE001 - the user's module failed to import
+        sys.modules.pop(name, None)
+        raise GpuoptError(
+            f"{what} {spec!r}: importing {mod_part} failed: {type(exc).__name__}: {exc}"
+        ) from None
+    return module
+
+
+def _module_by_name(mod_part: str, spec: str, what: str) -> ModuleType:
+    """Import a module by name, as ``python -m`` would (the working directory on the path)."""
+    cwd = str(Path.cwd())
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(mod_part)
+    except ModuleNotFoundError as exc:
+        raise GpuoptError(f"{what} {spec!r}: no module named {exc.name or mod_part!r}") from None
+    except Exception as exc:  # noqa: BLE001
+        raise GpuoptError(
+            f"{what} {spec!r}: importing {mod_part} failed: {type(exc).__name__}: {exc}"
+        ) from None
 
 
 def _call(fn: Any, spec: str, what: str) -> Any:
