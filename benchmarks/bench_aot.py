@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpuopt.aot.graph import Dag, descendants, transitive_reduction  # noqa: E402
 from gpuopt.aot.plan import build_plan  # noqa: E402
-from gpuopt.aot.streams import _chains, _merge_matching, maximum_matching  # noqa: E402
+from gpuopt.aot.streams import chain_followers, chains_from_matching, maximum_matching  # noqa: E402
 
 # Nimble (Kwon et al., NeurIPS 2020), Table/Figure for inference on V100, batch 1: speedup of
 # Nimble over PyTorch eager. Reference points only; nothing here reproduces them.
@@ -97,8 +97,8 @@ def bench_planning(n: int, repeats: int) -> list[dict[str, Any]]:
             t2 = time.perf_counter()
             m = maximum_matching(len(dag), red)
             t3 = time.perf_counter()
-            ch = _chains(len(dag), m)
-            _merge_matching([x[-1] for x in ch], [x[0] for x in ch], reach)
+            ch = chains_from_matching(len(dag), m)
+            chain_followers([x[-1] for x in ch], [x[0] for x in ch], reach)
             t4 = time.perf_counter()
             parts["reduce"].append(t2 - t1)
             parts["match"].append(t3 - t2)
@@ -196,44 +196,54 @@ def print_report(
 ) -> None:
     print("## Planning time (measured)\n")
     print(
-        "| graph | nodes | edges | E' | chains | streams | syncs | plan median s | max s | reduce s | match s | merge s |"
+        "| graph | nodes | edges | E' | chains | streams | syncs | plan median s | max s | "
+        "reduce s | match s | merge s |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in planning:
         print(
-            f"| {r['graph']} | {r['nodes']} | {r['edges']} | {r['reduced_edges']} | {r['chains']} | {r['streams']} | "
-            f"{r['syncs']} | {r['plan_s_median']:.3f} | {r['plan_s_max']:.3f} | {r['reduce_s_median']:.3f} | "
+            f"| {r['graph']} | {r['nodes']} | {r['edges']} | {r['reduced_edges']} | "
+            f"{r['chains']} | {r['streams']} | {r['syncs']} | {r['plan_s_median']:.3f} | "
+            f"{r['plan_s_max']:.3f} | {r['reduce_s_median']:.3f} | "
             f"{r['match_s_median']:.3f} | {r['merge_s_median']:.3f} |"
         )
     if nx_row:
         print(
-            f"\nTransitive reduction of {nx_row['graph']}, same run: networkx {nx_row['networkx_s']:.2f} s, "
+            f"\nTransitive reduction of {nx_row['graph']}, same run: "
+            f"networkx {nx_row['networkx_s']:.2f} s, "
             f"bit sets {nx_row['bitset_s']:.3f} s (identical edge sets)."
         )
     print("\n## Zoo: plan (exact) and CPU checks (measured)\n")
     print(
-        "| model | capture | capture s | nodes | kernels | E (all nodes) | E (kernels) | E' | M | chains | streams | syncs | critical path (nodes) | max abs diff vs eager | simulated runs ok |"
+        "| model | capture | capture s | nodes | kernels | E (all nodes) | E (kernels) | E' | M "
+        "| chains | streams | syncs | critical path (nodes) | max abs diff vs eager "
+        "| simulated runs ok |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in zoo_rows:
         cp = r["estimates"]["h100"]["critical_path_nodes"]
         print(
-            f"| {r['model']} | {r['capture']} | {r['capture_s']:.1f} | {r['nodes']} | {r['kernels']} | {r['edges']} | {r['kernel_edges']} | "
-            f"{r['reduced_edges']} | {r['matching']} | {r['chains']} | {r['streams']} | {r['syncs']} | "
-            f"{cp} ({cp / r['nodes']:.0%}) | {r['max_abs_diff_vs_eager']:.2g} | {r['simulated_runs_ok']} |"
+            f"| {r['model']} | {r['capture']} | {r['capture_s']:.1f} | {r['nodes']} | "
+            f"{r['kernels']} | {r['edges']} | {r['kernel_edges']} | "
+            f"{r['reduced_edges']} | {r['matching']} | {r['chains']} | {r['streams']} | "
+            f"{r['syncs']} | {cp} ({cp / r['nodes']:.0%}) | {r['max_abs_diff_vs_eager']:.2g} | "
+            f"{r['simulated_runs_ok']} |"
         )
     print("\n## Zoo: estimated times (model, not measured)\n")
     print(
-        "| model | profile | eager | 1 graph | multi-stream | critical-path share | graph/eager | multi/eager | multi over graph | paper (V100, Nimble/eager) |"
+        "| model | profile | eager | 1 graph | multi-stream | critical-path share | graph/eager "
+        "| multi/eager | multi over graph | paper (V100, Nimble/eager) |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in zoo_rows:
         for prof, e in r["estimates"].items():
             paper = PAPER_V100.get(r["model"]) if prof == "v100" else None
             print(
-                f"| {r['model']} | {prof} | {e['eager_s'] * 1e3:.3f} ms | {e['graph_s'] * 1e3:.3f} ms | "
+                f"| {r['model']} | {prof} | {e['eager_s'] * 1e3:.3f} ms | "
+                f"{e['graph_s'] * 1e3:.3f} ms | "
                 f"{e['multistream_s'] * 1e3:.3f} ms | {e['critical_path_share']:.0%} | "
-                f"{e['speedup_graph_over_eager']:.2f}x | {e['speedup_multistream_over_eager']:.2f}x | "
+                f"{e['speedup_graph_over_eager']:.2f}x | "
+                f"{e['speedup_multistream_over_eager']:.2f}x | "
                 f"{e['speedup_multistream_over_graph']:.2f}x | {f'{paper:.2f}x' if paper else ''} |"
             )
     if zoo_rows:
@@ -254,7 +264,8 @@ def main() -> None:
 
     print(
         f"machine: {platform.machine()} {platform.processor() or ''}, {os.cpu_count()} CPUs, "
-        f"python {platform.python_version()}, torch {torch.__version__}, threads {torch.get_num_threads()}\n"
+        f"python {platform.python_version()}, torch {torch.__version__}, "
+        f"threads {torch.get_num_threads()}\n"
     )
     planning = bench_planning(args.nodes, 2 if args.quick else args.repeats)
     nx_row = None if args.quick else bench_networkx_reduction(args.nodes)

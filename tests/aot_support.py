@@ -1,4 +1,5 @@
-"""Shared, cached fixtures for the gpuopt.aot tests: each small zoo model is captured once per session."""
+"""Shared, cached fixtures for the gpuopt.aot tests: each small zoo model is captured once per
+session."""
 
 from __future__ import annotations
 

@@ -79,7 +79,8 @@ def test_static_shapes_are_enforced() -> None:
 
 
 class InPlace(nn.Module):
-    """In-place ReLU and add_ on two branches: export functionalizes them, fx must serialize them."""
+    """In-place ReLU and add_ on two branches: export functionalizes them, fx must serialize
+    them."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -142,7 +143,7 @@ def test_fx_plan_without_barriers_is_flagged() -> None:
     data_edges = [
         (s, d)
         for s, d in sm.plan.edges
-        if s in {n.name for n in sm._program.by_name[d].all_input_nodes}
+        if s in {n.name for n in sm.program.by_name[d].all_input_nodes}
     ]
     naive = build_plan(names, data_edges)
     naive.ops, naive.memory, naive.release = sm.plan.ops, sm.plan.memory, {}
@@ -197,7 +198,10 @@ def test_training_mode_batchnorm_updates_are_serialized_and_match() -> None:
 
 
 def test_importing_gpuopt_aot_does_not_import_torch() -> None:
-    code = "import sys, gpuopt, gpuopt.aot, gpuopt.aot.plan, gpuopt.aot.streams, gpuopt.aot.simulate; print('torch' in sys.modules)"
+    code = (
+        "import sys, gpuopt, gpuopt.aot, gpuopt.aot.plan, gpuopt.aot.streams, gpuopt.aot.simulate; "
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

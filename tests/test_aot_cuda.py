@@ -1,4 +1,5 @@
-"""The CUDA executor: real streams, events and CUDA-graph capture. Needs a GPU; skipped elsewhere."""
+"""The CUDA executor: real streams, events and CUDA-graph capture. Needs a GPU; skipped
+elsewhere."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ import pytest
 
 from gpuopt.aot.graph import Dag, descendants, longest_path, transitive_reduction
 from gpuopt.aot.plan import build_plan
-from gpuopt.aot.streams import _merge_matching, assign_streams, maximum_matching
+from gpuopt.aot.streams import assign_streams, chain_followers, maximum_matching
 
 
 def random_dag(rng: random.Random, n: int, p: float) -> Dag:
@@ -67,7 +67,8 @@ def brute_force_min_syncs(dag: Dag) -> int:
                 chain_edges.append((a, b))
             for a in block:
                 stream[a] = sid
-        # A sync may only join two ordered nodes on different streams (else it adds a false dependence).
+        # A sync may only join two ordered nodes on different streams (else it adds a false
+        # dependence).
         cands = [
             (a, b)
             for a in range(n)
@@ -188,7 +189,7 @@ def test_merge_uses_fewest_streams_for_the_chains(seed: int) -> None:
     ]
     if len(chains) > 7:
         chains = chains[:7]  # keep the partition count small; the merge runs on the same subset
-    follow = _merge_matching([c[-1] for c in chains], [c[0] for c in chains], reach)
+    follow = chain_followers([c[-1] for c in chains], [c[0] for c in chains], reach)
     merged_count = len(chains) - sum(1 for f in follow if f >= 0)
     assert merged_count == brute_force_min_sequences(chains, reach)
     full = assign_streams(dag)
@@ -197,7 +198,8 @@ def test_merge_uses_fewest_streams_for_the_chains(seed: int) -> None:
 
 
 def test_merge_is_needed_and_happens() -> None:
-    """Two parallel branches followed by two more: the matching gives 4 chains, merging 2 streams."""
+    """Two parallel branches followed by two more: the matching gives 4 chains, merging 2
+    streams."""
     edges = [
         ("a", "b1"),
         ("a", "c1"),
@@ -238,7 +240,8 @@ def test_longest_path() -> None:
 
 
 def test_five_thousand_nodes_plan_quickly() -> None:
-    """The issue's target is < 2 s (docs/bench-aot.md); the bound here leaves room for a busy machine."""
+    """The issue's target is < 2 s (docs/bench-aot.md); the bound here leaves room for a busy
+    machine."""
     rng = random.Random(0)
     n = 5000
     names = [f"n{i}" for i in range(n)]

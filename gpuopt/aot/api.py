@@ -18,15 +18,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from gpuopt.aot.capture import (
-    CaptureError,
-    Program,
-    capture_program,
-    dependence_edges,
-    probe,
-)
+from gpuopt.aot.capture import CaptureError, Program, capture_program
 from gpuopt.aot.executor_cpu import MemoryModel, SimReport, run_sequential, run_simulated
-from gpuopt.aot.plan import Plan, build_plan, release_policy
+from gpuopt.aot.plan import Plan
+from gpuopt.aot.planner import buffers_restored, plan_program
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -64,37 +59,6 @@ def _max_abs_diff(a: Any, b: Any) -> float | None:
     return worst
 
 
-def plan_program(
-    program: Program, leaves: Sequence[Any], *, merge: bool = True
-) -> tuple[Plan, Any]:
-    """Probe ``program`` on ``leaves`` and plan it; returns the plan and the probe's outputs."""
-    import torch
-
-    with torch.no_grad():
-        measured = probe(program, leaves)
-    edges, notes = dependence_edges(program, measured.nodes)
-    names = [n.name for n in program.compute]
-    kernel = {n: measured.nodes[n].kind == "kernel" for n in names}
-    plan = build_plan(names, edges, merge=merge, kernel=kernel)
-    plan.ops = {n: measured.nodes[n].to_dict() for n in names}
-    plan.memory = measured.memory()
-    outputs = program.output_names()
-    plan.release = release_policy(
-        plan,
-        {n: measured.nodes[n].storages for n in names},
-        {n: program.reads(n) for n in names},
-        keep=outputs,
-        accesses={
-            n: sorted(set(measured.nodes[n].reads) | set(measured.nodes[n].writes))
-            for n in names
-            if kernel[n]
-        },
-    )
-    plan.capture = program.method
-    plan.notes.extend(notes)
-    return plan, measured.outputs
-
-
 def _module_class() -> type:
     import torch
 
@@ -109,12 +73,12 @@ def _module_class() -> type:
             self.plan = plan
             self.cuda_graph = cuda_graph
             self.warmup = warmup
-            self._program = program
+            self.program = program
             self._runners: dict[Any, Any] = {}
 
         def _leaves(self, args: Sequence[Any]) -> list[Any]:
-            leaves = self._program.flatten_inputs(args)
-            self._program.check_static(leaves)
+            leaves = self.program.flatten_inputs(args)
+            self.program.check_static(leaves)
             return leaves
 
         def forward(self, *args: Any) -> Any:
@@ -125,7 +89,7 @@ def _module_class() -> type:
             with torch.no_grad():
                 if device.type == "cuda":
                     return self._cuda_runner(device)(leaves)
-                return run_sequential(self._program, self.plan, leaves)
+                return run_sequential(self.program, self.plan, leaves)
 
         def _cuda_runner(self, device: torch.device) -> Any:
             from gpuopt.aot.executor_cuda import CudaPlanRunner
@@ -133,7 +97,7 @@ def _module_class() -> type:
             key = (str(device), self.cuda_graph)
             if key not in self._runners:
                 self._runners[key] = CudaPlanRunner(
-                    self._program, self.plan, device, use_graph=self.cuda_graph, warmup=self.warmup
+                    self.program, self.plan, device, use_graph=self.cuda_graph, warmup=self.warmup
                 )
             return self._runners[key]
 
@@ -150,7 +114,7 @@ def _module_class() -> type:
             leaves = self._leaves(args)
             with torch.no_grad():
                 return run_simulated(
-                    self._program, plan or self.plan, self.memory_model(), leaves, seed
+                    self.program, plan or self.plan, self.memory_model(), leaves, seed
                 )
 
         def estimate(self, profile: str = "h100") -> Estimate:
@@ -198,8 +162,9 @@ def schedule(
     outputs are compared with ``model(*example_inputs)`` and the largest difference is kept in
     ``plan.stats["capture_max_abs_diff"]``. ``capture``: "auto" (torch.export, else torch.fx),
     "export" or "fx". ``training=True``: Nimble's training mode (AOTAutograd forward graph on
-    multiple streams, backward graph on one; :mod:`gpuopt.aot.training`). ``merge=False`` keeps one stream per chain (Nimble before merging);
-    ``cuda_graph=False`` runs the streams without graph capture; ``warmup`` runs precede capture.
+    multiple streams, backward graph on one; :mod:`gpuopt.aot.training`). ``merge=False`` keeps
+    one stream per chain (Nimble before merging); ``cuda_graph=False`` runs the streams without
+    graph capture; ``warmup`` runs precede capture.
     """
     import torch
 
@@ -223,23 +188,19 @@ def schedule(
     leaves = program.flatten_inputs(inputs)
     # The probe (and the check) run the model once; put its buffers (e.g. BatchNorm running
     # statistics in training mode) back afterwards, so scheduling has no side effect.
-    saved = [(buf, buf.detach().clone()) for buf in model.buffers()]
-    try:
+    with buffers_restored(model):
         try:
             plan, graph_outputs = plan_program(program, leaves, merge=merge)
         except CaptureError:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure to run the captured graph
             raise CaptureError(
-                f"the captured graph does not run on the example inputs: {type(exc).__name__}: {exc}"
+                "the captured graph does not run on the example inputs: "
+                f"{type(exc).__name__}: {exc}"
             ) from None
         plan.notes[:0] = notes
         if check:
             with torch.no_grad():
                 eager = model(*inputs)
             plan.stats["capture_max_abs_diff"] = _max_abs_diff(graph_outputs, eager)
-    finally:
-        with torch.no_grad():
-            for buf, value in saved:
-                buf.copy_(value)
     return scheduled_module_class()(program, plan, cuda_graph=cuda_graph, warmup=warmup)

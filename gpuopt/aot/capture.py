@@ -146,7 +146,8 @@ class Program:
             leaves = list(args)
         if len(leaves) != len(self.placeholders):
             raise ValueError(
-                f"gpuopt.aot: expected {len(self.placeholders)} input(s) like the example inputs, got {len(leaves)}"
+                f"gpuopt.aot: expected {len(self.placeholders)} input(s) like the example "
+                f"inputs, got {len(leaves)}"
             )
         return leaves
 
@@ -160,7 +161,8 @@ class Program:
                 if got != meta[:2]:
                     raise ValueError(
                         f"gpuopt.aot: input {k} is {list(got[0])} {got[1]}, the plan was made for "
-                        f"{list(meta[0])} {meta[1]}; a scheduled module is static, schedule again for new shapes"
+                        f"{list(meta[0])} {meta[1]}; a scheduled module is static, "
+                        "schedule again for new shapes"
                     )
 
     def bind_inputs(self, leaves: Sequence[Any]) -> dict[fx.Node, Any]:
@@ -218,7 +220,15 @@ def _fetch_attr(gm: Any, target: str) -> Any:
     return obj
 
 
-def _program_from_gm(gm: fx.GraphModule, method: str, leaves: Sequence[Any]) -> Program:
+def program_from_graph_module(gm: fx.GraphModule, method: str, leaves: Sequence[Any]) -> Program:
+    """Wrap an ``fx.GraphModule`` as a :class:`Program`.
+
+    ``method`` says where the graph came from ("export", "fx", or a caller's own label such as
+    AOTAutograd's); only an "export" graph carries the pytree specs of its inputs and outputs.
+    ``leaves`` are the example placeholder values, whose shapes and dtypes the program then
+    requires (:meth:`Program.check_static`). torch.export's guard submodules become
+    :attr:`Program.guards`, run before anything is launched.
+    """
     import torch
 
     compute, placeholders, guards = [], [], []
@@ -307,7 +317,7 @@ def capture_program(
                         {}
                     )  # functionalize: in-place ops become out-of-place
                 gm = ep.module()
-            return _program_from_gm(gm, "export", leaves), notes
+            return program_from_graph_module(gm, "export", leaves), notes
         except Exception as exc:  # noqa: BLE001 - any export failure falls back to fx
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
             if method == "export":
@@ -320,10 +330,10 @@ def capture_program(
     except Exception as exc:  # noqa: BLE001
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise CaptureError(
-            f"cannot capture the model as a static graph: torch.export failed and torch.fx failed too "
-            f"({type(exc).__name__}: {first})"
+            "cannot capture the model as a static graph: torch.export failed and torch.fx "
+            f"failed too ({type(exc).__name__}: {first})"
         ) from None
-    return _program_from_gm(gm, "fx", list(example_inputs)), notes
+    return program_from_graph_module(gm, "fx", list(example_inputs)), notes
 
 
 @dataclass
@@ -382,88 +392,113 @@ def _tensors(value: Any) -> list[torch.Tensor]:
 
 def probe(program: Program, leaves: Sequence[Any]) -> ProbeResult:
     """Run the graph once, keeping every value alive, and measure each node (module docstring)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     env = program.bind_inputs(leaves)
     program.run_guards(env)
-    storage_ids: dict[int, int] = {}
-
-    def sid(t: torch.Tensor) -> int | None:
-        st = t.untyped_storage()
-        if st.nbytes() == 0:
-            return None
-        return storage_ids.setdefault(st.data_ptr(), len(storage_ids))
-
-    inputs = {
-        s
-        for node in program.placeholders
-        for s in (sid(t) for t in _tensors(env[node]))
-        if s is not None
-    }
+    ids = _StorageIds()
+    inputs = {s for node in program.placeholders for s in ids.of_all(_tensors(env[node]))}
     constants = {
-        s
-        for node, val in env.items()
-        if node.op == "get_attr"
-        for s in (sid(t) for t in _tensors(val))
-        if s is not None
+        s for node, val in env.items() if node.op == "get_attr" for s in ids.of_all(_tensors(val))
     } - inputs
-
-    out: dict[str, NodeProbe] = {}
-    for node in program.compute:
-        ins = []
-        seen: set[int] = set()
-        for inp in node.all_input_nodes:
-            for t in _tensors(env.get(inp)):
-                if id(t) not in seen:
-                    seen.add(id(t))
-                    ins.append(t)
-        in_sids = {s for s in (sid(t) for t in ins) if s is not None}
-        versions = [t._version for t in ins]
-        with FlopCounterMode(display=False) as counter:
-            value = program.run(node.name, env)
-        changed = [t for t, v in zip(ins, versions, strict=True) if t._version != v]
-        mutated = bool(changed)
-        outs = _tensors(value)
-        out_sids = [s for s in (sid(t) for t in outs) if s is not None]
-        fresh = [t for t in outs if sid(t) is not None and sid(t) not in in_sids]
-        target = _target_name(program.gm, node)
-        if mutated or fresh:
-            kind = "kernel"
-        elif outs:
-            kind = "view"
-        else:
-            kind = "none"
-        moved = fresh if fresh else (outs if mutated else [])
-        nbytes = 0.0
-        if kind == "kernel":
-            nbytes = float(sum(t.numel() * t.element_size() for t in ins))
-            nbytes += float(sum(t.numel() * t.element_size() for t in moved))
-        pool = moved or outs or ins
-        first = pool[0] if pool else None
-        out[node.name] = NodeProbe(
-            target=target,
-            kind=kind,
-            flops=float(counter.get_total_flops()),
-            bytes=nbytes,
-            elems=int(sum(t.numel() for t in moved)) if kind == "kernel" else 0,
-            in_elems=int(sum(t.numel() for t in ins)) if kind == "kernel" else 0,
-            dtype=str(first.dtype).replace("torch.", "") if first is not None else None,
-            op_class=op_class(target),
-            mutates=mutated,
-            random=any(m in target.lower() for m in _RANDOM_MARKERS),
-            storages=sorted(set(out_sids)),
-            reads=sorted(in_sids),
-            writes=sorted({s for s in (sid(t) for t in [*fresh, *changed]) if s is not None}),
-        )
+    nodes = {node.name: _probe_node(program, node, env, ids) for node in program.compute}
     outputs = program.collect_outputs(env)
-    out_storages = sorted({s for s in (sid(t) for t in _tensors(outputs)) if s is not None})
     return ProbeResult(
-        nodes=out,
+        nodes=nodes,
         outputs=outputs,
         inputs=sorted(inputs),
         constants=sorted(constants),
-        output_storages=out_storages,
+        output_storages=sorted(set(ids.of_all(_tensors(outputs)))),
     )
+
+
+class _StorageIds:
+    """Small integer ids for the storages the probe sees, in the order it first sees them.
+
+    A storage is known by its data pointer, which is unique while the probe keeps every value
+    alive; views share their base's storage, hence its id. Empty storages get no id.
+    """
+
+    def __init__(self) -> None:
+        self._ids: dict[int, int] = {}
+
+    def of(self, t: torch.Tensor) -> int | None:
+        """The id of ``t``'s storage, numbering it if it is new (None: an empty storage)."""
+        st = t.untyped_storage()
+        if st.nbytes() == 0:
+            return None
+        return self._ids.setdefault(st.data_ptr(), len(self._ids))
+
+    def of_all(self, tensors: Sequence[torch.Tensor]) -> list[int]:
+        """The ids of ``tensors``' storages, in order, leaving out empty ones."""
+        return [s for s in (self.of(t) for t in tensors) if s is not None]
+
+
+def _probe_node(
+    program: Program, node: fx.Node, env: dict[fx.Node, Any], ids: _StorageIds
+) -> NodeProbe:
+    """Run one node under a FLOP counter and measure what it read, wrote and produced."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    ins = _input_tensors(node, env)
+    in_sids = set(ids.of_all(ins))
+    versions = [t._version for t in ins]
+    with FlopCounterMode(display=False) as counter:
+        value = program.run(node.name, env)
+    changed = [t for t, v in zip(ins, versions, strict=True) if t._version != v]
+    outs = _tensors(value)
+    out_sids = ids.of_all(outs)
+    fresh = [t for t in outs if ids.of(t) is not None and ids.of(t) not in in_sids]
+    kind = _node_kind(mutated=bool(changed), allocated=bool(fresh), outputs=bool(outs))
+    # The tensors a kernel writes: the ones it allocated, else (in place) its outputs.
+    moved = fresh if fresh else (outs if changed else [])
+    kernel = kind == "kernel"
+    target = _target_name(program.gm, node)
+    return NodeProbe(
+        target=target,
+        kind=kind,
+        flops=float(counter.get_total_flops()),
+        bytes=_bytes(ins) + _bytes(moved) if kernel else 0.0,
+        elems=int(sum(t.numel() for t in moved)) if kernel else 0,
+        in_elems=int(sum(t.numel() for t in ins)) if kernel else 0,
+        dtype=_dtype_name(moved or outs or ins),
+        op_class=op_class(target),
+        mutates=bool(changed),
+        random=any(m in target.lower() for m in _RANDOM_MARKERS),
+        storages=sorted(set(out_sids)),
+        reads=sorted(in_sids),
+        writes=sorted(set(ids.of_all([*fresh, *changed]))),
+    )
+
+
+def _input_tensors(node: fx.Node, env: dict[fx.Node, Any]) -> list[torch.Tensor]:
+    """The distinct tensor objects among the values ``node`` takes as inputs, in argument order."""
+    ins: list[torch.Tensor] = []
+    seen: set[int] = set()
+    for inp in node.all_input_nodes:
+        for t in _tensors(env.get(inp)):
+            if id(t) not in seen:
+                seen.add(id(t))
+                ins.append(t)
+    return ins
+
+
+def _node_kind(*, mutated: bool, allocated: bool, outputs: bool) -> str:
+    """The node's kind: "kernel" when it wrote memory (a new storage, or an input in place),
+    else "view" when it returns tensors (aliases of its inputs), else "none"."""
+    if mutated or allocated:
+        return "kernel"
+    if outputs:
+        return "view"
+    return "none"
+
+
+def _bytes(tensors: Sequence[torch.Tensor]) -> float:
+    """Bytes the tensors' elements occupy (what a kernel reading or writing them moves)."""
+    return float(sum(t.numel() * t.element_size() for t in tensors))
+
+
+def _dtype_name(tensors: Sequence[torch.Tensor]) -> str | None:
+    """The first tensor's dtype without the ``torch.`` prefix (None: no tensor)."""
+    return str(tensors[0].dtype).replace("torch.", "") if tensors else None
 
 
 def dependence_edges(
@@ -480,10 +515,33 @@ def dependence_edges(
         for src in program.reads(node.name):
             edges.add((src, node.name))
     notes = []
-    # A node that wrote into an existing storage (in-place op, buffer update) is ordered against
-    # every other node that touches that storage, in launch order: reads before it see the old
-    # value, reads after it the new one, and writes stay in order. Storages are measured, so
-    # views of the storage are covered.
+    in_place, mutating = _in_place_edges(names, probes)
+    edges |= in_place
+    if mutating:
+        notes.append(
+            f"{len(mutating)} node(s) write into an existing tensor ({', '.join(mutating[:5])}"
+            f"{', ...' if len(mutating) > 5 else ''}); each is serialized against every other "
+            "access to the storage it writes"
+        )
+    rnd = [name for name in names if probes[name].random]
+    edges.update(zip(rnd, rnd[1:], strict=False))
+    if len(rnd) > 1:
+        notes.append(f"{len(rnd)} random-number operators are kept in eager order")
+    index = {n: i for i, n in enumerate(names)}
+    return sorted(edges, key=lambda e: (index[e[1]], index[e[0]])), notes
+
+
+def _in_place_edges(
+    names: Sequence[str], probes: dict[str, NodeProbe]
+) -> tuple[set[tuple[str, str]], list[str]]:
+    """Edges ordering each node that wrote into an existing storage, and the names of those
+    nodes (in launch order).
+
+    Such a node (in-place op, buffer update) is ordered against every other node that touches
+    that storage, in launch order: reads before it see the old value, reads after it the new
+    one, and writes stay in order. Storages are measured, so views of the storage are covered.
+    """
+    edges: set[tuple[str, str]] = set()
     touched = [set(probes[name].reads) | set(probes[name].writes) for name in names]
     mutating = []
     for i, name in enumerate(names):
@@ -495,16 +553,4 @@ def dependence_edges(
         for j in range(len(names)):
             if j != i and overwritten & touched[j]:
                 edges.add((names[min(i, j)], names[max(i, j)]))
-    if mutating:
-        notes.append(
-            f"{len(mutating)} node(s) write into an existing tensor ({', '.join(mutating[:5])}"
-            f"{', ...' if len(mutating) > 5 else ''}); each is serialized against every other "
-            "access to the storage it writes"
-        )
-    rnd = [name for name in names if probes[name].random]
-    for a, b in zip(rnd, rnd[1:], strict=False):
-        edges.add((a, b))
-    if len(rnd) > 1:
-        notes.append(f"{len(rnd)} random-number operators are kept in eager order")
-    index = {n: i for i, n in enumerate(names)}
-    return sorted(edges, key=lambda e: (index[e[1]], index[e[0]])), notes
+    return edges, mutating

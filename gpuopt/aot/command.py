@@ -34,47 +34,57 @@ def _import_target(spec: str, what: str) -> tuple[ModuleType, str, Any]:
             f"{what} {spec!r} must look like module:function or path/to/file.py:function"
         )
     if mod_part.endswith(".py") or "/" in mod_part or "\\" in mod_part:
-        path = Path(mod_part)
-        if not path.is_file():
-            raise GpuoptError(f"{what} {spec!r}: no such file {mod_part}")
-        name = f"_gpuopt_target_{path.stem}"
-        module = sys.modules.get(name)
-        if module is None or getattr(module, "__file__", None) != str(path.resolve()):
-            loader_spec = importlib.util.spec_from_file_location(name, path.resolve())
-            if loader_spec is None or loader_spec.loader is None:
-                raise GpuoptError(f"{what} {spec!r}: cannot load {mod_part} as Python")
-            module = importlib.util.module_from_spec(loader_spec)
-            sys.modules[name] = module
-            parent = str(path.resolve().parent)
-            if parent not in sys.path:
-                sys.path.insert(0, parent)
-            try:
-                loader_spec.loader.exec_module(module)
-            except Exception as exc:  # noqa: BLE001 - the user's module failed to import
-                sys.modules.pop(name, None)
-                raise GpuoptError(
-                    f"{what} {spec!r}: importing {mod_part} failed: {type(exc).__name__}: {exc}"
-                ) from None
+        module = _module_from_file(mod_part, spec, what)
     else:
-        cwd = str(Path.cwd())
-        if cwd not in sys.path and "" not in sys.path:
-            sys.path.insert(0, cwd)
-        try:
-            module = importlib.import_module(mod_part)
-        except ModuleNotFoundError as exc:
-            raise GpuoptError(
-                f"{what} {spec!r}: no module named {exc.name or mod_part!r}"
-            ) from None
-        except Exception as exc:  # noqa: BLE001
-            raise GpuoptError(
-                f"{what} {spec!r}: importing {mod_part} failed: {type(exc).__name__}: {exc}"
-            ) from None
+        module = _module_by_name(mod_part, spec, what)
     if not hasattr(module, attr):
         raise GpuoptError(f"{what} {spec!r}: {mod_part} has no attribute {attr!r}")
     obj = getattr(module, attr)
     if not callable(obj):
         raise GpuoptError(f"{what} {spec!r}: {attr} is not callable")
     return module, attr, obj
+
+
+def _module_from_file(mod_part: str, spec: str, what: str) -> ModuleType:
+    """Import ``path/to/file.py`` (once per resolved path), its folder on ``sys.path``."""
+    path = Path(mod_part)
+    if not path.is_file():
+        raise GpuoptError(f"{what} {spec!r}: no such file {mod_part}")
+    name = f"_gpuopt_target_{path.stem}"
+    module = sys.modules.get(name)
+    if module is not None and getattr(module, "__file__", None) == str(path.resolve()):
+        return module
+    loader_spec = importlib.util.spec_from_file_location(name, path.resolve())
+    if loader_spec is None or loader_spec.loader is None:
+        raise GpuoptError(f"{what} {spec!r}: cannot load {mod_part} as Python")
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[name] = module
+    parent = str(path.resolve().parent)
+    if parent not in sys.path:
+        sys.path.insert(0, parent)
+    try:
+        loader_spec.loader.exec_module(module)
+    except Exception as exc:  # noqa: BLE001 - the user's module failed to import
+        sys.modules.pop(name, None)
+        raise GpuoptError(
+            f"{what} {spec!r}: importing {mod_part} failed: {type(exc).__name__}: {exc}"
+        ) from None
+    return module
+
+
+def _module_by_name(mod_part: str, spec: str, what: str) -> ModuleType:
+    """Import a module by name, as ``python -m`` would (the working directory on the path)."""
+    cwd = str(Path.cwd())
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(mod_part)
+    except ModuleNotFoundError as exc:
+        raise GpuoptError(f"{what} {spec!r}: no module named {exc.name or mod_part!r}") from None
+    except Exception as exc:  # noqa: BLE001
+        raise GpuoptError(
+            f"{what} {spec!r}: importing {mod_part} failed: {type(exc).__name__}: {exc}"
+        ) from None
 
 
 def _call(fn: Any, spec: str, what: str) -> Any:
@@ -99,7 +109,8 @@ def load_model_and_inputs(target: str, inputs: str | None) -> tuple[Any, tuple[A
         model, example = made
     if not isinstance(model, torch.nn.Module):
         raise GpuoptError(
-            f"factory {target!r} returned {type(made).__name__}; expected an nn.Module or (model, example_inputs)"
+            f"factory {target!r} returned {type(made).__name__}; "
+            "expected an nn.Module or (model, example_inputs)"
         )
     if inputs is not None:
         _, _, fn = _import_target(inputs, "--inputs")
@@ -108,8 +119,8 @@ def load_model_and_inputs(target: str, inputs: str | None) -> tuple[Any, tuple[A
         fn = getattr(module, "example_inputs", None)
         if not callable(fn):
             raise GpuoptError(
-                f"no example inputs for {target!r}: pass --inputs module:function, return (model, inputs) "
-                "from the factory, or define example_inputs() in its module"
+                f"no example inputs for {target!r}: pass --inputs module:function, "
+                "return (model, inputs) from the factory, or define example_inputs() in its module"
             )
         example = _call(fn, f"{module.__name__}:example_inputs", "example_inputs")
     if example is None:
@@ -129,15 +140,18 @@ def summary_text(target: str, doc: dict[str, Any]) -> str:
     stats = plan["stats"]
     est = doc["estimate"]
     kernels = sum(1 for op in plan["ops"].values() if op.get("kind") == "kernel")
+    kernel_edges = stats.get("kernel_edges", stats["edges"])
+    reduced = stats["reduced_edges"]
     lines = [
         f"gpuopt schedule {target}: captured with torch.{plan['capture']}",
-        f"  nodes          {len(plan['nodes'])} ({kernels} launch a kernel), {stats['edges']} dependences "
-        f"({stats.get('kernel_edges', stats['edges'])} between kernels, {stats['reduced_edges']} after "
+        f"  nodes          {len(plan['nodes'])} ({kernels} launch a kernel), "
+        f"{stats['edges']} dependences ({kernel_edges} between kernels, {reduced} after "
         "transitive reduction)",
-        f"  streams        {plan['num_streams']} ({stats['chains']} chains from the matching, merged where "
-        f"every node of one reaches every node of the other)",
-        f"  syncs          {len(plan['syncs'])} = |E'| {stats['reduced_edges']} - |M| {stats['matching']}, the "
-        f"minimum at maximum concurrency (plus fork/join of {len(plan['fork'])} side stream(s))",
+        f"  streams        {plan['num_streams']} ({stats['chains']} chains from the matching, "
+        "merged where every node of one reaches every node of the other)",
+        f"  syncs          {len(plan['syncs'])} = |E'| {reduced} - |M| {stats['matching']}, "
+        "the minimum at maximum concurrency "
+        f"(plus fork/join of {len(plan['fork'])} side stream(s))",
         f"  critical path  {est['critical_path_nodes']} of {est['nodes']} nodes; "
         f"{est['critical_path_share']:.0%} of the modelled device work",
     ]
@@ -151,8 +165,10 @@ def summary_text(target: str, doc: dict[str, Any]) -> str:
     lines += [
         f"estimated (model: {est['model']})",
         f"  eager PyTorch           {_fmt_s(est['eager_s'])}",
-        f"  one CUDA graph          {_fmt_s(est['graph_s'])}  ({est['speedup_graph_over_eager']:.2f}x over eager)",
-        f"  multi-stream graph      {_fmt_s(est['multistream_s'])}  ({est['speedup_multistream_over_eager']:.2f}x over eager, "
+        f"  one CUDA graph          {_fmt_s(est['graph_s'])}  "
+        f"({est['speedup_graph_over_eager']:.2f}x over eager)",
+        f"  multi-stream graph      {_fmt_s(est['multistream_s'])}  "
+        f"({est['speedup_multistream_over_eager']:.2f}x over eager, "
         f"{est['speedup_multistream_over_graph']:.2f}x over one graph)",
         f"  critical-path bound     {_fmt_s(est['critical_path_s'])}",
     ]
@@ -164,7 +180,7 @@ def schedule_command(
 ) -> None:
     """Plan TARGET, write the plan JSON, print a summary (text) or the document (json)."""
     from gpuopt.aot.costmodel import get_profile
-    from gpuopt.schema import write_atomic
+    from gpuopt.atomic_write import write_atomic
 
     if fmt not in ("text", "json"):
         raise GpuoptError(f"gpuopt schedule prints text or json, not {fmt!r}")

@@ -3,8 +3,9 @@
 This is a model, not a measurement. Each kernel's time when it has the GPU to itself is a
 roofline, ``max(FLOPs / peak, bytes / HBM bandwidth)`` at a fixed fraction of peak, divided by
 the fraction of the GPU it can occupy ("width": one thread per output element, or per 16 input
-elements for reductions, until all resident thread slots, SMs x 2048, are busy), with a floor for the shortest kernels. Host overheads are
-fixed per operator (eager) or per kernel (CUDA graph). What it leaves out: cache effects, kernel
+elements for reductions, until all resident thread slots, SMs x 2048, are busy), with a floor for
+the shortest kernels. Host overheads are fixed per operator (eager) or per kernel (CUDA graph).
+What it leaves out: cache effects, kernel
 choice (cuDNN/cuBLAS heuristics, split-K), tail effects, clock boost, memory-allocator time,
 contention between concurrent kernels beyond a shared-capacity model. See docs/aot.md.
 
@@ -68,9 +69,10 @@ class DeviceProfile:
     def label(self) -> str:
         return (
             f"roofline per op max(FLOPs/peak, bytes/HBM) at {self.efficiency:.0%} of peak, width = "
-            f"max(outputs, inputs/16)/({self.num_sms} SMs x {self.threads_per_sm} threads), kernels >= "
-            f"{self.min_kernel_s * 1e6:.1f} us, processor sharing between streams, eager host "
-            f"{self.eager_op_s * 1e6:.1f} us/op + {self.stream_kernel_s * 1e6:.1f} us/kernel, graph "
+            f"max(outputs, inputs/16)/({self.num_sms} SMs x {self.threads_per_sm} threads), "
+            f"kernels >= {self.min_kernel_s * 1e6:.1f} us, processor sharing between streams, "
+            f"eager host {self.eager_op_s * 1e6:.1f} us/op + "
+            f"{self.stream_kernel_s * 1e6:.1f} us/kernel, graph "
             f"{self.graph_kernel_s * 1e6:.1f} us/kernel; "
             f"profile {self.name}: {self.description}"
         )
@@ -81,7 +83,9 @@ class DeviceProfile:
 # "Hopper Architecture In-Depth" / H100 whitepaper).
 H100 = DeviceProfile(
     name="h100",
-    description="NVIDIA H100 SXM5 (67 TFLOP/s FP32, 494.5 TF32, 989.5 FP16 dense; 3.35 TB/s; 132 SMs)",
+    description=(
+        "NVIDIA H100 SXM5 (67 TFLOP/s FP32, 494.5 TF32, 989.5 FP16 dense; 3.35 TB/s; 132 SMs)"
+    ),
     fp32_flops=67e12,
     tf32_flops=494.5e12,
     fp16_flops=989.5e12,
@@ -156,7 +160,8 @@ def _peak(profile: DeviceProfile, cls: str, dtype: str | None, precision: Precis
 def op_cost(
     op: Mapping[str, Any], profile: DeviceProfile, precision: Precision = Precision()
 ) -> OpCost:
-    """Cost of one node from its measured ``ops`` entry (kind, flops, bytes, elems, dtype, class)."""
+    """Cost of one node from its measured ``ops`` entry (kind, flops, bytes, elems, dtype,
+    class)."""
     if op.get("kind") != "kernel":
         return OpCost(kernel=False, solo_s=0.0, width=0.0, host_s=profile.eager_view_s)
     elems = max(int(op.get("elems", 0)), 1)

@@ -77,7 +77,7 @@ class MemoryModel:
         """From a captured plan's measured ``ops`` entries and its ``memory`` section."""
 
         def kernel(n: str) -> bool:
-            return plan.ops[n].get("kind", "kernel") == "kernel"
+            return bool(plan.ops[n].get("kind", "kernel") == "kernel")
 
         # Only kernels touch memory on the device; a view or getitem is host-side metadata.
         return cls(
@@ -96,7 +96,8 @@ class MemoryModel:
 
 @dataclass
 class Violation:
-    kind: str  # unordered-read, unordered-write, read-before-write, use-after-free, unordered-free, deadlock
+    # unordered-read, unordered-write, read-before-write, use-after-free, unordered-free, deadlock
+    kind: str
     message: str
 
     def __str__(self) -> str:
@@ -130,6 +131,16 @@ class _Op:
     inst: _Instance | None = None
 
 
+def _event_key(act: Action) -> str:
+    """The event a record or wait action is about: the fork, one side stream's join, or the
+    sync source node's event."""
+    if act.kind in ("fork_record", "fork_wait"):
+        return "@fork"
+    if act.kind in ("join_record", "join_wait"):
+        return f"@join{act.side}"
+    return act.ref
+
+
 class StreamSimulator:
     """Simulated streams for one plan and one memory model (see the module docstring)."""
 
@@ -140,6 +151,9 @@ class StreamSimulator:
 
     # ------------------------------------------------------------------ host side
     def _issue(self) -> tuple[list[list[_Op]], int]:
+        """The launch script as the host issues it: one op queue per stream (a wait bound to
+        the latest record of its event issued so far, a free on the allocating stream, or on
+        the origin stream after the join), and the number of frees."""
         plan, mem = self.plan, self.memory
         queues: list[list[_Op]] = [[] for _ in range(plan.num_streams)]
         origin = plan.origin_stream
@@ -153,18 +167,12 @@ class StreamSimulator:
         for act in self.script:
             q = queues[act.stream]
             if act.kind in ("fork_record", "record", "join_record"):
-                key = {
-                    "fork_record": "@fork",
-                    "record": act.ref,
-                    "join_record": f"@join{act.side}",
-                }[act.kind]
+                key = _event_key(act)
                 inst = _Instance()
                 latest[key] = inst
                 q.append(_Op("record", ref=key, inst=inst))
             elif act.kind in ("fork_wait", "wait", "join_wait"):
-                key = {"fork_wait": "@fork", "wait": act.ref, "join_wait": f"@join{act.side}"}[
-                    act.kind
-                ]
+                key = _event_key(act)
                 q.append(_Op("wait", ref=key, inst=latest.get(key)))
                 if act.kind == "join_wait":
                     joined = True
@@ -187,132 +195,176 @@ class StreamSimulator:
     def run(self, seed: int = 0, execute: Callable[[str], None] | None = None) -> SimReport:
         """Play the streams once in a random legal order; ``execute(node)`` runs the real op."""
         queues, frees = self._issue()
-        rng = random.Random(seed)
+        playback = _Playback(queues, self.memory, execute)
+        playback.play(random.Random(seed))
+        return SimReport(violations=playback.violations, played=playback.played, frees=frees)
+
+
+# An access to a storage: (stream, that stream's own clock at the access, who). Stream -1 is
+# "before anything" (the parameters).
+_Epoch = tuple[int, int, str]
+
+
+class _Playback:
+    """The device side of one simulation: the issued stream queues played in a random legal
+    order, with a vector clock per stream and the access history of every storage."""
+
+    def __init__(
+        self,
+        queues: list[list[_Op]],
+        memory: MemoryModel,
+        execute: Callable[[str], None] | None,
+    ) -> None:
+        self.queues = queues
+        self.memory = memory
+        self.execute = execute
+        self.executing = execute is not None
         n_streams = len(queues)
-        vc = [[0] * n_streams for _ in range(n_streams)]
-        heads = [0] * n_streams
-        last_write: dict[int, tuple[int, int, str]] = {}
-        reads_since: dict[int, list[tuple[int, int, str]]] = {}
-        accesses: dict[int, list[tuple[int, int, str]]] = {}
-        freed: dict[int, str] = {}
-        violations: list[Violation] = []
-        played: list[tuple[int, str]] = []
-        mem = self.memory
-        for sid in mem.constants:
-            last_write[sid] = (-1, 0, "<parameters>")
-        executing = execute is not None
+        self.vc = [[0] * n_streams for _ in range(n_streams)]
+        self.heads = [0] * n_streams
+        self.last_write: dict[int, _Epoch] = {}
+        self.reads_since: dict[int, list[_Epoch]] = {}
+        self.accesses: dict[int, list[_Epoch]] = {}
+        self.freed: dict[int, str] = {}
+        self.violations: list[Violation] = []
+        self.played: list[tuple[int, str]] = []
+        for sid in memory.constants:
+            self.last_write[sid] = (-1, 0, "<parameters>")
 
-        def flag(kind: str, msg: str) -> None:
-            if len(violations) < _MAX_VIOLATIONS:
-                violations.append(Violation(kind, msg))
-
-        def before(epoch: tuple[int, int, str], s: int) -> bool:
-            st, clock, _ = epoch
-            return st < 0 or vc[s][st] >= clock
-
-        def read(sid: int, s: int, who: str) -> None:
-            if sid in freed:
-                flag(
-                    "use-after-free",
-                    f"{who} (stream {s}) reads storage {sid} freed after {freed[sid]}",
-                )
-            lw = last_write.get(sid)
-            if lw is None:
-                flag(
-                    "read-before-write",
-                    f"{who} (stream {s}) reads storage {sid} before anything wrote it",
-                )
-            elif not before(lw, s):
-                flag(
-                    "unordered-read",
-                    f"{who} (stream {s}) reads what {lw[2]} (stream {lw[0]}) wrote, with no sync between them",
-                )
-            ep = (s, vc[s][s], who)
-            reads_since.setdefault(sid, []).append(ep)
-            accesses.setdefault(sid, []).append(ep)
-
-        def write(sid: int, s: int, who: str) -> None:
-            if sid in freed:
-                flag(
-                    "use-after-free",
-                    f"{who} (stream {s}) writes storage {sid} freed after {freed[sid]}",
-                )
-            prior = ([last_write[sid]] if sid in last_write else []) + reads_since.get(sid, [])
-            for ep in prior:
-                if not before(ep, s):
-                    flag(
-                        "unordered-write",
-                        f"{who} (stream {s}) overwrites storage {sid} used by {ep[2]} (stream {ep[0]}) with no sync between them",
-                    )
-                    break
-            ep = (s, vc[s][s], who)
-            last_write[sid] = ep
-            reads_since[sid] = []
-            accesses.setdefault(sid, []).append(ep)
-
-        def runnable(s: int) -> bool:
-            if heads[s] >= len(queues[s]):
-                return False
-            op = queues[s][heads[s]]
-            return op.kind != "wait" or op.inst is None or op.inst.vc is not None
-
-        remaining = sum(len(q) for q in queues)
+    def play(self, rng: random.Random) -> None:
+        """Run ops, one at a time, from a stream chosen at random among those that can run."""
+        remaining = sum(len(q) for q in self.queues)
         while remaining:
-            ready = [s for s in range(n_streams) if runnable(s)]
+            ready = [s for s in range(len(self.queues)) if self._runnable(s)]
             if not ready:
-                stuck = [
-                    f"stream {s} at {queues[s][heads[s]].kind} {queues[s][heads[s]].ref}"
-                    for s in range(n_streams)
-                    if heads[s] < len(queues[s])
-                ]
-                flag("deadlock", "; ".join(stuck))
+                self._flag_deadlock()
                 break
             s = rng.choice(ready)
-            op = queues[s][heads[s]]
-            heads[s] += 1
+            op = self.queues[s][self.heads[s]]
+            self.heads[s] += 1
             remaining -= 1
-            vc[s][s] += 1
-            if op.kind == "write_inputs":
-                for sid in sorted(mem.inputs):
-                    write(sid, s, "<inputs>")
-            elif op.kind == "read_outputs":
-                for sid in sorted(mem.outputs):
-                    read(sid, s, "<outputs>")
-            elif op.kind == "record":
-                assert op.inst is not None
-                op.inst.vc = list(vc[s])
-            elif op.kind == "wait":
-                if op.inst is not None and op.inst.vc is not None:
-                    vc[s] = [max(a, b) for a, b in zip(vc[s], op.inst.vc, strict=True)]
-            elif op.kind == "free":
-                sid = op.storage
-                for ep in accesses.get(sid, []):
-                    if not before(ep, s):
-                        flag(
-                            "unordered-free",
-                            f"storage {sid} is freed on stream {s} after {op.ref} while {ep[2]} (stream {ep[0]}) may still use it",
-                        )
-                        break
-                freed[sid] = op.ref
-            elif op.kind == "run":
-                before_count = len(violations)
-                for sid in sorted(mem.reads.get(op.ref, ())):
-                    read(sid, s, op.ref)
-                for sid in sorted(mem.writes.get(op.ref, ())):
-                    write(sid, s, op.ref)
-                played.append((s, op.ref))
-                if executing and len(violations) == before_count:
-                    try:
-                        assert execute is not None
-                        execute(op.ref)
-                    except KeyError:
-                        flag(
-                            "read-before-write", f"{op.ref} needs a value that was not computed yet"
-                        )
-                        executing = False
-                elif len(violations) != before_count:
-                    executing = False  # values can no longer be trusted
-        return SimReport(violations=violations, played=played, frees=frees)
+            self.vc[s][s] += 1
+            self._step(s, op)
+
+    # ------------------------------------------------------------------ scheduling
+    def _runnable(self, s: int) -> bool:
+        """Stream ``s`` has an op left, and it is not a wait on a record not played yet."""
+        if self.heads[s] >= len(self.queues[s]):
+            return False
+        op = self.queues[s][self.heads[s]]
+        return op.kind != "wait" or op.inst is None or op.inst.vc is not None
+
+    def _flag_deadlock(self) -> None:
+        queues, heads = self.queues, self.heads
+        stuck = [
+            f"stream {s} at {queues[s][heads[s]].kind} {queues[s][heads[s]].ref}"
+            for s in range(len(queues))
+            if heads[s] < len(queues[s])
+        ]
+        self._flag("deadlock", "; ".join(stuck))
+
+    def _step(self, s: int, op: _Op) -> None:
+        """Play ``op`` on stream ``s`` (its clock has already ticked)."""
+        mem = self.memory
+        if op.kind == "write_inputs":
+            for sid in sorted(mem.inputs):
+                self._write(sid, s, "<inputs>")
+        elif op.kind == "read_outputs":
+            for sid in sorted(mem.outputs):
+                self._read(sid, s, "<outputs>")
+        elif op.kind == "record":
+            assert op.inst is not None
+            op.inst.vc = list(self.vc[s])
+        elif op.kind == "wait":
+            if op.inst is not None and op.inst.vc is not None:
+                self.vc[s] = [max(a, b) for a, b in zip(self.vc[s], op.inst.vc, strict=True)]
+        elif op.kind == "free":
+            self._free(op.storage, s, op.ref)
+        elif op.kind == "run":
+            self._run(op.ref, s)
+
+    # ------------------------------------------------------------------ checks
+    def _flag(self, kind: str, msg: str) -> None:
+        if len(self.violations) < _MAX_VIOLATIONS:
+            self.violations.append(Violation(kind, msg))
+
+    def _ordered_before(self, epoch: _Epoch, s: int) -> bool:
+        """Is the access ``epoch`` ordered before stream ``s``'s current position?"""
+        st, clock, _ = epoch
+        return st < 0 or self.vc[s][st] >= clock
+
+    def _read(self, sid: int, s: int, who: str) -> None:
+        if sid in self.freed:
+            self._flag(
+                "use-after-free",
+                f"{who} (stream {s}) reads storage {sid} freed after {self.freed[sid]}",
+            )
+        lw = self.last_write.get(sid)
+        if lw is None:
+            self._flag(
+                "read-before-write",
+                f"{who} (stream {s}) reads storage {sid} before anything wrote it",
+            )
+        elif not self._ordered_before(lw, s):
+            self._flag(
+                "unordered-read",
+                f"{who} (stream {s}) reads what {lw[2]} (stream {lw[0]}) wrote, "
+                "with no sync between them",
+            )
+        ep = (s, self.vc[s][s], who)
+        self.reads_since.setdefault(sid, []).append(ep)
+        self.accesses.setdefault(sid, []).append(ep)
+
+    def _write(self, sid: int, s: int, who: str) -> None:
+        if sid in self.freed:
+            self._flag(
+                "use-after-free",
+                f"{who} (stream {s}) writes storage {sid} freed after {self.freed[sid]}",
+            )
+        last = self.last_write.get(sid)
+        prior = ([last] if last is not None else []) + self.reads_since.get(sid, [])
+        for ep in prior:
+            if not self._ordered_before(ep, s):
+                self._flag(
+                    "unordered-write",
+                    f"{who} (stream {s}) overwrites storage {sid} used by {ep[2]} "
+                    f"(stream {ep[0]}) with no sync between them",
+                )
+                break
+        ep = (s, self.vc[s][s], who)
+        self.last_write[sid] = ep
+        self.reads_since[sid] = []
+        self.accesses.setdefault(sid, []).append(ep)
+
+    def _free(self, sid: int, s: int, after: str) -> None:
+        for ep in self.accesses.get(sid, []):
+            if not self._ordered_before(ep, s):
+                self._flag(
+                    "unordered-free",
+                    f"storage {sid} is freed on stream {s} after {after} while {ep[2]} "
+                    f"(stream {ep[0]}) may still use it",
+                )
+                break
+        self.freed[sid] = after
+
+    def _run(self, node: str, s: int) -> None:
+        """Check the node's accesses; while every check so far passed, really run it too."""
+        mem = self.memory
+        before_count = len(self.violations)
+        for sid in sorted(mem.reads.get(node, ())):
+            self._read(sid, s, node)
+        for sid in sorted(mem.writes.get(node, ())):
+            self._write(sid, s, node)
+        self.played.append((s, node))
+        if self.executing and len(self.violations) == before_count:
+            try:
+                assert self.execute is not None
+                self.execute(node)
+            except KeyError:
+                self._flag("read-before-write", f"{node} needs a value that was not computed yet")
+                self.executing = False
+        elif len(self.violations) != before_count:
+            self.executing = False  # values can no longer be trusted
 
 
 def run_simulated(

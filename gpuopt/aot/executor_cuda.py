@@ -20,10 +20,29 @@ Its tests need a GPU and are skipped elsewhere.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuopt.aot.launch import launch_script
 from gpuopt.aot.plan import Plan
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+
+def _new_stream(device: torch.device) -> torch.cuda.Stream:
+    """A new CUDA stream on ``device``."""
+    import torch
+
+    return torch.cuda.Stream(device=device)  # type: ignore[no-untyped-call]  # torch: unannotated
+
+
+def _event_recorded_on(stream: torch.cuda.Stream) -> torch.cuda.Event:
+    """A new CUDA event, recorded on ``stream`` now."""
+    import torch
+
+    ev = torch.cuda.Event()  # type: ignore[no-untyped-call]  # torch: unannotated
+    ev.record(stream)
+    return ev
 
 
 class CudaPlanRunner:
@@ -40,7 +59,7 @@ class CudaPlanRunner:
         self.use_graph = use_graph
         self.warmup = warmup
         self.script = launch_script(plan)
-        self.side = [torch.cuda.Stream(device=self.device) for _ in range(plan.num_streams - 1)]
+        self.side = [_new_stream(self.device) for _ in range(plan.num_streams - 1)]
         self.graph: Any = None
         self.static_inputs: list[Any] = []
         self.static_outputs: Any = None
@@ -66,19 +85,13 @@ class CudaPlanRunner:
             elif kind == "wait":
                 stream.wait_event(events[act.ref])
             elif kind == "record":
-                ev = torch.cuda.Event()
-                ev.record(stream)
-                events[act.ref] = ev
+                events[act.ref] = _event_recorded_on(stream)
             elif kind == "fork_record":
-                ev = torch.cuda.Event()
-                ev.record(origin)
-                events["@fork"] = ev
+                events["@fork"] = _event_recorded_on(origin)
             elif kind == "fork_wait":
                 stream.wait_event(events["@fork"])
             elif kind == "join_record":
-                ev = torch.cuda.Event()
-                ev.record(stream)
-                events[f"@join{act.side}"] = ev
+                events[f"@join{act.side}"] = _event_recorded_on(stream)
             elif kind == "join_wait":
                 origin.wait_event(events[f"@join{act.side}"])
             elif kind == "release":
@@ -89,7 +102,7 @@ class CudaPlanRunner:
         import torch
 
         self.static_inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in leaves]
-        warm = torch.cuda.Stream(device=self.device)
+        warm = _new_stream(self.device)
         warm.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(warm):
             for _ in range(self.warmup):

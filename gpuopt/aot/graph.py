@@ -49,7 +49,8 @@ class Dag:
             i, j = index[src], index[dst]
             if i >= j:
                 raise GraphError(
-                    f"edge {src!r} -> {dst!r} goes against the order (cycle or non-topological order)"
+                    f"edge {src!r} -> {dst!r} goes against the order "
+                    "(cycle or non-topological order)"
                 )
             succ_sets[i].add(j)
         succ = [sorted(s) for s in succ_sets]

@@ -15,8 +15,8 @@ everything an executor needs besides the operators themselves:
 ``release``        ``{value: node | "@join"}``: when the executor drops its reference to an
                    intermediate value (see :func:`release_policy`); values not listed are kept
                    (outputs, inputs, parameters)
-``ops``            per node: ``target`` and the cost-model inputs measured at capture
-                   (``kind`` kernel/view/none, ``flops``, ``bytes``, ``elems``, ``dtype``, ``class``)
+``ops``            per node: ``target`` and the cost-model inputs measured at capture (``kind``
+                   kernel/view/none, ``flops``, ``bytes``, ``elems``, ``dtype``, ``class``)
 ``stats``          sizes: |E| (``edges``), kernels and the edges between them (streams are
                    assigned on kernels only, see :func:`build_plan`), |E'| (``reduced_edges``)
                    and |M| (``matching``) of that kernel DAG, chains before merging

@@ -4,8 +4,8 @@ Three ways to run the same graph are simulated with the same per-op costs:
 
 ``eager``         PyTorch eager: the host issues ops one by one in launch order, each costing its
                   host time (dispatch + launch); a kernel starts a launch gap after it has been
-                  issued and the previous kernel (one stream) has finished. Small kernels leave the GPU idle
-                  while the host catches up: Nimble's "scheduling overhead".
+                  issued and the previous kernel (one stream) has finished. Small kernels leave
+                  the GPU idle while the host catches up: Nimble's "scheduling overhead".
 ``graph``         one CUDA graph on one stream: no host work per op, a small gap per kernel.
 ``multistream``   the plan replayed as one CUDA graph: each stream runs its nodes in order, a
                   node waits for its sync sources, and kernels that overlap share the GPU
@@ -46,6 +46,14 @@ def simulate(
     """
     if not order:
         return {}
+    run = _StreamRun(order, stream_of, waits, costs, gap_s, event_s, host_ready or {})
+    return run.finish_times()
+
+
+def _stream_neighbours(
+    order: Sequence[str], stream_of: Mapping[str, int]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Each node's predecessor and successor on its own stream (streams run in launch order)."""
     seqs: dict[int, list[str]] = {}
     for name in order:
         seqs.setdefault(stream_of[name], []).append(name)
@@ -55,73 +63,109 @@ def simulate(
         for a, b in zip(seq, seq[1:], strict=False):
             prev[b] = a
             nxt[a] = b
-    dependants: dict[str, list[str]] = {}
-    pending: dict[str, int] = {}
-    for name in order:
-        srcs = list(waits.get(name, ()))
-        pending[name] = len(srcs) + (1 if name in prev else 0)
-        for src in srcs:
-            dependants.setdefault(src, []).append(name)
-    finish: dict[str, float] = {}
-    ready_heap: list[tuple[float, int, str]] = []
-    pos = {name: i for i, name in enumerate(order)}
-    host = host_ready or {}
+    return prev, nxt
 
-    def ready_time(v: str) -> float:
+
+class _StreamRun:
+    """One discrete-event run: nodes become ready when their stream predecessor and sync
+    sources have finished; running kernels share the GPU (processor sharing)."""
+
+    def __init__(
+        self,
+        order: Sequence[str],
+        stream_of: Mapping[str, int],
+        waits: Mapping[str, Sequence[str]],
+        costs: Mapping[str, OpCost],
+        gap_s: float,
+        event_s: float,
+        host_ready: Mapping[str, float],
+    ) -> None:
+        self.order = order
+        self.waits = waits
+        self.costs = costs
+        self.gap_s = gap_s
+        self.event_s = event_s
+        self.host = host_ready
+        self.prev, self.nxt = _stream_neighbours(order, stream_of)
+        # Dependants of each sync source, and how many finishes each node still waits for.
+        self.dependants: dict[str, list[str]] = {}
+        self.pending: dict[str, int] = {}
+        for name in order:
+            srcs = list(waits.get(name, ()))
+            self.pending[name] = len(srcs) + (1 if name in self.prev else 0)
+            for src in srcs:
+                self.dependants.setdefault(src, []).append(name)
+        self.pos = {name: i for i, name in enumerate(order)}
+        self.finish: dict[str, float] = {}
+        self.ready_heap: list[tuple[float, int, str]] = []
+        self.running: dict[str, float] = {}  # name -> remaining solo seconds
+        self.now = 0.0
+
+    def finish_times(self) -> dict[str, float]:
+        """Run the simulation to the end; the finish time of every node."""
+        for name in self.order:
+            if self.pending[name] == 0:
+                self._make_ready(name)
+        while len(self.finish) < len(self.order):
+            self._start_ready_now()
+            if len(self.finish) == len(self.order):
+                break
+            if not self.running:
+                if not self.ready_heap:
+                    raise RuntimeError("simulation deadlock: the plan's waits form a cycle")
+                self.now = self.ready_heap[0][0]
+                continue
+            self._advance()
+        return self.finish
+
+    def _ready_time(self, v: str) -> float:
         # Dependencies first (stream predecessor, sync sources, host issue), then the kernel's
         # own launch gap.
-        t = host.get(v, 0.0)
-        if v in prev:
-            t = max(t, finish[prev[v]])
-        for src in waits.get(v, ()):
-            t = max(t, finish[src] + event_s)
-        return t + (gap_s if costs[v].kernel else 0.0)
+        t = self.host.get(v, 0.0)
+        if v in self.prev:
+            t = max(t, self.finish[self.prev[v]])
+        for src in self.waits.get(v, ()):
+            t = max(t, self.finish[src] + self.event_s)
+        return t + (self.gap_s if self.costs[v].kernel else 0.0)
 
-    for name in order:
-        if pending[name] == 0:
-            heapq.heappush(ready_heap, (ready_time(name), pos[name], name))
+    def _make_ready(self, v: str) -> None:
+        heapq.heappush(self.ready_heap, (self._ready_time(v), self.pos[v], v))
 
-    running: dict[str, float] = {}  # name -> remaining solo seconds
-    now = 0.0
-
-    def complete(v: str, t: float) -> None:
-        finish[v] = t
-        followers = list(dependants.get(v, ()))
-        if v in nxt:
-            followers.append(nxt[v])
+    def _complete(self, v: str, t: float) -> None:
+        self.finish[v] = t
+        followers = list(self.dependants.get(v, ()))
+        if v in self.nxt:
+            followers.append(self.nxt[v])
         for w in followers:
-            pending[w] -= 1
-            if pending[w] == 0:
-                heapq.heappush(ready_heap, (ready_time(w), pos[w], w))
+            self.pending[w] -= 1
+            if self.pending[w] == 0:
+                self._make_ready(w)
 
-    while len(finish) < len(order):
-        # Start everything that is ready now.
-        while ready_heap and ready_heap[0][0] <= now + _EPS:
-            _, _, v = heapq.heappop(ready_heap)
-            c = costs[v]
+    def _start_ready_now(self) -> None:
+        """Start everything that is ready now (a node with no device time finishes at once)."""
+        while self.ready_heap and self.ready_heap[0][0] <= self.now + _EPS:
+            _, _, v = heapq.heappop(self.ready_heap)
+            c = self.costs[v]
             if c.solo_s <= 0.0:
-                complete(v, max(now, 0.0))
+                self._complete(v, max(self.now, 0.0))
             else:
-                running[v] = c.solo_s
-        if len(finish) == len(order):
-            break
-        if not running:
-            if not ready_heap:
-                raise RuntimeError("simulation deadlock: the plan's waits form a cycle")
-            now = ready_heap[0][0]
-            continue
-        total_w = sum(costs[v].width for v in running)
+                self.running[v] = c.solo_s
+
+    def _advance(self) -> None:
+        """Move time to the next kernel finish or the next node ready, whichever comes first;
+        running kernels progress at 1/sum of their widths while that sum exceeds 1."""
+        running = self.running
+        total_w = sum(self.costs[v].width for v in running)
         rate = 1.0 if total_w <= 1.0 else 1.0 / total_w
-        t_done = now + min(running.values()) / rate
-        t_next = min(t_done, ready_heap[0][0]) if ready_heap else t_done
-        dt = t_next - now
+        t_done = self.now + min(running.values()) / rate
+        t_next = min(t_done, self.ready_heap[0][0]) if self.ready_heap else t_done
+        dt = t_next - self.now
         for v in list(running):
             running[v] -= dt * rate
             if running[v] <= _EPS * 1e3:
                 del running[v]
-                complete(v, t_next)
-        now = t_next
-    return finish
+                self._complete(v, t_next)
+        self.now = t_next
 
 
 @dataclass

@@ -71,8 +71,9 @@ def maximum_matching(n: int, edges: Sequence[tuple[int, int]]) -> list[tuple[int
     return sorted((u, v - n) for u, v in matched.items() if u < n)
 
 
-def _chains(n: int, matching: Sequence[tuple[int, int]]) -> list[list[int]]:
-    """Follow matched edges into chains, ordered by their head's index."""
+def chains_from_matching(n: int, matching: Sequence[tuple[int, int]]) -> list[list[int]]:
+    """The chains that the matched ``(u, v)`` edges form over nodes ``0..n-1`` (a node with no
+    matched edge is a chain of its own), each in path order, ordered by their head's index."""
     nxt = [-1] * n
     has_prev = [False] * n
     for u, v in matching:
@@ -89,7 +90,7 @@ def _chains(n: int, matching: Sequence[tuple[int, int]]) -> list[list[int]]:
     return chains
 
 
-def _merge_matching(tails: list[int], heads: list[int], reach: list[int]) -> list[int]:
+def chain_followers(tails: list[int], heads: list[int], reach: list[int]) -> list[int]:
     """``follow[a] = b``: chain b runs right after chain a on one stream (-1: none).
 
     A maximum matching in the bipartite "chain a can be followed by chain b" graph, where that
@@ -159,11 +160,11 @@ def assign_streams(
     reach = descendants(dag)
     reduced = transitive_reduction(dag, reach)
     matching = maximum_matching(n, reduced)
-    chains = _chains(n, matching)
+    chains = chains_from_matching(n, matching)
     if merge and len(chains) > 1:
         tails = [c[-1] for c in chains]
         heads = [c[0] for c in chains]
-        follow = _merge_matching(tails, heads, reach)
+        follow = chain_followers(tails, heads, reach)
         followed = {b for b in follow if b >= 0}
         streams = []
         for a in range(len(chains)):

@@ -16,9 +16,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from gpuopt.aot.capture import _program_from_gm
+from gpuopt.aot.capture import program_from_graph_module
 from gpuopt.aot.executor_cpu import MemoryModel, SimReport, run_sequential, run_simulated
 from gpuopt.aot.plan import Plan
+from gpuopt.aot.planner import buffers_restored, plan_program
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -55,9 +56,7 @@ class GraphPart:
     def _prepare(self, args: Sequence[Any]) -> None:
         import torch
 
-        from gpuopt.aot.api import plan_program
-
-        self.program = _program_from_gm(self.gm, f"aot-{self.role}", list(args))
+        self.program = program_from_graph_module(self.gm, f"aot-{self.role}", list(args))
         self.program.method = "aot_autograd"
         plan, _ = plan_program(self.program, list(args), merge=self.merge)
         if self.role == "backward":
@@ -128,7 +127,8 @@ def schedule_training(
             got = [(tuple(x.shape), x.dtype) for x in args if isinstance(x, torch.Tensor)]
             if got != meta:
                 raise ValueError(
-                    f"gpuopt.aot: inputs {got} differ from the example inputs {meta}; a scheduled module is static"
+                    f"gpuopt.aot: inputs {got} differ from the example inputs {meta}; "
+                    "a scheduled module is static"
                 )
             return self._compiled(*args)
 
@@ -153,14 +153,8 @@ def schedule_training(
     module = ScheduledTrainingModule()
     # One forward on the example inputs compiles and plans the forward graph; the model's
     # buffers are restored afterwards and no gradient is computed.
-    saved = [(buf, buf.detach().clone()) for buf in model.buffers()]
-    try:
-        with torch.enable_grad():
-            compiled(*inputs)
-    finally:
-        with torch.no_grad():
-            for buf, value in saved:
-                buf.copy_(value)
+    with buffers_restored(model), torch.enable_grad():
+        compiled(*inputs)
     if "forward" not in parts:
         raise RuntimeError(
             "AOTAutograd did not produce a forward graph (does any parameter require grad?)"

@@ -188,7 +188,8 @@ class InceptionV3(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.blocks(self.stem(x))
         x = F.adaptive_avg_pool2d(x, 1).flatten(1)
-        return self.fc(x)
+        logits: torch.Tensor = self.fc(x)
+        return logits
 
 
 def inception_v3(size: str = "full") -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
@@ -216,7 +217,8 @@ class SepConv(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.bn1(self.pw1(self.dw1(F.relu(x))))
-        return self.bn2(self.pw2(self.dw2(F.relu(x))))
+        out: torch.Tensor = self.bn2(self.pw2(self.dw2(F.relu(x))))
+        return out
 
 
 class ReluConvBn(nn.Module):
@@ -226,7 +228,8 @@ class ReluConvBn(nn.Module):
         self.bn = nn.BatchNorm2d(cout, eps=0.001)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.bn(self.conv(F.relu(x)))
+        out: torch.Tensor = self.bn(self.conv(F.relu(x)))
+        return out
 
 
 class NormalCell(nn.Module):
@@ -313,11 +316,13 @@ class NASNetALike(nn.Module):
         h_prev = h = self.stem(x)
         for cell in self.cells:
             h_prev, h = h, cell(h, h_prev)
-        return self.fc(F.adaptive_avg_pool2d(F.relu(h), 1).flatten(1))
+        logits: torch.Tensor = self.fc(F.adaptive_avg_pool2d(F.relu(h), 1).flatten(1))
+        return logits
 
 
 def nasnet_a_mobile(size: str = "full") -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
-    """NASNet-A-like (mobile setting: 4 cells per stage, 44 filters, 224x224); small: 1 cell, 8 filters, 32x32."""
+    """NASNet-A-like (mobile setting: 4 cells per stage, 44 filters, 224x224); small: 1 cell,
+    8 filters, 32x32."""
     _check_size(size)
     torch.manual_seed(0)
     if size == "full":
@@ -353,7 +358,8 @@ class Bottleneck(nn.Module):
 
 
 def resnet_stage(size: str = "full") -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
-    """ResNet-50 stage 3 (conv4_x): 6 bottlenecks 512 -> 1024 channels, 28x28 -> 14x14; small: 2 blocks, 16 wide."""
+    """ResNet-50 stage 3 (conv4_x): 6 bottlenecks 512 -> 1024 channels, 28x28 -> 14x14; small:
+    2 blocks, 16 wide."""
     _check_size(size)
     torch.manual_seed(0)
     blocks, width, cin, hw = (6, 256, 512, 28) if size == "full" else (2, 4, 8, 8)
@@ -388,7 +394,8 @@ class TransformerBlock(nn.Module):
         att = torch.softmax(q @ k.transpose(-2, -1) / (d // h) ** 0.5, dim=-1)
         y = (att @ v).transpose(1, 2).reshape(b, s, d)
         x = self.ln1(x + self.o(y))
-        return self.ln2(x + self.fc2(F.gelu(self.fc1(x))))
+        out: torch.Tensor = self.ln2(x + self.fc2(F.gelu(self.fc1(x))))
+        return out
 
 
 def transformer_block(size: str = "full") -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
