@@ -55,7 +55,10 @@ def _root(
 
 @app.command(
     context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
-    help="Run SCRIPT as `python SCRIPT ARGS` would, instrumented, and explain where each step's time goes.",
+    help=(
+        "Run SCRIPT as `python SCRIPT ARGS` would, instrumented, and explain where each step's "
+        "time goes."
+    ),
 )
 def profile(
     script_and_args: list[str] = typer.Argument(
@@ -75,7 +78,9 @@ def profile(
         WINDOW_STEPS,
         "--window",
         min=0,
-        help="Steps recorded in detail (ops, copies, syncs) after warm-up; 0 turns the recorder off.",
+        help=(
+            "Steps recorded in detail (ops, copies, syncs) after warm-up; 0 turns the recorder off."
+        ),
     ),
     sample_interval: float = typer.Option(
         SAMPLE_INTERVAL_S,
@@ -97,7 +102,8 @@ def profile(
             fail("profile needs a SCRIPT (or -m MODULE); try: gpuopt profile train.py")
         if args[0].startswith("-"):
             fail(
-                f"unknown option {args[0]!r} for gpuopt profile; options of gpuopt go before SCRIPT, see gpuopt profile --help"
+                f"unknown option {args[0]!r} for gpuopt profile; options of gpuopt go before "
+                "SCRIPT, see gpuopt profile --help"
             )
     from gpuopt.runner.options import ProfileOptions
     from gpuopt.runner.profile_command import run_profile
@@ -119,7 +125,10 @@ def profile(
 
 
 @app.command(
-    help="Render a run directory, a profile.json, or PyTorch profiler traces (file or folder of ranks). Never re-runs anything."
+    help=(
+        "Render a run directory, a profile.json, or PyTorch profiler traces (file or folder of "
+        "ranks). Never re-runs anything."
+    )
 )
 def report(
     path: Path = typer.Argument(
@@ -144,7 +153,10 @@ def report(
 
 
 @app.command(
-    help="Plan ahead-of-time multi-stream execution (Nimble) for a static model: streams, syncs, estimated speedup."
+    help=(
+        "Plan ahead-of-time multi-stream execution (Nimble) for a static model: streams, syncs, "
+        "estimated speedup."
+    )
 )
 def schedule(
     target: str = typer.Argument(

@@ -7,8 +7,9 @@ two command shapes people type most are recognised here, before typer is importe
 very functions the typer commands run:
 
 * ``gpuopt report PATH [--format F] [-o FILE]`` (:func:`gpuopt.report.command.run_report`);
-* ``gpuopt profile [-o DIR] [--quiet] SCRIPT [ARGS...]`` (:func:`gpuopt.runner.profile_command.run_profile`;
-  everything after SCRIPT is the script's, as under typer).
+* ``gpuopt profile [-o DIR] [--quiet] SCRIPT [ARGS...]``
+  (:func:`gpuopt.runner.profile_command.run_profile`; everything after SCRIPT is the script's,
+  as under typer).
 
 The recognisers accept only those exact shapes with values they can check; anything else
 (``--help``, any other or a repeated option, a format that is not one of ours, a value that looks

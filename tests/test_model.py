@@ -13,7 +13,13 @@ import pytest
 from conftest import ROOT
 
 from gpuopt.errors import GpuoptError
-from gpuopt.model.document import decode, empty_profile, encode, load_profile, validate
+from gpuopt.model.document import (
+    decode,
+    empty_profile,
+    encode,
+    load_profile,
+    validate,
+)
 from gpuopt.model.profile import Profile, RankEntry
 
 GOLDEN = ROOT / "tests" / "data" / "golden"

@@ -19,6 +19,26 @@ from gpuopt.model.profile import BREAKDOWN_KEYS, SCHEMA, Breakdown, Environment,
 
 SCHEMA_FAMILY = "gpuopt.profile"
 SCHEMA_VERSION = 1
+# The keys docs/contract.md requires, in its order (a Profile's first fields, so JSON lists them
+# first); every other key is one of gpuopt's additions.
+CONTRACT_KEYS: tuple[str, ...] = (
+    "schema",
+    "status",
+    "exit_code",
+    "script",
+    "argv",
+    "environment",
+    "steps",
+    "breakdown",
+    "utilization",
+    "transfers",
+    "syncs",
+    "dispatch",
+    "loops",
+    "findings",
+    "gpu",
+    "ranks",
+)
 
 
 def _plain(obj: object) -> object:
@@ -37,7 +57,7 @@ def _plain(obj: object) -> object:
         if isinstance(value, (int, float, bool, str)):
             return value
     if hasattr(obj, "__index__"):
-        return int(obj)  # type: ignore[call-overload]
+        return int(obj)
     if isinstance(obj, (set, frozenset, tuple)):
         return list(obj)
     return str(obj)

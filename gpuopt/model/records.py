@@ -1,8 +1,9 @@
 """The records a profile document is made of: steps, breakdown, utilization, copies, syncs,
-dispatch, loops, findings, GPU ranks, DataLoaders, batch shapes. :class:`gpuopt.model.profile.Profile`
-puts them together; see there for what a field typed ``X | UnsetType`` means. Units are in the
-names: ``_s`` seconds, ``_us`` microseconds, ``_bytes`` bytes, ``_pct`` percent (0-100); ``share``
-and the breakdown are fractions of measured step time (0-1).
+dispatch, loops, findings, GPU ranks, DataLoaders, batch shapes.
+:class:`gpuopt.model.profile.Profile` puts them together; see there for what a field typed
+``X | UnsetType`` means. Units are in the names: ``_s`` seconds, ``_us`` microseconds, ``_bytes``
+bytes, ``_pct`` percent (0-100); ``share`` and the breakdown are fractions of measured step time
+(0-1).
 """
 
 from __future__ import annotations

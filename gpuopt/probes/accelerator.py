@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 
 @dataclass
@@ -60,7 +61,7 @@ class PynvmlBackend:
     def memory_total(self, index: int) -> int:
         return int(self._nv.nvmlDeviceGetMemoryInfo(self._handles[index]).total)
 
-    def _try(self, fn, *args):  # type: ignore[no-untyped-def]
+    def _try(self, fn: Callable[..., Any], *args: Any) -> Any:
         try:
             return fn(*args)
         except self._nv.NVMLError:
@@ -113,7 +114,8 @@ def open_nvml() -> tuple[NvmlBackend | None, str | None]:
     except ImportError:
         return (
             None,
-            "nvidia-ml-py is not installed: GPU utilization not measured (pip install nvidia-ml-py)",
+            "nvidia-ml-py is not installed: GPU utilization not measured "
+            "(pip install nvidia-ml-py)",
         )
     try:
         backend = PynvmlBackend()

@@ -211,7 +211,8 @@ class DataLoaderProbe:
         stats.iterators += 1
 
     def _caller_site(self) -> str | None:
-        """Where the user's code made this iterator (its ``for`` line), via the recorder's resolver."""
+        """Where the user's code made this iterator (its ``for`` line), found with the
+        recorder's site resolver."""
         from gpuopt.probes.sites import SiteResolver
 
         if self._resolver is None:

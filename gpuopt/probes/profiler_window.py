@@ -7,8 +7,8 @@ trace. Without CUDA it does nothing and says so.
 
 It profiles the steps right *after* the recorder's window (``window_start + window_steps`` on, for
 ``window_steps`` steps), because the recorder's Python modes would stretch the gaps between kernels
-the trace is meant to measure. ``ctx.extra["profiler_window_start"]`` / ``["profiler_window_steps"]``
-override that.
+the trace is meant to measure. ``ctx.extra["profiler_window_start"]`` and
+``ctx.extra["profiler_window_steps"]`` override that.
 """
 
 from __future__ import annotations
@@ -70,7 +70,10 @@ class ProfilerWindow:
             return
         self.cuda = bool(torch.cuda.is_available())
         if not self.cuda and self.require_cuda:
-            self.note = "GPU profiler window skipped: no CUDA device (kernel counts, idle gaps and launch delays need one)"
+            self.note = (
+                "GPU profiler window skipped: no CUDA device (kernel counts, idle gaps and launch "
+                "delays need one)"
+            )
             return
         self.enabled = True
         self.path = Path(ctx.out_dir) / TRACE_NAME

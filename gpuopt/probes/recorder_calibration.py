@@ -50,15 +50,27 @@ def _empty_modes() -> tuple[type, type]:
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class EmptyFunction(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        def __torch_function__(
+            self,
+            func: Any,
+            types: Any,
+            args: tuple[Any, ...] = (),
+            kwargs: dict[str, Any] | None = None,
+        ) -> Any:
             return func(*args, **(kwargs or {}))
 
-    class EmptyDispatch(TorchDispatchMode):
+    class EmptyDispatch(TorchDispatchMode):  # type: ignore[no-untyped-call]
         @classmethod
         def _should_skip_dynamo(cls) -> bool:
             return "torch._dynamo" in sys.modules  # as the recorder's own mode decides
 
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        def __torch_dispatch__(
+            self,
+            func: Any,
+            types: Any,
+            args: tuple[Any, ...] = (),
+            kwargs: dict[str, Any] | None = None,
+        ) -> Any:
             return func(*args, **(kwargs or {}))
 
     return EmptyFunction, EmptyDispatch

@@ -155,7 +155,8 @@ class RecorderEngine:
 
         engine = self
 
-        class _Dispatch(TorchDispatchMode):
+        # torch's mode classes are unannotated: defining and making one is an untyped call
+        class _Dispatch(TorchDispatchMode):  # type: ignore[no-untyped-call]
             @classmethod
             def _should_skip_dynamo(cls) -> bool:
                 # torch wraps a mode's handler in torch._dynamo.disable, importing dynamo (over a
@@ -163,18 +164,30 @@ class RecorderEngine:
                 # code compiles, i.e. where dynamo is already imported.
                 return "torch._dynamo" in sys.modules
 
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            def __torch_dispatch__(
+                self,
+                func: Any,
+                types: Any,
+                args: tuple[Any, ...] = (),
+                kwargs: dict[str, Any] | None = None,
+            ) -> Any:
                 return engine.on_dispatch(func, args, kwargs or {})
 
         class _Function(TorchFunctionMode):
-            def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            def __torch_function__(
+                self,
+                func: Any,
+                types: Any,
+                args: tuple[Any, ...] = (),
+                kwargs: dict[str, Any] | None = None,
+            ) -> Any:
                 return engine.on_function(func, args, kwargs or {})
 
         self.acc = StepCounters()
         if patch_sync:
             self._patch_synchronize()
         if dispatch:
-            self._dispatch_mode = _Dispatch()
+            self._dispatch_mode = _Dispatch()  # type: ignore[no-untyped-call]
             self._dispatch_mode.__enter__()
         if function:
             self._function_mode = _Function()
@@ -199,7 +212,7 @@ class RecorderEngine:
         try:
             fmode: Any = self._function_mode
             if fmode is not None:
-                stack = _get_current_function_mode_stack()
+                stack = _get_current_function_mode_stack()  # type: ignore[no-untyped-call]
                 if stack and stack[-1] is fmode:
                     fmode.__exit__(None, None, None)
                     self._function_mode = None
@@ -210,7 +223,10 @@ class RecorderEngine:
                     top.__exit__(None, None, None)
                     self._dispatch_mode = None
             if self.modes_installed():
-                note = "another torch mode was pushed above the recorder's; the recorder stays inert below it"
+                note = (
+                    "another torch mode was pushed above the recorder's; the recorder stays inert "
+                    "below it"
+                )
                 if note not in self.errors:
                     self.errors.append(note)
         finally:
@@ -235,7 +251,7 @@ class RecorderEngine:
             # The host time after a step's last sync runs into the next step (its data loading
             # excluded): keep counting it, now into the merged window entry.
             merged = self.total.syncs.get(pending[1])
-            self.pending_idle = (merged, *pending[1:]) if merged is not None else None  # type: ignore[assignment]
+            self.pending_idle = (merged, *pending[1:]) if merged is not None else None
         self.step_start = self.last_exit = _perf()
 
     def _current_instruction(self) -> tuple[tuple[int, int] | None, int]:
@@ -321,7 +337,8 @@ class RecorderEngine:
         self._add_sync(kind or "item", ctx, dev, "(" + ctx.api + ")")
 
     def _would_block(self, ctx: _Ctx) -> bool:
-        """A CPU-tensor sync counts only on a CPU-only run, called directly, outside data loading."""
+        """A CPU-tensor sync counts only on a CPU-only run, called directly, outside data
+        loading."""
         return self.cpu_only and ctx.direct and not ctx.data
 
     def _add_sync(self, kind: str, ctx: _Ctx, dev: str, op: str) -> list[float]:

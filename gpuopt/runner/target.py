@@ -62,11 +62,13 @@ def check_target(target: Target) -> None:
         p = Path(target.script)
         if not p.exists():
             raise GpuoptError(
-                f"{target.script}: no such file; give the path of a Python script, e.g. gpuopt profile train.py"
+                f"{target.script}: no such file; give the path of a Python script, e.g. "
+                "gpuopt profile train.py"
             )
         if p.is_dir():
             raise GpuoptError(
-                f"{target.script}: is a directory, not a script; to run a package use gpuopt profile -m PACKAGE"
+                f"{target.script}: is a directory, not a script; to run a package use "
+                "gpuopt profile -m PACKAGE"
             )
         if not os.access(p, os.R_OK):
             raise GpuoptError(f"{target.script}: permission denied")
@@ -82,7 +84,8 @@ def check_target(target: Target) -> None:
         sys.path[0] = saved
     if spec is None:
         raise GpuoptError(
-            f"-m {target.module}: no module named {target.module!r} (is it importable from {os.getcwd()}?)"
+            f"-m {target.module}: no module named {target.module!r} "
+            f"(is it importable from {os.getcwd()}?)"
         )
 
 
@@ -153,7 +156,8 @@ def _is_ours(filename: str) -> bool:
 
 
 def print_user_traceback(exc: BaseException) -> None:
-    """The script's own traceback, as ``python`` would print it: gpuopt's and runpy's frames removed."""
+    """The script's own traceback, as ``python`` would print it: gpuopt's and runpy's frames
+    removed."""
     tb: TracebackType | None = exc.__traceback__
     while tb is not None and _is_ours(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
