@@ -105,7 +105,8 @@ def overhead(pairs: int, extra: list[str]) -> dict:
 def bootstrap_median_ci(
     xs: list[float], level: float = 0.90, draws: int = 4000
 ) -> tuple[float, float]:
-    """Percentile bootstrap interval of the median (seeded: the same pairs give the same interval)."""
+    """Percentile bootstrap interval of the median (seeded: the same pairs give the same
+    interval)."""
     rng = random.Random(0)
     meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(draws))
     lo = meds[int((1 - level) / 2 * draws)]
@@ -190,14 +191,17 @@ def main() -> None:
     lines = [
         "## `gpuopt profile`: overhead and data-wait accuracy",
         "",
-        f"Command: `{cmd.strip()}` · {dt.date.today()} · {platform.machine()}, {os.cpu_count()} cores, "
+        f"Command: `{cmd.strip()}` · {dt.date.today()} · {platform.machine()}, "
+        f"{os.cpu_count()} cores, "
         f"Python {platform.python_version()}, torch {__import__('torch').__version__} (CPU)",
         "",
         f"Workload: `benchmarks/workloads/train_cpu.py`, {ov['steps_seen']} steps, median step "
-        f"{ov['median_step_ms']:.1f} ms under gpuopt, torch with one intra-op thread (the host side of a GPU "
-        f"job; see the workload's docstring). Whole-process wall time, {a.pairs} alternating pairs.",
+        f"{ov['median_step_ms']:.1f} ms under gpuopt, torch with one intra-op thread "
+        "(the host side of a GPU job; see the workload's docstring). "
+        f"Whole-process wall time, {a.pairs} alternating pairs.",
         "",
-        "| configuration | plain python median (s) | gpuopt median (s) | median of pair ratios (wall) | target | median of pair ratios (CPU time) |",
+        "| configuration | plain python median (s) | gpuopt median (s) "
+        "| median of pair ratios (wall) | target | median of pair ratios (CPU time) |",
         "|---|---|---|---|---|---|",
     ]
     configs = [("default (recorder window on)", ov)] + (
@@ -205,7 +209,8 @@ def main() -> None:
     )
     for name, r in configs:
         lines.append(
-            f"| {name} | {statistics.median(r['plain_s']):.3f} | {statistics.median(r['gpuopt_s']):.3f} | "
+            f"| {name} | {statistics.median(r['plain_s']):.3f} "
+            f"| {statistics.median(r['gpuopt_s']):.3f} | "
             f"**{r['median_ratio']:.3f}×** | ≤ 1.03× | {r['median_cpu_ratio']:.3f}× |"
         )
     lo, hi = ov["ratio_ci90"]
@@ -217,15 +222,18 @@ def main() -> None:
         )
         lines += [
             "",
-            "Where the time goes (medians over the pairs; the workload stamps its loop's start and end):",
+            "Where the time goes (medians over the pairs; "
+            "the workload stamps its loop's start and end):",
             "",
             "| part | plain python | gpuopt − plain |",
             "|---|---|---|",
-            f"| before the loop (interpreter, imports, set-up) + after it (exit) | {ov['plain_outside_loop_s']:.3f} s | "
+            "| before the loop (interpreter, imports, set-up) + after it (exit) "
+            f"| {ov['plain_outside_loop_s']:.3f} s | "
             f"+{ov['extra_before_loop_s']:.3f} s before, +{ov['extra_after_loop_s']:.3f} s after |",
             f"| the 200-step loop | {ov['plain_loop_s']:.3f} s | ×{ov['loop_ratio']:.3f} |",
             "",
-            f"Whole run from these parts: **{model:.3f}×** (fixed +{fixed:.3f} s, loop ×{ov['loop_ratio']:.3f}).",
+            f"Whole run from these parts: **{model:.3f}×** "
+            f"(fixed +{fixed:.3f} s, loop ×{ov['loop_ratio']:.3f}).",
         ]
     lines += [
         "",
@@ -234,7 +242,8 @@ def main() -> None:
         "Pair ratios (default, CPU time of the process tree): "
         + ", ".join(f"{x:.3f}" for x in ov["cpu_ratios"]),
         "",
-        f"Accuracy: planted-stall script (`tests/data/scripts/planted_stall.py`) measuring its own blocked time in "
+        "Accuracy: planted-stall script (`tests/data/scripts/planted_stall.py`) "
+        "measuring its own blocked time in "
         f"`next(loader)`; {acc['runs']} runs.",
         "",
         "| run | ground truth data_wait | gpuopt breakdown.data_wait | error |",

@@ -9,9 +9,9 @@ Part 1, per op: a loop of one kind of op, called from a user-code frame, timed w
 with two empty modes (the floor any Python dispatch mode pays), and with the recorder.
 
 Part 2, whole run: a small CPU training script of N steps driven exactly as ``gpuopt profile``
-drives its probes (start, on_step per step, stop, result and summary), with the recorder's default window
-(3 steps after 2 warm-up steps) versus no recorder. The ratio is total wall time, the end-of-run
-summary and calibration included.
+drives its probes (start, on_step per step, stop, result and summary), with the recorder's default
+window (3 steps after 2 warm-up steps) versus no recorder. The ratio is total wall time, the
+end-of-run summary and calibration included.
 """
 
 from __future__ import annotations
@@ -269,12 +269,14 @@ def main() -> None:
     )
     print("\n## Per op (µs per aten op)\n")
     print(
-        "| workload | aten ops per call | no recorder | two empty modes | recorder | recorder overhead | ratio |"
+        "| workload | aten ops per call | no recorder | two empty modes | recorder "
+        "| recorder overhead | ratio |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|")
     for r in per_op(rounds, n):
         print(
-            f"| {r['workload']} | {r['ops_per_call']} | {r['none_us']:.2f} | {r['empty_modes_us']:.2f} | "
+            f"| {r['workload']} | {r['ops_per_call']} | {r['none_us']:.2f} "
+            f"| {r['empty_modes_us']:.2f} | "
             f"{r['recorder_us']:.2f} | {r['overhead_us']:.2f} | {r['ratio']:.2f}x |"
         )
     steps = 60 if args.quick else 300
@@ -288,12 +290,14 @@ def main() -> None:
         "\n## Whole run (window 3 steps after 2 warm-up steps; summary and calibration included)\n"
     )
     print(
-        "| workload | steps | step (ms) | run without (s) | recorder time, direct (ms) | ratio, direct | wall ratio, paired | CPU ratio, paired |"
+        "| workload | steps | step (ms) | run without (s) | recorder time, direct (ms) "
+        "| ratio, direct | wall ratio, paired | CPU ratio, paired |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in whole_run(rounds, configs):
         print(
-            f"| {r['workload']} | {r['steps']} | {r['step_ms']:.2f} | {r['base_s']:.3f} | {r['direct_ms']:.1f} | "
+            f"| {r['workload']} | {r['steps']} | {r['step_ms']:.2f} | {r['base_s']:.3f} "
+            f"| {r['direct_ms']:.1f} | "
             f"{r['direct_ratio']:.3f}x | {r['ratio']:.3f}x | {r['cpu_ratio']:.3f}x |"
         )
 

@@ -5,9 +5,10 @@
 Inputs: the hand-made fixture ``tests/data/report/host_culprits.json`` (64 steps, 311 samples,
 5 findings) and the same document stretched to a long run (10,000 steps and 36,000 utilization
 samples: one hour sampled every 100 ms), each decoded once into a typed Profile. Each render is
-timed ``REPEAT`` times in this process (median); then the whole command, ``python -m gpuopt report FILE --format F -o OUT``, is timed
-as a user runs it (a fresh interpreter each time, median of ``CLI_REPEAT``), all in one run so
-the numbers are comparable side by side.
+timed ``REPEAT`` times in this process (median); then the whole command,
+``python -m gpuopt report FILE --format F -o OUT``, is timed as a user runs it (a fresh
+interpreter each time, median of ``CLI_REPEAT``), all in one run so the numbers are comparable
+side by side.
 """
 
 from __future__ import annotations
@@ -96,7 +97,8 @@ def time_cli(path: Path, fmt: str) -> float:
 
 
 def time_startup() -> float:
-    """``python -m gpuopt --version``: interpreter and CLI start-up, the floor under every command."""
+    """``python -m gpuopt --version``: interpreter and CLI start-up, the floor under every
+    command."""
     times = []
     for _ in range(CLI_REPEAT):
         t0 = time.perf_counter()
@@ -117,13 +119,16 @@ def main() -> None:
         "long (10,000 steps, 36,000 samples)": long_run(base),
     }
     print(
-        f"machine: {platform.machine()}, {platform.processor() or 'cpu'}, python {platform.python_version()}"
+        f"machine: {platform.machine()}, {platform.processor() or 'cpu'}, "
+        f"python {platform.python_version()}"
     )
     print(
-        f"command: python benchmarks/bench_report.py (render: median of {REPEAT}; CLI: median of {CLI_REPEAT} fresh processes)\n"
+        f"command: python benchmarks/bench_report.py (render: median of {REPEAT}; "
+        f"CLI: median of {CLI_REPEAT} fresh processes)\n"
     )
     print(
-        "| document | format | render (in process) | output size | `gpuopt report` (whole command) |"
+        "| document | format | render (in process) | output size "
+        "| `gpuopt report` (whole command) |"
     )
     print("|---|---|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
@@ -135,7 +140,8 @@ def main() -> None:
                 render_s, size = time_render(profile, fmt)
                 cli_s = time_cli(path, fmt)
                 print(
-                    f"| {label} | {fmt} | {render_s * 1e3:.1f} ms | {size / 1024:.0f} KiB | {cli_s * 1e3:.0f} ms |"
+                    f"| {label} | {fmt} | {render_s * 1e3:.1f} ms | {size / 1024:.0f} KiB "
+                    f"| {cli_s * 1e3:.0f} ms |"
                 )
     print(
         f"| (baseline) `python -m gpuopt --version` | – | – | – | {time_startup() * 1e3:.0f} ms |"

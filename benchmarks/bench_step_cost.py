@@ -140,16 +140,20 @@ def main() -> None:
     print("| hook | per call without | with | cost per call |")
     print("|---|---:|---:|---:|")
     print(
-        f"| optimizer step hook (`opt.step()`) | {step_off:.2f} µs | {step_on:.2f} µs | {step_on - step_off:.2f} µs |"
+        f"| optimizer step hook (`opt.step()`) | {step_off:.2f} µs | {step_on:.2f} µs "
+        f"| {step_on - step_off:.2f} µs |"
     )
     print(
-        f"| DataLoader wait probe (`next(loader)`) | {dl_off:.2f} µs | {dl_on:.2f} µs | {dl_on - dl_off:.2f} µs |"
+        f"| DataLoader wait probe (`next(loader)`) | {dl_off:.2f} µs | {dl_on:.2f} µs "
+        f"| {dl_on - dl_off:.2f} µs |"
     )
     print(
-        f"| sampler tick (every {a.interval} s, in its own thread) | — | {tick_us:.1f} µs | {sampler_share * 100:.3f}% of wall time |"
+        f"| sampler tick (every {a.interval} s, in its own thread) | — | {tick_us:.1f} µs "
+        f"| {sampler_share * 100:.3f}% of wall time |"
     )
     print(
-        f"\nPer-step overhead on a {a.step_ms:.0f} ms step (one optimizer step, one batch, the sampler's GIL time): "
+        f"\nPer-step overhead on a {a.step_ms:.0f} ms step "
+        "(one optimizer step, one batch, the sampler's GIL time): "
         f"**{bound * 100:.3f}%**"
     )
 

@@ -16,7 +16,8 @@ repository.
     python benchmarks/bench_trace.py --repeat 5 --without-helper   # + gpuopt with its helper off
     python benchmarks/bench_trace.py --synthetic-mb 1024 --skip-hta-synthetic   # the 1 GB run
     python benchmarks/bench_trace.py --repeat 3 --out benchmarks/.work/bench-trace.json
-    python benchmarks/bench_trace.py --repeat 15 --synthetic-mb 0 --only nccl --only small   # the floor
+    # the floor:
+    python benchmarks/bench_trace.py --repeat 15 --synthetic-mb 0 --only nccl --only small
     python benchmarks/bench_trace.py --repeat 5 --compare-rev af11cc7   # + gpuopt as of a revision
 
 Results are printed as a Markdown table (copy into docs/bench-trace.md with the command line).
@@ -50,7 +51,8 @@ REAL = [
 ]
 SEED = "kineto_tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
 
-_RUNNER = r"""
+_RUNNER = (
+    r"""
 import json, os, resource, subprocess, sys, threading, time
 
 def tree_pss(pid):
@@ -83,9 +85,15 @@ wall = time.perf_counter() - t
 if th.is_alive() or th.ident is not None:
     th.join()
 rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-print(json.dumps({"wall_s": wall, "peak_rss_bytes": max(rss, peak[0]), "largest_process_rss_bytes": rss,
-                  "tree_pss_sampled_bytes": peak[0], "rc": p.returncode, "stderr": err.decode(errors="replace")[-400:]}))
 """
+    # the runner's last statement, split here only to keep this file's lines within 100 characters
+    r'print(json.dumps({"wall_s": wall, "peak_rss_bytes": max(rss, peak[0]), '
+    r'"largest_process_rss_bytes": rss,'
+    "\n"
+    r'                  "tree_pss_sampled_bytes": peak[0], "rc": p.returncode, '
+    r'"stderr": err.decode(errors="replace")[-400:]}))'
+    "\n"
+)
 
 
 def ensure_hta() -> Path:
@@ -139,7 +147,10 @@ def hta_cmd(py: Path, trace: Path) -> list[str]:
     link = tdir / trace.name
     if not link.exists():
         link.symlink_to(trace.resolve())
-    code = "import sys; from hta.trace_analysis import TraceAnalysis; TraceAnalysis(trace_dir=sys.argv[1])"
+    code = (
+        "import sys; from hta.trace_analysis import TraceAnalysis; "
+        "TraceAnalysis(trace_dir=sys.argv[1])"
+    )
     return [str(py), "-c", code, str(tdir)]
 
 
@@ -331,14 +342,18 @@ def main() -> None:
         )
         results.append(row)
         print(
-            f"{row['trace']}: {row['json_mb']} MB  gpuopt {row['gpuopt_s']}s (at {args.compare_rev}: {row['gpuopt_rev_s']}s) / {row['gpuopt_rss_mb']} MB   HTA {row['hta_s']}s / {row['hta_rss_mb']} MB   speedup {row['speedup']}  rss ratio {row['rss_ratio']}",
+            f"{row['trace']}: {row['json_mb']} MB  gpuopt {row['gpuopt_s']}s "
+            f"(at {args.compare_rev}: {row['gpuopt_rev_s']}s) / {row['gpuopt_rss_mb']} MB   "
+            f"HTA {row['hta_s']}s / {row['hta_rss_mb']} MB   "
+            f"speedup {row['speedup']}  rss ratio {row['rss_ratio']}",
             flush=True,
         )
     versions = subprocess.run(
         [
             str(hta_py),
             "-c",
-            "import importlib.metadata as m; print({p: m.version(p) for p in ('HolisticTraceAnalysis', 'pandas', 'numpy')})",
+            "import importlib.metadata as m; "
+            "print({p: m.version(p) for p in ('HolisticTraceAnalysis', 'pandas', 'numpy')})",
         ],
         capture_output=True,
         text=True,
@@ -367,7 +382,8 @@ def main() -> None:
         f" gpuopt s at {args.compare_rev} |" if rev_bin else ""
     )
     print(
-        f"\n| trace | JSON MB | gpuopt s |{solo} HTA load s | speedup | gpuopt peak RSS MB | HTA peak RSS MB | RSS ratio |"
+        f"\n| trace | JSON MB | gpuopt s |{solo} HTA load s | speedup "
+        "| gpuopt peak RSS MB | HTA peak RSS MB | RSS ratio |"
     )
     print("|---|---|---|---|---|---|---|---|" + "---|" * solo.count("|"))
     for r in results:
@@ -376,7 +392,9 @@ def main() -> None:
             f" {f(r['gpuopt_rev_s'])} |" if rev_bin else ""
         )
         print(
-            f"| {r['trace']} | {r['json_mb']} | {f(r['gpuopt_s'])} |{s} {f(r['hta_s'])} | {f(r['speedup'], 1)} | {f(r['gpuopt_rss_mb'], 0)} | {f(r['hta_rss_mb'], 0)} | {f(r['rss_ratio'], 2)} |"
+            f"| {r['trace']} | {r['json_mb']} | {f(r['gpuopt_s'])} |{s} {f(r['hta_s'])} "
+            f"| {f(r['speedup'], 1)} | {f(r['gpuopt_rss_mb'], 0)} | {f(r['hta_rss_mb'], 0)} "
+            f"| {f(r['rss_ratio'], 2)} |"
         )
     print(f"\nmachine: {machine}\nresults: {args.out}")
 

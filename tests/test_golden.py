@@ -221,7 +221,8 @@ def _structure(a: Any, b: Any, path: str, out: list[str]) -> None:
     if isinstance(a, dict) and isinstance(b, dict):
         if set(a) != set(b):
             out.append(
-                f"{path}: keys {sorted(set(a) - set(b))} recorded only, {sorted(set(b) - set(a))} new"
+                f"{path}: keys {sorted(set(a) - set(b))} recorded only, "
+                f"{sorted(set(b) - set(a))} new"
             )
         for k in a.keys() & b.keys():
             _structure(a[k], b[k], f"{path}.{k}", out)
@@ -266,7 +267,8 @@ def _findings(a: list[dict[str, Any]], b: list[dict[str, Any]], out: list[str]) 
             out.append(f"finding {key}: keys {sorted(set(f) ^ set(g))} differ")
         if set(f.get("evidence") or {}) != set(g.get("evidence") or {}):
             out.append(
-                f"finding {key}: evidence keys {sorted(set(f['evidence']) ^ set(g['evidence']))} differ"
+                f"finding {key}: evidence keys "
+                f"{sorted(set(f['evidence']) ^ set(g['evidence']))} differ"
             )
         for k in ("title", "fix") if key[0] in ("loop-indexing",) else ():
             if f[k] != g[k]:

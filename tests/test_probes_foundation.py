@@ -214,7 +214,10 @@ def test_process_tree_finds_children_and_grandchildren(proc_files: bool) -> None
 
     from gpuopt.probes.samplers import ProcessTreeCpu
 
-    code = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); time.sleep(30)"
+    code = (
+        "import subprocess, sys, time; "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); time.sleep(30)"
+    )
     child = subprocess.Popen([sys.executable, "-c", code])
     try:
         tree = ProcessTreeCpu()

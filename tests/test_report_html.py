@@ -94,8 +94,8 @@ def test_hostile_strings_are_escaped() -> None:
     # the title survives as text, exactly
     titles = re.findall(r"<h3>(.*?)</h3>", out)
     assert (
-        "Title &lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &lt;b&gt;bold&lt;/b&gt; | pipe"
-        in titles
+        "Title &lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; "
+        "&amp; &lt;b&gt;bold&lt;/b&gt; | pipe" in titles
     )
     # a site with quotes and angle brackets becomes a percent-encoded link, text escaped
     hrefs = [a["href"] for t, a, _ in p.tags if t == "a"]

@@ -45,7 +45,8 @@ def test_cpu_dataloader_bound_headline() -> None:
     # breakdown legend, in the canonical order, with the fixture's fractions
     legend = next(line for line in lines if "data wait" in line and "compute" in line)
     assert re.search(
-        r"D data wait 67\.6%.*H host→device copies 0\.0%.*S syncs 1\.2%.*C compute 29\.1%.*o other 2\.1%",
+        r"D data wait 67\.6%.*H host→device copies 0\.0%.*S syncs 1\.2%"
+        r".*C compute 29\.1%.*o other 2\.1%",
         legend,
     )
     bar = lines[lines.index(legend) - 1]

@@ -17,7 +17,8 @@ def _synthetic(tmp_path: Path) -> Path:
     Gap [110,300): DataLoader __next__ covers [100,250) → 140 µs dataloader; launch [260,263) → 3.
     Gap [400,600): aten::item [390,520) with cudaStreamSynchronize inside → 120 sync; python
     frame train.py(7) covers [520,600) → 75 python + 5 launch (the cudaLaunchKernel at 590).
-    Gap [700,900): Optimizer.step [690,880) → 180 optimizer; launch [895,898) → 3; the rest untraced.
+    Gap [700,900): Optimizer.step [690,880) → 180 optimizer; launch [895,898) → 3; the rest
+    untraced.
     """
     ev = [
         cpu("ProfilerStep#1", 0, 1000, cat="user_annotation"),

@@ -2,8 +2,9 @@
 
 One intra-op thread by default, as the host side of a GPU training job runs: with two OpenMP
 threads on a 2-core machine every run's time swings by ±10% with whatever else the host does,
-which would drown the overhead being measured. In-memory data through a DataLoader (so the DataLoader probe is exercised on every batch), an
-optimizer step per batch (so the step hook fires), a .item() every 10 steps (as logging does).
+which would drown the overhead being measured. In-memory data through a DataLoader (so the
+DataLoader probe is exercised on every batch), an optimizer step per batch (so the step hook
+fires), a .item() every 10 steps (as logging does).
 
 The script prints the wall-clock time (``time.time()``) at which its training loop starts and
 ends to stderr, so the benchmark can split each run into before-loop, loop and after-loop parts:

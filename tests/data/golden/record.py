@@ -4,7 +4,7 @@ Recorded once with the code *before* a refactor that must not change what users 
 the typed profile document), and re-recorded only on purpose, when an output is meant to change
 (say why in the commit). Nothing here is hand-made: every file is gpuopt's own output.
 
-    python tests/data/golden/record.py            # from the repository root, with ../shared beside it
+    python tests/data/golden/record.py   # from the repository root, with ../shared beside it
 
 What it writes (all gzip-compressed, to keep the repository small):
 

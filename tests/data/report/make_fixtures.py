@@ -255,13 +255,19 @@ def cpu_dataloader_bound() -> dict[str, Any]:
             "title": "Each step waits for the DataLoader",
             "site": "train_mnist.py:54",
             "evidence": {
-                "summary": f"{dw * 100:.0f}% of step time is spent in next(iter(loader)); num_workers=0 on 8 CPU cores",
+                "summary": (
+                    f"{dw * 100:.0f}% of step time is spent in next(iter(loader)); "
+                    "num_workers=0 on 8 CPU cores"
+                ),
                 "data_wait_share": dw,
                 "data_wait_s_per_step": round(dw * median, 5),
                 "num_workers": 0,
                 "cpu_count": 8,
             },
-            "fix": "DataLoader(..., num_workers=6, pin_memory=True, persistent_workers=True, prefetch_factor=4)",
+            "fix": (
+                "DataLoader(..., num_workers=6, pin_memory=True, persistent_workers=True, "
+                "prefetch_factor=4)"
+            ),
             "est_speedup": round(1 / (1 - dw * 0.9), 3),
             "estimate_model": "Amdahl: 90% of the data-wait share removed by parallel loading",
         },
@@ -271,11 +277,17 @@ def cpu_dataloader_bound() -> dict[str, Any]:
             "title": "loss.item() every step forces a host-device sync",
             "site": "train_mnist.py:61",
             "evidence": {
-                "summary": "3 sync calls per step (item, tolist); cheap on this CPU-only run but each would block on a GPU",
+                "summary": (
+                    "3 sync calls per step (item, tolist); "
+                    "cheap on this CPU-only run but each would block on a GPU"
+                ),
                 "syncs_per_step": 3,
                 "sync_share": doc["breakdown"]["sync"],
             },
-            "fix": "Accumulate the loss on the device (running += loss.detach()) and call .item() every 50 steps",
+            "fix": (
+                "Accumulate the loss on the device (running += loss.detach()) "
+                "and call .item() every 50 steps"
+            ),
             "est_speedup": round(1 / (1 - doc["breakdown"]["sync"]), 3),
             "estimate_model": "Amdahl: sync share removed",
         },
@@ -369,12 +381,18 @@ def host_culprits() -> dict[str, Any]:
             "title": "80 nonzero() calls per step stall the GPU",
             "site": "seg/masks.py:45",
             "evidence": {
-                "summary": f"{bd['sync'] * 100:.0f}% of step time waits in host-device syncs; 86 syncs per step, 80 of them nonzero() in the mask loop",
+                "summary": (
+                    f"{bd['sync'] * 100:.0f}% of step time waits in host-device syncs; "
+                    "86 syncs per step, 80 of them nonzero() in the mask loop"
+                ),
                 "sync_share": bd["sync"],
                 "syncs_per_step": 86,
                 "sync_s_per_step": round(bd["sync"] * median, 5),
             },
-            "fix": "Replace the per-class nonzero() with a boolean mask: masks = seg[:, None] == torch.arange(80, device=seg.device)[None, :, None, None]",
+            "fix": (
+                "Replace the per-class nonzero() with a boolean mask: "
+                "masks = seg[:, None] == torch.arange(80, device=seg.device)[None, :, None, None]"
+            ),
             "est_speedup": round(1 / (1 - bd["sync"] * 0.9), 3),
             "estimate_model": "Amdahl: 90% of the sync share removed",
         },
@@ -404,7 +422,9 @@ def host_culprits() -> dict[str, Any]:
                 "iterations_per_step": 80,
                 "mean_op_us": 21.7,
             },
-            "fix": "masks = (seg.unsqueeze(1) == classes.view(1, -1, 1, 1))  # (N, 80, H, W) in one op",
+            "fix": (
+                "masks = (seg.unsqueeze(1) == classes.view(1, -1, 1, 1))  # (N, 80, H, W) in one op"
+            ),
             "est_speedup": 1.09,
             "estimate_model": "dispatch time of the loop's ops (ops × mean_op_us) removed",
         },
@@ -515,12 +535,18 @@ def gpu_ranks() -> dict[str, Any]:
             "title": "Rank 3 is 19% slower; the other ranks wait for it in all-reduce",
             "site": "train_ddp.py:77",
             "evidence": {
-                "summary": "rank 3 step median 19% above the others; its data wait is 17.6% vs ~3% elsewhere",
+                "summary": (
+                    "rank 3 step median 19% above the others; "
+                    "its data wait is 17.6% vs ~3% elsewhere"
+                ),
                 "slowest_rank": 3,
                 "slowdown": 1.19,
                 "data_wait_share_rank3": 0.176,
             },
-            "fix": "Give rank 3 the same DataLoader workers as the others (num_workers is computed from os.cpu_count() // local_world_size and rank 3's node has fewer cores)",
+            "fix": (
+                "Give rank 3 the same DataLoader workers as the others (num_workers is computed "
+                "from os.cpu_count() // local_world_size and rank 3's node has fewer cores)"
+            ),
             "est_speedup": 1.16,
             "estimate_model": "all ranks at the median of the others",
         },
@@ -530,10 +556,16 @@ def gpu_ranks() -> dict[str, Any]:
             "title": f"GPU busy {gmean:.0f}% of the sampled time",
             "site": None,
             "evidence": {
-                "summary": f"mean GPU utilization {gmean:.0f}% (NVML samples); a sawtooth: busy, then idle between steps",
+                "summary": (
+                    f"mean GPU utilization {gmean:.0f}% (NVML samples); "
+                    "a sawtooth: busy, then idle between steps"
+                ),
                 "gpu_util_mean_pct": gmean,
             },
-            "fix": "Fix the straggler first; then overlap the gradient all-reduce (DDP bucket_cap_mb=100)",
+            "fix": (
+                "Fix the straggler first; "
+                "then overlap the gradient all-reduce (DDP bucket_cap_mb=100)"
+            ),
             "est_speedup": None,
             "estimate_model": None,
         },
@@ -554,7 +586,10 @@ def failed_run() -> dict[str, Any]:
     doc["wall_s"] = 14.83
     doc["error"] = {
         "type": "torch.OutOfMemoryError",
-        "message": "CUDA out of memory. Tried to allocate 3.00 GiB. GPU 0 has a total capacity of 22.19 GiB of which 1.21 GiB is free.",
+        "message": (
+            "CUDA out of memory. Tried to allocate 3.00 GiB. "
+            "GPU 0 has a total capacity of 22.19 GiB of which 1.21 GiB is free."
+        ),
     }
     doc["utilization"] = {
         "gpu": None,
@@ -639,7 +674,8 @@ def trace_doc() -> dict[str, Any]:
             "rows": [
                 ["volta_scudnn_128x128_relu_interior_nn_v1", 1590, 150823.4, 94.86, 0.232],
                 [
-                    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>",
+                    "void at::native::vectorized_elementwise_kernel<4, "
+                    "at::native::CUDAFunctor_add<float>>",
                     3210,
                     61234.1,
                     19.08,
@@ -712,7 +748,10 @@ def trace_doc() -> dict[str, Any]:
             "title": "The GPU waits for the next batch 41% of each step",
             "site": None,
             "evidence": {
-                "summary": "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__ takes 41% of each ProfilerStep",
+                "summary": (
+                    "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__ "
+                    "takes 41% of each ProfilerStep"
+                ),
                 "data_wait_share": 0.41,
             },
             "fix": "DataLoader(num_workers=4, pin_memory=True)",
