@@ -2,8 +2,8 @@
 the output file's extension. They read a typed :class:`~gpuopt.model.profile.Profile` and never
 execute anything from it.
 
-Import-light on purpose (``gpuopt report`` imports this first): the renderers, the model and
-orjson are imported when they are used.
+Import-light on purpose (``gpuopt report`` imports this first): the renderers and the model are
+imported when they are used.
 """
 
 from __future__ import annotations
