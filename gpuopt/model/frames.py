@@ -10,6 +10,7 @@ are fractions of step time).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from msgspec import UnsetType
@@ -17,6 +18,7 @@ from msgspec.structs import fields
 
 from gpuopt.model.records import (
     BREAKDOWN_KEYS,
+    Breakdown,
     DataLoaderInfo,
     Finding,
     GpuRank,
@@ -30,8 +32,6 @@ from gpuopt.model.trace import KernelStat, StepOverview, TraceRank
 
 if TYPE_CHECKING:
     import pandas as pd
-
-    from gpuopt.model.profile import Profile
 
 FINDING_COLUMNS = (
     "id",
@@ -160,17 +160,26 @@ def _rank_rows(ranks: list[RankEntry] | None) -> list[dict[str, Any]]:
     return rows
 
 
-def _trace_ranks(profile: Profile) -> list[TraceRank]:
-    trace = profile.trace
-    if isinstance(trace, UnsetType) or isinstance(trace.ranks, UnsetType):
-        return []
-    return trace.ranks
+@dataclass(frozen=True)
+class FrameSources:
+    """What a profile's frames are made of (:meth:`gpuopt.model.profile.Profile.frames` fills it
+    from its own fields; this module needs nothing else of the Profile)."""
+
+    series: list[StepRecord]
+    breakdown: Breakdown
+    transfers: list[Transfer]
+    syncs: list[Sync]
+    loops: list[Loop]
+    findings: list[Finding]
+    gpu: list[GpuRank] | None
+    dataloaders: list[DataLoaderInfo]
+    ranks: list[RankEntry] | None
+    trace_ranks: list[TraceRank]
 
 
-def profile_frames(profile: Profile) -> dict[str, pd.DataFrame]:
+def frames_of(src: FrameSources) -> dict[str, pd.DataFrame]:
     """See :meth:`gpuopt.model.profile.Profile.frames`."""
-    loaders = profile.dataloaders if not isinstance(profile.dataloaders, UnsetType) else []
-    trace_ranks = _trace_ranks(profile)
+    trace_ranks = src.trace_ranks
     kernels = [
         r for tr in trace_ranks for r in _rows(tr.top_kernels, KernelStat, {"rank": tr.rank})
     ]
@@ -183,18 +192,18 @@ def profile_frames(profile: Profile) -> dict[str, pd.DataFrame]:
         for cause, us in tr.idle_causes.by_cause.items()
     ]
     return {
-        "steps": _frame(_rows(profile.steps.series, StepRecord), _names(StepRecord)),
+        "steps": _frame(_rows(src.series, StepRecord), _names(StepRecord)),
         "breakdown": _frame(
-            [{"part": k, "fraction": v} for k, v in profile.breakdown.items()],
+            [{"part": k, "fraction": v} for k, v in src.breakdown.items()],
             ("part", "fraction"),
         ),
-        "transfers": _frame(_rows(profile.transfers, Transfer), _names(Transfer)),
-        "syncs": _frame(_rows(profile.syncs, Sync), _names(Sync)),
-        "loops": _frame(_rows(profile.loops, Loop), _names(Loop)),
-        "findings": _frame(_finding_rows(profile.findings), FINDING_COLUMNS),
-        "gpu": _frame(_gpu_rows(profile.gpu), GPU_COLUMNS),
-        "dataloaders": _frame(_rows(loaders, DataLoaderInfo), _names(DataLoaderInfo)),
-        "ranks": _frame(_rank_rows(profile.ranks), RANK_COLUMNS),
+        "transfers": _frame(_rows(src.transfers, Transfer), _names(Transfer)),
+        "syncs": _frame(_rows(src.syncs, Sync), _names(Sync)),
+        "loops": _frame(_rows(src.loops, Loop), _names(Loop)),
+        "findings": _frame(_finding_rows(src.findings), FINDING_COLUMNS),
+        "gpu": _frame(_gpu_rows(src.gpu), GPU_COLUMNS),
+        "dataloaders": _frame(_rows(src.dataloaders, DataLoaderInfo), _names(DataLoaderInfo)),
+        "ranks": _frame(_rank_rows(src.ranks), RANK_COLUMNS),
         "kernels": _frame(kernels, ("rank", *_names(KernelStat))),
         "trace_steps": _frame(trace_steps, ("rank", *_names(StepOverview))),
         "idle_causes": _frame(idle, ("rank", "cause", "idle_us")),

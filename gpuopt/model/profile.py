@@ -149,6 +149,21 @@ class Profile(Record):
         per rank), ``trace_steps`` (each profiler step's time by category, per rank) and
         ``idle_causes`` (GPU idle time by what the host was doing, per rank); a frame is empty
         (with its columns) where the source cannot give it. See docs/api.md."""
-        from gpuopt.model.frames import profile_frames
+        from gpuopt.model.frames import FrameSources, frames_of
 
-        return profile_frames(self)
+        trace = self.trace
+        trace_ranks = [] if isinstance(trace, UnsetType) else trace.ranks or []
+        return frames_of(
+            FrameSources(
+                series=self.steps.series,
+                breakdown=self.breakdown,
+                transfers=self.transfers,
+                syncs=self.syncs,
+                loops=self.loops,
+                findings=self.findings,
+                gpu=self.gpu,
+                dataloaders=self.dataloaders or [],
+                ranks=self.ranks,
+                trace_ranks=trace_ranks,
+            )
+        )

@@ -12,8 +12,8 @@ How a step's time is split (per step):
 ``between``   = the rest: Python, framework bookkeeping, launch preparation: host overhead
 
 The recorder slows the steps it records, by more than it can account for call by call. So
-``step`` and ``data wait`` come from the steps *outside* the window (the step probe's series, in
-the document before probes contribute) whenever there are at least three of them; otherwise from
+``step`` and ``data wait`` come from the steps *outside* the window (the run's step series)
+whenever there are at least three of them; otherwise from
 the window, minus the recorder's cost (its handlers' own time, measured on every call, plus the
 mode-entry costs of :mod:`gpuopt.probes.recorder_calibration`). ``step_time_source`` says which.
 The step series comes from the assembly (it is built from the step clock and the DataLoader
