@@ -10,6 +10,7 @@ from pathlib import Path
 import msgspec
 import pytest
 from conftest import ROOT
+from profile_builders import loader, ragged
 
 from gpuopt.findings.engine import Rule, registered_rules
 from gpuopt.model.document import decode
@@ -28,37 +29,18 @@ def _load(path: Path) -> Profile:
 def _crafted() -> list[Profile]:
     """Runs where the host rules that no recorded run triggers do fire (values as a recorder
     writes them): tiny ops, a pinned blocking copy, ragged batches with a per-sample loop."""
-    ragged = {
-        "batches": 20,
-        "steps_observed": 20,
-        "distinct_shapes": 15,
-        "new_shape_share": 0.75,
-        "batch_size": 4,
-        "batch_sizes": [4],
-        "variable_dims": ["batch[0] dim 1"],
-        "variable_batch_size": False,
-        "list_batches": 0,
-        "batch_size_1_variable": False,
-        "pad_fraction": 0.5,
-        "pad_tensor": "batch.mask",
-        "padded_batches_scanned": 3,
-        "top_shapes": [],
-    }
-    loader = {
-        "site": "train.py:20",
-        "class": "DataLoader",
-        "dataset": "D",
-        "batch_size": 4,
-        "num_workers": 0,
-        "pin_memory": True,
-        "persistent_workers": False,
-        "prefetch_factor": None,
-        "multiprocessing_context": None,
-        "epochs": 1,
-        "batches": 20,
-        "wait_s_total": 0.0,
-        "wait_s_per_step": 0.0,
-    }
+    shapes = ragged(
+        batches=20,
+        steps_observed=20,
+        distinct_shapes=15,
+        new_shape_share=0.75,
+        batch_size=4,
+        batch_sizes=[4],
+        variable_dims=["batch[0] dim 1"],
+        pad_fraction=0.5,
+        pad_tensor="batch.mask",
+        padded_batches_scanned=3,
+    )
     doc = {
         "breakdown": {"compute": 0.8, "other": 0.2},
         "dispatch": {
@@ -89,8 +71,8 @@ def _crafted() -> list[Profile]:
                 "time_share": 0.2,
             }
         ],
-        "ragged": ragged,
-        "dataloaders": [loader],
+        "ragged": shapes,
+        "dataloaders": [loader("train.py:20", batch_size=4, pin_memory=True, wait_s_per_step=0.0)],
     }
     return [msgspec.convert(doc, Profile)]
 

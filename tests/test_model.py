@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from conftest import ROOT
 
 from gpuopt.errors import GpuoptError
 from gpuopt.model.document import (
+    CONTRACT_KEYS,
     decode,
     empty_profile,
     encode,
@@ -69,25 +71,19 @@ def test_an_empty_profile_is_valid_and_round_trips() -> None:
     assert validate(p) == []
     assert decode(encode(p), "x") == p
     keys = list(json.loads(encode(p)))
-    contract = [
-        "schema",
-        "status",
-        "exit_code",
-        "script",
-        "argv",
-        "environment",
-        "steps",
-        "breakdown",
-        "utilization",
-        "transfers",
-        "syncs",
-        "dispatch",
-        "loops",
-        "findings",
-        "gpu",
-        "ranks",
-    ]
-    assert keys[: len(contract)] == contract  # the contract's keys first, in its order
+    assert tuple(keys[: len(CONTRACT_KEYS)]) == CONTRACT_KEYS  # the contract's, in its order
+
+
+def test_the_contract_keys_are_the_contracts() -> None:
+    """CONTRACT_KEYS is the key column of docs/contract.md's profile.json block, in its order."""
+    text = (ROOT / "docs" / "contract.md").read_text(encoding="utf-8")
+    block = text.split("## `profile.json`, schema `gpuopt.profile/1`", 1)[1]
+    block = block.split("```", 2)[1]
+    keys = [m.group(1) for m in re.finditer(r"^([a-z_]+)(?:, ([a-z_]+))?\s", block, re.M)]
+    pairs = re.findall(r"^([a-z_]+), ([a-z_]+)\s", block, re.M)  # "script, argv" is two keys
+    for a, b in pairs:
+        keys.insert(keys.index(a) + 1, b)
+    assert tuple(keys) == CONTRACT_KEYS
 
 
 def _doc(**change: Any) -> bytes:

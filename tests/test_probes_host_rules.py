@@ -10,6 +10,7 @@ import msgspec
 import pytest
 import torch
 from probes_support import ROOT, load, record, site
+from profile_builders import loader, ragged
 
 from gpuopt.findings.engine import evaluate as evaluate_profile
 from gpuopt.findings.engine import registered_rules
@@ -41,45 +42,6 @@ def _doc(**keys: Any) -> dict[str, Any]:
 def evaluate(doc: dict[str, Any], only: set[str] | None = None) -> list[Finding]:
     """The rules on a hand-made document (every field it leaves out takes its default)."""
     return evaluate_profile(msgspec.convert(doc, Profile), only=only)
-
-
-def _ragged(**keys: Any) -> dict[str, Any]:
-    """A ``ragged`` object as the recorder writes it: one shape, no padding, then ``keys``."""
-    base: dict[str, Any] = {
-        "batches": 0,
-        "steps_observed": 0,
-        "distinct_shapes": 0,
-        "new_shape_share": None,
-        "batch_size": None,
-        "batch_sizes": [],
-        "variable_dims": [],
-        "variable_batch_size": False,
-        "list_batches": 0,
-        "batch_size_1_variable": False,
-        "pad_fraction": None,
-        "pad_tensor": None,
-        "padded_batches_scanned": 0,
-        "top_shapes": [],
-    }
-    return {**base, **keys}
-
-
-def _loader(site: str) -> dict[str, Any]:
-    return {
-        "site": site,
-        "class": "DataLoader",
-        "dataset": "D",
-        "batch_size": 32,
-        "num_workers": 0,
-        "pin_memory": False,
-        "persistent_workers": False,
-        "prefetch_factor": None,
-        "multiprocessing_context": None,
-        "epochs": 1,
-        "batches": 20,
-        "wait_s_total": 0.0,
-        "wait_s_per_step": None,
-    }
 
 
 def _ids(doc: dict[str, Any]) -> list[tuple[str, str | None]]:
@@ -223,15 +185,15 @@ def test_loop_indexing_thresholds() -> None:
 
 
 def test_ragged_thresholds() -> None:
-    ragged = _ragged(
+    shapes = ragged(
         batches=20, distinct_shapes=15, new_shape_share=0.75, batch_size=32, pad_fraction=0.1
     )
-    doc = _doc(ragged=ragged, dataloaders=[_loader("train.py:20")])
+    doc = _doc(ragged=shapes, dataloaders=[loader("train.py:20")])
     (f,) = evaluate(doc, only={"ragged-batches"})
     assert f.site == "train.py:20" and "15 distinct input shapes in 20 batches" in f.title
-    assert evaluate(_doc(ragged={**ragged, "distinct_shapes": 2}), only={"ragged-batches"}) == []
+    assert evaluate(_doc(ragged={**shapes, "distinct_shapes": 2}), only={"ragged-batches"}) == []
     padded = _doc(
-        ragged={**ragged, "distinct_shapes": 1, "pad_fraction": 0.5}, breakdown={"compute": 0.8}
+        ragged={**shapes, "distinct_shapes": 1, "pad_fraction": 0.5}, breakdown={"compute": 0.8}
     )
     (p,) = evaluate(padded, only={"ragged-batches"})
     assert p.est_speedup == round(speedup_if_removed(0.4), 3)
