@@ -8,6 +8,7 @@ version, or whose values have the wrong type or range is refused with a one-line
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from pathlib import Path
@@ -64,14 +65,17 @@ def _plain(obj: object) -> object:
 
 
 _encoder = msgspec.json.Encoder(enc_hook=_plain)
-_decoder = msgspec.json.Decoder(Profile)
 
 
 class _Header(msgspec.Struct):
     schema: str | msgspec.UnsetType = msgspec.UNSET
 
 
-_header_decoder = msgspec.json.Decoder(_Header)
+@functools.cache
+def _decoders() -> tuple[msgspec.json.Decoder[_Header], msgspec.json.Decoder[Profile]]:
+    """Built on first use (a few ms: msgspec compiles the Profile's types); ``gpuopt profile``
+    only encodes."""
+    return msgspec.json.Decoder(_Header), msgspec.json.Decoder(Profile)
 
 
 def empty_profile(script: str = "", argv: list[str] | None = None) -> Profile:
@@ -90,15 +94,16 @@ def encode(profile: Profile) -> bytes:
 
 def decode(data: bytes | str, origin: str) -> Profile:
     """A validated :class:`Profile` from JSON text, or a one-line :class:`GpuoptError`."""
+    header_decoder, profile_decoder = _decoders()
     try:
-        header = _header_decoder.decode(data)
+        header = header_decoder.decode(data)
     except msgspec.ValidationError:  # a subclass of DecodeError: JSON, but not an object
         raise GpuoptError(f"{origin}: not a gpuopt profile (not a JSON object)") from None
     except msgspec.DecodeError as exc:
         raise GpuoptError(f"{origin}: not valid JSON ({exc})") from None
     check_schema_version(header.schema, origin)
     try:
-        profile = _decoder.decode(data)
+        profile = profile_decoder.decode(data)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise GpuoptError(f"{origin}: invalid profile: {exc}") from None
     problems = validate(profile)
