@@ -99,7 +99,11 @@ class ProfileSession:
             step_sources=set(clock.sources),
             instrumented=self._instrumented_steps(started),
             loaders=loader_probe.result(),
-            utilization=self._result(sampler.name, sampler.result, Utilization),
+            utilization=(
+                self._result(sampler.name, sampler.result, Utilization)
+                if sampler in started
+                else None
+            ),
             recorder=self._recorder_result(started),
             window=self._window_result(started),
             sampler_error=sampler.error,
