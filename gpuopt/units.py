@@ -62,7 +62,7 @@ def _sig3(x: float) -> str:
     return f"{x:.2f}"
 
 
-_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")  # binary, as torch and nvidia-smi
 
 
 def fmt_bytes(n: Any) -> str:
@@ -74,10 +74,10 @@ def fmt_bytes(n: Any) -> str:
         return f"{b:.0f} B"
     v = b
     unit = 0
-    while abs(v) >= 1024 and unit < len(_BYTE_UNITS) - 1:
+    while abs(v) >= 1024 and unit < len(BYTE_UNITS) - 1:
         v /= 1024
         unit += 1
-    return f"{_sig3(v)} {_BYTE_UNITS[unit]}"
+    return f"{_sig3(v)} {BYTE_UNITS[unit]}"
 
 
 def fmt_frac(fraction: Any, digits: int = 1) -> str:

@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from gpuopt.errors import GpuoptError
+from gpuopt.units import fmt_duration
 
 
 def _import_target(spec: str, what: str) -> tuple[ModuleType, str, Any]:
@@ -128,12 +129,6 @@ def load_model_and_inputs(target: str, inputs: str | None) -> tuple[Any, tuple[A
     return model, as_input_tuple(example), name
 
 
-def _fmt_s(seconds: float) -> str:
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.3f} ms"
-    return f"{seconds * 1e6:.1f} us"
-
-
 def summary_text(target: str, doc: dict[str, Any]) -> str:
     """The terminal summary: plan sizes (exact) and the estimate (labelled as such)."""
     plan = doc["plan"]
@@ -164,13 +159,13 @@ def summary_text(target: str, doc: dict[str, Any]) -> str:
         lines.append(f"  note           {note}")
     lines += [
         f"estimated (model: {est['model']})",
-        f"  eager PyTorch           {_fmt_s(est['eager_s'])}",
-        f"  one CUDA graph          {_fmt_s(est['graph_s'])}  "
+        f"  eager PyTorch           {fmt_duration(est['eager_s'])}",
+        f"  one CUDA graph          {fmt_duration(est['graph_s'])}  "
         f"({est['speedup_graph_over_eager']:.2f}x over eager)",
-        f"  multi-stream graph      {_fmt_s(est['multistream_s'])}  "
+        f"  multi-stream graph      {fmt_duration(est['multistream_s'])}  "
         f"({est['speedup_multistream_over_eager']:.2f}x over eager, "
         f"{est['speedup_multistream_over_graph']:.2f}x over one graph)",
-        f"  critical-path bound     {_fmt_s(est['critical_path_s'])}",
+        f"  critical-path bound     {fmt_duration(est['critical_path_s'])}",
     ]
     return "\n".join(lines) + "\n"
 

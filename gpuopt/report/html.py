@@ -33,6 +33,7 @@ from gpuopt.report.sections import Cell, Section, detail_sections
 from gpuopt.report.sites import site_links
 from gpuopt.report.svg import COLORS, esc, hbar, line_chart, rank_bars, step_chart
 from gpuopt.units import (
+    BYTE_UNITS,
     MISSING,
     fmt_count,
     fmt_duration,
@@ -189,7 +190,6 @@ _STEP_LEGEND = [
     ("rest", "compute + other"),
 ]
 _MEMORY_NAMES = {"rss_bytes": "host RSS", "gpu_memory_bytes": "GPU memory"}
-_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
 
 def _site_html(site: str | None, cwd: str | None) -> str:
@@ -458,7 +458,7 @@ def _memory_chart(tl: TimelineView | None) -> list[str]:
     unit_i = 0
     while peak >= 1024 ** (unit_i + 1) and unit_i < 4:
         unit_i += 1
-    unit, unit_name = 1024**unit_i, _BYTE_UNITS[unit_i]
+    unit, unit_name = 1024**unit_i, BYTE_UNITS[unit_i]
     scaled: list[tuple[str, str, Sequence[float | None]]] = [
         (k, n, [None if v is None else v / unit for v in vals]) for k, n, vals in mem_lines
     ]

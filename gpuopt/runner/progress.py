@@ -10,6 +10,8 @@ import sys
 import time
 from typing import Any, TextIO
 
+from gpuopt.units import fmt_duration
+
 _MIN_REDRAW_S = 0.25
 
 
@@ -40,7 +42,7 @@ class LiveLine:
             waits = self.loader.wait_by_step
             n = len(recent) - 1
             wait = sum(waits.get(i, 0.0) for i in range(len(ends) - n, len(ends)))
-            parts.append(f"{per_step * 1e3:.1f} ms/step")
+            parts.append(f"{fmt_duration(per_step)}/step")
             if per_step > 0:
                 parts.append(f"data wait {100 * wait / (per_step * n):.0f}%")
         cpu, gpu = self.sampler.latest()
