@@ -33,7 +33,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from gpuopt.probes.host_summary import summarize  # noqa: E402
+from gpuopt.assemble.host_summary import summarize  # noqa: E402
 from gpuopt.probes.protocol import RunContext  # noqa: E402
 from gpuopt.probes.recorder import DispatchRecorder  # noqa: E402
 from gpuopt.probes.recorder_engine import RecorderEngine  # noqa: E402

@@ -61,5 +61,6 @@ def load(path: Path | str) -> Profile:
 
 def _from_traces(path: Path) -> Profile:
     from gpuopt.assemble.trace_profile import profile_from_traces
+    from gpuopt.findings.engine import add_findings
 
-    return profile_from_traces(path)
+    return add_findings(profile_from_traces(path))

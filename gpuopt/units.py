@@ -24,23 +24,40 @@ def num(value: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
+# (from this many seconds, multiply by, name)
+_DURATION_UNITS = ((1.0, 1.0, "s"), (1e-3, 1e3, "ms"), (1e-6, 1e6, "µs"), (1e-9, 1e9, "ns"))
+
+
+def duration_unit(seconds: float) -> tuple[float, str]:
+    """``(factor, name)``: a duration is shown as ``seconds * factor`` ``name`` (a chart's axis
+    labels all its ticks in the unit of its top tick): ``0.0412`` → ``(1e3, "ms")``."""
+    a = abs(seconds)
+    for least, factor, name in _DURATION_UNITS:
+        if a >= least:
+            return factor, name
+    return _DURATION_UNITS[-1][1:]
+
+
+def byte_unit(n: float) -> tuple[int, str]:
+    """``(divisor, name)`` of the binary unit a byte count is shown in: ``1572864`` →
+    ``(1048576, "MiB")``."""
+    unit = 0
+    while abs(n) >= 1024 ** (unit + 1) and unit < len(BYTE_UNITS) - 1:
+        unit += 1
+    return 1024**unit, BYTE_UNITS[unit]
+
+
 def fmt_duration(seconds: Any) -> str:
     """``0.0412`` → ``"41.2 ms"``; three significant digits from ns to hours."""
     s = num(seconds)
     if s is None:
         return MISSING
-    a = abs(s)
-    if a == 0:
+    if s == 0:
         return "0 s"
-    if a < 1e-6:
-        return f"{_sig3(s * 1e9)} ns"
-    if a < 1e-3:
-        return f"{_sig3(s * 1e6)} µs"
-    if a < 1:
-        return f"{_sig3(s * 1e3)} ms"
-    if a < 60:
-        return f"{_sig3(s)} s"
-    if a < 3600:
+    if abs(s) < 60:
+        factor, name = duration_unit(s)
+        return f"{_sig3(s * factor)} {name}"
+    if abs(s) < 3600:
         m, sec = divmod(s, 60)
         return f"{int(m)} min {sec:02.0f} s"
     h, rest = divmod(s, 3600)
@@ -72,12 +89,8 @@ def fmt_bytes(n: Any) -> str:
         return MISSING
     if abs(b) < 1024:
         return f"{b:.0f} B"
-    v = b
-    unit = 0
-    while abs(v) >= 1024 and unit < len(BYTE_UNITS) - 1:
-        v /= 1024
-        unit += 1
-    return f"{_sig3(v)} {BYTE_UNITS[unit]}"
+    divisor, name = byte_unit(b)
+    return f"{_sig3(b / divisor)} {name}"
 
 
 def fmt_frac(fraction: Any, digits: int = 1) -> str:

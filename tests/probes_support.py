@@ -17,8 +17,8 @@ from typing import Any
 
 import msgspec
 
+from gpuopt.assemble.host_summary import summarize
 from gpuopt.model.profile import Profile, StepRecord
-from gpuopt.probes.host_summary import summarize
 from gpuopt.probes.protocol import RunContext
 from gpuopt.probes.recorder import DispatchRecorder
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from conftest import ROOT
 
 import gpuopt
 from gpuopt.errors import GpuoptError
+from gpuopt.model.document import empty_profile, encode
 from gpuopt.model.profile import Profile
 
 GOLDEN = ROOT / "tests" / "data" / "golden"
@@ -85,7 +87,9 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(GpuoptError, match="no such file"):
         gpuopt.load(tmp_path / "missing")
     bad = tmp_path / "profile.json"
-    bad.write_text('{"schema": "gpuopt.profile/1", "status": 7}')
+    doc = json.loads(encode(empty_profile("t.py")))
+    doc["status"] = 7
+    bad.write_text(json.dumps(doc))
     with pytest.raises(GpuoptError) as ei:
         gpuopt.load(bad)
     assert "$.status" in str(ei.value) and "\n" not in str(ei.value)

@@ -24,6 +24,17 @@ def test_exit_code_is_the_scripts_and_profile_says_error(tmp_path: Path) -> None
     assert doc["steps"]["count"] == 4
 
 
+def test_exit_with_a_bool_is_an_int_exit_code(tmp_path: Path) -> None:
+    """sys.exit(True) exits 1, as under python; the document says 1 (an int) and reads back."""
+    script = tmp_path / "bool_exit.py"
+    script.write_text("import sys\nsys.exit(True)\n")
+    r = run_gpuopt("profile", "--quiet", "-o", str(tmp_path / "run"), str(script))
+    assert r.returncode == 1, r.stderr
+    assert _profile(tmp_path / "run")["exit_code"] == 1
+    again = run_gpuopt("report", str(tmp_path / "run"), "--format", "json")
+    assert again.returncode == 0 and '"exit_code": 1,' in again.stdout
+
+
 def test_exit_zero_is_ok(tmp_path: Path) -> None:
     r = run_gpuopt("profile", "--quiet", "-o", str(tmp_path), str(SCRIPTS / "exit_code.py"), "0")
     assert r.returncode == 0, r.stderr

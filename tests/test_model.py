@@ -112,6 +112,9 @@ def _doc(**change: Any) -> bytes:
             "$.findings[0].severity",
         ),
         (_doc(steps={"count": 1, "measured": 3}), "exceeds steps.count"),
+        (b'{"schema": "gpuopt.profile/1"}', "missing keys: status, exit_code, script"),
+        (b'{"schema": 5}', "no 'schema' key"),
+        (b'{"schema": null, "status": "ok"}', "no 'schema' key"),
     ],
 )
 def test_bad_documents_are_refused_in_one_line(data: bytes, reason: str) -> None:
@@ -139,12 +142,12 @@ def test_values_from_user_code_never_stop_the_encoder() -> None:
     p = empty_profile("t.py")
     p.environment.torch = VersionString("2.13.0+cpu")
     p.exit_code = np.int64(3)  # type: ignore[assignment]
-    p.warnings = [np.float32(0.5)]  # type: ignore[list-item]
+    p.warnings = [np.float32(0.5), np.arange(3), {1, 2}]  # type: ignore[list-item]
     back = json.loads(encode(p))
     assert (back["environment"]["torch"], back["exit_code"], back["warnings"]) == (
         "2.13.0+cpu",
         3,
-        [0.5],
+        [0.5, [0, 1, 2], [1, 2]],
     )
 
 

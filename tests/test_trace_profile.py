@@ -12,6 +12,7 @@ from gpuopt.assemble.trace_profile import (
     add_trace_to_profile,
     profile_from_traces,
 )
+from gpuopt.findings.engine import add_findings
 from gpuopt.model.document import decode, empty_profile, encode, validate
 from gpuopt.model.profile import Profile
 from gpuopt.model.trace import ProfilerWindowInfo, TraceDetails
@@ -39,6 +40,11 @@ NW4 = (
     SHARED_TRACES
     / "kineto_tb_plugin/samples/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz"
 )
+
+
+def analysed(path: Path) -> Profile:
+    """The trace's profile with its findings, as gpuopt.load gives it."""
+    return add_findings(profile_from_traces(path))
 
 
 def _trace_details(p: Profile) -> TraceDetails:
@@ -69,7 +75,7 @@ def _window_trace(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def nw0() -> Profile:
-    return profile_from_traces(NW0)
+    return analysed(NW0)
 
 
 @needs_traces
@@ -119,13 +125,13 @@ def test_findings_on_dataloader_bound_run(nw0: Profile) -> None:
 
 @needs_traces
 def test_no_dataloader_finding_with_workers() -> None:
-    doc = profile_from_traces(NW4)
+    doc = analysed(NW4)
     assert "dataloader-bound" not in {x.id for x in doc.findings}
 
 
 @needs_traces
 def test_two_ranks_give_ranks_and_straggler() -> None:
-    doc = profile_from_traces(SHARED_TRACES / "hta" / "trace_filter")
+    doc = analysed(SHARED_TRACES / "hta" / "trace_filter")
     assert validate(doc) == []
     assert doc.ranks is not None and doc.gpu is not None
     assert [r.rank for r in doc.ranks] == [0, 1] and [g.rank for g in doc.gpu] == [0, 1]
@@ -150,7 +156,7 @@ def test_two_ranks_give_ranks_and_straggler() -> None:
     ],
 )
 def test_traces_hta_cannot_read_still_get_a_report(rel: str) -> None:
-    doc = profile_from_traces(SHARED_TRACES / rel)
+    doc = analysed(SHARED_TRACES / rel)
     assert validate(doc) == []
 
 
@@ -159,17 +165,17 @@ def test_traces_hta_cannot_read_still_get_a_report(rel: str) -> None:
 def test_the_typed_profile_is_what_its_json_reads_back(rel: str) -> None:
     """Built in memory, the profile holds exactly what its JSON says (no numpy numbers, NaN,
     tuples or keys the document would lose), so ``report`` shows what ``--format json`` writes."""
-    doc = profile_from_traces(SHARED_TRACES / rel)
+    doc = analysed(SHARED_TRACES / rel)
     assert decode(encode(doc), rel) == doc
 
 
 def test_the_typed_profile_of_a_small_trace_is_what_its_json_reads_back(tmp_path: Path) -> None:
-    doc = profile_from_traces(_dataloader_bound_trace(tmp_path))
+    doc = analysed(_dataloader_bound_trace(tmp_path))
     assert decode(encode(doc), "t.json") == doc
 
 
 def test_trace_rules_do_not_fire_on_run_documents(tmp_path: Path) -> None:
-    doc = profile_from_traces(_dataloader_bound_trace(tmp_path))
+    doc = analysed(_dataloader_bound_trace(tmp_path))
     assert "dataloader-bound" in {x.id for x in doc.findings}
     from gpuopt.findings.rules import gpu_trace
 

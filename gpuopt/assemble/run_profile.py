@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuopt.assemble import step_stats
+from gpuopt.assemble.host_summary import summarize
 from gpuopt.assemble.run_record import RunRecord
 from gpuopt.errors import GpuoptError
 from gpuopt.model.document import empty_profile
 from gpuopt.model.profile import Breakdown, Dispatch, Profile, Steps
 from gpuopt.model.trace import TraceDetails
-from gpuopt.probes.host_summary import summarize
+from gpuopt.probes.recorder import RecorderCapture
 
 
 @dataclass
@@ -41,41 +42,53 @@ def assemble_run(rec: RunRecord) -> Profile:
     p.environment = rec.environment
     timeline = _step_timeline(rec)
     p.steps = timeline.steps
-    p.dataloaders = rec.loaders.infos(timeline.measured)
+    if rec.loaders is not None:
+        p.dataloaders = rec.loaders.infos(timeline.measured)
     reported: list[str] = []
     if rec.utilization is not None:
         p.utilization = rec.utilization
     if rec.sampler_error:
         reported.append(rec.sampler_error)
     if rec.recorder is not None:
-        host = summarize(rec.recorder, p.steps.series)
-        p.dispatch, p.transfers, p.syncs, p.loops = (
-            host.dispatch,
-            host.transfers,
-            host.syncs,
-            host.loops,
-        )
-        if host.ragged is not None:
-            p.ragged = host.ragged
-        reported += host.warnings
-    late: list[str] = []
+        reported += _add_host_summary(p, rec.recorder)
     if rec.window is not None:
         reported += rec.window.errors
         if rec.window.trace_file is not None:
             p.trace_files = [str(rec.window.trace_file)]
         if rec.window.info is not None:
             p.trace = TraceDetails(profiler_window=rec.window.info)
-        late = attach_window_traces(p)
     p.breakdown = _breakdown(rec, timeline, p.dispatch)
-    p.warnings = list(dict.fromkeys(reported)) + rec.warnings + timeline.warnings + late
+    p.warnings = list(dict.fromkeys(reported)) + rec.warnings + timeline.warnings
+    if rec.window is not None:
+        # after the run's warnings: the trace adds warnings of its own to the profile
+        unread = attach_window_traces(p)
+        p.warnings.extend(unread)
     return p
+
+
+def _add_host_summary(p: Profile, capture: RecorderCapture) -> list[str]:
+    """The recorder's parts of the profile; its warnings. A summary that fails (it reads the
+    user's source files) costs those parts, never the profile."""
+    try:
+        host = summarize(capture, p.steps.series)
+    except Exception as exc:
+        return [f"probe recorder could not report: {type(exc).__name__}: {exc}"]
+    p.dispatch, p.transfers, p.syncs, p.loops = (
+        host.dispatch,
+        host.transfers,
+        host.syncs,
+        host.loops,
+    )
+    if host.ragged is not None:
+        p.ragged = host.ragged
+    return host.warnings
 
 
 def _step_timeline(rec: RunRecord) -> _StepTimeline:
     ends = rec.step_ends
     warnings: list[str] = []
     step0_start = rec.t_start
-    first_fetch = rec.loaders.first_fetch_t
+    first_fetch = rec.loaders.first_fetch_t if rec.loaders is not None else None
     if ends and first_fetch is not None and first_fetch < ends[0]:
         step0_start = first_fetch
     times = step_stats.step_times(step0_start, ends)
@@ -88,7 +101,7 @@ def _step_timeline(rec: RunRecord) -> _StepTimeline:
             "every measured step was inside the recorder's window, which slows the steps it "
             "records: step times are inflated; run more steps or use --window 0"
         )
-    waits = rec.loaders.wait_by_step
+    waits = rec.loaders.wait_by_step if rec.loaders is not None else {}
     series = step_stats.series(step0_start, rec.t_start, ends, rec.warmup, waits)
     for r in series:
         r.instrumented = r.index in rec.instrumented
@@ -116,7 +129,7 @@ def _step_timeline(rec: RunRecord) -> _StepTimeline:
 
 def _breakdown(rec: RunRecord, timeline: _StepTimeline, d: Dispatch) -> Breakdown:
     measured, times = timeline.measured, timeline.times
-    waits = rec.loaders.wait_by_step
+    waits = rec.loaders.wait_by_step if rec.loaders is not None else {}
     m_times = [times[i] for i in measured]
     m_waits = [min(waits.get(i, 0.0), times[i]) for i in measured]
     h2d = d.h2d_share if isinstance(d.h2d_share, float) else 0.0
@@ -146,4 +159,6 @@ def attach_window_traces(profile: Profile) -> list[str]:
             add_trace_to_profile(profile, Path(f))
         except GpuoptError as exc:
             warnings.append(f"profiler window trace not analysed: {exc}")
+        except Exception as exc:  # a bug in an analysis must not lose the run's profile
+            warnings.append(f"profiler window trace not analysed: {type(exc).__name__}: {exc}")
     return warnings

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 from gpuopt.model.profile import Environment, RunError, Status, Utilization
 from gpuopt.probes.dataloader import DataLoaderWaits
-from gpuopt.probes.host_summary import RecorderCapture
 from gpuopt.probes.profiler_window import WindowResult
+from gpuopt.probes.recorder import RecorderCapture
 
 
 @dataclass
@@ -37,7 +37,7 @@ class RunRecord:
     step_ends: list[float]  # clock time at the end of each step
     step_sources: set[str]  # what marked steps: "optimizer.step" and/or "gpuopt.step"
     instrumented: set[int]  # steps the recorder or the profiler window slowed down
-    loaders: DataLoaderWaits
+    loaders: DataLoaderWaits | None  # None: the DataLoader probe could not start
     utilization: Utilization | None  # None: the sampler could not report
     recorder: RecorderCapture | None  # None: no recorder ran (--window 0)
     window: WindowResult | None  # None: no GPU profiler window (no CUDA)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 
 from gpuopt.model.profile import Breakdown, GpuRank, IdleSplit, LaunchBrief, MemcpyTotals, RankEntry
-from gpuopt.model.trace import StepOverview
+from gpuopt.model.trace import StepOverview, SyncCallTotals, TraceRank
+from gpuopt.trace import kernels
 from gpuopt.trace.analysis import RankAnalysis
 from gpuopt.trace.array_stats import median
 from gpuopt.trace.idle import idle_totals
@@ -129,3 +130,37 @@ def profile_breakdown(rows: list[StepOverview]) -> Breakdown:
     if total > 0:
         out.other = round(max(0.0, out.other + 1.0 - total), 4)
     return out
+
+
+# the kernels of each type the document keeps per rank (the top-kernels table shows fewer)
+TOP_KERNELS_PER_TYPE = 10
+
+
+def trace_rank(ra: RankAnalysis) -> TraceRank:
+    """One rank as the profile's ``trace.ranks[]`` keeps it."""
+    v = ra.view
+    return TraceRank(
+        rank=ra.rank,
+        file=ra.file,
+        events=v.events_total,
+        events_analysed=len(v.ev),
+        device=ra.device,
+        temporal=ra.temporal,
+        streams=ra.streams,
+        idle_by_stream=ra.idle_streams,
+        idle_totals_us=idle_totals(ra.idle_streams),
+        idle_causes=ra.idle_causes,
+        kernel_types_us=ra.kernel_types,
+        top_kernels=kernels.top_kernels(ra.kernels, TOP_KERNELS_PER_TYPE),
+        launch=ra.launch_summary,
+        memory=ra.memory,
+        transfers=ra.transfers,
+        memcpy_by_name=ra.memcpy_by_name,
+        sync_calls=SyncCallTotals(
+            count=len(ra.syncs), time_us=float(sum(c.dur_us for c in ra.syncs))
+        ),
+        comm_overlap_pct=percent(ra.comm_overlap),
+        steps=ra.step_overview,
+        profiler_steps=[s.number for s in v.steps],
+        dropped_last_step=v.dropped_last_step.number if v.dropped_last_step else None,
+    )

@@ -15,7 +15,14 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from gpuopt.assemble.trace_parts import fixed, gpu_rank, profile_breakdown, rank_entry, rounded
+from gpuopt.assemble.trace_parts import (
+    fixed,
+    gpu_rank,
+    profile_breakdown,
+    rank_entry,
+    rounded,
+    trace_rank,
+)
 from gpuopt.assemble.trace_tables import trace_tables
 from gpuopt.errors import GpuoptError
 from gpuopt.model.document import validate
@@ -23,7 +30,6 @@ from gpuopt.model.profile import (
     CpuUtilization,
     Dispatch,
     Environment,
-    Finding,
     GpuInfo,
     GpuRank,
     MeanMax,
@@ -51,7 +57,8 @@ _DIRECTIONS = {"HtoD": "h2d", "DtoH": "d2h", "DtoD": "d2d"}
 
 
 def profile_from_traces(path: Path) -> Profile:
-    """A complete, valid profile from a trace file or a folder of per-rank traces."""
+    """A complete, valid profile from a trace file or a folder of per-rank traces, findings not
+    yet evaluated."""
     profile = build_profile(analyze_trace(path))
     problems = validate(profile)
     if problems:  # a bug, not bad input: say so plainly rather than give an invalid profile
@@ -78,7 +85,8 @@ def add_trace_to_profile(profile: Profile, path: Path) -> None:
 
 
 def build_profile(ta: TraceAnalysis) -> Profile:
-    """The whole profile of a trace analysis, findings included."""
+    """The whole profile of a trace analysis (findings are the rules' to add:
+    :func:`gpuopt.findings.engine.add_findings`)."""
     first = ta.ranks[0]
     n_steps = max(len(first.view.steps), 1)
     profile = Profile(
@@ -98,25 +106,7 @@ def build_profile(ta: TraceAnalysis) -> Profile:
         tables=trace_tables(ta),
         warnings=[*ta.warnings, *_warnings(ta)],
     )
-    profile.findings = _dedupe(_findings(profile))
     return profile
-
-
-def _findings(profile: Profile) -> list[Finding]:
-    """Every rule over the profile, ranked; a rule that fails adds a warning to ``profile``."""
-    from gpuopt.findings.engine import evaluate
-
-    return evaluate(profile)
-
-
-def _dedupe(findings: list[Finding]) -> list[Finding]:
-    """One finding per id: where a run-time rule and a trace rule both fire, keep the trace one."""
-    by_id: dict[str, Finding] = {}
-    for f in findings:
-        prev = by_id.get(f.id)
-        if prev is None or (f.source == "trace" and prev.source != "trace"):
-            by_id[f.id] = f
-    return [f for f in findings if by_id.get(f.id) is f]
 
 
 def _environment(ta: TraceAnalysis) -> Environment:
@@ -168,7 +158,7 @@ def _steps(ra: RankAnalysis) -> Steps:
             sync_s=fixed(r.sync_us / 1e6, 6),
         )
         for r in rows
-        if r.step is not None
+        if r.step is not None  # always so for measured steps; says so to the type checker
     ]
     time_s = (
         StepTimes(
@@ -256,7 +246,7 @@ def _trace_details(ta: TraceAnalysis) -> TraceDetails:
         analyze_s=round(ta.analyze_s, 4),
         filtered_last_step=ta.filtered_last_step,
         note=HTA_NOTE,
-        ranks=[ra.record() for ra in ta.ranks],
+        ranks=[trace_rank(ra) for ra in ta.ranks],
         straggler=ta.straggler,
     )
 

@@ -1,7 +1,7 @@
 """Run every rule over a Profile; rank the findings by estimated gain.
 
 Rules are pure functions ``(profile) -> list[Finding]`` registered with :func:`rule`, which also
-records the Profile fields each one reads (tests/test_findings_rules.py checks the declaration:
+records the Profile fields each one reads (tests/test_findings_reads.py checks the declaration:
 a rule given only those fields finds the same). They read only the document, never a live run,
 so the same rules serve ``profile``, ``report TRACE`` and re-rendering an old run.
 """
@@ -63,6 +63,13 @@ def rank(findings: list[Finding]) -> list[Finding]:
         findings,
         key=lambda f: (-(f.est_speedup or 1.0), _SEVERITY_RANK.get(f.severity, 3), f.id),
     )
+
+
+def add_findings(profile: Profile) -> Profile:
+    """``profile`` with its findings: every rule's, ranked (the last step of the pipeline before
+    a profile is written or rendered)."""
+    profile.findings = evaluate(profile)
+    return profile
 
 
 def evaluate(profile: Profile, only: set[str] | None = None) -> list[Finding]:

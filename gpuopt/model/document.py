@@ -44,21 +44,22 @@ CONTRACT_KEYS: tuple[str, ...] = (
 
 def _plain(obj: object) -> object:
     """What the encoder writes for a value of a type it does not know: values that reach the
-    document from user code (a DataLoader's ``batch_size`` as a numpy integer, torch's version
-    string class) are written as the plain number or string they stand for, never refused —
-    a user's run must not lose its profile over a type."""
+    document from user code (a DataLoader's ``batch_size`` as a numpy integer, a tensor, torch's
+    version string class) are written as the plain numbers or string they stand for, never
+    refused: a user's run must not lose its profile over a type."""
     if isinstance(obj, str):
         return str(obj)
-    item = getattr(obj, "item", None)  # numpy and torch scalars
-    if callable(item):
+    tolist = getattr(obj, "tolist", None)  # numpy and torch scalars and arrays
+    if callable(tolist):
         try:
-            value = item()
-        except (TypeError, ValueError):
-            value = None
-        if isinstance(value, (int, float, bool, str)):
-            return value
+            return tolist()
+        except Exception:
+            pass
     if hasattr(obj, "__index__"):
-        return int(obj)
+        try:
+            return int(obj)
+        except Exception:
+            pass
     if isinstance(obj, (set, frozenset, tuple)):
         return list(obj)
     return str(obj)
@@ -67,15 +68,13 @@ def _plain(obj: object) -> object:
 _encoder = msgspec.json.Encoder(enc_hook=_plain)
 
 
-class _Header(msgspec.Struct):
-    schema: str | msgspec.UnsetType = msgspec.UNSET
-
-
 @functools.cache
-def _decoders() -> tuple[msgspec.json.Decoder[_Header], msgspec.json.Decoder[Profile]]:
+def _decoders() -> tuple[
+    msgspec.json.Decoder[dict[str, msgspec.Raw]], msgspec.json.Decoder[Profile]
+]:
     """Built on first use (a few ms: msgspec compiles the Profile's types); ``gpuopt profile``
-    only encodes."""
-    return msgspec.json.Decoder(_Header), msgspec.json.Decoder(Profile)
+    only encodes. The first reads just the top-level keys (their values left raw)."""
+    return msgspec.json.Decoder(dict[str, msgspec.Raw]), msgspec.json.Decoder(Profile)
 
 
 def empty_profile(script: str = "", argv: list[str] | None = None) -> Profile:
@@ -96,12 +95,16 @@ def decode(data: bytes | str, origin: str) -> Profile:
     """A validated :class:`Profile` from JSON text, or a one-line :class:`GpuoptError`."""
     header_decoder, profile_decoder = _decoders()
     try:
-        header = header_decoder.decode(data)
+        top = header_decoder.decode(data)
     except msgspec.ValidationError:  # a subclass of DecodeError: JSON, but not an object
         raise GpuoptError(f"{origin}: not a gpuopt profile (not a JSON object)") from None
     except msgspec.DecodeError as exc:
         raise GpuoptError(f"{origin}: not valid JSON ({exc})") from None
-    check_schema_version(header.schema, origin)
+    raw_schema = top.get("schema")
+    check_schema_version(msgspec.json.decode(raw_schema) if raw_schema else None, origin)
+    missing = [k for k in CONTRACT_KEYS if k not in top]
+    if missing:
+        raise GpuoptError(f"{origin}: invalid profile: missing keys: {', '.join(missing)}")
     try:
         profile = profile_decoder.decode(data)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:

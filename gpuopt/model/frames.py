@@ -13,7 +13,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from msgspec import UnsetType
 from msgspec.structs import fields
 
 from gpuopt.model.records import (
@@ -27,6 +26,7 @@ from gpuopt.model.records import (
     StepRecord,
     Sync,
     Transfer,
+    given,
 )
 from gpuopt.model.trace import KernelStat, StepOverview, TraceRank
 
@@ -73,10 +73,6 @@ RANK_COLUMNS = (
 )
 
 
-def _plain(value: Any) -> Any:
-    return None if isinstance(value, UnsetType) else value
-
-
 def _names(record_type: type) -> tuple[str, ...]:
     """The JSON names of a record type's fields (``DataLoaderInfo.cls`` is ``class``)."""
     return tuple(f.encode_name for f in fields(record_type))
@@ -92,7 +88,7 @@ def _rows(
             value = getattr(r, f.name)
             if isinstance(value, list) and value and not isinstance(value[0], (int, float)):
                 value = ", ".join(map(str, value))  # e.g. a loop's helper lines, in one cell
-            row[f.encode_name] = _plain(value)
+            row[f.encode_name] = given(value)
         out.append(row)
     return out
 
@@ -114,7 +110,7 @@ def _finding_rows(findings: list[Finding]) -> list[dict[str, Any]]:
             "est_speedup": f.est_speedup,
             "estimate_model": f.estimate_model,
             "fix": f.fix,
-            "source": _plain(f.source) or "run",
+            "source": given(f.source) or "run",
         }
         for f in findings
     ]
@@ -150,9 +146,9 @@ def _rank_rows(ranks: list[RankEntry] | None) -> list[dict[str, Any]]:
         row: dict[str, Any] = {
             "rank": r.rank,
             "dir": r.dir,
-            "status": _plain(r.status),
+            "status": given(r.status),
             "steps": r.steps,
-            "step_time_median_s": _plain(r.step_time_median_s),
+            "step_time_median_s": given(r.step_time_median_s),
             "collective_s_per_step": r.collective_s_per_step,
         }
         row.update({k: getattr(r.breakdown, k) if r.breakdown else None for k in BREAKDOWN_KEYS})

@@ -8,9 +8,11 @@ bytes, ``_pct`` percent (0-100); ``share`` and the breakdown are fractions of me
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from msgspec import UNSET, Struct, UnsetType, field
+
+T = TypeVar("T")
 
 SCHEMA = "gpuopt.profile/1"
 
@@ -27,6 +29,23 @@ Evidence = dict[str, Any]
 
 class Record(Struct, kw_only=True):
     """Every record of the document: keyword construction, compared by value."""
+
+
+def given(value: T | UnsetType) -> T | None:
+    """The value of a field, None where the document does not have the key (an unset field)."""
+    return None if isinstance(value, UnsetType) else value
+
+
+def set_fields(record: Struct) -> list[tuple[str, Any]]:
+    """``(JSON name, value)`` of every field the document has, in definition order (unset fields
+    left out; an explicit null stays, as None)."""
+    names = record.__struct_fields__
+    keys = record.__struct_encode_fields__
+    return [
+        (key, value)
+        for name, key in zip(names, keys, strict=True)
+        if (value := getattr(record, name)) is not UNSET
+    ]
 
 
 class GpuInfo(Record):
@@ -299,7 +318,8 @@ class RankEntry(Record):
     collective_s_per_step: float | None = None
     status: Status | UnsetType = UNSET
     step_time_median_s: float | None | UnsetType = UNSET
-    # Read from documents of gpuopt before 0.2 (trace folders wrote this name), never written.
+    # Read from documents written before the typed document (trace folders wrote this name),
+    # never written.
     step_time_s_median: float | None | UnsetType = UNSET
 
     def __post_init__(self) -> None:

@@ -34,6 +34,9 @@ class RunContext:
 
 
 class Probe(Protocol):
+    """What the session drives. Each probe also has a ``result()`` method returning its own
+    typed result (its type differs from probe to probe, so it is not part of this protocol)."""
+
     name: str
 
     def start(self, ctx: RunContext) -> None:

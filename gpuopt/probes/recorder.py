@@ -12,7 +12,7 @@ so the rest of the run pays nothing):
 
 ``torch.cuda.synchronize`` and ``Stream``/``Event.synchronize`` are wrapped for the window too.
 Counters are kept per step and merged when a step ends (the modes themselves are in
-:mod:`gpuopt.probes.recorder_engine`); :mod:`gpuopt.probes.host_summary` turns the probe's
+:mod:`gpuopt.probes.recorder_engine`); :mod:`gpuopt.assemble.host_summary` turns the probe's
 result into the Profile's ``transfers``/``syncs``/``dispatch``/``loops``/``ragged``.
 
 Costs: a recorded op costs several microseconds of Python (measured by
@@ -22,13 +22,30 @@ Costs: a recorded op costs several microseconds of Python (measured by
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
-from gpuopt.probes.host_summary import RecorderCapture
+from gpuopt.model.records import Ragged
 from gpuopt.probes.protocol import RunContext
 from gpuopt.probes.ragged import BatchShapeTracker
+from gpuopt.probes.recorder_calibration import Calibration
 from gpuopt.probes.recorder_engine import RecorderEngine
 from gpuopt.probes.sites import SiteResolver
+
+
+@dataclass
+class RecorderCapture:
+    """What the dispatch recorder hands back when the run ends (``DispatchRecorder.result()``)."""
+
+    enabled: bool  # the recorder ran (it may still have recorded no step)
+    off: bool  # turned off by the user (--window 0)
+    window_start: int
+    engine: RecorderEngine | None
+    calibration: Calibration | None  # calibrate()d when the window recorded a step
+    partial: bool  # an unfinished step was kept because no step finished
+    next_step: int  # steps the run finished
+    shapes: Ragged | None  # batch shapes of every batch (None: the recorder did not run)
+    errors: list[str] = field(default_factory=list)
 
 
 class DispatchRecorder:

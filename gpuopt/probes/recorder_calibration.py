@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 _N = 100
@@ -76,7 +77,24 @@ def _empty_modes() -> tuple[type, type]:
     return EmptyFunction, EmptyDispatch
 
 
-def calibrate(n: int = _N, reps: int = _REPS) -> dict[str, float]:
+@dataclass(frozen=True)
+class Calibration:
+    """The recorder's per-call costs in microseconds (see the module docstring)."""
+
+    function_entry_us: float
+    dispatch_entry_us: float
+    passthrough_us: float
+    inflation_us: float
+    op_us_without_recorder: float
+    op_us_with_recorder: float
+
+    @property
+    def trivial_op_us(self) -> float:
+        """What the recorder adds to the simplest op called from user code."""
+        return self.op_us_with_recorder - self.op_us_without_recorder
+
+
+def calibrate(n: int = _N, reps: int = _REPS) -> Calibration:
     """Per-call costs in microseconds (see the module docstring)."""
     import torch
 
@@ -123,11 +141,11 @@ def calibrate(n: int = _N, reps: int = _REPS) -> dict[str, float]:
     shape_base, _ = timed(_loop_shape, "none")
     shape_pass, _ = timed(_loop_shape, "recorder-function")
     us = 1e6
-    return {
-        "function_entry_us": max(function_only - base, 0.0) * us,
-        "dispatch_entry_us": max(both - function_only, 0.0) * us,
-        "passthrough_us": max(shape_pass - shape_base, 0.0) * us,
-        "inflation_us": (inside - base) * us,
-        "op_us_without_recorder": base * us,
-        "op_us_with_recorder": recorded * us,
-    }
+    return Calibration(
+        function_entry_us=max(function_only - base, 0.0) * us,
+        dispatch_entry_us=max(both - function_only, 0.0) * us,
+        passthrough_us=max(shape_pass - shape_base, 0.0) * us,
+        inflation_us=(inside - base) * us,
+        op_us_without_recorder=base * us,
+        op_us_with_recorder=recorded * us,
+    )

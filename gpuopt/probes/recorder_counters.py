@@ -2,7 +2,7 @@
 
 Lists and dicts, not objects: the recorder's hot path increments them in place. Shared by the
 engine that fills them (:mod:`gpuopt.probes.recorder_engine`) and the summary that reads them
-(:mod:`gpuopt.probes.host_summary`).
+(:mod:`gpuopt.assemble.host_summary`).
 """
 
 from __future__ import annotations

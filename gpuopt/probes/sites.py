@@ -45,7 +45,7 @@ _TRANSPARENT_TORCH_FILES = (
 
 
 # gpuopt's own package directory (this file is gpuopt/probes/sites.py)
-_GPUOPT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GPUOPT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _norm_dir(p: str) -> str:
@@ -71,7 +71,7 @@ class SiteResolver:
         self.cwd = os.path.realpath(cwd or os.getcwd())
         self._roots = tuple(_norm_dir(str(r)) for r in user_roots)
         self._torch_dir = _norm_dir(os.path.dirname(torch.__file__))
-        self._gpuopt_dir = _norm_dir(_GPUOPT_DIR)
+        self._gpuopt_dir = _norm_dir(GPUOPT_DIR)
         self._data_dir = os.path.join(self._torch_dir, "utils", "data", "")
         self._transparent = tuple(
             os.path.join(self._torch_dir, f) for f in _TRANSPARENT_TORCH_FILES

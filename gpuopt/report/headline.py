@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpuopt.report.fields import given
+from gpuopt.model.records import given
 from gpuopt.units import MISSING, fmt_bytes, fmt_count, fmt_duration, num, one_line
 
 if TYPE_CHECKING:

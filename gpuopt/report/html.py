@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gpuopt import __version__
+from gpuopt.model.records import given
 from gpuopt.report import headline as h
 from gpuopt.report import utilization as u
-from gpuopt.report.fields import given
 from gpuopt.report.findings import (
     SEVERITY_ORDER,
     Footnotes,
@@ -33,8 +33,8 @@ from gpuopt.report.sections import Cell, Section, detail_sections
 from gpuopt.report.sites import site_links
 from gpuopt.report.svg import COLORS, esc, hbar, line_chart, rank_bars, step_chart
 from gpuopt.units import (
-    BYTE_UNITS,
     MISSING,
+    byte_unit,
     fmt_count,
     fmt_duration,
     fmt_frac,
@@ -455,10 +455,7 @@ def _memory_chart(tl: TimelineView | None) -> list[str]:
     mem_lines = [(k, _MEMORY_NAMES[k], tl.memory[k]) for k in _MEMORY_NAMES if k in tl.memory]
     peak = max(v for _, _, vals in mem_lines for v in vals if v is not None)
     # ticks at round numbers of the unit the peak is shown in (8 GiB, not 8.59 GB)
-    unit_i = 0
-    while peak >= 1024 ** (unit_i + 1) and unit_i < 4:
-        unit_i += 1
-    unit, unit_name = 1024**unit_i, BYTE_UNITS[unit_i]
+    unit, unit_name = byte_unit(peak)
     scaled: list[tuple[str, str, Sequence[float | None]]] = [
         (k, n, [None if v is None else v / unit for v in vals]) for k, n, vals in mem_lines
     ]

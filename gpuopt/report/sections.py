@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct
 
-from gpuopt.report.fields import given, set_fields
+from gpuopt.model.records import given, set_fields
 from gpuopt.report.findings import fmt_evidence_value
 from gpuopt.units import (
     MISSING,

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuopt.units import fmt_duration, fmt_frac, text
+from gpuopt.units import duration_unit, fmt_duration, fmt_frac, text
 
 if TYPE_CHECKING:
     from gpuopt.report.headline import StepSplit
@@ -55,10 +55,8 @@ def nice_ticks(hi: float, count: int = 5) -> list[float]:
 def duration_tick_formatter(top: float) -> Callable[[float], str]:
     """Tick labels in one unit chosen from the top tick (``0``, ``10 ms``, ``20 ms``...), so an
     axis never mixes "500 µs" with "1.00 ms"."""
-    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")):
-        if top >= scale or unit == "ns":
-            return lambda t: "0" if t == 0 else f"{t / scale:g} {unit}"
-    return lambda t: f"{t:g} s"  # pragma: no cover
+    factor, unit = duration_unit(top)
+    return lambda t: "0" if t == 0 else f"{t * factor:g} {unit}"
 
 
 def _svg_open(width: int, height: int, label: str) -> str:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpuopt.report.fields import given
+from gpuopt.model.records import given
 from gpuopt.units import fmt_duration, num, one_line
 
 if TYPE_CHECKING:

@@ -48,11 +48,10 @@ def profile_command(opts: ProfileOptions) -> int:
 def measure(target: Target, out: Path, opts: ProfileOptions, rank: int | None = None) -> Profile:
     """One instrumented run of ``target`` into the run directory ``out``: its Profile, written."""
     from gpuopt.assemble.run_profile import assemble_run
-    from gpuopt.findings.engine import evaluate
+    from gpuopt.findings.engine import add_findings
     from gpuopt.runner.session import ProfileSession
 
     record = ProfileSession(target, out, opts, rank=rank).run()
-    profile = assemble_run(record)
-    profile.findings = evaluate(profile)
+    profile = add_findings(assemble_run(record))
     write_profile(profile, out)
     return profile

@@ -15,21 +15,22 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from gpuopt.assemble.run_record import Outcome, RunRecord
 from gpuopt.model.document import empty_profile
-from gpuopt.model.profile import Utilization
 from gpuopt.probes import steps as steps_mod
 from gpuopt.probes.dataloader import DataLoaderProbe
 from gpuopt.probes.environment import environment
-from gpuopt.probes.host_summary import RecorderCapture
-from gpuopt.probes.profiler_window import WindowResult
+from gpuopt.probes.profiler_window import ProfilerWindow
 from gpuopt.probes.protocol import Probe, RunContext
+from gpuopt.probes.recorder import DispatchRecorder
 from gpuopt.probes.samplers import UtilizationSampler
 from gpuopt.runner.options import ProfileOptions
 from gpuopt.runner.run_dir import write_profile
 from gpuopt.runner.target import Target, run_target
+
+R = TypeVar("R")
 
 
 class ProfileSession:
@@ -64,7 +65,10 @@ class ProfileSession:
         sampler = UtilizationSampler(interval=opts.sample_interval, nvml=nvml, nvml_note=nvml_note)
         if nvml_note and not opts.quiet:
             print(f"gpuopt: {nvml_note}", file=sys.stderr)
-        started = self._start([loader_probe, sampler, *self._optional_probes()])
+        recorder, window = self._optional_probes()
+        probes: list[Probe] = [loader_probe, sampler]
+        probes += [p for p in (recorder, window) if p is not None]
+        started = self._start(probes)
         for p in started:
             clock.listeners.append(p.on_step)
         progress = None
@@ -98,14 +102,10 @@ class ProfileSession:
             step_ends=list(clock.ends),
             step_sources=set(clock.sources),
             instrumented=self._instrumented_steps(started),
-            loaders=loader_probe.result(),
-            utilization=(
-                self._result(sampler.name, sampler.result, Utilization)
-                if sampler in started
-                else None
-            ),
-            recorder=self._recorder_result(started),
-            window=self._window_result(started),
+            loaders=self._result(started, loader_probe, loader_probe.result),
+            utilization=self._result(started, sampler, sampler.result),
+            recorder=self._result(started, recorder, recorder.result) if recorder else None,
+            window=self._result(started, window, window.result) if window else None,
             sampler_error=sampler.error,
             warnings=self.warnings,
         )
@@ -145,32 +145,18 @@ class ProfileSession:
             except Exception as exc:
                 self.warnings.append(f"probe {p.name} failed to stop: {type(exc).__name__}: {exc}")
 
-    def _result(self, name: str, result: Callable[[], Any], kind: type) -> Any:
-        """A probe's result, or None (with a warning) when producing it failed."""
-        try:
-            out = result()
-        except Exception as exc:
-            self.warnings.append(f"probe {name} could not report: {type(exc).__name__}: {exc}")
+    def _result(self, started: list[Probe], probe: Probe, result: Callable[[], R]) -> R | None:
+        """A started probe's result; None for a probe that did not start, or (with a warning)
+        whose result failed."""
+        if probe not in started:
             return None
-        return out if isinstance(out, kind) else None
-
-    def _recorder_result(self, started: list[Probe]) -> RecorderCapture | None:
-        from gpuopt.probes.recorder import DispatchRecorder
-
-        for p in started:
-            if isinstance(p, DispatchRecorder):
-                found: RecorderCapture | None = self._result(p.name, p.result, RecorderCapture)
-                return found
-        return None
-
-    def _window_result(self, started: list[Probe]) -> WindowResult | None:
-        from gpuopt.probes.profiler_window import ProfilerWindow
-
-        for p in started:
-            if isinstance(p, ProfilerWindow):
-                found: WindowResult | None = self._result(p.name, p.result, WindowResult)
-                return found
-        return None
+        try:
+            return result()
+        except Exception as exc:
+            self.warnings.append(
+                f"probe {probe.name} could not report: {type(exc).__name__}: {exc}"
+            )
+            return None
 
     def _open_nvml(self) -> tuple[Any, str | None]:
         if self._nvml == "auto":
@@ -181,20 +167,14 @@ class ProfileSession:
             return None, "GPU sampling disabled"
         return self._nvml, None
 
-    def _optional_probes(self) -> list[Probe]:
-        """The detailed recorder and, on a CUDA machine, the GPU profiler window."""
+    def _optional_probes(self) -> tuple[DispatchRecorder | None, ProfilerWindow | None]:
+        """The detailed recorder and, on a CUDA machine, the GPU profiler window (neither with
+        --window 0)."""
         if self.opts.window <= 0:
-            return []
-        from gpuopt.probes.recorder import DispatchRecorder
-
-        out: list[Probe] = [DispatchRecorder()]
+            return None, None
         import torch
 
-        if torch.cuda.is_available():
-            from gpuopt.probes.profiler_window import ProfilerWindow
-
-            out.append(ProfilerWindow())
-        return out
+        return DispatchRecorder(), ProfilerWindow() if torch.cuda.is_available() else None
 
     def _instrumented_steps(self, probes: list[Probe]) -> set[int]:
         """Steps the recorder or the profiler window slowed down: left out of the statistics

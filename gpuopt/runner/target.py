@@ -22,9 +22,8 @@ from typing import Any
 from gpuopt.assemble.run_record import Outcome
 from gpuopt.errors import GpuoptError
 from gpuopt.model.profile import RunError
+from gpuopt.probes.sites import GPUOPT_DIR
 from gpuopt.probes.steps import StopRun
-
-_GPUOPT_DIR = str(Path(__file__).resolve().parents[1])
 
 
 class Terminated(BaseException):
@@ -110,10 +109,8 @@ def run_target(target: Target) -> Outcome:
             runpy.run_path(path, run_name="__main__")
         else:
             assert target.module is not None
-            sys.argv = [
-                target.module,
-                *target.args,
-            ]  # runpy replaces argv[0] with the module's file
+            # runpy replaces argv[0] with the module's file, as python -m does
+            sys.argv = [target.module, *target.args]
             sys.path[0] = os.getcwd()
             runpy.run_module(target.module, run_name="__main__", alter_sys=True)
         return Outcome("ok", 0)
@@ -123,7 +120,8 @@ def run_target(target: Target) -> Outcome:
         code = exc.code
         if code is None:
             return Outcome("ok", 0)
-        if isinstance(code, int):
+        if isinstance(code, int):  # a bool too: sys.exit(True) exits 1, as in python
+            code = int(code)
             return Outcome(
                 "ok" if code == 0 else "error",
                 code,
@@ -149,7 +147,7 @@ def run_target(target: Target) -> Outcome:
 
 def _is_ours(filename: str) -> bool:
     return (
-        filename.startswith(_GPUOPT_DIR)
+        filename.startswith(GPUOPT_DIR)
         or filename == runpy.__file__
         or filename.endswith(("runpy.py", "<frozen runpy>"))
     )

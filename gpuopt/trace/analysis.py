@@ -24,9 +24,7 @@ from gpuopt.model.trace import (
     StreamIdle,
     StreamUse,
     SyncCall,
-    SyncCallTotals,
     Temporal,
-    TraceRank,
     TraceTransfer,
 )
 from gpuopt.trace import cpu_ops, gpu_time, idle, kernels, launch, memory
@@ -34,8 +32,6 @@ from gpuopt.trace.decode import load_columns
 from gpuopt.trace.files import assign_ranks, trace_files
 from gpuopt.trace.prepare import RankView, build_view, count_step_names
 from gpuopt.trace.ranks import straggler
-
-TOP_KERNELS_PER_TYPE = 10
 
 
 @dataclass
@@ -49,7 +45,6 @@ class RankAnalysis:
     idle_streams: list[StreamIdle]
     kernel_types: dict[str, float]
     kernels: list[KernelStat]
-    launches: launch.Launches
     launch_summary: LaunchStats
     memory: list[MemoryOps]
     memcpy_by_name: dict[str, NameTotal]
@@ -69,36 +64,6 @@ class RankAnalysis:
     def measured_steps(self) -> list[StepOverview]:
         """The overview's rows of profiler steps (not the whole-trace row of a trace without)."""
         return [s for s in self.step_overview if s.step is not None]
-
-    def record(self) -> TraceRank:
-        """This rank as the profile's ``trace.ranks[]`` keeps it."""
-        v = self.view
-        overlap = self.comm_overlap
-        return TraceRank(
-            rank=self.rank,
-            file=self.file,
-            events=v.events_total,
-            events_analysed=len(v.ev),
-            device=self.device,
-            temporal=self.temporal,
-            streams=self.streams,
-            idle_by_stream=self.idle_streams,
-            idle_totals_us=idle.idle_totals(self.idle_streams),
-            idle_causes=self.idle_causes,
-            kernel_types_us=self.kernel_types,
-            top_kernels=kernels.top_kernels(self.kernels, TOP_KERNELS_PER_TYPE),
-            launch=self.launch_summary,
-            memory=self.memory,
-            transfers=self.transfers,
-            memcpy_by_name=self.memcpy_by_name,
-            sync_calls=SyncCallTotals(
-                count=len(self.syncs), time_us=float(sum(c.dur_us for c in self.syncs))
-            ),
-            comm_overlap_pct=None if overlap is None else round(100 * overlap, 2),
-            steps=self.step_overview,
-            profiler_steps=[s.number for s in v.steps],
-            dropped_last_step=v.dropped_last_step.number if v.dropped_last_step else None,
-        )
 
 
 @dataclass
@@ -137,7 +102,6 @@ def analyze_view(view: RankView, file: str = "") -> RankAnalysis:
     """Every analysis of one rank (pure: reads the view, returns data)."""
     from gpuopt.trace import idle_causes, steps
 
-    lst = launch.launch_stats(view)
     syncs = memory.sync_calls(view)
     return RankAnalysis(
         rank=view.rank,
@@ -149,8 +113,7 @@ def analyze_view(view: RankView, file: str = "") -> RankAnalysis:
         idle_streams=idle.idle_by_stream(view),
         kernel_types=gpu_time.kernel_type_time(view),
         kernels=kernels.kernel_table(view),
-        launches=lst,
-        launch_summary=lst.summary(),
+        launch_summary=launch.launch_stats(view).summary(),
         memory=memory.memory_ops(view),
         memcpy_by_name=memory.memcpy_by_name(view),
         transfers=memory.transfers(view),

@@ -1,7 +1,7 @@
 """Built-in rules: every module named here registers its rules on import.
 
 Listed, not discovered with pkgutil: the scan and pkgutil's import cost 2-3 ms at every
-``gpuopt report`` start. tests/test_findings_rules.py checks that every module of this package is
+``gpuopt report`` start. tests/test_stats_rules.py checks that every module of this package is
 listed.
 """
 

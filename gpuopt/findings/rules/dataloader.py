@@ -20,9 +20,8 @@ from gpuopt.model.profile import DataLoaderInfo, Finding, Profile
 from gpuopt.units import fmt_duration, fmt_frac
 
 _AMDAHL = "estimate: data wait fully overlapped with compute (Amdahl on the measured share)"
-THRESHOLD = (
-    0.10  # share of step time spent waiting on the DataLoader before we call it a bottleneck
-)
+# share of step time spent waiting on the DataLoader before we call it a bottleneck
+THRESHOLD = 0.10
 
 
 def _cpus(profile: Profile) -> int:

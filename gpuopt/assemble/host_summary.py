@@ -17,7 +17,8 @@ whenever there are at least three of them; otherwise from
 the window, minus the recorder's cost (its handlers' own time, measured on every call, plus the
 mode-entry costs of :mod:`gpuopt.probes.recorder_calibration`). ``step_time_source`` says which.
 The step series comes from the assembly (it is built from the step clock and the DataLoader
-probe), so :func:`summarize` is called once the run's steps are known.
+probe), so :func:`summarize` is called once the run's steps are known. It reads the user's files
+(sites, loops): the caller turns anything it raises into a warning.
 ``between_ops_share`` is ``between`` over the time that is not waiting (data, syncs, copies), the
 convention ``breakdown.other`` uses; ``between_ops_step_share`` is over the whole step.
 """
@@ -32,6 +33,8 @@ from typing import Any
 
 from gpuopt.model.profile import Dispatch, Loop, Ragged, StepRecord, Sync, TopSite, Transfer
 from gpuopt.probes.loops import LoopFinder
+from gpuopt.probes.recorder import RecorderCapture
+from gpuopt.probes.recorder_calibration import Calibration
 from gpuopt.probes.recorder_counters import (
     S_DATA,
     S_EXEC,
@@ -116,21 +119,6 @@ class _Sites:
 
 
 @dataclass
-class RecorderCapture:
-    """What the dispatch recorder hands back when the run ends (``DispatchRecorder.result()``)."""
-
-    enabled: bool  # the recorder ran (it may still have recorded no step)
-    off: bool  # turned off by the user (--window 0)
-    window_start: int
-    engine: RecorderEngine | None
-    calibration: dict[str, float] | None  # recorder_calibration.calibrate(), when it recorded
-    partial: bool  # an unfinished step was kept because no step finished
-    next_step: int  # steps the run finished
-    shapes: Ragged | None  # batch shapes of every batch (None: the recorder did not run)
-    errors: list[str] = field(default_factory=list)
-
-
-@dataclass
 class HostSummary:
     """The Profile parts the recorder measures."""
 
@@ -143,7 +131,7 @@ class HostSummary:
 
 
 def summarize(capture: RecorderCapture, series: list[StepRecord]) -> HostSummary:
-    """The Profile parts from a stopped recorder and the run's steps (never raises on odd data)."""
+    """The Profile parts from a stopped recorder and the run's steps."""
     warnings = list(dict.fromkeys(capture.errors))
     engine = capture.engine
     if not capture.enabled or engine is None:
@@ -179,12 +167,12 @@ def summarize(capture: RecorderCapture, series: list[StepRecord]) -> HostSummary
 
 
 def _split(
-    t: StepCounters, cal: dict[str, float], ref: tuple[float, float] | None, steps: int
+    t: StepCounters, cal: Calibration, ref: tuple[float, float] | None, steps: int
 ) -> dict[str, float]:
     """Where the time of ``t`` (``steps`` steps: one, or the whole window) went, recorder cost
     removed: step time and data wait from the unrecorded steps when there are enough of them,
     else from the window with the recorder's cost subtracted."""
-    inflation = cal["inflation_us"] * 1e-6
+    inflation = cal.inflation_us * 1e-6
     op_time = max(t.op_s - t.ops * inflation, 0.0)
     sync_calls = sum(v[1] for k, v in t.syncs.items() if k[0] == "synchronize")
     h2d = sum(v[1] for k, v in t.transfers.items() if k[0] == "h2d")
@@ -209,28 +197,28 @@ def _split(
     }
 
 
-def _overhead(t: StepCounters, cal: dict[str, float]) -> float:
+def _overhead(t: StepCounters, cal: Calibration) -> float:
     """Seconds the recorder added to ``t``: its handlers' own time (measured on every call; it
     includes the first-sight classification) plus the price of entering the modes (calibrated)."""
     entries = (
-        t.tf_events * cal["function_entry_us"]
-        + t.dispatch_events * cal["dispatch_entry_us"]
-        + t.pass_events * cal["passthrough_us"]
+        t.tf_events * cal.function_entry_us
+        + t.dispatch_events * cal.dispatch_entry_us
+        + t.pass_events * cal.passthrough_us
     ) * 1e-6
     return t.own_tf_s + t.own_dispatch_s + entries
 
 
-def _per_event(t: StepCounters, cal: dict[str, float]) -> tuple[float, float]:
+def _per_event(t: StepCounters, cal: Calibration) -> tuple[float, float]:
     """Mean recorder seconds per recorded op and per recorded Python call, for per-site times."""
-    per_op = t.own_dispatch_s / max(t.dispatch_events, 1) + cal["dispatch_entry_us"] * 1e-6
-    per_call = t.own_tf_s / max(t.tf_events, 1) + cal["function_entry_us"] * 1e-6
+    per_op = t.own_dispatch_s / max(t.dispatch_events, 1) + cal.dispatch_entry_us * 1e-6
+    per_call = t.own_tf_s / max(t.tf_events, 1) + cal.function_entry_us * 1e-6
     return per_op, per_call
 
 
 def _dispatch(
     engine: RecorderEngine,
     t: StepCounters,
-    cal: dict[str, float],
+    cal: Calibration,
     steps: int,
     ref: tuple[float, float] | None,
     indices: list[int],
@@ -299,11 +287,11 @@ def _dispatch(
         recorder_own_us_per_op=round(
             (t.own_tf_s + t.own_dispatch_s) / max(t.dispatch_events, 1) * 1e6, 2
         ),
-        recorder_function_entry_us=round(cal["function_entry_us"], 2),
-        recorder_dispatch_entry_us=round(cal["dispatch_entry_us"], 2),
-        recorder_passthrough_us=round(cal["passthrough_us"], 2),
-        recorder_inflation_us=round(cal["inflation_us"], 2),
-        recorder_trivial_op_us=round(cal["op_us_with_recorder"] - cal["op_us_without_recorder"], 2),
+        recorder_function_entry_us=round(cal.function_entry_us, 2),
+        recorder_dispatch_entry_us=round(cal.dispatch_entry_us, 2),
+        recorder_passthrough_us=round(cal.passthrough_us, 2),
+        recorder_inflation_us=round(cal.inflation_us, 2),
+        recorder_trivial_op_us=round(cal.trivial_op_us, 2),
         recorder_overhead_share=round(recorder_share, 4),
         note=TIME_NOTE,
     )
@@ -409,7 +397,7 @@ def _loops(
     sites: _Sites,
     steps: int,
     wall: float,
-    cal: dict[str, float],
+    cal: Calibration,
     host_scale: float,
 ) -> list[Loop]:
     per_loop: dict[tuple[str, int], dict[str, Any]] = defaultdict(
@@ -486,7 +474,7 @@ def _top_sites(
     sites: _Sites,
     steps: int,
     wall: float,
-    cal: dict[str, float],
+    cal: Calibration,
     host_scale: float,
 ) -> list[TopSite]:
     """The user lines that issue the most op time per step (op time + the host time before it)."""
