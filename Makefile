@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: $(VENV)/.installed
-	$(VENV)/bin/gpuopt profile -o $(RUN) examples/slow_dataset.py
+	$(VENV)/bin/gpuopt profile --force -o $(RUN) examples/slow_dataset.py
 	$(VENV)/bin/gpuopt report $(RUN) -o $(RUN)/report.html
 	@echo "HTML report: $(RUN)/report.html"
 

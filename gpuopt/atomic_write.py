@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write via a temporary file in the same directory and rename it over ``path``."""
+def _read_umask() -> int:
+    """The process's umask, read once at import (before any user code or thread runs): setting
+    it to read it back, later, could hand a file another thread creates meanwhile mode 0666."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()
+
+
+def write_atomic(path: Path, data: bytes, replace: bool = True) -> None:
+    """Write via a temporary file in the same directory, then rename it over ``path``; with
+    ``replace=False`` the file is put in place only if ``path`` does not exist yet (else
+    :class:`FileExistsError`), still whole or not at all."""
     path.parent.mkdir(parents=True, exist_ok=True)
     import tempfile  # here, not at the top: `gpuopt report` to stdout never needs it
 
@@ -15,17 +29,28 @@ def write_atomic(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual mode
-        os.replace(tmp, path)
-    except BaseException:
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file the usual mode
+        if replace:
+            os.replace(tmp, path)
+        else:
+            _link_new(tmp, path, data)
+    finally:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+
+
+def _link_new(tmp: str, path: Path, data: bytes) -> None:
+    """``tmp`` at ``path`` unless ``path`` exists: a hard link is atomic and never replaces; on a
+    file system without hard links, an exclusive create."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
         raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+            raise
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)

@@ -93,6 +93,9 @@ def profile(
     ),
     quiet: bool = typer.Option(False, "--quiet", help="No live progress and no terminal report."),
     fmt: ReportFormat = typer.Option(ReportFormat.text, "--format", help="Terminal report format."),
+    force: bool = typer.Option(
+        False, "--force", help="Replace the profile of an earlier run in -o DIR (else refused)."
+    ),
 ) -> None:
     args = list(script_and_args or [])
     if args and args[0] == "--":
@@ -120,6 +123,7 @@ def profile(
         nproc_per_node=nproc_per_node,
         quiet=quiet,
         fmt=fmt.value,
+        force=force,
     )
     run_profile(opts)
 

@@ -7,7 +7,7 @@ two command shapes people type most are recognised here, before typer is importe
 very functions the typer commands run:
 
 * ``gpuopt report PATH [--format F] [-o FILE]`` (:func:`gpuopt.report.command.run_report`);
-* ``gpuopt profile [-o DIR] [--quiet] SCRIPT [ARGS...]``
+* ``gpuopt profile [-o DIR] [--quiet] [--force] SCRIPT [ARGS...]``
   (:func:`gpuopt.runner.profile_command.run_profile`; everything after SCRIPT is the script's,
   as under typer).
 
@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from gpuopt.quick_exit import exit_quickly_on, quick_exit
+
+if TYPE_CHECKING:
+    from gpuopt.runner.options import ProfileOptions
 
 _OPTIONS = {"--format": "format", "-f": "format", "-o": "output", "--output": "output"}
 
@@ -71,18 +74,22 @@ def parse_report(argv: list[str]) -> tuple[str, str | None, str | None] | None:
     return path, got.get("format"), got.get("output")
 
 
-def parse_profile(argv: list[str]) -> tuple[str, list[str], str | None, bool] | None:
-    """``(script, script_args, out, quiet)`` when ``argv`` is a plain ``profile`` command line,
-    else None (typer takes it)."""
+def parse_profile(argv: list[str]) -> ProfileOptions | None:
+    """The options when ``argv`` is a plain ``profile`` command line (``-o DIR``, ``--quiet``,
+    ``--force``, each at most once, then SCRIPT), else None (typer takes it)."""
     if not argv or argv[0] != "profile":
         return None
+    from pathlib import Path
+
+    from gpuopt.runner.options import ProfileOptions
+
     out: str | None = None
-    quiet = False
+    flags: set[str] = set()
     i = 1
     while i < len(argv):
         arg = argv[i]
-        if arg == "--quiet" and not quiet:
-            quiet = True
+        if arg in ("--quiet", "--force") and arg not in flags:
+            flags.add(arg)
             i += 1
             continue
         name, eq, value = arg.partition("=")
@@ -93,8 +100,15 @@ def parse_profile(argv: list[str]) -> tuple[str, list[str], str | None, bool] | 
             i += 2
         elif arg.startswith("-") or not arg:
             return None
-        else:
-            return arg, argv[i + 1 :], out, quiet  # the script; the rest is its own
+        else:  # the script; the rest is its own
+            return ProfileOptions(
+                script=arg,
+                module=None,
+                args=argv[i + 1 :],
+                out=Path(out) if out else None,
+                quiet="--quiet" in flags,
+                force="--force" in flags,
+            )
         if out is not None or not value or value.startswith("-"):
             return None
         out = value
@@ -105,7 +119,7 @@ def main() -> None:
     argv = sys.argv[1:]
     prof = parse_profile(argv)
     if prof is not None:
-        _profile(*prof)
+        _profile(prof)
     fast = parse_report(argv)
     if fast is None:
         from gpuopt.cli import main as typer_main
@@ -130,19 +144,12 @@ def main() -> None:
     quick_exit(0)
 
 
-def _profile(script: str, args: list[str], out: str | None, quiet: bool) -> NoReturn:
+def _profile(opts: ProfileOptions) -> NoReturn:
     """Runs user code: a normal exit (atexit handlers, finalizers), never :func:`quick_exit`."""
-    from pathlib import Path
-
-    from gpuopt.runner.options import ProfileOptions
     from gpuopt.runner.profile_command import run_profile
 
     try:
-        run_profile(
-            ProfileOptions(
-                script=script, module=None, args=args, out=Path(out) if out else None, quiet=quiet
-            )
-        )
+        run_profile(opts)
     except KeyboardInterrupt:  # outside the script (the runner handles it inside): as typer ends
         raise SystemExit(130) from None
 

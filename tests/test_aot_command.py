@@ -65,6 +65,12 @@ MODEL_SRC = textwrap.dedent(
 
     def data_dependent():
         return DataDependent(), (torch.randn(3),)
+
+
+    def exits():
+        import sys
+
+        sys.exit(0)
     """
 )
 
@@ -142,6 +148,7 @@ def test_module_target_and_default_output_name(
         ("{file}:broken", "raised RuntimeError: no weights here"),
         ("{file}:not_a_model", "expected an nn.Module"),
         ("{file}:data_dependent", "cannot capture"),
+        ("{file}:exits", "factory '{file}:exits' called sys.exit(0); it must return the model"),
     ],
 )
 def test_bad_targets_raise_one_line_errors(
@@ -149,8 +156,24 @@ def test_bad_targets_raise_one_line_errors(
 ) -> None:
     with pytest.raises(GpuoptError) as info:
         run(target.format(file=model_file), tmp_path)
-    assert message in str(info.value)
+    assert message.format(file=model_file) in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_a_failed_export_prints_nothing_but_our_one_line(
+    model_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """torch.export prints the partial graph of a failed export to stderr; held back."""
+    with pytest.raises(GpuoptError, match="cannot capture"):
+        run(f"{model_file}:data_dependent", tmp_path)
+    assert capsys.readouterr().err == ""
+
+
+def test_a_module_that_exits_on_import_is_one_line(tmp_path: Path) -> None:
+    script = tmp_path / "train_script.py"
+    script.write_text("import sys\n\ndef model():\n    pass\n\nsys.exit(4)\n")
+    with pytest.raises(GpuoptError, match="importing .* called sys.exit\\(4\\).*__main__"):
+        run(f"{script}:model", tmp_path)
 
 
 def test_missing_inputs_and_unknown_profile(tmp_path: Path) -> None:

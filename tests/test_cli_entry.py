@@ -123,6 +123,7 @@ PROFILE_ACCEPTED = [
     ["profile", "-o", "runs/x", "train.py", "-o", "y"],
     ["profile", "--quiet", "--out=r", "t.py", "--quiet"],
     ["profile", "--out", "r", "--quiet", "t.py", "a", "--", "b"],
+    ["profile", "--force", "-o", "r", "t.py", "--force"],
 ]
 PROFILE_DECLINED = [
     ["profile"],
@@ -131,6 +132,7 @@ PROFILE_DECLINED = [
     ["profile", "--steps", "5", "t.py"],
     ["profile", "-o", "x"],
     ["profile", "--quiet", "--quiet", "t.py"],
+    ["profile", "--force", "--force", "t.py"],
     ["profile", "-o", "a", "-o", "b", "t.py"],
     ["profile", "--", "t.py"],
     ["profile", "-o", "--quiet", "t.py"],
@@ -148,14 +150,11 @@ def test_accepted_profile_command_lines_give_typers_options(
 ) -> None:
     fast = entry.parse_profile(argv)
     assert fast is not None
-    script, args, out, quiet = fast
     seen: list[ProfileOptions] = []
     monkeypatch.setattr(runner_main, "run_profile", seen.append)
     r = CliRunner().invoke(app, argv)
     assert r.exit_code == 0 and len(seen) == 1, r.output
-    assert seen[0] == ProfileOptions(
-        script=script, module=None, args=args, out=Path(out) if out else None, quiet=quiet
-    )
+    assert seen[0] == fast
 
 
 @pytest.mark.parametrize("argv", PROFILE_DECLINED, ids=lambda a: " ".join(a))

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from gpuopt.cli import app
 from gpuopt.errors import GpuoptError
 from gpuopt.model.document import SCHEMA, empty_profile, encode, load_profile, validate
-from gpuopt.runner.run_dir import write_profile
+from gpuopt.runner.run_dir import RunDirectory
 
 runner = CliRunner()
 
@@ -36,7 +36,7 @@ def test_profile_help_lists_contract_options() -> None:
 
 
 def test_help_and_report_do_not_import_torch(tmp_path: Path) -> None:
-    write_profile(empty_profile("train.py"), tmp_path)
+    RunDirectory(tmp_path).write_profile(empty_profile("train.py"))
     code = (
         "import sys\n"
         "from typer.testing import CliRunner\n"
@@ -94,7 +94,7 @@ def test_validate_catches_what_types_cannot_say() -> None:
 
 
 def test_atomic_write_leaves_no_temp_files(tmp_path: Path) -> None:
-    write_profile(empty_profile("x.py"), tmp_path)
+    RunDirectory(tmp_path).write_profile(empty_profile("x.py"))
     assert [p.name for p in tmp_path.iterdir()] == ["profile.json"]
 
 
@@ -120,3 +120,34 @@ def test_report_process_quick_exit_flushes_everything(tmp_path: Path) -> None:
         timeout=60,
     )
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "no such file" in out.stderr
+
+
+def test_report_never_writes_over_what_it_reads(tmp_path: Path) -> None:
+    RunDirectory(tmp_path).write_profile(empty_profile("train.py"))
+    before = (tmp_path / "profile.json").read_bytes()
+    trace_dir = tmp_path / "traces"
+    trace_dir.mkdir()
+    (trace_dir / "rank0.json").write_text("{}")
+    refused = [
+        (tmp_path, tmp_path / "profile.json"),  # the run directory's own document
+        (tmp_path / "profile.json", tmp_path / "." / "profile.json"),  # the same file, spelt apart
+        (trace_dir, trace_dir / "rank0.json"),  # one of the traces a folder report reads
+    ]
+    for src, out in refused:
+        r = runner.invoke(app, ["report", str(src), "-o", str(out), "--format", "json"])
+        assert r.exit_code == 2 and "is the input this report reads" in r.output, r.output
+    assert (tmp_path / "profile.json").read_bytes() == before
+    r = runner.invoke(app, ["report", str(tmp_path), "-o", str(tmp_path / "report.html")])
+    assert r.exit_code == 0 and (tmp_path / "report.html").exists()
+
+
+def test_report_output_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
+    RunDirectory(tmp_path).write_profile(empty_profile("train.py"))
+    (tmp_path / "file").write_text("x")
+    for out, needle in [
+        (tmp_path, "is a directory; -o takes a file"),
+        (tmp_path / "file" / "r.html", "cannot write the report"),
+    ]:
+        r = runner.invoke(app, ["report", str(tmp_path), "-o", str(out)])
+        assert r.exit_code == 2 and needle in r.output, r.output
+        assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1

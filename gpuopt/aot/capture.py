@@ -22,7 +22,9 @@ eager order.
 from __future__ import annotations
 
 import contextlib
+import io
 import operator
+import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -309,14 +311,19 @@ def capture_program(
     if method not in ("auto", "export", "fx"):
         raise ValueError(f"capture method must be auto, export or fx, not {method!r}")
     if method in ("auto", "export"):
+        # torch.export prints the partial graph of a failed export to stderr (~20 lines before
+        # our one-line reason): held back, and shown only if the export succeeds (the model's
+        # own prints, then)
+        held = io.StringIO()
         try:
-            with _quiet_torch_logs():
+            with _quiet_torch_logs(), contextlib.redirect_stderr(held):
                 ep = torch.export.export(model, tuple(example_inputs), strict=False)
                 if _has_mutable_ops(ep.graph_module):
                     ep = ep.run_decompositions(
                         {}
                     )  # functionalize: in-place ops become out-of-place
                 gm = ep.module()
+            sys.stderr.write(held.getvalue())
             return program_from_graph_module(gm, "export", leaves), notes
         except Exception as exc:  # noqa: BLE001 - any export failure falls back to fx
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]

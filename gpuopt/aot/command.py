@@ -65,12 +65,25 @@ def _module_from_file(mod_part: str, spec: str, what: str) -> ModuleType:
         sys.path.insert(0, parent)
     try:
         loader_spec.loader.exec_module(module)
+    except SystemExit as exc:
+        sys.modules.pop(name, None)
+        raise GpuoptError(f"{what} {spec!r}: importing {mod_part} {_exited(exc)}") from None
     except Exception as exc:  # noqa: BLE001 - the user's module failed to import
         sys.modules.pop(name, None)
         raise GpuoptError(
             f"{what} {spec!r}: importing {mod_part} failed: {type(exc).__name__}: {exc}"
         ) from None
     return module
+
+
+def _exited(exc: SystemExit, importing: bool = True) -> str:
+    """A module or a factory that called ``sys.exit()``: scheduling needs it to return."""
+    if importing:
+        return (
+            f"called sys.exit({exc.code!r}); gpuopt schedule imports the module, so its script "
+            "code must sit under if __name__ == '__main__'"
+        )
+    return f"called sys.exit({exc.code!r}); it must return the model or (model, example_inputs)"
 
 
 def _module_by_name(mod_part: str, spec: str, what: str) -> ModuleType:
@@ -80,6 +93,8 @@ def _module_by_name(mod_part: str, spec: str, what: str) -> ModuleType:
         sys.path.insert(0, cwd)
     try:
         return importlib.import_module(mod_part)
+    except SystemExit as exc:
+        raise GpuoptError(f"{what} {spec!r}: importing {mod_part} {_exited(exc)}") from None
     except ModuleNotFoundError as exc:
         raise GpuoptError(f"{what} {spec!r}: no module named {exc.name or mod_part!r}") from None
     except Exception as exc:  # noqa: BLE001
@@ -91,6 +106,8 @@ def _module_by_name(mod_part: str, spec: str, what: str) -> ModuleType:
 def _call(fn: Any, spec: str, what: str) -> Any:
     try:
         return fn()
+    except SystemExit as exc:
+        raise GpuoptError(f"{what} {spec!r} {_exited(exc, importing=False)}") from None
     except Exception as exc:  # noqa: BLE001 - the user's factory failed
         first = (str(exc).strip().splitlines() or [""])[0]
         raise GpuoptError(f"{what} {spec!r} raised {type(exc).__name__}: {first}") from None

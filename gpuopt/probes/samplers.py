@@ -137,6 +137,8 @@ class UtilizationSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.error: str | None = None
+        # called from the sampling thread after every tick (the session's checkpoints)
+        self.after_tick: Callable[[], None] | None = None
 
     # -- Probe interface -------------------------------------------------------------------
     def start(self, ctx: RunContext | None = None, thread: bool = True) -> None:
@@ -229,6 +231,8 @@ class UtilizationSampler:
             except Exception as exc:  # sampling must never take the run down
                 self.error = f"utilization sampler stopped: {type(exc).__name__}: {exc}"
                 return
+            if self.after_tick is not None:
+                self.after_tick()
 
     def latest(self) -> tuple[float | None, float | None]:
         """(CPU %, GPU %) of the last sample, for the live progress line."""

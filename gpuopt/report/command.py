@@ -16,12 +16,34 @@ def report_command(path: Path, fmt: str | None, output: Path | None) -> None:
 
     name = fmt or format_for_path(output) or "text"
     renderer = get_renderer(name)
+    if output is not None:
+        check_output(output, path)
     profile = load(path)
     if output is None:
         print_report(profile, name)
         return
-    write_atomic(output, renderer.render(profile).encode("utf-8"))
+    try:
+        write_atomic(output, renderer.render(profile).encode("utf-8"))
+    except OSError as exc:
+        raise GpuoptError(f"{output}: cannot write the report: {exc.strerror or exc}") from None
     print(f"wrote {output}", file=sys.stderr)
+
+
+def check_output(output: Path, path: Path) -> None:
+    """Refuse an ``-o`` that is a directory, or that is (or is among) what the report reads."""
+    from gpuopt.loading import TRACE_SUFFIXES
+
+    if output.is_dir():
+        raise GpuoptError(f"{output}: is a directory; -o takes a file, e.g. {output}/report.html")
+    target = output.resolve()
+    source = path.resolve()
+    read = target == source
+    if source.is_dir() and target.is_file() and source in target.parents:
+        read = target.name == "profile.json" or target.name.endswith(TRACE_SUFFIXES)
+    if read:
+        raise GpuoptError(
+            f"{output}: is the input this report reads; write the report to another -o FILE"
+        )
 
 
 def run_report(path: Path, fmt: str | None, output: Path | None) -> None:

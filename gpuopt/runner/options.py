@@ -21,3 +21,4 @@ class ProfileOptions:
     nproc_per_node: int | None = None
     quiet: bool = False
     fmt: str = "text"
+    force: bool = False  # replace an earlier run's profile in --out DIR

@@ -6,15 +6,20 @@ One way through: check the target → prepare the run directory → the measurin
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
-from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from gpuopt.errors import GpuoptError, fail
-from gpuopt.model.profile import Profile
+from gpuopt.model.profile import Profile, RunError
 from gpuopt.runner.options import ProfileOptions
-from gpuopt.runner.run_dir import default_out_dir, prepare_out_dir, write_profile
+from gpuopt.runner.run_dir import PROFILE_NAME, RunDirectory, default_out_dir
 from gpuopt.runner.target import Target, check_target
+
+if TYPE_CHECKING:
+    from gpuopt.assemble.run_record import RunRecord
+    from gpuopt.runner.session import ChildExit
 
 
 def run_profile(opts: ProfileOptions) -> NoReturn:
@@ -28,30 +33,82 @@ def run_profile(opts: ProfileOptions) -> NoReturn:
 
 
 def profile_command(opts: ProfileOptions) -> int:
-    """Validate, run, write ``profile.json``, print the report. Returns the script's exit code."""
+    """Validate, run, write ``profile.json``, print the report. Returns the script's exit code
+    (2 with a one-line reason when the profile could not be written; the report still shows)."""
     target = Target(opts.script, opts.module, list(opts.args))
     check_target(target)
     if opts.nproc_per_node is not None:
         from gpuopt.runner.torchrun import launch
 
         return launch(opts, target)
-    out = prepare_out_dir(opts.out or default_out_dir(target.stem))
-    profile = measure(target, out, opts)
-    if not opts.quiet:
-        from gpuopt.report import print_report
+    run_dir = RunDirectory.prepare(opts.out or default_out_dir(target.stem), force=opts.force)
+    profile = measure(target, run_dir, opts)
+    if not isinstance(profile, Profile):  # a child the script forked: its own exit, nothing else
+        return profile.exit_code
+    code = write_and_show(profile, run_dir, opts)
+    if isinstance(profile.error, RunError) and profile.error.type == "SIGTERM":
+        end_by_sigterm()
+    return code
 
-        print_report(profile, opts.fmt)
-    print(f"gpuopt: profile written to {out / 'profile.json'}", file=sys.stderr)
+
+def end_by_sigterm() -> None:
+    """End as the script would have without gpuopt, now that the profile is written: killed by
+    SIGTERM (``$?`` 143 in a shell, -15 to ``subprocess``; a supervisor sees the signal)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def measure(
+    target: Target, run_dir: RunDirectory, opts: ProfileOptions, rank: int | None = None
+) -> Profile | ChildExit:
+    """One instrumented run of ``target`` into ``run_dir``: its Profile, not yet written (the
+    session writes its placeholder and checkpoints while the script runs)."""
+    from gpuopt.runner.session import ChildExit, ProfileSession
+
+    result = ProfileSession(target, run_dir, opts, rank=rank, finish=finish_profile).run()
+    if isinstance(result, ChildExit):
+        return result
+    return finish_profile(result)
+
+
+def finish_profile(record: RunRecord) -> Profile:
+    """The run's record → the typed Profile → the rules' findings."""
+    from gpuopt.assemble.run_profile import assemble_run
+    from gpuopt.findings.engine import add_findings
+
+    return add_findings(assemble_run(record))
+
+
+def write_and_show(
+    profile: Profile, run_dir: RunDirectory, opts: ProfileOptions, note: str = ""
+) -> int:
+    """Write ``profile.json``, print the report (even when the write failed: the run's answer is
+    not lost to a full disk), say where the profile is. The exit code for the command."""
+    try:
+        run_dir.write_profile(profile)
+        unwritten = None
+    except GpuoptError as exc:
+        unwritten = exc
+    if not opts.quiet:
+        show_report(profile, opts.fmt)
+    if unwritten is not None:
+        raise unwritten
+    print(f"gpuopt: profile written to {run_dir.shown}/{PROFILE_NAME}{note}", file=sys.stderr)
     return profile.exit_code
 
 
-def measure(target: Target, out: Path, opts: ProfileOptions, rank: int | None = None) -> Profile:
-    """One instrumented run of ``target`` into the run directory ``out``: its Profile, written."""
-    from gpuopt.assemble.run_profile import assemble_run
-    from gpuopt.findings.engine import add_findings
-    from gpuopt.runner.session import ProfileSession
+def show_report(profile: Profile, fmt: str) -> None:
+    """Print the report; a reader that went away (``| head``) ends the printing, not the run:
+    the profile is on disk and the exit code stays the script's."""
+    from gpuopt.report import print_report
 
-    record = ProfileSession(target, out, opts, rank=rank).run()
-    profile = add_findings(assemble_run(record))
-    write_profile(profile, out)
-    return profile
+    try:
+        print_report(profile, fmt)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # what is still buffered would fail again at interpreter exit: send it nowhere
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)

@@ -26,9 +26,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("args", nargs=argparse.REMAINDER)
     ns = ap.parse_args(argv)
     args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
+    from gpuopt.errors import GpuoptError
+    from gpuopt.model.profile import Profile
     from gpuopt.runner.options import ProfileOptions
     from gpuopt.runner.profile_command import measure
-    from gpuopt.runner.run_dir import prepare_out_dir
+    from gpuopt.runner.run_dir import RunDirectory
     from gpuopt.runner.target import Target
 
     rank = int(os.environ.get("RANK", "0"))
@@ -43,8 +45,16 @@ def main(argv: list[str] | None = None) -> int:
         sample_interval=ns.sample_interval,
         quiet=True,
     )
-    out = prepare_out_dir(ns.out / f"rank-{rank}")
-    return measure(Target(ns.script, ns.module, args), out, opts, rank=rank).exit_code
+    # the launcher refused or cleared an earlier run's ranks already
+    run_dir = RunDirectory.prepare(ns.out / f"rank-{rank}", force=True)
+    profile = measure(Target(ns.script, ns.module, args), run_dir, opts, rank=rank)
+    if isinstance(profile, Profile):
+        try:
+            run_dir.write_profile(profile)
+        except GpuoptError as exc:
+            print(f"gpuopt: error: rank {rank}: {exc}", file=sys.stderr)
+            return 2
+    return profile.exit_code
 
 
 if __name__ == "__main__":

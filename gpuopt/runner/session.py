@@ -1,10 +1,18 @@
 """The measuring session: run the user's code with the probes on, collect what they measured.
 
-The session writes a placeholder ``profile.json`` first (``status: interrupted``), so a run
-killed outright still leaves a valid document; starts the probes; runs the target in this
-process; stops the probes however the target ended; and returns a
-:class:`~gpuopt.assemble.run_record.RunRecord` for the assembly. Nothing here builds the
-document or judges it.
+The session writes a placeholder ``profile.json`` first (``status: interrupted``), starts the
+probes, runs the target in this process, stops the probes however the target ended, and returns
+a :class:`~gpuopt.assemble.run_record.RunRecord` for the assembly. Nothing here builds the
+document or judges it; when the run must be written before it ends, the session hands its record
+to ``finish`` (the assembly and the rules, given by the command) and writes what comes back:
+
+* every :data:`CHECKPOINT_S` seconds of a running script, when a step has ended since the last
+  checkpoint (so a process killed outright — SIGKILL, the OOM killer — leaves its steps so far);
+* when the script calls ``os._exit(N)``, which runs no ``finally`` and no ``atexit``: the profile
+  is written with exit code N before the process ends.
+
+A child the script ``os.fork()``s runs the rest of gpuopt's code too; it never writes or reports
+(:class:`ChildExit`).
 """
 
 from __future__ import annotations
@@ -14,11 +22,12 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, NoReturn, TypeVar
 
 from gpuopt.assemble.run_record import Outcome, RunRecord
-from gpuopt.model.document import empty_profile
+from gpuopt.errors import GpuoptError
+from gpuopt.model.profile import Profile, RunError
 from gpuopt.probes import steps as steps_mod
 from gpuopt.probes.dataloader import DataLoaderProbe
 from gpuopt.probes.environment import environment
@@ -27,10 +36,32 @@ from gpuopt.probes.protocol import Probe, RunContext
 from gpuopt.probes.recorder import DispatchRecorder
 from gpuopt.probes.samplers import UtilizationSampler
 from gpuopt.runner.options import ProfileOptions
-from gpuopt.runner.run_dir import write_profile
+from gpuopt.runner.run_dir import RunDirectory
 from gpuopt.runner.target import Target, run_target
 
 R = TypeVar("R")
+Finish = Callable[[RunRecord], Profile]
+
+CHECKPOINT_S = 2.0  # seconds between checkpoints of a running profile
+_BEFORE_START = Outcome(
+    "interrupted", 130, RunError(type="KeyboardInterrupt", message="interrupted before the run")
+)
+_KILLED = Outcome(
+    "interrupted",
+    137,
+    RunError(
+        type="Killed",
+        message="the run ended without gpuopt seeing it end (killed outright: SIGKILL, the OOM "
+        "killer); this is its state at the last checkpoint",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class ChildExit:
+    """The session ended in a child the script forked: leave with this code, write nothing."""
+
+    exit_code: int
 
 
 class ProfileSession:
@@ -39,123 +70,207 @@ class ProfileSession:
     def __init__(
         self,
         target: Target,
-        out: Path,
+        run_dir: RunDirectory,
         opts: ProfileOptions,
         clock: Callable[[], float] = time.perf_counter,
         nvml: Any = "auto",
         rank: int | None = None,
+        finish: Finish | None = None,
     ) -> None:
         self.target = target
-        self.out = out
+        self.run_dir = run_dir
         self.opts = opts
         self.clock = clock
         self._nvml = nvml
         self.rank = rank
+        self.finish = finish
         self.warnings: list[str] = []
+        self.cwd = os.getcwd()
+        self.started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        self.steps = steps_mod.StepClock(clock=clock, max_steps=opts.steps)
+        self.loader_probe = DataLoaderProbe(step_count=lambda: self.steps.count, clock=clock)
+        self.sampler: UtilizationSampler | None = None
+        self.recorder: DispatchRecorder | None = None
+        self.window: ProfilerWindow | None = None
+        self.started: list[Probe] = []
+        self.t_start = self.t_end = 0.0
+        self._last_checkpoint = (0.0, 0)  # (clock time, steps) of the last checkpoint
+        self._ending = False
+        self.checkpoint_error: str | None = None  # the last checkpoint's failure, if it failed
 
-    def run(self) -> RunRecord:
-        cwd = os.getcwd()
-        started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-        self._write_placeholder(cwd, started_at)
-        opts = self.opts
-        t_start = self.clock()
-        clock = steps_mod.StepClock(clock=self.clock, max_steps=opts.steps)
-        loader_probe = DataLoaderProbe(step_count=lambda: clock.count, clock=self.clock)
-        nvml, nvml_note = self._open_nvml()
-        sampler = UtilizationSampler(interval=opts.sample_interval, nvml=nvml, nvml_note=nvml_note)
-        if nvml_note and not opts.quiet:
-            print(f"gpuopt: {nvml_note}", file=sys.stderr)
-        recorder, window = self._optional_probes()
-        probes: list[Probe] = [loader_probe, sampler]
-        probes += [p for p in (recorder, window) if p is not None]
-        started = self._start(probes)
-        for p in started:
-            clock.listeners.append(p.on_step)
-        progress = None
-        if not opts.quiet:
-            from gpuopt.runner.progress import LiveLine
-
-            progress = LiveLine.maybe(clock, loader_probe, sampler)
-            if progress is not None:
-                clock.listeners.append(progress.on_step)
-        steps_mod.install(clock)
-        outcome: Outcome
+    def run(self) -> RunRecord | ChildExit:
+        self.run_dir.claim(self.target.display, list(self.target.args), self.rank)
+        self.t_start = self.clock()
+        outcome = _BEFORE_START
         try:
-            outcome = run_target(self.target)
+            self._start_probes()
+            outcome = self._run_target()
+        except KeyboardInterrupt:  # Ctrl-C while gpuopt was starting, before the script ran
+            pass
         finally:
-            steps_mod.uninstall()
-            if progress is not None:
-                progress.close()
-            t_end = self.clock()
-            self._stop(started)
+            self.t_end = self.clock()
+            self._stop()
+        if not self.run_dir.owned():
+            return ChildExit(outcome.exit_code)
+        return self.record(outcome)
+
+    def record(self, outcome: Outcome, checkpoint: bool = False) -> RunRecord:
+        """The run so far as the assembly reads it (a checkpoint leaves out the recorder and the
+        profiler window, whose results exist only once they have stopped)."""
+        full = not checkpoint
         return RunRecord(
             script=self.target.display,
             argv=list(self.target.args),
-            cwd=cwd,
-            started_at=started_at,
+            cwd=self.cwd,
+            started_at=self.started_at,
             rank=self.rank,
-            warmup=opts.warmup,
-            t_start=t_start,
-            t_end=t_end,
+            warmup=self.opts.warmup,
+            t_start=self.t_start,
+            t_end=self.t_end if full else self.clock(),
             outcome=outcome,
             environment=environment(),
-            step_ends=list(clock.ends),
-            step_sources=set(clock.sources),
-            instrumented=self._instrumented_steps(started),
-            loaders=self._result(started, loader_probe, loader_probe.result),
-            utilization=self._result(started, sampler, sampler.result),
-            recorder=self._result(started, recorder, recorder.result) if recorder else None,
-            window=self._result(started, window, window.result) if window else None,
-            sampler_error=sampler.error,
-            warnings=self.warnings,
+            step_ends=list(self.steps.ends),
+            step_sources=set(self.steps.sources),
+            instrumented=self._instrumented_steps(),
+            loaders=self._result(self.loader_probe, self.loader_probe.result, full),
+            utilization=self._result(self.sampler, self.sampler.result, full)
+            if self.sampler
+            else None,
+            recorder=self._result(self.recorder, self.recorder.result, full)
+            if self.recorder and full
+            else None,
+            window=self._result(self.window, self.window.result, full)
+            if self.window and full
+            else None,
+            sampler_error=self.sampler.error if self.sampler else None,
+            warnings=self._warnings(full),
         )
 
-    def _write_placeholder(self, cwd: str, started_at: str) -> None:
-        """A valid profile exists from the first moment: if the process is killed outright, a
-        reader finds status "interrupted" rather than nothing."""
-        pre = empty_profile(self.target.display, list(self.target.args))
-        pre.cwd, pre.started_at, pre.rank = cwd, started_at, self.rank
-        pre.status, pre.exit_code = "interrupted", 137
-        write_profile(pre, self.out)
+    def _warnings(self, full: bool) -> list[str]:
+        if full and self.checkpoint_error is not None:
+            note = f"the last checkpoint of the running profile failed: {self.checkpoint_error}"
+            return [*self.warnings, note]
+        return list(self.warnings)
 
-    def _start(self, probes: list[Probe]) -> list[Probe]:
+    # -- start, run, stop -----------------------------------------------------------------
+    def _start_probes(self) -> None:
+        nvml, nvml_note = self._open_nvml()
+        self.sampler = UtilizationSampler(
+            interval=self.opts.sample_interval, nvml=nvml, nvml_note=nvml_note
+        )
+        if self.finish is not None:
+            self.sampler.after_tick = self._checkpoint
+        if nvml_note and not self.opts.quiet:
+            print(f"gpuopt: {nvml_note}", file=sys.stderr)
+        self.recorder, self.window = self._optional_probes()
         ctx = RunContext(
             script=self.target.display,
             user_roots=self.target.user_roots(),
-            out_dir=self.out,
+            out_dir=self.run_dir.path,
             warmup=self.opts.warmup,
             window_start=self.opts.warmup,
             window_steps=self.opts.window,
             max_steps=self.opts.steps,
             clock=self.clock,
         )
-        started: list[Probe] = []
-        for p in probes:
+        probes: list[Probe] = [self.loader_probe, self.sampler]
+        for p in [*probes, *(q for q in (self.recorder, self.window) if q is not None)]:
             try:
                 p.start(ctx)
-                started.append(p)
+                self.started.append(p)
             except Exception as exc:
                 self.warnings.append(f"probe {p.name} could not start: {type(exc).__name__}: {exc}")
-        return started
 
-    def _stop(self, started: list[Probe]) -> None:
-        for p in reversed(started):
+    def _run_target(self) -> Outcome:
+        for p in self.started:
+            self.steps.listeners.append(p.on_step)
+        progress = None
+        if not self.opts.quiet and self.sampler is not None:
+            from gpuopt.runner.progress import LiveLine
+
+            progress = LiveLine.maybe(self.steps, self.loader_probe, self.sampler)
+            if progress is not None:
+                self.steps.listeners.append(progress.on_step)
+        steps_mod.install(self.steps)
+        real_exit = os._exit
+        os._exit = self._exit_hook(real_exit)  # type: ignore[assignment]
+        try:
+            return run_target(self.target)
+        finally:
+            os._exit = real_exit
+            steps_mod.uninstall()
+            if progress is not None:
+                progress.close()
+
+    def _stop(self) -> None:
+        for p in reversed(self.started):
             try:
                 p.stop()
             except Exception as exc:
                 self.warnings.append(f"probe {p.name} failed to stop: {type(exc).__name__}: {exc}")
 
-    def _result(self, started: list[Probe], probe: Probe, result: Callable[[], R]) -> R | None:
+    # -- writing before the run ends ------------------------------------------------------
+    def _checkpoint(self) -> None:
+        """From the sampler's thread: write the run so far, when a step has ended since the
+        last checkpoint and :data:`CHECKPOINT_S` have passed."""
+        now, last_steps = self.clock(), self._last_checkpoint[1]
+        if self._ending or self.finish is None or not self.run_dir.owned():
+            return
+        if now - self._last_checkpoint[0] < CHECKPOINT_S or self.steps.count == last_steps:
+            return
+        try:
+            profile = self.finish(self.record(_KILLED, checkpoint=True))
+            profile.warnings.append(
+                f"the run had not ended when this profile was written ({self.steps.count} "
+                "step(s) so far): if nothing replaced it, the process was killed outright"
+            )
+            self.run_dir.write_profile(profile)
+        except Exception as exc:  # a checkpoint that fails must not stop the run or the sampler
+            self.checkpoint_error = f"{type(exc).__name__}: {exc}"  # tried again next tick
+            return
+        self._last_checkpoint = (now, self.steps.count)
+        self.checkpoint_error = None
+
+    def _exit_hook(self, real_exit: Callable[[int], NoReturn]) -> Callable[[int], NoReturn]:
+        """``os._exit`` while the script runs: this process writes its profile first (a
+        DataLoader worker or any other child passes straight through)."""
+
+        def _exit(code: int) -> NoReturn:
+            if self.run_dir.owned() and not self._ending and self.finish is not None:
+                self._ending = True
+                try:
+                    self._write_at_exit(code)
+                except GpuoptError as exc:
+                    print(f"gpuopt: error: {exc}", file=sys.stderr)
+                except BaseException:  # the process is leaving: never stand in its way
+                    pass
+            real_exit(code)
+
+        return _exit
+
+    def _write_at_exit(self, code: int) -> None:
+        self.t_end = self.clock()
+        steps_mod.uninstall()
+        self._stop()
+        error = None if code == 0 else RunError(type="os._exit", message=f"os._exit({code})")
+        outcome = Outcome("ok" if code == 0 else "error", code, error)
+        assert self.finish is not None
+        path = self.run_dir.write_profile(self.finish(self.record(outcome)))
+        print(f"gpuopt: profile written to {path} (the script called os._exit)", file=sys.stderr)
+
+    # -- the probes -----------------------------------------------------------------------
+    def _result(self, probe: Probe | None, result: Callable[[], R], warn: bool = True) -> R | None:
         """A started probe's result; None for a probe that did not start, or (with a warning)
         whose result failed."""
-        if probe not in started:
+        if probe is None or probe not in self.started:
             return None
         try:
             return result()
         except Exception as exc:
-            self.warnings.append(
-                f"probe {probe.name} could not report: {type(exc).__name__}: {exc}"
-            )
+            if warn:
+                self.warnings.append(
+                    f"probe {probe.name} could not report: {type(exc).__name__}: {exc}"
+                )
             return None
 
     def _open_nvml(self) -> tuple[Any, str | None]:
@@ -176,14 +291,13 @@ class ProfileSession:
 
         return DispatchRecorder(), ProfilerWindow() if torch.cuda.is_available() else None
 
-    def _instrumented_steps(self, probes: list[Probe]) -> set[int]:
+    def _instrumented_steps(self) -> set[int]:
         """Steps the recorder or the profiler window slowed down: left out of the statistics
         (their own measurements come from those probes), like warm-up steps."""
-        names = {p.name for p in probes}
         w0, w = self.opts.warmup, self.opts.window
         out: set[int] = set()
-        if "recorder" in names:
+        if self.recorder is not None and self.recorder in self.started:
             out.update(range(w0, w0 + w))
-        if "profiler_window" in names:
+        if self.window is not None and self.window in self.started:
             out.update(range(w0 + w, w0 + 2 * w))
         return out

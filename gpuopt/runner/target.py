@@ -9,11 +9,13 @@ spawn-started DataLoader workers re-import it as ``__mp_main__`` just as under p
 from __future__ import annotations
 
 import importlib.util
+import io
 import os
 import runpy
 import signal
 import sys
 import traceback
+import types
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -92,6 +94,28 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise Terminated()
 
 
+def run_script(path: str) -> None:
+    """Run a script file as ``python path`` does: ``__main__`` is a fresh module whose
+    ``__file__`` is the absolute path, while ``sys.argv[0]`` stays as given (``runpy.run_path``
+    would replace it with the path it was given)."""
+    abs_path = os.path.abspath(path)
+    with io.open_code(abs_path) as fh:
+        source = fh.read()
+    # dont_inherit: this module's ``from __future__`` flags must not reach the user's code
+    code = compile(source, abs_path, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(
+        __file__=abs_path, __cached__=None, __loader__=None, __package__=None, __spec__=None
+    )
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = main
+    try:
+        exec(code, main.__dict__)
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
+
+
 def run_target(target: Target) -> Outcome:
     """Run the target in this process; never raises (but for BaseExceptions we do not own)."""
     saved_argv = sys.argv[:]
@@ -103,10 +127,9 @@ def run_target(target: Target) -> Outcome:
         prev_term = None
     try:
         if target.script is not None:
-            path = os.path.abspath(target.script)
             sys.argv = [target.script, *target.args]
-            sys.path[0] = os.path.dirname(path)
-            runpy.run_path(path, run_name="__main__")
+            sys.path[0] = os.path.dirname(os.path.abspath(target.script))
+            run_script(target.script)
         else:
             assert target.module is not None
             # runpy replaces argv[0] with the module's file, as python -m does
@@ -129,8 +152,11 @@ def run_target(target: Target) -> Outcome:
             )
         print(code, file=sys.stderr)
         return Outcome("error", 1, RunError(type="SystemExit", message=str(code)))
-    except (KeyboardInterrupt, Terminated) as exc:
-        return Outcome("interrupted", 130, RunError(type=type(exc).__name__, message="interrupted"))
+    except KeyboardInterrupt:
+        interrupted = RunError(type="KeyboardInterrupt", message="interrupted")
+        return Outcome("interrupted", 130, interrupted)
+    except Terminated:  # SIGTERM: 128 + 15, as a shell reports a process it ended
+        return Outcome("interrupted", 143, RunError(type="SIGTERM", message="terminated"))
     except Exception as exc:
         print_user_traceback(exc)
         return Outcome("error", 1, RunError(type=type(exc).__name__, message=str(exc)[:2000]))

@@ -19,7 +19,7 @@ from gpuopt.errors import GpuoptError
 from gpuopt.model.document import load_profile
 from gpuopt.model.profile import Profile
 from gpuopt.runner.options import ProfileOptions
-from gpuopt.runner.run_dir import PROFILE_NAME, default_out_dir, prepare_out_dir, write_profile
+from gpuopt.runner.run_dir import PROFILE_NAME, RunDirectory, default_out_dir
 from gpuopt.runner.target import Target
 
 
@@ -51,26 +51,20 @@ def torchrun_command(opts: ProfileOptions, target: Target, out: Path) -> list[st
 
 
 def launch(opts: ProfileOptions, target: Target) -> int:
-    out = prepare_out_dir(opts.out or default_out_dir(target.stem)).resolve()
+    run_dir = RunDirectory.prepare(opts.out or default_out_dir(target.stem), force=opts.force)
+    run_dir.claim(target.display, list(target.args))
     env = dict(os.environ)
     # torchrun's own default, stated so its warning is not printed
     env.setdefault("OMP_NUM_THREADS", "1")
     try:
-        proc = subprocess.run(torchrun_command(opts, target, out), env=env)
+        proc = subprocess.run(torchrun_command(opts, target, run_dir.path), env=env)
     except KeyboardInterrupt:
         proc = subprocess.CompletedProcess([], 130)
     code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
-    profile = merge_ranks(_rank_profiles(out), code, target.display, list(target.args))
-    write_profile(profile, out)
-    if not opts.quiet:
-        from gpuopt.report import print_report
+    profile = merge_ranks(_rank_profiles(run_dir.path), code, target.display, list(target.args))
+    from gpuopt.runner.profile_command import write_and_show
 
-        print_report(profile, opts.fmt)
-    print(
-        f"gpuopt: profile written to {out / PROFILE_NAME} ({len(profile.ranks or [])} ranks)",
-        file=sys.stderr,
-    )
-    return profile.exit_code
+    return write_and_show(profile, run_dir, opts, note=f" ({len(profile.ranks or [])} ranks)")
 
 
 def _rank_profiles(out: Path) -> list[tuple[str, Profile]]:
