@@ -7,6 +7,8 @@ from pathlib import Path
 
 from conftest import ROOT, run_gpuopt
 
+from gpuopt.findings.rules.dataloader import THRESHOLD as DATALOADER_THRESHOLD
+
 EXAMPLES = ROOT / "examples"
 
 
@@ -15,19 +17,25 @@ def _line(path: Path, text: str) -> int:
 
 
 def test_slow_dataset_is_dataloader_bound(tmp_path: Path) -> None:
+    """Every batch costs 16 samples x 1.5 ms of busy-waiting inside next(loader): a floor on the
+    wait that no load on the machine lowers. How large a share of the step that is depends on
+    the load (~0.9 on an idle machine): the finding must follow the measured share."""
     r = run_gpuopt(
         "profile", "--quiet", "-o", str(tmp_path), "examples/slow_dataset.py", "--epochs", "1"
     )
     assert r.returncode == 0, r.stderr
     doc = json.loads((tmp_path / "profile.json").read_text())
-    top = doc["findings"][0]
-    assert top["id"] == "dataloader-bound"
-    assert (
-        top["site"]
-        == f"examples/slow_dataset.py:{_line(EXAMPLES / 'slow_dataset.py', 'for x, y in loader:')}"
-    )
-    # ~0.9 on an idle machine; other load on the 2 cores slows compute too, so keep a margin
-    assert doc["breakdown"]["data_wait"] > 0.25
+    (loader,) = doc["dataloaders"]
+    assert loader["batches"] == 20 and loader["wait_s_total"] >= 20 * 16 * 1.5e-3
+    share = doc["breakdown"]["data_wait"]
+    by_id = {f["id"]: f for f in doc["findings"]}
+    assert ("dataloader-bound" in by_id) == (share >= DATALOADER_THRESHOLD), (share, by_id)
+    if share >= DATALOADER_THRESHOLD:
+        assert by_id["dataloader-bound"]["site"] == (
+            f"examples/slow_dataset.py:{_line(EXAMPLES / 'slow_dataset.py', 'for x, y in loader:')}"
+        )
+    if share > 0.5:  # the largest share: the first finding
+        assert doc["findings"][0]["id"] == "dataloader-bound"
 
 
 def test_segmentation_loops_points_at_the_loop_and_the_syncs(tmp_path: Path) -> None:

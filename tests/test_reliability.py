@@ -196,14 +196,55 @@ def test_a_reader_that_goes_away_does_not_cost_the_run(tmp_path: Path) -> None:
     assert _doc(tmp_path / "run")["steps"]["count"] == 4
 
 
+def _mount_tmpfs(where: Path, size: str) -> None:
+    where.mkdir()
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+    )
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root): {r.stderr.strip()}")
+
+
+def test_a_real_full_disk_and_a_real_read_only_one(tmp_path: Path) -> None:
+    """The same faults for real where a tmpfs can be mounted (root on Linux): 64 KiB hold the
+    placeholder but not the final document; then the file system is made read-only."""
+    small = tmp_path / "small"
+    _mount_tmpfs(small, "64k")
+    try:
+        filler = small / "filler"
+        filler.write_bytes(b"\0" * (64 * 1024))  # fill, then give back just enough
+        with pytest.raises(OSError):
+            (small / "more").write_bytes(b"\0" * 4096)
+        filler.write_bytes(b"\0" * (56 * 1024))
+        script = _script(tmp_path, "for _ in range(4):\n    step()\n")
+        r = run_gpuopt("profile", "-o", str(small / "run"), str(script))
+        assert r.returncode == 2
+        _one_line_error(r.stderr, "cannot write the profile: No space left on device")
+        assert "4 total" in r.stdout  # the report still shows
+        subprocess.run(["mount", "-o", "remount,ro", str(small)], check=True)
+        RunDirectory(tmp_path / "ok").write_profile(load_profile(small / "run"))
+        r = run_gpuopt("report", str(tmp_path / "ok"), "-o", str(small / "r.html"))
+        assert r.returncode == 2
+        _one_line_error(r.stderr, "cannot write the report: Read-only file system")
+    finally:
+        subprocess.run(["umount", str(small)], check=False)
+
+
 # -- the script does what scripts do -----------------------------------------------------------
-def test_a_script_that_changes_directory_writes_where_the_run_started(tmp_path: Path) -> None:
+@pytest.mark.parametrize("out", [["-o", "run"], []], ids=["relative -o", "default directory"])
+def test_a_script_that_changes_directory_writes_where_the_run_started(
+    tmp_path: Path, out: list[str]
+) -> None:
     (tmp_path / "elsewhere").mkdir()
     script = _script(tmp_path, "import os\nstep()\nos.chdir('elsewhere')\nstep()\n")
-    r = run_gpuopt("profile", "--quiet", "-o", "run", str(script), cwd=tmp_path)
+    r = run_gpuopt("profile", "--quiet", *out, str(script), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert _doc(tmp_path / "run")["steps"]["count"] == 2
-    assert not (tmp_path / "elsewhere" / "run").exists()
+    written = [p.parent for p in tmp_path.rglob("profile.json")]
+    assert len(written) == 1 and _doc(written[0])["steps"]["count"] == 2
+    assert written[0].parent == tmp_path if out else written[0].parent == tmp_path / "gpuopt-runs"
+    assert f"profile written to {'run' if out else 'gpuopt-runs/train-'}" in r.stderr
 
 
 def test_a_forked_child_never_writes_or_reports(tmp_path: Path) -> None:
@@ -285,3 +326,24 @@ def test_ctrl_c_while_gpuopt_starts_leaves_an_interrupted_profile(
     assert not marker.exists()
     profile = load_profile(tmp_path / "run")
     assert profile.status == "interrupted" and profile.exit_code == 130
+
+
+def test_the_script_sees_what_python_shows_it(tmp_path: Path) -> None:
+    """``sys.argv`` (argv[0] as typed), ``__file__``, ``__name__``, ``sys.path[0]``, and no
+    ``from __future__`` flag of gpuopt's own leaking into the script's compilation."""
+    script = tmp_path / "show.py"
+    script.write_text(
+        "import json, sys\n"
+        "def f(x: int): pass\n"
+        "print(json.dumps({'argv': sys.argv, 'file': __file__, 'name': __name__,\n"
+        "    'path0': sys.path[0], 'spec': __spec__, 'package': __package__,\n"
+        "    'annotation': repr(f.__annotations__['x']),\n"
+        "    'main': sys.modules['__main__'].__dict__ is globals()}))\n"
+    )
+    python = subprocess.run(
+        [sys.executable, "show.py", "a", "--b"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert python.returncode == 0, python.stderr
+    ours = run_gpuopt("profile", "--quiet", "-o", "run", "show.py", "a", "--b", cwd=tmp_path)
+    assert ours.returncode == 0, ours.stderr
+    assert json.loads(ours.stdout) == json.loads(python.stdout)
