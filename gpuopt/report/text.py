@@ -203,8 +203,8 @@ class TextRenderer(Renderer):
         if len(series) > width:
             out.append(
                 Text(
-                    f"{_INDENT}{len(series)} steps, each mark the mean of "
-                    f"~{len(series) / width:.1f}",
+                    f"{_INDENT}{len(series):,} steps, each mark the mean of "
+                    f"~{len(series) / width:.3g}",
                     style="dim",
                 )
             )

@@ -219,9 +219,10 @@ class ProfileSession:
         if now - self._last_checkpoint[0] < CHECKPOINT_S or self.steps.count == last_steps:
             return
         try:
-            profile = self.finish(self.record(_KILLED, checkpoint=True))
+            record = self.record(_KILLED, checkpoint=True)
+            profile = self.finish(record)
             profile.warnings.append(
-                f"the run had not ended when this profile was written ({self.steps.count} "
+                f"the run had not ended when this profile was written ({len(record.step_ends)} "
                 "step(s) so far): if nothing replaced it, the process was killed outright"
             )
             self.run_dir.write_profile(profile)
