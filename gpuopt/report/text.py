@@ -204,7 +204,7 @@ class TextRenderer(Renderer):
             out.append(
                 Text(
                     f"{_INDENT}{len(series):,} steps, each mark the mean of "
-                    f"~{len(series) / width:.3g}",
+                    f"~{len(series) / width:.1f}",
                     style="dim",
                 )
             )
