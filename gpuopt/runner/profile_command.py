@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, NoReturn
 
 from gpuopt.errors import GpuoptError, fail
 from gpuopt.model.profile import Profile, RunError
+from gpuopt.runner.finish import finish_profile, write_and_show
 from gpuopt.runner.options import ProfileOptions
-from gpuopt.runner.run_dir import PROFILE_NAME, RunDirectory, default_out_dir
+from gpuopt.runner.run_dir import RunDirectory, default_out_dir
 from gpuopt.runner.target import Target, check_target
 
 if TYPE_CHECKING:
-    from gpuopt.assemble.run_record import RunRecord
     from gpuopt.runner.session import ChildExit
 
 
@@ -71,44 +71,3 @@ def measure(
     if isinstance(result, ChildExit):
         return result
     return finish_profile(result)
-
-
-def finish_profile(record: RunRecord) -> Profile:
-    """The run's record → the typed Profile → the rules' findings."""
-    from gpuopt.assemble.run_profile import assemble_run
-    from gpuopt.findings.engine import add_findings
-
-    return add_findings(assemble_run(record))
-
-
-def write_and_show(
-    profile: Profile, run_dir: RunDirectory, opts: ProfileOptions, note: str = ""
-) -> int:
-    """Write ``profile.json``, print the report (even when the write failed: the run's answer is
-    not lost to a full disk), say where the profile is. The exit code for the command."""
-    try:
-        run_dir.write_profile(profile)
-        unwritten = None
-    except GpuoptError as exc:
-        unwritten = exc
-    if not opts.quiet:
-        show_report(profile, opts.fmt)
-    if unwritten is not None:
-        raise unwritten
-    print(f"gpuopt: profile written to {run_dir.shown}/{PROFILE_NAME}{note}", file=sys.stderr)
-    return profile.exit_code
-
-
-def show_report(profile: Profile, fmt: str) -> None:
-    """Print the report; a reader that went away (``| head``) ends the printing, not the run:
-    the profile is on disk and the exit code stays the script's."""
-    from gpuopt.report import print_report
-
-    try:
-        print_report(profile, fmt)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # what is still buffered would fail again at interpreter exit: send it nowhere
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)

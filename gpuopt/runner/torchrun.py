@@ -18,6 +18,7 @@ from gpuopt.assemble.rank_merge import merge_ranks
 from gpuopt.errors import GpuoptError
 from gpuopt.model.document import load_profile
 from gpuopt.model.profile import Profile
+from gpuopt.runner.finish import write_and_show
 from gpuopt.runner.options import ProfileOptions
 from gpuopt.runner.run_dir import PROFILE_NAME, RunDirectory, default_out_dir
 from gpuopt.runner.target import Target
@@ -62,8 +63,6 @@ def launch(opts: ProfileOptions, target: Target) -> int:
         proc = subprocess.CompletedProcess([], 130)
     code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
     profile = merge_ranks(_rank_profiles(run_dir.path), code, target.display, list(target.args))
-    from gpuopt.runner.profile_command import write_and_show
-
     return write_and_show(profile, run_dir, opts, note=f" ({len(profile.ranks or [])} ranks)")
 
 

@@ -1,0 +1,59 @@
+"""The end of a run: its record finished into the Profile, written to the run directory, shown.
+
+``gpuopt profile`` ends here, and so does its torchrun launcher with the merged profile.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from gpuopt.errors import GpuoptError
+from gpuopt.model.profile import Profile
+from gpuopt.runner.options import ProfileOptions
+from gpuopt.runner.run_dir import PROFILE_NAME, RunDirectory
+
+if TYPE_CHECKING:
+    from gpuopt.assemble.run_record import RunRecord
+
+
+def finish_profile(record: RunRecord) -> Profile:
+    """The run's record → the typed Profile → the rules' findings."""
+    from gpuopt.assemble.run_profile import assemble_run
+    from gpuopt.findings.engine import add_findings
+
+    return add_findings(assemble_run(record))
+
+
+def write_and_show(
+    profile: Profile, run_dir: RunDirectory, opts: ProfileOptions, note: str = ""
+) -> int:
+    """Write ``profile.json``, print the report (even when the write failed: the run's answer is
+    not lost to a full disk), say where the profile is. The exit code for the command."""
+    try:
+        run_dir.write_profile(profile)
+        unwritten = None
+    except GpuoptError as exc:
+        unwritten = exc
+    if not opts.quiet:
+        show_report(profile, opts.fmt)
+    if unwritten is not None:
+        raise unwritten
+    print(f"gpuopt: profile written to {run_dir.shown}/{PROFILE_NAME}{note}", file=sys.stderr)
+    return profile.exit_code
+
+
+def show_report(profile: Profile, fmt: str) -> None:
+    """Print the report; a reader that went away (``| head``) ends the printing, not the run:
+    the profile is on disk and the exit code stays the script's."""
+    from gpuopt.report import print_report
+
+    try:
+        print_report(profile, fmt)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # what is still buffered would fail again at interpreter exit: send it nowhere
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
