@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from gpuopt.assemble.run_record import Outcome
-from gpuopt.runner.options import ProfileOptions
 from gpuopt.runner.finish import finish_profile
+from gpuopt.runner.options import ProfileOptions
 from gpuopt.runner.run_dir import RunDirectory
 from gpuopt.runner.session import CHECKPOINT_S, ChildExit, ProfileSession
 from gpuopt.runner.target import Target
