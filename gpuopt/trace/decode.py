@@ -33,6 +33,7 @@ import numpy.typing as npt
 from gpuopt.errors import GpuoptError
 from gpuopt.trace import decode_ahead, decode_worker, jsontext
 from gpuopt.trace import events as ev
+from gpuopt.trace.anomalies import repair_events
 from gpuopt.trace.columns import EventColumns
 from gpuopt.trace.pieces import CHECK_FIRST, Fallback, PieceStream, iter_blocks
 
@@ -317,9 +318,7 @@ def _finish(
             f"{path}: none of its {cols.total_events} events is a complete event with a duration; "
             "nothing to analyse"
         )
-    bad = ~np.isfinite(cols.ts)
-    if bad.any():
-        cols = cols.take(~bad)
-        if len(cols) == 0:
-            raise GpuoptError(f"{path}: no event has a timestamp ('ts'); nothing to analyse")
+    cols = repair_events(cols)
+    if len(cols) == 0:
+        raise GpuoptError(f"{path}: nothing to analyse: {'; '.join(cols.repairs)}")
     return cols
