@@ -81,7 +81,7 @@ def add_trace_to_profile(profile: Profile, path: Path) -> None:
         details.profiler_window = profile.trace.profiler_window
     profile.trace = details
     profile.tables = [*profile.tables, *trace_tables(ta)]
-    profile.warnings = [*profile.warnings, *_warnings(ta)]
+    profile.warnings = [*profile.warnings, *ta.warnings, *_warnings(ta)]
 
 
 def build_profile(ta: TraceAnalysis) -> Profile:

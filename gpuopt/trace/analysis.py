@@ -28,6 +28,7 @@ from gpuopt.model.trace import (
     TraceTransfer,
 )
 from gpuopt.trace import cpu_ops, gpu_time, idle, kernels, launch, memory
+from gpuopt.trace.anomalies import clock_skew
 from gpuopt.trace.decode import load_columns
 from gpuopt.trace.files import assign_ranks, trace_files
 from gpuopt.trace.prepare import RankView, build_view, count_step_names
@@ -90,12 +91,32 @@ def analyze_trace(path: Path | str) -> TraceAnalysis:
         step_names |= count_step_names(c)
     filter_last = len(step_names) >= 2  # HTA: only with two or more ProfilerStep names
     out: list[RankAnalysis] = []
+    warnings: list[str] = []
     for f, r, c in sorted(zip(files, ranks, cols, strict=True), key=lambda x: x[1]):
         view = build_view(r, c, filter_last, source=str(f))
         out.append(analyze_view(view, str(f)))
-    strag = straggler([ra.view for ra in out]) if len(out) > 1 else None
+        warnings += [f"rank {r}: {note}" for note in view.notes]
+    skew = clock_skew({ra.rank: _time_range(ra.view) for ra in out if len(ra.view.ts)})
+    if skew is not None:
+        warnings.append(_skew_warning(*skew))
+    strag = straggler([ra.view for ra in out]) if len(out) > 1 and skew is None else None
     t2 = time.perf_counter()
-    return TraceAnalysis(str(p), out, t1 - t0, t2 - t1, filter_last, strag)
+    return TraceAnalysis(str(p), out, t1 - t0, t2 - t1, filter_last, strag, warnings)
+
+
+def _time_range(view: RankView) -> tuple[float, float]:
+    """First start to last end of a rank's events (µs)."""
+    return float(view.ts.min()), float(view.end.max())
+
+
+def _skew_warning(ranks: list[int], gap_us: float) -> str:
+    names = ", ".join(str(r) for r in ranks)
+    return (
+        f"rank{'s' if len(ranks) > 1 else ''} {names}: no event at the same time as any other "
+        f"rank's (apart by {gap_us / 1e6:.3g} s or more): clock skew between the hosts, or "
+        "traces of different runs; the straggler analysis, which compares the ranks' clocks, "
+        "is left out"
+    )
 
 
 def analyze_view(view: RankView, file: str = "") -> RankAnalysis:
@@ -130,9 +151,12 @@ def _device(view: RankView) -> DeviceInfo | None:
     props = view.ev.metadata.get("deviceProperties")
     if isinstance(props, list) and props and isinstance(props[0], dict):
         # the device the GPU events ran on (Kineto's GPU pid is the device index)
+        name = props[0].get("name", "")
         mem = props[0].get("totalGlobalMem")
         return DeviceInfo(
-            name=str(props[0].get("name", "")),
-            memory_bytes=mem if isinstance(mem, int) and not isinstance(mem, bool) else None,
+            name=name if isinstance(name, str) else "",
+            memory_bytes=mem
+            if isinstance(mem, int) and not isinstance(mem, bool) and 0 <= mem < 1 << 63
+            else None,
         )
     return None

@@ -46,6 +46,8 @@ class EventColumns:
     metadata: dict[str, Any] = field(default_factory=dict)
     total_events: int = 0
     fractional_ts: bool = False
+    # What :func:`gpuopt.trace.anomalies.repair_events` repaired, one line each (no rank yet).
+    repairs: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
         return int(self.ts.shape[0])
@@ -97,4 +99,5 @@ class EventColumns:
             metadata=self.metadata,
             total_events=self.total_events,
             fractional_ts=self.fractional_ts,
+            repairs=self.repairs,
         )

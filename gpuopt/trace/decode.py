@@ -31,10 +31,11 @@ import numpy as np
 import numpy.typing as npt
 
 from gpuopt.errors import GpuoptError
-from gpuopt.trace import decode_ahead, decode_worker
+from gpuopt.trace import decode_ahead, decode_worker, jsontext
 from gpuopt.trace import events as ev
+from gpuopt.trace.anomalies import repair_events
 from gpuopt.trace.columns import EventColumns
-from gpuopt.trace.pieces import Fallback, PieceStream, iter_blocks
+from gpuopt.trace.pieces import CHECK_FIRST, Fallback, PieceStream, iter_blocks
 
 _COLUMN_KEYS = (
     "ts",
@@ -121,7 +122,16 @@ class _Builder:
         self.parts = []
         t = self.tables
         return EventColumns(
-            **cols,
+            ts=cols["ts"],
+            dur=cols["dur"],
+            name=cols["name"],
+            cat=cols["cat"],
+            thread=cols["thread"],
+            stream=cols["stream"],
+            correlation=cols["correlation"],
+            bytes=cols["bytes"],
+            stack=cols["stack"],
+            order=cols["order"],
             names=[k if isinstance(k, str) else ("" if k is None else str(k)) for k in t["name"]],
             cats=[str(k) for k in t["cat"]],
             threads=list(t["thread"]),
@@ -224,8 +234,8 @@ def _load_streaming(path: Path, workers: int | None = None) -> EventColumns:
     # The tail holds the last events, the closing ']' and any top-level keys after traceEvents.
     try:
         tail_doc = ev.DOC.decode(b'{"traceEvents":[' + tail)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        raise Fallback from None
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError):
+        raise Fallback from None  # the whole document's decoding says what is wrong
     if tail_doc.traceEvents:
         builder.add(tail_doc.traceEvents)
     meta = _meta_dict(meta_doc)
@@ -260,7 +270,7 @@ def _decode_header(header: bytes) -> ev.Meta:
     doc = b"{" + body + b"}" if body == b"" else b"{" + _strip_separator(body) + b"}"
     try:
         return ev.META.decode(doc)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError):
         raise Fallback from None
 
 
@@ -269,29 +279,24 @@ def _meta_dict(m: ev.Meta) -> dict[str, Any]:
 
 
 def _load_whole(path: Path) -> EventColumns:
-    data = b"".join(iter_blocks(path))
-    if not data.strip():
-        raise GpuoptError(f"{path}: empty file, not a trace")
+    """Decode the whole document at once (layouts the cutter cannot cut). The text read so far is
+    checked at doubling sizes (:func:`gpuopt.trace.jsontext.check_prefix`), so garbage after a
+    valid beginning is refused after reading at most about twice the text before it."""
+    data = bytearray()
+    check_at = CHECK_FIRST
+    for block in iter_blocks(path):
+        data += block
+        if len(data) >= check_at:
+            jsontext.check_prefix(path, data)
+            check_at *= 2
     try:
         doc = ev.DOC.decode(data)
     except msgspec.ValidationError as exc:
-        msg = str(exc)
-        if (
-            "Expected `object`, got `array`" in msg
-            and msg.endswith("`$`")
-            or msg == "Expected `object`, got `array`"
-        ):
-            raise GpuoptError(
-                f"{path}: a JSON array, not a PyTorch profiler trace "
-                "(expected an object with 'traceEvents')"
-            ) from None
-        if "Expected `object`" in msg and "`$`" not in msg and "traceEvents" not in msg:
-            raise GpuoptError(
-                f"{path}: not a PyTorch profiler trace (top level is not a JSON object)"
-            ) from None
-        raise GpuoptError(f"{path}: malformed trace event: {msg}") from None
-    except msgspec.DecodeError as exc:
-        raise GpuoptError(f"{path}: not valid JSON ({exc}); the file may be truncated") from None
+        raise jsontext.shape_error(path, exc) from None
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        raise jsontext.decode_error(path, exc, data) from None
+    except RecursionError:
+        raise jsontext.nesting_error(path) from None
     del data
     if doc.traceEvents is None:
         raise GpuoptError(
@@ -313,9 +318,7 @@ def _finish(
             f"{path}: none of its {cols.total_events} events is a complete event with a duration; "
             "nothing to analyse"
         )
-    bad = ~np.isfinite(cols.ts)
-    if bad.any():
-        cols = cols.take(~bad)
-        if len(cols) == 0:
-            raise GpuoptError(f"{path}: no event has a timestamp ('ts'); nothing to analyse")
+    cols = repair_events(cols)
+    if len(cols) == 0:
+        raise GpuoptError(f"{path}: nothing to analyse: {'; '.join(cols.repairs)}")
     return cols

@@ -165,8 +165,8 @@ def decode_piece(data: bytes) -> dict[str, Any]:
     """
     try:
         decoded = FAST_EVENTS.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        raise Fallback from None
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError):
+        raise Fallback from None  # the whole document's decoding says what is wrong
     part = part_of([e for e in decoded if type(e) is _Complete])
     part["n_all"] = len(decoded)
     return part

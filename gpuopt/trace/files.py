@@ -39,7 +39,7 @@ def rank_of(meta: dict[str, Any]) -> int | None:
     info = meta.get("distributedInfo")
     if isinstance(info, dict):
         r = info.get("rank")
-        if isinstance(r, int) and not isinstance(r, bool) and r >= 0:
+        if isinstance(r, int) and not isinstance(r, bool) and 0 <= r < 1 << 31:
             return r
     return None
 

@@ -28,8 +28,10 @@ def temporal_breakdown(v: RankView) -> Temporal | None:
     if busy[0].size == 0:
         return None
     span = float(busy[1][-1] - busy[0][0])
-    busy_us = iv.length(busy)
-    compute = iv.length(gpu_intervals(v, v.ktype == COMPUTATION))
+    # the union lies inside the span and holds the compute union: exact on whole µs, and kept so
+    # when float sums of far-from-zero timestamps round the other way
+    busy_us = min(iv.length(busy), span)
+    compute = min(iv.length(gpu_intervals(v, v.ktype == COMPUTATION)), busy_us)
     return Temporal.of(span, busy_us, compute)
 
 

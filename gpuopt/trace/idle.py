@@ -8,7 +8,10 @@ For consecutive GPU events on one stream (by start time) the gap before an event
   normal delay between back-to-back kernels;
 * **other** for the rest (e.g. waiting on another stream or an event).
 
-Negative gaps (overlap after rounding) count as kernel wait, as in HTA, so the sums match.
+Each gap is measured from the end of all the work queued before on the stream, so an event that
+starts before that (an overlap, which a stream cannot run) has a zero gap, counted as kernel
+wait. HTA measures from the previous event's end alone and counts a negative gap; the sums agree
+but for the overlaps, which HTA subtracts (docs/trace-metrics.md).
 """
 
 from __future__ import annotations
@@ -16,8 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpuopt.model.trace import GapCounts, IdleTotals, StreamIdle
-from gpuopt.trace.array_stats import unique
-from gpuopt.trace.prepare import QUEUED_CATS, RankView
+from gpuopt.trace.prepare import QUEUED_CATS, RankView, queued_by_stream
 
 KERNEL_WAIT_US = 30.0
 CATEGORIES = ("host_wait", "kernel_wait", "other")
@@ -29,20 +31,14 @@ def queued_mask(v: RankView) -> np.ndarray:
 
 def idle_by_stream(v: RankView, kernel_wait_us: float = KERNEL_WAIT_US) -> list[StreamIdle]:
     """Per stream: idle µs before its queued events by category, and how many gaps of each."""
-    q = np.flatnonzero(queued_mask(v))
     rows: list[StreamIdle] = []
-    if q.size == 0:
-        return rows
-    streams = v.ev.stream[q]
-    for s in unique(streams):
-        idx = q[streams == s]
-        idx = idx[np.argsort(v.ts[idx], kind="stable")]
+    for s, idx in queued_by_stream(v):
         if idx.size < 2:
-            rows.append(StreamIdle(stream=int(s)))
+            rows.append(StreamIdle(stream=s))
             continue
         ts, end = v.ts[idx], v.end[idx]
-        prev_end = end[:-1]
-        gap = ts[1:] - prev_end
+        prev_end = np.maximum.accumulate(end)[:-1]  # all the work queued before has ended
+        gap = np.maximum(ts[1:] - prev_end, 0.0)
         rt = v.runtime_index[idx[1:]]
         rt_ts = np.where(rt >= 0, v.ts[np.maximum(rt, 0)], -np.inf)
         host = rt_ts > prev_end
@@ -50,7 +46,7 @@ def idle_by_stream(v: RankView, kernel_wait_us: float = KERNEL_WAIT_US) -> list[
         other = ~host & ~kern
         rows.append(
             StreamIdle(
-                stream=int(s),
+                stream=s,
                 host_wait=float(gap[host].sum()),
                 kernel_wait=float(gap[kern].sum()),
                 other=float(gap[other].sum()),

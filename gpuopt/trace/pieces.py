@@ -16,9 +16,10 @@ import os
 import re
 from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import cast
+from typing import BinaryIO, cast
 
 from gpuopt.errors import GpuoptError
+from gpuopt.trace import jsontext
 
 try:  # Intel ISA-L's inflate: 2.4-3x zlib's speed on Kineto traces (docs/bench-trace.md), same API
     from isal import isal_zlib as zlib
@@ -30,7 +31,9 @@ BLOCK = 1 << 20  # decompressed bytes per piece: large enough to amortise, small
 READ = 1 << 20  # compressed bytes per read
 TRACE_EVENTS_KEY = b'"traceEvents"'
 _ARRAY_START_RE = re.compile(rb"\s*:\s*\[[ \t\r]*\n([ \t]*)\{")
-_HEADER_LIMIT = 64 << 20  # give up looking for "traceEvents" after this much text
+HEADER_LIMIT = 64 << 20  # no "traceEvents" in this much text: not a trace
+PIECE_LIMIT = 16 << 20  # no event boundary in this much text: decode the whole document instead
+CHECK_FIRST = 1 << 20  # text read without a verdict is checked at this size, then at each doubling
 
 
 class Fallback(Exception):
@@ -38,7 +41,9 @@ class Fallback(Exception):
 
 
 def iter_blocks(path: Path) -> Generator[bytes, None, None]:
-    """Decompressed blocks of ``path`` (gzip detected by its magic bytes, not the name)."""
+    """Decompressed blocks of ``path`` (gzip detected by its magic bytes, not the name). The text
+    must start as a trace does (:func:`gpuopt.trace.jsontext.check_start`): garbage is refused
+    from its first block, before the rest of the file is read."""
     try:
         fh = path.open("rb")
     except OSError as exc:
@@ -48,37 +53,73 @@ def iter_blocks(path: Path) -> Generator[bytes, None, None]:
         if head != b"\x1f\x8b":
             if path.name.endswith(".gz"):
                 raise GpuoptError(f"{path}: not a gzip file (the name ends in .gz)")
-            yield head + fh.read(BLOCK)
-            while True:
-                chunk = fh.read(BLOCK)
-                if not chunk:
-                    return
-                yield chunk
-        d = zlib.decompressobj(wbits=31)
-        data = head
-        while True:
+            yield from _checked(path, _plain_blocks(fh, head), "file")
+        else:
+            yield from _checked(path, _gunzip_blocks(path, fh, head), "decompressed text")
+
+
+def _plain_blocks(fh: BinaryIO, head: bytes) -> Iterator[bytes]:
+    yield head + fh.read(BLOCK)
+    while True:
+        chunk = fh.read(BLOCK)
+        if not chunk:
+            return
+        yield chunk
+
+
+def _gunzip_blocks(path: Path, fh: BinaryIO, head: bytes) -> Iterator[bytes]:
+    d = zlib.decompressobj(wbits=31)
+    data = head
+    while True:
+        if not data:
+            data = fh.read(READ)
             if not data:
-                data = fh.read(READ)
-                if not data:
-                    break
-            try:
-                out = d.decompress(data, BLOCK)
-            except _INFLATE_ERROR as exc:
-                raise GpuoptError(f"{path}: corrupt gzip data ({exc})") from None
-            data = d.unconsumed_tail
-            if out:
-                yield out
-            if d.eof:
-                # Concatenated gzip members are legal; go on with the next one, if any.
-                rest = d.unused_data or fh.read(READ)
-                if not rest:
-                    return
-                d = zlib.decompressobj(wbits=31)
-                data = rest
-        if not d.eof:
-            raise GpuoptError(
-                f"{path}: truncated gzip file (the data ends before the gzip stream does)"
-            )
+                break
+        try:
+            out = d.decompress(data, BLOCK)
+        except _INFLATE_ERROR as exc:
+            raise GpuoptError(f"{path}: corrupt gzip data ({exc})") from None
+        data = d.unconsumed_tail
+        if out:
+            yield out
+        if d.eof:
+            # Concatenated gzip members are legal; go on with the next one, if any.
+            rest = d.unused_data or fh.read(READ)
+            if not rest:
+                return
+            if len(rest) < 2:
+                rest += fh.read(READ)
+            if rest[:2] != b"\x1f\x8b":
+                raise GpuoptError(
+                    f"{path}: corrupt gzip file: {len(rest)}+ bytes after the end of the "
+                    "compressed data are not gzip"
+                )
+            d = zlib.decompressobj(wbits=31)
+            data = rest
+    if not d.eof:
+        raise GpuoptError(
+            f"{path}: truncated gzip file (the data ends before the gzip stream does)"
+        )
+
+
+def _checked(path: Path, blocks: Iterator[bytes], what: str) -> Iterator[bytes]:
+    """``blocks``, once the first non-whitespace byte is known to start a JSON object."""
+    leading = 0
+    for block in blocks:
+        if leading >= 0:
+            i = jsontext.first_char(block)
+            if i < len(block):
+                jsontext.check_start(path, block[i : i + 64], what)
+                leading = -1
+            else:
+                leading += len(block)
+                if leading > jsontext.LEADING_WHITESPACE_LIMIT:
+                    raise GpuoptError(f"{path}: not a trace: its first MB is only whitespace")
+        yield block
+    if leading == 0:
+        raise GpuoptError(f"{path}: empty file, not a trace")
+    if leading > 0:
+        raise GpuoptError(f"{path}: only whitespace, not a trace")
 
 
 def text_size(path: Path) -> int:
@@ -113,15 +154,32 @@ class PieceStream:
 
     def __init__(self, path: Path) -> None:
         self._blocks: Generator[bytes, None, None] = iter_blocks(path)
-        buf = b""
+        buf: bytes | bytearray = b""
         header_end = -1
+        check_at = CHECK_FIRST
         for block in self._blocks:
-            buf = buf + block if buf else block
-            header_end = _find_events_key(buf)
-            if header_end >= 0 or len(buf) > _HEADER_LIMIT:
+            searched = len(buf)
+            if not buf:
+                buf = block
+            else:
+                if isinstance(buf, bytes):
+                    buf = bytearray(buf)
+                buf += block
+            header_end = _find_events_key(buf, max(0, searched - len(TRACE_EVENTS_KEY)))
+            if header_end >= 0:
                 break
+            if len(buf) >= check_at:  # no key yet: is it a JSON object at all?
+                jsontext.check_prefix(path, buf)
+                check_at *= 2
+            if len(buf) > HEADER_LIMIT:
+                self._blocks.close()
+                raise GpuoptError(
+                    f"{path}: no 'traceEvents' in the first {HEADER_LIMIT >> 20} MB of text: "
+                    "not a PyTorch profiler (Kineto) trace"
+                )
         if header_end < 0:
             raise Fallback
+        buf = bytes(buf)
         # After the key: whitespace, ':', whitespace, '[', then a newline + the first event's
         # indent.
         m = _ARRAY_START_RE.match(buf, header_end + len(TRACE_EVENTS_KEY))
@@ -144,6 +202,8 @@ class PieceStream:
                 continue
             cut = pending.rfind(sep)
             if cut <= 0:
+                if len(pending) > PIECE_LIMIT:  # no event boundary: not this layout, or garbage
+                    raise Fallback
                 continue
             yield offset, offset + cut + 1, _wrap_piece(pending, cut)
             offset += cut + 1
@@ -166,8 +226,8 @@ def _wrap_piece(buf: bytes, cut: int) -> bytes:
         return b"".join((b"[", view[:j], b"]"))
 
 
-def _find_events_key(buf: bytes) -> int:
-    pos = buf.find(TRACE_EVENTS_KEY)
+def _find_events_key(buf: bytes | bytearray, start: int = 0) -> int:
+    pos = buf.find(TRACE_EVENTS_KEY, start)
     while pos > 0 and buf[pos - 1 : pos] == b"\\":
         pos = buf.find(TRACE_EVENTS_KEY, pos + 1)
     return pos

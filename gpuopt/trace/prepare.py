@@ -5,7 +5,8 @@ tool whose "idle %" differs for no stated reason is not trusted. What HTA does o
 we (docs/trace-metrics.md says where and why we differ):
 
 * ns-resolution traces (fractional ``ts``): start rounded up and end rounded down to whole µs
-  (pytorch/pytorch#122425: events that overlap by a fraction of a µs).
+  (pytorch/pytorch#122425: events that overlap by a fraction of a µs). An event that holds no
+  whole µs ends at its rounded start (zero length), where HTA gives it a negative length.
 * "GPU events" are the events with a ``stream`` (kernels, memcpy, memset, CUDA syncs); GPU
   *kernels* additionally have a correlation id (or are ``Event Sync``/``Context Sync``).
 * With two or more ``ProfilerStep#N`` annotations, the last step is dropped (it is usually cut
@@ -23,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from gpuopt.trace.array_stats import member
+from gpuopt.trace.anomalies import stream_overlaps
+from gpuopt.trace.array_stats import member, unique
 from gpuopt.trace.columns import BoolArray, EventColumns, FloatArray, IntArray
 
 COMPUTATION, COMMUNICATION, MEMORY, OTHER = 0, 1, 2, 3
@@ -86,6 +88,8 @@ class RankView:
     dropped_last_step: Step | None = None
     events_total: int = 0
     source: str = ""
+    # Repairs of this rank's events, one line each (the rank is not named: the caller adds it).
+    notes: list[str] = field(default_factory=list)
     # Derived structures several analyses need (e.g. a thread's sorted CPU ops, see cpu_ops),
     # built once on first use instead of once per analysis.
     memo: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -104,7 +108,7 @@ def build_view(rank: int, cols: EventColumns, filter_last_step: bool, source: st
     end = cols.ts + cols.dur
     if cols.fractional_ts:
         ts = np.ceil(ts)
-        end = np.floor(end)
+        end = np.maximum(np.floor(end), ts)  # less than a whole µs: zero length, not negative
     on_stream = cols.stream != -1
     is_sync = cols.has_name(lambda n: n in SYNC_EVENT_NAMES)
     gpu_kernel = ((cols.stream >= 0) & (cols.correlation >= 0)) | is_sync
@@ -148,7 +152,7 @@ def build_view(rank: int, cols: EventColumns, filter_last_step: bool, source: st
     uniq: dict[int, Step] = {}
     for st in sorted(steps, key=lambda s: (s.number, -(s.end - s.start))):
         uniq.setdefault(st.number, st)
-    return RankView(
+    view = RankView(
         rank=rank,
         ev=cols,
         ts=ts,
@@ -162,7 +166,30 @@ def build_view(rank: int, cols: EventColumns, filter_last_step: bool, source: st
         dropped_last_step=dropped,
         events_total=cols.total_events,
         source=source,
+        notes=list(cols.repairs),
     )
+    overlaps = stream_overlaps([(ts[i], end[i]) for _, i in queued_by_stream(view)])
+    if overlaps:
+        view.notes.append(
+            f"{overlaps} GPU event{'s' if overlaps > 1 else ''} start before the work queued "
+            "before them on their stream has ended (a stream runs its work in order): "
+            "idle time per stream counts an overlap as no gap"
+        )
+    return view
+
+
+def queued_by_stream(v: RankView) -> list[tuple[int, IntArray]]:
+    """Per stream, its queued events (kernels, copies, sets: :data:`QUEUED_CATS`) sorted by start
+    (stable: file order on ties); kept on the view, as HTA's idle analysis sequences the same."""
+    if "queued_by_stream" not in v.memo:
+        q = np.flatnonzero(v.on_stream & v.ev.has_cat(QUEUED_CATS))
+        streams = v.ev.stream[q]
+        out: list[tuple[int, IntArray]] = []
+        for s in unique(streams).tolist():
+            idx = q[streams == s]
+            out.append((int(s), idx[np.argsort(v.ts[idx], kind="stable")]))
+        v.memo["queued_by_stream"] = out
+    return v.memo["queued_by_stream"]  # type: ignore[no-any-return]
 
 
 def _link_launches(cols: EventColumns, gpu_kernel: BoolArray) -> IntArray:
