@@ -87,12 +87,16 @@ def test_invalid_utf8_is_named(tmp_path: Path) -> None:
     ("content", "expect"),
     [
         (b"\x1f\x8b\x08\x00" + bytes(range(256)) * 4, "corrupt gzip data"),
-        (gzip.compress(bytes(range(256)) * 4), "decompressed text starts with the bytes 00 01"),
-        (gzip.compress(b'{"traceEvents": []}') + b"trailing junk", "are not gzip"),
-        (gzip.compress(b'{"traceEvents": [' * 1000)[:-9], "truncated gzip file"),
-        (gzip.compress(b"\xef\xbb\xbf{}"), "byte-order mark"),
-        (gzip.compress(b"   "), "only whitespace"),
+        (
+            gzip.compress(bytes(range(256)) * 4, mtime=0),
+            "decompressed text starts with the bytes 00 01",
+        ),
+        (gzip.compress(b'{"traceEvents": []}', mtime=0) + b"trailing junk", "are not gzip"),
+        (gzip.compress(b'{"traceEvents": [' * 1000, mtime=0)[:-9], "truncated gzip file"),
+        (gzip.compress(b"\xef\xbb\xbf{}", mtime=0), "byte-order mark"),
+        (gzip.compress(b"   ", mtime=0), "only whitespace"),
     ],
+    ids=["not-gzip", "binary", "trailing-junk", "truncated", "bom", "whitespace"],
 )
 def test_gzip_garbage_says_what_is_wrong(tmp_path: Path, content: bytes, expect: str) -> None:
     p = tmp_path / "bad.json.gz"
