@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 import typer
+from typer.core import TyperCommand
 
 from gpuopt import __version__
 from gpuopt.defaults import SAMPLE_INTERVAL_S, WARMUP_STEPS, WINDOW_STEPS
@@ -31,11 +33,25 @@ app = typer.Typer(
 _quick_exit = False
 
 
+class _Command(TyperCommand):
+    """Usage lines as click writes them: ``gpuopt report [OPTIONS] PATH`` (typer writes a
+    required argument as ``{PATH}``, which reads like a template placeholder)."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:  # ctx: typer's own click Context
+        pieces = super().collect_usage_pieces(ctx)
+        return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in pieces]
+
+
 class ReportFormat(str, Enum):
     text = "text"
     json = "json"
     md = "md"
     html = "html"
+
+
+class ScheduleFormat(str, Enum):
+    text = "text"
+    json = "json"
 
 
 def _version(value: bool) -> None:
@@ -129,14 +145,16 @@ def profile(
 
 
 @app.command(
+    cls=_Command,
     help=(
         "Render a run directory, a profile.json, or PyTorch profiler traces (file or folder of "
         "ranks). Never re-runs anything."
-    )
+    ),
 )
 def report(
     path: Path = typer.Argument(
         ...,
+        metavar="PATH",
         help="Run directory, profile.json, trace .json/.json.gz, or a folder of per-rank traces.",
     ),
     fmt: ReportFormat | None = typer.Option(
@@ -157,14 +175,17 @@ def report(
 
 
 @app.command(
+    cls=_Command,
     help=(
         "Plan ahead-of-time multi-stream execution (Nimble) for a static model: streams, syncs, "
         "estimated speedup."
-    )
+    ),
 )
 def schedule(
     target: str = typer.Argument(
-        ..., help="module:factory returning an nn.Module (file.py:factory works too)."
+        ...,
+        metavar="TARGET",
+        help="module:factory returning an nn.Module (file.py:factory works too).",
     ),
     inputs: str | None = typer.Option(
         None, "--inputs", help="module:function returning the example inputs (a tuple)."
@@ -177,7 +198,9 @@ def schedule(
     out: Path | None = typer.Option(
         None, "-o", "--out", help="Write the plan JSON here (default: <factory>.plan.json)."
     ),
-    fmt: ReportFormat = typer.Option(ReportFormat.text, "--format", help="text or json on stdout."),
+    fmt: ScheduleFormat = typer.Option(
+        ScheduleFormat.text, "--format", help="text or json on stdout."
+    ),
 ) -> None:
     from gpuopt.aot.command import schedule_command
 

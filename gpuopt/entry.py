@@ -32,6 +32,40 @@ if TYPE_CHECKING:
     from gpuopt.runner.options import ProfileOptions
 
 _OPTIONS = {"--format": "format", "-f": "format", "-o": "output", "--output": "output"}
+# gpuopt profile's options that take a value (the module's own arguments start after -m MODULE).
+_PROFILE_VALUED = {
+    "-o",
+    "--out",
+    "--steps",
+    "--warmup",
+    "--window",
+    "--sample-interval",
+    "--nproc-per-node",
+    "--format",
+}
+
+
+def module_args_after_module(argv: list[str]) -> list[str]:
+    """``profile ... -m MODULE ARGS`` with ``--`` put before ARGS, so that every argument after
+    the module name is the module's own (``--help`` included), as with ``python -m MODULE``."""
+    if not argv or argv[0] != "profile":
+        return argv
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--" or not arg.startswith("-"):
+            return argv  # the script form: everything after SCRIPT is already the script's
+        if arg == "-m" and i + 1 < len(argv):
+            end = i + 2
+        elif arg.startswith("-m") and not arg.startswith("--"):
+            end = i + 1  # -mMODULE
+        else:
+            i += 2 if arg in _PROFILE_VALUED else 1
+            continue
+        if end < len(argv) and argv[end] != "--":
+            return [*argv[:end], "--", *argv[end:]]
+        return argv
+    return argv
 
 
 def parse_report(argv: list[str]) -> tuple[str, str | None, str | None] | None:
@@ -116,7 +150,8 @@ def parse_profile(argv: list[str]) -> ProfileOptions | None:
 
 
 def main() -> None:
-    argv = sys.argv[1:]
+    argv = module_args_after_module(sys.argv[1:])
+    sys.argv[1:] = argv  # typer reads sys.argv
     prof = parse_profile(argv)
     if prof is not None:
         _profile(prof)

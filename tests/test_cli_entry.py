@@ -188,3 +188,31 @@ def test_profile_fast_path_runs_the_script_without_typer(tmp_path: Path) -> None
     assert r.returncode == 3, r.stderr  # the script's exit code
     assert r.stdout.splitlines()[0] == "False ['-o', 'x']"
     assert (tmp_path / "run" / "profile.json").exists()
+
+
+MODULE_LINES = [
+    (["profile", "-m", "pkg.mod", "--help"], ["--help"]),
+    (["profile", "--quiet", "-m", "pkg.mod", "--steps", "3", "x"], ["--steps", "3", "x"]),
+    (["profile", "-o", "-m", "-m", "pkg.mod", "-o", "y"], ["-o", "y"]),
+    (["profile", "-mpkg.mod", "-h"], ["-h"]),
+    (["profile", "-m", "pkg.mod", "--", "--help"], ["--help"]),
+    (["profile", "-m", "pkg.mod"], []),
+]
+
+
+@pytest.mark.parametrize(("argv", "module_args"), MODULE_LINES, ids=lambda a: " ".join(a))
+def test_everything_after_the_module_is_the_modules(
+    argv: list[str], module_args: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As with `python -m MODULE ARGS`: gpuopt's options go before -m, the rest is the module's."""
+    seen: list[ProfileOptions] = []
+    monkeypatch.setattr(runner_main, "run_profile", seen.append)
+    r = CliRunner().invoke(app, entry.module_args_after_module(argv))
+    assert r.exit_code == 0 and len(seen) == 1, r.output
+    assert seen[0].module == "pkg.mod"
+    assert seen[0].args == module_args
+
+
+def test_the_script_form_is_left_alone() -> None:
+    argv = ["profile", "--steps", "2", "t.py", "-m", "x", "--help"]
+    assert entry.module_args_after_module(argv) == argv

@@ -215,28 +215,36 @@ def test_given_and_set_fields() -> None:
     ]
 
 
-def test_key_value_rows_in_definition_order_without_unset_fields() -> None:
-    """Dispatch's other fields in the model's order; an unset field is not a row, an explicit
-    null is one, shown as MISSING; units from the field names."""
+def test_dispatch_rows_are_labelled_and_internal_fields_stay_in_json() -> None:
+    """Each row a reader needs, labelled, with its value and share of the step; the recorder's
+    calibration internals and raw times are never rows (they were ~30 raw keys, one of them
+    `step_time_us` shown as "113 ms")."""
     d = Dispatch(
         ops_per_step=480,
-        step_time_source="recorder",
+        step_time_us=113000.0,
+        step_time_source="the recorded steps",
         mean_op_us_raw=None,
         tiny_ops_per_step=12,
+        tiny_op_us=25.0,
         between_ops_us_per_step=1500.0,
+        between_ops_step_share=0.0133,
+        recorder_function_entry_us=1.2,
         note="window of 10 steps",
     )
     section = dispatch_section(Profile(dispatch=d))
     assert section is not None
-    rows = [(r[0].text, r[1].text) for r in section.rows]
+    rows = [tuple(c.text for c in r) for r in section.rows]
     assert rows == [
-        ("ops per step", "480"),
-        ("mean_op_us_raw", MISSING),
-        ("tiny_ops_per_step", "12"),
-        ("step_time_source", "recorder"),
-        ("between_ops_us_per_step", "1.50 ms"),
+        ("step time", "113 ms", ""),
+        ("  between ops (Python, dispatch)", "1.50 ms", "1.3%"),
+        ("ops per step", "480", ""),
+        ("  tiny ops (under 25.0 µs)", "12", ""),
     ]
-    assert section.note == "window of 10 steps" and section.compact_rows == 1
+    assert section.columns == ["measure", "value", "share"]
+    assert section.note == "step time: the recorded steps. window of 10 steps"
+    assert not any("_" in c.text for r in section.rows for c in r)
+    counts_only = dispatch_section(Profile(dispatch=Dispatch(ops_per_step=3, mean_op_us=2.0)))
+    assert counts_only is not None and counts_only.columns == ["measure", "value"]
     assert dispatch_section(Profile(dispatch=Dispatch())) is None
 
 

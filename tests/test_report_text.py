@@ -127,7 +127,7 @@ def test_host_culprits_order_and_tables() -> None:
     assert re.search(r"h2d\s+seg/masks\.py:41\s+80\s+320 MiB\s+no\s+no", copies)
     assert re.search(r"d2h\s+seg/metrics\.py:27\s+1\s+5\.06 KiB", copies)
     assert re.search(r"seg/masks\.py:39\s+480\s+80", out)  # the loop
-    assert re.search(r"share of step between ops\s+27\.0%", out)
+    assert re.search(r"between ops, of the time not waiting\s+27\.0%", out)
     assert re.search(r"GPU  [▁▂▃▄▅▆▇█ ]+  mean 49%  max 100%", out)
     assert "GPU memory peak 41.2 GiB" in out
 
@@ -248,3 +248,23 @@ def test_spark_and_bar_helpers() -> None:
     assert bar_lengths([0.5, 0.25, 0.25], 10) == [5, 3, 2]
     assert sum(bar_lengths([0.333, 0.333, 0.334], 98)) == 98
     assert bar_lengths([0, 0], 10) == [0, 0]
+
+
+def test_a_site_too_wide_for_its_column_loses_folders_not_letters() -> None:
+    """The DataLoaders table on a narrower terminal: `…/train_mnist_classifier.py:38` or, when
+    even that leaves no room for whole header words, one block of lines per loader; never a
+    file name broken over two lines."""
+    doc = fixture("cpu_dataloader_bound")
+    loaders = doc.dataloaders
+    assert isinstance(loaders, list) and loaders
+    deep = "projects/vision/experiments/2026/mnist_training/train_mnist_classifier.py:38"
+    for site, width in ((deep, 80), (deep, 100), ("experiments/mnist/classifier.py:38", 100)):
+        out = render(replace(doc, dataloaders=[replace(loaders[0], site=site)]), width=width)
+        table = out[out.index("\nDataLoaders") : out.index("wait/step: time")]
+        name = site.rsplit("/", 1)[1]
+        lines = table.splitlines()
+        assert any(site in line or ("…/" in line and "/" + name in line) for line in lines), table
+        assert not any(line.startswith(name[3:]) for line in lines)
+    narrow = render(replace(doc, dataloaders=[replace(loaders[0], site=deep[12:])]), width=100)
+    assert "…/mnist_training/train_mnist_classifier.py:38" in narrow or deep[12:] in narrow
+    assert deep in render(replace(doc, dataloaders=[replace(loaders[0], site=deep)]), width=200)

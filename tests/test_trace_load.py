@@ -130,7 +130,11 @@ def test_truncated_plain_json(tmp_path: Path) -> None:
 def test_folder_errors(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(GpuoptError, match="no trace files"):
+    with pytest.raises(GpuoptError, match="nothing to report: looked for a run directory.s"):
+        load(empty)
+    (empty / "run-1").mkdir()
+    (empty / "run-1" / "profile.json").write_text("{}")
+    with pytest.raises(GpuoptError, match="run directories below it: .*run-1"):
         load(empty)
     mixed = tmp_path / "mixed"
     mixed.mkdir()

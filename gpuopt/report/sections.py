@@ -214,36 +214,64 @@ def loops_section(profile: Profile) -> Section | None:
     return Section("loops", "Python loops issuing small tensor ops (per step)", headers, rows)
 
 
-_DISPATCH_FIELDS: tuple[tuple[str, str, Formatter], ...] = (
-    ("ops_per_step", "ops per step", fmt_count),
-    ("mean_op_us", "mean time per op (host)", fmt_us),
-    ("between_ops_share", "share of step between ops", fmt_frac),
-    ("recorder_overhead_us_per_op", "recorder overhead per op", fmt_us),
-    ("window_steps", "steps recorded", fmt_count),
+# (label, per-step value field, its formatter, share-of-step field): the rows a reader needs.
+# The recorder's calibration internals (raw times, entry costs) stay in the JSON.
+_DISPATCH_ROWS: tuple[tuple[str, str | None, Formatter, str | None], ...] = (
+    ("steps recorded", "window_steps", fmt_count, None),
+    ("step time", "step_time_us", fmt_us, None),
+    ("  data wait", "data_wait_us_per_step", fmt_us, None),
+    ("  in ops (host side)", "op_time_us_per_step", fmt_us, "op_time_share"),
+    (
+        "  between ops (Python, dispatch)",
+        "between_ops_us_per_step",
+        fmt_us,
+        "between_ops_step_share",
+    ),
+    ("  host syncs", "sync_us_per_step", fmt_us, "sync_share"),
+    ("  host-to-device copies", "h2d_us_per_step", fmt_us, "h2d_share"),
+    ("ops per step", "ops_per_step", fmt_count, None),
+    ("  tiny ops (under {tiny})", "tiny_ops_per_step", fmt_count, None),
+    ("mean time per op (host)", "mean_op_us", fmt_us, None),
+    ("dispatch (between ops + tiny ops)", None, fmt_us, "host_dispatch_share"),
+    ("between ops, of the time not waiting", None, fmt_us, "between_ops_share"),
+    ("recorder overhead per op (removed)", "recorder_overhead_us_per_op", fmt_us, None),
 )
-_DISPATCH_HEADLINE = {key for key, _, _ in _DISPATCH_FIELDS}
+
+
+def _dispatch_row(d: Any, label: str, key: str | None, f: Formatter, share: str | None) -> Any:
+    value = num(getattr(d, key)) if key else None
+    frac = num(getattr(d, share)) if share else None
+    if value is None and frac is None:
+        return None
+    if "{tiny}" in label:
+        label = label.format(tiny=fmt_us(num(d.tiny_op_us) or 25))
+    return [
+        Cell(label, sort=label),
+        Cell(f(value), sort=value, numeric=True) if value is not None else Cell("", sort=None),
+        Cell(fmt_frac(frac), sort=frac, numeric=True) if frac is not None else Cell("", sort=None),
+    ]
 
 
 def dispatch_section(profile: Profile) -> Section | None:
-    """The headline measures of op dispatch first, then every other field the recorder wrote."""
+    """Where a recorded step's host time goes, per step and as a share of the step; every other
+    field the recorder wrote (calibration, raw times) is in the JSON only."""
     d = profile.dispatch
-    rows = []
-    for key, label, f in _DISPATCH_FIELDS:
-        value = getattr(d, key)
-        if num(value) is not None:
-            rows.append([Cell(label, sort=label), Cell(f(value), sort=num(value), numeric=True)])
-    headline = len(rows)
-    others = [(k, v) for k, v in set_fields(d) if k not in _DISPATCH_HEADLINE and k != "note"]
-    extra = _key_value_rows(others)
-    if not rows and not extra:
+    rows = [r for spec in _DISPATCH_ROWS if (r := _dispatch_row(d, *spec)) is not None]
+    if not rows:
         return None
+    columns = ["measure", "value", "share"]
+    if all(not r[2].text for r in rows):  # a trace's dispatch: counts and times, no shares
+        columns, rows = columns[:2], [r[:2] for r in rows]
+    source = given(d.step_time_source)
+    note = one_line(given(d.note))
+    if source:
+        note = f"step time: {source}. {note}" if note else f"step time: {source}"
     return Section(
         "dispatch",
-        "Op dispatch (host side)",
-        ["measure", "value"],
-        rows + extra,
-        note=one_line(given(d.note)),
-        compact_rows=headline if extra and headline else None,
+        "Op dispatch (host side, per step)",
+        columns,
+        rows,
+        note=note,
     )
 
 

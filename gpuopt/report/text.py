@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from rich import box
@@ -331,6 +332,8 @@ class TextRenderer(Renderer):
             columns, rows, numeric = _transpose(columns, rows, numeric)
             site_cols = set()
         widths = _column_widths(columns, rows, site_cols, self.width)
+        if widths is not None:
+            rows = _shortened_sites(rows, site_cols, widths)
         # even with headers and sites folded the columns may not fit: then one block per row
         # ("name: value" lines), so no number is ever cut
         table = _records(columns, rows) if widths is None else _grid(columns, rows, numeric, widths)
@@ -413,6 +416,8 @@ def _grid(columns: list[str], rows: list[list[str]], numeric: set[int], widths: 
 
 
 _SITE_MIN = 16  # a folded site column keeps at least this many characters per line
+_RECORDS_MAX_ROWS = 8  # a short table of sites may become blocks of lines, not fold headers
+_SITE_MAX = 40  # ... and at most this many when it makes room for whole file names
 _LONG_TEXT = 24  # text cells longer than this may fold
 
 
@@ -433,7 +438,11 @@ def _column_widths(
     if sum(natural) + gaps <= width:
         return natural
     flexible = {j for j in range(n) if j in site_cols or cells[j] > _LONG_TEXT}
-    widths = [min(_SITE_MIN, natural[j]) if j in flexible else max(1, cells[j]) for j in range(n)]
+    least = [
+        _site_least(r[j] for r in rows if j < len(r)) if j in site_cols else _SITE_MIN
+        for j in range(n)
+    ]
+    widths = [min(least[j], natural[j]) if j in flexible else max(1, cells[j]) for j in range(n)]
     left = width - gaps - sum(widths)
     if left < 0:
         return None
@@ -447,7 +456,41 @@ def _column_widths(
                     break
                 widths[j] += 1
                 left -= 1
+    if (
+        site_cols
+        and len(rows) <= _RECORDS_MAX_ROWS
+        and any(widths[j] < words[j] for j in range(n) if j not in flexible)
+    ):
+        return None  # a header word would break mid-word: a few blocks of lines read better
     return widths
+
+
+def _site_least(sites: Iterable[str]) -> int:
+    """The narrowest a site column may get: every site's file name and line whole
+    (``…/train.py:38``), up to ``_SITE_MAX``."""
+    shortest = (len(s) if "/" not in s else len(s.rsplit("/", 1)[1]) + 2 for s in sites)
+    return max(_SITE_MIN, min(_SITE_MAX, max(shortest, default=0)))
+
+
+def _shortened_sites(
+    rows: list[list[str]], site_cols: set[int], widths: list[int]
+) -> list[list[str]]:
+    """Sites too wide for their column lose leading folders (``…/slow_dataset.py:56``) rather than
+    folding inside a file name; the whole path is in the JSON and HTML reports."""
+    return [
+        [_short_site(c, widths[j]) if j in site_cols else c for j, c in enumerate(r)] for r in rows
+    ]
+
+
+def _short_site(site: str, width: int) -> str:
+    if len(site) <= width:
+        return site
+    parts = site.split("/")
+    for k in range(1, len(parts)):
+        tail = "…/" + "/".join(parts[k:])
+        if len(tail) <= width:
+            return tail
+    return site if len(parts) == 1 else "…/" + parts[-1]  # only the file name: it may fold
 
 
 def _records(columns: list[str], rows: list[list[str]]) -> RenderableType:

@@ -31,8 +31,24 @@ def trace_files(path: Path) -> list[Path]:
         and not p.name.startswith(".")
     )
     if not files:
-        raise GpuoptError(f"{path}: no trace files (*.json, *.json.gz) in this folder")
+        raise GpuoptError(
+            f"{path}: nothing to report: looked for a run directory's profile.json and for "
+            f"PyTorch profiler traces (*.json, *.json.gz, not in subfolders); found neither"
+            f"{_runs_below(path)}"
+        )
     return files
+
+
+def _runs_below(path: Path) -> str:
+    """A hint when ``path`` holds run directories (``gpuopt report gpuopt-runs``)."""
+    try:
+        runs = sorted(p.parent.name for p in path.glob("*/profile.json"))
+    except OSError:
+        return ""
+    if not runs:
+        return ""
+    named = ", ".join(str(path / r) for r in runs[-3:])
+    return f"; run directories below it: {named}" + (" ..." if len(runs) > 3 else "")
 
 
 def rank_of(meta: dict[str, Any]) -> int | None:
