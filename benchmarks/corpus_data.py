@@ -1,0 +1,72 @@
+"""Small, deterministic, offline data for the real-script corpus (benchmarks/bench_corpus.py).
+
+Nothing here downloads anything: MNIST is written as raw idx files where torchvision's ``MNIST``
+looks for them (``ROOT/MNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte``; with the files
+present its ``_check_exists`` is true and ``download=True`` does nothing), and the language
+model's corpus is a small generated text in the layout of wikitext-2 (``train.txt``,
+``valid.txt``, ``test.txt``).
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from pathlib import Path
+
+MNIST_FILES = (
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte",
+    "t10k-labels-idx1-ubyte",
+)
+
+
+def idx_images(images: list[bytes], rows: int, cols: int) -> bytes:
+    """An idx3-ubyte file: magic 0x00000803 (unsigned bytes, 3 dimensions), big-endian sizes."""
+    return struct.pack(">IIII", 0x803, len(images), rows, cols) + b"".join(images)
+
+
+def idx_labels(labels: list[int]) -> bytes:
+    """An idx1-ubyte file: magic 0x00000801, the count, one byte per label."""
+    return struct.pack(">II", 0x801, len(labels)) + bytes(labels)
+
+
+def digit_image(label: int, rng: random.Random, side: int = 28) -> bytes:
+    """A 28x28 image a classifier can learn: a bright bar whose row depends on the label, noise."""
+    row0 = 2 + 2 * label
+    pixels = bytearray(rng.randrange(0, 64) for _ in range(side * side))
+    for r in range(row0, row0 + 3):
+        for c in range(4, side - 4):
+            pixels[r * side + c] = 200 + rng.randrange(0, 56)
+    return bytes(pixels)
+
+
+def write_mnist(root: Path, n_train: int, n_test: int, seed: int = 0) -> Path:
+    """Write ``n_train``/``n_test`` labelled images under ``root/MNIST/raw``; returns it."""
+    raw = root / "MNIST" / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    for prefix, count in (("train", n_train), ("t10k", n_test)):
+        labels = [rng.randrange(10) for _ in range(count)]
+        images = [digit_image(label, rng) for label in labels]
+        (raw / f"{prefix}-images-idx3-ubyte").write_bytes(idx_images(images, 28, 28))
+        (raw / f"{prefix}-labels-idx1-ubyte").write_bytes(idx_labels(labels))
+    return raw
+
+
+def sentence(rng: random.Random, vocabulary: list[str]) -> str:
+    words = [vocabulary[min(int(rng.expovariate(0.02)), len(vocabulary) - 1)] for _ in range(12)]
+    return " ".join(words) + " ."
+
+
+def write_wikitext(folder: Path, train_lines: int, eval_lines: int, seed: int = 0) -> Path:
+    """A wikitext-2-shaped corpus: ``train.txt``, ``valid.txt``, ``test.txt`` of generated
+    sentences over a 400-word vocabulary (Zipf-like frequencies), 14 tokens a line with
+    the ``<eos>`` the tokenizer adds."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    vocabulary = [f"w{i}" for i in range(400)]
+    for name, lines in (("train", train_lines), ("valid", eval_lines), ("test", eval_lines)):
+        text = "\n".join(sentence(rng, vocabulary) for _ in range(lines)) + "\n"
+        (folder / f"{name}.txt").write_text(text, encoding="utf8")
+    return folder

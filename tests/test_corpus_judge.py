@@ -1,0 +1,220 @@
+"""The real-script corpus's expectations and judge (issue 14), without running a script:
+benchmarks/corpus/expect.toml parses and names what exists, and benchmarks/corpus_judge.judge
+gives the right verdicts on small synthetic profiles (a recorded run's document, changed)."""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import importlib.util
+import json
+import sys
+from types import ModuleType
+from typing import Any
+
+import pytest
+from conftest import ROOT
+
+from gpuopt.findings.engine import registered_rules
+
+pytest.importorskip("tomllib")  # Python 3.11+, as the judge
+
+CORPUS = ROOT / "benchmarks" / "corpus"
+SCRIPT_DIR = "/corpus/scripts/demo"  # where the synthetic runs' script lay
+
+
+def _load_judge() -> ModuleType:
+    # loaded from its file: benchmarks/ is not a package, and nothing here imports it by name
+    spec = importlib.util.spec_from_file_location(
+        "corpus_judge", ROOT / "benchmarks" / "corpus_judge.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["corpus_judge"] = module  # dataclasses resolve their annotations through it
+    spec.loader.exec_module(module)
+    return module
+
+
+cj = _load_judge()
+
+EXPECT = """
+[[script]]
+name = "demo"
+path = "demo/main.py"
+args = ["--epochs", "1"]
+marker = "optimizer.step"
+sync_sites = ["main.py:40", "main.py:50-52"]
+periodic_sync_sites = ["main.py:60"]
+ragged_batch_sizes = [64, 16]
+
+[[script.finding]]
+id = "dataloader-bound"
+site = "main.py:10-12"
+severity = ["medium", "low"]
+
+[[script.finding]]
+id = "sync-in-step"
+site = "main.py:40-60"
+severity = ["low"]
+
+[[script]]
+name = "no-optimizer"
+path = "demo/plain.py"
+args = []
+
+[[script]]
+name = "inference"
+path = "demo/infer.py"
+args = []
+trains = false
+"""
+
+
+def _expects() -> dict[str, Any]:
+    return {e.name: e for e in cj.parse_expectations(EXPECT)}
+
+
+def _finding(fid: str, severity: str, line: int | None) -> dict[str, Any]:
+    site = None if line is None else f"{SCRIPT_DIR}/main.py:{line}"
+    return {"id": fid, "severity": severity, "title": fid, "site": site}
+
+
+def _profile(**changes: Any) -> dict[str, Any]:
+    """A recorded run's profile.json (tests/data/golden), its sites moved into SCRIPT_DIR: steps
+    found by optimizer.step, the window at steps 2-4, no findings, then ``changes``."""
+    path = ROOT / "tests" / "data" / "golden" / "runs" / "slow_dataset.json.gz"
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    doc = copy.deepcopy(doc)
+    doc["findings"] = []
+    doc["syncs"] = [
+        {"kind": "item", "site": f"{SCRIPT_DIR}/main.py:40", "count_per_step": 1.0},
+        {"kind": "item", "site": f"{SCRIPT_DIR}/main.py:51", "count_per_step": 1.0},
+    ]
+    doc["dispatch"] = {**(doc.get("dispatch") or {}), "window_start": 2, "window_steps": 3}
+    doc["ragged"] = {"batch_sizes": [16, 64]}
+    doc.update(changes)
+    return doc
+
+
+def _judge(profile: dict[str, Any], name: str = "demo") -> Any:
+    return cj.judge(_expects()[name], profile, SCRIPT_DIR)
+
+
+def test_expect_toml_parses_and_names_scripts_and_lines_that_exist() -> None:
+    expects = cj.load_expectations(CORPUS / "expect.toml")
+    assert len(expects) >= 7
+    known_ids = {r.finding_id for r in registered_rules().values()}
+    for e in expects:
+        script = CORPUS / "scripts" / e.path
+        assert script.is_file(), e.path
+        assert e.data in {"none", "mnist", "wikitext", "sine"}, e.name
+        patterns = [*e.sync_sites, *e.periodic_sync_sites]
+        patterns += [f.site for f in e.findings if f.site is not None]
+        for p in patterns:
+            source = script.parent / p.file
+            assert source.is_file(), f"{e.name}: {p}"
+            assert p.last <= len(source.read_text().splitlines()), f"{e.name}: {p}"
+        for f in e.findings:
+            assert f.id in known_ids, f"{e.name}: {f.id} is no finding gpuopt has"
+    assert {"mnist", "vae", "dcgan", "imagenet", "regression"} <= {e.name for e in expects}
+
+
+def test_a_profile_that_meets_every_expectation_passes_and_is_all_right() -> None:
+    right = [_finding("dataloader-bound", "medium", 11), _finding("sync-in-step", "low", 51)]
+    v = _judge(_profile(findings=right))
+    assert (v.passed, v.all_right) == (True, True)
+    assert v.syncs_found == ("main.py:40", "main.py:50-52") and v.syncs_missing == ()
+    assert [f.verdict for f in v.findings] == ["right", "right"]
+    assert v.findings[0].site == "main.py:11"  # relative to the script's folder
+
+
+def test_a_high_finding_the_expectation_does_not_allow_is_a_false_high() -> None:
+    v = _judge(_profile(findings=[_finding("dataloader-bound", "high", 11)]))
+    assert v.findings[0].verdict == "wrong-severity"
+    assert [f.id for f in v.false_highs] == ["dataloader-bound"]
+    assert not v.passed
+
+
+def test_an_unlisted_finding_is_unexpected_and_a_high_one_fails_the_bar() -> None:
+    low = _judge(_profile(findings=[_finding("launch-bound", "low", 30)]))
+    assert low.findings[0].verdict == "unexpected"
+    assert low.passed and not low.all_right  # only a HIGH one fails issue 14's bar
+    high = _judge(_profile(findings=[_finding("launch-bound", "high", 30)]))
+    assert not high.passed and len(high.false_highs) == 1
+
+
+def test_a_finding_at_the_wrong_line_is_wrong_site() -> None:
+    # the DataLoader finding naming the `for` line (main.py:30), not the construction (10-12)
+    v = _judge(_profile(findings=[_finding("dataloader-bound", "medium", 30)]))
+    assert v.findings[0].verdict == "wrong-site"
+    outside = _judge(
+        _profile(
+            findings=[
+                {"id": "dataloader-bound", "severity": "low", "site": "/elsewhere/main.py:11"}
+            ]
+        )
+    )
+    assert outside.findings[0].verdict == "wrong-site"  # same name, other folder
+
+
+def test_more_findings_than_one_cause_accounts_for_are_duplicates() -> None:
+    findings = [_finding("sync-in-step", "low", line) for line in (40, 51, 60)]
+    v = _judge(_profile(findings=findings))
+    assert [f.verdict for f in v.findings] == ["right", "duplicate", "duplicate"]
+    assert v.passed and not v.all_right
+
+
+def test_no_steps_in_a_script_that_trains_fails_and_in_one_that_does_not_passes() -> None:
+    none = {"count": 0, "measured": 0, "time_s": None, "marked_by": []}
+    empty = _profile(steps=none, syncs=[], dispatch={"window_start": None, "window_steps": 0})
+    v = _judge(empty, "no-optimizer")
+    assert (v.steps_ok, v.window_ok, v.passed) == (False, False, False)
+    assert _judge(empty, "inference").passed
+
+
+def test_a_step_found_by_another_marker_than_expected_fails() -> None:
+    steps = {**_profile()["steps"], "marked_by": ["gpuopt.step"]}
+    v = _judge(_profile(steps=steps))
+    assert not v.marker_ok and not v.passed
+    assert _judge(_profile(steps=steps), "no-optimizer").passed  # no marker expected there
+
+
+def test_a_window_after_the_last_step_fails() -> None:
+    steps = {**_profile()["steps"], "count": 2}
+    v = _judge(_profile(steps=steps, dispatch={"window_start": 2, "window_steps": 1}))
+    assert not v.window_ok and not v.passed
+    assert "after the 2 steps" in " ".join(v.notes)
+
+
+def test_a_per_step_sync_site_missing_fails_and_a_periodic_one_may_be_missing() -> None:
+    only_40 = [{"kind": "item", "site": f"{SCRIPT_DIR}/main.py:40", "count_per_step": 1.0}]
+    v = _judge(_profile(syncs=only_40))
+    assert v.syncs_missing == ("main.py:50-52",) and not v.passed
+    # main.py:60 (periodic) was never in the syncs above, and the full profile passes without it
+    assert _judge(_profile()).passed
+
+
+def test_an_evaluation_loaders_batch_sizes_in_the_ragged_table_are_flagged() -> None:
+    v = _judge(_profile(ragged={"batch_sizes": [16, 64, 500]}))
+    assert not v.ragged_ok and v.passed and not v.all_right
+    assert "[500]" in " ".join(v.notes)
+
+
+def test_a_failed_run_fails_with_its_error() -> None:
+    v = _judge(
+        _profile(status="error", exit_code=1, error={"type": "OverflowError", "message": "x"})
+    )
+    assert not v.exit_ok and not v.passed
+    assert "OverflowError" in v.notes[0]
+
+
+@pytest.mark.parametrize("text", ["main.py", "main.py:x", "main.py:9-3", ":4"])
+def test_a_malformed_site_pattern_is_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        cj.SitePattern.parse(text)
+
+
+def test_an_unknown_severity_is_refused() -> None:
+    bad = '[[script]]\nname="a"\npath="a.py"\n[[script.finding]]\nid="x"\nseverity=["huge"]\n'
+    with pytest.raises(ValueError, match="severities"):
+        cj.parse_expectations(bad)
