@@ -158,6 +158,19 @@ def test_sampler_without_gpu_says_why(tmp_path) -> None:
     assert u.timeline is not None and min(u.timeline.rss_bytes) > 10 * 2**20
 
 
+def test_a_run_shorter_than_one_interval_gets_one_sample() -> None:
+    """A script that ends before the first tick (regression/main.py of pytorch/examples trains
+    in ~0.2 s) still has its CPU measured: one sample at stop, over its whole length."""
+    clock = FakeClock(0.0)
+    s = UtilizationSampler(interval=3600.0, nvml=None, cpu=FakeCpu([(150.0, 100)]), clock=clock)
+    s.start()
+    clock.advance(0.2)
+    s.stop()
+    u = msgspec.to_builtins(s.result())
+    assert u["samples"] == 1 and u["timeline"]["t_s"] == [0.2]
+    assert u["cpu"]["mean"] == pytest.approx(150.0 / s.ncpu)
+
+
 def test_live_line_shows_steps_step_time_wait_and_utilization() -> None:
     import io
 

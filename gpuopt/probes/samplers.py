@@ -157,6 +157,8 @@ class UtilizationSampler:
         if self._thread is not None:
             self._thread.join(timeout=2.0)
             self._thread = None
+            if not self.t and self.error is None:
+                self._last_sample()
         if self.nvml is not None:
             self.nvml.close()
 
@@ -223,6 +225,14 @@ class UtilizationSampler:
         self.rss.append(rss)
         if self.nvml is not None:
             self.gpu.append(row)
+
+    def _last_sample(self) -> None:
+        """A run shorter than one interval still gets one sample: its whole length (CPU since
+        start, as psutil measures it between two reads)."""
+        try:
+            self.tick()
+        except Exception as exc:
+            self.error = f"utilization sampler stopped: {type(exc).__name__}: {exc}"
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
