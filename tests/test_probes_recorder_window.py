@@ -114,15 +114,20 @@ def test_run_ending_inside_the_window_keeps_complete_steps(tmp_path: Path) -> No
     assert doc["dispatch"]["window_steps"] == 2 and doc["dispatch"]["window_partial"] is False
 
 
-def test_run_without_steps_reports_the_partial_window(tmp_path: Path) -> None:
+def test_run_without_steps_reports_nothing_per_step(tmp_path: Path) -> None:
+    """A window that never saw a complete step (code after the last step boundary, a run with
+    no boundary at all) is no training step: nothing is reported per step, and the note says
+    why."""
     mod = load(NAME)
     probe = DispatchRecorder()
     probe.start(context(tmp_path, window_start=0, window_steps=3))
     mod["train_step"](2)  # no step ever ends (no optimizer, no gpuopt.step())
     probe.stop()
+    assert _no_modes()
     doc = host_document(probe)
-    assert _ops_per_step(doc) == 3
-    assert doc["dispatch"]["window_steps"] == 1 and doc["dispatch"]["window_partial"] is True
+    assert doc["dispatch"]["ops_per_step"] is None and doc["dispatch"]["window_steps"] == 0
+    assert "too few steps to record a step" in doc["dispatch"]["note"]
+    assert "not a training step" in doc["dispatch"]["note"]
 
 
 def test_run_ending_before_the_window(tmp_path: Path) -> None:

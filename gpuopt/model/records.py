@@ -90,6 +90,8 @@ class Steps(Record):
     marked_by: list[str] | UnsetType = UNSET
     instrumented: list[int] | UnsetType = UNSET
     series: list[StepRecord] = field(default_factory=list)
+    # the step boundary the run used: "optimizer.step" / "loss.backward" / "gpuopt.step"
+    marker: str | UnsetType = UNSET
 
 
 class Breakdown(Record):
@@ -230,6 +232,8 @@ class Dispatch(Record):
     recorder_inflation_us: float | UnsetType = UNSET
     recorder_trivial_op_us: float | UnsetType = UNSET
     recorder_overhead_share: float | UnsetType = UNSET
+    # a trivial op called from user code without the recorder, measured at the end of the run
+    calibrated_op_us: float | UnsetType = UNSET
     note: str | UnsetType = UNSET
     top_sites: list[TopSite] | UnsetType = UNSET
 
