@@ -58,6 +58,9 @@ TIME_NOTE = (
 )
 
 
+STEP_TIME_SOURCE = "the window's steps, recorder cost subtracted"
+
+
 def per_step(value: float, steps: int, digits: int = 3) -> float | int:
     """A window total as a per-step figure: an int when it is one (exact planted counts)."""
     v = round(value / steps, digits) if steps else 0.0
@@ -70,6 +73,24 @@ def _us(seconds: float, steps: int) -> float:
 
 def _share(part: float, whole: float) -> float:
     return round(min(max(part / whole, 0.0), 1.0), 4) if whole > 0 else 0.0
+
+
+NEAR_STEPS = 5  # unrecorded steps nearest the window that bound its recorder-free time
+NEAR_MIN = 3
+
+
+def _near_bound(series: list[StepRecord], window: list[int]) -> float | None:
+    """The median time of the measured, unrecorded steps nearest the window (at most
+    :data:`NEAR_STEPS`, at least :data:`NEAR_MIN`), or None. Only ever a cap: see
+    :func:`_split`."""
+    skip = set(window)
+    mid = (window[0] + window[-1]) / 2 if window else 0.0
+    near = sorted(
+        (abs(r.index - mid), float(r.time_s))
+        for r in series
+        if not r.warmup and r.index not in skip and r.instrumented is not True and r.time_s > 0
+    )[:NEAR_STEPS]
+    return median(t for _, t in near) if len(near) >= NEAR_MIN else None
 
 
 def _waits(series: list[StepRecord], window: list[int]) -> list[float | None]:
@@ -141,7 +162,8 @@ def summarize(capture: RecorderCapture, series: list[StepRecord]) -> HostSummary
     total = engine.total
     sites = _Sites(engine.resolver, engine.loops)
     waits = _waits(series, indices)
-    dispatch, wall = _dispatch(engine, total, cal, steps, waits, indices)
+    bound = _near_bound(series, indices)
+    dispatch, wall = _dispatch(engine, total, cal, steps, waits, bound, first)
     dispatch.top_sites = _top_sites(total, sites, steps, wall, cal)
     if ragged is not None:
         ragged.step_signatures_distinct = len({c.signature for c in engine.step_counters})
@@ -171,16 +193,24 @@ def _no_step_note(capture: RecorderCapture) -> str:
     )
 
 
-def _split(t: StepCounters, cal: Calibration, wait: float | None) -> dict[str, float]:
-    """Where the time of ``t`` (one recorded step, or the window's total) went, all from those
-    steps, the recorder's cost removed. ``wait``: the DataLoader probe's wait in those steps."""
+def _split(
+    t: StepCounters, cal: Calibration, wait: float | None, bound: float | None
+) -> dict[str, float]:
+    """Where the time of one recorded step ``t`` went, from that step, the recorder's cost
+    removed. ``wait``: the DataLoader probe's wait in that step. ``bound``: the time of the
+    unrecorded steps nearest the window: the recorder slows a step by more than its per-call
+    model accounts for (colder caches, larger ops' arguments), and a recorder-free step cannot
+    have been slower than its unrecorded neighbours, so the step's time is capped there. The
+    cap only ever lowers the step's time: a run that slows down later (a neighbour's load
+    rising) changes nothing, and one that speeds up can only under-report host time."""
     inflation = cal.inflation_us * 1e-6
     op_time = max(t.op_s - t.ops * inflation, 0.0)
     sync_calls = sum(v[1] for k, v in t.syncs.items() if k[0] == "synchronize")
     h2d = sum(v[1] for k, v in t.transfers.items() if k[0] == "h2d")
     overhead = _overhead(t, cal)
     per_op, _ = _per_event(t, cal)
-    wall = max(t.wall_s - overhead, 1e-9)
+    own = max(t.wall_s - overhead, 1e-9)
+    wall = min(own, bound) if bound is not None else own
     data_cost = t.data_ops * per_op
     data = max(t.data_s - data_cost, 0.0)
     if wait is not None:
@@ -189,11 +219,13 @@ def _split(t: StepCounters, cal: Calibration, wait: float | None) -> dict[str, f
     between = max(wall - data - sync_calls - op_time, 0.0)
     return {
         "overhead": overhead,
+        "capped": float(wall < own),
         "wall": wall,
         "op_time": op_time,
         "small_time": max(t.small_s - t.small_ops * inflation, 0.0),
         "h2d": h2d,
         "data": data,
+        "sync_calls": sync_calls,
         "between": between,
         "not_waiting": max(wall - data - t.sync_s - h2d, 1e-9),
     }
@@ -223,23 +255,27 @@ def _dispatch(
     cal: Calibration,
     steps: int,
     waits: list[float | None],
-    indices: list[int],
+    bound: float | None,
+    window_start: int,
 ) -> tuple[Dispatch, float]:
     """The ``dispatch`` record and the window's total step time (for the other shares), both
-    from the recorded steps only (``waits``: the DataLoader probe's wait in each of them)."""
+    from the recorded steps (``waits``: the DataLoader probe's wait in each of them; ``bound``:
+    the cap of :func:`_split`)."""
     per = [
-        _split(c, cal, waits[i] if i < len(waits) else None)
+        _split(c, cal, waits[i] if i < len(waits) else None, bound)
         for i, c in enumerate(engine.step_counters)
     ]
+    capped = int(sum(p["capped"] for p in per))
     # Shares are medians over the window's steps: one step slowed by the machine (a preempted
     # op, the recorder's first sight of the code) does not decide them. Times per step are means.
     between_share = median([_share(p["between"], p["not_waiting"]) for p in per]) if per else 0.0
     host_share = (
         median([_share(p["between"] + p["small_time"], p["wall"]) for p in per]) if per else 0.0
     )
-    wall, op_time, h2d_time, data_wait, between, overhead = (
-        sum(p[k] for p in per) for k in ("wall", "op_time", "h2d", "data", "between", "overhead")
+    wall, op_time, h2d_time, data_wait, sync_calls, overhead = (
+        sum(p[k] for p in per) for k in ("wall", "op_time", "h2d", "data", "sync_calls", "overhead")
     )
+    between = max(wall - data_wait - sync_calls - op_time, 0.0)  # the window's split adds up
     out = Dispatch(
         ops_per_step=per_step(t.ops, steps, 1),
         mean_op_us=round(op_time / t.ops * 1e6, 2) if t.ops else None,
@@ -254,7 +290,8 @@ def _dispatch(
         data_ops_per_step=per_step(t.data_ops, steps, 1),
         torch_function_calls_per_step=per_step(t.tf_events, steps, 1),
         step_time_us=round(wall / steps * 1e6, 1),
-        step_time_source="the window's steps, recorder cost subtracted",
+        step_time_source=STEP_TIME_SOURCE
+        + (f"; {capped} capped at the unrecorded steps nearest the window" if capped else ""),
         step_time_us_raw=round(t.wall_s / steps * 1e6, 1),
         between_ops_us_per_step=_us(between, steps),
         op_time_us_per_step=_us(op_time, steps),
@@ -265,7 +302,7 @@ def _dispatch(
         sync_share=_share(t.sync_s, wall),
         h2d_us_per_step=_us(h2d_time, steps),
         h2d_share=_share(h2d_time, wall),
-        window_start=indices[0],
+        window_start=window_start,
         window_steps=steps,
         window_partial=False,
         measured_device="cpu" if engine.cpu_only else "accelerator",

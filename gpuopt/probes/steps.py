@@ -103,7 +103,6 @@ class StepClock:
 
 _ACTIVE: StepClock | None = None
 _HOOK_HANDLES: list[Any] = []
-_BACKWARD_ORIGINAL: Any = None
 
 
 def active_clock() -> StepClock | None:
@@ -127,22 +126,70 @@ def _optimizer_post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
         _ACTIVE.mark(OPTIMIZER, optimizer=optimizer)
 
 
-def _backward_wrapper(original: Any) -> Any:
-    def backward(*args: Any, **kwargs: Any) -> Any:
-        out = original(*args, **kwargs)
-        if _ACTIVE is not None:
-            _ACTIVE.mark(BACKWARD)
-        return out
+class _BackwardMarks:
+    """The wrappers of ``Tensor.backward`` and ``torch.autograd.backward``: each marks when the
+    backward pass has returned. ``Tensor.backward`` marks after its whole call, outside any torch
+    function mode's handler (a recorder's mode must be able to leave at a step boundary);
+    ``torch.autograd.backward`` marks only when called directly (``depth``: inside
+    ``Tensor.backward``, which calls it)."""
 
-    backward.__wrapped__ = original  # type: ignore[attr-defined]
-    backward.__doc__ = original.__doc__
-    return backward
+    def __init__(self) -> None:
+        self.depth = 0
+        self.originals: list[tuple[Any, str, Any]] = []
+
+    def install(self) -> None:
+        import torch
+        import torch.autograd
+
+        if self.originals:
+            return
+        owners: tuple[tuple[Any, Any], ...] = (
+            (torch.Tensor, self._tensor),
+            (torch.autograd, self._autograd),
+        )
+        for owner, wrap in owners:
+            original = owner.backward
+            wrapper = wrap(original)
+            wrapper.__wrapped__ = original
+            wrapper.__doc__ = original.__doc__
+            self.originals.append((owner, "backward", original))
+            setattr(owner, "backward", wrapper)  # noqa: B010 (owner is Any: a class or module)
+
+    def uninstall(self) -> None:
+        while self.originals:
+            owner, attr, original = self.originals.pop()
+            setattr(owner, attr, original)
+
+    def _tensor(self, original: Any) -> Any:
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            self.depth += 1
+            try:
+                out = original(*args, **kwargs)
+            finally:
+                self.depth -= 1
+            if _ACTIVE is not None and self.depth == 0:
+                _ACTIVE.mark(BACKWARD)
+            return out
+
+        return backward
+
+    def _autograd(self, original: Any) -> Any:
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            out = original(*args, **kwargs)
+            if _ACTIVE is not None and self.depth == 0:
+                _ACTIVE.mark(BACKWARD)
+            return out
+
+        return backward
+
+
+_BACKWARD = _BackwardMarks()
 
 
 def install(clock: StepClock) -> None:
-    """Make ``clock`` the active one, hook every optimizer's ``step()`` and wrap
-    ``torch.autograd.backward`` (``Tensor.backward`` calls it)."""
-    global _ACTIVE, _BACKWARD_ORIGINAL
+    """Make ``clock`` the active one, hook every optimizer's ``step()`` and wrap the backward
+    entry points (``Tensor.backward``, ``torch.autograd.backward``)."""
+    global _ACTIVE
     _ACTIVE = clock
     if not _HOOK_HANDLES:
         from torch.optim.optimizer import (
@@ -152,20 +199,12 @@ def install(clock: StepClock) -> None:
 
         _HOOK_HANDLES.append(register_optimizer_step_pre_hook(_optimizer_pre_hook))
         _HOOK_HANDLES.append(register_optimizer_step_post_hook(_optimizer_post_hook))
-    if _BACKWARD_ORIGINAL is None:
-        import torch.autograd
-
-        _BACKWARD_ORIGINAL = torch.autograd.backward
-        torch.autograd.backward = _backward_wrapper(_BACKWARD_ORIGINAL)
+    _BACKWARD.install()
 
 
 def uninstall() -> None:
-    global _ACTIVE, _BACKWARD_ORIGINAL
+    global _ACTIVE
     _ACTIVE = None
     while _HOOK_HANDLES:
         _HOOK_HANDLES.pop().remove()
-    if _BACKWARD_ORIGINAL is not None:
-        import torch.autograd
-
-        torch.autograd.backward = _BACKWARD_ORIGINAL
-        _BACKWARD_ORIGINAL = None
+    _BACKWARD.uninstall()
