@@ -88,7 +88,7 @@ def test_a_real_host_overhead_is_still_reported() -> None:
     times = [0.05, 0.02] + [0.03] * 3 + [0.03] * 5 + [0.010] * 30
     host = summarize(_capture([0.030] * 3, window_start=2, next_step=40), _series(times))
     assert host.dispatch.between_ops_us_per_step == pytest.approx(21000.0)
-    assert host.dispatch.step_time_source == "the window's steps, recorder cost subtracted"
+    assert host.dispatch.step_time_capped_steps == 0
     (f,) = evaluate(Profile(dispatch=host.dispatch, findings=[]), only={"launch-bound"})
     assert f.evidence["host_us_per_op"] == pytest.approx(0.7667 * 30000 / 575, abs=0.1)
 
@@ -101,7 +101,8 @@ def test_recorder_cost_the_model_misses_is_capped_by_the_neighbours() -> None:
     d = host.dispatch
     assert d.step_time_us == pytest.approx(10000.0)
     assert d.between_ops_us_per_step == pytest.approx(1000.0)
-    assert "3 capped at the unrecorded steps nearest the window" in str(d.step_time_source)
+    assert d.step_time_capped_steps == 3
+    assert str(d.step_time_source).endswith("at most the unrecorded steps nearest the window")
 
 
 def _dispatch(step_time_us: float, calibrated: float | None = 1.5) -> dict[str, Any]:

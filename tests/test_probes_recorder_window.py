@@ -186,9 +186,11 @@ def test_step_time_from_the_recorded_steps_themselves(tmp_path: Path) -> None:
         series=series,
     )
     d = doc["dispatch"]
-    assert d["step_time_source"] == "the window's steps, recorder cost subtracted"
+    assert d["step_time_source"].startswith("the window's steps, recorder cost subtracted")
+    assert d["step_time_capped_steps"] == 0  # the unrecorded steps (1 s) are slower
     assert d["step_time_us"] < d["step_time_us_raw"]  # the recorder's cost is taken out
-    assert d["data_wait_us_per_step"] == pytest.approx(100.0, abs=50.0)
+    # the window's own waits (at most 100 µs, capped by the step's time), never step 5's 0.5 s
+    assert 0.0 < d["data_wait_us_per_step"] <= 100.0
     assert d["between_ops_us_per_step"] == pytest.approx(
         d["step_time_us"] - d["data_wait_us_per_step"] - d["op_time_us_per_step"], abs=0.2
     )

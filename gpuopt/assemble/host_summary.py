@@ -291,7 +291,8 @@ def _dispatch(
         torch_function_calls_per_step=per_step(t.tf_events, steps, 1),
         step_time_us=round(wall / steps * 1e6, 1),
         step_time_source=STEP_TIME_SOURCE
-        + (f"; {capped} capped at the unrecorded steps nearest the window" if capped else ""),
+        + (", at most the unrecorded steps nearest the window" if bound is not None else ""),
+        step_time_capped_steps=capped,
         step_time_us_raw=round(t.wall_s / steps * 1e6, 1),
         between_ops_us_per_step=_us(between, steps),
         op_time_us_per_step=_us(op_time, steps),

@@ -212,6 +212,7 @@ class Dispatch(Record):
     step_time_us: float | UnsetType = UNSET
     step_time_source: str | UnsetType = UNSET
     step_time_us_raw: float | UnsetType = UNSET
+    step_time_capped_steps: int | UnsetType = UNSET  # window steps capped at their neighbours
     between_ops_us_per_step: float | UnsetType = UNSET
     op_time_us_per_step: float | UnsetType = UNSET
     data_wait_us_per_step: float | UnsetType = UNSET

@@ -14,7 +14,8 @@ in one step) never marks. When an optimizer steps after backward marks, that fir
 step moves the iteration's boundary rather than adding one: the step count stays one per
 iteration, and from then on optimizer steps mark (the one short step, the first, is warm-up).
 ``marker`` is the marker that marked the last step: ``optimizer.step`` / ``loss.backward`` /
-``gpuopt.step``.
+``gpuopt.step``; ``sources`` every marker that marked a step (a moved boundary counts as the
+optimizer's).
 
 The clock is injectable (tests pass a fake); the listeners are the runner's probes.
 """
@@ -73,6 +74,8 @@ class StepClock:
                     # The iteration's boundary was already counted at its backward: this step
                     # moves it (no extra step); optimizer steps mark from now on.
                     self.marker = OPTIMIZER
+                    self.sources.discard(BACKWARD)
+                    self.sources.add(OPTIMIZER)
                     return
             elif oid != self._first_optimizer:
                 return

@@ -5,7 +5,7 @@ import torch.nn.functional as F
 
 torch.manual_seed(0)
 fc = torch.nn.Linear(4, 1)
-for batch in range(12):
+for _ in range(12):
     x = torch.randn(32, 4)
     y = x.sum(1, keepdim=True)
     fc.zero_grad()
@@ -14,4 +14,4 @@ for batch in range(12):
     output.backward()
     for param in fc.parameters():
         param.data.add_(-0.1 * param.grad)
-print("hand updates done", batch + 1)
+print("hand updates done")
