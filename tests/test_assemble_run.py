@@ -62,7 +62,7 @@ def test_a_recorder_summary_that_fails_costs_its_parts_not_the_profile(
         window_start=2,
         engine=None,
         calibration=None,
-        partial=False,
+        unfinished=False,
         next_step=6,
         shapes=None,
     )

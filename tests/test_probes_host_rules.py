@@ -15,6 +15,7 @@ from profile_builders import loader, ragged
 from gpuopt.findings.engine import evaluate as evaluate_profile
 from gpuopt.findings.engine import registered_rules
 from gpuopt.findings.estimates import speedup_if_removed
+from gpuopt.findings.rules.host_dispatch import plausible_per_op_us
 from gpuopt.model.profile import Finding, Profile
 
 HOST_RULES = {
@@ -219,7 +220,9 @@ def test_launch_bound_end_to_end(tmp_path: Path, _repo_cwd: None) -> None:
     # busy this machine is: the rule must follow the measurement either way (its thresholds
     # are tested on fixed numbers in test_launch_bound_thresholds).
     tiny = d["tiny_ops_per_step"] / d["ops_per_step"] >= 0.5
-    if tiny and d["host_dispatch_share"] >= 0.3:
+    per_op = d["host_dispatch_share"] * d["step_time_us"] / d["ops_per_step"]
+    plausible = per_op <= plausible_per_op_us(msgspec.convert(doc, Profile))
+    if tiny and d["host_dispatch_share"] >= 0.3 and plausible:
         (f,) = findings
         assert f.site == site("planted_tiny_ops.py", "TINY-OPS")
         if not torch.cuda.is_available():

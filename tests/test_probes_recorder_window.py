@@ -114,15 +114,20 @@ def test_run_ending_inside_the_window_keeps_complete_steps(tmp_path: Path) -> No
     assert doc["dispatch"]["window_steps"] == 2 and doc["dispatch"]["window_partial"] is False
 
 
-def test_run_without_steps_reports_the_partial_window(tmp_path: Path) -> None:
+def test_run_without_steps_reports_nothing_per_step(tmp_path: Path) -> None:
+    """A window that never saw a complete step (code after the last step boundary, a run with
+    no boundary at all) is no training step: nothing is reported per step, and the note says
+    why."""
     mod = load(NAME)
     probe = DispatchRecorder()
     probe.start(context(tmp_path, window_start=0, window_steps=3))
     mod["train_step"](2)  # no step ever ends (no optimizer, no gpuopt.step())
     probe.stop()
+    assert _no_modes()
     doc = host_document(probe)
-    assert _ops_per_step(doc) == 3
-    assert doc["dispatch"]["window_steps"] == 1 and doc["dispatch"]["window_partial"] is True
+    assert doc["dispatch"]["ops_per_step"] is None and doc["dispatch"]["window_steps"] == 0
+    assert "too few steps to record a step" in doc["dispatch"]["note"]
+    assert "not a training step" in doc["dispatch"]["note"]
 
 
 def test_run_ending_before_the_window(tmp_path: Path) -> None:
@@ -165,14 +170,13 @@ def test_user_mode_pushed_inside_the_window_is_never_popped(tmp_path: Path) -> N
     assert any("another torch mode" in w for w in doc["warnings"])
 
 
-def test_step_time_from_the_steps_outside_the_window(tmp_path: Path) -> None:
-    """With the step probe's series in the document, step time and data wait come from the
-    unrecorded steps (medians), and the window's op time is split off that."""
+def test_step_time_from_the_recorded_steps_themselves(tmp_path: Path) -> None:
+    """Step time and data wait come from the window's own steps (the DataLoader probe's wait
+    for those steps), never from the unrecorded ones: the split adds up over the same steps."""
     mod = load(NAME)
-    series = [
-        {"index": i, "time_s": 0.010, "data_wait_s": 0.002, "warmup": i < 1} for i in range(8)
-    ]
-    series[1]["time_s"] = series[2]["time_s"] = 0.5  # the window's own (slowed) steps: ignored
+    series = [{"index": i, "time_s": 1.0, "data_wait_s": 0.0, "warmup": i < 1} for i in range(8)]
+    series[1]["data_wait_s"] = series[2]["data_wait_s"] = 0.0001  # the window's steps
+    series[5]["data_wait_s"] = 0.5  # an unrecorded step: ignored
     doc = record(
         mod["ten_adds"],
         steps=8,
@@ -182,9 +186,11 @@ def test_step_time_from_the_steps_outside_the_window(tmp_path: Path) -> None:
         series=series,
     )
     d = doc["dispatch"]
-    assert d["step_time_source"] == "median of the measured steps outside the window"
-    assert (d["step_time_us"], d["data_wait_us_per_step"]) == (10000.0, 2000.0)
+    assert d["step_time_source"].startswith("the window's steps, recorder cost subtracted")
+    assert d["step_time_capped_steps"] == 0  # the unrecorded steps (1 s) are slower
+    assert d["step_time_us"] < d["step_time_us_raw"]  # the recorder's cost is taken out
+    # the window's own waits (at most 100 µs, capped by the step's time), never step 5's 0.5 s
+    assert 0.0 < d["data_wait_us_per_step"] <= 100.0
     assert d["between_ops_us_per_step"] == pytest.approx(
-        10000.0 - 2000.0 - d["op_time_us_per_step"], abs=0.2
+        d["step_time_us"] - d["data_wait_us_per_step"] - d["op_time_us_per_step"], abs=0.2
     )
-    assert d["between_ops_share"] == pytest.approx(d["between_ops_us_per_step"] / 8000.0, abs=1e-3)

@@ -11,14 +11,15 @@ How a step's time is split (per step):
                 corrected for the recorder's inflation of each call
 ``between``   = the rest: Python, framework bookkeeping, launch preparation: host overhead
 
-The recorder slows the steps it records, by more than it can account for call by call. So
-``step`` and ``data wait`` come from the steps *outside* the window (the run's step series)
-whenever there are at least three of them; otherwise from
-the window, minus the recorder's cost (its handlers' own time, measured on every call, plus the
-mode-entry costs of :mod:`gpuopt.probes.recorder_calibration`). ``step_time_source`` says which.
-The step series comes from the assembly (it is built from the step clock and the DataLoader
-probe), so :func:`summarize` is called once the run's steps are known. It reads the user's files
-(sites, loops): the caller turns anything it raises into a warning.
+Every time and share comes from the same recorded steps whose ops were counted: ``step`` is
+each window step's own wall time minus the recorder's cost in that step (its handlers' own time,
+measured on every call, plus the mode-entry costs of :mod:`gpuopt.probes.recorder_calibration`),
+and ``data wait`` is the DataLoader probe's wait in that step (or the recorder's data-loading
+ops), minus the recorder's cost of the data-loading ops. Times of other steps never enter: a run
+whose step time drifts (a neighbour's load rising after the window) would otherwise turn the
+difference into "host overhead". The run's step series comes from the assembly (the DataLoader
+probe's waits), so :func:`summarize` is called once the run's steps are known. It reads the
+user's files (sites, loops): the caller turns anything it raises into a warning.
 ``between_ops_share`` is ``between`` over the time that is not waiting (data, syncs, copies), the
 convention ``breakdown.other`` uses; ``between_ops_step_share`` is over the whole step.
 """
@@ -53,8 +54,11 @@ LOOP_MIN_OPS = 4
 TIME_NOTE = (
     "host-side times: on a GPU an op's time is its launch (kernels run asynchronously), and a "
     "sync's time includes the wait for queued GPU work; op times are corrected for the recorder's "
-    "measured cost, and step time comes from the unrecorded steps where possible (step_time_source)"
+    "measured cost; step time, op time and waits all come from the recorded steps"
 )
+
+
+STEP_TIME_SOURCE = "the window's steps, recorder cost subtracted"
 
 
 def per_step(value: float, steps: int, digits: int = 3) -> float | int:
@@ -71,22 +75,32 @@ def _share(part: float, whole: float) -> float:
     return round(min(max(part / whole, 0.0), 1.0), 4) if whole > 0 else 0.0
 
 
-def _reference(series: list[StepRecord], window: list[int]) -> tuple[float, float] | None:
-    """``(step s, data wait s)``: medians over the measured steps *outside* the window. The
-    recorder slows its own steps by more than it can account for op by op (arguments handed to
-    Python, colder caches), so step time and data wait come from the steps it did not touch; the
-    window supplies what only it can see (op time, syncs, copies)."""
+NEAR_STEPS = 5  # unrecorded steps nearest the window that bound its recorder-free time
+NEAR_MIN = 3
+
+
+def _near_bound(series: list[StepRecord], window: list[int]) -> float | None:
+    """The median time of the measured, unrecorded steps nearest the window (at most
+    :data:`NEAR_STEPS`, at least :data:`NEAR_MIN`), or None. Only ever a cap: see
+    :func:`_split`."""
     skip = set(window)
-    times, waits = [], []
-    for r in series:
-        if r.warmup or r.index in skip or not r.time_s > 0:
-            continue
-        times.append(float(r.time_s))
-        wait = r.data_wait_s
-        waits.append(float(wait) if isinstance(wait, (int, float)) else 0.0)
-    if len(times) < 3:
-        return None
-    return median(times), median(waits)
+    mid = (window[0] + window[-1]) / 2 if window else 0.0
+    near = sorted(
+        (abs(r.index - mid), float(r.time_s))
+        for r in series
+        if not r.warmup and r.index not in skip and r.instrumented is not True and r.time_s > 0
+    )[:NEAR_STEPS]
+    return median(t for _, t in near) if len(near) >= NEAR_MIN else None
+
+
+def _waits(series: list[StepRecord], window: list[int]) -> list[float | None]:
+    """The DataLoader probe's wait in each window step (None where the series has no step)."""
+    by_index = {r.index: r.data_wait_s for r in series}
+    out: list[float | None] = []
+    for i in window:
+        wait = by_index.get(i)
+        out.append(float(wait) if isinstance(wait, (int, float)) else None)
+    return out
 
 
 class _Sites:
@@ -140,19 +154,17 @@ def summarize(capture: RecorderCapture, series: list[StepRecord]) -> HostSummary
     ragged = capture.shapes
     steps = engine.steps_done
     if steps == 0 or capture.calibration is None:
-        note = (
-            f"the run ended after {capture.next_step} step(s), before the recording window "
-            f"(step {capture.window_start})"
-        )
+        note = _no_step_note(capture)
         return HostSummary(Dispatch(window_steps=0, note=note), ragged=ragged, warnings=warnings)
     cal = capture.calibration
-    first = max(capture.window_start, 0) if not capture.partial else capture.next_step
+    first = max(capture.window_start, 0)
     indices = list(range(first, first + steps))
     total = engine.total
     sites = _Sites(engine.resolver, engine.loops)
-    ref = _reference(series, indices)
-    dispatch, wall, host_scale = _dispatch(engine, total, cal, steps, ref, indices, capture.partial)
-    dispatch.top_sites = _top_sites(total, sites, steps, wall, cal, host_scale)
+    waits = _waits(series, indices)
+    bound = _near_bound(series, indices)
+    dispatch, wall = _dispatch(engine, total, cal, steps, waits, bound, first)
+    dispatch.top_sites = _top_sites(total, sites, steps, wall, cal)
     if ragged is not None:
         ragged.step_signatures_distinct = len({c.signature for c in engine.step_counters})
         ragged.step_signatures_steps = len(engine.step_counters)
@@ -160,38 +172,60 @@ def summarize(capture: RecorderCapture, series: list[StepRecord]) -> HostSummary
         dispatch=dispatch,
         transfers=_transfers(total, sites, steps, wall),
         syncs=_syncs(total, sites, steps, wall),
-        loops=_loops(total, sites, steps, wall, cal, host_scale),
+        loops=_loops(total, sites, steps, wall, cal),
         ragged=ragged,
         warnings=warnings,
     )
 
 
+def _no_step_note(capture: RecorderCapture) -> str:
+    """Why nothing is reported per step: the run never finished a step inside the window."""
+    done, start = capture.next_step, capture.window_start
+    hint = f"; rerun with --warmup {done - 1}" if 0 < done <= start else ""
+    ran = (
+        " (what ran after the last step boundary is not a training step)"
+        if capture.unfinished
+        else ""
+    )
+    return (
+        f"too few steps to record a step: the run ended after {done} step(s), before the "
+        f"recording window (step {start}) saw a complete step{ran}{hint}"
+    )
+
+
 def _split(
-    t: StepCounters, cal: Calibration, ref: tuple[float, float] | None, steps: int
+    t: StepCounters, cal: Calibration, wait: float | None, bound: float | None
 ) -> dict[str, float]:
-    """Where the time of ``t`` (``steps`` steps: one, or the whole window) went, recorder cost
-    removed: step time and data wait from the unrecorded steps when there are enough of them,
-    else from the window with the recorder's cost subtracted."""
+    """Where the time of one recorded step ``t`` went, from that step, the recorder's cost
+    removed. ``wait``: the DataLoader probe's wait in that step. ``bound``: the time of the
+    unrecorded steps nearest the window: the recorder slows a step by more than its per-call
+    model accounts for (colder caches, larger ops' arguments), and a recorder-free step cannot
+    have been slower than its unrecorded neighbours, so the step's time is capped there. The
+    cap only ever lowers the step's time: a run that slows down later (a neighbour's load
+    rising) changes nothing, and one that speeds up can only under-report host time."""
     inflation = cal.inflation_us * 1e-6
     op_time = max(t.op_s - t.ops * inflation, 0.0)
     sync_calls = sum(v[1] for k, v in t.syncs.items() if k[0] == "synchronize")
     h2d = sum(v[1] for k, v in t.transfers.items() if k[0] == "h2d")
     overhead = _overhead(t, cal)
-    if ref is not None:
-        wall, data = ref[0] * steps, ref[1] * steps
-    else:
-        per_op, _ = _per_event(t, cal)
-        wall = max(t.wall_s - overhead, 1e-9)
-        data = min(max(t.data_s - t.data_ops * per_op, 0.0), wall)
+    per_op, _ = _per_event(t, cal)
+    own = max(t.wall_s - overhead, 1e-9)
+    wall = min(own, bound) if bound is not None else own
+    data_cost = t.data_ops * per_op
+    data = max(t.data_s - data_cost, 0.0)
+    if wait is not None:
+        data = max(data, wait - data_cost)
+    data = min(data, wall)
     between = max(wall - data - sync_calls - op_time, 0.0)
     return {
         "overhead": overhead,
+        "capped": float(wall < own),
         "wall": wall,
-        "model_wall": max(t.wall_s - overhead, 1e-9),
         "op_time": op_time,
         "small_time": max(t.small_s - t.small_ops * inflation, 0.0),
         "h2d": h2d,
         "data": data,
+        "sync_calls": sync_calls,
         "between": between,
         "not_waiting": max(wall - data - t.sync_s - h2d, 1e-9),
     }
@@ -220,37 +254,28 @@ def _dispatch(
     t: StepCounters,
     cal: Calibration,
     steps: int,
-    ref: tuple[float, float] | None,
-    indices: list[int],
-    partial: bool,
-) -> tuple[Dispatch, float, float]:
-    """The ``dispatch`` record, the window's total step time (for shares) and the factor that
-    scales per-site host times measured in the window to unrecorded time (``ref``: step and
-    data-wait seconds from the unrecorded steps, when there are enough of them)."""
-    total = _split(t, cal, ref, steps)
-    per = [_split(c, cal, ref, 1) for c in engine.step_counters]
+    waits: list[float | None],
+    bound: float | None,
+    window_start: int,
+) -> tuple[Dispatch, float]:
+    """The ``dispatch`` record and the window's total step time (for the other shares), both
+    from the recorded steps (``waits``: the DataLoader probe's wait in each of them; ``bound``:
+    the cap of :func:`_split`)."""
+    per = [
+        _split(c, cal, waits[i] if i < len(waits) else None, bound)
+        for i, c in enumerate(engine.step_counters)
+    ]
+    capped = int(sum(p["capped"] for p in per))
     # Shares are medians over the window's steps: one step slowed by the machine (a preempted
-    # op) does not decide them. Times per step are means.
+    # op, the recorder's first sight of the code) does not decide them. Times per step are means.
     between_share = median([_share(p["between"], p["not_waiting"]) for p in per]) if per else 0.0
     host_share = (
         median([_share(p["between"] + p["small_time"], p["wall"]) for p in per]) if per else 0.0
     )
-    wall, op_time, h2d_time, data_wait, between = (
-        total["wall"],
-        total["op_time"],
-        total["h2d"],
-        total["data"],
-        total["between"],
+    wall, op_time, h2d_time, data_wait, sync_calls, overhead = (
+        sum(p[k] for p in per) for k in ("wall", "op_time", "h2d", "data", "sync_calls", "overhead")
     )
-    overhead = total["overhead"]
-    # Per-site times are host time measured inside the window, cost subtracted op by op; what the
-    # per-op model misses is spread over them in proportion.
-    host_scale = min(1.0, wall / total["model_wall"]) if ref is not None else 1.0
-    recorder_share = (
-        max(0.0, 1.0 - wall / t.wall_s)
-        if ref is not None and t.wall_s > 0
-        else _share(overhead, t.wall_s)
-    )
+    between = max(wall - data_wait - sync_calls - op_time, 0.0)  # the window's split adds up
     out = Dispatch(
         ops_per_step=per_step(t.ops, steps, 1),
         mean_op_us=round(op_time / t.ops * 1e6, 2) if t.ops else None,
@@ -265,23 +290,22 @@ def _dispatch(
         data_ops_per_step=per_step(t.data_ops, steps, 1),
         torch_function_calls_per_step=per_step(t.tf_events, steps, 1),
         step_time_us=round(wall / steps * 1e6, 1),
-        step_time_source="median of the measured steps outside the window"
-        if ref is not None
-        else "the window's steps, recorder cost subtracted",
+        step_time_source=STEP_TIME_SOURCE
+        + (", at most the unrecorded steps nearest the window" if bound is not None else ""),
+        step_time_capped_steps=capped,
         step_time_us_raw=round(t.wall_s / steps * 1e6, 1),
         between_ops_us_per_step=_us(between, steps),
         op_time_us_per_step=_us(op_time, steps),
         data_wait_us_per_step=_us(data_wait, steps),
-        data_wait_source="dataloader probe, steps outside the window"
-        if ref is not None
-        else "recorder: data-loading ops in the window, recorder cost subtracted",
+        data_wait_source="dataloader probe and recorder, the window's steps, recorder cost "
+        "subtracted",
         sync_us_per_step=_us(t.sync_s, steps),
         sync_share=_share(t.sync_s, wall),
         h2d_us_per_step=_us(h2d_time, steps),
         h2d_share=_share(h2d_time, wall),
-        window_start=indices[0],
+        window_start=window_start,
         window_steps=steps,
-        window_partial=partial,
+        window_partial=False,
         measured_device="cpu" if engine.cpu_only else "accelerator",
         recorder_overhead_us_per_op=round(overhead / max(t.dispatch_events, 1) * 1e6, 2),
         recorder_own_us_per_op=round(
@@ -292,10 +316,11 @@ def _dispatch(
         recorder_passthrough_us=round(cal.passthrough_us, 2),
         recorder_inflation_us=round(cal.inflation_us, 2),
         recorder_trivial_op_us=round(cal.trivial_op_us, 2),
-        recorder_overhead_share=round(recorder_share, 4),
+        recorder_overhead_share=_share(overhead, t.wall_s),
+        calibrated_op_us=round(cal.op_us_without_recorder, 2),
         note=TIME_NOTE,
     )
-    return out, wall, host_scale
+    return out, wall
 
 
 def _transfers(t: StepCounters, sites: _Sites, steps: int, wall: float) -> list[Transfer]:
@@ -398,7 +423,6 @@ def _loops(
     steps: int,
     wall: float,
     cal: Calibration,
-    host_scale: float,
 ) -> list[Loop]:
     per_loop: dict[tuple[str, int], dict[str, Any]] = defaultdict(
         lambda: {"ops": 0, "index": 0, "time": 0.0, "iters": 0, "kind": ""}
@@ -417,7 +441,7 @@ def _loops(
             g["code"] = sites.source_line(sites.code(at[0]), line)
         g["ops"] += st[S_OPS]
         g["index"] += st[S_INDEX]
-        g["time"] += max(st[S_TIME] - st[S_OPS] * per_op - st[S_TF] * per_call, 0.0) * host_scale
+        g["time"] += max(st[S_TIME] - st[S_OPS] * per_op - st[S_TF] * per_call, 0.0)
         g["iters"] = max(g["iters"], iterations)
         return g
 
@@ -475,7 +499,6 @@ def _top_sites(
     steps: int,
     wall: float,
     cal: Calibration,
-    host_scale: float,
 ) -> list[TopSite]:
     """The user lines that issue the most op time per step (op time + the host time before it)."""
     per_op, per_call = _per_event(t, cal)
@@ -485,7 +508,7 @@ def _top_sites(
             continue
         a = agg[sites.site(cid, lasti)]
         a[0] += st[S_OPS]
-        a[1] += max(st[S_TIME] - st[S_OPS] * per_op - st[S_TF] * per_call, 0.0) * host_scale
+        a[1] += max(st[S_TIME] - st[S_OPS] * per_op - st[S_TF] * per_call, 0.0)
     ranked = sorted(agg.items(), key=lambda kv: (-kv[1][1], kv[0]))[:5]
     return [
         TopSite(site=site, ops_per_step=per_step(ops, steps, 1), time_share=_share(secs, wall))

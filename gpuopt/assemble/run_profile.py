@@ -1,7 +1,8 @@
 """Build the Profile of a ``gpuopt profile`` run from its :class:`RunRecord` (pure: no I/O but
 reading the analysed trace files a GPU run's profiler window wrote).
 
-Per step: a step ends at each optimizer (or ``gpuopt.step()``) mark; step 0 starts at the run's
+Per step: a step ends at each optimizer (or ``gpuopt.step()``, or without an optimizer
+``loss.backward()``) mark; step 0 starts at the run's
 first ``next()`` on a DataLoader when that comes before the first mark. Statistics cover the
 measured steps: after warm-up, and outside the recorder's window (which slows the steps it
 records) whenever other steps remain.
@@ -102,18 +103,23 @@ def _step_timeline(rec: RunRecord) -> _StepTimeline:
             "records: step times are inflated; run more steps or use --window 0"
         )
     waits = rec.loaders.wait_by_step if rec.loaders is not None else {}
-    series = step_stats.series(step0_start, rec.t_start, ends, rec.warmup, waits)
+    # One source for the warm-up every part shows (header, series, charts): none when the run
+    # had no more steps than --warmup, since the statistics then include them.
+    warmup = rec.warmup if len(ends) > rec.warmup else 0
+    series = step_stats.series(step0_start, rec.t_start, ends, warmup, waits)
     for r in series:
         r.instrumented = r.index in rec.instrumented
     steps = Steps(
         count=len(ends),
         measured=len(measured),
-        warmup=rec.warmup if len(ends) > rec.warmup else 0,
+        warmup=warmup,
         time_s=step_stats.time_stats([times[i] for i in measured]),
         marked_by=sorted(rec.step_sources),
         instrumented=sorted(i for i in rec.instrumented if i < len(ends)),
         series=series,
     )
+    if rec.step_marker is not None:
+        steps.marker = rec.step_marker
     if 0 < len(ends) <= rec.warmup:
         warnings.append(
             f"only {len(ends)} step(s), not more than --warmup {rec.warmup}: statistics include "
@@ -121,8 +127,8 @@ def _step_timeline(rec: RunRecord) -> _StepTimeline:
         )
     if not ends and rec.outcome.status == "ok":
         warnings.append(
-            "no training steps were seen: no torch.optim optimizer stepped; mark steps with "
-            "gpuopt.step() in loops without an optimizer"
+            "no training steps were seen: no torch.optim optimizer stepped and no backward pass "
+            "ran; mark steps with gpuopt.step() (import gpuopt) in loops without either"
         )
     return _StepTimeline(steps, times, measured, warnings)
 

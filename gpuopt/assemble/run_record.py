@@ -35,11 +35,12 @@ class RunRecord:
     outcome: Outcome
     environment: Environment
     step_ends: list[float]  # clock time at the end of each step
-    step_sources: set[str]  # what marked steps: "optimizer.step" and/or "gpuopt.step"
+    step_sources: set[str]  # what marked steps: "optimizer.step", "loss.backward", "gpuopt.step"
     instrumented: set[int]  # steps the recorder or the profiler window slowed down
     loaders: DataLoaderWaits | None  # None: the DataLoader probe could not start
     utilization: Utilization | None  # None: the sampler could not report
     recorder: RecorderCapture | None  # None: no recorder ran (--window 0)
     window: WindowResult | None  # None: no GPU profiler window (no CUDA)
     sampler_error: str | None = None
+    step_marker: str | None = None  # what marked the last step (the run's step boundary)
     warnings: list[str] = field(default_factory=list)  # probes that failed to start or stop

@@ -90,6 +90,8 @@ class Steps(Record):
     marked_by: list[str] | UnsetType = UNSET
     instrumented: list[int] | UnsetType = UNSET
     series: list[StepRecord] = field(default_factory=list)
+    # the step boundary the run used: "optimizer.step" / "loss.backward" / "gpuopt.step"
+    marker: str | UnsetType = UNSET
 
 
 class Breakdown(Record):
@@ -210,6 +212,7 @@ class Dispatch(Record):
     step_time_us: float | UnsetType = UNSET
     step_time_source: str | UnsetType = UNSET
     step_time_us_raw: float | UnsetType = UNSET
+    step_time_capped_steps: int | UnsetType = UNSET  # window steps capped at their neighbours
     between_ops_us_per_step: float | UnsetType = UNSET
     op_time_us_per_step: float | UnsetType = UNSET
     data_wait_us_per_step: float | UnsetType = UNSET
@@ -230,6 +233,8 @@ class Dispatch(Record):
     recorder_inflation_us: float | UnsetType = UNSET
     recorder_trivial_op_us: float | UnsetType = UNSET
     recorder_overhead_share: float | UnsetType = UNSET
+    # a trivial op called from user code without the recorder, measured at the end of the run
+    calibrated_op_us: float | UnsetType = UNSET
     note: str | UnsetType = UNSET
     top_sites: list[TopSite] | UnsetType = UNSET
 

@@ -42,7 +42,7 @@ class RecorderCapture:
     window_start: int
     engine: RecorderEngine | None
     calibration: Calibration | None  # calibrate()d when the window recorded a step
-    partial: bool  # an unfinished step was kept because no step finished
+    unfinished: bool  # the window was on when the run ended and recorded no complete step
     next_step: int  # steps the run finished
     shapes: Ragged | None  # batch shapes of every batch (None: the recorder did not run)
     errors: list[str] = field(default_factory=list)
@@ -64,7 +64,7 @@ class DispatchRecorder:
         self.shapes = BatchShapeTracker()
         self.enabled = False
         self.done = False
-        self.partial = False
+        self.unfinished = False
         self.next_step = 0
         self.listener_note: str | None = None
         self._listener_registered = False
@@ -110,8 +110,10 @@ class DispatchRecorder:
         try:
             if self.engine is not None:
                 if self.engine.recording or self.engine.modes_installed():
+                    # What ran after the last step boundary (code after training, an eval loop)
+                    # is no training step: it is dropped, never reported per step.
                     self.engine.recording = False
-                    self.partial = self.engine.close_partial()
+                    self.unfinished = self.engine.steps_done == 0
                     self.engine.turn_off()
             self._remove_listener()
         except Exception as exc:
@@ -137,7 +139,7 @@ class DispatchRecorder:
             window_start=ctx.window_start if ctx is not None else 0,
             engine=engine,
             calibration=calibration,
-            partial=self.partial,
+            unfinished=self.unfinished,
             next_step=self.next_step,
             shapes=shapes,
             errors=self.errors + (engine.errors if engine is not None else []),

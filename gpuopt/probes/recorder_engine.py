@@ -260,13 +260,6 @@ class RecorderEngine:
             return None, 0
         return (id(frame.f_code), frame.f_lasti), id(frame)
 
-    def close_partial(self) -> bool:
-        """At the end of the run: keep an unfinished step only when no step finished at all."""
-        if self.steps_done == 0 and not self.acc.is_empty():
-            self.end_step()
-            return True
-        return False
-
     # -- the __torch_function__ layer ---------------------------------------------------
     def on_function(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if not self.recording or self.busy:

@@ -6,6 +6,17 @@ With several optimizers (a GAN's generator and discriminator), only the optimize
 first marks steps, so one iteration is one step. Once the script calls ``gpuopt.step()`` the
 explicit marks win and optimizer steps no longer count.
 
+Scripts that update parameters by hand (``param.data.add_(-lr * param.grad)``) step no
+optimizer: there the end of each backward pass (``loss.backward()``, i.e. every call of
+``torch.autograd.backward``) marks a step, until the first optimizer step is seen. A backward
+that runs inside an ``optimizer.step()`` (LBFGS calls its closure, with its backward, many times
+in one step) never marks. When an optimizer steps after backward marks, that first optimizer
+step moves the iteration's boundary rather than adding one: the step count stays one per
+iteration, and from then on optimizer steps mark (the one short step, the first, is warm-up).
+``marker`` is the marker that marked the last step: ``optimizer.step`` / ``loss.backward`` /
+``gpuopt.step``; ``sources`` every marker that marked a step (a moved boundary counts as the
+optimizer's).
+
 The clock is injectable (tests pass a fake); the listeners are the runner's probes.
 """
 
@@ -17,6 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 StepListener = Callable[[int, float], None]
+
+OPTIMIZER = "optimizer.step"
+BACKWARD = "loss.backward"
+EXPLICIT = "gpuopt.step"
 
 
 class StopRun(BaseException):
@@ -35,32 +50,54 @@ class StepClock:
     ends: list[float] = field(default_factory=list)
     sources: set[str] = field(default_factory=set)
     listeners: list[StepListener] = field(default_factory=list)
+    marker: str | None = None  # what marked the last step
     _first_optimizer: int | None = None
     _explicit: bool = False
+    _optimizer_depth: int = 0  # > 0 while an optimizer's step() runs
     stopping: bool = False
 
-    def mark(self, source: str = "gpuopt.step", optimizer: Any = None) -> None:
+    def mark(self, source: str = EXPLICIT, optimizer: Any = None) -> None:
         if self.stopping:
             return
-        if source == "gpuopt.step":
+        if source == EXPLICIT:
             self._explicit = True
         elif self._explicit:
             return
+        elif source == BACKWARD:
+            if self._optimizer_depth or self._first_optimizer is not None:
+                return
         elif optimizer is not None:
             oid = id(optimizer)
             if self._first_optimizer is None:
                 self._first_optimizer = oid
+                if self.marker == BACKWARD:
+                    # The iteration's boundary was already counted at its backward: this step
+                    # moves it (no extra step); optimizer steps mark from now on.
+                    self.marker = OPTIMIZER
+                    self.sources.discard(BACKWARD)
+                    self.sources.add(OPTIMIZER)
+                    return
             elif oid != self._first_optimizer:
                 return
+        self._tick(source)
+
+    def _tick(self, source: str) -> None:
         t = self.clock()
         index = len(self.ends)
         self.ends.append(t)
         self.sources.add(source)
+        self.marker = source
         for fn in list(self.listeners):
             fn(index, t)
         if self.max_steps is not None and len(self.ends) >= self.max_steps:
             self.stopping = True
             raise StopRun()
+
+    def optimizer_entered(self) -> None:
+        self._optimizer_depth += 1
+
+    def optimizer_left(self) -> None:
+        self._optimizer_depth = max(self._optimizer_depth - 1, 0)
 
     @property
     def count(self) -> int:
@@ -68,37 +105,109 @@ class StepClock:
 
 
 _ACTIVE: StepClock | None = None
-_HOOK_HANDLE: Any = None
+_HOOK_HANDLES: list[Any] = []
 
 
 def active_clock() -> StepClock | None:
     return _ACTIVE
 
 
-def mark_step(source: str = "gpuopt.step") -> None:
+def mark_step(source: str = EXPLICIT) -> None:
     """``gpuopt.step()``: a no-op outside ``gpuopt profile``."""
     if _ACTIVE is not None:
         _ACTIVE.mark(source)
 
 
+def _optimizer_pre_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
+    if _ACTIVE is not None:
+        _ACTIVE.optimizer_entered()
+
+
 def _optimizer_post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
     if _ACTIVE is not None:
-        _ACTIVE.mark("optimizer.step", optimizer=optimizer)
+        _ACTIVE.optimizer_left()
+        _ACTIVE.mark(OPTIMIZER, optimizer=optimizer)
+
+
+class _BackwardMarks:
+    """The wrappers of ``Tensor.backward`` and ``torch.autograd.backward``: each marks when the
+    backward pass has returned. ``Tensor.backward`` marks after its whole call, outside any torch
+    function mode's handler (a recorder's mode must be able to leave at a step boundary);
+    ``torch.autograd.backward`` marks only when called directly (``depth``: inside
+    ``Tensor.backward``, which calls it)."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.originals: list[tuple[Any, str, Any]] = []
+
+    def install(self) -> None:
+        import torch
+        import torch.autograd
+
+        if self.originals:
+            return
+        owners: tuple[tuple[Any, Any], ...] = (
+            (torch.Tensor, self._tensor),
+            (torch.autograd, self._autograd),
+        )
+        for owner, wrap in owners:
+            original = owner.backward
+            wrapper = wrap(original)
+            wrapper.__wrapped__ = original
+            wrapper.__doc__ = original.__doc__
+            self.originals.append((owner, "backward", original))
+            setattr(owner, "backward", wrapper)  # noqa: B010 (owner is Any: a class or module)
+
+    def uninstall(self) -> None:
+        while self.originals:
+            owner, attr, original = self.originals.pop()
+            setattr(owner, attr, original)
+
+    def _tensor(self, original: Any) -> Any:
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            self.depth += 1
+            try:
+                out = original(*args, **kwargs)
+            finally:
+                self.depth -= 1
+            if _ACTIVE is not None and self.depth == 0:
+                _ACTIVE.mark(BACKWARD)
+            return out
+
+        return backward
+
+    def _autograd(self, original: Any) -> Any:
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            out = original(*args, **kwargs)
+            if _ACTIVE is not None and self.depth == 0:
+                _ACTIVE.mark(BACKWARD)
+            return out
+
+        return backward
+
+
+_BACKWARD = _BackwardMarks()
 
 
 def install(clock: StepClock) -> None:
-    """Make ``clock`` the active one and hook every optimizer's ``step()``."""
-    global _ACTIVE, _HOOK_HANDLE
+    """Make ``clock`` the active one, hook every optimizer's ``step()`` and wrap the backward
+    entry points (``Tensor.backward``, ``torch.autograd.backward``)."""
+    global _ACTIVE
     _ACTIVE = clock
-    if _HOOK_HANDLE is None:
-        from torch.optim.optimizer import register_optimizer_step_post_hook
+    if not _HOOK_HANDLES:
+        from torch.optim.optimizer import (
+            register_optimizer_step_post_hook,
+            register_optimizer_step_pre_hook,
+        )
 
-        _HOOK_HANDLE = register_optimizer_step_post_hook(_optimizer_post_hook)
+        _HOOK_HANDLES.append(register_optimizer_step_pre_hook(_optimizer_pre_hook))
+        _HOOK_HANDLES.append(register_optimizer_step_post_hook(_optimizer_post_hook))
+    _BACKWARD.install()
 
 
 def uninstall() -> None:
-    global _ACTIVE, _HOOK_HANDLE
+    global _ACTIVE
     _ACTIVE = None
-    if _HOOK_HANDLE is not None:
-        _HOOK_HANDLE.remove()
-        _HOOK_HANDLE = None
+    while _HOOK_HANDLES:
+        _HOOK_HANDLES.pop().remove()
+    _BACKWARD.uninstall()

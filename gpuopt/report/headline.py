@@ -52,6 +52,12 @@ def device_summary(profile: Profile) -> str:
     return " · ".join(parts)
 
 
+NO_STEPS_HINT = (
+    "gpuopt counts a step at each optimizer.step(), without an optimizer at each "
+    "loss.backward(); elsewhere add `import gpuopt` and call gpuopt.step() once per step"
+)
+
+
 def steps_summary(profile: Profile) -> str:
     """``"48 measured · 2 warm-up · 50 total"``."""
     steps = profile.steps
@@ -60,8 +66,12 @@ def steps_summary(profile: Profile) -> str:
         f"{fmt_count(steps.warmup)} warm-up",
         f"{fmt_count(steps.count)} total",
     ]
+    marker = one_line(given(steps.marker) or "")
     marked = [one_line(m) for m in given(steps.marked_by) or [] if one_line(m)]
-    if marked:
+    if marker:
+        note = " (no optimizer.step() seen)" if marker == "loss.backward" else ""
+        parts.append(f"marked by {marker}(){note}")
+    elif marked:
         parts.append("marked by " + " + ".join(f"{m}()" for m in marked))
     if profile.stopped_by_steps is True:
         parts.append("stopped by --steps")

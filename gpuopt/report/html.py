@@ -295,7 +295,9 @@ class HtmlRenderer(Renderer):
         if all(v is None for _, v in stats):
             out.append(
                 '<p class="muted">No measured steps: gpuopt counts a step at each '
-                "<code>optimizer.step()</code> or <code>gpuopt.step()</code>.</p>"
+                "<code>optimizer.step()</code>, without an optimizer at each "
+                "<code>loss.backward()</code>; elsewhere add <code>import gpuopt</code> and call "
+                "<code>gpuopt.step()</code> once per step.</p>"
             )
             return _section("step-time", out)
         tiles = "".join(_tile(esc(label), esc(fmt_duration(v))) for label, v in stats)

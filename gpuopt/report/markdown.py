@@ -90,8 +90,9 @@ class MarkdownRenderer(Renderer):
         stats = h.step_stats(profile)
         if all(v is None for _, v in stats):
             return out + [
-                "No measured steps (gpuopt counts a step at each `optimizer.step()` or "
-                "`gpuopt.step()`).",
+                "No measured steps (gpuopt counts a step at each `optimizer.step()`, without an "
+                "optimizer at each `loss.backward()`; elsewhere add `import gpuopt` and call "
+                "`gpuopt.step()` once per step).",
                 "",
             ]
         out += _table(

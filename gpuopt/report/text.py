@@ -169,9 +169,7 @@ class TextRenderer(Renderer):
         if all(v is None for _, v in stats):
             t.append("no measured steps", style="yellow")
             if profile.steps.count == 0:
-                t.append(
-                    " (gpuopt counts a step at each optimizer.step() or gpuopt.step())", style="dim"
-                )
+                t.append(f" ({h.NO_STEPS_HINT})", style="dim")
             return Padding(t, (1, 0, 0, 0))
         for i, (label, value) in enumerate(stats):
             if i:

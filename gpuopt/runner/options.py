@@ -22,3 +22,11 @@ class ProfileOptions:
     quiet: bool = False
     fmt: str = "text"
     force: bool = False  # replace an earlier run's profile in --out DIR
+
+    @property
+    def warmup_used(self) -> int:
+        """The warm-up the run uses: ``--warmup``, but with ``--steps N`` at most ``N - 1``, so
+        that the recorder's window still records a training step."""
+        if self.steps is not None and self.window > 0:
+            return max(min(self.warmup, self.steps - 1), 0)
+        return self.warmup

@@ -124,13 +124,14 @@ class ProfileSession:
             cwd=self.cwd,
             started_at=self.started_at,
             rank=self.rank,
-            warmup=self.opts.warmup,
+            warmup=self.opts.warmup_used,
             t_start=self.t_start,
             t_end=self.t_end if full else self.clock(),
             outcome=outcome,
             environment=environment(),
             step_ends=list(self.steps.ends),
             step_sources=set(self.steps.sources),
+            step_marker=self.steps.marker,
             instrumented=self._instrumented_steps(),
             loaders=self._result(self.loader_probe, self.loader_probe.result, full),
             utilization=self._result(self.sampler, self.sampler.result, full)
@@ -167,8 +168,8 @@ class ProfileSession:
             script=self.target.display,
             user_roots=self.target.user_roots(),
             out_dir=self.run_dir.path,
-            warmup=self.opts.warmup,
-            window_start=self.opts.warmup,
+            warmup=self.opts.warmup_used,
+            window_start=self.opts.warmup_used,
             window_steps=self.opts.window,
             max_steps=self.opts.steps,
             clock=self.clock,
@@ -295,7 +296,7 @@ class ProfileSession:
     def _instrumented_steps(self) -> set[int]:
         """Steps the recorder or the profiler window slowed down: left out of the statistics
         (their own measurements come from those probes), like warm-up steps."""
-        w0, w = self.opts.warmup, self.opts.window
+        w0, w = self.opts.warmup_used, self.opts.window
         out: set[int] = set()
         if self.recorder is not None and self.recorder in self.started:
             out.update(range(w0, w0 + w))

@@ -5,6 +5,12 @@ When ops are small, the GPU finishes each kernel before the host has issued the 
 in between. The recorder measures, for its window, ops per step, how long op calls take, and the
 host time between ops (data loading and sync waits excluded); ``host_dispatch_share`` is between-op
 time plus the time of tiny op calls, over the step.
+
+A plausibility check keeps the finding honest: issuing one op costs the host microseconds. When
+the measured host time per op is far above the calibrated cost of a trivial op call (measured at
+the end of the run, ``dispatch.calibrated_op_us``: more than :data:`MAX_PER_OP_FACTOR` times it,
+and at least :data:`MIN_IMPLAUSIBLE_US`), the time between ops is not dispatch (Python work
+between ops, or a step that does something else) and the finding does not fire.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ MIN_OPS_PER_STEP = 100
 MIN_TINY_SHARE = 0.5  # at least half of the ops are tiny calls
 MIN_HOST_SHARE = 0.3  # and issuing them takes at least 30% of the step
 REMOVED = 0.9  # CUDA graphs: assumed share of the host dispatch time that goes away
+MAX_PER_OP_FACTOR = 50.0  # host time per op above 50x a trivial op call is not dispatch
+MIN_IMPLAUSIBLE_US = 100.0  # ... and never below 100 µs per op (eager Python per op stays below)
 
 
 def _gpu_launch(profile: Profile) -> dict[str, Any]:
@@ -36,6 +44,12 @@ def _gpu_launch(profile: Profile) -> dict[str, Any]:
     }
 
 
+def plausible_per_op_us(profile: Profile) -> float:
+    """The most host time per op that can still be dispatch (see the module docstring)."""
+    calibrated = value(profile.dispatch.calibrated_op_us)
+    return max(MAX_PER_OP_FACTOR * calibrated, MIN_IMPLAUSIBLE_US)
+
+
 @rule("launch-bound", reads=("source", "dispatch", "gpu"))
 def launch_bound(profile: Profile) -> list[Finding]:
     if from_trace(profile):
@@ -45,6 +59,9 @@ def launch_bound(profile: Profile) -> list[Finding]:
     tiny = value(d.tiny_ops_per_step)
     host_share = value(d.host_dispatch_share)
     if ops < MIN_OPS_PER_STEP or tiny / ops < MIN_TINY_SHARE or host_share < MIN_HOST_SHARE:
+        return []
+    per_op_us = host_share * value(d.step_time_us) / ops
+    if per_op_us > plausible_per_op_us(profile):
         return []
     top = d.top_sites or []
     site = top[0].site if top else None
@@ -74,6 +91,8 @@ def launch_bound(profile: Profile) -> list[Finding]:
                 "mean_op_us": mean_us,
                 "between_ops_us_per_step": between_us,
                 "host_dispatch_share": host_share,
+                "host_us_per_op": round(per_op_us, 2),
+                "calibrated_op_us": num(d.calibrated_op_us),
                 "recorder_overhead_us_per_op": num(d.recorder_overhead_us_per_op),
                 **_gpu_launch(profile),
             },

@@ -1,0 +1,136 @@
+"""Dispatch shares come from the recorded steps only (issue 14): a run whose step time drifts
+after the window (a neighbour's load rising) must not turn the difference into dispatch
+overhead, and a dispatch finding with an implausible host time per op does not fire."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from gpuopt.assemble.host_summary import summarize
+from gpuopt.findings.engine import evaluate
+from gpuopt.findings.rules.host_dispatch import MIN_IMPLAUSIBLE_US, plausible_per_op_us
+from gpuopt.model.profile import Profile, StepRecord
+from gpuopt.probes.recorder import RecorderCapture
+from gpuopt.probes.recorder_calibration import Calibration
+from gpuopt.probes.recorder_counters import StepCounters
+from gpuopt.probes.recorder_engine import RecorderEngine
+from gpuopt.probes.sites import SiteResolver
+
+FREE = Calibration(
+    function_entry_us=0.0,
+    dispatch_entry_us=0.0,
+    passthrough_us=0.0,
+    inflation_us=0.0,
+    op_us_without_recorder=1.0,
+    op_us_with_recorder=1.0,
+)
+
+
+def _window_step(wall_s: float) -> StepCounters:
+    """One recorded step, as a ResNet-like step measures it: 575 ops, 400 of them tiny (5 µs),
+    175 of 40 µs: 9 ms of op time."""
+    c = StepCounters()
+    c.ops = c.dispatch_events = 575
+    c.small_ops, c.small_s = 400, 400 * 5e-6
+    c.op_s = c.small_s + 175 * 40e-6
+    c.wall_s = wall_s
+    return c
+
+
+def _capture(walls: list[float], window_start: int, next_step: int) -> RecorderCapture:
+    engine = RecorderEngine(SiteResolver([]), cpu_only=True)
+    for w in walls:
+        c = _window_step(w)
+        engine.step_counters.append(c)
+        engine.total.merge(c)
+        engine.steps_done += 1
+    return RecorderCapture(
+        enabled=True,
+        off=False,
+        window_start=window_start,
+        engine=engine,
+        calibration=FREE,
+        next_step=next_step,
+        shapes=None,
+        unfinished=False,
+    )
+
+
+def _series(times: list[float]) -> list[StepRecord]:
+    return [
+        StepRecord(index=i, start_s=None, time_s=t, warmup=i < 2, data_wait_s=0.0)
+        for i, t in enumerate(times)
+    ]
+
+
+def test_step_time_drifting_after_the_window_is_not_dispatch_overhead() -> None:
+    """Recorded steps 2-4 take 9.6 ms (9 ms of it in ops); the machine then slows down and the
+    35 unrecorded steps take 30 ms. The old split subtracted the window's op time from the
+    unrecorded median (30 - 9 = 21 ms "between ops": 77% host dispatch, a HIGH launch-bound).
+    Measured over the same steps, between-op time is 0.6 ms."""
+    times = [0.05, 0.02, 0.0096, 0.0096, 0.0096] + [0.030] * 35  # the step clock's readings
+    host = summarize(_capture([0.0096] * 3, window_start=2, next_step=40), _series(times))
+    d = host.dispatch
+    assert d.step_time_us == pytest.approx(9600.0)
+    assert d.op_time_us_per_step == pytest.approx(9000.0)
+    assert d.between_ops_us_per_step == pytest.approx(600.0)
+    assert d.host_dispatch_share == pytest.approx((600 + 2000) / 9600, abs=1e-4)
+    profile = Profile(dispatch=d, findings=[])
+    assert [f.id for f in evaluate(profile, only={"launch-bound"})] == []
+
+
+def test_a_real_host_overhead_is_still_reported() -> None:
+    """Recorded steps of 30 ms (21 ms between ops), their unrecorded neighbours as slow: the
+    overhead is reported, however fast the run became much later."""
+    times = [0.05, 0.02] + [0.03] * 3 + [0.03] * 5 + [0.010] * 30
+    host = summarize(_capture([0.030] * 3, window_start=2, next_step=40), _series(times))
+    assert host.dispatch.between_ops_us_per_step == pytest.approx(21000.0)
+    assert host.dispatch.step_time_capped_steps == 0
+    (f,) = evaluate(Profile(dispatch=host.dispatch, findings=[]), only={"launch-bound"})
+    assert f.evidence["host_us_per_op"] == pytest.approx(0.7667 * 30000 / 575, abs=0.1)
+
+
+def test_recorder_cost_the_model_misses_is_capped_by_the_neighbours() -> None:
+    """The recorder slows its steps by more than its per-call model accounts for: a recorded
+    step can never have been slower, recorder-free, than its unrecorded neighbours (10 ms)."""
+    times = [0.05, 0.02] + [0.03] * 3 + [0.010] * 35
+    host = summarize(_capture([0.030] * 3, window_start=2, next_step=40), _series(times))
+    d = host.dispatch
+    assert d.step_time_us == pytest.approx(10000.0)
+    assert d.between_ops_us_per_step == pytest.approx(1000.0)
+    assert d.step_time_capped_steps == 3
+    assert str(d.step_time_source).endswith("at most the unrecorded steps nearest the window")
+
+
+def _dispatch(step_time_us: float, calibrated: float | None = 1.5) -> dict[str, Any]:
+    d: dict[str, Any] = {
+        "ops_per_step": 575,
+        "tiny_ops_per_step": 400,
+        "host_dispatch_share": 0.49,
+        "step_time_us": step_time_us,
+        "mean_op_us": 6.0,
+        "between_ops_us_per_step": 0.4 * step_time_us,
+    }
+    if calibrated is not None:
+        d["calibrated_op_us"] = calibrated
+    return d
+
+
+def test_launch_bound_with_implausible_host_time_per_op_does_not_fire() -> None:
+    """The issue's report: 575 small ops "taking 49% of the step" at 2.4 ms per op, 1,600
+    times a trivial op call: not dispatch overhead."""
+    implausible = msgspec.convert({"dispatch": _dispatch(2.8e6)}, Profile)
+    assert evaluate(implausible, only={"launch-bound"}) == []
+    plausible = msgspec.convert({"dispatch": _dispatch(10_000.0)}, Profile)  # 8.5 µs per op
+    (f,) = evaluate(plausible, only={"launch-bound"})
+    assert f.evidence["host_us_per_op"] == pytest.approx(0.49 * 10_000 / 575, abs=0.01)
+
+
+def test_plausible_per_op_bound() -> None:
+    slow = msgspec.convert({"dispatch": _dispatch(1.0, calibrated=4.0)}, Profile)
+    assert plausible_per_op_us(slow) == 200.0  # 50 x the calibrated trivial op
+    old = msgspec.convert({"dispatch": _dispatch(1.0, calibrated=None)}, Profile)
+    assert plausible_per_op_us(old) == MIN_IMPLAUSIBLE_US  # documents before the calibration

@@ -1,0 +1,164 @@
+"""Step boundaries on scripts without an optimizer, LBFGS closures and runs too short for the
+recorder's window (issue 14): the marker used, the warm-up used, and nothing reported per step
+that ran outside training steps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import SCRIPTS, run_gpuopt
+from fakes import FakeClock
+
+from gpuopt.probes import steps as steps_mod
+
+
+def _profile(out: Path) -> dict:
+    return json.loads((out / "profile.json").read_text())
+
+
+def _line(script: str, marker: str) -> str:
+    """``path:line`` of the one line of a test script carrying ``# <marker>``."""
+    path = SCRIPTS / script
+    (line,) = [
+        i for i, text in enumerate(path.read_text().splitlines(), 1) if f"# {marker}" in text
+    ]
+    return f"tests/data/scripts/{script}:{line}"
+
+
+# -- the step clock -------------------------------------------------------------------------
+
+
+def test_backward_marks_steps_until_an_optimizer_steps() -> None:
+    clock = FakeClock()
+    sc = steps_mod.StepClock(clock=clock)
+    for _ in range(3):  # hand-written updates: each backward ends a step
+        clock.advance(1)
+        sc.mark(steps_mod.BACKWARD)
+    assert sc.count == 3 and sc.marker == "loss.backward"
+    opt = object()
+    sc.optimizer_entered()
+    sc.optimizer_left()
+    sc.mark(steps_mod.OPTIMIZER, optimizer=opt)  # moves the boundary: no extra step
+    assert sc.count == 3 and sc.marker == "optimizer.step"
+    sc.mark(steps_mod.BACKWARD)  # an optimizer has stepped: backward no longer marks
+    sc.mark(steps_mod.OPTIMIZER, optimizer=opt)
+    assert sc.count == 4 and sc.sources == {"optimizer.step"}  # the boundary moved
+    sc.mark(steps_mod.EXPLICIT)  # gpuopt.step() wins over both
+    sc.mark(steps_mod.OPTIMIZER, optimizer=opt)
+    sc.mark(steps_mod.BACKWARD)
+    assert sc.count == 5 and sc.marker == "gpuopt.step"
+
+
+def test_backward_inside_an_optimizer_step_never_marks() -> None:
+    sc = steps_mod.StepClock(clock=FakeClock())
+    sc.optimizer_entered()  # LBFGS runs its closure, with backward, inside step()
+    for _ in range(5):
+        sc.mark(steps_mod.BACKWARD)
+    sc.optimizer_left()
+    sc.mark(steps_mod.OPTIMIZER, optimizer=object())
+    assert sc.count == 1 and sc.marker == "optimizer.step"
+
+
+def test_installed_hooks_find_steps_of_real_torch_loops() -> None:
+    sc = steps_mod.StepClock(clock=FakeClock())
+    steps_mod.install(sc)
+    try:
+        w = torch.nn.Parameter(torch.ones(3))
+        for _ in range(4):  # manual updates
+            (w * 2).sum().backward()
+            with torch.no_grad():
+                w -= 0.1 * w.grad
+        assert sc.count == 4 and sc.marker == "loss.backward"
+        lbfgs_clock = steps_mod.StepClock(clock=FakeClock())
+        steps_mod.install(lbfgs_clock)
+        v = torch.nn.Parameter(torch.ones(3))
+        opt = torch.optim.LBFGS([v], max_iter=5)
+
+        def closure() -> torch.Tensor:
+            opt.zero_grad()
+            loss = ((v - 3) ** 2).sum()
+            loss.backward()
+            return loss
+
+        for _ in range(2):
+            opt.step(closure)
+        assert lbfgs_clock.count == 2 and lbfgs_clock.sources == {"optimizer.step"}
+    finally:
+        steps_mod.uninstall()
+    assert not hasattr(torch.autograd.backward, "__wrapped__")  # restored
+    assert not hasattr(torch.Tensor.backward, "__wrapped__")
+
+
+# -- whole runs -----------------------------------------------------------------------------
+
+
+def test_hand_written_updates_are_steps_marked_by_backward(tmp_path: Path) -> None:
+    """pytorch/examples regression/main.py: no optimizer, `param.data.add_(...)` after
+    `loss.backward()`; the `.item()` of each step is found, the marker is said everywhere."""
+    r = run_gpuopt("profile", "-o", str(tmp_path), str(SCRIPTS / "hand_updates.py"))
+    assert r.returncode == 0, r.stderr
+    doc = _profile(tmp_path)
+    assert doc["steps"]["count"] == 12 and doc["steps"]["marker"] == "loss.backward"
+    assert doc["dispatch"]["window_steps"] == 3
+    assert [(s["site"], s["count_per_step"]) for s in doc["syncs"]] == [
+        (_line("hand_updates.py", "PER-STEP-ITEM"), 1)
+    ]
+    assert "sync-in-step" in {f["id"] for f in doc["findings"]}
+    assert "marked by loss.backward() (no optimizer.step() seen)" in r.stdout
+    for fmt in ("md", "html"):
+        shown = run_gpuopt("report", str(tmp_path), "--format", fmt)
+        assert shown.returncode == 0 and "marked by loss.backward()" in shown.stdout
+
+
+def test_lbfgs_window_records_the_closures_item_not_code_after_training(tmp_path: Path) -> None:
+    """With --warmup 1 the window records step 1: the closure's `.item()` (once per closure
+    call, several per step) is the step's sync; the prediction loop after training is not."""
+    r = run_gpuopt(
+        "profile", "--quiet", "--warmup", "1", "-o", str(tmp_path),
+        str(SCRIPTS / "lbfgs_closure.py"), "--steps", "2",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc = _profile(tmp_path)
+    assert doc["steps"]["count"] == 2 and doc["steps"]["marker"] == "optimizer.step"
+    (sync,) = doc["syncs"]
+    assert sync["site"] == _line("lbfgs_closure.py", "CLOSURE-ITEM")
+    assert sync["count_per_step"] >= 2
+
+
+def test_gpuopt_steps_leaves_a_recorded_step_after_warmup(tmp_path: Path) -> None:
+    """`--steps 2` with the default --warmup 2: warm-up 1 is used (said once, the same in the
+    header, the series and the window), and step 1 is recorded."""
+    r = run_gpuopt(
+        "profile", "--steps", "2", "-o", str(tmp_path),
+        str(SCRIPTS / "lbfgs_closure.py"), "--steps", "5",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc = _profile(tmp_path)
+    assert doc["steps"]["count"] == 2 and doc["steps"]["warmup"] == 1
+    assert [s["warmup"] for s in doc["steps"]["series"]] == [True, False]
+    assert (doc["dispatch"]["window_start"], doc["dispatch"]["window_steps"]) == (1, 1)
+    assert [s["site"] for s in doc["syncs"]] == [_line("lbfgs_closure.py", "CLOSURE-ITEM")]
+    assert "1 warm-up" in r.stdout
+
+
+@pytest.mark.parametrize("fmt", ["text", "md"])
+def test_too_few_steps_reports_nothing_per_step(tmp_path: Path, fmt: str) -> None:
+    """The script's own `--steps 2` ends training before the window (after --warmup 2) saw a
+    step: what ran after the last boundary (the prediction loop) is not reported per step."""
+    r = run_gpuopt(
+        "profile", "--format", fmt, "-o", str(tmp_path),
+        str(SCRIPTS / "lbfgs_closure.py"), "--steps", "2",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc = _profile(tmp_path)
+    assert doc["syncs"] == [] and doc["loops"] == []
+    assert doc["dispatch"]["ops_per_step"] is None
+    assert "too few steps to record a step" in doc["dispatch"]["note"]
+    assert not any(f["id"] in {"sync-in-step", "launch-bound"} for f in doc["findings"])
+    # one warm-up everywhere: none was left out (2 steps, not more than --warmup 2)
+    assert doc["steps"]["warmup"] == 0
+    assert not any(s["warmup"] for s in doc["steps"]["series"])
+    assert "0 warm-up" in r.stdout and "warm-up step(s) dimmed" not in r.stdout
