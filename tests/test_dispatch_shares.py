@@ -134,3 +134,19 @@ def test_plausible_per_op_bound() -> None:
     assert plausible_per_op_us(slow) == 200.0  # 50 x the calibrated trivial op
     old = msgspec.convert({"dispatch": _dispatch(1.0, calibrated=None)}, Profile)
     assert plausible_per_op_us(old) == MIN_IMPLAUSIBLE_US  # documents before the calibration
+
+
+def test_a_capped_step_still_adds_up_with_its_neighbours_wait() -> None:
+    """slow_dataset's shape: the neighbours take 10 ms, 9.5 ms of it waiting on the DataLoader;
+    the recorded steps (30 ms, 9 ms in ops) are capped there. The rows of the split must add up
+    to the step (before: 9.5 ms wait + 9 ms ops in a 10 ms step, between ops clamped to 0)."""
+    times = [0.05, 0.02] + [0.03] * 3 + [0.010] * 35
+    series = [
+        StepRecord(index=i, start_s=None, time_s=t, warmup=i < 2, data_wait_s=0.0095)
+        for i, t in enumerate(times)
+    ]
+    d = summarize(_capture([0.030] * 3, window_start=2, next_step=40), series).dispatch
+    assert d.step_time_us == pytest.approx(10000.0)
+    assert d.data_wait_us_per_step == pytest.approx(9500.0)
+    assert d.op_time_us_per_step == pytest.approx(500.0)
+    assert d.between_ops_us_per_step == pytest.approx(0.0)

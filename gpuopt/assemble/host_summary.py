@@ -79,18 +79,24 @@ NEAR_STEPS = 5  # unrecorded steps nearest the window that bound its recorder-fr
 NEAR_MIN = 3
 
 
-def _near_bound(series: list[StepRecord], window: list[int]) -> float | None:
-    """The median time of the measured, unrecorded steps nearest the window (at most
-    :data:`NEAR_STEPS`, at least :data:`NEAR_MIN`), or None. Only ever a cap: see
+def _near_bound(series: list[StepRecord], window: list[int]) -> tuple[float, float] | None:
+    """``(step s, data wait s)``: medians over the measured, unrecorded steps nearest the window
+    (at most :data:`NEAR_STEPS`, at least :data:`NEAR_MIN`), or None. Only ever a cap: see
     :func:`_split`."""
     skip = set(window)
     mid = (window[0] + window[-1]) / 2 if window else 0.0
     near = sorted(
-        (abs(r.index - mid), float(r.time_s))
+        (abs(r.index - mid), float(r.time_s), _wait_s(r))
         for r in series
         if not r.warmup and r.index not in skip and r.instrumented is not True and r.time_s > 0
     )[:NEAR_STEPS]
-    return median(t for _, t in near) if len(near) >= NEAR_MIN else None
+    if len(near) < NEAR_MIN:
+        return None
+    return median(t for _, t, _ in near), median(w for _, _, w in near)
+
+
+def _wait_s(r: StepRecord) -> float:
+    return float(r.data_wait_s) if isinstance(r.data_wait_s, (int, float)) else 0.0
 
 
 def _waits(series: list[StepRecord], window: list[int]) -> list[float | None]:
@@ -163,8 +169,8 @@ def summarize(capture: RecorderCapture, series: list[StepRecord]) -> HostSummary
     sites = _Sites(engine.resolver, engine.loops)
     waits = _waits(series, indices)
     bound = _near_bound(series, indices)
-    dispatch, wall = _dispatch(engine, total, cal, steps, waits, bound, first)
-    dispatch.top_sites = _top_sites(total, sites, steps, wall, cal)
+    dispatch, wall, host_scale = _dispatch(engine, total, cal, steps, waits, bound, first)
+    dispatch.top_sites = _top_sites(total, sites, steps, wall, cal, host_scale)
     if ragged is not None:
         ragged.step_signatures_distinct = len({c.signature for c in engine.step_counters})
         ragged.step_signatures_steps = len(engine.step_counters)
@@ -172,7 +178,7 @@ def summarize(capture: RecorderCapture, series: list[StepRecord]) -> HostSummary
         dispatch=dispatch,
         transfers=_transfers(total, sites, steps, wall),
         syncs=_syncs(total, sites, steps, wall),
-        loops=_loops(total, sites, steps, wall, cal),
+        loops=_loops(total, sites, steps, wall, cal, host_scale),
         ragged=ragged,
         warnings=warnings,
     )
@@ -194,15 +200,17 @@ def _no_step_note(capture: RecorderCapture) -> str:
 
 
 def _split(
-    t: StepCounters, cal: Calibration, wait: float | None, bound: float | None
+    t: StepCounters, cal: Calibration, wait: float | None, bound: tuple[float, float] | None
 ) -> dict[str, float]:
     """Where the time of one recorded step ``t`` went, from that step, the recorder's cost
-    removed. ``wait``: the DataLoader probe's wait in that step. ``bound``: the time of the
-    unrecorded steps nearest the window: the recorder slows a step by more than its per-call
-    model accounts for (colder caches, larger ops' arguments), and a recorder-free step cannot
-    have been slower than its unrecorded neighbours, so the step's time is capped there. The
-    cap only ever lowers the step's time: a run that slows down later (a neighbour's load
-    rising) changes nothing, and one that speeds up can only under-report host time."""
+    removed. ``wait``: the DataLoader probe's wait in that step. ``bound``: step time and data
+    wait of the unrecorded steps nearest the window: the recorder slows a step by more than its
+    per-call model accounts for (colder caches, larger ops' arguments), and a recorder-free step
+    cannot have been slower than its unrecorded neighbours, so the step's time is capped there,
+    and its data wait taken from the same neighbours; the host time left is split as below, so
+    the split adds up to the step. The cap only ever lowers the
+    step's time: a run that slows down later (a neighbour's load rising) changes nothing, and
+    one that speeds up can only under-report host time."""
     inflation = cal.inflation_us * 1e-6
     op_time = max(t.op_s - t.ops * inflation, 0.0)
     sync_calls = sum(v[1] for k, v in t.syncs.items() if k[0] == "synchronize")
@@ -210,19 +218,31 @@ def _split(
     overhead = _overhead(t, cal)
     per_op, _ = _per_event(t, cal)
     own = max(t.wall_s - overhead, 1e-9)
-    wall = min(own, bound) if bound is not None else own
     data_cost = t.data_ops * per_op
     data = max(t.data_s - data_cost, 0.0)
     if wait is not None:
         data = max(data, wait - data_cost)
+    wall = own
+    if bound is not None and own > bound[0]:
+        # capped: step time and data wait both from the unrecorded neighbours (the recorder slows
+        # the data loading too), the host time in between split as the recorded step split it
+        wall, data = bound[0], bound[1]
     data = min(data, wall)
-    between = max(wall - data - sync_calls - op_time, 0.0)
+    # The host time outside the waits is split into op time and the rest (between ops). A
+    # capped step's excess is recorder cost the per-call model missed: it comes out of the time
+    # between ops first (never inventing dispatch overhead), then out of the op time, so the
+    # split always adds up to the step.
+    busy = max(wall - data - sync_calls, 0.0)
+    measured_ops = op_time
+    op_time = min(op_time, busy)
+    between = busy - op_time
     return {
         "overhead": overhead,
         "capped": float(wall < own),
+        "ops_measured": measured_ops,
         "wall": wall,
         "op_time": op_time,
-        "small_time": max(t.small_s - t.small_ops * inflation, 0.0),
+        "small_time": min(max(t.small_s - t.small_ops * inflation, 0.0), op_time),
         "h2d": h2d,
         "data": data,
         "sync_calls": sync_calls,
@@ -255,12 +275,13 @@ def _dispatch(
     cal: Calibration,
     steps: int,
     waits: list[float | None],
-    bound: float | None,
+    bound: tuple[float, float] | None,
     window_start: int,
-) -> tuple[Dispatch, float]:
-    """The ``dispatch`` record and the window's total step time (for the other shares), both
-    from the recorded steps (``waits``: the DataLoader probe's wait in each of them; ``bound``:
-    the cap of :func:`_split`)."""
+) -> tuple[Dispatch, float, float]:
+    """The ``dispatch`` record, the window's total step time (for the other shares), both from
+    the recorded steps (``waits``: the DataLoader probe's wait in each of them; ``bound``: the
+    cap of :func:`_split`), and the factor the cap scaled the window's op time by (per-site
+    host times are scaled alike)."""
     per = [
         _split(c, cal, waits[i] if i < len(waits) else None, bound)
         for i, c in enumerate(engine.step_counters)
@@ -320,7 +341,9 @@ def _dispatch(
         calibrated_op_us=round(cal.op_us_without_recorder, 2),
         note=TIME_NOTE,
     )
-    return out, wall
+    measured = sum(p["ops_measured"] for p in per)
+    host_scale = min(1.0, op_time / measured) if measured > 0 else 1.0
+    return out, wall, host_scale
 
 
 def _transfers(t: StepCounters, sites: _Sites, steps: int, wall: float) -> list[Transfer]:
@@ -423,6 +446,7 @@ def _loops(
     steps: int,
     wall: float,
     cal: Calibration,
+    host_scale: float = 1.0,
 ) -> list[Loop]:
     per_loop: dict[tuple[str, int], dict[str, Any]] = defaultdict(
         lambda: {"ops": 0, "index": 0, "time": 0.0, "iters": 0, "kind": ""}
@@ -441,7 +465,7 @@ def _loops(
             g["code"] = sites.source_line(sites.code(at[0]), line)
         g["ops"] += st[S_OPS]
         g["index"] += st[S_INDEX]
-        g["time"] += max(st[S_TIME] - st[S_OPS] * per_op - st[S_TF] * per_call, 0.0)
+        g["time"] += max(st[S_TIME] - st[S_OPS] * per_op - st[S_TF] * per_call, 0.0) * host_scale
         g["iters"] = max(g["iters"], iterations)
         return g
 
@@ -499,6 +523,7 @@ def _top_sites(
     steps: int,
     wall: float,
     cal: Calibration,
+    host_scale: float = 1.0,
 ) -> list[TopSite]:
     """The user lines that issue the most op time per step (op time + the host time before it)."""
     per_op, per_call = _per_event(t, cal)
@@ -508,7 +533,7 @@ def _top_sites(
             continue
         a = agg[sites.site(cid, lasti)]
         a[0] += st[S_OPS]
-        a[1] += max(st[S_TIME] - st[S_OPS] * per_op - st[S_TF] * per_call, 0.0)
+        a[1] += max(st[S_TIME] - st[S_OPS] * per_op - st[S_TF] * per_call, 0.0) * host_scale
     ranked = sorted(agg.items(), key=lambda kv: (-kv[1][1], kv[0]))[:5]
     return [
         TopSite(site=site, ops_per_step=per_step(ops, steps, 1), time_share=_share(secs, wall))
