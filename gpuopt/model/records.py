@@ -60,6 +60,7 @@ class Environment(Record):
     gpus: list[GpuInfo] = field(default_factory=list)
     cpu_count: int | None = None
     platform: str | UnsetType = UNSET
+    torch_threads: int | UnsetType = UNSET  # torch.get_num_threads(): intra-op threads
 
 
 class StepTimes(Record):
@@ -121,6 +122,8 @@ class CpuUtilization(Record):
     mean: float | None = None
     max: float | None = None
     cores_busy_mean: float | None | UnsetType = UNSET
+    # cores kept busy by other processes on the machine (not this run's tree), mean over samples
+    other_cores_busy_mean: float | None | UnsetType = UNSET
 
 
 class Timeline(Record):
@@ -366,6 +369,8 @@ class DataLoaderInfo(Record):
     batches: int
     wait_s_total: float
     wait_s_per_step: float | None
+    built_at: str | UnsetType = UNSET  # the DataLoader(...) call: where its settings are written
+    built_via: str | UnsetType = UNSET  # the call of the factory that built it, if one did
 
 
 class ShapeCount(Record):

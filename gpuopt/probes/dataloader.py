@@ -7,6 +7,13 @@ in progress when it *started* (the number of steps completed so far), so a prefe
 step 3 is step 4's wait. Which DataLoader a wait belongs to is recorded too, with its settings, so
 the ``dataloader-bound`` fix can name the knob (``num_workers``, ``pin_memory``, ...) and value.
 
+Where each DataLoader was *built* is recorded too (``DataLoader.__init__`` is wrapped): the
+``DataLoader(...)`` call in the user's code, where a fix's keyword arguments go, and, when that
+call sits in a factory function (``def make_loader(...)``), the user line that called the
+factory. Iterators are registered as ``DataLoader.__iter__`` makes them (``_get_iterator``), so
+the warnings torch raises while one starts (``pin_memory`` without an accelerator) point where
+they point without gpuopt.
+
 Batch listeners (``add_batch_listener``) see each batch yielded in the main process; the ragged
 batch analysis uses them.
 """
@@ -51,6 +58,8 @@ class LoaderStats:
     persistent_workers: bool
     prefetch_factor: int | None
     multiprocessing_context: str | None
+    built_at: str | None = None
+    built_via: str | None = None
     iterators: int = 0
     batches: int = 0
     wait_s: float = 0.0
@@ -59,7 +68,7 @@ class LoaderStats:
     def info(self, measured_steps: list[int]) -> DataLoaderInfo:
         """The profile's entry for this loader; its wait averaged over ``measured_steps``."""
         per_step = [self.wait_by_step.get(i, 0.0) for i in measured_steps]
-        return DataLoaderInfo(
+        info = DataLoaderInfo(
             site=self.site,
             cls=self.cls,
             dataset=self.dataset,
@@ -74,6 +83,11 @@ class LoaderStats:
             wait_s_total=self.wait_s,
             wait_s_per_step=(sum(per_step) / len(per_step)) if per_step else None,
         )
+        if self.built_at is not None:
+            info.built_at = self.built_at
+        if self.built_via is not None:
+            info.built_via = self.built_via
+        return info
 
 
 @dataclass
@@ -104,6 +118,7 @@ class DataLoaderProbe:
         self.first_fetch_t: float | None = None
         self._orig_next: Any = None
         self._orig_init: Any = None
+        self._orig_loader_init: Any = None
         self._roots: list[Path] = []
         self._resolver: Any = None
         self._alive: dict[int, Any] = {}  # id(loader) -> weakref, so a reused id starts a new entry
@@ -114,17 +129,20 @@ class DataLoaderProbe:
 
         self._roots = ctx.user_roots
         base = dl._BaseDataLoaderIter
-        self._orig_init = base.__init__
+        # Iterators are registered as DataLoader.__iter__ makes them, not in their __init__: a
+        # wrapper there would sit where torch's warnings (stacklevel=2) point.
+        self._orig_init = dl.DataLoader._get_iterator
         self._orig_next = base.__next__
         probe = self
         orig_init, orig_next = self._orig_init, self._orig_next
 
-        def __init__(it: Any, loader: Any, *args: Any, **kwargs: Any) -> None:
-            orig_init(it, loader, *args, **kwargs)
+        def _get_iterator(loader: Any, *args: Any, **kwargs: Any) -> Any:
+            it = orig_init(loader, *args, **kwargs)
             try:
                 probe._register(it, loader)
             except Exception:  # measuring must never break the user's loader
                 pass
+            return it
 
         def __next__(it: Any) -> Any:
             step = probe._step_count()
@@ -145,10 +163,27 @@ class DataLoaderProbe:
                         pass
             return batch
 
-        __init__.__wrapped__ = orig_init  # type: ignore[attr-defined]
+        _get_iterator.__wrapped__ = orig_init  # type: ignore[attr-defined]
         __next__.__wrapped__ = orig_next  # type: ignore[attr-defined]
-        base.__init__ = __init__  # type: ignore[method-assign,assignment]
+        dl.DataLoader._get_iterator = _get_iterator  # type: ignore[method-assign,assignment]
         base.__next__ = __next__  # type: ignore[method-assign,assignment]
+        self._wrap_loader_init(dl.DataLoader)
+
+    def _wrap_loader_init(self, cls: Any) -> None:
+        """Note where the user's code builds each DataLoader (subclasses call this too)."""
+        probe = self
+        orig = self._orig_loader_init = cls.__init__
+
+        def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
+            orig(loader, *args, **kwargs)
+            if getattr(loader, "_gpuopt_built_at", None) is None:
+                try:
+                    loader._gpuopt_built_at = probe._construction_sites(sys._getframe(1))
+                except Exception:  # measuring must never break the user's loader
+                    pass
+
+        __init__.__wrapped__ = orig  # type: ignore[attr-defined]
+        cls.__init__ = __init__
 
     def on_step(self, index: int, t: float) -> None:
         pass
@@ -159,7 +194,8 @@ class DataLoaderProbe:
         from torch.utils.data import dataloader as dl
 
         dl._BaseDataLoaderIter.__next__ = self._orig_next  # type: ignore[method-assign]
-        dl._BaseDataLoaderIter.__init__ = self._orig_init  # type: ignore[method-assign]
+        dl.DataLoader._get_iterator = self._orig_init  # type: ignore[method-assign]
+        dl.DataLoader.__init__ = self._orig_loader_init  # type: ignore[method-assign]
         self._orig_next = None
 
     def result(self) -> DataLoaderWaits:
@@ -203,6 +239,9 @@ class DataLoaderProbe:
                 prefetch_factor=getattr(loader, "prefetch_factor", None),
                 multiprocessing_context=ctx_name,
             )
+            built = getattr(loader, "_gpuopt_built_at", None)
+            if built:
+                stats.built_at, stats.built_via = built
             self.loaders[key] = stats
             try:
                 self._alive[key] = weakref.ref(loader)
@@ -210,15 +249,34 @@ class DataLoaderProbe:
                 pass
         stats.iterators += 1
 
-    def _caller_site(self) -> str | None:
-        """Where the user's code made this iterator (its ``for`` line), found with the
-        recorder's site resolver."""
+    def _resolver_for_roots(self) -> Any:
         from gpuopt.probes.sites import SiteResolver
 
         if self._resolver is None:
             self._resolver = SiteResolver(self._roots)
-        frame, _, _ = self._resolver.locate(sys._getframe(1))
-        return self._resolver.site(frame.f_code, frame.f_lasti) if frame is not None else None
+        return self._resolver
+
+    def _construction_sites(self, frame: Any) -> tuple[str | None, str | None]:
+        """``(built_at, built_via)``: the user line that calls ``DataLoader(...)``, and, when that
+        line is inside a factory function, the user line that called the factory (a function
+        named ``main`` or module-level code is the script itself, not a factory)."""
+        resolver = self._resolver_for_roots()
+        user, _, _ = resolver.locate(frame)
+        if user is None:
+            return None, None
+        at = resolver.site(user.f_code, user.f_lasti)
+        if user.f_code.co_name in ("<module>", "main"):
+            return at, None
+        caller, _, _ = resolver.locate(user.f_back)
+        via = resolver.site(caller.f_code, caller.f_lasti) if caller is not None else None
+        return at, via
+
+    def _caller_site(self) -> str | None:
+        """Where the user's code made this iterator (its ``for`` line), found with the
+        recorder's site resolver."""
+        resolver = self._resolver_for_roots()
+        frame, _, _ = resolver.locate(sys._getframe(1))
+        return resolver.site(frame.f_code, frame.f_lasti) if frame is not None else None
 
     def _record(self, it: Any, step: int, dt: float, ok: bool) -> None:
         self.wait_by_step[step] = self.wait_by_step.get(step, 0.0) + dt

@@ -23,6 +23,10 @@ def environment() -> Environment:
     version = getattr(torch, "__version__", None)
     env.torch = str(version) if version is not None else None  # torch's is a str subclass
     try:
+        env.torch_threads = int(torch.get_num_threads())
+    except Exception:
+        pass
+    try:
         if torch.cuda.is_available():
             env.gpus = [
                 GpuInfo(

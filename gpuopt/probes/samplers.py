@@ -44,6 +44,11 @@ class ProcessTreeCpu:
         me = self.root.pid
         self._proc_children = os.path.exists(f"/proc/{me}/task/{me}/children")  # Linux >= 3.5
         self.root.cpu_percent(None)  # prime: the first call always returns 0
+        psutil.cpu_percent(None)  # the machine's, primed alike
+
+    def machine_percent(self) -> float:
+        """CPU percent of the whole machine since the last call, in units of one core = 100."""
+        return float(self._psutil.cpu_percent(None)) * (os.cpu_count() or 1)
 
     def _descendants(self) -> list[Any]:
         """The root's descendants. On Linux they come from ``/proc/PID/task/TID/children`` (a few
@@ -132,6 +137,7 @@ class UtilizationSampler:
         self.t0: float | None = None
         self.t: list[float] = []
         self.cpu_pct: list[float] = []
+        self.other_cores: list[float] = []  # busy cores of other processes, per sample
         self.rss: list[int] = []
         self.gpu: list[list[GpuSample]] = []
         self._stop = threading.Event()
@@ -172,6 +178,7 @@ class UtilizationSampler:
                 mean=_mean(cpu),
                 max=max(cpu) if cpu else None,
                 cores_busy_mean=_mean([c * self.ncpu / 100 for c in cpu]),
+                other_cores_busy_mean=_rounded(_mean(self.other_cores)),
             ),
             cpu_count=self.ncpu,
         )
@@ -216,6 +223,9 @@ class UtilizationSampler:
         now = self._clock()
         t0 = self.t0 if self.t0 is not None else now
         cpu, rss = self._cpu.read(now)
+        machine = getattr(self._cpu, "machine_percent", None)
+        if machine is not None:
+            self.other_cores.append(max(machine() - cpu, 0.0) / 100)
         row: list[GpuSample] = []
         if self.nvml is not None:
             pids = self._cpu.pids()
@@ -264,6 +274,10 @@ def _usable_cpus() -> int:
 def _mean(xs: list[Any]) -> float | None:
     xs = [x for x in xs if x is not None]
     return sum(xs) / len(xs) if xs else None
+
+
+def _rounded(x: float | None) -> float | None:
+    return round(x, 3) if x is not None else None
 
 
 def _sum_or_none(xs: list[int | None]) -> int | None:

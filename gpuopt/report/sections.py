@@ -177,26 +177,35 @@ def dataloaders_section(profile: Profile) -> Section | None:
     )
     if not items:
         return None
-    rows = [
-        [
-            _site(e.site),
+    built = any(given(e.built_at) for e in items)
+    cpu_run = profile.environment.device != "cuda" and not profile.environment.gpus
+    rows = []
+    for e in items:
+        row = [_site(e.site)]
+        if built:
+            at = given(e.built_at)
+            row.append(_site(at) if at else Cell(MISSING, sort=""))
+        pinned = (
+            Cell("ignored", sort="ignored") if cpu_run and e.pin_memory else _yesno(e.pin_memory)
+        )
+        row += [
             _scell(e.dataset),
             _ncell(e.batch_size),
             _ncell(e.num_workers),
-            _yesno(e.pin_memory),
+            pinned,
             _yesno(e.persistent_workers),
             _ncell(e.prefetch_factor),
             _ncell(e.wait_s_per_step, fmt_duration),
         ]
-        for e in items
-    ]
-    return Section(
-        "dataloaders",
-        "DataLoaders",
-        ["site", "dataset", "batch", "workers", "pinned", "persistent", "prefetch", "wait/step"],
-        rows,
-        note="wait/step: time the training loop spent in next() on this loader, per measured step.",
-    )
+        rows.append(row)
+    headers = ["loop", *(["built at"] if built else []), "dataset", "batch", "workers"]
+    headers += ["pinned", "persistent", "prefetch", "wait/step"]
+    note = "wait/step: time the training loop spent in next() on this loader, per measured step."
+    if built:
+        note += " built at: the DataLoader(...) call, where its settings go."
+    if any(r[len(headers) - 5].text == "ignored" for r in rows):
+        note += " pinned ignored: pin_memory has no effect without an accelerator."
+    return Section("dataloaders", "DataLoaders", headers, rows, note=note)
 
 
 def loops_section(profile: Profile) -> Section | None:

@@ -4,6 +4,15 @@ The worker count to try comes from a throughput model, not a guess: with K worke
 ``f`` seconds per batch, the loader delivers K/f batches per second and the step consumes one
 every ``c`` seconds of compute, so it stops waiting once K ≥ f/c. With 0 workers the whole fetch
 is in-line (f ≈ measured wait w); with K workers and a remaining wait w, f ≈ K·(w + c).
+
+Workers need cores of their own. The cores free for them are the run's usable cores, less the
+cores other processes kept busy (measured by the sampler), less what the training process uses
+while it computes: one core when the model runs on a GPU, ``min(torch threads, cores)`` when it
+runs on the CPU (torch's intra-op threads). With less than one core free, a worker can only take
+cores from the compute: no gain is expected on this machine (measured: a 2-core VAE run went
+from 6.6 s to 8.4–8.9 s with one worker), and the estimate says so instead of a speed-up. With
+cores free, the step is also bounded by the CPU work it needs, ``(c·threads + f) / cores``.
+See docs/host-culprits.md.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ from msgspec import UnsetType
 from gpuopt.findings.engine import rule
 from gpuopt.findings.estimates import severity_for_share, speedup_if_removed
 from gpuopt.model.profile import DataLoaderInfo, Finding, Profile
+from gpuopt.model.records import given
 from gpuopt.units import fmt_duration, fmt_frac
 
 _AMDAHL = "estimate: data wait fully overlapped with compute (Amdahl on the measured share)"
@@ -64,32 +74,83 @@ class _Advice:
     model: str = _AMDAHL
 
 
+@dataclass(frozen=True)
+class Cores:
+    """The cores a DataLoader worker could run on, and what the count was made of."""
+
+    usable: int  # the run's usable cores (affinity)
+    compute: float  # cores the training process keeps busy while it computes
+    others: float  # cores other processes kept busy (measured), 0 when not measured
+
+    @property
+    def free(self) -> float:
+        return max(self.usable - self.compute - self.others, 0.0)
+
+    def says(self) -> str:
+        busy = f", {self.others:.1f} busy with other processes" if self.others >= 0.05 else ""
+        return f"{self.usable} cores, {self.compute:g} used by the training's compute{busy}"
+
+
+def cores_for_workers(profile: Profile) -> Cores:
+    usable = _cpus(profile)
+    if profile.environment.device == "cuda":
+        compute = 1.0  # the main process drives the GPU
+    else:
+        threads = profile.environment.torch_threads
+        compute = float(min(threads if isinstance(threads, int) else usable, usable))
+    others = profile.utilization.cpu.other_cores_busy_mean
+    return Cores(usable, compute, float(others) if isinstance(others, (int, float)) else 0.0)
+
+
 def _loader_advice(
-    profile: Profile, loader: DataLoaderInfo, share: float, step_s: float, cpus: int
+    profile: Profile, loader: DataLoaderInfo, share: float, step_s: float, cores: Cores
 ) -> _Advice:
     wait_s = share * step_s
     nw = loader.num_workers
     loader_wait = float(loader.wait_s_per_step or 0.0)
-    k, capped = suggest_workers(nw, loader_wait, step_s, cpus)
+    free = int(cores.free)
     advice = _Advice()
+    if free < 1:
+        k = nw + 1
+        advice.est = 1.0
+        advice.model = (
+            f"estimate: no gain expected on this machine: no core free for a worker while the "
+            f"step computes ({cores.says()}); a worker would take cores from the compute"
+        )
+        advice.changes.append(f"num_workers={k}")
+        advice.notes.append(
+            "on this machine: make "
+            f"{loader.dataset}.__getitem__ cheaper (cache decoded samples, precompute "
+            "transforms); with the model on a GPU, the workers overlap the loading "
+            "(GPU-only, not measured here)"
+        )
+        return _with_knobs(profile, loader, advice, k)
+    k, capped = suggest_workers(nw, loader_wait, step_s, free + 1)
     if k > nw:
         compute_s = max(step_s - wait_s, 1e-9)
         fetch = fetch_time(nw, loader_wait, step_s)
-        modelled = step_with_workers(k, fetch, compute_s) + (wait_s - loader_wait)
+        cpu_work = (compute_s * cores.compute + fetch) / max(cores.usable - cores.others, 1.0)
+        modelled = max(step_with_workers(k, fetch, compute_s), cpu_work) + (wait_s - loader_wait)
         advice.est = step_s / max(modelled, 1e-9)
         advice.model = (
-            f"estimate: with num_workers={k}, a step takes max(compute, batch time / {k}) "
-            f"(throughput model from the measured wait and compute)"
+            f"estimate: with num_workers={k}, a step takes max(compute, batch time / {k}, CPU "
+            f"work / cores) ({cores.says()}; throughput model from the measured wait and "
+            "compute; worker start-up and batch transfer not modelled)"
         )
         advice.changes.append(f"num_workers={k}")
     else:
         advice.est = speedup_if_removed(share)
     if capped:
         advice.notes.append(
-            f"this machine has {cpus} cores, too few to hide the loading at this rate: also "
-            f"make {loader.dataset}.__getitem__ cheaper (cache decoded samples, move "
-            "augmentation to the GPU)"
+            f"this machine has {cores.free:.0f} core(s) free for workers, too few to hide the "
+            f"loading at this rate: also make {loader.dataset}.__getitem__ cheaper (cache "
+            "decoded samples, move augmentation to the GPU)"
         )
+    return _with_knobs(profile, loader, advice, k)
+
+
+def _with_knobs(profile: Profile, loader: DataLoaderInfo, advice: _Advice, k: int) -> _Advice:
+    nw = loader.num_workers
     if k > 0 and not loader.persistent_workers and loader.epochs > 1:
         advice.changes.append("persistent_workers=True")
     if nw > 0 and (loader.prefetch_factor or 2) < 4:
@@ -99,8 +160,25 @@ def _loader_advice(
     return advice
 
 
+def _where(loader: DataLoaderInfo) -> str:
+    """``at train.py:95 (the loop; built at train.py:37, via train.py:120)``."""
+    built, via = given(loader.built_at), given(loader.built_via)
+    if not loader.site and not built:
+        return ""
+    lost = f" at {loader.site} (the loop" if loader.site else " (built"
+    if built:
+        lost += f"; built at {built}" if loader.site else f" at {built}"
+        if via:
+            lost += f", via {via}"
+    return lost + ")"
+
+
 def _loader_evidence(loader: DataLoaderInfo) -> dict[str, Any]:
-    return {
+    where: dict[str, Any] = {"wait_site": loader.site} if loader.site else {}
+    via = given(loader.built_via)
+    if via:
+        where["built_via"] = via
+    return where | {
         "dataset": loader.dataset,
         "num_workers": loader.num_workers,
         "pin_memory": loader.pin_memory,
@@ -124,25 +202,25 @@ def dataloader_bound(profile: Profile) -> list[Finding]:
     loaders = [d for d in loaders if d.wait_s_per_step]
     step_s = profile.steps.time_s.mean or 0.0
     wait_s = share * step_s
-    cpus = _cpus(profile)
+    cores = cores_for_workers(profile)
     evidence: dict[str, Any] = {
         "data_wait_share": round(share, 4),
         "wait_ms_per_step": round(wait_s * 1e3, 3),
         "step_ms": round(step_s * 1e3, 3),
-        "cpu_count": cpus,
+        "cpu_count": cores.usable,
+        "cores_free_for_workers": round(cores.free, 2),
     }
     site: str | None = None
     if loaders:
         loader = max(loaders, key=lambda d: d.wait_s_per_step or 0.0)
         evidence.update(_loader_evidence(loader))
-        advice = _loader_advice(profile, loader, share, step_s, cpus)
-        where = f" at {loader.site}" if loader.site else ""
+        advice = _loader_advice(profile, loader, share, step_s, cores)
         summary = (
             f"{fmt_frac(share, 0)} of step time waits on next() of {loader.cls}"
-            f"({loader.dataset}, num_workers={loader.num_workers}){where}: "
+            f"({loader.dataset}, num_workers={loader.num_workers}){_where(loader)}: "
             f"{fmt_duration(wait_s)} of {fmt_duration(step_s)} per step"
         )
-        site = loader.site
+        site = given(loader.built_at) or loader.site
     else:
         summary = (
             f"{fmt_frac(share, 0)} of step time waits on the DataLoader ({fmt_duration(wait_s)} "
