@@ -166,3 +166,36 @@ def test_a_training_loop_calling_a_step_function_is_not_a_loop_finding(tmp_path:
     loops = by_site(doc["loops"])
     assert set(loops) == {site(NAME, "LOOP-VIA-HELPER"), site(NAME, "LOOP-VIA-TWO")}
     assert loops[site(NAME, "LOOP-VIA-HELPER")]["iterations_per_step"] == 10
+
+
+CLOSURE = """\
+for i in range(steps):
+    def closure():
+        out = seq(x)
+        for t in range(3):
+            out = out + t
+        return out
+    optimizer.step(closure)
+    f = lambda a: a + 1
+    class Helper:
+        w = [v for v in range(4)]
+"""
+
+
+@pytest.mark.parametrize(
+    ("line", "col", "expect"),
+    [
+        (3, 8, None),  # the LBFGS closure's body: runs when optimizer.step calls it
+        (5, 12, 4),  # a loop inside the closure is the closure's own
+        (7, 4, 1),  # the training loop's body
+        (8, 18, None),  # a lambda's body runs when it is called
+        (10, 13, 10),  # a comprehension in a class body
+    ],
+)
+def test_a_function_defined_in_a_loop_is_its_own_scope(
+    line: int, col: int, expect: int | None
+) -> None:
+    """pytorch/examples time_sequence_prediction: the closure defined in the training loop was
+    reported as "a Python loop: 21 iterations per step" at the training loop's `for`."""
+    loop = LoopIndex(CLOSURE).innermost(line, col)
+    assert (loop.line if loop else None) == expect

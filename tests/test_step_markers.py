@@ -142,6 +142,12 @@ def test_gpuopt_steps_leaves_a_recorded_step_after_warmup(tmp_path: Path) -> Non
     assert (doc["dispatch"]["window_start"], doc["dispatch"]["window_steps"]) == (1, 1)
     assert [s["site"] for s in doc["syncs"]] == [_line("lbfgs_closure.py", "CLOSURE-ITEM")]
     assert "1 warm-up" in r.stdout
+    # The closure is not an iteration of the training loop around its definition: before, the
+    # `for` was "a Python loop of N iterations per step" (one per closure call, issued through
+    # optimizer.step), a false loop-indexing finding on the real script.
+    training_loop = _line("lbfgs_closure.py", "TRAIN-LOOP")
+    assert training_loop not in [entry["site"] for entry in doc["loops"]]
+    assert not [f for f in doc["findings"] if f["id"] == "loop-indexing"]
 
 
 @pytest.mark.parametrize("fmt", ["text", "md"])

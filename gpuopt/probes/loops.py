@@ -5,7 +5,9 @@ reported at its own header line (the ``for``/``while``, or the comprehension), s
 where the fix goes: "vectorise this loop", not "line 42 is slow". Only the parts of a loop that run
 once per iteration count as inside it: the body of a ``for`` (not its iterable, evaluated once),
 the test and body of a ``while``, and the element, conditions and inner iterables of a
-comprehension.
+comprehension. A function (or lambda, or class) defined inside a loop's body is its own scope: its
+code runs when it is called, not once per iteration of the loop around its definition (an LBFGS
+closure defined in the training loop runs ~20 times per step, inside ``optimizer.step``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class Loop:
     kind: str  # "for", "while" or "comprehension"
     depth: int  # nesting depth in the file (outermost 0); the innermost match wins
     regions: tuple[Region, ...]
+    scope: int = 0  # the function (or lambda, class) the loop is in: 0 for module level
 
 
 def _span(node: ast.AST) -> Region:
@@ -54,26 +57,42 @@ def _loop_regions(node: ast.AST) -> tuple[str, tuple[Region, ...]] | None:
     return "comprehension", tuple(_span(p) for p in parts)
 
 
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
 class LoopIndex:
     """The loops of one source file, answering "which loop runs this position?"."""
 
     def __init__(self, source: str) -> None:
         self.loops: list[Loop] = []
+        self.scopes: list[tuple[int, Region]] = []  # (nesting level, span); id = index + 1
         try:
             tree = ast.parse(source)
         except (SyntaxError, ValueError):
             return
-        self._visit(tree, 0)
+        self._visit(tree, 0, 0)
 
-    def _visit(self, node: ast.AST, depth: int) -> None:
+    def _visit(self, node: ast.AST, depth: int, scope: int) -> None:
         for child in ast.iter_child_nodes(node):
+            if isinstance(child, _SCOPES):
+                self.scopes.append((depth, _span(child)))
+                self._visit(child, depth + 1, len(self.scopes))
+                continue
             found = _loop_regions(child)
             if found is not None:
                 kind, regions = found
-                self.loops.append(Loop(child.lineno, kind, depth, regions))  # type: ignore[attr-defined]
-                self._visit(child, depth + 1)
+                self.loops.append(Loop(child.lineno, kind, depth, regions, scope))  # type: ignore[attr-defined]
+                self._visit(child, depth + 1, scope)
             else:
-                self._visit(child, depth)
+                self._visit(child, depth, scope)
+
+    def _scope_of(self, line: int, col: int | None) -> int:
+        """The innermost function, lambda or class whose source contains the position."""
+        best, best_depth = 0, -1
+        for i, (depth, span) in enumerate(self.scopes, 1):
+            if depth > best_depth and _contains(span, line, col):
+                best, best_depth = i, depth
+        return best
 
     @classmethod
     def from_file(cls, path: str) -> LoopIndex:
@@ -90,8 +109,9 @@ class LoopIndex:
         body counts as inside the loop.
         """
         best: Loop | None = None
+        scope = self._scope_of(line, col) if self.scopes else 0
         for loop in self.loops:
-            if best is not None and loop.depth <= best.depth:
+            if loop.scope != scope or (best is not None and loop.depth <= best.depth):
                 continue
             for r in loop.regions:
                 if _contains(r, line, col):

@@ -54,6 +54,9 @@ _MethodWrapper = type("".__add__)
 VIA_DEPTH = 6
 
 
+_ANCESTRY = 32  # frames looked up from the last op for the instruction still running
+
+
 class _Ctx:
     """What the current Python-level tensor call is: its site, directness, sync kind."""
 
@@ -128,6 +131,10 @@ class RecorderEngine:
         self.last_exit = 0.0
         self.last_key: tuple[int, int] | None = None
         self.last_fid = 0
+        # The frame of the last op's instruction (held, for _still_running), and per frame the
+        # instruction its last op came from.
+        self.last_frame: Any = None
+        self.frame_keys: dict[int, Key] = {}
         self.loops = LoopFinder(resolver)
         self.in_loop = _LoopMemo(self.loops)
         # Per caller line in a loop: the frame it called last. Held (not its id), so a new call
@@ -196,6 +203,8 @@ class RecorderEngine:
         # hook, then finishes): ops after the hook continue that instruction's execution, so it
         # is the "last" one and is not counted again for the new step.
         self.last_key, self.last_fid = self._current_instruction()
+        self.last_frame = None
+        self.frame_keys.clear()
         self.pending_idle = None
         self.recording = True
         self._miss_mark = self.resolver.miss_s
@@ -246,6 +255,8 @@ class RecorderEngine:
         self.steps_done += 1
         self.step_counters.append(acc)
         self.acc = StepCounters()
+        self.frame_keys.clear()
+        self.last_frame = None  # held frames keep their locals (tensors) alive: not past a step
         pending = self.pending_idle
         if pending is not None:
             # The host time after a step's last sync runs into the next step (its data loading
@@ -283,10 +294,8 @@ class RecorderEngine:
                     stats = acc.sites[key] = [0, 0.0, 0, 0, 0, data]
                     self.resolver.codes[key[0]] = code
                 stats[S_TF] += 1
-                fid = id(frame)
-                if direct or key != self.last_key or fid != self.last_fid:
+                if direct or self._executes_again(frame, key):
                     stats[S_EXEC] += 1
-                self.last_key, self.last_fid = key, fid
                 via = None if data or self.in_loop[key] else self._via(frame, key)
                 if via is not None:
                     via[S_TF] += 1
@@ -446,21 +455,41 @@ class RecorderEngine:
         if stats is None:
             stats = acc.sites[key] = [0, 0.0, 0, 0, 0, data]
             self.resolver.codes[key[0]] = code
-        fid = id(frame)
-        if key != self.last_key or fid != self.last_fid:
+        if self._executes_again(frame, key):
             stats[S_EXEC] += 1
-        self.last_key, self.last_fid = key, fid
         via = None if data or self.in_loop[key] else self._via(frame, key)
         return _Ctx(key, stats, direct, data, None, "?", via)
+
+    def _executes_again(self, frame: Any, key: Key) -> bool:
+        """Whether an op at ``key`` in ``frame`` starts a new execution of that instruction: the
+        last op came from elsewhere, and not from code this very instruction is still running
+        (``optimizer.step(closure)`` runs an LBFGS closure ~20 times: its ops come from the
+        closure's frame, called through the optimizer, while the caller's line is one execution).
+        """
+        fid = id(frame)
+        last = self.last_frame
+        again = key != self.last_key or fid != self.last_fid
+        if again and fid != self.last_fid and self.frame_keys.get(fid) == key and last is not None:
+            f, depth = last.f_back, 0
+            while f is not None and depth < _ANCESTRY:
+                if f is frame:
+                    again = False  # the last op ran inside this instruction's call
+                    break
+                f, depth = f.f_back, depth + 1
+        self.last_key, self.last_fid, self.last_frame = key, fid, frame
+        self.frame_keys[fid] = key
+        return again
 
     def _via(self, frame: Any, key: Key) -> list[Any] | None:
         """Stats for an op whose own line (``key``, in ``frame``) runs in no loop but is called,
         through user helpers (up to :data:`VIA_DEPTH` of them), from a line that does: the loop
-        is where the fix goes. Counts a call of that line each time the frame it calls changes."""
+        is where the fix goes. Counts a call of that line each time the frame it calls directly
+        changes: a library in between that calls the helper many times (``optimizer.step`` calling
+        an LBFGS closure ~20 times) is one call of the loop's line, one iteration."""
         in_loop = self.in_loop
         resolver = self.resolver
         cache = resolver.cache
-        callee = frame
+        below = frame
         f = frame.f_back
         depth = 0
         while f is not None and depth < VIA_DEPTH:
@@ -476,14 +505,14 @@ class RecorderEngine:
                     stats = acc.via.get((key, caller))
                     if stats is None:
                         stats = acc.via[(key, caller)] = [0, 0.0, 0, 0, 0, False]
-                    if self.via_callee.get(caller) is not callee:
-                        self.via_callee[caller] = callee
+                    if self.via_callee.get(caller) is not below:
+                        self.via_callee[caller] = below
                         acc.via_calls[caller] = acc.via_calls.get(caller, 0) + 1
                     return stats
-                callee = f
                 depth += 1
             elif cat == DATA:
                 return None
+            below = f
             f = f.f_back
         return None
 

@@ -13,7 +13,7 @@ x = torch.randn(64, 8)
 target = torch.randn(64, 1)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
 optimizer = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=6)
-for _ in range(opt_args.steps):
+for _ in range(opt_args.steps):  # TRAIN-LOOP
 
     def closure():
         optimizer.zero_grad()
