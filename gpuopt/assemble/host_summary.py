@@ -137,6 +137,16 @@ class _Sites:
             return None
         return self.resolver.relpath(code), loop.line, loop.kind
 
+    def scope_of(self, cid: int, lasti: int) -> tuple[str, str]:
+        """``(path:line, kind)`` of what runs this instruction: its innermost loop's header, or
+        else its function's ``def`` (the module's first line for module-level code)."""
+        loop = self.loop_of(cid, lasti)
+        if loop is not None:
+            return f"{loop[0]}:{loop[1]}", loop[2]
+        code = self.code(cid)
+        kind = "module" if code.co_name == "<module>" else "function"
+        return f"{self.resolver.relpath(code)}:{code.co_firstlineno}", kind
+
 
 @dataclass
 class HostSummary:
@@ -411,6 +421,7 @@ def _syncs(t: StepCounters, sites: _Sites, steps: int, wall: float) -> list[Sync
                 "measured": measured,
                 "api": set(),
                 "op": set(),
+                "scope": sites.scope_of(cid, lasti),
             },
         )
         g["count"] += count
@@ -433,6 +444,8 @@ def _syncs(t: StepCounters, sites: _Sites, steps: int, wall: float) -> list[Sync
             idle_after_us_per_step=_us(g["idle"], steps),
             time_share=_share(g["time"], wall),
             idle_after_share=_share(g["idle"], wall),
+            scope=g["scope"][0],
+            scope_kind=g["scope"][1],
         )
         for g in groups.values()
     ]

@@ -189,6 +189,9 @@ class Sync(Record):
     idle_after_us_per_step: float | UnsetType = UNSET
     time_share: float | UnsetType = UNSET
     idle_after_share: float | UnsetType = UNSET
+    # the innermost loop (its header line) or else the function (its def line) the site runs in
+    scope: str | UnsetType = UNSET
+    scope_kind: str | UnsetType = UNSET  # for, while, comprehension, function, module
 
 
 class TopSite(Record):

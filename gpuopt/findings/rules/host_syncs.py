@@ -6,6 +6,10 @@ device-to-host copies all drain the GPU queue; afterwards the GPU idles until th
 the next kernel. The recorder measures, per site, the host time from each sync's return to the
 next op (``idle_after``): the time the GPU has nothing queued. On a CPU-only run the same sites are
 reported as "would block on a GPU", with the host time measured on the CPU.
+
+One finding per loop (or function) of the user's code, citing every sync line in it: four
+``.item()`` calls in one loop body are one cause with one fix (log every N steps), not four
+findings. Documents without ``syncs[].scope`` (written before it existed) group by line.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from gpuopt.findings.engine import rule
 from gpuopt.findings.estimates import at_least, severity_for_share, speedup_if_removed
 from gpuopt.findings.measures import from_trace, share_of, value
 from gpuopt.model.profile import Finding, Profile, Severity
+from gpuopt.model.records import given
 from gpuopt.units import fmt_count, fmt_frac, fmt_us, plural
 
 MAX_FINDINGS = 8
@@ -58,9 +63,12 @@ _FIXES: dict[str, str] = {
 
 @dataclass
 class _SiteSyncs:
-    """The syncs of one site, summed per step."""
+    """The syncs of one loop or function (or one site, without scopes), summed per step."""
 
-    site: str | None
+    site: str | None  # the group's heaviest line (the finding's site)
+    scope: str | None = None
+    scope_kind: str | None = None
+    lines: dict[str, float] = field(default_factory=dict)  # site -> calls per step
     count: float = 0.0
     kinds: dict[str, float] = field(default_factory=dict)
     time_us: float = 0.0
@@ -72,14 +80,19 @@ class _SiteSyncs:
 
 
 def _group(profile: Profile) -> list[_SiteSyncs]:
-    """Sync entries grouped by site (one finding per line; None: a trace, which has no sites)."""
-    by_site: dict[str | None, _SiteSyncs] = {}
+    """Sync entries grouped by the loop or function they run in (by site in documents without
+    scopes; None: a trace, which has no sites)."""
+    groups: dict[str | None, _SiteSyncs] = {}
     for e in profile.syncs:
         site = e.site or None
-        g = by_site.setdefault(site, _SiteSyncs(site))
+        scope = given(e.scope) or site
+        g = groups.setdefault(scope, _SiteSyncs(site, scope=given(e.scope)))
+        g.scope_kind = given(e.scope_kind)
         count = value(e.count_per_step)
         kind = e.kind or "item"
         g.count += count
+        if site is not None:
+            g.lines[site] = g.lines.get(site, 0.0) + count
         g.kinds[kind] = g.kinds.get(kind, 0.0) + count
         g.time_us += value(e.time_us_per_step)
         g.idle_us += value(e.idle_after_us_per_step)
@@ -91,9 +104,33 @@ def _group(profile: Profile) -> list[_SiteSyncs]:
             g.idle_share += idle
         if e.measured_device == "cpu":
             g.inferred = True
-    groups = [g for g in by_site.values() if g.count > 0]
-    groups.sort(key=lambda g: (-(g.idle_share + g.time_share), -g.count, str(g.site)))
-    return groups
+    out = [g for g in groups.values() if g.count > 0]
+    for g in out:
+        if g.lines:  # the heaviest line, the first of equals
+            g.site = min(g.lines, key=lambda s: (-g.lines[s], _line_no(s)))
+    out.sort(key=lambda g: (-(g.idle_share + g.time_share), -g.count, str(g.site)))
+    return out
+
+
+def _line_no(site: str) -> int:
+    tail = site.rsplit(":", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
+def _where(g: _SiteSyncs) -> str:
+    """`` at train.py:237, :246, :258 (one loop, train.py:230)`` or `` at train.py:61``."""
+    if not g.lines:
+        return ""
+    ordered = sorted(g.lines, key=_line_no)
+    if len(ordered) == 1:
+        return f" at {ordered[0]}"
+    path = ordered[0].rsplit(":", 1)[0]
+    same = all(s.rsplit(":", 1)[0] == path for s in ordered)
+    lines = ", ".join(":" + s.rsplit(":", 1)[1] if same and i else s for i, s in enumerate(ordered))
+    what = {"function": "one function", "module": "module-level code"}.get(
+        g.scope_kind or "", "one loop"
+    )
+    return f" at {lines} ({what}, {g.scope})" if g.scope else f" at {lines}"
 
 
 @dataclass
@@ -147,14 +184,23 @@ def _finding(g: _SiteSyncs) -> Finding:
     v = _verdict(g, kinds[0][0])
     severity = at_least(v.severity, "medium") if g.count >= MANY_PER_STEP else v.severity
     kinds_text = ", ".join(f"{fmt_count(n)}× {k}" for k, n in kinds)
-    at = f" at {g.site}" if g.site else ""
+    at = _where(g)
+    title = v.title
+    if len(g.lines) > 1:
+        title += f" on {len(g.lines)} lines"
+    evidence_sites: dict[str, object] = {}
+    if len(g.lines) > 1:
+        evidence_sites["sites"] = {s: g.lines[s] for s in sorted(g.lines, key=_line_no)}
+    if g.scope:
+        evidence_sites["scope"] = g.scope
     return Finding(
         id="sync-in-step",
         severity=severity,
-        title=v.title,
+        title=title,
         site=g.site,
         evidence={
             "summary": f"{kinds_text} per step{at}; {v.where}",
+            **evidence_sites,
             "syncs_per_step": g.count,
             "kinds": dict(kinds),
             "sync_us_per_step": round(g.time_us, 1),
