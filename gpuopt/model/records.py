@@ -374,6 +374,7 @@ class DataLoaderInfo(Record):
     wait_s_per_step: float | None
     built_at: str | UnsetType = UNSET  # the DataLoader(...) call: where its settings are written
     built_via: str | UnsetType = UNSET  # the call of the factory that built it, if one did
+    role: str | UnsetType = UNSET  # "eval": every batch fetched with autograd off; else "train"
 
 
 class ShapeCount(Record):
@@ -381,8 +382,19 @@ class ShapeCount(Record):
     batches: int
 
 
+class RaggedLoader(Record):
+    """One DataLoader's batch shapes (``ragged.loaders``)."""
+
+    site: str | None  # the loop that fetched its batches
+    role: str  # "train", or "eval": fetched with autograd off (torch.no_grad, inference_mode)
+    batches: int
+    batch_sizes: list[int]
+    distinct_shapes: int
+
+
 class Ragged(Record):
-    """Batch-shape statistics over every batch, padding over the recorder's window."""
+    """Batch-shape statistics over the training batches (evaluation loaders' batches are left
+    out: ``loaders`` has each loader's own), padding over the recorder's window."""
 
     batches: int
     steps_observed: int
@@ -401,6 +413,7 @@ class Ragged(Record):
     step_signatures_distinct: int | UnsetType = UNSET
     step_signatures_steps: int | UnsetType = UNSET
     note: str | UnsetType = UNSET
+    loaders: list[RaggedLoader] | UnsetType = UNSET
 
 
 class RunError(Record):

@@ -35,6 +35,23 @@ BatchListener = Callable[[Any], None]
 _BATCH_LISTENERS: list[BatchListener] = []
 
 
+@dataclass(frozen=True)
+class BatchOrigin:
+    """Where the batch a listener is seeing came from (:func:`batch_origin`)."""
+
+    loader: int  # the probe's key of its DataLoader
+    site: str | None  # the loop that fetched it
+    training: bool  # autograd was on when it was fetched (off: torch.no_grad, an eval loop)
+
+
+_ORIGIN: BatchOrigin | None = None
+
+
+def batch_origin() -> BatchOrigin | None:
+    """The origin of the batch being handed to the batch listeners (None outside that call)."""
+    return _ORIGIN
+
+
 def add_batch_listener(fn: BatchListener) -> None:
     if fn not in _BATCH_LISTENERS:
         _BATCH_LISTENERS.append(fn)
@@ -60,6 +77,7 @@ class LoaderStats:
     multiprocessing_context: str | None
     built_at: str | None = None
     built_via: str | None = None
+    eval_batches: int = 0  # fetched with autograd off (torch.no_grad, inference_mode)
     iterators: int = 0
     batches: int = 0
     wait_s: float = 0.0
@@ -83,6 +101,8 @@ class LoaderStats:
             wait_s_total=self.wait_s,
             wait_s_per_step=(sum(per_step) / len(per_step)) if per_step else None,
         )
+        if self.batches:
+            info.role = "eval" if self.eval_batches >= self.batches else "train"
         if self.built_at is not None:
             info.built_at = self.built_at
         if self.built_via is not None:
@@ -119,15 +139,18 @@ class DataLoaderProbe:
         self._orig_next: Any = None
         self._orig_init: Any = None
         self._orig_loader_init: Any = None
+        self._grad_enabled: Callable[[], bool] = lambda: True
         self._roots: list[Path] = []
         self._resolver: Any = None
         self._alive: dict[int, Any] = {}  # id(loader) -> weakref, so a reused id starts a new entry
 
     # -- Probe interface -------------------------------------------------------------------
     def start(self, ctx: RunContext) -> None:
+        import torch
         from torch.utils.data import dataloader as dl
 
         self._roots = ctx.user_roots
+        self._grad_enabled = torch.is_grad_enabled
         base = dl._BaseDataLoaderIter
         # Iterators are registered as DataLoader.__iter__ makes them, not in their __init__: a
         # wrapper there would sit where torch's warnings (stacklevel=2) point.
@@ -156,11 +179,7 @@ class DataLoaderProbe:
             finally:
                 probe._record(it, step, probe._clock() - t0, ok)
             if _BATCH_LISTENERS:
-                for fn in list(_BATCH_LISTENERS):
-                    try:
-                        fn(batch)
-                    except Exception:
-                        pass
+                probe._tell_listeners(it, batch)
             return batch
 
         _get_iterator.__wrapped__ = orig_init  # type: ignore[attr-defined]
@@ -187,6 +206,20 @@ class DataLoaderProbe:
 
     def on_step(self, index: int, t: float) -> None:
         pass
+
+    def _tell_listeners(self, it: Any, batch: Any) -> None:
+        global _ORIGIN
+        key = getattr(it, "_gpuopt_loader_key", -1)
+        stats = self.loaders.get(key)
+        _ORIGIN = BatchOrigin(key, stats.site if stats else None, bool(self._grad_enabled()))
+        try:
+            for fn in list(_BATCH_LISTENERS):
+                try:
+                    fn(batch)
+                except Exception:
+                    pass
+        finally:
+            _ORIGIN = None
 
     def stop(self) -> None:
         if self._orig_next is None:
@@ -283,5 +316,6 @@ class DataLoaderProbe:
         stats = self.loaders.get(getattr(it, "_gpuopt_loader_key", -1))
         if stats is not None:
             stats.batches += ok
+            stats.eval_batches += ok and not self._grad_enabled()
             stats.wait_s += dt
             stats.wait_by_step[step] = stats.wait_by_step.get(step, 0.0) + dt

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from gpuopt.model.profile import Ragged, ShapeCount
+from gpuopt.model.profile import Ragged, RaggedLoader, ShapeCount
 
 _MAX_LEAVES = 32
 _MAX_DEPTH = 4
@@ -190,3 +190,37 @@ def _describe(sig: tuple[Any, ...]) -> str:
         else:
             parts.append(f"{item[0]}: {'x'.join(str(s) for s in item[1]) or 'scalar'}")
     return ", ".join(parts)
+
+
+class LoaderShapes:
+    """Batch shapes per DataLoader, each with its role: a loader whose batches were all fetched
+    with autograd off (``torch.no_grad``, ``inference_mode``: an evaluation loop) is "eval"."""
+
+    def __init__(self) -> None:
+        self.trackers: dict[int, BatchShapeTracker] = {}
+        self.sites: dict[int, str | None] = {}
+        self.training: dict[int, int] = {}  # batches fetched with autograd on
+
+    def observe(self, origin: Any, batch: Any, step: int) -> None:
+        key = origin.loader
+        tracker = self.trackers.get(key)
+        if tracker is None:
+            tracker = self.trackers[key] = BatchShapeTracker()
+            self.sites[key] = origin.site
+            self.training[key] = 0
+        tracker.observe(batch, step, detailed=False)
+        self.training[key] += bool(origin.training)
+
+    def summary(self) -> list[RaggedLoader]:
+        out = []
+        for key, t in self.trackers.items():
+            out.append(
+                RaggedLoader(
+                    site=self.sites[key],
+                    role="train" if self.training[key] else "eval",
+                    batches=t.batches,
+                    batch_sizes=sorted(t.batch_sizes),
+                    distinct_shapes=len(t.signatures),
+                )
+            )
+        return out

@@ -27,7 +27,7 @@ from typing import Any
 
 from gpuopt.model.records import Ragged
 from gpuopt.probes.protocol import RunContext
-from gpuopt.probes.ragged import BatchShapeTracker
+from gpuopt.probes.ragged import BatchShapeTracker, LoaderShapes
 from gpuopt.probes.recorder_calibration import Calibration
 from gpuopt.probes.recorder_engine import RecorderEngine
 from gpuopt.probes.sites import SiteResolver
@@ -61,7 +61,8 @@ class DispatchRecorder:
     def __init__(self) -> None:
         self.ctx: RunContext | None = None
         self.engine: RecorderEngine | None = None
-        self.shapes = BatchShapeTracker()
+        self.shapes = BatchShapeTracker()  # the training batches
+        self.per_loader = LoaderShapes()  # every loader's own, evaluation loaders too
         self.enabled = False
         self.done = False
         self.unfinished = False
@@ -131,6 +132,8 @@ class DispatchRecorder:
 
             calibration = calibrate()
         shapes = self.shapes.summary() if ran else None
+        if shapes is not None and self.per_loader.trackers:
+            shapes.loaders = self.per_loader.summary()
         if shapes is not None and self.listener_note:
             shapes.note = self.listener_note
         return RecorderCapture(
@@ -154,7 +157,14 @@ class DispatchRecorder:
             assert engine is not None
             engine.busy = True
         try:
-            self.shapes.observe(batch, self.next_step, detailed=recording)
+            from gpuopt.probes.dataloader import batch_origin
+
+            origin = batch_origin()
+            training = origin is None or origin.training
+            if training:  # evaluation batches (autograd off) are not the training input
+                self.shapes.observe(batch, self.next_step, detailed=recording)
+            if origin is not None:
+                self.per_loader.observe(origin, batch, self.next_step)
         except Exception as exc:
             self.errors.append(f"batch shapes: {type(exc).__name__}: {exc}")
         finally:

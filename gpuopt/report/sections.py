@@ -366,7 +366,36 @@ def ragged_section(profile: Profile) -> Section | None:
     )
     if not varies:
         return None
-    return _key_value_section("ragged", "Ragged batches", r)
+    section = _key_value_section("ragged", "Ragged batches (training loaders)", r)
+    if section is not None:
+        section.rows = [row for row in section.rows if not row[0].text.startswith("loaders")]
+    return section
+
+
+def ragged_loaders_section(profile: Profile) -> Section | None:
+    """Each DataLoader's batch sizes, evaluation loaders told apart; shown with two or more."""
+    r = given(profile.ragged)
+    loaders = given(r.loaders) if r is not None else None
+    if not loaders or len(loaders) < 2:
+        return None
+    rows = [
+        [
+            _site(e.site),
+            _scell(e.role),
+            _ncell(e.batches),
+            _scell(", ".join(str(b) for b in e.batch_sizes[:8])),
+            _ncell(e.distinct_shapes),
+        ]
+        for e in loaders
+    ]
+    return Section(
+        "ragged_loaders",
+        "Batch shapes per DataLoader",
+        ["loop", "role", "batches", "batch sizes", "shapes"],
+        rows,
+        note="eval: every batch fetched with autograd off (torch.no_grad, inference_mode); "
+        "the ragged-batch statistics above count the training loaders only.",
+    )
 
 
 def trace_section(profile: Profile) -> Section | None:
@@ -554,6 +583,7 @@ def detail_sections(profile: Profile) -> list[Section]:
         loops_section(profile),
         dispatch_section(profile),
         ragged_section(profile),
+        ragged_loaders_section(profile),
         gpu_samples_section(profile),
         *gpu_sections(profile),
         ranks_section(profile),
