@@ -14,5 +14,5 @@ for _epoch in range(3):
         torch.nn.functional.mse_loss(model(x), y).backward()
         opt.step()
     with torch.no_grad():
-        for x, y in test:  # TEST-LOOP
+        for x, _y in test:  # TEST-LOOP
             model(x)
