@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -41,6 +43,25 @@ def run_gpuopt(
         timeout=timeout,
         env=full_env,
     )
+
+
+def marker_site(script: Path, marker: str) -> str:
+    """``path:line`` (relative to the repository) of the one line of ``script`` carrying
+    ``# <marker>``: tests name the lines they expect by a comment, not a number."""
+    lines = script.read_text().splitlines()
+    (n,) = [i for i, text in enumerate(lines, 1) if f"# {marker}" in text]
+    return f"{script.relative_to(ROOT)}:{n}"
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """``benchmarks/<name>.py`` loaded from its file: benchmarks/ is not a package, and nothing
+    imports it by name (registered in sys.modules: dataclasses resolve annotations through it)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture

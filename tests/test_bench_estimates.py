@@ -2,26 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
-from conftest import ROOT
+from conftest import load_benchmark
 
-
-def _load() -> object:
-    # loaded from its file: benchmarks/ is not a package, and nothing here imports it by name
-    spec = importlib.util.spec_from_file_location(
-        "bench_estimates", ROOT / "benchmarks" / "bench_estimates.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_estimates"] = module  # dataclasses resolve their annotations through it
-    spec.loader.exec_module(module)
-    return module
-
-
-_bench = _load()
+_bench = load_benchmark("bench_estimates")
 verdict = _bench.verdict  # type: ignore[attr-defined]
 noise_of = _bench.noise_of  # type: ignore[attr-defined]
 

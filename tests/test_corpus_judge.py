@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import copy
 import gzip
-import importlib.util
 import json
-import sys
-from types import ModuleType
 from typing import Any
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, load_benchmark
 
 from gpuopt.findings.engine import registered_rules
 
@@ -23,19 +20,7 @@ CORPUS = ROOT / "benchmarks" / "corpus"
 SCRIPT_DIR = "/corpus/scripts/demo"  # where the synthetic runs' script lay
 
 
-def _load_judge() -> ModuleType:
-    # loaded from its file: benchmarks/ is not a package, and nothing here imports it by name
-    spec = importlib.util.spec_from_file_location(
-        "corpus_judge", ROOT / "benchmarks" / "corpus_judge.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["corpus_judge"] = module  # dataclasses resolve their annotations through it
-    spec.loader.exec_module(module)
-    return module
-
-
-cj = _load_judge()
+cj = load_benchmark("corpus_judge")
 
 EXPECT = """
 [[script]]

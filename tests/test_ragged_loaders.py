@@ -6,15 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import ROOT, run_gpuopt
+from conftest import ROOT, marker_site, run_gpuopt
 
 SCRIPT = ROOT / "tests" / "data" / "scripts" / "train_and_test_loaders.py"
 
 
 def _line(marker: str) -> str:
-    lines = SCRIPT.read_text().splitlines()
-    (n,) = [i for i, text in enumerate(lines, 1) if f"# {marker}" in text]
-    return f"tests/data/scripts/train_and_test_loaders.py:{n}"
+    return marker_site(SCRIPT, marker)
 
 
 def test_training_statistics_hold_the_training_loader_only(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import ROOT, run_gpuopt
+from conftest import ROOT, marker_site, run_gpuopt
 
 from gpuopt.findings.engine import evaluate
 from gpuopt.model.document import empty_profile
@@ -16,9 +16,7 @@ SCRIPT = ROOT / "tests" / "data" / "scripts" / "four_syncs.py"
 
 
 def _line(marker: str) -> str:
-    lines = SCRIPT.read_text().splitlines()
-    (n,) = [i for i, text in enumerate(lines, 1) if f"# {marker}" in text]
-    return f"tests/data/scripts/four_syncs.py:{n}"
+    return marker_site(SCRIPT, marker)
 
 
 def test_four_reads_in_one_loop_are_one_finding(tmp_path: Path) -> None:
