@@ -137,7 +137,7 @@ class DataLoaderProbe:
         self.wait_by_step: dict[int, float] = {}
         self.first_fetch_t: float | None = None
         self._orig_next: Any = None
-        self._orig_init: Any = None
+        self._orig_get_iterator: Any = None
         self._orig_loader_init: Any = None
         self._grad_enabled: Callable[[], bool] = lambda: True
         self._roots: list[Path] = []
@@ -154,13 +154,13 @@ class DataLoaderProbe:
         base = dl._BaseDataLoaderIter
         # Iterators are registered as DataLoader.__iter__ makes them, not in their __init__: a
         # wrapper there would sit where torch's warnings (stacklevel=2) point.
-        self._orig_init = dl.DataLoader._get_iterator
+        self._orig_get_iterator = dl.DataLoader._get_iterator
         self._orig_next = base.__next__
         probe = self
-        orig_init, orig_next = self._orig_init, self._orig_next
+        orig_get_iterator, orig_next = self._orig_get_iterator, self._orig_next
 
         def _get_iterator(loader: Any, *args: Any, **kwargs: Any) -> Any:
-            it = orig_init(loader, *args, **kwargs)
+            it = orig_get_iterator(loader, *args, **kwargs)
             try:
                 probe._register(it, loader)
             except Exception:  # measuring must never break the user's loader
@@ -182,7 +182,7 @@ class DataLoaderProbe:
                 probe._tell_listeners(it, batch)
             return batch
 
-        _get_iterator.__wrapped__ = orig_init  # type: ignore[attr-defined]
+        _get_iterator.__wrapped__ = orig_get_iterator  # type: ignore[attr-defined]
         __next__.__wrapped__ = orig_next  # type: ignore[attr-defined]
         dl.DataLoader._get_iterator = _get_iterator  # type: ignore[method-assign,assignment]
         base.__next__ = __next__  # type: ignore[method-assign,assignment]
@@ -227,7 +227,7 @@ class DataLoaderProbe:
         from torch.utils.data import dataloader as dl
 
         dl._BaseDataLoaderIter.__next__ = self._orig_next  # type: ignore[method-assign]
-        dl.DataLoader._get_iterator = self._orig_init  # type: ignore[method-assign]
+        dl.DataLoader._get_iterator = self._orig_get_iterator  # type: ignore[method-assign]
         dl.DataLoader.__init__ = self._orig_loader_init  # type: ignore[method-assign]
         self._orig_next = None
 
