@@ -212,6 +212,56 @@ def schedule(
         fail(str(exc))
 
 
+class CheckFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
+@app.command(
+    cls=_Command,
+    help=(
+        "CI gate: compare CANDIDATE with --baseline BASELINE (run directories, profile.json or "
+        "traces). Exit 0 pass, 1 regression, 2 bad input."
+    ),
+)
+def check(
+    candidate: Path = typer.Argument(..., metavar="CANDIDATE", help="The run to judge."),
+    baseline: Path = typer.Option(..., "--baseline", help="The run it must not be worse than."),
+    max_step_time_regression: str = typer.Option(
+        "5%",
+        "--max-step-time-regression",
+        help="Fail when the median step time's interval lies beyond this slowdown.",
+    ),
+    max_data_wait_increase: str = typer.Option(
+        "3pt", "--max-data-wait-increase", help="Fail when the data-wait share rises by more."
+    ),
+    max_gpu_idle_increase: str = typer.Option(
+        "3pt", "--max-gpu-idle-increase", help="Fail when the GPU idle share rises by more."
+    ),
+    allow: list[str] = typer.Option(
+        [], "--allow", help="A new HIGH finding id that does not fail (repeatable)."
+    ),
+    strict: bool = typer.Option(False, "--strict", help="An inconclusive gate fails (exit 1)."),
+    fmt: CheckFormat = typer.Option(CheckFormat.text, "--format", help="text or json."),
+) -> None:
+    from gpuopt.gate.check import Thresholds, parse_fraction
+    from gpuopt.gate.command import check_command
+
+    global _quick_exit
+    _quick_exit = True  # runs no user code: see main()
+    try:
+        th = Thresholds(
+            max_step_time_regression=parse_fraction(max_step_time_regression, "%"),
+            max_data_wait_increase=parse_fraction(max_data_wait_increase, "pt"),
+            max_gpu_idle_increase=parse_fraction(max_gpu_idle_increase, "pt"),
+            allow=frozenset(allow),
+        )
+        code = check_command(candidate, baseline, th, strict=strict, fmt=fmt.value)
+    except GpuoptError as exc:
+        fail(str(exc))
+    raise typer.Exit(code)
+
+
 def main() -> None:
     """Run the typer app (``gpuopt.entry.main`` calls it for every command line but the fast one).
 

@@ -1,0 +1,1 @@
+"""``gpuopt check``: gate a candidate run against a baseline (docs/check.md)."""
