@@ -24,7 +24,7 @@ from gpuopt.errors import GpuoptError
 from gpuopt.gate.intervals import LEVEL, difference_of_means, ratio_of_medians
 from gpuopt.model.profile import Profile
 from gpuopt.model.records import given
-from gpuopt.units import fmt_duration
+from gpuopt.units import fmt_bytes, fmt_duration
 
 MIN_STEPS = 8  # per run, for an interval
 
@@ -165,7 +165,12 @@ def counter_gates(base: Profile, cand: Profile) -> list[Gate]:
     for name in a.keys() & b.keys():
         before, after = a[name], b[name]
         verdict = "fail" if after > before + 1e-9 else "pass"
-        out.append(Gate(name, verdict, f"{before:g}", f"{after:g}", f"{after - before:+g}"))
+        if "bytes" in name:
+            sign = "+" if after >= before else "-"
+            shown = (fmt_bytes(before), fmt_bytes(after), sign + fmt_bytes(abs(after - before)))
+        else:
+            shown = (f"{before:.6g}", f"{after:.6g}", f"{after - before:+.3g}")
+        out.append(Gate(name, verdict, *shown))
     order = list(a)
     return sorted(out, key=lambda g: order.index(g.metric))
 
