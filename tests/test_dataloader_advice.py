@@ -7,8 +7,10 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
+import msgspec
 import pytest
 import torch
+from profile_builders import loader
 from torch.utils.data import DataLoader, TensorDataset
 
 from gpuopt.findings.engine import evaluate
@@ -41,20 +43,17 @@ def _doc(
     doc.environment.device = device
     if threads is not None:
         doc.environment.torch_threads = threads
-    info = DataLoaderInfo(
-        site="vae.py:95",
-        cls="DataLoader",
-        dataset="MNIST",
-        num_workers=0,
-        pin_memory=False,
-        persistent_workers=False,
-        prefetch_factor=None,
-        multiprocessing_context=None,
-        batch_size=128,
-        epochs=5,
-        batches=2345,
-        wait_s_total=16.0,
-        wait_s_per_step=0.014 * share,
+    info = msgspec.convert(
+        loader(
+            "vae.py:95",
+            dataset="MNIST",
+            batch_size=128,
+            epochs=5,
+            batches=2345,
+            wait_s_total=16.0,
+            wait_s_per_step=0.014 * share,
+        ),
+        DataLoaderInfo,
     )
     if built_at is not None:
         info.built_at = built_at

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from gpuopt.errors import GpuoptError
 from gpuopt.gate.intervals import LEVEL, difference_of_means, ratio_of_medians
-from gpuopt.model.profile import Profile
+from gpuopt.model.profile import Profile, StepRecord
 from gpuopt.model.records import given
 from gpuopt.units import fmt_bytes, fmt_duration
 
@@ -59,24 +59,26 @@ def parse_fraction(text: str, unit: str) -> float:
     return float(m.group(1)) / 100
 
 
-def measured_times(p: Profile) -> list[float]:
+def _measured(p: Profile) -> list[StepRecord]:
+    """The steps the statistics use: not warm-up, not slowed by the recorder, with a time."""
     skip = set(given(p.steps.instrumented) or [])
     return [
-        float(r.time_s)
+        r
         for r in p.steps.series
         if not r.warmup and r.index not in skip and r.time_s and r.time_s > 0
     ]
 
 
+def measured_times(p: Profile) -> list[float]:
+    return [float(r.time_s) for r in _measured(p)]
+
+
 def data_wait_shares(p: Profile) -> list[float]:
-    skip = set(given(p.steps.instrumented) or [])
-    out = []
-    for r in p.steps.series:
-        wait = r.data_wait_s
-        if r.warmup or r.index in skip or not r.time_s or not isinstance(wait, (int, float)):
-            continue
-        out.append(min(max(float(wait) / float(r.time_s), 0.0), 1.0))
-    return out
+    return [
+        min(max(float(r.data_wait_s) / float(r.time_s), 0.0), 1.0)
+        for r in _measured(p)
+        if isinstance(r.data_wait_s, (int, float))
+    ]
 
 
 def counters(p: Profile) -> dict[str, float]:

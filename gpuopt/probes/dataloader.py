@@ -173,13 +173,14 @@ class DataLoaderProbe:
             if probe.first_fetch_t is None:
                 probe.first_fetch_t = t0
             ok = False
+            training = probe._grad_enabled()  # autograd off: an evaluation loop's batch
             try:
                 batch = orig_next(it)
                 ok = True
             finally:
-                probe._record(it, step, probe._clock() - t0, ok)
+                probe._record(it, step, probe._clock() - t0, ok, training)
             if _BATCH_LISTENERS:
-                probe._tell_listeners(it, batch)
+                probe._tell_listeners(it, batch, training)
             return batch
 
         _get_iterator.__wrapped__ = orig_get_iterator  # type: ignore[attr-defined]
@@ -207,11 +208,11 @@ class DataLoaderProbe:
     def on_step(self, index: int, t: float) -> None:
         pass
 
-    def _tell_listeners(self, it: Any, batch: Any) -> None:
+    def _tell_listeners(self, it: Any, batch: Any, training: bool) -> None:
         global _ORIGIN
         key = getattr(it, "_gpuopt_loader_key", -1)
         stats = self.loaders.get(key)
-        _ORIGIN = BatchOrigin(key, stats.site if stats else None, bool(self._grad_enabled()))
+        _ORIGIN = BatchOrigin(key, stats.site if stats else None, training)
         try:
             for fn in list(_BATCH_LISTENERS):
                 try:
@@ -311,11 +312,11 @@ class DataLoaderProbe:
         frame, _, _ = resolver.locate(sys._getframe(1))
         return resolver.site(frame.f_code, frame.f_lasti) if frame is not None else None
 
-    def _record(self, it: Any, step: int, dt: float, ok: bool) -> None:
+    def _record(self, it: Any, step: int, dt: float, ok: bool, training: bool = True) -> None:
         self.wait_by_step[step] = self.wait_by_step.get(step, 0.0) + dt
         stats = self.loaders.get(getattr(it, "_gpuopt_loader_key", -1))
         if stats is not None:
             stats.batches += ok
-            stats.eval_batches += ok and not self._grad_enabled()
+            stats.eval_batches += ok and not training
             stats.wait_s += dt
             stats.wait_by_step[step] = stats.wait_by_step.get(step, 0.0) + dt
