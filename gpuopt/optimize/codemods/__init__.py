@@ -1,0 +1,74 @@
+"""Source forms of the fixes: one small libcst transformer per fix.
+
+Each codemod is a pure function ``rewrite_<fix>(source, lines, ...) -> Rewrite`` over one file's
+text: it changes only the statements on the given (1-based) lines of the *old* source, keeps every
+other byte (formatting and comments), and says for each targeted line either what it changed
+(``notes``) or why it left it alone (``skipped``). A rewrite is idempotent: run on its own output
+it changes nothing. Nothing here reads or writes files (:mod:`gpuopt.optimize.source_files` does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+import libcst as cst
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+
+
+class CodemodError(ValueError):
+    """The source cannot be rewritten at all (it does not parse): a one-line reason."""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A targeted line the codemod left alone, and why (shown to the user as is)."""
+
+    line: int
+    reason: str
+
+
+@dataclass
+class Rewrite:
+    """What one codemod did to one file's source."""
+
+    source: str  # the new source; equal to the old one when nothing changed
+    notes: list[str] = field(default_factory=list)  # "line 42: ..." one per change
+    skipped: list[Skipped] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.notes)
+
+
+def parse(source: str, name: str = "<source>") -> cst.Module:
+    """The module's concrete syntax tree, or a :class:`CodemodError` naming the line."""
+    try:
+        return cst.parse_module(source)
+    except cst.ParserSyntaxError as exc:
+        raise CodemodError(
+            f"{name}: cannot be parsed at line {exc.raw_line}: {exc.message}"
+        ) from None
+
+
+def wrap(source: str, name: str = "<source>") -> MetadataWrapper:
+    """The parsed module wrapped for position metadata (lines of the old source)."""
+    return MetadataWrapper(parse(source, name))
+
+
+def on_lines(pos: CodeRange, lines: Collection[int]) -> bool:
+    """Whether a node whose position is ``pos`` starts on one of ``lines``, or spans one
+    (a statement continued over several lines is found by any of its lines)."""
+    return any(pos.start.line <= ln <= pos.end.line for ln in lines)
+
+
+__all__ = [
+    "CodemodError",
+    "MetadataWrapper",
+    "PositionProvider",
+    "Rewrite",
+    "Skipped",
+    "on_lines",
+    "parse",
+    "wrap",
+]
