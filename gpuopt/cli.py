@@ -112,6 +112,20 @@ def profile(
     force: bool = typer.Option(
         False, "--force", help="Replace the profile of an earlier run in -o DIR (else refused)."
     ),
+    fixes: Path | None = typer.Option(
+        None,
+        "--fixes",
+        help="Patch in the run-time fixes gpuopt optimize --apply recorded in DIR.",
+        metavar="DIR",
+    ),
+    seed: int | None = typer.Option(
+        None, "--seed", min=0, help="Seed random, numpy and torch before the script runs."
+    ),
+    record_losses: bool = typer.Option(
+        False,
+        "--record-losses",
+        help="Keep every step's loss (read once at the end) and a digest of the parameters.",
+    ),
 ) -> None:
     args = list(script_and_args or [])
     if args and args[0] == "--":
@@ -140,6 +154,9 @@ def profile(
         quiet=quiet,
         fmt=fmt.value,
         force=force,
+        fixes=fixes,
+        seed=seed,
+        record_losses=record_losses,
     )
     run_profile(opts)
 
@@ -257,6 +274,81 @@ def check(
             allow=frozenset(allow),
         )
         code = check_command(candidate, baseline, th, strict=strict, fmt=fmt.value)
+    except GpuoptError as exc:
+        fail(str(exc))
+    raise typer.Exit(code)
+
+
+@app.command(
+    context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
+    help=(
+        "Profile SCRIPT, plan fixes from its findings, apply them, run the same steps again, "
+        "check the training is unchanged and measure each fix. The source changes go to stdout "
+        "as one unified diff (the report to stderr and -o DIR)."
+    ),
+)
+def optimize(
+    script_and_args: list[str] = typer.Argument(
+        None, metavar="SCRIPT [ARGS]...", help="The script and its own arguments."
+    ),
+    module: str | None = typer.Option(None, "-m", help="Run a module, as `python -m MODULE`."),
+    out: Path | None = typer.Option(
+        None, "-o", "--out", help="Directory for optimize.json and the runs."
+    ),
+    steps: int = typer.Option(30, "--steps", min=2, help="Training steps of every run."),
+    warmup: int = typer.Option(2, "--warmup", min=0, help="Steps left out of the statistics."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of every run (random, numpy, torch)."),
+    fix: list[str] = typer.Option(
+        [], "--fix", help="A fix to use (repeatable; default: every safe fix the findings call for)."
+    ),
+    apply: bool = typer.Option(
+        False, "--apply", help="Keep fixes with a run-time form at run time (DIR/fixes.json)."
+    ),
+    diff: bool = typer.Option(
+        True, "--diff/--no-diff", help="Print the source changes as one unified diff (default)."
+    ),
+    write: bool = typer.Option(
+        False, "--write", help="Edit the files in place (a backup of each is kept)."
+    ),
+    baseline: Path | None = typer.Option(
+        None, "--baseline", help="An earlier gpuopt profile run to plan from."
+    ),
+    no_measure: bool = typer.Option(
+        False, "--no-measure", help="Only plan and print the diff: no candidate runs."
+    ),
+    quick: bool = typer.Option(
+        False, "--quick", help="No ablation and no repeated runs (cheaper, less sure)."
+    ),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress and no report on stderr."),
+    force: bool = typer.Option(False, "--force", help="Replace an earlier optimize run in -o DIR."),
+) -> None:
+    args = list(script_and_args or [])
+    if args and args[0] == "--":
+        args = args[1:]
+    if module is None and (not args or args[0].startswith("-")):
+        fail("optimize needs a SCRIPT (or -m MODULE); try: gpuopt optimize train.py")
+    from gpuopt.optimize.command import OptimizeOptions, optimize_command
+
+    opts = OptimizeOptions(
+        script=None if module is not None else args[0],
+        module=module,
+        args=args if module is not None else args[1:],
+        out=out,
+        steps=steps,
+        warmup=warmup,
+        seed=seed,
+        fixes=list(fix),
+        apply=apply,
+        write=write,
+        diff=diff,
+        baseline=baseline,
+        measure=not no_measure,
+        quick=quick,
+        quiet=quiet,
+        force=force,
+    )
+    try:
+        code = optimize_command(opts)
     except GpuoptError as exc:
         fail(str(exc))
     raise typer.Exit(code)

@@ -42,13 +42,17 @@ _PROFILE_VALUED = {
     "--sample-interval",
     "--nproc-per-node",
     "--format",
+    "--fixes",
+    "--seed",
+    "--fix",
+    "--baseline",
 }
 
 
 def module_args_after_module(argv: list[str]) -> list[str]:
     """``profile ... -m MODULE ARGS`` with ``--`` put before ARGS, so that every argument after
     the module name is the module's own (``--help`` included), as with ``python -m MODULE``."""
-    if not argv or argv[0] != "profile":
+    if not argv or argv[0] not in ("profile", "optimize"):
         return argv
     i = 1
     while i < len(argv):

@@ -45,6 +45,10 @@ def assemble_run(rec: RunRecord) -> Profile:
     p.steps = timeline.steps
     if rec.loaders is not None:
         p.dataloaders = rec.loaders.infos(timeline.measured)
+    if rec.training is not None:
+        p.training = rec.training
+    if rec.fixes_applied:
+        p.fixes_applied = list(rec.fixes_applied)
     reported: list[str] = []
     if rec.utilization is not None:
         p.utilization = rec.utilization

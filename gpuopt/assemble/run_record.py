@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpuopt.model.profile import Environment, RunError, Status, Utilization
+from gpuopt.model.profile import Environment, RunError, Status, TrainingRecord, Utilization
 from gpuopt.probes.dataloader import DataLoaderWaits
 from gpuopt.probes.profiler_window import WindowResult
 from gpuopt.probes.recorder import RecorderCapture
@@ -44,3 +44,5 @@ class RunRecord:
     sampler_error: str | None = None
     step_marker: str | None = None  # what marked the last step (the run's step boundary)
     warnings: list[str] = field(default_factory=list)  # probes that failed to start or stop
+    training: TrainingRecord | None = None  # --record-losses
+    fixes_applied: list[str] = field(default_factory=list)  # --fixes DIR

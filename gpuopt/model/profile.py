@@ -56,6 +56,7 @@ from gpuopt.model.records import (
     Table,
     Timeline,
     TopSite,
+    TrainingRecord,
     Transfer,
     Utilization,
 )
@@ -103,6 +104,7 @@ __all__ = [
     "Table",
     "Timeline",
     "TopSite",
+    "TrainingRecord",
     "Transfer",
     "Utilization",
 ]
@@ -143,6 +145,9 @@ class Profile(Record):
     trace_files: list[str] | UnsetType = UNSET
     trace: TraceDetails | UnsetType = UNSET
     rank_spread: RankSpread | UnsetType = UNSET
+    # --record-losses: the losses and the parameters' digest, for gpuopt optimize's verification
+    training: TrainingRecord | UnsetType = UNSET
+    fixes_applied: list[str] | UnsetType = UNSET  # --fixes DIR: the run-time fixes patched in
 
     def frames(self) -> dict[str, pd.DataFrame]:
         """The document as pandas DataFrames: ``steps`` (one row per step), ``breakdown``,

@@ -419,3 +419,16 @@ class Ragged(Record):
 class RunError(Record):
     type: str
     message: str
+
+
+class TrainingRecord(Record):
+    """What a run trained, read once at its end (never a sync per step): every recorded
+    ``loss.backward()``'s loss in order, and a digest of the optimizers' parameters after the
+    last step."""
+
+    losses: list[float] = field(default_factory=list)
+    param_digest: str | None = None  # sha256 over every parameter's bytes, optimizer order
+    param_count: int = 0  # parameter tensors in the digest
+    param_norm: float | None = None  # float64 L2 norm of all of them (for tolerance checks)
+    seed: int | None = None  # the seed gpuopt set before the script ran (--seed), if any
+    note: str | None = None  # what could not be recorded, if anything

@@ -18,6 +18,8 @@ def report_command(path: Path, fmt: str | None, output: Path | None) -> None:
     renderer = get_renderer(name)
     if output is not None:
         check_output(output, path)
+    if _optimize_report(path, name, output):
+        return
     profile = load(path)
     if output is None:
         print_report(profile, name)
@@ -27,6 +29,25 @@ def report_command(path: Path, fmt: str | None, output: Path | None) -> None:
     except OSError as exc:
         raise GpuoptError(f"{output}: cannot write the report: {exc.strerror or exc}") from None
     print(f"wrote {output}", file=sys.stderr)
+
+
+def _optimize_report(path: Path, fmt: str, output: Path | None) -> bool:
+    """A ``gpuopt optimize`` directory (or its ``optimize.json``): rendered, True; else False."""
+    from gpuopt.optimize.report import load_optimize, optimize_file, render
+
+    found = optimize_file(path)
+    if found is None:
+        return False
+    text = render(load_optimize(found), fmt)
+    if output is None:
+        sys.stdout.write(text)
+        return True
+    try:
+        write_atomic(output, text.encode("utf-8"))
+    except OSError as exc:
+        raise GpuoptError(f"{output}: cannot write the report: {exc.strerror or exc}") from None
+    print(f"wrote {output}", file=sys.stderr)
+    return True
 
 
 def check_output(output: Path, path: Path) -> None:

@@ -22,6 +22,9 @@ class ProfileOptions:
     quiet: bool = False
     fmt: str = "text"
     force: bool = False  # replace an earlier run's profile in --out DIR
+    fixes: Path | None = None  # --fixes DIR: run-time fixes (gpuopt optimize --apply) patched in
+    seed: int | None = None  # --seed N: random, numpy and torch seeded before the script runs
+    record_losses: bool = False  # --record-losses: every step's loss and a parameter digest
 
     @property
     def warmup_used(self) -> int:

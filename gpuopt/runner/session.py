@@ -35,8 +35,10 @@ from gpuopt.probes.profiler_window import ProfilerWindow
 from gpuopt.probes.protocol import Probe, RunContext
 from gpuopt.probes.recorder import DispatchRecorder
 from gpuopt.probes.samplers import UtilizationSampler
+from gpuopt.probes.training_record import TrainingRecorder, seed_everything
 from gpuopt.runner.options import ProfileOptions
 from gpuopt.runner.run_dir import RunDirectory
+from gpuopt.runner.sources import overridden
 from gpuopt.runner.target import Target, run_target
 
 R = TypeVar("R")
@@ -92,6 +94,10 @@ class ProfileSession:
         self.sampler: UtilizationSampler | None = None
         self.recorder: DispatchRecorder | None = None
         self.window: ProfilerWindow | None = None
+        self.training = TrainingRecorder(opts.seed) if opts.record_losses else None
+        self.fixes_applied: list[str] = []  # --fixes DIR: the run-time fixes patched in
+        self._undo_fixes: Callable[[], None] | None = None
+        self._copies: dict[str, str] = {}  # rewritten private copies of the user's files
         self.started: list[Probe] = []
         self.t_start = self.t_end = 0.0
         self._last_checkpoint = (0.0, 0)  # (clock time, steps) of the last checkpoint
@@ -134,6 +140,10 @@ class ProfileSession:
             step_marker=self.steps.marker,
             instrumented=self._instrumented_steps(),
             loaders=self._result(self.loader_probe, self.loader_probe.result, full),
+            training=self._result(self.training, self.training.result, full)
+            if self.training and full
+            else None,
+            fixes_applied=list(self.fixes_applied),
             utilization=self._result(self.sampler, self.sampler.result, full)
             if self.sampler
             else None,
@@ -154,7 +164,23 @@ class ProfileSession:
         return list(self.warnings)
 
     # -- start, run, stop -----------------------------------------------------------------
+    def _apply_fixes(self) -> None:
+        """``--fixes DIR``: patch the run-time fixes in, and note the rewritten copies to run."""
+        if self.opts.fixes is None:
+            return
+        from gpuopt.optimize.runtime import apply_fixes, load_fixes
+
+        fixes = load_fixes(self.opts.fixes)
+        applied = apply_fixes(fixes, self.target.user_roots())
+        self._undo_fixes = applied.undo
+        self._copies = dict(fixes.sources)
+        self.fixes_applied = [*fixes.fixes]
+        self.warnings.extend(f"fixes: {n}" for n in applied.notes if "nothing to patch" in n)
+
     def _start_probes(self) -> None:
+        self._apply_fixes()
+        if self.opts.seed is not None and self.training is None:
+            seed_everything(self.opts.seed)
         nvml, nvml_note = self._open_nvml()
         self.sampler = UtilizationSampler(
             interval=self.opts.sample_interval, nvml=nvml, nvml_note=nvml_note
@@ -175,6 +201,8 @@ class ProfileSession:
             clock=self.clock,
         )
         probes: list[Probe] = [self.loader_probe, self.sampler]
+        if self.training is not None:
+            probes.append(self.training)
         for p in [*probes, *(q for q in (self.recorder, self.window) if q is not None)]:
             try:
                 p.start(ctx)
@@ -196,7 +224,8 @@ class ProfileSession:
         real_exit = os._exit
         os._exit = self._exit_hook(real_exit)  # type: ignore[assignment]
         try:
-            return run_target(self.target)
+            with overridden(self._copies):
+                return run_target(self.target)
         finally:
             os._exit = real_exit
             steps_mod.uninstall()
@@ -209,6 +238,9 @@ class ProfileSession:
                 p.stop()
             except Exception as exc:
                 self.warnings.append(f"probe {p.name} failed to stop: {type(exc).__name__}: {exc}")
+        if self._undo_fixes is not None:
+            self._undo_fixes()
+            self._undo_fixes = None
 
     # -- writing before the run ends ------------------------------------------------------
     def _checkpoint(self) -> None:

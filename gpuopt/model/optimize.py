@@ -1,0 +1,134 @@
+"""The documents of ``gpuopt optimize``: ``optimize.json`` (schema ``gpuopt.optimize/1``), the
+run-time fixes a run applies (``fixes.json``, schema ``gpuopt.fixes/1``), and the training record
+a run keeps for verification (``profile.json``'s ``training`` key).
+
+``TrainingRecord`` lives with the profile's records (a profile carries it).
+Units are in the names, as in the profile document: ``_s`` seconds, ``steps_per_s`` steps per
+second of measured (not warm-up) steps.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from msgspec import UNSET, UnsetType, field
+
+from gpuopt.model.profile import Profile
+from gpuopt.model.records import Record, TrainingRecord
+
+OPTIMIZE_SCHEMA = "gpuopt.optimize/1"
+FIXES_SCHEMA = "gpuopt.fixes/1"
+
+Verified = Literal["exact", "tolerance", "not-comparable", "failed", "not-run"]
+FixMode = Literal["runtime", "source", "suggestion"]
+
+__all__ = ["TrainingRecord"]
+
+
+class LoaderSettings(Record):
+    """DataLoader arguments to use for the loader built at ``site`` (None: leave as is)."""
+
+    site: str
+    num_workers: int | None = None
+    persistent_workers: bool | None = None
+    prefetch_factor: int | None = None
+    pin_memory: bool | None = None
+
+    def knobs(self) -> dict[str, int | bool]:
+        """The settings that are set, by DataLoader keyword."""
+        out: dict[str, int | bool] = {}
+        for key in ("num_workers", "persistent_workers", "prefetch_factor", "pin_memory"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        return out
+
+
+class RuntimeFixes(Record):
+    """The run-time forms of fixes, as ``gpuopt profile --fixes DIR`` applies them."""
+
+    schema: str = FIXES_SCHEMA
+    fixes: list[str] = field(default_factory=list)  # the fix ids these settings come from
+    loaders: list[LoaderSettings] = field(default_factory=list)
+    non_blocking_sites: list[str] = field(default_factory=list)  # "path:line" of H2D copies
+    backend_flags: dict[str, bool] = field(default_factory=dict)  # "torch.backends...": value
+    # the user's file -> its rewritten private copy, compiled in its place (optimize's candidate)
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+class RunResult(Record):
+    """One run of the script inside ``gpuopt optimize``."""
+
+    label: str  # "baseline 1", "candidate 2", "only dataloader" ...
+    role: Literal["baseline", "candidate", "ablation"]
+    dir: str  # its run directory
+    fixes: list[str] = field(default_factory=list)
+    status: str = "ok"
+    exit_code: int = 0
+    steps_measured: int = 0
+    step_s: list[float] = field(default_factory=list)  # measured steps' times
+    steps_per_s: float | None = None  # 1 / median step time
+    wall_s: float | None = None
+
+
+class Gain(Record):
+    """A speed comparison from measured step times, with its noise."""
+
+    speedup: float | None  # candidate steps/s over baseline steps/s (medians)
+    low: float | None = None  # the interval's bounds (bootstrap of the ratio of medians)
+    high: float | None = None
+    noise: float | None = None  # the baseline's own run-to-run spread, as a ratio - 1
+    measurable: bool = False  # outside both the interval and the run-to-run spread
+    label: str = ""  # "1.84x faster", "no measurable gain", "GPU-only, not measured here"
+
+
+class FixResult(Record):
+    """One fix: how it reached the run, what it changed, whether it held, what it bought."""
+
+    id: str
+    mode: FixMode
+    applied: bool
+    diff: str = ""  # the source changes as a unified diff ("" for run-time fixes)
+    gain: float | None = None  # its measured speedup alone (ablation), None when not measured
+    verified: Verified = "not-run"
+    reason: str = ""
+    findings: list[str] = field(default_factory=list)  # finding ids that called for it
+    sites: list[str] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)  # what it changed, one line each
+    skipped: list[str] = field(default_factory=list)  # what it left alone and why
+    settings: dict[str, int | bool | str] = field(default_factory=dict)
+    gain_detail: Gain | UnsetType = UNSET
+    opt_in: bool = False
+    gpu_only: bool = False
+    expected: str = ""  # a suggestion's expected effect, said as an expectation
+
+
+class Verification(Record):
+    """Whether the candidate trains as the baseline did."""
+
+    verified: Verified
+    detail: str
+    floor: float | None = None  # the baseline's own run-to-run loss difference (max abs)
+    max_loss_diff: float | None = None
+    steps_compared: int = 0
+
+
+class OptimizeDocument(Record):
+    """``DIR/optimize.json``."""
+
+    schema: str = OPTIMIZE_SCHEMA
+    status: Literal["ok", "error", "planned"] = "ok"
+    script: str = ""
+    argv: list[str] = field(default_factory=list)
+    steps: int = 0  # training steps each run made
+    seed: int | None = None
+    baseline: Profile | None = None
+    candidate: Profile | None = None
+    speedup: float | None = None
+    gain: Gain | None = None
+    verification: Verification | None = None
+    fixes: list[FixResult] = field(default_factory=list)
+    runs: list[RunResult] = field(default_factory=list)
+    diff: str = ""  # every source change, one unified diff
+    cost_s: float | None = None  # what optimize itself took, wall clock
+    warnings: list[str] = field(default_factory=list)

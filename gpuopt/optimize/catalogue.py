@@ -1,0 +1,144 @@
+"""The fixes ``gpuopt optimize`` knows, by name (the contract's ``--fix NAME``), with what each one
+is for and how it can reach a run. Pure data: the planning is :mod:`gpuopt.optimize.plan`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FixKind:
+    name: str
+    what: str  # one line: what the fix changes
+    findings: tuple[str, ...]  # finding ids that call for it
+    runtime: bool  # has a run-time form
+    source: bool  # has a source form (a libcst rewrite)
+    opt_in: bool = False  # changes numerics or the optimisation: only with --fix NAME
+    gpu_only: bool = False  # does nothing on a machine without CUDA
+    expected: str = ""  # for suggestions: the expected effect, said as an expectation
+    available: bool = True  # False: named by the contract, not built yet (said so, never faked)
+
+
+CATALOGUE: tuple[FixKind, ...] = (
+    FixKind(
+        "dataloader",
+        "DataLoader num_workers / persistent_workers / prefetch_factor (pin_memory with a GPU), "
+        "chosen by a sweep that times the DataLoader alone",
+        ("dataloader-bound",),
+        runtime=True,
+        source=True,
+    ),
+    FixKind(
+        "pinned-copies",
+        "pinned host memory and non_blocking=True host-to-device copies",
+        ("pageable-h2d", "blocking-h2d"),
+        runtime=True,
+        source=True,
+        gpu_only=True,
+    ),
+    FixKind(
+        "syncs",
+        "per-step .item() / float() reads accumulated on the device, read where the script "
+        "uses them",
+        ("sync-in-step",),
+        runtime=False,
+        source=True,
+    ),
+    FixKind(
+        "zero-grad",
+        "optimizer.zero_grad(set_to_none=True) where it is set to False",
+        (),
+        runtime=False,
+        source=True,
+    ),
+    FixKind(
+        "cudnn-benchmark",
+        "torch.backends.cudnn.benchmark = True for static input shapes",
+        (),
+        runtime=True,
+        source=True,
+        gpu_only=True,
+    ),
+    FixKind(
+        "vectorize",
+        "Python loops of tiny indexing ops rewritten as vectorized torch code",
+        ("loop-indexing",),
+        runtime=False,
+        source=True,
+        available=False,
+    ),
+    FixKind(
+        "padding",
+        "a per-sample loop over a ragged list batch as one padded batch with a masked loss",
+        ("ragged-batches",),
+        runtime=False,
+        source=True,
+        available=False,
+    ),
+    FixKind(
+        "aot",
+        "the model's forward through Nimble's ahead-of-time multi-stream schedule",
+        ("launch-bound",),
+        runtime=True,
+        source=False,
+        gpu_only=True,
+        expected="see `gpuopt schedule MODULE:FACTORY` for the plan and its estimated gain",
+        available=False,
+    ),
+    FixKind(
+        "amp",
+        "bf16/fp16 autocast with a GradScaler",
+        (),
+        runtime=False,
+        source=True,
+        opt_in=True,
+        gpu_only=True,
+        expected="tensor-core math: often 1.5-3x on compute-bound steps of recent GPUs",
+        available=False,
+    ),
+    FixKind(
+        "tf32",
+        "TF32 matmuls and convolutions (torch.backends.cuda.matmul.allow_tf32 and "
+        "torch.backends.cudnn.allow_tf32)",
+        (),
+        runtime=True,
+        source=True,
+        opt_in=True,
+        gpu_only=True,
+        expected="float32 matmuls on Ampere or newer up to several times faster; ~1e-3 relative "
+        "error",
+    ),
+    FixKind(
+        "channels-last",
+        "channels_last memory format for convolutional models",
+        (),
+        runtime=False,
+        source=True,
+        opt_in=True,
+        gpu_only=True,
+        expected="convolutions with tensor cores avoid layout transposes: often 1.1-1.3x",
+        available=False,
+    ),
+    FixKind(
+        "compile",
+        "torch.compile(model)",
+        ("launch-bound",),
+        runtime=False,
+        source=True,
+        opt_in=True,
+        expected="fewer, fused kernels: helps launch-bound steps most; compiles for a while first",
+        available=False,
+    ),
+    FixKind(
+        "padding-batch",
+        "a batch-size-1 DataLoader of ragged samples as padded, bucketed batches",
+        ("ragged-batches",),
+        runtime=False,
+        source=True,
+        opt_in=True,
+        available=False,
+    ),
+)
+
+BY_NAME: dict[str, FixKind] = {k.name: k for k in CATALOGUE}
+NAMES: tuple[str, ...] = tuple(BY_NAME)

@@ -1,0 +1,343 @@
+"""``gpuopt optimize``: baseline → sweep → plan → rewrite → ablation and candidate runs → verify →
+measure → ``optimize.json``, the diff on stdout, the report on stderr.
+
+The order of runs alternates the two sides: baseline 1, each fix alone (ablation), candidate 1,
+baseline 2, candidate 2. A fix whose run alone fails (crash, or training changed) is dropped
+before the candidate runs that follow; when only the second baseline shows that it failed (its
+loss floor was needed), candidate 1 is run again without it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+
+from gpuopt.atomic_write import write_atomic
+from gpuopt.errors import GpuoptError
+from gpuopt.model.document import load_profile
+from gpuopt.model.optimize import FixResult, OptimizeDocument, RunResult, RuntimeFixes
+from gpuopt.model.profile import Profile
+from gpuopt.optimize.catalogue import BY_NAME
+from gpuopt.optimize.plan import PlanInput, PlannedFix, plan_fixes
+from gpuopt.optimize.progress import Phases
+from gpuopt.optimize.runs import Done, Launch, RunSpec, run_once
+from gpuopt.optimize.runtime import encode_fixes
+from gpuopt.optimize.source_files import (
+    SourceSet,
+    unified_diff,
+    write_in_place,
+    write_private_copies,
+)
+from gpuopt.optimize.verify import compare_training, gain
+
+OPTIMIZE_FILE = "optimize.json"
+DEFAULT_STEPS = 30
+DEFAULT_SEED = 0
+
+
+@dataclass
+class OptimizeOptions:
+    script: str | None
+    module: str | None
+    args: list[str]
+    out: Path | None = None
+    steps: int = DEFAULT_STEPS
+    warmup: int = 2
+    seed: int = DEFAULT_SEED
+    fixes: list[str] = field(default_factory=list)
+    apply: bool = False
+    write: bool = False
+    diff: bool = True  # --no-diff: nothing on stdout
+    baseline: Path | None = None
+    measure: bool = True
+    quick: bool = False
+    quiet: bool = False
+    force: bool = False
+    timeout_s: float | None = None
+
+
+@dataclass
+class _State:
+    opts: OptimizeOptions
+    dir: Path
+    launch: Launch
+    phases: Phases
+    doc: OptimizeDocument
+    runs: list[Done] = field(default_factory=list)
+    t0: float = field(default_factory=time.perf_counter)
+
+
+def optimize_command(opts: OptimizeOptions) -> int:
+    """Run it all; returns the exit code (0 when it finished, the script's code when the baseline
+    failed)."""
+    from gpuopt.runner.target import Target, check_target
+
+    target = Target(opts.script, opts.module, list(opts.args))
+    check_target(target)
+    unknown = [f for f in opts.fixes if f not in BY_NAME]
+    if unknown:
+        raise GpuoptError(
+            f"unknown fix {unknown[0]!r}; fixes: {', '.join(BY_NAME)} (see gpuopt optimize --help)"
+        )
+    out = _out_dir(opts, target.stem)
+    launch = Launch(opts.script, opts.module, opts.args, opts.steps, opts.warmup, opts.seed)
+    launch.timeout_s = opts.timeout_s
+    doc = OptimizeDocument(script=target.display, argv=list(opts.args), steps=opts.steps)
+    doc.seed = opts.seed
+    with Phases(quiet=opts.quiet) as phases:
+        st = _State(opts, out, launch, phases, doc)
+        return _optimize(st)
+
+
+def _out_dir(opts: OptimizeOptions, stem: str) -> Path:
+    if opts.out is None:
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        return Path("gpuopt-runs") / f"{stem}-optimize-{stamp}"
+    if (opts.out / OPTIMIZE_FILE).exists() and not opts.force:
+        raise GpuoptError(
+            f"{opts.out}: holds an earlier gpuopt optimize run; pass --force to replace it"
+        )
+    return opts.out
+
+
+def _optimize(st: _State) -> int:
+    base = _baseline(st)
+    if base is None:
+        return _baseline_failed(st)
+    st.doc.baseline = base
+    fixes = _plan(st, base)
+    chosen = [f for f in fixes if f.selected]
+    if not st.opts.measure or not chosen:
+        if not chosen:
+            st.doc.warnings.append("no fix to apply: nothing in the profile calls for one")
+        st.doc.status = "planned"
+        return _finish(st, fixes, chosen)
+    kept = _ablation(st, chosen)
+    kept = _candidates(st, kept)
+    return _finish(st, fixes, kept)
+
+
+# -- baseline ----------------------------------------------------------------------------------
+def _baseline(st: _State) -> Profile | None:
+    if st.opts.baseline is not None:
+        given_profile = load_profile(st.opts.baseline)
+        st.phases.note(f"baseline: {st.opts.baseline} (not profiled again)")
+        if not st.opts.measure:
+            return given_profile
+    done = _run(st, RunSpec("baseline 1", "baseline", st.dir / "runs" / "baseline-1"))
+    if done.profile is None or done.result.status != "ok":
+        return None
+    return done.profile
+
+
+def _baseline_failed(st: _State) -> int:
+    done = st.runs[-1]
+    code = done.result.exit_code or 1
+    why = done.stderr_tail.splitlines()[-1] if done.stderr_tail else f"exit code {code}"
+    st.doc.status = "error"
+    st.doc.warnings.append(f"the baseline run failed ({why}); nothing was changed")
+    if done.profile is not None:
+        st.doc.baseline = done.profile
+    _write_doc(st)
+    print(f"gpuopt: the baseline run failed: {why}", file=sys.stderr)
+    print(f"gpuopt: its profile is in {done.result.dir}", file=sys.stderr)
+    return code
+
+
+def _run(st: _State, spec: RunSpec) -> Done:
+    st.phases.run(spec.label)
+    done = run_once(st.launch, spec)
+    st.runs.append(done)
+    st.doc.runs.append(done.result)
+    return done
+
+
+# -- plan and sources --------------------------------------------------------------------------
+def _plan(st: _State, base: Profile) -> list[PlannedFix]:
+    from gpuopt.optimize.sweep_plan import sweep_for
+
+    st.phases.phase("planning fixes")
+    cuda = base.environment.device == "cuda"
+    script_text = None
+    if st.opts.script is not None:
+        script_text = Path(st.opts.script).read_text(encoding="utf-8", errors="replace")
+    inp = PlanInput(base, list(st.opts.fixes), cuda, script_text, st.opts.script)
+    sweep, error = sweep_for(st.opts, base, st.dir, st.phases)
+    inp.sweep, inp.sweep_error = sweep, error
+    return plan_fixes(inp)
+
+
+def _sources(fixes: list[PlannedFix], runtime_only: bool = False) -> SourceSet:
+    """The user's files with the source forms of ``fixes`` applied (in memory)."""
+    sources = SourceSet()
+    for fix in fixes:
+        if runtime_only and fix.has_runtime:
+            continue
+        for edit in fix.edits:
+            sources.rewrite(edit.path, edit.codemod)
+    return sources
+
+
+def _fixes_file(st: _State, fixes: list[PlannedFix], where: Path, copies: bool) -> Path:
+    """``where/fixes.json``: the run-time forms of ``fixes`` (and, for a measured run, the
+    private copies of the rewritten files)."""
+    rf = RuntimeFixes(fixes=[f.name for f in fixes])
+    for fix in fixes:
+        rf.loaders += fix.loaders
+        rf.non_blocking_sites += fix.non_blocking_sites
+        rf.backend_flags.update(fix.backend_flags)
+    if copies:
+        changed = _sources(fixes).changed()
+        rf.sources = write_private_copies(changed, where / "sources")
+    write_atomic(where / "fixes.json", encode_fixes(rf))
+    return where
+
+
+# -- runs --------------------------------------------------------------------------------------
+def _spec(st: _State, label: str, role: str, fixes: list[PlannedFix]) -> RunSpec:
+    slug = label.replace(" ", "-")
+    d = st.dir / "runs" / slug
+    spec = RunSpec(label, role, d, [f.name for f in fixes])  # type: ignore[arg-type]
+    spec.fixes_dir = _fixes_file(st, fixes, d / "fixes", copies=True)
+    return spec
+
+
+def _ablation(st: _State, chosen: list[PlannedFix]) -> list[PlannedFix]:
+    """Each fix alone, once (not with --quick, nor with a single fix): the fixes that ran and
+    did not fail; their results go into the document."""
+    if st.opts.quick or len(chosen) == 1:
+        return chosen
+    kept = []
+    for fix in chosen:
+        done = _run(st, _spec(st, f"only {fix.name}", "ablation", [fix]))
+        if _crashed(done):
+            _drop(st, fix, f"the run with only this fix failed: {_why(done)}")
+            continue
+        kept.append(fix)
+    return kept
+
+
+def _candidates(st: _State, kept: list[PlannedFix]) -> list[PlannedFix]:
+    if not kept:
+        return kept
+    c1 = _run(st, _spec(st, "candidate 1", "candidate", kept))
+    b2 = _run(st, RunSpec("baseline 2", "baseline", st.dir / "runs" / "baseline-2"))
+    failed = _failed_alone(st, kept, b2)
+    if failed or _crashed(c1):
+        kept = [f for f in kept if f not in failed]
+        if _crashed(c1) and not failed and len(kept) == 1:
+            _drop(st, kept[0], f"the candidate run failed: {_why(c1)}")
+            return []
+        if not kept:
+            return kept
+        st.runs.remove(c1)
+        st.doc.runs.remove(c1.result)
+        c1 = _run(st, _spec(st, "candidate 1", "candidate", kept))
+        if _crashed(c1):
+            for f in kept:
+                _drop(st, f, f"the candidate run failed: {_why(c1)}")
+            return []
+    if st.opts.quick:
+        return kept
+    c2 = _run(st, _spec(st, "candidate 2", "candidate", kept))
+    if _crashed(c2):
+        st.doc.warnings.append(f"the second candidate run failed: {_why(c2)}")
+    return kept
+
+
+def _failed_alone(st: _State, kept: list[PlannedFix], b2: Done) -> list[PlannedFix]:
+    """Fixes whose ablation run changed the training, judged now that the floor is known."""
+    b1 = _first(st, "baseline")
+    if b1 is None:
+        return []
+    out = []
+    for fix in kept:
+        alone = _find(st, f"only {fix.name}")
+        if alone is None or alone.profile is None:
+            continue
+        v = compare_training(_training(b1), _training(b2), _training(alone))
+        if v.verified == "failed":
+            _drop(st, fix, f"training changed with this fix alone: {v.detail}")
+            out.append(fix)
+    return out
+
+
+def _crashed(done: Done) -> bool:
+    return done.profile is None or done.result.status != "ok"
+
+
+def _why(done: Done) -> str:
+    tail = done.stderr_tail.splitlines()[-1] if done.stderr_tail else ""
+    return tail or f"exit code {done.result.exit_code}"
+
+
+def _drop(st: _State, fix: PlannedFix, reason: str) -> None:
+    fix.selected = False
+    fix.reason = reason
+    st.doc.warnings.append(f"{fix.name}: dropped: {reason}")
+
+
+def _first(st: _State, role: str) -> Done | None:
+    return next((d for d in st.runs if d.result.role == role and d.profile is not None), None)
+
+
+def _find(st: _State, label: str) -> Done | None:
+    return next((d for d in st.runs if d.result.label == label), None)
+
+
+def _training(done: Done | None) -> object:
+    if done is None or done.profile is None:
+        return None
+    from gpuopt.model.records import given
+
+    return given(done.profile.training)
+
+
+# -- results -----------------------------------------------------------------------------------
+def _finish(st: _State, fixes: list[PlannedFix], kept: list[PlannedFix]) -> int:
+    from gpuopt.optimize.results import fill_results
+
+    st.phases.phase("verifying and measuring")
+    fill_results(st.doc, st.runs, fixes, kept, st.opts.apply)
+    home = [f for f in kept if not (st.opts.apply and f.has_runtime)]
+    sources = _sources(home)
+    st.doc.diff = unified_diff(sources.changed())
+    if st.opts.apply:
+        applied = [f for f in kept if f.has_runtime]
+        _fixes_file(st, applied, st.dir, copies=False)
+    st.doc.cost_s = round(time.perf_counter() - st.t0, 2)
+    _write_doc(st)
+    st.phases.close()
+    _tell(st, sources, kept)
+    return 0
+
+
+def _write_doc(st: _State) -> None:
+    data = msgspec.json.format(msgspec.json.encode(st.doc), indent=2) + b"\n"
+    write_atomic(st.dir / OPTIMIZE_FILE, data)
+
+
+def _tell(st: _State, sources: SourceSet, kept: list[PlannedFix]) -> None:
+    from gpuopt.optimize.render import render_text
+
+    if not st.opts.quiet:
+        print(render_text(st.doc), file=sys.stderr)
+    if st.opts.write:
+        for line in write_in_place(sources.changed()):
+            print(f"gpuopt: {line}", file=sys.stderr)
+    elif st.doc.diff and st.opts.diff:
+        sys.stdout.write(st.doc.diff)
+        sys.stdout.flush()
+    if st.opts.apply and any(f.has_runtime for f in kept):
+        shown = st.opts.script or f"-m {st.opts.module}"
+        print(f"gpuopt: run-time fixes kept in {st.dir / 'fixes.json'}; run with them: "
+              f"gpuopt profile --fixes {st.dir} {shown}", file=sys.stderr)
+    print(f"gpuopt: {st.dir / OPTIMIZE_FILE} written", file=sys.stderr)
+
+
+__all__ = ["OPTIMIZE_FILE", "OptimizeOptions", "RunResult", "optimize_command"]

@@ -1,0 +1,278 @@
+"""Which fixes a profile calls for, and how each reaches the run: a pure function of the baseline
+profile, the DataLoader sweep's measurement, the user's choice (``--fix``) and the source text.
+
+A fix is planned when its finding is in the profile (or, for the fixes without a finding, when
+the source shows the pattern: ``zero_grad(set_to_none=False)``); the default takes every planned
+fix that is not opt-in. Opt-in fixes (they change numerics or the optimisation) and fixes that
+are not built yet are listed with their reason, never applied silently or faked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gpuopt.model.optimize import LoaderSettings
+from gpuopt.model.profile import Finding, Profile
+from gpuopt.model.records import given
+from gpuopt.optimize.catalogue import BY_NAME, CATALOGUE, FixKind
+from gpuopt.optimize.codemods import Rewrite
+from gpuopt.optimize.sweep import SweepResult
+
+Codemod = Callable[[str, str], Rewrite]  # (text, name shown) -> what it did
+
+
+@dataclass
+class SourceEdit:
+    """One codemod on one file."""
+
+    path: str  # as in the profile's sites (relative to the working directory)
+    lines: list[int]
+    codemod: Codemod
+
+
+@dataclass
+class PlannedFix:
+    kind: FixKind
+    selected: bool  # the run uses it (default or --fix)
+    applicable: bool  # the profile calls for it and it can be applied here
+    reason: str
+    findings: list[str] = field(default_factory=list)
+    sites: list[str] = field(default_factory=list)
+    loaders: list[LoaderSettings] = field(default_factory=list)
+    non_blocking_sites: list[str] = field(default_factory=list)
+    backend_flags: dict[str, bool] = field(default_factory=dict)
+    edits: list[SourceEdit] = field(default_factory=list)
+    settings: dict[str, int | bool | str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.kind.name
+
+    @property
+    def has_runtime(self) -> bool:
+        return bool(self.loaders or self.non_blocking_sites or self.backend_flags)
+
+
+@dataclass
+class PlanInput:
+    profile: Profile
+    chosen: list[str]  # --fix NAME, in order; empty: the default
+    cuda: bool
+    script_text: str | None  # the script's source (None for -m MODULE)
+    script_path: str | None
+    sweep: SweepResult | None = None
+    sweep_error: str | None = None
+
+
+def split_site(site: str) -> tuple[str, int] | None:
+    path, _, line = site.rpartition(":")
+    return (path, int(line)) if path and line.isdigit() else None
+
+
+def by_file(sites: list[str]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for s in sites:
+        parsed = split_site(s)
+        if parsed is not None:
+            out.setdefault(parsed[0], []).append(parsed[1])
+    return {p: sorted(set(v)) for p, v in out.items()}
+
+
+def plan_fixes(inp: PlanInput) -> list[PlannedFix]:
+    """Every fix of the catalogue that the profile or the user names, planned or refused."""
+    found = {f.id for f in inp.profile.findings}
+    out: list[PlannedFix] = []
+    for kind in CATALOGUE:
+        named = kind.name in inp.chosen
+        relevant = named or bool(found & set(kind.findings)) or _pattern_in_source(kind, inp)
+        if not relevant and not (kind.opt_in and inp.cuda and not kind.findings):
+            continue
+        fix = _plan_one(kind, inp)
+        fix.selected = fix.applicable and (named or (not inp.chosen and not kind.opt_in))
+        out.append(fix)
+    return out
+
+
+def _pattern_in_source(kind: FixKind, inp: PlanInput) -> bool:
+    return kind.name == "zero-grad" and bool(_zero_grad_lines(inp))
+
+
+def _plan_one(kind: FixKind, inp: PlanInput) -> PlannedFix:
+    if not kind.available:
+        why = kind.expected or "see its finding's fix"
+        return PlannedFix(kind, False, False, f"not built yet in this gpuopt; {why}")
+    if kind.gpu_only and not inp.cuda:
+        return PlannedFix(kind, False, False, "GPU-only: this run had no CUDA device")
+    planner = _PLANNERS.get(kind.name)
+    if planner is None:
+        return PlannedFix(kind, False, False, "no planner")
+    return planner(kind, inp)
+
+
+def _findings(profile: Profile, ids: tuple[str, ...]) -> list[Finding]:
+    return [f for f in profile.findings if f.id in ids]
+
+
+def _plan_dataloader(kind: FixKind, inp: PlanInput) -> PlannedFix:
+    found = _findings(inp.profile, kind.findings)
+    site = next((f.site for f in found if f.site), None)
+    fix = PlannedFix(kind, False, False, "", findings=[f.id for f in found])
+    if site is None:
+        fix.reason = "the finding names no DataLoader(...) line"
+        return fix
+    fix.sites = [site]
+    if inp.sweep is None:
+        fix.reason = f"the DataLoader sweep did not run: {inp.sweep_error or 'not asked'}"
+        return fix
+    best = inp.sweep.best
+    if best.num_workers == inp.sweep.baseline.num_workers and not best.persistent_workers:
+        fix.reason = f"the sweep found no faster setting ({inp.sweep.note})"
+        return fix
+    settings = LoaderSettings(
+        site=site,
+        num_workers=best.num_workers,
+        persistent_workers=best.persistent_workers if best.num_workers > 0 else None,
+        prefetch_factor=best.prefetch_factor if best.num_workers > 0 else None,
+        pin_memory=True if inp.cuda else None,
+    )
+    fix.loaders = [settings]
+    fix.settings = dict(settings.knobs())
+    fix.applicable = True
+    fix.reason = (
+        f"the sweep timed the DataLoader alone: {best.batches_per_s:.1f} batches/s with "
+        f"num_workers={best.num_workers} against {inp.sweep.baseline.batches_per_s:.1f} with the "
+        f"script's num_workers={inp.sweep.baseline.num_workers} ({inp.sweep.speedup:.2f}x)"
+    )
+    fix.edits = _loader_edits(site, settings)
+    return fix
+
+
+def _loader_edits(site: str, settings: LoaderSettings) -> list[SourceEdit]:
+    from gpuopt.optimize.codemods.dataloader import rewrite_dataloader
+
+    parsed = split_site(site)
+    if parsed is None:
+        return []
+    knobs = settings.knobs()
+
+    def codemod(text: str, name: str) -> Rewrite:
+        return rewrite_dataloader(text, [parsed[1]], knobs, name=name)
+
+    return [SourceEdit(parsed[0], [parsed[1]], codemod)]
+
+
+def _plan_copies(kind: FixKind, inp: PlanInput) -> PlannedFix:
+    from gpuopt.optimize.codemods.copies import rewrite_copies
+
+    found = _findings(inp.profile, kind.findings)
+    sites = sorted({t.site for t in inp.profile.transfers if t.site and t.direction == "h2d"})
+    fix = PlannedFix(kind, False, bool(sites), "", findings=[f.id for f in found], sites=sites)
+    if not sites:
+        fix.reason = "no host-to-device copy with a site in the profile"
+        return fix
+    fix.reason = "copies from pageable memory or blocking copies at " + ", ".join(sites)
+    fix.non_blocking_sites = sites
+    fix.settings = {"non_blocking": True, "pin_memory": True}
+    for path, lines in by_file(sites).items():
+        fix.edits.append(
+            SourceEdit(path, lines, lambda t, n, ls=lines: rewrite_copies(t, ls, name=n))
+        )
+    train = [d for d in given(inp.profile.dataloaders) or [] if given(d.role) != "eval"]
+    for d in train:
+        at = given(d.built_at) or d.site
+        if at and not d.pin_memory:
+            settings = LoaderSettings(site=at, pin_memory=True)
+            fix.loaders.append(settings)
+            fix.edits += _loader_edits(at, settings)
+    return fix
+
+
+def _plan_syncs(kind: FixKind, inp: PlanInput) -> PlannedFix:
+    from gpuopt.optimize.codemods.syncs import rewrite_syncs
+
+    found = _findings(inp.profile, kind.findings)
+    sites: list[str] = []
+    for f in found:
+        listed = f.evidence.get("sites")
+        sites += list(listed) if isinstance(listed, dict) else ([f.site] if f.site else [])
+    fix = PlannedFix(kind, False, bool(sites), "", findings=[f.id for f in found])
+    fix.sites = sorted(set(sites))
+    if not sites:
+        fix.reason = "no per-step sync with a site in the profile"
+        return fix
+    fix.reason = "per-step host syncs at " + ", ".join(fix.sites)
+    for path, lines in by_file(fix.sites).items():
+        fix.edits.append(
+            SourceEdit(path, lines, lambda t, n, ls=lines: rewrite_syncs(t, ls, name=n))
+        )
+    return fix
+
+
+def _zero_grad_lines(inp: PlanInput) -> list[int]:
+    if inp.script_text is None:
+        return []
+    from gpuopt.optimize.codemods import CodemodError
+    from gpuopt.optimize.codemods.zero_grad import find_zero_grad_false
+
+    try:
+        return find_zero_grad_false(inp.script_text)
+    except CodemodError:
+        return []
+
+
+def _plan_zero_grad(kind: FixKind, inp: PlanInput) -> PlannedFix:
+    from gpuopt.optimize.codemods.zero_grad import rewrite_zero_grad
+
+    lines = _zero_grad_lines(inp)
+    fix = PlannedFix(kind, False, bool(lines), "")
+    if not lines or inp.script_path is None:
+        fix.reason = "no zero_grad(set_to_none=False) in the script"
+        return fix
+    path = inp.script_path
+    fix.sites = [f"{path}:{n}" for n in lines]
+    fix.reason = "gradients are zero-filled every step instead of freed"
+    fix.edits = [
+        SourceEdit(path, lines, lambda t, n, ls=lines: rewrite_zero_grad(t, ls, name=n))
+    ]
+    return fix
+
+
+def _plan_flags(flags: dict[str, bool], why: str) -> Callable[[FixKind, PlanInput], PlannedFix]:
+    def planner(kind: FixKind, inp: PlanInput) -> PlannedFix:
+        from gpuopt.optimize.codemods.backend_flags import rewrite_backend_flags
+
+        fix = PlannedFix(kind, False, True, why, backend_flags=dict(flags))
+        fix.settings = {k: v for k, v in flags.items()}
+        if inp.script_path is not None:
+            path = inp.script_path
+            fix.edits = [
+                SourceEdit(path, [], lambda t, n: rewrite_backend_flags(t, flags, name=n))
+            ]
+        return fix
+
+    return planner
+
+
+def _plan_cudnn(kind: FixKind, inp: PlanInput) -> PlannedFix:
+    ragged = given(inp.profile.ragged)
+    if ragged is not None and any(loader.distinct_shapes > 1 for loader in ragged.loaders):
+        return PlannedFix(kind, False, False, "input shapes vary from batch to batch")
+    return _plan_flags(
+        {"torch.backends.cudnn.benchmark": True}, "the input shapes are static"
+    )(kind, inp)
+
+
+_PLANNERS: dict[str, Callable[[FixKind, PlanInput], PlannedFix]] = {
+    "dataloader": _plan_dataloader,
+    "pinned-copies": _plan_copies,
+    "syncs": _plan_syncs,
+    "zero-grad": _plan_zero_grad,
+    "cudnn-benchmark": _plan_cudnn,
+    "tf32": _plan_flags(
+        {"torch.backends.cuda.matmul.allow_tf32": True, "torch.backends.cudnn.allow_tf32": True},
+        "float32 matmuls and convolutions in TF32 (opt-in: changes numerics)",
+    ),
+}
+
+__all__ = ["BY_NAME", "PlanInput", "PlannedFix", "SourceEdit", "plan_fixes"]

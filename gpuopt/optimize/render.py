@@ -1,0 +1,98 @@
+"""``optimize.json`` drawn for people: the terminal report (text) and Markdown. Small functions
+over the document; nothing here runs or measures anything."""
+
+from __future__ import annotations
+
+from gpuopt.model.optimize import FixResult, Gain, OptimizeDocument
+from gpuopt.model.records import given
+
+
+def _steps_per_s(doc: OptimizeDocument, role: str) -> str:
+    values = [r.steps_per_s for r in doc.runs if r.role == role and r.steps_per_s]
+    if not values:
+        return "—"
+    return " / ".join(f"{v:.2f}" for v in values)
+
+
+def _gain_text(g: Gain | None) -> str:
+    if g is None or g.speedup is None:
+        return g.label if g is not None and g.label else "not measured"
+    interval = f" [{g.low:.2f}–{g.high:.2f}]" if g.low is not None and g.high is not None else ""
+    noise = f", run-to-run noise {g.noise:.0%}" if g.noise else ""
+    head = g.label if g.label else f"{g.speedup:.2f}x"
+    return f"{head} ({g.speedup:.2f}x{interval}{noise})"
+
+
+def _fix_gain(f: FixResult) -> str:
+    g = given(f.gain_detail)
+    if g is None:
+        return "—"
+    if g.speedup is None or not g.measurable:
+        return g.label or "—"
+    return f"{g.speedup:.2f}x"
+
+
+def _fix_rows(doc: OptimizeDocument) -> list[tuple[str, str, str, str, str, str]]:
+    rows = []
+    for f in doc.fixes:
+        applied = "yes" if f.applied else "no"
+        verified = f.verified if f.applied else "—"
+        rows.append((f.id, f.mode, applied, verified, _fix_gain(f) if f.applied else "—", f.reason))
+    return rows
+
+
+def headline(doc: OptimizeDocument) -> list[str]:
+    lines = [f"gpuopt optimize {doc.script} — {doc.steps} steps a run, seed {doc.seed}"]
+    if doc.status == "error":
+        lines.append("the baseline run failed: nothing was changed")
+        return lines
+    lines.append(
+        f"steps/s  baseline {_steps_per_s(doc, 'baseline')}   "
+        f"candidate {_steps_per_s(doc, 'candidate')}"
+    )
+    if doc.status == "planned":
+        lines.append("planned only (--no-measure, or nothing to apply): no candidate run")
+    else:
+        lines.append(f"gain     {_gain_text(doc.gain)}")
+    if doc.verification is not None:
+        lines.append(f"training {doc.verification.verified}: {doc.verification.detail}")
+    return lines
+
+
+def render_text(doc: OptimizeDocument) -> str:
+    out = headline(doc)
+    rows = _fix_rows(doc)
+    if rows:
+        header = ("fix", "mode", "applied", "verified", "gain alone", "why")
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(5)]
+        out.append("")
+        out.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)) + "  why")
+        for r in rows:
+            out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[5])
+    for f in doc.fixes:
+        for line in f.changes:
+            out.append(f"  {f.id}: {line}")
+        for line in f.skipped:
+            out.append(f"  {f.id}: left alone: {line}")
+    for w in doc.warnings:
+        out.append(f"warning: {w}")
+    if doc.cost_s is not None:
+        out.append(f"cost: {len(doc.runs)} runs, {doc.cost_s:.0f} s")
+    return "\n".join(out)
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(doc: OptimizeDocument) -> str:
+    out = [f"# gpuopt optimize: `{_md_cell(doc.script)}`", ""]
+    out += [f"- {_md_cell(line)}" for line in headline(doc)[1:]]
+    out += ["", "| fix | mode | applied | verified | gain alone | why |", "|---|---|---|---|---|---|"]
+    for r in _fix_rows(doc):
+        out.append("| " + " | ".join(_md_cell(c) for c in r) + " |")
+    if doc.diff:
+        out += ["", "```diff", doc.diff.rstrip("\n"), "```"]
+    if doc.warnings:
+        out += ["", *[f"> {_md_cell(w)}" for w in doc.warnings]]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,125 @@
+"""From the runs to ``optimize.json``'s verdicts: the candidate's gain and verification, and one
+:class:`~gpuopt.model.optimize.FixResult` per planned fix (its own diff, what it changed and left
+alone, its gain and verification from its run alone)."""
+
+from __future__ import annotations
+
+from gpuopt.errors import GpuoptError
+from gpuopt.model.optimize import FixResult, Gain, OptimizeDocument, Verification
+from gpuopt.model.records import TrainingRecord, given
+from gpuopt.optimize.plan import PlannedFix
+from gpuopt.optimize.runs import Done
+from gpuopt.optimize.source_files import SourceSet, unified_diff
+from gpuopt.optimize.verify import compare_training, gain
+
+
+def _training(done: Done | None) -> TrainingRecord | None:
+    if done is None or done.profile is None:
+        return None
+    return given(done.profile.training)
+
+
+def _ok(runs: list[Done], role: str) -> list[Done]:
+    return [d for d in runs if d.result.role == role and d.profile is not None]
+
+
+def fill_results(
+    doc: OptimizeDocument,
+    runs: list[Done],
+    fixes: list[PlannedFix],
+    kept: list[PlannedFix],
+    apply: bool,
+) -> None:
+    baselines, candidates = _ok(runs, "baseline"), _ok(runs, "candidate")
+    b1 = baselines[0] if baselines else None
+    b2 = baselines[1] if len(baselines) > 1 else None
+    if candidates:
+        doc.candidate = candidates[0].profile
+        doc.gain = gain([d.result.step_s for d in baselines], [d.result.step_s for d in candidates])
+        doc.speedup = doc.gain.speedup
+        doc.verification = compare_training(_training(b1), _training(b2), _training(candidates[0]))
+        if len(baselines) > 0 and candidates[0].stdout != baselines[0].stdout:
+            doc.warnings.append(
+                "the candidate printed something else than the baseline (see runs/*/stdout.txt)"
+            )
+    for fix in fixes:
+        doc.fixes.append(_fix_result(fix, fix in kept, apply, runs, doc, (b1, b2)))
+
+
+def _fix_result(
+    fix: PlannedFix,
+    applied: bool,
+    apply: bool,
+    runs: list[Done],
+    doc: OptimizeDocument,
+    bases: tuple[Done | None, Done | None],
+) -> FixResult:
+    kind = fix.kind
+    runtime = apply and fix.has_runtime
+    mode = "runtime" if runtime else "source" if fix.edits else "runtime"
+    if not fix.applicable or (kind.opt_in and not fix.selected and not applied):
+        mode = "suggestion"
+    out = FixResult(
+        id=fix.name,
+        mode=mode,  # type: ignore[arg-type]
+        applied=applied,
+        reason=fix.reason,
+        findings=list(dict.fromkeys(fix.findings)),
+        sites=list(fix.sites),
+        settings=dict(fix.settings),
+        opt_in=kind.opt_in,
+        gpu_only=kind.gpu_only,
+        expected=kind.expected,
+    )
+    _source_part(fix, out, runtime)
+    if applied:
+        _measured_part(fix, out, runs, doc, bases)
+    return out
+
+
+def _source_part(fix: PlannedFix, out: FixResult, runtime: bool) -> None:
+    if not fix.edits:
+        return
+    sources = SourceSet()
+    for edit in fix.edits:
+        try:
+            rewrite = sources.rewrite(edit.path, edit.codemod)
+        except GpuoptError as exc:
+            out.skipped.append(str(exc))
+            continue
+        shown = sources.get(edit.path).shown
+        out.skipped += [f"{shown}:{s.line}: {s.reason}" for s in rewrite.skipped]
+    out.changes = [n for sf in sources.changed() for n in sf.notes]
+    if not runtime:
+        out.diff = unified_diff(sources.changed())
+
+
+def _measured_part(
+    fix: PlannedFix,
+    out: FixResult,
+    runs: list[Done],
+    doc: OptimizeDocument,
+    bases: tuple[Done | None, Done | None],
+) -> None:
+    alone = next((d for d in runs if d.result.label == f"only {fix.name}"), None)
+    baselines = _ok(runs, "baseline")
+    if alone is not None and alone.profile is not None:
+        g = gain([d.result.step_s for d in baselines], [alone.result.step_s])
+        v = compare_training(_training(bases[0]), _training(bases[1]), _training(alone))
+    elif doc.gain is not None and doc.verification is not None and _only(doc, fix):
+        g, v = doc.gain, doc.verification
+    else:
+        g = Gain(speedup=None, label="not measured alone (--quick)")
+        v = doc.verification or Verification(verified="not-run", detail="")
+    if fix.kind.gpu_only and g.speedup is not None and not g.measurable:
+        g.label = "GPU-only, not measured here"
+    out.gain_detail = g
+    out.gain = g.speedup if g.measurable else None
+    out.verified = v.verified
+    if v.verified not in ("exact", "not-run") and v.detail:
+        out.reason = f"{out.reason}; {v.detail}" if out.reason else v.detail
+
+
+def _only(doc: OptimizeDocument, fix: PlannedFix) -> bool:
+    cands = [r for r in doc.runs if r.role == "candidate"]
+    return bool(cands) and cands[0].fixes == [fix.name]

@@ -1,0 +1,123 @@
+"""The runs of ``gpuopt optimize``: the script under ``gpuopt profile`` in a child process, with the
+same steps and seed each time, its losses recorded, and the run-time fixes (``--fixes``) of the
+run patched in. Each run's stdout and stderr are kept in its directory (the sync fix must leave
+what the script prints unchanged, and a failed run shows its own error).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from gpuopt.errors import GpuoptError
+from gpuopt.model.document import load_profile
+from gpuopt.model.optimize import RunResult
+from gpuopt.model.profile import Profile
+
+
+@dataclass
+class RunSpec:
+    """One run: who it is, which fixes it carries (``fixes_dir`` holds their ``fixes.json``)."""
+
+    label: str
+    role: Literal["baseline", "candidate", "ablation"]
+    dir: Path
+    fixes: list[str] = field(default_factory=list)
+    fixes_dir: Path | None = None
+
+
+@dataclass
+class Launch:
+    """What every run shares: the target command line, steps, seed."""
+
+    script: str | None
+    module: str | None
+    args: list[str]
+    steps: int
+    warmup: int
+    seed: int
+    timeout_s: float | None = None
+
+    def command(self, spec: RunSpec) -> list[str]:
+        cmd = [sys.executable, "-m", "gpuopt", "profile", "--quiet", "--force", "--record-losses"]
+        cmd += ["-o", str(spec.dir), "--steps", str(self.steps), "--warmup", str(self.warmup)]
+        cmd += ["--seed", str(self.seed)]
+        if spec.fixes_dir is not None:
+            cmd += ["--fixes", str(spec.fixes_dir)]
+        if self.module is not None:
+            return [*cmd, "-m", self.module, *self.args]
+        assert self.script is not None
+        return [*cmd, "--", self.script, *self.args]
+
+
+@dataclass
+class Done:
+    """A finished run: its summary and, when it wrote one, its profile."""
+
+    result: RunResult
+    profile: Profile | None
+    stdout: str
+    stderr_tail: str
+
+
+def measured_step_times(profile: Profile) -> list[float]:
+    """The run's measured steps (not warm-up, not slowed by the recorder), in seconds."""
+    return [
+        s.time_s
+        for s in profile.steps.series
+        if not s.warmup and s.instrumented is not True and s.time_s > 0
+    ]
+
+
+def run_once(launch: Launch, spec: RunSpec) -> Done:
+    """Run the script once under ``gpuopt profile``; never raises for the script's own failure
+    (the result says how it ended), only when gpuopt itself cannot run it."""
+    spec.dir.mkdir(parents=True, exist_ok=True)
+    out_path, err_path = spec.dir / "stdout.txt", spec.dir / "stderr.txt"
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    t0 = time.perf_counter()
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        try:
+            proc = subprocess.run(
+                launch.command(spec),
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                timeout=launch.timeout_s,
+                check=False,
+            )
+            code = proc.returncode
+        except subprocess.TimeoutExpired:
+            code = 124
+    wall = time.perf_counter() - t0
+    stdout = out_path.read_text(errors="replace")
+    stderr_tail = _tail(err_path.read_text(errors="replace"))
+    profile: Profile | None = None
+    try:
+        profile = load_profile(spec.dir)
+    except GpuoptError:
+        profile = None
+    result = RunResult(label=spec.label, role=spec.role, dir=str(spec.dir), fixes=list(spec.fixes))
+    result.exit_code = code
+    result.wall_s = round(wall, 3)
+    if profile is None:
+        result.status = "error"
+    else:
+        result.status = profile.status
+        times = measured_step_times(profile)
+        result.step_s = [round(t, 6) for t in times]
+        result.steps_measured = len(times)
+        median = profile.steps.time_s.median
+        result.steps_per_s = round(1.0 / median, 4) if median else None
+    return Done(result, profile, stdout, stderr_tail)
+
+
+def _tail(text: str, lines: int = 3) -> str:
+    kept = [ln for ln in text.strip().splitlines() if not ln.startswith("gpuopt: profile written")]
+    return "\n".join(kept[-lines:])

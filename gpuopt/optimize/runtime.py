@@ -1,0 +1,197 @@
+"""The run-time forms of fixes: patched in while the script runs under gpuopt, no source change.
+
+``gpuopt profile --fixes DIR`` (and ``gpuopt optimize``'s candidate runs) read ``DIR/fixes.json``
+(:class:`~gpuopt.model.optimize.RuntimeFixes`) and, before the script starts:
+
+* **DataLoader settings**: a DataLoader built at one of the recorded sites (the user's line that
+  calls ``DataLoader(...)``, found as the DataLoader probe finds it) gets the recorded
+  ``num_workers`` / ``persistent_workers`` / ``prefetch_factor`` / ``pin_memory`` in place of its
+  own; every other DataLoader is left as it is.
+* **Non-blocking copies**: ``Tensor.to(...)`` / ``Tensor.cuda(...)`` called from one of the
+  recorded lines gets ``non_blocking=True`` when the copy goes from a pinned host tensor to a
+  CUDA device (GPU-only: on a CPU-only machine the patch is not installed).
+* **Backend flags**: ``torch.backends...`` attributes set to the recorded values.
+
+Each patch is undone when the run ends (:meth:`Applied.undo`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from gpuopt.errors import GpuoptError
+from gpuopt.model.optimize import FIXES_SCHEMA, LoaderSettings, RuntimeFixes
+
+FIXES_FILE = "fixes.json"
+
+
+def fixes_path(path: Path) -> Path:
+    """``DIR/fixes.json`` for a directory, else the file itself."""
+    return path / FIXES_FILE if path.is_dir() else path
+
+
+def load_fixes(path: Path) -> RuntimeFixes:
+    """Read ``fixes.json`` (or ``DIR/fixes.json``); a one-line error when it cannot be used."""
+    p = fixes_path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise GpuoptError(
+            f"{p}: no such file; --fixes takes the directory gpuopt optimize --apply wrote"
+        ) from None
+    except OSError as exc:
+        raise GpuoptError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    try:
+        fixes = msgspec.json.decode(data, type=RuntimeFixes)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise GpuoptError(f"{p}: not a gpuopt fixes file: {exc}") from None
+    if fixes.schema != FIXES_SCHEMA:
+        raise GpuoptError(f"{p}: schema {fixes.schema!r}, this gpuopt reads {FIXES_SCHEMA!r}")
+    return fixes
+
+
+def encode_fixes(fixes: RuntimeFixes) -> bytes:
+    return msgspec.json.format(msgspec.json.encode(fixes), indent=2) + b"\n"
+
+
+@dataclass
+class Applied:
+    """The patches in place, and how to take them out."""
+
+    notes: list[str] = field(default_factory=list)
+    _undo: list[Callable[[], None]] = field(default_factory=list)
+
+    def undo(self) -> None:
+        for fn in reversed(self._undo):
+            try:
+                fn()
+            except Exception:  # undoing must never hide how the run ended
+                pass
+        self._undo.clear()
+
+
+def apply_fixes(fixes: RuntimeFixes, user_roots: list[Path]) -> Applied:
+    """Patch every run-time fix in; returns what to undo."""
+    import torch
+
+    applied = Applied()
+    if fixes.loaders:
+        _patch_loaders(fixes.loaders, user_roots, applied)
+    if fixes.non_blocking_sites:
+        if torch.cuda.is_available():
+            _patch_copies(fixes.non_blocking_sites, applied)
+        else:
+            applied.notes.append("non_blocking copies: no CUDA device, nothing to patch")
+    for name, value in sorted(fixes.backend_flags.items()):
+        _set_flag(name, value, applied)
+    return applied
+
+
+def _patch_loaders(loaders: list[LoaderSettings], roots: list[Path], applied: Applied) -> None:
+    from torch.utils.data import DataLoader
+
+    from gpuopt.probes.sites import SiteResolver
+
+    wanted = {s.site: s.knobs() for s in loaders}
+    resolver = SiteResolver(roots)
+    orig = DataLoader.__init__
+    signature = inspect.signature(orig)
+
+    def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
+        knobs = _knobs_for_caller(resolver, wanted)
+        if knobs:
+            bound = signature.bind(loader, *args, **kwargs)
+            bound.arguments.update(knobs)
+            if int(bound.arguments.get("num_workers", 0) or 0) == 0:
+                bound.arguments.pop("persistent_workers", None)
+                bound.arguments.pop("prefetch_factor", None)
+            orig(*bound.args, **bound.kwargs)
+            return
+        orig(loader, *args, **kwargs)
+
+    __init__.__wrapped__ = orig  # type: ignore[attr-defined]
+    DataLoader.__init__ = __init__  # type: ignore[method-assign]
+    applied.notes.append(
+        "DataLoader settings: "
+        + "; ".join(f"{site} {_knob_text(k)}" for site, k in sorted(wanted.items()))
+    )
+
+    def undo() -> None:
+        DataLoader.__init__ = orig  # type: ignore[method-assign]
+
+    applied._undo.append(undo)
+
+
+def _knobs_for_caller(resolver: Any, wanted: dict[str, dict[str, int | bool]]) -> dict[str, Any]:
+    try:
+        user, _, _ = resolver.locate(sys._getframe(2))
+        if user is None:
+            return {}
+        return dict(wanted.get(resolver.site(user.f_code, user.f_lasti), {}))
+    except Exception:  # a patch must never break the user's DataLoader
+        return {}
+
+
+def _knob_text(knobs: dict[str, int | bool]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in knobs.items())
+
+
+def _patch_copies(sites: list[str], applied: Applied) -> None:
+    import torch
+
+    lines = {_site_key(s) for s in sites}
+    orig_to, orig_cuda = torch.Tensor.to, torch.Tensor.cuda
+
+    def _from_site() -> bool:
+        f = sys._getframe(2)
+        return (os.path.realpath(f.f_code.co_filename), f.f_lineno) in lines
+
+    def to(t: Any, *args: Any, **kwargs: Any) -> Any:
+        if "non_blocking" not in kwargs and t.device.type == "cpu" and _from_site():
+            kwargs["non_blocking"] = t.is_pinned()
+        return orig_to(t, *args, **kwargs)
+
+    def cuda(t: Any, *args: Any, **kwargs: Any) -> Any:
+        if "non_blocking" not in kwargs and t.device.type == "cpu" and _from_site():
+            kwargs["non_blocking"] = t.is_pinned()
+        return orig_cuda(t, *args, **kwargs)
+
+    torch.Tensor.to = to  # type: ignore[method-assign,assignment]
+    torch.Tensor.cuda = cuda  # type: ignore[method-assign]
+    applied.notes.append(f"non_blocking=True for pinned host tensors at {', '.join(sites)}")
+
+    def undo() -> None:
+        torch.Tensor.to = orig_to  # type: ignore[method-assign]
+        torch.Tensor.cuda = orig_cuda  # type: ignore[method-assign]
+
+    applied._undo.append(undo)
+
+
+def _site_key(site: str) -> tuple[str, int]:
+    path, _, line = site.rpartition(":")
+    return os.path.realpath(path), int(line) if line.isdigit() else -1
+
+
+def _set_flag(name: str, value: bool, applied: Applied) -> None:
+    """``torch.backends.cudnn.benchmark = True`` and the like (only ``torch.backends``)."""
+    import torch
+
+    parts = name.split(".")
+    if parts[:2] != ["torch", "backends"] or len(parts) < 3:
+        applied.notes.append(f"{name}: not a torch.backends flag, left alone")
+        return
+    owner: Any = torch
+    for part in parts[1:-1]:
+        owner = getattr(owner, part)
+    old = getattr(owner, parts[-1])
+    setattr(owner, parts[-1], value)
+    applied.notes.append(f"{name} = {value}")
+    applied._undo.append(lambda: setattr(owner, parts[-1], old))

@@ -1,0 +1,137 @@
+"""Is it still the same training, and did it get faster? Pure functions over the runs' training
+records and step times.
+
+**Same training.** The baseline runs twice: the largest difference between its two loss series is
+the script's own run-to-run *floor*. A candidate is ``exact`` when every loss and the parameters'
+digest match the baseline bit for bit; ``tolerance`` when its losses stay within the floor (or an
+opt-in fix's stated tolerance); ``not-comparable`` when the comparison cannot be made (no losses
+recorded, different step counts, a baseline that does not repeat itself at all), with the reason;
+``failed`` otherwise (the fix is dropped).
+
+**Faster.** Steps per second from the measured steps' median time. The interval is a seeded
+bootstrap of the ratio of medians (:mod:`gpuopt.gate.intervals`), and the baseline's own spread
+between its runs is the noise: a gain is *measurable* only when the interval's low end clears
+1 + noise. Otherwise it is reported as "no measurable gain", never as a win.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from statistics import median
+
+from gpuopt.gate.intervals import ratio_of_medians
+from gpuopt.model.optimize import Gain, Verification
+from gpuopt.model.records import TrainingRecord
+
+# a baseline whose two runs differ by more than this (relative to the loss) does not repeat itself
+NOT_REPEATABLE = 0.05
+
+
+def compare_training(
+    base: TrainingRecord | None,
+    again: TrainingRecord | None,
+    cand: TrainingRecord | None,
+    tolerance: float | None = None,
+) -> Verification:
+    """``cand`` against ``base``, with ``again`` (the baseline's second run, if any) for the
+    floor; ``tolerance``: an opt-in fix's relative tolerance on the losses."""
+    problem = _uncomparable(base, cand)
+    if problem is not None:
+        return Verification(verified="not-comparable", detail=problem)
+    assert base is not None and cand is not None
+    n = len(base.losses)
+    diff = _max_diff(base.losses, cand.losses)
+    if diff == 0.0 and cand.param_digest == base.param_digest:
+        detail = f"{n} losses and the parameters identical, bit for bit"
+        return Verification(verified="exact", detail=detail, max_loss_diff=0.0, steps_compared=n)
+    floor = _floor(base, again)
+    scale = max(abs(v) for v in base.losses) or 1.0
+    out = Verification(verified="failed", detail="", floor=floor, max_loss_diff=diff)
+    out.steps_compared = n
+    if floor is not None and floor / scale > NOT_REPEATABLE:
+        out.verified = "not-comparable"
+        out.detail = (
+            f"the script does not repeat itself: its two baseline runs differ by {floor:.3g} in "
+            "loss (seed it, or make its data order fixed)"
+        )
+    elif floor is not None and floor > 0 and diff <= floor:
+        out.verified = "tolerance"
+        out.detail = f"losses within the script's own run-to-run difference ({diff:.3g} ≤ {floor:.3g})"
+    elif tolerance is not None and diff <= tolerance * scale:
+        out.verified = "tolerance"
+        out.detail = f"losses within the fix's stated tolerance ({diff:.3g} ≤ {tolerance:g} relative)"
+    else:
+        out.detail = _first_difference(base.losses, cand.losses, floor, diff)
+    return out
+
+
+def _uncomparable(base: TrainingRecord | None, cand: TrainingRecord | None) -> str | None:
+    if base is None or cand is None:
+        return "a run recorded no training (it ended before the first step, or failed)"
+    if not base.losses:
+        return "no loss was seen: no loss.backward() on a one-element tensor"
+    if len(base.losses) != len(cand.losses):
+        return (
+            f"the runs recorded different numbers of losses ({len(base.losses)} and "
+            f"{len(cand.losses)}): they did not train the same steps"
+        )
+    if any(math.isnan(v) for v in (*base.losses, *cand.losses)):
+        return "a loss is NaN"
+    return None
+
+
+def _max_diff(a: Sequence[float], b: Sequence[float]) -> float:
+    return max((abs(x - y) for x, y in zip(a, b, strict=True)), default=0.0)
+
+
+def _floor(base: TrainingRecord, again: TrainingRecord | None) -> float | None:
+    if again is None or len(again.losses) != len(base.losses):
+        return None
+    return _max_diff(base.losses, again.losses)
+
+
+def _first_difference(
+    base: Sequence[float], cand: Sequence[float], floor: float | None, diff: float
+) -> str:
+    i = next(i for i, (x, y) in enumerate(zip(base, cand, strict=True)) if x != y) if diff else 0
+    where = f"from loss {i + 1}: {base[i]!r} became {cand[i]!r}" if diff else "the parameters"
+    own = (
+        "the script itself repeats exactly"
+        if floor == 0.0
+        else f"the script's own floor is {floor:.3g}"
+        if floor is not None
+        else "the script's own floor is unknown (one baseline run)"
+    )
+    return f"training changed {where} ({own})"
+
+
+def gain(
+    baseline_runs: Sequence[Sequence[float]],
+    candidate_runs: Sequence[Sequence[float]],
+    min_steps: int = 3,
+) -> Gain:
+    """Candidate steps/s over baseline steps/s, from per-step times (seconds) of each run."""
+    base = [t for run in baseline_runs for t in run]
+    cand = [t for run in candidate_runs for t in run]
+    if len(base) < min_steps or len(cand) < min_steps:
+        return Gain(speedup=None, label=f"not measured: fewer than {min_steps} measured steps")
+    # ratio_of_medians gives median(second) / median(first): time ratio = speedup in steps/s
+    speedup, low, high = ratio_of_medians(cand, base)
+    medians = [median(run) for run in baseline_runs if len(run) > 0]
+    noise = (max(medians) / min(medians) - 1.0) if len(medians) > 1 and min(medians) > 0 else 0.0
+    measurable = low > 1.0 + noise or high < 1.0 - noise
+    out = Gain(
+        speedup=round(speedup, 4),
+        low=round(low, 4),
+        high=round(high, 4),
+        noise=round(noise, 4),
+        measurable=measurable,
+    )
+    if not measurable:
+        out.label = "no measurable gain"
+    elif speedup >= 1.0:
+        out.label = f"{speedup:.2f}x faster"
+    else:
+        out.label = f"{1 / speedup:.2f}x slower"
+    return out

@@ -1,0 +1,172 @@
+"""The run-time side of gpuopt optimize: the training record (losses read once, parameter digest,
+seeding), run-time fixes patched in by `gpuopt profile --fixes DIR`, and rewritten private copies
+run in place of the user's files."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpuopt.errors import GpuoptError
+from gpuopt.model.optimize import LoaderSettings, RuntimeFixes
+from gpuopt.optimize.runtime import apply_fixes, encode_fixes, load_fixes
+from gpuopt.probes.protocol import RunContext
+from gpuopt.probes.training_record import TrainingRecorder
+from gpuopt.runner.sources import overridden
+from gpuopt.runner.target import Target, run_target
+from tests.conftest import run_gpuopt
+
+TRAIN = textwrap.dedent(
+    """\
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+    ds = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    loader = DataLoader(ds, batch_size=8, shuffle=True)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+    print("workers", loader.num_workers, "persistent", loader.persistent_workers)
+    """
+)
+
+
+def _ctx(tmp_path: Path) -> RunContext:
+    return RunContext(script="x.py", user_roots=[tmp_path], out_dir=tmp_path)
+
+
+def _train(steps: int, seed: int | None = None) -> None:
+    if seed is not None:
+        torch.manual_seed(seed)
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = model(torch.randn(5, 3)).pow(2).mean()
+        loss.backward()
+        opt.step()
+
+
+def test_training_record_keeps_every_loss_and_digests_the_parameters(tmp_path: Path) -> None:
+    records = []
+    for _ in range(2):
+        rec = TrainingRecorder(seed=7)
+        rec.start(_ctx(tmp_path))
+        try:
+            _train(6)
+        finally:
+            rec.stop()
+        records.append(rec.result())
+    a, b = records
+    assert len(a.losses) == 6 and a.losses == b.losses  # the seed makes the runs repeat
+    assert a.param_digest is not None and a.param_digest == b.param_digest
+    assert a.param_count == 2 and a.param_norm is not None and a.seed == 7
+
+
+def test_training_record_differs_when_the_training_does(tmp_path: Path) -> None:
+    out = []
+    for seed in (1, 2):
+        rec = TrainingRecorder(seed=seed)
+        rec.start(_ctx(tmp_path))
+        _train(3)
+        rec.stop()
+        out.append(rec.result())
+    assert out[0].losses != out[1].losses and out[0].param_digest != out[1].param_digest
+
+
+def test_training_record_restores_backward_and_skips_non_scalar_backward(tmp_path: Path) -> None:
+    orig = torch.Tensor.backward
+    rec = TrainingRecorder()
+    rec.start(_ctx(tmp_path))
+    x = torch.randn(3, requires_grad=True)
+    (x * 2).backward(torch.ones(3))  # not a loss: not kept
+    rec.stop()
+    assert torch.Tensor.backward is orig
+    got = rec.result()
+    assert got.losses == [] and got.param_digest is None and "no optimizer" in (got.note or "")
+
+
+def _script(tmp_path: Path) -> Path:
+    p = tmp_path / "train.py"
+    p.write_text(TRAIN)
+    return p
+
+
+def test_fixes_file_changes_only_the_loader_built_at_its_site(tmp_path: Path) -> None:
+    script = _script(tmp_path)
+    fixes = RuntimeFixes(
+        fixes=["dataloader"],
+        loaders=[LoaderSettings(site="train.py:4", num_workers=2, persistent_workers=True)],
+    )
+    (tmp_path / "fx").mkdir()
+    (tmp_path / "fx" / "fixes.json").write_bytes(encode_fixes(fixes))
+    r = run_gpuopt("profile", "--quiet", "-o", "run", "--fixes", "fx", script.name, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "workers 2 persistent True" in r.stdout
+    doc = json.loads((tmp_path / "run" / "profile.json").read_text())
+    assert doc["fixes_applied"] == ["dataloader"]
+    other = RuntimeFixes(loaders=[LoaderSettings(site="train.py:99", num_workers=2)])
+    (tmp_path / "fx" / "fixes.json").write_bytes(encode_fixes(other))
+    r = run_gpuopt("profile", "--quiet", "-o", "run2", "--fixes", "fx", script.name, cwd=tmp_path)
+    assert "workers 0 persistent False" in r.stdout
+
+
+def test_runtime_patch_is_undone(tmp_path: Path) -> None:
+    from torch.utils.data import DataLoader
+
+    orig = DataLoader.__init__
+    applied = apply_fixes(
+        RuntimeFixes(loaders=[LoaderSettings(site="x.py:1", num_workers=1)]), [tmp_path]
+    )
+    assert DataLoader.__init__ is not orig
+    applied.undo()
+    assert DataLoader.__init__ is orig
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(None, "no such file"), ("{", "not a gpuopt fixes file"), ('{"schema": "x/9"}', "schema")],
+    ids=["missing", "garbage", "schema"],
+)
+def test_bad_fixes_file_is_one_line_and_exit_2(tmp_path: Path, content: str | None, message: str) -> None:
+    if content is not None:
+        (tmp_path / "fixes.json").write_text(content)
+    with pytest.raises(GpuoptError, match=message):
+        load_fixes(tmp_path)
+    script = _script(tmp_path)
+    r = run_gpuopt("profile", "--quiet", "--fixes", str(tmp_path), script.name, cwd=tmp_path)
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "gpuopt-runs").exists()  # refused before anything ran
+
+
+def test_private_copy_runs_in_place_of_the_users_files(tmp_path: Path) -> None:
+    (tmp_path / "helper_mod.py").write_text("VALUE = 'original'\n")
+    main = tmp_path / "main.py"
+    main.write_text("import helper_mod\nprint('main original', helper_mod.VALUE, __file__)\n")
+    copies = tmp_path / "copies"
+    copies.mkdir()
+    (copies / "m.py").write_text(
+        "import helper_mod\nprint('main rewritten', helper_mod.VALUE, __file__)\n"
+    )
+    (copies / "h.py").write_text("VALUE = 'rewritten'\n")
+    mapping = {str(main): str(copies / "m.py"), str(tmp_path / "helper_mod.py"): str(copies / "h.py")}
+    import contextlib
+    import io
+    import sys
+
+    buf = io.StringIO()
+    sys.modules.pop("helper_mod", None)
+    with overridden(mapping), contextlib.redirect_stdout(buf):
+        outcome = run_target(Target(str(main), None, []))
+    sys.modules.pop("helper_mod", None)
+    assert outcome.exit_code == 0
+    assert buf.getvalue().strip() == f"main rewritten rewritten {main}"  # the original's name
+    assert main.read_text().startswith("import helper_mod\nprint('main original'")

@@ -1,0 +1,156 @@
+"""Verification (same training?) and gains (faster, beyond the noise?), and the user's files:
+the diff, private copies, and --write's refusals. Pure functions, no runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpuopt.errors import GpuoptError
+from gpuopt.model.records import TrainingRecord
+from gpuopt.optimize.codemods import Rewrite
+from gpuopt.optimize.source_files import (
+    BACKUP_SUFFIX,
+    SourceSet,
+    unified_diff,
+    write_in_place,
+    write_private_copies,
+)
+from gpuopt.optimize.verify import compare_training, gain
+
+
+def rec(losses: list[float], digest: str = "d") -> TrainingRecord:
+    return TrainingRecord(losses=losses, param_digest=digest, param_count=1)
+
+
+def test_identical_losses_and_parameters_are_exact() -> None:
+    v = compare_training(rec([1.0, 0.5]), rec([1.0, 0.5]), rec([1.0, 0.5]))
+    assert v.verified == "exact" and v.steps_compared == 2
+
+
+def test_any_difference_fails_when_the_script_repeats_exactly() -> None:
+    v = compare_training(rec([1.0, 0.5]), rec([1.0, 0.5]), rec([1.0, 0.5000001]))
+    assert v.verified == "failed"
+    assert "from loss 2" in v.detail and "repeats exactly" in v.detail
+
+
+def test_same_losses_other_parameters_fail() -> None:
+    v = compare_training(rec([1.0]), rec([1.0]), rec([1.0], digest="other"))
+    assert v.verified == "failed" and "parameters" in v.detail
+
+
+def test_within_the_scripts_own_floor_is_tolerance() -> None:
+    base, again = rec([1.0, 0.5], "a"), rec([1.0, 0.5002], "b")
+    assert compare_training(base, again, rec([1.0, 0.5001], "c")).verified == "tolerance"
+    assert compare_training(base, again, rec([1.0, 0.51], "c")).verified == "failed"
+
+
+def test_opt_in_tolerance() -> None:
+    v = compare_training(rec([1.0]), rec([1.0]), rec([1.0005], "x"), tolerance=1e-3)
+    assert v.verified == "tolerance"
+
+
+@pytest.mark.parametrize(
+    ("base", "cand", "why"),
+    [
+        (None, rec([1.0]), "recorded no training"),
+        (rec([]), rec([]), "no loss was seen"),
+        (rec([1.0, 2.0]), rec([1.0]), "different numbers"),
+        (rec([float("nan")]), rec([1.0]), "NaN"),
+    ],
+    ids=["no-record", "no-loss", "steps", "nan"],
+)
+def test_not_comparable_says_why(
+    base: TrainingRecord | None, cand: TrainingRecord, why: str
+) -> None:
+    v = compare_training(base, base, cand)
+    assert v.verified == "not-comparable" and why in v.detail
+
+
+def test_a_baseline_that_does_not_repeat_is_not_comparable() -> None:
+    v = compare_training(rec([1.0, 2.0], "a"), rec([1.5, 2.9], "b"), rec([1.1, 2.2], "c"))
+    assert v.verified == "not-comparable" and "does not repeat" in v.detail
+
+
+def test_gain_measurable_only_beyond_interval_and_noise() -> None:
+    base = [[0.100, 0.101, 0.099, 0.100, 0.102] * 4, [0.101, 0.100, 0.100, 0.099, 0.101] * 4]
+    fast = [[0.050, 0.051, 0.049, 0.050, 0.050] * 4]
+    g = gain(base, fast)
+    assert g.measurable and g.speedup is not None and 1.9 < g.speedup < 2.1
+    assert g.low is not None and g.low > 1.5 and g.label.endswith("faster")
+    same = gain(base, [[0.1005, 0.0995, 0.100, 0.101, 0.099] * 4])
+    assert not same.measurable and same.label == "no measurable gain"
+
+
+def test_gain_inside_the_run_to_run_noise_is_not_a_win() -> None:
+    # the baseline's own runs differ by 10%: a 5% "gain" is inside that noise
+    base = [[0.100] * 20, [0.110] * 20]
+    g = gain(base, [[0.095] * 20])
+    assert g.noise is not None and g.noise > 0.09 and not g.measurable
+
+
+def test_gain_needs_steps() -> None:
+    assert gain([[0.1]], [[0.1, 0.1, 0.1]]).speedup is None
+
+
+def _upper(text: str, name: str) -> Rewrite:
+    new = text.replace("x = 1", "x = 2  # changed")
+    return Rewrite(new, notes=["line 2: x"] if new != text else [])
+
+
+def test_diff_applies_with_patch_and_git_and_files_stay_untouched(tmp_path: Path) -> None:
+    src = tmp_path / "pkg" / "train.py"
+    src.parent.mkdir()
+    src.write_text("# keep\nx = 1\n")
+    sources = SourceSet(cwd=tmp_path)
+    sources.rewrite("pkg/train.py", _upper)
+    diff = unified_diff(sources.changed())
+    assert diff.startswith("--- ./pkg/train.py\n+++ ./pkg/train.py\n")
+    assert src.read_text() == "# keep\nx = 1\n"  # nothing written
+    copies = write_private_copies(sources.changed(), tmp_path / "copies")
+    assert Path(copies[str(src)]).read_text() == "# keep\nx = 2  # changed\n"
+    (tmp_path / "d.patch").write_text(diff)
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    r = subprocess.run(["git", "apply", "--check", "d.patch"], cwd=tmp_path, capture_output=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(["patch", "-p0", "--dry-run", "-i", "d.patch"], cwd=tmp_path,
+                       capture_output=True)
+    assert r.returncode == 0, r.stdout
+
+
+def test_write_keeps_a_backup_and_the_mode(tmp_path: Path) -> None:
+    src = tmp_path / "train.py"
+    src.write_text("x = 1\n")
+    os.chmod(src, 0o640)
+    sources = SourceSet(cwd=tmp_path)
+    sources.rewrite("train.py", _upper)
+    write_in_place(sources.changed())
+    assert src.read_text() == "x = 2  # changed\n"
+    assert (tmp_path / f"train.py{BACKUP_SUFFIX}").read_text() == "x = 1\n"
+    assert os.stat(src).st_mode & 0o777 == 0o640
+    again = SourceSet(cwd=tmp_path)
+    again.rewrite("train.py", _upper)
+    assert again.changed() == []  # idempotent: nothing left to change
+
+
+def test_write_refuses_a_file_changed_since_it_was_read(tmp_path: Path) -> None:
+    src = tmp_path / "train.py"
+    src.write_text("x = 1\n")
+    sources = SourceSet(cwd=tmp_path)
+    sources.rewrite("train.py", _upper)
+    src.write_text("x = 1\ny = 3\n")  # the user edits meanwhile
+    with pytest.raises(GpuoptError, match="changed since gpuopt read it"):
+        write_in_place(sources.changed())
+    assert src.read_text() == "x = 1\ny = 3\n"
+    assert not (tmp_path / f"train.py{BACKUP_SUFFIX}").exists()
+
+
+def test_unreadable_and_non_utf8_files_are_one_line(tmp_path: Path) -> None:
+    (tmp_path / "bin.py").write_bytes(b"\xff\xfe x")
+    with pytest.raises(GpuoptError, match="not UTF-8"):
+        SourceSet(cwd=tmp_path).get("bin.py")
+    with pytest.raises(GpuoptError, match="cannot read"):
+        SourceSet(cwd=tmp_path).get("missing.py")
