@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 RUN ?= gpuopt-runs/demo
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench gpu-check clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,11 @@ test: $(VENV)/.installed lint
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/bench_profile.py
+
+# every GPU-only path on a CUDA machine, results appended to docs/gpu-validation.md; exits 0
+# without a GPU (bring a CUDA build of torch: see TORCH_SPEC above)
+gpu-check: $(VENV)/.installed
+	$(PY) benchmarks/gpu/gpu_check.py
 
 clean:
 	rm -rf $(VENV) gpuopt-runs .pytest_cache .mypy_cache .ruff_cache

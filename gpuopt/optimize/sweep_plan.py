@@ -32,7 +32,11 @@ def sweep_for(
     from gpuopt.optimize.sweep import run_sweep
 
     phases.phase(f"sweeping DataLoader settings at {finding.site}")
+    step = base.steps.time_s.median
+    compute = step * (1.0 - base.breakdown.data_wait) if step else None
+    need = 1.0 / compute if compute else None
     try:
-        return run_sweep(opts.script, list(opts.args), finding.site, out / "sweep.json"), None
+        sweep = run_sweep(opts.script, list(opts.args), finding.site, out / "sweep.json", need=need)
+        return sweep, None
     except GpuoptError as exc:
         return None, str(exc)

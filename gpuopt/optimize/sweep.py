@@ -1,0 +1,339 @@
+"""DataLoader settings chosen by measurement: the user's DataLoader timed alone at a few settings.
+
+The script runs in a child process (``python -m gpuopt.optimize.sweep SPEC.json``) exactly as
+``python SCRIPT ARGS`` would, with ``DataLoader`` patched: when the script starts iterating the
+DataLoader built at the wanted site (the user's line that calls ``DataLoader(...)``, found as the
+DataLoader probe finds it), the sweep builds fresh DataLoaders over the same dataset, sampler,
+collate function and batch size at each candidate setting, times them, writes the result and ends
+the process — the script never trains. Loading that waits (I/O, sleeps) scales past the core
+count; CPU-bound decoding does not: the sweep does not guess which, it measures.
+
+It also checks whether the batches stay the same: the first batches at the script's own setting
+and at the best one, both drawn after the same ``torch.manual_seed``. When they differ, the
+Dataset draws random numbers (augmentation) that in worker processes come from per-worker seeds:
+training with workers is equivalent, not identical, and verification says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuopt.errors import GpuoptError
+
+MIN_GAIN = 1.10  # the best setting must beat the script's own by more than this
+WORKERS = (0, 2, 4, 8, 16)
+CHECK_BATCHES = 3  # batches compared for "same batches"
+HEADROOM = 2.0  # load this much faster than the training consumes
+
+
+@dataclass
+class SweepPoint:
+    num_workers: int
+    persistent_workers: bool
+    prefetch_factor: int | None
+    pin_memory: bool
+    batches: int = 0
+    seconds: float = 0.0
+    batches_per_s: float = 0.0
+    first_batch_s: float = 0.0
+
+
+@dataclass
+class SweepResult:
+    site: str
+    baseline: SweepPoint
+    points: list[SweepPoint]
+    best: SweepPoint
+    speedup: float
+    note: str = ""
+    same_batches: bool | None = None  # None: not checked
+    cpu_count: int = field(default_factory=lambda: os.cpu_count() or 1)
+
+
+def candidate_settings(current_workers: int, cpu_count: int, pin_memory: bool) -> list[dict[str, Any]]:
+    """The script's own setting first, then more workers (past the core count: waiting loaders
+    scale beyond it), persistent, with a deeper prefetch for the larger counts."""
+    out: list[dict[str, Any]] = [
+        {"num_workers": current_workers, "persistent_workers": False, "prefetch_factor": None}
+    ]
+    for w in WORKERS:
+        if w <= current_workers or w > max(16, 4 * cpu_count):
+            continue
+        out.append({"num_workers": w, "persistent_workers": True, "prefetch_factor": 2 if w < 8 else 4})
+    for s in out:
+        s["pin_memory"] = pin_memory
+    return out
+
+
+def _loader_like(loader: Any, setting: dict[str, Any]) -> Any:
+    """A DataLoader over ``loader``'s dataset, sampler and collate function at ``setting``."""
+    from torch.utils.data import DataLoader
+
+    kwargs: dict[str, Any] = {
+        "num_workers": setting["num_workers"],
+        "collate_fn": loader.collate_fn,
+        "pin_memory": setting["pin_memory"],
+        "worker_init_fn": loader.worker_init_fn,
+        "generator": loader.generator,
+        "timeout": loader.timeout,
+        "multiprocessing_context": loader.multiprocessing_context,
+    }
+    if setting["num_workers"] > 0:
+        kwargs["persistent_workers"] = setting["persistent_workers"]
+        if setting["prefetch_factor"] is not None:
+            kwargs["prefetch_factor"] = setting["prefetch_factor"]
+    if loader.batch_size is None and loader.batch_sampler is None:
+        kwargs.update(batch_size=None, sampler=loader.sampler)
+    elif _default_batch_sampler(loader):
+        kwargs.update(
+            batch_size=loader.batch_size, sampler=loader.sampler, drop_last=loader.drop_last
+        )
+    else:
+        kwargs["batch_sampler"] = loader.batch_sampler
+    return DataLoader(loader.dataset, **kwargs)
+
+
+def _default_batch_sampler(loader: Any) -> bool:
+    from torch.utils.data import BatchSampler
+
+    return type(loader.batch_sampler) is BatchSampler and loader.batch_size is not None
+
+
+def time_setting(loader: Any, setting: dict[str, Any], batches: int, budget_s: float) -> SweepPoint:
+    point = SweepPoint(
+        setting["num_workers"], setting["persistent_workers"], setting["prefetch_factor"],
+        setting["pin_memory"],
+    )
+    dl = _loader_like(loader, setting)
+    it = iter(dl)
+    t0 = time.perf_counter()
+    try:
+        next(it)
+        t1 = time.perf_counter()
+        point.first_batch_s = t1 - t0
+        n = 0
+        for _ in range(batches):
+            try:
+                next(it)
+            except StopIteration:
+                break
+            n += 1
+            if n >= 3 and time.perf_counter() - t1 > budget_s:
+                break
+        point.seconds = time.perf_counter() - t1
+        point.batches = n
+        point.batches_per_s = n / point.seconds if point.seconds > 0 else 0.0
+    except StopIteration:
+        pass
+    finally:
+        _shutdown(it)
+        del it, dl
+    return point
+
+
+def _shutdown(it: Any) -> None:
+    stop = getattr(it, "_shutdown_workers", None)
+    if callable(stop):
+        stop()
+
+
+def _first_batches(loader: Any, setting: dict[str, Any], seed: int) -> list[Any]:
+    import torch
+
+    torch.manual_seed(seed)
+    it = iter(_loader_like(loader, dict(setting, persistent_workers=False)))
+    out = []
+    try:
+        for _ in range(CHECK_BATCHES):
+            try:
+                out.append(next(it))
+            except StopIteration:
+                break
+    finally:
+        _shutdown(it)
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    import torch
+
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
+
+
+def _pick(points: list[SweepPoint], need: float | None) -> tuple[SweepPoint, str]:
+    """The fastest setting; or, when the training's own pace is known (``need`` batches/s: one
+    batch per step of compute), the fewest workers that feed it with :data:`HEADROOM` to spare
+    (more workers only cost memory and start-up)."""
+    base = points[0]
+    best = max(points, key=lambda p: p.batches_per_s)
+    if base.batches_per_s <= 0 or best.batches_per_s < base.batches_per_s * MIN_GAIN:
+        return base, f"no setting beat the script's own by more than {MIN_GAIN - 1:.0%}"
+    if need is not None and need > 0:
+        enough = [p for p in points[1:] if p.batches_per_s >= HEADROOM * need]
+        if enough:
+            pick = min(enough, key=lambda p: p.num_workers)
+            return pick, (
+                f"the fewest workers that load {HEADROOM:g}x faster than the training's own pace "
+                f"({need:.1f} batches/s of compute)"
+            )
+    return best, "the fastest setting timed"
+
+
+def sweep_loader(
+    loader: Any,
+    settings: list[dict[str, Any]],
+    batches: int,
+    budget_s: float,
+    site: str = "",
+    need: float | None = None,
+) -> SweepResult:
+    """Time ``loader``'s data at each setting (the first is the script's own) and pick one
+    (:func:`_pick`); check that it gives the same first batches as the script's own setting."""
+    per = budget_s / max(len(settings), 1)
+    points = [time_setting(loader, s, batches, per) for s in settings]
+    base = points[0]
+    best, note = _pick(points, need)
+    speedup = best.batches_per_s / base.batches_per_s if base.batches_per_s > 0 else 1.0
+    result = SweepResult(site, base, points, best, round(speedup, 3), note)
+    if best is not base:
+        chosen = settings[points.index(best)]
+        a = _first_batches(loader, settings[0], seed=0)
+        b = _first_batches(loader, chosen, seed=0)
+        result.same_batches = _same(a, b)
+    return result
+
+
+def _batches_for(loader: Any) -> int:
+    try:
+        return max(3, min(len(loader), 200))
+    except TypeError:  # an iterable dataset without a length
+        return 50
+
+
+# -- the child process -------------------------------------------------------------------------
+class _Swept(BaseException):
+    """Raised once the sweep has written its result: ends the script without training."""
+
+
+def _child(spec: dict[str, Any]) -> int:
+    import torch
+    from torch.utils.data import DataLoader
+
+    from gpuopt.probes.sites import SiteResolver
+    from gpuopt.runner.target import Target, run_target
+
+    target = Target(spec["script"], None, list(spec["args"]))
+    resolver = SiteResolver(target.user_roots())
+    wanted, out_file = spec["site"], Path(spec["out"])
+    orig_init, orig_iter = DataLoader.__init__, DataLoader.__iter__
+
+    def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
+        orig_init(loader, *args, **kwargs)
+        user, _, _ = resolver.locate(sys._getframe(1))
+        if user is not None:
+            loader._gpuopt_sweep_site = resolver.site(user.f_code, user.f_lasti)
+
+    def __iter__(loader: Any) -> Any:
+        if getattr(loader, "_gpuopt_sweep_site", None) != wanted:
+            return orig_iter(loader)
+        DataLoader.__init__, DataLoader.__iter__ = orig_init, orig_iter  # type: ignore[method-assign]
+        settings = candidate_settings(
+            loader.num_workers, os.cpu_count() or 1, bool(torch.cuda.is_available())
+        )
+        result = sweep_loader(
+            loader, settings, _batches_for(loader), spec["budget_s"], wanted, spec.get("need")
+        )
+        out_file.write_text(json.dumps(asdict(result), indent=2))
+        raise _Swept()
+
+    DataLoader.__init__ = __init__  # type: ignore[method-assign]
+    DataLoader.__iter__ = __iter__  # type: ignore[method-assign]
+    try:
+        outcome = run_target(target)
+    except _Swept:
+        return 0
+    if out_file.exists():
+        return 0
+    print(
+        f"gpuopt sweep: the script ended (exit code {outcome.exit_code}) without iterating the "
+        f"DataLoader built at {wanted}",
+        file=sys.stderr,
+    )
+    return 3
+
+
+def run_sweep(
+    script: str,
+    args: list[str],
+    site: str,
+    out_file: Path,
+    budget_s: float = 20.0,
+    timeout_s: float = 180.0,
+    need: float | None = None,
+) -> SweepResult:
+    """Run the sweep in a child process; a one-line :class:`GpuoptError` when it cannot.
+    ``need``: the training's pace in batches/s when it never waits (1 / compute per step)."""
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    out_file.unlink(missing_ok=True)
+    spec_file = out_file.with_suffix(".spec.json")
+    spec = {
+        "script": script,
+        "args": args,
+        "site": site,
+        "out": str(out_file),
+        "budget_s": budget_s,
+        "need": need,
+    }
+    spec_file.write_text(json.dumps(spec))
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "gpuopt.optimize.sweep", str(spec_file)],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise GpuoptError(f"the DataLoader sweep took more than {timeout_s:.0f} s") from None
+    if proc.returncode != 0 or not out_file.exists():
+        tail = proc.stderr.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
+        raise GpuoptError(f"the DataLoader sweep failed: {tail[0]}")
+    return _read(out_file)
+
+
+def _read(path: Path) -> SweepResult:
+    raw = json.loads(path.read_text())
+    points = [SweepPoint(**p) for p in raw["points"]]
+    raw.update(
+        baseline=SweepPoint(**raw["baseline"]), best=SweepPoint(**raw["best"]), points=points
+    )
+    return SweepResult(**raw)
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[0]).read_text())
+    code = _child(spec)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # no atexit of the half-run script: it never trained
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
