@@ -299,7 +299,9 @@ def optimize(
     warmup: int = typer.Option(2, "--warmup", min=0, help="Steps left out of the statistics."),
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of every run (random, numpy, torch)."),
     fix: list[str] = typer.Option(
-        [], "--fix", help="A fix to use (repeatable; default: every safe fix the findings call for)."
+        [],
+        "--fix",
+        help="A fix to use (repeatable; default: every safe fix the findings call for).",
     ),
     apply: bool = typer.Option(
         False, "--apply", help="Keep fixes with a run-time form at run time (DIR/fixes.json)."

@@ -136,7 +136,9 @@ def test_runtime_patch_is_undone(tmp_path: Path) -> None:
     [(None, "no such file"), ("{", "not a gpuopt fixes file"), ('{"schema": "x/9"}', "schema")],
     ids=["missing", "garbage", "schema"],
 )
-def test_bad_fixes_file_is_one_line_and_exit_2(tmp_path: Path, content: str | None, message: str) -> None:
+def test_bad_fixes_file_is_one_line_and_exit_2(
+    tmp_path: Path, content: str | None, message: str
+) -> None:
     if content is not None:
         (tmp_path / "fixes.json").write_text(content)
     with pytest.raises(GpuoptError, match=message):
@@ -157,7 +159,10 @@ def test_private_copy_runs_in_place_of_the_users_files(tmp_path: Path) -> None:
         "import helper_mod\nprint('main rewritten', helper_mod.VALUE, __file__)\n"
     )
     (copies / "h.py").write_text("VALUE = 'rewritten'\n")
-    mapping = {str(main): str(copies / "m.py"), str(tmp_path / "helper_mod.py"): str(copies / "h.py")}
+    mapping = {
+        str(main): str(copies / "m.py"),
+        str(tmp_path / "helper_mod.py"): str(copies / "h.py"),
+    }
     import contextlib
     import io
     import sys

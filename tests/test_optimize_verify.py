@@ -116,8 +116,9 @@ def test_diff_applies_with_patch_and_git_and_files_stay_untouched(tmp_path: Path
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     r = subprocess.run(["git", "apply", "--check", "d.patch"], cwd=tmp_path, capture_output=True)
     assert r.returncode == 0, r.stderr
-    r = subprocess.run(["patch", "-p0", "--dry-run", "-i", "d.patch"], cwd=tmp_path,
-                       capture_output=True)
+    r = subprocess.run(
+        ["patch", "-p0", "--dry-run", "-i", "d.patch"], cwd=tmp_path, capture_output=True
+    )
     assert r.returncode == 0, r.stdout
 
 

@@ -46,3 +46,17 @@ def difference_of_means(
     tail = (1 - LEVEL) / 2 * 100
     low, high = np.percentile(diffs, [tail, 100 - tail])
     return float(b.mean() - a.mean()), float(low), float(high)
+
+
+def ratio_of_means(
+    baseline: Sequence[float], candidate: Sequence[float]
+) -> tuple[float, float, float]:
+    """``(ratio, low, high)``: mean(candidate) / mean(baseline) and its bootstrap interval. For
+    step times this is the ratio of throughputs (steps per second are steps / total time), which
+    stalls concentrated in a few steps (a DataLoader's epoch start) move and a median does not."""
+    a, b = np.asarray(baseline, dtype=float), np.asarray(candidate, dtype=float)
+    rng = np.random.default_rng(SEED)
+    ratios = _resample(b, rng).mean(axis=1) / np.maximum(_resample(a, rng).mean(axis=1), 1e-12)
+    tail = (1 - LEVEL) / 2 * 100
+    low, high = np.percentile(ratios, [tail, 100 - tail])
+    return float(b.mean() / max(float(a.mean()), 1e-12)), float(low), float(high)

@@ -101,6 +101,7 @@ class FixResult(Record):
     opt_in: bool = False
     gpu_only: bool = False
     expected: str = ""  # a suggestion's expected effect, said as an expectation
+    notes: list[str] = field(default_factory=list)  # what else the user should know
 
 
 class Verification(Record):

@@ -20,8 +20,9 @@ import msgspec
 from gpuopt.atomic_write import write_atomic
 from gpuopt.errors import GpuoptError
 from gpuopt.model.document import load_profile
-from gpuopt.model.optimize import FixResult, OptimizeDocument, RunResult, RuntimeFixes
+from gpuopt.model.optimize import OptimizeDocument, RunResult, RuntimeFixes
 from gpuopt.model.profile import Profile
+from gpuopt.model.records import TrainingRecord, given
 from gpuopt.optimize.catalogue import BY_NAME
 from gpuopt.optimize.plan import PlanInput, PlannedFix, plan_fixes
 from gpuopt.optimize.progress import Phases
@@ -33,7 +34,7 @@ from gpuopt.optimize.source_files import (
     write_in_place,
     write_private_copies,
 )
-from gpuopt.optimize.verify import compare_training, gain
+from gpuopt.optimize.verify import compare_training
 
 OPTIMIZE_FILE = "optimize.json"
 DEFAULT_STEPS = 30
@@ -290,11 +291,9 @@ def _find(st: _State, label: str) -> Done | None:
     return next((d for d in st.runs if d.result.label == label), None)
 
 
-def _training(done: Done | None) -> object:
+def _training(done: Done | None) -> TrainingRecord | None:
     if done is None or done.profile is None:
         return None
-    from gpuopt.model.records import given
-
     return given(done.profile.training)
 
 
@@ -335,8 +334,11 @@ def _tell(st: _State, sources: SourceSet, kept: list[PlannedFix]) -> None:
         sys.stdout.flush()
     if st.opts.apply and any(f.has_runtime for f in kept):
         shown = st.opts.script or f"-m {st.opts.module}"
-        print(f"gpuopt: run-time fixes kept in {st.dir / 'fixes.json'}; run with them: "
-              f"gpuopt profile --fixes {st.dir} {shown}", file=sys.stderr)
+        print(
+            f"gpuopt: run-time fixes kept in {st.dir / 'fixes.json'}; run with them: "
+            f"gpuopt profile --fixes {st.dir} {shown}",
+            file=sys.stderr,
+        )
     print(f"gpuopt: {st.dir / OPTIMIZE_FILE} written", file=sys.stderr)
 
 

@@ -9,6 +9,7 @@ are not built yet are listed with their reason, never applied silently or faked.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -17,7 +18,7 @@ from gpuopt.model.profile import Finding, Profile
 from gpuopt.model.records import given
 from gpuopt.optimize.catalogue import BY_NAME, CATALOGUE, FixKind
 from gpuopt.optimize.codemods import Rewrite
-from gpuopt.optimize.sweep import SweepResult
+from gpuopt.optimize.sweep import PERSISTENT_NOTE, SweepResult
 
 Codemod = Callable[[str, str], Rewrite]  # (text, name shown) -> what it did
 
@@ -44,6 +45,9 @@ class PlannedFix:
     backend_flags: dict[str, bool] = field(default_factory=dict)
     edits: list[SourceEdit] = field(default_factory=list)
     settings: dict[str, int | bool | str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what the user should know besides
+    # the fix makes the training equivalent, not identical (a Dataset's random draws in workers)
+    equivalent_only: bool = False
 
     @property
     def name(self) -> str:
@@ -63,6 +67,21 @@ class PlanInput:
     script_path: str | None
     sweep: SweepResult | None = None
     sweep_error: str | None = None
+
+
+def _on_lines(codemod: Callable[..., Rewrite], lines: list[int]) -> Codemod:
+    """A codemod taking ``(source, lines, name=...)`` bound to ``lines``."""
+
+    def run(text: str, name: str) -> Rewrite:
+        return codemod(text, lines, name=name)
+
+    return run
+
+
+def _flags_codemod(text: str, name: str, flags: dict[str, bool]) -> Rewrite:
+    from gpuopt.optimize.codemods.backend_flags import rewrite_backend_flags
+
+    return rewrite_backend_flags(text, flags, name=name)
 
 
 def split_site(site: str) -> tuple[str, int] | None:
@@ -132,7 +151,7 @@ def _plan_dataloader(kind: FixKind, inp: PlanInput) -> PlannedFix:
     settings = LoaderSettings(
         site=site,
         num_workers=best.num_workers,
-        persistent_workers=best.persistent_workers if best.num_workers > 0 else None,
+        persistent_workers=best.persistent_workers or None if best.num_workers > 0 else None,
         prefetch_factor=best.prefetch_factor if best.num_workers > 0 else None,
         pin_memory=True if inp.cuda else None,
     )
@@ -145,6 +164,13 @@ def _plan_dataloader(kind: FixKind, inp: PlanInput) -> PlannedFix:
         f"script's num_workers={inp.sweep.baseline.num_workers} ({inp.sweep.speedup:.2f}x)"
     )
     fix.edits = _loader_edits(site, settings)
+    fix.notes.append(PERSISTENT_NOTE)
+    if inp.sweep.same_batches is False:
+        fix.equivalent_only = True
+        fix.notes.append(
+            "the first batches differ with workers: the Dataset draws random numbers, which in "
+            "worker processes come from per-worker seeds (equivalent training, not identical)"
+        )
     return fix
 
 
@@ -175,9 +201,7 @@ def _plan_copies(kind: FixKind, inp: PlanInput) -> PlannedFix:
     fix.non_blocking_sites = sites
     fix.settings = {"non_blocking": True, "pin_memory": True}
     for path, lines in by_file(sites).items():
-        fix.edits.append(
-            SourceEdit(path, lines, lambda t, n, ls=lines: rewrite_copies(t, ls, name=n))
-        )
+        fix.edits.append(SourceEdit(path, lines, _on_lines(rewrite_copies, lines)))
     train = [d for d in given(inp.profile.dataloaders) or [] if given(d.role) != "eval"]
     for d in train:
         at = given(d.built_at) or d.site
@@ -203,9 +227,7 @@ def _plan_syncs(kind: FixKind, inp: PlanInput) -> PlannedFix:
         return fix
     fix.reason = "per-step host syncs at " + ", ".join(fix.sites)
     for path, lines in by_file(fix.sites).items():
-        fix.edits.append(
-            SourceEdit(path, lines, lambda t, n, ls=lines: rewrite_syncs(t, ls, name=n))
-        )
+        fix.edits.append(SourceEdit(path, lines, _on_lines(rewrite_syncs, lines)))
     return fix
 
 
@@ -232,23 +254,17 @@ def _plan_zero_grad(kind: FixKind, inp: PlanInput) -> PlannedFix:
     path = inp.script_path
     fix.sites = [f"{path}:{n}" for n in lines]
     fix.reason = "gradients are zero-filled every step instead of freed"
-    fix.edits = [
-        SourceEdit(path, lines, lambda t, n, ls=lines: rewrite_zero_grad(t, ls, name=n))
-    ]
+    fix.edits = [SourceEdit(path, lines, _on_lines(rewrite_zero_grad, lines))]
     return fix
 
 
 def _plan_flags(flags: dict[str, bool], why: str) -> Callable[[FixKind, PlanInput], PlannedFix]:
     def planner(kind: FixKind, inp: PlanInput) -> PlannedFix:
-        from gpuopt.optimize.codemods.backend_flags import rewrite_backend_flags
-
         fix = PlannedFix(kind, False, True, why, backend_flags=dict(flags))
         fix.settings = {k: v for k, v in flags.items()}
         if inp.script_path is not None:
             path = inp.script_path
-            fix.edits = [
-                SourceEdit(path, [], lambda t, n: rewrite_backend_flags(t, flags, name=n))
-            ]
+            fix.edits = [SourceEdit(path, [], functools.partial(_flags_codemod, flags=flags))]
         return fix
 
     return planner
@@ -256,11 +272,11 @@ def _plan_flags(flags: dict[str, bool], why: str) -> Callable[[FixKind, PlanInpu
 
 def _plan_cudnn(kind: FixKind, inp: PlanInput) -> PlannedFix:
     ragged = given(inp.profile.ragged)
-    if ragged is not None and any(loader.distinct_shapes > 1 for loader in ragged.loaders):
+    if ragged is not None and any(r.distinct_shapes > 1 for r in given(ragged.loaders) or []):
         return PlannedFix(kind, False, False, "input shapes vary from batch to batch")
-    return _plan_flags(
-        {"torch.backends.cudnn.benchmark": True}, "the input shapes are static"
-    )(kind, inp)
+    return _plan_flags({"torch.backends.cudnn.benchmark": True}, "the input shapes are static")(
+        kind, inp
+    )
 
 
 _PLANNERS: dict[str, Callable[[FixKind, PlanInput], PlannedFix]] = {

@@ -33,7 +33,7 @@ def _fix_gain(f: FixResult) -> str:
 
 
 def _fix_rows(doc: OptimizeDocument) -> list[tuple[str, str, str, str, str, str]]:
-    rows = []
+    rows: list[tuple[str, str, str, str, str, str]] = []
     for f in doc.fixes:
         applied = "yes" if f.applied else "no"
         verified = f.verified if f.applied else "—"
@@ -74,6 +74,8 @@ def render_text(doc: OptimizeDocument) -> str:
             out.append(f"  {f.id}: {line}")
         for line in f.skipped:
             out.append(f"  {f.id}: left alone: {line}")
+        for line in f.notes if f.applied else []:
+            out.append(f"  {f.id}: note: {line}")
     for w in doc.warnings:
         out.append(f"warning: {w}")
     if doc.cost_s is not None:
@@ -88,7 +90,11 @@ def _md_cell(text: str) -> str:
 def render_markdown(doc: OptimizeDocument) -> str:
     out = [f"# gpuopt optimize: `{_md_cell(doc.script)}`", ""]
     out += [f"- {_md_cell(line)}" for line in headline(doc)[1:]]
-    out += ["", "| fix | mode | applied | verified | gain alone | why |", "|---|---|---|---|---|---|"]
+    out += [
+        "",
+        "| fix | mode | applied | verified | gain alone | why |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in _fix_rows(doc):
         out.append("| " + " | ".join(_md_cell(c) for c in r) + " |")
     if doc.diff:

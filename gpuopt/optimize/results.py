@@ -70,6 +70,7 @@ def _fix_result(
         opt_in=kind.opt_in,
         gpu_only=kind.gpu_only,
         expected=kind.expected,
+        notes=list(fix.notes),
     )
     _source_part(fix, out, runtime)
     if applied:
@@ -116,6 +117,9 @@ def _measured_part(
     out.gain_detail = g
     out.gain = g.speedup if g.measurable else None
     out.verified = v.verified
+    if v.verified == "failed" and fix.equivalent_only:
+        out.verified = "not-comparable"
+        v = Verification(verified="not-comparable", detail=fix.notes[-1])
     if v.verified not in ("exact", "not-run") and v.detail:
         out.reason = f"{out.reason}; {v.detail}" if out.reason else v.detail
 

@@ -65,13 +65,12 @@ class Done:
     stderr_tail: str
 
 
-def measured_step_times(profile: Profile) -> list[float]:
-    """The run's measured steps (not warm-up, not slowed by the recorder), in seconds."""
-    return [
-        s.time_s
-        for s in profile.steps.series
-        if not s.warmup and s.instrumented is not True and s.time_s > 0
-    ]
+def run_step_times(profile: Profile) -> list[float]:
+    """Every step of the run but those the recorder slowed down, in seconds — warm-up included:
+    both sides run the same steps, and what a fix changes may sit in the first ones (worker
+    start-up, a DataLoader's prefetch filling while the first steps wait). Left out, a loader
+    whose prefetch buffer outlasts the measured steps would look faster than it loads."""
+    return [s.time_s for s in profile.steps.series if s.instrumented is not True and s.time_s > 0]
 
 
 def run_once(launch: Launch, spec: RunSpec) -> Done:
@@ -110,11 +109,11 @@ def run_once(launch: Launch, spec: RunSpec) -> Done:
         result.status = "error"
     else:
         result.status = profile.status
-        times = measured_step_times(profile)
+        times = run_step_times(profile)
         result.step_s = [round(t, 6) for t in times]
         result.steps_measured = len(times)
-        median = profile.steps.time_s.median
-        result.steps_per_s = round(1.0 / median, 4) if median else None
+        rate = len(times) / sum(times) if times and sum(times) > 0 else None
+        result.steps_per_s = round(rate, 4) if rate else None
     return Done(result, profile, stdout, stderr_tail)
 
 

@@ -118,7 +118,7 @@ def _patch_loaders(loaders: list[LoaderSettings], roots: list[Path], applied: Ap
         orig(loader, *args, **kwargs)
 
     __init__.__wrapped__ = orig  # type: ignore[attr-defined]
-    DataLoader.__init__ = __init__  # type: ignore[method-assign]
+    DataLoader.__init__ = __init__  # type: ignore[method-assign,assignment]
     applied.notes.append(
         "DataLoader settings: "
         + "; ".join(f"{site} {_knob_text(k)}" for site, k in sorted(wanted.items()))
@@ -165,7 +165,7 @@ def _patch_copies(sites: list[str], applied: Applied) -> None:
         return orig_cuda(t, *args, **kwargs)
 
     torch.Tensor.to = to  # type: ignore[method-assign,assignment]
-    torch.Tensor.cuda = cuda  # type: ignore[method-assign]
+    torch.Tensor.cuda = cuda  # type: ignore[method-assign,assignment]
     applied.notes.append(f"non_blocking=True for pinned host tensors at {', '.join(sites)}")
 
     def undo() -> None:

@@ -31,6 +31,11 @@ MIN_GAIN = 1.10  # the best setting must beat the script's own by more than this
 WORKERS = (0, 2, 4, 8, 16)
 CHECK_BATCHES = 3  # batches compared for "same batches"
 HEADROOM = 2.0  # load this much faster than the training consumes
+PERSISTENT_NOTE = (
+    "persistent_workers=True would also save the workers' start-up at each epoch, but it draws "
+    "one seed fewer per epoch from torch's generator, so later epochs' data order and dropout "
+    "would differ from the script's own: not applied (add it where repeatability does not matter)"
+)
 
 
 @dataclass
@@ -57,16 +62,23 @@ class SweepResult:
     cpu_count: int = field(default_factory=lambda: os.cpu_count() or 1)
 
 
-def candidate_settings(current_workers: int, cpu_count: int, pin_memory: bool) -> list[dict[str, Any]]:
+def candidate_settings(
+    current_workers: int, cpu_count: int, pin_memory: bool
+) -> list[dict[str, Any]]:
     """The script's own setting first, then more workers (past the core count: waiting loaders
-    scale beyond it), persistent, with a deeper prefetch for the larger counts."""
+    scale beyond it), with a deeper prefetch for the larger counts. Never ``persistent_workers``:
+    a persistent iterator draws its base seed from torch's generator once instead of once per
+    epoch, which shifts every later draw of that generator (the next epoch's shuffle, dropout),
+    so training would no longer repeat the script's own run (PERSISTENT_NOTE)."""
     out: list[dict[str, Any]] = [
         {"num_workers": current_workers, "persistent_workers": False, "prefetch_factor": None}
     ]
     for w in WORKERS:
         if w <= current_workers or w > max(16, 4 * cpu_count):
             continue
-        out.append({"num_workers": w, "persistent_workers": True, "prefetch_factor": 2 if w < 8 else 4})
+        out.append(
+            {"num_workers": w, "persistent_workers": False, "prefetch_factor": 2 if w < 8 else 4}
+        )
     for s in out:
         s["pin_memory"] = pin_memory
     return out
@@ -108,7 +120,9 @@ def _default_batch_sampler(loader: Any) -> bool:
 
 def time_setting(loader: Any, setting: dict[str, Any], batches: int, budget_s: float) -> SweepPoint:
     point = SweepPoint(
-        setting["num_workers"], setting["persistent_workers"], setting["prefetch_factor"],
+        setting["num_workers"],
+        setting["persistent_workers"],
+        setting["prefetch_factor"],
         setting["pin_memory"],
     )
     dl = _loader_like(loader, setting)
@@ -262,7 +276,7 @@ def _child(spec: dict[str, Any]) -> int:
         out_file.write_text(json.dumps(asdict(result), indent=2))
         raise _Swept()
 
-    DataLoader.__init__ = __init__  # type: ignore[method-assign]
+    DataLoader.__init__ = __init__  # type: ignore[method-assign,assignment]
     DataLoader.__iter__ = __iter__  # type: ignore[method-assign]
     try:
         outcome = run_target(target)

@@ -8,8 +8,11 @@ opt-in fix's stated tolerance); ``not-comparable`` when the comparison cannot be
 recorded, different step counts, a baseline that does not repeat itself at all), with the reason;
 ``failed`` otherwise (the fix is dropped).
 
-**Faster.** Steps per second from the measured steps' median time. The interval is a seeded
-bootstrap of the ratio of medians (:mod:`gpuopt.gate.intervals`), and the baseline's own spread
+**Faster.** Each run's steps per second is its measured steps over their total time (a
+throughput: a stall in a few steps, such as a DataLoader refilling at each epoch, counts in full,
+where a median step would hide it); the speedup is the median over the candidate's runs over the
+median over the baseline's. The interval is a seeded bootstrap of the ratio of mean step times
+over the pooled steps of each side (:mod:`gpuopt.gate.intervals`), and the baseline's own spread
 between its runs is the noise: a gain is *measurable* only when the interval's low end clears
 1 + noise. Otherwise it is reported as "no measurable gain", never as a win.
 """
@@ -20,7 +23,7 @@ import math
 from collections.abc import Sequence
 from statistics import median
 
-from gpuopt.gate.intervals import ratio_of_medians
+from gpuopt.gate.intervals import ratio_of_means
 from gpuopt.model.optimize import Gain, Verification
 from gpuopt.model.records import TrainingRecord
 
@@ -57,10 +60,14 @@ def compare_training(
         )
     elif floor is not None and floor > 0 and diff <= floor:
         out.verified = "tolerance"
-        out.detail = f"losses within the script's own run-to-run difference ({diff:.3g} ≤ {floor:.3g})"
+        out.detail = (
+            f"losses within the script's own run-to-run difference ({diff:.3g} ≤ {floor:.3g})"
+        )
     elif tolerance is not None and diff <= tolerance * scale:
         out.verified = "tolerance"
-        out.detail = f"losses within the fix's stated tolerance ({diff:.3g} ≤ {tolerance:g} relative)"
+        out.detail = (
+            f"losses within the fix's stated tolerance ({diff:.3g} ≤ {tolerance:g} relative)"
+        )
     else:
         out.detail = _first_difference(base.losses, cand.losses, floor, diff)
     return out
@@ -106,6 +113,16 @@ def _first_difference(
     return f"training changed {where} ({own})"
 
 
+def throughput(step_s: Sequence[float]) -> float | None:
+    """Steps per second of one run: its measured steps over their total time."""
+    total = sum(step_s)
+    return len(step_s) / total if step_s and total > 0 else None
+
+
+def throughputs(runs: Sequence[Sequence[float]]) -> list[float]:
+    return [t for run in runs if (t := throughput(run)) is not None]
+
+
 def gain(
     baseline_runs: Sequence[Sequence[float]],
     candidate_runs: Sequence[Sequence[float]],
@@ -116,10 +133,11 @@ def gain(
     cand = [t for run in candidate_runs for t in run]
     if len(base) < min_steps or len(cand) < min_steps:
         return Gain(speedup=None, label=f"not measured: fewer than {min_steps} measured steps")
-    # ratio_of_medians gives median(second) / median(first): time ratio = speedup in steps/s
-    speedup, low, high = ratio_of_medians(cand, base)
-    medians = [median(run) for run in baseline_runs if len(run) > 0]
-    noise = (max(medians) / min(medians) - 1.0) if len(medians) > 1 and min(medians) > 0 else 0.0
+    # ratio_of_means(cand, base) is mean(base) / mean(cand): a time ratio = speedup in steps/s
+    _, low, high = ratio_of_means(cand, base)
+    speedup = median(throughputs(candidate_runs)) / median(throughputs(baseline_runs))
+    rates = throughputs(baseline_runs)
+    noise = (max(rates) / min(rates) - 1.0) if len(rates) > 1 else 0.0
     measurable = low > 1.0 + noise or high < 1.0 - noise
     out = Gain(
         speedup=round(speedup, 4),

@@ -60,7 +60,8 @@ class TrainingRecorder:
         if self.seed is not None:
             seed_everything(self.seed)
         probe = self
-        orig = self._orig_backward = torch.Tensor.backward
+        orig: Any = torch.Tensor.backward
+        self._orig_backward = orig
 
         def backward(tensor: Any, *args: Any, **kwargs: Any) -> Any:
             probe._keep(tensor)
@@ -71,7 +72,7 @@ class TrainingRecorder:
                 probe._inside = outer
 
         backward.__wrapped__ = orig  # type: ignore[attr-defined]
-        torch.Tensor.backward = backward  # type: ignore[method-assign]
+        torch.Tensor.backward = backward  # type: ignore[method-assign,assignment]
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         self._hook = register_optimizer_step_post_hook(self._stepped)

@@ -43,10 +43,7 @@ class _CopyLoader(importlib.machinery.SourceFileLoader):
         return super().get_data(path)
 
     def path_stats(self, path: str) -> Mapping[str, float]:
-        raise OSError("no bytecode cache for a rewritten copy")
-
-    def set_data(self, path: str, data: bytes, *, _mode: int = 0o666) -> None:
-        return None
+        raise OSError("no bytecode cache for a rewritten copy")  # and so none is written
 
 
 class _CopyFinder(importlib.abc.MetaPathFinder):

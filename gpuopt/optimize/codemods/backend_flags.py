@@ -54,11 +54,17 @@ def _is_docstring(stmt: cst.BaseStatement) -> bool:
     )
 
 
+def _statement(code: str) -> cst.SimpleStatementLine:
+    stmt = cst.parse_statement(code)
+    assert isinstance(stmt, cst.SimpleStatementLine)
+    return stmt
+
+
 def rewrite_backend_flags(
     source: str, flags: Mapping[str, bool], name: str = "<source>"
 ) -> Rewrite:
     module = parse(source, name)
-    body = list(module.body)
+    body: list[cst.SimpleStatementLine | cst.BaseCompoundStatement] = list(module.body)
     notes: list[str] = []
     skipped: list[Skipped] = []
     missing = dict(flags)
@@ -85,11 +91,11 @@ def rewrite_backend_flags(
         for i, stmt in enumerate(body):
             if _is_import(stmt) or (i == at and _is_docstring(stmt)):
                 at = i + 1
-        new: list[cst.BaseStatement] = []
+        new: list[cst.SimpleStatementLine | cst.BaseCompoundStatement] = []
         if not any(_imports_torch(s) for s in body[:at]):
-            new.append(cst.parse_statement("import torch\n"))
+            new.append(_statement("import torch\n"))
         for key, want in missing.items():
-            new.append(cst.parse_statement(f"{key} = {want}\n"))
+            new.append(_statement(f"{key} = {want}\n"))
             notes.append(f"{key} = {want} (after the imports)")
         body[at:at] = new
-    return Rewrite(module.with_changes(body=body).code, notes, skipped)
+    return Rewrite(module.with_changes(body=tuple(body)).code, notes, skipped)

@@ -185,7 +185,9 @@ def _append_on_own_line(args: list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
     assert isinstance(sep, cst.Comma) and isinstance(
         sep.whitespace_after, cst.ParenthesizedWhitespace
     )
-    line_break = sep.whitespace_after.with_changes(first_line=cst.TrailingWhitespace())
+    line_break: cst.ParenthesizedWhitespace = sep.whitespace_after.with_changes(
+        first_line=cst.TrailingWhitespace()
+    )
     if isinstance(last.comma, cst.Comma):  # a trailing comma: the new one gets one too
         ws = last.comma.whitespace_after
         if not isinstance(ws, cst.ParenthesizedWhitespace):  # `(a, b,)` on one line
@@ -195,8 +197,8 @@ def _append_on_own_line(args: list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
                 whitespace_after=line_break.with_changes(first_line=ws.first_line)
             )
         )
-        closing = ws.with_changes(first_line=cst.TrailingWhitespace())
-        return [*args[:-1], last, new.with_changes(comma=cst.Comma(whitespace_after=closing))]
+        end = ws.with_changes(first_line=cst.TrailingWhitespace())
+        return [*args[:-1], last, new.with_changes(comma=cst.Comma(whitespace_after=end))]
     after = last.whitespace_after_arg
     comment = (
         after.first_line
@@ -207,7 +209,7 @@ def _append_on_own_line(args: list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
         comma=cst.Comma(whitespace_after=line_break.with_changes(first_line=comment)),
         whitespace_after_arg=cst.SimpleWhitespace(""),
     )
-    closing = (
+    closing: cst.BaseParenthesizableWhitespace = (
         after.with_changes(first_line=cst.TrailingWhitespace())
         if isinstance(after, cst.ParenthesizedWhitespace)
         else after

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import (
+    Assignment,
     ComprehensionScope,
     ParentNodeProvider,
     Scope,
@@ -156,7 +157,10 @@ def _device_value(read: cst.Call, kind: str) -> cst.BaseExpression:
     if kind == "int":
         assert isinstance(read.func, cst.Attribute)
         return read.func.value
-    inner = read.func.value if m.matches(read, _ITEM) else read.args[0].value  # type: ignore[union-attr]
+    if m.matches(read, _ITEM) and isinstance(read.func, cst.Attribute):
+        inner = read.func.value
+    else:
+        inner = read.args[0].value
     detached = cst.Call(func=cst.Attribute(value=inner, attr=cst.Name("detach")))
     out = cst.Call(func=cst.Attribute(value=detached, attr=cst.Name("double")))
     return out.with_changes(lpar=read.lpar, rpar=read.rpar)
@@ -210,6 +214,8 @@ def _check_assignments(
     a: _Analysis, scope: Scope, c: _Candidate, targeted: set[cst.AugAssign]
 ) -> str | None:
     for assignment in scope.assignments[c.acc]:
+        if not isinstance(assignment, Assignment):
+            return f"{c.acc} is bound by an import or a builtin"
         node = assignment.node
         parent = a.parents.get(node)
         if isinstance(parent, cst.AugAssign) and parent in targeted:
