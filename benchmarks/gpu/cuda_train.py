@@ -12,7 +12,10 @@ def main() -> None:
     data = TensorDataset(torch.randn(2048, 3, 64, 64), torch.randint(0, 10, (2048,)))
     loader = DataLoader(data, batch_size=64, shuffle=True)
     model = nn.Sequential(
-        nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(8), nn.Flatten(),
+        nn.Conv2d(3, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(8),
+        nn.Flatten(),
         nn.Linear(32 * 64, 10),
     ).cuda()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)

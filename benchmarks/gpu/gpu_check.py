@@ -77,8 +77,20 @@ def check_aot() -> str:
 
 def check_optimize(tmp: Path) -> str:
     r = gpuopt(
-        "optimize", "--quiet", "-o", "opt", "--steps", "40", "--fix", "pinned-copies",
-        "--fix", "cudnn-benchmark", "--fix", "syncs", str(SCRIPT), cwd=tmp,
+        "optimize",
+        "--quiet",
+        "-o",
+        "opt",
+        "--steps",
+        "40",
+        "--fix",
+        "pinned-copies",
+        "--fix",
+        "cudnn-benchmark",
+        "--fix",
+        "syncs",
+        str(SCRIPT),
+        cwd=tmp,
     )
     if r.returncode != 0:
         return f"optimize: FAILED ({r.stderr.strip().splitlines()[-1:]})"
@@ -101,11 +113,18 @@ def main() -> int:
     lines = [f"## {dt.date.today().isoformat()} — {name}, torch {torch.__version__}", ""]
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        for check in (check_nvml, lambda: check_profile(tmp), check_aot, lambda: check_optimize(tmp)):
+        for check in (
+            check_nvml,
+            lambda: check_profile(tmp),
+            check_aot,
+            lambda: check_optimize(tmp),
+        ):
             try:
                 result = check()
             except Exception as exc:  # one failing check must not hide the others
-                result = f"{getattr(check, '__name__', 'check')}: FAILED {type(exc).__name__}: {exc}"
+                result = (
+                    f"{getattr(check, '__name__', 'check')}: FAILED {type(exc).__name__}: {exc}"
+                )
             print(result)
             lines.append(f"- {result}")
     with DOC.open("a") as fh:
