@@ -61,7 +61,7 @@ class RunResult(Record):
 
     label: str  # "baseline 1", "candidate 2", "only dataloader" ...
     role: Literal["baseline", "candidate", "ablation"]
-    dir: str  # its run directory
+    dir: str  # its run directory, relative to the optimize directory
     fixes: list[str] = field(default_factory=list)
     status: str = "ok"
     exit_code: int = 0

@@ -146,11 +146,12 @@ def _baseline_failed(st: _State) -> int:
         st.doc.baseline = done.profile
     _write_doc(st)
     print(f"gpuopt: the baseline run failed: {why}", file=sys.stderr)
-    print(f"gpuopt: its profile is in {done.result.dir}", file=sys.stderr)
+    print(f"gpuopt: its profile is in {st.dir / done.result.dir}", file=sys.stderr)
     return code
 
 
 def _run(st: _State, spec: RunSpec) -> Done:
+    spec.base = st.dir
     st.phases.run(spec.label)
     done = run_once(st.launch, spec)
     st.runs.append(done)

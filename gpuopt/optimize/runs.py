@@ -29,6 +29,7 @@ class RunSpec:
     dir: Path
     fixes: list[str] = field(default_factory=list)
     fixes_dir: Path | None = None
+    base: Path | None = None  # the optimize directory: run directories are written relative to it
 
 
 @dataclass
@@ -102,7 +103,8 @@ def run_once(launch: Launch, spec: RunSpec) -> Done:
         profile = load_profile(spec.dir)
     except GpuoptError:
         profile = None
-    result = RunResult(label=spec.label, role=spec.role, dir=str(spec.dir), fixes=list(spec.fixes))
+    shown = spec.dir.relative_to(spec.base) if spec.base is not None else spec.dir
+    result = RunResult(label=spec.label, role=spec.role, dir=str(shown), fixes=list(spec.fixes))
     result.exit_code = code
     result.wall_s = round(wall, 3)
     if profile is None:

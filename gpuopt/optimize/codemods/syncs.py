@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import (
+    Access,
     Assignment,
     ComprehensionScope,
     ParentNodeProvider,
@@ -231,10 +232,22 @@ def _check_assignments(
     return None
 
 
+def _accesses(scope: Scope, acc: str) -> list[Access]:
+    """Every read of ``acc`` as bound in ``scope``: its own, and those of nested scopes (which
+    libcst files under the nested scope; they reference the same assignments)."""
+    seen: dict[int, Access] = {}
+    for access in scope.accesses[acc]:
+        seen[id(access)] = access
+    for assignment in scope.assignments[acc]:
+        for access in assignment.references:
+            seen[id(access)] = access
+    return list(seen.values())
+
+
 def _reads_to_wrap(a: _Analysis, scope: Scope, c: _Candidate) -> list[cst.Name] | str:
     loop = a.loop_of(c.stmt)
     out: list[cst.Name] = []
-    for access in scope.accesses[c.acc]:
+    for access in _accesses(scope, c.acc):
         name = access.node
         if not isinstance(name, cst.Name):
             return f"{c.acc} is used in a way gpuopt does not follow (line {a.line(name)})"
