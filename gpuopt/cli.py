@@ -323,10 +323,15 @@ def optimize(
     ),
     quiet: bool = typer.Option(False, "--quiet", help="No progress and no report on stderr."),
     force: bool = typer.Option(False, "--force", help="Replace an earlier optimize run in -o DIR."),
+    nproc_per_node: int | None = typer.Option(
+        None, "--nproc-per-node", min=1, help="Not yet: optimize runs one process."
+    ),
 ) -> None:
     args = list(script_and_args or [])
     if args and args[0] == "--":
         args = args[1:]
+    if nproc_per_node is not None and nproc_per_node > 1:
+        fail("optimize runs one process so far; profile multi-rank runs with gpuopt profile")
     if module is None and (not args or args[0].startswith("-")):
         fail("optimize needs a SCRIPT (or -m MODULE); try: gpuopt optimize train.py")
     from gpuopt.optimize.command import OptimizeOptions, optimize_command

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from conftest import ROOT, run_gpuopt
 
 from gpuopt.model.optimize import OptimizeDocument
-from tests.conftest import ROOT, run_gpuopt
 
 pytestmark = pytest.mark.slow
 

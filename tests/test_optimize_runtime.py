@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import run_gpuopt
 
 from gpuopt.errors import GpuoptError
 from gpuopt.model.optimize import LoaderSettings, RuntimeFixes
@@ -18,7 +19,6 @@ from gpuopt.probes.protocol import RunContext
 from gpuopt.probes.training_record import TrainingRecorder
 from gpuopt.runner.sources import overridden
 from gpuopt.runner.target import Target, run_target
-from tests.conftest import run_gpuopt
 
 TRAIN = textwrap.dedent(
     """\

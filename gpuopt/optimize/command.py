@@ -107,7 +107,8 @@ def _out_dir(opts: OptimizeOptions, stem: str) -> Path:
 
 
 def _optimize(st: _State) -> int:
-    base = _baseline(st)
+    given_base = st.opts.baseline is not None
+    base = _given_baseline(st) if given_base else _baseline(st)
     if base is None:
         return _baseline_failed(st)
     st.doc.baseline = base
@@ -118,18 +119,26 @@ def _optimize(st: _State) -> int:
             st.doc.warnings.append("no fix to apply: nothing in the profile calls for one")
         st.doc.status = "planned"
         return _finish(st, fixes, chosen)
+    if given_base and _baseline(st) is None:  # the comparison needs a run with its losses
+        return _baseline_failed(st)
     kept = _ablation(st, chosen)
     kept = _candidates(st, kept)
     return _finish(st, fixes, kept)
 
 
 # -- baseline ----------------------------------------------------------------------------------
+def _given_baseline(st: _State) -> Profile:
+    """``--baseline DIR``: plan from an earlier ``gpuopt profile`` run (not profiled again; the
+    measured comparison still runs the script, since it needs the losses of every step)."""
+    assert st.opts.baseline is not None
+    profile = load_profile(st.opts.baseline)
+    if profile.status != "ok":
+        raise GpuoptError(f"{st.opts.baseline}: that run ended with status {profile.status}")
+    st.phases.note(f"planning from {st.opts.baseline} (not profiled again)")
+    return profile
+
+
 def _baseline(st: _State) -> Profile | None:
-    if st.opts.baseline is not None:
-        given_profile = load_profile(st.opts.baseline)
-        st.phases.note(f"baseline: {st.opts.baseline} (not profiled again)")
-        if not st.opts.measure:
-            return given_profile
     done = _run(st, RunSpec("baseline 1", "baseline", st.dir / "runs" / "baseline-1"))
     if done.profile is None or done.result.status != "ok":
         return None
