@@ -17,6 +17,7 @@ class FixKind:
     gpu_only: bool = False  # does nothing on a machine without CUDA
     expected: str = ""  # for suggestions: the expected effect, said as an expectation
     available: bool = True  # False: named by the contract, not built yet (said so, never faked)
+    gpu_gain: bool = False  # applies on a CPU too, but what it saves costs time only on a GPU
 
 
 CATALOGUE: tuple[FixKind, ...] = (
@@ -43,6 +44,7 @@ CATALOGUE: tuple[FixKind, ...] = (
         ("sync-in-step",),
         runtime=False,
         source=True,
+        gpu_gain=True,
     ),
     FixKind(
         "zero-grad",

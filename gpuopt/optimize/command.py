@@ -34,7 +34,7 @@ from gpuopt.optimize.source_files import (
     write_in_place,
     write_private_copies,
 )
-from gpuopt.optimize.verify import compare_training
+from gpuopt.optimize.verify import compare_training, gain
 
 OPTIMIZE_FILE = "optimize.json"
 DEFAULT_STEPS = 30
@@ -234,21 +234,26 @@ def _ablation(st: _State, chosen: list[PlannedFix]) -> list[PlannedFix]:
 
 
 def _candidates(st: _State, kept: list[PlannedFix]) -> list[PlannedFix]:
+    """Candidate 1, baseline 2, then the verdict on each fix from its own run (its ablation run,
+    or candidate 1 when it is the only fix): dropped when that run failed, changed the training,
+    or was measurably slower. Candidate 1 is run again without the dropped fixes (the first one
+    stays in the record as an ablation run), then candidate 2."""
     if not kept:
         return kept
     c1 = _run(st, _spec(st, "candidate 1", "candidate", kept))
     b2 = _run(st, RunSpec("baseline 2", "baseline", st.dir / "runs" / "baseline-2"))
-    failed = _failed_alone(st, kept, b2)
-    if failed or _crashed(c1):
-        kept = [f for f in kept if f not in failed]
-        if _crashed(c1) and not failed and len(kept) == 1:
-            _drop(st, kept[0], f"the candidate run failed: {_why(c1)}")
-            return []
+    bad = _judge(st, kept, c1, b2)
+    if bad or _crashed(c1):
+        if not bad:  # all of them together failed, none alone: no way to tell which
+            bad = {f.name: f"the run with every fix failed: {_why(c1)}" for f in kept}
+        for f in kept:
+            if f.name in bad:
+                _drop(st, f, bad[f.name])
+        kept = [f for f in kept if f.name not in bad]
+        c1.result.role, c1.result.label = "ablation", "every fix (before dropping)"
         if not kept:
             return kept
-        st.runs.remove(c1)
-        st.doc.runs.remove(c1.result)
-        c1 = _run(st, _spec(st, "candidate 1", "candidate", kept))
+        c1 = _run(st, _spec(st, "candidate 1b", "candidate", kept))
         if _crashed(c1):
             for f in kept:
                 _drop(st, f, f"the candidate run failed: {_why(c1)}")
@@ -261,20 +266,25 @@ def _candidates(st: _State, kept: list[PlannedFix]) -> list[PlannedFix]:
     return kept
 
 
-def _failed_alone(st: _State, kept: list[PlannedFix], b2: Done) -> list[PlannedFix]:
-    """Fixes whose ablation run changed the training, judged now that the floor is known."""
+def _judge(st: _State, kept: list[PlannedFix], c1: Done, b2: Done) -> dict[str, str]:
+    """Fix name → why it goes, for each fix whose own run failed, changed the training (judged
+    now that the baseline's floor is known) or was measurably slower."""
     b1 = _first(st, "baseline")
-    if b1 is None:
-        return []
-    out = []
+    out: dict[str, str] = {}
     for fix in kept:
-        alone = _find(st, f"only {fix.name}")
-        if alone is None or alone.profile is None:
+        own = _find(st, f"only {fix.name}") or (c1 if len(kept) == 1 else None)
+        if own is None or b1 is None:
             continue
-        v = compare_training(_training(b1), _training(b2), _training(alone))
-        if v.verified == "failed":
-            _drop(st, fix, f"training changed with this fix alone: {v.detail}")
-            out.append(fix)
+        if _crashed(own):
+            out[fix.name] = f"the run with this fix failed: {_why(own)}"
+            continue
+        v = compare_training(_training(b1), _training(b2), _training(own))
+        if v.verified == "failed" and not fix.equivalent_only:
+            out[fix.name] = f"training changed with this fix: {v.detail}"
+            continue
+        g = gain([b1.result.step_s, b2.result.step_s], [own.result.step_s])
+        if g.measurable and g.speedup is not None and g.speedup < 1.0:
+            out[fix.name] = f"slower in the training run ({g.speedup:.2f}x, {g.label})"
     return out
 
 

@@ -112,8 +112,9 @@ def _measured_part(
     else:
         g = Gain(speedup=None, label="not measured alone (--quick)")
         v = doc.verification or Verification(verified="not-run", detail="")
-    if fix.kind.gpu_only and g.speedup is not None and not g.measurable:
-        g.label = "GPU-only, not measured here"
+    on_cpu = doc.baseline is not None and doc.baseline.environment.device != "cuda"
+    if (fix.kind.gpu_only or fix.kind.gpu_gain) and on_cpu and not g.measurable:
+        g.label = "GPU-only gain, not measured here"
     out.gain_detail = g
     out.gain = g.speedup if g.measurable else None
     out.verified = v.verified

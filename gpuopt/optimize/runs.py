@@ -67,11 +67,16 @@ class Done:
 
 
 def run_step_times(profile: Profile) -> list[float]:
-    """Every step of the run but those the recorder slowed down, in seconds — warm-up included:
-    both sides run the same steps, and what a fix changes may sit in the first ones (worker
-    start-up, a DataLoader's prefetch filling while the first steps wait). Left out, a loader
-    whose prefetch buffer outlasts the measured steps would look faster than it loads."""
-    return [s.time_s for s in profile.steps.series if s.instrumented is not True and s.time_s > 0]
+    """Every step of the run, in seconds, but the first (it spans the script's own start-up:
+    imports, building the model) and those the recorder slowed down. The rest of the warm-up
+    counts: both sides run the same steps, and what a fix changes may sit in the first ones (a
+    DataLoader's prefetch filling while the first steps wait): left out, a loader whose prefetch
+    buffer outlasts the measured steps would look faster than it loads."""
+    return [
+        s.time_s
+        for s in profile.steps.series
+        if s.index > 0 and s.instrumented is not True and s.time_s > 0
+    ]
 
 
 def run_once(launch: Launch, spec: RunSpec) -> Done:

@@ -30,7 +30,7 @@ from gpuopt.errors import GpuoptError
 MIN_GAIN = 1.10  # the best setting must beat the script's own by more than this
 WORKERS = (0, 2, 4, 8, 16)
 CHECK_BATCHES = 3  # batches compared for "same batches"
-HEADROOM = 2.0  # load this much faster than the training consumes
+TIE = 0.05  # settings whose epoch is this close to the best count as equal
 PERSISTENT_NOTE = (
     "persistent_workers=True would also save the workers' start-up at each epoch, but it draws "
     "one seed fewer per epoch from torch's generator, so later epochs' data order and dropout "
@@ -190,23 +190,31 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
-def _pick(points: list[SweepPoint], need: float | None) -> tuple[SweepPoint, str]:
-    """The fastest setting; or, when the training's own pace is known (``need`` batches/s: one
-    batch per step of compute), the fewest workers that feed it with :data:`HEADROOM` to spare
-    (more workers only cost memory and start-up)."""
+def epoch_s(p: SweepPoint, need: float | None, batches: int) -> float:
+    """One epoch of ``batches`` with setting ``p``: its start-up (the first batch, workers
+    starting) and the rest at its rate — no faster than the training consumes (``need``)."""
+    rate = p.batches_per_s if not need else min(p.batches_per_s, need)
+    return p.first_batch_s + max(batches - 1, 0) / rate if rate > 0 else float("inf")
+
+
+def _pick(
+    points: list[SweepPoint], need: float | None, batches: int
+) -> tuple[SweepPoint, str]:
+    """The setting with the shortest epoch (:func:`epoch_s`), counting the workers' start-up
+    at each epoch and loading past the training's pace as no gain; of settings within
+    :data:`TIE` of it, the fewest workers (more only cost memory and start-up)."""
     base = points[0]
-    best = max(points, key=lambda p: p.batches_per_s)
-    if base.batches_per_s <= 0 or best.batches_per_s < base.batches_per_s * MIN_GAIN:
+    times = [epoch_s(p, need, batches) for p in points]
+    best_t = min(times)
+    if times[0] <= 0 or times[0] < best_t * MIN_GAIN:
         return base, f"no setting beat the script's own by more than {MIN_GAIN - 1:.0%}"
-    if need is not None and need > 0:
-        enough = [p for p in points[1:] if p.batches_per_s >= HEADROOM * need]
-        if enough:
-            pick = min(enough, key=lambda p: p.num_workers)
-            return pick, (
-                f"the fewest workers that load {HEADROOM:g}x faster than the training's own pace "
-                f"({need:.1f} batches/s of compute)"
-            )
-    return best, "the fastest setting timed"
+    near = [p for p, t in zip(points, times, strict=True) if t <= best_t * (1 + TIE)]
+    pick = min(near, key=lambda p: p.num_workers)
+    pace = f", the training's pace {need:.0f} batches/s" if need else ""
+    return pick, (
+        f"the shortest epoch of {batches} batches with its start-up{pace}: "
+        f"{epoch_s(pick, need, batches):.2f} s against {times[0]:.2f} s"
+    )
 
 
 def sweep_loader(
@@ -216,13 +224,14 @@ def sweep_loader(
     budget_s: float,
     site: str = "",
     need: float | None = None,
+    epoch_batches: int | None = None,
 ) -> SweepResult:
     """Time ``loader``'s data at each setting (the first is the script's own) and pick one
     (:func:`_pick`); check that it gives the same first batches as the script's own setting."""
     per = budget_s / max(len(settings), 1)
     points = [time_setting(loader, s, batches, per) for s in settings]
     base = points[0]
-    best, note = _pick(points, need)
+    best, note = _pick(points, need, epoch_batches or batches + 1)
     speedup = best.batches_per_s / base.batches_per_s if base.batches_per_s > 0 else 1.0
     result = SweepResult(site, base, points, best, round(speedup, 3), note)
     if best is not base:
@@ -231,6 +240,13 @@ def sweep_loader(
         b = _first_batches(loader, chosen, seed=0)
         result.same_batches = _same(a, b)
     return result
+
+
+def _epoch_batches(loader: Any) -> int | None:
+    try:
+        return len(loader)
+    except TypeError:  # an iterable dataset without a length
+        return None
 
 
 def _batches_for(loader: Any) -> int:
@@ -271,7 +287,13 @@ def _child(spec: dict[str, Any]) -> int:
             loader.num_workers, os.cpu_count() or 1, bool(torch.cuda.is_available())
         )
         result = sweep_loader(
-            loader, settings, _batches_for(loader), spec["budget_s"], wanted, spec.get("need")
+            loader,
+            settings,
+            _batches_for(loader),
+            spec["budget_s"],
+            wanted,
+            spec.get("need"),
+            _epoch_batches(loader),
         )
         out_file.write_text(json.dumps(asdict(result), indent=2))
         raise _Swept()
