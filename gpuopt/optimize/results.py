@@ -4,6 +4,8 @@ alone, its gain and verification from its run alone)."""
 
 from __future__ import annotations
 
+import msgspec
+
 from gpuopt.errors import GpuoptError
 from gpuopt.model.optimize import FixResult, Gain, OptimizeDocument, Verification
 from gpuopt.model.records import TrainingRecord, given
@@ -108,7 +110,7 @@ def _measured_part(
         g = gain([d.result.step_s for d in baselines], [alone.result.step_s])
         v = compare_training(_training(bases[0]), _training(bases[1]), _training(alone))
     elif doc.gain is not None and doc.verification is not None and _only(doc, fix):
-        g, v = doc.gain, doc.verification
+        g, v = msgspec.structs.replace(doc.gain), doc.verification  # a copy: its label may change
     else:
         g = Gain(speedup=None, label="not measured alone (--quick)")
         v = doc.verification or Verification(verified="not-run", detail="")

@@ -197,9 +197,7 @@ def epoch_s(p: SweepPoint, need: float | None, batches: int) -> float:
     return p.first_batch_s + max(batches - 1, 0) / rate if rate > 0 else float("inf")
 
 
-def _pick(
-    points: list[SweepPoint], need: float | None, batches: int
-) -> tuple[SweepPoint, str]:
+def _pick(points: list[SweepPoint], need: float | None, batches: int) -> tuple[SweepPoint, str]:
     """The setting with the shortest epoch (:func:`epoch_s`), counting the workers' start-up
     at each epoch and loading past the training's pace as no gain; of settings within
     :data:`TIE` of it, the fewest workers (more only cost memory and start-up)."""
