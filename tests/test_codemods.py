@@ -290,6 +290,22 @@ def test_sync_rewrite_prints_exactly_the_same_with_fewer_reads() -> None:
     assert again.source == r.source and not again.notes
 
 
+def test_sync_sum_starting_at_int_zero_read_by_a_division() -> None:
+    code = src(
+        """
+        import torch
+        train_loss = 0
+        for i in range(4):
+            loss = torch.tensor(0.1 * (i + 1)) ** 2
+            train_loss += loss.item()
+        print('{:.6f} {}'.format(train_loss / 4, 10 / train_loss))
+        """
+    )
+    r = rewrite_syncs(code, [5])
+    assert "train_loss += loss.detach().double()" in r.source and not r.skipped
+    assert _run(r.source)[0] == _run(code)[0]
+
+
 def test_sync_rewrite_inside_a_function() -> None:
     code = "def main():\n" + textwrap.indent(LOOP.split("torch.manual_seed(0)\n", 1)[1], "    ")
     code = LOOP.split("torch.manual_seed(0)\n", 1)[0] + "torch.manual_seed(0)\n" + code + "main()\n"
@@ -308,7 +324,11 @@ def test_sync_rewrite_inside_a_function() -> None:
         ("losses = []\nfor b in d:\n    losses.append(loss.item())\n", 3, "used at once"),
         ("acc = 0.0\nfor b in d:\n    acc += loss.item()\n    print(acc)\n", 3, "read every step"),
         ("acc = f()\nfor b in d:\n    acc += loss.item()\n", 3, "assigned something else"),
-        ("acc = 0\nfor b in d:\n    acc += loss.item()\n", 3, "assigned something else"),
+        (
+            "acc = 0\nfor b in d:\n    acc += loss.item()\nprint(acc)\n",
+            3,
+            "starts as an int (line 1) and is read outside a division",
+        ),
         (
             "def g():\n    global acc\n    acc += loss.item()\n",
             3,

@@ -116,7 +116,11 @@ def _optimize(st: _State) -> int:
     chosen = [f for f in fixes if f.selected]
     if not st.opts.measure or not chosen:
         if not chosen:
-            st.doc.warnings.append("no fix to apply: nothing in the profile calls for one")
+            st.doc.warnings.append(
+                "no fix to apply: see each fix's reason"
+                if fixes
+                else "no fix to apply: nothing in the profile calls for one"
+            )
         st.doc.status = "planned"
         return _finish(st, fixes, chosen)
     if given_base and _baseline(st) is None:  # the comparison needs a run with its losses

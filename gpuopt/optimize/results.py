@@ -40,12 +40,28 @@ def fill_results(
         doc.gain = gain([d.result.step_s for d in baselines], [d.result.step_s for d in candidates])
         doc.speedup = doc.gain.speedup
         doc.verification = compare_training(_training(b1), _training(b2), _training(candidates[0]))
-        if len(baselines) > 0 and candidates[0].stdout != baselines[0].stdout:
-            doc.warnings.append(
-                "the candidate printed something else than the baseline (see runs/*/stdout.txt)"
-            )
+        note = _output_note(baselines, candidates[0])
+        if note:
+            doc.warnings.append(note)
     for fix in fixes:
         doc.fixes.append(_fix_result(fix, fix in kept, apply, runs, doc, (b1, b2)))
+
+
+def _output_note(baselines: list[Done], cand: Done) -> str | None:
+    """A warning when the candidate printed something else than a baseline that prints the
+    same run after run (a script printing its own timings repeats no output: no warning)."""
+    if not baselines or cand.stdout == baselines[0].stdout:
+        return None
+    if len(baselines) > 1 and baselines[1].stdout != baselines[0].stdout:
+        return None
+    old, new = baselines[0].stdout.splitlines(), cand.stdout.splitlines()
+    i = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), None)
+    if i is None:
+        return f"the candidate printed {len(new)} lines, the baseline {len(old)}"
+    return (
+        f"the candidate printed something else than the baseline, from line {i + 1}: "
+        f"{old[i][:120]!r} became {new[i][:120]!r}"
+    )
 
 
 def _fix_result(

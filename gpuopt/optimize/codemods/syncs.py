@@ -195,6 +195,11 @@ class _Analysis:
             p = self.parents.get(p)
         return False
 
+    def divided(self, name: cst.Name) -> bool:
+        """``name`` is an operand of a true division (``x / n`` or ``n / x``)."""
+        p = self.parents.get(name)
+        return isinstance(p, cst.BinaryOperation) and isinstance(p.operator, cst.Divide)
+
     def wrapped_already(self, name: cst.Name) -> bool:
         arg = self.parents.get(name)
         call = self.parents.get(arg) if isinstance(arg, cst.Arg) else None
@@ -213,7 +218,11 @@ def _literal_kind(node: cst.BaseExpression) -> str | None:
 
 def _check_assignments(
     a: _Analysis, scope: Scope, c: _Candidate, targeted: set[cst.AugAssign]
-) -> str | None:
+) -> str | None | int:
+    """None when every assignment is a literal of the sum's kind; the line of an integer
+    literal starting a float sum (``train_loss = 0``: safe only if every read divides); else
+    the reason to leave the sum alone."""
+    int_start: int | None = None
     for assignment in scope.assignments[c.acc]:
         if not isinstance(assignment, Assignment):
             return f"{c.acc} is bound by an import or a builtin"
@@ -223,13 +232,17 @@ def _check_assignments(
             continue
         if isinstance(parent, cst.AssignTarget):
             assign = a.parents.get(parent)
-            if isinstance(assign, cst.Assign) and _literal_kind(assign.value) == c.kind:
+            kind = _literal_kind(assign.value) if isinstance(assign, cst.Assign) else None
+            if kind == c.kind:
+                continue
+            if kind == "int" and c.kind == "float":
+                int_start = a.line(node)
                 continue
             return (
                 f"{c.acc} is assigned something else than a {c.kind} literal at line {a.line(node)}"
             )
         return f"{c.acc} is also assigned at line {a.line(node)}"
-    return None
+    return int_start
 
 
 def _accesses(scope: Scope, acc: str) -> list[Access]:
@@ -271,11 +284,18 @@ def _plan_one(
     if scope is None:
         return f"no scope found for {c.acc}"
     problem = _check_assignments(a, scope, c, targeted)
-    if problem is not None:
+    if isinstance(problem, str):
         return problem
     names = _reads_to_wrap(a, scope, c)
     if isinstance(names, str):
         return names
+    if problem is not None and not all(a.divided(n) for n in names):
+        # 0 + 0.5 is a float in Python as on the device; but with no step run, the int 0 printed
+        # as is ("0") would become "0.0": only a true division reads both the same
+        return (
+            f"{c.acc} starts as an int (line {problem}) and is read outside a division: "
+            "printed before any step it would show 0.0 instead of 0"
+        )
     plan.replace[c.read] = _device_value(c.read, c.kind)
     for n in names:
         plan.wrap[n] = _WRAP[c.kind]
