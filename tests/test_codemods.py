@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -358,3 +359,40 @@ def test_sync_rewrite_leaves_unsafe_lines_with_a_reason(code: str, line: int, re
     r = rewrite_syncs(code, [line])
     assert r.source == code and not r.notes
     assert [s.line for s in r.skipped] == [line] and reason in r.skipped[0].reason
+
+
+# -- on public scripts nobody here wrote (pytorch/examples, vendored unchanged) ---------------
+CORPUS = Path(__file__).resolve().parents[1] / "benchmarks" / "corpus" / "scripts"
+
+
+@pytest.mark.parametrize(
+    ("script", "line", "changed"),
+    [
+        (
+            "vae/main.py",
+            101,
+            {
+                101: "        train_loss += loss.detach().double()",
+                110: "          epoch, float(train_loss) / len(train_loader.dataset)))",
+            },
+        ),
+        (
+            "word_language_model/main.py",
+            196,
+            {
+                196: "        total_loss += loss.detach().double()",
+                199: "            cur_loss = float(total_loss) / args.log_interval",
+            },
+        ),
+    ],
+    ids=["vae", "word_language_model"],
+)
+def test_sync_rewrite_on_public_scripts(script: str, line: int, changed: dict[int, str]) -> None:
+    before = (CORPUS / script).read_text()
+    r = rewrite_syncs(before, [line], name=script)
+    assert not r.skipped, r.skipped
+    old, new = before.splitlines(), r.source.splitlines()
+    assert len(old) == len(new)
+    diff = {n: b for n, (a, b) in enumerate(zip(old, new, strict=True), 1) if a != b}
+    assert diff == changed  # those lines and nothing else: formatting and comments kept
+    assert rewrite_syncs(r.source, [line]).notes == []

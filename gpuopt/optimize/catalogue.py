@@ -18,6 +18,7 @@ class FixKind:
     expected: str = ""  # for suggestions: the expected effect, said as an expectation
     available: bool = True  # False: named by the contract, not built yet (said so, never faked)
     gpu_gain: bool = False  # applies on a CPU too, but what it saves costs time only on a GPU
+    tolerance: float | None = None  # an opt-in fix's stated relative tolerance on the losses
 
 
 CATALOGUE: tuple[FixKind, ...] = (
@@ -109,6 +110,7 @@ CATALOGUE: tuple[FixKind, ...] = (
         gpu_only=True,
         expected="float32 matmuls on Ampere or newer up to several times faster; ~1e-3 relative "
         "error",
+        tolerance=1e-2,
     ),
     FixKind(
         "channels-last",

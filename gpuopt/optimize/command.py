@@ -282,7 +282,7 @@ def _judge(st: _State, kept: list[PlannedFix], c1: Done, b2: Done) -> dict[str, 
         if _crashed(own):
             out[fix.name] = f"the run with this fix failed: {_why(own)}"
             continue
-        v = compare_training(_training(b1), _training(b2), _training(own))
+        v = compare_training(_training(b1), _training(b2), _training(own), fix.kind.tolerance)
         if v.verified == "failed" and not fix.equivalent_only:
             out[fix.name] = f"training changed with this fix: {v.detail}"
             continue

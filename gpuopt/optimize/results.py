@@ -39,12 +39,20 @@ def fill_results(
         doc.candidate = candidates[0].profile
         doc.gain = gain([d.result.step_s for d in baselines], [d.result.step_s for d in candidates])
         doc.speedup = doc.gain.speedup
-        doc.verification = compare_training(_training(b1), _training(b2), _training(candidates[0]))
+        doc.verification = compare_training(
+            _training(b1), _training(b2), _training(candidates[0]), _tolerance(kept)
+        )
         note = _output_note(baselines, candidates[0])
         if note:
             doc.warnings.append(note)
     for fix in fixes:
         doc.fixes.append(_fix_result(fix, fix in kept, apply, runs, doc, (b1, b2)))
+
+
+def _tolerance(kept: list[PlannedFix]) -> float | None:
+    """The loosest stated tolerance of the opt-in fixes kept (None: none states one)."""
+    stated = [f.kind.tolerance for f in kept if f.kind.tolerance is not None]
+    return max(stated) if stated else None
 
 
 def _output_note(baselines: list[Done], cand: Done) -> str | None:
@@ -124,7 +132,9 @@ def _measured_part(
     baselines = _ok(runs, "baseline")
     if alone is not None and alone.profile is not None:
         g = gain([d.result.step_s for d in baselines], [alone.result.step_s])
-        v = compare_training(_training(bases[0]), _training(bases[1]), _training(alone))
+        v = compare_training(
+            _training(bases[0]), _training(bases[1]), _training(alone), fix.kind.tolerance
+        )
     elif doc.gain is not None and doc.verification is not None and _only(doc, fix):
         g, v = msgspec.structs.replace(doc.gain), doc.verification  # a copy: its label may change
     else:

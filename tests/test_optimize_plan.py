@@ -1,0 +1,86 @@
+"""Planning is a pure function of the profile, the sweep and the user's choice: which fixes the
+findings call for, which are selected by default, and why the others are not."""
+
+from __future__ import annotations
+
+from gpuopt.model.profile import Environment, Finding, Profile
+from gpuopt.optimize.plan import PlanInput, plan_fixes
+from gpuopt.optimize.sweep import SweepPoint, SweepResult
+
+
+def _profile(*findings: Finding, device: str = "cpu") -> Profile:
+    return Profile(findings=list(findings), environment=Environment(device=device))
+
+
+DL = Finding(
+    id="dataloader-bound", severity="high", title="t", evidence={}, fix="f", site="train.py:12"
+)
+SYNC = Finding(
+    id="sync-in-step",
+    severity="medium",
+    title="t",
+    evidence={"sites": {"train.py:30": 1.0, "train.py:31": 1.0}},
+    fix="f",
+    site="train.py:30",
+)
+LOOP = Finding(id="loop-indexing", severity="high", title="t", evidence={}, fix="f", site="a:1")
+
+
+def _sweep(best_workers: int) -> SweepResult:
+    base = SweepPoint(0, False, None, False, 20, 1.0, 20.0, 0.03)
+    best = SweepPoint(best_workers, False, 2, False, 20, 0.25, 80.0, 0.05)
+    return SweepResult("train.py:12", base, [base, best], best if best_workers else base, 4.0)
+
+
+def _by_name(inp: PlanInput) -> dict[str, object]:
+    return {f.name: f for f in plan_fixes(inp)}
+
+
+def test_dataloader_fix_takes_the_sweeps_setting_and_both_forms() -> None:
+    inp = PlanInput(_profile(DL), [], False, None, "train.py", sweep=_sweep(4))
+    (fix,) = plan_fixes(inp)
+    assert fix.name == "dataloader" and fix.selected and fix.applicable
+    assert fix.settings == {"num_workers": 4, "prefetch_factor": 2}  # no pin_memory on a CPU
+    assert fix.loaders[0].site == "train.py:12" and fix.has_runtime
+    assert [(e.path, e.lines) for e in fix.edits] == [("train.py", [12])]
+    assert "persistent_workers=True would" in fix.notes[0]
+
+
+def test_dataloader_fix_without_a_faster_setting_is_not_applied() -> None:
+    sweep = _sweep(0)
+    sweep.note = "no setting beat the script's own by more than 10%"
+    (fix,) = plan_fixes(PlanInput(_profile(DL), [], False, None, "train.py", sweep=sweep))
+    assert not fix.selected and "no faster setting" in fix.reason
+
+
+def test_sync_fix_groups_the_findings_sites_by_file() -> None:
+    (fix,) = plan_fixes(PlanInput(_profile(SYNC), [], False, None, "train.py"))
+    assert fix.selected and fix.sites == ["train.py:30", "train.py:31"]
+    assert [(e.path, e.lines) for e in fix.edits] == [("train.py", [30, 31])]
+
+
+def test_gpu_only_and_unbuilt_fixes_say_why() -> None:
+    fixes = _by_name(PlanInput(_profile(LOOP), ["pinned-copies"], False, None, "train.py"))
+    assert "GPU-only" in fixes["pinned-copies"].reason  # type: ignore[attr-defined]
+    assert "not built yet" in fixes["vectorize"].reason  # type: ignore[attr-defined]
+    assert not any(f.selected for f in fixes.values())  # type: ignore[attr-defined]
+
+
+def test_opt_in_fixes_are_suggested_on_a_gpu_and_applied_only_when_named() -> None:
+    gpu = _profile(device="cuda")
+    default = _by_name(PlanInput(gpu, [], True, None, "train.py"))
+    assert "tf32" in default and not default["tf32"].selected  # type: ignore[attr-defined]
+    named = _by_name(PlanInput(gpu, ["tf32"], True, None, "train.py"))
+    tf32 = named["tf32"]
+    assert tf32.selected and tf32.backend_flags == {  # type: ignore[attr-defined]
+        "torch.backends.cuda.matmul.allow_tf32": True,
+        "torch.backends.cudnn.allow_tf32": True,
+    }
+
+
+def test_zero_grad_found_in_the_source_and_fix_narrows_the_selection() -> None:
+    text = "opt.zero_grad(set_to_none=False)\n"
+    fixes = _by_name(PlanInput(_profile(SYNC), [], False, text, "train.py"))
+    assert fixes["zero-grad"].selected and fixes["syncs"].selected  # type: ignore[attr-defined]
+    only = _by_name(PlanInput(_profile(SYNC), ["zero-grad"], False, text, "train.py"))
+    assert only["zero-grad"].selected and not only["syncs"].selected  # type: ignore[attr-defined]
