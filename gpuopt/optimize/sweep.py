@@ -304,11 +304,13 @@ def _child(spec: dict[str, Any]) -> int:
         return 0
     if out_file.exists():
         return 0
-    print(
-        f"gpuopt sweep: the script ended (exit code {outcome.exit_code}) without iterating the "
-        f"DataLoader built at {wanted}",
-        file=sys.stderr,
-    )
+    if outcome.exit_code != 0 and outcome.error is not None:
+        why = (
+            f"the script failed before iterating it: {outcome.error.type}: {outcome.error.message}"
+        )
+    else:
+        why = f"the script ended (exit code {outcome.exit_code}) without iterating it"
+    print(f"gpuopt sweep: DataLoader built at {wanted}: {why}", file=sys.stderr)
     return 3
 
 

@@ -1,0 +1,107 @@
+"""The DataLoader sweep: timing the user's loader alone (no cores formula), in a child process
+that never trains, and its one-line failures."""
+
+from __future__ import annotations
+
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from gpuopt.errors import GpuoptError
+from gpuopt.optimize.sweep import SweepPoint, candidate_settings, epoch_s, run_sweep, sweep_loader
+
+
+class Sleepy(Dataset[tuple[torch.Tensor, int]]):
+    def __len__(self) -> int:
+        return 256
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        time.sleep(0.002)  # waiting, as I/O does: needs no core
+        return torch.full((4,), float(i)), i
+
+
+def test_waiting_loader_scales_past_the_cores_and_batches_stay_the_same() -> None:
+    loader = DataLoader(Sleepy(), batch_size=8, shuffle=True)
+    settings = [s for s in candidate_settings(0, 2, False) if s["num_workers"] in (0, 4)]
+    result = sweep_loader(loader, settings, batches=12, budget_s=8.0, site="t.py:1")
+    base, four = result.points
+    assert base.num_workers == 0 and four.num_workers == 4
+    assert four.batches_per_s >= 1.5 * base.batches_per_s  # sleeping scales on any machine
+    assert result.best.num_workers == 4 and result.speedup > 1.1
+    assert result.same_batches is True  # a deterministic Dataset: workers change nothing
+
+
+def test_candidate_settings_start_with_the_scripts_own_and_never_persist() -> None:
+    settings = candidate_settings(2, 2, False)
+    assert settings[0]["num_workers"] == 2 and settings[0]["persistent_workers"] is False
+    assert [s["num_workers"] for s in settings[1:]] == [4, 8, 16]
+    assert not any(s["persistent_workers"] for s in settings)
+
+
+def test_epoch_time_counts_start_up_and_the_trainings_pace() -> None:
+    slow_start = SweepPoint(16, False, 4, False, 20, 0.1, 400.0, first_batch_s=1.0)
+    quick_start = SweepPoint(2, False, 2, False, 20, 0.2, 100.0, first_batch_s=0.05)
+    # ten batches an epoch: sixteen workers' start-up is never paid back
+    assert epoch_s(quick_start, None, 10) < epoch_s(slow_start, None, 10)
+    # a training that takes 50 batches/s gains nothing from loading faster than that
+    assert epoch_s(quick_start, 50.0, 100) == pytest.approx(0.05 + 99 / 50.0)
+
+
+SCRIPT = textwrap.dedent(
+    """\
+    import sys, time
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    class D(Dataset):
+        def __len__(self):
+            return 64
+        def __getitem__(self, i):
+            time.sleep(0.001)
+            return torch.tensor([float(i)])
+
+    other = DataLoader(D(), batch_size=4)
+    loader = DataLoader(D(), batch_size=8)
+    for _ in other:
+        break
+    for batch in loader:
+        pass
+    open(sys.argv[1], "w").write("trained")
+    """
+)
+
+
+def test_run_sweep_stops_the_script_at_the_loader(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(SCRIPT)
+    marker = tmp_path / "trained.txt"
+    result = run_sweep(
+        str(tmp_path / "train.py"),
+        [str(marker)],
+        f"{tmp_path}/train.py:13",
+        tmp_path / "out" / "sweep.json",
+        budget_s=4.0,
+    )
+    assert result.site.endswith("train.py:13") and result.points[0].num_workers == 0
+    assert len(result.points) >= 2 and result.points[0].batches >= 3
+    assert not marker.exists()  # the sweep ended the script before it trained
+
+
+def test_run_sweep_failures_are_one_line(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(SCRIPT)
+    with pytest.raises(
+        GpuoptError, match="train.py:99: the script ended .exit code 0. without iterating it"
+    ):
+        run_sweep(
+            str(tmp_path / "train.py"),
+            [str(tmp_path / "m")],
+            f"{tmp_path}/train.py:99",
+            tmp_path / "s.json",
+            budget_s=2.0,
+        )
+    (tmp_path / "crash.py").write_text("raise RuntimeError('no data here')\n")
+    with pytest.raises(GpuoptError, match="failed before iterating it: RuntimeError: no data here"):
+        run_sweep(str(tmp_path / "crash.py"), [], "crash.py:1", tmp_path / "c.json")
