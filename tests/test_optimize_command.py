@@ -92,7 +92,7 @@ def test_write_edits_in_place_with_a_backup_and_leaves_nothing_to_change(tmp_pat
 
 def test_apply_keeps_the_dataloader_fix_at_run_time(tmp_path: Path) -> None:
     script = _copy(tmp_path, "io_loader.py")
-    args = ["--samples", "192", "--epochs", "2"]
+    args = ["--samples", "320", "--epochs", "1", "--wait-ms", "5"]  # loading dominates clearly
     r = run_gpuopt(
         "optimize", "--apply", "--quick", "-o", "o", script.name, *args, cwd=tmp_path, timeout=300
     )

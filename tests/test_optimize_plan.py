@@ -3,6 +3,8 @@ findings call for, which are selected by default, and why the others are not."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from gpuopt.model.profile import Environment, Finding, Profile
 from gpuopt.optimize.plan import PlanInput, plan_fixes
 from gpuopt.optimize.sweep import SweepPoint, SweepResult
@@ -84,3 +86,25 @@ def test_zero_grad_found_in_the_source_and_fix_narrows_the_selection() -> None:
     assert fixes["zero-grad"].selected and fixes["syncs"].selected  # type: ignore[attr-defined]
     only = _by_name(PlanInput(_profile(SYNC), ["zero-grad"], False, text, "train.py"))
     assert only["zero-grad"].selected and not only["syncs"].selected  # type: ignore[attr-defined]
+
+
+def test_aot_is_a_labelled_estimate_never_applied() -> None:
+    from gpuopt.optimize.aot_check import AotSummary
+
+    summary = AotSummary("Net", "8x3", 40, 3, 5, True, 0.0, True, 1.8, 1.2)
+    inp = PlanInput(_profile(), ["aot"], False, None, "train.py", aot=summary)
+    (fix,) = plan_fixes(inp)
+    assert fix.name == "aot" and not fix.selected and not fix.applicable
+    assert "estimated 1.80x over eager" in fix.reason and "an estimate" in fix.reason
+    assert "without a GPU nothing runs faster" in fix.reason
+    failed = PlanInput(_profile(), ["aot"], False, None, "train.py", aot_error="cannot capture")
+    assert "no AoT plan: cannot capture" in plan_fixes(failed)[0].reason
+
+
+def test_aot_analysis_on_a_real_training_script(tmp_path: Path) -> None:
+    from gpuopt.optimize.aot_check import run_aot_check
+
+    script = Path(__file__).resolve().parents[1] / "examples" / "sync_metrics.py"
+    summary = run_aot_check(str(script), [], tmp_path / "aot.json")
+    assert summary.model == "Sequential" and summary.inputs == "64x32"
+    assert summary.equal_outputs and summary.checks_passed and summary.est_speedup > 0

@@ -96,7 +96,7 @@ class FixResult(Record):
     sites: list[str] = field(default_factory=list)
     changes: list[str] = field(default_factory=list)  # what it changed, one line each
     skipped: list[str] = field(default_factory=list)  # what it left alone and why
-    settings: dict[str, int | bool | str] = field(default_factory=dict)
+    settings: dict[str, int | float | bool | str] = field(default_factory=dict)
     gain_detail: Gain | UnsetType = UNSET
     opt_in: bool = False
     gpu_only: bool = False

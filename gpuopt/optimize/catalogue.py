@@ -85,8 +85,8 @@ CATALOGUE: tuple[FixKind, ...] = (
         runtime=True,
         source=False,
         gpu_only=True,
-        expected="see `gpuopt schedule MODULE:FACTORY` for the plan and its estimated gain",
-        available=False,
+        expected="Nimble's multi-stream plan of the model: its estimated gain is a model's, "
+        "GPU-only",
     ),
     FixKind(
         "amp",

@@ -174,7 +174,7 @@ def _run(st: _State, spec: RunSpec) -> Done:
 
 # -- plan and sources --------------------------------------------------------------------------
 def _plan(st: _State, base: Profile) -> list[PlannedFix]:
-    from gpuopt.optimize.sweep_plan import sweep_for
+    from gpuopt.optimize.child_runs import aot_for, sweep_for
 
     st.phases.phase("planning fixes")
     cuda = base.environment.device == "cuda"
@@ -184,6 +184,7 @@ def _plan(st: _State, base: Profile) -> list[PlannedFix]:
     inp = PlanInput(base, list(st.opts.fixes), cuda, script_text, st.opts.script)
     sweep, error = sweep_for(st.opts, base, st.dir, st.phases)
     inp.sweep, inp.sweep_error = sweep, error
+    inp.aot, inp.aot_error = aot_for(st.opts, st.dir, st.phases)
     return plan_fixes(inp)
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from gpuopt.model.optimize import LoaderSettings
 from gpuopt.model.profile import Finding, Profile
 from gpuopt.model.records import given
+from gpuopt.optimize.aot_check import AotSummary
 from gpuopt.optimize.catalogue import BY_NAME, CATALOGUE, FixKind
 from gpuopt.optimize.codemods import Rewrite
 from gpuopt.optimize.sweep import PERSISTENT_NOTE, SweepResult
@@ -44,7 +45,7 @@ class PlannedFix:
     non_blocking_sites: list[str] = field(default_factory=list)
     backend_flags: dict[str, bool] = field(default_factory=dict)
     edits: list[SourceEdit] = field(default_factory=list)
-    settings: dict[str, int | bool | str] = field(default_factory=dict)
+    settings: dict[str, int | float | bool | str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what the user should know besides
     # the fix makes the training equivalent, not identical (a Dataset's random draws in workers)
     equivalent_only: bool = False
@@ -67,6 +68,8 @@ class PlanInput:
     script_path: str | None
     sweep: SweepResult | None = None
     sweep_error: str | None = None
+    aot: AotSummary | None = None
+    aot_error: str | None = None
 
 
 def _on_lines(codemod: Callable[..., Rewrite], lines: list[int]) -> Codemod:
@@ -118,6 +121,8 @@ def _pattern_in_source(kind: FixKind, inp: PlanInput) -> bool:
 
 
 def _plan_one(kind: FixKind, inp: PlanInput) -> PlannedFix:
+    if kind.name == "aot":
+        return _plan_aot(kind, inp)
     if not kind.available:
         why = kind.expected or "see its finding's fix"
         return PlannedFix(kind, False, False, f"not built yet in this gpuopt; {why}")
@@ -277,6 +282,29 @@ def _plan_cudnn(kind: FixKind, inp: PlanInput) -> PlannedFix:
     return _plan_flags({"torch.backends.cudnn.benchmark": True}, "the input shapes are static")(
         kind, inp
     )
+
+
+def _plan_aot(kind: FixKind, inp: PlanInput) -> PlannedFix:
+    """Never applied by optimize yet: on a GPU, the multi-stream executor is not wired into
+    optimize's runs; without one, the plan, its CPU proof and its estimate are the result."""
+    fix = PlannedFix(kind, False, False, "")
+    if "aot" not in inp.chosen:
+        fix.reason = "ask for it with --fix aot (it captures the model); see gpuopt schedule"
+    elif inp.aot is None:
+        fix.reason = f"no AoT plan: {inp.aot_error or 'not run'}"
+    else:
+        where = (
+            "running it inside optimize's runs on a GPU is not built yet"
+            if inp.cuda
+            else "without a GPU nothing runs faster"
+        )
+        fix.reason = f"{inp.aot.says()}; {where}"
+        fix.settings = {
+            "streams": inp.aot.streams,
+            "syncs": inp.aot.syncs,
+            "est_speedup": inp.aot.est_speedup,
+        }
+    return fix
 
 
 _PLANNERS: dict[str, Callable[[FixKind, PlanInput], PlannedFix]] = {

@@ -70,8 +70,9 @@ def render_text(doc: OptimizeDocument) -> str:
         for r in rows:
             out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[5])
     for f in doc.fixes:
+        tag = f.id if f.applied or doc.status == "planned" and f.diff else f"{f.id} (not applied)"
         for line in f.changes:
-            out.append(f"  {f.id}: {line}")
+            out.append(f"  {tag}: {line}")
         for line in f.skipped:
             out.append(f"  {f.id}: left alone: {line}")
         for line in f.notes if f.applied else []:

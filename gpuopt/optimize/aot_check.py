@@ -1,0 +1,212 @@
+"""``--fix aot`` on a machine without a GPU: Nimble's plan for the script's own model, its CPU
+proof of equal outputs, and the modelled gain — an estimate, never a measurement.
+
+The script runs in a child process (``python -m gpuopt.optimize.aot_check SPEC.json``) as
+``python SCRIPT ARGS`` would, until its first ``optimizer.step()``. Meanwhile every outermost
+module call (a module called from outside any other module) is noted with a copy of its inputs;
+at that first step the model is the noted module holding most of the optimizer's parameters. It
+is planned in ``eval()`` mode (Nimble's premise: a static graph; dropout would make two runs
+differ), the plan is run on simulated streams in a random legal order with its checks
+(:meth:`ScheduledModule.simulate`) and its outputs compared with the model's own, and the cost
+model gives the estimated speedup on an H100. Then the process ends: the script never trains on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuopt.errors import GpuoptError
+
+DEVICE_PROFILE = "h100"
+
+
+@dataclass
+class AotSummary:
+    model: str  # the model's class
+    inputs: str  # the example inputs' shapes
+    nodes: int
+    streams: int
+    syncs: int
+    equal_outputs: bool  # the simulated plan's outputs equal the model's own
+    max_abs_diff: float | None
+    checks_passed: bool  # the simulation's vector-clock checks
+    est_speedup: float  # multi-stream over eager, modelled
+    est_over_graph: float  # multi-stream over a single-stream CUDA graph, modelled
+    profile: str = DEVICE_PROFILE
+
+    def says(self) -> str:
+        proof = "equal outputs" if self.equal_outputs and self.checks_passed else "NOT proven"
+        return (
+            f"{self.model}({self.inputs}): {self.nodes} nodes on {self.streams} streams with "
+            f"{self.syncs} syncs; CPU proof: {proof} (max |diff| {self.max_abs_diff}); "
+            f"estimated {self.est_speedup:.2f}x over eager ({self.est_over_graph:.2f}x over a "
+            f"one-stream CUDA graph) on the {self.profile} cost model — an estimate, GPU-only, "
+            "not measured here"
+        )
+
+
+class _Done(BaseException):
+    """Raised once the analysis is written: ends the script."""
+
+
+def _shapes(args: tuple[Any, ...]) -> str:
+    import torch
+
+    return ", ".join(
+        "x".join(str(d) for d in a.shape) if isinstance(a, torch.Tensor) else type(a).__name__
+        for a in args
+    )
+
+
+def _diff(a: Any, b: Any) -> float | None:
+    import torch
+    import torch.utils._pytree as pytree
+
+    la, lb = pytree.tree_leaves(a), pytree.tree_leaves(b)
+    if len(la) != len(lb):
+        return None
+    worst = 0.0
+    for x, y in zip(la, lb, strict=True):
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+            if x.shape != y.shape:
+                return None
+            if x.numel():
+                worst = max(worst, float((x.double() - y.double()).abs().max()))
+    return worst
+
+
+def analyse(model: Any, inputs: tuple[Any, ...]) -> AotSummary:
+    """Plan, prove and estimate ``model`` on ``inputs`` (in eval mode, then restored)."""
+    import torch
+
+    from gpuopt.aot.api import schedule
+
+    was_training = model.training
+    model.eval()
+    try:
+        scheduled = schedule(model, inputs, cuda_graph=False)
+        report = scheduled.simulate(*inputs, seed=0)
+        with torch.no_grad():
+            eager = model(*inputs)
+        diff = _diff(report.outputs, eager)
+        est = scheduled.estimate(DEVICE_PROFILE)
+        plan = scheduled.plan
+    finally:
+        model.train(was_training)
+    return AotSummary(
+        model=type(model).__name__,
+        inputs=_shapes(inputs),
+        nodes=len(plan.order),
+        streams=int(plan.num_streams),
+        syncs=len(plan.syncs),
+        equal_outputs=diff is not None and diff <= 1e-5,
+        max_abs_diff=diff,
+        checks_passed=bool(report.ok),
+        est_speedup=round(float(est.speedup_multistream), 3),
+        est_over_graph=round(float(est.multistream_over_graph), 3),
+    )
+
+
+class _Watch:
+    """Outermost module calls of the running script, and the first optimizer step."""
+
+    def __init__(self, out_file: Path) -> None:
+        self.out_file = out_file
+        self.depth = 0
+        self.calls: list[tuple[Any, tuple[Any, ...]]] = []
+
+    def pre(self, module: Any, args: tuple[Any, ...]) -> None:
+        if self.depth == 0 and len(self.calls) < 64:
+            self.calls.append((module, _copy(args)))
+        self.depth += 1
+
+    def post(self, module: Any, args: Any, output: Any) -> None:
+        self.depth = max(self.depth - 1, 0)
+
+    def stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        params = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        best, best_n = None, 0
+        for module, inputs in self.calls:
+            n = sum(1 for p in module.parameters() if id(p) in params)
+            if n > best_n:
+                best, best_n = (module, inputs), n
+        if best is None:
+            raise GpuoptError("no module call holds the optimizer's parameters")
+        summary = analyse(*best)
+        self.out_file.write_text(json.dumps(asdict(summary), indent=2))
+        raise _Done()
+
+
+def _copy(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    import torch
+
+    return tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args)
+
+
+def _child(spec: dict[str, Any]) -> int:
+    from torch.nn.modules.module import (
+        register_module_forward_hook,
+        register_module_forward_pre_hook,
+    )
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    from gpuopt.runner.target import Target, run_target
+
+    watch = _Watch(Path(spec["out"]))
+    register_module_forward_pre_hook(watch.pre)
+    register_module_forward_hook(watch.post)
+    register_optimizer_step_post_hook(watch.stepped)
+    try:
+        outcome = run_target(Target(spec["script"], None, list(spec["args"])))
+    except _Done:
+        return 0
+    except GpuoptError as exc:
+        print(f"gpuopt aot: {exc}", file=sys.stderr)
+        return 3
+    if Path(spec["out"]).exists():
+        return 0
+    why = outcome.error.message if outcome.error is not None else "no optimizer step"
+    print(f"gpuopt aot: the script ended before its first optimizer step ({why})", file=sys.stderr)
+    return 3
+
+
+def run_aot_check(
+    script: str, args: list[str], out_file: Path, timeout_s: float = 300.0
+) -> AotSummary:
+    """Run the analysis in a child process; a one-line :class:`GpuoptError` when it cannot."""
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    out_file.unlink(missing_ok=True)
+    spec_file = out_file.with_suffix(".spec.json")
+    spec_file.write_text(json.dumps({"script": script, "args": args, "out": str(out_file)}))
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "gpuopt.optimize.aot_check", str(spec_file)],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise GpuoptError(f"the AoT analysis took more than {timeout_s:.0f} s") from None
+    if proc.returncode != 0 or not out_file.exists():
+        tail = proc.stderr.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
+        raise GpuoptError(f"the AoT analysis failed: {tail[0]}")
+    return AotSummary(**json.loads(out_file.read_text()))
+
+
+def main(argv: list[str]) -> int:
+    code = _child(json.loads(Path(argv[0]).read_text()))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
