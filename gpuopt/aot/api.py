@@ -38,7 +38,7 @@ def as_input_tuple(example_inputs: Any) -> tuple[Any, ...]:
     return (example_inputs,)
 
 
-def _max_abs_diff(a: Any, b: Any) -> float | None:
+def max_abs_diff(a: Any, b: Any) -> float | None:
     """Largest absolute difference between two output structures (None: not comparable)."""
     import torch
     import torch.utils._pytree as pytree
@@ -202,5 +202,5 @@ def schedule(
         if check:
             with torch.no_grad():
                 eager = model(*inputs)
-            plan.stats["capture_max_abs_diff"] = _max_abs_diff(graph_outputs, eager)
+            plan.stats["capture_max_abs_diff"] = max_abs_diff(graph_outputs, eager)
     return scheduled_module_class()(program, plan, cuda_graph=cuda_graph, warmup=warmup)

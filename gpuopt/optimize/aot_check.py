@@ -14,14 +14,13 @@ model gives the estimated speedup on an H100. Then the process ends: the script 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from gpuopt.errors import GpuoptError
+from gpuopt.optimize.child_process import child_main, run_child
 
 DEVICE_PROFILE = "h100"
 
@@ -64,28 +63,11 @@ def _shapes(args: tuple[Any, ...]) -> str:
     )
 
 
-def _diff(a: Any, b: Any) -> float | None:
-    import torch
-    import torch.utils._pytree as pytree
-
-    la, lb = pytree.tree_leaves(a), pytree.tree_leaves(b)
-    if len(la) != len(lb):
-        return None
-    worst = 0.0
-    for x, y in zip(la, lb, strict=True):
-        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
-            if x.shape != y.shape:
-                return None
-            if x.numel():
-                worst = max(worst, float((x.double() - y.double()).abs().max()))
-    return worst
-
-
 def analyse(model: Any, inputs: tuple[Any, ...]) -> AotSummary:
     """Plan, prove and estimate ``model`` on ``inputs`` (in eval mode, then restored)."""
     import torch
 
-    from gpuopt.aot.api import schedule
+    from gpuopt.aot.api import max_abs_diff, schedule
 
     was_training = model.training
     model.eval()
@@ -94,7 +76,7 @@ def analyse(model: Any, inputs: tuple[Any, ...]) -> AotSummary:
         report = scheduled.simulate(*inputs, seed=0)
         with torch.no_grad():
             eager = model(*inputs)
-        diff = _diff(report.outputs, eager)
+        diff = max_abs_diff(report.outputs, eager)
         est = scheduled.estimate(DEVICE_PROFILE)
         plan = scheduled.plan
     finally:
@@ -180,33 +162,10 @@ def run_aot_check(
     script: str, args: list[str], out_file: Path, timeout_s: float = 300.0
 ) -> AotSummary:
     """Run the analysis in a child process; a one-line :class:`GpuoptError` when it cannot."""
-    out_file.parent.mkdir(parents=True, exist_ok=True)
-    out_file.unlink(missing_ok=True)
-    spec_file = out_file.with_suffix(".spec.json")
-    spec_file.write_text(json.dumps({"script": script, "args": args, "out": str(out_file)}))
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "gpuopt.optimize.aot_check", str(spec_file)],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise GpuoptError(f"the AoT analysis took more than {timeout_s:.0f} s") from None
-    if proc.returncode != 0 or not out_file.exists():
-        tail = proc.stderr.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
-        raise GpuoptError(f"the AoT analysis failed: {tail[0]}")
-    return AotSummary(**json.loads(out_file.read_text()))
-
-
-def main(argv: list[str]) -> int:
-    code = _child(json.loads(Path(argv[0]).read_text()))
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    spec = {"script": script, "args": args}
+    raw = run_child("gpuopt.optimize.aot_check", spec, out_file, timeout_s, "the AoT analysis")
+    return AotSummary(**raw)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    child_main(sys.argv[1:], _child)

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuopt.errors import GpuoptError
+from gpuopt.optimize.child_process import child_main, run_child
 
 MIN_GAIN = 1.10  # the best setting must beat the script's own by more than this
 WORKERS = (0, 2, 4, 8, 16)
@@ -325,37 +324,12 @@ def run_sweep(
 ) -> SweepResult:
     """Run the sweep in a child process; a one-line :class:`GpuoptError` when it cannot.
     ``need``: the training's pace in batches/s when it never waits (1 / compute per step)."""
-    out_file.parent.mkdir(parents=True, exist_ok=True)
-    out_file.unlink(missing_ok=True)
-    spec_file = out_file.with_suffix(".spec.json")
-    spec = {
-        "script": script,
-        "args": args,
-        "site": site,
-        "out": str(out_file),
-        "budget_s": budget_s,
-        "need": need,
-    }
-    spec_file.write_text(json.dumps(spec))
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "gpuopt.optimize.sweep", str(spec_file)],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise GpuoptError(f"the DataLoader sweep took more than {timeout_s:.0f} s") from None
-    if proc.returncode != 0 or not out_file.exists():
-        tail = proc.stderr.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
-        raise GpuoptError(f"the DataLoader sweep failed: {tail[0]}")
-    return _read(out_file)
+    spec = {"script": script, "args": args, "site": site, "budget_s": budget_s, "need": need}
+    raw = run_child("gpuopt.optimize.sweep", spec, out_file, timeout_s, "the DataLoader sweep")
+    return _read(raw)
 
 
-def _read(path: Path) -> SweepResult:
-    raw = json.loads(path.read_text())
+def _read(raw: dict[str, Any]) -> SweepResult:
     points = [SweepPoint(**p) for p in raw["points"]]
     raw.update(
         baseline=SweepPoint(**raw["baseline"]), best=SweepPoint(**raw["best"]), points=points
@@ -363,13 +337,5 @@ def _read(path: Path) -> SweepResult:
     return SweepResult(**raw)
 
 
-def main(argv: list[str]) -> int:
-    spec = json.loads(Path(argv[0]).read_text())
-    code = _child(spec)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # no atexit of the half-run script: it never trained
-
-
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    child_main(sys.argv[1:], _child)

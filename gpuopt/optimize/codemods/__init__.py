@@ -56,6 +56,26 @@ def wrap(source: str, name: str = "<source>") -> MetadataWrapper:
     return MetadataWrapper(parse(source, name))
 
 
+def keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
+    """``name=value`` as PEP 8 writes a keyword argument (no spaces around ``=``)."""
+    tight = cst.SimpleWhitespace("")
+    return cst.Arg(
+        value=value,
+        keyword=cst.Name(name),
+        equal=cst.AssignEqual(whitespace_before=tight, whitespace_after=tight),
+    )
+
+
+def append_arg(args: list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
+    """``args`` with ``new`` last, on the same line: the old last argument gets ``, `` and the
+    new one whatever closed the call before (a trailing comma stays trailing)."""
+    if not args:
+        return [new]
+    trailing = args[-1].comma
+    last = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    return [*args[:-1], last, new.with_changes(comma=trailing)]
+
+
 def on_lines(pos: CodeRange, lines: Collection[int]) -> bool:
     """Whether a node whose position is ``pos`` starts on one of ``lines``, or spans one
     (a statement continued over several lines is found by any of its lines)."""
@@ -68,6 +88,8 @@ __all__ = [
     "PositionProvider",
     "Rewrite",
     "Skipped",
+    "append_arg",
+    "keyword",
     "on_lines",
     "parse",
     "wrap",

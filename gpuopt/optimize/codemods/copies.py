@@ -15,7 +15,15 @@ from collections.abc import Collection
 import libcst as cst
 import libcst.matchers as m
 
-from gpuopt.optimize.codemods import PositionProvider, Rewrite, Skipped, on_lines, wrap
+from gpuopt.optimize.codemods import (
+    PositionProvider,
+    Rewrite,
+    Skipped,
+    append_arg,
+    keyword,
+    on_lines,
+    wrap,
+)
 
 _DTYPES = {
     "float",
@@ -94,22 +102,8 @@ class _Copies(cst.CSTTransformer):
                 args[i] = a.with_changes(value=cst.Name("True"))
                 self.notes.append(f"line {line}: .{name}(..., non_blocking=True)")
                 return call.with_changes(args=args)
-        new = cst.Arg(
-            value=cst.Name("True"),
-            keyword=cst.Name("non_blocking"),
-            equal=cst.AssignEqual(
-                whitespace_before=cst.SimpleWhitespace(""),
-                whitespace_after=cst.SimpleWhitespace(""),
-            ),
-        )
-        if args:
-            trailing = args[-1].comma
-            args[-1] = args[-1].with_changes(
-                comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-            )
-            new = new.with_changes(comma=trailing)
         self.notes.append(f"line {line}: .{name}(..., non_blocking=True)")
-        return call.with_changes(args=[*args, new])
+        return call.with_changes(args=append_arg(args, keyword("non_blocking", cst.Name("True"))))
 
 
 def rewrite_copies(source: str, lines: Collection[int], name: str = "<source>") -> Rewrite:

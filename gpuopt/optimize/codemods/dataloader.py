@@ -16,7 +16,15 @@ from collections.abc import Collection, Mapping
 import libcst as cst
 import libcst.matchers as m
 
-from gpuopt.optimize.codemods import PositionProvider, Rewrite, Skipped, on_lines, wrap
+from gpuopt.optimize.codemods import (
+    PositionProvider,
+    Rewrite,
+    Skipped,
+    append_arg,
+    keyword,
+    on_lines,
+    wrap,
+)
 
 # torch.utils.data.DataLoader's positional parameters after the dataset, in order
 POSITIONAL = (
@@ -159,21 +167,10 @@ def _one_per_line(args: list[cst.Arg]) -> bool:
 
 
 def _append(args: list[cst.Arg], key: str, value: int | bool) -> list[cst.Arg]:
-    new = cst.Arg(
-        value=_value(value),
-        keyword=cst.Name(key),
-        equal=cst.AssignEqual(
-            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
-        ),
-    )
-    if not args:
-        return [new]
-    last = args[-1]
+    new = keyword(key, _value(value))
     if _one_per_line(args):
         return _append_on_own_line(args, new)
-    trailing = last.comma
-    last = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-    return [*args[:-1], last, new.with_changes(comma=trailing)]
+    return append_arg(args, new)
 
 
 def _append_on_own_line(args: list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:

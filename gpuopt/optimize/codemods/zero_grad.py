@@ -13,7 +13,7 @@ from collections.abc import Collection
 import libcst as cst
 import libcst.matchers as m
 
-from gpuopt.optimize.codemods import PositionProvider, Rewrite, Skipped, on_lines, wrap
+from gpuopt.optimize.codemods import PositionProvider, Rewrite, Skipped, keyword, on_lines, wrap
 
 _FALSE = m.Name("False")
 _CALL = m.Call(func=m.Attribute(attr=m.Name("zero_grad")))
@@ -64,14 +64,7 @@ class _Setter(cst.CSTTransformer):
         if i is None or (self.lines is not None and not on_lines(pos, self.lines)):
             return updated
         args = list(updated.args)
-        args[i] = args[i].with_changes(
-            value=cst.Name("True"),
-            keyword=cst.Name("set_to_none"),
-            equal=cst.AssignEqual(
-                whitespace_before=cst.SimpleWhitespace(""),
-                whitespace_after=cst.SimpleWhitespace(""),
-            ),
-        )
+        args[i] = keyword("set_to_none", cst.Name("True")).with_changes(comma=args[i].comma)
         self.notes.append(f"line {pos.start.line}: zero_grad(set_to_none=True)")
         return updated.with_changes(args=args)
 

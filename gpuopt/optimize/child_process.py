@@ -1,0 +1,50 @@
+"""An analysis of the user's script in a child process (the DataLoader sweep, the AoT check):
+``python -m MODULE SPEC.json`` with the same interpreter and working directory; it writes its
+result to ``out_file`` and exits 0, or says why on its last line of stderr."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+from gpuopt.errors import GpuoptError
+
+
+def run_child(
+    module: str, spec: dict[str, Any], out_file: Path, timeout_s: float, what: str
+) -> Any:
+    """Run ``module``'s child side on ``spec``; its result (the JSON it wrote), or a one-line
+    :class:`GpuoptError` naming ``what`` failed and why."""
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    out_file.unlink(missing_ok=True)
+    spec_file = out_file.with_suffix(".spec.json")
+    spec_file.write_text(json.dumps({**spec, "out": str(out_file)}))
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", module, str(spec_file)],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise GpuoptError(f"{what} took more than {timeout_s:.0f} s") from None
+    if proc.returncode != 0 or not out_file.exists():
+        tail = proc.stderr.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
+        raise GpuoptError(f"{what} failed: {tail[0]}")
+    return json.loads(out_file.read_text())
+
+
+def child_main(argv: list[str], child: Callable[[dict[str, Any]], int]) -> NoReturn:
+    """The child side: run ``child`` on the spec, then leave at once — the half-run script's
+    atexit handlers never run (it never trained)."""
+    code = child(json.loads(Path(argv[0]).read_text()))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
