@@ -301,7 +301,11 @@ def optimize(
     fix: list[str] = typer.Option(
         [],
         "--fix",
-        help="A fix to use (repeatable; default: every safe fix the findings call for).",
+        help=(
+            "A fix to use (repeatable; default: every safe fix the findings call for): "
+            "dataloader, pinned-copies, syncs, zero-grad, cudnn-benchmark, aot; opt-in: tf32 "
+            "(amp, channels-last, compile, vectorize, padding, padding-batch: not built yet)."
+        ),
     ),
     apply: bool = typer.Option(
         False, "--apply", help="Keep fixes with a run-time form at run time (DIR/fixes.json)."
