@@ -396,3 +396,34 @@ def test_sync_rewrite_on_public_scripts(script: str, line: int, changed: dict[in
     diff = {n: b for n, (a, b) in enumerate(zip(old, new, strict=True), 1) if a != b}
     assert diff == changed  # those lines and nothing else: formatting and comments kept
     assert rewrite_syncs(r.source, [line]).notes == []
+
+
+# -- model setup (compile, channels-last) ------------------------------------------------------
+def test_model_statement_goes_after_the_optimizer_once() -> None:
+    from gpuopt.optimize.codemods.model_setup import (
+        channels_last_statement,
+        compile_statement,
+        rewrite_after_optimizer,
+    )
+
+    before = src(
+        """
+        def main():
+            net = Net()
+            opt = torch.optim.AdamW(net.parameters(), lr=1e-3)  # the optimizer
+            train(net, opt)
+
+        groups = optim.SGD([{"params": a}, {"params": b}], lr=0.1)
+        """
+    )
+    r = rewrite_after_optimizer(before, compile_statement)
+    assert "    opt = torch.optim.AdamW(net.parameters(), lr=1e-3)  # the optimizer\n" in r.source
+    assert "# the optimizer\n    net.compile()\n    train(net, opt)\n" in r.source
+    assert [s.line for s in r.skipped] == [6]  # parameter groups: the model is not plain
+    both = rewrite_after_optimizer(r.source, channels_last_statement)
+    assert (
+        "# the optimizer\n    net.to(memory_format=torch.channels_last)\n    net.compile()\n"
+        in (both.source)
+    )
+    for make in (compile_statement, channels_last_statement):
+        assert rewrite_after_optimizer(both.source, make).notes == []  # idempotent together

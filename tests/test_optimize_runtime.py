@@ -175,3 +175,37 @@ def test_private_copy_runs_in_place_of_the_users_files(tmp_path: Path) -> None:
     assert outcome.exit_code == 0
     assert buf.getvalue().strip() == f"main rewritten rewritten {main}"  # the original's name
     assert main.read_text().startswith("import helper_mod\nprint('main original'")
+
+
+def test_model_transforms_apply_after_the_first_step_to_the_optimizers_model(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "m.py"
+    script.write_text(
+        textwrap.dedent(
+            """\
+            import torch
+            model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten())
+            seen = []
+            model[0].register_forward_hook(lambda m, a, out: seen.append(out.dtype))
+            loss_fn = torch.nn.MSELoss()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for i in range(3):
+                opt.zero_grad()
+                out = model(torch.randn(2, 3, 8, 8))
+                last = model[0].weight.is_contiguous(memory_format=torch.channels_last)
+                print(i, seen[-1], out.dtype, last)
+                loss_fn(out, torch.zeros_like(out)).backward()
+                opt.step()
+            """
+        )
+    )
+    (tmp_path / "fx").mkdir()
+    fixes = RuntimeFixes(fixes=["amp"], model_transforms=["bf16_autocast", "channels_last"])
+    (tmp_path / "fx" / "fixes.json").write_bytes(encode_fixes(fixes))
+    r = run_gpuopt("profile", "--quiet", "-o", "run", "--fixes", "fx", "m.py", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "0 torch.float32 torch.float32 False"  # the first step as written
+    # then: bf16 inside the model (autocast), float32 out of it, channels_last weights
+    assert lines[1:] == [f"{i} torch.bfloat16 torch.float32 True" for i in (1, 2)]

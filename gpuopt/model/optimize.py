@@ -52,6 +52,9 @@ class RuntimeFixes(Record):
     loaders: list[LoaderSettings] = field(default_factory=list)
     non_blocking_sites: list[str] = field(default_factory=list)  # "path:line" of H2D copies
     backend_flags: dict[str, bool] = field(default_factory=dict)  # "torch.backends...": value
+    # applied to the model (the module holding the optimizer's parameters) after its first step:
+    # "bf16_autocast", "channels_last", "compile"
+    model_transforms: list[str] = field(default_factory=list)
     # the user's file -> its rewritten private copy, compiled in its place (optimize's candidate)
     sources: dict[str, str] = field(default_factory=dict)
 

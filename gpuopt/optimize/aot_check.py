@@ -21,6 +21,7 @@ from typing import Any
 
 from gpuopt.errors import GpuoptError
 from gpuopt.optimize.child_process import child_main, run_child
+from gpuopt.optimize.model_finder import OutermostCalls
 
 DEVICE_PROFILE = "h100"
 
@@ -96,53 +97,28 @@ def analyse(model: Any, inputs: tuple[Any, ...]) -> AotSummary:
 
 
 class _Watch:
-    """Outermost module calls of the running script, and the first optimizer step."""
+    """The script's outermost module calls, and its first optimizer step."""
 
     def __init__(self, out_file: Path) -> None:
         self.out_file = out_file
-        self.depth = 0
-        self.calls: list[tuple[Any, tuple[Any, ...]]] = []
-
-    def pre(self, module: Any, args: tuple[Any, ...]) -> None:
-        if self.depth == 0 and len(self.calls) < 64:
-            self.calls.append((module, _copy(args)))
-        self.depth += 1
-
-    def post(self, module: Any, args: Any, output: Any) -> None:
-        self.depth = max(self.depth - 1, 0)
+        self.calls = OutermostCalls(keep_inputs=True)
 
     def stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        params = {id(p) for g in optimizer.param_groups for p in g["params"]}
-        best, best_n = None, 0
-        for module, inputs in self.calls:
-            n = sum(1 for p in module.parameters() if id(p) in params)
-            if n > best_n:
-                best, best_n = (module, inputs), n
-        if best is None:
+        found = self.calls.model_for(optimizer)
+        if found is None:
             raise GpuoptError("no module call holds the optimizer's parameters")
-        summary = analyse(*best)
+        summary = analyse(*found)
         self.out_file.write_text(json.dumps(asdict(summary), indent=2))
         raise _Done()
 
 
-def _copy(args: tuple[Any, ...]) -> tuple[Any, ...]:
-    import torch
-
-    return tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args)
-
-
 def _child(spec: dict[str, Any]) -> int:
-    from torch.nn.modules.module import (
-        register_module_forward_hook,
-        register_module_forward_pre_hook,
-    )
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     from gpuopt.runner.target import Target, run_target
 
     watch = _Watch(Path(spec["out"]))
-    register_module_forward_pre_hook(watch.pre)
-    register_module_forward_hook(watch.post)
+    watch.calls.install()
     register_optimizer_step_post_hook(watch.stepped)
     try:
         outcome = run_target(Target(spec["script"], None, list(spec["args"])))

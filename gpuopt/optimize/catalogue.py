@@ -19,6 +19,8 @@ class FixKind:
     available: bool = True  # False: named by the contract, not built yet (said so, never faked)
     gpu_gain: bool = False  # applies on a CPU too, but what it saves costs time only on a GPU
     tolerance: float | None = None  # an opt-in fix's stated relative tolerance on the losses
+    settle_steps: int = 0  # steps after it takes effect that its measure leaves out (compiling)
+    transform: str = ""  # its model transform (gpuopt.optimize.runtime.MODEL_TRANSFORMS)
 
 
 CATALOGUE: tuple[FixKind, ...] = (
@@ -90,14 +92,16 @@ CATALOGUE: tuple[FixKind, ...] = (
     ),
     FixKind(
         "amp",
-        "bf16/fp16 autocast with a GradScaler",
+        "the model's forward under bf16 autocast, its outputs back in float32 (no GradScaler "
+        "needed with bf16)",
         (),
-        runtime=False,
-        source=True,
+        runtime=True,
+        source=False,
         opt_in=True,
-        gpu_only=True,
-        expected="tensor-core math: often 1.5-3x on compute-bound steps of recent GPUs",
-        available=False,
+        expected="tensor-core math: often 1.5-3x on compute-bound steps of recent GPUs; on a "
+        "CPU only where it has bf16 units",
+        tolerance=5e-2,
+        transform="bf16_autocast",
     ),
     FixKind(
         "tf32",
@@ -114,24 +118,27 @@ CATALOGUE: tuple[FixKind, ...] = (
     ),
     FixKind(
         "channels-last",
-        "channels_last memory format for convolutional models",
+        "the model's parameters in channels_last memory format (convolutional models)",
         (),
-        runtime=False,
+        runtime=True,
         source=True,
         opt_in=True,
-        gpu_only=True,
-        expected="convolutions with tensor cores avoid layout transposes: often 1.1-1.3x",
-        available=False,
+        expected="convolutions with tensor cores avoid layout transposes: often 1.1-1.3x on a GPU",
+        tolerance=1e-3,
+        transform="channels_last",
     ),
     FixKind(
         "compile",
-        "torch.compile(model)",
+        "model.compile() (torch.compile in place: the module keeps its class and state_dict)",
         ("launch-bound",),
-        runtime=False,
+        runtime=True,
         source=True,
         opt_in=True,
-        expected="fewer, fused kernels: helps launch-bound steps most; compiles for a while first",
-        available=False,
+        expected="fewer, fused kernels: helps launch-bound steps most; compiling takes seconds "
+        "to minutes first, left out of its measure",
+        tolerance=1e-3,
+        settle_steps=3,
+        transform="compile",
     ),
     FixKind(
         "padding-batch",

@@ -207,6 +207,7 @@ def _fixes_file(st: _State, fixes: list[PlannedFix], where: Path, copies: bool) 
         rf.loaders += fix.loaders
         rf.non_blocking_sites += fix.non_blocking_sites
         rf.backend_flags.update(fix.backend_flags)
+        rf.model_transforms += fix.model_transforms
     if copies:
         changed = _sources(fixes).changed()
         rf.sources = write_private_copies(changed, where / "sources")
@@ -287,7 +288,11 @@ def _judge(st: _State, kept: list[PlannedFix], c1: Done, b2: Done) -> dict[str, 
         if v.verified == "failed" and not fix.equivalent_only:
             out[fix.name] = f"training changed with this fix: {v.detail}"
             continue
-        g = gain([b1.result.step_s, b2.result.step_s], [own.result.step_s])
+        g = gain(
+            [b1.result.step_s, b2.result.step_s],
+            [own.result.step_s],
+            skip=fix.kind.settle_steps,
+        )
         if not (g.measurable and g.speedup is not None and g.speedup < 1.0):
             continue
         if fix.kind.gpu_gain and not _on_gpu(st):

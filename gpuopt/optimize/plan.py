@@ -45,6 +45,7 @@ class PlannedFix:
     non_blocking_sites: list[str] = field(default_factory=list)
     backend_flags: dict[str, bool] = field(default_factory=dict)
     edits: list[SourceEdit] = field(default_factory=list)
+    model_transforms: list[str] = field(default_factory=list)
     settings: dict[str, int | float | bool | str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what the user should know besides
     # the fix makes the training equivalent, not identical (a Dataset's random draws in workers)
@@ -56,7 +57,9 @@ class PlannedFix:
 
     @property
     def has_runtime(self) -> bool:
-        return bool(self.loaders or self.non_blocking_sites or self.backend_flags)
+        return bool(
+            self.loaders or self.non_blocking_sites or self.backend_flags or self.model_transforms
+        )
 
 
 @dataclass
@@ -275,6 +278,38 @@ def _plan_flags(flags: dict[str, bool], why: str) -> Callable[[FixKind, PlanInpu
     return planner
 
 
+def _plan_model(kind: FixKind, inp: PlanInput) -> PlannedFix:
+    """The opt-in model fixes: a run-time transform of the model after its first step, and
+    (compile, channels-last) one statement after the line that builds its optimizer."""
+    from gpuopt.optimize.codemods.model_setup import (
+        channels_last_statement,
+        compile_statement,
+    )
+
+    fix = PlannedFix(kind, False, True, f"opt-in: {kind.what}")
+    fix.model_transforms = [kind.transform]
+    fix.settings = {"transform": kind.transform}
+    make = {"compile": compile_statement, "channels_last": channels_last_statement}.get(
+        kind.transform
+    )
+    if make is not None and inp.script_path is not None:
+        fix.edits = [
+            SourceEdit(inp.script_path, [], functools.partial(_after_optimizer, make=make))
+        ]
+    if kind.name == "amp":
+        fix.notes.append(
+            "no source form yet: in your code, run the forward under "
+            "torch.autocast(device_type, dtype=torch.bfloat16) and compute the loss in float32"
+        )
+    return fix
+
+
+def _after_optimizer(text: str, name: str, make: Callable[[str], str]) -> Rewrite:
+    from gpuopt.optimize.codemods.model_setup import rewrite_after_optimizer
+
+    return rewrite_after_optimizer(text, make, name=name)
+
+
 def _plan_cudnn(kind: FixKind, inp: PlanInput) -> PlannedFix:
     ragged = given(inp.profile.ragged)
     if ragged is not None and any(r.distinct_shapes > 1 for r in given(ragged.loaders) or []):
@@ -313,6 +348,9 @@ _PLANNERS: dict[str, Callable[[FixKind, PlanInput], PlannedFix]] = {
     "syncs": _plan_syncs,
     "zero-grad": _plan_zero_grad,
     "cudnn-benchmark": _plan_cudnn,
+    "amp": _plan_model,
+    "channels-last": _plan_model,
+    "compile": _plan_model,
     "tf32": _plan_flags(
         {"torch.backends.cuda.matmul.allow_tf32": True, "torch.backends.cudnn.allow_tf32": True},
         "float32 matmuls and convolutions in TF32 (opt-in: changes numerics)",

@@ -37,7 +37,12 @@ def fill_results(
     b2 = baselines[1] if len(baselines) > 1 else None
     if candidates:
         doc.candidate = candidates[0].profile
-        doc.gain = gain([d.result.step_s for d in baselines], [d.result.step_s for d in candidates])
+        settle = max((f.kind.settle_steps for f in kept), default=0)
+        doc.gain = gain(
+            [d.result.step_s for d in baselines],
+            [d.result.step_s for d in candidates],
+            skip=settle,
+        )
         doc.speedup = doc.gain.speedup
         doc.verification = compare_training(
             _training(b1), _training(b2), _training(candidates[0]), _tolerance(kept)
@@ -131,7 +136,11 @@ def _measured_part(
     alone = next((d for d in runs if d.result.label == f"only {fix.name}"), None)
     baselines = _ok(runs, "baseline")
     if alone is not None and alone.profile is not None:
-        g = gain([d.result.step_s for d in baselines], [alone.result.step_s])
+        g = gain(
+            [d.result.step_s for d in baselines],
+            [alone.result.step_s],
+            skip=fix.kind.settle_steps,
+        )
         v = compare_training(
             _training(bases[0]), _training(bases[1]), _training(alone), fix.kind.tolerance
         )

@@ -11,6 +11,10 @@
   recorded lines gets ``non_blocking=True`` when the copy goes from a pinned host tensor to a
   CUDA device (GPU-only: on a CPU-only machine the patch is not installed).
 * **Backend flags**: ``torch.backends...`` attributes set to the recorded values.
+* **Model transforms** (the opt-in ``amp``, ``channels-last``, ``compile``): at the end of the
+  first ``optimizer.step()``, the model (:mod:`gpuopt.optimize.model_finder`) gets its forward
+  under bf16 autocast with float32 outputs, its parameters in channels_last, ``model.compile()``
+  — in that order; the first step runs as the script wrote it.
 
 Each patch is undone when the run ends (:meth:`Applied.undo`).
 """
@@ -67,6 +71,7 @@ class Applied:
     """The patches in place, and how to take them out."""
 
     notes: list[str] = field(default_factory=list)
+    late_notes: list[str] = field(default_factory=list)  # what happened once the run was under way
     _undo: list[Callable[[], None]] = field(default_factory=list)
 
     def undo(self) -> None:
@@ -92,7 +97,79 @@ def apply_fixes(fixes: RuntimeFixes, user_roots: list[Path]) -> Applied:
             applied.notes.append("non_blocking copies: no CUDA device, nothing to patch")
     for name, value in sorted(fixes.backend_flags.items()):
         _set_flag(name, value, applied)
+    if fixes.model_transforms:
+        _transform_model_at_first_step(list(fixes.model_transforms), applied)
     return applied
+
+
+MODEL_TRANSFORMS = ("bf16_autocast", "channels_last", "compile")  # applied in this order
+
+
+def _transform_model_at_first_step(names: list[str], applied: Applied) -> None:
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    from gpuopt.optimize.model_finder import OutermostCalls
+
+    calls = OutermostCalls()
+    calls.install()
+
+    done: list[bool] = []
+
+    def stepped(optimizer: Any, args: Any, kwargs: Any) -> None:
+        # torch is iterating its hooks: this one stays registered (removed at the end), idle
+        if done:
+            return
+        done.append(True)
+        calls.remove()
+        found = calls.model_for(optimizer)
+        if found is None:
+            applied.late_notes.append("model transforms: no module holds the optimizer's params")
+            return
+        model = found[0]
+        for name in [n for n in MODEL_TRANSFORMS if n in names]:
+            _TRANSFORMS[name](model)
+        applied.late_notes.append(f"model transforms on {type(model).__name__}: {names}")
+
+    handle = register_optimizer_step_post_hook(stepped)
+    applied.notes.append(f"model transforms after the first step: {', '.join(names)}")
+    applied._undo += [calls.remove, handle.remove]
+
+
+def _bf16_autocast(model: Any) -> None:
+    """The forward under bf16 autocast, its floating outputs back in float32 (so the loss and
+    everything after the model run as the script wrote them)."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    device = next(model.parameters()).device.type
+    inner = model.forward
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        with torch.autocast(device_type=device, dtype=torch.bfloat16):
+            out = inner(*args, **kwargs)
+        return pytree.tree_map(
+            lambda t: t.float() if isinstance(t, torch.Tensor) and t.dtype == torch.bfloat16 else t,
+            out,
+        )
+
+    model.forward = forward
+
+
+def _channels_last(model: Any) -> None:
+    import torch
+
+    model.to(memory_format=torch.channels_last)
+
+
+def _compile(model: Any) -> None:
+    model.compile()
+
+
+_TRANSFORMS = {
+    "bf16_autocast": _bf16_autocast,
+    "channels_last": _channels_last,
+    "compile": _compile,
+}
 
 
 def _patch_loaders(loaders: list[LoaderSettings], roots: list[Path], applied: Applied) -> None:

@@ -85,7 +85,7 @@ def candidate_settings(
 
 def _loader_like(loader: Any, setting: dict[str, Any]) -> Any:
     """A DataLoader over ``loader``'s dataset, sampler and collate function at ``setting``."""
-    from torch.utils.data import DataLoader
+    from torch.utils.data import DataLoader, IterableDataset
 
     kwargs: dict[str, Any] = {
         "num_workers": setting["num_workers"],
@@ -96,11 +96,16 @@ def _loader_like(loader: Any, setting: dict[str, Any]) -> Any:
         "timeout": loader.timeout,
         "multiprocessing_context": loader.multiprocessing_context,
     }
+    for name in ("in_order", "pin_memory_device"):  # newer torch: as the script set them
+        if hasattr(loader, name):
+            kwargs[name] = getattr(loader, name)
     if setting["num_workers"] > 0:
         kwargs["persistent_workers"] = setting["persistent_workers"]
         if setting["prefetch_factor"] is not None:
             kwargs["prefetch_factor"] = setting["prefetch_factor"]
-    if loader.batch_size is None and loader.batch_sampler is None:
+    if isinstance(loader.dataset, IterableDataset):  # a sampler is refused: the dataset orders
+        kwargs.update(batch_size=loader.batch_size, drop_last=loader.drop_last)
+    elif loader.batch_size is None and loader.batch_sampler is None:
         kwargs.update(batch_size=None, sampler=loader.sampler)
     elif _default_batch_sampler(loader):
         kwargs.update(

@@ -127,8 +127,14 @@ def gain(
     baseline_runs: Sequence[Sequence[float]],
     candidate_runs: Sequence[Sequence[float]],
     min_steps: int = 3,
+    skip: int = 0,
 ) -> Gain:
-    """Candidate steps/s over baseline steps/s, from per-step times (seconds) of each run."""
+    """Candidate steps/s over baseline steps/s, from per-step times (seconds) of each run;
+    ``skip``: steps left out at the start of every run, on both sides (a fix that compiles
+    first is measured once it has)."""
+    if skip:
+        baseline_runs = [run[skip:] for run in baseline_runs]
+        candidate_runs = [run[skip:] for run in candidate_runs]
     base = [t for run in baseline_runs for t in run]
     cand = [t for run in candidate_runs for t in run]
     if len(base) < min_steps or len(cand) < min_steps:

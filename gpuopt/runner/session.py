@@ -97,6 +97,7 @@ class ProfileSession:
         self.training = TrainingRecorder(opts.seed) if opts.record_losses else None
         self.fixes_applied: list[str] = []  # --fixes DIR: the run-time fixes patched in
         self._undo_fixes: Callable[[], None] | None = None
+        self._late_fix_notes: list[str] = []
         self._copies: dict[str, str] = {}  # rewritten private copies of the user's files
         self.started: list[Probe] = []
         self.t_start = self.t_end = 0.0
@@ -173,6 +174,7 @@ class ProfileSession:
         fixes = load_fixes(self.opts.fixes)
         applied = apply_fixes(fixes, self.target.user_roots())
         self._undo_fixes = applied.undo
+        self._late_fix_notes = applied.late_notes
         self._copies = dict(fixes.sources)
         self.fixes_applied = [*fixes.fixes]
         self.warnings.extend(f"fixes: {n}" for n in applied.notes if "nothing to patch" in n)
@@ -241,6 +243,7 @@ class ProfileSession:
         if self._undo_fixes is not None:
             self._undo_fixes()
             self._undo_fixes = None
+            self.warnings.extend(f"fixes: {n}" for n in self._late_fix_notes if "no module" in n)
 
     # -- writing before the run ends ------------------------------------------------------
     def _checkpoint(self) -> None:
