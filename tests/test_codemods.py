@@ -422,7 +422,7 @@ def test_model_statement_goes_after_the_optimizer_once() -> None:
     assert [s.line for s in r.skipped] == [6]  # parameter groups: the model is not plain
     both = rewrite_after_optimizer(r.source, channels_last_statement)
     assert (
-        "# the optimizer\n    net.to(memory_format=torch.channels_last)\n    net.compile()\n"
+        "# the optimizer\n    net.compile()\n    net.to(memory_format=torch.channels_last)\n"
         in (both.source)
     )
     for make in (compile_statement, channels_last_statement):

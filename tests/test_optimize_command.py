@@ -147,3 +147,18 @@ def test_a_script_with_nothing_to_fix(tmp_path: Path) -> None:
     assert r.returncode == 0 and r.stdout == ""
     doc = _doc(tmp_path / "o")
     assert doc.status == "planned" and "no fix to apply" in doc.warnings[0]
+
+
+def test_opt_in_fixes_only_when_named(tmp_path: Path) -> None:
+    script = _copy(tmp_path, "sync_metrics.py")
+    plain = run_gpuopt("optimize", "--no-measure", "-o", "a", script.name, cwd=tmp_path)
+    assert plain.returncode == 0 and "compile" not in plain.stdout
+    named = ["--fix", "compile", "--fix", "channels-last"]
+    r = run_gpuopt("optimize", "--no-measure", *named, "-o", "b", script.name, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "+    model.to(memory_format=torch.channels_last)\n+    model.compile()\n" in r.stdout
+    assert "detach().double()" not in r.stdout  # --fix names the fixes: syncs was not named
+    doc = _doc(tmp_path / "b")
+    opt_in = {f.id: f for f in doc.fixes if f.opt_in}
+    assert opt_in["compile"].applied and opt_in["compile"].mode == "source"
+    assert opt_in["channels-last"].applied and doc.status == "planned"

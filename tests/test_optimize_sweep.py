@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from gpuopt.errors import GpuoptError
 from gpuopt.optimize.sweep import SweepPoint, candidate_settings, epoch_s, run_sweep, sweep_loader
@@ -33,6 +34,25 @@ def test_waiting_loader_scales_past_the_cores_and_batches_stay_the_same() -> Non
     assert four.batches_per_s >= 1.5 * base.batches_per_s  # sleeping scales on any machine
     assert result.best.num_workers == 4 and result.speedup > 1.1
     assert result.same_batches is True  # a deterministic Dataset: workers change nothing
+
+
+class Stream(IterableDataset[torch.Tensor]):
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        return (torch.tensor([float(i)]) for i in range(40))
+
+
+def _no_workers(worker_id: int) -> None:
+    raise RuntimeError("this Dataset cannot go to worker processes")
+
+
+def test_iterable_datasets_are_swept_and_failing_settings_left_out() -> None:
+    settings = [s for s in candidate_settings(0, 2, False) if s["num_workers"] in (0, 2)]
+    result = sweep_loader(DataLoader(Stream(), batch_size=4), settings, batches=5, budget_s=4.0)
+    assert [p.num_workers for p in result.points] == [0, 2] and result.points[0].batches >= 3
+    failing = DataLoader(Sleepy(), batch_size=8, worker_init_fn=_no_workers)
+    result = sweep_loader(failing, settings, batches=5, budget_s=4.0)
+    assert [p.num_workers for p in result.points] == [0] and result.best is result.baseline
+    assert "num_workers=2 failed (RuntimeError)" in result.note
 
 
 def test_candidate_settings_start_with_the_scripts_own_and_never_persist() -> None:
@@ -64,12 +84,17 @@ SCRIPT = textwrap.dedent(
             time.sleep(0.001)
             return torch.tensor([float(i)])
 
-    other = DataLoader(D(), batch_size=4)
+    other = DataLoader(D(), batch_size=4, num_workers=1)
     loader = DataLoader(D(), batch_size=8)
-    for _ in other:
-        break
-    for batch in loader:
+    held = iter(other)  # its worker is alive when the sweep ends the process
+    next(held)
+    try:
+        for batch in loader:
+            pass
+    except BaseException:
         pass
+    finally:
+        open(sys.argv[1] + ".finally", "w").write("an untrained checkpoint")
     open(sys.argv[1], "w").write("trained")
     """
 )
@@ -88,6 +113,8 @@ def test_run_sweep_stops_the_script_at_the_loader(tmp_path: Path) -> None:
     assert result.site.endswith("train.py:13") and result.points[0].num_workers == 0
     assert len(result.points) >= 2 and result.points[0].batches >= 3
     assert not marker.exists()  # the sweep ended the script before it trained
+    assert not Path(f"{marker}.finally").exists()  # at once: not even its finally ran
+    assert "pin_memory not tried" in result.note or torch.cuda.is_available()
 
 
 def test_run_sweep_failures_are_one_line(tmp_path: Path) -> None:
@@ -103,5 +130,6 @@ def test_run_sweep_failures_are_one_line(tmp_path: Path) -> None:
             budget_s=2.0,
         )
     (tmp_path / "crash.py").write_text("raise RuntimeError('no data here')\n")
-    with pytest.raises(GpuoptError, match="failed before iterating it: RuntimeError: no data here"):
+    crash = "failed .exit code 1. before iterating it: RuntimeError: no data here"
+    with pytest.raises(GpuoptError, match=crash):
         run_sweep(str(tmp_path / "crash.py"), [], "crash.py:1", tmp_path / "c.json")

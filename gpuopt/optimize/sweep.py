@@ -16,14 +16,17 @@ training with workers is equivalent, not identical, and verification says so.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import time
+import weakref
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+from gpuopt.atomic_write import write_atomic
 from gpuopt.optimize.child_process import child_main, run_child
 
 MIN_GAIN = 1.10  # the best setting must beat the script's own by more than this
@@ -229,15 +232,31 @@ def sweep_loader(
     epoch_batches: int | None = None,
 ) -> SweepResult:
     """Time ``loader``'s data at each setting (the first is the script's own) and pick one
-    (:func:`_pick`); check that it gives the same first batches as the script's own setting."""
-    per = budget_s / max(len(settings), 1)
-    points = [time_setting(loader, s, batches, per) for s in settings]
+    (:func:`_pick`); check that it gives the same first batches as the script's own setting.
+
+    Each setting gets an equal share of what is left of ``budget_s`` (so the workers' start-up
+    of one comes out of the later ones); a setting other than the script's own whose loader
+    fails (a Dataset that cannot go to worker processes) is left out and named in the note.
+    """
+    t_end = time.perf_counter() + budget_s
+    timed: list[tuple[SweepPoint, dict[str, Any]]] = []
+    failed: list[str] = []
+    for i, setting in enumerate(settings):
+        share = max(t_end - time.perf_counter(), 0.0) / (len(settings) - i)
+        try:
+            timed.append((time_setting(loader, setting, batches, share), setting))
+        except Exception as exc:
+            if i == 0:
+                raise
+            failed.append(f"num_workers={setting['num_workers']} failed ({type(exc).__name__})")
+    points = [p for p, _ in timed]
     base = points[0]
     best, note = _pick(points, need, epoch_batches or batches + 1)
     speedup = best.batches_per_s / base.batches_per_s if base.batches_per_s > 0 else 1.0
+    note = "; ".join([note, *failed])
     result = SweepResult(site, base, points, best, round(speedup, 3), note)
     if best is not base:
-        chosen = settings[points.index(best)]
+        chosen = next(s for p, s in timed if p is best)
         a = _first_batches(loader, settings[0], seed=0)
         b = _first_batches(loader, chosen, seed=0)
         result.same_batches = _same(a, b)
@@ -259,12 +278,60 @@ def _batches_for(loader: Any) -> int:
 
 
 # -- the child process -------------------------------------------------------------------------
-class _Swept(BaseException):
-    """Raised once the sweep has written its result: ends the script without training."""
+def _settings_for(loader: Any, cuda: bool) -> list[dict[str, Any]]:
+    """:func:`candidate_settings` for ``loader``, the first one as the script set it: its
+    ``prefetch_factor``, and ``pin_memory`` where it pins (a CUDA device)."""
+    settings = candidate_settings(int(loader.num_workers), os.cpu_count() or 1, cuda)
+    own = settings[0]
+    own["pin_memory"] = cuda and bool(loader.pin_memory)
+    if own["num_workers"] > 0:
+        own["prefetch_factor"] = loader.prefetch_factor
+    return settings
+
+
+def _sweep_here(loader: Any, spec: dict[str, Any]) -> tuple[SweepResult | None, str]:
+    """The sweep of the wanted ``loader``, or why it failed (a one-line reason)."""
+    import torch
+
+    cuda = bool(torch.cuda.is_available())
+    try:
+        result = sweep_loader(
+            loader,
+            _settings_for(loader, cuda),
+            _batches_for(loader),
+            spec["budget_s"],
+            spec["site"],
+            spec.get("need"),
+            _epoch_batches(loader),
+        )
+    except Exception as exc:  # the timing itself failed, not the script
+        return None, f"timing it failed: {type(exc).__name__}: {' '.join(str(exc).split())}"
+    if not cuda:
+        result.note += "; pin_memory not tried (no CUDA device)"
+    return result, ""
+
+
+def _finish(result: SweepResult | None, why: str, spec: dict[str, Any], live: Any) -> NoReturn:
+    """Write the result (or say why there is none) and end the process at once: no ``finally``
+    or ``except`` of the script runs (it must not train, nor save an untrained checkpoint). The
+    script's own worker processes are shut down first: they would hold the output pipes."""
+    for it in list(live):
+        _shutdown(it)
+    code = 0
+    if result is not None:
+        data = json.dumps(asdict(result), indent=2).encode()
+        write_atomic(Path(spec["out"]), data)
+    else:
+        print(f"gpuopt sweep: DataLoader built at {spec['site']}: {why}", file=sys.stderr)
+        code = 3
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _child(spec: dict[str, Any]) -> int:
-    import torch
+    """Run the script with ``DataLoader`` patched: built at the wanted site (the user's line, as
+    the DataLoader probe's ``built_at``), its first ``iter()`` sweeps and ends the process."""
     from torch.utils.data import DataLoader
 
     from gpuopt.probes.sites import SiteResolver
@@ -272,8 +339,9 @@ def _child(spec: dict[str, Any]) -> int:
 
     target = Target(spec["script"], None, list(spec["args"]))
     resolver = SiteResolver(target.user_roots())
-    wanted, out_file = spec["site"], Path(spec["out"])
+    wanted = spec["site"]
     orig_init, orig_iter = DataLoader.__init__, DataLoader.__iter__
+    live: weakref.WeakSet[Any] = weakref.WeakSet()  # the script's own iterators
 
     def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
         orig_init(loader, *args, **kwargs)
@@ -283,39 +351,24 @@ def _child(spec: dict[str, Any]) -> int:
 
     def __iter__(loader: Any) -> Any:
         if getattr(loader, "_gpuopt_sweep_site", None) != wanted:
-            return orig_iter(loader)
+            it = orig_iter(loader)
+            with contextlib.suppress(TypeError):  # not weak-referenceable: not a torch iterator
+                live.add(it)
+            return it
         DataLoader.__init__, DataLoader.__iter__ = orig_init, orig_iter  # type: ignore[method-assign]
-        settings = candidate_settings(
-            loader.num_workers, os.cpu_count() or 1, bool(torch.cuda.is_available())
-        )
-        result = sweep_loader(
-            loader,
-            settings,
-            _batches_for(loader),
-            spec["budget_s"],
-            wanted,
-            spec.get("need"),
-            _epoch_batches(loader),
-        )
-        out_file.write_text(json.dumps(asdict(result), indent=2))
-        raise _Swept()
+        _finish(*_sweep_here(loader, spec), spec, live)
 
     DataLoader.__init__ = __init__  # type: ignore[method-assign,assignment]
     DataLoader.__iter__ = __iter__  # type: ignore[method-assign]
-    try:
-        outcome = run_target(target)
-    except _Swept:
-        return 0
-    if out_file.exists():
-        return 0
+    outcome = run_target(target)
     if outcome.exit_code != 0 and outcome.error is not None:
         why = (
-            f"the script failed before iterating it: {outcome.error.type}: {outcome.error.message}"
+            f"the script failed (exit code {outcome.exit_code}) before iterating it: "
+            f"{outcome.error.type}: {outcome.error.message}"
         )
     else:
         why = f"the script ended (exit code {outcome.exit_code}) without iterating it"
-    print(f"gpuopt sweep: DataLoader built at {wanted}: {why}", file=sys.stderr)
-    return 3
+    _finish(None, why, spec, live)
 
 
 def run_sweep(

@@ -54,19 +54,26 @@ class _After(cst.CSTTransformer):
     def _insert(
         self, original: Sequence[cst.BaseStatement], body: Sequence[cst.BaseStatement]
     ) -> list[cst.BaseStatement]:
-        """``body`` with the statement after each optimizer line (positions are the
-        ``original`` nodes')."""
+        """``body`` with the new statement after each optimizer line and the bare calls that
+        already follow it (so statements added by several fixes keep the order they were added
+        in); positions are the ``original`` nodes'."""
+        at: dict[int, cst.BaseStatement] = {}
+        for i, old in enumerate(original):
+            found = self._statement_after(old, body[i + 1 :])
+            if found is not None:
+                extra, model = found
+                at[i + len(_calls_right_after(body[i + 1 :], model))] = extra
         out: list[cst.BaseStatement] = []
-        for i, (old, stmt) in enumerate(zip(original, body, strict=True)):
+        for i, stmt in enumerate(body):
             out.append(stmt)
-            extra = self._statement_after(old, body[i + 1 :])
-            if extra is not None:
-                out.append(extra)
+            if i in at:
+                out.append(at[i])
         return out
 
     def _statement_after(
         self, stmt: cst.BaseStatement, following: Sequence[cst.BaseStatement]
-    ) -> cst.BaseStatement | None:
+    ) -> tuple[cst.BaseStatement, str] | None:
+        """The statement to add after ``stmt`` (an optimizer line), and the model's code."""
         if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
             return None
         small = stmt.body[0]
@@ -80,11 +87,12 @@ class _After(cst.CSTTransformer):
         if model is None:
             self.skipped.append(Skipped(line, "the optimizer is not built from X.parameters()"))
             return None
-        code = self.make(cst.Module([]).code_for_node(model))
-        if code in _calls_right_after(following):
+        model_code = cst.Module([]).code_for_node(model)
+        code = self.make(model_code)
+        if code in _calls_right_after(following, model_code):
             return None  # already there
         self.notes.append(f"line {line}: {code} after the optimizer is built")
-        return cst.parse_statement(code + "\n")
+        return cst.parse_statement(code + "\n"), model_code
 
     def leave_IndentedBlock(
         self, original: cst.IndentedBlock, updated: cst.IndentedBlock
@@ -95,10 +103,10 @@ class _After(cst.CSTTransformer):
         return updated.with_changes(body=self._insert(original.body, updated.body))
 
 
-def _calls_right_after(following: Sequence[cst.BaseStatement]) -> set[str]:
-    """The code of the bare call statements right after the optimizer line (where this
-    codemod puts its own), up to the first other statement."""
-    out: set[str] = set()
+def _calls_right_after(following: Sequence[cst.BaseStatement], model: str) -> list[str]:
+    """The code of the calls on ``model`` right after the optimizer line (``model.compile()``:
+    where this codemod puts its own), up to the first other statement."""
+    out: list[str] = []
     for stmt in following:
         if not (
             isinstance(stmt, cst.SimpleStatementLine)
@@ -107,7 +115,10 @@ def _calls_right_after(following: Sequence[cst.BaseStatement]) -> set[str]:
             and isinstance(stmt.body[0].value, cst.Call)
         ):
             break
-        out.add(cst.Module([]).code_for_node(stmt.body[0]).strip())
+        code = cst.Module([]).code_for_node(stmt.body[0]).strip()
+        if not code.startswith(f"{model}."):
+            break
+        out.append(code)
     return out
 
 
