@@ -155,3 +155,18 @@ def test_unreadable_and_non_utf8_files_are_one_line(tmp_path: Path) -> None:
         SourceSet(cwd=tmp_path).get("bin.py")
     with pytest.raises(GpuoptError, match="cannot read"):
         SourceSet(cwd=tmp_path).get("missing.py")
+
+
+def test_a_transform_that_keeps_the_models_numbers_is_within_tolerance() -> None:
+    from gpuopt.optimize.verify import with_transform_check
+
+    failed = compare_training(rec([2.30, 1.49]), rec([2.30, 1.49]), rec([2.29, 1.45], "x"), 1e-3)
+    assert failed.verified == "failed" and failed.loss_scale == 2.30
+    same_forward = {"rel_diff": 1.3e-7}
+    v = with_transform_check(failed, same_forward, 1e-3)
+    assert v.verified == "tolerance" and "within 1.3e-07" in v.detail
+    assert with_transform_check(failed, {"rel_diff": 0.01}, 1e-3).verified == "failed"
+    assert with_transform_check(failed, None, 1e-3).verified == "failed"  # no check: no pass
+    assert with_transform_check(failed, {"error": "boom"}, 1e-3).verified == "failed"
+    diverged = compare_training(rec([2.30, 1.49]), rec([2.30, 1.49]), rec([2.30, 9.0], "x"))
+    assert with_transform_check(diverged, same_forward, 1e-3).verified == "failed"

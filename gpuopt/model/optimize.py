@@ -115,6 +115,7 @@ class Verification(Record):
     floor: float | None = None  # the baseline's own run-to-run loss difference (max abs)
     max_loss_diff: float | None = None
     steps_compared: int = 0
+    loss_scale: float | None = None  # the largest baseline loss (differences are relative to it)
 
 
 class OptimizeDocument(Record):

@@ -34,7 +34,7 @@ from gpuopt.optimize.source_files import (
     write_in_place,
     write_private_copies,
 )
-from gpuopt.optimize.verify import compare_training, gain
+from gpuopt.optimize.verify import compare_training, gain, with_transform_check
 
 OPTIMIZE_FILE = "optimize.json"
 DEFAULT_STEPS = 30
@@ -188,11 +188,13 @@ def _plan(st: _State, base: Profile) -> list[PlannedFix]:
     return plan_fixes(inp)
 
 
-def _sources(fixes: list[PlannedFix], runtime_only: bool = False) -> SourceSet:
-    """The user's files with the source forms of ``fixes`` applied (in memory)."""
+def _sources(fixes: list[PlannedFix], runtime_only: bool = False, run: bool = False) -> SourceSet:
+    """The user's files with the source forms of ``fixes`` applied (in memory). For a run
+    (``run``), a model transform comes from its run-time form alone: applied after the first
+    step, it is checked there on the model's own batch (runtime.TRANSFORM_CHECK)."""
     sources = SourceSet()
     for fix in fixes:
-        if runtime_only and fix.has_runtime:
+        if (runtime_only and fix.has_runtime) or (run and fix.kind.transform):
             continue
         for edit in fix.edits:
             sources.rewrite(edit.path, edit.codemod)
@@ -209,7 +211,7 @@ def _fixes_file(st: _State, fixes: list[PlannedFix], where: Path, copies: bool) 
         rf.backend_flags.update(fix.backend_flags)
         rf.model_transforms += fix.model_transforms
     if copies:
-        changed = _sources(fixes).changed()
+        changed = _sources(fixes, run=True).changed()
         rf.sources = write_private_copies(changed, where / "sources")
     write_atomic(where / "fixes.json", encode_fixes(rf))
     return where
@@ -285,6 +287,8 @@ def _judge(st: _State, kept: list[PlannedFix], c1: Done, b2: Done) -> dict[str, 
             out[fix.name] = f"the run with this fix failed: {_why(own)}"
             continue
         v = compare_training(_training(b1), _training(b2), _training(own), fix.kind.tolerance)
+        if fix.kind.transform:
+            v = with_transform_check(v, own.transform_check(), fix.kind.tolerance)
         if v.verified == "failed" and not fix.equivalent_only:
             out[fix.name] = f"training changed with this fix: {v.detail}"
             continue

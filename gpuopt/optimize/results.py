@@ -12,7 +12,7 @@ from gpuopt.model.records import TrainingRecord, given
 from gpuopt.optimize.plan import PlannedFix
 from gpuopt.optimize.runs import Done
 from gpuopt.optimize.source_files import SourceSet, unified_diff
-from gpuopt.optimize.verify import compare_training, gain
+from gpuopt.optimize.verify import compare_training, gain, with_transform_check
 
 
 def _training(done: Done | None) -> TrainingRecord | None:
@@ -47,6 +47,10 @@ def fill_results(
         doc.verification = compare_training(
             _training(b1), _training(b2), _training(candidates[0]), _tolerance(kept)
         )
+        if any(f.kind.transform for f in kept):
+            doc.verification = with_transform_check(
+                doc.verification, candidates[0].transform_check(), _tolerance(kept)
+            )
         note = _output_note(baselines, candidates[0])
         if note:
             doc.warnings.append(note)
@@ -144,6 +148,8 @@ def _measured_part(
         v = compare_training(
             _training(bases[0]), _training(bases[1]), _training(alone), fix.kind.tolerance
         )
+        if fix.kind.transform:
+            v = with_transform_check(v, alone.transform_check(), fix.kind.tolerance)
     elif doc.gain is not None and doc.verification is not None and _only(doc, fix):
         g, v = msgspec.structs.replace(doc.gain), doc.verification  # a copy: its label may change
     else:

@@ -64,6 +64,17 @@ class Done:
     profile: Profile | None
     stdout: str
     stderr_tail: str
+    dir: Path | None = None  # the run directory (its other files: transform_check.json)
+
+    def transform_check(self) -> dict[str, object] | None:
+        """What the model transforms' check wrote in this run, if it ran."""
+        import json
+
+        path = self.dir / "transform_check.json" if self.dir is not None else None
+        if path is None or not path.exists():
+            return None
+        data = json.loads(path.read_text())
+        return data if isinstance(data, dict) else None
 
 
 def run_step_times(profile: Profile) -> list[float]:
@@ -121,7 +132,7 @@ def run_once(launch: Launch, spec: RunSpec) -> Done:
         result.steps_measured = len(times)
         rate = len(times) / sum(times) if times and sum(times) > 0 else None
         result.steps_per_s = round(rate, 4) if rate else None
-    return Done(result, profile, stdout, stderr_tail)
+    return Done(result, profile, stdout, stderr_tail, spec.dir)
 
 
 def _tail(text: str, lines: int = 3) -> str:

@@ -22,6 +22,7 @@ Each patch is undone when the run ends (:meth:`Applied.undo`).
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from typing import Any
 
 import msgspec
 
+from gpuopt.atomic_write import write_atomic
 from gpuopt.errors import GpuoptError
 from gpuopt.model.optimize import FIXES_SCHEMA, LoaderSettings, RuntimeFixes
 
@@ -83,8 +85,11 @@ class Applied:
         self._undo.clear()
 
 
-def apply_fixes(fixes: RuntimeFixes, user_roots: list[Path]) -> Applied:
-    """Patch every run-time fix in; returns what to undo."""
+def apply_fixes(
+    fixes: RuntimeFixes, user_roots: list[Path], out_dir: Path | None = None
+) -> Applied:
+    """Patch every run-time fix in; returns what to undo. ``out_dir``: where the model
+    transforms write their check (:data:`TRANSFORM_CHECK`)."""
     import torch
 
     applied = Applied()
@@ -98,19 +103,26 @@ def apply_fixes(fixes: RuntimeFixes, user_roots: list[Path]) -> Applied:
     for name, value in sorted(fixes.backend_flags.items()):
         _set_flag(name, value, applied)
     if fixes.model_transforms:
-        _transform_model_at_first_step(list(fixes.model_transforms), applied)
+        _transform_model_at_first_step(list(fixes.model_transforms), applied, out_dir)
     return applied
 
 
 MODEL_TRANSFORMS = ("bf16_autocast", "channels_last", "compile")  # applied in this order
 
 
-def _transform_model_at_first_step(names: list[str], applied: Applied) -> None:
+TRANSFORM_CHECK = "transform_check.json"
+
+
+def _transform_model_at_first_step(names: list[str], applied: Applied, out: Path | None) -> None:
+    """After the first step: the model, checked on the batch of its last call — its outputs in
+    eval mode (no dropout, no statistics updated) before and after the transforms, written to
+    ``out/transform_check.json`` — so that verification can tell a transform that changes
+    the model's numbers from one that only changes how dropout draws its masks."""
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     from gpuopt.optimize.model_finder import OutermostCalls
 
-    calls = OutermostCalls()
+    calls = OutermostCalls(keep_inputs=out is not None)
     calls.install()
 
     done: list[bool] = []
@@ -125,14 +137,55 @@ def _transform_model_at_first_step(names: list[str], applied: Applied) -> None:
         if found is None:
             applied.late_notes.append("model transforms: no module holds the optimizer's params")
             return
-        model = found[0]
-        for name in [n for n in MODEL_TRANSFORMS if n in names]:
-            _TRANSFORMS[name](model)
+        model, inputs = found
+        ordered = [n for n in MODEL_TRANSFORMS if n in names]
+        check = _checked(model, inputs, ordered) if out is not None else {}
+        if out is not None:
+            check["model"] = type(model).__name__
+            write_atomic(out / TRANSFORM_CHECK, json.dumps(check).encode())
         applied.late_notes.append(f"model transforms on {type(model).__name__}: {names}")
 
     handle = register_optimizer_step_post_hook(stepped)
     applied.notes.append(f"model transforms after the first step: {', '.join(names)}")
     applied._undo += [calls.remove, handle.remove]
+
+
+def _checked(model: Any, inputs: tuple[Any, ...], names: list[str]) -> dict[str, Any]:
+    """Apply ``names`` to ``model``; its eval-mode outputs on ``inputs`` before and after."""
+    import torch
+
+    from gpuopt.aot.api import max_abs_diff
+
+    was_training = model.training
+    out: dict[str, Any] = {"transforms": names}
+    done: list[str] = []
+    try:
+        model.eval()
+        with torch.no_grad():
+            before = model(*inputs)
+        for name in names:
+            _TRANSFORMS[name](model)
+            done.append(name)
+        with torch.no_grad():
+            after = model(*inputs)
+        diff = max_abs_diff(before, after)
+        scale = max((float(t.abs().max()) for t in _tensors(before)), default=0.0)
+        out.update(max_abs_diff=diff, scale=scale)
+        out["rel_diff"] = diff / scale if diff is not None and scale > 0 else diff
+    except Exception as exc:  # the check must not stop the run: its absence is the verdict
+        out["error"] = f"{type(exc).__name__}: {exc}"
+        for name in names[len(done) :]:  # the run still gets every transform
+            _TRANSFORMS[name](model)
+    finally:
+        model.train(was_training)
+    return out
+
+
+def _tensors(value: Any) -> list[Any]:
+    import torch
+    import torch.utils._pytree as pytree
+
+    return [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor) and t.numel()]
 
 
 def _bf16_autocast(model: Any) -> None:

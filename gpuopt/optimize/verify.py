@@ -51,7 +51,7 @@ def compare_training(
     floor = _floor(base, again)
     scale = max(abs(v) for v in base.losses) or 1.0
     out = Verification(verified="failed", detail="", floor=floor, max_loss_diff=diff)
-    out.steps_compared = n
+    out.steps_compared, out.loss_scale = n, scale
     if floor is not None and floor / scale > NOT_REPEATABLE:
         out.verified = "not-comparable"
         out.detail = (
@@ -71,6 +71,41 @@ def compare_training(
     else:
         out.detail = _first_difference(base.losses, cand.losses, floor, diff)
     return out
+
+
+# a transform whose forward matches: losses may still drift this far (other dropout masks)
+DRIFT = 0.10
+
+
+def with_transform_check(
+    v: Verification, check: dict[str, object] | None, tolerance: float | None
+) -> Verification:
+    """A model transform's verdict when its losses moved beyond the tolerance: the model's own
+    outputs on one batch, in eval mode, before and after the transform (``check``), within the
+    tolerance, and the losses within :data:`DRIFT` of the baseline's, make it ``tolerance`` —
+    the transform keeps the model's numbers, the training draws its dropout masks in another
+    order (compiled kernels, channels_last memory) or rounds differently; else the verdict
+    stands."""
+    if v.verified != "failed" or check is None or tolerance is None:
+        return v
+    rel = check.get("rel_diff")
+    if not isinstance(rel, (int, float)) or rel > tolerance:
+        return v
+    if v.max_loss_diff is None or v.max_loss_diff > DRIFT * (v.loss_scale or 1.0):
+        return v
+    return Verification(
+        verified="tolerance",
+        detail=(
+            f"the model's outputs on the same batch (eval mode) within {rel:.2g} of the "
+            f"original's (tolerance {tolerance:g}); the losses moved by up to "
+            f"{v.max_loss_diff:.3g} as the training draws its random numbers in another order "
+            "or rounds differently"
+        ),
+        floor=v.floor,
+        max_loss_diff=v.max_loss_diff,
+        steps_compared=v.steps_compared,
+        loss_scale=v.loss_scale,
+    )
 
 
 def _uncomparable(base: TrainingRecord | None, cand: TrainingRecord | None) -> str | None:

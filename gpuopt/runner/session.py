@@ -172,7 +172,7 @@ class ProfileSession:
         from gpuopt.optimize.runtime import apply_fixes, load_fixes
 
         fixes = load_fixes(self.opts.fixes)
-        applied = apply_fixes(fixes, self.target.user_roots())
+        applied = apply_fixes(fixes, self.target.user_roots(), self.run_dir.path)
         self._undo_fixes = applied.undo
         self._late_fix_notes = applied.late_notes
         self._copies = dict(fixes.sources)
