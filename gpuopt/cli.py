@@ -303,8 +303,8 @@ def optimize(
         "--fix",
         help=(
             "A fix to use (repeatable; default: every safe fix the findings call for): "
-            "dataloader, pinned-copies, syncs, zero-grad, cudnn-benchmark, aot; opt-in: tf32 "
-            "(amp, channels-last, compile, vectorize, padding, padding-batch: not built yet)."
+            "dataloader, pinned-copies, syncs, zero-grad, cudnn-benchmark, aot; opt-in: amp, "
+            "tf32, channels-last, compile (vectorize, padding, padding-batch: not built yet)."
         ),
     ),
     apply: bool = typer.Option(
