@@ -170,3 +170,19 @@ def test_a_transform_that_keeps_the_models_numbers_is_within_tolerance() -> None
     assert with_transform_check(failed, {"error": "boom"}, 1e-3).verified == "failed"
     diverged = compare_training(rec([2.30, 1.49]), rec([2.30, 1.49]), rec([2.30, 9.0], "x"))
     assert with_transform_check(diverged, same_forward, 1e-3).verified == "failed"
+
+
+def test_write_refuses_a_file_it_cannot_write(tmp_path: Path) -> None:
+    src = tmp_path / "train.py"
+    src.write_text("x = 1\n")
+    sources = SourceSet(cwd=tmp_path)
+    sources.rewrite("train.py", _upper)
+    os.chmod(src, 0o444)
+    try:
+        if os.access(src, os.W_OK):  # root ignores the mode: nothing to test here
+            pytest.skip("running as a user who can write read-only files (root)")
+        with pytest.raises(GpuoptError, match="not writable; nothing was written"):
+            write_in_place(sources.changed())
+        assert src.read_text() == "x = 1\n"
+    finally:
+        os.chmod(src, 0o644)

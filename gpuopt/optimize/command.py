@@ -185,7 +185,23 @@ def _plan(st: _State, base: Profile) -> list[PlannedFix]:
     sweep, error = sweep_for(st.opts, base, st.dir, st.phases)
     inp.sweep, inp.sweep_error = sweep, error
     inp.aot, inp.aot_error = aot_for(st.opts, st.dir, st.phases)
-    return plan_fixes(inp)
+    fixes = plan_fixes(inp)
+    for fix in fixes:
+        _check_edits(st, fix)
+    return fixes
+
+
+def _check_edits(st: _State, fix: PlannedFix) -> None:
+    """A fix whose source form cannot be applied (a file libcst cannot parse or gpuopt cannot
+    read) is not used, with the one-line reason; the others go on."""
+    if not fix.selected or not fix.edits:
+        return
+    try:
+        _sources([fix])
+    except GpuoptError as exc:
+        fix.selected = fix.applicable = False
+        fix.reason = f"its source form cannot be applied: {exc}"
+        st.doc.warnings.append(f"{fix.name}: not used: {exc}")
 
 
 def _sources(fixes: list[PlannedFix], runtime_only: bool = False, run: bool = False) -> SourceSet:
