@@ -108,3 +108,23 @@ def test_aot_analysis_on_a_real_training_script(tmp_path: Path) -> None:
     summary = run_aot_check(str(script), [], tmp_path / "aot.json")
     assert summary.model == "Sequential" and summary.inputs == "64x32"
     assert summary.equal_outputs and summary.checks_passed and summary.est_speedup > 0
+
+
+def test_aot_runs_through_the_schedule_on_a_gpu_when_its_proof_passed() -> None:
+    from gpuopt.optimize.aot_check import AotSummary
+
+    proven = AotSummary("Net", "8x3", 40, 3, 5, True, 0.0, True, 1.8, 1.2)
+    gpu = _profile(device="cuda")
+    (fix,) = [
+        f
+        for f in plan_fixes(PlanInput(gpu, ["aot"], True, None, "t.py", aot=proven))
+        if f.name == "aot"
+    ]
+    assert fix.selected and fix.model_transforms == ["aot"] and "the runs measure it" in fix.reason
+    unproven = AotSummary("Net", "8x3", 40, 3, 5, False, 0.5, True, 1.8, 1.2)
+    (fix,) = [
+        f
+        for f in plan_fixes(PlanInput(gpu, ["aot"], True, None, "t.py", aot=unproven))
+        if f.name == "aot"
+    ]
+    assert not fix.selected and "CPU proof did not pass" in fix.reason

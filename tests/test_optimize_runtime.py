@@ -209,3 +209,43 @@ def test_model_transforms_apply_after_the_first_step_to_the_optimizers_model(
     assert lines[0] == "0 torch.float32 torch.float32 False"  # the first step as written
     # then: bf16 inside the model (autocast), float32 out of it, channels_last weights
     assert lines[1:] == [f"{i} torch.bfloat16 torch.float32 True" for i in (1, 2)]
+
+
+AOT_SCRIPT = textwrap.dedent(
+    """\
+    import torch
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(1)
+    for i in range(5):
+        x = torch.randn(8 if i < 4 else 3, 6, generator=g)  # the last batch is short
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        cells = [type(c.cell_contents).__name__ for c in model.forward.__closure__ or ()]
+        print(f"{loss.item():.6f}", "ScheduledTrainingModule" in cells)
+    """
+)
+
+
+def test_aot_transform_trains_through_the_schedule_and_falls_back_on_other_shapes(
+    tmp_path: Path,
+) -> None:
+    """The GPU-only fix's code path, run with CPU tensors (the plan in launch order): the same
+    losses as the model's own forward, and a batch of another shape runs the model's own."""
+    (tmp_path / "a.py").write_text(AOT_SCRIPT)
+    plain = run_gpuopt("profile", "--quiet", "-o", "p", "a.py", cwd=tmp_path)
+    (tmp_path / "fx").mkdir()
+    fixes = RuntimeFixes(fixes=["aot"], model_transforms=["aot"])
+    (tmp_path / "fx" / "fixes.json").write_bytes(encode_fixes(fixes))
+    aot = run_gpuopt("profile", "--quiet", "-o", "q", "--fixes", "fx", "a.py", cwd=tmp_path)
+    assert plain.returncode == 0 and aot.returncode == 0, aot.stderr
+    old = [line.split()[0] for line in plain.stdout.splitlines()]
+    new = [line.split() for line in aot.stdout.splitlines()]
+    assert [float(loss) for loss, _ in new] == pytest.approx([float(v) for v in old], rel=1e-5)
+    # the forward goes through the schedule from the end of the first step on
+    assert [kind for _, kind in new] == ["True"] * 5
+    check = json.loads((tmp_path / "q" / "transform_check.json").read_text())
+    assert check["transforms"] == ["aot"] and "error" not in check

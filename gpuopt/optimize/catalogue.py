@@ -89,6 +89,8 @@ CATALOGUE: tuple[FixKind, ...] = (
         gpu_only=True,
         expected="Nimble's multi-stream plan of the model: its estimated gain is a model's, "
         "GPU-only",
+        tolerance=1e-3,
+        transform="aot",
     ),
     FixKind(
         "amp",

@@ -115,6 +115,8 @@ def plan_fixes(inp: PlanInput) -> list[PlannedFix]:
             continue
         fix = _plan_one(kind, inp)
         fix.selected = fix.applicable and (named or (not inp.chosen and not kind.opt_in))
+        if kind.name == "aot":
+            fix.selected = fix.applicable and named
         out.append(fix)
     return out
 
@@ -320,18 +322,24 @@ def _plan_cudnn(kind: FixKind, inp: PlanInput) -> PlannedFix:
 
 
 def _plan_aot(kind: FixKind, inp: PlanInput) -> PlannedFix:
-    """Never applied by optimize yet: on a GPU, the multi-stream executor is not wired into
-    optimize's runs; without one, the plan, its CPU proof and its estimate are the result."""
+    """``--fix aot``: on a GPU, when the plan's CPU proof passed, the model's forward runs
+    through the schedule in the runs (a run-time model transform, measured); without one, the
+    plan, its CPU proof and its estimate are the result, never applied."""
     fix = PlannedFix(kind, False, False, "")
     if "aot" not in inp.chosen:
         fix.reason = "ask for it with --fix aot (it captures the model); see gpuopt schedule"
     elif inp.aot is None:
         fix.reason = f"no AoT plan: {inp.aot_error or 'not run'}"
+    elif inp.cuda and inp.aot.equal_outputs and inp.aot.checks_passed:
+        fix.applicable = True
+        fix.model_transforms = ["aot"]
+        fix.reason = f"{inp.aot.says()}; the runs measure it on this GPU"
+        fix.settings = {"streams": inp.aot.streams, "est_speedup": inp.aot.est_speedup}
     else:
         where = (
-            "running it inside optimize's runs on a GPU is not built yet"
+            "not applied: its CPU proof did not pass"
             if inp.cuda
-            else "without a GPU nothing runs faster"
+            else "without a GPU nothing runs faster: not applied"
         )
         fix.reason = f"{inp.aot.says()}; {where}"
         fix.settings = {

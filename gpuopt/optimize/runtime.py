@@ -107,7 +107,8 @@ def apply_fixes(
     return applied
 
 
-MODEL_TRANSFORMS = ("bf16_autocast", "channels_last", "compile")  # applied in this order
+# applied in this order; "aot" (GPU-only in optimize) replaces the forward, so it comes last
+MODEL_TRANSFORMS = ("bf16_autocast", "channels_last", "compile", "aot")
 
 
 TRANSFORM_CHECK = "transform_check.json"
@@ -122,7 +123,7 @@ def _transform_model_at_first_step(names: list[str], applied: Applied, out: Path
 
     from gpuopt.optimize.model_finder import OutermostCalls
 
-    calls = OutermostCalls(keep_inputs=out is not None)
+    calls = OutermostCalls(keep_inputs=out is not None or "aot" in names)
     calls.install()
 
     done: list[bool] = []
@@ -139,6 +140,9 @@ def _transform_model_at_first_step(names: list[str], applied: Applied, out: Path
             return
         model, inputs = found
         ordered = [n for n in MODEL_TRANSFORMS if n in names]
+        if out is None:
+            for name in ordered:
+                _TRANSFORMS[name](model, inputs)
         check = _checked(model, inputs, ordered) if out is not None else {}
         if out is not None:
             check["model"] = type(model).__name__
@@ -151,34 +155,44 @@ def _transform_model_at_first_step(names: list[str], applied: Applied, out: Path
 
 
 def _checked(model: Any, inputs: tuple[Any, ...], names: list[str]) -> dict[str, Any]:
-    """Apply ``names`` to ``model``; its eval-mode outputs on ``inputs`` before and after."""
-    import torch
+    """Apply ``names`` to ``model`` (in its own mode, as the run goes on); its eval-mode outputs
+    on ``inputs`` before and after. Not for ``aot``, whose schedule is traced in training mode
+    and proven by its own simulation (:mod:`gpuopt.optimize.aot_check`)."""
 
     from gpuopt.aot.api import max_abs_diff
 
     was_training = model.training
     out: dict[str, Any] = {"transforms": names}
+    compare = "aot" not in names
     done: list[str] = []
     try:
-        model.eval()
-        with torch.no_grad():
-            before = model(*inputs)
+        before = _eval_outputs(model, inputs) if compare else None
+        model.train(was_training)
         for name in names:
-            _TRANSFORMS[name](model)
+            _TRANSFORMS[name](model, inputs)
             done.append(name)
-        with torch.no_grad():
-            after = model(*inputs)
-        diff = max_abs_diff(before, after)
-        scale = max((float(t.abs().max()) for t in _tensors(before)), default=0.0)
-        out.update(max_abs_diff=diff, scale=scale)
-        out["rel_diff"] = diff / scale if diff is not None and scale > 0 else diff
+        if compare:
+            after = _eval_outputs(model, inputs)
+            diff = max_abs_diff(before, after)
+            scale = max((float(t.abs().max()) for t in _tensors(before)), default=0.0)
+            out.update(max_abs_diff=diff, scale=scale)
+            out["rel_diff"] = diff / scale if diff is not None and scale > 0 else diff
     except Exception as exc:  # the check must not stop the run: its absence is the verdict
         out["error"] = f"{type(exc).__name__}: {exc}"
+        model.train(was_training)
         for name in names[len(done) :]:  # the run still gets every transform
-            _TRANSFORMS[name](model)
+            _TRANSFORMS[name](model, inputs)
     finally:
         model.train(was_training)
     return out
+
+
+def _eval_outputs(model: Any, inputs: tuple[Any, ...]) -> Any:
+    import torch
+
+    model.eval()
+    with torch.no_grad():
+        return model(*inputs)
 
 
 def _tensors(value: Any) -> list[Any]:
@@ -188,7 +202,7 @@ def _tensors(value: Any) -> list[Any]:
     return [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor) and t.numel()]
 
 
-def _bf16_autocast(model: Any) -> None:
+def _bf16_autocast(model: Any, inputs: tuple[Any, ...]) -> None:
     """The forward under bf16 autocast, its floating outputs back in float32 (so the loss and
     everything after the model run as the script wrote them)."""
     import torch
@@ -208,20 +222,44 @@ def _bf16_autocast(model: Any) -> None:
     model.forward = forward
 
 
-def _channels_last(model: Any) -> None:
+def _channels_last(model: Any, inputs: tuple[Any, ...]) -> None:
     import torch
 
     model.to(memory_format=torch.channels_last)
 
 
-def _compile(model: Any) -> None:
+def _compile(model: Any, inputs: tuple[Any, ...]) -> None:
     model.compile()
+
+
+def _aot(model: Any, inputs: tuple[Any, ...]) -> None:
+    """The forward through Nimble's schedule in training mode (forward graph on several streams,
+    backward on one; :func:`gpuopt.aot.api.schedule`), planned on the batch of the model's last
+    call. A call with other shapes (a short last batch) or keyword arguments runs the model's
+    own forward: a schedule is static."""
+    import torch
+
+    from gpuopt.aot.api import schedule
+
+    def shapes(args: tuple[Any, ...]) -> list[tuple[tuple[int, ...], Any]]:
+        return [(tuple(a.shape), a.dtype) for a in args if isinstance(a, torch.Tensor)]
+
+    scheduled = schedule(model, inputs, training=True)
+    own, planned = model.forward, shapes(inputs)
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        if kwargs or shapes(args) != planned:
+            return own(*args, **kwargs)
+        return scheduled(*args)
+
+    model.forward = forward
 
 
 _TRANSFORMS = {
     "bf16_autocast": _bf16_autocast,
     "channels_last": _channels_last,
     "compile": _compile,
+    "aot": _aot,
 }
 
 
