@@ -88,6 +88,8 @@ def check_optimize(tmp: Path) -> str:
         "--fix",
         "cudnn-benchmark",
         "--fix",
+        "aot",
+        "--fix",
         "syncs",
         str(SCRIPT),
         cwd=tmp,
