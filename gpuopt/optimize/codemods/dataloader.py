@@ -1,12 +1,25 @@
 """The ``dataloader`` fix's source form: set DataLoader keywords at the call the finding names.
 
 On the targeted lines, each call of ``DataLoader(...)`` or ``<anything>.DataLoader(...)`` gets the
-settings: a keyword given as a literal (number, True/False/None) has its value replaced, a
-missing keyword is added (on its own line when the call has one argument a line, else appended),
-a keyword given positionally as a literal is replaced in place. Left alone, each with its
-reason: a knob whose value comes from an expression (``num_workers=args.workers``: the fix is to
-change what sets it, and the report says so), a knob a ``**kwargs`` splat may carry.
-``persistent_workers`` and ``prefetch_factor`` are never added to a loader left with 0 workers.
+settings (``num_workers``, ``persistent_workers``, ``prefetch_factor``, ``pin_memory``):
+
+* a knob given as a literal (a number, ``True``/``False``/``None``), by keyword or positionally
+  (torch's positional order: ``dataset, batch_size, shuffle, sampler, batch_sampler,
+  num_workers, collate_fn, pin_memory, ...``), has its value replaced in place;
+* a missing knob is added as a keyword: on a line of its own, indented as the others and with
+  the call's trailing-comma style, when the call has one argument a line; else appended
+  (``, key=value``).
+
+Safety rules, each a :class:`Skipped` with its reason, the other knobs still applied:
+
+* a knob whose value is an expression (``num_workers=args.workers``) is left: the fix is to
+  change what sets it, and the reason names the expression and the value to give it;
+* a knob not given explicitly that a ``**kwargs`` (or, for a positional knob, ``*args``) splat
+  may carry is left: adding it could pass it twice;
+* ``persistent_workers`` and ``prefetch_factor`` are never added to a loader whose resulting
+  ``num_workers`` is 0 (torch refuses them) or unknown (set by an expression or a splat).
+
+A targeted line with no DataLoader call is a :class:`Skipped` too.
 """
 
 from __future__ import annotations
@@ -22,7 +35,6 @@ from gpuopt.optimize.codemods import (
     Skipped,
     append_arg,
     keyword,
-    on_lines,
     wrap,
 )
 
@@ -42,6 +54,11 @@ POSITIONAL = (
     "generator",
 )
 _WORKER_ONLY = ("persistent_workers", "prefetch_factor")
+_LOADER = m.Name("DataLoader") | m.Attribute(attr=m.Name("DataLoader"))
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
 
 
 def _literal(node: cst.BaseExpression) -> bool:
@@ -49,7 +66,9 @@ def _literal(node: cst.BaseExpression) -> bool:
         return True
     if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
         return True
-    return isinstance(node, cst.UnaryOperation) and isinstance(node.expression, cst.Integer)
+    return isinstance(node, cst.UnaryOperation) and isinstance(
+        node.expression, (cst.Integer, cst.Float)
+    )
 
 
 def _value(v: int | bool) -> cst.BaseExpression:
@@ -58,143 +77,67 @@ def _value(v: int | bool) -> cst.BaseExpression:
     return cst.Integer(str(v))
 
 
-def _same(node: cst.BaseExpression, v: int | bool) -> bool:
-    return cst.Module([]).code_for_node(node) == cst.Module([]).code_for_node(_value(v))
-
-
-class _Setter(cst.CSTTransformer):
-    METADATA_DEPENDENCIES = (PositionProvider,)
-
-    def __init__(self, lines: Collection[int], settings: Mapping[str, int | bool]) -> None:
-        self.lines = lines
-        self.settings = dict(settings)
-        self.notes: list[str] = []
-        self.skipped: list[Skipped] = []
-        self.found: set[int] = set()
-        self._line = 0
-
-    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
-        if not m.matches(
-            original.func, m.Name("DataLoader") | m.Attribute(attr=m.Name("DataLoader"))
-        ):
-            return updated
-        pos = self.get_metadata(PositionProvider, original)
-        if not on_lines(pos, self.lines):
-            return updated
-        self.found.update(ln for ln in self.lines if pos.start.line <= ln <= pos.end.line)
-        self._line = pos.start.line
-        return self._set_all(updated)
-
-    def _set_all(self, call: cst.Call) -> cst.Call:
-        args = list(call.args)
-        changed: list[str] = []
-        workers = self._final_workers(args)
-        for key, value in self.settings.items():
-            if key in _WORKER_ONLY and workers == 0:
-                continue
-            if key in _WORKER_ONLY and workers is None:
-                self.skipped.append(
-                    Skipped(self._line, f"{key} left: it needs num_workers > 0, set elsewhere")
-                )
-                continue
-            args, did = self._set_one(args, key, value)
-            if did:
-                changed.append(f"{key}={cst.Module([]).code_for_node(_value(value))}")
-        if changed:
-            self.notes.append(f"line {self._line}: DataLoader({', '.join(changed)})")
-        return call.with_changes(args=args)
-
-    def _final_workers(self, args: list[cst.Arg]) -> int | None:
-        """The loader's num_workers after the rewrite: None when an expression sets it (then
-        the worker-only knobs are left too: with 0 workers they would make torch refuse)."""
-        i = _index(args, "num_workers")
-        node = args[i].value if i is not None else None
-        if node is not None and not _literal(node):
-            return None
-        if "num_workers" in self.settings:
-            return int(self.settings["num_workers"])
-        if node is None:
-            return 0
-        return int(node.value) if isinstance(node, cst.Integer) else 0
-
-    def _set_one(
-        self, args: list[cst.Arg], key: str, value: int | bool
-    ) -> tuple[list[cst.Arg], bool]:
-        i = _index(args, key)
-        if i is not None:
-            node = args[i].value
-            if not _literal(node):
-                code = cst.Module([]).code_for_node(node)
-                self.skipped.append(
-                    Skipped(
-                        self._line,
-                        f"{key} comes from `{code}`: set it to "
-                        f"{cst.Module([]).code_for_node(_value(value))} where that is set",
-                    )
-                )
-                return args, False
-            if _same(node, value):
-                return args, False
-            args[i] = args[i].with_changes(value=_value(value))
-            return args, True
-        if any(a.star == "**" for a in args):
-            self.skipped.append(
-                Skipped(self._line, f"{key} may come from the **kwargs splat: set it there")
-            )
-            return args, False
-        return _append(args, key, value), True
-
-
-def _index(args: list[cst.Arg], key: str) -> int | None:
-    """Where ``key`` is given: as a keyword, or positionally (after the dataset)."""
+def _where(args: list[cst.Arg], key: str) -> int | str | None:
+    """Where ``key`` is given: the index of its argument (by keyword, or positionally after
+    the dataset), the splat that may carry it (``"the **kwargs splat"``), or None (absent)."""
     for i, a in enumerate(args):
         if a.keyword is not None and a.keyword.value == key:
             return i
-    if key in POSITIONAL:
-        n = POSITIONAL.index(key) + 1  # the dataset is argument 0
-        positional = [i for i, a in enumerate(args) if a.keyword is None and not a.star]
-        if n < len(positional):
-            return positional[n]
+    wanted = POSITIONAL.index(key) + 1 if key in POSITIONAL else -1  # the dataset is 0
+    position = 0
+    for i, a in enumerate(args):
+        if a.star == "*":
+            if wanted >= position:
+                return "the *args splat"
+            break
+        if a.keyword is None and not a.star:
+            if position == wanted:
+                return i
+            position += 1
+    if any(a.star == "**" for a in args):
+        return "the **kwargs splat"
     return None
 
 
-def _one_per_line(args: list[cst.Arg]) -> bool:
-    return len(args) > 1 and all(
-        isinstance(a.comma, cst.Comma)
-        and isinstance(a.comma.whitespace_after, cst.ParenthesizedWhitespace)
-        for a in args[:-1]
-    )
-
-
-def _append(args: list[cst.Arg], key: str, value: int | bool) -> list[cst.Arg]:
-    new = keyword(key, _value(value))
-    if _one_per_line(args):
-        return _append_on_own_line(args, new)
-    return append_arg(args, new)
-
-
-def _append_on_own_line(args: list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
-    """``new`` on a line of its own, indented as the others; the last argument's own comment
-    stays on its line, and whatever closed the call (a trailing comma, the line before ``)``)
-    moves to ``new``."""
-    last = args[-1]
+def _line_break(call: cst.Call, args: list[cst.Arg]) -> cst.ParenthesizedWhitespace | None:
+    """The whitespace that puts one argument on its own line, when the call's arguments are
+    one a line (else None: new ones are appended on the last argument's line)."""
+    if len(args) == 1 and isinstance(call.whitespace_before_args, cst.ParenthesizedWhitespace):
+        return call.whitespace_before_args.with_changes(first_line=cst.TrailingWhitespace())
+    if len(args) < 2:
+        return None
+    for a in args[:-1]:
+        if not (
+            isinstance(a.comma, cst.Comma)
+            and isinstance(a.comma.whitespace_after, cst.ParenthesizedWhitespace)
+        ):
+            return None
     sep = args[-2].comma
     assert isinstance(sep, cst.Comma) and isinstance(
         sep.whitespace_after, cst.ParenthesizedWhitespace
     )
-    line_break: cst.ParenthesizedWhitespace = sep.whitespace_after.with_changes(
-        first_line=cst.TrailingWhitespace()
-    )
+    return sep.whitespace_after.with_changes(first_line=cst.TrailingWhitespace())
+
+
+def _append_on_own_line(
+    args: list[cst.Arg], new: cst.Arg, line_break: cst.ParenthesizedWhitespace
+) -> list[cst.Arg]:
+    """``new`` on a line of its own, indented as the others; the last argument's own comment
+    stays on its line, and whatever closed the call (a trailing comma, the line before ``)``)
+    moves to ``new``."""
+    last = args[-1]
     if isinstance(last.comma, cst.Comma):  # a trailing comma: the new one gets one too
         ws = last.comma.whitespace_after
-        if not isinstance(ws, cst.ParenthesizedWhitespace):  # `(a, b,)` on one line
-            return [*args, new.with_changes(comma=cst.Comma())]
+        own = isinstance(ws, cst.ParenthesizedWhitespace)
+        first = ws.first_line if isinstance(ws, cst.ParenthesizedWhitespace) else None
         last = last.with_changes(
             comma=last.comma.with_changes(
-                whitespace_after=line_break.with_changes(first_line=ws.first_line)
+                whitespace_after=line_break.with_changes(
+                    first_line=first or cst.TrailingWhitespace()
+                )
             )
         )
-        end = ws.with_changes(first_line=cst.TrailingWhitespace())
+        end = ws.with_changes(first_line=cst.TrailingWhitespace()) if own else ws
         return [*args[:-1], last, new.with_changes(comma=cst.Comma(whitespace_after=end))]
     after = last.whitespace_after_arg
     comment = (
@@ -214,6 +157,122 @@ def _append_on_own_line(args: list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
     return [*args[:-1], last, new.with_changes(whitespace_after_arg=closing)]
 
 
+class _Setter(cst.CSTTransformer):
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self, lines: Collection[int], settings: Mapping[str, int | bool]) -> None:
+        self.lines = sorted(set(lines))
+        self.settings = dict(settings)
+        self.notes: list[str] = []
+        self.skipped: list[Skipped] = []
+        self.found: set[int] = set()
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        if not m.matches(original.func, _LOADER):
+            return updated
+        pos = self.get_metadata(PositionProvider, original)
+        hit = [ln for ln in self.lines if pos.start.line <= ln <= pos.end.line]
+        if not hit:
+            return updated
+        self.found.update(hit)
+        return self._set_all(updated, pos.start.line, hit[0])
+
+    def _skip(self, line: int, reason: str) -> None:
+        self.skipped.append(Skipped(line, reason))
+
+    def _set_all(self, call: cst.Call, line: int, target: int) -> cst.Call:
+        args = list(call.args)
+        changed: list[str] = []
+        workers, why = self._final_workers(args)
+        for key, value in self.settings.items():
+            if key in _WORKER_ONLY:
+                blocked = _worker_only_blocked(args, key, value, workers, why)
+                if blocked:
+                    self._skip(target, blocked)
+                    continue
+            reason = _unsettable(args, key, value)
+            if reason:
+                self._skip(target, reason)
+                continue
+            new_args = _set_one(call, args, key, value)
+            if new_args is not None:
+                args = new_args
+                changed.append(f"{key}={_code(_value(value))}")
+        if not changed:
+            return call
+        self.notes.append(f"line {line}: DataLoader({', '.join(changed)})")
+        return call.with_changes(args=args)
+
+    def _final_workers(self, args: list[cst.Arg]) -> tuple[int | None, str]:
+        """The loader's num_workers after the rewrite, or None and why it is not known."""
+        where = _where(args, "num_workers")
+        if isinstance(where, str):
+            return None, f"num_workers may come from {where}"
+        if where is not None and not _literal(args[where].value):
+            return None, f"num_workers comes from `{_code(args[where].value)}`"
+        if "num_workers" in self.settings:
+            return int(self.settings["num_workers"]), ""
+        node = args[where].value if where is not None else None
+        return (node.evaluated_value if isinstance(node, cst.Integer) else 0), ""
+
+
+def _worker_only_blocked(
+    args: list[cst.Arg], key: str, value: int | bool, workers: int | None, why: str
+) -> str | None:
+    """Why a worker-only knob must not be set (or None): the loader has no worker processes,
+    or their number is not known here."""
+    if workers is None:
+        return f"{key} left: it needs num_workers > 0, and {why}"
+    if workers > 0:
+        return None
+    where = _where(args, key)
+    if isinstance(where, int) and _code(args[where].value) == _code(_value(value)):
+        return None  # already as wanted: nothing to change, nothing to report
+    return f"{key} left: the loader runs with num_workers=0, and {key} needs worker processes"
+
+
+def _unsettable(args: list[cst.Arg], key: str, value: int | bool) -> str | None:
+    """Why ``key`` cannot be set on this call (or None)."""
+    where = _where(args, key)
+    want = _code(_value(value))
+    if isinstance(where, str):
+        return f"{key} may come from {where}: set it to {want} there"
+    if where is not None and not _literal(args[where].value):
+        code = _code(args[where].value)
+        return f"{key} comes from `{code}`: set it to {want} where that is set"
+    return None
+
+
+def _set_one(
+    call: cst.Call, args: list[cst.Arg], key: str, value: int | bool
+) -> list[cst.Arg] | None:
+    """``args`` with ``key`` set to ``value`` (replaced in place or added), or None when it
+    already is (the caller has checked it can be set)."""
+    where = _where(args, key)
+    new = _value(value)
+    if isinstance(where, int):
+        if _code(args[where].value) == _code(new):
+            return None
+        out = list(args)
+        out[where] = args[where].with_changes(value=new)
+        return out
+    line_break = _line_break(call, args)
+    if line_break is None:
+        return _append_same_line(args, keyword(key, new))
+    return _append_on_own_line(args, keyword(key, new), line_break)
+
+
+def _append_same_line(args: list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
+    """``, new`` after the last argument; what stood between it and ``)`` (a line break before
+    the closing parenthesis) now follows ``new``."""
+    if not args:
+        return [new]
+    closing = args[-1].whitespace_after_arg
+    tight = args[-1].with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
+    out = append_arg([*args[:-1], tight], new)
+    return [*out[:-1], out[-1].with_changes(whitespace_after_arg=closing)]
+
+
 def rewrite_dataloader(
     source: str,
     lines: Collection[int],
@@ -227,7 +286,7 @@ def rewrite_dataloader(
     skipped = list(setter.skipped)
     skipped += [
         Skipped(ln, "no DataLoader(...) call on this line")
-        for ln in lines
+        for ln in sorted(set(lines))
         if ln not in setter.found
     ]
     return Rewrite(new.code, setter.notes, skipped)
