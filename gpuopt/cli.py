@@ -307,6 +307,14 @@ def optimize(
             "tf32, channels-last, compile (vectorize, padding, padding-batch: not built yet)."
         ),
     ),
+    amp_dtype: str = typer.Option(
+        "auto",
+        "--amp-dtype",
+        help=(
+            "--fix amp's dtype: bf16, fp16 (with loss scaling), or auto (bf16 unless the GPU "
+            "has no bf16)."
+        ),
+    ),
     apply: bool = typer.Option(
         False, "--apply", help="Keep fixes with a run-time form at run time (DIR/fixes.json)."
     ),
@@ -338,6 +346,8 @@ def optimize(
         fail("optimize runs one process so far; profile multi-rank runs with gpuopt profile")
     if module is None and (not args or args[0].startswith("-")):
         fail("optimize needs a SCRIPT (or -m MODULE); try: gpuopt optimize train.py")
+    if amp_dtype not in ("auto", "bf16", "fp16"):
+        fail(f"--amp-dtype {amp_dtype!r}: use auto, bf16 or fp16")
     from gpuopt.optimize.command import OptimizeOptions, optimize_command
 
     opts = OptimizeOptions(
@@ -349,6 +359,7 @@ def optimize(
         warmup=warmup,
         seed=seed,
         fixes=list(fix),
+        amp_dtype=amp_dtype,
         apply=apply,
         write=write,
         diff=diff,

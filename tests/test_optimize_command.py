@@ -62,6 +62,13 @@ def test_sync_fix_diff_on_stdout_applies_and_training_is_exact(
     base_out = (runs["baseline 1"] / "stdout.txt").read_text()
     assert base_out.count("step") == 2  # 30 steps, a print every 10 (--steps stops at step 30)
     assert (runs["candidate 1"] / "stdout.txt").read_text() == base_out
+    # progress on stderr (a pipe: one line a phase): --quick with one fix is three runs
+    progress = [ln for ln in r.stderr.splitlines() if ln.startswith("gpuopt optimize: run ")]
+    assert [ln.split(" (")[0] for ln in progress] == [
+        "gpuopt optimize: run 1: baseline 1",
+        "gpuopt optimize: run 2 of 3: candidate 1",
+        "gpuopt optimize: run 3 of 3: baseline 2",
+    ]
 
 
 @pytest.mark.parametrize("fmt", ["text", "md", "json", "html"])
@@ -162,3 +169,20 @@ def test_opt_in_fixes_only_when_named(tmp_path: Path) -> None:
     opt_in = {f.id: f for f in doc.fixes if f.opt_in}
     assert opt_in["compile"].applied and opt_in["compile"].mode == "source"
     assert opt_in["channels-last"].applied and doc.status == "planned"
+    fp16 = run_gpuopt(
+        "optimize",
+        "--no-measure",
+        "--fix",
+        "amp",
+        "--amp-dtype",
+        "fp16",
+        "-o",
+        "c",
+        script.name,
+        cwd=tmp_path,
+    )
+    assert fp16.returncode == 0, fp16.stderr
+    (amp,) = [f for f in _doc(tmp_path / "c").fixes if f.id == "amp"]
+    assert "fp16 autocast" in amp.reason and "GradScaler" in amp.reason
+    bad = run_gpuopt("optimize", "--amp-dtype", "fp8", script.name, cwd=tmp_path)
+    assert bad.returncode == 2 and "--amp-dtype 'fp8'" in bad.stderr
