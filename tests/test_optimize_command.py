@@ -186,3 +186,21 @@ def test_opt_in_fixes_only_when_named(tmp_path: Path) -> None:
     assert "fp16 autocast" in amp.reason and "GradScaler" in amp.reason
     bad = run_gpuopt("optimize", "--amp-dtype", "fp8", script.name, cwd=tmp_path)
     assert bad.returncode == 2 and "--amp-dtype 'fp8'" in bad.stderr
+
+
+def test_a_source_fix_that_changes_nothing_is_not_applied_nor_run(tmp_path: Path) -> None:
+    """Every per-step read is printed at once (as in pytorch/examples' DCGAN): the syncs rewrite
+    leaves each line, so the fix is not used — no runs for it, no 'applied' with an empty diff."""
+    (tmp_path / "p.py").write_text(
+        "import torch\nm = torch.nn.Linear(2, 1)\no = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for i in range(12):\n    o.zero_grad()\n    loss = m(torch.randn(4, 2)).square().mean()\n"
+        "    loss.backward()\n    o.step()\n    print(i, loss.item())\n"
+    )
+    r = run_gpuopt("optimize", "--steps", "8", "-o", "o", "p.py", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == ""
+    doc = _doc(tmp_path / "o")
+    (syncs,) = [f for f in doc.fixes if f.id == "syncs"]
+    assert not syncs.applied and syncs.reason.startswith("nothing to change: every site")
+    assert syncs.skipped and "used at once" in syncs.skipped[0]
+    assert [run.label for run in doc.runs] == ["baseline 1"] and doc.status == "planned"

@@ -215,15 +215,21 @@ def _amp_dtype(asked: str, cuda: bool) -> str:
 
 def _check_edits(st: _State, fix: PlannedFix) -> None:
     """A fix whose source form cannot be applied (a file libcst cannot parse or gpuopt cannot
-    read) is not used, with the one-line reason; the others go on."""
+    read) is not used, with the one-line reason; the others go on. Nor is a fix with only a
+    source form whose rewrite changes nothing (every site left alone, each with its reason):
+    it would cost runs and be reported applied with an empty diff."""
     if not fix.selected or not fix.edits:
         return
     try:
-        _sources([fix])
+        sources = _sources([fix])
     except GpuoptError as exc:
         fix.selected = fix.applicable = False
         fix.reason = f"its source form cannot be applied: {exc}"
         st.doc.warnings.append(f"{fix.name}: not used: {exc}")
+        return
+    if not sources.changed() and not fix.has_runtime:
+        fix.selected = fix.applicable = False
+        fix.reason = f"nothing to change: every site was left alone ({fix.reason})"
 
 
 def _sources(fixes: list[PlannedFix], runtime_only: bool = False, run: bool = False) -> SourceSet:
