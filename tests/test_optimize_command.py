@@ -154,6 +154,7 @@ def test_a_script_with_nothing_to_fix(tmp_path: Path) -> None:
     assert r.returncode == 0 and r.stdout == ""
     doc = _doc(tmp_path / "o")
     assert doc.status == "planned" and "no fix to apply" in doc.warnings[0]
+    assert "ok.py — 10 steps a run (the script ends before --steps 30), seed 0" in r.stderr
 
 
 def test_opt_in_fixes_only_when_named(tmp_path: Path) -> None:
