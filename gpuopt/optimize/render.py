@@ -88,7 +88,8 @@ def render_text(doc: OptimizeDocument) -> str:
     for w in doc.warnings:
         out.append(f"warning: {w}")
     if doc.cost_s is not None:
-        out.append(f"cost: {len(doc.runs)} runs, {doc.cost_s:.0f} s")
+        n = len(doc.runs)
+        out.append(f"cost: {n} run{'' if n == 1 else 's'}, {doc.cost_s:.0f} s")
     return "\n".join(out)
 
 
