@@ -119,6 +119,26 @@ def test_fixes_file_changes_only_the_loader_built_at_its_site(tmp_path: Path) ->
     assert "workers 0 persistent False" in r.stdout
 
 
+def test_gpuopt_run_trains_with_the_fixes_and_measures_nothing(tmp_path: Path) -> None:
+    """`gpuopt run --fixes DIR`: the training itself with the recorded fixes; no run directory,
+    the script's own arguments and exit code; a missing fixes file is one line and exit 2."""
+    script = _script(tmp_path)
+    script.write_text(script.read_text() + "import sys\nsys.exit(int(sys.argv[1]))\n")
+    fixes = RuntimeFixes(
+        fixes=["dataloader"], loaders=[LoaderSettings(site="train.py:4", num_workers=2)]
+    )
+    (tmp_path / "fx").mkdir()
+    (tmp_path / "fx" / "fixes.json").write_bytes(encode_fixes(fixes))
+    r = run_gpuopt("run", "--fixes", "fx", script.name, "3", cwd=tmp_path)
+    assert r.returncode == 3, r.stderr
+    assert "workers 2 persistent False" in r.stdout
+    assert "gpuopt run: DataLoader settings: train.py:4 num_workers=2" in r.stderr
+    assert not (tmp_path / "gpuopt-runs").exists()
+    missing = run_gpuopt("run", "--fixes", "nowhere", script.name, "0", cwd=tmp_path)
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1 and "no such file" in missing.stderr
+
+
 def test_runtime_patch_is_undone(tmp_path: Path) -> None:
     from torch.utils.data import DataLoader
 

@@ -426,8 +426,8 @@ def _tell(st: _State, sources: SourceSet, kept: list[PlannedFix]) -> None:
     if st.opts.apply and any(f.has_runtime for f in kept):
         shown = st.opts.script or f"-m {st.opts.module}"
         print(
-            f"gpuopt: run-time fixes kept in {st.dir / 'fixes.json'}; run with them: "
-            f"gpuopt profile --fixes {st.dir} {shown}",
+            f"gpuopt: run-time fixes kept in {st.dir / 'fixes.json'}; train with them: "
+            f"gpuopt run --fixes {st.dir} {shown} (or profile: gpuopt profile --fixes ...)",
             file=sys.stderr,
         )
     print(f"gpuopt: {st.dir / OPTIMIZE_FILE} written", file=sys.stderr)
