@@ -245,6 +245,8 @@ class Dispatch(Record):
     data_wait_source: str | UnsetType = UNSET
     sync_us_per_step: float | UnsetType = UNSET
     sync_share: float | UnsetType = UNSET
+    # one rank of several: the window's time blocked in collectives, out of between ops
+    collective_us_per_step: float | UnsetType = UNSET
     h2d_us_per_step: float | UnsetType = UNSET
     h2d_share: float | UnsetType = UNSET
     window_start: int | UnsetType = UNSET
