@@ -282,7 +282,7 @@ def gradient_accumulation_sync(profile: Profile) -> list[Finding]:
     ]
 
 
-@rule("small-buckets", reads=("distributed",))
+@rule("small-buckets", reads=("distributed", "steps"))
 def small_buckets(profile: Profile) -> list[Finding]:
     dist = given(profile.distributed)
     ddp = _first_ddp(profile)

@@ -8,13 +8,14 @@ The slow rank sleeps (no CPU taken from the other ranks on a small machine): in 
 loop (``--where loop``) or inside its Dataset's ``__getitem__`` (``--where data``, which a
 profiler sees as DataLoader wait). Every rank times its own sleeps and the whole steps; with
 ``--truth FILE`` each rank writes ``FILE.rank<R>.json``: the planted extra time per measured step
-(the sleeps the script really slept) and its step times, so a test compares gpuopt's numbers with
-the script's own. ``--crash-rank R --crash-step S`` raises on rank R at step S.
+(the sleeps the script really slept), its step times and a digest of the trained parameters, so
+a test compares gpuopt's numbers with the script's own (and a run without gpuopt with one with it). ``--crash-rank R --crash-step S`` raises on rank R at step S.
 ``--accumulate K``: K micro-batches per optimizer step, each all-reducing its gradients unless
 ``--no-sync`` (then all but the last run under ``model.no_sync()``); ``--layers`` and
 ``--bucket-cap-mb`` shape DDP's buckets.
 """
 import argparse
+import hashlib
 import json
 import os
 import time
@@ -65,7 +66,7 @@ class Batches(Dataset):
 torch.manual_seed(0)
 hidden = [m for _ in range(args.layers - 1) for m in (torch.nn.Linear(128, 128), torch.nn.ReLU())]
 net = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), *hidden, torch.nn.Linear(128, 4))
-model = DDP(net, bucket_cap_mb=args.bucket_cap_mb)
+model = DDP(net, bucket_cap_mb=args.bucket_cap_mb)  # ddp
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 loader = DataLoader(Batches(), batch_size=16 // args.accumulate)
 step_times = []
@@ -98,6 +99,11 @@ if args.truth:
         "slow": slow,
         "extra_s_per_step": sum(measured) / len(measured) if measured else 0.0,
         "step_s_mean": sum(step_times[args.warmup :]) / max(len(step_times) - args.warmup, 1),
+        "step_s": step_times,
+        # what training computed: the parameters after the last step, bit for bit
+        "param_sha256": hashlib.sha256(
+            b"".join(p.detach().numpy().tobytes() for p in model.parameters())
+        ).hexdigest(),
     }
     with open(f"{args.truth}.rank{rank}.json", "w") as fh:
         json.dump(truth, fh)
