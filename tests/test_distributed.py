@@ -525,3 +525,31 @@ def test_run_directories_of_one_job_merge_and_others_do_not(tmp_path: Path) -> N
     assert job_ranks([a, c]) is None
     with pytest.raises(GpuoptError, match="rank 0 is in two directories"):
         job_ranks([a, a])
+
+
+def test_report_merges_the_directories_of_one_jobs_nodes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from gpuopt.report.command import report_command
+
+    a, b = tmp_path / "node0", tmp_path / "node1"
+    _write_rank(a, _rank(0, [0.1, 0.025, 0.025], [0.05, 0.022, 0.021], world=2, node=0,
+                         local_world=1))  # fmt: skip
+    _write_rank(b, _rank(1, [0.1, 0.025, 0.025], [0.05, 0.002, 0.001], world=2, node=1,
+                         local_world=1))  # fmt: skip
+    for node, root in ((0, a), (1, b)):  # what each node's launcher wrote: its own ranks
+        alone = merge_ranks(
+            [(f"rank-{node}", _rank(node, [0.1], [0.0], node=node, local_world=1))], 0, "t", []
+        )
+        (root / "profile.json").write_bytes(encode(alone))
+        assert any("ran on other nodes" in w for w in alone.warnings)
+    report_command([b, a], "json", None)
+    doc = json.loads(capsys.readouterr().out)
+    assert [e["rank"] for e in doc["ranks"]] == [0, 1] and doc["warnings"] == []
+    assert [e["dir"] for e in doc["ranks"]] == [f"{a}/rank-0", f"{b}/rank-1"]
+    (f,) = [f for f in doc["findings"] if f["id"] == "straggler-rank"]
+    assert f["evidence"]["rank"] == 1
+    with pytest.raises(GpuoptError, match="several paths are merged only"):
+        report_command([a, tmp_path / "node0" / "rank-0"], "json", None)

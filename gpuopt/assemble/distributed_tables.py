@@ -8,12 +8,18 @@ from gpuopt.model.profile import DistributedRun, RingAllReduce, Scalar, Table
 Rows = list[list[Scalar]]
 
 
+def _sig(x: float | None) -> float | None:
+    """Three significant digits: a table cell, not a measurement's precision (the document's
+    records keep the full value)."""
+    return None if x is None else float(f"{x:.3g}")
+
+
 def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1e3, 3)
+    return None if seconds is None else _sig(seconds * 1e3)
 
 
 def _mb(n: float | None) -> float | None:
-    return None if n is None else round(n / 2**20, 3)
+    return None if n is None else _sig(n / 2**20)
 
 
 def distributed_tables(runs: list[DistributedRun]) -> list[Table]:
@@ -128,8 +134,8 @@ def ring_table(r: RingAllReduce) -> Table:
         ["MiB per gradient all-reduce", _mb(r.bytes)],
         ["buckets", r.buckets],
         ["communicating ms (last-arriving rank, per bucket, summed)", _ms(r.time_s)],
-        ["algorithm bandwidth GB/s (bytes / time)", round(r.algo_gbps, 4)],
-        ["bus bandwidth GB/s (2(N-1)/N x bytes / time)", round(r.bus_gbps, 4)],
+        ["algorithm bandwidth GB/s (bytes / time)", _sig(r.algo_gbps)],
+        ["bus bandwidth GB/s (2(N-1)/N x bytes / time)", _sig(r.bus_gbps)],
         ["nominal link GB/s", r.nominal_gbps],
         [
             "bus bandwidth, of nominal %",
@@ -138,7 +144,7 @@ def ring_table(r: RingAllReduce) -> Table:
         ["per-call cost ms (fit over the buckets)", _ms(r.latency_s)],
         [
             "bandwidth GB/s (fit over the buckets)",
-            None if r.bandwidth_gbps is None else round(r.bandwidth_gbps, 4),
+            _sig(r.bandwidth_gbps),
         ],
     ]
     nominal = (

@@ -82,6 +82,7 @@ COLLECTIVES = (
     "batch_isend_irecv",
 )
 DETAIL_STEPS = 2000  # steps whose per-bucket times are kept (aggregates cover every step)
+MAX_PENDING_WORKS = 100_000  # async works awaiting wait() or completion, tracked at once
 Key = tuple[str, str, "str | None", "str | None", "int | None", str]
 
 
@@ -245,6 +246,11 @@ class CollectiveProbe:
     def on_step(self, index: int, t: float) -> None:
         for timer in {id(g[2]): g[2] for g in self._groups.values()}.values():
             timer.settle()
+        # works that completed: a later wait() returns at once (a wait() never spans a step
+        # boundary: both run on the script's thread)
+        done = [w for w, (_, timed) in self._works.items() if timed.span_s is not None]
+        for w in done:
+            self._works.pop(w, None)
         for d in self.ddp:
             if d.timer is not None:
                 d.timer.settle()
@@ -400,7 +406,7 @@ class CollectiveProbe:
             self._span_done(step, key, timed)
             return
         for work in works:
-            if len(self._works) < 100_000:
+            if len(self._works) < MAX_PENDING_WORKS:
                 self._works[id(work)] = (key, timed)
         if works:
             timer.track(works[-1], timed, lambda t: self._span_done(step, key, t))
@@ -717,14 +723,17 @@ def _payload_bytes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
 
 
 def _default_allreduce(group: Any, bucket: Any) -> tuple[Any, Any]:
-    """DDP's default, as ``ddp_comm_hooks.default_hooks.allreduce_hook`` writes it: the bucket
-    divided by the group's size, then summed across ranks. Returns the work and its future
+    """DDP's default all-reduce, bit for bit: the reducer without a hook multiplies each
+    gradient by ``1 / group size`` (a double scalar) as it copies it into the bucket, then sums
+    the buckets across ranks; here the bucket (the gradients copied as they are) is multiplied
+    by the same scalar, then summed. (``default_hooks.allreduce_hook`` divides instead, which
+    rounds differently when the size is not a power of two.) Returns the work and its future
     (whose value is ``[bucket]``: the hook hands DDP the tensor)."""
     import torch.distributed as dist
 
     group_to_use: Any = group if group is not None else dist.group.WORLD
     buf = bucket.buffer()
-    buf.div_(group_to_use.size())
+    buf.mul_(1.0 / group_to_use.size())
     work = dist.all_reduce(buf, group=group_to_use, async_op=True)
     return work, work.get_future()
 

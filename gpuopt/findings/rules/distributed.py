@@ -23,7 +23,14 @@ import msgspec
 
 from gpuopt.findings.engine import rule
 from gpuopt.findings.estimates import at_least, severity_for_share, speedup_if_removed
-from gpuopt.model.profile import DdpModel, Finding, Profile, RankEntry, StragglerEvidence
+from gpuopt.model.profile import (
+    CollectiveOp,
+    DdpModel,
+    Finding,
+    Profile,
+    RankEntry,
+    StragglerEvidence,
+)
 from gpuopt.model.records import BREAKDOWN_KEYS, given
 from gpuopt.units import fmt_bytes, fmt_duration, fmt_frac
 
@@ -169,13 +176,18 @@ def exposed_communication(profile: Profile) -> list[Finding]:
         "comm_s_per_step": round(comm_s, 6),
         "share": round(share, 4),
     }
-    fix, params = _overlap_fix(ddp, evidence)
+    top = _top_call(profile)
+    if top is not None and (ddp is None or top.origin != "ddp"):
+        ddp = None  # the script's own calls or FSDP's block longest: their fix, at their site
+        evidence.update(op=top.op, origin=top.origin, blocked_s_per_step=top.blocked_s_per_step)
+    fix, params = _overlap_fix(ddp, evidence) if ddp is not None else _call_fix(top)
+    site = ddp.site if ddp is not None else (top.site if top is not None else None)
     return [
         Finding(
             id="exposed-communication",
             severity=severity_for_share(share),
             title="Communication is not overlapped with compute",
-            site=ddp.site if ddp is not None else None,
+            site=site,
             evidence=evidence,
             fix=fix,
             est_speedup=speedup_if_removed(share, keep=0.5),
@@ -185,15 +197,37 @@ def exposed_communication(profile: Profile) -> list[Finding]:
     ]
 
 
-def _overlap_fix(ddp: DdpModel | None, evidence: dict[str, object]) -> tuple[str, dict[str, str]]:
-    """DDP's overlap knobs that this model does not use yet, with their values."""
-    if ddp is None:
+def _top_call(profile: Profile) -> CollectiveOp | None:
+    """The kind of call (not DDP's gradient all-reduce) that blocks this rank longest."""
+    dist = given(profile.distributed)
+    calls = [c for c in (dist.collectives if dist is not None else []) if c.blocked_s_per_step]
+    ddp = dist.ddp[0].exposed_s_per_step if dist is not None and dist.ddp else None
+    top = max(calls, key=lambda c: c.blocked_s_per_step or 0.0, default=None)
+    if top is None or (ddp is not None and ddp >= (top.blocked_s_per_step or 0.0)):
+        return None
+    return top
+
+
+def _call_fix(top: CollectiveOp | None) -> tuple[str, dict[str, str]]:
+    if top is not None and top.origin == "fsdp":
         return (
-            "Overlap the collectives with compute: issue them with async_op=True and wait() just "
-            "before the result is needed, or let DDP/FSDP do the gradient reduction (they "
-            "overlap it with backward).",
+            f"FSDP's {top.op} calls wait in the step: prefetch the next unit's all-gather "
+            "(FSDP: forward_prefetch=True, backward_prefetch=BackwardPrefetch.BACKWARD_PRE; "
+            "FSDP2: set_modules_to_forward_prefetch / set_modules_to_backward_prefetch), keep "
+            "the last units unsharded after forward (reshard_after_forward=False: more memory, "
+            "fewer all-gathers), or wrap larger units (fewer, larger collectives).",
             {},
         )
+    return (
+        "Overlap the collectives with compute: issue them with async_op=True and wait() just "
+        "before the result is needed (a logged loss: every N steps), or let DDP/FSDP do the "
+        "gradient reduction (they overlap it with backward).",
+        {},
+    )
+
+
+def _overlap_fix(ddp: DdpModel, evidence: dict[str, object]) -> tuple[str, dict[str, str]]:
+    """DDP's overlap knobs that this model does not use yet, with their values."""
     evidence.update(
         buckets=ddp.buckets,
         grad_bytes=ddp.grad_bytes,
