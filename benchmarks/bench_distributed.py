@@ -14,8 +14,9 @@ step times and a digest of the trained parameters):
   shared run directory; the ranks merged and the straggler named;
 * **cost**: the same balanced job (no plant) under plain torchrun and under ``gpuopt profile``,
   interleaved pair by pair: the script's own median step time on rank 0 and its parameter
-  digest (gpuopt's timed DDP hook must train bit for bit the same; world size 3 divides by a
-  number that is not a power of two).
+  digest (gpuopt's timed DDP hook must train bit for bit the same; with 3 ranks the scaling by
+  1/3 rounds, and ``gradient_as_bucket_view`` with gradients kept between steps takes DDP's
+  other scaling path).
 
     python benchmarks/bench_distributed.py [--repeats 5] [--markdown FILE]
 """
@@ -107,10 +108,10 @@ def two_nodes_run(tmp: Path) -> dict[str, Any]:
     }
 
 
-def cost_pair(world: int, tmp: Path) -> dict[str, Any]:
+def cost_pair(world: int, tmp: Path, extra: tuple[str, ...] = ()) -> dict[str, Any]:
     """Plain torchrun, then gpuopt, on the same balanced job: rank 0's median step (the
     script's own clock) and the parameter digest of every rank."""
-    base = [f"--nproc-per-node={world}", str(SCRIPT), "--steps", "40", "--extra-ms", "0"]
+    base = [f"--nproc-per-node={world}", str(SCRIPT), "--steps", "40", "--extra-ms", "0", *extra]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     plain = tmp / "plain"
     subprocess.run([PY, "-m", "torch.distributed.run", "--standalone", *base, "--truth",
@@ -191,15 +192,21 @@ def other_section(repeats: int, tmp: Path) -> list[str]:
 
 
 def cost_section(repeats: int, tmp: Path) -> list[str]:
-    rows = ["", "| ranks | pairs | median step, plain torchrun | median step, gpuopt profile | "
-            "ratio (median of pairs) | same parameters after training |",
-            "|---|---|---|---|---|---|"]  # fmt: skip
-    for world in (2, 3):
-        pairs = [cost_pair(world, tmp) for _ in range(repeats)]
+    rows = ["", "| ranks | DDP | pairs | median step, plain torchrun | median step, gpuopt "
+            "profile | ratio (median of pairs) | same parameters after training |",
+            "|---|---|---|---|---|---|---|"]  # fmt: skip
+    configs: tuple[tuple[int, tuple[str, ...], str], ...] = (
+        (2, (), "default"),
+        (3, (), "default"),
+        (3, ("--bucket-view", "--keep-grads"), "gradient_as_bucket_view, grads kept"),
+    )
+    for world, extra, label in configs:
+        pairs = [cost_pair(world, tmp, extra) for _ in range(repeats)]
         ratio = statistics.median(p["gpuopt_ms"] / p["plain_ms"] for p in pairs)
         same = sum(p["same_params"] for p in pairs)
         rows.append(
-            f"| {world} | {len(pairs)} | {statistics.median(p['plain_ms'] for p in pairs):.2f} ms"
+            f"| {world} | {label} | {len(pairs)} | "
+            f"{statistics.median(p['plain_ms'] for p in pairs):.2f} ms"
             f" | {statistics.median(p['gpuopt_ms'] for p in pairs):.2f} ms | {ratio:.3f} | "
             f"**{same}/{len(pairs)}** |"
         )

@@ -132,6 +132,9 @@ class DdpCapture:
     # the buckets of each all-reduce round not yet closed, by step (a round starts at bucket 0)
     rounds: dict[int, list[list[Timed]]] = field(default_factory=dict)
     model: Any = None  # a weak reference to the module
+    # gradient_as_bucket_view: the parameters whose gradient existed when the training forward
+    # began (the reducer then finds it already in its bucket and divides it there)
+    held_grads: set[int] | None = None
 
     def step(self, index: int) -> DdpStep:
         st = self.steps.get(index)
@@ -526,6 +529,8 @@ class CollectiveProbe:
 
             if torch.is_grad_enabled() and module.training:
                 d.step(probe.step).forwards += 1
+                if getattr(module, "gradient_as_bucket_view", False):
+                    d.held_grads = {id(p) for p in module.parameters() if p.grad is not None}
             if not d.installed and d.builtin_hook is None and probe.active:
                 d.installed = True  # once, whatever happens next
                 try:
@@ -551,7 +556,7 @@ class CollectiveProbe:
                 if user_hook is not None:
                     work, fut = None, user_hook(state, bucket)
                 else:
-                    work, fut = _default_allreduce(d.process_group, bucket)
+                    work, fut = _default_allreduce(d.process_group, bucket, d.held_grads)
             finally:
                 local.depth = 0
             index = int(bucket.index())
@@ -722,18 +727,28 @@ def _payload_bytes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
     return max((_nbytes(v) for v in values), default=0)
 
 
-def _default_allreduce(group: Any, bucket: Any) -> tuple[Any, Any]:
-    """DDP's default all-reduce, bit for bit: the reducer without a hook multiplies each
-    gradient by ``1 / group size`` (a double scalar) as it copies it into the bucket, then sums
-    the buckets across ranks; here the bucket (the gradients copied as they are) is multiplied
-    by the same scalar, then summed. (``default_hooks.allreduce_hook`` divides instead, which
-    rounds differently when the size is not a power of two.) Returns the work and its future
-    (whose value is ``[bucket]``: the hook hands DDP the tensor)."""
+def _default_allreduce(group: Any, bucket: Any, held: set[int] | None) -> tuple[Any, Any]:
+    """DDP's default all-reduce, bit for bit. The reducer without a hook scales each gradient
+    by the group size N before the buckets are summed across ranks: a gradient it copies into
+    the bucket is multiplied by ``1/N`` (a double scalar) on the way, one it finds there already
+    (``gradient_as_bucket_view=True`` and a gradient kept from the last step, ``held``) is
+    divided by N in place. Here the gradients are in the bucket as they are, and each slice is
+    scaled the way the reducer would have scaled it. (``default_hooks.allreduce_hook`` divides
+    the whole bucket, which rounds differently when N is not a power of two.) Returns the work
+    and its future (whose value is ``[bucket]``: the hook hands DDP the tensor)."""
     import torch.distributed as dist
 
     group_to_use: Any = group if group is not None else dist.group.WORLD
+    n = group_to_use.size()
     buf = bucket.buffer()
-    buf.mul_(1.0 / group_to_use.size())
+    if not held:
+        buf.mul_(1.0 / n)
+    else:
+        for param, grad in zip(bucket.parameters(), bucket.gradients(), strict=True):
+            if id(param) in held:
+                grad.div_(n)
+            else:
+                grad.mul_(1.0 / n)
     work = dist.all_reduce(buf, group=group_to_use, async_op=True)
     return work, work.get_future()
 

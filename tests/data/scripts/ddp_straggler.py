@@ -12,7 +12,8 @@ profiler sees as DataLoader wait). Every rank times its own sleeps and the whole
 a test compares gpuopt's numbers with the script's own (and a run without gpuopt with one with it). ``--crash-rank R --crash-step S`` raises on rank R at step S.
 ``--accumulate K``: K micro-batches per optimizer step, each all-reducing its gradients unless
 ``--no-sync`` (then all but the last run under ``model.no_sync()``); ``--layers`` and
-``--bucket-cap-mb`` shape DDP's buckets.
+``--bucket-cap-mb`` shape DDP's buckets; ``--bucket-view`` (``gradient_as_bucket_view=True``) with
+``--keep-grads`` (``zero_grad(set_to_none=False)``) takes DDP's other scaling path.
 """
 import argparse
 import hashlib
@@ -38,6 +39,8 @@ ap.add_argument("--accumulate", type=int, default=1)
 ap.add_argument("--no-sync", action="store_true")
 ap.add_argument("--layers", type=int, default=1)
 ap.add_argument("--bucket-cap-mb", type=float, default=25.0)
+ap.add_argument("--bucket-view", action="store_true")  # gradient_as_bucket_view=True
+ap.add_argument("--keep-grads", action="store_true")  # zero_grad(set_to_none=False)
 args = ap.parse_args()
 
 dist.init_process_group("gloo")
@@ -66,7 +69,7 @@ class Batches(Dataset):
 torch.manual_seed(0)
 hidden = [m for _ in range(args.layers - 1) for m in (torch.nn.Linear(128, 128), torch.nn.ReLU())]
 net = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), *hidden, torch.nn.Linear(128, 4))
-model = DDP(net, bucket_cap_mb=args.bucket_cap_mb)  # ddp
+model = DDP(net, bucket_cap_mb=args.bucket_cap_mb, gradient_as_bucket_view=args.bucket_view)  # ddp
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 loader = DataLoader(Batches(), batch_size=16 // args.accumulate)
 step_times = []
@@ -77,7 +80,7 @@ for step, (x, y) in enumerate(loader):  # step: a micro-batch
     if slow and args.where == "loop" and step % args.accumulate == 0:
         plant()
     if step % args.accumulate == 0:
-        opt.zero_grad()
+        opt.zero_grad(set_to_none=not args.keep_grads)
     last = step % args.accumulate == args.accumulate - 1
     if args.no_sync and not last:
         with model.no_sync():
