@@ -103,11 +103,14 @@ def test_a_crashing_rank_is_named_and_the_others_profiles_written(tmp_path: Path
     assert r.returncode != 0
     doc = _doc(out)
     assert doc["status"] == "error" and doc["exit_code"] == r.returncode
-    assert doc["error"]["message"].startswith("rank 1 failed: RuntimeError: planted crash")
+    assert doc["error"] == {
+        "type": "RuntimeError",
+        "message": "rank 1 failed: planted crash on rank 1 at step 4",
+    }
     assert [e["status"] for e in doc["ranks"]] == ["error", "error"]
     assert (out / "rank-0" / "profile.json").exists()
     assert _doc(out / "rank-0")["steps"]["count"] >= 3  # its steps before the crash are kept
-    assert "rank 1 failed: RuntimeError: planted crash on rank 1 at step 4" in r.stdout
+    assert "RuntimeError: rank 1 failed: planted crash on rank 1 at step 4" in r.stdout
 
 
 def _node(node: int, out: Path, port: int, tmp_path: Path, *extra: str) -> subprocess.Popen[str]:

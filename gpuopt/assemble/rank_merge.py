@@ -203,7 +203,8 @@ def _failure(doc: Profile, entries: list[RankEntry]) -> None:
     causes = [e for e in failed if (err := given(e.error)) is None or not _is_consequence(err)]
     root = (causes or failed)[0]
     err = given(root.error)
-    how = f"{err.type}: {err.message}" if err else f"exit code {given(root.exit_code)}"
+    # shown as "<type>: <message>": "RuntimeError: rank 1 failed: CUDA out of memory"
+    how = _first_line(err.message) if err else f"exit code {given(root.exit_code)}"
     doc.error = RunError(
         type=err.type if err else "RankFailed", message=f"rank {root.rank} failed: {how}"
     )
