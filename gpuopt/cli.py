@@ -69,6 +69,9 @@ def _root(
     """gpuopt: profile a training script, read its traces, and fix what leaves the GPU idle."""
 
 
+_TR = "torchrun (multi-process and multi-node runs)"
+
+
 @app.command(
     context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
     help=(
@@ -126,6 +129,41 @@ def profile(
         "--record-losses",
         help="Keep every step's loss (read once at the end) and a digest of the parameters.",
     ),
+    nnodes: str | None = typer.Option(
+        None, "--nnodes", help="torchrun: number of nodes, N or MIN:MAX.", rich_help_panel=_TR
+    ),
+    node_rank: int | None = typer.Option(
+        None, "--node-rank", min=0, help="torchrun: this node's rank.", rich_help_panel=_TR
+    ),
+    rdzv_backend: str | None = typer.Option(
+        None, "--rdzv-backend", help="torchrun: rendezvous backend (c10d).", rich_help_panel=_TR
+    ),
+    rdzv_endpoint: str | None = typer.Option(
+        None, "--rdzv-endpoint", help="torchrun: rendezvous HOST[:PORT].", rich_help_panel=_TR
+    ),
+    rdzv_id: str | None = typer.Option(
+        None, "--rdzv-id", help="torchrun: the job's id.", rich_help_panel=_TR
+    ),
+    master_addr: str | None = typer.Option(
+        None, "--master-addr", help="torchrun: rank 0's address.", rich_help_panel=_TR
+    ),
+    master_port: int | None = typer.Option(
+        None,
+        "--master-port",
+        min=1,
+        max=65535,
+        help="torchrun: rank 0's port.",
+        rich_help_panel=_TR,
+    ),
+    max_restarts: int | None = typer.Option(
+        None, "--max-restarts", min=0, help="torchrun: restarts on failure.", rich_help_panel=_TR
+    ),
+    torchrun_arg: list[str] | None = typer.Option(
+        None,
+        "--torchrun-arg",
+        help="Any other torchrun option, as one argument (--torchrun-arg=--log-dir=logs).",
+        rich_help_panel=_TR,
+    ),
 ) -> None:
     args = list(script_and_args or [])
     if args and args[0] == "--":
@@ -138,7 +176,7 @@ def profile(
                 f"unknown option {args[0]!r} for gpuopt profile; options of gpuopt go before "
                 "SCRIPT, see gpuopt profile --help"
             )
-    from gpuopt.runner.options import ProfileOptions
+    from gpuopt.runner.options import ProfileOptions, TorchrunOptions
     from gpuopt.runner.profile_command import run_profile
 
     opts = ProfileOptions(
@@ -157,6 +195,17 @@ def profile(
         fixes=fixes,
         seed=seed,
         record_losses=record_losses,
+        torchrun=TorchrunOptions(
+            nnodes=nnodes,
+            node_rank=node_rank,
+            rdzv_backend=rdzv_backend,
+            rdzv_endpoint=rdzv_endpoint,
+            rdzv_id=rdzv_id,
+            master_addr=master_addr,
+            master_port=master_port,
+            max_restarts=max_restarts,
+            extra=list(torchrun_arg or []),
+        ),
     )
     run_profile(opts)
 
@@ -201,14 +250,16 @@ def run_command(
     cls=_Command,
     help=(
         "Render a run directory, a profile.json, or PyTorch profiler traces (file or folder of "
-        "ranks). Never re-runs anything."
+        "ranks); several run directories of one multi-node job are merged. Never re-runs "
+        "anything."
     ),
 )
 def report(
-    path: Path = typer.Argument(
+    paths: list[Path] = typer.Argument(
         ...,
-        metavar="PATH",
-        help="Run directory, profile.json, trace .json/.json.gz, or a folder of per-rank traces.",
+        metavar="PATH...",
+        help="Run directory, profile.json, trace .json/.json.gz, or a folder of per-rank traces; "
+        "or the run directories of one job's nodes (merged).",
     ),
     fmt: ReportFormat | None = typer.Option(
         None,
@@ -224,7 +275,7 @@ def report(
 
     global _quick_exit
     _quick_exit = True  # runs no user code: see main()
-    run_report(path, fmt.value if fmt else None, output)
+    run_report(paths[0] if len(paths) == 1 else paths, fmt.value if fmt else None, output)
 
 
 @app.command(

@@ -46,6 +46,15 @@ _PROFILE_VALUED = {
     "--seed",
     "--fix",
     "--baseline",
+    "--nnodes",
+    "--node-rank",
+    "--rdzv-backend",
+    "--rdzv-endpoint",
+    "--rdzv-id",
+    "--master-addr",
+    "--master-port",
+    "--max-restarts",
+    "--torchrun-arg",
 }
 
 

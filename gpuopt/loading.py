@@ -3,7 +3,9 @@
 * a run directory, or a ``profile.json`` (any file whose first bytes name the schema): decoded
   and validated (:func:`gpuopt.model.document.load_profile`);
 * a PyTorch profiler (Kineto) trace, ``.json`` or ``.json.gz``, or a folder of per-rank traces:
-  analysed into a profile (:mod:`gpuopt.trace` measures, the assembly builds the document).
+  analysed into a profile (:mod:`gpuopt.trace` measures, the assembly builds the document);
+* several run directories of one multi-rank job (one per node, each with its ``rank-N``
+  directories): its ranks merged into one profile (:func:`load_job`).
 
 Bad input of any kind is a one-line :class:`~gpuopt.errors.GpuoptError`; nothing is executed or
 unpickled.
@@ -11,11 +13,13 @@ unpickled.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from gpuopt.errors import GpuoptError
 from gpuopt.model.document import load_profile
 from gpuopt.model.profile import Profile
+from gpuopt.model.records import given
 
 TRACE_SUFFIXES = (".json.gz", ".json")
 
@@ -64,3 +68,80 @@ def _from_traces(path: Path) -> Profile:
     from gpuopt.findings.engine import add_findings
 
     return add_findings(profile_from_traces(path))
+
+
+PROFILE_NAME = "profile.json"
+
+
+def rank_profiles(out: Path, shown: str = "") -> list[tuple[str, Profile]]:
+    """Each rank's run directory under ``out`` (``rank-N``; named relative to ``out``, or under
+    ``shown`` when given) and its profile, in rank order; a rank whose profile cannot be read is
+    left out with a one-line note on stderr."""
+    ranked = sorted(
+        (k, p)
+        for p in out.glob("rank-*")
+        if (k := _rank_of(p)) is not None and (p / PROFILE_NAME).exists()
+    )
+    found: list[tuple[str, Profile]] = []
+    for _, d in ranked:
+        try:
+            name = d.name if not shown else f"{shown}/{d.name}"
+            found.append((name, load_profile(d)))
+        except GpuoptError as exc:
+            print(f"gpuopt: {exc}", file=sys.stderr)
+    return found
+
+
+def _rank_of(p: Path) -> int | None:
+    tail = p.name.split("-", 1)[1] if "-" in p.name else ""
+    return int(tail) if tail.isdigit() and p.is_dir() else None
+
+
+def job_ranks(paths: list[Path]) -> list[tuple[str, Profile]] | None:
+    """The ranks of several run directories when they are the nodes of one multi-rank job
+    (each holds ``rank-N`` directories; one job id and world size; no rank twice), else None."""
+    found: list[tuple[str, Profile]] = []
+    for path in paths:
+        if not path.is_dir():
+            return None
+        ranks = rank_profiles(path, shown=str(path))
+        if not ranks:
+            return None
+        found += ranks
+    jobs = {(d.job_id, d.world_size) for _, p in found if (d := given(p.distributed)) is not None}
+    if len(jobs) > 1:
+        return None
+    seen: dict[int, str] = {}
+    for name, p in found:
+        k = p.rank if isinstance(p.rank, int) else -1
+        if k in seen:
+            raise GpuoptError(f"rank {k} is in two directories: {seen[k]} and {name}")
+        seen[k] = name
+    return sorted(found, key=lambda rp: rp[1].rank if isinstance(rp[1].rank, int) else -1)
+
+
+def load_job(paths: list[Path]) -> Profile:
+    """One profile of a multi-rank job from the run directories of its nodes (each node's
+    ``gpuopt profile -o DIR``): every rank merged as if they had shared one directory, findings
+    evaluated. The job's exit code is the first non-zero one its nodes' launchers recorded."""
+    for path in paths:
+        if not path.exists():
+            raise GpuoptError(f"{path}: no such file or directory")
+    ranks = job_ranks(paths)
+    if ranks is None:
+        raise GpuoptError(
+            "several paths are merged only when they are the run directories of one multi-rank "
+            "job (each with rank-N directories, one job id); render the others one at a time"
+        )
+    from gpuopt.assemble.rank_merge import merge_ranks
+    from gpuopt.findings.engine import add_findings
+
+    codes = []
+    for path in paths:
+        try:
+            codes.append(load_profile(path).exit_code)
+        except GpuoptError:
+            continue  # a node whose launcher wrote no merge: its ranks still count
+    code = next((c for c in codes if c), 0)
+    first = ranks[0][1]
+    return add_findings(merge_ranks(ranks, code, first.script, list(first.argv)))

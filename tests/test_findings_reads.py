@@ -74,7 +74,41 @@ def _crafted() -> list[Profile]:
         "ragged": shapes,
         "dataloaders": [loader("train.py:20", batch_size=4, pin_memory=True, wait_s_per_step=0.0)],
     }
-    return [msgspec.convert(doc, Profile)]
+    # a GPU job's DDP model with many small buckets on NVLink (values as the merge writes them)
+    job = {
+        "steps": {"count": 20, "measured": 18, "time_s": {"mean": 0.05, "median": 0.05}},
+        "distributed": {
+            "backend": "nccl",
+            "world_size": 8,
+            "rank": 0,
+            "ddp": [
+                {
+                    "site": "train.py:40",
+                    "buckets": 12,
+                    "bucket_bytes": [2**18] * 12,
+                    "bucket_time_s": [0.001] * 12,
+                    "grad_bytes": 12 * 2**18,
+                    "bucket_cap_bytes": 2**18,
+                    "exposed_s_per_step": 0.01,
+                }
+            ],
+            "ring": {
+                "model": "Ring-AllReduce",
+                "world_size": 8,
+                "bytes": 12 * 2**18,
+                "time_s": 0.012,
+                "algo_gbps": 0.26,
+                "bus_gbps": 0.46,
+                "buckets": 12,
+                "nominal_gbps": 450.0,
+                "nominal_source": "NVIDIA H100: NVLink 4 (18 links), per direction",
+                "efficiency": 0.001,
+                "latency_s": 0.0008,
+                "bandwidth_gbps": 1.3,
+            },
+        },
+    }
+    return [msgspec.convert(doc, Profile), msgspec.convert(job, Profile)]
 
 
 def _only(profile: Profile, fields: tuple[str, ...]) -> Profile:

@@ -21,7 +21,10 @@ difference into "host overhead". The run's step series comes from the assembly (
 probe's waits), so :func:`summarize` is called once the run's steps are known. It reads the
 user's files (sites, loops): the caller turns anything it raises into a warning.
 ``between_ops_share`` is ``between`` over the time that is not waiting (data, syncs, copies), the
-convention ``breakdown.other`` uses; ``between_ops_step_share`` is over the whole step.
+convention ``breakdown.other`` uses; ``between_ops_step_share`` is over the whole step. On one rank
+of several, the time the step was blocked in collectives (the series' ``collective_s``: DDP's
+exposed all-reduce, an explicit call's wait) is waiting too: it would otherwise be counted
+between ops (a blocked collective is no op's time: its op returns, then the rank waits).
 """
 
 from __future__ import annotations
@@ -97,6 +100,16 @@ def _near_bound(series: list[StepRecord], window: list[int]) -> tuple[float, flo
 
 def _wait_s(r: StepRecord) -> float:
     return float(r.data_wait_s) if isinstance(r.data_wait_s, (int, float)) else 0.0
+
+
+def _collectives(series: list[StepRecord], window: list[int]) -> list[float]:
+    """Seconds each window step was blocked in collectives (0 where the series has none)."""
+    by_index = {r.index: r.collective_s for r in series}
+    out: list[float] = []
+    for i in window:
+        v = by_index.get(i)
+        out.append(float(v) if isinstance(v, (int, float)) else 0.0)
+    return out
 
 
 def _waits(series: list[StepRecord], window: list[int]) -> list[float | None]:
@@ -178,8 +191,9 @@ def summarize(capture: RecorderCapture, series: list[StepRecord]) -> HostSummary
     total = engine.total
     sites = _Sites(engine.resolver, engine.loops)
     waits = _waits(series, indices)
+    colls = _collectives(series, indices)
     bound = _near_bound(series, indices)
-    dispatch, wall, host_scale = _dispatch(engine, total, cal, steps, waits, bound, first)
+    dispatch, wall, host_scale = _dispatch(engine, total, cal, steps, (waits, colls), bound, first)
     dispatch.top_sites = _top_sites(total, sites, steps, wall, cal, host_scale)
     if ragged is not None:
         ragged.step_signatures_distinct = len({c.signature for c in engine.step_counters})
@@ -210,7 +224,11 @@ def _no_step_note(capture: RecorderCapture) -> str:
 
 
 def _split(
-    t: StepCounters, cal: Calibration, wait: float | None, bound: tuple[float, float] | None
+    t: StepCounters,
+    cal: Calibration,
+    wait: float | None,
+    bound: tuple[float, float] | None,
+    coll: float = 0.0,
 ) -> dict[str, float]:
     """Where the time of one recorded step ``t`` went, from that step, the recorder's cost
     removed. ``wait``: the DataLoader probe's wait in that step. ``bound``: step time and data
@@ -220,7 +238,11 @@ def _split(
     and its data wait taken from the same neighbours; the host time left is split as below, so
     the split adds up to the step. The cap only ever lowers the
     step's time: a run that slows down later (a neighbour's load rising) changes nothing, and
-    one that speeds up can only under-report host time."""
+    one that speeds up can only under-report host time. ``coll``: the step's time blocked in
+    collectives, waiting like the data wait: it comes out of the time between ops (a blocked
+    collective is no op's time), at most all of it. In the window a rank also waits for the
+    recorder's cost on the other ranks, which its own cost model cannot remove: the op time,
+    measured op by op, stands, and the collective time is what is left of the step."""
     inflation = cal.inflation_us * 1e-6
     op_time = max(t.op_s - t.ops * inflation, 0.0)
     sync_calls = sum(v[1] for k, v in t.syncs.items() if k[0] == "synchronize")
@@ -245,7 +267,8 @@ def _split(
     busy = max(wall - data - sync_calls, 0.0)
     measured_ops = op_time
     op_time = min(op_time, busy)
-    between = busy - op_time
+    coll = min(max(coll, 0.0), busy - op_time)
+    between = busy - op_time - coll
     return {
         "overhead": overhead,
         "capped": float(wall < own),
@@ -256,8 +279,9 @@ def _split(
         "h2d": h2d,
         "data": data,
         "sync_calls": sync_calls,
+        "coll": coll,
         "between": between,
-        "not_waiting": max(wall - data - t.sync_s - h2d, 1e-9),
+        "not_waiting": max(wall - data - t.sync_s - h2d - coll, op_time + between, 1e-9),
     }
 
 
@@ -284,16 +308,24 @@ def _dispatch(
     t: StepCounters,
     cal: Calibration,
     steps: int,
-    waits: list[float | None],
+    waiting: tuple[list[float | None], list[float]],
     bound: tuple[float, float] | None,
     window_start: int,
 ) -> tuple[Dispatch, float, float]:
     """The ``dispatch`` record, the window's total step time (for the other shares), both from
-    the recorded steps (``waits``: the DataLoader probe's wait in each of them; ``bound``: the
+    the recorded steps (``waiting``: the DataLoader probe's wait in each of them, and the time
+    each was blocked in collectives; ``bound``: the
     cap of :func:`_split`), and the factor the cap scaled the window's op time by (per-site
     host times are scaled alike)."""
+    waits, colls = waiting
     per = [
-        _split(c, cal, waits[i] if i < len(waits) else None, bound)
+        _split(
+            c,
+            cal,
+            waits[i] if i < len(waits) else None,
+            bound,
+            colls[i] if i < len(colls) else 0.0,
+        )
         for i, c in enumerate(engine.step_counters)
     ]
     capped = int(sum(p["capped"] for p in per))
@@ -306,7 +338,9 @@ def _dispatch(
     wall, op_time, h2d_time, data_wait, sync_calls, overhead = (
         sum(p[k] for p in per) for k in ("wall", "op_time", "h2d", "data", "sync_calls", "overhead")
     )
-    between = max(wall - data_wait - sync_calls - op_time, 0.0)  # the window's split adds up
+    coll = sum(p["coll"] for p in per)
+    # the window's split adds up
+    between = max(wall - data_wait - sync_calls - coll - op_time, 0.0)
     out = Dispatch(
         ops_per_step=per_step(t.ops, steps, 1),
         mean_op_us=round(op_time / t.ops * 1e6, 2) if t.ops else None,
@@ -351,6 +385,8 @@ def _dispatch(
         calibrated_op_us=round(cal.op_us_without_recorder, 2),
         note=TIME_NOTE,
     )
+    if coll > 0:
+        out.collective_us_per_step = _us(coll, steps)
     measured = sum(p["ops_measured"] for p in per)
     host_scale = min(1.0, op_time / measured) if measured > 0 else 1.0
     return out, wall, host_scale

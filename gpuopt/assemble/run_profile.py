@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuopt.assemble import step_stats
+from gpuopt.assemble.distributed_run import distributed_record, step_collective_s
 from gpuopt.assemble.host_summary import summarize
 from gpuopt.assemble.run_record import RunRecord
 from gpuopt.errors import GpuoptError
@@ -49,6 +50,8 @@ def assemble_run(rec: RunRecord) -> Profile:
         p.training = rec.training
     if rec.fixes_applied:
         p.fixes_applied = list(rec.fixes_applied)
+    if rec.collectives is not None:
+        p.distributed = distributed_record(rec.collectives, timeline.measured)
     reported: list[str] = []
     if rec.utilization is not None:
         p.utilization = rec.utilization
@@ -111,8 +114,11 @@ def _step_timeline(rec: RunRecord) -> _StepTimeline:
     # had no more steps than --warmup, since the statistics then include them.
     warmup = rec.warmup if len(ends) > rec.warmup else 0
     series = step_stats.series(step0_start, rec.t_start, ends, warmup, waits)
+    coll = step_collective_s(rec.collectives) if rec.collectives is not None else None
     for r in series:
         r.instrumented = r.index in rec.instrumented
+        if coll is not None:
+            r.collective_s = round(coll.get(r.index, 0.0), 6)
     steps = Steps(
         count=len(ends),
         measured=len(measured),
@@ -145,12 +151,17 @@ def _breakdown(rec: RunRecord, timeline: _StepTimeline, d: Dispatch) -> Breakdow
     h2d = d.h2d_share if isinstance(d.h2d_share, float) else 0.0
     sync = d.sync_share if isinstance(d.sync_share, float) else 0.0
     between = d.between_ops_share if isinstance(d.between_ops_share, float) else None
+    collective = None
+    if rec.collectives is not None:
+        coll = step_collective_s(rec.collectives)
+        collective = [min(coll.get(i, 0.0), times[i]) for i in measured]
     return step_stats.breakdown(
         m_times,
         m_waits,
         h2d=[h2d * t for t in m_times] if h2d else None,
         sync=[sync * t for t in m_times] if sync else None,
         other_share=between,
+        collective=collective,
     )
 
 

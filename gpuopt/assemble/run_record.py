@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpuopt.model.profile import Environment, RunError, Status, TrainingRecord, Utilization
+from gpuopt.probes.collectives import CollectiveCapture
 from gpuopt.probes.dataloader import DataLoaderWaits
 from gpuopt.probes.profiler_window import WindowResult
 from gpuopt.probes.recorder import RecorderCapture
@@ -46,3 +47,4 @@ class RunRecord:
     warnings: list[str] = field(default_factory=list)  # probes that failed to start or stop
     training: TrainingRecord | None = None  # --record-losses
     fixes_applied: list[str] = field(default_factory=list)  # --fixes DIR
+    collectives: CollectiveCapture | None = None  # one rank of several: its collectives

@@ -55,26 +55,33 @@ def breakdown(
     h2d: list[float] | None = None,
     sync: list[float] | None = None,
     other_share: float | None = None,
+    collective: list[float] | None = None,
 ) -> Breakdown:
-    """Fractions of measured step time: data_wait, h2d, sync, compute, other (sum to 1).
+    """Fractions of measured step time: data_wait, h2d, sync, compute, other (sum to 1), and
+    ``collective`` when ``collective`` is given (one rank of several).
 
-    ``data_wait``, ``h2d`` and ``sync`` are measured seconds per step. ``other_share`` is the
-    measured share of the remaining (non-waiting) time spent *between* ops — host overhead — when
-    the recorder measured it; without it, all remaining time is counted as compute.
+    ``data_wait``, ``h2d``, ``sync`` and ``collective`` are measured seconds per step.
+    ``other_share`` is the measured share of the remaining (non-waiting) time spent *between* ops
+    — host overhead — when the recorder measured it; without it, all remaining time is counted
+    as compute.
     """
     total = sum(times)
     if total <= 0:
-        return Breakdown()
+        return Breakdown() if collective is None else Breakdown(collective=0.0)
     dw = min(sum(data_wait), total) / total
     hd = min(sum(h2d or []), total) / total
     sy = min(sum(sync or []), total) / total
-    waiting = dw + hd + sy
+    co = min(sum(collective or []), total) / total
+    waiting = dw + hd + sy + co
     if waiting > 1.0:  # overlapping measurements: scale so the parts still sum to 1
-        dw, hd, sy = dw / waiting, hd / waiting, sy / waiting
+        dw, hd, sy, co = dw / waiting, hd / waiting, sy / waiting, co / waiting
         waiting = 1.0
     rest = 1.0 - waiting
     other = rest * min(max(other_share or 0.0, 0.0), 1.0)
-    return Breakdown(data_wait=dw, h2d=hd, sync=sy, compute=rest - other, other=other)
+    out = Breakdown(data_wait=dw, h2d=hd, sync=sy, compute=rest - other, other=other)
+    if collective is not None:
+        out.collective = co
+    return out
 
 
 def series(

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from msgspec.structs import fields
 
 from gpuopt.model.records import (
-    BREAKDOWN_KEYS,
+    BREAKDOWN_PARTS,
     Breakdown,
     DataLoaderInfo,
     Finding,
@@ -69,7 +69,10 @@ RANK_COLUMNS = (
     "steps",
     "step_time_median_s",
     "collective_s_per_step",
-    *BREAKDOWN_KEYS,
+    "collective_wait_s_per_step",
+    "collective_comm_s_per_step",
+    "own_work_s_per_step",
+    *BREAKDOWN_PARTS,
 )
 
 
@@ -150,8 +153,13 @@ def _rank_rows(ranks: list[RankEntry] | None) -> list[dict[str, Any]]:
             "steps": r.steps,
             "step_time_median_s": given(r.step_time_median_s),
             "collective_s_per_step": r.collective_s_per_step,
+            "collective_wait_s_per_step": given(r.collective_wait_s_per_step),
+            "collective_comm_s_per_step": given(r.collective_comm_s_per_step),
+            "own_work_s_per_step": given(r.own_work_s_per_step),
         }
-        row.update({k: getattr(r.breakdown, k) if r.breakdown else None for k in BREAKDOWN_KEYS})
+        row.update(
+            {k: given(getattr(r.breakdown, k)) if r.breakdown else None for k in BREAKDOWN_PARTS}
+        )
         rows.append(row)
     return rows
 

@@ -21,12 +21,16 @@ from msgspec import UNSET, UnsetType, field
 
 from gpuopt.model.records import (
     BREAKDOWN_KEYS,
+    BREAKDOWN_PARTS,
     SCHEMA,
     Breakdown,
+    CollectiveOp,
     Count,
     CpuUtilization,
     DataLoaderInfo,
+    DdpModel,
     Dispatch,
+    DistributedRun,
     Environment,
     Evidence,
     Finding,
@@ -43,6 +47,7 @@ from gpuopt.model.records import (
     RankEntry,
     RankSpread,
     Record,
+    RingAllReduce,
     RunError,
     Scalar,
     Severity,
@@ -52,6 +57,7 @@ from gpuopt.model.records import (
     StepRecord,
     Steps,
     StepTimes,
+    StragglerEvidence,
     Sync,
     Table,
     Timeline,
@@ -69,10 +75,14 @@ if TYPE_CHECKING:
 __all__ = [
     "Breakdown",
     "BREAKDOWN_KEYS",
+    "BREAKDOWN_PARTS",
+    "CollectiveOp",
     "Count",
     "CpuUtilization",
     "DataLoaderInfo",
+    "DdpModel",
     "Dispatch",
+    "DistributedRun",
     "Environment",
     "Evidence",
     "Finding",
@@ -90,6 +100,7 @@ __all__ = [
     "RankEntry",
     "RankSpread",
     "Record",
+    "RingAllReduce",
     "RunError",
     "Scalar",
     "SCHEMA",
@@ -100,6 +111,7 @@ __all__ = [
     "StepRecord",
     "Steps",
     "StepTimes",
+    "StragglerEvidence",
     "Sync",
     "Table",
     "Timeline",
@@ -148,6 +160,8 @@ class Profile(Record):
     # --record-losses: the losses and the parameters' digest, for gpuopt optimize's verification
     training: TrainingRecord | UnsetType = UNSET
     fixes_applied: list[str] | UnsetType = UNSET  # --fixes DIR: the run-time fixes patched in
+    # multi-rank runs: this rank's collectives and DDP buckets (a merged document: the job's)
+    distributed: DistributedRun | UnsetType = UNSET
 
     def frames(self) -> dict[str, pd.DataFrame]:
         """The document as pandas DataFrames: ``steps`` (one row per step), ``breakdown``,

@@ -1,5 +1,6 @@
 """The records a profile document is made of: steps, breakdown, utilization, copies, syncs,
-dispatch, loops, findings, GPU ranks, DataLoaders, batch shapes.
+dispatch, loops, findings, GPU ranks, DataLoaders, batch shapes, distributed runs (collectives,
+DDP's gradient buckets, the Ring-AllReduce estimate, the straggler's evidence).
 :class:`gpuopt.model.profile.Profile` puts them together; see there for what a field typed
 ``X | UnsetType`` means. Units are in the names: ``_s`` seconds, ``_us`` microseconds, ``_bytes``
 bytes, ``_pct`` percent (0-100); ``share`` and the breakdown are fractions of measured step time
@@ -48,6 +49,11 @@ def set_fields(record: Struct) -> list[tuple[str, Any]]:
     ]
 
 
+class RunError(Record):
+    type: str
+    message: str
+
+
 class GpuInfo(Record):
     name: str
     memory_bytes: int | None = None
@@ -81,6 +87,10 @@ class StepRecord(Record):
     h2d_s: float | UnsetType = UNSET
     sync_s: float | UnsetType = UNSET
     instrumented: bool | UnsetType = UNSET
+    # multi-rank runs: the time this rank's code was blocked in collectives during the step
+    # (explicit calls' time in the call or in ``work.wait()``, DDP's gradient all-reduce after
+    # backward's compute ended: the part not overlapped)
+    collective_s: float | UnsetType = UNSET
 
 
 class Steps(Record):
@@ -96,19 +106,29 @@ class Steps(Record):
 
 
 class Breakdown(Record):
-    """Fractions of measured step time; they sum to 1 (all 0 when nothing was measured)."""
+    """Fractions of measured step time; they sum to 1 (all 0 when nothing was measured).
+
+    ``collective`` is only on multi-rank runs: the time blocked in collectives (communicating and
+    waiting for slower ranks), which "compute" and "other" would otherwise swallow."""
 
     data_wait: float = 0.0
     h2d: float = 0.0
     sync: float = 0.0
     compute: float = 0.0
     other: float = 0.0
+    collective: float | UnsetType = UNSET
 
     def items(self) -> list[tuple[str, float]]:
-        return [(k, getattr(self, k)) for k in BREAKDOWN_KEYS]
+        """``(key, fraction)`` of every part the breakdown has (``collective`` where set)."""
+        out = [(k, getattr(self, k)) for k in BREAKDOWN_KEYS]
+        if not isinstance(self.collective, UnsetType):
+            out.append(("collective", self.collective))
+        return out
 
 
 BREAKDOWN_KEYS: tuple[str, ...] = ("data_wait", "h2d", "sync", "compute", "other")
+# every part a breakdown may have: ``collective`` on multi-rank runs only
+BREAKDOWN_PARTS: tuple[str, ...] = (*BREAKDOWN_KEYS, "collective")
 
 
 class MeanMax(Record):
@@ -225,6 +245,8 @@ class Dispatch(Record):
     data_wait_source: str | UnsetType = UNSET
     sync_us_per_step: float | UnsetType = UNSET
     sync_share: float | UnsetType = UNSET
+    # one rank of several: the window's time blocked in collectives, out of between ops
+    collective_us_per_step: float | UnsetType = UNSET
     h2d_us_per_step: float | UnsetType = UNSET
     h2d_share: float | UnsetType = UNSET
     window_start: int | UnsetType = UNSET
@@ -320,7 +342,15 @@ class GpuRank(Record):
 
 
 class RankEntry(Record):
-    """One rank of a multi-process run or of a folder of per-rank traces."""
+    """One rank of a multi-process run or of a folder of per-rank traces.
+
+    Per-step times are means over the rank's measured steps. ``collective_s_per_step`` is the
+    time the rank was blocked in collectives; it splits into ``collective_wait_s_per_step``
+    (waiting for slower ranks to arrive) and ``collective_comm_s_per_step`` (communicating),
+    computed when the ranks are merged (docs/distributed.md: the rank that arrives last at a
+    collective waits for nobody; each other rank's extra blocked time is waiting).
+    ``own_work_s_per_step`` is the rank's step time less its wait: what the straggler rule
+    compares."""
 
     rank: int
     dir: str
@@ -332,6 +362,15 @@ class RankEntry(Record):
     # Read from documents written before the typed document (trace folders wrote this name),
     # never written.
     step_time_s_median: float | None | UnsetType = UNSET
+    step_time_mean_s: float | None | UnsetType = UNSET
+    collective_wait_s_per_step: float | None | UnsetType = UNSET
+    collective_comm_s_per_step: float | None | UnsetType = UNSET
+    own_work_s_per_step: float | None | UnsetType = UNSET
+    exit_code: int | UnsetType = UNSET
+    error: RunError | UnsetType = UNSET  # how the rank failed (also: it wrote no profile)
+    node_rank: int | None | UnsetType = UNSET  # torchrun's GROUP_RANK: the node it ran on
+    local_rank: int | None | UnsetType = UNSET
+    hostname: str | None | UnsetType = UNSET
 
     def __post_init__(self) -> None:
         if not isinstance(self.step_time_s_median, UnsetType):
@@ -416,11 +455,6 @@ class Ragged(Record):
     loaders: list[RaggedLoader] | UnsetType = UNSET
 
 
-class RunError(Record):
-    type: str
-    message: str
-
-
 class TrainingRecord(Record):
     """What a run trained, read once at its end (never a sync per step): every recorded
     ``loss.backward()``'s loss in order, and a digest of the optimizers' parameters after the
@@ -432,3 +466,117 @@ class TrainingRecord(Record):
     param_norm: float | None = None  # float64 L2 norm of all of them (for tolerance checks)
     seed: int | None = None  # the seed gpuopt set before the script ran (--seed), if any
     note: str | None = None  # what could not be recorded, if anything
+
+
+# -- distributed runs (docs/distributed.md) ------------------------------------------------------
+
+
+class CollectiveOp(Record):
+    """One kind of collective a rank ran: the same op from the same origin and site, per
+    measured step. ``time_s_per_step`` is launch to completion (summed over calls; time that
+    overlapped the rank's own work included); ``blocked_s_per_step`` is the part the calling
+    thread could not go on (the step's exposed time). ``source`` says how it was timed: "host"
+    (the call, ``work.wait()`` and the completion callback on the host: gloo and every CPU
+    backend) or "nccl-work" (NCCL's own GPU timing of each work, ``TORCH_NCCL_ENABLE_TIMING``;
+    GPU-only)."""
+
+    op: str  # all_reduce, all_gather, reduce_scatter, broadcast, barrier, all_to_all, send ...
+    origin: str  # "ddp" (its gradient all-reduce), "fsdp", "explicit" (the script's), "torch"
+    site: str | None  # the script's line (explicit), the DDP(...)/FSDP(...) call, or None
+    backend: str | None
+    group_size: int | None
+    calls_per_step: Count
+    bytes_per_step: Count
+    time_s_per_step: float | None
+    blocked_s_per_step: float | None
+    source: str = "host"
+
+
+class DdpModel(Record):
+    """One DistributedDataParallel model on one rank: its gradient buckets and how their
+    all-reduce overlapped backward, per measured step. ``bucket_time_s`` is each bucket's median
+    launch-to-completion time on this rank (waiting for other ranks included: the merge takes,
+    per bucket, the rank that arrived last). ``exposed_s_per_step``: from the last bucket's
+    launch (backward's compute done) until every bucket completed: communication that did not
+    overlap backward. ``syncs_per_step``: gradient all-reduce rounds per optimizer step;
+    ``forwards_per_step``: training forward passes through the model per step (more forwards
+    than steps: gradient accumulation)."""
+
+    site: str | None  # the DDP(...) call in the script
+    buckets: int
+    bucket_bytes: list[int]
+    bucket_time_s: list[float | None]
+    grad_bytes: int  # gradient bytes of one all-reduce round
+    bucket_cap_bytes: int | None = None
+    gradient_as_bucket_view: bool | None = None
+    static_graph: bool | None = None
+    find_unused_parameters: bool | None = None
+    comm_hook: str | None = None  # the script's own comm hook, if it registered one
+    syncs_per_step: float | None = None
+    forwards_per_step: float | None = None
+    exposed_s_per_step: float | None = None
+    overlapped_share: float | None = None  # of the buckets' all-reduce time, during backward
+
+
+class RingAllReduce(Record):
+    """An ESTIMATE from the Ring-AllReduce model: each rank sends and receives
+    ``2(N-1)/N`` of the all-reduced bytes, so the achieved bus bandwidth is
+    ``2(N-1)/N * bytes / time``. ``time_s`` is one gradient all-reduce round's communicating
+    time: per bucket, the launch-to-completion time on the rank that arrived last (the other
+    ranks' longer times are waiting), summed over the buckets. ``latency_s`` and
+    ``bandwidth_gbps`` fit ``time = latency + bytes / bandwidth`` over the buckets (with two or
+    more bucket sizes). ``nominal_gbps``: the link's nominal bandwidth where gpuopt knows it
+    (``nominal_source`` says from what), else None."""
+
+    model: str
+    world_size: int
+    bytes: int
+    time_s: float
+    algo_gbps: float
+    bus_gbps: float
+    buckets: int
+    nominal_gbps: float | None = None
+    nominal_source: str | None = None
+    efficiency: float | None = None  # bus_gbps / nominal_gbps
+    latency_s: float | None = None
+    bandwidth_gbps: float | None = None
+
+
+class DistributedRun(Record):
+    """``distributed``: this rank's place in the job and what it spent in collectives (a rank's
+    document), or the job's (a merged document: rank 0's, with ``ring`` and ``world``)."""
+
+    backend: str | None
+    world_size: int
+    rank: int
+    local_rank: int | None = None
+    local_world_size: int | None = None
+    node_rank: int | None = None  # torchrun's GROUP_RANK
+    hostname: str | None = None
+    job_id: str | None = None  # torchrun's TORCHELASTIC_RUN_ID (--rdzv-id)
+    restart: int | None = None  # TORCHELASTIC_RESTART_COUNT
+    collectives: list[CollectiveOp] = field(default_factory=list)
+    ddp: list[DdpModel] = field(default_factory=list)
+    ring: RingAllReduce | UnsetType = UNSET
+    note: str | UnsetType = UNSET
+
+
+class StragglerEvidence(Record):
+    """The evidence of a ``straggler-rank`` finding (run documents and traces alike: a trace
+    analysis fills what a trace can give and leaves the rest None). Seconds per step; dicts are
+    keyed by the rank as a string (JSON keys). ``extra_by_part``: how much more of each part of
+    the step (data_wait, h2d, sync, compute, other) the straggler spends than the other ranks'
+    median, seconds per step; ``top_part`` the largest of them."""
+
+    summary: str
+    rank: int
+    extra_s_per_step: float  # its own work minus the other ranks' median own work
+    others_wait_s_per_step: float  # what each other rank loses waiting for it (mean)
+    others_wait_s_total_per_step: float  # summed over the other ranks
+    own_work_s_per_step: dict[str, float]
+    wait_s_per_step: dict[str, float]
+    extra_by_part: dict[str, float]
+    top_part: str | None
+    step_time_s: float | None  # the job's step time (mean over ranks)
+    steps_compared: int
+    source: str = "run"  # "run" (gpuopt profile) or "trace"

@@ -11,16 +11,22 @@ from gpuopt.errors import GpuoptError, fail
 from gpuopt.report import format_for_path, get_renderer, print_report
 
 
-def report_command(path: Path, fmt: str | None, output: Path | None) -> None:
-    from gpuopt.loading import load
+def report_command(path: Path | list[Path], fmt: str | None, output: Path | None) -> None:
+    """``path``: one input, or the run directories of one multi-node job's nodes (merged)."""
+    from gpuopt.loading import load, load_job
 
     name = fmt or format_for_path(output) or "text"
     renderer = get_renderer(name)
+    paths = path if isinstance(path, list) else [path]
     if output is not None:
-        check_output(output, path)
-    if _optimize_report(path, name, output):
+        for p in paths:
+            check_output(output, p)
+    if isinstance(path, list):
+        profile = load_job(path)
+    elif _optimize_report(path, name, output):
         return
-    profile = load(path)
+    else:
+        profile = load(path)
     if output is None:
         print_report(profile, name)
         return
@@ -67,7 +73,7 @@ def check_output(output: Path, path: Path) -> None:
         )
 
 
-def run_report(path: Path, fmt: str | None, output: Path | None) -> None:
+def run_report(path: Path | list[Path], fmt: str | None, output: Path | None) -> None:
     """The ``report`` command as both entry paths run it (typer's, and gpuopt.entry's fast one):
     bad input ends with a one-line reason and exit code 2."""
     try:

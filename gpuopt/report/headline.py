@@ -26,6 +26,7 @@ BREAKDOWN_LABELS: dict[str, str] = {
     "sync": "syncs",
     "compute": "compute",
     "other": "other",
+    "collective": "collectives",
 }
 STEP_STATS: tuple[tuple[str, str], ...] = (
     ("median", "median"),
@@ -134,9 +135,11 @@ def breakdown_items(breakdown: Breakdown | None) -> list[tuple[str, str, float]]
     measured (all zero or missing), so renderers say so instead of drawing an empty bar."""
     if breakdown is None:
         return []
+    keys = list(BREAKDOWN_ORDER)
+    if given(breakdown.collective) is not None:  # multi-rank runs: after the other waits
+        keys.insert(keys.index("compute"), "collective")
     items = [
-        (k, BREAKDOWN_LABELS[k], max(0.0, num(getattr(breakdown, k)) or 0.0))
-        for k in BREAKDOWN_ORDER
+        (k, BREAKDOWN_LABELS[k], max(0.0, num(given(getattr(breakdown, k))) or 0.0)) for k in keys
     ]
     return items if sum(v for _, _, v in items) > 0 else []
 

@@ -238,6 +238,7 @@ _DISPATCH_ROWS: tuple[tuple[str, str | None, Formatter, str | None], ...] = (
     ),
     ("  host syncs", "sync_us_per_step", fmt_us, "sync_share"),
     ("  host-to-device copies", "h2d_us_per_step", fmt_us, "h2d_share"),
+    ("  blocked in collectives", "collective_us_per_step", fmt_us, None),
     ("ops per step", "ops_per_step", fmt_count, None),
     ("  tiny ops (under {tiny})", "tiny_ops_per_step", fmt_count, None),
     ("mean time per op (host)", "mean_op_us", fmt_us, None),
@@ -467,29 +468,43 @@ def ranks_section(profile: Profile) -> Section | None:
     if not entries:
         return None
     with_status = any(given(e.status) for e in entries)
-    rows = [_rank_row(e, with_status) for e in entries]
+    split = any(given(e.collective_wait_s_per_step) is not None for e in entries)
+    rows = [_rank_row(e, with_status, split) for e in entries]
     columns = (
         ["rank"]
         + (["status"] if with_status else [])
-        + ["steps", "step median", "data wait", "sync", "compute", "collectives/step", "dir"]
+        + ["steps", "step median", "data wait", "sync", "compute", "collectives/step"]
+        + (["waiting/step", "communicating/step", "own work/step"] if split else [])
+        + ["dir"]
     )
     spread = given(profile.rank_spread)
     note = _spread_note(spread) if spread is not None else ""
+    if split:
+        note += (" " if note else "") + (
+            "collectives/step: time blocked in collectives, split into waiting for slower ranks "
+            "and communicating; own work: step time less the wait (docs/distributed.md)."
+        )
     return Section("ranks", "Ranks", columns, rows, note=note, per_rank=True)
 
 
-def _rank_row(e: RankEntry, with_status: bool) -> list[Cell]:
+def _rank_row(e: RankEntry, with_status: bool, split: bool = False) -> list[Cell]:
     bd = e.breakdown
     row = [_ncell(e.rank)] + ([_scell(given(e.status))] if with_status else [])
-    return row + [
+    row += [
         _ncell(e.steps),
         _ncell(given(e.step_time_median_s), fmt_duration),
         _ncell(bd.data_wait if bd else None, fmt_frac),
         _ncell(bd.sync if bd else None, fmt_frac),
         _ncell(bd.compute if bd else None, fmt_frac),
         _ncell(e.collective_s_per_step, fmt_duration),
-        _scell(e.dir),
     ]
+    if split:
+        row += [
+            _ncell(given(e.collective_wait_s_per_step), fmt_duration),
+            _ncell(given(e.collective_comm_s_per_step), fmt_duration),
+            _ncell(given(e.own_work_s_per_step), fmt_duration),
+        ]
+    return row + [_scell(e.dir)]
 
 
 def _spread_note(spread: RankSpread) -> str:

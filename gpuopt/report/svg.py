@@ -26,6 +26,7 @@ COLORS = {
     "sync": "#f3a712",
     "compute": "#2a9d5c",
     "other": "#9aa0a6",
+    "collective": "#4361ee",
     "rest": "#7cc49c",  # compute + other, where only the total is known per step
     "cpu": "#3b6fd8",
     "gpu": "#2a9d5c",

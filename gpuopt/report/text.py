@@ -55,6 +55,7 @@ _SEGMENT_STYLE = {
     "sync": "yellow",
     "compute": "green",
     "other": "bright_black",
+    "collective": "blue",
 }
 _SEGMENT_CHAR = {
     "data_wait": "D",
@@ -62,6 +63,7 @@ _SEGMENT_CHAR = {
     "sync": "S",
     "compute": "C",
     "other": "o",
+    "collective": "N",
 }  # plain text
 _SEVERITY_STYLE = {"high": "bold red", "medium": "bold yellow", "low": "cyan"}
 _STATUS_STYLE = {

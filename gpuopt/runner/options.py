@@ -2,10 +2,52 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuopt.defaults import SAMPLE_INTERVAL_S, WARMUP_STEPS, WINDOW_STEPS
+
+
+@dataclass
+class TorchrunOptions:
+    """torchrun's own options, passed through as given (docs/distributed.md)."""
+
+    nnodes: str | None = None  # N or MIN:MAX
+    node_rank: int | None = None
+    rdzv_backend: str | None = None
+    rdzv_endpoint: str | None = None
+    rdzv_id: str | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
+    max_restarts: int | None = None
+    extra: list[str] = field(default_factory=list)  # --torchrun-arg: any other torchrun option
+
+    @property
+    def given(self) -> bool:
+        """Whether any option asks for torchrun (with or without --nproc-per-node)."""
+        values = (self.nnodes, self.node_rank, self.rdzv_backend, self.rdzv_endpoint)
+        more = (self.rdzv_id, self.master_addr, self.master_port, self.max_restarts)
+        return any(v is not None for v in (*values, *more)) or bool(self.extra)
+
+    @property
+    def multi_node(self) -> bool:
+        """More than one node may join (``--nnodes 2``, ``--nnodes 1:4``)."""
+        return self.nnodes is not None and self.nnodes.strip() not in ("1", "1:1")
+
+    @property
+    def standalone(self) -> bool:
+        """No rendezvous given: torchrun's ``--standalone`` (one node, a free port)."""
+        fields = (self.nnodes, self.rdzv_backend, self.rdzv_endpoint, self.rdzv_id)
+        return all(v is None for v in (*fields, self.master_addr, self.master_port))
+
+    @property
+    def job_key(self) -> str:
+        """What names the job for the launchers of its nodes sharing one run directory."""
+        if self.rdzv_id is not None:
+            return f"rdzv-id {self.rdzv_id}"
+        if self.rdzv_endpoint is not None:
+            return f"rdzv-endpoint {self.rdzv_endpoint}"
+        return f"master {self.master_addr or '127.0.0.1'}:{self.master_port or 29500}"
 
 
 @dataclass
@@ -25,6 +67,12 @@ class ProfileOptions:
     fixes: Path | None = None  # --fixes DIR: run-time fixes (gpuopt optimize --apply) patched in
     seed: int | None = None  # --seed N: random, numpy and torch seeded before the script runs
     record_losses: bool = False  # --record-losses: every step's loss and a parameter digest
+    torchrun: TorchrunOptions = field(default_factory=TorchrunOptions)
+
+    @property
+    def launches(self) -> bool:
+        """Run through torchrun (``--nproc-per-node`` or any of torchrun's options)."""
+        return self.nproc_per_node is not None or self.torchrun.given
 
     @property
     def warmup_used(self) -> int:

@@ -41,7 +41,7 @@ def profile_command(opts: ProfileOptions) -> int:
         from gpuopt.optimize.runtime import load_fixes
 
         load_fixes(opts.fixes)  # refused before anything runs, with a one-line reason
-    if opts.nproc_per_node is not None:
+    if opts.launches:
         from gpuopt.runner.torchrun import launch
 
         return launch(opts, target)

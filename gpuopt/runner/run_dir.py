@@ -30,6 +30,7 @@ from gpuopt.model.profile import Profile
 from gpuopt.probes.profiler_window import TRACE_NAME as WINDOW_TRACE_NAME
 
 PROFILE_NAME = "profile.json"
+JOB_NAME = "gpuopt-job.txt"  # a multi-node job's name, in the run directory its nodes share
 
 
 def default_out_dir(stem: str, now: _dt.datetime | None = None) -> Path:
@@ -83,6 +84,28 @@ class RunDirectory:
             raise GpuoptError(f"{out}: run directory is not writable")
         return cls(out)
 
+    @classmethod
+    def prepare_job(cls, out: Path, job: str, force: bool = False) -> RunDirectory:
+        """The run directory of one node of a multi-node job: every node's launcher may be given
+        the same directory (a shared file system). The first to come prepares it as
+        :meth:`prepare` does and names the job in it; the others join it. No placeholder is
+        claimed (each launcher writes the merge of every rank once the job ends); a directory
+        that holds a finished job (its merged profile) is an earlier run."""
+        marker = out / JOB_NAME
+        if out.is_dir() and not (out / PROFILE_NAME).exists():
+            try:
+                same = marker.read_text(encoding="utf-8").strip() == job
+            except OSError:
+                same = False
+            if same:
+                return cls(out)
+        run_dir = cls.prepare(out, force=force)
+        try:
+            write_atomic(marker, (job + "\n").encode("utf-8"))
+        except OSError as exc:
+            raise GpuoptError(f"{marker}: cannot write: {_reason(exc)}") from None
+        return run_dir
+
     @property
     def profile_path(self) -> Path:
         return self.path / PROFILE_NAME
@@ -134,7 +157,7 @@ def _earlier_run(out: Path) -> list[Path]:
     ranks' directories (under torchrun); other files are not gpuopt's."""
     if not out.is_dir():
         return []
-    files = [p for p in (out / PROFILE_NAME, out / WINDOW_TRACE_NAME) if p.exists()]
+    files = [p for p in (out / PROFILE_NAME, out / WINDOW_TRACE_NAME, out / JOB_NAME) if p.exists()]
     ranks = [p for p in out.glob("rank-*") if (p / PROFILE_NAME).exists()]
     return [*files, *ranks] if files or ranks else []
 

@@ -29,6 +29,7 @@ from gpuopt.assemble.run_record import Outcome, RunRecord
 from gpuopt.errors import GpuoptError
 from gpuopt.model.profile import Profile, RunError
 from gpuopt.probes import steps as steps_mod
+from gpuopt.probes.collectives import CollectiveProbe, wanted
 from gpuopt.probes.dataloader import DataLoaderProbe
 from gpuopt.probes.environment import environment
 from gpuopt.probes.profiler_window import ProfilerWindow
@@ -95,6 +96,8 @@ class ProfileSession:
         self.recorder: DispatchRecorder | None = None
         self.window: ProfilerWindow | None = None
         self.training = TrainingRecorder(opts.seed) if opts.record_losses else None
+        # one rank of several (torchrun): time in collectives per step
+        self.collectives = CollectiveProbe(clock=clock) if rank is not None or wanted() else None
         self.fixes_applied: list[str] = []  # --fixes DIR: the run-time fixes patched in
         self._undo_fixes: Callable[[], None] | None = None
         self._late_fix_notes: list[str] = []
@@ -145,6 +148,9 @@ class ProfileSession:
             if self.training and full
             else None,
             fixes_applied=list(self.fixes_applied),
+            collectives=self._result(self.collectives, self.collectives.result, full)
+            if self.collectives
+            else None,
             utilization=self._result(self.sampler, self.sampler.result, full)
             if self.sampler
             else None,
@@ -205,6 +211,8 @@ class ProfileSession:
         probes: list[Probe] = [self.loader_probe, self.sampler]
         if self.training is not None:
             probes.append(self.training)
+        if self.collectives is not None:
+            probes.append(self.collectives)
         for p in [*probes, *(q for q in (self.recorder, self.window) if q is not None)]:
             try:
                 p.start(ctx)

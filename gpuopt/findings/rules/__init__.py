@@ -9,6 +9,7 @@ import importlib
 
 MODULES = (
     "dataloader",
+    "distributed",
     "gpu_trace",
     "host_copies",
     "host_dispatch",

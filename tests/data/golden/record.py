@@ -5,6 +5,7 @@ the typed profile document), and re-recorded only on purpose, when an output is 
 (say why in the commit). Nothing here is hand-made: every file is gpuopt's own output.
 
     python tests/data/golden/record.py   # from the repository root, with ../shared beside it
+    python tests/data/golden/record.py runs ddp_gloo   # only these runs
 
 What it writes (all gzip-compressed, to keep the repository small):
 
@@ -59,6 +60,20 @@ RUNS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("manual_steps", ("tests/data/scripts/manual_steps.py",)),
     ("raises", ("tests/data/scripts/raises.py",)),
     ("ddp_gloo", ("--nproc-per-node", "2", "tests/data/scripts/ddp_gloo.py")),
+    # a planted straggler (rank 1 sleeps 20 ms a step), two micro-batches per optimizer step
+    # each all-reducing (no no_sync): straggler-rank and gradient-accumulation-sync (issue 18)
+    (
+        "ddp_straggler",
+        (
+            "--nproc-per-node",
+            "2",
+            "tests/data/scripts/ddp_straggler.py",
+            "--steps",
+            "16",
+            "--accumulate",
+            "2",
+        ),
+    ),
 )
 
 
@@ -142,9 +157,11 @@ def record_renderings() -> None:
                 print(f"rendered {name} as {fmt}")
 
 
-def record_runs() -> None:
+def record_runs(names: set[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name, args in RUNS:
+            if names and name not in names:
+                continue
             out = Path(tmp) / name
             res = gpuopt("profile", "--quiet", "-o", str(out), *args)
             doc = json.loads((out / "profile.json").read_text())
@@ -158,13 +175,15 @@ def record_runs() -> None:
 def main() -> None:
     if not SHARED.is_dir():
         raise SystemExit(f"{SHARED} is absent: the trace documents need ../shared/traces")
-    only = set(sys.argv[1:]) or {"traces", "render", "runs"}
+    parts = {"traces", "render", "runs"}
+    only = set(sys.argv[1:]) & parts or parts
+    names = set(sys.argv[1:]) - parts
     if "traces" in only:
         record_traces()
     if "render" in only:
         record_renderings()
     if "runs" in only:
-        record_runs()
+        record_runs(names or None)
 
 
 if __name__ == "__main__":
