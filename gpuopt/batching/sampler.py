@@ -4,7 +4,9 @@ Samples are put in buckets by length (``boundaries``: each bucket holds the leng
 boundary; by default chosen from the lengths so that within a bucket the shortest is at least
 ``1 - max_waste`` of the longest). Every epoch, each bucket's samples are shuffled and cut into
 batches, and the batches of all buckets are shuffled together — a seeded permutation of
-``seed + epoch`` (:meth:`LengthBucketSampler.set_epoch`), the same on every rank. With
+``seed + epoch`` (:meth:`LengthBucketSampler.set_epoch`), the same on every rank; with
+``seed=None`` on one process, a seed drawn from torch's default generator at each iteration (as
+``RandomSampler`` does: every epoch differs, and ``torch.manual_seed`` repeats them). With
 ``num_replicas`` ranks, rank ``r`` takes batches ``r, r + num_replicas, ...``; the batch list is
 first padded with batches from its start (or, with ``drop_last``, cut) to a multiple of
 ``num_replicas``, so every rank runs the same number of steps (a rank that runs fewer would hang
@@ -50,7 +52,8 @@ class LengthBucketSampler(Sampler[list[int]]):
     ``boundaries``: the buckets' upper edges (a length above the last one goes in the last
     bucket); give the same sizes to :class:`~gpuopt.batching.PadCollate` (``buckets=``) for a
     few static shapes. ``num_replicas``/``rank``: distributed sharding; when not given and
-    ``torch.distributed`` is initialised, its world size and rank.
+    ``torch.distributed`` is initialised, its world size and rank (several ranks need the
+    same ``seed`` and :meth:`set_epoch`: without a seed, 0 is used).
     """
 
     def __init__(
@@ -62,7 +65,7 @@ class LengthBucketSampler(Sampler[list[int]]):
         max_waste: float = 0.15,
         shuffle: bool = True,
         drop_last: bool = False,
-        seed: int = 0,
+        seed: int | None = None,
         num_replicas: int | None = None,
         rank: int | None = None,
     ) -> None:
@@ -81,7 +84,7 @@ class LengthBucketSampler(Sampler[list[int]]):
         )
         self.shuffle = shuffle
         self.drop_last = drop_last
-        self.seed = seed
+        self.seed = seed if seed is not None or num_replicas == 1 else 0
         self.epoch = 0
         self.num_replicas = num_replicas
         self.rank = rank
@@ -96,7 +99,10 @@ class LengthBucketSampler(Sampler[list[int]]):
 
     def _all_batches(self) -> list[list[int]]:
         gen = torch.Generator()
-        gen.manual_seed(self.seed + self.epoch)
+        if self.seed is None and self.shuffle:
+            gen.manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
+        elif self.seed is not None:
+            gen.manual_seed(self.seed + self.epoch)
         batches: list[list[int]] = []
         for bucket in self.buckets:
             order = (

@@ -82,6 +82,7 @@ class LoopChange:
     reads: list[str]
     writes: list[str]
     preconditions: list[str] = field(default_factory=list)
+    modules: list[str] = field(default_factory=list)  # padding: whose gradients are compared
 
 
 @dataclass
@@ -129,7 +130,7 @@ class _Targets(cst.CSTVisitor):
                     self.comprehensions.setdefault(line, node)
 
 
-def _comments(loop: cst.For) -> tuple[list[cst.EmptyLine], cst.TrailingWhitespace | None]:
+def loop_comments(loop: cst.For) -> tuple[list[cst.EmptyLine], cst.TrailingWhitespace | None]:
     """The comments of the loop: own-line ones (above it, in its body) and the one trailing its
     header (or, when the header has none, its one body line's)."""
     above = list(loop.leading_lines)
@@ -157,7 +158,7 @@ def _statements(match: Match, loop: cst.For, facts: ModuleFacts) -> list[cst.Bas
         cst.parse_statement(text.replace("\n    ", "\n" + indent) + "\n", config=config)
         for text in match.statements
     ]
-    above, trailing = _comments(loop)
+    above, trailing = loop_comments(loop)
     first = out[0].with_changes(leading_lines=above)
     if trailing is not None:
         if isinstance(first, cst.SimpleStatementLine):
@@ -194,7 +195,7 @@ def _statement_line(node: cst.CSTNode, facts: ModuleFacts) -> int:
     return facts.line(node)
 
 
-def _relocate(source: str, lines: Collection[int], anchors: Mapping[int, str]) -> dict[int, int]:
+def relocate(source: str, lines: Collection[int], anchors: Mapping[int, str]) -> dict[int, int]:
     """Old line → line in ``source``: a line whose text no longer starts with its anchor (the
     loop's header, as the finding quoted it) moved when another fix changed the file; the
     nearest line with that text is taken."""
@@ -221,7 +222,7 @@ def rewrite_vectorize(
     header text, to find a loop another fix moved)."""
     wrapper = wrap(source, name)
     facts = ModuleFacts(wrapper)
-    where = _relocate(source, lines, anchors or {})
+    where = relocate(source, lines, anchors or {})
     targets = _Targets(facts, set(where.values()))
     wrapper.module.visit(targets)
     out = LoopRewrite(source)
@@ -313,5 +314,7 @@ __all__ = [
     "LoopChange",
     "LoopRewrite",
     "find_loops",
+    "loop_comments",
+    "relocate",
     "rewrite_vectorize",
 ]

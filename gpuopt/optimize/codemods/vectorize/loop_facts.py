@@ -197,7 +197,11 @@ class ModuleFacts:
             if self.within(node, loop):
                 continue
             rebound = any(
-                isinstance(a, cst.For) and m.matches(a.target, m.Name(name)) and a is not loop
+                isinstance(a, cst.For)
+                and a is not loop
+                and name in root_names(a.target)
+                and not self.within(node, a.iter)
+                and node is not a.iter
                 for a in self.ancestors(node)
             )
             if not rebound:
