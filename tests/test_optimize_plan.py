@@ -61,10 +61,10 @@ def test_sync_fix_groups_the_findings_sites_by_file() -> None:
     assert [(e.path, e.lines) for e in fix.edits] == [("train.py", [30, 31])]
 
 
-def test_gpu_only_and_unbuilt_fixes_say_why() -> None:
+def test_gpu_only_fixes_and_loops_without_a_plan_say_why() -> None:
     fixes = _by_name(PlanInput(_profile(LOOP), ["pinned-copies"], False, None, "train.py"))
     assert "GPU-only" in fixes["pinned-copies"].reason  # type: ignore[attr-defined]
-    assert "not built yet" in fixes["vectorize"].reason  # type: ignore[attr-defined]
+    assert "no loop of the findings" in fixes["vectorize"].reason  # type: ignore[attr-defined]
     assert not any(f.selected for f in fixes.values())  # type: ignore[attr-defined]
 
 

@@ -18,7 +18,7 @@ class FixKind:
     expected: str = ""  # for suggestions: the expected effect, said as an expectation
     available: bool = True  # False: named by the contract, not built yet (said so, never faked)
     gpu_gain: bool = False  # applies on a CPU too, but what it saves costs time only on a GPU
-    tolerance: float | None = None  # the stated relative tolerance on the losses (rounding, numerics)
+    tolerance: float | None = None  # its stated relative tolerance on the losses (rounding)
     settle_steps: int = 0  # steps after it takes effect that its measure leaves out (compiling)
     transform: str = ""  # its model transform (gpuopt.optimize.runtime.MODEL_TRANSFORMS)
     # changes the samples a step takes: gain in samples/s, training compared after the same

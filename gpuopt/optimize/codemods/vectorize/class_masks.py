@@ -28,6 +28,7 @@ from gpuopt.optimize.codemods.vectorize.loop_facts import (
 from gpuopt.optimize.codemods.vectorize.match import Match
 from gpuopt.optimize.codemods.vectorize.rows import strip_parens
 
+LINE = 100  # a longer new line is wrapped inside its parentheses
 CASTS = frozenset("float long int bool double half byte short to type_as".split())
 _FULL = m.SubscriptElement(slice=m.Slice(lower=None, upper=None, step=None))
 _ELLIPSIS = m.SubscriptElement(slice=m.Index(value=m.Ellipsis()))
@@ -107,17 +108,20 @@ def match(shape: LoopShape, facts: ModuleFacts) -> Match | Refusal | None:
     e, torch, b = code(expr), facts.torch, shape.bounds
     classes = f"{torch}.arange({b.arange()}, device={e}.device)"
     span = b.slice()
+    compare = f"{e}.unsqueeze(-1) == {classes}"
     if ellipsis:
-        lhs = f"{written}[..., {span}]"
-        rhs = f"({e}.unsqueeze(-1) == {classes}){cast}"
+        lhs, after = f"{written}[..., {span}]", cast
         pre: list[str] = []
     else:
         lhs = f"{written}[{', '.join([':'] * leading + [span])}]"
-        rhs = f"({e}.unsqueeze(-1) == {classes}).movedim(-1, {leading}){cast}"
+        after = f".movedim(-1, {leading}){cast}"
         pre = [f"{e}.dim() + 1 == {written}.dim()"] if leading else []
+    new = f"{lhs} = ({compare}){after}"
+    if facts.positions[shape.node].start.column + len(new) > LINE:
+        new = f"{lhs} = (\n    {compare}\n){after}"  # as black would wrap it
     return Match(
         "class-masks",
-        [f"{lhs} = {rhs}"],
+        [new],
         [written],
         f"the masks of {written} for every `{shape.var}` in one broadcast comparison",
         pre,

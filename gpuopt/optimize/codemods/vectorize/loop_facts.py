@@ -469,6 +469,8 @@ def _inline_temps(
                 return Refusal(f"the loop variable `{var}` is assigned in the body")
         small = _substitute(small, temps)
         temp = _temp_name(small, smalls[i + 1 :], smalls[:i])
+        if isinstance(temp, Refusal):
+            return temp
         if temp is not None and isinstance(small, cst.Assign):
             later = facts.read_outside(loop, temp)
             if later is not None:
@@ -486,7 +488,7 @@ def _temp_name(
     small: cst.BaseSmallStatement,
     rest: list[cst.BaseSmallStatement],
     before: list[cst.BaseSmallStatement],
-) -> str | None:
+) -> str | Refusal | None:
     if not (isinstance(small, cst.Assign) and isinstance(small.targets[0].target, cst.Name)):
         return None
     name = small.targets[0].target.value
@@ -503,17 +505,22 @@ def _temp_name(
         return None
     last = max(i for i, s in enumerate(rest) if uses(s, name))
     reads = root_names(small.value)
-    if any(written(s) & reads for s in rest[:last]):
-        return None  # what it reads changes before it is used: inlining would move the read
+    changed = sorted(set().union(*(written(s) for s in rest[:last])) & reads)
+    if changed:
+        return Refusal(
+            f"`{name}` holds a value of `{changed[0]}`, which the loop changes before `{name}` "
+            "is read: gpuopt does not reorder that"
+        )
     return name
 
 
 def written(small: cst.BaseSmallStatement) -> set[str]:
     """The root names a statement assigns or changes (``x[i] = ...`` changes ``x``)."""
-    if isinstance(small, cst.Assign):
-        return root_names(small.targets[0].target)
-    if isinstance(small, cst.AugAssign):
-        return root_names(small.target)
+    if isinstance(small, (cst.Assign, cst.AugAssign)):
+        target = small.targets[0].target if isinstance(small, cst.Assign) else small.target
+        while isinstance(target, (cst.Subscript, cst.Attribute)):
+            target = target.value
+        return root_names(target)
     if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
         func = small.value.func
         return root_names(func.value) if isinstance(func, cst.Attribute) else set()

@@ -60,8 +60,10 @@ def match(shape: LoopShape, facts: ModuleFacts) -> Match | Refusal | None:
     if isinstance(stmt.operator, cst.SubtractAssign):
         value = f"-{value}"
     new = (
-        f"{name}.index_put_(({torch}.as_tensor({index}, device={name}.device),), "
-        f"{torch}.as_tensor({value}, dtype={name}.dtype, device={name}.device), accumulate=True)"
+        f"{name}.index_put_(\n"
+        f"    ({torch}.as_tensor({index}, device={name}.device),),\n"
+        f"    {torch}.as_tensor({value}, dtype={name}.dtype, device={name}.device),\n"
+        "    accumulate=True,\n)"
     )
     return Match(
         "scatter-add",
