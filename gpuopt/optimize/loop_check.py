@@ -159,7 +159,7 @@ _ORDER = {"exact": 0, "tolerance": 1, "failed": 2}
 
 
 @dataclass
-class _Verdict:
+class Verdict:
     verdict: str = "exact"
     detail: str = ""
     diff: float = 0.0
@@ -170,7 +170,7 @@ class _Verdict:
             self.verdict, self.detail = verdict, detail
 
 
-def compare(old: Any, new: Any, name: str, out: _Verdict) -> None:
+def compare(old: Any, new: Any, name: str, out: Verdict) -> None:
     """Fold the comparison of ``old`` and ``new`` (the values of ``name``) into ``out``."""
     if _is_tensor(old) or _is_tensor(new):
         _compare_tensors(old, new, name, out)
@@ -193,7 +193,7 @@ def _brief(v: Any) -> str:
     return describe(v) if _is_tensor(v) else repr(v)[:60]
 
 
-def _compare_tensors(old: Any, new: Any, name: str, out: _Verdict) -> None:
+def _compare_tensors(old: Any, new: Any, name: str, out: Verdict) -> None:
     import torch
 
     if not (_is_tensor(old) and _is_tensor(new)):
@@ -286,10 +286,10 @@ def check_rewrite(
 
 def _values_pair(
     spec: CheckSpec, globals_: Mapping[str, Any], values: Mapping[str, Any]
-) -> _Verdict:
+) -> Verdict:
     where = f"<gpuopt check {spec.path}:{spec.line}>"
     old_ns, new_ns = _namespace(globals_, values), _namespace(globals_, values)
-    out = _Verdict()
+    out = Verdict()
     try:
         _run(spec.old, old_ns, where, grad=False)
     except Exception as exc:
@@ -316,7 +316,7 @@ def _new_view(old: Any, new: Any, values: Mapping[str, Any]) -> bool:
 
 def _training_pair(
     spec: CheckSpec, globals_: Mapping[str, Any], values: Mapping[str, Any]
-) -> _Verdict:
+) -> Verdict:
     import torch
 
     modules = [values[n] for n in spec.modules if isinstance(values.get(n), torch.nn.Module)]
@@ -324,7 +324,7 @@ def _training_pair(
     buffers = [(b, b.detach().clone()) for mod in modules for b in mod.buffers()]
     where = f"<gpuopt check {spec.path}:{spec.line}>"
     sides: list[tuple[Any, list[Any]]] = []
-    out = _Verdict()
+    out = Verdict()
     for source, label in ((spec.old, "the loop itself"), (spec.new, "the rewrite")):
         ns = _namespace(globals_, values)
         try:

@@ -59,8 +59,9 @@ def _samples(loop: cst.For) -> tuple[list[str], list[str]] | Refusal:
     it = loop.iter
     if m.matches(it, m.Call(func=m.Name("zip"))):
         assert isinstance(it, cst.Call)
-        lists = [a.value for a in it.args]
-        if any(a.keyword or a.star for a in it.args) or len(lists) != len(names):
+        given = [a for a in it.args if not m.matches(a.keyword, m.Name("strict"))]
+        lists = [a.value for a in given]
+        if any(a.keyword or a.star for a in given) or len(lists) != len(names):
             return Refusal("zip(...) with keywords, a splat or another count of lists")
         if not all(isinstance(x, (cst.Name, cst.Attribute)) for x in lists):
             return Refusal("zip(...) of expressions: give each list a name")
