@@ -68,9 +68,8 @@ PAIRS: list[tuple[str, str, str, dict[str, Any], str]] = [
         import torch
         NUM_CLASSES = 80
         # one class at a time
-        masks[:, :NUM_CLASSES] = (
-            seg.unsqueeze(-1) == torch.arange(NUM_CLASSES, device=seg.device)
-        ).movedim(-1, 1)  # slow
+        c = torch.arange(NUM_CLASSES, device=seg.device)  # slow
+        masks[:, :NUM_CLASSES] = seg.unsqueeze(1) == c.view(-1, *[1] * (seg.dim() - 1))
         """,
         {"masks": torch.zeros(2, 80, 16, 16), "seg": SEG, "NUM_CLASSES": 80},
         "exact",
@@ -84,9 +83,8 @@ PAIRS: list[tuple[str, str, str, dict[str, Any], str]] = [
         """,
         """
         import torch
-        onehot[1:80] = (
-            labels.unsqueeze(-1) == torch.arange(1, 80, device=labels.device)
-        ).movedim(-1, 0).float()
+        k = torch.arange(1, 80, device=labels.device)
+        onehot[1:80] = (labels == k.view(-1, *[1] * labels.dim())).float()
         """,
         {"onehot": torch.zeros(80, 2, 16, 16), "labels": SEG},
         "exact",
@@ -100,7 +98,8 @@ PAIRS: list[tuple[str, str, str, dict[str, Any], str]] = [
         """,
         """
         import torch
-        m[..., :80] = (seg.unsqueeze(-1) == torch.arange(80, device=seg.device))
+        c = torch.arange(80, device=seg.device)
+        m[..., :80] = seg.unsqueeze(-1) == c
         """,
         {"m": torch.zeros(2, 16, 16, 80, dtype=torch.bool), "seg": SEG},
         "exact",

@@ -47,7 +47,7 @@ def test_class_masks_vectorized_checked_and_exact(tmp_path: Path) -> None:
         cwd=tmp_path, timeout=400, env=ONE_THREAD,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
-    assert "+    masks[:, :NUM_CLASSES] = (" in r.stdout
+    assert "+    masks[:, :NUM_CLASSES] = seg.unsqueeze(1) == c.view(" in r.stdout
     assert "-    for c in range(NUM_CLASSES):" in r.stdout
     _applies(tmp_path, r.stdout)
     doc = _doc(tmp_path / "out")

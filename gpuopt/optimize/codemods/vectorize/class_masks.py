@@ -1,16 +1,18 @@
 """Per-class masks: ``for c in range(C): m[:, c] = seg == c`` → one broadcast comparison.
 
-    for c in range(NUM_CLASSES):                  masks[:, :NUM_CLASSES] = (
-        masks[:, c] = seg == c               →        seg.unsqueeze(-1) == torch.arange(NUM_CLASSES,
-                                                      device=seg.device)).movedim(-1, 1)
+    for c in range(NUM_CLASSES):        c = torch.arange(NUM_CLASSES, device=seg.device)
+        masks[:, c] = seg == c     →     masks[:, :NUM_CLASSES] = seg.unsqueeze(1) == c.view(
+                                             -1, *[1] * (seg.dim() - 1))
 
 The written tensor is indexed by ``:`` slices, then the class, then ``:`` slices (or ``...``
 then the class); the value is ``E == c`` / ``c == E`` / ``E.eq(c)`` / ``torch.eq(E, c)``,
 possibly cast (``.float()``, ``.long()``, ``.to(dtype)`` ...), with ``E`` a name or attribute
-that the loop does not write. The comparison against ``torch.arange(start, stop, step)`` along a
-new last dimension, moved to the class's position, gives every class's mask at once; with the
-class after ``k ≥ 1`` leading slices, ``E`` must have one dimension less than the tensor written
-(a precondition the check evaluates), with ``...`` or the class first any broadcast is kept.
+that the loop does not write. The loop variable becomes every class at once (it is not read
+after the loop: the analysis checked), shaped to broadcast against ``E`` with the classes at the
+written position, so the comparison comes out in the tensor's own layout (no strided copy).
+With the class first or after ``...`` any broadcast of ``E`` is kept; after ``k ≥ 1`` leading
+slices ``E`` must have one dimension less than the tensor written (a precondition the check
+evaluates on the recorded inputs).
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from gpuopt.optimize.codemods.vectorize.loop_facts import (
 from gpuopt.optimize.codemods.vectorize.match import Match
 from gpuopt.optimize.codemods.vectorize.rows import strip_parens
 
-LINE = 100  # a longer new line is wrapped inside its parentheses
 CASTS = frozenset("float long int bool double half byte short to type_as".split())
 _FULL = m.SubscriptElement(slice=m.Slice(lower=None, upper=None, step=None))
 _ELLIPSIS = m.SubscriptElement(slice=m.Index(value=m.Ellipsis()))
@@ -105,23 +106,24 @@ def match(shape: LoopShape, facts: ModuleFacts) -> Match | Refusal | None:
         return Refusal("the compared tensor depends on the loop or on the tensor written")
     if facts.torch is None:
         return Refusal("torch is not imported in this file (`import torch`)")
-    e, torch, b = code(expr), facts.torch, shape.bounds
-    classes = f"{torch}.arange({b.arange()}, device={e}.device)"
+    e, torch, b, c = code(expr), facts.torch, shape.bounds, shape.var
+    classes = f"{c} = {torch}.arange({b.arange()}, device={e}.device)"
     span = b.slice()
-    compare = f"{e}.unsqueeze(-1) == {classes}"
     if ellipsis:
-        lhs, after = f"{written}[..., {span}]", cast
+        lhs, compare = f"{written}[..., {span}]", f"{e}.unsqueeze(-1) == {c}"
         pre: list[str] = []
-    else:
+    elif leading:
         lhs = f"{written}[{', '.join([':'] * leading + [span])}]"
-        after = f".movedim(-1, {leading}){cast}"
-        pre = [f"{e}.dim() + 1 == {written}.dim()"] if leading else []
-    new = f"{lhs} = ({compare}){after}"
-    if facts.positions[shape.node].start.column + len(new) > LINE:
-        new = f"{lhs} = (\n    {compare}\n){after}"  # as black would wrap it
+        ones = f"*[1] * ({e}.dim() - {leading})"
+        compare = f"{e}.unsqueeze({leading}) == {c}.view(-1, {ones})"
+        pre = [f"{e}.dim() + 1 == {written}.dim()"]
+    else:
+        lhs, compare = f"{written}[{span}]", f"{e} == {c}.view(-1, *[1] * {e}.dim())"
+        pre = []
+    value = f"({compare}){cast}" if cast else compare
     return Match(
         "class-masks",
-        [new],
+        [classes, f"{lhs} = {value}"],
         [written],
         f"the masks of {written} for every `{shape.var}` in one broadcast comparison",
         pre,
