@@ -188,9 +188,10 @@ class PadCollate:
 
     def _tensors(self, values: list[Any], path: str, key: FieldKey | None) -> Any:
         self._same_kind(values, path, (torch.Tensor, np.ndarray), "a tensor")
-        tensors = [torch.as_tensor(v) for v in values]
+        tensors = [v if isinstance(v, torch.Tensor) else torch.as_tensor(v) for v in values]
         first = tensors[0]
-        for i, t in enumerate(tensors):
+        kinds = {(t.dim(), t.dtype, t.device) for t in tensors}
+        for i, t in enumerate(tensors if len(kinds) > 1 else ()):
             why = (
                 "different ranks"
                 if t.dim() != first.dim()
@@ -218,25 +219,23 @@ class PadCollate:
                 f"cannot pad {_field(path)}: feature_dims={features} leaves no dimension to pad "
                 f"in samples of shape {_shape(first)}"
             )
-        for i, t in enumerate(tensors):
-            if t.shape[ragged:] != first.shape[ragged:]:
+        shapes = [tuple(t.shape) for t in tensors]
+        for i, shape in enumerate(shapes):
+            if shape[ragged:] != shapes[0][ragged:]:
                 raise PaddingError(
-                    f"cannot pad {_field(path)}: sample {i} has shape {_shape(t)} and sample 0 has "
-                    f"shape {_shape(first)}: the last {features} (feature) dimensions differ"
+                    f"cannot pad {_field(path)}: sample {i} has shape {shape} and sample 0 has "
+                    f"shape {shapes[0]}: the last {features} (feature) dimensions differ"
                 )
-        sizes = torch.tensor([list(t.shape[:ragged]) for t in tensors], dtype=torch.int64)
-        target = [self._size(int(s), path, tensors, d) for d, s in enumerate(sizes.amax(0))]
+        sizes = torch.tensor(shapes, dtype=torch.int64)[:, :ragged]
+        most = [max(shape[d] for shape in shapes) for d in range(ragged)]
+        target = [self._size(n, path, tensors, d) for d, n in enumerate(most)]
         pad = self._option(self.pad_value, key, 0)
+        if all(shape[1:] == shapes[0][1:] for shape in shapes) and target[1:] == most[1:]:
+            return _pad_first(tensors, target, ragged, pad, sizes)
         batch = len(tensors)
         data = torch.full(
             (batch, *target, *first.shape[ragged:]), pad, dtype=first.dtype, device=first.device
         )
-        if ragged == 1:
-            for i, t in enumerate(tensors):
-                data[i, : t.shape[0]] = t
-            positions = torch.arange(target[0], device=first.device)
-            mask = positions.unsqueeze(0) < sizes[:, 0].to(first.device).unsqueeze(1)
-            return Padded(data, mask, sizes[:, 0].to(first.device))
         mask = torch.zeros((batch, *target), dtype=torch.bool, device=first.device)
         for i, t in enumerate(tensors):
             region: tuple[int | slice, ...] = (i, *(slice(0, n) for n in t.shape[:ragged]))
@@ -258,6 +257,25 @@ class PadCollate:
         if self.multiple_of is not None:
             need = -(-need // self.multiple_of) * self.multiple_of
         return need
+
+
+def _pad_first(
+    tensors: list[torch.Tensor], target: list[int], ragged: int, pad: float, sizes: torch.Tensor
+) -> Padded:
+    """Only the first dimension differs: one ``pad_sequence`` (a single op, not one a sample)."""
+    from torch.nn.utils.rnn import pad_sequence
+
+    device = tensors[0].device
+    data = pad_sequence(tensors, batch_first=True, padding_value=pad)
+    if target[0] > data.shape[1]:
+        extra = data.new_full((len(tensors), target[0] - data.shape[1], *data.shape[2:]), pad)
+        data = torch.cat([data, extra], dim=1)
+    lengths = sizes[:, 0].to(device)
+    mask = torch.arange(target[0], device=device).unsqueeze(0) < lengths.unsqueeze(1)
+    if ragged == 1:
+        return Padded(data, mask, lengths)
+    view = mask.view(*mask.shape, *[1] * (ragged - 1))
+    return Padded(data, view.expand(len(tensors), *target).contiguous(), sizes.to(device))
 
 
 def pad_collate(samples: Sequence[Any], **options: Any) -> Any:
