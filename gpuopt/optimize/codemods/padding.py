@@ -59,7 +59,7 @@ def _samples(loop: cst.For) -> tuple[list[str], list[str]] | Refusal:
     it = loop.iter
     if m.matches(it, m.Call(func=m.Name("zip"))):
         assert isinstance(it, cst.Call)
-        given = [a for a in it.args if not m.matches(a.keyword, m.Name("strict"))]
+        given = [a for a in it.args if a.keyword is None or a.keyword.value != "strict"]
         lists = [a.value for a in given]
         if any(a.keyword or a.star for a in given) or len(lists) != len(names):
             return Refusal("zip(...) with keywords, a splat or another count of lists")

@@ -517,7 +517,9 @@ def _temp_name(
 def written(small: cst.BaseSmallStatement) -> set[str]:
     """The root names a statement assigns or changes (``x[i] = ...`` changes ``x``)."""
     if isinstance(small, (cst.Assign, cst.AugAssign)):
-        target = small.targets[0].target if isinstance(small, cst.Assign) else small.target
+        target: cst.BaseExpression = (
+            small.targets[0].target if isinstance(small, cst.Assign) else small.target
+        )
         while isinstance(target, (cst.Subscript, cst.Attribute)):
             target = target.value
         return root_names(target)
