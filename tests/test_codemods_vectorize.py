@@ -6,6 +6,7 @@ the inputs recorded from the real run), bit for bit where the results are intege
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -336,10 +337,10 @@ LEFT_ALONE = [
     ),
     (
         """
-        for i in range(n):
+        for i in range(n - 1):
             out[i] = x[i]
         """,
-        "the loop's bound `n` is not known to be ≥ 0",
+        "the loop's bound `n - 1` is not known to be ≥ 0",
     ),
     (
         """
@@ -474,3 +475,43 @@ def test_a_loop_moved_by_another_fix_is_found_by_its_header() -> None:
 def test_unparsable_source_is_a_codemod_error() -> None:
     with pytest.raises(CodemodError, match="cannot be parsed"):
         rewrite_vectorize("for i in range(3)\n    pass\n", [1], name="bad.py")
+
+
+PUBLIC = Path(__file__).parent / "data" / "public" / "transunet" / "utils.py"
+
+
+def test_transunet_dice_loss_one_hot_loop_is_vectorized_and_its_class_loop_left_alone() -> None:
+    """TransUNet's DiceLoss (Apache-2.0, vendored unchanged): code nobody here wrote."""
+    text = PUBLIC.read_text()
+    r = rewrite_vectorize(text, [15, 40])
+    assert r.notes == [
+        "line 15: class-masks: the masks appended to tensor_list for every `i` in one comparison"
+    ]
+    assert "            tensor_list.append(temp_prob.unsqueeze(1))\n" not in r.source
+    assert (
+        "        if self.n_classes > 0:\n"
+        "            i = torch.arange(self.n_classes, device=input_tensor.device)\n"
+        "            tensor_list.extend((input_tensor == i.view(-1, *[1] * input_tensor.dim()))"
+        ".unsqueeze(2).unbind(0))\n"
+    ) in r.source
+    (left,) = r.skipped
+    assert left.line == 40 and "reads a tensor to Python or the host" in left.reason
+    ns: dict[str, Any] = {}
+    exec(compile(text, str(PUBLIC), "exec"), ns)
+    labels = torch.randint(0, 9, (2, 8, 8)).float()
+    scope = {"self": ns["DiceLoss"](9), "input_tensor": labels, "tensor_list": []}
+    assert run_side_by_side(r.changes[0], scope)[0] == "exact"
+
+
+def test_the_loop_variable_as_a_value_goes_through_vmap() -> None:
+    before = (
+        "import torch\nouts = []\nfor k in range(1, 6):\n    outs.append(torch.sigmoid(x * k))\n"
+    )
+    r = rewrite_vectorize(before, [3])
+    assert r.source == (
+        "import torch\nouts = []\n"
+        "outs.extend(torch.vmap(lambda k: torch.sigmoid(x * k))"
+        "(torch.arange(1, 6, device=x.device)).unbind(0))\n"
+    )
+    got, detail = run_side_by_side(r.changes[0], {"x": X, "outs": []})
+    assert got in ("exact", "tolerance"), detail

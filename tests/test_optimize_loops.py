@@ -101,3 +101,24 @@ def test_padding_batch_is_a_suggestion_with_its_diff_unless_named(tmp_path: Path
     assert fix.applied and fix.verified == "not-comparable"
     assert doc.verification is not None and "after the same" in doc.verification.detail
     assert doc.gain is not None and doc.gain.speedup is not None
+
+
+def test_public_script_transunet_dice_loss(tmp_path: Path) -> None:
+    """TransUNet's own DiceLoss (tests/data/public/transunet, Apache-2.0) in a tiny training:
+    its one-hot loop is rewritten and checked bit for bit, its class loop left alone (.item())."""
+    work = tmp_path / "transunet"
+    shutil.copytree(ROOT / "tests" / "data" / "public" / "transunet", work)
+    r = run_gpuopt(
+        "optimize", "--quick", "--fix", "vectorize", "-o", "out", "train_dice.py",
+        cwd=work, timeout=400, env=ONE_THREAD,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc = _doc(work / "out")
+    (fix,) = [f for f in doc.fixes if f.id == "vectorize"]
+    assert "+            i = torch.arange(self.n_classes, device=input_tensor.device)" in fix.diff
+    assert any("utils.py:15: class-masks: checked" in n and "bit for bit" in n for n in fix.notes)
+    assert any(s.startswith("utils.py:40:") and ".item()" in s for s in fix.skipped)
+    if fix.applied:
+        assert fix.verified == "exact", fix.reason
+    else:  # measurably slower in this run: a timing verdict, never a changed training
+        assert "slower in the training run" in fix.reason, fix.reason

@@ -50,9 +50,25 @@ class LoopPlan:
         return self.results.get(self.change_id(path, line))
 
 
+MIN_ITERATIONS = 8  # as the loop-indexing rule counts a loop
+
+
 def loop_sites(profile: Profile, fix: str) -> dict[str, dict[int, str]]:
-    """path → {line: the loop header's text} of the loops a fix takes from the findings."""
+    """path → {line: the loop header's text} of the loops a fix takes from the profile:
+    ``vectorize`` every loop of the ``loop-indexing`` findings and every other Python loop the
+    profile lists (at least 8 iterations a step: a loop of small ops without indexing ops, such
+    as a per-class mask comparison, has no finding of its own) but the per-sample loops, which
+    are ``padding``'s; ``padding`` the per-sample loops of the ``ragged-batches`` findings."""
     out: dict[str, dict[int, str]] = {}
+    per_sample = {
+        f.site for f in profile.findings if f.id == "ragged-batches" and "batch_size" in f.evidence
+    }
+    if fix == "vectorize":
+        for loop in profile.loops:
+            parsed = split_site(loop.site) if loop.site not in per_sample else None
+            if parsed is not None and float(loop.iterations_per_step) >= MIN_ITERATIONS:
+                code = given(loop.code)
+                out.setdefault(parsed[0], {})[parsed[1]] = code or ""
     for f in profile.findings:
         wanted = (fix == "vectorize" and f.id == "loop-indexing") or (
             fix == "padding" and f.id == "ragged-batches" and "iterations_per_step" in f.evidence

@@ -43,6 +43,7 @@ from gpuopt.optimize.codemods.vectorize import (
     stacks,
 )
 from gpuopt.optimize.codemods.vectorize.loop_facts import (
+    LoopShape,
     ModuleFacts,
     Refusal,
     code,
@@ -90,7 +91,7 @@ class LoopRewrite(Rewrite):
     changes: list[LoopChange] = field(default_factory=list)
 
 
-def _match_loop(loop: cst.For, facts: ModuleFacts) -> Match | Refusal:
+def _match_loop(loop: cst.For, facts: ModuleFacts) -> tuple[Match, LoopShape] | Refusal:
     shape = describe_loop(loop, facts)
     if isinstance(shape, Refusal):
         return shape
@@ -98,7 +99,7 @@ def _match_loop(loop: cst.For, facts: ModuleFacts) -> Match | Refusal:
     for pattern in PATTERNS:
         found = pattern.match(shape, facts)
         if isinstance(found, Match):
-            return found
+            return found, shape
         refusal = refusal or found
     if refusal is None and shape.calls:
         return Refusal(f"calls `{shape.calls[0]}(...)`, which gpuopt cannot prove pure")
@@ -151,12 +152,24 @@ def loop_comments(loop: cst.For) -> tuple[list[cst.EmptyLine], cst.TrailingWhite
     return above, trailing
 
 
-def _statements(match: Match, loop: cst.For, facts: ModuleFacts) -> list[cst.BaseStatement]:
+def _guarded(match: Match, shape: LoopShape) -> list[str]:
+    """The statements, under ``if <the loop runs>:`` when an empty loop would differ."""
+    b = shape.bounds
+    need = (match.guard and not (b is not None and b.at_least_one)) or (b is not None and b.guard)
+    if not need:
+        return match.statements
+    body = "\n".join("    " + s.replace("\n", "\n    ") for s in match.statements)
+    return [f"if {shape.count()}:\n{body}"]
+
+
+def _statements(
+    match: Match, loop: cst.For, facts: ModuleFacts, shape: LoopShape
+) -> list[cst.BaseStatement]:
     indent = facts.module.default_indent
     config = facts.module.config_for_parsing
     out = [
         cst.parse_statement(text.replace("\n    ", "\n" + indent) + "\n", config=config)
-        for text in match.statements
+        for text in _guarded(match, shape)
     ]
     above, trailing = loop_comments(loop)
     first = out[0].with_changes(leading_lines=above)
@@ -232,10 +245,11 @@ def rewrite_vectorize(
         at = where[line]
         loop, comp = targets.loops.get(at), targets.comprehensions.get(at)
         if loop is not None:
-            found = _match_loop(loop, facts)
-            if isinstance(found, Match):
-                loops[loop] = _statements(found, loop, facts)
-                out.changes.append(_loop_change(line, loop, found, loops[loop], facts))
+            matched = _match_loop(loop, facts)
+            found = matched if isinstance(matched, Refusal) else matched[0]
+            if not isinstance(matched, Refusal):
+                loops[loop] = _statements(matched[0], loop, facts, matched[1])
+                out.changes.append(_loop_change(line, loop, matched[0], loops[loop], facts))
         elif comp is not None:
             found = stacks.match_comprehension(comp, facts) or Refusal(NOT_A_PATTERN)
             if isinstance(found, Match):

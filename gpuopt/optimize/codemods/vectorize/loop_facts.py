@@ -55,6 +55,12 @@ ALONG_DIM = frozenset(
     "all amax amin any argmax argmin cumprod cumsum log_softmax logsumexp mean norm normalize "
     "prod softmax std sum var".split()
 )
+# tensor methods without side effects that are not elementwise (shape and view ops): pure, so
+# allowed where the whole expression is vmapped, refused where rows are stacked directly
+SHAPE_OPS = frozenset(
+    "clone contiguous detach expand expand_as flatten movedim narrow permute reshape select "
+    "squeeze t transpose unflatten unsqueeze view view_as".split()
+)
 RANDOM = frozenset(
     "bernoulli dropout dropout1d dropout2d dropout3d alpha_dropout feature_alpha_dropout "
     "multinomial normal normal_ poisson rand rand_like randint randint_like randn randn_like "
@@ -73,6 +79,7 @@ class Bounds:
     start: str | None = None
     step: str | None = None
     at_least_one: bool = False  # literal bounds with at least one iteration
+    guard: bool = False  # the stop's sign is not known: the rewrite runs only if stop > start
 
     def slice(self) -> str:
         out = f"{self.start or ''}:{self.stop}"
@@ -342,7 +349,7 @@ def call_problem(call: cst.Call, facts: ModuleFacts | None = None) -> str | None
         return f"calls `{name}(...)` on a value: a read to Python every iteration"
     if owner is not None and owner != "":
         return None  # torch.*, F.*: functions without side effects (random ones refused above)
-    if owner is None and (name in ELEMENTWISE or name in ALONG_DIM):
+    if owner is None and (name in ELEMENTWISE or name in ALONG_DIM or name in SHAPE_OPS):
         return None
     if owner == "":
         return f"calls `{name}(...)`, which gpuopt cannot prove free of side effects"
@@ -394,12 +401,19 @@ def header(
         if not 1 <= len(it.args) <= 3 or any(a.keyword or a.star for a in it.args):
             return Refusal("range(...) with keywords or a splat")
         vals = [a.value for a in it.args]
-        for v in vals[:2]:
-            if not facts.known_bound(v, scope):
-                return Refusal(
-                    f"the loop's bound `{code(v)}` is not known to be ≥ 0 (a literal, len(...), "
-                    ".shape[...], .size(k), .numel(), or a name assigned one of those)"
-                )
+        guard = False
+        for i, v in enumerate(vals[:2]):
+            if facts.known_bound(v, scope):
+                continue
+            last = i == len(vals[:2]) - 1
+            if last and m.matches(v, m.Name() | m.Attribute(value=m.Name() | m.Attribute())):
+                guard = True  # a name or attribute: evaluated again by the guard and the slices
+                continue
+            return Refusal(
+                f"the loop's bound `{code(v)}` is not known to be ≥ 0 (a literal, len(...), "
+                ".shape[...], .size(k), .numel(), or a name assigned one of those)"
+                + ("" if last else "; a start must be")
+            )
         if len(vals) == 3 and not (isinstance(vals[2], cst.Integer) and int(vals[2].value) > 0):
             return Refusal(f"the loop's step `{code(vals[2])}` is not a positive literal")
         start, stop = (vals[0], vals[1]) if len(vals) > 1 else (None, vals[0])
@@ -407,6 +421,7 @@ def header(
             stop=code(stop),
             start=code(start) if start is not None else None,
             step=code(vals[2]) if len(vals) == 3 else None,
+            guard=guard,
         )
         lo = int(start.value) if isinstance(start, cst.Integer) else 0 if start is None else None
         if isinstance(stop, cst.Integer) and lo is not None:

@@ -21,6 +21,7 @@ class Match:
     writes: list[str]
     what: str
     preconditions: list[str] = field(default_factory=list)
+    guard: bool = False  # runs only when the loop would have run once (an empty range differs)
 
 
 __all__ = ["Match"]

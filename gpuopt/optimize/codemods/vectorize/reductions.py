@@ -105,14 +105,13 @@ def match(shape: LoopShape, facts: ModuleFacts) -> Match | Refusal | None:
     reduce = {"sum": "sum", "max": "amax", "min": "amin"}[kind]
     reduced = f"{stacked}.{whole}()" if whole else f"{stacked}.{reduce}(0)"
     new = code(stmt.deep_replace(term, cst.parse_expression(reduced)))
-    if not (shape.bounds is not None and shape.bounds.at_least_one):
-        new = f"if {shape.count()}:\n    {new}"
     what = {"sum": "sum", "max": "maximum", "min": "minimum"}[kind]
     return Match(
         "sums" if kind == "sum" else "maxima",
         [new],
         [acc],
         f"the {what} into {acc} over every row at once",
+        guard=True,
     )
 
 

@@ -84,11 +84,92 @@ def _vmapped(expr: cst.BaseExpression, rows: Rows, facts: ModuleFacts) -> str | 
     return f"{facts.torch}.vmap({code(call.func)}{mapped})({', '.join(args)})"
 
 
+def _as_value(expr: cst.BaseExpression, var: str) -> bool:
+    """``var`` is used in ``expr`` outside an index (``x == i``, not ``x[i]``)."""
+    indexed = 0
+    for sub in m.findall(expr, m.Subscript()):
+        assert isinstance(sub, cst.Subscript)
+        indexed += sum(len(m.findall(el, m.Name(var))) for el in sub.slice)
+    return len(m.findall(expr, m.Name(var))) > indexed
+
+
+def _over_values(expr: cst.BaseExpression, rows: Rows, facts: ModuleFacts) -> str | Refusal:
+    """``E(i)`` with the loop variable as a value: ``torch.vmap(lambda i: E)`` over
+    ``torch.arange(...)`` on the device of the tensor it is combined with."""
+    var, bounds = rows.var, rows.bounds
+    assert bounds is not None
+    subs = [s for s in m.findall(expr, m.Subscript()) if isinstance(s, cst.Subscript)]
+    if any(uses(el, var) for sub in subs for el in sub.slice):
+        return Refusal(f"uses `{var}` both as a value and as an index")
+    for call in m.findall(expr, m.Call()):
+        assert isinstance(call, cst.Call)
+        owner, name = callee(call)
+        problem = facts.pure_function(name) if owner == "" else call_problem(call)
+        if problem:
+            return Refusal(str(problem))
+    beside = [
+        other
+        for node in m.findall(expr, m.Comparison() | m.BinaryOperation())
+        for other in _operands(node)
+        if any(m.matches(o, m.Name(var)) for o in _operands(node))
+        and isinstance(other, (cst.Name, cst.Attribute))
+        and not m.matches(other, m.Name(var))
+    ]
+    if not beside or facts.torch is None:
+        return Refusal(f"`{var}` is not compared with or combined with a tensor by name")
+    torch, dev = facts.torch, code(beside[0])
+    classes = f"{torch}.arange({bounds.arange()}, device={dev}.device)"
+    return f"{torch}.vmap(lambda {var}: {code(expr)})({classes})"
+
+
+_CASTS = frozenset("float long int bool double half byte short to type_as".split())
+
+
+def _class_chain(expr: cst.BaseExpression, var: str, torch: str) -> tuple[str, str] | None:
+    """``(preamble, stacked)`` for ``X == i`` followed by casts and ``.unsqueeze(k)`` (the
+    per-class masks of a list, as TransUNet's DiceLoss builds them): the loop variable becomes
+    every class, shaped to broadcast against ``X``, and each literal ``dim >= 0`` moves up one
+    for the new first dimension. None when ``expr`` is not such a chain."""
+    e = strip_parens(expr)
+    if isinstance(e, cst.Call) and isinstance(e.func, cst.Attribute):
+        inner = _class_chain(e.func.value, var, torch)
+        name, args = e.func.attr.value, e.args
+        if inner is None or (name not in _CASTS and name != "unsqueeze"):
+            return None
+        if name == "unsqueeze":
+            if len(args) != 1 or not isinstance(args[0].value, cst.Integer):
+                return None
+            k = int(args[0].value.value)
+            return inner[0], f"{inner[1]}.unsqueeze({k + 1})"
+        return inner[0], f"{inner[1]}.{name}{code(e.with_changes(func=cst.Name('_')))[1:]}"
+    if not (isinstance(e, cst.Comparison) and len(e.comparisons) == 1):
+        return None
+    op = e.comparisons[0]
+    sides = (e.left, op.comparator)
+    if not isinstance(op.operator, cst.Equal) or not any(m.matches(s, m.Name(var)) for s in sides):
+        return None
+    other = sides[1] if m.matches(sides[0], m.Name(var)) else sides[0]
+    if not isinstance(other, (cst.Name, cst.Attribute)) or uses(other, var):
+        return None
+    x = code(other)
+    return x, f"({x} == {var}.view(-1, *[1] * {x}.dim()))"
+
+
+def _operands(node: cst.CSTNode) -> list[cst.BaseExpression]:
+    if isinstance(node, cst.Comparison):
+        return [node.left, *(c.comparator for c in node.comparisons)]
+    assert isinstance(node, cst.BinaryOperation)
+    return [node.left, node.right]
+
+
 def batched(expr: cst.BaseExpression, rows: Rows, facts: ModuleFacts) -> tuple[str, str] | Refusal:
     """``(text, pattern)``: the rows' results at once, directly or through torch.vmap."""
     direct = rows.check(expr)
     if direct is None:
         return code(atom(rows.vectorize(expr))), "stacks"
+    if rows.bounds is not None and _as_value(expr, rows.var):
+        over = _over_values(expr, rows, facts)
+        return over if isinstance(over, Refusal) else (over, "vmap")
     if not isinstance(strip_parens(expr), cst.Call):
         return direct
     vmapped = _vmapped(expr, rows, facts)
@@ -123,14 +204,20 @@ def match(shape: LoopShape, facts: ModuleFacts) -> Match | Refusal | None:
     value = call.args[0].value
     if uses(value, target):
         return Refusal(f"`{target}` is read while it is filled")
+    b = shape.bounds
+    chain = _class_chain(value, shape.var, facts.torch or "torch") if b is not None else None
+    if chain is not None and b is not None and facts.torch is not None:
+        classes = f"{shape.var} = {facts.torch}.arange({b.arange()}, device={chain[0]}.device)"
+        new = f"{target}.extend({chain[1]}.unbind(0))"
+        what = f"the masks appended to {target} for every `{shape.var}` in one comparison"
+        return Match("class-masks", [classes, new], [target], what)
     found = batched(value, Rows(shape), facts)
     if isinstance(found, Refusal):
         return found
     text, pattern = found
     new = f"{target}.extend({text}.unbind(0))"
-    if pattern == "vmap" and not (shape.bounds is not None and shape.bounds.at_least_one):
-        new = f"if {shape.count()}:\n    {new}"
-    return Match(pattern, [new], [target], f"every row's result appended to {target} at once")
+    what = f"every row's result appended to {target} at once"
+    return Match(pattern, [new], [target], what, guard=pattern == "vmap")
 
 
 def match_comprehension(call: cst.Call, facts: ModuleFacts) -> Match | Refusal | None:
@@ -157,6 +244,11 @@ def match_comprehension(call: cst.Call, facts: ModuleFacts) -> Match | Refusal |
     found = header(loop.iter, facts.scopes.get(call), facts)
     if isinstance(found, Refusal):
         return found
+    if found[0] is not None and found[0].guard:
+        return Refusal(
+            f"the comprehension's bound `{found[0].stop}` is not known to be ≥ 0: an "
+            "expression has no room for a guard"
+        )
     shape = LoopShape(comp, loop.target.value, facts.line(comp), found[0], found[1], [])
     got = batched(comp.elt, Rows(shape), facts)
     if isinstance(got, Refusal):
