@@ -190,7 +190,7 @@ class PadCollate:
         self._same_kind(values, path, (torch.Tensor, np.ndarray), "a tensor")
         tensors = [v if isinstance(v, torch.Tensor) else torch.as_tensor(v) for v in values]
         first = tensors[0]
-        kinds = {(t.dim(), t.dtype, t.device) for t in tensors}
+        kinds = {(t.dim(), t.dtype, t.get_device()) for t in tensors}  # get_device: -1 on CPU
         for i, t in enumerate(tensors if len(kinds) > 1 else ()):
             why = (
                 "different ranks"
@@ -226,12 +226,12 @@ class PadCollate:
                     f"cannot pad {_field(path)}: sample {i} has shape {shape} and sample 0 has "
                     f"shape {shapes[0]}: the last {features} (feature) dimensions differ"
                 )
-        sizes = torch.tensor(shapes, dtype=torch.int64)[:, :ragged]
         most = [max(shape[d] for shape in shapes) for d in range(ragged)]
         target = [self._size(n, path, tensors, d) for d, n in enumerate(most)]
         pad = self._option(self.pad_value, key, 0)
         if all(shape[1:] == shapes[0][1:] for shape in shapes) and target[1:] == most[1:]:
-            return _pad_first(tensors, target, ragged, pad, sizes)
+            return _pad_first(tensors, target, ragged, pad, shapes)
+        sizes = torch.tensor(shapes, dtype=torch.int64)[:, :ragged]
         batch = len(tensors)
         data = torch.full(
             (batch, *target, *first.shape[ragged:]), pad, dtype=first.dtype, device=first.device
@@ -260,7 +260,11 @@ class PadCollate:
 
 
 def _pad_first(
-    tensors: list[torch.Tensor], target: list[int], ragged: int, pad: float, sizes: torch.Tensor
+    tensors: list[torch.Tensor],
+    target: list[int],
+    ragged: int,
+    pad: float,
+    shapes: list[tuple[int, ...]],
 ) -> Padded:
     """Only the first dimension differs: one ``pad_sequence`` (a single op, not one a sample)."""
     from torch.nn.utils.rnn import pad_sequence
@@ -270,12 +274,13 @@ def _pad_first(
     if target[0] > data.shape[1]:
         extra = data.new_full((len(tensors), target[0] - data.shape[1], *data.shape[2:]), pad)
         data = torch.cat([data, extra], dim=1)
-    lengths = sizes[:, 0].to(device)
+    lengths = torch.tensor([s[0] for s in shapes], dtype=torch.int64, device=device)
     mask = torch.arange(target[0], device=device).unsqueeze(0) < lengths.unsqueeze(1)
     if ragged == 1:
         return Padded(data, mask, lengths)
     view = mask.view(*mask.shape, *[1] * (ragged - 1))
-    return Padded(data, view.expand(len(tensors), *target).contiguous(), sizes.to(device))
+    sizes = torch.tensor([s[:ragged] for s in shapes], dtype=torch.int64, device=device)
+    return Padded(data, view.expand(len(tensors), *target).contiguous(), sizes)
 
 
 def pad_collate(samples: Sequence[Any], **options: Any) -> Any:

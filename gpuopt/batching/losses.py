@@ -109,14 +109,18 @@ def masked_loss(
     mask = _expand(mask.to(loss.device), loss)
     if classes:
         mask = mask & (target != ignore)
-    per_sample = (
-        masked_mean(loss, mask, per_sample=True)
-        if reduction == "mean"
-        else masked_sum(loss, mask, per_sample=True)
-    )
+    kept = torch.where(mask, loss, torch.zeros((), dtype=loss.dtype, device=loss.device))
+    with torch.no_grad():  # each position's weight: the sample's and the batch's reduction
+        weights = mask.to(loss.dtype)
+        if reduction == "mean":
+            counts = weights.flatten(1).sum(1)
+            weights = weights / counts.view(-1, *[1] * (weights.dim() - 1))
+        if batch_reduction == "mean":
+            weights = weights / loss.shape[0]
+    weighted = kept * weights
     if batch_reduction == "none":
-        return per_sample
-    return per_sample.sum() if batch_reduction == "sum" else per_sample.mean()
+        return weighted.flatten(1).sum(1)
+    return weighted.sum()
 
 
 __all__ = ["masked_loss", "masked_mean", "masked_sum"]
