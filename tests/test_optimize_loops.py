@@ -122,6 +122,9 @@ def test_public_script_transunet_dice_loss(tmp_path: Path) -> None:
     assert "+            i = torch.arange(self.n_classes, device=input_tensor.device)" in fix.diff
     assert any("utils.py:15: class-masks: checked" in n and "bit for bit" in n for n in fix.notes)
     assert any(s.startswith("utils.py:40:") and ".item()" in s for s in fix.skipped)
+    for fmt in ("md", "html"):  # the report says why a loop was left alone, in every format
+        shown = run_gpuopt("report", "out", "--format", fmt, cwd=work)
+        assert shown.returncode == 0 and "vectorize: left alone: utils.py:40:" in shown.stdout
     if fix.applied:
         assert fix.verified == "exact", fix.reason
     else:  # measurably slower in this run: a timing verdict, never a changed training
