@@ -6,7 +6,7 @@ per-sample loss.
     python benchmarks/bench_padding.py [--rounds 7] [--threads 1] [--json FILE]
 
 The data: 2048 sequences whose lengths are log-normal (median 12, long tail to 256) of 8
-features, a position-wise MLP (8 → 32 → 32 → 32 → 32 → 4: ``--layers 4`` hidden layers), batches of 64
+features, a position-wise MLP (8 → 32 ×4 → 4: ``--layers 4`` hidden layers), batches of 64
 (``--batch``), SGD. One *round* trains one epoch
 each way, in rotation (loop, a, b, then the next round in another order), from the same initial
 weights; a step's time includes its batching (``pad_collate`` in the step for (a) and (b), as a
