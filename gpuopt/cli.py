@@ -162,6 +162,42 @@ def profile(
 
 
 @app.command(
+    name="run",
+    context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
+    help=(
+        "Run SCRIPT as `python SCRIPT ARGS` would, with the run-time fixes gpuopt optimize "
+        "--apply recorded in DIR patched in, and nothing measured (the training itself)."
+    ),
+)
+def run_command(
+    script_and_args: list[str] = typer.Argument(
+        None, metavar="SCRIPT [ARGS]...", help="The script and its own arguments."
+    ),
+    module: str | None = typer.Option(None, "-m", help="Run a module, as `python -m MODULE`."),
+    fixes: Path = typer.Option(
+        ...,
+        "--fixes",
+        help="The directory gpuopt optimize --apply wrote (its fixes.json).",
+        metavar="DIR",
+    ),
+) -> None:
+    args = list(script_and_args or [])
+    if args and args[0] == "--":
+        args = args[1:]
+    if module is None and (not args or args[0].startswith("-")):
+        fail("run needs a SCRIPT (or -m MODULE); try: gpuopt run --fixes DIR train.py")
+    from gpuopt.runner.fixed_run import run_with_fixes
+    from gpuopt.runner.target import Target
+
+    target = Target(None if module is not None else args[0], module, args if module else args[1:])
+    try:
+        code = run_with_fixes(target, fixes)
+    except GpuoptError as exc:
+        fail(str(exc))
+    raise typer.Exit(code)
+
+
+@app.command(
     cls=_Command,
     help=(
         "Render a run directory, a profile.json, or PyTorch profiler traces (file or folder of "
@@ -307,6 +343,14 @@ def optimize(
             "tf32, channels-last, compile (vectorize, padding, padding-batch: not built yet)."
         ),
     ),
+    amp_dtype: str = typer.Option(
+        "auto",
+        "--amp-dtype",
+        help=(
+            "--fix amp's dtype: bf16, fp16 (with loss scaling), or auto (bf16 unless the GPU "
+            "has no bf16)."
+        ),
+    ),
     apply: bool = typer.Option(
         False, "--apply", help="Keep fixes with a run-time form at run time (DIR/fixes.json)."
     ),
@@ -338,6 +382,8 @@ def optimize(
         fail("optimize runs one process so far; profile multi-rank runs with gpuopt profile")
     if module is None and (not args or args[0].startswith("-")):
         fail("optimize needs a SCRIPT (or -m MODULE); try: gpuopt optimize train.py")
+    if amp_dtype not in ("auto", "bf16", "fp16"):
+        fail(f"--amp-dtype {amp_dtype!r}: use auto, bf16 or fp16")
     from gpuopt.optimize.command import OptimizeOptions, optimize_command
 
     opts = OptimizeOptions(
@@ -349,6 +395,7 @@ def optimize(
         warmup=warmup,
         seed=seed,
         fixes=list(fix),
+        amp_dtype=amp_dtype,
         apply=apply,
         write=write,
         diff=diff,

@@ -52,7 +52,7 @@ _PROFILE_VALUED = {
 def module_args_after_module(argv: list[str]) -> list[str]:
     """``profile ... -m MODULE ARGS`` with ``--`` put before ARGS, so that every argument after
     the module name is the module's own (``--help`` included), as with ``python -m MODULE``."""
-    if not argv or argv[0] not in ("profile", "optimize"):
+    if not argv or argv[0] not in ("profile", "optimize", "run"):
         return argv
     i = 1
     while i < len(argv):

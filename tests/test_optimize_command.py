@@ -62,6 +62,13 @@ def test_sync_fix_diff_on_stdout_applies_and_training_is_exact(
     base_out = (runs["baseline 1"] / "stdout.txt").read_text()
     assert base_out.count("step") == 2  # 30 steps, a print every 10 (--steps stops at step 30)
     assert (runs["candidate 1"] / "stdout.txt").read_text() == base_out
+    # progress on stderr (a pipe: one line a phase): --quick with one fix is three runs
+    progress = [ln for ln in r.stderr.splitlines() if ln.startswith("gpuopt optimize: run ")]
+    assert [ln.split(" (")[0] for ln in progress] == [
+        "gpuopt optimize: run 1: baseline 1",
+        "gpuopt optimize: run 2 of 3: candidate 1",
+        "gpuopt optimize: run 3 of 3: baseline 2",
+    ]
 
 
 @pytest.mark.parametrize("fmt", ["text", "md", "json", "html"])
@@ -147,6 +154,7 @@ def test_a_script_with_nothing_to_fix(tmp_path: Path) -> None:
     assert r.returncode == 0 and r.stdout == ""
     doc = _doc(tmp_path / "o")
     assert doc.status == "planned" and "no fix to apply" in doc.warnings[0]
+    assert "ok.py — 10 steps a run (the script ends before --steps 30), seed 0" in r.stderr
 
 
 def test_opt_in_fixes_only_when_named(tmp_path: Path) -> None:
@@ -162,3 +170,38 @@ def test_opt_in_fixes_only_when_named(tmp_path: Path) -> None:
     opt_in = {f.id: f for f in doc.fixes if f.opt_in}
     assert opt_in["compile"].applied and opt_in["compile"].mode == "source"
     assert opt_in["channels-last"].applied and doc.status == "planned"
+    fp16 = run_gpuopt(
+        "optimize",
+        "--no-measure",
+        "--fix",
+        "amp",
+        "--amp-dtype",
+        "fp16",
+        "-o",
+        "c",
+        script.name,
+        cwd=tmp_path,
+    )
+    assert fp16.returncode == 0, fp16.stderr
+    (amp,) = [f for f in _doc(tmp_path / "c").fixes if f.id == "amp"]
+    assert "fp16 autocast" in amp.reason and "GradScaler" in amp.reason
+    bad = run_gpuopt("optimize", "--amp-dtype", "fp8", script.name, cwd=tmp_path)
+    assert bad.returncode == 2 and "--amp-dtype 'fp8'" in bad.stderr
+
+
+def test_a_source_fix_that_changes_nothing_is_not_applied_nor_run(tmp_path: Path) -> None:
+    """Every per-step read is printed at once (as in pytorch/examples' DCGAN): the syncs rewrite
+    leaves each line, so the fix is not used — no runs for it, no 'applied' with an empty diff."""
+    (tmp_path / "p.py").write_text(
+        "import torch\nm = torch.nn.Linear(2, 1)\no = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for i in range(12):\n    o.zero_grad()\n    loss = m(torch.randn(4, 2)).square().mean()\n"
+        "    loss.backward()\n    o.step()\n    print(i, loss.item())\n"
+    )
+    r = run_gpuopt("optimize", "--steps", "8", "-o", "o", "p.py", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == ""
+    doc = _doc(tmp_path / "o")
+    (syncs,) = [f for f in doc.fixes if f.id == "syncs"]
+    assert not syncs.applied and syncs.reason.startswith("nothing to change: every site")
+    assert syncs.skipped and "used at once" in syncs.skipped[0]
+    assert [run.label for run in doc.runs] == ["baseline 1"] and doc.status == "planned"

@@ -119,6 +119,26 @@ def test_fixes_file_changes_only_the_loader_built_at_its_site(tmp_path: Path) ->
     assert "workers 0 persistent False" in r.stdout
 
 
+def test_gpuopt_run_trains_with_the_fixes_and_measures_nothing(tmp_path: Path) -> None:
+    """`gpuopt run --fixes DIR`: the training itself with the recorded fixes; no run directory,
+    the script's own arguments and exit code; a missing fixes file is one line and exit 2."""
+    script = _script(tmp_path)
+    script.write_text(script.read_text() + "import sys\nsys.exit(int(sys.argv[1]))\n")
+    fixes = RuntimeFixes(
+        fixes=["dataloader"], loaders=[LoaderSettings(site="train.py:4", num_workers=2)]
+    )
+    (tmp_path / "fx").mkdir()
+    (tmp_path / "fx" / "fixes.json").write_bytes(encode_fixes(fixes))
+    r = run_gpuopt("run", "--fixes", "fx", script.name, "3", cwd=tmp_path)
+    assert r.returncode == 3, r.stderr
+    assert "workers 2 persistent False" in r.stdout
+    assert "gpuopt run: DataLoader settings: train.py:4 num_workers=2" in r.stderr
+    assert not (tmp_path / "gpuopt-runs").exists()
+    missing = run_gpuopt("run", "--fixes", "nowhere", script.name, "0", cwd=tmp_path)
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1 and "no such file" in missing.stderr
+
+
 def test_runtime_patch_is_undone(tmp_path: Path) -> None:
     from torch.utils.data import DataLoader
 
@@ -249,3 +269,48 @@ def test_aot_transform_trains_through_the_schedule_and_falls_back_on_other_shape
     assert [kind for _, kind in new] == ["True"] * 5
     check = json.loads((tmp_path / "q" / "transform_check.json").read_text())
     assert check["transforms"] == ["aot"] and "error" not in check
+
+
+FP16_SCRIPT = textwrap.dedent(
+    """\
+    import torch
+    from torch.nn.utils import clip_grad_norm_
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    seen = []
+    model[0].register_forward_hook(lambda m, a, out: seen.append(out.dtype))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(1)
+    for i in range(6):
+        x, y = torch.randn(16, 6, generator=g), torch.randn(16, 1, generator=g)
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        dtype = seen[-1]
+        loss.backward()
+        norm = clip_grad_norm_(model.parameters(), 10.0)
+        opt.step()
+        print(f"{loss.item():.6f} {norm.item():.6f} {dtype}")
+    """
+)
+
+
+def test_fp16_amp_scales_the_loss_and_keeps_the_training(tmp_path: Path) -> None:
+    """--fix amp --amp-dtype fp16's run-time form with CPU tensors: from the end of the first
+    step the forward runs in float16, the loss is scaled and the gradients unscaled before the
+    script's own clip_grad_norm_ (imported by name before the first step): losses and norms as
+    the float32 run's within the fix's tolerance, as many steps."""
+    (tmp_path / "a.py").write_text(FP16_SCRIPT)
+    plain = run_gpuopt("profile", "--quiet", "-o", "p", "a.py", cwd=tmp_path)
+    (tmp_path / "fx").mkdir()
+    fixes = RuntimeFixes(fixes=["amp"], model_transforms=["fp16_autocast"])
+    (tmp_path / "fx" / "fixes.json").write_bytes(encode_fixes(fixes))
+    amp = run_gpuopt("profile", "--quiet", "-o", "q", "--fixes", "fx", "a.py", cwd=tmp_path)
+    assert plain.returncode == 0 and amp.returncode == 0, amp.stderr
+    old = [line.split() for line in plain.stdout.splitlines()]
+    new = [line.split() for line in amp.stdout.splitlines()]
+    assert [d for *_, d in new] == ["torch.float32"] + ["torch.float16"] * 5
+    for (loss_a, norm_a, _), (loss_b, norm_b, _) in zip(old, new, strict=True):
+        assert float(loss_b) == pytest.approx(float(loss_a), rel=5e-2)
+        assert float(norm_b) == pytest.approx(float(norm_a), rel=5e-2)  # unscaled: x 65536 not
+    check = json.loads((tmp_path / "q" / "transform_check.json").read_text())
+    assert check["transforms"] == ["fp16_autocast"] and check["rel_diff"] < 5e-2

@@ -3,8 +3,8 @@ measured appended to docs/gpu-validation.md. Without a CUDA device it says so an
 
 Checks: NVML sampling while the GPU works; `gpuopt profile` of a CUDA script (the profiler
 window's Kineto trace, the per-rank `gpu` section); the AoT CUDA executor's tests; `gpuopt
-optimize` on that script with the GPU-only fixes (pinned non-blocking copies, cudnn.benchmark)
-and the sync fix, their gains and verification.
+optimize` on that script with the GPU-only fixes (pinned non-blocking copies, cudnn.benchmark) and
+the sync fix, then with ``--fix amp`` in bf16 and in fp16 (loss scaling): gains and verification.
 """
 
 from __future__ import annotations
@@ -75,34 +75,21 @@ def check_aot() -> str:
     return f"AoT CUDA executor tests: {r.stdout.strip().splitlines()[-1] if r.stdout else r.stderr}"
 
 
-def check_optimize(tmp: Path) -> str:
+def check_optimize(tmp: Path, label: str, fixes: list[str], *extra: str) -> str:
+    out = label.replace(" ", "-")
+    named = [a for f in fixes for a in ("--fix", f)]
     r = gpuopt(
-        "optimize",
-        "--quiet",
-        "-o",
-        "opt",
-        "--steps",
-        "40",
-        "--fix",
-        "pinned-copies",
-        "--fix",
-        "cudnn-benchmark",
-        "--fix",
-        "aot",
-        "--fix",
-        "syncs",
-        str(SCRIPT),
-        cwd=tmp,
+        "optimize", "--quiet", "-o", out, "--steps", "40", *named, *extra, str(SCRIPT), cwd=tmp
     )
     if r.returncode != 0:
-        return f"optimize: FAILED ({r.stderr.strip().splitlines()[-1:]})"
-    doc = json.loads((tmp / "opt" / "optimize.json").read_text())
-    fixes = "; ".join(
+        return f"{label}: FAILED ({r.stderr.strip().splitlines()[-1:]})"
+    doc = json.loads((tmp / out / "optimize.json").read_text())
+    rows = "; ".join(
         f"{f['id']}: applied={f['applied']} verified={f['verified']} gain={f['gain']}"
         for f in doc["fixes"]
     )
     ver = (doc.get("verification") or {}).get("verified")
-    return f"optimize: speedup {doc['speedup']}, training {ver}; {fixes}"
+    return f"{label}: speedup {doc['speedup']}, training {ver}; {rows}"
 
 
 def main() -> int:
@@ -119,7 +106,11 @@ def main() -> int:
             check_nvml,
             lambda: check_profile(tmp),
             check_aot,
-            lambda: check_optimize(tmp),
+            lambda: check_optimize(
+                tmp, "optimize", ["pinned-copies", "cudnn-benchmark", "aot", "syncs"]
+            ),
+            lambda: check_optimize(tmp, "optimize amp bf16", ["amp"], "--amp-dtype", "bf16"),
+            lambda: check_optimize(tmp, "optimize amp fp16", ["amp"], "--amp-dtype", "fp16"),
         ):
             try:
                 result = check()

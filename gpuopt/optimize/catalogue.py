@@ -101,7 +101,7 @@ CATALOGUE: tuple[FixKind, ...] = (
     FixKind(
         "amp",
         "the model's forward under bf16 autocast, its outputs back in float32 (no GradScaler "
-        "needed with bf16)",
+        "needed with bf16; --amp-dtype fp16: fp16 autocast with the loss scaled)",
         (),
         runtime=True,
         source=False,

@@ -51,6 +51,7 @@ class OptimizeOptions:
     warmup: int = 2
     seed: int = DEFAULT_SEED
     fixes: list[str] = field(default_factory=list)
+    amp_dtype: str = "auto"  # --fix amp: bf16, fp16 (loss-scaled), auto (bf16 where supported)
     apply: bool = False
     write: bool = False
     diff: bool = True  # --no-diff: nothing on stdout
@@ -123,11 +124,19 @@ def _optimize(st: _State) -> int:
             )
         st.doc.status = "planned"
         return _finish(st, fixes, chosen)
+    st.phases.total = len(st.runs) + _runs_to_come(st.opts, len(chosen), given_base)
     if given_base and _baseline(st) is None:  # the comparison needs a run with its losses
         return _baseline_failed(st)
     kept = _ablation(st, chosen)
     kept = _candidates(st, kept)
     return _finish(st, fixes, kept)
+
+
+def _runs_to_come(opts: OptimizeOptions, fixes: int, given_base: bool) -> int:
+    """The runs still planned once the fixes are chosen: the baseline (with --baseline DIR),
+    each fix alone, candidate 1, baseline 2, candidate 2 (a dropped fix adds a re-run)."""
+    ablation = 0 if opts.quick or fixes == 1 else fixes
+    return int(given_base) + ablation + 2 + (0 if opts.quick else 1)
 
 
 # -- baseline ----------------------------------------------------------------------------------
@@ -182,6 +191,7 @@ def _plan(st: _State, base: Profile) -> list[PlannedFix]:
     if st.opts.script is not None:
         script_text = Path(st.opts.script).read_text(encoding="utf-8", errors="replace")
     inp = PlanInput(base, list(st.opts.fixes), cuda, script_text, st.opts.script)
+    inp.amp_dtype = _amp_dtype(st.opts.amp_dtype, cuda)
     sweep, error = sweep_for(st.opts, base, st.dir, st.phases)
     inp.sweep, inp.sweep_error = sweep, error
     inp.aot, inp.aot_error = aot_for(st.opts, st.dir, st.phases)
@@ -192,17 +202,35 @@ def _plan(st: _State, base: Profile) -> list[PlannedFix]:
     return fixes
 
 
+def _amp_dtype(asked: str, cuda: bool) -> str:
+    """``--amp-dtype``: ``auto`` is bf16, unless the GPU has no bf16 (V100, T4): fp16."""
+    if asked != "auto":
+        return asked
+    if cuda:
+        import torch
+
+        if torch.cuda.is_available() and not torch.cuda.is_bf16_supported():
+            return "fp16"
+    return "bf16"
+
+
 def _check_edits(st: _State, fix: PlannedFix) -> None:
     """A fix whose source form cannot be applied (a file libcst cannot parse or gpuopt cannot
-    read) is not used, with the one-line reason; the others go on."""
+    read) is not used, with the one-line reason; the others go on. Nor is a fix with only a
+    source form whose rewrite changes nothing (every site left alone, each with its reason):
+    it would cost runs and be reported applied with an empty diff."""
     if not fix.selected or not fix.edits:
         return
     try:
-        _sources([fix])
+        sources = _sources([fix])
     except GpuoptError as exc:
         fix.selected = fix.applicable = False
         fix.reason = f"its source form cannot be applied: {exc}"
         st.doc.warnings.append(f"{fix.name}: not used: {exc}")
+        return
+    if not sources.changed() and not fix.has_runtime:
+        fix.selected = fix.applicable = False
+        fix.reason = f"nothing to change: every site was left alone ({fix.reason})"
 
 
 def _sources(fixes: list[PlannedFix], runtime_only: bool = False, run: bool = False) -> SourceSet:
@@ -278,6 +306,7 @@ def _candidates(st: _State, kept: list[PlannedFix]) -> list[PlannedFix]:
         c1.result.role, c1.result.label = "ablation", "every fix (before dropping)"
         if not kept:
             return kept
+        st.phases.total += 1
         c1 = _run(st, _spec(st, "candidate 1b", "candidate", kept))
         if _crashed(c1):
             for f in kept:
@@ -396,8 +425,8 @@ def _tell(st: _State, sources: SourceSet, kept: list[PlannedFix]) -> None:
     if st.opts.apply and any(f.has_runtime for f in kept):
         shown = st.opts.script or f"-m {st.opts.module}"
         print(
-            f"gpuopt: run-time fixes kept in {st.dir / 'fixes.json'}; run with them: "
-            f"gpuopt profile --fixes {st.dir} {shown}",
+            f"gpuopt: run-time fixes kept in {st.dir / 'fixes.json'}; train with them: "
+            f"gpuopt run --fixes {st.dir} {shown} (or profile: gpuopt profile --fixes ...)",
             file=sys.stderr,
         )
     print(f"gpuopt: {st.dir / OPTIMIZE_FILE} written", file=sys.stderr)

@@ -76,6 +76,7 @@ class PlanInput:
     aot: AotSummary | None = None
     aot_error: str | None = None
     loops: dict[str, LoopPlan] = field(default_factory=dict)  # the loop fixes' plans
+    amp_dtype: str = "bf16"  # --fix amp: "bf16", or "fp16" with loss scaling
 
 
 def _on_lines(codemod: Callable[..., Rewrite], lines: list[int]) -> Codemod:
@@ -293,20 +294,33 @@ def _plan_model(kind: FixKind, inp: PlanInput) -> PlannedFix:
         compile_statement,
     )
 
-    fix = PlannedFix(kind, False, True, f"opt-in: {kind.what}")
-    fix.model_transforms = [kind.transform]
-    fix.settings = {"transform": kind.transform}
-    make = {"compile": compile_statement, "channels_last": channels_last_statement}.get(
-        kind.transform
-    )
+    transform = kind.transform
+    what = kind.what
+    if kind.name == "amp" and inp.amp_dtype == "fp16":
+        transform = "fp16_autocast"
+        what = (
+            "the model's forward under fp16 autocast, its outputs back in float32, the loss "
+            "scaled by a GradScaler"
+        )
+    fix = PlannedFix(kind, False, True, f"opt-in: {what}")
+    fix.model_transforms = [transform]
+    fix.settings = {"transform": transform}
+    make = {"compile": compile_statement, "channels_last": channels_last_statement}.get(transform)
     if make is not None and inp.script_path is not None:
         fix.edits = [
             SourceEdit(inp.script_path, [], functools.partial(_after_optimizer, make=make))
         ]
-    if kind.name == "amp":
+    if transform == "bf16_autocast":
         fix.notes.append(
             "no source form yet: in your code, run the forward under "
             "torch.autocast(device_type, dtype=torch.bfloat16) and compute the loss in float32"
+        )
+    elif transform == "fp16_autocast":
+        fix.notes.append(
+            "no source form yet: in your code, run the forward under torch.autocast(device_type, "
+            "dtype=torch.float16), then scaler = torch.amp.GradScaler(device_type); "
+            "scaler.scale(loss).backward(); scaler.unscale_(optimizer) before clipping; "
+            "scaler.step(optimizer); scaler.update()"
         )
     return fix
 

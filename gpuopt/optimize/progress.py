@@ -1,4 +1,4 @@
-"""Live progress of ``gpuopt optimize`` on stderr: the phase, run k, elapsed time.
+"""Live progress of ``gpuopt optimize`` on stderr: the phase, run k of n, elapsed time.
 
 On a terminal a rich status line is redrawn in place; elsewhere (CI logs, a pipe) each phase and
 run is one plain line, so the log still says what took the time. ``--quiet`` prints nothing.
@@ -18,6 +18,7 @@ class Phases:
         self.quiet = quiet
         self.t0 = time.perf_counter()
         self.runs = 0
+        self.total = 0  # runs planned so far (0: not known yet)
         self._status: Any = None
         self._console: Any = None
 
@@ -59,7 +60,8 @@ class Phases:
 
     def run(self, label: str) -> None:
         self.runs += 1
-        self._say(f"run {self.runs}: {label}")
+        of = f" of {self.total}" if self.total >= self.runs else ""
+        self._say(f"run {self.runs}{of}: {label}")
 
     def note(self, text: str) -> None:
         self._say(text)

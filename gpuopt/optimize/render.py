@@ -42,7 +42,7 @@ def _fix_rows(doc: OptimizeDocument) -> list[tuple[str, str, str, str, str, str]
 
 
 def headline(doc: OptimizeDocument) -> list[str]:
-    lines = [f"gpuopt optimize {doc.script} — {doc.steps} steps a run, seed {doc.seed}"]
+    lines = [f"gpuopt optimize {doc.script} — {_steps_text(doc)}, seed {doc.seed}"]
     if doc.status == "error":
         lines.append("the baseline run failed: nothing was changed")
         return lines
@@ -59,6 +59,14 @@ def headline(doc: OptimizeDocument) -> list[str]:
     return lines
 
 
+def _steps_text(doc: OptimizeDocument) -> str:
+    """``30 steps a run``, or what the script made when it ended before ``--steps``."""
+    made = doc.baseline.steps.count if doc.baseline is not None else None
+    if made is not None and 0 < made < doc.steps:
+        return f"{made} steps a run (the script ends before --steps {doc.steps})"
+    return f"{doc.steps} steps a run"
+
+
 def render_text(doc: OptimizeDocument) -> str:
     out = headline(doc)
     rows = _fix_rows(doc)
@@ -73,7 +81,8 @@ def render_text(doc: OptimizeDocument) -> str:
     for w in doc.warnings:
         out.append(f"warning: {w}")
     if doc.cost_s is not None:
-        out.append(f"cost: {len(doc.runs)} runs, {doc.cost_s:.0f} s")
+        n = len(doc.runs)
+        out.append(f"cost: {n} run{'' if n == 1 else 's'}, {doc.cost_s:.0f} s")
     return "\n".join(out)
 
 

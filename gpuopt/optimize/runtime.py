@@ -13,8 +13,9 @@
 * **Backend flags**: ``torch.backends...`` attributes set to the recorded values.
 * **Model transforms** (the opt-in ``amp``, ``channels-last``, ``compile``): at the end of the
   first ``optimizer.step()``, the model (:mod:`gpuopt.optimize.model_finder`) gets its forward
-  under bf16 autocast with float32 outputs, its parameters in channels_last, ``model.compile()``
-  — in that order; the first step runs as the script wrote it.
+  under bf16 autocast with float32 outputs (or float16 autocast with the loss scaled by a
+  ``GradScaler``: :mod:`gpuopt.optimize.loss_scaling`), its parameters in channels_last,
+  ``model.compile()`` — in that order; the first step runs as the script wrote it.
 
 Each patch is undone when the run ends (:meth:`Applied.undo`).
 """
@@ -108,7 +109,7 @@ def apply_fixes(
 
 
 # applied in this order; "aot" (GPU-only in optimize) replaces the forward, so it comes last
-MODEL_TRANSFORMS = ("bf16_autocast", "channels_last", "compile", "aot")
+MODEL_TRANSFORMS = ("bf16_autocast", "fp16_autocast", "channels_last", "compile", "aot")
 
 
 TRANSFORM_CHECK = "transform_check.json"
@@ -125,6 +126,7 @@ def _transform_model_at_first_step(names: list[str], applied: Applied, out: Path
 
     calls = OutermostCalls(keep_inputs=out is not None or "aot" in names)
     calls.install()
+    scaling = _loss_scaling(names, applied)
 
     done: list[bool] = []
 
@@ -140,6 +142,11 @@ def _transform_model_at_first_step(names: list[str], applied: Applied, out: Path
             return
         model, inputs = found
         ordered = [n for n in MODEL_TRANSFORMS if n in names]
+        if scaling is not None:
+            refused = scaling.activate(optimizer, next(model.parameters()).device.type)
+            if refused is not None:
+                applied.late_notes.append(refused)
+                ordered.remove("fp16_autocast")
         if out is None:
             for name in ordered:
                 _TRANSFORMS[name](model, inputs)
@@ -152,6 +159,19 @@ def _transform_model_at_first_step(names: list[str], applied: Applied, out: Path
     handle = register_optimizer_step_post_hook(stepped)
     applied.notes.append(f"model transforms after the first step: {', '.join(names)}")
     applied._undo += [calls.remove, handle.remove]
+
+
+def _loss_scaling(names: list[str], applied: Applied) -> Any:
+    """fp16 autocast's GradScaler, its patches installed before the script runs (None without
+    ``fp16_autocast``)."""
+    if "fp16_autocast" not in names:
+        return None
+    from gpuopt.optimize.loss_scaling import LossScaling
+
+    scaling = LossScaling()
+    scaling.install()
+    applied._undo.append(scaling.undo)
+    return scaling
 
 
 def _checked(model: Any, inputs: tuple[Any, ...], names: list[str]) -> dict[str, Any]:
@@ -202,24 +222,34 @@ def _tensors(value: Any) -> list[Any]:
     return [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor) and t.numel()]
 
 
-def _bf16_autocast(model: Any, inputs: tuple[Any, ...]) -> None:
-    """The forward under bf16 autocast, its floating outputs back in float32 (so the loss and
-    everything after the model run as the script wrote them)."""
+def _autocast(model: Any, dtype_name: str) -> None:
+    """The forward under autocast to ``dtype_name``, its outputs of that dtype back in float32
+    (so the loss and everything after the model run as the script wrote them)."""
     import torch
     import torch.utils._pytree as pytree
 
+    dtype = getattr(torch, dtype_name)
     device = next(model.parameters()).device.type
     inner = model.forward
 
     def forward(*args: Any, **kwargs: Any) -> Any:
-        with torch.autocast(device_type=device, dtype=torch.bfloat16):
+        with torch.autocast(device_type=device, dtype=dtype):
             out = inner(*args, **kwargs)
         return pytree.tree_map(
-            lambda t: t.float() if isinstance(t, torch.Tensor) and t.dtype == torch.bfloat16 else t,
-            out,
+            lambda t: t.float() if isinstance(t, torch.Tensor) and t.dtype == dtype else t, out
         )
 
     model.forward = forward
+
+
+def _bf16_autocast(model: Any, inputs: tuple[Any, ...]) -> None:
+    _autocast(model, "bfloat16")
+
+
+def _fp16_autocast(model: Any, inputs: tuple[Any, ...]) -> None:
+    """float16 autocast; the loss scaling that float16 gradients need is
+    :class:`~gpuopt.optimize.loss_scaling.LossScaling`, activated before this."""
+    _autocast(model, "float16")
 
 
 def _channels_last(model: Any, inputs: tuple[Any, ...]) -> None:
@@ -257,6 +287,7 @@ def _aot(model: Any, inputs: tuple[Any, ...]) -> None:
 
 _TRANSFORMS = {
     "bf16_autocast": _bf16_autocast,
+    "fp16_autocast": _fp16_autocast,
     "channels_last": _channels_last,
     "compile": _compile,
     "aot": _aot,
