@@ -61,10 +61,10 @@ def test_sync_fix_groups_the_findings_sites_by_file() -> None:
     assert [(e.path, e.lines) for e in fix.edits] == [("train.py", [30, 31])]
 
 
-def test_gpu_only_and_unbuilt_fixes_say_why() -> None:
+def test_gpu_only_fixes_and_loops_without_a_plan_say_why() -> None:
     fixes = _by_name(PlanInput(_profile(LOOP), ["pinned-copies"], False, None, "train.py"))
     assert "GPU-only" in fixes["pinned-copies"].reason  # type: ignore[attr-defined]
-    assert "not built yet" in fixes["vectorize"].reason  # type: ignore[attr-defined]
+    assert "no loop of the findings" in fixes["vectorize"].reason  # type: ignore[attr-defined]
     assert not any(f.selected for f in fixes.values())  # type: ignore[attr-defined]
 
 
@@ -128,3 +128,59 @@ def test_aot_runs_through_the_schedule_on_a_gpu_when_its_proof_passed() -> None:
         if f.name == "aot"
     ]
     assert not fix.selected and "CPU proof did not pass" in fix.reason
+
+
+TWO_LOOPS = (
+    "import torch\n"
+    "for i in range(len(x)):\n    out[i] = x[i] * 2\n"
+    "for i in range(len(x)):\n    g[i] = x[idx[i]]\n"
+    "for i in range(len(x)):\n    if x[i].sum() > 0:\n        out[i] = 0\n"
+)
+
+
+def _loop_plan(verdicts: dict[int, str]) -> object:
+    from gpuopt.optimize.codemods.vectorize import rewrite_vectorize
+    from gpuopt.optimize.loop_check import CheckResult
+    from gpuopt.optimize.loop_fixes import LoopPlan
+
+    plan = LoopPlan("vectorize")
+    plan.texts["a.py"] = TWO_LOOPS
+    plan.rewrites["a.py"] = rewrite_vectorize(TWO_LOOPS, [2, 4, 6])
+    for line, verdict in verdicts.items():
+        key = plan.change_id("a.py", line)
+        plan.results[key] = CheckResult(key, "a.py", line, verdict, "`g` differs by up to 3")
+    return plan
+
+
+def test_vectorize_keeps_only_the_loops_whose_check_passed() -> None:
+    loop = Finding(id="loop-indexing", severity="high", title="t", evidence={}, fix="f", site="a:1")
+    inp = PlanInput(_profile(loop), [], False, None, "a.py")
+    inp.loops = {"vectorize": _loop_plan({2: "exact", 4: "failed"})}  # type: ignore[dict-item]
+    (fix,) = [f for f in plan_fixes(inp) if f.name == "vectorize"]
+    assert fix.selected and fix.applicable
+    assert [(e.path, e.lines) for e in fix.edits] == [("a.py", [2])]
+    assert fix.edits[0].codemod(TWO_LOOPS, "a.py").source.startswith("import torch\nout[:len(x)]")
+    assert "a.py:2: row-updates: checked on the inputs of its first run" in fix.notes[0]
+    assert fix.skipped == [
+        "a.py:6: an `if` at line 7: data-dependent control flow",
+        "a.py:4: gathers rewrite not used: checked on the inputs of its first run (no tensors): "
+        "`g` differs by up to 3",
+    ]
+
+
+def test_vectorize_without_a_passing_check_is_not_applied() -> None:
+    loop = Finding(id="loop-indexing", severity="high", title="t", evidence={}, fix="f", site="a:1")
+    inp = PlanInput(_profile(loop), [], False, None, "a.py")
+    inp.loops = {"vectorize": _loop_plan({2: "not-reached"})}  # type: ignore[dict-item]
+    (fix,) = [f for f in plan_fixes(inp) if f.name == "vectorize"]
+    assert not fix.selected and not fix.edits and "no loop could be rewritten" in fix.reason
+    assert any("did not run within the run's steps" in s for s in fix.skipped)
+
+
+def test_padding_fixes_are_listed_only_with_a_loop_or_loader_to_change() -> None:
+    ragged = Finding(id="ragged-batches", severity="medium", title="t", evidence={}, fix="f")
+    names = {f.name for f in plan_fixes(PlanInput(_profile(ragged), [], False, None, "a.py"))}
+    assert not names & {"padding", "padding-batch"}
+    named = plan_fixes(PlanInput(_profile(ragged), ["padding-batch"], False, None, "a.py"))
+    (fix,) = [f for f in named if f.name == "padding-batch"]
+    assert not fix.applicable and "batch size 1" in fix.reason

@@ -186,3 +186,18 @@ def test_write_refuses_a_file_it_cannot_write(tmp_path: Path) -> None:
         assert src.read_text() == "x = 1\n"
     finally:
         os.chmod(src, 0o644)
+
+
+def test_a_fix_that_changes_the_batches_is_compared_after_the_same_samples() -> None:
+    from gpuopt.optimize.verify import compare_by_samples, per_sample_times
+
+    base = TrainingRecord(losses=[float(v) for v in range(10, 0, -1)])  # 10 steps of 1 sample
+    cand = TrainingRecord(losses=[5.0, 2.0, 1.5, 1.0])  # 4 steps of 4 samples
+    v = compare_by_samples(base, cand, 1.0, 4.0)
+    assert v.verified == "not-comparable"
+    # 10 samples seen by the baseline: the candidate's step 2 (samples 5-8) against the
+    # baseline's steps 5-8 (losses 6, 5, 4, 3)
+    assert "after the same 8 samples the loss is 2 (its step 2) against 4.5" in v.detail
+    assert v.max_loss_diff == 2.5
+    assert per_sample_times([0.4, 0.8], 4.0) == [0.1, 0.2]
+    assert compare_by_samples(base, cand, 1.0, None).detail.endswith("batch sizes unknown")

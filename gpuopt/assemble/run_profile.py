@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from msgspec import UNSET, UnsetType
+
 from gpuopt.assemble import step_stats
 from gpuopt.assemble.distributed_run import distributed_record, step_collective_s
 from gpuopt.assemble.host_summary import summarize
@@ -59,6 +61,8 @@ def assemble_run(rec: RunRecord) -> Profile:
         reported.append(rec.sampler_error)
     if rec.recorder is not None:
         reported += _add_host_summary(p, rec.recorder)
+        if rec.training is None and not isinstance(p.ragged, UnsetType):
+            p.ragged.samples = UNSET  # kept for the runs that record their training only
     if rec.window is not None:
         reported += rec.window.errors
         if rec.window.trace_file is not None:

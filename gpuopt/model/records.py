@@ -453,6 +453,9 @@ class Ragged(Record):
     step_signatures_steps: int | UnsetType = UNSET
     note: str | UnsetType = UNSET
     loaders: list[RaggedLoader] | UnsetType = UNSET
+    # the samples in the training batches (in runs that record their training, --record-losses:
+    # gpuopt optimize compares a fix that changes the batch size in samples per second)
+    samples: int | UnsetType = UNSET
 
 
 class TrainingRecord(Record):

@@ -18,9 +18,12 @@ class FixKind:
     expected: str = ""  # for suggestions: the expected effect, said as an expectation
     available: bool = True  # False: named by the contract, not built yet (said so, never faked)
     gpu_gain: bool = False  # applies on a CPU too, but what it saves costs time only on a GPU
-    tolerance: float | None = None  # an opt-in fix's stated relative tolerance on the losses
+    tolerance: float | None = None  # its stated relative tolerance on the losses (rounding)
     settle_steps: int = 0  # steps after it takes effect that its measure leaves out (compiling)
     transform: str = ""  # its model transform (gpuopt.optimize.runtime.MODEL_TRANSFORMS)
+    # changes the samples a step takes: gain in samples/s, training compared after the same
+    # number of samples (never step for step)
+    per_sample: bool = False
 
 
 CATALOGUE: tuple[FixKind, ...] = (
@@ -66,19 +69,22 @@ CATALOGUE: tuple[FixKind, ...] = (
     ),
     FixKind(
         "vectorize",
-        "Python loops of tiny indexing ops rewritten as vectorized torch code",
+        "Python loops of tiny indexing ops rewritten as vectorized torch code, each rewrite "
+        "checked on the inputs of the loop's first run",
         ("loop-indexing",),
         runtime=False,
         source=True,
-        available=False,
+        tolerance=1e-3,  # sums and vmapped ops may round differently; masks and gathers exact
     ),
     FixKind(
         "padding",
-        "a per-sample loop over a ragged list batch as one padded batch with a masked loss",
+        "a per-sample loop over a ragged list batch as one padded batch with a masked loss "
+        "(gpuopt.batching), checked on the recorded batch: same loss and gradients up to float "
+        "rounding",
         ("ragged-batches",),
         runtime=False,
         source=True,
-        available=False,
+        tolerance=1e-3,  # batched matmuls and masked sums round differently
     ),
     FixKind(
         "aot",
@@ -144,12 +150,15 @@ CATALOGUE: tuple[FixKind, ...] = (
     ),
     FixKind(
         "padding-batch",
-        "a batch-size-1 DataLoader of ragged samples as padded, bucketed batches",
+        "a batch-size-1 DataLoader of ragged samples as padded, length-bucketed batches of 16 "
+        "with the loss masked (gpuopt.batching)",
         ("ragged-batches",),
         runtime=False,
         source=True,
         opt_in=True,
-        available=False,
+        expected="more samples per second: one padded batch instead of 16 single-sample steps; "
+        "changes the optimisation (batch size, steps per epoch)",
+        per_sample=True,
     ),
 )
 

@@ -1,12 +1,13 @@
 """The analyses ``gpuopt optimize`` runs in child processes before it plans, and when: the
 DataLoader sweep (a ``dataloader-bound`` finding whose DataLoader line is known, and the
 dataloader fix wanted: the default, or ``--fix dataloader``), and the AoT analysis (only with
-``--fix aot``: it captures the model)."""
+``--fix aot``: it captures the model), and the check of the loop rewrites (``vectorize``,
+``padding``) on the run's own inputs."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpuopt.errors import GpuoptError
 from gpuopt.model.profile import Profile
@@ -60,3 +61,32 @@ def aot_for(
         return run_aot_check(opts.script, list(opts.args), out / "aot.json"), None
     except GpuoptError as exc:
         return None, str(exc)
+
+
+def loops_for(opts: OptimizeOptions, base: Profile, out: Path, phases: Phases) -> dict[str, Any]:
+    """The loop fixes' plans (:class:`~gpuopt.optimize.loop_fixes.LoopPlan` by fix name): the
+    codemods on the files as read, each rewrite checked on the inputs of the real run."""
+    from gpuopt.optimize.catalogue import BY_NAME
+    from gpuopt.optimize.codemods.padding_batch import DEFAULT_BATCH
+    from gpuopt.optimize.loop_fixes import analyse, check, loop_sites, padding_batch_plan
+
+    def wanted(name: str) -> bool:
+        return name in opts.fixes or (not opts.fixes and not BY_NAME[name].opt_in)
+
+    plans: dict[str, Any] = {}
+    for name in ("vectorize", "padding"):
+        if wanted(name) and loop_sites(base, name):
+            plans[name] = analyse(base, name)
+    batched = padding_batch_plan(base, DEFAULT_BATCH)
+    if batched is not None:
+        plans["padding-batch"] = batched
+    checked = [p for n, p in plans.items() if n != "padding-batch"]
+    if not any(p.rewrites for p in checked):
+        return plans
+    if opts.script is None:
+        for p in checked:
+            p.error = "the loop check runs scripts, not -m MODULE targets, so far"
+        return plans
+    phases.phase("checking the loop rewrites on the run's own inputs")
+    check(checked, opts.script, list(opts.args), out / "loops", opts.steps)
+    return plans

@@ -34,7 +34,7 @@ from gpuopt.optimize.source_files import (
     write_in_place,
     write_private_copies,
 )
-from gpuopt.optimize.verify import compare_training, gain, with_transform_check
+from gpuopt.optimize.verify import with_transform_check
 
 OPTIMIZE_FILE = "optimize.json"
 DEFAULT_STEPS = 30
@@ -183,7 +183,7 @@ def _run(st: _State, spec: RunSpec) -> Done:
 
 # -- plan and sources --------------------------------------------------------------------------
 def _plan(st: _State, base: Profile) -> list[PlannedFix]:
-    from gpuopt.optimize.child_runs import aot_for, sweep_for
+    from gpuopt.optimize.child_runs import aot_for, loops_for, sweep_for
 
     st.phases.phase("planning fixes")
     cuda = base.environment.device == "cuda"
@@ -195,6 +195,7 @@ def _plan(st: _State, base: Profile) -> list[PlannedFix]:
     sweep, error = sweep_for(st.opts, base, st.dir, st.phases)
     inp.sweep, inp.sweep_error = sweep, error
     inp.aot, inp.aot_error = aot_for(st.opts, st.dir, st.phases)
+    inp.loops = loops_for(st.opts, base, st.dir, st.phases)
     fixes = plan_fixes(inp)
     for fix in fixes:
         _check_edits(st, fix)
@@ -320,6 +321,8 @@ def _candidates(st: _State, kept: list[PlannedFix]) -> list[PlannedFix]:
 
 
 def _judge(st: _State, kept: list[PlannedFix], c1: Done, b2: Done) -> dict[str, str]:
+    from gpuopt.optimize.results import run_gain, run_verdict
+
     """Fix name → why it goes, for each fix whose own run failed, changed the training (judged
     now that the baseline's floor is known) or was measurably slower."""
     b1 = _first(st, "baseline")
@@ -331,17 +334,13 @@ def _judge(st: _State, kept: list[PlannedFix], c1: Done, b2: Done) -> dict[str, 
         if _crashed(own):
             out[fix.name] = f"the run with this fix failed: {_why(own)}"
             continue
-        v = compare_training(_training(b1), _training(b2), _training(own), fix.kind.tolerance)
+        v = run_verdict(b1, b2, own, [fix])
         if fix.kind.transform:
             v = with_transform_check(v, own.transform_check(), fix.kind.tolerance)
         if v.verified == "failed" and not fix.equivalent_only:
             out[fix.name] = f"training changed with this fix: {v.detail}"
             continue
-        g = gain(
-            [b1.result.step_s, b2.result.step_s],
-            [own.result.step_s],
-            skip=fix.kind.settle_steps,
-        )
+        g = run_gain([b1, b2], [own], [fix], skip=fix.kind.settle_steps)
         if not (g.measurable and g.speedup is not None and g.speedup < 1.0):
             continue
         if fix.kind.gpu_gain and not _on_gpu(st):

@@ -19,6 +19,7 @@ from gpuopt.model.records import given
 from gpuopt.optimize.aot_check import AotSummary
 from gpuopt.optimize.catalogue import BY_NAME, CATALOGUE, FixKind
 from gpuopt.optimize.codemods import Rewrite
+from gpuopt.optimize.loop_fixes import CHECKED, LoopPlan
 from gpuopt.optimize.sweep import PERSISTENT_NOTE, SweepResult
 
 Codemod = Callable[[str, str], Rewrite]  # (text, name shown) -> what it did
@@ -48,6 +49,7 @@ class PlannedFix:
     model_transforms: list[str] = field(default_factory=list)
     settings: dict[str, int | float | bool | str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what the user should know besides
+    skipped: list[str] = field(default_factory=list)  # "path:line: why it was left alone"
     # the fix makes the training equivalent, not identical (a Dataset's random draws in workers)
     equivalent_only: bool = False
 
@@ -73,6 +75,7 @@ class PlanInput:
     sweep_error: str | None = None
     aot: AotSummary | None = None
     aot_error: str | None = None
+    loops: dict[str, LoopPlan] = field(default_factory=dict)  # the loop fixes' plans
     amp_dtype: str = "bf16"  # --fix amp: "bf16", or "fp16" with loss scaling
 
 
@@ -112,6 +115,8 @@ def plan_fixes(inp: PlanInput) -> list[PlannedFix]:
     for kind in CATALOGUE:
         named = kind.name in inp.chosen
         relevant = named or bool(found & set(kind.findings)) or _pattern_in_source(kind, inp)
+        if kind.name in ("padding", "padding-batch") and not named:
+            relevant = kind.name in inp.loops  # the ragged finding names such a loop / loader
         if not relevant and not (kind.opt_in and inp.cuda and not kind.findings):
             continue
         fix = _plan_one(kind, inp)
@@ -364,7 +369,106 @@ def _plan_aot(kind: FixKind, inp: PlanInput) -> PlannedFix:
     return fix
 
 
+def _loop_codemod(fix: str, lines: list[int], anchors: dict[int, str]) -> Codemod:
+    from gpuopt.optimize.codemods.padding import rewrite_padding
+    from gpuopt.optimize.codemods.vectorize import rewrite_vectorize
+
+    codemod = rewrite_vectorize if fix == "vectorize" else rewrite_padding
+
+    def run(text: str, name: str) -> Rewrite:
+        return codemod(text, lines, name=name, anchors=anchors)
+
+    return run
+
+
+def _plan_loops(kind: FixKind, inp: PlanInput) -> PlannedFix:
+    """``vectorize`` / ``padding``: the loops whose rewrite passed its check on the run's own
+    inputs; every other loop named by a finding is listed with why it was left alone."""
+    found = _findings(inp.profile, kind.findings)
+    plan = inp.loops.get(kind.name)
+    fix = PlannedFix(kind, False, False, "", findings=[f.id for f in found])
+    if plan is None or not plan.rewrites:
+        why = plan.error if plan is not None and plan.error else None
+        fix.reason = why or (
+            "no loop of the findings to rewrite"
+            if kind.name == "vectorize"
+            else "no per-sample loop inside the step in the findings"
+        )
+        return fix
+    checked = 0
+    for path, rewrite in plan.rewrites.items():
+        fix.skipped += [f"{path}:{s.line}: {s.reason}" for s in rewrite.skipped]
+        ok: list[int] = []
+        for change in getattr(rewrite, "changes", []):
+            result = plan.result(path, change.line)
+            fix.sites.append(f"{path}:{change.line}")
+            if result is not None and result.verdict in CHECKED:
+                ok.append(change.line)
+                fix.notes.append(f"{path}:{change.line}: {change.pattern}: {result.says()}")
+                continue
+            says = result.says() if result is not None else f"not checked ({plan.error})"
+            fix.skipped.append(f"{path}:{change.line}: {change.pattern} rewrite not used: {says}")
+        if ok:
+            checked += len(ok)
+            anchors = plan.anchors.get(path, {})
+            fix.edits.append(SourceEdit(path, ok, _loop_codemod(kind.name, ok, anchors)))
+    fix.applicable = bool(fix.edits)
+    fix.reason = (
+        f"{checked} loop(s) rewritten, each checked on the inputs of its first run in the "
+        "script (old and new code side by side)"
+        if checked
+        else "no loop could be rewritten safely: see what was left alone and why"
+    )
+    return fix
+
+
+def _padding_batch(
+    text: str, name: str, loader: int, loop: int, anchors: dict[int, str], size: int
+) -> Rewrite:
+    from gpuopt.optimize.codemods.padding_batch import rewrite_padding_batch
+
+    return rewrite_padding_batch(text, loader, loop, size, name=name, anchors=anchors)
+
+
+def _plan_padding_batch(kind: FixKind, inp: PlanInput) -> PlannedFix:
+    """The opt-in padding-batch: its diff is always shown when the profile calls for it."""
+    from gpuopt.optimize.codemods.padding_batch import DEFAULT_BATCH
+
+    found = _findings(inp.profile, kind.findings)
+    plan = inp.loops.get(kind.name)
+    fix = PlannedFix(kind, False, False, "", findings=[f.id for f in found])
+    if plan is None or not plan.rewrites:
+        fix.reason = (plan.error if plan is not None else None) or (
+            "no training DataLoader ran at batch size 1 with variable-size samples"
+        )
+        return fix
+    for path, rewrite in plan.rewrites.items():
+        fix.skipped += [f"{path}:{s.line}: {s.reason}" for s in rewrite.skipped]
+        if not rewrite.changed:
+            continue
+        loader, loop = plan.lines[path]
+        anchors = plan.anchors.get(path, {})
+        fix.sites += [f"{path}:{loader}", f"{path}:{loop}"]
+
+        codemod = functools.partial(
+            _padding_batch, loader=loader, loop=loop, anchors=anchors, size=DEFAULT_BATCH
+        )
+        fix.edits.append(SourceEdit(path, [loader, loop], codemod))
+    fix.applicable = bool(fix.edits)
+    fix.settings = {"batch_size": DEFAULT_BATCH}
+    fix.reason = (
+        f"opt-in: {kind.what}; changes the optimisation, so it is compared on the loss after "
+        "the same number of samples, never step for step"
+        if fix.applicable
+        else "the DataLoader or its loop is not one gpuopt rewrites: see what was left alone"
+    )
+    return fix
+
+
 _PLANNERS: dict[str, Callable[[FixKind, PlanInput], PlannedFix]] = {
+    "vectorize": _plan_loops,
+    "padding": _plan_loops,
+    "padding-batch": _plan_padding_batch,
     "dataloader": _plan_dataloader,
     "pinned-copies": _plan_copies,
     "syncs": _plan_syncs,

@@ -77,20 +77,25 @@ def render_text(doc: OptimizeDocument) -> str:
         out.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)) + "  why")
         for r in rows:
             out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[5])
-    for f in doc.fixes:
-        tag = f.id if f.applied or doc.status == "planned" and f.diff else f"{f.id} (not applied)"
-        for line in f.changes:
-            out.append(f"  {tag}: {line}")
-        for line in f.skipped:
-            out.append(f"  {f.id}: left alone: {line}")
-        for line in f.notes if f.applied else []:
-            out.append(f"  {f.id}: note: {line}")
+    out += [f"  {line}" for line in detail_lines(doc)]
     for w in doc.warnings:
         out.append(f"warning: {w}")
     if doc.cost_s is not None:
         n = len(doc.runs)
         out.append(f"cost: {n} run{'' if n == 1 else 's'}, {doc.cost_s:.0f} s")
     return "\n".join(out)
+
+
+def detail_lines(doc: OptimizeDocument) -> list[str]:
+    """What each fix changed, what it left alone and why, and its notes (the loop checks')."""
+    out: list[str] = []
+    for f in doc.fixes:
+        planned = doc.status == "planned" and bool(f.diff)
+        tag = f.id if f.applied or planned else f"{f.id} (not applied)"
+        out += [f"{tag}: {line}" for line in f.changes]
+        out += [f"{f.id}: left alone: {line}" for line in f.skipped]
+        out += [f"{f.id}: note: {line}" for line in (f.notes if f.applied or planned else [])]
+    return out
 
 
 def _md_cell(text: str) -> str:
@@ -107,6 +112,9 @@ def render_markdown(doc: OptimizeDocument) -> str:
     ]
     for r in _fix_rows(doc):
         out.append("| " + " | ".join(_md_cell(c) for c in r) + " |")
+    details = detail_lines(doc)
+    if details:
+        out += ["", *[f"- {_md_cell(line)}" for line in details]]
     if doc.diff:
         out += ["", "```diff", doc.diff.rstrip("\n"), "```"]
     if doc.warnings:

@@ -11,7 +11,7 @@ import msgspec
 
 from gpuopt.errors import GpuoptError
 from gpuopt.model.optimize import OPTIMIZE_SCHEMA, OptimizeDocument
-from gpuopt.optimize.render import headline, render_markdown, render_text
+from gpuopt.optimize.render import detail_lines, headline, render_markdown, render_text
 
 OPTIMIZE_FILE = "optimize.json"
 
@@ -93,6 +93,8 @@ def render_html(doc: OptimizeDocument) -> str:
     head = "".join(f"<li>{e(line)}</li>" for line in headline(doc)[1:])
     diff = f"<h2>Source changes</h2><pre>{e(doc.diff)}</pre>" if doc.diff else ""
     warn = "".join(f"<li>{e(w)}</li>" for w in doc.warnings)
+    details = "".join(f"<li>{e(line)}</li>" for line in detail_lines(doc))
+    details = f"<ul>{details}</ul>" if details else ""
     return (
         "<!doctype html><html><head><meta charset='utf-8'>"
         f"<title>gpuopt optimize: {e(doc.script)}</title>"
@@ -102,7 +104,7 @@ def render_html(doc: OptimizeDocument) -> str:
         f"<h1>gpuopt optimize: {e(doc.script)}</h1><ul>{head}</ul>"
         f"<h2>Steps per second, run by run</h2>{_chart(doc)}"
         "<h2>Fixes</h2><table><tr><th>fix</th><th>mode</th><th>applied</th><th>verified</th>"
-        f"<th>gain alone</th><th>why</th></tr>{rows}</table>{diff}"
+        f"<th>gain alone</th><th>why</th></tr>{rows}</table>{details}{diff}"
         + (f"<h2>Warnings</h2><ul>{warn}</ul>" if warn else "")
         + "</body></html>\n"
     )

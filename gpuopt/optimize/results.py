@@ -12,7 +12,13 @@ from gpuopt.model.records import TrainingRecord, given
 from gpuopt.optimize.plan import PlannedFix
 from gpuopt.optimize.runs import Done
 from gpuopt.optimize.source_files import SourceSet, unified_diff
-from gpuopt.optimize.verify import compare_training, gain, with_transform_check
+from gpuopt.optimize.verify import (
+    compare_by_samples,
+    compare_training,
+    gain,
+    per_sample_times,
+    with_transform_check,
+)
 
 
 def _training(done: Done | None) -> TrainingRecord | None:
@@ -38,15 +44,9 @@ def fill_results(
     if candidates:
         doc.candidate = candidates[0].profile
         settle = max((f.kind.settle_steps for f in kept), default=0)
-        doc.gain = gain(
-            [d.result.step_s for d in baselines],
-            [d.result.step_s for d in candidates],
-            skip=settle,
-        )
+        doc.gain = run_gain(baselines, candidates, kept, settle)
         doc.speedup = doc.gain.speedup
-        doc.verification = compare_training(
-            _training(b1), _training(b2), _training(candidates[0]), _tolerance(kept)
-        )
+        doc.verification = run_verdict(b1, b2, candidates[0], kept)
         if any(f.kind.transform for f in kept):
             doc.verification = with_transform_check(
                 doc.verification, candidates[0].transform_check(), _tolerance(kept)
@@ -56,6 +56,35 @@ def fill_results(
             doc.warnings.append(note)
     for fix in fixes:
         doc.fixes.append(_fix_result(fix, fix in kept, apply, runs, doc, (b1, b2)))
+
+
+def run_gain(
+    baselines: list[Done], candidates: list[Done], fixes: list[PlannedFix], skip: int = 0
+) -> Gain:
+    """Steps per second, or samples per second when a fix changes the samples a step takes."""
+    if not any(f.kind.per_sample for f in fixes):
+        return gain(
+            [d.result.step_s for d in baselines], [d.result.step_s for d in candidates], skip=skip
+        )
+    out = gain(
+        [per_sample_times(d.result.step_s, d.samples_per_step()) for d in baselines],
+        [per_sample_times(d.result.step_s, d.samples_per_step()) for d in candidates],
+        skip=skip,
+    )
+    if out.measurable:
+        out.label += " (samples/s)"
+    return out
+
+
+def run_verdict(
+    b1: Done | None, b2: Done | None, cand: Done, fixes: list[PlannedFix]
+) -> Verification:
+    """The candidate's training against the baselines' (after the same number of samples when
+    a fix changes the batches: never step for step)."""
+    if any(f.kind.per_sample for f in fixes):
+        base_k = b1.samples_per_step() if b1 is not None else None
+        return compare_by_samples(_training(b1), _training(cand), base_k, cand.samples_per_step())
+    return compare_training(_training(b1), _training(b2), _training(cand), _tolerance(fixes))
 
 
 def _tolerance(kept: list[PlannedFix]) -> float | None:
@@ -106,6 +135,7 @@ def _fix_result(
         gpu_only=kind.gpu_only,
         expected=kind.expected,
         notes=list(fix.notes),
+        skipped=list(fix.skipped),
     )
     _source_part(fix, out, runtime)
     if applied:
@@ -140,14 +170,8 @@ def _measured_part(
     alone = next((d for d in runs if d.result.label == f"only {fix.name}"), None)
     baselines = _ok(runs, "baseline")
     if alone is not None and alone.profile is not None:
-        g = gain(
-            [d.result.step_s for d in baselines],
-            [alone.result.step_s],
-            skip=fix.kind.settle_steps,
-        )
-        v = compare_training(
-            _training(bases[0]), _training(bases[1]), _training(alone), fix.kind.tolerance
-        )
+        g = run_gain(baselines, [alone], [fix], skip=fix.kind.settle_steps)
+        v = run_verdict(bases[0], bases[1], alone, [fix])
         if fix.kind.transform:
             v = with_transform_check(v, alone.transform_check(), fix.kind.tolerance)
     elif doc.gain is not None and doc.verification is not None and _only(doc, fix):

@@ -66,6 +66,16 @@ class Done:
     stderr_tail: str
     dir: Path | None = None  # the run directory (its other files: transform_check.json)
 
+    def samples_per_step(self) -> float | None:
+        """The mean samples per training batch (its ``ragged`` record), if known."""
+        from gpuopt.model.records import given
+        from gpuopt.optimize.verify import samples_per_step
+
+        ragged = given(self.profile.ragged) if self.profile is not None else None
+        if ragged is None:
+            return None
+        return samples_per_step(given(ragged.samples), ragged.batches)
+
     def transform_check(self) -> dict[str, object] | None:
         """What the model transforms' check wrote in this run, if it ran."""
         import json

@@ -194,3 +194,55 @@ def gain(
     else:
         out.label = f"{1 / speedup:.2f}x slower"
     return out
+
+
+# -- fixes that change the samples a step takes (padding-batch) ---------------------------------
+def samples_per_step(ragged_samples: int | None, ragged_batches: int) -> float | None:
+    """A run's mean samples per training batch, from its ``ragged`` record."""
+    return ragged_samples / ragged_batches if ragged_samples and ragged_batches else None
+
+
+def per_sample_times(step_s: Sequence[float], samples: float | None) -> list[float]:
+    """Step times as times per sample (a gain over them is a gain in samples per second)."""
+    return [t / samples for t in step_s] if samples else list(step_s)
+
+
+def compare_by_samples(
+    base: TrainingRecord | None,
+    cand: TrainingRecord | None,
+    base_k: float | None,
+    cand_k: float | None,
+) -> Verification:
+    """A candidate that takes other batches than the baseline (``cand_k`` samples a step
+    against ``base_k``): never comparable step for step; the detail puts the two losses side
+    by side after the same number of samples — the candidate's loss at its last step within
+    the samples the baseline saw, the baseline's mean over the steps that saw those samples."""
+    why = "changes the optimisation (other batches)"
+    if base is None or cand is None or not base.losses or not cand.losses or not base_k:
+        return Verification(verified="not-comparable", detail=f"{why}; no losses to compare")
+    if not cand_k:
+        return Verification(verified="not-comparable", detail=f"{why}; batch sizes unknown")
+    seen = len(base.losses) * base_k
+    j = min(int(seen // cand_k), len(cand.losses)) - 1  # the candidate's last step within them
+    if j < 0:
+        return Verification(
+            verified="not-comparable",
+            detail=f"{why}: {cand_k:.3g} samples a step, more than the baseline saw in its run",
+        )
+    upto = (j + 1) * cand_k
+    lo, hi = int((upto - cand_k) // base_k), max(int(upto // base_k), 1)
+    window = base.losses[lo:hi] or base.losses[-1:]
+    b, c = sum(window) / len(window), cand.losses[j]
+    rel = (c - b) / abs(b) if b else 0.0
+    detail = (
+        f"{why}: {cand_k:.3g} samples a step instead of {base_k:.3g}, so not comparable step "
+        f"for step; after the same {upto:.0f} samples the loss is {c:.4g} (its step {j + 1}) "
+        f"against {b:.4g} (the baseline's mean over its steps {lo + 1}-{hi}): {rel:+.1%}"
+    )
+    return Verification(
+        verified="not-comparable",
+        detail=detail,
+        max_loss_diff=abs(c - b),
+        steps_compared=j + 1,
+        loss_scale=abs(b) or None,
+    )

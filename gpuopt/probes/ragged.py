@@ -179,6 +179,7 @@ class BatchShapeTracker:
             pad_tensor=pad_path,
             padded_batches_scanned=self.padded_batches,
             top_shapes=top,
+            samples=sum(size * n for size, n in self.batch_sizes.items()),
         )
 
 

@@ -1,0 +1,24 @@
+"""gpuopt's driver (not TransUNet's code): a tiny segmentation training with TransUNet's own
+DiceLoss (utils.py beside it), combined as TransUNet's trainer.py does: loss = 0.5 * CE +
+0.5 * Dice(softmax), 9 classes (Synapse)."""
+import torch
+from torch import nn
+from utils import DiceLoss
+
+NUM_CLASSES = 9
+torch.manual_seed(0)
+model = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, NUM_CLASSES, 1))
+ce_loss = nn.CrossEntropyLoss()
+dice_loss = DiceLoss(NUM_CLASSES)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+for step in range(40):
+    image_batch = torch.randn(4, 1, 32, 32)
+    label_batch = torch.randint(0, NUM_CLASSES, (4, 32, 32)).float()
+    outputs = model(image_batch)
+    loss_ce = ce_loss(outputs, label_batch[:].long())
+    loss_dice = dice_loss(outputs, label_batch, softmax=True)
+    loss = 0.5 * loss_ce + 0.5 * loss_dice
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+print(f"final loss {loss.item():.4f}")

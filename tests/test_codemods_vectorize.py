@@ -1,0 +1,517 @@
+"""The vectorize codemod on before/after pairs, one or more per pattern: the exact new text
+(formatting and comments kept), idempotence, the loops it leaves alone and the reason it gives —
+and every rewrite run side by side with the loop on the same inputs (the check optimize runs on
+the inputs recorded from the real run), bit for bit where the results are integers or masks."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from gpuopt.optimize.codemods import CodemodError
+from gpuopt.optimize.codemods.vectorize import LoopChange, rewrite_vectorize
+from gpuopt.optimize.loop_check import CheckSpec, check_rewrite
+
+
+def src(text: str) -> str:
+    return textwrap.dedent(text).lstrip("\n")
+
+
+def loop_lines(text: str) -> list[int]:
+    return [
+        i
+        for i, line in enumerate(text.splitlines(), 1)
+        if line.lstrip().startswith(("for ", "while "))
+        or "torch.stack([" in line
+        or "torch.cat([" in line
+    ]
+
+
+def run_side_by_side(change: LoopChange, inputs: dict[str, Any]) -> tuple[str, str]:
+    """The check optimize runs: the old and new snippets on copies of ``inputs``."""
+    spec = CheckSpec(
+        id="t",
+        path="t.py",
+        line=change.line,
+        capture_line=change.capture_line,
+        old=change.old,
+        new=change.new,
+        reads=change.reads,
+        writes=change.writes,
+        preconditions=change.preconditions,
+    )
+    result = check_rewrite(spec, {"torch": torch}, inputs)
+    return result.verdict, result.detail
+
+
+g = torch.Generator().manual_seed(0)
+SEG = torch.randint(0, 80, (2, 16, 16), generator=g)
+X = torch.randn(12, 5, generator=g)
+W = torch.randn(5, generator=g)
+IDS = torch.randint(0, 12, (12,), generator=g)
+
+# (name, before, after, inputs for the side-by-side run, the verdict it must give)
+PAIRS: list[tuple[str, str, str, dict[str, Any], str]] = [
+    (
+        "class-masks",
+        """
+        import torch
+        NUM_CLASSES = 80
+        # one class at a time
+        for c in range(NUM_CLASSES):  # slow
+            masks[:, c] = seg == c
+        """,
+        """
+        import torch
+        NUM_CLASSES = 80
+        # one class at a time
+        c = torch.arange(NUM_CLASSES, device=seg.device)  # slow
+        masks[:, :NUM_CLASSES] = seg.unsqueeze(1) == c.view(-1, *[1] * (seg.dim() - 1))
+        """,
+        {"masks": torch.zeros(2, 80, 16, 16), "seg": SEG, "NUM_CLASSES": 80},
+        "exact",
+    ),
+    (
+        "class-masks-cast-first",
+        """
+        import torch
+        for k in range(1, 80):
+            onehot[k] = (labels == k).float()
+        """,
+        """
+        import torch
+        k = torch.arange(1, 80, device=labels.device)
+        onehot[1:80] = (labels == k.view(-1, *[1] * labels.dim())).float()
+        """,
+        {"onehot": torch.zeros(80, 2, 16, 16), "labels": SEG},
+        "exact",
+    ),
+    (
+        "class-masks-ellipsis",
+        """
+        import torch
+        for c in range(80):
+            m[..., c] = seg.eq(c)
+        """,
+        """
+        import torch
+        c = torch.arange(80, device=seg.device)
+        m[..., :80] = seg.unsqueeze(-1) == c
+        """,
+        {"m": torch.zeros(2, 16, 16, 80, dtype=torch.bool), "seg": SEG},
+        "exact",
+    ),
+    (
+        "row-updates",
+        """
+        for i in range(len(x)):
+            xi = x[i]
+            out[i] = torch.relu(xi * w + 1)  # shifted
+        """,
+        """
+        # shifted
+        out[:len(x)] = torch.relu(x * w + 1)
+        """,
+        {"x": X, "w": W, "out": torch.zeros(12, 5)},
+        "exact",
+    ),
+    (
+        "row-updates-in-place",
+        """
+        for i in range(x.shape[0]):
+            x[i] *= scale[i]
+        """,
+        """
+        x[:] *= scale[:x.shape[0]]
+        """,
+        {"x": X.clone(), "scale": torch.arange(12.0).unsqueeze(1)},
+        "exact",
+    ),
+    (
+        "gathers",
+        """
+        n = ids.numel()
+        for i in range(n):
+            out[i] = table[ids[i]]
+        """,
+        """
+        n = ids.numel()
+        out[:n] = table[ids[:n]]
+        """,
+        {"n": 12, "ids": IDS, "table": X, "out": torch.zeros(12, 5)},
+        "exact",
+    ),
+    (
+        "scatter-add",
+        """
+        import torch
+        for i in range(len(labels)):
+            counts[labels[i]] += 1
+        """,
+        """
+        import torch
+        counts.index_put_(
+            (torch.as_tensor(labels, device=counts.device),),
+            torch.as_tensor(1, dtype=counts.dtype, device=counts.device),
+            accumulate=True,
+        )
+        """,
+        {"labels": IDS, "counts": torch.zeros(12, dtype=torch.long)},
+        "exact",
+    ),
+    (
+        "sums",
+        """
+        for i in range(12):
+            total = total + x[i] * w
+        """,
+        """
+        total = total + (x[:12] * w).sum(0)
+        """,
+        {"x": X, "w": W, "total": 0},
+        "tolerance",
+    ),
+    (
+        "sums-integer",
+        """
+        for i in range(len(ids)):
+            hits += (ids[i] > 5).long()
+        """,
+        """
+        if len(ids) > 0:
+            hits += (ids > 5).long().sum(0)
+        """,
+        {"ids": IDS, "hits": torch.zeros((), dtype=torch.long)},
+        "exact",
+    ),
+    (
+        "maxima",
+        """
+        import torch
+        for i in range(len(scores)):
+            best = torch.maximum(best, scores[i])
+        """,
+        """
+        import torch
+        if len(scores) > 0:
+            best = torch.maximum(best, scores.amax(0))
+        """,
+        {"scores": X, "best": torch.full((5,), -1.0)},
+        "exact",
+    ),
+    (
+        "stacks",
+        """
+        import torch
+        z = torch.stack([x[i] * 2 for i in range(0, x.shape[0], 2)])
+        """,
+        """
+        import torch
+        z = x[0:x.shape[0]:2] * 2
+        """,
+        {"x": X},
+        "exact",
+    ),
+    (
+        "stacks-view-copied",
+        """
+        import torch
+        z = torch.stack([x[i] for i in range(4)], dim=1)
+        """,
+        """
+        import torch
+        z = x[:4].clone().movedim(0, 1)
+        """,
+        {"x": X},
+        "exact",
+    ),
+    (
+        "vmap",
+        """
+        import torch
+
+
+        def encode(v, w):
+            h = v * w
+            return torch.tanh(h).sum(-1, keepdim=True)
+
+
+        outs = []
+        for row in x:
+            outs.append(encode(row, w))
+        """,
+        """
+        import torch
+
+
+        def encode(v, w):
+            h = v * w
+            return torch.tanh(h).sum(-1, keepdim=True)
+
+
+        outs = []
+        if len(x) > 0:
+            outs.extend(torch.vmap(encode, in_dims=(0, None))(x, w).unbind(0))
+        """,
+        {"x": X, "w": W, "outs": []},
+        "tolerance",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "before", "after", "inputs", "verdict"),
+    PAIRS,
+    ids=[p[0] for p in PAIRS],
+)
+def test_pattern_before_after_and_side_by_side(
+    name: str, before: str, after: str, inputs: dict[str, Any], verdict: str
+) -> None:
+    before, after = src(before), src(after)
+    lines = loop_lines(before)
+    r = rewrite_vectorize(before, lines)
+    assert r.source == after, r.source
+    assert len(r.notes) == 1 and not r.skipped
+    assert r.changes[0].pattern == name.split("-")[0] or name.startswith(r.changes[0].pattern)
+    again = rewrite_vectorize(r.source, lines)
+    assert again.notes == [] and again.source == r.source  # idempotent
+    if "def encode" in before:  # the function the vmap calls, as the script defines it
+        ns: dict[str, Any] = {}
+        exec(before.split("outs = []")[0], ns)
+        inputs = {**inputs, "encode": ns["encode"]}
+    got, detail = run_side_by_side(r.changes[0], dict(inputs))
+    if verdict == "tolerance":
+        assert got in ("exact", "tolerance"), detail  # float sums may round alike
+    else:
+        assert got == verdict, detail
+
+
+def test_vmap_over_a_comprehension_with_cat() -> None:
+    before = src(
+        """
+        import torch
+
+
+        def encode(v, w):
+            return torch.tanh(v * w)
+
+
+        y = torch.cat([encode(x[i], w) for i in range(len(x))])
+        """
+    )
+    r = rewrite_vectorize(before, loop_lines(before))
+    assert r.source.endswith("y = torch.vmap(encode, in_dims=(0, None))(x, w).flatten(0, 1)\n")
+    ns: dict[str, Any] = {}
+    exec(before.split("y = ")[0], ns)
+    got, detail = run_side_by_side(r.changes[0], {"x": X.unsqueeze(1), "w": W, **ns})
+    assert got in ("exact", "tolerance"), detail
+
+
+LEFT_ALONE = [
+    (
+        """
+        for i in range(len(x)):
+            if x[i].sum() > 0:
+                out[i] = 0
+        """,
+        "an `if` at line 2: data-dependent control flow",
+    ),
+    (
+        """
+        for i in range(len(x)):
+            out[i] = out[i - 1] + x[i]
+        """,
+        "`out` is read at another row than the one written",
+    ),
+    (
+        """
+        for i in range(len(x)):
+            out[i] = x[i]
+            break
+        """,
+        "a `break`: a data-dependent exit at line 3",
+    ),
+    (
+        """
+        for i in range(n - 1):
+            out[i] = x[i]
+        """,
+        "the loop's bound `n - 1` is not known to be ≥ 0",
+    ),
+    (
+        """
+        for i in range(len(x)):
+            out[i] = x[i].item()
+        """,
+        "reads a tensor to Python or the host (`x[i].item()`)",
+    ),
+    (
+        """
+        for i in range(len(x)):
+            out[i] = x[i] + torch.randn(3)
+        """,
+        "draws random numbers (`torch.randn`)",
+    ),
+    (
+        """
+        for i in range(len(x)):
+            out[idx[i]] = x[i]
+        """,
+        "with repeated indices the loop's last write wins",
+    ),
+    (
+        """
+        for i in range(len(x)):
+            out[i] = x[i] * i
+        """,
+        "uses the loop index `i` as a value",
+    ),
+    (
+        """
+        for i in range(len(x)):
+            out[i] = x[i].sum()
+        """,
+        "without a negative literal dim",
+    ),
+    (
+        """
+        for i in range(len(x)):
+            out[i] = x[i]
+        print(i)
+        """,
+        "the loop variable `i` is read after the loop (line 3)",
+    ),
+    (
+        """
+        for i in range(len(x)):
+            outs.append(model(x[i]))
+        """,
+        "a module's forward may have effects",
+    ),
+    (
+        """
+        for i in range(len(x)):
+            self.buf[i] = x[i]
+        """,
+        "writes into `self.buf`",
+    ),
+    (
+        """
+        for a, b in zip(x, y):
+            out.append(a + b)
+        """,
+        "the loop unpacks `a, b`",
+    ),
+    (
+        """
+        n = 0
+        while n < len(x):
+            n += 1
+        """,
+        "a `while` loop: its trip count is data-dependent",
+    ),
+    (
+        """
+        for i in range(len(x)):
+            t = x[i]
+            x[i] = 0
+            out[i] = t
+        """,
+        "`t` holds a value of `x`, which the loop changes before `t` is read",
+    ),
+]
+
+
+@pytest.mark.parametrize(("before", "reason"), LEFT_ALONE, ids=[r[:30] for _, r in LEFT_ALONE])
+def test_unsafe_loops_are_left_alone_with_the_reason(before: str, reason: str) -> None:
+    before = src(before)
+    lines = loop_lines(before)
+    r = rewrite_vectorize(before, lines)
+    assert r.source == before and not r.notes and not r.changes
+    (skipped,) = r.skipped
+    assert reason in skipped.reason, skipped.reason
+
+
+def test_the_check_catches_what_the_text_cannot_show() -> None:
+    # a loop-invariant operand of a higher rank than the row: the loop broadcasts each row
+    # against all of w, the stacked rows pair up with w's rows instead
+    before = "for i in range(len(x)):\n    out[i] = (x[i] * w).sum(-1)\n"
+    r = rewrite_vectorize(before, [1])
+    assert r.changes, r.skipped
+    w = torch.randn(12, 5)
+    got, detail = run_side_by_side(r.changes[0], {"x": X, "w": w, "out": torch.zeros(12, 12)})
+    assert got == "failed", detail
+
+
+def test_the_check_refuses_writes_into_a_view_of_what_is_read() -> None:
+    before = "for i in range(len(y)):\n    y[i] = x[i] + 1\n"
+    r = rewrite_vectorize(before, [1])
+    base = torch.zeros(13, 5)
+    got, detail = run_side_by_side(r.changes[0], {"x": base[:12], "y": base[1:]})
+    assert got == "failed" and "shares memory" in detail
+
+
+def test_class_mask_precondition_on_ranks() -> None:
+    before = "import torch\nfor c in range(3):\n    m[:, c] = seg == c\n"
+    r = rewrite_vectorize(before, [2])
+    assert r.changes[0].preconditions == ["seg.dim() + 1 == m.dim()"]
+    seg = torch.randint(0, 3, (4, 4))  # broadcast over m's first dimension: not the same layout
+    got, detail = run_side_by_side(r.changes[0], {"m": torch.zeros(2, 3, 4, 4), "seg": seg})
+    assert got == "failed" and "precondition" in detail
+
+
+def test_a_loop_moved_by_another_fix_is_found_by_its_header() -> None:
+    before = "import torch\nfor i in range(len(x)):\n    out[i] = x[i] * 2\n"
+    moved = "import torch\nimport os\n" + before.split("\n", 1)[1]
+    r = rewrite_vectorize(moved, [2], anchors={2: "for i in range(len(x)):"})
+    assert r.source == "import torch\nimport os\nout[:len(x)] = x * 2\n"
+    assert r.notes == ["line 2: row-updates: every row of out in one op per statement"]
+
+
+def test_unparsable_source_is_a_codemod_error() -> None:
+    with pytest.raises(CodemodError, match="cannot be parsed"):
+        rewrite_vectorize("for i in range(3)\n    pass\n", [1], name="bad.py")
+
+
+PUBLIC = Path(__file__).parent / "data" / "public" / "transunet" / "utils.py"
+
+
+def test_transunet_dice_loss_one_hot_loop_is_vectorized_and_its_class_loop_left_alone() -> None:
+    """TransUNet's DiceLoss (Apache-2.0, vendored unchanged): code nobody here wrote."""
+    text = PUBLIC.read_text()
+    r = rewrite_vectorize(text, [15, 40])
+    assert r.notes == [
+        "line 15: class-masks: the masks appended to tensor_list for every `i` in one comparison"
+    ]
+    assert "            tensor_list.append(temp_prob.unsqueeze(1))\n" not in r.source
+    assert (
+        "        if self.n_classes > 0:\n"
+        "            i = torch.arange(self.n_classes, device=input_tensor.device)\n"
+        "            tensor_list.extend((input_tensor == i.view(-1, *[1] * input_tensor.dim()))"
+        ".unsqueeze(2).unbind(0))\n"
+    ) in r.source
+    (left,) = r.skipped
+    assert left.line == 40 and "reads a tensor to Python or the host" in left.reason
+    ns: dict[str, Any] = {}
+    exec(compile(text, str(PUBLIC), "exec"), ns)
+    labels = torch.randint(0, 9, (2, 8, 8)).float()
+    scope = {"self": ns["DiceLoss"](9), "input_tensor": labels, "tensor_list": []}
+    assert run_side_by_side(r.changes[0], scope)[0] == "exact"
+
+
+def test_the_loop_variable_as_a_value_goes_through_vmap() -> None:
+    before = (
+        "import torch\nouts = []\nfor k in range(1, 6):\n    outs.append(torch.sigmoid(x * k))\n"
+    )
+    r = rewrite_vectorize(before, [3])
+    assert r.source == (
+        "import torch\nouts = []\n"
+        "outs.extend(torch.vmap(lambda k: torch.sigmoid(x * k))"
+        "(torch.arange(1, 6, device=x.device)).unbind(0))\n"
+    )
+    got, detail = run_side_by_side(r.changes[0], {"x": X, "outs": []})
+    assert got in ("exact", "tolerance"), detail
