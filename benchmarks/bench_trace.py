@@ -41,7 +41,9 @@ from installed import revision_venv, user_venv
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "benchmarks" / ".work"
 SHARED = ROOT.parent / "shared" / "traces"
-HTA_VENV = WORK / "hta-venv"
+HTA_VENV = WORK / "hta-venv-pandas2"
+# HTA 0.5.0's best-working set-up: with pandas 3 it crashes on some traces and is slower (issue 18)
+HTA_SPEC = ["HolisticTraceAnalysis==0.5.0", "pandas>=2.2,<3"]
 REAL = [
     "hta/df_index_resolver/df_index_resolver.json.gz",
     "hta/trace_diff/control/control.json.gz",
@@ -102,7 +104,7 @@ def ensure_hta() -> Path:
         WORK.mkdir(parents=True, exist_ok=True)
         subprocess.run([sys.executable, "-m", "venv", str(HTA_VENV)], check=True)
         subprocess.run(
-            [str(py), "-m", "pip", "install", "-q", "HolisticTraceAnalysis==0.5.0"], check=True
+            [str(py), "-m", "pip", "install", "-q", *HTA_SPEC], check=True
         )
     return py
 
