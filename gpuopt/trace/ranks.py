@@ -25,9 +25,14 @@ def comm_starts(v: RankView) -> FloatArray:
 def straggler(views: list[RankView]) -> Straggler | None:
     """The rank whose late arrival at collectives the others wait for (None: fewer than two
     ranks, or a rank without communication kernels)."""
-    if len(views) < 2:
+    return straggler_of([v.rank for v in views], [comm_starts(v) for v in views])
+
+
+def straggler_of(ranks: list[int], starts: list[FloatArray]) -> Straggler | None:
+    """:func:`straggler` from each rank's sorted communication-kernel starts (``starts``, in the
+    order of ``ranks``): what a rank summary keeps of its trace for this analysis."""
+    if len(ranks) < 2:
         return None
-    starts = [comm_starts(v) for v in views]
     n = min(s.size for s in starts)
     if n == 0:
         return None
@@ -35,12 +40,12 @@ def straggler(views: list[RankView]) -> Straggler | None:
     late = mat - mat.min(axis=0)
     mean_late = late.mean(axis=1)
     worst = int(mean_late.argmax())
-    others = np.delete(np.arange(len(views)), worst)
+    others = np.delete(np.arange(len(ranks)), worst)
     caused = (mat[worst] - mat[others]).clip(min=0).mean()
     return Straggler(
-        rank=views[worst].rank,
+        rank=ranks[worst],
         collectives_compared=int(n),
-        mean_lateness_us={views[i].rank: float(mean_late[i]) for i in range(len(views))},
+        mean_lateness_us={ranks[i]: float(mean_late[i]) for i in range(len(ranks))},
         wait_caused_us_per_collective=float(caused),
         wait_caused_us_total=float((mat[worst] - mat[others]).clip(min=0).sum(axis=1).mean()),
     )
