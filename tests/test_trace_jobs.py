@@ -207,3 +207,40 @@ def test_the_shared_two_rank_traces_merge_from_summaries(tmp_path: Path) -> None
     assert sum(f.stat().st_size for f in out.iterdir()) < 100_000  # small: ~16 kB a rank
     assert _doc(load_paths([out])) == _doc(load(folder))
     assert msgspec.json.decode((out / "rank-1.summary.json").read_bytes())["rank"] == 1
+
+
+def _gloo_rank(extra_us: float, rank: int) -> list[dict[str, Any]]:
+    """A CPU-only (gloo) rank: per step, ``5000 + extra_us`` µs of work, then an all-reduce that
+    ends when the slowest rank (20 ms more work) has arrived, plus 300 µs of communication."""
+    ev: list[dict[str, Any]] = []
+    for s in range(4):
+        t = 30_000.0 * s
+        work = 5000 + extra_us
+        arrive, done = t + work, t + 5000 + 20_000 + 300
+        ev += [
+            cpu(f"ProfilerStep#{s + 1}", t, done - t + 10, cat="user_annotation"),
+            cpu("aten::addmm", t, work),
+            cpu("c10d::allreduce_", arrive, done - arrive),
+            cpu("gloo:all_reduce", arrive + 1, done - arrive - 2),
+            cpu("record_param_comms", arrive + 2, 50),
+        ]
+    return ev
+
+
+def test_collectives_and_the_straggler_of_a_cpu_only_gloo_job(tmp_path: Path) -> None:
+    # no NCCL kernel anywhere: the collectives are the host's c10d ops (issue 18)
+    job = tmp_path / "gloo"
+    job.mkdir()
+    write_trace(job / "r0.json", _gloo_rank(0, 0), 0)
+    write_trace(job / "r1.json", _gloo_rank(20_000, 1), 1)
+    p = load(job)
+    assert p.ranks is not None
+    coll = {r.rank: r.collective_s_per_step for r in p.ranks}
+    assert coll[0] == pytest.approx(0.0203, abs=2e-4)  # waited 20 ms + 0.3 ms communicating
+    assert coll[1] == pytest.approx(0.0003, abs=2e-4)
+    (f,) = [f for f in p.findings if f.id == "straggler-rank"]
+    ev = f.evidence
+    assert ev["rank"] == 1 and ev["source"] == "trace" and f.title.startswith("Rank 1")
+    assert ev["extra_s_per_step"] == pytest.approx(0.020, abs=1e-3)  # the planted 20 ms
+    assert ev["wait_s_per_step"]["0"] == pytest.approx(0.020, abs=1e-3)
+    assert ev["top_part"] == "other"  # CPU work only: no kernel, no loader

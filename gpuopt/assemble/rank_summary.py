@@ -42,6 +42,7 @@ def summarise(
         trace=trace_rank(ra),
         comm_overlap=ra.comm_overlap,
         communication_us=ra.communication_us,
+        collective_us=ra.collective_us,
         host_ops=ra.host_ops.count,
         host_op_mean_us=ra.host_ops.mean_us,
         syncs=ra.syncs,

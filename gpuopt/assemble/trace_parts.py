@@ -102,7 +102,9 @@ def step_time_median_s(s: RankSummary) -> float | None:
 
 
 def collective_s_per_step(s: RankSummary) -> float | None:
-    return rounded(s.communication_us / max(len(measured_steps(s)), 1) / 1e6, 6)
+    """Time in collectives (NCCL kernels, or the host inside collective ops: a CPU-only gloo
+    trace has only these) per measured step."""
+    return rounded(s.collective_us / max(len(measured_steps(s)), 1) / 1e6, 6)
 
 
 def rank_entry(s: RankSummary) -> RankEntry:

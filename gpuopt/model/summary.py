@@ -43,7 +43,9 @@ class RankSummary(Struct, kw_only=True):
     trace: TraceRank
     comm_overlap: float | None  # a fraction of the communication time, full precision
     communication_us: float  # time with a communication kernel running
-    collective_op_us: float = 0.0  # host time inside c10d collective ops (their union)
+    # time in collectives: a communication kernel running or a training thread inside a
+    # collective op (c10d::, nccl:, gloo:, record_param_comms ...), their union
+    collective_us: float = 0.0
     host_ops: int = 0  # aten:: ops on the host
     host_op_mean_us: float | None = None
     syncs: list[SyncCall] = []

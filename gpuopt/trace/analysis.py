@@ -54,6 +54,7 @@ class RankAnalysis:
     syncs: list[SyncCall]
     comm_overlap: float | None  # a fraction of the communication time
     communication_us: float  # time with a communication kernel running
+    collective_us: float  # ... or a training thread inside a collective op (their union)
     host_ops: cpu_ops.HostOps
     step_overview: list[StepOverview] = field(default_factory=list)
     idle_causes: IdleCauses = field(default_factory=IdleCauses)
@@ -157,6 +158,7 @@ def analyze_view(view: RankView, file: str = "") -> RankAnalysis:
         syncs=syncs,
         comm_overlap=gpu_time.comm_comp_overlap(view),
         communication_us=gpu_time.communication_us(view),
+        collective_us=steps.collective_us(view),
         host_ops=cpu_ops.host_ops(view),
         step_overview=steps.step_overview(view),
         idle_causes=idle_causes.idle_causes(view, syncs),

@@ -23,7 +23,7 @@ from gpuopt.trace import intervals as iv
 from gpuopt.trace.array_stats import code_mask, unique
 from gpuopt.trace.columns import FloatArray
 from gpuopt.trace.memory import SYNC_APIS
-from gpuopt.trace.prepare import MEMORY, RankView
+from gpuopt.trace.prepare import COMMUNICATION, MEMORY, RankView
 
 CATEGORIES = (
     "kernel",
@@ -66,6 +66,21 @@ def is_comm_op(name: str) -> bool:
 
 def is_dataloader(name: str) -> bool:
     return "DataLoader" in name or "dataloader" in name
+
+
+def collective_us(v: RankView) -> float:
+    """Time in collectives: a communication kernel running (NCCL, on the GPU) or a training
+    thread inside a collective op (``c10d::``, ``nccl:``, ``gloo:``, ``record_param_comms``...:
+    :func:`is_comm_op`; all a CPU-only gloo trace has), their union over the whole trace."""
+    comm = collective_ops(v) | (v.on_stream & (v.ktype == COMMUNICATION))
+    return iv.length(iv.merge(v.ts[comm], v.end[comm]))
+
+
+def collective_ops(v: RankView) -> np.ndarray:
+    """Mask of the collective ops (:func:`is_comm_op`) on the rank's training threads."""
+    ev = v.ev
+    host = ~v.on_stream & code_mask(ev.thread, training_threads(v), len(ev.threads))
+    return host & ev.has_cat(OP_CATS) & ev.has_name(is_comm_op)
 
 
 def training_threads(v: RankView) -> np.ndarray:
