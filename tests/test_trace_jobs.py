@@ -244,3 +244,18 @@ def test_collectives_and_the_straggler_of_a_cpu_only_gloo_job(tmp_path: Path) ->
     assert ev["extra_s_per_step"] == pytest.approx(0.020, abs=1e-3)  # the planted 20 ms
     assert ev["wait_s_per_step"]["0"] == pytest.approx(0.020, abs=1e-3)
     assert ev["top_part"] == "other"  # CPU work only: no kernel, no loader
+
+
+def test_the_default_pool_follows_the_cores_the_memory_and_the_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpuopt.assemble import trace_job
+
+    files = sorted(_job(tmp_path / "job", n=4).iterdir())
+    assert trace_job.default_jobs(files) == 1  # a few kB of JSON: one process is faster
+    monkeypatch.setattr(trace_job, "POOL_MIN_TEXT_BYTES", 0)
+    monkeypatch.setattr(trace_job.os, "sched_getaffinity", lambda _pid: {0, 1, 2})
+    assert trace_job.default_jobs(files) == 3  # one per usable core
+    assert trace_job.default_jobs(files[:2]) == 2  # no more than the ranks
+    monkeypatch.setattr(trace_job, "_available_memory", lambda: 2 * trace_job.WORKER_BASE_BYTES)
+    assert trace_job.default_jobs(files) == 1  # no more than the memory holds

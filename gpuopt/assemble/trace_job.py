@@ -41,6 +41,11 @@ if TYPE_CHECKING:
 WORKER_BASE_BYTES = 32 << 20
 _MSGPACK = msgspec.msgpack.Encoder()
 _SUMMARY_MSGPACK = msgspec.msgpack.Decoder(RankSummary)
+# Below this much JSON in all, one process does a folder faster than a pool: forking the pool
+# and importing its modules cost 0.05-0.1 s here (2 ranks of 1.7 MB: 0.34 s pooled, 0.28 s
+# alone; docs/benchmarks.md), the same threshold as the decode helper's
+# (gpuopt.trace.decode_worker.MIN_TEXT_BYTES).
+POOL_MIN_TEXT_BYTES = 16 << 20
 Progress = Callable[[int, int], None]  # (ranks done, ranks in all)
 
 
@@ -118,14 +123,18 @@ def summarise_traces(
 
 def default_jobs(files: list[Path]) -> int:
     """Worker processes for ``files``: one per usable core, no more than the files, and no more
-    than the available memory holds at the largest file's estimated peak (one rank each)."""
+    than the available memory holds at the largest file's estimated peak (one rank each); one
+    (no pool) below :data:`POOL_MIN_TEXT_BYTES` of JSON in all."""
     if len(files) < 2:
         return 1
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
-    biggest = max(text_size(f) for f in files)
+    sizes = [text_size(f) for f in files]
+    if sum(sizes) < POOL_MIN_TEXT_BYTES:
+        return 1
+    biggest = max(sizes)
     avail = _available_memory()
     by_memory = avail // (WORKER_BASE_BYTES + biggest) if avail else cores
     return int(max(1, min(cores, len(files), by_memory)))
