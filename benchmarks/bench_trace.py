@@ -259,6 +259,29 @@ def text_mb(trace: Path) -> float:
     return trace.stat().st_size / 1e6
 
 
+def print_table(results: list[dict], without_helper: bool, rev: str | None) -> None:
+    """The results as a Markdown table (copy into docs/bench-trace.md with the command)."""
+    solo = (" gpuopt s, no helper |" if without_helper else "") + (
+        f" gpuopt s at {rev} | peak MB at {rev} |" if rev else ""
+    )
+    print(
+        f"\n| trace | JSON MB | gpuopt s (median; min) |{solo} HTA load s (median; min) "
+        "| speedup (medians; mins) | gpuopt peak RSS MB | HTA peak RSS MB | RSS ratio |"
+    )
+    print("|---|---|---|---|---|---|---|---|" + "---|" * solo.count("|"))
+    for r in results:
+        f = lambda x, nd=2: "—" if x is None else f"{x:.{nd}f}"  # noqa: E731
+        s = (f" {f(r['gpuopt_no_helper_s'])} |" if without_helper else "") + (
+            f" {f(r['gpuopt_rev_s'])} | {f(r['gpuopt_rev_rss_mb'], 0)} |" if rev else ""
+        )
+        print(
+            f"| {r['trace']} | {r['json_mb']} | {f(r['gpuopt_s'])}; {f(r['gpuopt_min_s'])} |{s} "
+            f"{f(r['hta_s'])}; {f(r['hta_min_s'])} | {f(r['speedup'], 1)}; "
+            f"{f(r['speedup_of_mins'], 1)} | {f(r['gpuopt_rss_mb'], 0)} | {f(r['hta_rss_mb'], 0)} "
+            f"| {f(r['rss_ratio'], 2)} |"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -329,8 +352,11 @@ def main() -> None:
                 rev_runs.append(measure(gpuopt_cmd(rev_bin, tr), args.timeout))
             if run_hta:
                 h_runs.append(measure(hta_cmd(hta_py, tr), args.timeout))
+        rev_mem: list[dict] = []
         for _ in range(args.memory_runs):
             g_mem.append(measure(g_cmd, args.timeout, memory=True))
+            if rev_bin is not None:
+                rev_mem.append(measure(gpuopt_cmd(rev_bin, tr), args.timeout, memory=True))
             if run_hta:
                 h_mem.append(measure(hta_cmd(hta_py, tr), args.timeout, memory=True))
 
@@ -361,6 +387,7 @@ def main() -> None:
             "gpuopt_no_helper_s": med(solo_runs, "wall_s"),
             "gpuopt_rev_s": med(rev_runs, "wall_s"),
             "gpuopt_rss_mb": (peak(g_mem) or 0) / 1e6 or None,
+            "gpuopt_rev_rss_mb": (peak(rev_mem) or 0) / 1e6 or None,
             "hta_s": med(h_runs, "wall_s"),
             "hta_rss_mb": (peak(h_mem) or 0) / 1e6 or None,
             "gpuopt_runs": g_runs,
@@ -422,25 +449,7 @@ def main() -> None:
             indent=1,
         )
     )
-    solo = (" gpuopt s, no helper |" if args.without_helper else "") + (
-        f" gpuopt s at {args.compare_rev} |" if rev_bin else ""
-    )
-    print(
-        f"\n| trace | JSON MB | gpuopt s (median; min) |{solo} HTA load s (median; min) "
-        "| speedup (medians; mins) | gpuopt peak RSS MB | HTA peak RSS MB | RSS ratio |"
-    )
-    print("|---|---|---|---|---|---|---|---|" + "---|" * solo.count("|"))
-    for r in results:
-        f = lambda x, nd=2: "—" if x is None else f"{x:.{nd}f}"  # noqa: E731
-        s = (f" {f(r['gpuopt_no_helper_s'])} |" if args.without_helper else "") + (
-            f" {f(r['gpuopt_rev_s'])} |" if rev_bin else ""
-        )
-        print(
-            f"| {r['trace']} | {r['json_mb']} | {f(r['gpuopt_s'])}; {f(r['gpuopt_min_s'])} |{s} "
-            f"{f(r['hta_s'])}; {f(r['hta_min_s'])} | {f(r['speedup'], 1)}; "
-            f"{f(r['speedup_of_mins'], 1)} | {f(r['gpuopt_rss_mb'], 0)} | {f(r['hta_rss_mb'], 0)} "
-            f"| {f(r['rss_ratio'], 2)} |"
-        )
+    print_table(results, args.without_helper, args.compare_rev if rev_bin else None)
     print(f"\nmachine: {machine}\nresults: {args.out}")
 
 

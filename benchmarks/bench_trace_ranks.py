@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from bench_trace import SHARED, measure
-from installed import user_venv
+from installed import revision_venv, user_venv
 
 SAMPLED = [SHARED / "hta" / "trace_filter" / f"sampled_rank-{r}.json.gz" for r in (0, 1)]
 BIG = SHARED / "hta" / "nccl_parser_config" / "nccl_data.json.gz"
@@ -106,9 +106,15 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--big", action="store_true", help="also nccl_data-based folders")
     ap.add_argument("--timeout", type=float, default=1200)
+    ap.add_argument(
+        "--compare-rev",
+        metavar="REV",
+        help="also gpuopt as of git revision REV on each folder, interleaved (before a change)",
+    )
     args = ap.parse_args()
     counts = args.ranks or [2, 8, 16, 32, 64]
     gpuopt = str(user_venv() / "gpuopt")
+    old = str(revision_venv(args.compare_rev) / "gpuopt") if args.compare_rev else None
     rows = []
     with tempfile.TemporaryDirectory(prefix="gpuopt-ranks-") as tmp:
         root = Path(tmp)
@@ -130,6 +136,9 @@ def main() -> None:
                         "1",
                     ],
                 }
+                if old is not None:
+                    before = [old, "report", str(folder), "--format", "json"]
+                    cmds[f"at {args.compare_rev}"] = before
                 res = run(f"{name} {n}", cmds, args.repeat, args.timeout)
                 # --summary-only (each node's step) and the merge (one machine's), once each
                 summ = measure(
@@ -162,6 +171,7 @@ def main() -> None:
                         if par["median_s"] and seq["median_s"]
                         else None,
                         "machine_scaling": scaling,
+                        "before": res.get(f"at {args.compare_rev}"),
                         "summary_only_s": summ.get("wall_s"),
                         "summary_only_peak_mb": (summ.get("peak_rss_bytes") or 0) / 1e6,
                         "summaries_kb": round(size / 1e3),
@@ -172,9 +182,9 @@ def main() -> None:
         "\n| traces | ranks | JSON MB | parallel s (median; min–max) | one after another s "
         "| speedup | 2 processes' throughput now | parallel s per rank | peak MB parallel "
         "| peak MB one after another "
-        "| --summary-only s | summaries kB | merge s | merge peak MB |"
+        "| --summary-only s | summaries kB | merge s | merge peak MB | before: s, peak MB |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         p, s, m = r["parallel"], r["sequential"], r["merge"]
 
@@ -187,7 +197,8 @@ def main() -> None:
             f"{f(s['max_s'])}) | {f(r['speedup'])} | {f(r['machine_scaling'])}× | "
             f"{f(p['median_s'] / r['ranks'] if p['median_s'] else None, 3)} | "
             f"{p['peak_mb']:.0f} | {s['peak_mb']:.0f} | {f(r['summary_only_s'])} | "
-            f"{r['summaries_kb']} | {f(m['median_s'])} | {m['peak_mb']:.0f} |"
+            f"{r['summaries_kb']} | {f(m['median_s'])} | {m['peak_mb']:.0f} | "
+            + (f"{f(b['median_s'])}, {b['peak_mb']:.0f} |" if (b := r["before"]) else "— |")
         )
     print(json.dumps(rows, indent=1))
 

@@ -259,3 +259,26 @@ def test_the_default_pool_follows_the_cores_the_memory_and_the_size(
     assert trace_job.default_jobs(files[:2]) == 2  # no more than the ranks
     monkeypatch.setattr(trace_job, "_available_memory", lambda: 2 * trace_job.WORKER_BASE_BYTES)
     assert trace_job.default_jobs(files) == 1  # no more than the memory holds
+
+
+def _dying_worker(file: str, filter_last: bool | None) -> bytes:  # runs in a forked worker
+    import os
+
+    if file.endswith("rank1.json"):
+        os._exit(9)  # as the OOM killer would end it
+    from gpuopt.assemble.trace_job import MSGPACK, summarise_file
+
+    return MSGPACK.encode(summarise_file(Path(file), filter_last))
+
+
+def test_a_worker_killed_midway_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpuopt.assemble import trace_job
+
+    job = _job(tmp_path / "job", n=3)
+    monkeypatch.setattr(trace_job, "_worker", _dying_worker)
+    with pytest.raises(GpuoptError) as ei:
+        profile_from_traces(job, jobs=2)
+    msg = str(ei.value)
+    assert "\n" not in msg and "a worker process died" in msg and "--jobs 1" in msg

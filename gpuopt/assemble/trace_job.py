@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 # analyses' arrays): 32 MB + the text's size, measured at 0.4-0.8x the text plus ~30 MB
 # (docs/benchmarks.md). Only used to cap the default number of workers by available memory.
 WORKER_BASE_BYTES = 32 << 20
-_MSGPACK = msgspec.msgpack.Encoder()
+MSGPACK = msgspec.msgpack.Encoder()
 _SUMMARY_MSGPACK = msgspec.msgpack.Decoder(RankSummary)
 # Below this much JSON in all, one process does a folder faster than a pool: forking the pool
 # and importing its modules cost 0.05-0.1 s here (2 ranks of 1.7 MB: 0.34 s pooled, 0.28 s
@@ -223,7 +223,7 @@ def _worker_init() -> None:  # pragma: no cover - runs in the worker processes
 
 
 def _worker(file: str, filter_last: bool | None) -> bytes:  # pragma: no cover - in a worker
-    return _MSGPACK.encode(summarise_file(Path(file), filter_last))
+    return MSGPACK.encode(summarise_file(Path(file), filter_last))
 
 
 def load_summaries(paths: list[Path]) -> list[RankSummary]:
