@@ -144,6 +144,8 @@ def test_summary_only_needs_a_folder_and_never_overwrites(tmp_path: Path) -> Non
     job = _job(tmp_path / "job", n=2)
     with pytest.raises(GpuoptError, match="-o DIR"):
         report_command(job, None, None, summary_only=True)
+    with pytest.raises(GpuoptError, match="a folder of their own"):
+        report_command(job, None, job, summary_only=True)
     out = tmp_path / "s"
     report_command(job, None, out, summary_only=True)
     with pytest.raises(GpuoptError, match="already exists"):

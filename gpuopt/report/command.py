@@ -62,6 +62,11 @@ def write_summaries(paths: list[Path], output: Path | None, jobs: int | None) ->
         raise GpuoptError("--summary-only takes one trace file or one folder of per-rank traces")
     if output.exists() and not output.is_dir():
         raise GpuoptError(f"{output}: not a folder; -o takes a folder with --summary-only")
+    if output.resolve() == paths[0].resolve():
+        raise GpuoptError(
+            f"{output}: is the folder of traces this reads; write the summaries to a folder "
+            "of their own"
+        )
     with progress_bar("summarising ranks") as progress:
         sums = summarise_traces(paths[0], jobs, progress)
     targets = [output / f"rank-{s.rank}{SUMMARY_SUFFIX}" for s in sums]
