@@ -240,6 +240,14 @@ def test_collectives_and_the_straggler_of_a_cpu_only_gloo_job(tmp_path: Path) ->
     coll = {r.rank: r.collective_s_per_step for r in p.ranks}
     assert coll[0] == pytest.approx(0.0203, abs=2e-4)  # waited 20 ms + 0.3 ms communicating
     assert coll[1] == pytest.approx(0.0003, abs=2e-4)
+    # the breakdown's collective share: the time in collectives (nothing else on a CPU), out of
+    # compute, where the step overview counts a collective op
+    shares = {r.rank: r.breakdown for r in p.ranks}
+    assert shares[0] is not None and shares[0].collective == pytest.approx(
+        20_300 / 25_310, abs=2e-3
+    )
+    assert shares[1] is not None and shares[1].collective == pytest.approx(300 / 25_310, abs=2e-3)
+    assert p.breakdown.collective == shares[0].collective  # rank 0's, as the other parts
     (f,) = [f for f in p.findings if f.id == "straggler-rank"]
     ev = f.evidence
     assert ev["rank"] == 1 and ev["source"] == "trace" and f.title.startswith("Rank 1")

@@ -43,6 +43,7 @@ def summarise(
         comm_overlap=ra.comm_overlap,
         communication_us=ra.communication_us,
         collective_us=ra.collective_us,
+        exposed_collective_us=ra.exposed_collective_us,
         host_ops=ra.host_ops.count,
         host_op_mean_us=ra.host_ops.mean_us,
         syncs=ra.syncs,

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+from msgspec import UnsetType
+
 from gpuopt.model.profile import Breakdown, GpuRank, IdleSplit, LaunchBrief, MemcpyTotals, RankEntry
 from gpuopt.model.summary import RankSummary
 from gpuopt.model.trace import StepOverview, SyncCallTotals, TraceRank
@@ -39,9 +41,13 @@ def ms(us: float) -> float | None:
     return rounded(us / 1e3, 3)
 
 
-def contract_breakdown(rows: list[StepOverview]) -> Breakdown | None:
+def contract_breakdown(
+    rows: list[StepOverview], collective_us: list[float] | None = None
+) -> Breakdown | None:
     """The step overview mapped onto the contract's data_wait, h2d, sync, compute and other:
-    fractions of the steps' time that sum to 1 (None when the steps took no time)."""
+    fractions of the steps' time that sum to 1 (None when the steps took no time). With
+    ``collective_us`` (a multi-rank job: each row's collective time with no other GPU work), a
+    ``collective`` part too, taken out of compute, where the overview counts it."""
     total = sum(r.dur_us for r in rows)
     if total <= 0:
         return None
@@ -49,14 +55,21 @@ def contract_breakdown(rows: list[StepOverview]) -> Breakdown | None:
     h2d = sum(r.memcpy_us for r in rows)
     sync = sum(r.sync_us for r in rows)
     compute = sum(r.kernel_us + r.memset_us + r.communication_us for r in rows)
+    coll = min(sum(collective_us), compute) if collective_us is not None else None
+    if coll is not None:
+        compute -= coll
     parts = [min(max(x / total, 0.0), 1.0) for x in (data_wait, h2d, sync, compute)]
-    return Breakdown(
+    out = Breakdown(
         data_wait=parts[0],
         h2d=parts[1],
         sync=parts[2],
         compute=parts[3],
         other=max(0.0, 1.0 - sum(parts)),
     )
+    if coll is not None:
+        out.collective = min(max(coll / total, 0.0), 1.0)
+        out.other = max(0.0, out.other - out.collective)
+    return out
 
 
 def gpu_rank(s: RankSummary) -> GpuRank:
@@ -109,7 +122,7 @@ def collective_s_per_step(s: RankSummary) -> float | None:
 
 def rank_entry(s: RankSummary) -> RankEntry:
     """The contract's ``ranks[]`` entry of a rank of a folder of traces."""
-    bd = contract_breakdown(s.trace.steps)
+    bd = contract_breakdown(s.trace.steps, s.exposed_collective_us)
     return RankEntry(
         rank=s.rank,
         dir=s.file,
@@ -121,19 +134,24 @@ def rank_entry(s: RankSummary) -> RankEntry:
 
 
 def _rounded_fractions(bd: Breakdown) -> Breakdown:
-    return Breakdown(
+    out = Breakdown(
         data_wait=fixed(bd.data_wait, 4),
         h2d=fixed(bd.h2d, 4),
         sync=fixed(bd.sync, 4),
         compute=fixed(bd.compute, 4),
         other=fixed(bd.other, 4),
     )
+    if not isinstance(bd.collective, UnsetType):
+        out.collective = fixed(bd.collective, 4)
+    return out
 
 
-def profile_breakdown(rows: list[StepOverview]) -> Breakdown:
+def profile_breakdown(
+    rows: list[StepOverview], collective_us: list[float] | None = None
+) -> Breakdown:
     """The profile's breakdown (rounded; all 0 when the steps took no time): rounding must not
     push the sum past the validator's tolerance, so ``other`` takes up the difference."""
-    bd = contract_breakdown(rows)
+    bd = contract_breakdown(rows, collective_us)
     if bd is None:
         return Breakdown()
     out = _rounded_fractions(bd)

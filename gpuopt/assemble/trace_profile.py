@@ -128,7 +128,9 @@ def build_profile(ta: TraceJob) -> Profile:
         source="trace",
         environment=_environment(ta),
         steps=_steps(first),
-        breakdown=profile_breakdown(first.trace.steps),
+        breakdown=profile_breakdown(
+            first.trace.steps, first.exposed_collective_us if len(ta.ranks) > 1 else None
+        ),
         utilization=_utilization(ta),
         transfers=_transfers(first, n_steps),
         syncs=_syncs(first, n_steps),

@@ -16,7 +16,7 @@ from pathlib import Path
 import msgspec
 
 from gpuopt.errors import GpuoptError
-from gpuopt.model.profile import BREAKDOWN_KEYS, SCHEMA, Breakdown, Environment, Profile
+from gpuopt.model.profile import SCHEMA, Breakdown, Environment, Profile
 
 SCHEMA_FAMILY = "gpuopt.profile"
 SCHEMA_VERSION = 1
@@ -151,7 +151,7 @@ def validate(profile: Profile) -> list[str]:
 
 
 def _breakdown_problems(bd: Breakdown, where: str) -> list[str]:
-    values = [getattr(bd, k) for k in BREAKDOWN_KEYS]
+    values = [v for _, v in bd.items()]  # collective too, where set
     if any(math.isnan(v) or v < 0 or v > 1 for v in values):
         return [f"{where} fractions must be numbers in [0, 1]"]
     total = sum(values)

@@ -96,19 +96,29 @@ class Steps(Record):
 
 
 class Breakdown(Record):
-    """Fractions of measured step time; they sum to 1 (all 0 when nothing was measured)."""
+    """Fractions of measured step time; they sum to 1 (all 0 when nothing was measured).
+
+    ``collective`` is only on multi-rank runs: the time blocked in collectives (communicating and
+    waiting for slower ranks), which "compute" and "other" would otherwise swallow."""
 
     data_wait: float = 0.0
     h2d: float = 0.0
     sync: float = 0.0
     compute: float = 0.0
     other: float = 0.0
+    collective: float | UnsetType = UNSET
 
     def items(self) -> list[tuple[str, float]]:
-        return [(k, getattr(self, k)) for k in BREAKDOWN_KEYS]
+        """``(key, fraction)`` of every part the breakdown has (``collective`` where set)."""
+        out = [(k, getattr(self, k)) for k in BREAKDOWN_KEYS]
+        if not isinstance(self.collective, UnsetType):
+            out.append(("collective", self.collective))
+        return out
 
 
 BREAKDOWN_KEYS: tuple[str, ...] = ("data_wait", "h2d", "sync", "compute", "other")
+# every part a breakdown may have: ``collective`` on multi-rank runs only
+BREAKDOWN_PARTS: tuple[str, ...] = (*BREAKDOWN_KEYS, "collective")
 
 
 class MeanMax(Record):

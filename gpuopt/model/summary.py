@@ -46,6 +46,9 @@ class RankSummary(Struct, kw_only=True):
     # time in collectives: a communication kernel running or a training thread inside a
     # collective op (c10d::, nccl:, gloo:, record_param_comms ...), their union
     collective_us: float = 0.0
+    # per row of trace.steps: collective time with no other GPU work running (waiting for the
+    # other ranks or communicating): the breakdown's ``collective`` in a multi-rank job
+    exposed_collective_us: list[float] = []
     host_ops: int = 0  # aten:: ops on the host
     host_op_mean_us: float | None = None
     syncs: list[SyncCall] = []

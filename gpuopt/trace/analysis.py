@@ -58,6 +58,8 @@ class RankAnalysis:
     host_ops: cpu_ops.HostOps
     step_overview: list[StepOverview] = field(default_factory=list)
     idle_causes: IdleCauses = field(default_factory=IdleCauses)
+    # per step_overview row: collective time with no other GPU work running (steps.py)
+    exposed_collective_us: list[float] = field(default_factory=list)
 
     @property
     def has_gpu(self) -> bool:
@@ -159,6 +161,7 @@ def analyze_view(view: RankView, file: str = "") -> RankAnalysis:
         comm_overlap=gpu_time.comm_comp_overlap(view),
         communication_us=gpu_time.communication_us(view),
         collective_us=steps.collective_us(view),
+        exposed_collective_us=steps.exposed_collective_us(view),
         host_ops=cpu_ops.host_ops(view),
         step_overview=steps.step_overview(view),
         idle_causes=idle_causes.idle_causes(view, syncs),
