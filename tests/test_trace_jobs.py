@@ -5,6 +5,7 @@ input among many ranks as one line."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -137,7 +138,7 @@ def test_bad_summaries_are_one_line(tmp_path: Path) -> None:
     twice.mkdir()
     (twice / "again.summary.json").write_bytes(good.read_bytes())
     with pytest.raises(GpuoptError, match="both claim rank 0"):
-        load_paths([out, twice])
+        load_paths([out, Path(os.path.relpath(twice))])  # an absolute and a relative path
 
 
 def test_summary_only_needs_a_folder_and_never_overwrites(tmp_path: Path) -> None:

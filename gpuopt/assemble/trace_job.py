@@ -245,6 +245,6 @@ def load_summaries(paths: list[Path]) -> list[RankSummary]:
         except OSError as exc:
             raise GpuoptError(f"{f}: cannot read: {exc.strerror or exc}") from None
         sums.append(decode_summary(data, str(f)))
-    label = paths[0] if len(paths) == 1 else Path(os.path.commonpath([str(p) for p in paths]))
+    label = Path(" ".join(str(p) for p in paths))  # names every path given, in messages
     check_ranks(label, [str(f) for f in files], [s.rank_in_file for s in sums], "summaries")
     return sums
