@@ -57,8 +57,11 @@ MIN_TEXT_BYTES = 16 << 20
 # The parent's share: a little over half, since the helper also decompresses the parent's half.
 PARENT_SHARE = 0.55
 # How much JSON a helper forked before the parent's imports decodes while the parent imports numpy
-# and the analyses (0.10-0.14 s on this project's machines, at ~100 MB/s with both processes busy).
-EARLY_TEXT_BYTES = 12 << 20
+# and the analyses. Was 12 MB (0.10-0.14 s at ~100 MB/s); timed with the parent's steps (issue 18),
+# the helper was done before the parent's imports and its own share in every run, the parent the
+# critical path. 28 MB, side by side with 12 on an idle machine (farm-bench, 10 pairs): 0.94x the
+# wall time on a 25.8 MB trace (the helper decodes all of it), 0.91x on 53.7 MB; 40 MB: no better.
+EARLY_TEXT_BYTES = 28 << 20
 _LEN = struct.Struct("<Q")
 T = TypeVar("T")
 
