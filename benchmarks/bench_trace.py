@@ -19,6 +19,8 @@ repository.
     # the floor:
     python benchmarks/bench_trace.py --repeat 15 --synthetic-mb 0 --only nccl --only small
     python benchmarks/bench_trace.py --repeat 5 --compare-rev af11cc7   # + gpuopt as of a revision
+    # every real trace of 25 MB and more, also written as one line of JSON (issue 18):
+    python benchmarks/bench_trace.py --repeat 5 --synthetic-mb 0 --min-mb 25 --one-line
 
 Results are printed as a Markdown table (copy into docs/bench-trace.md with the command line).
 """
@@ -41,11 +43,15 @@ from installed import revision_venv, user_venv
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "benchmarks" / ".work"
 SHARED = ROOT.parent / "shared" / "traces"
-HTA_VENV = WORK / "hta-venv"
+HTA_VENV = WORK / "hta-venv-pandas2"
+# HTA 0.5.0's best-working set-up: with pandas 3 it crashes on some traces and is slower (issue 18)
+HTA_SPEC = ["HolisticTraceAnalysis==0.5.0", "pandas>=2.2,<3"]
 REAL = [
     "hta/df_index_resolver/df_index_resolver.json.gz",
     "hta/trace_diff/control/control.json.gz",
+    "hta/trace_diff/test/test.json.gz",
     "kineto_tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
+    "kineto_tb_plugin/samples/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz",
     "hta/negative_queue_length_values_check/rank0.json.gz",
     "hta/nccl_parser_config/nccl_data.json.gz",
 ]
@@ -101,9 +107,7 @@ def ensure_hta() -> Path:
     if not py.exists():
         WORK.mkdir(parents=True, exist_ok=True)
         subprocess.run([sys.executable, "-m", "venv", str(HTA_VENV)], check=True)
-        subprocess.run(
-            [str(py), "-m", "pip", "install", "-q", "HolisticTraceAnalysis==0.5.0"], check=True
-        )
+        subprocess.run([str(py), "-m", "pip", "install", "-q", *HTA_SPEC], check=True)
     return py
 
 
@@ -167,6 +171,19 @@ def make_small(events: int = 2000) -> Path:
     doc = {k: v for k, v in seed.items() if k != "traceEvents"}
     doc["traceEvents"] = keep
     out.write_text(json.dumps(doc, indent=1))
+    return out
+
+
+def make_one_line(trace: Path) -> Path:
+    """``trace`` written as one line of JSON (``json.dumps``' default separators, not gzipped), as
+    several serving frameworks write their traces: the same events, another layout."""
+    out = WORK / "one-line" / (trace.name.removesuffix(".gz").removesuffix(".json") + ".json")
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    raw = trace.read_bytes()
+    doc = json.loads(gzip.decompress(raw) if trace.name.endswith(".gz") else raw)
+    out.write_text(json.dumps(doc))
     return out
 
 
@@ -235,6 +252,36 @@ def make_synthetic(target_mb: int) -> Path:
     return out
 
 
+def text_mb(trace: Path) -> float:
+    """The trace's JSON text in MB (decompressed)."""
+    if trace.name.endswith(".gz"):
+        return len(gzip.decompress(trace.read_bytes())) / 1e6
+    return trace.stat().st_size / 1e6
+
+
+def print_table(results: list[dict], without_helper: bool, rev: str | None) -> None:
+    """The results as a Markdown table (copy into docs/bench-trace.md with the command)."""
+    solo = (" gpuopt s, no helper |" if without_helper else "") + (
+        f" gpuopt s at {rev} | peak MB at {rev} |" if rev else ""
+    )
+    print(
+        f"\n| trace | JSON MB | gpuopt s (median; min) |{solo} HTA load s (median; min) "
+        "| speedup (medians; mins) | gpuopt peak RSS MB | HTA peak RSS MB | RSS ratio |"
+    )
+    print("|---|---|---|---|---|---|---|---|" + "---|" * solo.count("|"))
+    for r in results:
+        f = lambda x, nd=2: "—" if x is None else f"{x:.{nd}f}"  # noqa: E731
+        s = (f" {f(r['gpuopt_no_helper_s'])} |" if without_helper else "") + (
+            f" {f(r['gpuopt_rev_s'])} | {f(r['gpuopt_rev_rss_mb'], 0)} |" if rev else ""
+        )
+        print(
+            f"| {r['trace']} | {r['json_mb']} | {f(r['gpuopt_s'])}; {f(r['gpuopt_min_s'])} |{s} "
+            f"{f(r['hta_s'])}; {f(r['hta_min_s'])} | {f(r['speedup'], 1)}; "
+            f"{f(r['speedup_of_mins'], 1)} | {f(r['gpuopt_rss_mb'], 0)} | {f(r['hta_rss_mb'], 0)} "
+            f"| {f(r['rss_ratio'], 2)} |"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -251,6 +298,14 @@ def main() -> None:
         "--skip-hta-synthetic", action="store_true", help="do not run HTA on the synthetic trace"
     )
     ap.add_argument("--no-real", action="store_true")
+    ap.add_argument(
+        "--min-mb", type=float, default=0, help="only real traces of this much JSON or more"
+    )
+    ap.add_argument(
+        "--one-line",
+        action="store_true",
+        help="also each real trace written as one line of JSON (benchmarks/.work/one-line/)",
+    )
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--out", type=Path, default=WORK / "bench-trace.json")
     ap.add_argument(
@@ -275,6 +330,9 @@ def main() -> None:
     traces = (
         [] if args.no_real else [make_small(), *(SHARED / r for r in REAL if (SHARED / r).exists())]
     )
+    traces = [t for t in traces if text_mb(t) >= args.min_mb]
+    if args.one_line:
+        traces += [make_one_line(t) for t in traces if t.parent != WORK]
     synth = make_synthetic(args.synthetic_mb) if args.synthetic_mb > 0 else None
     if synth:
         traces.append(synth)
@@ -282,9 +340,7 @@ def main() -> None:
         traces = [t for t in traces if any(s in str(t) for s in args.only)]
     results = []
     for tr in traces:
-        json_bytes = (
-            len(gzip.decompress(tr.read_bytes())) if tr.name.endswith(".gz") else tr.stat().st_size
-        )
+        json_bytes = text_mb(tr) * 1e6
         g_cmd = gpuopt_cmd(gpuopt_bin, tr)
         g_runs, h_runs, solo_runs, rev_runs, g_mem, h_mem = [], [], [], [], [], []
         run_hta = not (synth is not None and tr == synth and args.skip_hta_synthetic)
@@ -296,14 +352,21 @@ def main() -> None:
                 rev_runs.append(measure(gpuopt_cmd(rev_bin, tr), args.timeout))
             if run_hta:
                 h_runs.append(measure(hta_cmd(hta_py, tr), args.timeout))
+        rev_mem: list[dict] = []
         for _ in range(args.memory_runs):
             g_mem.append(measure(g_cmd, args.timeout, memory=True))
+            if rev_bin is not None:
+                rev_mem.append(measure(gpuopt_cmd(rev_bin, tr), args.timeout, memory=True))
             if run_hta:
                 h_mem.append(measure(hta_cmd(hta_py, tr), args.timeout, memory=True))
 
         def med(runs: list[dict], key: str) -> float | None:
             vals = [r[key] for r in runs if r.get(key) is not None and r.get("rc") == 0]
             return statistics.median(vals) if vals else None
+
+        def least(runs: list[dict]) -> float | None:
+            vals = [r["wall_s"] for r in runs if r.get("wall_s") is not None and r.get("rc") == 0]
+            return min(vals) if vals else None
 
         def peak(runs: list[dict]) -> float | None:
             vals = [
@@ -319,9 +382,12 @@ def main() -> None:
             else str(tr.relative_to(ROOT)),
             "json_mb": round(json_bytes / 1e6, 1),
             "gpuopt_s": med(g_runs, "wall_s"),
+            "gpuopt_min_s": least(g_runs),
+            "hta_min_s": least(h_runs),
             "gpuopt_no_helper_s": med(solo_runs, "wall_s"),
             "gpuopt_rev_s": med(rev_runs, "wall_s"),
             "gpuopt_rss_mb": (peak(g_mem) or 0) / 1e6 or None,
+            "gpuopt_rev_rss_mb": (peak(rev_mem) or 0) / 1e6 or None,
             "hta_s": med(h_runs, "wall_s"),
             "hta_rss_mb": (peak(h_mem) or 0) / 1e6 or None,
             "gpuopt_runs": g_runs,
@@ -334,6 +400,11 @@ def main() -> None:
         }
         row["speedup"] = (
             round(row["hta_s"] / row["gpuopt_s"], 2) if row["hta_s"] and row["gpuopt_s"] else None
+        )
+        row["speedup_of_mins"] = (
+            round(row["hta_min_s"] / row["gpuopt_min_s"], 2)
+            if row["hta_min_s"] and row["gpuopt_min_s"]
+            else None
         )
         row["rss_ratio"] = (
             round(row["gpuopt_rss_mb"] / row["hta_rss_mb"], 3)
@@ -378,24 +449,7 @@ def main() -> None:
             indent=1,
         )
     )
-    solo = (" gpuopt s, no helper |" if args.without_helper else "") + (
-        f" gpuopt s at {args.compare_rev} |" if rev_bin else ""
-    )
-    print(
-        f"\n| trace | JSON MB | gpuopt s |{solo} HTA load s | speedup "
-        "| gpuopt peak RSS MB | HTA peak RSS MB | RSS ratio |"
-    )
-    print("|---|---|---|---|---|---|---|---|" + "---|" * solo.count("|"))
-    for r in results:
-        f = lambda x, nd=2: "—" if x is None else f"{x:.{nd}f}"  # noqa: E731
-        s = (f" {f(r['gpuopt_no_helper_s'])} |" if args.without_helper else "") + (
-            f" {f(r['gpuopt_rev_s'])} |" if rev_bin else ""
-        )
-        print(
-            f"| {r['trace']} | {r['json_mb']} | {f(r['gpuopt_s'])} |{s} {f(r['hta_s'])} "
-            f"| {f(r['speedup'], 1)} | {f(r['gpuopt_rss_mb'], 0)} | {f(r['hta_rss_mb'], 0)} "
-            f"| {f(r['rss_ratio'], 2)} |"
-        )
+    print_table(results, args.without_helper, args.compare_rev if rev_bin else None)
     print(f"\nmachine: {machine}\nresults: {args.out}")
 
 

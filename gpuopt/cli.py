@@ -258,8 +258,11 @@ def report(
     paths: list[Path] = typer.Argument(
         ...,
         metavar="PATH...",
-        help="Run directory, profile.json, trace .json/.json.gz, or a folder of per-rank traces; "
-        "or the run directories of one job's nodes (merged).",
+        help=(
+            "Run directory, profile.json, trace .json/.json.gz, a folder of per-rank traces, "
+            "rank summaries (*.summary.json, or folders of them) to merge, or the run "
+            "directories of one job's nodes (merged)."
+        ),
     ),
     fmt: ReportFormat | None = typer.Option(
         None,
@@ -268,14 +271,32 @@ def report(
         help="text, json, md or html (default: from -o's extension, else text).",
     ),
     output: Path | None = typer.Option(
-        None, "-o", "--output", help="Write to FILE instead of stdout."
+        None,
+        "-o",
+        "--output",
+        help="Write to FILE instead of stdout (with --summary-only: a folder for the summaries).",
+    ),
+    summary_only: bool = typer.Option(
+        False,
+        "--summary-only",
+        help=(
+            "Traces: write one small summary per rank (DIR/rank-N.summary.json, -o DIR) instead "
+            "of a report; merge them later with gpuopt report DIR1 DIR2 ..."
+        ),
+    ),
+    jobs: int | None = typer.Option(
+        None,
+        "--jobs",
+        "-j",
+        min=1,
+        help="Worker processes for a folder of traces (default: one per core, as memory allows).",
     ),
 ) -> None:
     from gpuopt.report.command import run_report
 
     global _quick_exit
     _quick_exit = True  # runs no user code: see main()
-    run_report(paths[0] if len(paths) == 1 else paths, fmt.value if fmt else None, output)
+    run_report(paths, fmt.value if fmt else None, output, summary_only=summary_only, jobs=jobs)
 
 
 @app.command(

@@ -53,7 +53,7 @@ DECLINED = [
 
 def typer_parse(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
     seen: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(command, "run_report", lambda *a: seen.append(a))
+    monkeypatch.setattr(command, "run_report", lambda *a, **kw: seen.append(a))
     r = CliRunner().invoke(app, argv)
     assert r.exit_code == 0 and len(seen) == 1, r.output
     return seen[0]
@@ -66,7 +66,8 @@ def test_accepted_command_lines_parse_as_typer_parses_them(
     fast = entry.parse_report(argv)
     assert fast is not None
     path, fmt, output = fast
-    assert typer_parse(argv, monkeypatch) == (Path(path), fmt, Path(output) if output else None)
+    got = typer_parse(argv, monkeypatch)
+    assert got == ([Path(path)], fmt, Path(output) if output else None)
 
 
 @pytest.mark.parametrize("argv", DECLINED, ids=lambda a: " ".join(a) or "(empty)")

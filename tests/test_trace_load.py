@@ -53,12 +53,87 @@ def test_streaming_and_whole_decode_agree_on_many_pieces(
     assert streamed.metadata["traceName"] == "after the events"  # key after traceEvents is kept
 
 
-def test_compact_json_falls_back_to_whole_decode(tmp_path: Path) -> None:
-    p = write_trace(tmp_path / "compact.json", EVENTS, indent=None)
-    with pytest.raises(pieces.Fallback):
-        decode._load_streaming(p)
-    cols = load_columns(p)
-    assert len(cols) == 3 and cols.total_events == 4  # the instant event is not a complete event
+def _one_line_events(n: int) -> list[dict[str, object]]:
+    """Events whose strings and nested values hold what a guessed cut cuts at: ``},{`` and
+    ``}, {`` inside names and call stacks, arrays of objects inside ``args``."""
+    events: list[dict[str, object]] = []
+    for i in range(n):
+        events += [
+            launch(i * 20, 3, corr=i),
+            kernel(
+                f"k{i % 7}" + ("<{'a': 1}, {'b': 2}>},{" if i % 5 == 0 else ""),
+                i * 20 + 5,
+                4,
+                corr=i,
+                **{"Input Dims": [[1, 2]], "objs": [{"x": i}, {"y": "},{"}]},
+            ),
+        ]
+    return events
+
+
+@pytest.mark.parametrize(
+    "layout", ["compact", "spaced", "first-event-on-a-new-line", "gz", "one-piece"]
+)
+def test_one_line_json_streams_in_pieces_whatever_the_layout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str
+) -> None:
+    # issue 18: a trace written as one line of JSON took the whole-document path (1.8x the
+    # memory); it is now cut into pieces too, and every wrong guess is joined with the next piece
+    events = _one_line_events(1500)
+    doc = {"schemaVersion": 1, "traceEvents": events, "traceName": "after the events"}
+    sep = (",", ":") if layout == "compact" else (", ", ": ")
+    text = json.dumps(doc, separators=sep)
+    if layout == "first-event-on-a-new-line":
+        text = text.replace('"traceEvents": [', '"traceEvents": [\n  ', 1)
+    name = "t.json.gz" if layout == "gz" else "t.json"
+    p = tmp_path / name
+    p.write_bytes(gzip.compress(text.encode()) if layout == "gz" else text.encode())
+    assert "\n" not in text[-len(text) // 2 :]
+    monkeypatch.setattr(pieces, "BLOCK", 1 << 20 if layout == "one-piece" else 2048)
+    pushed: list[int] = []
+    real_feed = pieces.PieceJoiner.feed
+
+    def counting(self, offset, end, text, decode):  # type: ignore[no-untyped-def]
+        pushed.append(offset)
+        return real_feed(self, offset, end, text, decode)
+
+    monkeypatch.setattr(pieces.PieceJoiner, "feed", counting)
+    streamed = decode._load_streaming(p, workers=0)  # never the whole-document fallback
+    whole = decode._load_whole(p)
+    assert _same(streamed, whole) and len(streamed) == 3000
+    assert np.array_equal(streamed.order, whole.order)
+    assert streamed.metadata["traceName"] == "after the events"
+    assert layout == "one-piece" or len(pushed) > 50  # one-piece: all in the tail
+    # with a decode helper: the same columns
+    forked = decode._load_streaming(p, workers=1)
+    assert _same(forked, whole) and np.array_equal(forked.order, whole.order)
+
+
+def test_a_guessed_cut_inside_a_string_is_joined_with_the_next_piece() -> None:
+    pad = b'{"ph": "i", "name": "' + b"p" * 40 + b'"},'
+    text = b'{"ph": "X", "name": "x},{y"},' + pad + b'{"ph": "X", "name": "z"}'
+    cut = pieces.compact_cut(text)
+    assert text[cut:] == b'{"ph": "X", "name": "z"}'  # the last "},{" is a real boundary
+    inside = pieces.compact_cut(text[: text.index(b"{y") + 2])
+    assert text[inside:].startswith(b"{y")  # a guess inside the string
+
+    def parts(_start: int, _end: int, data: bytes) -> dict[str, object]:
+        return decode.ev.decode_piece(data)
+
+    j = pieces.PieceJoiner()
+    assert j.feed(0, inside, text[:inside], parts) is None and j.held  # invalid at its end
+    got = j.feed(inside, cut, text[inside:cut], parts)  # tried again: twice the text
+    assert got is not None and (got["n_all"], got["n"], got["names"]) == (2, 1, ["x},{y"])
+    assert not j.held and j.start == 0
+
+
+def test_text_that_is_not_json_in_a_one_line_trace_is_reported(tmp_path: Path) -> None:
+    good = json.dumps({"traceEvents": _one_line_events(3000)})
+    bad = good[: len(good) // 2] + "@@@" + good[len(good) // 2 :]
+    p = tmp_path / "bad.json"
+    p.write_text(bad)
+    with pytest.raises(GpuoptError, match="not valid JSON"):
+        load_columns(p)
 
 
 def test_missing_fields_get_defaults(tmp_path: Path) -> None:

@@ -1,5 +1,7 @@
 """One rank's trace analysis as parts of the profile: its ``gpu[]`` and ``ranks[]`` entries and
-the contract's breakdown of its steps.
+the contract's breakdown of its steps, read from the rank's summary
+(:class:`~gpuopt.model.summary.RankSummary`); and :func:`trace_rank`, the rank's
+``trace.ranks[]`` entry, which the summary is built around.
 
 Numbers are rounded here, where they enter the document (the trace records keep full precision):
 percentages to 0.01, fractions to 1e-4, seconds to µs.
@@ -9,7 +11,10 @@ from __future__ import annotations
 
 import math
 
+from msgspec import UnsetType
+
 from gpuopt.model.profile import Breakdown, GpuRank, IdleSplit, LaunchBrief, MemcpyTotals, RankEntry
+from gpuopt.model.summary import RankSummary
 from gpuopt.model.trace import StepOverview, SyncCallTotals, TraceRank
 from gpuopt.trace import kernels
 from gpuopt.trace.analysis import RankAnalysis
@@ -36,9 +41,13 @@ def ms(us: float) -> float | None:
     return rounded(us / 1e3, 3)
 
 
-def contract_breakdown(rows: list[StepOverview]) -> Breakdown | None:
+def contract_breakdown(
+    rows: list[StepOverview], collective_us: list[float] | None = None
+) -> Breakdown | None:
     """The step overview mapped onto the contract's data_wait, h2d, sync, compute and other:
-    fractions of the steps' time that sum to 1 (None when the steps took no time)."""
+    fractions of the steps' time that sum to 1 (None when the steps took no time). With
+    ``collective_us`` (a multi-rank job: each row's collective time with no other GPU work), a
+    ``collective`` part too, taken out of compute, where the overview counts it."""
     total = sum(r.dur_us for r in rows)
     if total <= 0:
         return None
@@ -46,24 +55,32 @@ def contract_breakdown(rows: list[StepOverview]) -> Breakdown | None:
     h2d = sum(r.memcpy_us for r in rows)
     sync = sum(r.sync_us for r in rows)
     compute = sum(r.kernel_us + r.memset_us + r.communication_us for r in rows)
+    coll = min(sum(collective_us), compute) if collective_us is not None else None
+    if coll is not None:
+        compute -= coll
     parts = [min(max(x / total, 0.0), 1.0) for x in (data_wait, h2d, sync, compute)]
-    return Breakdown(
+    out = Breakdown(
         data_wait=parts[0],
         h2d=parts[1],
         sync=parts[2],
         compute=parts[3],
         other=max(0.0, 1.0 - sum(parts)),
     )
+    if coll is not None:
+        out.collective = min(max(coll / total, 0.0), 1.0)
+        out.other = max(0.0, out.other - out.collective)
+    return out
 
 
-def gpu_rank(ra: RankAnalysis) -> GpuRank:
+def gpu_rank(s: RankSummary) -> GpuRank:
     """The contract's ``gpu[]`` entry of a rank."""
-    t = ra.temporal
-    it = idle_totals(ra.idle_streams)
-    ls = ra.launch_summary
+    tr = s.trace
+    t = tr.temporal
+    it = tr.idle_totals_us
+    ls = tr.launch
     return GpuRank(
-        rank=ra.rank,
-        device=ra.device.name if ra.device is not None else None,
+        rank=s.rank,
+        device=tr.device.name if tr.device is not None else None,
         utilization=rounded(t.utilization, 4) if t is not None else None,
         idle_pct=rounded(t.idle_pct, 2) if t is not None else None,
         compute_pct=rounded(t.compute_pct, 2) if t is not None else None,
@@ -79,50 +96,62 @@ def gpu_rank(ra: RankAnalysis) -> GpuRank:
             short_kernels=ls.short_kernels,
         ),
         memcpy=MemcpyTotals(
-            count=int(sum(m.count for m in ra.memory)),
-            time_us=rounded(sum(m.time_us for m in ra.memory), 1),
-            bytes=int(sum(m.bytes for m in ra.memory)),
+            count=int(sum(m.count for m in tr.memory)),
+            time_us=rounded(sum(m.time_us for m in tr.memory), 1),
+            bytes=int(sum(m.bytes for m in tr.memory)),
         ),
-        comm_overlap_pct=percent(ra.comm_overlap),
+        comm_overlap_pct=percent(s.comm_overlap),
     )
 
 
-def step_time_median_s(ra: RankAnalysis) -> float | None:
-    durations = [s.dur_us for s in ra.measured_steps]
+def measured_steps(s: RankSummary) -> list[StepOverview]:
+    """The overview's rows of profiler steps (not the whole-trace row of a trace without)."""
+    return [r for r in s.trace.steps if r.step is not None]
+
+
+def step_time_median_s(s: RankSummary) -> float | None:
+    durations = [r.dur_us for r in measured_steps(s)]
     return rounded(median(durations) / 1e6, 6) if durations else None
 
 
-def collective_s_per_step(ra: RankAnalysis) -> float | None:
-    return rounded(ra.communication_us / max(len(ra.measured_steps), 1) / 1e6, 6)
+def collective_s_per_step(s: RankSummary) -> float | None:
+    """Time in collectives (NCCL kernels, or the host inside collective ops: a CPU-only gloo
+    trace has only these) per measured step."""
+    return rounded(s.collective_us / max(len(measured_steps(s)), 1) / 1e6, 6)
 
 
-def rank_entry(ra: RankAnalysis) -> RankEntry:
+def rank_entry(s: RankSummary) -> RankEntry:
     """The contract's ``ranks[]`` entry of a rank of a folder of traces."""
-    bd = contract_breakdown(ra.step_overview)
+    bd = contract_breakdown(s.trace.steps, s.exposed_collective_us)
     return RankEntry(
-        rank=ra.rank,
-        dir=ra.file,
-        steps=len(ra.measured_steps),
+        rank=s.rank,
+        dir=s.file,
+        steps=len(measured_steps(s)),
         breakdown=None if bd is None else _rounded_fractions(bd),
-        collective_s_per_step=collective_s_per_step(ra),
-        step_time_median_s=step_time_median_s(ra),
+        collective_s_per_step=collective_s_per_step(s),
+        step_time_median_s=step_time_median_s(s),
     )
 
 
 def _rounded_fractions(bd: Breakdown) -> Breakdown:
-    return Breakdown(
+    out = Breakdown(
         data_wait=fixed(bd.data_wait, 4),
         h2d=fixed(bd.h2d, 4),
         sync=fixed(bd.sync, 4),
         compute=fixed(bd.compute, 4),
         other=fixed(bd.other, 4),
     )
+    if not isinstance(bd.collective, UnsetType):
+        out.collective = fixed(bd.collective, 4)
+    return out
 
 
-def profile_breakdown(rows: list[StepOverview]) -> Breakdown:
+def profile_breakdown(
+    rows: list[StepOverview], collective_us: list[float] | None = None
+) -> Breakdown:
     """The profile's breakdown (rounded; all 0 when the steps took no time): rounding must not
     push the sum past the validator's tolerance, so ``other`` takes up the difference."""
-    bd = contract_breakdown(rows)
+    bd = contract_breakdown(rows, collective_us)
     if bd is None:
         return Breakdown()
     out = _rounded_fractions(bd)

@@ -1,5 +1,6 @@
-"""A :class:`TraceAnalysis` as a ``gpuopt.profile/1`` :class:`Profile` (``gpuopt report TRACE``),
-or as the GPU sections of a run's profile (``gpuopt profile``'s profiler window).
+"""A job's traces (:class:`~gpuopt.assemble.trace_job.TraceJob`: one summary per rank) as a
+``gpuopt.profile/1`` :class:`Profile` (``gpuopt report TRACE``, ``gpuopt report SUMMARIES``), or
+as the GPU sections of a run's profile (``gpuopt profile``'s profiler window).
 
 Contract keys a trace cannot give stay null or empty (Python and torch versions, CPU
 utilisation, Python loops). What it can give goes into the contract keys (``gpu``, ``ranks``,
@@ -15,13 +16,21 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
+from gpuopt.assemble.trace_job import (
+    Progress,
+    TraceJob,
+    job_filter_last,
+    job_of,
+    load_summaries,
+    summarise_traces,
+)
 from gpuopt.assemble.trace_parts import (
     fixed,
     gpu_rank,
+    measured_steps,
     profile_breakdown,
     rank_entry,
     rounded,
-    trace_rank,
 )
 from gpuopt.assemble.trace_tables import trace_tables
 from gpuopt.errors import GpuoptError
@@ -41,8 +50,8 @@ from gpuopt.model.profile import (
     Transfer,
     Utilization,
 )
+from gpuopt.model.summary import RankSummary
 from gpuopt.model.trace import SyncCall, TraceDetails
-from gpuopt.trace.analysis import RankAnalysis, TraceAnalysis, analyze_trace
 from gpuopt.trace.array_stats import median, percentile
 
 HTA_NOTE = (
@@ -56,13 +65,37 @@ UTILIZATION_NOTE = (
 _DIRECTIONS = {"HtoD": "h2d", "DtoH": "d2h", "DtoD": "d2d"}
 
 
-def profile_from_traces(path: Path) -> Profile:
-    """A complete, valid profile from a trace file or a folder of per-rank traces, findings not
-    yet evaluated."""
-    profile = build_profile(analyze_trace(path))
+def profile_from_traces(
+    path: Path, jobs: int | None = None, progress: Progress | None = None
+) -> Profile:
+    """A complete, valid profile from a trace file or a folder of per-rank traces (``jobs``:
+    worker processes for a folder, None to choose), findings not yet evaluated."""
+    return checked(build_profile(job_of(str(path), summarise_traces(path, jobs, progress))), path)
+
+
+def profile_from_summaries(paths: list[Path]) -> Profile:
+    """The profile of a job from its ranks' summaries (files, or folders of them), as the folder
+    of traces they were made from gives it."""
+    sums = load_summaries(paths)
+    decided = job_filter_last(sums)
+    odd = sorted(s.rank for s in sums if s.filtered_last_step != decided)
+    notes = []
+    if odd:
+        notes.append(
+            f"ranks {', '.join(map(str, odd))}: summarised with the last profiler step "
+            f"{'kept' if decided else 'dropped'}, the other ranks with it "
+            f"{'dropped' if decided else 'kept'} (HTA's rule is the job's: two or more "
+            "ProfilerStep names between its ranks); summarise all ranks' traces together "
+            "to have one rule"
+        )
+    label = " ".join(str(p) for p in paths)
+    return checked(build_profile(job_of(label, sums, notes)), label)
+
+
+def checked(profile: Profile, origin: object) -> Profile:
     problems = validate(profile)
     if problems:  # a bug, not bad input: say so plainly rather than give an invalid profile
-        raise GpuoptError(f"{path}: internal error building the report: {problems[0]}")
+        raise GpuoptError(f"{origin}: internal error building the report: {problems[0]}")
     return profile
 
 
@@ -74,7 +107,7 @@ def add_trace_to_profile(profile: Profile, path: Path) -> None:
     own (measured over all steps, not the window). Raises :class:`GpuoptError` on an unreadable
     trace; the caller decides whether that is a warning.
     """
-    ta = analyze_trace(path)
+    ta = job_of(str(path), summarise_traces(path, jobs=1))
     profile.gpu = _gpu(ta)
     details = _trace_details(ta)
     if not isinstance(profile.trace, msgspec.UnsetType):
@@ -84,18 +117,20 @@ def add_trace_to_profile(profile: Profile, path: Path) -> None:
     profile.warnings = [*profile.warnings, *ta.warnings, *_warnings(ta)]
 
 
-def build_profile(ta: TraceAnalysis) -> Profile:
-    """The whole profile of a trace analysis (findings are the rules' to add:
+def build_profile(ta: TraceJob) -> Profile:
+    """The whole profile of a job's traces (findings are the rules' to add:
     :func:`gpuopt.findings.engine.add_findings`)."""
     first = ta.ranks[0]
-    n_steps = max(len(first.view.steps), 1)
+    n_steps = max(len(first.trace.profiler_steps), 1)
     profile = Profile(
         script=ta.path,
         argv=[],
         source="trace",
         environment=_environment(ta),
         steps=_steps(first),
-        breakdown=profile_breakdown(first.step_overview),
+        breakdown=profile_breakdown(
+            first.trace.steps, first.exposed_collective_us if len(ta.ranks) > 1 else None
+        ),
         utilization=_utilization(ta),
         transfers=_transfers(first, n_steps),
         syncs=_syncs(first, n_steps),
@@ -109,25 +144,25 @@ def build_profile(ta: TraceAnalysis) -> Profile:
     return profile
 
 
-def _environment(ta: TraceAnalysis) -> Environment:
+def _environment(ta: TraceJob) -> Environment:
     return Environment(
         python=None,
         torch=None,
-        device="cuda" if any(ra.has_gpu for ra in ta.ranks) else "cpu",
+        device="cuda" if any(ra.trace.temporal is not None for ra in ta.ranks) else "cpu",
         gpus=[
-            GpuInfo(name=ra.device.name, memory_bytes=ra.device.memory_bytes)
+            GpuInfo(name=ra.trace.device.name, memory_bytes=ra.trace.device.memory_bytes)
             for ra in ta.ranks
-            if ra.device is not None
+            if ra.trace.device is not None
         ],
         cpu_count=None,
     )
 
 
-def _utilization(ta: TraceAnalysis) -> Utilization:
+def _utilization(ta: TraceJob) -> Utilization:
     u = [
-        ra.temporal.busy_us / ra.temporal.span_us
-        for ra in ta.ranks
-        if ra.temporal is not None and ra.temporal.span_us > 0
+        t.busy_us / t.span_us
+        for t in (ra.trace.temporal for ra in ta.ranks)
+        if t is not None and t.span_us > 0
     ]
     gpu = (
         MeanMax(mean=rounded(100 * float(np.mean(u)), 2), max=rounded(100 * float(np.max(u)), 2))
@@ -143,8 +178,8 @@ def _utilization(ta: TraceAnalysis) -> Utilization:
     )
 
 
-def _steps(ra: RankAnalysis) -> Steps:
-    rows = ra.measured_steps
+def _steps(ra: RankSummary) -> Steps:
+    rows = measured_steps(ra)
     times = np.array([r.dur_us for r in rows]) / 1e6
     t0 = rows[0].start_us if rows else 0.0
     series = [
@@ -173,9 +208,9 @@ def _steps(ra: RankAnalysis) -> Steps:
     return Steps(count=len(rows), measured=len(rows), warmup=0, time_s=time_s, series=series)
 
 
-def _transfers(ra: RankAnalysis, n_steps: int) -> list[Transfer]:
+def _transfers(ra: RankSummary, n_steps: int) -> list[Transfer]:
     out = []
-    for m in ra.transfers:
+    for m in ra.trace.transfers:
         d = _DIRECTIONS.get(m.direction)
         if d is None:
             continue
@@ -210,7 +245,7 @@ def _sync_kind(call: SyncCall) -> str:
     return "blocking_copy" if call.kind == "blocking_copy" else "synchronize"
 
 
-def _syncs(ra: RankAnalysis, n_steps: int) -> list[Sync]:
+def _syncs(ra: RankSummary, n_steps: int) -> list[Sync]:
     groups: dict[tuple[str, str | None, str, str | None], list[float]] = defaultdict(list)
     for c in ra.syncs:
         groups[(_sync_kind(c), c.site, c.api, c.outer_op)].append(c.dur_us)
@@ -227,39 +262,39 @@ def _syncs(ra: RankAnalysis, n_steps: int) -> list[Sync]:
     ]
 
 
-def _dispatch(ra: RankAnalysis, n_steps: int) -> Dispatch:
-    ops = ra.host_ops
+def _dispatch(ra: RankSummary, n_steps: int) -> Dispatch:
+    count = ra.host_ops
     return Dispatch(
-        ops_per_step=rounded(ops.count / n_steps, 1) if ops.count else None,
-        mean_op_us=rounded(ops.mean_us, 3) if ops.count else None,
+        ops_per_step=rounded(count / n_steps, 1) if count else None,
+        mean_op_us=rounded(ra.host_op_mean_us, 3) if count else None,
     )
 
 
-def _gpu(ta: TraceAnalysis) -> list[GpuRank] | None:
-    return [gpu_rank(ra) for ra in ta.ranks if ra.has_gpu] or None
+def _gpu(ta: TraceJob) -> list[GpuRank] | None:
+    return [gpu_rank(ra) for ra in ta.ranks if ra.trace.temporal is not None] or None
 
 
-def _trace_details(ta: TraceAnalysis) -> TraceDetails:
+def _trace_details(ta: TraceJob) -> TraceDetails:
     return TraceDetails(
         path=ta.path,
         load_s=round(ta.load_s, 4),
         analyze_s=round(ta.analyze_s, 4),
         filtered_last_step=ta.filtered_last_step,
         note=HTA_NOTE,
-        ranks=[trace_rank(ra) for ra in ta.ranks],
+        ranks=[ra.trace for ra in ta.ranks],
         straggler=ta.straggler,
     )
 
 
-def _warnings(ta: TraceAnalysis) -> list[str]:
+def _warnings(ta: TraceJob) -> list[str]:
     out = []
     for ra in ta.ranks:
-        if not ra.has_gpu:
+        if ra.trace.temporal is None:
             out.append(
                 f"rank {ra.rank}: no GPU events in the trace (CPU-only profile): "
                 "GPU metrics are empty"
             )
-        elif not ra.view.steps:
+        elif not ra.trace.profiler_steps:
             out.append(
                 f"rank {ra.rank}: no ProfilerStep annotations: the breakdown covers the whole "
                 "trace as one window"

@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 
+from gpuopt.assemble.trace_job import TraceJob
 from gpuopt.assemble.trace_parts import (
     collective_s_per_step,
+    measured_steps,
     ms,
     percent,
     rounded,
@@ -15,7 +17,6 @@ from gpuopt.assemble.trace_parts import (
 )
 from gpuopt.model.profile import Scalar, Table
 from gpuopt.model.trace import IDLE_CAUSES
-from gpuopt.trace.analysis import TraceAnalysis
 from gpuopt.trace.kernels import top_kernels
 from gpuopt.trace.steps import CATEGORIES
 
@@ -25,9 +26,9 @@ TOP_SYNC_CALLS = 10
 Rows = list[list[Scalar]]
 
 
-def trace_tables(ta: TraceAnalysis) -> list[Table]:
+def trace_tables(ta: TraceJob) -> list[Table]:
     """Every trace table that has rows, in the order the reports show them."""
-    builders: tuple[Callable[[TraceAnalysis], Table | None], ...] = (
+    builders: tuple[Callable[[TraceJob], Table | None], ...] = (
         gpu_time_table,
         streams_table,
         idle_streams_table,
@@ -49,16 +50,16 @@ def _table(id_: str, title: str, columns: list[str], rows: Rows, note: str = "")
     return Table(id=id_, title=title, columns=columns, rows=rows, note=note) if rows else None
 
 
-def gpu_time_table(ta: TraceAnalysis) -> Table | None:
+def gpu_time_table(ta: TraceJob) -> Table | None:
     rows: Rows = []
     for ra in ta.ranks:
-        t = ra.temporal
+        t = ra.trace.temporal
         if t is None or t.span_us <= 0:
             continue
         rows.append(
             [
                 ra.rank,
-                ra.device.name if ra.device is not None else None,
+                ra.trace.device.name if ra.trace.device is not None else None,
                 ms(t.span_us),
                 percent(t.busy_us / t.span_us),
                 rounded(t.idle_pct, 2),
@@ -86,7 +87,7 @@ def gpu_time_table(ta: TraceAnalysis) -> Table | None:
     )
 
 
-def streams_table(ta: TraceAnalysis) -> Table | None:
+def streams_table(ta: TraceJob) -> Table | None:
     return _table(
         "trace-streams",
         "Per-stream utilization",
@@ -94,12 +95,12 @@ def streams_table(ta: TraceAnalysis) -> Table | None:
         [
             [ra.rank, s.stream, s.events, ms(s.busy_us), ms(s.span_us), percent(s.utilization)]
             for ra in ta.ranks
-            for s in ra.streams
+            for s in ra.trace.streams
         ],
     )
 
 
-def idle_streams_table(ta: TraceAnalysis) -> Table | None:
+def idle_streams_table(ta: TraceJob) -> Table | None:
     return _table(
         "trace-idle-streams",
         "Idle time per stream (HTA categories)",
@@ -107,17 +108,17 @@ def idle_streams_table(ta: TraceAnalysis) -> Table | None:
         [
             [ra.rank, r.stream, ms(r.host_wait), ms(r.kernel_wait), ms(r.other)]
             for ra in ta.ranks
-            for r in ra.idle_streams
+            for r in ra.trace.idle_by_stream
         ],
         "host wait: the launch came after the previous GPU work ended; kernel wait: gap < 30 µs.",
     )
 
 
-def idle_causes_table(ta: TraceAnalysis) -> Table | None:
+def idle_causes_table(ta: TraceJob) -> Table | None:
     rows: Rows = []
     for ra in ta.ranks:
-        total = ra.idle_causes.idle_us
-        for cause, us in ra.idle_causes.by_cause.items():
+        total = ra.trace.idle_causes.idle_us
+        for cause, us in ra.trace.idle_causes.by_cause.items():
             if us > 0:
                 rows.append(
                     [ra.rank, cause, ms(us), rounded(100 * us / total, 1) if total else None]
@@ -132,7 +133,7 @@ def idle_causes_table(ta: TraceAnalysis) -> Table | None:
     )
 
 
-def idle_causes_by_step_table(ta: TraceAnalysis) -> Table | None:
+def idle_causes_by_step_table(ta: TraceJob) -> Table | None:
     return _table(
         "trace-idle-causes-by-step",
         "GPU idle causes per step (ms)",
@@ -140,12 +141,12 @@ def idle_causes_by_step_table(ta: TraceAnalysis) -> Table | None:
         [
             [ra.rank, r.step, ms(r.idle_us), *[ms(us) for _, us in r.items()]]
             for ra in ta.ranks
-            for r in ra.idle_causes.by_step
+            for r in ra.trace.idle_causes.by_step
         ],
     )
 
 
-def idle_sites_table(ta: TraceAnalysis) -> Table | None:
+def idle_sites_table(ta: TraceJob) -> Table | None:
     return _table(
         "trace-idle-sites",
         "Top call sites behind GPU idle time",
@@ -153,13 +154,13 @@ def idle_sites_table(ta: TraceAnalysis) -> Table | None:
         [
             [ra.rank, s.cause, s.op, s.site, ms(s.idle_us)]
             for ra in ta.ranks
-            for s in ra.idle_causes.sites[:TOP_IDLE_SITES]
+            for s in ra.trace.idle_causes.sites[:TOP_IDLE_SITES]
         ],
         "site: the user's Python frame, where the trace has stacks (with_stack=True).",
     )
 
 
-def step_breakdown_table(ta: TraceAnalysis) -> Table | None:
+def step_breakdown_table(ta: TraceJob) -> Table | None:
     return _table(
         "trace-step-breakdown",
         "Step time breakdown (PyTorch profiler overview: each category only counts time not "
@@ -168,16 +169,16 @@ def step_breakdown_table(ta: TraceAnalysis) -> Table | None:
         [
             [ra.rank, r.step, ms(r.dur_us), *[ms(getattr(r, f"{c}_us")) for c in CATEGORIES]]
             for ra in ta.ranks
-            for r in ra.step_overview
+            for r in ra.trace.steps
         ],
         "Without ProfilerStep annotations the whole trace is one row (step empty).",
     )
 
 
-def kernel_types_table(ta: TraceAnalysis) -> Table | None:
+def kernel_types_table(ta: TraceJob) -> Table | None:
     kt: dict[str, float] = defaultdict(float)
     for ra in ta.ranks:
-        for k, us in ra.kernel_types.items():
+        for k, us in ra.trace.kernel_types_us.items():
             kt[k] += us
     total = sum(kt.values())
     rows: Rows = (
@@ -196,7 +197,7 @@ def kernel_types_table(ta: TraceAnalysis) -> Table | None:
     )
 
 
-def top_kernels_table(ta: TraceAnalysis) -> Table | None:
+def top_kernels_table(ta: TraceJob) -> Table | None:
     return _table(
         "trace-top-kernels",
         "Top GPU kernels by total time",
@@ -212,15 +213,15 @@ def top_kernels_table(ta: TraceAnalysis) -> Table | None:
                 rounded(k.max_us, 2),
             ]
             for ra in ta.ranks
-            for k in top_kernels(ra.kernels, TOP_KERNELS_PER_TYPE)
+            for k in top_kernels(ra.trace.top_kernels, TOP_KERNELS_PER_TYPE)
         ],
     )
 
 
-def launch_table(ta: TraceAnalysis) -> Table | None:
+def launch_table(ta: TraceJob) -> Table | None:
     rows: Rows = []
     for ra in ta.ranks:
-        ls = ra.launch_summary
+        ls = ra.trace.launch
         if not ls.count:
             continue
         rows.append(
@@ -253,7 +254,7 @@ def launch_table(ta: TraceAnalysis) -> Table | None:
     )
 
 
-def memory_table(ta: TraceAnalysis) -> Table | None:
+def memory_table(ta: TraceJob) -> Table | None:
     return _table(
         "trace-memory",
         "Memory copies and sets",
@@ -269,12 +270,12 @@ def memory_table(ta: TraceAnalysis) -> Table | None:
                 rounded(m.bandwidth_gbps, 2),
             ]
             for ra in ta.ranks
-            for m in ra.memory
+            for m in ra.trace.memory
         ],
     )
 
 
-def syncs_table(ta: TraceAnalysis) -> Table | None:
+def syncs_table(ta: TraceJob) -> Table | None:
     rows: Rows = []
     for ra in ta.ranks:
         by_api: dict[tuple[str, str | None], list[float]] = defaultdict(list)
@@ -290,7 +291,7 @@ def syncs_table(ta: TraceAnalysis) -> Table | None:
     )
 
 
-def ranks_table(ta: TraceAnalysis) -> Table | None:
+def ranks_table(ta: TraceJob) -> Table | None:
     if len(ta.ranks) < 2:
         return None
     strag = ta.straggler
@@ -300,9 +301,9 @@ def ranks_table(ta: TraceAnalysis) -> Table | None:
         rows.append(
             [
                 ra.rank,
-                len(ra.measured_steps),
+                len(measured_steps(ra)),
                 rounded((step_time_median_s(ra) or 0) * 1e3, 3),
-                rounded(ra.temporal.idle_pct, 2) if ra.temporal is not None else None,
+                rounded(ra.trace.temporal.idle_pct, 2) if ra.trace.temporal is not None else None,
                 rounded((collective_s_per_step(ra) or 0) * 1e3, 3),
                 percent(ra.comm_overlap),
                 rounded(late, 1),

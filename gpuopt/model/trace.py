@@ -256,6 +256,9 @@ class Straggler(TraceRecord):
     mean_lateness_us: dict[int, float]
     wait_caused_us_per_collective: float
     wait_caused_us_total: float
+    # each rank's wait at the compared collectives, in all (µs): at each, the last rank to start
+    # waits for nobody and every other rank waits from its own start to the last one's
+    wait_us: dict[int, float] = field(default_factory=dict)
 
 
 class ProfilerWindowInfo(TraceRecord):

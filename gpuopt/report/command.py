@@ -1,32 +1,44 @@
-"""``gpuopt report PATH``: load a run directory, a profile.json or Kineto traces into a typed
-Profile (:func:`gpuopt.loading.load`), then render it."""
+"""``gpuopt report PATH...``: load a run directory, a profile.json, Kineto traces or rank
+summaries into a typed Profile (:func:`gpuopt.loading.load_paths`), then render it; or, with
+``--summary-only``, write one summary per rank of the traces (``gpuopt.summary/1``)."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from gpuopt.atomic_write import write_atomic
 from gpuopt.errors import GpuoptError, fail
 from gpuopt.report import format_for_path, get_renderer, print_report
 
+Progress = Callable[[int, int], None]  # (ranks done, ranks in all)
 
-def report_command(path: Path | list[Path], fmt: str | None, output: Path | None) -> None:
-    """``path``: one input, or the run directories of one multi-node job's nodes (merged)."""
-    from gpuopt.loading import load, load_job
 
+def report_command(
+    path: Path | list[Path],
+    fmt: str | None,
+    output: Path | None,
+    summary_only: bool = False,
+    jobs: int | None = None,
+) -> None:
+    from gpuopt.loading import load_paths
+
+    paths = path if isinstance(path, list) else [path]
+    if summary_only:
+        write_summaries(paths, output, jobs)
+        return
     name = fmt or format_for_path(output) or "text"
     renderer = get_renderer(name)
-    paths = path if isinstance(path, list) else [path]
     if output is not None:
         for p in paths:
             check_output(output, p)
-    if isinstance(path, list):
-        profile = load_job(path)
-    elif _optimize_report(path, name, output):
+    if len(paths) == 1 and _optimize_report(paths[0], name, output):
         return
-    else:
-        profile = load(path)
+    with progress_bar("analysing ranks") as progress:
+        profile = load_paths(paths, jobs=jobs, progress=progress)
     if output is None:
         print_report(profile, name)
         return
@@ -35,6 +47,85 @@ def report_command(path: Path | list[Path], fmt: str | None, output: Path | None
     except OSError as exc:
         raise GpuoptError(f"{output}: cannot write the report: {exc.strerror or exc}") from None
     print(f"wrote {output}", file=sys.stderr)
+
+
+def write_summaries(paths: list[Path], output: Path | None, jobs: int | None) -> None:
+    """``--summary-only``: each rank of the traces as ``OUT/rank-N.summary.json``."""
+    from gpuopt.assemble.trace_job import summarise_traces
+    from gpuopt.model.summary import SUMMARY_SUFFIX, encode_summary
+
+    if output is None:
+        raise GpuoptError(
+            "--summary-only writes one file per rank: name a folder for them with -o DIR"
+        )
+    if len(paths) != 1:
+        raise GpuoptError("--summary-only takes one trace file or one folder of per-rank traces")
+    if output.exists() and not output.is_dir():
+        raise GpuoptError(f"{output}: not a folder; -o takes a folder with --summary-only")
+    if output.resolve() == paths[0].resolve():
+        raise GpuoptError(
+            f"{output}: is the folder of traces this reads; write the summaries to a folder "
+            "of their own"
+        )
+    with progress_bar("summarising ranks") as progress:
+        sums = summarise_traces(paths[0], jobs, progress)
+    targets = [output / f"rank-{s.rank}{SUMMARY_SUFFIX}" for s in sums]
+    there = [t for t in targets if t.exists()]
+    if there:
+        raise GpuoptError(
+            f"{there[0]}: already exists ({len(there)} of the {len(targets)} summaries do); "
+            "remove them or write to another -o DIR"
+        )
+    size = 0
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+        for s, t in zip(sums, targets, strict=True):
+            data = encode_summary(s)
+            write_atomic(t, data)
+            size += len(data)
+    except OSError as exc:
+        raise GpuoptError(f"{output}: cannot write the summaries: {exc.strerror or exc}") from None
+    print(
+        f"wrote {len(sums)} rank summar{'y' if len(sums) == 1 else 'ies'} to {output} "
+        f"({size / 1e3:.0f} kB); merge them with: gpuopt report {output} [OTHER_DIRS...]",
+        file=sys.stderr,
+    )
+
+
+@contextmanager
+def progress_bar(what: str) -> Iterator[Progress | None]:
+    """A progress bar on stderr (a terminal only) for work over many ranks, else nothing: the
+    callback it yields is called with (done, total) as ranks finish."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    state: dict[str, Any] = {}
+
+    def update(done: int, total: int) -> None:
+        if total < 2:
+            return
+        if "bar" not in state:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+            bar = Progress(
+                f"[bold]{what}",
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                auto_refresh=False,  # no thread: the pool's workers are forked from this process
+                transient=True,
+            )
+            bar.start()
+            state["bar"], state["task"] = bar, bar.add_task(what, total=total)
+        state["bar"].update(state["task"], completed=done, refresh=True)
+
+    try:
+        yield update
+    finally:
+        if "bar" in state:
+            state["bar"].stop()
 
 
 def _optimize_report(path: Path, fmt: str, output: Path | None) -> bool:
@@ -73,10 +164,16 @@ def check_output(output: Path, path: Path) -> None:
         )
 
 
-def run_report(path: Path | list[Path], fmt: str | None, output: Path | None) -> None:
+def run_report(
+    path: Path | list[Path],
+    fmt: str | None,
+    output: Path | None,
+    summary_only: bool = False,
+    jobs: int | None = None,
+) -> None:
     """The ``report`` command as both entry paths run it (typer's, and gpuopt.entry's fast one):
     bad input ends with a one-line reason and exit code 2."""
     try:
-        report_command(path, fmt, output)
+        report_command(path, fmt, output, summary_only, jobs)
     except GpuoptError as exc:
         fail(str(exc))

@@ -29,6 +29,7 @@ from gpuopt.model.trace import (
 )
 from gpuopt.trace import cpu_ops, gpu_time, idle, kernels, launch, memory
 from gpuopt.trace.anomalies import clock_skew
+from gpuopt.trace.columns import EventColumns
 from gpuopt.trace.decode import load_columns
 from gpuopt.trace.files import assign_ranks, trace_files
 from gpuopt.trace.prepare import RankView, build_view, count_step_names
@@ -53,9 +54,12 @@ class RankAnalysis:
     syncs: list[SyncCall]
     comm_overlap: float | None  # a fraction of the communication time
     communication_us: float  # time with a communication kernel running
+    collective_us: float  # ... or a training thread inside a collective op (their union)
     host_ops: cpu_ops.HostOps
     step_overview: list[StepOverview] = field(default_factory=list)
     idle_causes: IdleCauses = field(default_factory=IdleCauses)
+    # per step_overview row: collective time with no other GPU work running (steps.py)
+    exposed_collective_us: list[float] = field(default_factory=list)
 
     @property
     def has_gpu(self) -> bool:
@@ -98,10 +102,25 @@ def analyze_trace(path: Path | str) -> TraceAnalysis:
         warnings += [f"rank {r}: {note}" for note in view.notes]
     skew = clock_skew({ra.rank: _time_range(ra.view) for ra in out if len(ra.view.ts)})
     if skew is not None:
-        warnings.append(_skew_warning(*skew))
+        warnings.append(skew_warning(*skew))
     strag = straggler([ra.view for ra in out]) if len(out) > 1 and skew is None else None
     t2 = time.perf_counter()
     return TraceAnalysis(str(p), out, t1 - t0, t2 - t1, filter_last, strag, warnings)
+
+
+def analyze_columns(
+    cols: EventColumns, rank: int, filter_last: bool | None, file: str
+) -> RankAnalysis:
+    """Every analysis of one file's columns (``filter_last``: HTA's last-step rule, None for the
+    file's own decision: two or more ProfilerStep names)."""
+    if filter_last is None:
+        filter_last = len(count_step_names(cols)) >= 2
+    return analyze_view(build_view(rank, cols, filter_last, source=file), file)
+
+
+def time_range(view: RankView) -> tuple[float, float] | None:
+    """First start to last end of a rank's events (µs); None for a rank without events."""
+    return _time_range(view) if len(view.ts) else None
 
 
 def _time_range(view: RankView) -> tuple[float, float]:
@@ -109,7 +128,7 @@ def _time_range(view: RankView) -> tuple[float, float]:
     return float(view.ts.min()), float(view.end.max())
 
 
-def _skew_warning(ranks: list[int], gap_us: float) -> str:
+def skew_warning(ranks: list[int], gap_us: float) -> str:
     names = ", ".join(str(r) for r in ranks)
     return (
         f"rank{'s' if len(ranks) > 1 else ''} {names}: no event at the same time as any other "
@@ -141,6 +160,8 @@ def analyze_view(view: RankView, file: str = "") -> RankAnalysis:
         syncs=syncs,
         comm_overlap=gpu_time.comm_comp_overlap(view),
         communication_us=gpu_time.communication_us(view),
+        collective_us=steps.collective_us(view),
+        exposed_collective_us=steps.exposed_collective_us(view),
         host_ops=cpu_ops.host_ops(view),
         step_overview=steps.step_overview(view),
         idle_causes=idle_causes.idle_causes(view, syncs),

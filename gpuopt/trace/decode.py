@@ -6,11 +6,12 @@ How, and why:
   small Struct that declares only the fields the analyses use; every other key is skipped by the C
   parser without building Python objects. Each piece becomes packed columns plus piece-local
   string tables (a *part*); :class:`_Builder` here merges parts with numpy and does every filter.
-* **Streaming in pieces** (:mod:`gpuopt.trace.pieces`). The decompressed text is cut at event
-  boundaries; each piece is decoded and turned into columns before the next block is read, so the
-  JSON text is never held whole. A cut that is not between two events makes that piece invalid
-  JSON, which is detected; the loader then falls back to decoding the whole document at once
-  (compact or unusually formatted files).
+* **Streaming in pieces** (:mod:`gpuopt.trace.pieces`), whatever the line layout. The
+  decompressed text is cut at event boundaries; each piece is decoded and turned into columns
+  before the next block is read, so the JSON text is never held whole. A guessed cut (text
+  without line structure) that was not between two events leaves its piece invalid at the end;
+  that piece is joined with the next (:class:`~gpuopt.trace.pieces.PieceJoiner`). Only text that
+  cannot be cut at all (or has an error) falls back to decoding the whole document at once.
 * **Two processes** (:mod:`gpuopt.trace.decode_worker`, :mod:`gpuopt.trace.decode_ahead`). A
   forked helper decodes the later pieces: forked before numpy is imported when ``gpuopt report``
   starts on a trace file, else (a folder of ranks, ``gpuopt profile``'s window) forked here for
@@ -35,7 +36,13 @@ from gpuopt.trace import decode_ahead, decode_worker, jsontext
 from gpuopt.trace import events as ev
 from gpuopt.trace.anomalies import repair_events
 from gpuopt.trace.columns import EventColumns
-from gpuopt.trace.pieces import CHECK_FIRST, Fallback, PieceStream, iter_blocks
+from gpuopt.trace.pieces import (
+    CHECK_FIRST,
+    Fallback,
+    PieceJoiner,
+    PieceStream,
+    iter_blocks,
+)
 
 _COLUMN_KEYS = (
     "ts",
@@ -203,20 +210,27 @@ def _load_streaming(path: Path, workers: int | None = None) -> EventColumns:
         helper.close()
         helper = None
     if helper is None and decode_worker.wanted(path, workers):
-        helper = decode_worker.DecodeHelper.start(path, ev.piece_frame, ev.tail_frame)
+        helper = decode_worker.DecodeHelper.start(path, ev.helper_frames)
+    joiner = PieceJoiner()
     try:
         stream = PieceStream(path)
         meta_doc = _decode_header(stream.header)
         parts: list[dict[str, Any]] = []
         stop = -1  # where the parent stopped and the helper's pieces must begin
-        for offset, _end, data in stream.pieces():
+        for offset, end, text in stream.pieces():
             if helper is not None and offset >= helper.split:
-                stop = offset
-                stream.close()
-                break
-            parts.append(ev.decode_piece(data))
+                if not joiner.held:
+                    stop = offset
+                    stream.close()
+                    break
+                helper.close()  # a piece before the split waits for text past it: go on alone
+                helper = None
+            part = joiner.feed(offset, end, text, _decode_piece)
+            if part is not None:
+                parts.append(part)
         if stop < 0:
-            tail = stream.tail  # the parent reached the end itself: the helper had nothing to do
+            # the parent reached the end itself: the helper had nothing to do
+            tail = joiner.text() + stream.tail if joiner.held else stream.tail
         else:
             assert helper is not None
             got = _helper_result(helper, stop)
@@ -243,6 +257,10 @@ def _load_streaming(path: Path, workers: int | None = None) -> EventColumns:
         if v is not None:
             meta[k] = v
     return _finish(path, builder, meta, has_events_key=True)
+
+
+def _decode_piece(_start: int, _end: int, data: bytes) -> dict[str, Any]:
+    return ev.decode_piece(data)
 
 
 def _helper_result(

@@ -38,7 +38,7 @@ def start(path: Path) -> bool:
     ident = _identity(path)
     if ident is None or not decode_worker.wanted(path):
         return False
-    h = decode_worker.DecodeHelper.start(path, events.piece_frame, events.tail_frame, early=True)
+    h = decode_worker.DecodeHelper.start(path, events.helper_frames, early=True)
     if h is None:
         return False
     _started = (ident, h)

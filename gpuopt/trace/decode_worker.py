@@ -41,7 +41,7 @@ import signal
 import struct
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -57,8 +57,11 @@ MIN_TEXT_BYTES = 16 << 20
 # The parent's share: a little over half, since the helper also decompresses the parent's half.
 PARENT_SHARE = 0.55
 # How much JSON a helper forked before the parent's imports decodes while the parent imports numpy
-# and the analyses (0.10-0.14 s on this project's machines, at ~100 MB/s with both processes busy).
-EARLY_TEXT_BYTES = 12 << 20
+# and the analyses. Was 12 MB (0.10-0.14 s at ~100 MB/s); timed with the parent's steps (issue 18),
+# the helper was done before the parent's imports and its own share in every run, the parent the
+# critical path. 28 MB, side by side with 12 on an idle machine (farm-bench, 10 pairs): 0.94x the
+# wall time on a 25.8 MB trace (the helper decodes all of it), 0.91x on 53.7 MB; 40 MB: no better.
+EARLY_TEXT_BYTES = 28 << 20
 _LEN = struct.Struct("<Q")
 T = TypeVar("T")
 
@@ -98,10 +101,10 @@ def split_for(text_bytes: int, early: bool) -> int:
     return int(max(0, text_bytes - EARLY_TEXT_BYTES) * PARENT_SHARE)
 
 
-# What the helper runs on its pieces: (piece offset, piece end, piece JSON) -> frame, and
-# (tail offset, tail text) -> frame. Given by the decoder, so this module knows nothing of columns.
-PieceEncoder = Callable[[int, int, bytes], bytes]
-TailEncoder = Callable[[int, bytes], bytes]
+# What the helper runs: (the file's piece stream, the split) -> the frames to write, in order.
+# Given by the decoder (:func:`gpuopt.trace.events.helper_frames`), so this module knows nothing
+# of columns.
+FrameWriter = Callable[[pieces_mod.PieceStream, int], Iterator[bytes]]
 
 
 class DecodeHelper:
@@ -112,9 +115,7 @@ class DecodeHelper:
         self._reaped = False
 
     @classmethod
-    def start(
-        cls, path: Path, piece: PieceEncoder, tail: TailEncoder, early: bool = False
-    ) -> DecodeHelper | None:
+    def start(cls, path: Path, frames: FrameWriter, early: bool = False) -> DecodeHelper | None:
         """Fork a helper for the pieces of ``path`` that start at or after the split
         (:func:`split_for`; ``early``: forked before the parent's imports)."""
         split = split_for(pieces_mod.text_size(path), early)
@@ -132,7 +133,7 @@ class DecodeHelper:
             pid == 0
         ):  # pragma: no cover - runs in the child; its result is tested through the parent
             _die_with(parent)
-            _helper_main(path, fd, split, piece, tail)
+            _helper_main(path, fd, split, frames)
         return cls(pid, fd, split)
 
     def frames(self, read: Callable[[memoryview], T]) -> list[T]:
@@ -193,23 +194,16 @@ def _die_with(parent: int) -> None:  # pragma: no cover - child only
         os._exit(1)
 
 
-def _helper_main(
-    path: Path, fd: int, split: int, piece: PieceEncoder, tail: TailEncoder
-) -> None:  # pragma: no cover
+def _helper_main(path: Path, fd: int, split: int, frames: FrameWriter) -> None:  # pragma: no cover
     """The helper: skip (decompress only) the pieces before the split, encode the rest and the
     tail."""
     code = 1
     try:
         stream = pieces_mod.PieceStream(path)
         with open(fd, "wb", buffering=1 << 20, closefd=False) as out:
-            for offset, end, data in stream.pieces():
-                if offset >= split:
-                    frame = piece(offset, end, data)
-                    out.write(_LEN.pack(len(frame)))
-                    out.write(frame)
-            frame = tail(stream.tail_offset, stream.tail)
-            out.write(_LEN.pack(len(frame)))
-            out.write(frame)
+            for frame in frames(stream, split):
+                out.write(_LEN.pack(len(frame)))
+                out.write(frame)
         code = 0
     except BaseException:  # noqa: BLE001 - the parent redoes whatever the helper did not finish
         pass

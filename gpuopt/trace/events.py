@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Iterator
 from operator import attrgetter
 from typing import Any, Union
 
 import msgspec
 
-from gpuopt.trace.pieces import Fallback
+from gpuopt.trace import jsontext
+from gpuopt.trace.pieces import CutError, Fallback, PieceJoiner, PieceStream
 
 _NAN = math.nan
 
@@ -159,13 +161,19 @@ def part_of(events: list[Any]) -> dict[str, Any]:
 def decode_piece(data: bytes) -> dict[str, Any]:
     """Decode one JSON array of events into a part (see :func:`part_of`).
 
-    Fast path: events are a tagged union on ``ph``, so only complete events are built. An event
-    without ``ph`` or with an unknown phase raises :class:`Fallback` (the caller then uses the
-    lenient whole-document decoder).
+    Fast path: events are a tagged union on ``ph``, so only complete events are built. Text that
+    is not valid JSON only at its very end raises :class:`CutError` (a guessed cut: join the
+    piece with the next); an event without ``ph`` or with an unknown phase, or any other error,
+    raises :class:`Fallback` (the caller then uses the lenient whole-document decoder, which
+    also says what is wrong).
     """
     try:
         decoded = FAST_EVENTS.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError):
+    except msgspec.DecodeError as exc:
+        if jsontext.error_at_end(exc, len(data)):
+            raise CutError from None
+        raise Fallback from None
+    except (msgspec.ValidationError, UnicodeDecodeError, RecursionError):
         raise Fallback from None  # the whole document's decoding says what is wrong
     part = part_of([e for e in decoded if type(e) is _Complete])
     part["n_all"] = len(decoded)
@@ -224,6 +232,23 @@ def piece_frame(offset: int, end: int, data: bytes) -> bytes:
 def tail_frame(offset: int, tail: bytes) -> bytes:
     """The text after the last piece, as the helper's last frame."""
     return _FRAME_ENC.encode({"offset": offset, "tail": tail})
+
+
+def helper_frames(stream: PieceStream, split: int) -> Iterator[bytes]:
+    """What the decode helper writes: a frame per decoded run of the pieces that start at or
+    after ``split`` (:func:`piece_frame`), then the tail (:func:`tail_frame`), with the text of
+    pieces still waiting to be joined in front of it."""
+    joiner = PieceJoiner()
+    for offset, end, text in stream.pieces():
+        if offset < split:
+            continue  # the parent's: decompressed and cut, never decoded here
+        frame = joiner.feed(offset, end, text, piece_frame)
+        if frame is not None:
+            yield frame
+    if joiner.held:
+        yield tail_frame(joiner.start, joiner.text() + stream.tail)
+    else:
+        yield tail_frame(stream.tail_offset, stream.tail)
 
 
 def read_frame(frame: bytes | memoryview) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from typing import Any
 from gpuopt.errors import GpuoptError
 
 TRACE_SUFFIXES = (".json", ".json.gz")
+SUMMARY_SUFFIX = ".summary.json"  # a rank summary (gpuopt.model.summary), not a trace
 
 
 def trace_files(path: Path) -> list[Path]:
@@ -28,6 +29,7 @@ def trace_files(path: Path) -> list[Path]:
         if p.is_file()
         and p.name.endswith(TRACE_SUFFIXES)
         and p.name != "profile.json"
+        and not p.name.endswith(SUMMARY_SUFFIX)
         and not p.name.startswith(".")
     )
     if not files:
@@ -61,18 +63,25 @@ def rank_of(meta: dict[str, Any]) -> int | None:
 
 
 def assign_ranks(path: Path, files: list[Path], metas: list[dict[str, Any]]) -> list[int]:
-    ranks = [rank_of(m) for m in metas]
+    return check_ranks(path, [f.name for f in files], [rank_of(m) for m in metas])
+
+
+def check_ranks(
+    path: Path, files: list[str], ranks: list[int | None], what: str = "traces"
+) -> list[int]:
+    """Each file's rank (``ranks``: what each file says, None for nothing), or a one-line
+    :class:`GpuoptError` when the files are not one job's ranks, one each."""
     if len(files) == 1:
         return [ranks[0] if ranks[0] is not None else 0]
-    missing = [f.name for f, r in zip(files, ranks, strict=True) if r is None]
+    missing = [f for f, r in zip(files, ranks, strict=True) if r is None]
     if missing and len(missing) < len(files):
         raise GpuoptError(
-            f"{path}: mixed ranks: {len(missing)} of {len(files)} traces have no "
+            f"{path}: mixed ranks: {len(missing)} of {len(files)} {what} have no "
             f"distributedInfo.rank (e.g. {missing[0]}); put one job's per-rank traces in a folder"
         )
     if missing:
         raise GpuoptError(
-            f"{path}: {len(files)} traces without rank info (distributedInfo.rank); "
+            f"{path}: {len(files)} {what} without rank info (distributedInfo.rank); "
             "they look like separate runs: report one file at a time"
         )
     seen: dict[int, str] = {}
@@ -80,8 +89,8 @@ def assign_ranks(path: Path, files: list[Path], metas: list[dict[str, Any]]) -> 
         assert r is not None
         if r in seen:
             raise GpuoptError(
-                f"{path}: mixed ranks: {seen[r]} and {f.name} both claim rank {r}; "
-                "keep one job's traces per folder"
+                f"{path}: mixed ranks: {seen[r]} and {f} both claim rank {r}; "
+                f"keep one job's {what} per folder"
             )
-        seen[r] = f.name
+        seen[r] = f
     return [r for r in ranks if r is not None]

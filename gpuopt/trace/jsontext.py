@@ -95,6 +95,16 @@ def check_prefix(path: object, text: bytes | bytearray) -> None:
         raise nesting_error(path) from None
 
 
+def error_at_end(exc: msgspec.DecodeError, size: int) -> bool:
+    """Did decoding ``size`` bytes fail only at their end (truncated, or within :data:`_UNSURE`
+    bytes of it)? What a cut inside a string or a nested value gives: not conclusive."""
+    msg = str(exc)
+    if msg == "Input data was truncated":
+        return True
+    m = _BYTE_RE.search(msg)
+    return m is not None and int(m.group(1)) >= size - _UNSURE
+
+
 def decode_error(
     path: object, exc: Exception, data: bytes | bytearray | memoryview | None = None
 ) -> GpuoptError:

@@ -4,19 +4,32 @@ Why a module of its own: two processes cut the same file (the parent and the dec
 :mod:`gpuopt.trace.decode_worker`) and must agree on every piece, so there is exactly one cutter;
 and the helper is forked *before* the parent imports numpy, so nothing here may import it.
 
-How a file is cut: the decompressed text is read in blocks and cut at event boundaries (a newline
-followed by the indentation of the first event and ``{``: a raw newline can never be inside a JSON
-string, so such a cut is always between tokens). A layout that cannot be cut this way raises
-:class:`Fallback`; the caller then decodes the whole document at once.
+How a file is cut: the decompressed text is read in blocks and cut at event boundaries, whatever
+the line layout:
+
+* **one event a line** (Kineto's own layout, ``json.dump(indent=...)``): at a newline followed by
+  the indentation of the first event and ``{``. A raw newline can never be inside a JSON string,
+  so such a cut is always between two events.
+* **no line structure** (a whole trace on one line, as several serving frameworks write it, or a
+  block of text without that newline): at the last ``}`` ``,`` ``{`` of the block (whitespace
+  allowed between them). Such a cut is a guess: the three characters may be inside a string or a
+  nested value. A wrong guess is always caught: the piece before it is then not valid JSON (an
+  unterminated string or value at its end, :class:`CutError`), so :class:`PieceJoiner` joins it
+  with the next pieces until they decode, which they do at the next right cut. A right cut
+  after a right start gives valid JSON and a wrong one never does, so every decoded piece holds
+  whole events.
+
+What cannot be cut at all (no ``traceEvents`` array of objects, an error in the text) raises
+:class:`Fallback`; the caller then decodes the whole document at once, which says what is wrong.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
-from typing import BinaryIO, cast
+from typing import BinaryIO, TypeVar, cast
 
 from gpuopt.errors import GpuoptError
 from gpuopt.trace import jsontext
@@ -30,14 +43,26 @@ _INFLATE_ERROR = cast("type[Exception]", zlib.error)  # isal's stub types it as 
 BLOCK = 1 << 20  # decompressed bytes per piece: large enough to amortise, small next to the events
 READ = 1 << 20  # compressed bytes per read
 TRACE_EVENTS_KEY = b'"traceEvents"'
-_ARRAY_START_RE = re.compile(rb"\s*:\s*\[[ \t\r]*\n([ \t]*)\{")
+_ARRAY_START_RE = re.compile(rb"\s*:\s*\[(\s*)\{")
+_INDENT_RE = re.compile(rb"[ \t]*")
+_SPACE = b" \t\r\n"
+# "},{" candidates tried, from the end of a block, before waiting for more text
+_COMPACT_TRIES = 64
 HEADER_LIMIT = 64 << 20  # no "traceEvents" in this much text: not a trace
 PIECE_LIMIT = 16 << 20  # no event boundary in this much text: decode the whole document instead
 CHECK_FIRST = 1 << 20  # text read without a verdict is checked at this size, then at each doubling
 
 
+T = TypeVar("T")
+
+
 class Fallback(Exception):
     """The streaming cutter could not handle this layout: decode the whole document instead."""
+
+
+class CutError(Fallback):
+    """A piece is not valid JSON at its very end: the cut may be inside a string or a nested value
+    (a guessed cut of a layout without line structure). Join it with the next piece."""
 
 
 def iter_blocks(path: Path) -> Generator[bytes, None, None]:
@@ -180,50 +205,145 @@ class PieceStream:
         if header_end < 0:
             raise Fallback
         buf = bytes(buf)
-        # After the key: whitespace, ':', whitespace, '[', then a newline + the first event's
-        # indent.
+        # After the key: whitespace, ':', whitespace, '[', whitespace, the first event's '{'.
         m = _ARRAY_START_RE.match(buf, header_end + len(TRACE_EVENTS_KEY))
         if m is None:
-            raise Fallback  # compact layout (no line structure to cut at) or not an array
+            raise Fallback  # not an array of objects (empty, or not a trace): decode it whole
         self.header = buf[:header_end]
-        self._sep = b"\n" + m.group(1) + b"{"
-        start = m.end() - len(self._sep) + 1  # the first event's indent
+        space = m.group(1)
+        line = space.rfind(b"\n")
+        indent = space[line + 1 :]
+        # one event a line: cut at a newline + the first event's indent + '{'; else guess
+        self._sep = (
+            b"\n" + indent + b"{"
+            if line >= 0 and _INDENT_RE.fullmatch(indent) is not None
+            else None
+        )
+        start = m.end() - 1 - (len(indent) if self._sep is not None else 0)
         self._first = buf[start:]
         self._offset = start
         self.tail, self.tail_offset = b"", -1
 
-    def pieces(self) -> Iterator[tuple[int, int, bytes]]:
-        """``(offset, end, piece)``: the piece covers the text from ``offset`` to ``end``."""
-        pending, offset, sep = self._first, self._offset, self._sep
+    def pieces(self) -> Iterator[tuple[int, int, memoryview]]:
+        """``(offset, end, text)``: the text from ``offset`` to ``end``, whole events each followed
+        by its ``,`` (:func:`as_array` makes it a JSON array)."""
+        pending, offset = self._first, self._offset
         self._first = b""
         for block in self._blocks:
             pending = pending + block if pending else block
             if len(pending) < BLOCK:
                 continue
-            cut = pending.rfind(sep)
+            cut = self._cut(pending)
             if cut <= 0:
                 if len(pending) > PIECE_LIMIT:  # no event boundary: not this layout, or garbage
                     raise Fallback
                 continue
-            yield offset, offset + cut + 1, _wrap_piece(pending, cut)
-            offset += cut + 1
-            pending = pending[cut + 1 :]
+            yield offset, offset + cut, memoryview(pending)[:cut]
+            offset += cut
+            pending = pending[cut:]
         self.tail, self.tail_offset = pending, offset
+
+    def _cut(self, buf: bytes) -> int:
+        """Where the last event of ``buf`` that a cut can start at begins (0: none)."""
+        if self._sep is not None:
+            at = buf.rfind(self._sep)
+            if at > 0:
+                return at + 1
+        return compact_cut(buf)
 
     def close(self) -> None:
         """Stop early: close the file (a pass that reached the end has closed it already)."""
         self._blocks.close()
 
 
-def _wrap_piece(buf: bytes, cut: int) -> bytes:
-    """``buf[:cut]`` (events ending with ``},`` and whitespace) as one JSON array, one copy."""
-    j = cut
-    while j > 0 and buf[j - 1] in b" \t\r\n":
+def compact_cut(buf: bytes) -> int:
+    """Where the ``{`` of the last ``}`` ``,`` ``{`` of ``buf`` is (whitespace allowed between
+    them), 0 if none among the last :data:`_COMPACT_TRIES` ``{``. A guess: see the module's text."""
+    end = len(buf)
+    for _ in range(_COMPACT_TRIES):
+        at = buf.rfind(b"{", 0, end)
+        if at <= 0:
+            return 0
+        q = at - 1
+        while q > 0 and buf[q] in _SPACE:
+            q -= 1
+        if buf[q] == 0x2C:  # ','
+            q -= 1
+            while q > 0 and buf[q] in _SPACE:
+                q -= 1
+            if buf[q] == 0x7D:  # '}'
+                return at
+        end = at
+    return 0
+
+
+def as_array(text: bytes | memoryview) -> bytes:
+    """Whole events, each followed by ``,`` and whitespace, as one JSON array (one copy)."""
+    j = len(text)
+    while j > 0 and text[j - 1] in _SPACE:
         j -= 1
-    if j > 0 and buf[j - 1] == 0x2C:  # ','
+    if j > 0 and text[j - 1] == 0x2C:  # ','
         j -= 1
-    with memoryview(buf) as view:
+    with memoryview(text) as view:
         return b"".join((b"[", view[:j], b"]"))
+
+
+class PieceJoiner:
+    """Pieces in order, joined where one did not decode at its end (:class:`CutError`).
+
+    :meth:`push` each piece's text; it returns the JSON array to decode now, or None while a
+    piece that failed waits for more text (a joined run is tried again once it has doubled, so
+    a file is never parsed more than about twice). Then :meth:`decoded` or :meth:`failed`.
+    Text still held at the end belongs before the tail (:meth:`text`).
+    """
+
+    def __init__(self) -> None:
+        self.held: list[bytes | memoryview] = []
+        self.start = -1
+        self._size = 0
+        self._tried = 0
+
+    def push(self, offset: int, text: bytes | memoryview) -> bytes | None:
+        if not self.held:
+            self.start = offset
+        self.held.append(text)
+        self._size += len(text)
+        if len(self.held) > 1 and self._size < 2 * self._tried:
+            return None
+        self._tried = self._size
+        return as_array(self.held[0] if len(self.held) == 1 else b"".join(self.held))
+
+    def feed(
+        self,
+        offset: int,
+        end: int,
+        text: bytes | memoryview,
+        decode: Callable[[int, int, bytes], T],
+    ) -> T | None:
+        """:meth:`push`, then ``decode(start, end, array)`` of what is to be tried now; None
+        while text is held (the decoder raised :class:`CutError`, or a joined run waits to grow)."""
+        data = self.push(offset, text)
+        if data is None:
+            return None
+        try:
+            out = decode(self.start, end, data)
+        except CutError:
+            self.failed()
+            return None
+        self.decoded()
+        return out
+
+    def decoded(self) -> None:
+        self.held, self._size, self._tried = [], 0, 0
+
+    def failed(self) -> None:
+        """The array :meth:`push` gave did not decode at its end: keep it for the next pieces,
+        unless no cut was found in :data:`PIECE_LIMIT` of text (:class:`Fallback`)."""
+        if self._size > PIECE_LIMIT:
+            raise Fallback
+
+    def text(self) -> bytes:
+        return b"".join(self.held)
 
 
 def _find_events_key(buf: bytes | bytearray, start: int = 0) -> int:

@@ -23,7 +23,7 @@ from gpuopt.trace import intervals as iv
 from gpuopt.trace.array_stats import code_mask, unique
 from gpuopt.trace.columns import FloatArray
 from gpuopt.trace.memory import SYNC_APIS
-from gpuopt.trace.prepare import MEMORY, RankView
+from gpuopt.trace.prepare import COMMUNICATION, MEMORY, RankView
 
 CATEGORIES = (
     "kernel",
@@ -66,6 +66,21 @@ def is_comm_op(name: str) -> bool:
 
 def is_dataloader(name: str) -> bool:
     return "DataLoader" in name or "dataloader" in name
+
+
+def collective_us(v: RankView) -> float:
+    """Time in collectives: a communication kernel running (NCCL, on the GPU) or a training
+    thread inside a collective op (``c10d::``, ``nccl:``, ``gloo:``, ``record_param_comms``...:
+    :func:`is_comm_op`; all a CPU-only gloo trace has), their union over the whole trace."""
+    comm = collective_ops(v) | (v.on_stream & (v.ktype == COMMUNICATION))
+    return iv.length(iv.merge(v.ts[comm], v.end[comm]))
+
+
+def collective_ops(v: RankView) -> np.ndarray:
+    """Mask of the collective ops (:func:`is_comm_op`) on the rank's training threads."""
+    ev = v.ev
+    host = ~v.on_stream & code_mask(ev.thread, training_threads(v), len(ev.threads))
+    return host & ev.has_cat(OP_CATS) & ev.has_name(is_comm_op)
 
 
 def training_threads(v: RankView) -> np.ndarray:
@@ -121,16 +136,40 @@ def category_intervals(v: RankView) -> list[tuple[str, iv.Intervals]]:
     ]
 
 
+def overview_windows(v: RankView) -> tuple[FloatArray, FloatArray, list[int | None]]:
+    """The rows of :func:`step_overview`: one window per profiler step; without ``ProfilerStep``
+    annotations one (``step`` None) for the whole trace (first to last event)."""
+    ws, we = step_windows(v)
+    numbers: list[int | None] = [s.number for s in v.steps]
+    if ws.size == 0 and len(v.ts):
+        ws, we = np.array([float(v.ts.min())]), np.array([float(v.end.max())])
+        numbers = [None]
+    return ws, we, numbers
+
+
+def exposed_collective_us(v: RankView) -> list[float]:
+    """Per row of :func:`step_overview`: the time in collectives (:func:`collective_us`'s union)
+    while no other GPU work runs (kernels, copies, sets), which the rank spends communicating or
+    waiting for the others. It lies inside the rows' kernel (a communication kernel) and
+    communication (a collective op on the host, nothing on the GPU) times, so the contract's
+    breakdown takes it out of ``compute``."""
+    ws, we, _ = overview_windows(v)
+    if ws.size == 0:
+        return []
+    comm = collective_ops(v) | (v.on_stream & (v.ktype == COMMUNICATION))
+    other_gpu = v.on_stream & (v.ktype != COMMUNICATION)
+    exposed = iv.subtract(
+        iv.merge(v.ts[comm], v.end[comm]), iv.merge(v.ts[other_gpu], v.end[other_gpu])
+    )
+    return [float(x) for x in iv.covered_in_windows(exposed, ws, we)]
+
+
 def step_overview(v: RankView) -> list[StepOverview]:
     """One row per profiler step; without ``ProfilerStep`` annotations, one row (``step`` None)
     for the whole trace (first to last event), so a breakdown is still given."""
-    ws, we = step_windows(v)
-    numbers: list[int | None] = [s.number for s in v.steps]
+    ws, we, numbers = overview_windows(v)
     if ws.size == 0:
-        if len(v.ts) == 0:
-            return []
-        ws, we = np.array([float(v.ts.min())]), np.array([float(v.end.max())])
-        numbers = [None]
+        return []
     covered = iv.empty()
     per: dict[str, FloatArray] = {}
     for name, u in category_intervals(v):

@@ -17,7 +17,7 @@ from msgspec import UnsetType
 from gpuopt.findings.engine import rule
 from gpuopt.findings.estimates import severity_for_share, speedup_if_removed
 from gpuopt.model.profile import Finding, Profile
-from gpuopt.model.trace import IdleSite, TraceRank
+from gpuopt.model.trace import IdleSite, StepOverview, Straggler, TraceRank
 from gpuopt.units import fmt_bytes, fmt_frac, fmt_pct, fmt_us
 
 LOW_UTIL_IDLE_PCT = 30.0  # idle share of the GPU span that makes utilisation "low"
@@ -244,27 +244,40 @@ def straggler_rank(profile: Profile) -> list[Finding]:
         return []
     s = tr.straggler
     ranks = {r.rank: r for r in (tr.ranks if not isinstance(tr.ranks, UnsetType) else [])}
-    others = [r for k, r in ranks.items() if k != s.rank]
-    step_us = sum(_step_total_us(r) for r in others) / max(len(others), 1) if others else 0.0
-    wait = float(s.wait_caused_us_total)
-    share = wait / step_us if step_us > 0 else 0.0
+    ev = _straggler_evidence(s, ranks)
+    share = (
+        ev["others_wait_s_per_step"] / ev["step_time_s"]
+        if ev and ev["step_time_s"]
+        else _lateness_share(s, ranks)
+    )
     if share < STRAGGLER_SHARE:
         return []
+    rank = ev["rank"] if ev else s.rank
+    wait = float(s.wait_caused_us_total)
+    summary = (
+        f"rank {rank} starts collectives on average "
+        f"{fmt_us(s.mean_lateness_us.get(rank, 0.0))} after the earliest rank; the other "
+        f"ranks wait {fmt_us(wait)} in total over {s.collectives_compared} collectives"
+    )
+    if ev:
+        summary += (
+            f"; its own work is {fmt_us(ev['extra_s_per_step'] * 1e6)} longer a step than the "
+            f"others' (most of it: {ev['top_part'] or 'spread over the parts'})"
+        )
     return [
         Finding(
             id="straggler-rank",
             severity=severity_for_share(share),
-            title=f"Rank {s.rank} is the straggler: the others wait for it at collectives",
+            title=f"Rank {rank} is the straggler: the others wait for it at collectives",
             evidence={
-                "summary": f"rank {s.rank} starts collectives on average "
-                f"{fmt_us(s.mean_lateness_us[s.rank])} after the earliest rank; the other "
-                f"ranks wait {fmt_us(wait)} in total over {s.collectives_compared} "
-                "collectives",
-                "rank": s.rank,
+                **(ev or {}),
+                "summary": summary,
+                "rank": rank,
                 "collectives_compared": s.collectives_compared,
                 "wait_ms": round(wait / 1e3, 3),
                 # evidence is JSON data: keys are strings, as the document reads back
                 "mean_lateness_us": {str(k): v for k, v in s.mean_lateness_us.items()},
+                "source": "trace",
             },
             fix="Balance the work per rank (uneven batch sizes or sequence lengths, data loading "
             "on that rank, a slower GPU or host); compare the rank's idle-cause table with the "
@@ -274,3 +287,64 @@ def straggler_rank(profile: Profile) -> list[Finding]:
             source="trace",
         )
     ]
+
+
+def _lateness_share(s: Straggler, ranks: dict[int, TraceRank]) -> float:
+    """The other ranks' wait over their step time (traces without profiler steps)."""
+    others = [r for k, r in ranks.items() if k != s.rank]
+    step_us = sum(_step_total_us(r) for r in others) / max(len(others), 1) if others else 0.0
+    return float(s.wait_caused_us_total) / step_us if step_us > 0 else 0.0
+
+
+def _straggler_evidence(s: Straggler, ranks: dict[int, TraceRank]) -> dict[str, Any] | None:
+    """``straggler-rank``'s evidence in the shape run documents give it (docs/contract.md):
+    each rank's own work = its mean step time less its wait at collectives; the straggler has the
+    longest. None without profiler steps on every rank or without the ranks' waits."""
+    steps = {k: [x for x in r.steps if x.step is not None] for k, r in ranks.items()}
+    if len(ranks) < 2 or not s.wait_us or any(not v for v in steps.values()):
+        return None
+    step_s = {k: sum(x.dur_us for x in v) / len(v) / 1e6 for k, v in steps.items()}
+    wait = {k: s.wait_us.get(k, 0.0) / len(steps[k]) / 1e6 for k in ranks}
+    own = {k: step_s[k] - wait[k] for k in ranks}
+    worst = max(own, key=lambda k: own[k])
+    others = [k for k in ranks if k != worst]
+    parts = {k: _part_seconds(steps[k], wait[k]) for k in ranks}
+    extra_by_part = {
+        p: round(v - _median([parts[k][p] for k in others]), 6) for p, v in parts[worst].items()
+    }
+    top = max(extra_by_part, key=lambda p: extra_by_part[p])
+    return {
+        "rank": worst,
+        "extra_s_per_step": round(own[worst] - _median([own[k] for k in others]), 6),
+        "others_wait_s_per_step": round(sum(wait[k] for k in others) / len(others), 6),
+        "others_wait_s_total_per_step": round(sum(wait[k] for k in others), 6),
+        "own_work_s_per_step": {str(k): round(v, 6) for k, v in own.items()},
+        "wait_s_per_step": {str(k): round(v, 6) for k, v in wait.items()},
+        "extra_by_part": extra_by_part,
+        "top_part": top if extra_by_part[top] > 0 else None,
+        "step_time_s": round(sum(step_s.values()) / len(step_s), 6),
+        "steps_compared": min(len(v) for v in steps.values()),
+    }
+
+
+def _part_seconds(rows: list[StepOverview], wait_s: float) -> dict[str, float]:
+    """A rank's mean seconds a step in each part of the contract's breakdown, its wait at
+    collectives (seconds a step) taken out of compute, where the waiting kernels count."""
+    n = len(rows)
+    kernel = sum(x.kernel_us + x.memset_us + x.communication_us for x in rows)
+    parts = {
+        "data_wait": sum(x.dataloader_us for x in rows),
+        "h2d": sum(x.memcpy_us for x in rows),
+        "sync": sum(x.sync_us for x in rows),
+        "compute": kernel,
+    }
+    parts["other"] = max(0.0, sum(x.dur_us for x in rows) - sum(parts.values()))
+    out = {k: v / n / 1e6 for k, v in parts.items()}
+    out["compute"] = max(0.0, out["compute"] - wait_s)
+    return out
+
+
+def _median(values: list[float]) -> float:
+    v = sorted(values)
+    n = len(v)
+    return (v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2) if n else 0.0
