@@ -321,6 +321,18 @@ def test_the_rank_blocked_least_communicates_the_others_wait() -> None:
     assert "rank 1" in f.title.lower() and f.estimate_model
 
 
+def test_a_job_from_traces_gets_one_straggler_finding() -> None:
+    """A document from traces has both `trace` and `ranks`: the trace rule alone speaks."""
+    from gpuopt.model.trace import TraceDetails
+
+    r0 = _rank(0, [0.1, 0.025, 0.025, 0.025], [0.05, 0.022, 0.021, 0.023])
+    r1 = _rank(1, [0.1, 0.025, 0.025, 0.025], [0.05, 0.002, 0.001, 0.003])
+    doc = merge_ranks([("rank-0", r0), ("rank-1", r1)], 0, "train.py", [])
+    assert [f.id for f in evaluate(doc)].count("straggler-rank") == 1
+    doc.trace = TraceDetails()
+    assert [f.id for f in evaluate(doc)].count("straggler-rank") == 0  # no straggler record
+
+
 def test_no_straggler_when_the_ranks_are_even() -> None:
     r0 = _rank(0, [0.1, 0.025, 0.025], [0.0, 0.003, 0.002])
     r1 = _rank(1, [0.1, 0.025, 0.025], [0.0, 0.002, 0.003])

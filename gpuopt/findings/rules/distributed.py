@@ -87,8 +87,10 @@ def _part_seconds(e: RankEntry) -> dict[str, float]:
     return {k: float(getattr(e.breakdown, k)) * step for k in BREAKDOWN_KEYS}
 
 
-@rule("straggler-rank", reads=("ranks",))
+@rule("straggler-rank", reads=("ranks", "trace"))
 def straggler_from_ranks(profile: Profile) -> list[Finding]:
+    if given(profile.trace) is not None:  # a job from traces: gpu_trace's rule says it, once
+        return []
     entries = [e for e in profile.ranks or [] if _own(e) is not None and _step_s(e)]
     if len(entries) < 2:
         return []
