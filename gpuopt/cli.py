@@ -169,10 +169,13 @@ def profile(
     ),
 )
 def report(
-    path: Path = typer.Argument(
+    paths: list[Path] = typer.Argument(
         ...,
-        metavar="PATH",
-        help="Run directory, profile.json, trace .json/.json.gz, or a folder of per-rank traces.",
+        metavar="PATH...",
+        help=(
+            "Run directory, profile.json, trace .json/.json.gz, or a folder of per-rank traces; "
+            "several are rendered one after another."
+        ),
     ),
     fmt: ReportFormat | None = typer.Option(
         None,
@@ -188,7 +191,7 @@ def report(
 
     global _quick_exit
     _quick_exit = True  # runs no user code: see main()
-    run_report(path, fmt.value if fmt else None, output)
+    run_report(paths[0] if len(paths) == 1 else list(paths), fmt.value if fmt else None, output)
 
 
 @app.command(
@@ -231,6 +234,7 @@ def schedule(
 
 class CheckFormat(str, Enum):
     text = "text"
+    md = "md"
     json = "json"
 
 
@@ -238,45 +242,123 @@ class CheckFormat(str, Enum):
     cls=_Command,
     help=(
         "CI gate: compare CANDIDATE with --baseline BASELINE (run directories, profile.json or "
-        "traces). Exit 0 pass, 1 regression, 2 bad input."
+        "traces; give either several times for repeated runs). Exit 0 pass, 1 regression, "
+        "2 bad input. Settings also from [tool.gpuopt.check] in pyproject.toml."
     ),
 )
 def check(
-    candidate: Path = typer.Argument(..., metavar="CANDIDATE", help="The run to judge."),
-    baseline: Path = typer.Option(..., "--baseline", help="The run it must not be worse than."),
-    max_step_time_regression: str = typer.Option(
-        "5%",
+    candidate: list[Path] = typer.Argument(
+        ..., metavar="CANDIDATE...", help="The run(s) to judge: repeats of the same code."
+    ),
+    baseline: list[Path] = typer.Option(
+        ..., "--baseline", help="A run the candidate must not be worse than (repeatable)."
+    ),
+    max_step_time_regression: str | None = typer.Option(
+        None,
         "--max-step-time-regression",
-        help="Fail when the median step time's interval lies beyond this slowdown.",
+        help="Fail when the median step time's interval lies beyond this slowdown (default 5%).",
     ),
-    max_data_wait_increase: str = typer.Option(
-        "3pt", "--max-data-wait-increase", help="Fail when the data-wait share rises by more."
+    max_data_wait_increase: str | None = typer.Option(
+        None,
+        "--max-data-wait-increase",
+        help="Fail when the data-wait share rises by more (default 3pt).",
     ),
-    max_gpu_idle_increase: str = typer.Option(
-        "3pt", "--max-gpu-idle-increase", help="Fail when the GPU idle share rises by more."
+    max_gpu_idle_increase: str | None = typer.Option(
+        None,
+        "--max-gpu-idle-increase",
+        help="Fail when a rank's GPU idle share rises by more (default 3pt).",
+    ),
+    min_gpu_util: str | None = typer.Option(
+        None, "--min-gpu-util", help="Fail when a rank's GPU utilization is below (e.g. 60%)."
+    ),
+    step_time_noise: str | None = typer.Option(
+        None,
+        "--step-time-noise",
+        help="The least run-to-run drift of step time the interval assumes (default 1%).",
+    ),
+    share_noise: str | None = typer.Option(
+        None,
+        "--share-noise",
+        help="The least run-to-run drift of a share (data wait, GPU idle; default 1pt).",
     ),
     allow: list[str] = typer.Option(
         [], "--allow", help="A new HIGH finding id that does not fail (repeatable)."
     ),
-    strict: bool = typer.Option(False, "--strict", help="An inconclusive gate fails (exit 1)."),
-    fmt: CheckFormat = typer.Option(CheckFormat.text, "--format", help="text or json."),
+    strict: bool | None = typer.Option(
+        None, "--strict/--no-strict", help="An inconclusive gate fails (exit 1)."
+    ),
+    config: Path | None = typer.Option(
+        None,
+        "--config",
+        help="Settings file (default: [tool.gpuopt.check] in the nearest pyproject.toml).",
+    ),
+    junit: Path | None = typer.Option(
+        None, "--junit", help="Also write JUnit XML here (one test case per gated metric)."
+    ),
+    fmt: CheckFormat = typer.Option(CheckFormat.text, "--format", help="text, md or json."),
 ) -> None:
-    from gpuopt.gate.check import Thresholds, parse_fraction
-    from gpuopt.gate.command import check_command
+    from gpuopt.gate.command import CheckOptions, check_command
+    from gpuopt.gate.config import load_settings, resolve
+
+    global _quick_exit
+    _quick_exit = True  # runs no user code: see main()
+    flags = {
+        "max-step-time-regression": max_step_time_regression,
+        "max-data-wait-increase": max_data_wait_increase,
+        "max-gpu-idle-increase": max_gpu_idle_increase,
+        "min-gpu-util": min_gpu_util,
+        "step-time-noise": step_time_noise,
+        "share-noise": share_noise,
+    }
+    try:
+        settings = load_settings(config, Path.cwd())
+        th, strict_on = resolve(flags, list(allow), strict, settings)
+        opts = CheckOptions(
+            candidate=list(candidate),
+            baseline=list(baseline),
+            thresholds=th,
+            strict=strict_on,
+            fmt=fmt.value,
+            junit=junit,
+            config=settings.source,
+        )
+        code = check_command(opts)
+    except GpuoptError as exc:
+        fail(str(exc))
+    raise typer.Exit(code)
+
+
+@app.command(
+    cls=_Command,
+    help=(
+        "Runs side by side: every metric with its change and interval against the first, "
+        "findings new / gone / changed, a row per rank, the kernels that changed most (traces)."
+    ),
+)
+def compare(
+    paths: list[Path] = typer.Argument(
+        ...,
+        metavar="A B [C]...",
+        help="Run directories, profile.json files or traces (all of one kind); A is the reference.",
+    ),
+    fmt: ReportFormat | None = typer.Option(
+        None,
+        "--format",
+        "-f",
+        help="text, md, json or html (default: from -o's extension, else text).",
+    ),
+    output: Path | None = typer.Option(
+        None, "-o", "--output", help="Write to FILE instead of stdout."
+    ),
+) -> None:
+    from gpuopt.gate.command import compare_command
 
     global _quick_exit
     _quick_exit = True  # runs no user code: see main()
     try:
-        th = Thresholds(
-            max_step_time_regression=parse_fraction(max_step_time_regression, "%"),
-            max_data_wait_increase=parse_fraction(max_data_wait_increase, "pt"),
-            max_gpu_idle_increase=parse_fraction(max_gpu_idle_increase, "pt"),
-            allow=frozenset(allow),
-        )
-        code = check_command(candidate, baseline, th, strict=strict, fmt=fmt.value)
+        compare_command(list(paths), fmt.value if fmt else None, output)
     except GpuoptError as exc:
         fail(str(exc))
-    raise typer.Exit(code)
 
 
 @app.command(

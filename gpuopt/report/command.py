@@ -67,10 +67,64 @@ def check_output(output: Path, path: Path) -> None:
         )
 
 
-def run_report(path: Path, fmt: str | None, output: Path | None) -> None:
+def _rendered(path: Path, fmt: str) -> str:
+    """One input's report as text: a gpuopt optimize directory, or any profile or trace."""
+    from gpuopt.loading import load
+    from gpuopt.optimize.report import load_optimize, optimize_file, render
+
+    found = optimize_file(path)
+    if found is not None:
+        return render(load_optimize(found), fmt)
+    return get_renderer(fmt).render(load(path))
+
+
+def reports_command(paths: list[Path], fmt: str | None, output: Path | None) -> None:
+    """``gpuopt report A B ...``: each input rendered, one after another. Text and Markdown are
+    the single reports joined by a rule; JSON is one array of the documents; HTML one page."""
+    if len(paths) == 1:
+        report_command(paths[0], fmt, output)
+        return
+    name = fmt or format_for_path(output) or "text"
+    get_renderer(name)  # an unknown format is refused before anything is read
+    if output is not None:
+        for path in paths:
+            check_output(output, path)
+    if name == "html":
+        text = _html_page(paths)
+    elif name == "json":
+        texts = [_rendered(path, name).rstrip() for path in paths]
+        text = "[\n" + ",\n".join(texts) + "\n]\n"
+    else:
+        rule = "\n---\n\n" if name == "md" else "\n" + "─" * 80 + "\n\n"
+        text = rule.join(_rendered(path, name) for path in paths)
+    if output is None:
+        sys.stdout.write(text)
+        return
+    try:
+        write_atomic(output, text.encode("utf-8"))
+    except OSError as exc:
+        raise GpuoptError(f"{output}: cannot write the report: {exc.strerror or exc}") from None
+    print(f"wrote {output}", file=sys.stderr)
+
+
+def _html_page(paths: list[Path]) -> str:
+    from gpuopt.loading import load
+    from gpuopt.optimize.report import optimize_file
+    from gpuopt.report.html import HtmlRenderer
+
+    for path in paths:
+        if optimize_file(path) is not None:
+            raise GpuoptError(
+                f"{path}: a gpuopt optimize directory renders alone in HTML; "
+                "give it to gpuopt report by itself"
+            )
+    return HtmlRenderer().render_many([load(path) for path in paths])
+
+
+def run_report(path: Path | list[Path], fmt: str | None, output: Path | None) -> None:
     """The ``report`` command as both entry paths run it (typer's, and gpuopt.entry's fast one):
     bad input ends with a one-line reason and exit code 2."""
     try:
-        report_command(path, fmt, output)
+        reports_command(path if isinstance(path, list) else [path], fmt, output)
     except GpuoptError as exc:
         fail(str(exc))
