@@ -284,6 +284,14 @@ def check(
     allow: list[str] = typer.Option(
         [], "--allow", help="A new HIGH finding id that does not fail (repeatable)."
     ),
+    gates: str | None = typer.Option(
+        None,
+        "--gates",
+        help=(
+            "Only these gates, comma-separated: step-time, data-wait, gpu, counters, findings "
+            "(default all; 'counters' alone is timing-free)."
+        ),
+    ),
     strict: bool | None = typer.Option(
         None, "--strict/--no-strict", help="An inconclusive gate fails (exit 1)."
     ),
@@ -309,6 +317,7 @@ def check(
         "min-gpu-util": min_gpu_util,
         "step-time-noise": step_time_noise,
         "share-noise": share_noise,
+        "gates": gates,
     }
     try:
         settings = load_settings(config, Path.cwd())

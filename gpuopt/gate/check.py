@@ -30,6 +30,8 @@ from gpuopt.model.profile import Profile
 from gpuopt.units import fmt_bytes, fmt_duration
 
 MIN_STEPS = 8  # measured steps per side, for an interval
+# the gates a check can run (``--gates``): timed ones, then those counted exactly
+GATE_GROUPS = ("step-time", "data-wait", "gpu", "counters", "findings")
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,16 @@ class Thresholds:
     step_time_noise: float = 0.01  # the least run-to-run drift of step time (1%)
     share_noise: float = 0.01  # ... of a share (data wait, GPU idle): 1pt
     allow: frozenset[str] = field(default_factory=frozenset)
+    gates: frozenset[str] = frozenset(GATE_GROUPS)
+
+
+def parse_gates(text: str) -> frozenset[str]:
+    """``"counters,findings"`` → those groups; a one-line GpuoptError for an unknown one."""
+    names = frozenset(x.strip() for x in text.split(",") if x.strip())
+    unknown = sorted(names - set(GATE_GROUPS))
+    if unknown or not names:
+        raise GpuoptError(f"{text!r}: gates are a comma-separated list of {', '.join(GATE_GROUPS)}")
+    return names
 
 
 @dataclass(frozen=True)
@@ -415,13 +427,14 @@ def evaluate(
     ``busy``: why the timed gates cannot judge (one side ran on a busy machine)."""
     a, b = _runs(base), _runs(cand)
     ta, tb = (list(timed[0]), list(timed[1])) if timed else (a, b)
+    on = th.gates
     return [
-        step_time_gate(ta, tb, th, busy),
-        data_wait_gate(ta, tb, th, busy),
-        *gpu_idle_gates(ta, tb, th, busy),
-        *gpu_util_gates(tb, th, busy),
-        *counter_gates(a, b),
-        *finding_gates(a, b, th),
+        *([step_time_gate(ta, tb, th, busy)] if "step-time" in on else []),
+        *([data_wait_gate(ta, tb, th, busy)] if "data-wait" in on else []),
+        *(gpu_idle_gates(ta, tb, th, busy) if "gpu" in on else []),
+        *(gpu_util_gates(tb, th, busy) if "gpu" in on else []),
+        *(counter_gates(a, b) if "counters" in on else []),
+        *(finding_gates(a, b, th) if "findings" in on else []),
     ]
 
 

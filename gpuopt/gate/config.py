@@ -11,6 +11,7 @@ step-time-noise = "1%"      # the least run-to-run drift the step-time interval 
 share-noise = "1pt"         # ... for shares (data wait, GPU idle and utilization)
 allow = ["dataloader-bound"]
 strict = true
+gates = ["counters", "findings"]   # default: all of step-time, data-wait, gpu, counters, findings
 ```
 
 Flags override the file; ``--allow`` adds to its list. Keys may be written with ``-`` or ``_``.
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuopt.errors import GpuoptError
-from gpuopt.gate.check import Thresholds, parse_fraction
+from gpuopt.gate.check import Thresholds, parse_fraction, parse_gates
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -42,7 +43,7 @@ FRACTIONS = {
     "step-time-noise": ("step_time_noise", "%"),
     "share-noise": ("share_noise", "pt"),
 }
-KEYS = (*FRACTIONS, "allow", "strict")
+KEYS = (*FRACTIONS, "allow", "strict", "gates")
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class Settings:
     values: dict[str, str] = field(default_factory=dict)
     allow: tuple[str, ...] = ()
     strict: bool | None = None
+    gates: str | None = None  # "counters,findings", as --gates takes it
     source: str | None = None  # "pyproject.toml [tool.gpuopt.check]", for the report
 
 
@@ -98,6 +100,7 @@ def _settings(path: Path, table: dict[str, Any], where: str) -> Settings:
     values: dict[str, str] = {}
     allow: tuple[str, ...] = ()
     strict: bool | None = None
+    gates: str | None = None
     for raw_key, value in table.items():
         key = raw_key.replace("_", "-")
         if key in FRACTIONS:
@@ -115,11 +118,19 @@ def _settings(path: Path, table: dict[str, Any], where: str) -> Settings:
             if not isinstance(value, bool):
                 raise GpuoptError(f"{path}: strict must be true or false")
             strict = value
+        elif key == "gates":
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise GpuoptError(f'{path}: gates must be a list, e.g. ["counters"]')
+            gates = ",".join(value)
+            try:
+                parse_gates(gates)
+            except GpuoptError as exc:
+                raise GpuoptError(f"{path}: gates: {exc}") from None
         else:
             raise GpuoptError(
                 f"{path}: unknown key {raw_key!r} in {where}; known: {', '.join(KEYS)}"
             )
-    return Settings(values, allow, strict, f"{path} {where}")
+    return Settings(values, allow, strict, gates, f"{path} {where}")
 
 
 def read_config(path: Path) -> Settings:
@@ -146,8 +157,8 @@ def load_settings(config: Path | None, cwd: Path) -> Settings:
 def resolve(
     flags: dict[str, str | None], allow: list[str], strict: bool | None, settings: Settings
 ) -> tuple[Thresholds, bool]:
-    """Thresholds and ``strict`` from the flags (``flags``: key → text or None when not given),
-    else the file, else the defaults."""
+    """Thresholds and ``strict`` from the flags (``flags``: key → text or None when not given;
+    ``gates`` among them), else the file, else the defaults."""
     values: dict[str, Any] = {}
     for key, (name, unit) in FRACTIONS.items():
         text = flags.get(key)
@@ -155,5 +166,8 @@ def resolve(
             text = settings.values.get(key)
         if text is not None:
             values[name] = parse_fraction(text, unit)
+    gates = flags.get("gates") or settings.gates
+    if gates is not None:
+        values["gates"] = parse_gates(gates)
     th = Thresholds(**values, allow=frozenset(settings.allow) | frozenset(allow))
     return th, bool(strict if strict is not None else settings.strict)
