@@ -186,6 +186,13 @@ def test_a_side_that_ran_on_a_busy_machine_makes_the_timed_gates_inconclusive() 
     assert _gate(gates, "syncs per step").verdict == "pass"  # counters are not timed
 
 
+def test_both_sides_on_a_busy_machine_is_inconclusive() -> None:
+    base = loaded(run(noisy(0.1, seed=1)), 0.9)
+    cand = loaded(run(noisy(0.1, seed=2)), 0.8)
+    timed = timed_runs(_runs(base), _runs(cand))
+    assert timed.inconclusive == "the baseline and the candidate ran on a busy machine"
+
+
 def test_some_load_on_a_machine_with_cores_to_spare_is_not_busy() -> None:
     base = loaded(run(noisy(0.1, seed=1)), 0.05, cpu_count=16)
     cand = loaded(run(noisy(0.1, seed=2)), 4.0, cpu_count=16)

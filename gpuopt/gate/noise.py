@@ -73,9 +73,29 @@ class Interval:
         return f"{within} and {drift}"
 
 
+def _median(x: np.ndarray) -> np.ndarray:
+    """The median over the last axis (as ``np.median``, which imports ``numpy.ma``: +8 ms)."""
+    s = np.sort(x, axis=-1)
+    n = s.shape[-1]
+    mid = n // 2
+    return np.asarray(s[..., mid] if n % 2 else (s[..., mid - 1] + s[..., mid]) / 2)
+
+
+def _percentiles(x: np.ndarray, qs: tuple[float, float]) -> tuple[float, float]:
+    """Percentiles of a 1-D array, interpolated linearly as ``np.percentile`` does."""
+    s = np.sort(x)
+    out = []
+    for q in qs:
+        pos = q / 100 * (len(s) - 1)
+        lo = int(np.floor(pos))
+        hi = min(lo + 1, len(s) - 1)
+        out.append(float(s[lo] + (s[hi] - s[lo]) * (pos - lo)))
+    return out[0], out[1]
+
+
 def _statistic(x: np.ndarray, median: bool, log: bool) -> np.ndarray:
     """The statistic over the last axis."""
-    s = np.asarray(np.median(x, axis=-1) if median else np.mean(x, axis=-1))
+    s = _median(x) if median else np.asarray(np.mean(x, axis=-1))
     return np.log(np.maximum(s, 1e-12)) if log else s
 
 
@@ -117,7 +137,7 @@ def _side_means(
 
 def _interval(estimate: float, diffs: np.ndarray, log: bool) -> tuple[float, float, float]:
     tail = (1 - LEVEL) / 2 * 100
-    low, high = (float(q) for q in np.percentile(diffs, [tail, 100 - tail]))
+    low, high = _percentiles(diffs, (tail, 100 - tail))
     if log:
         return float(np.exp(estimate)), float(np.exp(low)), float(np.exp(high))
     return estimate, low, high
