@@ -305,8 +305,7 @@ def check(
     ),
     fmt: CheckFormat = typer.Option(CheckFormat.text, "--format", help="text, md or json."),
 ) -> None:
-    from gpuopt.gate.command import CheckOptions, check_command
-    from gpuopt.gate.config import load_settings, resolve
+    from gpuopt.gate.command import CheckArgs, check_main
 
     global _quick_exit
     _quick_exit = True  # runs no user code: see main()
@@ -319,21 +318,18 @@ def check(
         "share-noise": share_noise,
         "gates": gates,
     }
-    try:
-        settings = load_settings(config, Path.cwd())
-        th, strict_on = resolve(flags, list(allow), strict, settings)
-        opts = CheckOptions(
-            candidate=list(candidate),
-            baseline=list(baseline),
-            thresholds=th,
-            strict=strict_on,
+    code = check_main(
+        CheckArgs(
+            candidate=[str(c) for c in candidate],
+            baseline=[str(b) for b in baseline],
+            flags=flags,
+            allow=list(allow),
+            strict=strict,
+            config=str(config) if config is not None else None,
+            junit=str(junit) if junit is not None else None,
             fmt=fmt.value,
-            junit=junit,
-            config=settings.source,
         )
-        code = check_command(opts)
-    except GpuoptError as exc:
-        fail(str(exc))
+    )
     raise typer.Exit(code)
 
 

@@ -224,3 +224,16 @@ def test_the_command_exits_0_1_2(tmp_path: Path) -> None:
     assert "Traceback" not in missing.stderr
     odd = run_gpuopt("check", str(base), "--baseline", str(base), "--max-step-time-regression", "x")
     assert odd.returncode == 2 and "expected a number of %" in odd.stderr
+
+
+def test_a_folder_of_per_rank_traces_is_gated_per_rank(shared_traces: Path) -> None:
+    folder = shared_traces / "hta" / "trace_filter"
+    r = run_gpuopt("check", str(folder), "--baseline", str(folder), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    gates = json.loads(r.stdout)["gates"]
+    idle = [g for g in gates if g["id"] == "gpu_idle"]
+    assert [g["rank"] for g in idle] == ["rank 0", "rank 1"]
+    assert all(g["verdict"] == "pass" and g["change"] == "+0.0pt" for g in idle)
+    step = next(g for g in gates if g["id"] == "step_time")
+    assert step["verdict"] == "inconclusive"  # a trace of one step: too few to judge
+    assert {g["id"] for g in gates} >= {"syncs_per_step", "h2d_copies_per_step"}

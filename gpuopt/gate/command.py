@@ -112,6 +112,45 @@ def check_command(opts: CheckOptions) -> int:
     return result.exit_code
 
 
+@dataclass(frozen=True)
+class CheckArgs:
+    """``gpuopt check``'s command line as typed (typer's and gpuopt.entry's fast path build the
+    same): ``flags`` maps the settings keys (``max-step-time-regression``, ..., ``gates``) to the
+    text given, None where not given."""
+
+    candidate: list[str]
+    baseline: list[str]
+    flags: dict[str, str | None]
+    allow: list[str]
+    strict: bool | None = None
+    config: str | None = None
+    junit: str | None = None
+    fmt: str = "text"
+
+
+def check_main(args: CheckArgs) -> int:
+    """Settings (flags over the config file over the defaults), then the check; the exit code.
+    Bad input or a bad setting ends with a one-line reason and exit code 2."""
+    from gpuopt.errors import fail
+    from gpuopt.gate.config import load_settings, resolve
+
+    try:
+        settings = load_settings(Path(args.config) if args.config else None, Path.cwd())
+        th, strict = resolve(args.flags, list(args.allow), args.strict, settings)
+        opts = CheckOptions(
+            candidate=[Path(c) for c in args.candidate],
+            baseline=[Path(b) for b in args.baseline],
+            thresholds=th,
+            strict=strict,
+            fmt=args.fmt,
+            junit=Path(args.junit) if args.junit else None,
+            config=settings.source,
+        )
+        return check_command(opts)
+    except GpuoptError as exc:
+        fail(str(exc))
+
+
 def compare_command(paths: list[Path], fmt: str | None, output: Path | None) -> None:
     """``gpuopt compare A B [C ...]``: bad input raises GpuoptError (exit 2)."""
     from gpuopt.gate.compare import compare
