@@ -165,7 +165,7 @@ def profile(
     cls=_Command,
     help=(
         "Render a run directory, a profile.json, or PyTorch profiler traces (file or folder of "
-        "ranks). Never re-runs anything."
+        "ranks); several one after another. Never re-runs anything."
     ),
 )
 def report(
