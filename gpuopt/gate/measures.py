@@ -64,16 +64,22 @@ class GpuUse:
 
 
 def gpu_use(p: Profile) -> dict[str, GpuUse]:
-    """Per rank from a trace (``gpu[].utilization``), else per GPU from NVML's samples (with
-    the samples themselves as the run's units when one GPU was sampled)."""
-    out: dict[str, GpuUse] = {}
+    """Per GPU from NVML's samples in a profiled run (the whole run; with one GPU the samples
+    themselves are the run's units), else per rank from a trace (``gpu[].utilization``; a run's
+    profiler window, when NVML did not sample)."""
+    out = _nvml_use(p) if p.source == "run" else {}
+    if out:
+        return out
     for g in p.gpu or []:
         util = num(g.utilization)
         if util is not None:
             label = f"rank {g.rank}"
             out[label] = GpuUse(label, RunValues(value=util), "trace")
-    if out:
-        return out
+    return out
+
+
+def _nvml_use(p: Profile) -> dict[str, GpuUse]:
+    out: dict[str, GpuUse] = {}
     gpus = given(p.utilization.gpus) or []
     timeline = p.utilization.timeline
     samples = [v / 100 for v in (timeline.gpu or []) if v is not None] if timeline else []
