@@ -109,6 +109,7 @@ def test_exact_counters_fail_on_any_increase_at_the_site_that_grew() -> None:
     gate = _gate(evaluate(base, cand, Thresholds()), "syncs per step")
     assert (gate.verdict, gate.baseline, gate.candidate) == ("fail", "1", "2")
     assert gate.site == "train.py:30" and gate.id == "syncs_per_step"
+    assert gate.detail == "counted, not timed"  # one run a side: nothing varies between runs
 
 
 def test_counters_over_repeats_compare_least_with_greatest() -> None:

@@ -361,7 +361,8 @@ def counter_gates(base: Sequence[Profile], cand: Sequence[Profile]) -> list[Gate
         verdict = "fail" if after > before + 1e-9 else "pass"
         spread = {c[name].value for c in a} | {c[name].value for c in b}
         detail = "counted, not timed"
-        if len(spread) > 1:
+        varies = len({c[name].value for c in a}) > 1 or len({c[name].value for c in b}) > 1
+        if varies:
             detail = (
                 f"varies between runs ({min(spread):.6g} … {max(spread):.6g}): compared the "
                 "candidate's least with the baseline's greatest"
