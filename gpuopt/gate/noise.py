@@ -68,8 +68,10 @@ class Interval:
             drift = f"run-to-run drift {size}, estimated from the spread of {runs}"
         else:
             runs = f"{a} + {b} runs" if a else f"{b} runs"
-            drift = f"run-to-run drift {size} (the floor; {runs}"
-            drift += ": too few to estimate it)" if a + b < 3 else " spread less)"
+            if a + b < 3:
+                drift = f"run-to-run drift {size} (the floor; {runs}: too few to estimate it)"
+            else:
+                drift = f"run-to-run drift {size} (the floor: the {runs}' own spread is smaller)"
         return f"{within} and {drift}"
 
 
