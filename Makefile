@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 RUN ?= gpuopt-runs/demo
 
-.PHONY: demo test lint bench gpu-check clean
+.PHONY: demo test lint bench gpu-check ci-baseline clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,11 @@ bench: $(VENV)/.installed
 # without a GPU (bring a CUDA build of torch: see TORCH_SPEC above)
 gpu-check: $(VENV)/.installed
 	$(PY) benchmarks/gpu/gpu_check.py
+
+# the baseline the project's CI gates examples/sync_metrics.py against (exact counters only:
+# .github/workflows/ci.yml); re-record it on purpose, when the example or torch changes
+ci-baseline: $(VENV)/.installed
+	$(VENV)/bin/gpuopt profile --quiet --force -o ci/baseline/sync_metrics --steps 40 examples/sync_metrics.py
 
 clean:
 	rm -rf $(VENV) gpuopt-runs .pytest_cache .mypy_cache .ruff_cache

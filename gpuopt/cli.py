@@ -250,8 +250,8 @@ def run_command(
     cls=_Command,
     help=(
         "Render a run directory, a profile.json, or PyTorch profiler traces (file or folder of "
-        "ranks); several run directories of one multi-node job are merged. Never re-runs "
-        "anything."
+        "ranks); several one after another, or merged when they are one job's rank summaries "
+        "or node directories. Never re-runs anything."
     ),
 )
 def report(
@@ -260,8 +260,9 @@ def report(
         metavar="PATH...",
         help=(
             "Run directory, profile.json, trace .json/.json.gz, a folder of per-rank traces, "
-            "rank summaries (*.summary.json, or folders of them) to merge, or the run "
-            "directories of one job's nodes (merged)."
+            "or rank summaries (*.summary.json, or folders of them); several are rendered one "
+            "after another, or merged when they are one job's rank summaries or the run "
+            "directories of its nodes."
         ),
     ),
     fmt: ReportFormat | None = typer.Option(
@@ -339,6 +340,7 @@ def schedule(
 
 class CheckFormat(str, Enum):
     text = "text"
+    md = "md"
     json = "json"
 
 
@@ -346,45 +348,128 @@ class CheckFormat(str, Enum):
     cls=_Command,
     help=(
         "CI gate: compare CANDIDATE with --baseline BASELINE (run directories, profile.json or "
-        "traces). Exit 0 pass, 1 regression, 2 bad input."
+        "traces; give either several times for repeated runs). Exit 0 pass, 1 regression, "
+        "2 bad input. Settings also from [tool.gpuopt.check] in pyproject.toml."
     ),
 )
 def check(
-    candidate: Path = typer.Argument(..., metavar="CANDIDATE", help="The run to judge."),
-    baseline: Path = typer.Option(..., "--baseline", help="The run it must not be worse than."),
-    max_step_time_regression: str = typer.Option(
-        "5%",
+    candidate: list[Path] = typer.Argument(
+        ..., metavar="CANDIDATE...", help="The run(s) to judge: repeats of the same code."
+    ),
+    baseline: list[Path] = typer.Option(
+        ..., "--baseline", help="A run the candidate must not be worse than (repeatable)."
+    ),
+    max_step_time_regression: str | None = typer.Option(
+        None,
         "--max-step-time-regression",
-        help="Fail when the median step time's interval lies beyond this slowdown.",
+        help="Fail when the median step time's interval lies beyond this slowdown (default 5%).",
     ),
-    max_data_wait_increase: str = typer.Option(
-        "3pt", "--max-data-wait-increase", help="Fail when the data-wait share rises by more."
+    max_data_wait_increase: str | None = typer.Option(
+        None,
+        "--max-data-wait-increase",
+        help="Fail when the data-wait share rises by more (default 3pt).",
     ),
-    max_gpu_idle_increase: str = typer.Option(
-        "3pt", "--max-gpu-idle-increase", help="Fail when the GPU idle share rises by more."
+    max_gpu_idle_increase: str | None = typer.Option(
+        None,
+        "--max-gpu-idle-increase",
+        help="Fail when a rank's GPU idle share rises by more (default 3pt).",
+    ),
+    min_gpu_util: str | None = typer.Option(
+        None, "--min-gpu-util", help="Fail when a rank's GPU utilization is below (e.g. 60%)."
+    ),
+    step_time_noise: str | None = typer.Option(
+        None,
+        "--step-time-noise",
+        help="The least run-to-run drift of step time the interval assumes (default 1%).",
+    ),
+    share_noise: str | None = typer.Option(
+        None,
+        "--share-noise",
+        help="The least run-to-run drift of a share (data wait, GPU idle; default 1pt).",
     ),
     allow: list[str] = typer.Option(
         [], "--allow", help="A new HIGH finding id that does not fail (repeatable)."
     ),
-    strict: bool = typer.Option(False, "--strict", help="An inconclusive gate fails (exit 1)."),
-    fmt: CheckFormat = typer.Option(CheckFormat.text, "--format", help="text or json."),
+    gates: str | None = typer.Option(
+        None,
+        "--gates",
+        help=(
+            "Only these gates, comma-separated: step-time, data-wait, gpu, counters, findings "
+            "(default all; 'counters' alone is timing-free)."
+        ),
+    ),
+    strict: bool | None = typer.Option(
+        None, "--strict/--no-strict", help="An inconclusive gate fails (exit 1)."
+    ),
+    config: Path | None = typer.Option(
+        None,
+        "--config",
+        help="Settings file (default: [tool.gpuopt.check] in the nearest pyproject.toml).",
+    ),
+    junit: Path | None = typer.Option(
+        None, "--junit", help="Also write JUnit XML here (one test case per gated metric)."
+    ),
+    fmt: CheckFormat = typer.Option(CheckFormat.text, "--format", help="text, md or json."),
 ) -> None:
-    from gpuopt.gate.check import Thresholds, parse_fraction
-    from gpuopt.gate.command import check_command
+    from gpuopt.gate.command import CheckArgs, check_main
+
+    global _quick_exit
+    _quick_exit = True  # runs no user code: see main()
+    flags = {
+        "max-step-time-regression": max_step_time_regression,
+        "max-data-wait-increase": max_data_wait_increase,
+        "max-gpu-idle-increase": max_gpu_idle_increase,
+        "min-gpu-util": min_gpu_util,
+        "step-time-noise": step_time_noise,
+        "share-noise": share_noise,
+        "gates": gates,
+    }
+    code = check_main(
+        CheckArgs(
+            candidate=[str(c) for c in candidate],
+            baseline=[str(b) for b in baseline],
+            flags=flags,
+            allow=list(allow),
+            strict=strict,
+            config=str(config) if config is not None else None,
+            junit=str(junit) if junit is not None else None,
+            fmt=fmt.value,
+        )
+    )
+    raise typer.Exit(code)
+
+
+@app.command(
+    cls=_Command,
+    help=(
+        "Runs side by side: every metric with its change and interval against the first, "
+        "findings new / gone / changed, a row per rank, the kernels that changed most (traces)."
+    ),
+)
+def compare(
+    paths: list[Path] = typer.Argument(
+        ...,
+        metavar="A B [C]...",
+        help="Run directories, profile.json files or traces (all of one kind); A is the reference.",
+    ),
+    fmt: ReportFormat | None = typer.Option(
+        None,
+        "--format",
+        "-f",
+        help="text, md, json or html (default: from -o's extension, else text).",
+    ),
+    output: Path | None = typer.Option(
+        None, "-o", "--output", help="Write to FILE instead of stdout."
+    ),
+) -> None:
+    from gpuopt.gate.command import compare_command
 
     global _quick_exit
     _quick_exit = True  # runs no user code: see main()
     try:
-        th = Thresholds(
-            max_step_time_regression=parse_fraction(max_step_time_regression, "%"),
-            max_data_wait_increase=parse_fraction(max_data_wait_increase, "pt"),
-            max_gpu_idle_increase=parse_fraction(max_gpu_idle_increase, "pt"),
-            allow=frozenset(allow),
-        )
-        code = check_command(candidate, baseline, th, strict=strict, fmt=fmt.value)
+        compare_command(list(paths), fmt.value if fmt else None, output)
     except GpuoptError as exc:
         fail(str(exc))
-    raise typer.Exit(code)
 
 
 @app.command(

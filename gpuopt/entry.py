@@ -9,7 +9,11 @@ very functions the typer commands run:
 * ``gpuopt report PATH [--format F] [-o FILE]`` (:func:`gpuopt.report.command.run_report`);
 * ``gpuopt profile [-o DIR] [--quiet] [--force] SCRIPT [ARGS...]``
   (:func:`gpuopt.runner.profile_command.run_profile`; everything after SCRIPT is the script's,
-  as under typer).
+  as under typer);
+* ``gpuopt check CANDIDATE... --baseline BASELINE... [options]`` with its own options, each with
+  a value (``--allow`` and ``--baseline`` repeatable, the others at most once) or the flags
+  ``--strict`` / ``--no-strict`` (:func:`gpuopt.gate.command.check_main`): a CI gate is
+  started often, and its answer is a tenth of a second behind typer's import.
 
 The recognisers accept only those exact shapes with values they can check; anything else
 (``--help``, any other or a repeated option, a format that is not one of ours, a value that looks
@@ -29,6 +33,9 @@ from typing import TYPE_CHECKING, NoReturn
 from gpuopt.quick_exit import exit_quickly_on, quick_exit
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from gpuopt.gate.command import CheckArgs
     from gpuopt.runner.options import ProfileOptions
 
 _OPTIONS = {"--format": "format", "-f": "format", "-o": "output", "--output": "output"}
@@ -162,12 +169,108 @@ def parse_profile(argv: list[str]) -> ProfileOptions | None:
     return None
 
 
+# gpuopt check's options that take a value: the settings keys, then the others
+_CHECK_SETTINGS = (
+    "--max-step-time-regression",
+    "--max-data-wait-increase",
+    "--max-gpu-idle-increase",
+    "--min-gpu-util",
+    "--step-time-noise",
+    "--share-noise",
+    "--gates",
+)
+_CHECK_VALUED = (*_CHECK_SETTINGS, "--baseline", "--allow", "--config", "--junit", "--format")
+_CHECK_REPEATABLE = ("--baseline", "--allow")
+
+
+def _check_options(argv: list[str]) -> tuple[list[str], dict[str, list[str]]] | None:
+    """``(paths, {option: [values]})`` of a ``check`` command line, None for anything but
+    positional paths, options of ``_CHECK_VALUED`` with a plain value, and the strict flags."""
+    paths: list[str] = []
+    got: dict[str, list[str]] = {}
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        name, eq, value = arg.partition("=")
+        if arg in ("--strict", "--no-strict"):
+            name, value = "--strict", "true" if arg == "--strict" else "false"
+            i += 1
+        elif eq and name in _CHECK_VALUED:
+            i += 1
+        elif arg in _CHECK_VALUED and i + 1 < len(argv):
+            name, value = arg, argv[i + 1]
+            i += 2
+        elif arg.startswith("-") or not arg:
+            return None
+        else:
+            paths.append(arg)
+            i += 1
+            continue
+        values = got.setdefault(name, [])
+        if (values and name not in _CHECK_REPEATABLE) or not value or value.startswith("-"):
+            return None
+        values.append(value)
+    return paths, got
+
+
+def parse_check(argv: list[str]) -> CheckArgs | None:
+    """The arguments when ``argv`` is a plain ``check`` command line, else None (typer takes
+    it: ``--help``, an unknown or repeated option, a format that is not one of ours, ...)."""
+    if not argv or argv[0] != "check":
+        return None
+    parsed = _check_options(argv)
+    if parsed is None:
+        return None
+    paths, got = parsed
+    fmt = got.get("--format", ["text"])[0]
+    if not paths or "--baseline" not in got or fmt not in ("text", "md", "json"):
+        return None
+    from gpuopt.gate.command import CheckArgs
+
+    def one(name: str) -> str | None:
+        return got[name][0] if name in got else None
+
+    strict = one("--strict")
+    return CheckArgs(
+        candidate=paths,
+        baseline=got["--baseline"],
+        flags={name[2:]: one(name) for name in _CHECK_SETTINGS},
+        allow=got.get("--allow", []),
+        strict=None if strict is None else strict == "true",
+        config=one("--config"),
+        junit=one("--junit"),
+        fmt=fmt,
+    )
+
+
+def _quickly(command: Callable[[], int]) -> int:
+    """Run a command that runs no user code, and end without the interpreter's teardown; the
+    exit code comes back only where that could not be done (a flush failed)."""
+    try:
+        code = command()
+    except SystemExit as exc:
+        exit_quickly_on(exc)
+        raise
+    except KeyboardInterrupt:
+        quick_exit(130)  # as typer ends an interrupted command: 130, no message, no traceback
+        raise SystemExit(130) from None
+    except BrokenPipeError:  # the reader went away (`| head`): exit 1, as typer does
+        os._exit(1)
+    quick_exit(code)
+    return code
+
+
 def main() -> None:
     argv = module_args_after_module(sys.argv[1:])
     sys.argv[1:] = argv  # typer reads sys.argv
     prof = parse_profile(argv)
     if prof is not None:
         _profile(prof)
+    check = parse_check(argv)
+    if check is not None:
+        from gpuopt.gate.command import check_main
+
+        raise SystemExit(_quickly(lambda: check_main(check)))
     fast = parse_report(argv)
     if fast is None:
         from gpuopt.cli import main as typer_main
@@ -179,17 +282,12 @@ def main() -> None:
     from gpuopt.report.command import run_report
 
     path, fmt, output = fast
-    try:
+
+    def report() -> int:
         run_report(Path(path), fmt, Path(output) if output else None)
-    except SystemExit as exc:
-        exit_quickly_on(exc)
-        raise
-    except KeyboardInterrupt:
-        quick_exit(130)  # as typer ends an interrupted command: 130, no message, no traceback
-        raise SystemExit(130) from None
-    except BrokenPipeError:  # the reader went away (`| head`): exit 1, as typer does
-        os._exit(1)
-    quick_exit(0)
+        return 0
+
+    _quickly(report)
 
 
 def _profile(opts: ProfileOptions) -> NoReturn:

@@ -73,6 +73,18 @@ def is_summary(path: Path) -> bool:
         raise GpuoptError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
+def merged_as_one_job(paths: list[Path]) -> bool:
+    """Whether several paths are one job to merge: all rank summaries (files or folders of
+    them), or the run directories of one multi-rank job's nodes. Anything else (a path that is
+    missing, a trace, separate runs) is not: ``gpuopt report`` renders those one by one."""
+    if len(paths) < 2 or not all(p.exists() for p in paths):
+        return False
+    kinds = [is_summary(p) for p in paths]
+    if all(kinds):
+        return True
+    return not any(kinds) and job_ranks(paths) is not None
+
+
 def load_paths(
     paths: list[Path], jobs: int | None = None, progress: Progress | None = None
 ) -> Profile:

@@ -1,96 +1,203 @@
-"""gpuopt check (issue 16, first part): the gates over two Profiles, and the command's exit
-codes. Synthetic runs with known per-step times: no test depends on this machine's speed."""
+"""gpuopt check (issue 16): the gates over two sides of runs, the noise model, busy machines,
+per-rank GPU gates and the command's exit codes. Synthetic runs with known per-step times: no
+test depends on this machine's speed."""
 
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import pytest
 from conftest import run_gpuopt
+from gate_support import finding, loaded, noisy, run, with_nvml, with_ranks, write
 
 from gpuopt.errors import GpuoptError
 from gpuopt.gate.check import Thresholds, evaluate, exit_code, parse_fraction
-from gpuopt.model.document import empty_profile, encode
-from gpuopt.model.profile import Finding, Profile, StepRecord, Sync
-
-
-def _run(times: list[float], waits: list[float] | None = None, syncs: float = 1.0) -> Profile:
-    p = empty_profile("train.py")
-    p.steps.series = [
-        StepRecord(
-            index=i,
-            start_s=None,
-            time_s=t,
-            warmup=i < 2,
-            data_wait_s=(waits[i] if waits else 0.0),
-        )
-        for i, t in enumerate(times)
-    ]
-    p.steps.count = len(times)
-    p.dispatch.ops_per_step = 100
-    p.syncs = [Sync(kind="item", site="train.py:9", count_per_step=syncs)]
-    return p
-
-
-def _noisy(median: float, n: int = 40, spread: float = 0.03, seed: int = 1) -> list[float]:
-    rng = random.Random(seed)
-    return [median * (1 + rng.uniform(-spread, spread)) for _ in range(n)]
+from gpuopt.gate.noise import RunValues, compare_runs, one_side
+from gpuopt.gate.runs import Run, timed_runs
 
 
 def _gate(gates, name):  # type: ignore[no-untyped-def]
     return next(g for g in gates if g.metric == name)
 
 
+STEP = "step time (median)"
+
+
 def test_identical_distributions_pass_and_a_planted_10_percent_fails() -> None:
-    base = _run(_noisy(0.100, seed=1))
-    same = _run(_noisy(0.100, seed=2))
-    slower = _run(_noisy(0.110, seed=3))
+    base = run(noisy(0.100, seed=1))
+    same = run(noisy(0.100, seed=2))
+    slower = run(noisy(0.110, seed=3))
     th = Thresholds()
-    assert _gate(evaluate(base, same, th), "step time (median)").verdict == "pass"
-    gate = _gate(evaluate(base, slower, th), "step time (median)")
+    assert _gate(evaluate(base, same, th), STEP).verdict == "pass"
+    gate = _gate(evaluate(base, slower, th), STEP)
     assert gate.verdict == "fail" and "interval" in gate.detail
+    assert gate.interval is not None and gate.interval.scale == "ratio"
+    assert "run-to-run drift 1.0% (the floor" in gate.interval.covers
     assert exit_code(evaluate(base, slower, th), strict=False) == 1
 
 
-def test_a_slowdown_inside_the_noise_does_not_fail() -> None:
-    """6% slower medians, but per-step times spread ±30%: the interval reaches below +5%."""
-    base = _run(_noisy(0.100, n=12, spread=0.3, seed=4))
-    cand = _run(_noisy(0.106, n=12, spread=0.3, seed=5))
-    assert _gate(evaluate(base, cand, Thresholds()), "step time (median)").verdict == "pass"
+def test_the_floor_widens_the_interval_by_the_drift_it_assumes() -> None:
+    """Steady steps (±0.5%) 6% slower: the within-run interval alone would exclude +5%; a 1%
+    run-to-run floor on each side brings the low end under it."""
+    base = run(noisy(0.100, spread=0.005, seed=1))
+    cand = run(noisy(0.106, spread=0.005, seed=2))
+    gate = _gate(evaluate(base, cand, Thresholds()), STEP)
+    assert gate.verdict == "pass" and gate.interval is not None
+    assert gate.interval.low < 1.05 < gate.interval.estimate
+    tight = _gate(evaluate(base, cand, Thresholds(step_time_noise=0.0)), STEP)
+    assert tight.verdict == "fail"
+
+
+def test_repeated_runs_estimate_the_drift_between_them() -> None:
+    """Three runs a side whose medians drift by ±4%: the interval uses that spread, not the
+    floor, so a 6% difference of means is no regression, while 15% still is."""
+
+    def side(median: float, seed: int) -> list[RunValues]:
+        shifts = [0.96, 1.0, 1.04]
+        return [
+            RunValues(tuple(noisy(median * s, spread=0.01, seed=seed + i)))
+            for i, s in enumerate(shifts)
+        ]
+
+    base, cand, far = side(0.1, 0), side(0.106, 9), side(0.115, 20)
+    iv = compare_runs(base, cand, median=True, log=True, floor=0.01)
+    assert iv.drift_source == "runs" and iv.drift > 0.02
+    assert iv.low < 1.05 and "estimated from the spread of 3 + 3 runs" in iv.covers()
+    assert compare_runs(base, far, median=True, log=True, floor=0.01).low > 1.05
+
+
+def test_the_interval_is_seeded() -> None:
+    a, b = [RunValues(tuple(noisy(0.1, seed=1)))], [RunValues(tuple(noisy(0.1, seed=2)))]
+    assert compare_runs(a, b, median=True, log=True, floor=0.01) == compare_runs(
+        a, b, median=True, log=True, floor=0.01
+    )
+
+
+def test_one_side_bounds_a_value_from_its_samples() -> None:
+    iv = one_side([RunValues(units=(0.5, 0.52, 0.48, 0.5, 0.51, 0.49, 0.5, 0.5))], floor=0.01)
+    assert iv.low < 0.5 < iv.high and iv.high - iv.low < 0.06
 
 
 def test_too_few_steps_is_inconclusive_and_strict_fails_it() -> None:
-    base, cand = _run([0.1] * 5), _run([0.2] * 5)
+    base, cand = run([0.1] * 5), run([0.2] * 5)
     gates = evaluate(base, cand, Thresholds())
-    assert _gate(gates, "step time (median)").verdict == "inconclusive"
+    assert _gate(gates, STEP).verdict == "inconclusive"
+    assert "at least 8" in _gate(gates, STEP).detail
     assert exit_code(gates, strict=False) == 0 and exit_code(gates, strict=True) == 1
+
+
+def test_short_runs_add_up_across_repeats() -> None:
+    """Five measured steps a run is too few; three runs a side are enough."""
+    base = [run(noisy(0.1, n=7, seed=i)) for i in range(3)]
+    cand = [run(noisy(0.1, n=7, seed=10 + i)) for i in range(3)]
+    assert _gate(evaluate(base, cand, Thresholds()), STEP).verdict == "pass"
 
 
 def test_data_wait_share_in_points() -> None:
     times = [0.1] * 30
-    base = _run(times, [0.02] * 30)
-    cand = _run(times, [0.06] * 30)  # 20% -> 60% of the step
+    base = run(times, [0.02] * 30)
+    cand = run(times, [0.06] * 30)  # 20% -> 60% of the step
     gate = _gate(evaluate(base, cand, Thresholds()), "data wait (share of step)")
     assert gate.verdict == "fail" and gate.change == "+40.0pt"
 
 
-def test_exact_counters_fail_on_any_increase() -> None:
-    base, cand = _run([0.1] * 20, syncs=1.0), _run([0.1] * 20, syncs=2.0)
+def test_exact_counters_fail_on_any_increase_at_the_site_that_grew() -> None:
+    base = run([0.1] * 20, syncs=1.0)
+    cand = run([0.1] * 20, syncs=1.0)
+    cand.syncs.append(base.syncs[0].__class__(kind="item", site="train.py:30", count_per_step=1))
     gate = _gate(evaluate(base, cand, Thresholds()), "syncs per step")
     assert (gate.verdict, gate.baseline, gate.candidate) == ("fail", "1", "2")
+    assert gate.site == "train.py:30" and gate.id == "syncs_per_step"
+    assert gate.detail == "counted, not timed"  # one run a side: nothing varies between runs
+
+
+def test_counters_over_repeats_compare_least_with_greatest() -> None:
+    base = [run([0.1] * 20, syncs=1.0), run([0.1] * 20, syncs=2.0)]
+    cand = [run([0.1] * 20, syncs=2.0), run([0.1] * 20, syncs=3.0)]
+    gate = _gate(evaluate(base, cand, Thresholds()), "syncs per step")
+    assert gate.verdict == "pass" and "varies between runs" in gate.detail
 
 
 def test_new_high_findings_fail_unless_allowed() -> None:
-    base, cand = _run([0.1] * 20), _run([0.1] * 20)
-    cand.findings = [
-        Finding(id="dataloader-bound", severity="high", title="t", evidence={}, fix="", site="a:1")
-    ]
+    base, cand = run([0.1] * 20), run([0.1] * 20)
+    cand.findings = [finding("dataloader-bound", site="a:1")]
     (gate,) = [g for g in evaluate(base, cand, Thresholds()) if g.metric.startswith("new HIGH")]
-    assert gate.verdict == "fail" and gate.site == "a:1"
+    assert gate.verdict == "fail" and gate.site == "a:1" and gate.id == "finding:dataloader-bound"
     allowed = Thresholds(allow=frozenset({"dataloader-bound"}))
     assert exit_code(evaluate(base, cand, allowed), strict=False) == 0
+
+
+def test_a_finding_in_only_some_candidate_runs_is_not_new() -> None:
+    base = [run([0.1] * 20)]
+    cand = [run([0.1] * 20), run([0.1] * 20)]
+    cand[0].findings = [finding("sync-in-step")]
+    assert not [g for g in evaluate(base, cand, Thresholds()) if g.metric.startswith("new HIGH")]
+
+
+def test_gpu_idle_per_rank_and_min_gpu_util() -> None:
+    base = with_ranks(run([0.1] * 20), [0.80, 0.80])
+    cand = with_ranks(run([0.1] * 20), [0.80, 0.60])  # rank 1: idle 20% -> 40%
+    th = Thresholds(min_gpu_util=0.7)
+    gates = evaluate(base, cand, th)
+    assert _gate(gates, "GPU idle, rank 0 (share of time)").verdict == "pass"
+    idle = _gate(gates, "GPU idle, rank 1 (share of time)")
+    assert idle.verdict == "fail" and idle.rank == "rank 1" and idle.change == "+20.0pt"
+    assert _gate(gates, "GPU utilization, rank 0 (at least)").verdict == "pass"
+    low = _gate(gates, "GPU utilization, rank 1 (at least)")
+    assert low.verdict == "fail" and low.baseline == "70%" and low.candidate == "60.0%"
+
+
+def test_gpu_idle_from_nvml_samples_has_an_interval() -> None:
+    base = with_nvml(run([0.1] * 20), [90.0, 92.0, 88.0, 91.0] * 5)
+    cand = with_nvml(run([0.1] * 20), [70.0, 72.0, 68.0, 71.0] * 5)
+    gate = _gate(evaluate(base, cand, Thresholds()), "GPU idle (share of time)")
+    assert gate.verdict == "fail" and gate.rank == "GPU 0"
+    assert gate.interval is not None and "20 + 20 steps resampled" in gate.interval.covers
+    assert "NVML samples" in gate.detail
+
+
+def test_gpu_gates_not_measured_on_a_cpu_run() -> None:
+    gates = evaluate(run([0.1] * 20), run([0.1] * 20), Thresholds(min_gpu_util=0.5))
+    assert _gate(gates, "GPU idle (share of time)").verdict == "not measured"
+    assert _gate(gates, "GPU utilization (at least)").verdict == "not measured"
+    assert exit_code(gates, strict=True) == 0
+
+
+def _runs(*profiles):  # type: ignore[no-untyped-def]
+    return [Run(Path(f"r{i}"), p) for i, p in enumerate(profiles)]
+
+
+def test_a_run_on_a_busy_machine_is_left_out_when_each_side_keeps_a_quiet_one() -> None:
+    quiet = [loaded(run(noisy(0.1, seed=i)), 0.05) for i in range(4)]
+    busy = loaded(run(noisy(0.3, seed=9)), 0.95)
+    base, cand = _runs(quiet[0], quiet[1]), _runs(quiet[2], busy, quiet[3])
+    timed = timed_runs(base, cand)
+    assert timed.inconclusive is None and len(timed.candidate) == 2
+    assert "busy machine" in timed.notes[0] and "0.95 of 2 cores" in timed.notes[0]
+
+
+def test_a_side_that_ran_on_a_busy_machine_makes_the_timed_gates_inconclusive() -> None:
+    base = loaded(run(noisy(0.1, seed=1)), 0.05)
+    cand = loaded(run(noisy(0.3, seed=2)), 0.95)
+    timed = timed_runs(_runs(base), _runs(cand))
+    assert timed.inconclusive == "the candidate ran on a busy machine"
+    gates = evaluate(base, cand, Thresholds(), busy=timed.inconclusive)
+    assert _gate(gates, STEP).verdict == "inconclusive"
+    assert _gate(gates, "syncs per step").verdict == "pass"  # counters are not timed
+
+
+def test_both_sides_on_a_busy_machine_is_inconclusive() -> None:
+    base = loaded(run(noisy(0.1, seed=1)), 0.9)
+    cand = loaded(run(noisy(0.1, seed=2)), 0.8)
+    timed = timed_runs(_runs(base), _runs(cand))
+    assert timed.inconclusive == "the baseline and the candidate ran on a busy machine"
+
+
+def test_some_load_on_a_machine_with_cores_to_spare_is_not_busy() -> None:
+    base = loaded(run(noisy(0.1, seed=1)), 0.05, cpu_count=16)
+    cand = loaded(run(noisy(0.1, seed=2)), 4.0, cpu_count=16)
+    assert timed_runs(_runs(base), _runs(cand)).inconclusive is None
 
 
 @pytest.mark.parametrize(("text", "unit", "value"), [("5%", "%", 0.05), ("3pt", "pt", 0.03)])
@@ -101,16 +208,33 @@ def test_thresholds_parse(text: str, unit: str, value: float) -> None:
 
 
 def test_the_command_exits_0_1_2(tmp_path: Path) -> None:
-    base, slower = tmp_path / "base.json", tmp_path / "slow.json"
-    base.write_bytes(encode(_run(_noisy(0.100, seed=1))))
-    slower.write_bytes(encode(_run(_noisy(0.120, seed=2))))
+    base = write(tmp_path / "base.json", run(noisy(0.100, seed=1)))
+    slower = write(tmp_path / "slow.json", run(noisy(0.120, seed=2)))
     ok = run_gpuopt("check", str(base), "--baseline", str(base), "--format", "json")
     assert ok.returncode == 0, ok.stderr
-    assert json.loads(ok.stdout)["exit_code"] == 0
+    doc = json.loads(ok.stdout)
+    assert doc["schema"] == "gpuopt.check/1" and doc["exit_code"] == 0
+    gate = doc["gates"][0]
+    assert {"metric", "verdict", "baseline", "candidate", "change", "detail", "site"} <= set(gate)
+    assert gate["interval"]["scale"] == "ratio" and doc["verdict"] == "pass"
     bad = run_gpuopt("check", str(slower), "--baseline", str(base))
     assert bad.returncode == 1 and "REGRESSION: step time (median)" in bad.stdout
+    assert "intervals include: within-run variation" in bad.stdout
     missing = run_gpuopt("check", str(tmp_path / "nope"), "--baseline", str(base))
     assert missing.returncode == 2 and missing.stderr.startswith("gpuopt: error:")
     assert "Traceback" not in missing.stderr
     odd = run_gpuopt("check", str(base), "--baseline", str(base), "--max-step-time-regression", "x")
     assert odd.returncode == 2 and "expected a number of %" in odd.stderr
+
+
+def test_a_folder_of_per_rank_traces_is_gated_per_rank(shared_traces: Path) -> None:
+    folder = shared_traces / "hta" / "trace_filter"
+    r = run_gpuopt("check", str(folder), "--baseline", str(folder), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    gates = json.loads(r.stdout)["gates"]
+    idle = [g for g in gates if g["id"] == "gpu_idle"]
+    assert [g["rank"] for g in idle] == ["rank 0", "rank 1"]
+    assert all(g["verdict"] == "pass" and g["change"] == "+0.0pt" for g in idle)
+    step = next(g for g in gates if g["id"] == "step_time")
+    assert step["verdict"] == "inconclusive"  # a trace of one step: too few to judge
+    assert {g["id"] for g in gates} >= {"syncs_per_step", "h2d_copies_per_step"}

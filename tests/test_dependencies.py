@@ -15,7 +15,12 @@ from conftest import ROOT
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
 # import name -> distribution name, where they differ
-DISTRIBUTION = {"pynvml": "nvidia-ml-py", "functorch": "torch", "markdown_it": "markdown-it-py"}
+DISTRIBUTION = {
+    "pynvml": "nvidia-ml-py",
+    "functorch": "torch",
+    "markdown_it": "markdown-it-py",
+    "yaml": "pyyaml",
+}
 # distributions a declared one brings along and that are used only as a tool, never imported
 TOOLS = {"ruff", "mypy", "pytest-xdist"}
 

@@ -1,32 +1,37 @@
-"""What ``gpuopt check`` gates, as pure functions over two Profiles (docs/check.md).
+"""What ``gpuopt check`` gates, as pure functions over the two sides' Profiles (docs/check.md).
 
-* **Step time**: the ratio of the median measured step times, with a bootstrap interval over
-  both runs' per-step times; a regression only when the whole interval lies beyond the threshold.
-* **Data wait**: the per-step share of the step spent in ``next(loader)``, compared as a
-  difference of means (points) with its interval.
-* **GPU idle**: one value per run (NVML's mean utilization, or the traces' idle share), no
-  interval: an increase beyond the threshold fails.
-* **Exact counters** (no noise: counted, not timed): syncs, ops, host-to-device copies and bytes,
-  pageable copies per step, Python loops issuing small ops; any increase fails.
-* **New HIGH findings**: a finding id at severity high in the candidate that the baseline did not
-  have, unless allowed.
+Each side is one run or several runs of the same code (repeats). The timed gates compare the
+sides with an interval that covers within-run variation and run-to-run drift
+(:mod:`gpuopt.gate.noise`) and fail only when the whole interval lies beyond the threshold:
 
-Too few measured steps for an interval makes that gate "inconclusive".
+* **step time**: the ratio of the median measured step times;
+* **data wait**: the per-step share of the step spent in ``next(loader)``, a difference in
+  points;
+* **GPU idle**, per rank (a trace) or per GPU (NVML's samples): a difference in points;
+  ``min_gpu_util`` also bounds the candidate's utilization from below.
+
+The exact counters (counted, not timed: syncs, ops, host-to-device copies and bytes, pageable
+copies per step, Python loops issuing small ops) fail on any increase; a HIGH finding the
+baseline did not have fails unless allowed. Too few measured steps makes a timed gate
+"inconclusive", as does a side that ran on a busy machine while the other did not.
 """
 
 from __future__ import annotations
 
 import re
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gpuopt.errors import GpuoptError
-from gpuopt.gate.intervals import LEVEL, difference_of_means, ratio_of_medians
-from gpuopt.model.profile import Profile, StepRecord
-from gpuopt.model.records import given
+from gpuopt.gate import measures as m
+from gpuopt.gate.noise import Interval, RunValues, compare_runs, one_side
+from gpuopt.model.profile import Profile
 from gpuopt.units import fmt_bytes, fmt_duration
 
-MIN_STEPS = 8  # per run, for an interval
+MIN_STEPS = 8  # measured steps per side, for an interval
+# the gates a check can run (``--gates``): timed ones, then those counted exactly
+GATE_GROUPS = ("step-time", "data-wait", "gpu", "counters", "findings")
 
 
 @dataclass(frozen=True)
@@ -34,7 +39,33 @@ class Thresholds:
     max_step_time_regression: float = 0.05  # a fraction: 5%
     max_data_wait_increase: float = 0.03  # points of the step: 3pt
     max_gpu_idle_increase: float = 0.03
+    min_gpu_util: float | None = None  # a fraction: 0.6 is 60%
+    step_time_noise: float = 0.01  # the least run-to-run drift of step time (1%)
+    share_noise: float = 0.01  # ... of a share (data wait, GPU idle): 1pt
     allow: frozenset[str] = field(default_factory=frozenset)
+    gates: frozenset[str] = frozenset(GATE_GROUPS)
+
+
+def parse_gates(text: str) -> frozenset[str]:
+    """``"counters,findings"`` → those groups; a one-line GpuoptError for an unknown one."""
+    names = frozenset(x.strip() for x in text.split(",") if x.strip())
+    unknown = sorted(names - set(GATE_GROUPS))
+    if unknown or not names:
+        raise GpuoptError(f"{text!r}: gates are a comma-separated list of {', '.join(GATE_GROUPS)}")
+    return names
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """A timed gate's interval: ``scale`` "ratio" (1.05 is 5% slower), "points" (a difference
+    of shares, 0.02 is +2pt) or "share" (one side's share, for a lower bound)."""
+
+    estimate: float
+    low: float
+    high: float
+    level: float
+    scale: str
+    covers: str
 
 
 @dataclass(frozen=True)
@@ -48,163 +79,363 @@ class Gate:
     change: str
     detail: str = ""
     site: str | None = None
+    # gpuopt.check/1 additions
+    id: str = ""  # stable name: step_time, data_wait, gpu_idle, gpu_util, syncs_per_step, ...
+    rank: str | None = None  # "rank 1" (a trace) or "GPU 0" (NVML) for per-rank gates
+    threshold: str = ""
+    interval: Bounds | None = None
 
 
 def parse_fraction(text: str, unit: str) -> float:
     """``"5%"`` → 0.05 (unit ``%``), ``"3pt"`` → 0.03 (unit ``pt``); a bare number is in the
     unit. A one-line GpuoptError for anything else."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(%|pt)?\s*", text)
-    if m is None or (m.group(2) and m.group(2) != unit):
+    m_ = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(%|pt)?\s*", text)
+    if m_ is None or (m_.group(2) and m_.group(2) != unit):
         raise GpuoptError(f"{text!r}: expected a number of {unit}, e.g. 5{unit}")
-    return float(m.group(1)) / 100
-
-
-def _measured(p: Profile) -> list[StepRecord]:
-    """The steps the statistics use: not warm-up, not slowed by the recorder, with a time."""
-    skip = set(given(p.steps.instrumented) or [])
-    return [
-        r
-        for r in p.steps.series
-        if not r.warmup and r.index not in skip and r.time_s and r.time_s > 0
-    ]
-
-
-def measured_times(p: Profile) -> list[float]:
-    return [float(r.time_s) for r in _measured(p)]
-
-
-def data_wait_shares(p: Profile) -> list[float]:
-    return [
-        min(max(float(r.data_wait_s) / float(r.time_s), 0.0), 1.0)
-        for r in _measured(p)
-        if isinstance(r.data_wait_s, (int, float))
-    ]
-
-
-def counters(p: Profile) -> dict[str, float]:
-    """The exact per-step counters of a run (recorder window; absent ones left out)."""
-    out: dict[str, float] = {}
-    if p.syncs or p.dispatch.ops_per_step is not None:
-        out["syncs per step"] = float(sum(s.count_per_step for s in p.syncs))
-    if p.dispatch.ops_per_step is not None:
-        out["ops per step"] = float(p.dispatch.ops_per_step)
-    h2d = [t for t in p.transfers if t.direction == "h2d"]
-    if h2d or p.dispatch.ops_per_step is not None:
-        out["host-to-device copies per step"] = float(sum(t.count_per_step for t in h2d))
-        out["host-to-device bytes per step"] = float(sum(t.bytes_per_step for t in h2d))
-        out["pageable copies per step"] = float(
-            sum(t.count_per_step for t in h2d if t.pinned is False)
-        )
-    if p.dispatch.ops_per_step is not None:
-        out["loops issuing small ops"] = float(len(p.loops))
-    return out
+    return float(m_.group(1)) / 100
 
 
 def _pct(x: float) -> str:
     return f"{x:+.1%}"
 
 
-def step_time_gate(base: Profile, cand: Profile, th: Thresholds) -> Gate:
-    a, b = measured_times(base), measured_times(cand)
+def _pt(x: float) -> str:
+    return f"{x * 100:+.1f}pt"
+
+
+def _bounds(iv: Interval, scale: str) -> Bounds:
+    return Bounds(iv.estimate, iv.low, iv.high, iv.level, scale, iv.covers())
+
+
+def _runs(profiles: Sequence[Profile] | Profile) -> list[Profile]:
+    return [profiles] if isinstance(profiles, Profile) else list(profiles)
+
+
+def step_time_gate(
+    base: Sequence[Profile], cand: Sequence[Profile], th: Thresholds, busy: str | None = None
+) -> Gate:
+    name, gid = "step time (median)", "step_time"
+    threshold = _pct(th.max_step_time_regression)
+    a = [t for t in map(m.step_times, base) if t]
+    b = [t for t in map(m.step_times, cand) if t]
     if not a or not b:
-        return Gate("step time (median)", "not measured", "–", "–", "–", "no measured steps")
-    ma, mb = statistics.median(a), statistics.median(b)
-    shown = (fmt_duration(ma), fmt_duration(mb))
-    if len(a) < MIN_STEPS or len(b) < MIN_STEPS:
-        why = f"{len(a)} and {len(b)} measured steps: at least {MIN_STEPS} each are needed"
-        return Gate("step time (median)", "inconclusive", *shown, _pct(mb / ma - 1), why)
-    ratio, low, high = ratio_of_medians(a, b)
-    limit = 1 + th.max_step_time_regression
-    verdict = "fail" if low > limit else "pass"
-    detail = (
-        f"{LEVEL:.0%} interval {_pct(low - 1)} … {_pct(high - 1)}; "
-        f"threshold {_pct(th.max_step_time_regression)}"
+        return Gate(name, "not measured", "–", "–", "–", "no measured steps", id=gid)
+    ma = statistics.fmean(statistics.median(t) for t in a)
+    mb = statistics.fmean(statistics.median(t) for t in b)
+    shown = (fmt_duration(ma), fmt_duration(mb), _pct(mb / ma - 1))
+    na, nb = sum(map(len, a)), sum(map(len, b))
+    why = busy
+    if na < MIN_STEPS or nb < MIN_STEPS:
+        why = f"{na} and {nb} measured steps: at least {MIN_STEPS} on each side are needed"
+    if why:
+        return Gate(name, "inconclusive", *shown, why, id=gid, threshold=threshold)
+    iv = compare_runs(
+        [RunValues(t) for t in a],
+        [RunValues(t) for t in b],
+        median=True,
+        log=True,
+        floor=th.step_time_noise,
     )
-    return Gate("step time (median)", verdict, *shown, _pct(ratio - 1), detail)
+    verdict = "fail" if iv.low > 1 + th.max_step_time_regression else "pass"
+    detail = (
+        f"{iv.level:.0%} interval {_pct(iv.low - 1)} … {_pct(iv.high - 1)}; threshold {threshold}"
+    )
+    return Gate(
+        name,
+        verdict,
+        *shown[:2],
+        _pct(iv.estimate - 1),
+        detail,
+        id=gid,
+        threshold=threshold,
+        interval=_bounds(iv, "ratio"),
+    )
 
 
-def data_wait_gate(base: Profile, cand: Profile, th: Thresholds) -> Gate:
-    a, b = data_wait_shares(base), data_wait_shares(cand)
-    name = "data wait (share of step)"
+def data_wait_gate(
+    base: Sequence[Profile], cand: Sequence[Profile], th: Thresholds, busy: str | None = None
+) -> Gate:
+    name, gid = "data wait (share of step)", "data_wait"
+    threshold = _pt(th.max_data_wait_increase)
+    a = [s for s in map(m.data_wait_shares, base) if s]
+    b = [s for s in map(m.data_wait_shares, cand) if s]
     if not a or not b:
-        return Gate(name, "not measured", "–", "–", "–", "no per-step data wait")
-    shown = (f"{sum(a) / len(a):.1%}", f"{sum(b) / len(b):.1%}")
-    diff, low, high = difference_of_means(a, b)
-    change = f"{diff * 100:+.1f}pt"
-    if len(a) < MIN_STEPS or len(b) < MIN_STEPS:
-        return Gate(name, "inconclusive", *shown, change, f"fewer than {MIN_STEPS} steps")
-    verdict = "fail" if low > th.max_data_wait_increase else "pass"
-    detail = (
-        f"{LEVEL:.0%} interval {low * 100:+.1f} … {high * 100:+.1f}pt; "
-        f"threshold +{th.max_data_wait_increase * 100:.1f}pt"
+        return Gate(name, "not measured", "–", "–", "–", "no per-step data wait", id=gid)
+    ma = statistics.fmean(statistics.fmean(s) for s in a)
+    mb = statistics.fmean(statistics.fmean(s) for s in b)
+    shown = (f"{ma:.1%}", f"{mb:.1%}", _pt(mb - ma))
+    na, nb = sum(map(len, a)), sum(map(len, b))
+    why = busy
+    if na < MIN_STEPS or nb < MIN_STEPS:
+        why = f"{na} and {nb} measured steps: at least {MIN_STEPS} on each side are needed"
+    if why:
+        return Gate(name, "inconclusive", *shown, why, id=gid, threshold=threshold)
+    iv = compare_runs(
+        [RunValues(s) for s in a],
+        [RunValues(s) for s in b],
+        median=False,
+        log=False,
+        floor=th.share_noise,
     )
-    return Gate(name, verdict, *shown, change, detail)
+    verdict = "fail" if iv.low > th.max_data_wait_increase else "pass"
+    detail = (
+        f"{iv.level:.0%} interval {iv.low * 100:+.1f} … {iv.high * 100:+.1f}pt; "
+        f"threshold {threshold}"
+    )
+    return Gate(
+        name,
+        verdict,
+        *shown,
+        detail,
+        id=gid,
+        threshold=threshold,
+        interval=_bounds(iv, "points"),
+    )
 
 
-def _gpu_idle(p: Profile) -> float | None:
-    """The run's GPU idle share: the traces' mean idle over ranks, else 1 − NVML's mean."""
-    if p.gpu:
-        idle = [g.idle_pct for g in p.gpu if g.idle_pct is not None]
-        if idle:
-            return sum(idle) / len(idle) / 100
-    mean = p.utilization.gpu.mean if p.utilization.gpu is not None else None
-    return 1 - float(mean) / 100 if mean is not None else None
+def _idle(v: RunValues) -> RunValues:
+    value = None if v.value is None else 1 - v.value
+    return RunValues(units=tuple(1 - u for u in v.units), value=value)
 
 
-def gpu_idle_gate(base: Profile, cand: Profile, th: Thresholds) -> Gate:
-    a, b = _gpu_idle(base), _gpu_idle(cand)
-    name = "GPU idle (share of time)"
-    if a is None or b is None:
-        return Gate(name, "not measured", "–", "–", "–", "no GPU measured in one of the runs")
-    verdict = "fail" if b - a > th.max_gpu_idle_increase else "pass"
-    detail = f"one value per run, no interval; threshold +{th.max_gpu_idle_increase * 100:.1f}pt"
-    return Gate(name, verdict, f"{a:.1%}", f"{b:.1%}", f"{(b - a) * 100:+.1f}pt", detail)
+def _gpu_runs(runs: Sequence[Profile]) -> dict[str, list[m.GpuUse]]:
+    out: dict[str, list[m.GpuUse]] = {}
+    for p in runs:
+        for label, use in m.gpu_use(p).items():
+            out.setdefault(label, []).append(use)
+    return out
 
 
-def counter_gates(base: Profile, cand: Profile) -> list[Gate]:
-    a, b = counters(base), counters(cand)
+def _side_value(runs: list[m.GpuUse]) -> float:
+    vals = [statistics.fmean(u.values.units) if u.values.units else u.values.value for u in runs]
+    return statistics.fmean(v for v in vals if v is not None)
+
+
+def _gpu_name(what: str, label: str, labels: int) -> str:
+    """``GPU idle (share of time)``; with several ranks ``GPU idle, rank 1 (share of time)``."""
+    unit = "share of time" if what == "GPU idle" else "at least"
+    return f"{what} ({unit})" if labels <= 1 else f"{what}, {label} ({unit})"
+
+
+def gpu_idle_gates(
+    base: Sequence[Profile], cand: Sequence[Profile], th: Thresholds, busy: str | None = None
+) -> list[Gate]:
+    a, b = _gpu_runs(base), _gpu_runs(cand)
+    threshold = _pt(th.max_gpu_idle_increase)
+    if not a or not b:
+        detail = "no GPU measured in one of the runs"
+        return [
+            Gate("GPU idle (share of time)", "not measured", "–", "–", "–", detail, id="gpu_idle")
+        ]
+    labels = sorted(a.keys() | b.keys())
     out = []
-    for name in a.keys() & b.keys():
-        before, after = a[name], b[name]
-        verdict = "fail" if after > before + 1e-9 else "pass"
-        if "bytes" in name:
-            sign = "+" if after >= before else "-"
-            shown = (fmt_bytes(before), fmt_bytes(after), sign + fmt_bytes(abs(after - before)))
-        else:
-            shown = (f"{before:.6g}", f"{after:.6g}", f"{after - before:+.3g}")
-        out.append(Gate(name, verdict, *shown))
-    order = list(a)
-    return sorted(out, key=lambda g: order.index(g.metric))
-
-
-def finding_gates(base: Profile, cand: Profile, th: Thresholds) -> list[Gate]:
-    before = {f.id for f in base.findings if f.severity == "high"}
-    out = []
-    for f in cand.findings:
-        if f.severity != "high" or f.id in before:
+    for label in labels:
+        name = _gpu_name("GPU idle", label, len(labels))
+        if label not in a or label not in b:
+            side = "baseline" if label not in a else "candidate"
+            detail = f"{label} not measured in the {side}"
+            out.append(Gate(name, "not measured", "–", "–", "–", detail, id="gpu_idle", rank=label))
             continue
-        allowed = f.id in th.allow
+        ia, ib = 1 - _side_value(a[label]), 1 - _side_value(b[label])
+        shown = (f"{ia:.1%}", f"{ib:.1%}", _pt(ib - ia))
+        if busy:
+            out.append(
+                Gate(
+                    name,
+                    "inconclusive",
+                    *shown,
+                    busy,
+                    id="gpu_idle",
+                    rank=label,
+                    threshold=threshold,
+                )
+            )
+            continue
+        iv = compare_runs(
+            [_idle(u.values) for u in a[label]],
+            [_idle(u.values) for u in b[label]],
+            median=False,
+            log=False,
+            floor=th.share_noise,
+        )
+        verdict = "fail" if iv.low > th.max_gpu_idle_increase else "pass"
+        detail = (
+            f"{iv.level:.0%} interval {iv.low * 100:+.1f} … {iv.high * 100:+.1f}pt; "
+            f"threshold {threshold}; from {a[label][0].source}"
+        )
         out.append(
             Gate(
-                f"new HIGH finding {f.id}",
+                name,
+                verdict,
+                *shown,
+                detail,
+                id="gpu_idle",
+                rank=label,
+                threshold=threshold,
+                interval=_bounds(iv, "points"),
+            )
+        )
+    return out
+
+
+def gpu_util_gates(cand: Sequence[Profile], th: Thresholds, busy: str | None = None) -> list[Gate]:
+    """``min_gpu_util``: the candidate's GPU utilization, per rank or GPU, is at least this; it
+    fails when the whole interval of its utilization lies below."""
+    if th.min_gpu_util is None:
+        return []
+    floor = f"{th.min_gpu_util:.0%}"
+    b = _gpu_runs(cand)
+    if not b:
+        detail = "no GPU measured in the candidate"
+        return [
+            Gate(
+                "GPU utilization (at least)",
+                "not measured",
+                "–",
+                "–",
+                "–",
+                detail,
+                id="gpu_util",
+                threshold=floor,
+            )
+        ]
+    out = []
+    for label in sorted(b):
+        name = _gpu_name("GPU utilization", label, len(b))
+        value = _side_value(b[label])
+        if busy:
+            out.append(
+                Gate(
+                    name,
+                    "inconclusive",
+                    floor,
+                    f"{value:.1%}",
+                    "–",
+                    busy,
+                    id="gpu_util",
+                    rank=label,
+                    threshold=floor,
+                )
+            )
+            continue
+        iv = one_side([u.values for u in b[label]], floor=th.share_noise)
+        verdict = "fail" if iv.high < th.min_gpu_util else "pass"
+        detail = (
+            f"{iv.level:.0%} interval {iv.low:.1%} … {iv.high:.1%}; at least {floor}; "
+            f"from {b[label][0].source}"
+        )
+        out.append(
+            Gate(
+                name,
+                verdict,
+                floor,
+                f"{value:.1%}",
+                _pt(value - th.min_gpu_util),
+                detail,
+                id="gpu_util",
+                rank=label,
+                threshold=floor,
+                interval=_bounds(iv, "share"),
+            )
+        )
+    return out
+
+
+def _counter_text(name: str, before: float, after: float) -> tuple[str, str, str]:
+    if "bytes" in name:
+        sign = "+" if after >= before else "-"
+        return fmt_bytes(before), fmt_bytes(after), sign + fmt_bytes(abs(after - before))
+    return f"{before:.6g}", f"{after:.6g}", f"{after - before:+.3g}"
+
+
+def counter_gates(base: Sequence[Profile], cand: Sequence[Profile]) -> list[Gate]:
+    """Any increase fails. With several runs a side, the candidate's least count against the
+    baseline's greatest (an exact counter that varies between runs is named as such)."""
+    a = [m.counters(p) for p in base]
+    b = [m.counters(p) for p in cand]
+    names = [n for n in a[0] if all(n in c for c in a + b)]
+    out = []
+    for name in names:
+        before = max(c[name].value for c in a)
+        after = min(c[name].value for c in b)
+        verdict = "fail" if after > before + 1e-9 else "pass"
+        spread = {c[name].value for c in a} | {c[name].value for c in b}
+        detail = "counted, not timed"
+        varies = len({c[name].value for c in a}) > 1 or len({c[name].value for c in b}) > 1
+        if varies:
+            detail = (
+                f"varies between runs ({min(spread):.6g} … {max(spread):.6g}): compared the "
+                "candidate's least with the baseline's greatest"
+            )
+        site = None
+        if verdict == "fail":
+            sites: dict[str, float] = {}
+            for c in a:
+                for s, n in c[name].sites.items():
+                    sites[s] = max(sites.get(s, 0.0), n)
+            site = m.grown_site(sites, min((c[name] for c in b), key=lambda c: c.value).sites)
+        gid = m.COUNTER_IDS.get(name, name)
+        out.append(
+            Gate(
+                name,
+                verdict,
+                *_counter_text(name, before, after),
+                detail,
+                site,
+                id=gid,
+                threshold="+0",
+            )
+        )
+    return out
+
+
+def finding_gates(base: Sequence[Profile], cand: Sequence[Profile], th: Thresholds) -> list[Gate]:
+    """A finding at severity high in every candidate run and in no baseline run."""
+    before: set[str] = set()
+    for p in base:
+        before |= m.high_findings(p).keys()
+    highs = [m.high_findings(p) for p in cand]
+    out = []
+    for fid, f in highs[0].items():
+        if fid in before or not all(fid in h for h in highs):
+            continue
+        allowed = fid in th.allow
+        out.append(
+            Gate(
+                f"new HIGH finding {fid}",
                 "pass" if allowed else "fail",
                 "absent",
                 "high",
                 "new",
                 ("allowed (--allow); " if allowed else "") + f.title,
                 f.site,
+                id=f"finding:{fid}",
+                threshold="no new HIGH finding",
             )
         )
     return out
 
 
-def evaluate(base: Profile, cand: Profile, th: Thresholds) -> list[Gate]:
+def evaluate(
+    base: Sequence[Profile] | Profile,
+    cand: Sequence[Profile] | Profile,
+    th: Thresholds,
+    *,
+    timed: tuple[Sequence[Profile], Sequence[Profile]] | None = None,
+    busy: str | None = None,
+) -> list[Gate]:
+    """Every gate. ``timed``: the runs the timed gates use (the quiet ones), when not all;
+    ``busy``: why the timed gates cannot judge (one side ran on a busy machine)."""
+    a, b = _runs(base), _runs(cand)
+    ta, tb = (list(timed[0]), list(timed[1])) if timed else (a, b)
+    on = th.gates
     return [
-        step_time_gate(base, cand, th),
-        data_wait_gate(base, cand, th),
-        gpu_idle_gate(base, cand, th),
-        *counter_gates(base, cand),
-        *finding_gates(base, cand, th),
+        *([step_time_gate(ta, tb, th, busy)] if "step-time" in on else []),
+        *([data_wait_gate(ta, tb, th, busy)] if "data-wait" in on else []),
+        *(gpu_idle_gates(ta, tb, th, busy) if "gpu" in on else []),
+        *(gpu_util_gates(tb, th, busy) if "gpu" in on else []),
+        *(counter_gates(a, b) if "counters" in on else []),
+        *(finding_gates(a, b, th) if "findings" in on else []),
     ]
 
 

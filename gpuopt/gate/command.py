@@ -1,62 +1,180 @@
-"""``gpuopt check CANDIDATE --baseline BASELINE``: load both runs, gate, print, exit 0/1/2."""
+"""``gpuopt check CANDIDATE... --baseline BASELINE...``: load both sides, gate, report, exit
+0/1/2.
+
+Besides stdout in the chosen format: ``--junit FILE`` writes JUnit XML; when
+``$GITHUB_STEP_SUMMARY`` is set the Markdown report is appended to that file; when
+``$GITHUB_ACTIONS`` is ``true`` every regression is also a workflow annotation (``::error
+file=…,line=…::…``, on stderr, so stdout stays the report).
+"""
 
 from __future__ import annotations
 
-import json
+import os
 import sys
-from dataclasses import asdict
+from dataclasses import dataclass
 from pathlib import Path
 
+from gpuopt.atomic_write import write_atomic
 from gpuopt.errors import GpuoptError
-from gpuopt.gate.check import Gate, Thresholds, evaluate, exit_code
+from gpuopt.gate.check import Thresholds, evaluate, exit_code
+from gpuopt.gate.output import (
+    CheckResult,
+    github_annotations,
+    render_json,
+    render_junit,
+    render_markdown,
+    render_text,
+)
+from gpuopt.gate.runs import environment_notes, load_side, same_kind, timed_runs
 
-_MARK = {"pass": "ok", "fail": "FAIL", "inconclusive": "??", "not measured": "–"}
+FORMATS = ("text", "md", "json")
 
 
-def render_text(gates: list[Gate], code: int) -> str:
-    width = max(len(g.metric) for g in gates)
-    lines = []
-    for g in gates:
-        row = (
-            f"{_MARK.get(g.verdict, g.verdict):<4} {g.metric:<{width}}  "
-            f"{g.baseline:>9} → {g.candidate:<9} {g.change:>8}"
+@dataclass(frozen=True)
+class CheckOptions:
+    candidate: list[Path]
+    baseline: list[Path]
+    thresholds: Thresholds
+    strict: bool = False
+    fmt: str = "text"
+    junit: Path | None = None
+    config: str | None = None  # where the settings came from, for the report
+
+
+def _status_notes(paths: list[Path], statuses: list[str], side: str) -> list[str]:
+    return [
+        f"the {side} run {path} ended with status {status!r}: its steps so far are compared"
+        for path, status in zip(paths, statuses, strict=True)
+        if status != "ok"
+    ]
+
+
+def run_check(opts: CheckOptions) -> CheckResult:
+    """Load and gate; bad input raises GpuoptError (exit 2)."""
+    if opts.fmt not in FORMATS:
+        raise GpuoptError(f"gpuopt check prints {', '.join(FORMATS)}, not {opts.fmt!r}")
+    if opts.junit is not None and opts.junit.is_dir():
+        raise GpuoptError(f"{opts.junit}: is a directory; --junit takes a file, e.g. check.xml")
+    base, cand = load_side(opts.baseline), load_side(opts.candidate)
+    same_kind(base, cand)
+    timed = timed_runs(base, cand)
+    gates = evaluate(
+        [r.profile for r in base],
+        [r.profile for r in cand],
+        opts.thresholds,
+        timed=([r.profile for r in timed.baseline], [r.profile for r in timed.candidate]),
+        busy=timed.inconclusive,
+    )
+    notes = [
+        *timed.notes,
+        *environment_notes(base, cand),
+        *_status_notes([r.path for r in base], [r.profile.status for r in base], "baseline"),
+        *_status_notes([r.path for r in cand], [r.profile.status for r in cand], "candidate"),
+    ]
+    return CheckResult(
+        gates=gates,
+        exit_code=exit_code(gates, opts.strict),
+        baseline=[str(r.path) for r in base],
+        candidate=[str(r.path) for r in cand],
+        notes=notes,
+        config=opts.config,
+        strict=opts.strict,
+    )
+
+
+def _append(path: str, text: str) -> None:
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        print(
+            f"gpuopt: warning: GITHUB_STEP_SUMMARY {path}: {exc.strerror or exc}", file=sys.stderr
         )
-        if g.detail:
-            row += f"   {g.detail}"
-        if g.site:
-            row += f"   at {g.site}"
-        lines.append(row.rstrip())
-    failed = [g.metric for g in gates if g.verdict == "fail"]
-    unsure = [g.metric for g in gates if g.verdict == "inconclusive"]
-    if failed:
-        lines.append(f"REGRESSION: {', '.join(failed)}")
-    elif code:
-        lines.append(f"INCONCLUSIVE (--strict): {', '.join(unsure)}")
-    else:
-        lines.append("PASS" + (f" (inconclusive: {', '.join(unsure)})" if unsure else ""))
-    return "\n".join(lines) + "\n"
 
 
-def render_json(gates: list[Gate], code: int) -> str:
-    doc = {"schema": "gpuopt.check/1", "exit_code": code, "gates": [asdict(g) for g in gates]}
-    return json.dumps(doc, indent=2) + "\n"
-
-
-def check_command(
-    candidate: Path, baseline: Path, th: Thresholds, *, strict: bool, fmt: str
-) -> int:
+def check_command(opts: CheckOptions) -> int:
     """The exit code: 0 pass, 1 regression; bad input raises GpuoptError (exit 2)."""
-    from gpuopt.loading import load
+    result = run_check(opts)
+    render = {"text": render_text, "md": render_markdown, "json": render_json}[opts.fmt]
+    if opts.junit is not None:
+        try:
+            write_atomic(opts.junit, render_junit(result).encode("utf-8"))
+        except OSError as exc:
+            raise GpuoptError(f"{opts.junit}: cannot write: {exc.strerror or exc}") from None
+    sys.stdout.write(render(result))
+    sys.stdout.flush()
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        _append(summary, render_markdown(result))
+    if os.environ.get("GITHUB_ACTIONS") == "true":
+        for line in github_annotations(result, Path.cwd()):
+            print(line, file=sys.stderr)
+    return result.exit_code
 
-    if fmt not in ("text", "json"):
-        raise GpuoptError(f"gpuopt check prints text or json, not {fmt!r}")
-    base, cand = load(baseline), load(candidate)
-    if (base.source == "trace") != (cand.source == "trace"):
-        raise GpuoptError(
-            f"{candidate} and {baseline}: one is a trace and the other a profiled run; compare "
-            "like with like"
+
+@dataclass(frozen=True)
+class CheckArgs:
+    """``gpuopt check``'s command line as typed (typer's and gpuopt.entry's fast path build the
+    same): ``flags`` maps the settings keys (``max-step-time-regression``, ..., ``gates``) to the
+    text given, None where not given."""
+
+    candidate: list[str]
+    baseline: list[str]
+    flags: dict[str, str | None]
+    allow: list[str]
+    strict: bool | None = None
+    config: str | None = None
+    junit: str | None = None
+    fmt: str = "text"
+
+
+def check_main(args: CheckArgs) -> int:
+    """Settings (flags over the config file over the defaults), then the check; the exit code.
+    Bad input or a bad setting ends with a one-line reason and exit code 2."""
+    from gpuopt.errors import fail
+    from gpuopt.gate.config import load_settings, resolve
+
+    try:
+        settings = load_settings(Path(args.config) if args.config else None, Path.cwd())
+        th, strict = resolve(args.flags, list(args.allow), args.strict, settings)
+        opts = CheckOptions(
+            candidate=[Path(c) for c in args.candidate],
+            baseline=[Path(b) for b in args.baseline],
+            thresholds=th,
+            strict=strict,
+            fmt=args.fmt,
+            junit=Path(args.junit) if args.junit else None,
+            config=settings.source,
         )
-    gates = evaluate(base, cand, th)
-    code = exit_code(gates, strict)
-    sys.stdout.write(render_text(gates, code) if fmt == "text" else render_json(gates, code))
-    return code
+        return check_command(opts)
+    except GpuoptError as exc:
+        fail(str(exc))
+
+
+def compare_command(paths: list[Path], fmt: str | None, output: Path | None) -> None:
+    """``gpuopt compare A B [C ...]``: bad input raises GpuoptError (exit 2)."""
+    from gpuopt.gate.compare import compare
+    from gpuopt.gate.compare_render import FORMATS as COMPARE_FORMATS
+    from gpuopt.gate.compare_render import render
+    from gpuopt.report import format_for_path
+    from gpuopt.report.command import check_output
+
+    if len(paths) < 2:
+        raise GpuoptError("gpuopt compare needs two runs or more: gpuopt compare A B")
+    name = fmt or format_for_path(output) or "text"
+    if name not in COMPARE_FORMATS:
+        raise GpuoptError(f"gpuopt compare prints {', '.join(COMPARE_FORMATS)}, not {name!r}")
+    if output is not None:
+        for path in paths:
+            check_output(output, path)
+    runs = load_side(paths)
+    same_kind(runs[:1], runs[1:])
+    text = render(compare([str(r.path) for r in runs], [r.profile for r in runs]), name)
+    if output is None:
+        sys.stdout.write(text)
+        return
+    try:
+        write_atomic(output, text.encode("utf-8"))
+    except OSError as exc:
+        raise GpuoptError(f"{output}: cannot write: {exc.strerror or exc}") from None
+    print(f"wrote {output}", file=sys.stderr)

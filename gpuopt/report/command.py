@@ -164,6 +164,70 @@ def check_output(output: Path, path: Path) -> None:
         )
 
 
+def _rendered(path: Path, fmt: str, jobs: int | None) -> str:
+    """One input's report as text: a gpuopt optimize directory, or any profile or trace."""
+    from gpuopt.loading import load
+    from gpuopt.optimize.report import load_optimize, optimize_file, render
+
+    found = optimize_file(path)
+    if found is not None:
+        return render(load_optimize(found), fmt)
+    return get_renderer(fmt).render(load(path, jobs))
+
+
+def reports_command(
+    paths: list[Path],
+    fmt: str | None,
+    output: Path | None,
+    summary_only: bool = False,
+    jobs: int | None = None,
+) -> None:
+    """``gpuopt report A B ...``: one job's rank summaries or node directories merged into one
+    report (:func:`report_command`); other inputs rendered one after another. Text and Markdown
+    are the single reports joined by a rule; JSON is one array of the documents; HTML one
+    page."""
+    from gpuopt.loading import merged_as_one_job
+
+    if summary_only or len(paths) == 1 or merged_as_one_job(paths):
+        report_command(paths if len(paths) > 1 else paths[0], fmt, output, summary_only, jobs)
+        return
+    name = fmt or format_for_path(output) or "text"
+    get_renderer(name)  # an unknown format is refused before anything is read
+    if output is not None:
+        for path in paths:
+            check_output(output, path)
+    if name == "html":
+        text = _html_page(paths)
+    elif name == "json":
+        texts = [_rendered(path, name, jobs).rstrip() for path in paths]
+        text = "[\n" + ",\n".join(texts) + "\n]\n"
+    else:
+        rule = "\n---\n\n" if name == "md" else "\n" + "─" * 80 + "\n\n"
+        text = rule.join(_rendered(path, name, jobs) for path in paths)
+    if output is None:
+        sys.stdout.write(text)
+        return
+    try:
+        write_atomic(output, text.encode("utf-8"))
+    except OSError as exc:
+        raise GpuoptError(f"{output}: cannot write the report: {exc.strerror or exc}") from None
+    print(f"wrote {output}", file=sys.stderr)
+
+
+def _html_page(paths: list[Path]) -> str:
+    from gpuopt.loading import load
+    from gpuopt.optimize.report import optimize_file
+    from gpuopt.report.html import HtmlRenderer
+
+    for path in paths:
+        if optimize_file(path) is not None:
+            raise GpuoptError(
+                f"{path}: a gpuopt optimize directory renders alone in HTML; "
+                "give it to gpuopt report by itself"
+            )
+    return HtmlRenderer().render_many([load(path) for path in paths])
+
+
 def run_report(
     path: Path | list[Path],
     fmt: str | None,
@@ -174,6 +238,7 @@ def run_report(
     """The ``report`` command as both entry paths run it (typer's, and gpuopt.entry's fast one):
     bad input ends with a one-line reason and exit code 2."""
     try:
-        report_command(path, fmt, output, summary_only, jobs)
+        paths = path if isinstance(path, list) else [path]
+        reports_command(paths, fmt, output, summary_only, jobs)
     except GpuoptError as exc:
         fail(str(exc))

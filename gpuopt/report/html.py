@@ -236,7 +236,16 @@ class HtmlRenderer(Renderer):
 
     def render(self, profile: Profile) -> str:
         script = one_line(profile.script) or "profile"
-        body = "\n".join(
+        return self.page(f"gpuopt report: {script}", self.body(profile))
+
+    def render_many(self, profiles: Sequence[Profile]) -> str:
+        """Several documents on one page, one after another (``gpuopt report A B``)."""
+        bodies = [f'<article class="run">\n{self.body(p)}\n</article>' for p in profiles]
+        scripts = ", ".join(one_line(p.script) or "profile" for p in profiles)
+        return self.page(f"gpuopt report: {scripts}", "\n<hr>\n".join(bodies))
+
+    def body(self, profile: Profile) -> str:
+        return "\n".join(
             part
             for part in (
                 self.header(profile),
@@ -250,13 +259,16 @@ class HtmlRenderer(Renderer):
             )
             if part
         )
+
+    @staticmethod
+    def page(title: str, body: str) -> str:
         return (
             "<!DOCTYPE html>\n"
             '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
             f'<meta http-equiv="Content-Security-Policy" content="{esc(CSP)}">\n'
             '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
             '<meta name="referrer" content="no-referrer">\n'
-            f"<title>gpuopt report: {esc(script)}</title>\n"
+            f"<title>{esc(title)}</title>\n"
             f"<style>{_CSS}</style>\n</head>\n<body>\n<main>\n{body}\n</main>\n"
             f"<script>{_SORT_SCRIPT}</script>\n</body>\n</html>\n"
         )

@@ -1,0 +1,110 @@
+"""The two sides of a comparison: one or more runs each, loaded, of one kind, and which of them
+ran on a quiet enough machine for their timings to be compared.
+
+A run whose machine was busy with other work is *disturbed*: other processes kept at least
+:data:`BUSY_CORES` busy (the mean over the run's samples) and the machine was full (the run's own
+busy cores plus the others' within half a core of all cores). Its step times measure the
+neighbours as much as the code: on this project's 2-core machine a neighbour's test suite makes
+the same training step 1.4-3.4× slower. Disturbed runs are left out of the timed gates when each
+side keeps a quiet run; when a side has none, the timed gates are inconclusive (the exact
+counters still judge). Runs that did not record the machine's load (traces) are taken as quiet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuopt.errors import GpuoptError
+from gpuopt.gate.measures import Load, machine_load
+from gpuopt.model.profile import Profile
+
+BUSY_CORES = 0.5
+
+
+@dataclass(frozen=True)
+class Run:
+    path: Path
+    profile: Profile
+
+
+def _kind(p: Profile) -> str:
+    return "a trace" if p.source == "trace" else "a profiled run"
+
+
+def load_side(paths: list[Path]) -> list[Run]:
+    from gpuopt.loading import load
+
+    return [Run(path, load(path)) for path in paths]
+
+
+def same_kind(baseline: list[Run], candidate: list[Run]) -> None:
+    """Refuse a comparison of a trace with a profiled run (one line, exit 2)."""
+    runs = baseline + candidate
+    first = runs[0]
+    for r in runs[1:]:
+        if (r.profile.source == "trace") != (first.profile.source == "trace"):
+            raise GpuoptError(
+                f"{r.path} is {_kind(r.profile)} and {first.path} {_kind(first.profile)}: "
+                "compare like with like (traces with traces, runs with runs)"
+            )
+
+
+def disturbed(load: Load) -> bool:
+    if load.other is None or load.own is None or not load.cpu_count:
+        return False
+    full = load.own + load.other >= load.cpu_count - 0.5
+    return load.other >= BUSY_CORES and full
+
+
+def _busy(run: Run) -> str:
+    load = machine_load(run.profile)
+    return f"{run.path} (other processes kept {load.other:.2f} of {load.cpu_count} cores busy)"
+
+
+@dataclass(frozen=True)
+class Timed:
+    """The runs the timed gates compare, and what was left out or why nothing can be."""
+
+    baseline: list[Run]
+    candidate: list[Run]
+    notes: list[str]
+    inconclusive: str | None = None
+
+
+def timed_runs(baseline: list[Run], candidate: list[Run]) -> Timed:
+    busy_a = [r for r in baseline if disturbed(machine_load(r.profile))]
+    busy_b = [r for r in candidate if disturbed(machine_load(r.profile))]
+    quiet_a = [r for r in baseline if r not in busy_a]
+    quiet_b = [r for r in candidate if r not in busy_b]
+    left = busy_a + busy_b
+    if not left:
+        return Timed(baseline, candidate, [])
+    if quiet_a and quiet_b:
+        note = "left out of the timed gates, ran on a busy machine: " + "; ".join(map(_busy, left))
+        return Timed(quiet_a, quiet_b, [note])
+    sides = [s for s, quiet in (("baseline", quiet_a), ("candidate", quiet_b)) if not quiet]
+    who = " and the ".join(sides)
+    note = (
+        f"the {who} ran on a busy machine: "
+        + "; ".join(map(_busy, left))
+        + "; run both sides on a quiet machine, or several runs a side (a quiet one is enough)"
+    )
+    return Timed(baseline, candidate, [note], inconclusive=f"the {who} ran on a busy machine")
+
+
+def environment_notes(baseline: list[Run], candidate: list[Run]) -> list[str]:
+    """Differences between the machines the two sides ran on (timing gates compare them too)."""
+
+    def machine(p: Profile) -> tuple[object, ...]:
+        env = p.environment
+        return (env.device, tuple(g.name for g in env.gpus), env.cpu_count, env.torch)
+
+    a = {machine(r.profile) for r in baseline}
+    b = {machine(r.profile) for r in candidate}
+    if a == b:
+        return []
+    return [
+        "the two sides ran on different machines or software (device, GPUs, CPU cores, torch): "
+        "the timed gates compare those too"
+    ]

@@ -1,0 +1,109 @@
+"""The entry point's fast path for `gpuopt check`: every command line it accepts gives exactly the
+arguments typer gives; anything else goes to typer; it runs without importing typer."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+from gate_support import run, write
+from typer.testing import CliRunner
+
+import gpuopt.entry as entry
+import gpuopt.gate.command as command
+from gpuopt.cli import app
+
+ACCEPTED = [
+    ["check", "c", "--baseline", "b"],
+    ["check", "c1", "c2", "--baseline", "b1", "--baseline=b2", "--format", "json"],
+    ["check", "--baseline", "b", "c", "--strict", "--junit", "x.xml", "--config=p.toml"],
+    ["check", "c", "--baseline", "b", "--no-strict", "--allow", "a", "--allow", "b"],
+    ["check", "c", "--baseline", "b", "--max-step-time-regression", "10%", "--gates=counters"],
+    [
+        "check",
+        "c",
+        "--baseline",
+        "b",
+        "--max-data-wait-increase=2pt",
+        "--max-gpu-idle-increase",
+        "4pt",
+        "--min-gpu-util",
+        "60%",
+        "--step-time-noise",
+        "2%",
+        "--share-noise",
+        "1pt",
+        "--format=md",
+    ],
+]
+DECLINED = [
+    ["check"],
+    ["check", "c"],
+    ["check", "--baseline", "b"],
+    ["check", "c", "--baseline", "b", "--help"],
+    ["check", "c", "--baseline", "b", "--format", "html"],
+    ["check", "c", "--baseline", "b", "--format", "json", "--format", "md"],
+    ["check", "c", "--baseline", "b", "--junit"],
+    ["check", "c", "--baseline", "-b"],
+    ["check", "c", "--baseline", "b", "--bogus"],
+    ["check", "c", "--baseline", "b", "--"],
+    ["check", "c", "--baseline="],
+    ["check", "c", "--baseline", "b", "--strict", "--strict"],
+    ["check", "c", "--baseline", "b", "--gates", "a", "--gates", "b"],
+    ["report", "c"],
+]
+
+
+def typer_parse(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> command.CheckArgs:
+    seen: list[command.CheckArgs] = []
+
+    def capture(args: command.CheckArgs) -> int:
+        seen.append(args)
+        return 0
+
+    monkeypatch.setattr(command, "check_main", capture)
+    r = CliRunner().invoke(app, argv)
+    assert r.exit_code == 0, r.output
+    (args,) = seen
+    return args
+
+
+@pytest.mark.parametrize("argv", ACCEPTED, ids=" ".join)
+def test_accepted_command_lines_parse_as_typer_parses_them(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast = entry.parse_check(argv)
+    assert fast is not None
+    assert fast == typer_parse(argv, monkeypatch)
+
+
+@pytest.mark.parametrize("argv", DECLINED, ids=lambda a: " ".join(a))
+def test_anything_else_goes_to_typer(argv: list[str]) -> None:
+    assert entry.parse_check(argv) is None
+
+
+def test_fast_path_gates_without_typer(tmp_path: Path) -> None:
+    base = write(tmp_path / "base.json", run([0.1] * 12))
+    cand = write(tmp_path / "cand.json", run([0.1] * 12, syncs=2.0))
+    argv = ["gpuopt", "check", str(cand), "--baseline", str(base)]
+
+    def python(code: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
+        )
+
+    # as the console script runs it: the gate's exit code, the process ended by quick_exit
+    r = python(f"import sys\nimport gpuopt.entry as e\nsys.argv = {argv!r}\ne.main()\n")
+    assert r.returncode == 1, r.stderr
+    assert r.stdout.rstrip().endswith("REGRESSION: syncs per step")
+    # where quick_exit cannot end the process, the code is still the gate's; typer never loaded
+    r = python(
+        "import sys\nimport gpuopt.entry as e\ne.quick_exit = lambda code: None\n"
+        f"sys.argv = {argv!r}\n"
+        "try:\n    e.main()\nexcept SystemExit as exc:\n    print('exit', exc.code)\n"
+        "print('typer' in sys.modules)\n"
+    )
+    assert r.stdout.strip().splitlines()[-2:] == ["exit 1", "False"], r.stderr

@@ -1,0 +1,141 @@
+"""gpuopt compare (issue 16) and gpuopt report with several paths: side by side, changes with
+intervals, findings new / gone / changed / moved, per-rank rows, kernels of traces; HTML that
+escapes every string and loads nothing; bad input in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import DATA
+from gate_support import finding, noisy, run, write
+from typer.testing import CliRunner
+
+from gpuopt.cli import app
+from gpuopt.gate.compare import compare, finding_changes
+from gpuopt.gate.compare_render import render
+from gpuopt.loading import load
+
+runner = CliRunner()
+HOSTILE = DATA / "report" / "hostile.json"
+RANKS = DATA / "report" / "gpu_ranks.json"
+
+
+def test_findings_new_gone_changed_and_moved() -> None:
+    a, b = run([0.1] * 20), run([0.1] * 20)
+    a.findings = [
+        finding("dataloader-bound", est=1.5),
+        finding("pageable-h2d", site="t.py:5"),
+        finding("sync-in-step", site="t.py:10"),
+    ]
+    b.findings = [
+        finding("dataloader-bound", severity="medium", est=1.2),
+        finding("sync-in-step", site="t.py:12"),
+        finding("launch-bound", severity="low", site=None),
+    ]
+    got = {(c.status, c.id): c for c in finding_changes(a, b)}
+    assert set(got) == {
+        ("new", "launch-bound"),
+        ("gone", "pageable-h2d"),
+        ("changed", "dataloader-bound"),
+        ("moved", "sync-in-step"),
+    }
+    assert got[("changed", "dataloader-bound")].detail == (
+        "severity high → medium; estimate 1.50× → 1.20×"
+    )
+    assert got[("moved", "sync-in-step")].detail == "from t.py:10"
+
+
+def test_every_metric_with_its_change_and_interval() -> None:
+    a = run(noisy(0.100, seed=1), syncs=1.0)
+    b = run(noisy(0.120, seed=2), syncs=3.0)
+    c = compare(["a", "b"], [a, b])
+    rows = {r.metric: r for r in c.rows}
+    step = rows["step time (median)"]
+    assert step.changes[0].startswith("+") and step.intervals[0].startswith("90% interval +")
+    assert rows["syncs per step"].values == ["1", "3"] and rows["syncs per step"].changes == ["+2"]
+    text = render(c, "text")
+    assert "B vs A" in text and "Findings, B vs A\n  no change" in text
+
+
+def test_three_runs_compare_with_the_first() -> None:
+    runs = [run(noisy(0.1 * k, seed=k)) for k in (1, 2, 3)]
+    text = render(compare(["a", "b", "c"], runs), "md")
+    assert "| B vs A | C vs A |" in text and "### Findings, C vs A" in text
+
+
+def test_per_rank_rows_for_multi_rank_runs() -> None:
+    p = load(RANKS)
+    c = compare(["x", "y"], [p, p])
+    groups = {r.group for r in c.ranks}
+    assert groups == {"rank 0", "rank 1", "rank 2", "rank 3"}
+    assert any(r.metric == "GPU idle (share of time)" for r in c.ranks)
+
+
+def test_traces_show_the_kernels_that_changed(shared_traces: Path) -> None:
+    folder = shared_traces / "hta" / "trace_filter"
+    one = shared_traces / "hta" / "timeline_analysis" / "sampled_rank-0.json.gz"
+    c = compare(["a", "b"], [load(one), load(folder)])
+    assert [r for r in c.kernels if r.group == "kernel types"]
+    kernels = [r for r in c.kernels if r.group == "kernels"]
+    assert 0 < len(kernels) <= 10
+
+
+def test_html_escapes_every_string_and_loads_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "c.html"
+    r = runner.invoke(app, ["compare", str(HOSTILE), str(HOSTILE), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    page = out.read_text()
+    assert "<script" not in page and "<b>" not in page
+    assert "&lt;script&gt;" in page
+    assert (
+        "default-src &#x27;none&#x27;" in page and "http://" not in page and "https://" not in page
+    )
+
+
+def test_json_document(tmp_path: Path) -> None:
+    a = write(tmp_path / "a.json", run(noisy(0.1, seed=1)))
+    b = write(tmp_path / "b.json", run(noisy(0.1, seed=2)))
+    r = runner.invoke(app, ["compare", str(a), str(b), "--format", "json"])
+    doc = json.loads(r.stdout)
+    assert doc["schema"] == "gpuopt.compare/1" and [x["path"] for x in doc["runs"]] == [
+        str(a),
+        str(b),
+    ]
+    assert {"rows", "findings", "ranks", "kernels", "notes"} <= set(doc)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["ONE"], "needs two runs or more"),
+        (["ONE", "MISSING"], "no such file or directory"),
+        (["ONE", "CORRUPT"], "CORRUPT"),
+        (["ONE", "ONE", "-o", "ONE"], "is the input this report reads"),
+    ],
+)
+def test_bad_input_is_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    paths = {
+        "ONE": str(write(tmp_path / "a.json", run([0.1] * 10))),
+        "MISSING": str(tmp_path / "none"),
+        "CORRUPT": str(tmp_path / "profile.json"),
+    }
+    (tmp_path / "profile.json").write_text("{nope")
+    r = runner.invoke(app, ["compare", *(paths.get(a, a) for a in args)])
+    assert r.exit_code == 2 and message.replace("CORRUPT", paths["CORRUPT"]) in r.output
+    assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
+
+
+def test_report_renders_several_paths_one_after_another(tmp_path: Path) -> None:
+    a = write(tmp_path / "a.json", run([0.1] * 10))
+    r = runner.invoke(app, ["report", str(a), str(RANKS), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert [d["script"] for d in json.loads(r.stdout)] == ["train.py", load(RANKS).script]
+    r = runner.invoke(app, ["report", str(a), str(RANKS), "--format", "md"])
+    assert r.stdout.count("\n---\n") >= 1 and r.stdout.count("# gpuopt") >= 2
+    page = tmp_path / "two.html"
+    r = runner.invoke(app, ["report", str(a), str(RANKS), "-o", str(page)])
+    assert r.exit_code == 0 and page.read_text().count('<article class="run">') == 2
+    r = runner.invoke(app, ["report", str(a), str(tmp_path / "none")])
+    assert r.exit_code == 2 and "no such file or directory" in r.output
