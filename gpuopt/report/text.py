@@ -334,6 +334,7 @@ class TextRenderer(Renderer):
         widths = _column_widths(columns, rows, site_cols, self.width)
         if widths is not None:
             rows = _shortened_sites(rows, site_cols, widths)
+            rows = _clipped_text(rows, site_cols, widths)
         # even with headers and sites folded the columns may not fit: then one block per row
         # ("name: value" lines), so no number is ever cut
         table = _records(columns, rows) if widths is None else _grid(columns, rows, numeric, widths)
@@ -463,6 +464,24 @@ def _column_widths(
     ):
         return None  # a header word would break mid-word: a few blocks of lines read better
     return widths
+
+
+_FOLD_LINES = 4  # a folded text cell shows at most about this many lines in a terminal
+
+
+def _clipped_text(rows: list[list[str]], site_cols: set[int], widths: list[int]) -> list[list[str]]:
+    """Text cells that would fold over more than :data:`_FOLD_LINES` lines of their column
+    (a C++ kernel's full template signature runs to dozens) end in "…" there; the JSON, Markdown
+    and HTML reports keep them whole."""
+    out = []
+    for r in rows:
+        row = list(r)
+        for j, cell in enumerate(row):
+            room = widths[j] * _FOLD_LINES if j < len(widths) else 0
+            if j not in site_cols and room and len(cell) > room:
+                row[j] = cell[: room - 8].rstrip() + " …"
+        out.append(row)
+    return out
 
 
 def _site_least(sites: Iterable[str]) -> int:
