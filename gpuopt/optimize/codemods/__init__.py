@@ -56,6 +56,23 @@ def wrap(source: str, name: str = "<source>") -> MetadataWrapper:
     return MetadataWrapper(parse(source, name))
 
 
+def code(node: cst.CSTNode) -> str:
+    """The source text of ``node`` on its own (for messages and comparisons of values)."""
+    return cst.Module([]).code_for_node(node)
+
+
+def is_literal(node: cst.BaseExpression) -> bool:
+    """A value written out: a number (``-1`` and ``2.5`` too) or ``True``, ``False``, ``None``;
+    a codemod replaces it, never an expression that computes a value."""
+    if isinstance(node, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
+        return True
+    return isinstance(node, cst.UnaryOperation) and isinstance(
+        node.expression, (cst.Integer, cst.Float)
+    )
+
+
 def keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
     """``name=value`` as PEP 8 writes a keyword argument (no spaces around ``=``)."""
     tight = cst.SimpleWhitespace("")
@@ -89,6 +106,8 @@ __all__ = [
     "Rewrite",
     "Skipped",
     "append_arg",
+    "code",
+    "is_literal",
     "keyword",
     "on_lines",
     "parse",

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 import libcst as cst
 import libcst.matchers as m
 
+from gpuopt.optimize.codemods import code
+
 _MAIN_GUARD = m.If(
     test=m.Comparison(
         left=m.Name("__name__"), comparisons=[m.ComparisonTarget(comparator=m.SimpleString())]
@@ -42,7 +44,7 @@ def imported_names(module: cst.Module, source: str) -> set[str]:
             if (
                 isinstance(small, cst.ImportFrom)
                 and small.module is not None
-                and cst.Module([]).code_for_node(small.module) == source
+                and code(small.module) == source
                 and not isinstance(small.names, cst.ImportStar)
             ):
                 out |= {

@@ -29,13 +29,12 @@ from collections.abc import Collection, Mapping
 import libcst as cst
 import libcst.matchers as m
 
-from gpuopt.optimize.codemods import Skipped, wrap
+from gpuopt.optimize.codemods import Skipped, code, wrap
 from gpuopt.optimize.codemods.imports import add_from_import, imported_names
 from gpuopt.optimize.codemods.vectorize import LoopChange, LoopRewrite, loop_comments, relocate
 from gpuopt.optimize.codemods.vectorize.loop_facts import (
     ModuleFacts,
     Refusal,
-    code,
     root_names,
     uses,
 )

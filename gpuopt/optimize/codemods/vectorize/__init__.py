@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 import libcst.matchers as m
 
-from gpuopt.optimize.codemods import Rewrite, Skipped, wrap
+from gpuopt.optimize.codemods import Rewrite, Skipped, code, wrap
 from gpuopt.optimize.codemods.vectorize import (
     class_masks,
     reductions,
@@ -46,7 +46,6 @@ from gpuopt.optimize.codemods.vectorize.loop_facts import (
     LoopShape,
     ModuleFacts,
     Refusal,
-    code,
     describe_loop,
     root_names,
 )
