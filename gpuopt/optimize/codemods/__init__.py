@@ -93,6 +93,17 @@ def append_arg(args: list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
     return [*args[:-1], last, new.with_changes(comma=trailing)]
 
 
+def append_before_close(args: list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
+    """:func:`append_arg`, and what stood between the last argument and ``)`` (a line break
+    before the closing parenthesis) now follows ``new``."""
+    if not args:
+        return [new]
+    closing = args[-1].whitespace_after_arg
+    tight = args[-1].with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
+    out = append_arg([*args[:-1], tight], new)
+    return [*out[:-1], out[-1].with_changes(whitespace_after_arg=closing)]
+
+
 def on_lines(pos: CodeRange, lines: Collection[int]) -> bool:
     """Whether a node whose position is ``pos`` starts on one of ``lines``, or spans one
     (a statement continued over several lines is found by any of its lines)."""
@@ -106,6 +117,7 @@ __all__ = [
     "Rewrite",
     "Skipped",
     "append_arg",
+    "append_before_close",
     "code",
     "is_literal",
     "keyword",

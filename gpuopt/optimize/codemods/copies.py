@@ -31,7 +31,7 @@ from gpuopt.optimize.codemods import (
     PositionProvider,
     Rewrite,
     Skipped,
-    append_arg,
+    append_before_close,
     code,
     keyword,
     wrap,
@@ -183,7 +183,7 @@ class _Copies(cst.CSTTransformer):
         if at is None:
             self.notes.append(note)
             new = keyword("non_blocking", cst.Name("True"))
-            return call.with_changes(args=_append(list(call.args), new))
+            return call.with_changes(args=append_before_close(list(call.args), new))
         value = call.args[at].value
         if m.matches(value, _TRUE):
             return call
@@ -208,16 +208,6 @@ def _dtype_reason(call: cst.Call) -> str:
         f"`.to({inside})` converts the dtype and copies nothing between devices: "
         "non_blocking does not apply"
     )
-
-
-def _append(args: list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
-    """``, new`` after the last argument, the whitespace before ``)`` kept after ``new``."""
-    if not args:
-        return [new]
-    closing = args[-1].whitespace_after_arg
-    tight = args[-1].with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
-    out = append_arg([*args[:-1], tight], new)
-    return [*out[:-1], out[-1].with_changes(whitespace_after_arg=closing)]
 
 
 def rewrite_copies(source: str, lines: Collection[int], name: str = "<source>") -> Rewrite:

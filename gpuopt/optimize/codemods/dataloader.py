@@ -33,7 +33,7 @@ from gpuopt.optimize.codemods import (
     PositionProvider,
     Rewrite,
     Skipped,
-    append_arg,
+    append_before_close,
     code,
     is_literal,
     keyword,
@@ -246,19 +246,8 @@ def _set_one(
         return out
     line_break = _line_break(call, args)
     if line_break is None:
-        return _append_same_line(args, keyword(key, new))
+        return append_before_close(args, keyword(key, new))
     return _append_on_own_line(args, keyword(key, new), line_break)
-
-
-def _append_same_line(args: list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
-    """``, new`` after the last argument; what stood between it and ``)`` (a line break before
-    the closing parenthesis) now follows ``new``."""
-    if not args:
-        return [new]
-    closing = args[-1].whitespace_after_arg
-    tight = args[-1].with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
-    out = append_arg([*args[:-1], tight], new)
-    return [*out[:-1], out[-1].with_changes(whitespace_after_arg=closing)]
 
 
 def rewrite_dataloader(
