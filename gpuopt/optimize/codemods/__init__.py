@@ -73,6 +73,13 @@ def is_literal(node: cst.BaseExpression) -> bool:
     )
 
 
+def is_import(stmt: cst.BaseStatement) -> bool:
+    """A line of ``import ...`` or ``from ... import ...`` statements."""
+    return isinstance(stmt, cst.SimpleStatementLine) and any(
+        isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body
+    )
+
+
 def keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
     """``name=value`` as PEP 8 writes a keyword argument (no spaces around ``=``)."""
     tight = cst.SimpleWhitespace("")
@@ -119,6 +126,7 @@ __all__ = [
     "append_arg",
     "append_before_close",
     "code",
+    "is_import",
     "is_literal",
     "keyword",
     "on_lines",

@@ -28,7 +28,15 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import QualifiedNameProvider
 
-from gpuopt.optimize.codemods import PositionProvider, Rewrite, Skipped, code, is_literal, wrap
+from gpuopt.optimize.codemods import (
+    PositionProvider,
+    Rewrite,
+    Skipped,
+    code,
+    is_import,
+    is_literal,
+    wrap,
+)
 
 _MAIN_GUARD = m.If(
     test=m.Comparison(
@@ -99,12 +107,6 @@ def _binds_torch(stmt: cst.BaseStatement) -> bool:
     )
 
 
-def _is_import(stmt: cst.BaseStatement) -> bool:
-    return isinstance(stmt, cst.SimpleStatementLine) and any(
-        isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body
-    )
-
-
 def _is_docstring(stmt: cst.BaseStatement) -> bool:
     return m.matches(
         stmt,
@@ -118,7 +120,7 @@ def _insert_at(body: Sequence[cst.BaseStatement]) -> int:
     for i, stmt in enumerate(body):
         if m.matches(stmt, _MAIN_GUARD):
             break
-        if _is_import(stmt):
+        if is_import(stmt):
             at = i + 1
     return at
 
@@ -184,7 +186,7 @@ def _insert(module: cst.Module, missing: Mapping[str, bool], notes: list[str]) -
     added += [_statement(f"{flag} = {want}\n") for flag, want in missing.items()]
     before = module.with_changes(body=body[:at], footer=(), has_trailing_newline=True)
     first = (before.code.count("\n") if at else len(module.header)) + 1
-    where = "after the imports" if any(_is_import(s) for s in body[:at]) else "at the top"
+    where = "after the imports" if any(is_import(s) for s in body[:at]) else "at the top"
     for n, stmt in enumerate(added):
         notes.append(f"line {first + n}: {code(stmt).strip()} (added {where})")
     return module.with_changes(body=[*body[:at], *added, *body[at:]])
