@@ -197,7 +197,7 @@ def reports_command(
     from gpuopt.loading import merged_as_one_job
 
     if summary_only or len(paths) == 1 or merged_as_one_job(paths):
-        report_command(paths if len(paths) > 1 else paths[0], fmt, output, summary_only, jobs)
+        report_command(paths, fmt, output, summary_only, jobs)
         return
     name = _output_format(paths, fmt, output)
     if name == "html":
