@@ -26,7 +26,6 @@ from gpuopt.model.profile import Profile
 from gpuopt.model.records import given
 
 TRACE_SUFFIXES = (".json.gz", ".json")
-SUMMARY_SUFFIX = ".summary.json"
 Progress = Callable[[int, int], None]
 
 
@@ -47,6 +46,8 @@ def looks_like_profile(path: Path) -> bool:
 def is_summary(path: Path) -> bool:
     """A rank summary, or a folder holding rank summaries and no trace (decided from names and
     first bytes, never a full parse)? A folder with both is refused."""
+    from gpuopt.model.summary import SUMMARY_SUFFIX, looks_like_summary
+
     if path.is_dir():
         names = [p.name for p in path.iterdir() if p.is_file()]
         sums = sum(n.endswith(SUMMARY_SUFFIX) for n in names)
@@ -64,8 +65,6 @@ def is_summary(path: Path) -> bool:
         return True
     if path.name.endswith(".gz"):
         return False
-    from gpuopt.model.summary import looks_like_summary
-
     try:
         with path.open("rb") as fh:
             return looks_like_summary(fh.read(256))
@@ -102,6 +101,8 @@ def load_paths(
     ranks = job_ranks(paths) if len(odd) == len(paths) else None
     if ranks is not None:
         return _merge_job(paths, ranks)
+    from gpuopt.model.summary import SUMMARY_SUFFIX
+
     raise GpuoptError(
         f"{odd[0]}: several paths are merged only as rank summaries (*{SUMMARY_SUFFIX}: gpuopt "
         "report DIR --summary-only -o OUT) or as the run directories of one multi-rank job's "
