@@ -17,16 +17,18 @@ unpickled.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuopt.errors import GpuoptError
 from gpuopt.model.document import load_profile
 from gpuopt.model.profile import Profile
 from gpuopt.model.records import given
 
+if TYPE_CHECKING:
+    from gpuopt.assemble.trace_job import Progress
+
 TRACE_SUFFIXES = (".json.gz", ".json")
-Progress = Callable[[int, int], None]
 
 
 def looks_like_profile(path: Path) -> bool:

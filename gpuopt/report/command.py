@@ -5,16 +5,17 @@ summaries into a typed Profile (:func:`gpuopt.loading.load_paths`), then render 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuopt.atomic_write import write_atomic
 from gpuopt.errors import GpuoptError, fail
 from gpuopt.report import format_for_path, get_renderer, print_report
 
-Progress = Callable[[int, int], None]  # (ranks done, ranks in all)
+if TYPE_CHECKING:
+    from gpuopt.assemble.trace_job import Progress
 
 
 def report_command(
