@@ -111,6 +111,16 @@ def _runs(profiles: Sequence[Profile] | Profile) -> list[Profile]:
     return [profiles] if isinstance(profiles, Profile) else list(profiles)
 
 
+def _not_judged(
+    a: list[tuple[float, ...]], b: list[tuple[float, ...]], busy: str | None
+) -> str | None:
+    """Why a per-step gate cannot judge: too few measured steps on a side, else ``busy``."""
+    na, nb = sum(map(len, a)), sum(map(len, b))
+    if na < MIN_STEPS or nb < MIN_STEPS:
+        return f"{na} and {nb} measured steps: at least {MIN_STEPS} on each side are needed"
+    return busy
+
+
 def step_time_gate(
     base: Sequence[Profile], cand: Sequence[Profile], th: Thresholds, busy: str | None = None
 ) -> Gate:
@@ -123,10 +133,7 @@ def step_time_gate(
     ma = statistics.fmean(statistics.median(t) for t in a)
     mb = statistics.fmean(statistics.median(t) for t in b)
     shown = (fmt_duration(ma), fmt_duration(mb), _pct(mb / ma - 1))
-    na, nb = sum(map(len, a)), sum(map(len, b))
-    why = busy
-    if na < MIN_STEPS or nb < MIN_STEPS:
-        why = f"{na} and {nb} measured steps: at least {MIN_STEPS} on each side are needed"
+    why = _not_judged(a, b, busy)
     if why:
         return Gate(name, "inconclusive", *shown, why, id=gid, threshold=threshold)
     iv = compare_runs(
@@ -164,10 +171,7 @@ def data_wait_gate(
     ma = statistics.fmean(statistics.fmean(s) for s in a)
     mb = statistics.fmean(statistics.fmean(s) for s in b)
     shown = (f"{ma:.1%}", f"{mb:.1%}", _pt(mb - ma))
-    na, nb = sum(map(len, a)), sum(map(len, b))
-    why = busy
-    if na < MIN_STEPS or nb < MIN_STEPS:
-        why = f"{na} and {nb} measured steps: at least {MIN_STEPS} on each side are needed"
+    why = _not_judged(a, b, busy)
     if why:
         return Gate(name, "inconclusive", *shown, why, id=gid, threshold=threshold)
     iv = compare_runs(
