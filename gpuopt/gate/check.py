@@ -144,9 +144,7 @@ def step_time_gate(
         floor=th.step_time_noise,
     )
     verdict = "fail" if iv.low > 1 + th.max_step_time_regression else "pass"
-    detail = (
-        f"{iv.level:.0%} interval {_pct(iv.low - 1)} … {_pct(iv.high - 1)}; threshold {threshold}"
-    )
+    detail = f"{iv.text()}; threshold {threshold}"
     return Gate(
         name,
         verdict,
@@ -182,10 +180,7 @@ def data_wait_gate(
         floor=th.share_noise,
     )
     verdict = "fail" if iv.low > th.max_data_wait_increase else "pass"
-    detail = (
-        f"{iv.level:.0%} interval {iv.low * 100:+.1f} … {iv.high * 100:+.1f}pt; "
-        f"threshold {threshold}"
-    )
+    detail = f"{iv.text()}; threshold {threshold}"
     return Gate(
         name,
         verdict,
@@ -263,10 +258,7 @@ def gpu_idle_gates(
             floor=th.share_noise,
         )
         verdict = "fail" if iv.low > th.max_gpu_idle_increase else "pass"
-        detail = (
-            f"{iv.level:.0%} interval {iv.low * 100:+.1f} … {iv.high * 100:+.1f}pt; "
-            f"threshold {threshold}; from {a[label][0].source}"
-        )
+        detail = f"{iv.text()}; threshold {threshold}; from {a[label][0].source}"
         out.append(
             Gate(
                 name,
