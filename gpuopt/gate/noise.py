@@ -70,15 +70,13 @@ class Interval:
             else "no within-run variation (one value per run)"
         )
         size = f"{self.drift:.1%}" if self.ratio else f"{self.drift * 100:.1f}pt"
+        runs = f"{a} + {b} runs" if a else f"{b} runs"
         if self.drift_source == "runs":
-            runs = f"{a} + {b} runs" if a else f"{b} runs"
             drift = f"run-to-run drift {size}, estimated from the spread of {runs}"
+        elif a + b < 3:
+            drift = f"run-to-run drift {size} (the floor; {runs}: too few to estimate it)"
         else:
-            runs = f"{a} + {b} runs" if a else f"{b} runs"
-            if a + b < 3:
-                drift = f"run-to-run drift {size} (the floor; {runs}: too few to estimate it)"
-            else:
-                drift = f"run-to-run drift {size} (the floor: the {runs}' own spread is smaller)"
+            drift = f"run-to-run drift {size} (the floor: the {runs}' own spread is smaller)"
         return f"{within} and {drift}"
 
 
