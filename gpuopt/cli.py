@@ -72,6 +72,24 @@ def _root(
 _TR = "torchrun (multi-process and multi-node runs)"
 
 
+def _script_args(
+    script_and_args: list[str] | None, module: str | None, missing: str, unknown: str = ""
+) -> tuple[str | None, list[str]]:
+    """``(SCRIPT, its arguments)``, or ``(None, the module's arguments)`` with ``-m MODULE``; a
+    leading ``--`` is dropped. No SCRIPT: fail with ``missing``; an option where SCRIPT should
+    be: fail with ``unknown`` (``{}``: the option), or ``missing`` when there is none."""
+    args = list(script_and_args or [])
+    if args and args[0] == "--":
+        args = args[1:]
+    if module is not None:
+        return None, args
+    if not args:
+        fail(missing)
+    if args[0].startswith("-"):
+        fail(unknown.format(repr(args[0])) if unknown else missing)
+    return args[0], args[1:]
+
+
 @app.command(
     context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
     help=(
@@ -165,24 +183,20 @@ def profile(
         rich_help_panel=_TR,
     ),
 ) -> None:
-    args = list(script_and_args or [])
-    if args and args[0] == "--":
-        args = args[1:]
-    if module is None:
-        if not args:
-            fail("profile needs a SCRIPT (or -m MODULE); try: gpuopt profile train.py")
-        if args[0].startswith("-"):
-            fail(
-                f"unknown option {args[0]!r} for gpuopt profile; options of gpuopt go before "
-                "SCRIPT, see gpuopt profile --help"
-            )
+    script, args = _script_args(
+        script_and_args,
+        module,
+        "profile needs a SCRIPT (or -m MODULE); try: gpuopt profile train.py",
+        "unknown option {} for gpuopt profile; options of gpuopt go before SCRIPT, see gpuopt "
+        "profile --help",
+    )
     from gpuopt.runner.options import ProfileOptions, TorchrunOptions
     from gpuopt.runner.profile_command import run_profile
 
     opts = ProfileOptions(
-        script=None if module is not None else args[0],
+        script=script,
         module=module,
-        args=args if module is not None else args[1:],
+        args=args,
         out=out,
         steps=steps,
         warmup=warmup,
@@ -230,15 +244,15 @@ def run_command(
         metavar="DIR",
     ),
 ) -> None:
-    args = list(script_and_args or [])
-    if args and args[0] == "--":
-        args = args[1:]
-    if module is None and (not args or args[0].startswith("-")):
-        fail("run needs a SCRIPT (or -m MODULE); try: gpuopt run --fixes DIR train.py")
+    script, args = _script_args(
+        script_and_args,
+        module,
+        "run needs a SCRIPT (or -m MODULE); try: gpuopt run --fixes DIR train.py",
+    )
     from gpuopt.runner.fixed_run import run_with_fixes
     from gpuopt.runner.target import Target
 
-    target = Target(None if module is not None else args[0], module, args if module else args[1:])
+    target = Target(script, module, args)
     try:
         code = run_with_fixes(target, fixes)
     except GpuoptError as exc:
@@ -532,21 +546,21 @@ def optimize(
         None, "--nproc-per-node", min=1, help="Not yet: optimize runs one process."
     ),
 ) -> None:
-    args = list(script_and_args or [])
-    if args and args[0] == "--":
-        args = args[1:]
     if nproc_per_node is not None and nproc_per_node > 1:
         fail("optimize runs one process so far; profile multi-rank runs with gpuopt profile")
-    if module is None and (not args or args[0].startswith("-")):
-        fail("optimize needs a SCRIPT (or -m MODULE); try: gpuopt optimize train.py")
+    script, args = _script_args(
+        script_and_args,
+        module,
+        "optimize needs a SCRIPT (or -m MODULE); try: gpuopt optimize train.py",
+    )
     if amp_dtype not in ("auto", "bf16", "fp16"):
         fail(f"--amp-dtype {amp_dtype!r}: use auto, bf16 or fp16")
     from gpuopt.optimize.command import OptimizeOptions, optimize_command
 
     opts = OptimizeOptions(
-        script=None if module is not None else args[0],
+        script=script,
         module=module,
-        args=args if module is not None else args[1:],
+        args=args,
         out=out,
         steps=steps,
         warmup=warmup,

@@ -8,7 +8,7 @@
 * rank summaries (``gpuopt.summary/1``, ``gpuopt report --summary-only``): files, folders of
   them, several at once: merged into the job's profile (:func:`load_paths`);
 * several run directories of one multi-rank job (one per node, each with its ``rank-N``
-  directories): its ranks merged into one profile (:func:`load_job`).
+  directories): its ranks merged into one profile (:func:`load_paths`).
 
 Bad input of any kind is a one-line :class:`~gpuopt.errors.GpuoptError`; nothing is executed or
 unpickled.
@@ -17,17 +17,18 @@ unpickled.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuopt.errors import GpuoptError
 from gpuopt.model.document import load_profile
 from gpuopt.model.profile import Profile
 from gpuopt.model.records import given
 
+if TYPE_CHECKING:
+    from gpuopt.assemble.trace_job import Progress
+
 TRACE_SUFFIXES = (".json.gz", ".json")
-SUMMARY_SUFFIX = ".summary.json"
-Progress = Callable[[int, int], None]
 
 
 def looks_like_profile(path: Path) -> bool:
@@ -47,6 +48,8 @@ def looks_like_profile(path: Path) -> bool:
 def is_summary(path: Path) -> bool:
     """A rank summary, or a folder holding rank summaries and no trace (decided from names and
     first bytes, never a full parse)? A folder with both is refused."""
+    from gpuopt.model.summary import SUMMARY_SUFFIX, looks_like_summary
+
     if path.is_dir():
         names = [p.name for p in path.iterdir() if p.is_file()]
         sums = sum(n.endswith(SUMMARY_SUFFIX) for n in names)
@@ -64,8 +67,6 @@ def is_summary(path: Path) -> bool:
         return True
     if path.name.endswith(".gz"):
         return False
-    from gpuopt.model.summary import looks_like_summary
-
     try:
         with path.open("rb") as fh:
             return looks_like_summary(fh.read(256))
@@ -99,8 +100,11 @@ def load_paths(
     odd = [p for p in paths if not is_summary(p)]
     if not odd:
         return _from_summaries(paths)
-    if len(odd) == len(paths) and job_ranks(paths) is not None:
-        return load_job(paths)
+    ranks = job_ranks(paths) if len(odd) == len(paths) else None
+    if ranks is not None:
+        return _merge_job(paths, ranks)
+    from gpuopt.model.summary import SUMMARY_SUFFIX
+
     raise GpuoptError(
         f"{odd[0]}: several paths are merged only as rank summaries (*{SUMMARY_SUFFIX}: gpuopt "
         "report DIR --summary-only -o OUT) or as the run directories of one multi-rank job's "
@@ -202,19 +206,11 @@ def job_ranks(paths: list[Path]) -> list[tuple[str, Profile]] | None:
     return sorted(found, key=lambda rp: rp[1].rank if isinstance(rp[1].rank, int) else -1)
 
 
-def load_job(paths: list[Path]) -> Profile:
+def _merge_job(paths: list[Path], ranks: list[tuple[str, Profile]]) -> Profile:
     """One profile of a multi-rank job from the run directories of its nodes (each node's
-    ``gpuopt profile -o DIR``): every rank merged as if they had shared one directory, findings
-    evaluated. The job's exit code is the first non-zero one its nodes' launchers recorded."""
-    for path in paths:
-        if not path.exists():
-            raise GpuoptError(f"{path}: no such file or directory")
-    ranks = job_ranks(paths)
-    if ranks is None:
-        raise GpuoptError(
-            "several paths are merged only when they are the run directories of one multi-rank "
-            "job (each with rank-N directories, one job id); render the others one at a time"
-        )
+    ``gpuopt profile -o DIR``) and their ranks (:func:`job_ranks`): every rank merged as if they
+    had shared one directory, findings evaluated. The job's exit code is the first non-zero one
+    its nodes' launchers recorded."""
     from gpuopt.assemble.rank_merge import merge_ranks
     from gpuopt.findings.engine import add_findings
 

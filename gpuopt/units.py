@@ -1,4 +1,5 @@
-"""Numbers as people read them: durations, bytes, shares, counts, estimated speedups.
+"""Numbers as people read them: durations, bytes, shares, counts, estimated speedups (and a
+site's ``path:line`` read back).
 
 The one formatter of gpuopt: every report format and every finding's title and summary format
 their numbers here, so a p90 of "41.2 ms" in the terminal is "41.2 ms" in the HTML page and a copy
@@ -170,6 +171,13 @@ def text(value: Any) -> str:
 def one_line(value: Any) -> str:
     """Collapse newlines and runs of spaces (for table cells and list items)."""
     return " ".join(text(value).split())
+
+
+def site_line(site: str) -> tuple[str, int] | None:
+    """A site's file and line: ``"src/train.py:42"`` → ``("src/train.py", 42)``; None for a
+    site that names no line."""
+    path, _, line = site.rpartition(":")
+    return (path, int(line)) if path and line.isdigit() else None
 
 
 def plural(n: float, one: str, many: str) -> str:

@@ -151,3 +151,20 @@ def test_report_output_that_cannot_be_written_is_one_line(tmp_path: Path) -> Non
         r = runner.invoke(app, ["report", str(tmp_path), "-o", str(out)])
         assert r.exit_code == 2 and needle in r.output, r.output
         assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["profile"], "profile needs a SCRIPT (or -m MODULE); try: gpuopt profile train.py"),
+        (["profile", "--"], "profile needs a SCRIPT"),
+        (["profile", "-x", "t.py"], "unknown option '-x' for gpuopt profile; options of gpuopt"),
+        (["run", "--fixes", "d"], "run needs a SCRIPT (or -m MODULE); try: gpuopt run --fixes"),
+        (["run", "--fixes", "d", "--", "-y"], "run needs a SCRIPT"),
+        (["optimize", "-y"], "optimize needs a SCRIPT (or -m MODULE); try: gpuopt optimize"),
+        (["optimize", "--nproc-per-node", "2"], "optimize runs one process so far"),
+    ],
+)
+def test_a_command_without_its_script_is_one_line(argv: list[str], message: str) -> None:
+    r = runner.invoke(app, argv)
+    assert r.exit_code == 2 and message in r.output and len(r.output.strip().splitlines()) == 1

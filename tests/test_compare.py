@@ -113,6 +113,7 @@ def test_json_document(tmp_path: Path) -> None:
         (["ONE", "MISSING"], "no such file or directory"),
         (["ONE", "CORRUPT"], "CORRUPT"),
         (["ONE", "ONE", "-o", "ONE"], "is the input this report reads"),
+        (["ONE", "ONE", "-o", "NOWHERE"], "NOWHERE: cannot write: "),
     ],
 )
 def test_bad_input_is_one_line(tmp_path: Path, args: list[str], message: str) -> None:
@@ -120,10 +121,12 @@ def test_bad_input_is_one_line(tmp_path: Path, args: list[str], message: str) ->
         "ONE": str(write(tmp_path / "a.json", run([0.1] * 10))),
         "MISSING": str(tmp_path / "none"),
         "CORRUPT": str(tmp_path / "profile.json"),
+        "NOWHERE": str(tmp_path / "a.json" / "c.md"),  # under a file: cannot be written
     }
     (tmp_path / "profile.json").write_text("{nope")
     r = runner.invoke(app, ["compare", *(paths.get(a, a) for a in args)])
-    assert r.exit_code == 2 and message.replace("CORRUPT", paths["CORRUPT"]) in r.output
+    message = message.replace("CORRUPT", paths["CORRUPT"]).replace("NOWHERE", paths["NOWHERE"])
+    assert r.exit_code == 2 and message in r.output
     assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
 
 

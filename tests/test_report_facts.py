@@ -120,6 +120,18 @@ def test_site_links_are_absolute_and_percent_encoded() -> None:
     assert site_links("x.py:3", "relative/dir") is None
 
 
+def test_a_sites_file_and_line() -> None:
+    from gpuopt.report.sites import split_site
+    from gpuopt.units import site_line
+
+    assert site_line("src/train.py:42") == ("src/train.py", 42)
+    assert site_line("C:\\w\\x.py:9") == ("C:\\w\\x.py", 9)  # the last colon splits
+    for lineless in ("train.py", ":3", "train.py:", "train.py:x", "<stdin>"):
+        assert site_line(lineless) is None
+        assert split_site(lineless) == (lineless, None)
+    assert split_site("a/b.py:7") == ("a/b.py", 7) and split_site(None) == ("", None)
+
+
 def _finding(fid: str, severity: str, est: float | None) -> Finding:
     return Finding(id=fid, severity=severity, title=fid, evidence={}, fix="", est_speedup=est)  # type: ignore[arg-type]
 

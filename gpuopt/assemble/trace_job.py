@@ -23,7 +23,7 @@ import numpy as np
 
 from gpuopt.assemble.rank_summary import summarise_file
 from gpuopt.errors import GpuoptError
-from gpuopt.model.summary import RankSummary, decode_summary
+from gpuopt.model.summary import SUMMARY_SUFFIX, RankSummary, decode_summary
 from gpuopt.model.trace import Straggler
 from gpuopt.trace.analysis import skew_warning
 from gpuopt.trace.anomalies import clock_skew
@@ -232,9 +232,9 @@ def load_summaries(paths: list[Path]) -> list[RankSummary]:
     files: list[Path] = []
     for p in paths:
         if p.is_dir():
-            found = sorted(q for q in p.iterdir() if q.name.endswith(".summary.json"))
+            found = sorted(q for q in p.iterdir() if q.name.endswith(SUMMARY_SUFFIX))
             if not found:
-                raise GpuoptError(f"{p}: no rank summaries (*.summary.json) in this folder")
+                raise GpuoptError(f"{p}: no rank summaries (*{SUMMARY_SUFFIX}) in this folder")
             files += found
         else:
             files.append(p)

@@ -111,6 +111,16 @@ def _runs(profiles: Sequence[Profile] | Profile) -> list[Profile]:
     return [profiles] if isinstance(profiles, Profile) else list(profiles)
 
 
+def _not_judged(
+    a: list[tuple[float, ...]], b: list[tuple[float, ...]], busy: str | None
+) -> str | None:
+    """Why a per-step gate cannot judge: too few measured steps on a side, else ``busy``."""
+    na, nb = sum(map(len, a)), sum(map(len, b))
+    if na < MIN_STEPS or nb < MIN_STEPS:
+        return f"{na} and {nb} measured steps: at least {MIN_STEPS} on each side are needed"
+    return busy
+
+
 def step_time_gate(
     base: Sequence[Profile], cand: Sequence[Profile], th: Thresholds, busy: str | None = None
 ) -> Gate:
@@ -123,10 +133,7 @@ def step_time_gate(
     ma = statistics.fmean(statistics.median(t) for t in a)
     mb = statistics.fmean(statistics.median(t) for t in b)
     shown = (fmt_duration(ma), fmt_duration(mb), _pct(mb / ma - 1))
-    na, nb = sum(map(len, a)), sum(map(len, b))
-    why = busy
-    if na < MIN_STEPS or nb < MIN_STEPS:
-        why = f"{na} and {nb} measured steps: at least {MIN_STEPS} on each side are needed"
+    why = _not_judged(a, b, busy)
     if why:
         return Gate(name, "inconclusive", *shown, why, id=gid, threshold=threshold)
     iv = compare_runs(
@@ -137,9 +144,7 @@ def step_time_gate(
         floor=th.step_time_noise,
     )
     verdict = "fail" if iv.low > 1 + th.max_step_time_regression else "pass"
-    detail = (
-        f"{iv.level:.0%} interval {_pct(iv.low - 1)} … {_pct(iv.high - 1)}; threshold {threshold}"
-    )
+    detail = f"{iv.text()}; threshold {threshold}"
     return Gate(
         name,
         verdict,
@@ -164,10 +169,7 @@ def data_wait_gate(
     ma = statistics.fmean(statistics.fmean(s) for s in a)
     mb = statistics.fmean(statistics.fmean(s) for s in b)
     shown = (f"{ma:.1%}", f"{mb:.1%}", _pt(mb - ma))
-    na, nb = sum(map(len, a)), sum(map(len, b))
-    why = busy
-    if na < MIN_STEPS or nb < MIN_STEPS:
-        why = f"{na} and {nb} measured steps: at least {MIN_STEPS} on each side are needed"
+    why = _not_judged(a, b, busy)
     if why:
         return Gate(name, "inconclusive", *shown, why, id=gid, threshold=threshold)
     iv = compare_runs(
@@ -178,10 +180,7 @@ def data_wait_gate(
         floor=th.share_noise,
     )
     verdict = "fail" if iv.low > th.max_data_wait_increase else "pass"
-    detail = (
-        f"{iv.level:.0%} interval {iv.low * 100:+.1f} … {iv.high * 100:+.1f}pt; "
-        f"threshold {threshold}"
-    )
+    detail = f"{iv.text()}; threshold {threshold}"
     return Gate(
         name,
         verdict,
@@ -259,10 +258,7 @@ def gpu_idle_gates(
             floor=th.share_noise,
         )
         verdict = "fail" if iv.low > th.max_gpu_idle_increase else "pass"
-        detail = (
-            f"{iv.level:.0%} interval {iv.low * 100:+.1f} … {iv.high * 100:+.1f}pt; "
-            f"threshold {threshold}; from {a[label][0].source}"
-        )
+        detail = f"{iv.text()}; threshold {threshold}; from {a[label][0].source}"
         out.append(
             Gate(
                 name,

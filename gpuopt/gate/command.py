@@ -157,7 +157,7 @@ def compare_command(paths: list[Path], fmt: str | None, output: Path | None) -> 
     from gpuopt.gate.compare_render import FORMATS as COMPARE_FORMATS
     from gpuopt.gate.compare_render import render
     from gpuopt.report import format_for_path
-    from gpuopt.report.command import check_output
+    from gpuopt.report.command import check_output, write_output
 
     if len(paths) < 2:
         raise GpuoptError("gpuopt compare needs two runs or more: gpuopt compare A B")
@@ -170,11 +170,4 @@ def compare_command(paths: list[Path], fmt: str | None, output: Path | None) -> 
     runs = load_side(paths)
     same_kind(runs[:1], runs[1:])
     text = render(compare([str(r.path) for r in runs], [r.profile for r in runs]), name)
-    if output is None:
-        sys.stdout.write(text)
-        return
-    try:
-        write_atomic(output, text.encode("utf-8"))
-    except OSError as exc:
-        raise GpuoptError(f"{output}: cannot write: {exc.strerror or exc}") from None
-    print(f"wrote {output}", file=sys.stderr)
+    write_output(text, output, failure="cannot write")

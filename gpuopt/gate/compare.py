@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from gpuopt.gate import measures as m
 from gpuopt.gate.check import MIN_STEPS, Thresholds
-from gpuopt.gate.noise import Interval, RunValues, compare_runs
+from gpuopt.gate.noise import RunValues, compare_runs
 from gpuopt.model.profile import Finding, Profile
 from gpuopt.model.records import given
 from gpuopt.units import MISSING, fmt_bytes, fmt_duration, fmt_us, num
@@ -111,12 +111,6 @@ def _row(
     )
 
 
-def _interval_text(iv: Interval) -> str:
-    if iv.ratio:
-        return f"{iv.level:.0%} interval {iv.low - 1:+.1%} … {iv.high - 1:+.1%}"
-    return f"{iv.level:.0%} interval {iv.low * 100:+.1f} … {iv.high * 100:+.1f}pt"
-
-
 def _with_intervals(
     row: Row, series: list[tuple[float, ...]], median: bool, log: bool, floor: float
 ) -> Row:
@@ -128,7 +122,7 @@ def _with_intervals(
         iv = compare_runs(
             [RunValues(series[0])], [RunValues(s)], median=median, log=log, floor=floor
         )
-        texts.append(_interval_text(iv))
+        texts.append(iv.text())
     return Row(row.group, row.metric, row.values, row.numbers, row.changes, texts)
 
 

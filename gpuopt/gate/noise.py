@@ -54,6 +54,13 @@ class Interval:
     drift: float  # the run-to-run standard deviation used (log units, or points as a fraction)
     drift_source: str  # "floor" or "runs"
 
+    def text(self) -> str:
+        """A comparison's interval (:func:`compare_runs`) as the reports write it: ``90% interval
+        +1.2% … +4.0%`` (a ratio) or ``90% interval -0.4 … +2.1pt`` (a difference of shares)."""
+        if self.ratio:
+            return f"{self.level:.0%} interval {self.low - 1:+.1%} … {self.high - 1:+.1%}"
+        return f"{self.level:.0%} interval {self.low * 100:+.1f} … {self.high * 100:+.1f}pt"
+
     def covers(self) -> str:
         """What variation the interval includes, in words."""
         a, b = self.runs
@@ -63,15 +70,13 @@ class Interval:
             else "no within-run variation (one value per run)"
         )
         size = f"{self.drift:.1%}" if self.ratio else f"{self.drift * 100:.1f}pt"
+        runs = f"{a} + {b} runs" if a else f"{b} runs"
         if self.drift_source == "runs":
-            runs = f"{a} + {b} runs" if a else f"{b} runs"
             drift = f"run-to-run drift {size}, estimated from the spread of {runs}"
+        elif a + b < 3:
+            drift = f"run-to-run drift {size} (the floor; {runs}: too few to estimate it)"
         else:
-            runs = f"{a} + {b} runs" if a else f"{b} runs"
-            if a + b < 3:
-                drift = f"run-to-run drift {size} (the floor; {runs}: too few to estimate it)"
-            else:
-                drift = f"run-to-run drift {size} (the floor: the {runs}' own spread is smaller)"
+            drift = f"run-to-run drift {size} (the floor: the {runs}' own spread is smaller)"
         return f"{within} and {drift}"
 
 

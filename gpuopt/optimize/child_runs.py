@@ -14,7 +14,7 @@ from gpuopt.model.profile import Profile
 
 if TYPE_CHECKING:
     from gpuopt.optimize.aot_check import AotSummary
-    from gpuopt.optimize.command import OptimizeOptions
+    from gpuopt.optimize.options import OptimizeOptions
     from gpuopt.optimize.progress import Phases
     from gpuopt.optimize.sweep import SweepResult
 

@@ -24,6 +24,7 @@ from gpuopt.model.optimize import OptimizeDocument, RunResult, RuntimeFixes
 from gpuopt.model.profile import Profile
 from gpuopt.model.records import TrainingRecord, given
 from gpuopt.optimize.catalogue import BY_NAME
+from gpuopt.optimize.options import OptimizeOptions
 from gpuopt.optimize.plan import PlanInput, PlannedFix, plan_fixes
 from gpuopt.optimize.progress import Phases
 from gpuopt.optimize.runs import Done, Launch, RunSpec, run_once
@@ -37,30 +38,6 @@ from gpuopt.optimize.source_files import (
 from gpuopt.optimize.verify import with_transform_check
 
 OPTIMIZE_FILE = "optimize.json"
-DEFAULT_STEPS = 30
-DEFAULT_SEED = 0
-
-
-@dataclass
-class OptimizeOptions:
-    script: str | None
-    module: str | None
-    args: list[str]
-    out: Path | None = None
-    steps: int = DEFAULT_STEPS
-    warmup: int = 2
-    seed: int = DEFAULT_SEED
-    fixes: list[str] = field(default_factory=list)
-    amp_dtype: str = "auto"  # --fix amp: bf16, fp16 (loss-scaled), auto (bf16 where supported)
-    apply: bool = False
-    write: bool = False
-    diff: bool = True  # --no-diff: nothing on stdout
-    baseline: Path | None = None
-    measure: bool = True
-    quick: bool = False
-    quiet: bool = False
-    force: bool = False
-    timeout_s: float | None = None
 
 
 @dataclass

@@ -21,13 +21,9 @@ from gpuopt.model.records import given
 from gpuopt.optimize.codemods import CodemodError, Rewrite
 from gpuopt.optimize.codemods.vectorize import LoopRewrite
 from gpuopt.optimize.loop_check import CheckResult, CheckSpec, run_loop_checks
+from gpuopt.units import site_line
 
 CHECKED = ("exact", "tolerance")
-
-
-def split_site(site: str) -> tuple[str, int] | None:
-    path, _, line = site.rpartition(":")
-    return (path, int(line)) if path and line.isdigit() else None
 
 
 @dataclass
@@ -65,7 +61,7 @@ def loop_sites(profile: Profile, fix: str) -> dict[str, dict[int, str]]:
     }
     if fix == "vectorize":
         for loop in profile.loops:
-            parsed = split_site(loop.site) if loop.site not in per_sample else None
+            parsed = site_line(loop.site) if loop.site not in per_sample else None
             if parsed is not None and float(loop.iterations_per_step) >= MIN_ITERATIONS:
                 code = given(loop.code)
                 out.setdefault(parsed[0], {})[parsed[1]] = code or ""
@@ -73,7 +69,7 @@ def loop_sites(profile: Profile, fix: str) -> dict[str, dict[int, str]]:
         wanted = (fix == "vectorize" and f.id == "loop-indexing") or (
             fix == "padding" and f.id == "ragged-batches" and "iterations_per_step" in f.evidence
         )
-        parsed = split_site(f.site) if wanted and f.site else None
+        parsed = site_line(f.site) if wanted and f.site else None
         if parsed is not None:
             code = f.evidence.get("code")
             out.setdefault(parsed[0], {})[parsed[1]] = code if isinstance(code, str) else ""
@@ -156,7 +152,7 @@ def padding_batch_plan(profile: Profile, batch_size: int) -> LoopPlan | None:
         built, site = given(d.built_at), d.site
         if given(d.role) == "eval" or not built or not site:
             continue
-        a, b = split_site(built), split_site(site)
+        a, b = site_line(built), site_line(site)
         if a is None or b is None or a[0] != b[0]:
             continue
         try:

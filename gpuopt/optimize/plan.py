@@ -21,6 +21,7 @@ from gpuopt.optimize.catalogue import BY_NAME, CATALOGUE, FixKind
 from gpuopt.optimize.codemods import Rewrite
 from gpuopt.optimize.loop_fixes import CHECKED, LoopPlan
 from gpuopt.optimize.sweep import PERSISTENT_NOTE, SweepResult
+from gpuopt.units import site_line
 
 Codemod = Callable[[str, str], Rewrite]  # (text, name shown) -> what it did
 
@@ -94,15 +95,10 @@ def _flags_codemod(text: str, name: str, flags: dict[str, bool]) -> Rewrite:
     return rewrite_backend_flags(text, flags, name=name)
 
 
-def split_site(site: str) -> tuple[str, int] | None:
-    path, _, line = site.rpartition(":")
-    return (path, int(line)) if path and line.isdigit() else None
-
-
 def by_file(sites: list[str]) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for s in sites:
-        parsed = split_site(s)
+        parsed = site_line(s)
         if parsed is not None:
             out.setdefault(parsed[0], []).append(parsed[1])
     return {p: sorted(set(v)) for p, v in out.items()}
@@ -193,7 +189,7 @@ def _plan_dataloader(kind: FixKind, inp: PlanInput) -> PlannedFix:
 def _loader_edits(site: str, settings: LoaderSettings) -> list[SourceEdit]:
     from gpuopt.optimize.codemods.dataloader import rewrite_dataloader
 
-    parsed = split_site(site)
+    parsed = site_line(site)
     if parsed is None:
         return []
     knobs = settings.knobs()

@@ -5,16 +5,17 @@ summaries into a typed Profile (:func:`gpuopt.loading.load_paths`), then render 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuopt.atomic_write import write_atomic
 from gpuopt.errors import GpuoptError, fail
 from gpuopt.report import format_for_path, get_renderer, print_report
 
-Progress = Callable[[int, int], None]  # (ranks done, ranks in all)
+if TYPE_CHECKING:
+    from gpuopt.assemble.trace_job import Progress
 
 
 def report_command(
@@ -30,11 +31,7 @@ def report_command(
     if summary_only:
         write_summaries(paths, output, jobs)
         return
-    name = fmt or format_for_path(output) or "text"
-    renderer = get_renderer(name)
-    if output is not None:
-        for p in paths:
-            check_output(output, p)
+    name = _output_format(paths, fmt, output)
     if len(paths) == 1 and _optimize_report(paths[0], name, output):
         return
     with progress_bar("analysing ranks") as progress:
@@ -42,10 +39,30 @@ def report_command(
     if output is None:
         print_report(profile, name)
         return
+    write_output(get_renderer(name).render(profile), output)
+
+
+def _output_format(paths: list[Path], fmt: str | None, output: Path | None) -> str:
+    """The format to render (``fmt``, else from ``-o``'s extension, else text), refused when
+    unknown, and ``-o`` refused where it would overwrite what is read: before anything is read."""
+    name = fmt or format_for_path(output) or "text"
+    get_renderer(name)
+    if output is not None:
+        for p in paths:
+            check_output(output, p)
+    return name
+
+
+def write_output(text: str, output: Path | None, failure: str = "cannot write the report") -> None:
+    """``text`` on stdout, or written to ``output`` (atomically; ``wrote FILE`` on stderr). A
+    write that fails is a one-line GpuoptError: ``FILE: <failure>: <reason>``."""
+    if output is None:
+        sys.stdout.write(text)
+        return
     try:
-        write_atomic(output, renderer.render(profile).encode("utf-8"))
+        write_atomic(output, text.encode("utf-8"))
     except OSError as exc:
-        raise GpuoptError(f"{output}: cannot write the report: {exc.strerror or exc}") from None
+        raise GpuoptError(f"{output}: {failure}: {exc.strerror or exc}") from None
     print(f"wrote {output}", file=sys.stderr)
 
 
@@ -135,15 +152,7 @@ def _optimize_report(path: Path, fmt: str, output: Path | None) -> bool:
     found = optimize_file(path)
     if found is None:
         return False
-    text = render(load_optimize(found), fmt)
-    if output is None:
-        sys.stdout.write(text)
-        return True
-    try:
-        write_atomic(output, text.encode("utf-8"))
-    except OSError as exc:
-        raise GpuoptError(f"{output}: cannot write the report: {exc.strerror or exc}") from None
-    print(f"wrote {output}", file=sys.stderr)
+    write_output(render(load_optimize(found), fmt), output)
     return True
 
 
@@ -189,13 +198,9 @@ def reports_command(
     from gpuopt.loading import merged_as_one_job
 
     if summary_only or len(paths) == 1 or merged_as_one_job(paths):
-        report_command(paths if len(paths) > 1 else paths[0], fmt, output, summary_only, jobs)
+        report_command(paths, fmt, output, summary_only, jobs)
         return
-    name = fmt or format_for_path(output) or "text"
-    get_renderer(name)  # an unknown format is refused before anything is read
-    if output is not None:
-        for path in paths:
-            check_output(output, path)
+    name = _output_format(paths, fmt, output)
     if name == "html":
         text = _html_page(paths)
     elif name == "json":
@@ -204,14 +209,7 @@ def reports_command(
     else:
         rule = "\n---\n\n" if name == "md" else "\n" + "─" * 80 + "\n\n"
         text = rule.join(_rendered(path, name, jobs) for path in paths)
-    if output is None:
-        sys.stdout.write(text)
-        return
-    try:
-        write_atomic(output, text.encode("utf-8"))
-    except OSError as exc:
-        raise GpuoptError(f"{output}: cannot write the report: {exc.strerror or exc}") from None
-    print(f"wrote {output}", file=sys.stderr)
+    write_output(text, output)
 
 
 def _html_page(paths: list[Path]) -> str:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath, PureWindowsPath
 from urllib.parse import quote
 
-from gpuopt.units import text
+from gpuopt.units import site_line, text
 
 
 @dataclass(frozen=True)
@@ -24,10 +24,7 @@ class SiteLinks:
 def split_site(site: str | None) -> tuple[str, int | None]:
     """``"src/train.py:42"`` → ``("src/train.py", 42)``; a site without a line keeps None."""
     s = text(site)
-    head, sep, tail = s.rpartition(":")
-    if sep and head and tail.isdigit():
-        return head, int(tail)
-    return s, None
+    return site_line(s) or (s, None)
 
 
 def site_links(site: str | None, cwd: str | None) -> SiteLinks | None:

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from gpuopt.errors import GpuoptError
+from gpuopt.model.summary import SUMMARY_SUFFIX  # a rank summary, not a trace
 
 TRACE_SUFFIXES = (".json", ".json.gz")
-SUMMARY_SUFFIX = ".summary.json"  # a rank summary (gpuopt.model.summary), not a trace
 
 
 def trace_files(path: Path) -> list[Path]:

@@ -56,6 +56,30 @@ def wrap(source: str, name: str = "<source>") -> MetadataWrapper:
     return MetadataWrapper(parse(source, name))
 
 
+def code(node: cst.CSTNode) -> str:
+    """The source text of ``node`` on its own (for messages and comparisons of values)."""
+    return cst.Module([]).code_for_node(node)
+
+
+def is_literal(node: cst.BaseExpression) -> bool:
+    """A value written out: a number (``-1`` and ``2.5`` too) or ``True``, ``False``, ``None``;
+    a codemod replaces it, never an expression that computes a value."""
+    if isinstance(node, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
+        return True
+    return isinstance(node, cst.UnaryOperation) and isinstance(
+        node.expression, (cst.Integer, cst.Float)
+    )
+
+
+def is_import(stmt: cst.BaseStatement) -> bool:
+    """A line of ``import ...`` or ``from ... import ...`` statements."""
+    return isinstance(stmt, cst.SimpleStatementLine) and any(
+        isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body
+    )
+
+
 def keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
     """``name=value`` as PEP 8 writes a keyword argument (no spaces around ``=``)."""
     tight = cst.SimpleWhitespace("")
@@ -76,6 +100,17 @@ def append_arg(args: list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
     return [*args[:-1], last, new.with_changes(comma=trailing)]
 
 
+def append_before_close(args: list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
+    """:func:`append_arg`, and what stood between the last argument and ``)`` (a line break
+    before the closing parenthesis) now follows ``new``."""
+    if not args:
+        return [new]
+    closing = args[-1].whitespace_after_arg
+    tight = args[-1].with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
+    out = append_arg([*args[:-1], tight], new)
+    return [*out[:-1], out[-1].with_changes(whitespace_after_arg=closing)]
+
+
 def on_lines(pos: CodeRange, lines: Collection[int]) -> bool:
     """Whether a node whose position is ``pos`` starts on one of ``lines``, or spans one
     (a statement continued over several lines is found by any of its lines)."""
@@ -89,6 +124,10 @@ __all__ = [
     "Rewrite",
     "Skipped",
     "append_arg",
+    "append_before_close",
+    "code",
+    "is_import",
+    "is_literal",
     "keyword",
     "on_lines",
     "parse",

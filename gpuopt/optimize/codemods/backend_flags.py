@@ -28,7 +28,15 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import QualifiedNameProvider
 
-from gpuopt.optimize.codemods import PositionProvider, Rewrite, Skipped, wrap
+from gpuopt.optimize.codemods import (
+    PositionProvider,
+    Rewrite,
+    Skipped,
+    code,
+    is_import,
+    is_literal,
+    wrap,
+)
 
 _MAIN_GUARD = m.If(
     test=m.Comparison(
@@ -43,20 +51,6 @@ _MAIN_GUARD = m.If(
 )
 
 Body = list[cst.SimpleStatementLine | cst.BaseCompoundStatement]
-
-
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
-
-
-def _literal(node: cst.BaseExpression) -> bool:
-    if isinstance(node, (cst.Integer, cst.Float)):
-        return True
-    if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
-        return True
-    return isinstance(node, cst.UnaryOperation) and isinstance(
-        node.expression, (cst.Integer, cst.Float)
-    )
 
 
 @dataclass(frozen=True)
@@ -86,7 +80,7 @@ class _Scan(cst.CSTVisitor):
             return
         target = node.targets[0].target
         names = {q.name for q in self.get_metadata(QualifiedNameProvider, target, set())}
-        names = names or {_code(target)}
+        names = names or {code(target)}
         for flag in self.flags:
             if flag in names:
                 line = self.get_metadata(PositionProvider, node).start.line
@@ -108,14 +102,8 @@ def _binds_torch(stmt: cst.BaseStatement) -> bool:
         return False
     return any(
         isinstance(s, cst.Import)
-        and any(a.asname is None and _code(a.name).split(".")[0] == "torch" for a in s.names)
+        and any(a.asname is None and code(a.name).split(".")[0] == "torch" for a in s.names)
         for s in stmt.body
-    )
-
-
-def _is_import(stmt: cst.BaseStatement) -> bool:
-    return isinstance(stmt, cst.SimpleStatementLine) and any(
-        isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body
     )
 
 
@@ -132,13 +120,13 @@ def _insert_at(body: Sequence[cst.BaseStatement]) -> int:
     for i, stmt in enumerate(body):
         if m.matches(stmt, _MAIN_GUARD):
             break
-        if _is_import(stmt):
+        if is_import(stmt):
             at = i + 1
     return at
 
 
-def _statement(code: str) -> cst.SimpleStatementLine:
-    stmt = cst.parse_statement(code)
+def _statement(text: str) -> cst.SimpleStatementLine:
+    stmt = cst.parse_statement(text)
     assert isinstance(stmt, cst.SimpleStatementLine)
     return stmt
 
@@ -146,7 +134,7 @@ def _statement(code: str) -> cst.SimpleStatementLine:
 def _check(setting: _Setting, want: bool) -> tuple[bool, str | None]:
     """Whether ``setting`` is to be replaced by ``want``, or the reason it is left (None when
     it already is as wanted, or does not matter)."""
-    value = _code(setting.assign.value)
+    value = code(setting.assign.value)
     if value == str(want):
         return False, None
     flag = setting.flag
@@ -155,7 +143,7 @@ def _check(setting: _Setting, want: bool) -> tuple[bool, str | None]:
             f"{flag} is set to `{value}` inside a block here: left as is; when it runs it "
             f"overrides {flag} = {want} set at the top"
         )
-    if not _literal(setting.assign.value):
+    if not is_literal(setting.assign.value):
         return False, f"{flag} is set from `{value}`: set it to {want} there"
     return True, None
 
@@ -198,7 +186,7 @@ def _insert(module: cst.Module, missing: Mapping[str, bool], notes: list[str]) -
     added += [_statement(f"{flag} = {want}\n") for flag, want in missing.items()]
     before = module.with_changes(body=body[:at], footer=(), has_trailing_newline=True)
     first = (before.code.count("\n") if at else len(module.header)) + 1
-    where = "after the imports" if any(_is_import(s) for s in body[:at]) else "at the top"
+    where = "after the imports" if any(is_import(s) for s in body[:at]) else "at the top"
     for n, stmt in enumerate(added):
-        notes.append(f"line {first + n}: {_code(stmt).strip()} (added {where})")
+        notes.append(f"line {first + n}: {code(stmt).strip()} (added {where})")
     return module.with_changes(body=[*body[:at], *added, *body[at:]])

@@ -31,7 +31,8 @@ from gpuopt.optimize.codemods import (
     PositionProvider,
     Rewrite,
     Skipped,
-    append_arg,
+    append_before_close,
+    code,
     keyword,
     wrap,
 )
@@ -70,10 +71,6 @@ _DTYPES = frozenset(
 _COPY = m.Attribute(attr=m.Name("to") | m.Name("cuda"))
 _TRUE = m.Name("True")
 _FLAG = m.Name("True") | m.Name("False")
-
-
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
 
 
 def _is_dtype(node: cst.BaseExpression) -> bool:
@@ -127,7 +124,7 @@ def _leave_alone(call: cst.Call, method: str) -> str | None:
     target = call.args[device_kw].value if device_kw is not None else first
     if target is not None and _is_cpu(target):
         return (
-            f"`.to({_code(target)})` copies to the CPU: with non_blocking=True the result "
+            f"`.to({code(target)})` copies to the CPU: with non_blocking=True the result "
             "could be read before it arrives, so it stays blocking"
         )
     return None
@@ -186,7 +183,7 @@ class _Copies(cst.CSTTransformer):
         if at is None:
             self.notes.append(note)
             new = keyword("non_blocking", cst.Name("True"))
-            return call.with_changes(args=_append(list(call.args), new))
+            return call.with_changes(args=append_before_close(list(call.args), new))
         value = call.args[at].value
         if m.matches(value, _TRUE):
             return call
@@ -194,7 +191,7 @@ class _Copies(cst.CSTTransformer):
             self.skipped.append(
                 Skipped(
                     target,
-                    f"non_blocking comes from `{_code(value)}`: set it to True where that is set",
+                    f"non_blocking comes from `{code(value)}`: set it to True where that is set",
                 )
             )
             return call
@@ -205,22 +202,12 @@ class _Copies(cst.CSTTransformer):
 
 
 def _dtype_reason(call: cst.Call) -> str:
-    inside = ", ".join(_code(a.value) for a in call.args if a.keyword is None)
-    inside = inside or ", ".join(_code(a) for a in call.args)
+    inside = ", ".join(code(a.value) for a in call.args if a.keyword is None)
+    inside = inside or ", ".join(code(a) for a in call.args)
     return (
         f"`.to({inside})` converts the dtype and copies nothing between devices: "
         "non_blocking does not apply"
     )
-
-
-def _append(args: list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
-    """``, new`` after the last argument, the whitespace before ``)`` kept after ``new``."""
-    if not args:
-        return [new]
-    closing = args[-1].whitespace_after_arg
-    tight = args[-1].with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
-    out = append_arg([*args[:-1], tight], new)
-    return [*out[:-1], out[-1].with_changes(whitespace_after_arg=closing)]
 
 
 def rewrite_copies(source: str, lines: Collection[int], name: str = "<source>") -> Rewrite:

@@ -33,7 +33,9 @@ from gpuopt.optimize.codemods import (
     PositionProvider,
     Rewrite,
     Skipped,
-    append_arg,
+    append_before_close,
+    code,
+    is_literal,
     keyword,
     wrap,
 )
@@ -55,20 +57,6 @@ POSITIONAL = (
 )
 _WORKER_ONLY = ("persistent_workers", "prefetch_factor")
 _LOADER = m.Name("DataLoader") | m.Attribute(attr=m.Name("DataLoader"))
-
-
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
-
-
-def _literal(node: cst.BaseExpression) -> bool:
-    if isinstance(node, (cst.Integer, cst.Float)):
-        return True
-    if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
-        return True
-    return isinstance(node, cst.UnaryOperation) and isinstance(
-        node.expression, (cst.Integer, cst.Float)
-    )
 
 
 def _value(v: int | bool) -> cst.BaseExpression:
@@ -197,7 +185,7 @@ class _Setter(cst.CSTTransformer):
             new_args = _set_one(call, args, key, value)
             if new_args is not None:
                 args = new_args
-                changed.append(f"{key}={_code(_value(value))}")
+                changed.append(f"{key}={code(_value(value))}")
         if not changed:
             return call
         self.notes.append(f"line {line}: DataLoader({', '.join(changed)})")
@@ -208,8 +196,8 @@ class _Setter(cst.CSTTransformer):
         where = _where(args, "num_workers")
         if isinstance(where, str):
             return None, f"num_workers may come from {where}"
-        if where is not None and not _literal(args[where].value):
-            return None, f"num_workers comes from `{_code(args[where].value)}`"
+        if where is not None and not is_literal(args[where].value):
+            return None, f"num_workers comes from `{code(args[where].value)}`"
         if "num_workers" in self.settings:
             return int(self.settings["num_workers"]), ""
         node = args[where].value if where is not None else None
@@ -226,7 +214,7 @@ def _worker_only_blocked(
     if workers > 0:
         return None
     where = _where(args, key)
-    if isinstance(where, int) and _code(args[where].value) == _code(_value(value)):
+    if isinstance(where, int) and code(args[where].value) == code(_value(value)):
         return None  # already as wanted: nothing to change, nothing to report
     return f"{key} left: the loader runs with num_workers=0, and {key} needs worker processes"
 
@@ -234,12 +222,12 @@ def _worker_only_blocked(
 def _unsettable(args: list[cst.Arg], key: str, value: int | bool) -> str | None:
     """Why ``key`` cannot be set on this call (or None)."""
     where = _where(args, key)
-    want = _code(_value(value))
+    want = code(_value(value))
     if isinstance(where, str):
         return f"{key} may come from {where}: set it to {want} there"
-    if where is not None and not _literal(args[where].value):
-        code = _code(args[where].value)
-        return f"{key} comes from `{code}`: set it to {want} where that is set"
+    if where is not None and not is_literal(args[where].value):
+        shown = code(args[where].value)
+        return f"{key} comes from `{shown}`: set it to {want} where that is set"
     return None
 
 
@@ -251,26 +239,15 @@ def _set_one(
     where = _where(args, key)
     new = _value(value)
     if isinstance(where, int):
-        if _code(args[where].value) == _code(new):
+        if code(args[where].value) == code(new):
             return None
         out = list(args)
         out[where] = args[where].with_changes(value=new)
         return out
     line_break = _line_break(call, args)
     if line_break is None:
-        return _append_same_line(args, keyword(key, new))
+        return append_before_close(args, keyword(key, new))
     return _append_on_own_line(args, keyword(key, new), line_break)
-
-
-def _append_same_line(args: list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
-    """``, new`` after the last argument; what stood between it and ``)`` (a line break before
-    the closing parenthesis) now follows ``new``."""
-    if not args:
-        return [new]
-    closing = args[-1].whitespace_after_arg
-    tight = args[-1].with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
-    out = append_arg([*args[:-1], tight], new)
-    return [*out[:-1], out[-1].with_changes(whitespace_after_arg=closing)]
 
 
 def rewrite_dataloader(

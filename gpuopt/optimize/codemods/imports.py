@@ -7,17 +7,13 @@ from collections.abc import Sequence
 import libcst as cst
 import libcst.matchers as m
 
+from gpuopt.optimize.codemods import code, is_import
+
 _MAIN_GUARD = m.If(
     test=m.Comparison(
         left=m.Name("__name__"), comparisons=[m.ComparisonTarget(comparator=m.SimpleString())]
     )
 )
-
-
-def _is_import(stmt: cst.BaseStatement) -> bool:
-    return isinstance(stmt, cst.SimpleStatementLine) and any(
-        isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body
-    )
 
 
 def _after_imports(body: Sequence[cst.BaseStatement]) -> int:
@@ -27,7 +23,7 @@ def _after_imports(body: Sequence[cst.BaseStatement]) -> int:
     for i, stmt in enumerate(body):
         if m.matches(stmt, _MAIN_GUARD):
             break
-        if _is_import(stmt):
+        if is_import(stmt):
             at = i + 1
     return at
 
@@ -42,7 +38,7 @@ def imported_names(module: cst.Module, source: str) -> set[str]:
             if (
                 isinstance(small, cst.ImportFrom)
                 and small.module is not None
-                and cst.Module([]).code_for_node(small.module) == source
+                and code(small.module) == source
                 and not isinstance(small.names, cst.ImportStar)
             ):
                 out |= {

@@ -29,13 +29,18 @@ from collections.abc import Collection, Mapping
 import libcst as cst
 import libcst.matchers as m
 
-from gpuopt.optimize.codemods import Skipped, wrap
+from gpuopt.optimize.codemods import Skipped, code, wrap
 from gpuopt.optimize.codemods.imports import add_from_import, imported_names
-from gpuopt.optimize.codemods.vectorize import LoopChange, LoopRewrite, loop_comments, relocate
+from gpuopt.optimize.codemods.vectorize import (
+    LoopChange,
+    LoopRewrite,
+    LoopsReplaced,
+    loop_comments,
+    relocate,
+)
 from gpuopt.optimize.codemods.vectorize.loop_facts import (
     ModuleFacts,
     Refusal,
-    code,
     root_names,
     uses,
 )
@@ -282,20 +287,9 @@ def rewrite_padding(
             )
         )
     if replace:
-        module = wrapper.module.visit(_Replace(replace))
+        module = wrapper.module.visit(LoopsReplaced(replace))
         out.source = add_from_import(module, "gpuopt.batching", NEEDS).code
     return out
-
-
-class _Replace(cst.CSTTransformer):
-    def __init__(self, loops: dict[cst.For, list[cst.BaseStatement]]) -> None:
-        self.loops = loops
-
-    def leave_For(
-        self, original: cst.For, updated: cst.For
-    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
-        new = self.loops.get(original)
-        return cst.FlattenSentinel(new) if new is not None else updated
 
 
 __all__ = ["rewrite_padding"]

@@ -31,10 +31,10 @@ from typing import Any
 import libcst as cst
 import libcst.matchers as m
 
-from gpuopt.optimize.codemods import Rewrite, Skipped, append_arg, keyword, wrap
+from gpuopt.optimize.codemods import Rewrite, Skipped, append_arg, code, keyword, wrap
 from gpuopt.optimize.codemods.imports import add_from_import
 from gpuopt.optimize.codemods.vectorize import relocate
-from gpuopt.optimize.codemods.vectorize.loop_facts import ModuleFacts, Refusal, code
+from gpuopt.optimize.codemods.vectorize.loop_facts import ModuleFacts, Refusal
 
 NEEDS = ("LengthBucketSampler", "masked_loss", "pad_collate", "sample_lengths")
 DEFAULT_BATCH = 16

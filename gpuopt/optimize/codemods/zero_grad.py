@@ -26,6 +26,7 @@ from gpuopt.optimize.codemods import (
     PositionProvider,
     Rewrite,
     Skipped,
+    code,
     keyword,
     on_lines,
     wrap,
@@ -35,10 +36,6 @@ _FALSE = m.Name("False")
 _TRUE = m.Name("True")
 _CALL = m.Call(func=m.Attribute(attr=m.Name("zero_grad")))
 _GRAD = m.Attribute(attr=m.Name("grad"))
-
-
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
 
 
 def _flag_arg(call: cst.Call) -> int | None:
@@ -73,7 +70,7 @@ def _state(call: cst.Call) -> str:
     value = call.args[i].value
     if m.matches(value, _FALSE):
         return "false"
-    return f"set_to_none comes from `{_code(value)}`: set it to True where that is set"
+    return f"set_to_none comes from `{code(value)}`: set it to True where that is set"
 
 
 class _Finder(cst.CSTVisitor):

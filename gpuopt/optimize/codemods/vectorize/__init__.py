@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 import libcst.matchers as m
 
-from gpuopt.optimize.codemods import Rewrite, Skipped, wrap
+from gpuopt.optimize.codemods import Rewrite, Skipped, code, wrap
 from gpuopt.optimize.codemods.vectorize import (
     class_masks,
     reductions,
@@ -46,7 +46,6 @@ from gpuopt.optimize.codemods.vectorize.loop_facts import (
     LoopShape,
     ModuleFacts,
     Refusal,
-    code,
     describe_loop,
     root_names,
 )
@@ -181,12 +180,16 @@ def _statements(
     return [first, *out[1:]]
 
 
-class _Apply(cst.CSTTransformer):
+class LoopsReplaced(cst.CSTTransformer):
+    """Each loop of ``loops`` replaced by its statements; each call of ``exprs`` by its text."""
+
     def __init__(
-        self, loops: dict[cst.For, list[cst.BaseStatement]], exprs: dict[cst.Call, str]
+        self,
+        loops: dict[cst.For, list[cst.BaseStatement]],
+        exprs: dict[cst.Call, str] | None = None,
     ) -> None:
         self.loops = loops
-        self.exprs = exprs
+        self.exprs = exprs or {}
 
     def leave_For(
         self, original: cst.For, updated: cst.For
@@ -266,7 +269,7 @@ def rewrite_vectorize(
         else:
             out.notes.append(f"line {line}: {found.pattern}: {found.what}")
     if loops or exprs:
-        out.source = wrapper.module.visit(_Apply(loops, exprs)).code
+        out.source = wrapper.module.visit(LoopsReplaced(loops, exprs)).code
     return out
 
 
@@ -327,6 +330,7 @@ __all__ = [
     "PATTERN_NAMES",
     "LoopChange",
     "LoopRewrite",
+    "LoopsReplaced",
     "find_loops",
     "loop_comments",
     "relocate",

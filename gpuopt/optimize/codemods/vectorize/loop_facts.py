@@ -37,6 +37,8 @@ from libcst.metadata import (
     ScopeProvider,
 )
 
+from gpuopt.optimize.codemods import code
+
 # tensor methods and torch functions that act element by element (or on trailing dimensions
 # given as negative indices) and have no side effects
 ELEMENTWISE = frozenset(
@@ -114,15 +116,11 @@ class LoopShape:
         if self.bounds is not None:
             return self.bounds.nonempty()
         assert self.over is not None
-        return f"len({cst.Module([]).code_for_node(self.over)}) > 0"
+        return f"len({code(self.over)}) > 0"
 
 
 class Refusal(str):
     """Why a loop was left alone (a ``str``: shown as is)."""
-
-
-def code(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
 
 
 def root_names(node: cst.CSTNode) -> set[str]:

@@ -14,11 +14,11 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from gpuopt.optimize.codemods import code
 from gpuopt.optimize.codemods.vectorize.loop_facts import (
     LoopShape,
     ModuleFacts,
     Refusal,
-    code,
 )
 from gpuopt.optimize.codemods.vectorize.match import Match
 from gpuopt.optimize.codemods.vectorize.rows import Rows

@@ -25,6 +25,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from gpuopt.optimize.codemods import code
 from gpuopt.optimize.codemods.vectorize.loop_facts import (
     ALONG_DIM,
     ELEMENTWISE,
@@ -32,7 +33,6 @@ from gpuopt.optimize.codemods.vectorize.loop_facts import (
     Refusal,
     call_problem,
     callee,
-    code,
     uses,
 )
 

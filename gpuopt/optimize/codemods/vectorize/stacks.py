@@ -23,6 +23,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from gpuopt.optimize.codemods import code
 from gpuopt.optimize.codemods.vectorize.loop_facts import (
     TORCH_MODULES,
     LoopShape,
@@ -30,7 +31,6 @@ from gpuopt.optimize.codemods.vectorize.loop_facts import (
     Refusal,
     call_problem,
     callee,
-    code,
     header,
     uses,
 )

@@ -1,0 +1,32 @@
+"""``gpuopt optimize``'s options, as the command line gives them (:mod:`gpuopt.optimize.command`
+runs them; :mod:`gpuopt.optimize.child_runs` reads them too)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_STEPS = 30
+DEFAULT_SEED = 0
+
+
+@dataclass
+class OptimizeOptions:
+    script: str | None
+    module: str | None
+    args: list[str]
+    out: Path | None = None
+    steps: int = DEFAULT_STEPS
+    warmup: int = 2
+    seed: int = DEFAULT_SEED
+    fixes: list[str] = field(default_factory=list)
+    amp_dtype: str = "auto"  # --fix amp: bf16, fp16 (loss-scaled), auto (bf16 where supported)
+    apply: bool = False
+    write: bool = False
+    diff: bool = True  # --no-diff: nothing on stdout
+    baseline: Path | None = None
+    measure: bool = True
+    quick: bool = False
+    quiet: bool = False
+    force: bool = False
+    timeout_s: float | None = None
