@@ -510,8 +510,8 @@ def optimize(
         "--fix",
         help=(
             "A fix to use (repeatable; default: every safe fix the findings call for): "
-            "dataloader, pinned-copies, syncs, zero-grad, cudnn-benchmark, aot; opt-in: amp, "
-            "tf32, channels-last, compile (vectorize, padding, padding-batch: not built yet)."
+            "dataloader, pinned-copies, syncs, zero-grad, cudnn-benchmark, vectorize, padding, "
+            "aot; opt-in: amp, tf32, channels-last, compile, padding-batch."
         ),
     ),
     amp_dtype: str = typer.Option(

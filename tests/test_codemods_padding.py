@@ -229,3 +229,34 @@ def test_batch_size_one_left_alone(change: tuple[str, str], reason: str) -> None
     before = ONE.replace(*change)
     r = rewrite_padding_batch(before, 4, 6)
     assert r.source == before and reason in r.skipped[0].reason, r.skipped
+
+
+@pytest.mark.parametrize(
+    ("call", "after"),
+    [
+        (  # arguments on one line of their own: the new ones follow there, `)` stays below
+            "loader = DataLoader(\n    data, batch_size=1, num_workers=2\n)",
+            "loader = DataLoader(\n    data, num_workers=2, batch_sampler=LengthBucketSampler("
+            "sample_lengths(data), batch_size=8), collate_fn=pad_collate\n)",
+        ),
+        (  # one a line with a trailing comma: each new one on its own line, comma kept
+            "loader = DataLoader(\n    data,\n    batch_size=1,\n    num_workers=2,\n)",
+            "loader = DataLoader(\n    data,\n    num_workers=2,\n    batch_sampler="
+            "LengthBucketSampler(sample_lengths(data), batch_size=8),\n"
+            "    collate_fn=pad_collate,\n)",
+        ),
+        (  # the dropped argument was the last: the call still closes as it did
+            "loader = DataLoader(\n    data,\n    num_workers=2,\n    batch_size=1\n)",
+            "loader = DataLoader(\n    data,\n    num_workers=2,\n    batch_sampler="
+            "LengthBucketSampler(sample_lengths(data), batch_size=8),\n"
+            "    collate_fn=pad_collate\n)",
+        ),
+    ],
+    ids=["one-row", "per-line", "last-dropped"],
+)
+def test_batch_size_one_keeps_the_calls_layout(call: str, after: str) -> None:
+    old = "loader = DataLoader(data, batch_size=1, shuffle=True, num_workers=2)"
+    extra = call.count("\n")
+    r = rewrite_padding_batch(ONE.replace(old, call), 4 + extra, 6 + extra, batch_size=8)
+    assert not r.skipped
+    assert after + "\nfor epoch in range(3):" in r.source

@@ -530,3 +530,33 @@ def test_unparsable_source_is_a_one_line_error(codemod: Callable[[str], Rewrite]
     assert "\n" not in str(info.value)
     with pytest.raises(CodemodError):
         find_zero_grad_false("x = (\n")
+
+
+# -- imports added by the rewrites -------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        (  # after the last import before the main guard, never inside it
+            'import os\n\nif __name__ == "__main__":\n    import sys\n',
+            'import os\nfrom gpuopt.batching import pad_collate\n\nif __name__ == "__main__":\n'
+            "    import sys\n",
+        ),
+        (  # a docstring written in two parts stays the module's docstring
+            '"""Doc""" "string."\nx = 1\n',
+            '"""Doc""" "string."\nfrom gpuopt.batching import pad_collate\nx = 1\n',
+        ),
+        (  # a name imported already is not imported again
+            "from gpuopt.batching import pad_collate\n",
+            "from gpuopt.batching import pad_collate\n",
+        ),
+    ],
+    ids=["main-guard", "concatenated-docstring", "already"],
+)
+def test_from_import_goes_after_the_imports(before: str, after: str) -> None:
+    import libcst as cst
+
+    from gpuopt.optimize.codemods.imports import add_from_import
+
+    assert add_from_import(cst.parse_module(before), "gpuopt.batching", ["pad_collate"]).code == (
+        after
+    )

@@ -16,7 +16,6 @@ class FixKind:
     opt_in: bool = False  # changes numerics or the optimisation: only with --fix NAME
     gpu_only: bool = False  # does nothing on a machine without CUDA
     expected: str = ""  # for suggestions: the expected effect, said as an expectation
-    available: bool = True  # False: named by the contract, not built yet (said so, never faked)
     gpu_gain: bool = False  # applies on a CPU too, but what it saves costs time only on a GPU
     tolerance: float | None = None  # its stated relative tolerance on the losses (rounding)
     settle_steps: int = 0  # steps after it takes effect that its measure leaves out (compiling)

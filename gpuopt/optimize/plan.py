@@ -3,8 +3,8 @@ profile, the DataLoader sweep's measurement, the user's choice (``--fix``) and t
 
 A fix is planned when its finding is in the profile (or, for the fixes without a finding, when
 the source shows the pattern: ``zero_grad(set_to_none=False)``); the default takes every planned
-fix that is not opt-in. Opt-in fixes (they change numerics or the optimisation) and fixes that
-are not built yet are listed with their reason, never applied silently or faked.
+fix that is not opt-in. Opt-in fixes (they change numerics or the optimisation) are listed with
+their reason, never applied silently.
 """
 
 from __future__ import annotations
@@ -130,9 +130,6 @@ def _pattern_in_source(kind: FixKind, inp: PlanInput) -> bool:
 def _plan_one(kind: FixKind, inp: PlanInput) -> PlannedFix:
     if kind.name == "aot":
         return _plan_aot(kind, inp)
-    if not kind.available:
-        why = kind.expected or "see its finding's fix"
-        return PlannedFix(kind, False, False, f"not built yet in this gpuopt; {why}")
     if kind.gpu_only and not inp.cuda:
         return PlannedFix(kind, False, False, "GPU-only: this run had no CUDA device")
     planner = _PLANNERS.get(kind.name)

@@ -25,29 +25,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import libcst as cst
-import libcst.matchers as m
 from libcst.metadata import QualifiedNameProvider
 
 from gpuopt.optimize.codemods import (
     PositionProvider,
     Rewrite,
     Skipped,
+    after_imports,
     code,
     is_import,
     is_literal,
     wrap,
-)
-
-_MAIN_GUARD = m.If(
-    test=m.Comparison(
-        left=m.Name("__name__"),
-        comparisons=[
-            m.ComparisonTarget(
-                operator=m.Equal(),
-                comparator=m.SimpleString('"__main__"') | m.SimpleString("'__main__'"),
-            )
-        ],
-    )
 )
 
 Body = list[cst.SimpleStatementLine | cst.BaseCompoundStatement]
@@ -107,24 +95,6 @@ def _binds_torch(stmt: cst.BaseStatement) -> bool:
     )
 
 
-def _is_docstring(stmt: cst.BaseStatement) -> bool:
-    return m.matches(
-        stmt,
-        m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString() | m.ConcatenatedString())]),
-    )
-
-
-def _insert_at(body: Sequence[cst.BaseStatement]) -> int:
-    """Index after the last top-level import before the main guard (or the docstring)."""
-    at = 1 if body and _is_docstring(body[0]) else 0
-    for i, stmt in enumerate(body):
-        if m.matches(stmt, _MAIN_GUARD):
-            break
-        if is_import(stmt):
-            at = i + 1
-    return at
-
-
 def _statement(text: str) -> cst.SimpleStatementLine:
     stmt = cst.parse_statement(text)
     assert isinstance(stmt, cst.SimpleStatementLine)
@@ -179,7 +149,7 @@ def rewrite_backend_flags(
 def _insert(module: cst.Module, missing: Mapping[str, bool], notes: list[str]) -> cst.Module:
     """``module`` with ``<flag> = <value>`` for each of ``missing`` after its imports."""
     body: Body = list(module.body)
-    at = _insert_at(body)
+    at = after_imports(body)
     added: Body = []
     if not any(_binds_torch(s) for s in body[:at]):
         added.append(_statement("import torch\n"))

@@ -33,7 +33,7 @@ from gpuopt.optimize.codemods import (
     PositionProvider,
     Rewrite,
     Skipped,
-    append_before_close,
+    add_argument,
     code,
     is_literal,
     keyword,
@@ -85,64 +85,6 @@ def _where(args: list[cst.Arg], key: str) -> int | str | None:
     if any(a.star == "**" for a in args):
         return "the **kwargs splat"
     return None
-
-
-def _line_break(call: cst.Call, args: list[cst.Arg]) -> cst.ParenthesizedWhitespace | None:
-    """The whitespace that puts one argument on its own line, when the call's arguments are
-    one a line (else None: new ones are appended on the last argument's line)."""
-    if len(args) == 1 and isinstance(call.whitespace_before_args, cst.ParenthesizedWhitespace):
-        return call.whitespace_before_args.with_changes(first_line=cst.TrailingWhitespace())
-    if len(args) < 2:
-        return None
-    for a in args[:-1]:
-        if not (
-            isinstance(a.comma, cst.Comma)
-            and isinstance(a.comma.whitespace_after, cst.ParenthesizedWhitespace)
-        ):
-            return None
-    sep = args[-2].comma
-    assert isinstance(sep, cst.Comma) and isinstance(
-        sep.whitespace_after, cst.ParenthesizedWhitespace
-    )
-    return sep.whitespace_after.with_changes(first_line=cst.TrailingWhitespace())
-
-
-def _append_on_own_line(
-    args: list[cst.Arg], new: cst.Arg, line_break: cst.ParenthesizedWhitespace
-) -> list[cst.Arg]:
-    """``new`` on a line of its own, indented as the others; the last argument's own comment
-    stays on its line, and whatever closed the call (a trailing comma, the line before ``)``)
-    moves to ``new``."""
-    last = args[-1]
-    if isinstance(last.comma, cst.Comma):  # a trailing comma: the new one gets one too
-        ws = last.comma.whitespace_after
-        own = isinstance(ws, cst.ParenthesizedWhitespace)
-        first = ws.first_line if isinstance(ws, cst.ParenthesizedWhitespace) else None
-        last = last.with_changes(
-            comma=last.comma.with_changes(
-                whitespace_after=line_break.with_changes(
-                    first_line=first or cst.TrailingWhitespace()
-                )
-            )
-        )
-        end = ws.with_changes(first_line=cst.TrailingWhitespace()) if own else ws
-        return [*args[:-1], last, new.with_changes(comma=cst.Comma(whitespace_after=end))]
-    after = last.whitespace_after_arg
-    comment = (
-        after.first_line
-        if isinstance(after, cst.ParenthesizedWhitespace)
-        else cst.TrailingWhitespace()
-    )
-    last = last.with_changes(
-        comma=cst.Comma(whitespace_after=line_break.with_changes(first_line=comment)),
-        whitespace_after_arg=cst.SimpleWhitespace(""),
-    )
-    closing: cst.BaseParenthesizableWhitespace = (
-        after.with_changes(first_line=cst.TrailingWhitespace())
-        if isinstance(after, cst.ParenthesizedWhitespace)
-        else after
-    )
-    return [*args[:-1], last, new.with_changes(whitespace_after_arg=closing)]
 
 
 class _Setter(cst.CSTTransformer):
@@ -244,10 +186,7 @@ def _set_one(
         out = list(args)
         out[where] = args[where].with_changes(value=new)
         return out
-    line_break = _line_break(call, args)
-    if line_break is None:
-        return append_before_close(args, keyword(key, new))
-    return _append_on_own_line(args, keyword(key, new), line_break)
+    return add_argument(call, args, keyword(key, new))
 
 
 def rewrite_dataloader(

@@ -5,27 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import libcst as cst
-import libcst.matchers as m
 
-from gpuopt.optimize.codemods import code, is_import
-
-_MAIN_GUARD = m.If(
-    test=m.Comparison(
-        left=m.Name("__name__"), comparisons=[m.ComparisonTarget(comparator=m.SimpleString())]
-    )
-)
-
-
-def _after_imports(body: Sequence[cst.BaseStatement]) -> int:
-    at = 0
-    if body and m.matches(body[0], m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString())])):
-        at = 1
-    for i, stmt in enumerate(body):
-        if m.matches(stmt, _MAIN_GUARD):
-            break
-        if is_import(stmt):
-            at = i + 1
-    return at
+from gpuopt.optimize.codemods import after_imports, code
 
 
 def imported_names(module: cst.Module, source: str) -> set[str]:
@@ -56,7 +37,7 @@ def add_from_import(module: cst.Module, source: str, names: Sequence[str]) -> cs
         return module
     stmt = cst.parse_statement(f"from {source} import {', '.join(missing)}\n")
     body = list(module.body)
-    at = _after_imports(body)
+    at = after_imports(body)
     return module.with_changes(body=[*body[:at], stmt, *body[at:]])
 
 

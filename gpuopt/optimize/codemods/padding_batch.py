@@ -31,7 +31,7 @@ from typing import Any
 import libcst as cst
 import libcst.matchers as m
 
-from gpuopt.optimize.codemods import Rewrite, Skipped, append_arg, code, keyword, wrap
+from gpuopt.optimize.codemods import Rewrite, Skipped, add_argument, code, keyword, wrap
 from gpuopt.optimize.codemods.imports import add_from_import
 from gpuopt.optimize.codemods.vectorize import relocate
 from gpuopt.optimize.codemods.vectorize.loop_facts import ModuleFacts, Refusal
@@ -74,11 +74,14 @@ def _new_loader(call: cst.Call, batch_size: int) -> cst.Call | Refusal:
         if not (a.keyword is not None and a.keyword.value in dropped)
         and not (a.keyword is None and i == 1)
     ]
-    if kept:
-        kept[-1] = kept[-1].with_changes(comma=call.args[-1].comma)
+    if kept:  # the last one kept closes the call as the call's last argument did
+        last = call.args[-1]
+        kept[-1] = kept[-1].with_changes(
+            comma=last.comma, whitespace_after_arg=last.whitespace_after_arg
+        )
     made = cst.parse_expression(f"LengthBucketSampler({', '.join(sampler)})")
-    args = append_arg(kept, keyword("batch_sampler", made))
-    args = append_arg(args, keyword("collate_fn", cst.Name("pad_collate")))
+    args = add_argument(call, kept, keyword("batch_sampler", made))
+    args = add_argument(call, args, keyword("collate_fn", cst.Name("pad_collate")))
     return call.with_changes(args=args)
 
 
