@@ -74,39 +74,41 @@ def is_summary(path: Path) -> bool:
         raise GpuoptError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
-def merged_as_one_job(paths: list[Path]) -> bool:
-    """Whether several paths are one job to merge: all rank summaries (files or folders of
-    them), or the run directories of one multi-rank job's nodes. Anything else (a path that is
-    missing, a trace, separate runs) is not: ``gpuopt report`` renders those one by one."""
+def one_job(paths: list[Path]) -> Profile | None:
+    """Several paths merged into their job's profile when they are one job: all rank summaries
+    (files or folders of them), or the run directories of one multi-rank job's nodes (each
+    rank read once). None for anything else (a path that is missing, a trace, separate runs):
+    ``gpuopt report`` renders those one by one."""
     if len(paths) < 2 or not all(p.exists() for p in paths):
-        return False
+        return None
     kinds = [is_summary(p) for p in paths]
     if all(kinds):
-        return True
-    return not any(kinds) and job_ranks(paths) is not None
+        return _from_summaries(paths)
+    if any(kinds):
+        return None
+    ranks = job_ranks(paths)
+    return _merge_job(paths, ranks) if ranks is not None else None
 
 
 def load_paths(
     paths: list[Path], jobs: int | None = None, progress: Progress | None = None
 ) -> Profile:
     """One path as :func:`load`; several: rank summaries (files or folders of them) of one job,
-    or the run directories of one multi-rank job's nodes, merged. ``jobs``: worker processes
-    for a folder of traces (None: one per core)."""
+    or the run directories of one multi-rank job's nodes, merged (:func:`one_job`). ``jobs``:
+    worker processes for a folder of traces (None: one per core)."""
     for p in paths:
         if not p.exists():
             raise GpuoptError(f"{p}: no such file or directory")
     if len(paths) == 1:
         return load(paths[0], jobs, progress)
-    odd = [p for p in paths if not is_summary(p)]
-    if not odd:
-        return _from_summaries(paths)
-    ranks = job_ranks(paths) if len(odd) == len(paths) else None
-    if ranks is not None:
-        return _merge_job(paths, ranks)
+    job = one_job(paths)
+    if job is not None:
+        return job
     from gpuopt.model.summary import SUMMARY_SUFFIX
 
+    odd = next(p for p in paths if not is_summary(p))
     raise GpuoptError(
-        f"{odd[0]}: several paths are merged only as rank summaries (*{SUMMARY_SUFFIX}: gpuopt "
+        f"{odd}: several paths are merged only as rank summaries (*{SUMMARY_SUFFIX}: gpuopt "
         "report DIR --summary-only -o OUT) or as the run directories of one multi-rank job's "
         "nodes; for traces, put one job's per-rank traces in one folder"
     )

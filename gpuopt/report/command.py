@@ -16,6 +16,7 @@ from gpuopt.report import format_for_path, get_renderer, print_report
 
 if TYPE_CHECKING:
     from gpuopt.assemble.trace_job import Progress
+    from gpuopt.model.profile import Profile
 
 
 def report_command(
@@ -36,6 +37,11 @@ def report_command(
         return
     with progress_bar("analysing ranks") as progress:
         profile = load_paths(paths, jobs=jobs, progress=progress)
+    _show(profile, name, output)
+
+
+def _show(profile: Profile, name: str, output: Path | None) -> None:
+    """The report on the terminal, or written to ``-o``."""
     if output is None:
         print_report(profile, name)
         return
@@ -195,12 +201,16 @@ def reports_command(
     report (:func:`report_command`); other inputs rendered one after another. Text and Markdown
     are the single reports joined by a rule; JSON is one array of the documents; HTML one
     page."""
-    from gpuopt.loading import merged_as_one_job
+    from gpuopt.loading import one_job
 
-    if summary_only or len(paths) == 1 or merged_as_one_job(paths):
+    if summary_only or len(paths) == 1:
         report_command(paths, fmt, output, summary_only, jobs)
         return
     name = _output_format(paths, fmt, output)
+    job = one_job(paths)
+    if job is not None:
+        _show(job, name, output)
+        return
     if name == "html":
         text = _html_page(paths)
     elif name == "json":
