@@ -11,11 +11,11 @@ import msgspec
 import pytest
 from trace_helpers import copy, cpu, impossible_numbers, kernel, launch, write_trace
 
+from gpuopt.assemble.trace_job import job_of, summarise_traces
 from gpuopt.errors import GpuoptError
 from gpuopt.loading import load
 from gpuopt.model.document import validate
 from gpuopt.model.profile import Profile
-from gpuopt.trace.analysis import analyze_trace
 
 
 def _training(n: int = 12, offset: float = 0, streams: int = 1) -> list[dict[str, Any]]:
@@ -197,5 +197,6 @@ def test_events_out_of_order_give_the_same_profile(tmp_path: Path) -> None:
 
 def test_analysis_warnings_reach_the_profile_window(tmp_path: Path) -> None:
     ev = _training()
-    ta = analyze_trace(write_trace(tmp_path / "dup.json", ev + ev))
+    path = write_trace(tmp_path / "dup.json", ev + ev)
+    ta = job_of(str(path), summarise_traces(path, jobs=1))  # as the profile's window reads it
     assert any("duplicate events" in w for w in ta.warnings)

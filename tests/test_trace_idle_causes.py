@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from trace_helpers import SHARED_TRACES, cpu, kernel, launch, write_trace
 
-from gpuopt.trace.analysis import analyze_trace
+from gpuopt.assemble.trace_job import summarise_traces
 from gpuopt.trace.idle_causes import user_site
 
 
@@ -49,8 +49,8 @@ def _synthetic(tmp_path: Path) -> Path:
 
 
 def test_each_idle_microsecond_has_its_cause(tmp_path: Path) -> None:
-    ra = analyze_trace(_synthetic(tmp_path)).ranks[0]
-    ic = ra.idle_causes
+    ra = summarise_traces(_synthetic(tmp_path), jobs=1)[0]
+    ic = ra.trace.idle_causes
     assert ic.gaps == 3 and ic.idle_us == pytest.approx(590)
     bc = ic.by_cause
     assert bc.dataloader == pytest.approx(140)
@@ -71,8 +71,8 @@ def test_each_idle_microsecond_has_its_cause(tmp_path: Path) -> None:
 
 
 def test_step_overview_sums_to_step_time(tmp_path: Path) -> None:
-    ra = analyze_trace(_synthetic(tmp_path)).ranks[0]
-    (row,) = ra.step_overview
+    ra = summarise_traces(_synthetic(tmp_path), jobs=1)[0]
+    (row,) = ra.trace.steps
     assert row.step == 1 and row.dur_us == pytest.approx(1000)
     parts = [
         row.kernel_us,
@@ -93,7 +93,7 @@ def test_step_overview_sums_to_step_time(tmp_path: Path) -> None:
 
 
 def test_sync_call_names_the_op_that_issued_it(tmp_path: Path) -> None:
-    ra = analyze_trace(_synthetic(tmp_path)).ranks[0]
+    ra = summarise_traces(_synthetic(tmp_path), jobs=1)[0]
     (call,) = ra.syncs
     assert call.api == "cudaStreamSynchronize" and call.outer_op == "aten::item"
     assert call.op == "aten::_local_scalar_dense" and call.dur_us == 100
@@ -116,11 +116,11 @@ def test_dataloader_workers_remove_the_dataloader_cause() -> None:
     """Same ResNet50 job: 0 DataLoader workers vs 4. The idle time blamed on the DataLoader must
     collapse with workers, and the 0-worker trace must name the user's line."""
     base = SHARED_TRACES / "kineto_tb_plugin" / "samples"
-    nw0 = analyze_trace(next((base / "resnet50_num_workers_0").glob("*.gz"))).ranks[0]
-    nw4 = analyze_trace(next((base / "resnet50_num_workers_4").glob("*.gz"))).ranks[0]
-    d0 = nw0.idle_causes.by_cause.dataloader
-    d4 = nw4.idle_causes.by_cause.dataloader
-    assert d0 > 0.5 * nw0.idle_causes.idle_us  # most idle time is the DataLoader
+    nw0 = summarise_traces(next((base / "resnet50_num_workers_0").glob("*.gz")), jobs=1)[0]
+    nw4 = summarise_traces(next((base / "resnet50_num_workers_4").glob("*.gz")), jobs=1)[0]
+    d0 = nw0.trace.idle_causes.by_cause.dataloader
+    d4 = nw4.trace.idle_causes.by_cause.dataloader
+    assert d0 > 0.5 * nw0.trace.idle_causes.idle_us  # most idle time is the DataLoader
     assert d4 < d0 / 10
-    top = nw0.idle_causes.sites[0]
+    top = nw0.trace.idle_causes.sites[0]
     assert top.cause == "dataloader" and top.site == "resnet50_profiler_api.py:42"

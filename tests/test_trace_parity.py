@@ -12,23 +12,25 @@ import json
 import pytest
 from trace_helpers import SHARED_TRACES
 
-from gpuopt.trace.analysis import RankAnalysis, TraceAnalysis, analyze_trace
-from gpuopt.trace.idle import idle_totals
+from gpuopt.assemble.trace_job import summarise_traces
+from gpuopt.model.summary import RankSummary
 
 REF = SHARED_TRACES / "reference"
 SETS = (
     sorted(p.name for p in REF.iterdir() if (p / "summary.json").exists()) if REF.exists() else []
 )
 pytestmark = pytest.mark.skipif(not SETS, reason="../shared/traces/reference not present")
-_CACHE: dict[str, tuple[dict, TraceAnalysis]] = {}
+_CACHE: dict[str, tuple[dict, list[RankSummary]]] = {}
 
 
-def _load(name: str) -> tuple[dict, TraceAnalysis]:
+def _load(name: str) -> tuple[dict, list[RankSummary]]:
+    """HTA's numbers and gpuopt's rank summaries: what `gpuopt report` itself renders (the
+    job's rank assignment and last-step rule included), one process."""
     if name not in _CACHE:
         ref = json.loads((REF / name / "summary.json").read_text())
         files = list(ref["files"].values())
         path = SHARED_TRACES / files[0] if len(files) == 1 else (SHARED_TRACES / files[0]).parent
-        _CACHE[name] = (ref, analyze_trace(path))
+        _CACHE[name] = (ref, summarise_traces(path, jobs=1))
     return _CACHE[name]
 
 
@@ -36,15 +38,15 @@ def close(a: float, b: float, rel: float = 0.01, abs_: float = 1.0) -> bool:
     return abs(a - b) <= max(rel * abs(b), abs_)
 
 
-def rank(ta: TraceAnalysis, r: int) -> RankAnalysis:
-    return next(x for x in ta.ranks if x.rank == r)
+def rank(ranks: list[RankSummary], r: int) -> RankSummary:
+    return next(x for x in ranks if x.rank == r)
 
 
 @pytest.mark.parametrize("name", SETS)
 def test_temporal_breakdown(name: str) -> None:
     ref, ta = _load(name)
     for tb in ref["temporal_breakdown"]:
-        t = rank(ta, tb["rank"]).temporal
+        t = rank(ta, tb["rank"]).trace.temporal
         assert t is not None and t.idle_pct is not None
         assert t.compute_pct is not None and t.non_compute_pct is not None
         assert abs(t.idle_pct - tb["idle_time_pctg"]) <= 0.5
@@ -59,7 +61,7 @@ def test_temporal_breakdown(name: str) -> None:
 def test_idle_time_categories(name: str) -> None:
     ref, ta = _load(name)
     for row in ref["idle_time_by_rank_category_us"]:
-        got = getattr(idle_totals(rank(ta, row["rank"]).idle_streams), row["idle_category"])
+        got = getattr(rank(ta, row["rank"]).trace.idle_totals_us, row["idle_category"])
         assert close(got, row["idle_time"] or 0.0), (row, got)
 
 
@@ -67,8 +69,8 @@ def test_idle_time_categories(name: str) -> None:
 def test_kernel_type_breakdown(name: str) -> None:
     ref, ta = _load(name)
     total: dict[str, float] = {}
-    for ra in ta.ranks:
-        for k, us in ra.kernel_types.items():
+    for ra in ta:
+        for k, us in ra.trace.kernel_types_us.items():
             total[k] = total.get(k, 0.0) + us
     s = sum(total.values())
     for row in ref["kernel_type_breakdown"]:
@@ -80,7 +82,7 @@ def test_kernel_type_breakdown(name: str) -> None:
 def test_launch_stats(name: str) -> None:
     ref, ta = _load(name)
     for r, ls in ref["launch_stats"].items():
-        got = rank(ta, int(r)).launch_summary
+        got = rank(ta, int(r)).trace.launch
         if "launch_delay" not in ls:
             # Deliberate difference: HTA 0.5 knows only CUDA launch calls and finds none in ROCm
             # traces; gpuopt also joins hipLaunchKernel & co. to their kernels.
@@ -99,7 +101,7 @@ def test_launch_stats(name: str) -> None:
 def test_memcpy_totals_and_overlap_and_steps(name: str) -> None:
     ref, ta = _load(name)
     for r, mc in ref["memcpy_totals"].items():
-        got = rank(ta, int(r)).memcpy_by_name
+        got = rank(ta, int(r)).trace.memcpy_by_name
         assert close(sum(x.count for x in got.values()), mc["count"], abs_=0)
         assert close(sum(x.sum for x in got.values()), mc["total_dur_us"])
         for row in mc["by_name"]:
@@ -110,7 +112,7 @@ def test_memcpy_totals_and_overlap_and_steps(name: str) -> None:
             assert got is None
         else:
             assert abs(100 * got - row["comp_comm_overlap_pctg"]) <= 0.5
-    assert [str(s.number) for s in ta.ranks[0].view.steps] == ref["profiler_steps"]
+    assert [str(n) for n in ta[0].trace.profiler_steps] == ref["profiler_steps"]
 
 
 @pytest.mark.parametrize("name", SETS)
@@ -120,5 +122,5 @@ def test_top_kernels_match_hta_sums(name: str) -> None:
     for row in ref["top_kernels"]:
         if row["name"] == "others":
             continue
-        table = {k.name: k for k in rank(ta, row["rank"]).kernels}
+        table = {k.name: k for k in rank(ta, row["rank"]).trace.top_kernels}
         assert close(table[row["name"]].total_us, row["sum (us)"]), row["name"]

@@ -1,16 +1,15 @@
-"""Run every trace analysis over a file or a folder of ranks: :func:`analyze_trace`.
+"""Run every trace analysis over one rank's columns: :func:`analyze_columns`.
 
-The result, :class:`TraceAnalysis`, holds one :class:`RankAnalysis` per rank whose results are
-the typed records of :mod:`gpuopt.model.trace` (the rank's view, numpy columns, stays beside
-them), so the profile's assembly (:mod:`gpuopt.assemble`), the findings and ``gpuopt profile``'s
-profiler window all read the same numbers. Nothing here prints.
+The result, :class:`RankAnalysis`, holds the typed records of :mod:`gpuopt.model.trace` (the
+rank's view, numpy columns, stays beside them). A job's ranks are analysed one by one into rank
+summaries (:mod:`gpuopt.assemble.rank_summary`, :mod:`gpuopt.assemble.trace_job`), which
+``gpuopt report``, the findings and ``gpuopt profile``'s profiler window all read. Nothing here
+prints.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from gpuopt.model.trace import (
     DeviceInfo,
@@ -20,7 +19,6 @@ from gpuopt.model.trace import (
     MemoryOps,
     NameTotal,
     StepOverview,
-    Straggler,
     StreamIdle,
     StreamUse,
     SyncCall,
@@ -28,12 +26,8 @@ from gpuopt.model.trace import (
     TraceTransfer,
 )
 from gpuopt.trace import cpu_ops, gpu_time, idle, kernels, launch, memory
-from gpuopt.trace.anomalies import clock_skew
 from gpuopt.trace.columns import EventColumns
-from gpuopt.trace.decode import load_columns
-from gpuopt.trace.files import assign_ranks, trace_files
 from gpuopt.trace.prepare import RankView, build_view, count_step_names
-from gpuopt.trace.ranks import straggler
 
 
 @dataclass
@@ -69,43 +63,6 @@ class RankAnalysis:
     def measured_steps(self) -> list[StepOverview]:
         """The overview's rows of profiler steps (not the whole-trace row of a trace without)."""
         return [s for s in self.step_overview if s.step is not None]
-
-
-@dataclass
-class TraceAnalysis:
-    path: str
-    ranks: list[RankAnalysis]
-    load_s: float
-    analyze_s: float
-    filtered_last_step: bool
-    straggler: Straggler | None = None  # with two or more ranks
-    warnings: list[str] = field(default_factory=list)
-
-
-def analyze_trace(path: Path | str) -> TraceAnalysis:
-    """Load and analyse a trace file or folder of per-rank traces (bad input: GpuoptError)."""
-    p = Path(path)
-    t0 = time.perf_counter()
-    files = trace_files(p)
-    cols = [load_columns(f) for f in files]
-    ranks = assign_ranks(p, files, [c.metadata for c in cols])
-    t1 = time.perf_counter()
-    step_names: set[str] = set()
-    for c in cols:
-        step_names |= count_step_names(c)
-    filter_last = len(step_names) >= 2  # HTA: only with two or more ProfilerStep names
-    out: list[RankAnalysis] = []
-    warnings: list[str] = []
-    for f, r, c in sorted(zip(files, ranks, cols, strict=True), key=lambda x: x[1]):
-        view = build_view(r, c, filter_last, source=str(f))
-        out.append(analyze_view(view, str(f)))
-        warnings += [f"rank {r}: {note}" for note in view.notes]
-    skew = clock_skew({ra.rank: _time_range(ra.view) for ra in out if len(ra.view.ts)})
-    if skew is not None:
-        warnings.append(skew_warning(*skew))
-    strag = straggler([ra.view for ra in out]) if len(out) > 1 and skew is None else None
-    t2 = time.perf_counter()
-    return TraceAnalysis(str(p), out, t1 - t0, t2 - t1, filter_last, strag, warnings)
 
 
 def analyze_columns(

@@ -62,10 +62,6 @@ def rank_of(meta: dict[str, Any]) -> int | None:
     return None
 
 
-def assign_ranks(path: Path, files: list[Path], metas: list[dict[str, Any]]) -> list[int]:
-    return check_ranks(path, [f.name for f in files], [rank_of(m) for m in metas])
-
-
 def check_ranks(
     path: Path, files: list[str], ranks: list[int | None], what: str = "traces"
 ) -> list[int]:

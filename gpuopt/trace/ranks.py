@@ -37,15 +37,11 @@ def comm_starts(v: RankView) -> FloatArray:
     return starts
 
 
-def straggler(views: list[RankView]) -> Straggler | None:
-    """The rank whose late arrival at collectives the others wait for (None: fewer than two
-    ranks, or a rank without communication kernels)."""
-    return straggler_of([v.rank for v in views], [comm_starts(v) for v in views])
-
-
 def straggler_of(ranks: list[int], starts: list[FloatArray]) -> Straggler | None:
-    """:func:`straggler` from each rank's sorted communication-kernel starts (``starts``, in the
-    order of ``ranks``): what a rank summary keeps of its trace for this analysis."""
+    """The rank whose late arrival at collectives the others wait for, from each rank's sorted
+    communication-kernel starts (:func:`comm_starts`; ``starts`` in the order of ``ranks``), what
+    a rank summary keeps of its trace (None: fewer than two ranks, or a rank without
+    communication kernels)."""
     if len(ranks) < 2:
         return None
     n = min(s.size for s in starts)
