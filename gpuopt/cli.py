@@ -475,13 +475,35 @@ def compare(
     output: Path | None = typer.Option(
         None, "-o", "--output", help="Write to FILE instead of stdout."
     ),
+    step_time_noise: str | None = typer.Option(
+        None,
+        "--step-time-noise",
+        help="The least run-to-run drift of step time the intervals assume (default 1%, or "
+        "the settings file's, as gpuopt check).",
+    ),
+    share_noise: str | None = typer.Option(
+        None,
+        "--share-noise",
+        help="The least run-to-run drift of a share the intervals assume (default 1pt).",
+    ),
+    config: Path | None = typer.Option(
+        None,
+        "--config",
+        help="Settings file (default: [tool.gpuopt.check] in the nearest pyproject.toml).",
+    ),
 ) -> None:
     from gpuopt.gate.command import compare_command
 
     global _quick_exit
     _quick_exit = True  # runs no user code: see main()
     try:
-        compare_command(list(paths), fmt.value if fmt else None, output)
+        compare_command(
+            list(paths),
+            fmt.value if fmt else None,
+            output,
+            noise={"step-time-noise": step_time_noise, "share-noise": share_noise},
+            config=str(config) if config is not None else None,
+        )
     except GpuoptError as exc:
         fail(str(exc))
 

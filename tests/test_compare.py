@@ -142,3 +142,45 @@ def test_report_renders_several_paths_one_after_another(tmp_path: Path) -> None:
     assert r.exit_code == 0 and page.read_text().count('<article class="run">') == 2
     r = runner.invoke(app, ["report", str(a), str(tmp_path / "none")])
     assert r.exit_code == 2 and "no such file or directory" in r.output
+
+
+def _interval(text: str) -> str:
+    line = next(x for x in text.splitlines() if x.startswith("step time (median)"))
+    return line[line.index("(90% interval") :]
+
+
+def test_noise_floors_come_from_the_flags_and_the_settings_check_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """compare draws check's intervals: the same floors, from the same flags and settings file."""
+    a = str(write(tmp_path / "a.json", run(noisy(0.1, seed=1))))
+    b = str(write(tmp_path / "b.json", run(noisy(0.11, seed=2))))
+    monkeypatch.chdir(tmp_path)
+    plain = runner.invoke(app, ["compare", a, b])
+    assert plain.exit_code == 0 and "run-to-run drift" not in plain.output
+    wide = runner.invoke(app, ["compare", a, b, "--step-time-noise", "3%"])
+    assert _interval(wide.output) != _interval(plain.output)
+    assert "at least 3.0% in step time and 1.0pt in shares (from the command line;" in wide.output
+    (tmp_path / "pyproject.toml").write_text('[tool.gpuopt.check]\nstep-time-noise = "3%"\n')
+    from_file = runner.invoke(app, ["compare", a, b])
+    assert _interval(from_file.output) == _interval(wide.output)
+    assert "pyproject.toml [tool.gpuopt.check]" in from_file.output
+    flag_wins = runner.invoke(app, ["compare", a, b, "--step-time-noise", "1%"])
+    assert _interval(flag_wins.output) == _interval(plain.output)
+    check = runner.invoke(app, ["check", b, "--baseline", a, "--format", "json"])
+    gate = next(g for g in json.loads(check.stdout)["gates"] if g["id"] == "step_time")
+    assert _interval(from_file.output) == f"({gate['detail'].split(';')[0]})"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--share-noise", "5%"], "'5%': expected a number of pt, e.g. 5pt"),
+        (["--config", "nope.toml"], "nope.toml: no such config file"),
+    ],
+)
+def test_bad_noise_setting_is_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    a = str(write(tmp_path / "a.json", run(noisy(0.1, seed=1))))
+    r = runner.invoke(app, ["compare", a, a, *args])
+    assert r.exit_code == 2 and message in r.output
+    assert len(r.output.strip().splitlines()) == 1

@@ -151,8 +151,17 @@ def check_main(args: CheckArgs) -> int:
         fail(str(exc))
 
 
-def compare_command(paths: list[Path], fmt: str | None, output: Path | None) -> None:
-    """``gpuopt compare A B [C ...]``: bad input raises GpuoptError (exit 2)."""
+def compare_command(
+    paths: list[Path],
+    fmt: str | None,
+    output: Path | None,
+    noise: dict[str, str | None] | None = None,
+    config: str | None = None,
+) -> None:
+    """``gpuopt compare A B [C ...]``: bad input raises GpuoptError (exit 2). ``noise``: the
+    ``step-time-noise`` / ``share-noise`` flags (text or None); they, else the settings file
+    ``check`` reads (``config``, else the nearest pyproject.toml), set the run-to-run floor of
+    the intervals, so that compare and check draw the same intervals."""
     from gpuopt.gate.compare import compare
     from gpuopt.gate.compare_render import FORMATS as COMPARE_FORMATS
     from gpuopt.gate.compare_render import render
@@ -167,7 +176,35 @@ def compare_command(paths: list[Path], fmt: str | None, output: Path | None) -> 
     if output is not None:
         for path in paths:
             check_output(output, path)
+    th, floors = _compare_floors(noise or {}, config)
     runs = load_side(paths)
     same_kind(runs[:1], runs[1:])
-    text = render(compare([str(r.path) for r in runs], [r.profile for r in runs]), name)
+    comparison = compare([str(r.path) for r in runs], [r.profile for r in runs], th)
+    if floors:
+        comparison.notes.append(floors)
+    text = render(comparison, name)
     write_output(text, output, failure="cannot write")
+
+
+def _compare_floors(noise: dict[str, str | None], config: str | None) -> tuple[Thresholds, str]:
+    """The thresholds whose noise floors compare uses, and a note when they are not the
+    defaults (which floors, from where); "" otherwise."""
+    from gpuopt.gate.config import load_settings, resolve
+
+    settings = load_settings(Path(config) if config else None, Path.cwd())
+    flags = {k: noise.get(k) for k in ("step-time-noise", "share-noise")}
+    th, _ = resolve(flags, [], None, settings)
+    default = Thresholds()
+    if (th.step_time_noise, th.share_noise) == (default.step_time_noise, default.share_noise):
+        return th, ""
+    sources = []
+    if any(v is not None for v in flags.values()):
+        sources.append("the command line")
+    if any(v is None and k in settings.values for k, v in flags.items()):
+        sources.append(settings.source or "the settings file")
+    where = " and ".join(sources)
+    return th, (
+        f"intervals assume a run-to-run drift of at least {th.step_time_noise:.1%} in step time "
+        f"and {th.share_noise * 100:.1f}pt in shares (from {where}; defaults "
+        f"{default.step_time_noise:.0%} and {default.share_noise * 100:.0f}pt)"
+    )
