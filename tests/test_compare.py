@@ -76,10 +76,12 @@ def test_per_rank_rows_for_multi_rank_runs() -> None:
 def test_traces_show_the_kernels_that_changed(shared_traces: Path) -> None:
     folder = shared_traces / "hta" / "trace_filter"
     one = shared_traces / "hta" / "timeline_analysis" / "sampled_rank-0.json.gz"
-    c = compare(["a", "b"], [load(one), load(folder)])
+    c = compare([str(one), str(folder)], [load(one), load(folder)])
     assert [r for r in c.kernels if r.group == "kernel types"]
     kernels = [r for r in c.kernels if r.group == "kernels"]
     assert 0 < len(kernels) <= 10
+    header = render(c, "text").splitlines()[1]
+    assert header == f"A = {one}: trace · cuda · {c.runs[0].steps} measured steps · ok"
 
 
 def test_html_escapes_every_string_and_loads_nothing(tmp_path: Path) -> None:

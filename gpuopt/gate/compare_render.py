@@ -48,7 +48,8 @@ def _table_rows(rows: list[Row], group: str | None) -> list[Row]:
 def _run_line(i: int, c: Comparison) -> str:
     r = c.runs[i]
     ranks = f" · {r.ranks} ranks" if r.ranks > 1 else ""
-    script = f"{r.script} · " if r.script else ""
+    # a trace's "script" is its own path: said once
+    script = f"{r.script} · " if r.script and r.script != r.path else ""
     return (
         f"{_letter(i)} = {r.path}: {script}{r.source} · {r.device} · "
         f"{r.steps} measured steps{ranks} · {r.status}"
