@@ -125,7 +125,7 @@ def match(shape: LoopShape, facts: ModuleFacts) -> Match | Refusal | None:
         "class-masks",
         [classes, f"{lhs} = {value}"],
         [written],
-        f"the masks of {written} for every `{shape.var}` in one broadcast comparison",
+        f"`{written}` filled for every `{shape.var}` by one broadcast comparison",
         pre,
     )
 
