@@ -27,6 +27,7 @@ from gpuopt.runner import run_dir as run_dir_module
 from gpuopt.runner.options import ProfileOptions
 from gpuopt.runner.profile_command import run_profile
 from gpuopt.runner.run_dir import RunDirectory, default_out_dir
+from gpuopt.runner.session import CHECKPOINT_S, CHECKPOINT_SHARE, CheckpointSchedule
 
 STEPS = """\
 import torch
@@ -347,3 +348,28 @@ def test_the_script_sees_what_python_shows_it(tmp_path: Path) -> None:
     ours = run_gpuopt("profile", "--quiet", "-o", "run", "show.py", "a", "--b", cwd=tmp_path)
     assert ours.returncode == 0, ours.stderr
     assert json.loads(ours.stdout) == json.loads(python.stdout)
+
+
+def test_checkpoints_take_at_most_their_share_of_a_long_run() -> None:
+    """A checkpoint's cost grows with the steps so far: the wait to the next one grows with it,
+    so writing never takes more than CHECKPOINT_SHARE of the run (but never comes sooner than
+    CHECKPOINT_S, nor without a new step)."""
+    s = CheckpointSchedule()
+    assert not s.due(1.9, 5) and s.due(2.0, 5)
+    s.written(2.0, 2.001, 5)  # a small profile: 1 ms
+    assert s.every == CHECKPOINT_S and not s.due(10.0, 5) and s.due(4.0, 6)
+    s.written(4.0, 4.2, 900_000)  # 0.2 s to write a long run's profile
+    assert s.every == pytest.approx(0.2 / CHECKPOINT_SHARE)
+    assert not s.due(4.0 + 19.9, 900_001) and s.due(24.01, 900_001)
+    # simulated: a write costs 2 µs per step so far (as measured), 10,000 steps a second, for
+    # an hour; at every write, the writes before it took at most their share of the time
+    s, now, spent, writes = CheckpointSchedule(), 0.0, 0.0, 0
+    while now < 3600:
+        now += 0.05  # the sampler's tick
+        steps = int(now * 10_000)
+        if s.due(now, steps):
+            assert spent <= CHECKPOINT_SHARE * now
+            cost = steps * 2e-6
+            s.written(now, now + cost, steps)
+            spent, writes = spent + cost, writes + 1
+    assert writes >= 5  # 2 s apart at first, then further apart as the profile grows
