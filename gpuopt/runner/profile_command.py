@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from gpuopt.errors import GpuoptError, fail
 from gpuopt.model.profile import Profile, RunError
-from gpuopt.runner.finish import finish_profile, write_and_show
+from gpuopt.runner.finish import finish_profile, import_finish, write_and_show
 from gpuopt.runner.options import ProfileOptions
 from gpuopt.runner.run_dir import RunDirectory, default_out_dir
 from gpuopt.runner.target import Target, check_target
@@ -71,6 +71,7 @@ def measure(
     session writes its placeholder and checkpoints while the script runs)."""
     from gpuopt.runner.session import ChildExit, ProfileSession
 
+    import_finish()
     result = ProfileSession(target, run_dir, opts, rank=rank, finish=finish_profile).run()
     if isinstance(result, ChildExit):
         return result
