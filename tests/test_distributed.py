@@ -465,6 +465,14 @@ def test_torchrun_options_pass_through() -> None:
     target = Target("t.py", None, ["--lr", "1"])
     alone = torchrun_command(ProfileOptions("t.py", None, [], nproc_per_node=2), target, Path("d"))
     assert alone[3:5] == ["--standalone", "--nproc-per-node=2"]
+    assert "--fixes" not in alone and "--seed" not in alone and "--record-losses" not in alone
+    given = ProfileOptions(
+        "t.py", None, [], nproc_per_node=2, fixes=Path("fx"), seed=0, record_losses=True
+    )
+    ranked = torchrun_command(given, target, Path("d"))
+    rank_args = ranked[ranked.index("gpuopt.runner.rank_entry") : ranked.index("--")]
+    assert rank_args[rank_args.index("--fixes") + 1] == str(Path("fx").resolve())
+    assert rank_args[rank_args.index("--seed") + 1] == "0" and "--record-losses" in rank_args
     opts = _opts(
         nnodes="2",
         node_rank=1,

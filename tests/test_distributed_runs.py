@@ -140,3 +140,51 @@ def test_two_nodes_through_a_c10d_rendezvous_share_a_directory(tmp_path: Path) -
     assert doc["warnings"] == []
     (f,) = [f for f in doc["findings"] if f["id"] == "straggler-rank"]
     assert f["evidence"]["rank"] == 1
+
+
+RANKS_TRAIN = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+print("draw", torch.rand(1).item())
+ds = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+loader = DataLoader(ds, batch_size=8, shuffle=True)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    opt.zero_grad()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+print("workers", loader.num_workers)
+"""
+
+
+@pytest.mark.slow
+def test_fixes_seed_and_losses_reach_every_rank(tmp_path: Path) -> None:
+    """`--fixes DIR`, `--seed N` and `--record-losses` do on every rank what they do in one
+    process (they were dropped on the way to the ranks)."""
+    import torch
+
+    from gpuopt.model.optimize import LoaderSettings, RuntimeFixes
+    from gpuopt.optimize.runtime import encode_fixes
+
+    (tmp_path / "train.py").write_text(RANKS_TRAIN)
+    (tmp_path / "fx").mkdir()
+    fixes = RuntimeFixes(
+        fixes=["dataloader"], loaders=[LoaderSettings(site="train.py:5", num_workers=1)]
+    )
+    (tmp_path / "fx" / "fixes.json").write_bytes(encode_fixes(fixes))
+    r = run_gpuopt(
+        *("profile", "--quiet", "--nproc-per-node", "2", "-o", "job", "--fixes", "fx"),
+        *("--seed", "3", "--record-losses", "train.py"),
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    torch.manual_seed(3)
+    assert r.stdout.count(f"draw {torch.rand(1).item()}") == 2, r.stdout
+    assert r.stdout.count("workers 1") == 2, r.stdout
+    for k in range(2):
+        doc = _doc(tmp_path / "job" / f"rank-{k}")
+        assert doc["fixes_applied"] == ["dataloader"]
+        assert len(doc["training"]["losses"]) == 8
+    assert _doc(tmp_path / "job")["fixes_applied"] == ["dataloader"]

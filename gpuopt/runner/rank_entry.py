@@ -21,6 +21,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window", type=int, default=WINDOW_STEPS)
     ap.add_argument("--sample-interval", type=float, default=SAMPLE_INTERVAL_S)
     ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--fixes", type=Path, default=None)
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--record-losses", action="store_true")
     ap.add_argument("--script", default=None)
     ap.add_argument("-m", dest="module", default=None)
     ap.add_argument("args", nargs=argparse.REMAINDER)
@@ -44,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
         window=ns.window,
         sample_interval=ns.sample_interval,
         quiet=True,
+        fixes=ns.fixes,
+        seed=ns.seed,
+        record_losses=ns.record_losses,
     )
     # the launcher refused or cleared an earlier run's ranks already
     run_dir = RunDirectory.prepare(ns.out / f"rank-{rank}", force=True)

@@ -113,6 +113,13 @@ def torchrun_command(opts: ProfileOptions, target: Target, out: Path) -> list[st
     ]
     if opts.steps is not None:
         cmd += ["--steps", str(opts.steps)]
+    # what the single-process run applies, every rank applies: run-time fixes, seed, losses
+    if opts.fixes is not None:
+        cmd += ["--fixes", str(Path(opts.fixes).resolve())]
+    if opts.seed is not None:
+        cmd += ["--seed", str(opts.seed)]
+    if opts.record_losses:
+        cmd.append("--record-losses")
     if target.module is not None:
         cmd += ["-m", target.module]
     else:
