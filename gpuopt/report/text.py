@@ -231,16 +231,19 @@ class TextRenderer(Renderer):
                 bar.append(
                     ("█" if self.color else _SEGMENT_CHAR[key]) * n, style=_SEGMENT_STYLE[key]
                 )
-        legend = Text(" ")
-        for i, (key, label, frac) in enumerate(items):
-            if i:
-                legend.append("   ")
-            legend.append(
-                ("■" if self.color else _SEGMENT_CHAR[key]) + " ", style=_SEGMENT_STYLE[key]
-            )
-            legend.append(f"{label} ")
-            legend.append(fmt_frac(frac), style="bold")
-        return _spaced([head, bar, legend])
+        # the legend wraps between items, each line indented as the bar (never inside an item)
+        legend = [Text(" ")]
+        for key, label, frac in items:
+            item = Text(("■" if self.color else _SEGMENT_CHAR[key]) + " ", _SEGMENT_STYLE[key])
+            item.append(f"{label} ")
+            item.append(fmt_frac(frac), style="bold")
+            line = legend[-1]
+            if len(line) > 1 and len(line) + 3 + len(item) > self.width:
+                legend.append(line := Text(" "))
+            elif len(line) > 1:
+                line.append("   ")
+            line.append_text(item)
+        return _spaced([head, bar, *legend])
 
     def utilization(self, profile: Profile) -> RenderableType:
         head = Text("utilization", style="bold")
