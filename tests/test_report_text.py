@@ -268,3 +268,13 @@ def test_a_site_too_wide_for_its_column_loses_folders_not_letters() -> None:
     narrow = render(replace(doc, dataloaders=[replace(loaders[0], site=deep[12:])]), width=100)
     assert "…/mnist_training/train_mnist_classifier.py:38" in narrow or deep[12:] in narrow
     assert deep in render(replace(doc, dataloaders=[replace(loaders[0], site=deep)]), width=200)
+
+
+def test_wrapped_lines_keep_their_indent_at_a_narrow_width() -> None:
+    """An estimate's model and the breakdown legend wrap under themselves, never at column 0."""
+    out = render(fixture("cpu_dataloader_bound"), width=60)
+    notes = out[out.index("est. = estimated, not measured; how:") :].splitlines()[1:]
+    first = next(i for i, line in enumerate(notes) if line.startswith(" [1] Amdahl"))
+    assert notes[first + 1].startswith("     ") and notes[first + 1].strip()
+    legend = out[out.index("where step time goes") :].splitlines()[2:4]
+    assert all(line.startswith(" ") and line.strip() for line in legend), legend

@@ -314,10 +314,12 @@ class TextRenderer(Renderer):
                 grid.add_row("", "", "", "")
         lines: list[RenderableType] = [head, grid]
         if notes.models:
-            foot = Text()
-            foot.append("est. = estimated, not measured; how:", style="dim")
+            lines.append(Text("est. = estimated, not measured; how:", style="dim"))
+            foot = Table.grid(padding=(0, 1), expand=True)  # a model's text wraps under itself
+            foot.add_column(no_wrap=True, style="dim")
+            foot.add_column(ratio=1, style="dim")
             for n, model in enumerate(notes.models, 1):
-                foot.append(f"\n [{n}] {printable(model)}", style="dim")
+                foot.add_row(f" [{n}]", printable(model))
             lines.append(foot)
         return _spaced(lines)
 
