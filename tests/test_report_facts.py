@@ -94,6 +94,14 @@ def test_evidence_values_use_the_unit_in_their_name() -> None:
         fmt_evidence_value("idle_by_cause_ms", {"sync": 18.81, "launch": 12283.4, "python": 0.0})
         == "launch 12.3 s, sync 18.8 ms, python 0 s"
     )
+    # per-rank dicts (keyed by the rank as a string) say "rank"; the straggler's parts are seconds
+    assert (
+        fmt_evidence_value("own_work_s_per_step", {"0": 0.00203, "1": 0.0222})
+        == "rank 1 22.2 ms, rank 0 2.03 ms"
+    )
+    assert fmt_evidence_value("extra_by_part", {"compute": 0.2703, "sync": 0.0}) == (
+        "compute 270 ms, sync 0 s"
+    )
 
 
 def test_site_links_are_absolute_and_percent_encoded() -> None:

@@ -61,10 +61,15 @@ def evidence_numbers(finding: Finding, limit: int = 12) -> list[tuple[str, str]]
     return out
 
 
+# evidence keys whose name carries no unit, and the name that says it (the keys are contract)
+_UNIT_NAMES = {"extra_by_part": "extra_by_part_s"}  # StragglerEvidence: seconds per step
+
+
 def fmt_evidence_value(key: str, value: Any) -> str:
     """Format a measured value by the unit its name carries (``data_wait_s_per_step`` → a
     duration, ``bytes_per_step`` → bytes, ``*_us``, ``*_pct``, ``*share``/``*frac``/``*util*``
     → percent); a name without a unit keeps the plain number."""
+    key = _UNIT_NAMES.get(key, key)
     if isinstance(value, dict):
         return _fmt_evidence_dict(key, value)
     v = num(value)
@@ -87,13 +92,17 @@ def fmt_evidence_value(key: str, value: Any) -> str:
 
 
 def _fmt_evidence_dict(key: str, value: dict[Any, Any]) -> str:
-    """E.g. ``idle_by_cause_ms``: the five largest parts, in the unit the key names."""
+    """E.g. ``idle_by_cause_ms``: the five largest parts, in the unit the key names (``rank 1
+    22.2 ms, rank 0 2.03 ms`` for a dict keyed by rank)."""
     parts = sorted(
         ((k, num(v)) for k, v in value.items()),
         key=lambda kv: -(kv[1] if kv[1] is not None else -math.inf),
     )
+    # keyed by number: per-rank values (StragglerEvidence's dicts), said as such
+    ranks = all(str(k).isdigit() for k in value)
     shown = [
-        f"{one_line(k)} {fmt_evidence_value(key, v) if v is not None else fmt_scalar(value[k])}"
+        f"{'rank ' if ranks else ''}{one_line(k)} "
+        f"{fmt_evidence_value(key, v) if v is not None else fmt_scalar(value[k])}"
         for k, v in parts[:5]
     ]
     return ", ".join(shown) + (", …" if len(parts) > 5 else "")
