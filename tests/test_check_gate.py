@@ -238,3 +238,21 @@ def test_a_folder_of_per_rank_traces_is_gated_per_rank(shared_traces: Path) -> N
     step = next(g for g in gates if g["id"] == "step_time")
     assert step["verdict"] == "inconclusive"  # a trace of one step: too few to judge
     assert {g["id"] for g in gates} >= {"syncs_per_step", "h2d_copies_per_step"}
+
+
+def test_sub_millisecond_steps_need_three_runs_or_a_stated_floor() -> None:
+    """0.25 ms steps drift between runs far beyond the 1% floor: one run on a side is not
+    judged, however clear the difference looks; two runs a side (the drift measured) or a larger
+    --step-time-noise are. Steps of 1 ms and more are judged as before."""
+    base, cand = run(noisy(0.00025, seed=1)), run(noisy(0.00029, seed=2))
+    gate = _gate(evaluate(base, cand, Thresholds()), STEP)
+    assert gate.verdict == "inconclusive" and "give two runs a side" in gate.detail
+    base2, cand2 = [base, run(noisy(0.00025, seed=4))], [cand, run(noisy(0.00029, seed=3))]
+    assert _gate(evaluate(base2[:1], cand2, Thresholds()), STEP).verdict == "inconclusive"
+    assert _gate(evaluate(base2, cand2, Thresholds()), STEP).verdict == "fail"
+    wide = _gate(evaluate(base, cand, Thresholds(step_time_noise=0.08)), STEP)
+    assert wide.interval is not None and "run-to-run drift 8.0%" in wide.interval.covers
+    long = _gate(
+        evaluate(run(noisy(0.0011, seed=1)), run(noisy(0.0013, seed=2)), Thresholds()), STEP
+    )
+    assert long.verdict == "fail"

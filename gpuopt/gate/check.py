@@ -30,6 +30,12 @@ from gpuopt.model.profile import Profile
 from gpuopt.units import fmt_bytes, fmt_duration
 
 MIN_STEPS = 8  # measured steps per side, for an interval
+# Below this median step time, run-to-run drift dwarfs the default floor: 20 runs of
+# examples/sync_metrics.py (0.25 ms steps) had medians with a 6.6% standard deviation and a heavy
+# tail (291 and 316 µs among ~250): identical code failed 1 of 10 pairs at one run a side and 1 of
+# 10 at 2 + 1 (the drift then measured from one pair of runs); at 2 + 2, 0 of 10. The 25 ms steps
+# of slow_dataset.py: 0.4%
+SHORT_STEP_S = 1e-3
 # the gates a check can run (``--gates``): timed ones, then those counted exactly
 GATE_GROUPS = ("step-time", "data-wait", "gpu", "counters", "findings")
 
@@ -121,6 +127,20 @@ def _not_judged(
     return busy
 
 
+def _short_steps(ma: float, mb: float, runs: int, th: Thresholds) -> str | None:
+    """Why sub-millisecond steps are not judged: fewer than two runs on a side (``runs``: the
+    smaller side's count) on the default floor (a larger ``--step-time-noise`` is judged)."""
+    if min(ma, mb) >= SHORT_STEP_S or runs >= 2:
+        return None
+    if th.step_time_noise > Thresholds().step_time_noise:
+        return None
+    return (
+        f"steps of {fmt_duration(min(ma, mb))} drift more between runs than the "
+        f"{th.step_time_noise:.0%} floor assumes (6.6% sd measured on 0.25 ms steps): give two "
+        "runs a side (repeat CANDIDATE and --baseline) or a larger --step-time-noise"
+    )
+
+
 def step_time_gate(
     base: Sequence[Profile], cand: Sequence[Profile], th: Thresholds, busy: str | None = None
 ) -> Gate:
@@ -133,7 +153,7 @@ def step_time_gate(
     ma = statistics.fmean(statistics.median(t) for t in a)
     mb = statistics.fmean(statistics.median(t) for t in b)
     shown = (fmt_duration(ma), fmt_duration(mb), _pct(mb / ma - 1))
-    why = _not_judged(a, b, busy)
+    why = _not_judged(a, b, busy) or _short_steps(ma, mb, min(len(a), len(b)), th)
     if why:
         return Gate(name, "inconclusive", *shown, why, id=gid, threshold=threshold)
     iv = compare_runs(
