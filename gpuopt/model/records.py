@@ -414,6 +414,10 @@ class DataLoaderInfo(Record):
     built_at: str | UnsetType = UNSET  # the DataLoader(...) call: where its settings are written
     built_via: str | UnsetType = UNSET  # the call of the factory that built it, if one did
     role: str | UnsetType = UNSET  # "eval": every batch fetched with autograd off; else "train"
+    # epochs after the first that started non-persistent workers again, and their wait (iter()
+    # and the first batch) beyond a batch's usual wait, per measured step
+    worker_restarts: int | UnsetType = UNSET
+    restart_s_per_step: float | UnsetType = UNSET
 
 
 class ShapeCount(Record):

@@ -20,6 +20,7 @@ batch analysis uses them.
 
 from __future__ import annotations
 
+import statistics
 import sys
 import time
 import weakref
@@ -82,6 +83,9 @@ class LoaderStats:
     batches: int = 0
     wait_s: float = 0.0
     wait_by_step: dict[int, float] = field(default_factory=dict)
+    # every epoch of a loader whose workers are not persistent starts them (again after the
+    # first): (step, seconds in iter() and its first batch, a restart)
+    starts: list[tuple[int, float, bool]] = field(default_factory=list)
 
     def info(self, measured_steps: list[int]) -> DataLoaderInfo:
         """The profile's entry for this loader; its wait averaged over ``measured_steps``."""
@@ -101,6 +105,10 @@ class LoaderStats:
             wait_s_total=self.wait_s,
             wait_s_per_step=(sum(per_step) / len(per_step)) if per_step else None,
         )
+        restarts = sum(again for _, _, again in self.starts)
+        if restarts:
+            info.worker_restarts = restarts
+            info.restart_s_per_step = self._restart_per_step(measured_steps)
         if self.batches:
             info.role = "eval" if self.eval_batches >= self.batches else "train"
         if self.built_at is not None:
@@ -108,6 +116,23 @@ class LoaderStats:
         if self.built_via is not None:
             info.built_via = self.built_via
         return info
+
+    def _restart_per_step(self, measured_steps: list[int]) -> float:
+        """What ``persistent_workers=True`` would save per measured step: the wait above this
+        loader's median step wait in each restart's step and the next ``num_workers - 1`` steps
+        (a worker that is still starting delays its own first batch, which may come a step or
+        more after the first one)."""
+        if not measured_steps:
+            return 0.0
+        waits = {i: self.wait_by_step.get(i, 0.0) for i in measured_steps}
+        usual = statistics.median(waits.values())
+        hit = {
+            step + k
+            for step, _, again in self.starts
+            if again
+            for k in range(max(self.num_workers, 1))
+        }
+        return sum(max(waits[i] - usual, 0.0) for i in hit if i in waits) / len(waits)
 
 
 @dataclass
@@ -160,9 +185,14 @@ class DataLoaderProbe:
         orig_get_iterator, orig_next = self._orig_get_iterator, self._orig_next
 
         def _get_iterator(loader: Any, *args: Any, **kwargs: Any) -> Any:
+            # iter(loader) starts the workers (non-persistent ones, every epoch): the step waits
+            # on the DataLoader as it does in next()
+            step, t0 = probe._step_count(), probe._clock()
             it = orig_get_iterator(loader, *args, **kwargs)
+            dt = probe._clock() - t0
             try:
                 probe._register(it, loader)
+                probe._started(it, step, dt)
             except Exception:  # measuring must never break the user's loader
                 pass
             return it
@@ -312,11 +342,27 @@ class DataLoaderProbe:
         frame, _, _ = resolver.locate(sys._getframe(1))
         return resolver.site(frame.f_code, frame.f_lasti) if frame is not None else None
 
-    def _record(self, it: Any, step: int, dt: float, ok: bool, training: bool = True) -> None:
+    def _started(self, it: Any, step: int, dt: float) -> None:
+        """``iter(loader)`` took ``dt``: the step's wait; a start of non-persistent workers is
+        kept open until its first batch comes (a restart: not the loader's first iterator)."""
+        stats = self.loaders[it._gpuopt_loader_key]
+        self._wait(stats, step, dt)
+        if stats.num_workers > 0 and not stats.persistent_workers:
+            it._gpuopt_start = (step, dt, stats.iterators > 1)
+
+    def _wait(self, stats: LoaderStats | None, step: int, dt: float) -> None:
         self.wait_by_step[step] = self.wait_by_step.get(step, 0.0) + dt
+        if stats is not None:
+            stats.wait_s += dt
+            stats.wait_by_step[step] = stats.wait_by_step.get(step, 0.0) + dt
+
+    def _record(self, it: Any, step: int, dt: float, ok: bool, training: bool = True) -> None:
         stats = self.loaders.get(getattr(it, "_gpuopt_loader_key", -1))
+        self._wait(stats, step, dt)
         if stats is not None:
             stats.batches += ok
             stats.eval_batches += ok and not training
-            stats.wait_s += dt
-            stats.wait_by_step[step] = stats.wait_by_step.get(step, 0.0) + dt
+            start = getattr(it, "_gpuopt_start", None)
+            if start is not None:
+                it._gpuopt_start = None
+                stats.starts.append((start[0], start[1] + dt, start[2]))

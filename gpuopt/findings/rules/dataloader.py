@@ -13,6 +13,10 @@ cores from the compute: no gain is expected on this machine (measured: a 2-core 
 from 6.6 s to 8.4–8.9 s with one worker), and the estimate says so instead of a speed-up. With
 cores free, the step is also bounded by the CPU work it needs, ``(c·threads + f) / cores``.
 See docs/host-culprits.md.
+
+Non-persistent workers start again at every epoch (a fork, or with ``spawn`` a new interpreter
+importing torch): when the probe's ``restart_s_per_step`` is at least half the loader's wait,
+the fix is ``persistent_workers=True`` alone, estimated by removing that wait (docs/profile.md).
 """
 
 from __future__ import annotations
@@ -72,6 +76,8 @@ class _Advice:
     notes: list[str] = field(default_factory=list)
     est: float = 1.0
     model: str = _AMDAHL
+    said: str = ""  # added to the finding's summary
+    evidence: dict[str, Any] = field(default_factory=dict)  # added to its evidence
 
 
 @dataclass(frozen=True)
@@ -149,6 +155,31 @@ def _loader_advice(
     return _with_knobs(profile, loader, advice, k)
 
 
+def _restart_advice(loader: DataLoaderInfo, step_s: float) -> _Advice | None:
+    """When most of the loader's wait is its non-persistent workers starting again at every
+    epoch (the probe's ``restart_s_per_step``): ``persistent_workers=True``, whatever the cores
+    (starting a worker costs the same on any machine)."""
+    restart = float(given(loader.restart_s_per_step) or 0.0)
+    restarts = int(given(loader.worker_restarts) or 0)
+    if not restarts or restart < 0.5 * float(loader.wait_s_per_step or 0.0):
+        return None
+    return _Advice(
+        changes=["persistent_workers=True"],
+        est=step_s / max(step_s - restart, 1e-9),
+        model=(
+            f"estimate: the {restarts} restart(s) of the workers at a new epoch removed (their "
+            "wait in iter() and the first batches, beyond the loader's median step wait: "
+            f"{fmt_duration(restart)} per measured step), the rest of the wait unchanged"
+        ),
+        said=(
+            f"; most of it ({fmt_duration(restart)} a step) is its {loader.num_workers} "
+            "worker(s) starting again at each new epoch "
+            f"({loader.multiprocessing_context or 'default'} start method)"
+        ),
+        evidence={"worker_restarts": restarts, "restart_s_per_step": round(restart, 6)},
+    )
+
+
 def _with_knobs(profile: Profile, loader: DataLoaderInfo, advice: _Advice, k: int) -> _Advice:
     nw = loader.num_workers
     if k > 0 and not loader.persistent_workers and loader.epochs > 1:
@@ -214,12 +245,16 @@ def dataloader_bound(profile: Profile) -> list[Finding]:
     if loaders:
         loader = max(loaders, key=lambda d: d.wait_s_per_step or 0.0)
         evidence.update(_loader_evidence(loader))
-        advice = _loader_advice(profile, loader, share, step_s, cores)
+        advice = _restart_advice(loader, step_s) or _loader_advice(
+            profile, loader, share, step_s, cores
+        )
         summary = (
             f"{fmt_frac(share, 0)} of step time waits on next() of {loader.cls}"
             f"({loader.dataset}, num_workers={loader.num_workers}){_where(loader)}: "
             f"{fmt_duration(wait_s)} of {fmt_duration(step_s)} per step"
         )
+        summary += advice.said
+        evidence.update(advice.evidence)
         site = given(loader.built_at) or loader.site
     else:
         summary = (
