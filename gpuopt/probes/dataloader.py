@@ -83,9 +83,8 @@ class LoaderStats:
     batches: int = 0
     wait_s: float = 0.0
     wait_by_step: dict[int, float] = field(default_factory=dict)
-    # every epoch of a loader whose workers are not persistent starts them (again after the
-    # first): (step, seconds in iter() and its first batch, a restart)
-    starts: list[tuple[int, float, bool]] = field(default_factory=list)
+    # the steps in which an epoch after the first started non-persistent workers again
+    restart_steps: list[int] = field(default_factory=list)
 
     def info(self, measured_steps: list[int]) -> DataLoaderInfo:
         """The profile's entry for this loader; its wait averaged over ``measured_steps``."""
@@ -105,9 +104,8 @@ class LoaderStats:
             wait_s_total=self.wait_s,
             wait_s_per_step=(sum(per_step) / len(per_step)) if per_step else None,
         )
-        restarts = sum(again for _, _, again in self.starts)
-        if restarts:
-            info.worker_restarts = restarts
+        if self.restart_steps:
+            info.worker_restarts = len(self.restart_steps)
             info.restart_s_per_step = self._restart_per_step(measured_steps)
         if self.batches:
             info.role = "eval" if self.eval_batches >= self.batches else "train"
@@ -126,12 +124,7 @@ class LoaderStats:
             return 0.0
         waits = {i: self.wait_by_step.get(i, 0.0) for i in measured_steps}
         usual = statistics.median(waits.values())
-        hit = {
-            step + k
-            for step, _, again in self.starts
-            if again
-            for k in range(max(self.num_workers, 1))
-        }
+        hit = {step + k for step in self.restart_steps for k in range(max(self.num_workers, 1))}
         return sum(max(waits[i] - usual, 0.0) for i in hit if i in waits) / len(waits)
 
 
@@ -343,12 +336,12 @@ class DataLoaderProbe:
         return resolver.site(frame.f_code, frame.f_lasti) if frame is not None else None
 
     def _started(self, it: Any, step: int, dt: float) -> None:
-        """``iter(loader)`` took ``dt``: the step's wait; a start of non-persistent workers is
-        kept open until its first batch comes (a restart: not the loader's first iterator)."""
+        """``iter(loader)`` took ``dt``: the step's wait; an iterator after the loader's first
+        that starts non-persistent workers again is a restart."""
         stats = self.loaders[it._gpuopt_loader_key]
         self._wait(stats, step, dt)
-        if stats.num_workers > 0 and not stats.persistent_workers:
-            it._gpuopt_start = (step, dt, stats.iterators > 1)
+        if stats.iterators > 1 and stats.num_workers > 0 and not stats.persistent_workers:
+            stats.restart_steps.append(step)
 
     def _wait(self, stats: LoaderStats | None, step: int, dt: float) -> None:
         self.wait_by_step[step] = self.wait_by_step.get(step, 0.0) + dt
@@ -362,7 +355,3 @@ class DataLoaderProbe:
         if stats is not None:
             stats.batches += ok
             stats.eval_batches += ok and not training
-            start = getattr(it, "_gpuopt_start", None)
-            if start is not None:
-                it._gpuopt_start = None
-                stats.starts.append((start[0], start[1] + dt, start[2]))
