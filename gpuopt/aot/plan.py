@@ -135,7 +135,9 @@ class Plan:
         return plan
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps(self.to_dict(), indent=1) + "\n", encoding="utf-8")
+        from gpuopt.paths import write_output
+
+        write_output(Path(path), (json.dumps(self.to_dict(), indent=1) + "\n").encode("utf-8"))
 
     @classmethod
     def load(cls, path: Path) -> Plan:

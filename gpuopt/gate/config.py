@@ -79,6 +79,8 @@ def find_config(start: Path) -> Path | None:
     """The nearest ``pyproject.toml`` from ``start`` upward that has ``[tool.gpuopt.check]``."""
     for folder in (start, *start.parents):
         candidate = folder / "pyproject.toml"
+        if not candidate.is_file():  # a FIFO of that name would block the read
+            continue
         try:
             raw = candidate.read_bytes()
         except OSError:

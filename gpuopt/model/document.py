@@ -176,7 +176,10 @@ def resolve_profile_path(path: Path) -> Path:
 
 def load_profile(path: Path) -> Profile:
     """Read and check a profile document; every failure is a one-line :class:`GpuoptError`."""
+    from gpuopt.paths import regular_input
+
     p = resolve_profile_path(path)
+    regular_input(p)  # a FIFO would block the read forever, a device never end it
     try:
         raw = p.read_bytes()
     except OSError as exc:

@@ -10,6 +10,7 @@ loss floor was needed), candidate 1 is run again without it.
 from __future__ import annotations
 
 import datetime as _dt
+import stat
 import sys
 import time
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from gpuopt.optimize.source_files import (
     write_private_copies,
 )
 from gpuopt.optimize.verify import with_transform_check
+from gpuopt.paths import reason, stat_or_none
 
 OPTIMIZE_FILE = "optimize.json"
 
@@ -74,14 +76,25 @@ def optimize_command(opts: OptimizeOptions) -> int:
 
 
 def _out_dir(opts: OptimizeOptions, stem: str) -> Path:
+    """``-o DIR`` (or the default), made now: one that cannot be a directory, or holds an
+    earlier optimize run without ``--force``, is refused before any run."""
     if opts.out is None:
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        return Path("gpuopt-runs") / f"{stem}-optimize-{stamp}"
-    if (opts.out / OPTIMIZE_FILE).exists() and not opts.force:
+        out = Path("gpuopt-runs") / f"{stem}-optimize-{stamp}"
+    else:
+        out = opts.out
+    st = stat_or_none(out)
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        raise GpuoptError(f"{out}: exists and is not a directory; pick another -o DIR")
+    if (out / OPTIMIZE_FILE).exists() and not opts.force:
         raise GpuoptError(
-            f"{opts.out}: holds an earlier gpuopt optimize run; pass --force to replace it"
+            f"{out}: holds an earlier gpuopt optimize run; pass --force to replace it"
         )
-    return opts.out
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise GpuoptError(f"{out}: cannot create the directory: {reason(exc)}") from None
+    return out
 
 
 def _optimize(st: _State) -> int:
