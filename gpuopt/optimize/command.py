@@ -177,10 +177,13 @@ def _plan(st: _State, base: Profile) -> list[PlannedFix]:
 
     st.phases.phase("planning fixes")
     cuda = base.environment.device == "cuda"
+    from gpuopt.runner.target import main_file
+
     script_text = None
-    if st.opts.script is not None:
-        script_text = Path(st.opts.script).read_text(encoding="utf-8", errors="replace")
-    inp = PlanInput(base, list(st.opts.fixes), cuda, script_text, st.opts.script)
+    main = main_file(st.opts.script) if st.opts.script is not None else None
+    if main is not None:  # the script, or a directory's __main__.py (none in a zip archive)
+        script_text = main.read_text(encoding="utf-8", errors="replace")
+    inp = PlanInput(base, list(st.opts.fixes), cuda, script_text, str(main) if main else None)
     inp.amp_dtype = _amp_dtype(st.opts.amp_dtype, cuda)
     sweep, error = sweep_for(st.opts, base, st.dir, st.phases)
     inp.sweep, inp.sweep_error = sweep, error
