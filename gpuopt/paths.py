@@ -256,8 +256,12 @@ def stdout_usable() -> bool:
     if out is None or out.closed:
         return False
     try:
-        os.fstat(out.fileno())
-    except (OSError, ValueError, AttributeError):
+        fd = out.fileno()
+    except (OSError, ValueError, AttributeError):  # a stream with no descriptor (captured)
+        return True
+    try:
+        os.fstat(fd)
+    except OSError:
         return False
     return True
 

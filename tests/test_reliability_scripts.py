@@ -125,7 +125,8 @@ def test_a_dataloader_workers_error_shows_no_gpuopt_frame(tmp_path: Path) -> Non
     script.write_text(
         "import torch\nfrom torch.utils.data import DataLoader, Dataset\n\n\n"
         "class D(Dataset):\n    def __len__(self):\n        return 8\n\n"
-        "    def __getitem__(self, i):\n        if i == 5:\n            raise ValueError('bad item')\n"
+        "    def __getitem__(self, i):\n        if i == 5:\n"
+        "            raise ValueError('bad item')\n"
         "        return torch.ones(2)\n\n\n"
         "for x in DataLoader(D(), batch_size=2, num_workers=1):\n    pass\n"
     )

@@ -104,8 +104,8 @@ def check_target(target: Target) -> None:
             raise GpuoptError(f"{target.script}: permission denied")
         if p.is_dir() and main_spec(target.script) is None:
             raise GpuoptError(
-                f"{target.script}: a directory without __main__.py, so python cannot run it "
-                "either; to run a package use gpuopt profile -m PACKAGE"
+                f"{target.script}: is a directory without __main__.py, so python cannot run "
+                "it either; to run a package use gpuopt profile -m PACKAGE"
             )
         return
     assert target.module is not None
