@@ -127,13 +127,13 @@ def check_output(output: Path, reads: Iterable[Path], option: str = "-o") -> Non
         _not_an_input(output, st, path, option)
 
 
-def read_only(path: Path, st: os.stat_result) -> None:
+def read_only(path: Path, st: os.stat_result, shown: str = "") -> None:
     """Refuse a regular file its mode bits keep from being written, whoever runs gpuopt (root
     may write anything; a file made read-only says not to), or this user may not write."""
     if not st.st_mode & 0o222 or not os.access(path, os.W_OK):
         raise GpuoptError(
-            f"{_shown(path)}: is read-only (mode {stat.S_IMODE(st.st_mode):04o}); gpuopt does "
-            "not write over it"
+            f"{shown or _shown(path)}: is read-only (mode {stat.S_IMODE(st.st_mode):04o}); "
+            "gpuopt does not write over it"
         )
 
 

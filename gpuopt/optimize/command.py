@@ -19,7 +19,7 @@ from pathlib import Path
 import msgspec
 
 from gpuopt.atomic_write import write_atomic
-from gpuopt.errors import GpuoptError
+from gpuopt.errors import GpuoptError, say
 from gpuopt.model.document import load_profile
 from gpuopt.model.optimize import OptimizeDocument, RunResult, RuntimeFixes
 from gpuopt.model.profile import Profile
@@ -32,12 +32,14 @@ from gpuopt.optimize.runs import Done, Launch, RunSpec, run_once
 from gpuopt.optimize.runtime import encode_fixes
 from gpuopt.optimize.source_files import (
     SourceSet,
+    changed_on_disk,
+    check_writable,
     unified_diff,
     write_in_place,
     write_private_copies,
 )
 from gpuopt.optimize.verify import with_transform_check
-from gpuopt.paths import reason, stat_or_none
+from gpuopt.paths import reason, stat_or_none, write_stdout
 
 OPTIMIZE_FILE = "optimize.json"
 
@@ -51,6 +53,8 @@ class _State:
     doc: OptimizeDocument
     runs: list[Done] = field(default_factory=list)
     t0: float = field(default_factory=time.perf_counter)
+    # each user file's bytes when first read: every plan, run, diff and write starts from them
+    reads: dict[Path, bytes] = field(default_factory=dict)
 
 
 def optimize_command(opts: OptimizeOptions) -> int:
@@ -105,6 +109,8 @@ def _optimize(st: _State) -> int:
     st.doc.baseline = base
     fixes = _plan(st, base)
     chosen = [f for f in fixes if f.selected]
+    if st.opts.write:  # refused now, not after every run: a read-only file, a changed one
+        check_writable(_sources(st, chosen).changed())
     if not st.opts.measure or not chosen:
         if not chosen:
             st.doc.warnings.append(
@@ -215,7 +221,7 @@ def _check_edits(st: _State, fix: PlannedFix) -> None:
     if not fix.selected or not fix.edits:
         return
     try:
-        sources = _sources([fix])
+        sources = _sources(st, [fix])
     except GpuoptError as exc:
         fix.selected = fix.applicable = False
         fix.reason = f"its source form cannot be applied: {exc}"
@@ -226,11 +232,14 @@ def _check_edits(st: _State, fix: PlannedFix) -> None:
         fix.reason = f"nothing to change: every site was left alone ({fix.reason})"
 
 
-def _sources(fixes: list[PlannedFix], runtime_only: bool = False, run: bool = False) -> SourceSet:
-    """The user's files with the source forms of ``fixes`` applied (in memory). For a run
-    (``run``), a model transform comes from its run-time form alone: applied after the first
-    step, it is checked there on the model's own batch (runtime.TRANSFORM_CHECK)."""
-    sources = SourceSet()
+def _sources(
+    st: _State, fixes: list[PlannedFix], runtime_only: bool = False, run: bool = False
+) -> SourceSet:
+    """The user's files with the source forms of ``fixes`` applied (in memory), from the text
+    first read (``st.reads``). For a run (``run``), a model transform comes from its run-time
+    form alone: applied after the first step, it is checked there on the model's own batch
+    (runtime.TRANSFORM_CHECK)."""
+    sources = SourceSet(reads=st.reads)
     for fix in fixes:
         if (runtime_only and fix.has_runtime) or (run and fix.kind.transform):
             continue
@@ -249,7 +258,7 @@ def _fixes_file(st: _State, fixes: list[PlannedFix], where: Path, copies: bool) 
         rf.backend_flags.update(fix.backend_flags)
         rf.model_transforms += fix.model_transforms
     if copies:
-        changed = _sources(fixes, run=True).changed()
+        changed = _sources(st, fixes, run=True).changed()
         rf.sources = write_private_copies(changed, where / "sources")
     write_atomic(where / "fixes.json", encode_fixes(rf))
     return where
@@ -385,9 +394,9 @@ def _finish(st: _State, fixes: list[PlannedFix], kept: list[PlannedFix]) -> int:
     from gpuopt.optimize.results import fill_results
 
     st.phases.phase("verifying and measuring")
-    fill_results(st.doc, st.runs, fixes, kept, st.opts.apply)
+    fill_results(st.doc, st.runs, fixes, kept, st.opts.apply, reads=st.reads)
     home = [f for f in kept if not (st.opts.apply and f.has_runtime)]
-    sources = _sources(home)
+    sources = _sources(st, home)
     st.doc.diff = unified_diff(sources.changed())
     if st.opts.apply:
         applied = [f for f in kept if f.has_runtime]
@@ -413,8 +422,12 @@ def _tell(st: _State, sources: SourceSet, kept: list[PlannedFix]) -> None:
         for line in write_in_place(sources.changed()):
             print(f"gpuopt: {line}", file=sys.stderr)
     elif st.doc.diff and st.opts.diff:
-        sys.stdout.write(st.doc.diff)
-        sys.stdout.flush()
+        for shown in changed_on_disk(sources.changed()):
+            say(
+                f"gpuopt: warning: {shown} changed since gpuopt read it; the diff is against "
+                "the text gpuopt read and measured, and may not apply"
+            )
+        write_stdout(st.doc.diff)
     if st.opts.apply and any(f.has_runtime for f in kept):
         shown = st.opts.script or f"-m {st.opts.module}"
         print(
