@@ -266,7 +266,7 @@ def _unwinds_on_purpose(exc: BaseException) -> bool:
 
 def _is_ours(filename: str) -> bool:
     return (
-        filename.startswith(GPUOPT_DIR)
+        filename.startswith(GPUOPT_DIR + os.sep)
         or filename == runpy.__file__
         or filename.endswith(("runpy.py", "<frozen runpy>"))
     )
