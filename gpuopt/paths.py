@@ -123,6 +123,14 @@ def check_output(output: Path, reads: Iterable[Path], option: str = "-o") -> Non
         )
     if st is not None and stat.S_ISREG(st.st_mode):
         read_only(output, st)
+    refuse_inputs(output, reads, option, st)
+
+
+def refuse_inputs(
+    output: Path, reads: Iterable[Path], option: str = "-o", st: os.stat_result | None = None
+) -> None:
+    """Refuse an output that is one of ``reads`` (or a file they hold that is read)."""
+    st = st if st is not None else stat_or_none(output)
     for path in reads:
         _not_an_input(output, st, path, option)
 
@@ -164,15 +172,14 @@ def _not_an_input(output: Path, st: os.stat_result | None, path: Path, option: s
         return
     if _same_file(st, src):
         raise GpuoptError(
-            f"{_shown(output)}: is an input of this command ({_shown(path)}); write to another "
-            f"{option} FILE"
+            f"{_shown(output)}: is an input of this command ({_shown(path)}); give another {option}"
         )
     read_inside = output.name == "profile.json" or output.name.endswith(_READ_SUFFIXES)
     if stat.S_ISDIR(src.st_mode) and stat.S_ISREG(st.st_mode) and read_inside:
         if _inside(output, path):
             raise GpuoptError(
-                f"{_shown(output)}: is an input of this command (read in {_shown(path)}); write "
-                f"to another {option} FILE"
+                f"{_shown(output)}: is an input of this command (read in {_shown(path)}); give "
+                f"another {option}"
             )
 
 

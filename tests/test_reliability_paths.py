@@ -386,3 +386,19 @@ def test_a_folder_of_traces_skips_what_is_not_a_trace_with_a_note_each(tmp_path:
     r = runner.invoke(app, ["report", str(job)])
     assert r.exit_code == 2
     _one_line(r.output, "none of its 2 .json files is a PyTorch profiler trace")
+
+
+@pytest.mark.parametrize(
+    ("command", "name"), [("profile", "profile.json"), ("optimize", "optimize.json")]
+)
+def test_a_run_directory_never_writes_over_the_script_even_with_force(
+    command: str, name: str, tmp_path: Path
+) -> None:
+    """A script named like a file the run writes, in the run directory: refused, --force or not
+    (``profile --force`` removed it as an earlier run's profile)."""
+    script = tmp_path / name
+    script.write_text("print('the script')\n")
+    r = runner.invoke(app, [command, "--force", "-o", str(tmp_path), str(script)])
+    assert r.exit_code == 2, r.output
+    _one_line(r.output, "is an input of this command")
+    assert script.read_text() == "print('the script')\n"

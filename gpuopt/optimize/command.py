@@ -39,7 +39,7 @@ from gpuopt.optimize.source_files import (
     write_private_copies,
 )
 from gpuopt.optimize.verify import with_transform_check
-from gpuopt.paths import reason, stat_or_none, write_stdout
+from gpuopt.paths import reason, refuse_inputs, stat_or_none, write_stdout
 
 OPTIMIZE_FILE = "optimize.json"
 
@@ -94,6 +94,9 @@ def _out_dir(opts: OptimizeOptions, stem: str) -> Path:
         raise GpuoptError(
             f"{out}: holds an earlier gpuopt optimize run; pass --force to replace it"
         )
+    reads = [Path(opts.script)] if opts.script is not None else []
+    for name in (OPTIMIZE_FILE, "fixes.json"):  # never the script, whatever it is called
+        refuse_inputs(out / name, reads, "-o")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -48,7 +48,8 @@ def profile_command(opts: ProfileOptions) -> int:
         from gpuopt.runner.torchrun import launch
 
         return launch(opts, target)
-    run_dir = RunDirectory.prepare(opts.out or default_out_dir(target.stem), force=opts.force)
+    out = opts.out or default_out_dir(target.stem)
+    run_dir = RunDirectory.prepare(out, force=opts.force, reads=target.files())
     profile = measure(target, run_dir, opts)
     if not isinstance(profile, Profile):  # a child the script forked: its own exit, nothing else
         return profile.exit_code

@@ -28,7 +28,7 @@ from gpuopt.atomic_write import write_atomic
 from gpuopt.errors import GpuoptError
 from gpuopt.model.document import empty_profile, encode
 from gpuopt.model.profile import Profile
-from gpuopt.paths import stat_or_none
+from gpuopt.paths import refuse_inputs, stat_or_none
 from gpuopt.probes.profiler_window import TRACE_NAME as WINDOW_TRACE_NAME
 
 PROFILE_NAME = "profile.json"
@@ -65,9 +65,14 @@ class RunDirectory:
         self.owner = os.getpid()
 
     @classmethod
-    def prepare(cls, out: Path, force: bool = False) -> RunDirectory:
+    def prepare(
+        cls, out: Path, force: bool = False, reads: list[Path] | None = None
+    ) -> RunDirectory:
         """Create the run directory (and parents); refuse one that cannot be a writable
-        directory, or that holds an earlier run unless ``force``."""
+        directory, or that holds an earlier run unless ``force``, or whose files would be one of
+        the run's inputs (``reads``: the script named profile.json in DIR, even with --force)."""
+        for name in (PROFILE_NAME, WINDOW_TRACE_NAME, JOB_NAME):
+            refuse_inputs(out / name, reads or [], "-o")
         st = stat_or_none(out)
         if st is not None and not stat.S_ISDIR(st.st_mode):
             raise GpuoptError(f"{out}: exists and is not a directory; pick another -o DIR")

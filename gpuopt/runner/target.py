@@ -54,6 +54,10 @@ class Target:
             return Path(self.script).stem or "script"
         return (self.module or "module").rsplit(".", 1)[-1]
 
+    def files(self) -> list[Path]:
+        """The files this target reads that an output must never be (the script)."""
+        return [Path(self.script)] if self.script is not None else []
+
     def user_roots(self) -> list[Path]:
         """Directories whose files are the user's code (for sites)."""
         if self.script is not None:
