@@ -416,7 +416,7 @@ def report(
     run_report(
         _paths(paths, "PATH"),
         fmt.value if fmt else None,
-        _path(output, "-o"),
+        _path(output, "-o") if output != "-" else None,  # -o -: stdout, as many tools take it
         summary_only=summary_only,
         jobs=jobs,
     )
@@ -621,7 +621,7 @@ def compare(
         compare_command(
             _paths(paths, "PATH"),
             fmt.value if fmt else None,
-            _path(output, "-o"),
+            _path(output, "-o") if output != "-" else None,  # -o -: stdout
             noise={"step-time-noise": step_time_noise, "share-noise": share_noise},
             config=str(_path(config, "--config")) if config is not None else None,
         )

@@ -112,6 +112,8 @@ def check_output(output: Path, reads: Iterable[Path], option: str = "-o") -> Non
     text = str(output)
     if not text or text == ".":
         raise GpuoptError(f"{option} '{text}': name a file to write, e.g. {option} report.html")
+    if text == "-":
+        raise GpuoptError(f"{option} -: stdout is not taken here; name a file to write")
     _check_name_lengths(output, option)
     st = stat_or_none(output)
     if st is not None and stat.S_ISDIR(st.st_mode):
@@ -191,6 +193,25 @@ def plain(path: Path, st: os.stat_result | None) -> bool:
     return os.path.abspath(path).startswith(_PLAIN_ROOTS)
 
 
+def printable(text: str) -> str:
+    """``text`` with each byte a path could not decode (a file name that is not UTF-8, which
+    Python holds as a lone surrogate) written as its escape, ``\\xff``: valid UTF-8 always."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate that is no escaped byte
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def utf8(text: str) -> bytes:
+    """Text as UTF-8 for an output file (:func:`printable`)."""
+    return printable(text).encode("utf-8")
+
+
 def write_output(path: Path, data: bytes, failure: str = "cannot write") -> None:
     """Write ``data`` to ``path`` as its kind asks (see the module's doc); a failure is one line:
     ``PATH: <failure>: <reason>``."""
@@ -247,7 +268,11 @@ def write_stdout(text: str) -> None:
     if out is None or out.closed:
         raise GpuoptError("cannot write to stdout: it is closed; write to a file with -o FILE")
     try:
-        out.write(text)
+        try:
+            out.write(text)
+        except UnicodeEncodeError:  # a name that is not UTF-8, or a terminal that is not
+            encoding = getattr(out, "encoding", None) or "utf-8"
+            out.write(printable(text).encode(encoding, "backslashreplace").decode(encoding))
         out.flush()
     except BrokenPipeError:
         raise

@@ -402,3 +402,39 @@ def test_a_run_directory_never_writes_over_the_script_even_with_force(
     assert r.exit_code == 2, r.output
     _one_line(r.output, "is an input of this command")
     assert script.read_text() == "print('the script')\n"
+
+
+def test_dash_is_stdout_for_a_report_and_refused_where_stdout_is_taken(
+    runs: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base, cand = runs
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, ["report", str(cand), "-o", "-", "--format", "json"])
+    assert r.exit_code == 0 and r.stdout.lstrip().startswith("{"), r.output
+    r = runner.invoke(app, ["compare", str(base), str(cand), "-o", "-"])
+    assert r.exit_code == 0 and r.stdout, r.output
+    r = runner.invoke(app, ["check", str(cand), "--baseline", str(base), "--junit", "-"])
+    assert r.exit_code == 2
+    _one_line(r.output, "--junit -: stdout is not taken here")
+    assert not (tmp_path / "-").exists()  # never a file named '-'
+
+
+def test_a_script_whose_name_is_not_utf8_keeps_its_profile(tmp_path: Path) -> None:
+    """JSON is UTF-8: msgspec refused the name (a traceback, the placeholder left)."""
+    name = b"t\xff.py"
+    (tmp_path / os.fsdecode(name)).write_text(
+        "import gpuopt\nfor _ in range(3):\n    gpuopt.step()\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "gpuopt", "profile", "--quiet", "-o", "run", os.fsdecode(name)],
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert r.returncode == 0, r.stderr
+    assert b"Traceback" not in r.stderr
+    doc = (tmp_path / "run" / "profile.json").read_text(encoding="utf-8")
+    assert '"script": "t\\\\xff.py"' in doc and '"count": 3' in doc
+    r = runner.invoke(app, ["report", str(tmp_path / "run"), "-o", str(tmp_path / "r.md")])
+    assert r.exit_code == 0 and "xff.py" in (tmp_path / "r.md").read_text(encoding="utf-8")

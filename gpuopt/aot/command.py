@@ -192,7 +192,7 @@ def schedule_command(
 ) -> None:
     """Plan TARGET, write the plan JSON, print a summary (text) or the document (json)."""
     from gpuopt.aot.costmodel import get_profile
-    from gpuopt.paths import check_output, write_output, write_stdout
+    from gpuopt.paths import check_output, utf8, write_output, write_stdout
 
     if fmt not in ("text", "json"):
         raise GpuoptError(f"gpuopt schedule prints text or json, not {fmt!r}")
@@ -224,7 +224,7 @@ def schedule_command(
         "estimate": est.to_dict(),
     }
     data = json.dumps(doc, indent=1) + "\n"
-    write_output(path, data.encode("utf-8"), "cannot write the plan")
+    write_output(path, utf8(data), "cannot write the plan")
     write_stdout(data if fmt == "json" else summary_text(target, doc))
     print(f"wrote {path}", file=sys.stderr)
 

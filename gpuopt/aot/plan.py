@@ -135,9 +135,9 @@ class Plan:
         return plan
 
     def save(self, path: Path) -> None:
-        from gpuopt.paths import write_output
+        from gpuopt.paths import utf8, write_output
 
-        write_output(Path(path), (json.dumps(self.to_dict(), indent=1) + "\n").encode("utf-8"))
+        write_output(Path(path), utf8(json.dumps(self.to_dict(), indent=1) + "\n"))
 
     @classmethod
     def load(cls, path: Path) -> Plan:

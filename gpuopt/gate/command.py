@@ -25,7 +25,7 @@ from gpuopt.gate.output import (
     render_text,
 )
 from gpuopt.gate.runs import environment_notes, load_side, same_kind, timed_runs
-from gpuopt.paths import check_output, nonempty, write_output, write_stdout
+from gpuopt.paths import check_output, nonempty, utf8, write_output, write_stdout
 
 FORMATS = ("text", "md", "json")
 
@@ -104,7 +104,7 @@ def check_command(opts: CheckOptions) -> int:
     result = run_check(opts)
     render = {"text": render_text, "md": render_markdown, "json": render_json}[opts.fmt]
     if opts.junit is not None:
-        write_output(opts.junit, render_junit(result).encode("utf-8"))
+        write_output(opts.junit, utf8(render_junit(result)))
     write_stdout(render(result))
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:

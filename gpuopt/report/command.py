@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuopt.atomic_write import write_atomic
 from gpuopt.errors import GpuoptError, fail
-from gpuopt.paths import check_output, regular_input, write_stdout
+from gpuopt.paths import check_output, regular_input, utf8, write_stdout
 from gpuopt.paths import write_output as write_file
 from gpuopt.report import format_for_path, get_renderer, print_report
 
@@ -66,7 +66,7 @@ def write_output(text: str, output: Path | None, failure: str = "cannot write th
     if output is None:
         write_stdout(text)
         return
-    write_file(output, text.encode("utf-8"), failure)
+    write_file(output, utf8(text), failure)
     print(f"wrote {output}", file=sys.stderr)
 
 
