@@ -344,6 +344,9 @@ def test_a_fifo_or_device_input_is_refused_without_reading_it(
     r = runner.invoke(app, ["report", "/dev/zero"])
     assert r.exit_code == 2
     _one_line(r.output, "is a character device")
+    r = runner.invoke(app, ["check", str(base), "--baseline", str(base), "--config", "/dev/null"])
+    assert r.exit_code == 2
+    _one_line(r.output, "--config /dev/null: is a character device")
 
 
 def test_fixes_and_baseline_fifos_are_refused(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from typing import Any
 
 from gpuopt.errors import GpuoptError
 from gpuopt.gate.check import Thresholds, parse_fraction, parse_gates
+from gpuopt.paths import regular_input
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -138,6 +139,7 @@ def _settings(path: Path, table: dict[str, Any], where: str) -> Settings:
 def read_config(path: Path) -> Settings:
     """The settings of ``--config FILE``: its ``[tool.gpuopt.check]`` table or, in a file that has
     no ``[tool]`` table (a dedicated gpuopt.toml), its top-level keys."""
+    regular_input(path, "--config")  # a FIFO would block the read, a device never end it
     if not path.is_file():
         raise GpuoptError(f"{path}: no such config file")
     doc = _parse(path)
