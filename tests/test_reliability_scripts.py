@@ -95,7 +95,8 @@ def test_the_script_ends_as_under_python_and_its_profile_is_kept(case: str, tmp_
 def test_a_failed_exec_goes_on_and_says_where_measuring_stopped(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(
-        STEPS + "import os\ntry:\n    os.execv('/nonexistent/prog', ['prog'])\n"
+        STEPS + "import os\ntry:\n    os.execv('/bin/true', [])\nexcept ValueError:\n    pass\n"
+        "try:\n    os.execv('/nonexistent/prog', ['prog'])\n"
         "except OSError as e:\n    print('went on after', type(e).__name__)\n"
         "for _ in range(2):\n    gpuopt.step()\n"
     )
@@ -104,6 +105,8 @@ def test_a_failed_exec_goes_on_and_says_where_measuring_stopped(tmp_path: Path) 
     doc = _profile(tmp_path)
     assert doc["status"] == "ok" and "error" not in doc
     assert any("os.execv failed (FileNotFoundError" in w for w in doc["warnings"])
+    assert not any("ValueError" in w for w in doc["warnings"])  # refused before any exec
+    assert doc["steps"]["count"] == 3  # measuring stopped at the exec that was tried
 
 
 @pytest.mark.parametrize(("shell", "code"), [(">&-", 0), ("> /dev/full", 2)])

@@ -358,7 +358,7 @@ class ProfileSession:
         fails, the script gets the OSError as under python and goes on, no longer measured."""
 
         def _exec(path: Any, argv: Any, *rest: Any) -> NoReturn:
-            if self._writes():
+            if self._writes() and _execs(argv):
                 self._ending = True
                 try:
                     self._write_before_exec(name, path, argv)
@@ -449,3 +449,12 @@ def _c_int(code: object) -> int | None:
     except TypeError:
         return None
     return value & 0xFF if -(1 << 31) <= value < 1 << 31 else None
+
+
+def _execs(argv: object) -> bool:
+    """Whether ``os.execv(path, argv)`` gets as far as trying (else it raises ValueError or
+    TypeError first, in the script as without gpuopt, and nothing needs writing)."""
+    if not isinstance(argv, (list, tuple)) or not argv:
+        return False
+    first = argv[0]
+    return isinstance(first, (str, bytes, os.PathLike)) and bool(os.fspath(first))
