@@ -358,14 +358,15 @@ class ProfileSession:
         fails, the script gets the OSError as under python and goes on, no longer measured."""
 
         def _exec(path: Any, argv: Any, *rest: Any) -> NoReturn:
-            if self._writes() and _execs(argv):
-                self._ending = True
-                try:
-                    self._write_before_exec(name, path, argv)
-                except GpuoptError as exc:
-                    say(f"gpuopt: error: {exc}")
-                except BaseException:  # noqa: BLE001 - never stand in the exec's way
-                    pass
+            if not (self._writes() and _execs(argv)):
+                real(path, argv, *rest)  # a child's, or one python refuses before trying
+            self._ending = True
+            try:
+                self._write_before_exec(name, path, argv)
+            except GpuoptError as exc:
+                say(f"gpuopt: error: {exc}")
+            except BaseException:  # noqa: BLE001 - never stand in the exec's way
+                pass
             try:
                 real(path, argv, *rest)
             except BaseException as exc:
