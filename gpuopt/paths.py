@@ -29,7 +29,7 @@ from pathlib import Path
 from gpuopt.atomic_write import write_atomic
 from gpuopt.errors import GpuoptError
 
-# A trace or a profile: what a command reads inside a directory it is given.
+# A trace or a summary: what a command reads in a folder of traces it is given.
 _READ_SUFFIXES = (".json", ".json.gz")
 # Paths that name an open file or a device however they resolve: never renamed over.
 _PLAIN_ROOTS = ("/dev/", "/proc/")
@@ -176,13 +176,28 @@ def _not_an_input(output: Path, st: os.stat_result | None, path: Path, option: s
         raise GpuoptError(
             f"{_shown(output)}: is an input of this command ({_shown(path)}); give another {option}"
         )
-    read_inside = output.name == "profile.json" or output.name.endswith(_READ_SUFFIXES)
-    if stat.S_ISDIR(src.st_mode) and stat.S_ISREG(st.st_mode) and read_inside:
-        if _inside(output, path):
-            raise GpuoptError(
-                f"{_shown(output)}: is an input of this command (read in {_shown(path)}); give "
-                f"another {option}"
-            )
+    if stat.S_ISDIR(src.st_mode) and stat.S_ISREG(st.st_mode) and _read_in(path, output):
+        raise GpuoptError(
+            f"{_shown(output)}: is an input of this command (read in {_shown(path)}); give "
+            f"another {option}"
+        )
+
+
+def _read_in(directory: Path, output: Path) -> bool:
+    """Whether reading ``directory`` reads the existing file ``output``: a run directory's
+    ``profile.json`` (its ranks' too), an optimize directory's ``optimize.json``, a folder of
+    traces' ``*.json`` / ``*.json.gz`` (not in subfolders)."""
+    if not _inside(output, directory):
+        return False
+    if (directory / "profile.json").exists():
+        return output.name == "profile.json"
+    if (directory / "optimize.json").exists():
+        return output.name in ("optimize.json", "profile.json")
+    try:
+        top = output.resolve().parent == directory.resolve()
+    except (OSError, RuntimeError):
+        return False
+    return top and output.name.endswith(_READ_SUFFIXES)
 
 
 def plain(path: Path, st: os.stat_result | None) -> bool:

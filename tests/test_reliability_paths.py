@@ -441,3 +441,16 @@ def test_a_script_whose_name_is_not_utf8_keeps_its_profile(tmp_path: Path) -> No
     assert '"script": "t\\\\xff.py"' in doc and '"count": 3' in doc
     r = runner.invoke(app, ["report", str(tmp_path / "run"), "-o", str(tmp_path / "r.md")])
     assert r.exit_code == 0 and "xff.py" in (tmp_path / "r.md").read_text(encoding="utf-8")
+
+
+def test_a_report_written_into_the_run_directory_can_be_written_again(tmp_path: Path) -> None:
+    """Only what reading the directory reads is an input: its profile.json, not report.json."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    write(run_dir / "profile.json", run(noisy(0.1)))
+    for _ in range(2):
+        r = runner.invoke(app, ["report", str(run_dir), "-o", str(run_dir / "report.json")])
+        assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["report", str(run_dir), "-o", str(run_dir / "profile.json")])
+    assert r.exit_code == 2
+    _one_line(r.output, "is an input of this command (read in")
