@@ -18,18 +18,34 @@ def _read_umask() -> int:
 _UMASK = _read_umask()
 
 
-def write_atomic(path: Path, data: bytes, replace: bool = True) -> None:
+def temp_prefix(name: str) -> str:
+    """A temporary file's prefix for ``name``: hidden (a folder of traces being read skips it)
+    and short, so that a name near the file system's limit still has a temporary beside it."""
+    return "." + name[:40] + "."
+
+
+def write_atomic(
+    path: Path,
+    data: bytes,
+    replace: bool = True,
+    keep: tuple[int, int, int] | None = None,
+) -> None:
     """Write via a temporary file in the same directory, then rename it over ``path``; with
     ``replace=False`` the file is put in place only if ``path`` does not exist yet (else
-    :class:`FileExistsError`), still whole or not at all."""
+    :class:`FileExistsError`), still whole or not at all. ``keep``: the (mode, uid, gid) the
+    file gets (the file it replaces had them; the owner only where this process may set it),
+    else the usual mode for a new file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     import tempfile  # here, not at the top: `gpuopt report` to stdout never needs it
 
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path.name), suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file the usual mode
+        if keep is None:
+            os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file the usual mode
+        else:
+            _keep(tmp, *keep)
         if replace:
             os.replace(tmp, path)
         else:
@@ -39,6 +55,15 @@ def write_atomic(path: Path, data: bytes, replace: bool = True) -> None:
             os.unlink(tmp)
         except OSError:
             pass
+
+
+def _keep(tmp: str, mode: int, uid: int, gid: int) -> None:
+    """The replaced file's owner (where allowed: as root, or a group of one's own) and mode."""
+    try:
+        os.chown(tmp, uid, gid)
+    except OSError:
+        pass
+    os.chmod(tmp, mode)
 
 
 def _link_new(tmp: str, path: Path, data: bytes) -> None:

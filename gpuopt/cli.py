@@ -8,19 +8,82 @@ without importing typer, through the same functions these commands call.
 
 from __future__ import annotations
 
+import math
+import sys
+from collections.abc import Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import typer
-from typer.core import TyperCommand
+from typer.core import TyperCommand, TyperGroup
 
 from gpuopt import __version__
-from gpuopt.defaults import SAMPLE_INTERVAL_S, WARMUP_STEPS, WINDOW_STEPS
-from gpuopt.errors import GpuoptError, fail
+from gpuopt.defaults import (
+    SAMPLE_INTERVAL_MAX_S,
+    SAMPLE_INTERVAL_MIN_S,
+    SAMPLE_INTERVAL_S,
+    WARMUP_STEPS,
+    WINDOW_STEPS,
+)
+from gpuopt.errors import GpuoptError, fail, say
+from gpuopt.paths import nonempty
 from gpuopt.quick_exit import exit_quickly_on
 
+
+def usage_line(exc: Any, command: str = "") -> str:
+    """A usage error of typer's parser (``exc``: its UsageError) as the contract's one line:
+    ``profile: invalid value for '--steps': 0 is not in the range x>=1; see gpuopt profile
+    --help`` (typer's own is three lines: Usage, Try, Error). ``command``: the subcommand the
+    command line named, when the error's context does not say it."""
+    message = " ".join(str(exc.format_message()).split()).rstrip(".")
+    if message[:1].isupper() and not message[1:2].isupper():
+        message = message[0].lower() + message[1:]
+    ctx = getattr(exc, "ctx", None)
+    path = ctx.command_path if ctx is not None else "gpuopt"
+    prog, _, named = path.partition(" ")
+    named = named or command
+    where = f"{prog} {named}" if named else prog
+    return f"{named + ': ' if named else ''}{message}; see {where} --help"
+
+
+class _Group(TyperGroup):
+    """The ``gpuopt`` command group: every usage error of every command (an unknown command or
+    option, a missing or bad value) ends as ``gpuopt: error: <reason>`` on one line with exit
+    code 2, as the contract says; ``--help`` and a bare ``gpuopt`` still show the help."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+        from typer.exceptions import Abort
+
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except NoArgsIsHelpError as exc:  # bare `gpuopt`: the help, as before
+            exc.show()
+            raise SystemExit(exc.exit_code) from None
+        except UsageError as exc:
+            given = list(args) if args is not None else sys.argv[1:]
+            named = given[0] if given and given[0] in self.commands else ""
+            fail(usage_line(exc, named))
+        except ClickException as exc:
+            fail(str(exc.format_message()))
+        except Abort:
+            say("Aborted!")
+            raise SystemExit(1) from None
+        if not standalone_mode:
+            return rv
+        raise SystemExit(rv if isinstance(rv, int) else 0)
+
+
 app = typer.Typer(
+    cls=_Group,
     name="gpuopt",
     help="Find out why a PyTorch training run leaves its GPU idle, and fix it.",
     no_args_is_help=True,
@@ -90,6 +153,38 @@ def _script_args(
     return args[0], args[1:]
 
 
+def _path(value: str | None, option: str) -> Path | None:
+    """A path option's value (typed as text: typer turns ``''`` into ``Path('.')``, the working
+    directory); empty is a usage error."""
+    if value is None:
+        return None
+    try:
+        return nonempty(value, option)
+    except GpuoptError as exc:
+        fail(str(exc))
+
+
+def _paths(values: list[str], what: str) -> list[Path]:
+    """Path arguments, each refused when empty."""
+    out = []
+    for v in values:
+        if not v:
+            fail(f"{what} '': an empty path; name a file or directory")
+        out.append(Path(v))
+    return out
+
+
+def _sample_interval(value: float) -> float:
+    """``--sample-interval``: a finite number of seconds the sampler can sleep (inf overflowed
+    its sleep, nan made it spin)."""
+    if not math.isfinite(value) or not SAMPLE_INTERVAL_MIN_S <= value <= SAMPLE_INTERVAL_MAX_S:
+        raise typer.BadParameter(
+            f"{value} is not a number of seconds from {SAMPLE_INTERVAL_MIN_S} to "
+            f"{SAMPLE_INTERVAL_MAX_S:g}"
+        )
+    return value
+
+
 @app.command(
     context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
     help=(
@@ -102,8 +197,12 @@ def profile(
         None, metavar="SCRIPT [ARGS]...", help="The script and its own arguments."
     ),
     module: str | None = typer.Option(None, "-m", help="Run a module, as `python -m MODULE`."),
-    out: Path | None = typer.Option(
-        None, "-o", "--out", help="Run directory (default gpuopt-runs/<stem>-<time>)."
+    out: str | None = typer.Option(
+        None,
+        "-o",
+        "--out",
+        help="Run directory (default gpuopt-runs/<stem>-<time>).",
+        metavar="DIR",
     ),
     steps: int | None = typer.Option(
         None, "--steps", min=1, help="Stop cleanly after N training steps."
@@ -122,7 +221,7 @@ def profile(
     sample_interval: float = typer.Option(
         SAMPLE_INTERVAL_S,
         "--sample-interval",
-        min=0.005,
+        callback=_sample_interval,
         help="Seconds between utilization samples (NVML itself averages over 1/6–1 s).",
     ),
     nproc_per_node: int | None = typer.Option(
@@ -133,7 +232,7 @@ def profile(
     force: bool = typer.Option(
         False, "--force", help="Replace the profile of an earlier run in -o DIR (else refused)."
     ),
-    fixes: Path | None = typer.Option(
+    fixes: str | None = typer.Option(
         None,
         "--fixes",
         help="Patch in the run-time fixes gpuopt optimize --apply recorded in DIR.",
@@ -197,7 +296,7 @@ def profile(
         script=script,
         module=module,
         args=args,
-        out=out,
+        out=_path(out, "-o"),
         steps=steps,
         warmup=warmup,
         window=window,
@@ -206,7 +305,7 @@ def profile(
         quiet=quiet,
         fmt=fmt.value,
         force=force,
-        fixes=fixes,
+        fixes=_path(fixes, "--fixes"),
         seed=seed,
         record_losses=record_losses,
         torchrun=TorchrunOptions(
@@ -237,7 +336,7 @@ def run_command(
         None, metavar="SCRIPT [ARGS]...", help="The script and its own arguments."
     ),
     module: str | None = typer.Option(None, "-m", help="Run a module, as `python -m MODULE`."),
-    fixes: Path = typer.Option(
+    fixes: str = typer.Option(
         ...,
         "--fixes",
         help="The directory gpuopt optimize --apply wrote (its fixes.json).",
@@ -253,8 +352,10 @@ def run_command(
     from gpuopt.runner.target import Target
 
     target = Target(script, module, args)
+    fixes_dir = _path(fixes, "--fixes")
+    assert fixes_dir is not None
     try:
-        code = run_with_fixes(target, fixes)
+        code = run_with_fixes(target, fixes_dir)
     except GpuoptError as exc:
         fail(str(exc))
     raise typer.Exit(code)
@@ -269,7 +370,7 @@ def run_command(
     ),
 )
 def report(
-    paths: list[Path] = typer.Argument(
+    paths: list[str] = typer.Argument(
         ...,
         metavar="PATH...",
         help=(
@@ -285,11 +386,12 @@ def report(
         "-f",
         help="text, json, md or html (default: from -o's extension, else text).",
     ),
-    output: Path | None = typer.Option(
+    output: str | None = typer.Option(
         None,
         "-o",
         "--output",
         help="Write to FILE instead of stdout (with --summary-only: a folder for the summaries).",
+        metavar="FILE",
     ),
     summary_only: bool = typer.Option(
         False,
@@ -311,7 +413,13 @@ def report(
 
     global _quick_exit
     _quick_exit = True  # runs no user code: see main()
-    run_report(paths, fmt.value if fmt else None, output, summary_only=summary_only, jobs=jobs)
+    run_report(
+        _paths(paths, "PATH"),
+        fmt.value if fmt else None,
+        _path(output, "-o") if output != "-" else None,  # -o -: stdout, as many tools take it
+        summary_only=summary_only,
+        jobs=jobs,
+    )
 
 
 @app.command(
@@ -335,8 +443,12 @@ def schedule(
         "--device-profile",
         help="Device cost model for the estimate (h100, a100, v100, ...).",
     ),
-    out: Path | None = typer.Option(
-        None, "-o", "--out", help="Write the plan JSON here (default: <factory>.plan.json)."
+    out: str | None = typer.Option(
+        None,
+        "-o",
+        "--out",
+        help="Write the plan JSON here (default: <factory>.plan.json).",
+        metavar="FILE",
     ),
     fmt: ScheduleFormat = typer.Option(
         ScheduleFormat.text, "--format", help="text or json on stdout."
@@ -346,7 +458,11 @@ def schedule(
 
     try:
         schedule_command(
-            target, inputs=inputs, device_profile=device_profile, out=out, fmt=fmt.value
+            target,
+            inputs=inputs,
+            device_profile=device_profile,
+            out=_path(out, "-o"),
+            fmt=fmt.value,
         )
     except GpuoptError as exc:
         fail(str(exc))
@@ -367,10 +483,10 @@ class CheckFormat(str, Enum):
     ),
 )
 def check(
-    candidate: list[Path] = typer.Argument(
+    candidate: list[str] = typer.Argument(
         ..., metavar="CANDIDATE...", help="The run(s) to judge: repeats of the same code."
     ),
-    baseline: list[Path] = typer.Option(
+    baseline: list[str] = typer.Option(
         ..., "--baseline", help="A run the candidate must not be worse than (repeatable)."
     ),
     max_step_time_regression: str | None = typer.Option(
@@ -415,13 +531,17 @@ def check(
     strict: bool | None = typer.Option(
         None, "--strict/--no-strict", help="An inconclusive gate fails (exit 1)."
     ),
-    config: Path | None = typer.Option(
+    config: str | None = typer.Option(
         None,
         "--config",
         help="Settings file (default: [tool.gpuopt.check] in the nearest pyproject.toml).",
+        metavar="FILE",
     ),
-    junit: Path | None = typer.Option(
-        None, "--junit", help="Also write JUnit XML here (one test case per gated metric)."
+    junit: str | None = typer.Option(
+        None,
+        "--junit",
+        help="Also write JUnit XML here (one test case per gated metric).",
+        metavar="FILE",
     ),
     fmt: CheckFormat = typer.Option(CheckFormat.text, "--format", help="text, md or json."),
 ) -> None:
@@ -440,13 +560,13 @@ def check(
     }
     code = check_main(
         CheckArgs(
-            candidate=[str(c) for c in candidate],
-            baseline=[str(b) for b in baseline],
+            candidate=[str(c) for c in _paths(candidate, "CANDIDATE")],
+            baseline=[str(b) for b in _paths(baseline, "--baseline")],
             flags=flags,
             allow=list(allow),
             strict=strict,
-            config=str(config) if config is not None else None,
-            junit=str(junit) if junit is not None else None,
+            config=str(_path(config, "--config")) if config is not None else None,
+            junit=str(_path(junit, "--junit")) if junit is not None else None,
             fmt=fmt.value,
         )
     )
@@ -461,7 +581,7 @@ def check(
     ),
 )
 def compare(
-    paths: list[Path] = typer.Argument(
+    paths: list[str] = typer.Argument(
         ...,
         metavar="A B [C]...",
         help="Run directories, profile.json files or traces (all of one kind); A is the reference.",
@@ -472,8 +592,8 @@ def compare(
         "-f",
         help="text, md, json or html (default: from -o's extension, else text).",
     ),
-    output: Path | None = typer.Option(
-        None, "-o", "--output", help="Write to FILE instead of stdout."
+    output: str | None = typer.Option(
+        None, "-o", "--output", help="Write to FILE instead of stdout.", metavar="FILE"
     ),
     step_time_noise: str | None = typer.Option(
         None,
@@ -486,10 +606,11 @@ def compare(
         "--share-noise",
         help="The least run-to-run drift of a share the intervals assume (default 1pt).",
     ),
-    config: Path | None = typer.Option(
+    config: str | None = typer.Option(
         None,
         "--config",
         help="Settings file (default: [tool.gpuopt.check] in the nearest pyproject.toml).",
+        metavar="FILE",
     ),
 ) -> None:
     from gpuopt.gate.command import compare_command
@@ -498,11 +619,11 @@ def compare(
     _quick_exit = True  # runs no user code: see main()
     try:
         compare_command(
-            list(paths),
+            _paths(paths, "PATH"),
             fmt.value if fmt else None,
-            output,
+            _path(output, "-o") if output != "-" else None,  # -o -: stdout
             noise={"step-time-noise": step_time_noise, "share-noise": share_noise},
-            config=str(config) if config is not None else None,
+            config=str(_path(config, "--config")) if config is not None else None,
         )
     except GpuoptError as exc:
         fail(str(exc))
@@ -521,8 +642,8 @@ def optimize(
         None, metavar="SCRIPT [ARGS]...", help="The script and its own arguments."
     ),
     module: str | None = typer.Option(None, "-m", help="Run a module, as `python -m MODULE`."),
-    out: Path | None = typer.Option(
-        None, "-o", "--out", help="Directory for optimize.json and the runs."
+    out: str | None = typer.Option(
+        None, "-o", "--out", help="Directory for optimize.json and the runs.", metavar="DIR"
     ),
     steps: int = typer.Option(30, "--steps", min=2, help="Training steps of every run."),
     warmup: int = typer.Option(2, "--warmup", min=0, help="Steps left out of the statistics."),
@@ -553,8 +674,8 @@ def optimize(
     write: bool = typer.Option(
         False, "--write", help="Edit the files in place (a backup of each is kept)."
     ),
-    baseline: Path | None = typer.Option(
-        None, "--baseline", help="An earlier gpuopt profile run to plan from."
+    baseline: str | None = typer.Option(
+        None, "--baseline", help="An earlier gpuopt profile run to plan from.", metavar="DIR"
     ),
     no_measure: bool = typer.Option(
         False, "--no-measure", help="Only plan and print the diff: no candidate runs."
@@ -583,7 +704,7 @@ def optimize(
         script=script,
         module=module,
         args=args,
-        out=out,
+        out=_path(out, "-o"),
         steps=steps,
         warmup=warmup,
         seed=seed,
@@ -592,7 +713,7 @@ def optimize(
         apply=apply,
         write=write,
         diff=diff,
-        baseline=baseline,
+        baseline=_path(baseline, "--baseline"),
         measure=not no_measure,
         quick=quick,
         quiet=quiet,
@@ -602,6 +723,8 @@ def optimize(
         code = optimize_command(opts)
     except GpuoptError as exc:
         fail(str(exc))
+    except OSError as exc:  # a full disk, a read-only one: one line, as for every command
+        fail(f"{exc.filename or 'gpuopt optimize'}: {exc.strerror or exc}")
     raise typer.Exit(code)
 
 

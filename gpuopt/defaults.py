@@ -9,3 +9,5 @@ from __future__ import annotations
 WARMUP_STEPS = 2  # --warmup: steps left out of the statistics
 WINDOW_STEPS = 3  # --window: steps the recorder (and, on a GPU, the profiler) records in detail
 SAMPLE_INTERVAL_S = 0.2  # --sample-interval: seconds between utilization samples
+SAMPLE_INTERVAL_MIN_S = 0.005  # ... at least
+SAMPLE_INTERVAL_MAX_S = 3600.0  # ... at most (the sampler's sleep must be finite)

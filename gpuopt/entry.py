@@ -261,6 +261,9 @@ def _quickly(command: Callable[[], int]) -> int:
 
 
 def main() -> None:
+    if sys.stderr is None:  # started with fd 2 closed (`2>&-`): Python's stand-in is None, and
+        # print(file=None) would put gpuopt's messages on stdout; they go nowhere instead
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - for the process
     argv = module_args_after_module(sys.argv[1:])
     sys.argv[1:] = argv  # typer reads sys.argv
     prof = parse_profile(argv)

@@ -18,7 +18,27 @@ class GpuoptError(Exception):
         super().__init__(" ".join(message.split()))
 
 
+class NotATrace(GpuoptError):
+    """A file that is another kind of JSON document, not a trace (no ``traceEvents``, a JSON
+    array): a folder of traces skips it with a note (TraceLens writes
+    ``execution_details.json`` beside its traces); given alone, it is refused like any bad
+    input. A damaged trace (truncated, not JSON) is not this: it is refused even in a folder."""
+
+
+def say(line: str) -> None:
+    """Print ``line`` on stderr, never failing: a stderr that is closed (``2>&-``, or a script
+    that closed it) loses the line, not the command's exit code."""
+    err = sys.stderr
+    if err is None:
+        return
+    try:
+        print(line, file=err)
+        err.flush()
+    except (OSError, ValueError):
+        pass
+
+
 def fail(message: str) -> NoReturn:
     """Print a one-line reason to stderr and exit 2 (bad input or usage)."""
-    print(f"gpuopt: error: {' '.join(message.split())}", file=sys.stderr)
+    say(f"gpuopt: error: {' '.join(message.split())}")
     raise SystemExit(2)

@@ -24,6 +24,7 @@ from gpuopt.errors import GpuoptError
 from gpuopt.model.document import load_profile
 from gpuopt.model.profile import Profile
 from gpuopt.model.records import given
+from gpuopt.paths import regular_input
 
 if TYPE_CHECKING:
     from gpuopt.assemble.trace_job import Progress
@@ -99,6 +100,7 @@ def load_paths(
     for p in paths:
         if not p.exists():
             raise GpuoptError(f"{p}: no such file or directory")
+        regular_input(p)
     if len(paths) == 1:
         return load(paths[0], jobs, progress)
     job = one_job(paths)
@@ -120,6 +122,7 @@ def load(path: Path | str, jobs: int | None = None, progress: Progress | None = 
     path = Path(path)
     if not path.exists():
         raise GpuoptError(f"{path}: no such file or directory")
+    regular_input(path)  # a FIFO would block the read forever, a device never end it
     if path.is_dir():
         if (path / "profile.json").exists():
             return load_profile(path)

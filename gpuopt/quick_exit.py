@@ -15,8 +15,9 @@ def quick_exit(code: int) -> None:
     reports it as Python always has.
     """
     try:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:  # None: started with that descriptor closed (`>&-`)
+                stream.flush()
     except (OSError, ValueError):
         return
     os._exit(code)

@@ -135,7 +135,7 @@ def test_report_never_writes_over_what_it_reads(tmp_path: Path) -> None:
     ]
     for src, out in refused:
         r = runner.invoke(app, ["report", str(src), "-o", str(out), "--format", "json"])
-        assert r.exit_code == 2 and "is the input this report reads" in r.output, r.output
+        assert r.exit_code == 2 and "is an input of this command" in r.output, r.output
     assert (tmp_path / "profile.json").read_bytes() == before
     r = runner.invoke(app, ["report", str(tmp_path), "-o", str(tmp_path / "report.html")])
     assert r.exit_code == 0 and (tmp_path / "report.html").exists()
@@ -146,7 +146,7 @@ def test_report_output_that_cannot_be_written_is_one_line(tmp_path: Path) -> Non
     (tmp_path / "file").write_text("x")
     for out, needle in [
         (tmp_path, "is a directory; -o takes a file"),
-        (tmp_path / "file" / "r.html", "cannot write the report"),
+        (tmp_path / "file" / "r.html", "cannot write"),
     ]:
         r = runner.invoke(app, ["report", str(tmp_path), "-o", str(out)])
         assert r.exit_code == 2 and needle in r.output, r.output

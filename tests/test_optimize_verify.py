@@ -173,17 +173,18 @@ def test_a_transform_that_keeps_the_models_numbers_is_within_tolerance() -> None
 
 
 def test_write_refuses_a_file_it_cannot_write(tmp_path: Path) -> None:
+    """Its mode bits say read-only: refused whoever runs gpuopt (root could write it, and the
+    rename did: a chmod 444 script was rewritten when running as root)."""
     src = tmp_path / "train.py"
     src.write_text("x = 1\n")
     sources = SourceSet(cwd=tmp_path)
     sources.rewrite("train.py", _upper)
     os.chmod(src, 0o444)
     try:
-        if os.access(src, os.W_OK):  # root ignores the mode: nothing to test here
-            pytest.skip("running as a user who can write read-only files (root)")
-        with pytest.raises(GpuoptError, match="not writable; nothing was written"):
+        with pytest.raises(GpuoptError, match="is read-only .mode 0444.*nothing was written"):
             write_in_place(sources.changed())
         assert src.read_text() == "x = 1\n"
+        assert not (tmp_path / f"train.py{BACKUP_SUFFIX}").exists()
     finally:
         os.chmod(src, 0o644)
 

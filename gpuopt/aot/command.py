@@ -192,7 +192,7 @@ def schedule_command(
 ) -> None:
     """Plan TARGET, write the plan JSON, print a summary (text) or the document (json)."""
     from gpuopt.aot.costmodel import get_profile
-    from gpuopt.atomic_write import write_atomic
+    from gpuopt.paths import check_output, utf8, write_output, write_stdout
 
     if fmt not in ("text", "json"):
         raise GpuoptError(f"gpuopt schedule prints text or json, not {fmt!r}")
@@ -200,7 +200,11 @@ def schedule_command(
         profile = get_profile(device_profile)
     except ValueError as exc:
         raise GpuoptError(str(exc)) from None
+    if out is not None:
+        check_output(out, [], "-o")
     model, example, name = load_model_and_inputs(target, inputs)
+    path = out if out is not None else Path(f"{name}.plan.json")
+    check_output(path, _sources(target, inputs), "-o")  # never the model's own module
 
     from gpuopt.aot.api import schedule
     from gpuopt.aot.simulate import estimate
@@ -219,14 +223,23 @@ def schedule_command(
         "plan": scheduled.plan.to_dict(),
         "estimate": est.to_dict(),
     }
-    path = out if out is not None else Path(f"{name}.plan.json")
     data = json.dumps(doc, indent=1) + "\n"
-    try:
-        write_atomic(path, data.encode("utf-8"))
-    except OSError as exc:
-        raise GpuoptError(f"{path}: cannot write the plan: {exc.strerror or exc}") from None
-    if fmt == "json":
-        sys.stdout.write(data)
-    else:
-        sys.stdout.write(summary_text(target, doc))
+    write_output(path, utf8(data), "cannot write the plan")
+    write_stdout(data if fmt == "json" else summary_text(target, doc))
     print(f"wrote {path}", file=sys.stderr)
+
+
+def _sources(*specs: str | None) -> list[Path]:
+    """The files of the modules ``module:function`` specs name (imported by now)."""
+    found = []
+    for spec in specs:
+        if spec is None or ":" not in spec:
+            continue
+        mod_part = spec.rsplit(":", 1)[0]
+        if mod_part.endswith(".py") or "/" in mod_part:
+            found.append(Path(mod_part))
+            continue
+        file = getattr(sys.modules.get(mod_part), "__file__", None)
+        if file:
+            found.append(Path(file))
+    return found

@@ -135,7 +135,9 @@ class Plan:
         return plan
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps(self.to_dict(), indent=1) + "\n", encoding="utf-8")
+        from gpuopt.paths import utf8, write_output
+
+        write_output(Path(path), utf8(json.dumps(self.to_dict(), indent=1) + "\n"))
 
     @classmethod
     def load(cls, path: Path) -> Plan:

@@ -22,7 +22,7 @@ import msgspec
 import numpy as np
 
 from gpuopt.assemble.rank_summary import summarise_file
-from gpuopt.errors import GpuoptError
+from gpuopt.errors import GpuoptError, NotATrace, say
 from gpuopt.model.summary import SUMMARY_SUFFIX, RankSummary, decode_summary
 from gpuopt.model.trace import Straggler
 from gpuopt.trace.analysis import skew_warning
@@ -101,13 +101,19 @@ def job_filter_last(ranks: list[RankSummary]) -> bool:
 
 
 def summarise_traces(
-    path: Path, jobs: int | None = None, progress: Progress | None = None
+    path: Path,
+    jobs: int | None = None,
+    progress: Progress | None = None,
+    skipped: list[str] | None = None,
 ) -> list[RankSummary]:
     """One summary per rank of a trace file or a folder of traces (``jobs``: worker processes,
-    None to choose: :func:`default_jobs`). Bad input: a one-line GpuoptError naming the file."""
+    None to choose: :func:`default_jobs`). Bad input: a one-line GpuoptError naming the file.
+    In a folder, a file that is not a trace at all (another JSON document: :class:`NotATrace`)
+    is left out, with a note in ``skipped`` (on stderr when None)."""
     files = trace_files(path)
     workers = default_jobs(files) if jobs is None else max(1, min(jobs, len(files)))
-    sums = _summarise(files, [None] * len(files), workers, progress)
+    outcomes = _summarise(files, [None] * len(files), workers, progress)
+    sums, files = _without_others(path, files, outcomes, skipped)
     ranks = check_ranks(path, [f.name for f in files], [s.rank_in_file for s in sums])
     for s, r in zip(sums, ranks, strict=True):
         s.rank = s.trace.rank = r
@@ -115,10 +121,39 @@ def summarise_traces(
     redo = [i for i, s in enumerate(sums) if s.filtered_last_step != decided]
     if redo:  # a rank with fewer step names than the job: HTA's rule is the job's, not the file's
         again = _summarise([files[i] for i in redo], [decided] * len(redo), workers, None)
-        for i, s in zip(redo, again, strict=True):
-            s.rank = s.trace.rank = ranks[i]
-            sums[i] = s
+        for i, again_i in zip(redo, again, strict=True):
+            assert isinstance(again_i, RankSummary)  # it was one the first time
+            again_i.rank = again_i.trace.rank = ranks[i]
+            sums[i] = again_i
     return sums
+
+
+def _without_others(
+    path: Path,
+    files: list[Path],
+    outcomes: list[RankSummary | NotATrace],
+    skipped: list[str] | None,
+) -> tuple[list[RankSummary], list[Path]]:
+    """The traces' summaries and files, the files that are not traces left out (a folder) or
+    refused (a file given alone, or a folder of nothing else)."""
+    others = [(f, o) for f, o in zip(files, outcomes, strict=True) if isinstance(o, NotATrace)]
+    if not others:
+        return [o for o in outcomes if isinstance(o, RankSummary)], files
+    if not path.is_dir():
+        raise others[0][1]
+    if len(others) == len(files):
+        raise GpuoptError(
+            f"{path}: nothing to report: none of its {len(files)} .json files is a PyTorch "
+            f"profiler trace (e.g. {others[0][1]})"
+        )
+    for f, exc in others:
+        note = f"{f.name}: skipped: {str(exc).split(': ', 1)[-1]}"
+        if skipped is None:
+            say(f"gpuopt: {path}/{note}")
+        else:
+            skipped.append(note)
+    kept = [(f, o) for f, o in zip(files, outcomes, strict=True) if isinstance(o, RankSummary)]
+    return [o for _, o in kept], [f for f, _ in kept]
 
 
 def default_jobs(files: list[Path]) -> int:
@@ -156,11 +191,17 @@ def _summarise(
     filter_last: list[bool | None],
     workers: int,
     progress: Progress | None,
-) -> list[RankSummary]:
+) -> list[RankSummary | NotATrace]:
+    """Each file's summary, or the :class:`NotATrace` it raised (several files only)."""
     if workers <= 1 or len(files) < 2:
-        out = []
+        out: list[RankSummary | NotATrace] = []
         for i, (f, fl) in enumerate(zip(files, filter_last, strict=True)):
-            out.append(summarise_file(f, fl))
+            try:
+                out.append(summarise_file(f, fl))
+            except NotATrace as exc:
+                if len(files) < 2:
+                    raise
+                out.append(exc)
             if progress is not None:
                 progress(i + 1, len(files))
         return out
@@ -169,14 +210,14 @@ def _summarise(
 
 def _pool(
     files: list[Path], filter_last: list[bool | None], workers: int, progress: Progress | None
-) -> list[RankSummary]:
+) -> list[RankSummary | NotATrace]:
     """The files' summaries from ``workers`` processes, in the files' order. The first bad file
     (in the files' order) is the error, with how many others failed."""
     # imported here: 35 ms that a single trace file's report does not need
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
 
-    results: list[RankSummary | None] = [None] * len(files)
+    results: list[RankSummary | NotATrace | None] = [None] * len(files)
     errors: dict[int, str] = {}
     with ProcessPoolExecutor(
         max_workers=workers, mp_context=_fork_context(), initializer=_worker_init
@@ -190,6 +231,8 @@ def _pool(
             i = futures[fut]
             try:
                 results[i] = _SUMMARY_MSGPACK.decode(fut.result())
+            except NotATrace as exc:
+                results[i] = exc
             except GpuoptError as exc:
                 errors[i] = str(exc)
             except BrokenProcessPool:
@@ -232,7 +275,9 @@ def load_summaries(paths: list[Path]) -> list[RankSummary]:
     files: list[Path] = []
     for p in paths:
         if p.is_dir():
-            found = sorted(q for q in p.iterdir() if q.name.endswith(SUMMARY_SUFFIX))
+            found = sorted(
+                q for q in p.iterdir() if q.name.endswith(SUMMARY_SUFFIX) and q.is_file()
+            )
             if not found:
                 raise GpuoptError(f"{p}: no rank summaries (*{SUMMARY_SUFFIX}) in this folder")
             files += found

@@ -70,7 +70,9 @@ def profile_from_traces(
 ) -> Profile:
     """A complete, valid profile from a trace file or a folder of per-rank traces (``jobs``:
     worker processes for a folder, None to choose), findings not yet evaluated."""
-    return checked(build_profile(job_of(str(path), summarise_traces(path, jobs, progress))), path)
+    skipped: list[str] = []
+    ranks = summarise_traces(path, jobs, progress, skipped)
+    return checked(build_profile(job_of(str(path), ranks, skipped)), path)
 
 
 def profile_from_summaries(paths: list[Path]) -> Profile:

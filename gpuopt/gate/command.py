@@ -14,8 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuopt.atomic_write import write_atomic
-from gpuopt.errors import GpuoptError
+from gpuopt.errors import GpuoptError, say
 from gpuopt.gate.check import Thresholds, evaluate, exit_code
 from gpuopt.gate.output import (
     CheckResult,
@@ -26,6 +25,7 @@ from gpuopt.gate.output import (
     render_text,
 )
 from gpuopt.gate.runs import environment_notes, load_side, same_kind, timed_runs
+from gpuopt.paths import check_output, nonempty, utf8, write_output, write_stdout
 
 FORMATS = ("text", "md", "json")
 
@@ -39,6 +39,7 @@ class CheckOptions:
     fmt: str = "text"
     junit: Path | None = None
     config: str | None = None  # where the settings came from, for the report
+    config_path: Path | None = None  # the settings file read, an input like the runs
 
 
 def _status_notes(paths: list[Path], statuses: list[str], side: str) -> list[str]:
@@ -53,8 +54,9 @@ def run_check(opts: CheckOptions) -> CheckResult:
     """Load and gate; bad input raises GpuoptError (exit 2)."""
     if opts.fmt not in FORMATS:
         raise GpuoptError(f"gpuopt check prints {', '.join(FORMATS)}, not {opts.fmt!r}")
-    if opts.junit is not None and opts.junit.is_dir():
-        raise GpuoptError(f"{opts.junit}: is a directory; --junit takes a file, e.g. check.xml")
+    if opts.junit is not None:
+        reads = [*opts.baseline, *opts.candidate]
+        check_output(opts.junit, [*reads, *filter(None, [opts.config_path])], "--junit")
     base, cand = load_side(opts.baseline), load_side(opts.candidate)
     same_kind(base, cand)
     timed = timed_runs(base, cand)
@@ -82,14 +84,19 @@ def run_check(opts: CheckOptions) -> CheckResult:
     )
 
 
-def _append(path: str, text: str) -> None:
+def _append(path: str, text: str, reads: list[Path]) -> None:
+    """``$GITHUB_STEP_SUMMARY``: appended to (a warning, not a failure, when it cannot be), never
+    when it is one of the runs read."""
+    try:
+        check_output(Path(path), reads, "GITHUB_STEP_SUMMARY")
+    except GpuoptError as exc:
+        say(f"gpuopt: warning: not appended to GITHUB_STEP_SUMMARY: {exc}")
+        return
     try:
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(text)
     except OSError as exc:
-        print(
-            f"gpuopt: warning: GITHUB_STEP_SUMMARY {path}: {exc.strerror or exc}", file=sys.stderr
-        )
+        say(f"gpuopt: warning: GITHUB_STEP_SUMMARY {path}: {exc.strerror or exc}")
 
 
 def check_command(opts: CheckOptions) -> int:
@@ -97,15 +104,11 @@ def check_command(opts: CheckOptions) -> int:
     result = run_check(opts)
     render = {"text": render_text, "md": render_markdown, "json": render_json}[opts.fmt]
     if opts.junit is not None:
-        try:
-            write_atomic(opts.junit, render_junit(result).encode("utf-8"))
-        except OSError as exc:
-            raise GpuoptError(f"{opts.junit}: cannot write: {exc.strerror or exc}") from None
-    sys.stdout.write(render(result))
-    sys.stdout.flush()
+        write_output(opts.junit, utf8(render_junit(result)))
+    write_stdout(render(result))
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
-        _append(summary, render_markdown(result))
+        _append(summary, render_markdown(result), [*opts.baseline, *opts.candidate])
     if os.environ.get("GITHUB_ACTIONS") == "true":
         for line in github_annotations(result, Path.cwd()):
             print(line, file=sys.stderr)
@@ -132,10 +135,11 @@ def check_main(args: CheckArgs) -> int:
     """Settings (flags over the config file over the defaults), then the check; the exit code.
     Bad input or a bad setting ends with a one-line reason and exit code 2."""
     from gpuopt.errors import fail
-    from gpuopt.gate.config import load_settings, resolve
+    from gpuopt.gate.config import find_config, load_settings, resolve
 
     try:
-        settings = load_settings(Path(args.config) if args.config else None, Path.cwd())
+        config = Path(args.config) if args.config is not None else None
+        settings = load_settings(config, Path.cwd())
         th, strict = resolve(args.flags, list(args.allow), args.strict, settings)
         opts = CheckOptions(
             candidate=[Path(c) for c in args.candidate],
@@ -143,8 +147,9 @@ def check_main(args: CheckArgs) -> int:
             thresholds=th,
             strict=strict,
             fmt=args.fmt,
-            junit=Path(args.junit) if args.junit else None,
+            junit=nonempty(args.junit, "--junit") if args.junit is not None else None,
             config=settings.source,
+            config_path=config or (find_config(Path.cwd()) if args.junit else None),
         )
         return check_command(opts)
     except GpuoptError as exc:
@@ -165,8 +170,9 @@ def compare_command(
     from gpuopt.gate.compare import compare
     from gpuopt.gate.compare_render import FORMATS as COMPARE_FORMATS
     from gpuopt.gate.compare_render import render
+    from gpuopt.gate.config import find_config
     from gpuopt.report import format_for_path
-    from gpuopt.report.command import check_output, write_output
+    from gpuopt.report.command import write_output as write_report
 
     if len(paths) < 2:
         raise GpuoptError("gpuopt compare needs two runs or more: gpuopt compare A B")
@@ -174,8 +180,8 @@ def compare_command(
     if name not in COMPARE_FORMATS:
         raise GpuoptError(f"gpuopt compare prints {', '.join(COMPARE_FORMATS)}, not {name!r}")
     if output is not None:
-        for path in paths:
-            check_output(output, path)
+        config_file = Path(config) if config else find_config(Path.cwd())
+        check_output(output, [*paths, *filter(None, [config_file])])
     th, floors = _compare_floors(noise or {}, config)
     runs = load_side(paths)
     same_kind(runs[:1], runs[1:])
@@ -183,7 +189,7 @@ def compare_command(
     if floors:
         comparison.notes.append(floors)
     text = render(comparison, name)
-    write_output(text, output, failure="cannot write")
+    write_report(text, output, failure="cannot write")
 
 
 def _compare_floors(noise: dict[str, str | None], config: str | None) -> tuple[Thresholds, str]:

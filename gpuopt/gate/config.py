@@ -28,6 +28,7 @@ from typing import Any
 
 from gpuopt.errors import GpuoptError
 from gpuopt.gate.check import Thresholds, parse_fraction, parse_gates
+from gpuopt.paths import regular_input
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -79,6 +80,8 @@ def find_config(start: Path) -> Path | None:
     """The nearest ``pyproject.toml`` from ``start`` upward that has ``[tool.gpuopt.check]``."""
     for folder in (start, *start.parents):
         candidate = folder / "pyproject.toml"
+        if not candidate.is_file():  # a FIFO of that name would block the read
+            continue
         try:
             raw = candidate.read_bytes()
         except OSError:
@@ -136,6 +139,7 @@ def _settings(path: Path, table: dict[str, Any], where: str) -> Settings:
 def read_config(path: Path) -> Settings:
     """The settings of ``--config FILE``: its ``[tool.gpuopt.check]`` table or, in a file that has
     no ``[tool]`` table (a dedicated gpuopt.toml), its top-level keys."""
+    regular_input(path, "--config")  # a FIFO would block the read, a device never end it
     if not path.is_file():
         raise GpuoptError(f"{path}: no such config file")
     doc = _parse(path)

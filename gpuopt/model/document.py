@@ -12,11 +12,13 @@ import functools
 import math
 import os
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
 from gpuopt.errors import GpuoptError
 from gpuopt.model.profile import SCHEMA, Breakdown, Environment, Profile
+from gpuopt.paths import printable
 
 SCHEMA_FAMILY = "gpuopt.profile"
 SCHEMA_VERSION = 1
@@ -87,8 +89,24 @@ def empty_profile(script: str = "", argv: list[str] | None = None) -> Profile:
 
 
 def encode(profile: Profile) -> bytes:
-    """The document as indented JSON (NaN and infinities become null)."""
-    return msgspec.json.format(_encoder.encode(profile), indent=2)
+    """The document as indented JSON (NaN and infinities become null). A string holding a byte
+    a path could not decode (a script or a directory whose name is not UTF-8) is written with
+    that byte escaped (``t\\xff.py``): JSON is UTF-8, and the run is not lost over a name."""
+    try:
+        raw = _encoder.encode(profile)
+    except UnicodeEncodeError:
+        raw = _encoder.encode(_escaped(msgspec.to_builtins(profile)))
+    return msgspec.json.format(raw, indent=2)
+
+
+def _escaped(value: Any) -> Any:
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, list):
+        return [_escaped(v) for v in value]
+    if isinstance(value, dict):
+        return {_escaped(k): _escaped(v) for k, v in value.items()}
+    return value
 
 
 def decode(data: bytes | str, origin: str) -> Profile:
@@ -176,7 +194,10 @@ def resolve_profile_path(path: Path) -> Path:
 
 def load_profile(path: Path) -> Profile:
     """Read and check a profile document; every failure is a one-line :class:`GpuoptError`."""
+    from gpuopt.paths import regular_input
+
     p = resolve_profile_path(path)
+    regular_input(p)  # a FIFO would block the read forever, a device never end it
     try:
         raw = p.read_bytes()
     except OSError as exc:

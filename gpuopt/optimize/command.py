@@ -10,6 +10,7 @@ loss floor was needed), candidate 1 is run again without it.
 from __future__ import annotations
 
 import datetime as _dt
+import stat
 import sys
 import time
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from pathlib import Path
 import msgspec
 
 from gpuopt.atomic_write import write_atomic
-from gpuopt.errors import GpuoptError
+from gpuopt.errors import GpuoptError, say
 from gpuopt.model.document import load_profile
 from gpuopt.model.optimize import OptimizeDocument, RunResult, RuntimeFixes
 from gpuopt.model.profile import Profile
@@ -31,11 +32,14 @@ from gpuopt.optimize.runs import Done, Launch, RunSpec, run_once
 from gpuopt.optimize.runtime import encode_fixes
 from gpuopt.optimize.source_files import (
     SourceSet,
+    changed_on_disk,
+    check_writable,
     unified_diff,
     write_in_place,
     write_private_copies,
 )
 from gpuopt.optimize.verify import with_transform_check
+from gpuopt.paths import reason, refuse_inputs, stat_or_none, write_stdout
 
 OPTIMIZE_FILE = "optimize.json"
 
@@ -49,6 +53,8 @@ class _State:
     doc: OptimizeDocument
     runs: list[Done] = field(default_factory=list)
     t0: float = field(default_factory=time.perf_counter)
+    # each user file's bytes when first read: every plan, run, diff and write starts from them
+    reads: dict[Path, bytes] = field(default_factory=dict)
 
 
 def optimize_command(opts: OptimizeOptions) -> int:
@@ -74,14 +80,28 @@ def optimize_command(opts: OptimizeOptions) -> int:
 
 
 def _out_dir(opts: OptimizeOptions, stem: str) -> Path:
+    """``-o DIR`` (or the default), made now: one that cannot be a directory, or holds an
+    earlier optimize run without ``--force``, is refused before any run."""
     if opts.out is None:
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        return Path("gpuopt-runs") / f"{stem}-optimize-{stamp}"
-    if (opts.out / OPTIMIZE_FILE).exists() and not opts.force:
+        out = Path("gpuopt-runs") / f"{stem}-optimize-{stamp}"
+    else:
+        out = opts.out
+    st = stat_or_none(out)
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        raise GpuoptError(f"{out}: exists and is not a directory; pick another -o DIR")
+    if (out / OPTIMIZE_FILE).exists() and not opts.force:
         raise GpuoptError(
-            f"{opts.out}: holds an earlier gpuopt optimize run; pass --force to replace it"
+            f"{out}: holds an earlier gpuopt optimize run; pass --force to replace it"
         )
-    return opts.out
+    reads = [Path(opts.script)] if opts.script is not None else []
+    for name in (OPTIMIZE_FILE, "fixes.json"):  # never the script, whatever it is called
+        refuse_inputs(out / name, reads, "-o")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise GpuoptError(f"{out}: cannot create the directory: {reason(exc)}") from None
+    return out
 
 
 def _optimize(st: _State) -> int:
@@ -92,6 +112,8 @@ def _optimize(st: _State) -> int:
     st.doc.baseline = base
     fixes = _plan(st, base)
     chosen = [f for f in fixes if f.selected]
+    if st.opts.write:  # refused now, not after every run: a read-only file, a changed one
+        check_writable(_sources(st, chosen).changed())
     if not st.opts.measure or not chosen:
         if not chosen:
             st.doc.warnings.append(
@@ -164,10 +186,13 @@ def _plan(st: _State, base: Profile) -> list[PlannedFix]:
 
     st.phases.phase("planning fixes")
     cuda = base.environment.device == "cuda"
+    from gpuopt.runner.target import main_file
+
     script_text = None
-    if st.opts.script is not None:
-        script_text = Path(st.opts.script).read_text(encoding="utf-8", errors="replace")
-    inp = PlanInput(base, list(st.opts.fixes), cuda, script_text, st.opts.script)
+    main = main_file(st.opts.script) if st.opts.script is not None else None
+    if main is not None:  # the script, or a directory's __main__.py (none in a zip archive)
+        script_text = main.read_text(encoding="utf-8", errors="replace")
+    inp = PlanInput(base, list(st.opts.fixes), cuda, script_text, str(main) if main else None)
     inp.amp_dtype = _amp_dtype(st.opts.amp_dtype, cuda)
     sweep, error = sweep_for(st.opts, base, st.dir, st.phases)
     inp.sweep, inp.sweep_error = sweep, error
@@ -199,7 +224,7 @@ def _check_edits(st: _State, fix: PlannedFix) -> None:
     if not fix.selected or not fix.edits:
         return
     try:
-        sources = _sources([fix])
+        sources = _sources(st, [fix])
     except GpuoptError as exc:
         fix.selected = fix.applicable = False
         fix.reason = f"its source form cannot be applied: {exc}"
@@ -210,11 +235,14 @@ def _check_edits(st: _State, fix: PlannedFix) -> None:
         fix.reason = f"nothing to change: every site was left alone ({fix.reason})"
 
 
-def _sources(fixes: list[PlannedFix], runtime_only: bool = False, run: bool = False) -> SourceSet:
-    """The user's files with the source forms of ``fixes`` applied (in memory). For a run
-    (``run``), a model transform comes from its run-time form alone: applied after the first
-    step, it is checked there on the model's own batch (runtime.TRANSFORM_CHECK)."""
-    sources = SourceSet()
+def _sources(
+    st: _State, fixes: list[PlannedFix], runtime_only: bool = False, run: bool = False
+) -> SourceSet:
+    """The user's files with the source forms of ``fixes`` applied (in memory), from the text
+    first read (``st.reads``). For a run (``run``), a model transform comes from its run-time
+    form alone: applied after the first step, it is checked there on the model's own batch
+    (runtime.TRANSFORM_CHECK)."""
+    sources = SourceSet(reads=st.reads)
     for fix in fixes:
         if (runtime_only and fix.has_runtime) or (run and fix.kind.transform):
             continue
@@ -233,7 +261,7 @@ def _fixes_file(st: _State, fixes: list[PlannedFix], where: Path, copies: bool) 
         rf.backend_flags.update(fix.backend_flags)
         rf.model_transforms += fix.model_transforms
     if copies:
-        changed = _sources(fixes, run=True).changed()
+        changed = _sources(st, fixes, run=True).changed()
         rf.sources = write_private_copies(changed, where / "sources")
     write_atomic(where / "fixes.json", encode_fixes(rf))
     return where
@@ -369,9 +397,9 @@ def _finish(st: _State, fixes: list[PlannedFix], kept: list[PlannedFix]) -> int:
     from gpuopt.optimize.results import fill_results
 
     st.phases.phase("verifying and measuring")
-    fill_results(st.doc, st.runs, fixes, kept, st.opts.apply)
+    fill_results(st.doc, st.runs, fixes, kept, st.opts.apply, reads=st.reads)
     home = [f for f in kept if not (st.opts.apply and f.has_runtime)]
-    sources = _sources(home)
+    sources = _sources(st, home)
     st.doc.diff = unified_diff(sources.changed())
     if st.opts.apply:
         applied = [f for f in kept if f.has_runtime]
@@ -397,8 +425,12 @@ def _tell(st: _State, sources: SourceSet, kept: list[PlannedFix]) -> None:
         for line in write_in_place(sources.changed()):
             print(f"gpuopt: {line}", file=sys.stderr)
     elif st.doc.diff and st.opts.diff:
-        sys.stdout.write(st.doc.diff)
-        sys.stdout.flush()
+        for shown in changed_on_disk(sources.changed()):
+            say(
+                f"gpuopt: warning: {shown} changed since gpuopt read it; the diff is against "
+                "the text gpuopt read and measured, and may not apply"
+            )
+        write_stdout(st.doc.diff)
     if st.opts.apply and any(f.has_runtime for f in kept):
         shown = st.opts.script or f"-m {st.opts.module}"
         print(

@@ -4,6 +4,8 @@ alone, its gain and verification from its run alone)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import msgspec
 
 from gpuopt.errors import GpuoptError
@@ -37,7 +39,10 @@ def fill_results(
     fixes: list[PlannedFix],
     kept: list[PlannedFix],
     apply: bool,
+    reads: dict[Path, bytes] | None = None,
 ) -> None:
+    """``reads``: the user's files as first read (source_files.SourceSet), so that each fix's
+    diff is from the text that was planned and measured."""
     baselines, candidates = _ok(runs, "baseline"), _ok(runs, "candidate")
     b1 = baselines[0] if baselines else None
     b2 = baselines[1] if len(baselines) > 1 else None
@@ -55,7 +60,9 @@ def fill_results(
         if note:
             doc.warnings.append(note)
     for fix in fixes:
-        doc.fixes.append(_fix_result(fix, fix in kept, apply, runs, doc, (b1, b2)))
+        result = _fix_result(fix, fix in kept, apply, runs, doc, (b1, b2))
+        _source_part(fix, result, apply and fix.has_runtime, reads)
+        doc.fixes.append(result)
 
 
 def run_gain(
@@ -137,16 +144,17 @@ def _fix_result(
         notes=list(fix.notes),
         skipped=list(fix.skipped),
     )
-    _source_part(fix, out, runtime)
     if applied:
         _measured_part(fix, out, runs, doc, bases)
     return out
 
 
-def _source_part(fix: PlannedFix, out: FixResult, runtime: bool) -> None:
+def _source_part(
+    fix: PlannedFix, out: FixResult, runtime: bool, reads: dict[Path, bytes] | None
+) -> None:
     if not fix.edits:
         return
-    sources = SourceSet()
+    sources = SourceSet(reads=reads)
     for edit in fix.edits:
         try:
             rewrite = sources.rewrite(edit.path, edit.codemod)

@@ -36,6 +36,7 @@ import msgspec
 from gpuopt.atomic_write import write_atomic
 from gpuopt.errors import GpuoptError
 from gpuopt.model.optimize import FIXES_SCHEMA, LoaderSettings, RuntimeFixes
+from gpuopt.paths import regular_input
 
 FIXES_FILE = "fixes.json"
 
@@ -48,6 +49,7 @@ def fixes_path(path: Path) -> Path:
 def load_fixes(path: Path) -> RuntimeFixes:
     """Read ``fixes.json`` (or ``DIR/fixes.json``); a one-line error when it cannot be used."""
     p = fixes_path(path)
+    regular_input(p, "--fixes")
     try:
         data = p.read_bytes()
     except FileNotFoundError:

@@ -67,13 +67,13 @@ def print_report(profile: Profile, fmt: str = "text") -> None:
     """Render ``profile`` to stdout, laid out (and coloured) for the terminal when it is one."""
     import sys
 
+    from gpuopt.paths import write_stdout
+
     renderer = get_renderer(fmt)
-    if sys.stdout.isatty():
+    if sys.stdout is not None and not sys.stdout.closed and sys.stdout.isatty():
         renderer.color = fmt == "text"
         renderer.width = terminal_width()
-    sys.stdout.flush()
-    sys.stdout.write(renderer.render(profile))
-    sys.stdout.flush()
+    write_stdout(renderer.render(profile))
 
 
 __all__ = [

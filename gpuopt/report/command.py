@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from gpuopt.atomic_write import write_atomic
 from gpuopt.errors import GpuoptError, fail
+from gpuopt.paths import check_output, regular_input, utf8, write_stdout
+from gpuopt.paths import write_output as write_file
 from gpuopt.report import format_for_path, get_renderer, print_report
 
 if TYPE_CHECKING:
@@ -54,8 +56,7 @@ def _output_format(paths: list[Path], fmt: str | None, output: Path | None) -> s
     name = fmt or format_for_path(output) or "text"
     get_renderer(name)
     if output is not None:
-        for p in paths:
-            check_output(output, p)
+        check_output(output, paths)
     return name
 
 
@@ -63,12 +64,9 @@ def write_output(text: str, output: Path | None, failure: str = "cannot write th
     """``text`` on stdout, or written to ``output`` (atomically; ``wrote FILE`` on stderr). A
     write that fails is a one-line GpuoptError: ``FILE: <failure>: <reason>``."""
     if output is None:
-        sys.stdout.write(text)
+        write_stdout(text)
         return
-    try:
-        write_atomic(output, text.encode("utf-8"))
-    except OSError as exc:
-        raise GpuoptError(f"{output}: {failure}: {exc.strerror or exc}") from None
+    write_file(output, utf8(text), failure)
     print(f"wrote {output}", file=sys.stderr)
 
 
@@ -83,6 +81,8 @@ def write_summaries(paths: list[Path], output: Path | None, jobs: int | None) ->
         )
     if len(paths) != 1:
         raise GpuoptError("--summary-only takes one trace file or one folder of per-rank traces")
+    if not str(output):
+        raise GpuoptError("-o '': name a folder for the summaries, e.g. -o summaries")
     if output.exists() and not output.is_dir():
         raise GpuoptError(f"{output}: not a folder; -o takes a folder with --summary-only")
     if output.resolve() == paths[0].resolve():
@@ -162,23 +162,6 @@ def _optimize_report(path: Path, fmt: str, output: Path | None) -> bool:
     return True
 
 
-def check_output(output: Path, path: Path) -> None:
-    """Refuse an ``-o`` that is a directory, or that is (or is among) what the report reads."""
-    from gpuopt.loading import TRACE_SUFFIXES
-
-    if output.is_dir():
-        raise GpuoptError(f"{output}: is a directory; -o takes a file, e.g. {output}/report.html")
-    target = output.resolve()
-    source = path.resolve()
-    read = target == source
-    if source.is_dir() and target.is_file() and source in target.parents:
-        read = target.name == "profile.json" or target.name.endswith(TRACE_SUFFIXES)
-    if read:
-        raise GpuoptError(
-            f"{output}: is the input this report reads; write the report to another -o FILE"
-        )
-
-
 def _rendered(path: Path, fmt: str, jobs: int | None) -> str:
     """One input's report as text: a gpuopt optimize directory, or any profile or trace."""
     from gpuopt.loading import load
@@ -203,6 +186,8 @@ def reports_command(
     page."""
     from gpuopt.loading import one_job
 
+    for p in paths:  # a FIFO would block the first read forever, a device never end it
+        regular_input(p)
     if summary_only or len(paths) == 1:
         report_command(paths, fmt, output, summary_only, jobs)
         return

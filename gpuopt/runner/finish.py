@@ -5,12 +5,11 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import TYPE_CHECKING
 
-from gpuopt.errors import GpuoptError
+from gpuopt.errors import GpuoptError, say
 from gpuopt.model.profile import Profile
+from gpuopt.paths import discard_stdout, stdout_usable
 from gpuopt.runner.options import ProfileOptions
 from gpuopt.runner.run_dir import PROFILE_NAME, RunDirectory
 
@@ -47,24 +46,29 @@ def write_and_show(
         unwritten = None
     except GpuoptError as exc:
         unwritten = exc
-    if not opts.quiet:
-        show_report(profile, opts.fmt)
+    unshown = show_report(profile, opts.fmt) if not opts.quiet else None
     if unwritten is not None:
         raise unwritten
-    print(f"gpuopt: profile written to {run_dir.shown}/{PROFILE_NAME}{note}", file=sys.stderr)
+    say(f"gpuopt: profile written to {run_dir.shown}/{PROFILE_NAME}{note}")
+    if unshown is not None:
+        raise unshown
     return profile.exit_code
 
 
-def show_report(profile: Profile, fmt: str) -> None:
-    """Print the report; a reader that went away (``| head``) ends the printing, not the run:
-    the profile is on disk and the exit code stays the script's."""
+def show_report(profile: Profile, fmt: str) -> GpuoptError | None:
+    """Print the report. A reader that went away (``| head``) ends the printing, not the run:
+    the profile is on disk and the exit code stays the script's. A stdout the script closed
+    (``sys.stdout.close()``, ``os.close(1)``) or that gpuopt was started without (``>&-``) gets
+    no report, as it would get nothing more from python. A stdout that fails (``> /dev/full``):
+    the one-line error, returned for the caller to end with once the profile is written."""
     from gpuopt.report import print_report
 
+    if not stdout_usable():
+        return None
     try:
         print_report(profile, fmt)
-        sys.stdout.flush()
     except BrokenPipeError:
-        # what is still buffered would fail again at interpreter exit: send it nowhere
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
+        discard_stdout()  # what is still buffered would fail again at interpreter exit
+    except GpuoptError as exc:
+        return exc
+    return None

@@ -6,11 +6,13 @@ One way through: check the target → prepare the run directory → the measurin
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import sys
 from typing import TYPE_CHECKING, NoReturn
 
+from gpuopt.defaults import SAMPLE_INTERVAL_MAX_S, SAMPLE_INTERVAL_MIN_S
 from gpuopt.errors import GpuoptError, fail
 from gpuopt.model.profile import Profile, RunError
 from gpuopt.runner.finish import finish_profile, import_finish, write_and_show
@@ -35,6 +37,7 @@ def run_profile(opts: ProfileOptions) -> NoReturn:
 def profile_command(opts: ProfileOptions) -> int:
     """Validate, run, write ``profile.json``, print the report. Returns the script's exit code
     (2 with a one-line reason when the profile could not be written; the report still shows)."""
+    check_interval(opts.sample_interval)
     target = Target(opts.script, opts.module, list(opts.args))
     check_target(target)
     if opts.fixes is not None:
@@ -45,7 +48,8 @@ def profile_command(opts: ProfileOptions) -> int:
         from gpuopt.runner.torchrun import launch
 
         return launch(opts, target)
-    run_dir = RunDirectory.prepare(opts.out or default_out_dir(target.stem), force=opts.force)
+    out = opts.out or default_out_dir(target.stem)
+    run_dir = RunDirectory.prepare(out, force=opts.force, reads=target.files())
     profile = measure(target, run_dir, opts)
     if not isinstance(profile, Profile):  # a child the script forked: its own exit, nothing else
         return profile.exit_code
@@ -53,6 +57,16 @@ def profile_command(opts: ProfileOptions) -> int:
     if isinstance(profile.error, RunError) and profile.error.type == "SIGTERM":
         end_by_sigterm()
     return code
+
+
+def check_interval(seconds: float) -> None:
+    """``--sample-interval``: a finite number of seconds in the sampler's range (the CLI says
+    so first; this holds for every caller of the runner)."""
+    if not math.isfinite(seconds) or not SAMPLE_INTERVAL_MIN_S <= seconds <= SAMPLE_INTERVAL_MAX_S:
+        raise GpuoptError(
+            f"--sample-interval {seconds}: give a number of seconds from {SAMPLE_INTERVAL_MIN_S} "
+            f"to {SAMPLE_INTERVAL_MAX_S:g}"
+        )
 
 
 def end_by_sigterm() -> None:

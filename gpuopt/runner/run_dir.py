@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import shutil
+import stat
 import sys
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from gpuopt.atomic_write import write_atomic
 from gpuopt.errors import GpuoptError
 from gpuopt.model.document import empty_profile, encode
 from gpuopt.model.profile import Profile
+from gpuopt.paths import refuse_inputs, stat_or_none
 from gpuopt.probes.profiler_window import TRACE_NAME as WINDOW_TRACE_NAME
 
 PROFILE_NAME = "profile.json"
@@ -63,10 +65,16 @@ class RunDirectory:
         self.owner = os.getpid()
 
     @classmethod
-    def prepare(cls, out: Path, force: bool = False) -> RunDirectory:
+    def prepare(
+        cls, out: Path, force: bool = False, reads: list[Path] | None = None
+    ) -> RunDirectory:
         """Create the run directory (and parents); refuse one that cannot be a writable
-        directory, or that holds an earlier run unless ``force``."""
-        if out.exists() and not out.is_dir():
+        directory, or that holds an earlier run unless ``force``, or whose files would be one of
+        the run's inputs (``reads``: the script named profile.json in DIR, even with --force)."""
+        for name in (PROFILE_NAME, WINDOW_TRACE_NAME, JOB_NAME):
+            refuse_inputs(out / name, reads or [], "-o")
+        st = stat_or_none(out)
+        if st is not None and not stat.S_ISDIR(st.st_mode):
             raise GpuoptError(f"{out}: exists and is not a directory; pick another -o DIR")
         earlier = _earlier_run(out)
         if earlier and not force:
@@ -157,7 +165,14 @@ def _earlier_run(out: Path) -> list[Path]:
     ranks' directories (under torchrun); other files are not gpuopt's."""
     if not out.is_dir():
         return []
-    files = [p for p in (out / PROFILE_NAME, out / WINDOW_TRACE_NAME, out / JOB_NAME) if p.exists()]
+    names = (out / PROFILE_NAME, out / WINDOW_TRACE_NAME, out / JOB_NAME)
+    files = [p for p in names if p.exists() or p.is_symlink()]
+    for p in files:
+        if p.is_symlink() or not p.is_file():
+            raise GpuoptError(
+                f"{p}: not a file gpuopt wrote (a link, a FIFO or a device); gpuopt leaves it "
+                "alone: pick another -o DIR"
+            )
     ranks = [p for p in out.glob("rank-*") if (p / PROFILE_NAME).exists()]
     return [*files, *ranks] if files or ranks else []
 

@@ -20,15 +20,17 @@ A child the script ``os.fork()``s runs the rest of gpuopt's code too; it never w
 from __future__ import annotations
 
 import datetime as _dt
+import operator
 import os
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 from gpuopt.assemble.run_record import Outcome, RunRecord
-from gpuopt.errors import GpuoptError
+from gpuopt.errors import GpuoptError, say
 from gpuopt.model.profile import Profile, RunError
 from gpuopt.probes import steps as steps_mod
 from gpuopt.probes.collectives import CollectiveProbe, wanted
@@ -132,6 +134,7 @@ class ProfileSession:
         self.t_start = self.t_end = 0.0
         self._checkpoints = CheckpointSchedule()
         self._ending = False
+        self._stopped = False
         self.checkpoint_error: str | None = None  # the last checkpoint's failure, if it failed
 
     def run(self) -> RunRecord | ChildExit:
@@ -257,18 +260,25 @@ class ProfileSession:
             if progress is not None:
                 self.steps.listeners.append(progress.on_step)
         steps_mod.install(self.steps)
-        real_exit = os._exit
+        real_exit, real_execv, real_execve = os._exit, os.execv, os.execve
         os._exit = self._exit_hook(real_exit)  # type: ignore[assignment]
+        # os.execl, execlp, execvp, ... all call these two (os module globals, looked up then)
+        os.execv = self._exec_hook("execv", real_execv)
+        os.execve = self._exec_hook("execve", real_execve)
         try:
             with overridden(self._copies):
                 return run_target(self.target)
         finally:
-            os._exit = real_exit
+            os._exit, os.execv, os.execve = real_exit, real_execv, real_execve
             steps_mod.uninstall()
             if progress is not None:
                 progress.close()
 
     def _stop(self) -> None:
+        """Stop every started probe (once: an exec that failed stopped them already)."""
+        if self._stopped:
+            return
+        self._stopped = True
         for p in reversed(self.started):
             try:
                 p.stop()
@@ -304,30 +314,88 @@ class ProfileSession:
 
     def _exit_hook(self, real_exit: Callable[[int], NoReturn]) -> Callable[[int], NoReturn]:
         """``os._exit`` while the script runs: this process writes its profile first (a
-        DataLoader worker or any other child passes straight through)."""
+        DataLoader worker or any other child passes straight through). A code ``os._exit``
+        refuses (not an int, beyond a C int) raises in the script as it would without gpuopt."""
 
         def _exit(code: int) -> NoReturn:
-            if self.run_dir.owned() and not self._ending and self.finish is not None:
+            status = _c_int(code)
+            if self._writes() and status is not None:
                 self._ending = True
                 try:
-                    self._write_at_exit(code)
+                    self._write_at_exit(status, code)
                 except GpuoptError as exc:
-                    print(f"gpuopt: error: {exc}", file=sys.stderr)
+                    say(f"gpuopt: error: {exc}")
                 except BaseException:  # the process is leaving: never stand in its way
                     pass
             real_exit(code)
 
         return _exit
 
-    def _write_at_exit(self, code: int) -> None:
+    def _writes(self) -> bool:
+        """Whether an ending of the script seen now is this session's to write."""
+        return self.run_dir.owned() and not self._ending and self.finish is not None
+
+    def _write_at_exit(self, status: int, code: int) -> None:
+        """``os._exit(code)``: the process leaves with ``status`` (the code's low byte)."""
+        error = None if status == 0 else RunError(type="os._exit", message=f"os._exit({code})")
+        outcome = Outcome("ok" if status == 0 else "error", status, error)
+        path = self._write_final(outcome)
+        say(f"gpuopt: profile written to {path} (the script called os._exit)")
+
+    def _write_final(self, outcome: Outcome) -> Path | None:
+        """Stop measuring and write the profile now: the process is about to end or become
+        another program."""
         self.t_end = self.clock()
         steps_mod.uninstall()
         self._stop()
-        error = None if code == 0 else RunError(type="os._exit", message=f"os._exit({code})")
-        outcome = Outcome("ok" if code == 0 else "error", code, error)
         assert self.finish is not None
-        path = self.run_dir.write_profile(self.finish(self.record(outcome)))
-        print(f"gpuopt: profile written to {path} (the script called os._exit)", file=sys.stderr)
+        return self.run_dir.write_profile(self.finish(self.record(outcome)))
+
+    def _exec_hook(self, name: str, real: Callable[..., NoReturn]) -> Callable[..., NoReturn]:
+        """``os.execv`` / ``os.execve`` while the script runs: the process is about to become
+        another program, whose exit code gpuopt will never see, so the profile is written first
+        (the steps so far, status ok, ``error.type`` exec naming the program). If the exec
+        fails, the script gets the OSError as under python and goes on, no longer measured."""
+
+        def _exec(path: Any, argv: Any, *rest: Any) -> NoReturn:
+            if not (self._writes() and _execs(argv)):
+                real(path, argv, *rest)  # a child's, or one python refuses before trying
+            self._ending = True
+            try:
+                self._write_before_exec(name, path, argv)
+            except GpuoptError as exc:
+                say(f"gpuopt: error: {exc}")
+            except BaseException:  # noqa: BLE001 - never stand in the exec's way
+                pass
+            try:
+                real(path, argv, *rest)
+            except BaseException as exc:
+                self._ending = False  # the script goes on: its end is still to be written
+                self.warnings.append(
+                    f"os.{name} failed ({type(exc).__name__}: {exc}); gpuopt stopped measuring "
+                    f"there, after {self.steps.count} step(s), and the script went on"
+                )
+                raise
+
+        return _exec
+
+    def _write_before_exec(self, name: str, path: Any, argv: Any) -> None:
+        try:
+            shown = " ".join(os.fsdecode(a) for a in argv) or os.fsdecode(path)
+        except (TypeError, ValueError):
+            shown = repr(path)
+        program = shown if len(shown) <= 200 else shown[:197] + "..."
+        error = RunError(
+            type="exec",
+            message=f"the script replaced its process with `{program}` (os.{name}) after "
+            f"{self.steps.count} step(s); that program's exit code is the process's, not "
+            "known to gpuopt",
+        )
+        written = self._write_final(Outcome("ok", 0, error))
+        say(
+            f"gpuopt: profile written to {written} (the script called os.{name}; "
+            f"gpuopt report {self.run_dir.shown} shows it)"
+        )
 
     # -- the probes -----------------------------------------------------------------------
     def _result(self, probe: Probe | None, result: Callable[[], R], warn: bool = True) -> R | None:
@@ -372,3 +440,22 @@ class ProfileSession:
         if self.window is not None and self.window in self.started:
             out.update(range(w0 + w, w0 + 2 * w))
         return out
+
+
+def _c_int(code: object) -> int | None:
+    """The status ``os._exit(code)`` leaves with (its low byte: 300 is 44), or None when it would
+    raise instead (not an integer, beyond a C int), as it then does in the script."""
+    try:
+        value = operator.index(code)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+    return value & 0xFF if -(1 << 31) <= value < 1 << 31 else None
+
+
+def _execs(argv: object) -> bool:
+    """Whether ``os.execv(path, argv)`` gets as far as trying (else it raises ValueError or
+    TypeError first, in the script as without gpuopt, and nothing needs writing)."""
+    if not isinstance(argv, (list, tuple)) or not argv:
+        return False
+    first = argv[0]
+    return isinstance(first, (str, bytes, os.PathLike)) and bool(os.fspath(first))

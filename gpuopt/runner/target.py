@@ -11,18 +11,21 @@ from __future__ import annotations
 import importlib.util
 import io
 import os
+import pkgutil
 import runpy
 import signal
 import sys
 import traceback
 import types
+import zipfile
 from dataclasses import dataclass
+from importlib.machinery import ModuleSpec
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import FrameType
 from typing import Any
 
 from gpuopt.assemble.run_record import Outcome
-from gpuopt.errors import GpuoptError
+from gpuopt.errors import GpuoptError, say
 from gpuopt.model.profile import RunError
 from gpuopt.probes.sites import GPUOPT_DIR
 from gpuopt.probes.steps import StopRun
@@ -51,11 +54,45 @@ class Target:
             return Path(self.script).stem or "script"
         return (self.module or "module").rsplit(".", 1)[-1]
 
+    def files(self) -> list[Path]:
+        """The files this target reads that an output must never be (the script)."""
+        return [Path(self.script)] if self.script is not None else []
+
     def user_roots(self) -> list[Path]:
         """Directories whose files are the user's code (for sites)."""
         if self.script is not None:
+            if os.path.isdir(self.script):  # python DIR: its __main__.py and what it imports
+                return [Path(self.script).resolve()]
             return [Path(self.script).resolve().parent]
         return [Path.cwd().resolve()]
+
+
+def main_spec(path: str) -> ModuleSpec | None:
+    """The ``__main__`` module python runs for ``python PATH`` when PATH is a directory or a zip
+    archive (found as python finds it: PATH as a sys.path entry); None for a script file."""
+    abs_path = os.path.abspath(path)
+    if not os.path.isdir(abs_path) and not _is_zip(abs_path):
+        return None
+    importer = pkgutil.get_importer(abs_path)
+    find = getattr(importer, "find_spec", None)
+    return find("__main__") if find is not None else None
+
+
+def _is_zip(path: str) -> bool:
+    try:
+        return os.path.isfile(path) and zipfile.is_zipfile(path)
+    except OSError:
+        return False
+
+
+def main_file(script: str) -> Path | None:
+    """The file holding the code ``python SCRIPT`` runs first: the script, a directory's
+    ``__main__.py``; None inside a zip archive."""
+    spec = main_spec(script)
+    if spec is None:
+        return Path(script)
+    origin = spec.origin or ""
+    return Path(origin) if os.path.isfile(origin) else None
 
 
 def check_target(target: Target) -> None:
@@ -67,13 +104,13 @@ def check_target(target: Target) -> None:
                 f"{target.script}: no such file; give the path of a Python script, e.g. "
                 "gpuopt profile train.py"
             )
-        if p.is_dir():
-            raise GpuoptError(
-                f"{target.script}: is a directory, not a script; to run a package use "
-                "gpuopt profile -m PACKAGE"
-            )
         if not os.access(p, os.R_OK):
             raise GpuoptError(f"{target.script}: permission denied")
+        if p.is_dir() and main_spec(target.script) is None:
+            raise GpuoptError(
+                f"{target.script}: is a directory without __main__.py, so python cannot run "
+                "it either; to run a package use gpuopt profile -m PACKAGE"
+            )
         return
     assert target.module is not None
     saved = sys.path[0]
@@ -98,8 +135,13 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 def run_script(path: str) -> None:
     """Run a script file as ``python path`` does: ``__main__`` is a fresh module whose
     ``__file__`` is the absolute path, while ``sys.argv[0]`` stays as given (``runpy.run_path``
-    would replace it with the path it was given)."""
+    would replace it with the path it was given). A directory or a zip archive runs its
+    ``__main__`` module, as python runs it (its spec named ``__main__``, ``__package__`` '')."""
     abs_path = os.path.abspath(path)
+    spec = main_spec(path)
+    if spec is not None:
+        _run_main(spec)
+        return
     source = source_for(abs_path)  # a rewritten private copy (gpuopt optimize's candidate)
     if source is None:
         with io.open_code(abs_path) as fh:
@@ -110,6 +152,26 @@ def run_script(path: str) -> None:
     main.__dict__.update(
         __file__=abs_path, __cached__=None, __loader__=None, __package__=None, __spec__=None
     )
+    _exec_as_main(code, main)
+
+
+def _run_main(spec: ModuleSpec) -> None:
+    """A directory's or a zip archive's ``__main__``, in a fresh ``__main__`` module."""
+    origin = spec.origin or ""
+    source = source_for(origin) if origin else None
+    loader: Any = spec.loader
+    if source is not None:
+        code = compile(source, origin, "exec", dont_inherit=True)
+    else:
+        code = loader.get_code("__main__")
+    main = types.ModuleType("__main__")
+    main.__dict__.update(
+        __file__=origin, __cached__=spec.cached, __loader__=loader, __package__="", __spec__=spec
+    )
+    _exec_as_main(code, main)
+
+
+def _exec_as_main(code: types.CodeType, main: types.ModuleType) -> None:
     saved = sys.modules.get("__main__")
     sys.modules["__main__"] = main
     try:
@@ -120,7 +182,8 @@ def run_script(path: str) -> None:
 
 
 def run_target(target: Target) -> Outcome:
-    """Run the target in this process; never raises (but for BaseExceptions we do not own)."""
+    """Run the target in this process; never raises (but for gpuopt's own BaseExceptions, which
+    unwind the script on purpose)."""
     saved_argv = sys.argv[:]
     saved_path0 = sys.path[0] if sys.path else None
     prev_term: Any = None
@@ -131,7 +194,9 @@ def run_target(target: Target) -> Outcome:
     try:
         if target.script is not None:
             sys.argv = [target.script, *target.args]
-            sys.path[0] = os.path.dirname(os.path.abspath(target.script))
+            entry = main_spec(target.script) is not None  # a directory or a zip: on the path
+            absolute = os.path.abspath(target.script)
+            sys.path[0] = absolute if entry else os.path.dirname(absolute)
             run_script(target.script)
         else:
             assert target.module is not None
@@ -143,26 +208,18 @@ def run_target(target: Target) -> Outcome:
     except StopRun:
         return Outcome("ok", 0, stopped_by_steps=True)
     except SystemExit as exc:
-        code = exc.code
-        if code is None:
-            return Outcome("ok", 0)
-        if isinstance(code, int):  # a bool too: sys.exit(True) exits 1, as in python
-            code = int(code)
-            return Outcome(
-                "ok" if code == 0 else "error",
-                code,
-                None if code == 0 else RunError(type="SystemExit", message=str(code)),
-            )
-        print(code, file=sys.stderr)
-        return Outcome("error", 1, RunError(type="SystemExit", message=str(code)))
+        return exit_outcome(exc.code)
     except KeyboardInterrupt:
         interrupted = RunError(type="KeyboardInterrupt", message="interrupted")
         return Outcome("interrupted", 130, interrupted)
     except Terminated:  # SIGTERM: 128 + 15, as a shell reports a process it ended
         return Outcome("interrupted", 143, RunError(type="SIGTERM", message="terminated"))
-    except Exception as exc:
+    except BaseException as exc:  # any other: the script's, as python ends on it (exit code 1)
+        if _unwinds_on_purpose(exc):
+            raise
         print_user_traceback(exc)
-        return Outcome("error", 1, RunError(type=type(exc).__name__, message=str(exc)[:2000]))
+        message = safe_str(exc)[:2000]
+        return Outcome("error", 1, RunError(type=type(exc).__name__, message=message))
     finally:
         sys.argv = saved_argv
         if saved_path0 is not None:
@@ -174,9 +231,46 @@ def run_target(target: Target) -> Outcome:
                 pass
 
 
+def exit_status(code: int) -> int:
+    """The status the process really exits with for ``sys.exit(code)``: its low byte (256 is 0,
+    -1 is 255), 255 beyond what a C long holds, as CPython ends."""
+    if -(1 << 63) <= code < 1 << 63:
+        return code & 0xFF
+    return 255
+
+
+def exit_outcome(code: object) -> Outcome:
+    """How ``sys.exit(code)`` ends the run: an int (a bool too) is the process's status; None is
+    0; anything else is printed to stderr, as python does, and the status is 1."""
+    if code is None:
+        return Outcome("ok", 0)
+    if isinstance(code, int):
+        status = exit_status(int(code))
+        if status == 0:
+            return Outcome("ok", 0)
+        return Outcome("error", status, RunError(type="SystemExit", message=str(int(code))))
+    text = safe_str(code)
+    say(text)
+    return Outcome("error", 1, RunError(type="SystemExit", message=text[:2000]))
+
+
+def safe_str(value: object) -> str:
+    """``str(value)``, or what python prints when that raises."""
+    try:
+        return str(value)
+    except BaseException:  # noqa: BLE001 - a user's __str__ may raise anything
+        return "<exception str() failed>"
+
+
+def _unwinds_on_purpose(exc: BaseException) -> bool:
+    """A BaseException of gpuopt's own (an analysis that stops the script once it has what it
+    needs) passes through; every other is the script's."""
+    return type(exc).__module__.startswith("gpuopt.")
+
+
 def _is_ours(filename: str) -> bool:
     return (
-        filename.startswith(GPUOPT_DIR)
+        filename.startswith(GPUOPT_DIR + os.sep)
         or filename == runpy.__file__
         or filename.endswith(("runpy.py", "<frozen runpy>"))
     )
@@ -184,9 +278,30 @@ def _is_ours(filename: str) -> bool:
 
 def print_user_traceback(exc: BaseException) -> None:
     """The script's own traceback, as ``python`` would print it: gpuopt's and runpy's frames
-    removed."""
-    tb: TracebackType | None = exc.__traceback__
-    while tb is not None and _is_ours(tb.tb_frame.f_code.co_filename):
-        tb = tb.tb_next
-    traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
-    sys.stderr.flush()
+    removed (the outermost ones that ran the script, and any in between, such as a probe's
+    wrapper around ``DataLoader.__next__``), unless the error is raised in gpuopt itself. A
+    stderr the script closed gets nothing, as under python."""
+    te = traceback.TracebackException(type(exc), exc, exc.__traceback__, compact=True)
+    _strip_ours(te, set())
+    try:
+        sys.stderr.write("".join(te.format()))
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _strip_ours(te: traceback.TracebackException, seen: set[int]) -> None:
+    """gpuopt's frames out of ``te`` and of every exception chained to it."""
+    if id(te) in seen:
+        return
+    seen.add(id(te))
+    frames = list(te.stack)
+    while frames and _is_ours(frames[0].filename):
+        frames.pop(0)
+    if frames and not _is_ours(frames[-1].filename):  # raised in the user's code or a library
+        frames = [f for f in frames if not _is_ours(f.filename)]
+    te.stack = traceback.StackSummary.from_list(frames)
+    chained = [te.__cause__, te.__context__, *(getattr(te, "exceptions", None) or [])]
+    for other in chained:
+        if other is not None:
+            _strip_ours(other, seen)

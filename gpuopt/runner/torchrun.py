@@ -132,7 +132,7 @@ def _run_dir(opts: ProfileOptions, target: Target) -> RunDirectory:
     out = opts.out or default_out_dir(target.stem)
     if opts.torchrun.multi_node:
         return RunDirectory.prepare_job(out, opts.torchrun.job_key, force=opts.force)
-    run_dir = RunDirectory.prepare(out, force=opts.force)
+    run_dir = RunDirectory.prepare(out, force=opts.force, reads=target.files())
     run_dir.claim(target.display, list(target.args))
     return run_dir
 

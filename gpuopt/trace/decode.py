@@ -31,7 +31,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from gpuopt.errors import GpuoptError
+from gpuopt.errors import GpuoptError, NotATrace
 from gpuopt.trace import decode_ahead, decode_worker, jsontext
 from gpuopt.trace import events as ev
 from gpuopt.trace.anomalies import repair_events
@@ -317,7 +317,7 @@ def _load_whole(path: Path) -> EventColumns:
         raise jsontext.nesting_error(path) from None
     del data
     if doc.traceEvents is None:
-        raise GpuoptError(
+        raise NotATrace(
             f"{path}: no 'traceEvents' in this JSON: not a PyTorch profiler (Kineto) trace"
         )
     builder = _Builder()

@@ -23,7 +23,7 @@ import re
 
 import msgspec
 
-from gpuopt.errors import GpuoptError
+from gpuopt.errors import GpuoptError, NotATrace
 
 _WHITESPACE_RE = re.compile(rb"[ \t\r\n]*")
 # More leading whitespace than this and the file is not a trace (and not worth reading on).
@@ -63,7 +63,7 @@ def check_start(path: object, text: bytes, what: str = "file") -> None:
     if head[:1] == b"{":
         return
     if head[:1] == b"[":
-        raise GpuoptError(
+        raise NotATrace(
             f"{path}: a JSON array, not a PyTorch profiler trace "
             "(expected an object with 'traceEvents')"
         )
@@ -155,7 +155,7 @@ def shape_error(path: object, exc: msgspec.ValidationError) -> GpuoptError:
     """A ValidationError of a trace's shape or of one event's fields, as one line."""
     msg = str(exc)
     if msg.startswith("Expected `object`, got `array`") and msg.endswith("`$`"):
-        return GpuoptError(
+        return NotATrace(
             f"{path}: a JSON array, not a PyTorch profiler trace "
             "(expected an object with 'traceEvents')"
         )

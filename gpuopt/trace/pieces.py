@@ -31,7 +31,7 @@ from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import BinaryIO, TypeVar, cast
 
-from gpuopt.errors import GpuoptError
+from gpuopt.errors import GpuoptError, NotATrace
 from gpuopt.trace import jsontext
 
 try:  # Intel ISA-L's inflate: 2.4-3x zlib's speed on Kineto traces (docs/bench-trace.md), same API
@@ -198,7 +198,7 @@ class PieceStream:
                 check_at *= 2
             if len(buf) > HEADER_LIMIT:
                 self._blocks.close()
-                raise GpuoptError(
+                raise NotATrace(
                     f"{path}: no 'traceEvents' in the first {HEADER_LIMIT >> 20} MB of text: "
                     "not a PyTorch profiler (Kineto) trace"
                 )
