@@ -341,12 +341,23 @@ def schedule(
     fmt: ScheduleFormat = typer.Option(
         ScheduleFormat.text, "--format", help="text or json on stdout."
     ),
+    streams: str = typer.Option(
+        "auto",
+        "--streams",
+        help="auto: the multi-stream plan only where it beats one stream (measured on a GPU, "
+        "else by the cost model); multi or one: that plan.",
+    ),
 ) -> None:
     from gpuopt.aot.command import schedule_command
 
     try:
         schedule_command(
-            target, inputs=inputs, device_profile=device_profile, out=out, fmt=fmt.value
+            target,
+            inputs=inputs,
+            device_profile=device_profile,
+            out=out,
+            fmt=fmt.value,
+            streams=streams,
         )
     except GpuoptError as exc:
         fail(str(exc))

@@ -66,11 +66,18 @@ def _module_class() -> type:
         """A static model planned for multi-stream execution (see the module docstring)."""
 
         def __init__(
-            self, program: Program, plan: Plan, *, cuda_graph: bool = True, warmup: int = 2
+            self,
+            program: Program,
+            plan: Plan,
+            *,
+            cuda_graph: bool = True,
+            warmup: int = 2,
+            multi_stream_plan: Plan | None = None,
         ) -> None:
             super().__init__()
             self.graph_module = program.gm
-            self.plan = plan
+            self.plan = plan  # the plan it runs: multi-stream or one stream (plan.choice)
+            self.multi_stream_plan = multi_stream_plan or plan  # Nimble's assignment, as planned
             self.cuda_graph = cuda_graph
             self.warmup = warmup
             self.program = program
@@ -141,6 +148,9 @@ def scheduled_module_class() -> type:
     return _CLASS
 
 
+STREAMS = ("auto", "multi", "one")
+
+
 def schedule(
     model: torch.nn.Module,
     example_inputs: Any,
@@ -151,6 +161,8 @@ def schedule(
     check: bool = True,
     capture: str = "auto",
     training: bool = False,
+    streams: str = "auto",
+    device_profile: str = "h100",
 ) -> Any:
     """Plan ``model`` for ahead-of-time multi-stream execution; returns a ScheduledModule.
 
@@ -164,19 +176,34 @@ def schedule(
     "export" or "fx". ``training=True``: Nimble's training mode (AOTAutograd forward graph on
     multiple streams, backward graph on one; :mod:`gpuopt.aot.training`). ``merge=False`` keeps
     one stream per chain (Nimble before merging); ``cuda_graph=False`` runs the streams without
-    graph capture; ``warmup`` runs precede capture.
+    graph capture (the operators issued from Python one by one: slower than eager on small
+    kernels, never chosen for you); ``warmup`` runs precede capture.
+
+    ``streams``: "auto" hands back the multi-stream plan only where it beats the one-stream
+    graph of the same model — measured on the device when the inputs are on CUDA and graphs are
+    used, else by the cost model of ``device_profile`` with a margin — and the one-stream plan
+    otherwise (:mod:`gpuopt.aot.choice`; ``plan.choice`` says which and how); "multi" and "one"
+    ask for one. ``.multi_stream_plan`` is Nimble's assignment either way.
     """
     import torch
 
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"gpuopt.aot.schedule needs a torch.nn.Module, got {type(model).__name__}")
+    if streams not in STREAMS:
+        raise ValueError(f"streams must be one of {', '.join(STREAMS)}, not {streams!r}")
     inputs = as_input_tuple(example_inputs)
     if training:
         from gpuopt.aot.training import schedule_training
 
         try:
             return schedule_training(
-                model, inputs, merge=merge, cuda_graph=cuda_graph, warmup=warmup
+                model,
+                inputs,
+                merge=merge,
+                cuda_graph=cuda_graph,
+                warmup=warmup,
+                streams=streams,
+                device_profile=device_profile,
             )
         except CaptureError:
             raise
@@ -203,4 +230,81 @@ def schedule(
             with torch.no_grad():
                 eager = model(*inputs)
             plan.stats["capture_max_abs_diff"] = max_abs_diff(graph_outputs, eager)
-    return scheduled_module_class()(program, plan, cuda_graph=cuda_graph, warmup=warmup)
+    module_class = scheduled_module_class()
+    chosen, runner = choose_plan(
+        program, plan, leaves, streams=streams, cuda_graph=cuda_graph, warmup=warmup,
+        device_profile=device_profile,
+    )  # fmt: skip
+    module = module_class(
+        program, chosen, cuda_graph=cuda_graph, warmup=warmup, multi_stream_plan=plan
+    )
+    if runner is not None:  # measured on the device: the chosen graph is already captured
+        module._runners[(str(runner.device), cuda_graph)] = runner
+    return module
+
+
+def choose_plan(
+    program: Program,
+    plan: Plan,
+    leaves: Sequence[Any],
+    *,
+    streams: str,
+    cuda_graph: bool,
+    warmup: int,
+    device_profile: str,
+) -> tuple[Plan, Any]:
+    """``plan`` or its one-stream copy (:mod:`gpuopt.aot.choice`), with ``.choice`` set on the
+    one handed back; and, when the choice was measured, the chosen plan's captured CUDA runner
+    (the caller keeps it: no second capture)."""
+    import torch
+
+    from gpuopt.aot import choice as ch
+
+    device = next((x.device for x in leaves if isinstance(x, torch.Tensor)), torch.device("cpu"))
+    planned = plan.num_streams
+    one = plan.one_stream("")
+    runners: tuple[Any, Any] | None = None
+    if planned <= 1:
+        decided = ch.single_planned()
+    elif streams != "auto":
+        decided = ch.asked(streams, planned)
+    elif device.type == "cuda" and cuda_graph:
+        runners = _captured(program, (plan, one), leaves, device, warmup)
+        with torch.no_grad():
+            multi_t, one_t = time_alternated_graphs([r.graph for r in runners])
+        decided = ch.by_measurement(multi_t, one_t, planned)
+    else:
+        from gpuopt.aot.costmodel import get_profile
+        from gpuopt.aot.simulate import estimate
+
+        est = estimate(plan, get_profile(device_profile))
+        decided = ch.by_estimate(est.multistream_s, est.graph_s, planned)
+    k = 0 if decided.chosen == ch.MULTI else 1
+    chosen = (plan, one)[k] if planned > 1 else plan
+    chosen.choice = decided.to_dict()
+    chosen.notes.append(decided.says())
+    return chosen, runners[k] if runners is not None else None
+
+
+def _captured(
+    program: Program, plans: tuple[Plan, Plan], leaves: Sequence[Any], device: Any, warmup: int
+) -> tuple[Any, Any]:
+    """A CUDA runner per plan, each captured on ``leaves`` (GPU-only)."""
+    import torch
+
+    from gpuopt.aot.executor_cuda import CudaPlanRunner
+
+    runners = tuple(
+        CudaPlanRunner(program, p, device, use_graph=True, warmup=warmup) for p in plans
+    )
+    with torch.no_grad():
+        for r in runners:
+            r.capture(leaves)
+    return runners[0], runners[1]
+
+
+def time_alternated_graphs(graphs: Sequence[Any]) -> list[list[float]]:
+    """:func:`gpuopt.aot.executor_cuda.time_alternated` (GPU-only; tests replace this)."""
+    from gpuopt.aot.executor_cuda import time_alternated
+
+    return time_alternated(graphs)
