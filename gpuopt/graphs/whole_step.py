@@ -1,0 +1,397 @@
+"""A training step captured whole in one CUDA graph and replayed: forward, loss, backward and the
+optimizer's update, one ``cudaGraphLaunch`` a step instead of hundreds of kernel launches.
+
+``graphed_step`` wraps a function holding one step (what ``gpuopt optimize --fix cuda-graphs``
+writes into a script: :mod:`gpuopt.optimize.codemods.cuda_graphs`)::
+
+    @graphed_step(optimizers=[opt], modules=[model])
+    def train_step(x, y):
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    for x, y in loader:
+        x, y = x.to("cuda"), y.to("cuda")
+        loss = train_step(x, y)          # a clone of the captured loss: kept values stay right
+
+What a call does, as PyTorch's CUDA-graph documentation prescribes for whole-network capture:
+
+1. **Without a CUDA device** (the step's parameters on the CPU) it calls the function: the same
+   training, nothing captured.
+2. **Warm-up**: the first :data:`WARMUP` calls run the step eagerly on a side stream (real
+   training steps: the optimizer's state and the libraries' workspaces are created there), with
+   ``capturable=True`` set on the optimizers first (:mod:`gpuopt.graphs.optimizers`). The last
+   :data:`OBSERVED` of them run under an observer (:mod:`gpuopt.graphs.observe`), and
+   :mod:`gpuopt.graphs.verdict` decides from what they did whether one graph can replay the
+   step. If not, the step runs eagerly from then on, with a warning saying why (once).
+3. **Capture**: the next call copies its tensors into static input buffers, sets the gradients
+   to ``None`` (so the captured backward writes them, as ``zero_grad(set_to_none=True)`` does),
+   captures one call of the function into a ``torch.cuda.CUDAGraph`` — capturing launches
+   nothing — and replays it once, which is that call's step.
+4. **Replay**: every later call whose tensors have the captured shapes, dtypes and devices
+   (and the same Python values, grad mode, module modes and optimizer hyperparameters) copies
+   its tensors into the static buffers and replays; the gradients are put back on the
+   parameters (an eager ``zero_grad(set_to_none=True)`` between steps drops them) and clones of
+   the step's outputs are returned (the next replay overwrites the static ones).
+5. **Another signature** (a short last batch, a learning rate changed by a scheduler, the model
+   in ``eval()``): it runs eagerly once, and is captured into its own graph the next time it
+   comes (up to :data:`MAX_GRAPHS` graphs, all in one memory pool); beyond that, eagerly.
+
+A capture waits while another ``TorchDispatchMode`` or the PyTorch profiler is active (gpuopt's
+own recorder window): those steps run eagerly. A distributed run is not captured.
+
+:func:`status_of` / :data:`REPORT_ENV` give what happened (captured, replays, refusals).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gpuopt.graphs.observe import StepRecord, observed
+from gpuopt.graphs.optimizers import hyperparameters, make_capturable, params_of
+from gpuopt.graphs.verdict import Refusal, optimizer_refusals, step_refusals
+
+WARMUP = 3  # eager steps before the capture: the first creates the optimizer's state
+OBSERVED = 2  # the last warm-up steps, observed and compared
+MAX_GRAPHS = 4  # signatures with a graph of their own
+REPORT_ENV = "GPUOPT_GRAPHS_REPORT"  # a path: every step's status written there as JSON
+
+_REGISTRY: list[CapturedStep] = []
+
+
+@dataclass
+class StepStatus:
+    """What a captured step did so far (plain data: :func:`status_of`)."""
+
+    name: str
+    device: str = ""  # "cuda", "cpu"
+    state: str = "warming up"  # "captured", "eager", "cpu"
+    calls: int = 0
+    replays: int = 0
+    captures: int = 0
+    eager_calls: int = 0  # after the warm-up: refused, postponed, or a new signature's first
+    first_capture_call: int | None = None  # 1-based call that captured the first graph
+    refusals: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Graph:
+    graph: Any
+    static: list[Any]  # the flat arguments: tensors are the static buffers
+    outputs: Any
+    grads: list[Any]  # the parameters' gradients the graph writes
+
+
+class CapturedStep:
+    """One training step, captured whole (see the module docstring)."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        optimizers: Sequence[Any],
+        modules: Sequence[Any] = (),
+        *,
+        warmup: int = WARMUP,
+        analyse_on_cpu: bool = False,
+    ) -> None:
+        if warmup < OBSERVED + 1:
+            raise ValueError(f"warmup must be at least {OBSERVED + 1}")
+        self.fn = fn
+        self.optimizers = list(optimizers)
+        self.modules = list(modules)
+        self.warmup = warmup
+        self.analyse_on_cpu = analyse_on_cpu
+        code = getattr(fn, "__code__", None)
+        where = f" ({os.path.basename(code.co_filename)}:{code.co_firstlineno})" if code else ""
+        self.status = StepStatus(name=getattr(fn, "__qualname__", repr(fn)) + where)
+        self._records: list[StepRecord] = []
+        self._warmed = 0
+        self._refused = False
+        self._graphs: dict[Any, _Graph] = {}
+        self._seen: set[Any] = set()  # signatures that ran eagerly once (ready to capture)
+        self._pool: Any = None
+        self._side: Any = None
+        self._params: list[Any] = params_of(self.optimizers)
+        if not _REGISTRY and os.environ.get(REPORT_ENV):
+            import atexit
+
+            atexit.register(_report)
+        _REGISTRY.append(self)
+
+    # -- the call -------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        st = self.status
+        st.calls += 1
+        if not st.device:
+            self._start()
+        if st.device != "cuda":
+            if self.analyse_on_cpu and not self._refused and self._warmed < self.warmup:
+                return self._warm(args, kwargs)
+            return self.fn(*args, **kwargs)
+        if self._warmed < self.warmup and not self._refused:
+            return self._warm(args, kwargs)
+        sig = None if self._refused else self._signature(args, kwargs)
+        entry = self._graphs.get(sig)
+        if entry is not None:
+            return self._replay(entry, args, kwargs)
+        if sig is None:  # refused: the step as written, on the caller's stream
+            st.eager_calls += 1
+            return self.fn(*args, **kwargs)
+        if _capture_blocked() or sig not in self._seen:
+            self._seen.add(sig)
+            st.eager_calls += 1
+            return self._eager(args, kwargs)
+        if len(self._graphs) >= MAX_GRAPHS:
+            st.eager_calls += 1
+            if f"more than {MAX_GRAPHS}" not in " ".join(st.notes):
+                st.notes.append(
+                    f"more than {MAX_GRAPHS} signatures (shapes, Python values, hyperparameters): "
+                    "the others run eagerly"
+                )
+            return self._eager(args, kwargs)
+        return self._capture(sig, args, kwargs)
+
+    def _start(self) -> None:
+        device = _device_of(self._params)
+        self.status.device = device
+        if device != "cuda":
+            self.status.state = "cpu"
+            self.status.notes.append("no CUDA device: the step runs as written")
+            return
+        self.status.notes += make_capturable(self.optimizers)
+        refusals = optimizer_refusals(self.optimizers)
+        import torch
+
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            refusals.append(
+                Refusal(
+                    "a distributed run: collectives inside a captured step need DDP's "
+                    "static_graph mode and more warm-up; not done here"
+                )
+            )
+        if refusals:
+            self._refuse(refusals)
+
+    # -- warm-up and the verdict ----------------------------------------------------------
+    def _warm(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        k = self._warmed
+        self._warmed += 1
+        record = StepRecord() if k >= self.warmup - OBSERVED else None
+        out = self._eager(args, kwargs, record)
+        if record is not None:
+            self._records.append(record)
+        if self._warmed == self.warmup:
+            self._seen.add(self._signature(args, kwargs))
+            refusals = step_refusals(self._records, _tensor_device(self._params))
+            self._records.clear()
+            if refusals:
+                self._refuse(refusals)
+            elif self.status.device != "cuda":
+                self.status.notes.append(
+                    "the warm-up steps could be captured (no host read, no host random draw, "
+                    "the same operators, shapes and numbers each step); nothing is captured "
+                    "without a CUDA device"
+                )
+        return out
+
+    def _refuse(self, refusals: list[Refusal]) -> None:
+        self._refused = True
+        self.status.state = "eager" if self.status.device == "cuda" else "cpu"
+        self.status.refusals = [r.says() for r in refusals]
+        warnings.warn(
+            f"gpuopt.graphs: {self.status.name} is not captured: {refusals[0].says()}",
+            stacklevel=3,
+        )
+        _report()
+
+    def _eager(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], record: StepRecord | None = None
+    ) -> Any:
+        """The step as written (on a side stream on CUDA, as warm-up before a capture must)."""
+        watch = observed(record, _tensor_device(self._params)) if record is not None else None
+        if self.status.device != "cuda":
+            with watch or contextlib.nullcontext(), _trusted_optimizers(self.optimizers, record):
+                return self.fn(*args, **kwargs)
+        import torch
+
+        if self._side is None:
+            self._side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+        current = torch.cuda.current_stream()
+        self._side.wait_stream(current)
+        with torch.cuda.stream(self._side), watch or contextlib.nullcontext():
+            out = self.fn(*args, **kwargs)
+        current.wait_stream(self._side)
+        return out
+
+    # -- capture and replay ---------------------------------------------------------------
+    def _signature(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        import torch
+        import torch.utils._pytree as pytree
+
+        flat, spec = pytree.tree_flatten((args, kwargs))
+        parts: list[Any] = [spec, torch.is_grad_enabled()]
+        for a in flat:
+            if isinstance(a, torch.Tensor):
+                parts.append((tuple(a.shape), a.dtype, a.device, a.requires_grad))
+            elif a is None or isinstance(a, (bool, int, float, str)):
+                parts.append(("value", a))
+            else:
+                parts.append(("object", id(a)))
+        parts.append(tuple(m.training for m in self.modules))
+        parts.append(hyperparameters(self.optimizers))
+        return tuple(parts)
+
+    def _capture(self, sig: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        import torch
+        import torch.utils._pytree as pytree
+
+        flat, spec = pytree.tree_flatten((args, kwargs))
+        static = [
+            a.detach().clone().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a
+            for a in flat
+        ]
+        s_args, s_kwargs = pytree.tree_unflatten(static, spec)
+        for opt in self.optimizers:
+            opt.zero_grad(set_to_none=True)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph, pool=self._pool):
+                outputs = self.fn(*s_args, **s_kwargs)
+        except Exception as exc:  # noqa: BLE001 - a capture that fails: the step runs eagerly
+            self._refuse([Refusal(f"the capture failed: {type(exc).__name__}: {exc}")])
+            return self._eager(args, kwargs)
+        if self._pool is None:
+            self._pool = graph.pool()
+        entry = _Graph(graph, static, outputs, [p.grad for p in self._params])
+        self._graphs[sig] = entry
+        st = self.status
+        st.captures += 1
+        st.state = "captured"
+        if st.first_capture_call is None:
+            st.first_capture_call = st.calls
+        _report()
+        return self._replay(entry, args, kwargs, copy=False)
+
+    def _replay(
+        self, entry: _Graph, args: tuple[Any, ...], kwargs: dict[str, Any], copy: bool = True
+    ) -> Any:
+        import torch
+        import torch.utils._pytree as pytree
+
+        if copy:
+            flat = pytree.tree_leaves((args, kwargs))
+            for s, a in zip(entry.static, flat, strict=True):
+                if isinstance(s, torch.Tensor) and s is not a:
+                    s.copy_(a)
+        entry.graph.replay()
+        self.status.replays += 1
+        for p, g in zip(self._params, entry.grads, strict=True):
+            if p.grad is not g:
+                p.grad = g
+        return pytree.tree_map(
+            lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, entry.outputs
+        )
+
+
+@contextlib.contextmanager
+def _trusted_optimizers(optimizers: Sequence[Any], record: StepRecord | None) -> Iterator[None]:
+    """On CPU, the steps of optimizers that a CUDA run makes capturable go unobserved: on the
+    CPU they keep their step count on the host (``capturable`` needs a GPU), so their numbers
+    change every step where the CUDA run's would not."""
+    if record is None:
+        yield
+        return
+    handles = []
+
+    def pause(*_: Any) -> None:
+        record.paused += 1
+
+    def resume(*_: Any) -> None:
+        record.paused -= 1
+
+    for opt in optimizers:
+        if "capturable" in opt.defaults:
+            handles += [opt.register_step_pre_hook(pause), opt.register_step_post_hook(resume)]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _device_of(params: Sequence[Any]) -> str:
+    """The step's device: its optimizers' parameters'."""
+    return _tensor_device(params)
+
+
+def _tensor_device(params: Sequence[Any]) -> str:
+    """Where the parameters' tensors are: what the verdict judges the step's operators by."""
+    return str(params[0].device.type) if params else "cpu"
+
+
+def _capture_blocked() -> bool:
+    """Another Python dispatch mode (a profiler's recorder) or the PyTorch profiler is on: a
+    capture waits until it is off."""
+    import torch
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    if _get_current_dispatch_mode() is not None:
+        return True
+    return bool(torch.autograd.profiler._is_profiler_enabled)
+
+
+def graphed_step(
+    fn: Callable[..., Any] | None = None,
+    *,
+    optimizers: Sequence[Any],
+    modules: Sequence[Any] = (),
+    warmup: int = WARMUP,
+) -> Any:
+    """``@graphed_step(optimizers=[opt], modules=[model])`` on a function holding one training
+    step: a :class:`CapturedStep` (module docstring)."""
+
+    def wrap(f: Callable[..., Any]) -> CapturedStep:
+        return CapturedStep(f, optimizers, modules, warmup=warmup)
+
+    return wrap if fn is None else wrap(fn)
+
+
+def status_of() -> list[StepStatus]:
+    """The status of every captured step made in this process."""
+    return [s.status for s in _REGISTRY]
+
+
+def _report() -> None:
+    """Write every step's status to ``$GPUOPT_GRAPHS_REPORT`` (when set) — how a run under
+    ``gpuopt optimize`` tells whether its steps were captured."""
+    path = os.environ.get(REPORT_ENV)
+    if not path:
+        return
+    try:
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump([asdict(s) for s in status_of()], fh, indent=1)
+        os.replace(tmp, path)
+    except OSError:  # a report must never stop the training
+        pass
+
+
+__all__ = [
+    "MAX_GRAPHS",
+    "OBSERVED",
+    "REPORT_ENV",
+    "WARMUP",
+    "CapturedStep",
+    "StepStatus",
+    "graphed_step",
+    "status_of",
+]
