@@ -400,3 +400,29 @@ def test_make_capturable_moves_the_step_count_to_the_device(meta_capturable: Non
     assert opt.param_groups[0]["capturable"] and make_capturable([opt]) == []
     assert opt.state[model.weight]["step"].device.type == "meta"
     opt.step()  # and the capturable update runs
+
+
+def test_a_step_defined_again_each_epoch_is_the_same_captured_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model, opt, data = _problem()
+    want, _ = _eager_run(data * 2)
+
+    def train(batches: list[Any]) -> list[float]:  # as a script's train(epoch) is written
+        @graphed_step(optimizers=[opt], modules=[model])
+        def train_step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        steps.append(train_step)
+        return [float(train_step(x, y)) for x, y in batches]
+
+    steps: list[Any] = []
+    with fake_cuda(monkeypatch, lambda: step_state(model, opt)):
+        got = train(data) + train(data)
+    assert got == want and steps[0] is steps[1] and steps[0].status.captures == 1
+    other = graphed_step(optimizers=[torch.optim.SGD(model.parameters(), lr=0.1)])(steps[0].fn)
+    assert other is not steps[0]  # another optimizer: another step

@@ -64,7 +64,10 @@ OBSERVED = 2  # the last warm-up steps, observed and compared
 MAX_GRAPHS = 4  # signatures with a graph of their own
 REPORT_ENV = "GPUOPT_GRAPHS_REPORT"  # a path: every step's status written there as JSON
 
-_REGISTRY: list[CapturedStep] = []
+_REGISTRY: list[StepStatus] = []
+# CapturedSteps by the code of their function: a step defined inside a function that runs once
+# an epoch (``def train(epoch): ... @graphed_step def train_step``) is the same step every time
+_BY_CODE: dict[Any, list[CapturedStep]] = {}
 
 
 @dataclass
@@ -125,7 +128,23 @@ class CapturedStep:
             import atexit
 
             atexit.register(_report)
-        _REGISTRY.append(self)
+        _REGISTRY.append(self.status)
+
+    def same_step(
+        self, fn: Callable[..., Any], optimizers: Sequence[Any], modules: Sequence[Any]
+    ) -> bool:
+        """``fn`` is this step defined again: the same code, optimizers, modules, globals, and
+        the same objects in its closure (a captured graph is bound to those objects' tensors)."""
+        old = self.fn
+        cells_old = [c.cell_contents for c in getattr(old, "__closure__", None) or ()]
+        cells_new = [c.cell_contents for c in getattr(fn, "__closure__", None) or ()]
+        return (
+            getattr(old, "__code__", None) is getattr(fn, "__code__", None)
+            and getattr(old, "__globals__", None) is getattr(fn, "__globals__", None)
+            and _same(self.optimizers, optimizers)
+            and _same(self.modules, modules)
+            and _same(cells_old, cells_new)
+        )
 
     # -- the call -------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -338,6 +357,10 @@ def _tensor_device(params: Sequence[Any]) -> str:
     return str(params[0].device.type) if params else "cpu"
 
 
+def _same(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
 def _capture_blocked() -> bool:
     """Another Python dispatch mode (a profiler's recorder) or the PyTorch profiler is on: a
     capture waits until it is off."""
@@ -360,14 +383,22 @@ def graphed_step(
     step: a :class:`CapturedStep` (module docstring)."""
 
     def wrap(f: Callable[..., Any]) -> CapturedStep:
-        return CapturedStep(f, optimizers, modules, warmup=warmup)
+        code = getattr(f, "__code__", None)
+        for old in _BY_CODE.get(code, []):
+            if old.same_step(f, optimizers, modules):
+                old.fn = f  # the same graph; the eager paths run the newest definition
+                return old
+        step = CapturedStep(f, optimizers, modules, warmup=warmup)
+        if code is not None:
+            _BY_CODE.setdefault(code, []).append(step)
+        return step
 
     return wrap if fn is None else wrap(fn)
 
 
 def status_of() -> list[StepStatus]:
     """The status of every captured step made in this process."""
-    return [s.status for s in _REGISTRY]
+    return list(_REGISTRY)
 
 
 def _report() -> None:
