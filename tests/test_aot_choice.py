@@ -14,7 +14,7 @@ import pytest
 import torch
 from aot_support import scheduled_zoo
 
-from gpuopt.aot import api, choice, schedule, zoo
+from gpuopt.aot import choice, schedule, zoo
 from gpuopt.aot.command import schedule_command
 
 
@@ -125,9 +125,9 @@ def test_on_cuda_the_choice_is_measured_and_the_chosen_graph_kept(
         assert graphs == [r.graph for r in made]
         return [[multi * 1e-3] * 5, [one * 1e-3] * 5]
 
-    monkeypatch.setattr(api, "_captured", captured)
-    monkeypatch.setattr(api, "time_alternated_graphs", timed)
-    got, runner = api.choose_plan(
+    monkeypatch.setattr(choice, "_captured", captured)
+    monkeypatch.setattr(choice, "time_alternated_graphs", timed)
+    got, runner = choice.choose_plan(
         sm.program, plan, _cuda_leaves(), streams="auto", cuda_graph=True, warmup=2,
         device_profile="h100",
     )  # fmt: skip
@@ -138,8 +138,8 @@ def test_on_cuda_the_choice_is_measured_and_the_chosen_graph_kept(
 
 def test_without_graphs_on_cuda_the_cost_model_decides(monkeypatch: pytest.MonkeyPatch) -> None:
     sm = scheduled_zoo("resnet_stage")[2]
-    monkeypatch.setattr(api, "_captured", lambda *a: pytest.fail("nothing is captured"))
-    got, runner = api.choose_plan(
+    monkeypatch.setattr(choice, "_captured", lambda *a: pytest.fail("nothing is captured"))
+    got, runner = choice.choose_plan(
         sm.program, sm.multi_stream_plan, _cuda_leaves(), streams="auto", cuda_graph=False,
         warmup=2, device_profile="h100",
     )  # fmt: skip

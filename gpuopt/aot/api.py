@@ -230,6 +230,8 @@ def schedule(
             with torch.no_grad():
                 eager = model(*inputs)
             plan.stats["capture_max_abs_diff"] = max_abs_diff(graph_outputs, eager)
+    from gpuopt.aot.choice import choose_plan
+
     module_class = scheduled_module_class()
     chosen, runner = choose_plan(
         program, plan, leaves, streams=streams, cuda_graph=cuda_graph, warmup=warmup,
@@ -241,70 +243,3 @@ def schedule(
     if runner is not None:  # measured on the device: the chosen graph is already captured
         module._runners[(str(runner.device), cuda_graph)] = runner
     return module
-
-
-def choose_plan(
-    program: Program,
-    plan: Plan,
-    leaves: Sequence[Any],
-    *,
-    streams: str,
-    cuda_graph: bool,
-    warmup: int,
-    device_profile: str,
-) -> tuple[Plan, Any]:
-    """``plan`` or its one-stream copy (:mod:`gpuopt.aot.choice`), with ``.choice`` set on the
-    one handed back; and, when the choice was measured, the chosen plan's captured CUDA runner
-    (the caller keeps it: no second capture)."""
-    import torch
-
-    from gpuopt.aot import choice as ch
-
-    device = next((x.device for x in leaves if isinstance(x, torch.Tensor)), torch.device("cpu"))
-    planned = plan.num_streams
-    one = plan.one_stream("")
-    runners: tuple[Any, Any] | None = None
-    if planned <= 1:
-        decided = ch.single_planned()
-    elif streams != "auto":
-        decided = ch.asked(streams, planned)
-    elif device.type == "cuda" and cuda_graph:
-        runners = _captured(program, (plan, one), leaves, device, warmup)
-        with torch.no_grad():
-            multi_t, one_t = time_alternated_graphs([r.graph for r in runners])
-        decided = ch.by_measurement(multi_t, one_t, planned)
-    else:
-        from gpuopt.aot.costmodel import get_profile
-        from gpuopt.aot.simulate import estimate
-
-        est = estimate(plan, get_profile(device_profile))
-        decided = ch.by_estimate(est.multistream_s, est.graph_s, planned)
-    k = 0 if decided.chosen == ch.MULTI else 1
-    chosen = (plan, one)[k] if planned > 1 else plan
-    chosen.choice = decided.to_dict()
-    chosen.notes.append(decided.says())
-    return chosen, runners[k] if runners is not None else None
-
-
-def _captured(
-    program: Program, plans: tuple[Plan, Plan], leaves: Sequence[Any], device: Any, warmup: int
-) -> tuple[Any, Any]:
-    """A CUDA runner per plan, each captured on ``leaves`` (GPU-only)."""
-    import torch
-
-    from gpuopt.aot.executor_cuda import CudaPlanRunner
-
-    runners = tuple(
-        CudaPlanRunner(program, p, device, use_graph=True, warmup=warmup) for p in plans
-    )
-    with torch.no_grad():
-        for r in runners:
-            r.capture(leaves)
-    return runners[0], runners[1]
-
-
-def time_alternated_graphs(graphs: Sequence[Any]) -> list[list[float]]:
-    """:func:`gpuopt.aot.executor_cuda.time_alternated` (GPU-only; tests replace this)."""
-    from gpuopt.aot.executor_cuda import time_alternated
-
-    return time_alternated(graphs)

@@ -17,7 +17,9 @@ one-stream graph of the same model:
   loss;
 * a plan with one stream needs no choice: ``by: "one stream planned"``.
 
-Pure functions over numbers: the CUDA timing is :func:`gpuopt.aot.executor_cuda.time_alternated`.
+The decisions are pure functions over numbers; :func:`choose_plan` applies them to a plan (the
+CUDA capture and timing, :func:`gpuopt.aot.executor_cuda.time_alternated`, behind two small
+functions tests replace).
 """
 
 from __future__ import annotations
@@ -25,7 +27,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gpuopt.aot.capture import Program
+    from gpuopt.aot.plan import Plan
 
 MULTI = "multi-stream"
 ONE = "one-stream"
@@ -112,6 +118,71 @@ def by_measurement(multi: Sequence[float], one: Sequence[float], planned: int) -
     )
 
 
+def choose_plan(
+    program: Program,
+    plan: Plan,
+    leaves: Sequence[Any],
+    *,
+    streams: str,
+    cuda_graph: bool,
+    warmup: int,
+    device_profile: str,
+) -> tuple[Plan, Any]:
+    """``plan`` or its one-stream copy (:mod:`gpuopt.aot.choice`), with ``.choice`` set on the
+    one handed back; and, when the choice was measured, the chosen plan's captured CUDA runner
+    (the caller keeps it: no second capture)."""
+    import torch
+
+    device = next((x.device for x in leaves if isinstance(x, torch.Tensor)), torch.device("cpu"))
+    planned = plan.num_streams
+    one = plan.one_stream("")
+    runners: tuple[Any, Any] | None = None
+    if planned <= 1:
+        decided = single_planned()
+    elif streams != "auto":
+        decided = asked(streams, planned)
+    elif device.type == "cuda" and cuda_graph:
+        runners = _captured(program, (plan, one), leaves, device, warmup)
+        with torch.no_grad():
+            multi_t, one_t = time_alternated_graphs([r.graph for r in runners])
+        decided = by_measurement(multi_t, one_t, planned)
+    else:
+        from gpuopt.aot.costmodel import get_profile
+        from gpuopt.aot.simulate import estimate
+
+        est = estimate(plan, get_profile(device_profile))
+        decided = by_estimate(est.multistream_s, est.graph_s, planned)
+    k = 0 if decided.chosen == MULTI else 1
+    chosen = (plan, one)[k] if planned > 1 else plan
+    chosen.choice = decided.to_dict()
+    chosen.notes.append(decided.says())
+    return chosen, runners[k] if runners is not None else None
+
+
+def _captured(
+    program: Program, plans: tuple[Plan, Plan], leaves: Sequence[Any], device: Any, warmup: int
+) -> tuple[Any, Any]:
+    """A CUDA runner per plan, each captured on ``leaves`` (GPU-only)."""
+    import torch
+
+    from gpuopt.aot.executor_cuda import CudaPlanRunner
+
+    runners = tuple(
+        CudaPlanRunner(program, p, device, use_graph=True, warmup=warmup) for p in plans
+    )
+    with torch.no_grad():
+        for r in runners:
+            r.capture(leaves)
+    return runners[0], runners[1]
+
+
+def time_alternated_graphs(graphs: Sequence[Any]) -> list[list[float]]:
+    """:func:`gpuopt.aot.executor_cuda.time_alternated` (GPU-only; tests replace this)."""
+    from gpuopt.aot.executor_cuda import time_alternated
+
+    return time_alternated(graphs)
+
+
 __all__ = [
     "H200_CHECK",
     "MEASURED_MARGIN",
@@ -122,5 +193,6 @@ __all__ = [
     "asked",
     "by_estimate",
     "by_measurement",
+    "choose_plan",
     "single_planned",
 ]

@@ -69,7 +69,7 @@ class GraphPart:
         if self.role == "backward":
             plan = single_stream(plan)
         else:  # multi-stream only where the cost model promises enough (gpuopt.aot.choice)
-            from gpuopt.aot.api import choose_plan
+            from gpuopt.aot.choice import choose_plan
 
             plan, _ = choose_plan(
                 self.program, plan, list(args), streams=self.streams, cuda_graph=False,
