@@ -544,7 +544,8 @@ def optimize(
         help=(
             "A fix to use (repeatable; default: every safe fix the findings call for): "
             "dataloader, pinned-copies, syncs, zero-grad, cudnn-benchmark, vectorize, padding, "
-            "aot; opt-in: amp, tf32, channels-last, compile, padding-batch."
+            "cuda-graphs (on a GPU); asked by name: aot; opt-in: amp, tf32, channels-last, "
+            "compile, padding-batch."
         ),
     ),
     amp_dtype: str = typer.Option(

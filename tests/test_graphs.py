@@ -426,3 +426,36 @@ def test_a_step_defined_again_each_epoch_is_the_same_captured_step(
     assert got == want and steps[0] is steps[1] and steps[0].status.captures == 1
     other = graphed_step(optimizers=[torch.optim.SGD(model.parameters(), lr=0.1)])(steps[0].fn)
     assert other is not steps[0]  # another optimizer: another step
+
+
+def test_forward_aot_runs_nimbles_plan_inside_the_captured_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Branchy(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.heads = nn.ModuleList(nn.Linear(16, 16) for _ in range(4))
+            self.out = nn.Linear(64, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.out(torch.cat([h(x).relu() for h in self.heads], 1))
+
+    def make() -> tuple[nn.Module, Any]:
+        torch.manual_seed(0)
+        model = Branchy()
+        return model, torch.optim.SGD(model.parameters(), lr=0.05)
+
+    data = [(torch.randn(8, 16), torch.randint(0, 3, (8,))) for _ in range(8)]
+    ref, ref_opt = make()
+    want = [float(_step_fn(ref, ref_opt)(x, y).detach()) for x, y in data]
+    model, opt = make()
+    with fake_cuda(monkeypatch, lambda: step_state(model, opt)), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = CapturedStep(_step_fn(model, opt), [opt], [model], forward="aot")
+        got = [float(step(x, y)) for x, y in data]
+    assert got == pytest.approx(want, rel=1e-6)
+    note = next(n for n in step.status.notes if n.startswith("forward='aot'"))
+    assert "streams inside the step's graph" in note, note
+    assert step.status.refusals == [] and step.status.captures == 1
+    with pytest.raises(ValueError, match="give the model"):
+        CapturedStep(_step_fn(model, opt), [opt], forward="aot")

@@ -105,9 +105,19 @@ class CapturedStep:
         *,
         warmup: int = WARMUP,
         analyse_on_cpu: bool = False,
+        forward: str = "as written",
     ) -> None:
         if warmup < OBSERVED + 1:
             raise ValueError(f"warmup must be at least {OBSERVED + 1}")
+        if forward not in ("as written", "aot"):
+            raise ValueError(f"forward is 'as written' or 'aot', not {forward!r}")
+        if forward == "aot" and not modules:
+            raise ValueError("forward='aot' schedules modules[0]: give the model")
+        self.forward = forward
+        if forward == "aot":  # the second step plans the backward graph: observe the next two
+            warmup += 1
+        self._aot_inputs: tuple[Any, ...] | None = None
+        self._aot_hook: Any = None
         self.fn = fn
         self.optimizers = list(optimizers)
         self.modules = list(modules)
@@ -187,6 +197,8 @@ class CapturedStep:
             self.status.notes.append("no CUDA device: the step runs as written")
             return
         self.status.notes += make_capturable(self.optimizers)
+        if self.forward == "aot":
+            self._aot_hook = self.modules[0].register_forward_pre_hook(self._note_inputs)
         refusals = optimizer_refusals(self.optimizers)
         import torch
 
@@ -200,12 +212,55 @@ class CapturedStep:
         if refusals:
             self._refuse(refusals)
 
+    # -- Nimble's forward (forward="aot") ------------------------------------------------
+    def _note_inputs(self, module: Any, args: tuple[Any, ...]) -> None:
+        import torch
+
+        if self._aot_inputs is None:
+            self._aot_inputs = tuple(
+                a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args
+            )
+
+    def _install_aot(self) -> None:
+        """After the first warm-up step: the model's forward through Nimble's training-mode
+        schedule without graphs of its own (the whole step's graph captures its streams), where
+        the cost model chose its multi-stream plan; else the forward stays the model's own."""
+        if self._aot_hook is not None:
+            self._aot_hook.remove()
+            self._aot_hook = None
+        model, inputs = self.modules[0], self._aot_inputs
+        if inputs is None:
+            self.status.notes.append("forward='aot': the model was not called in the step")
+            return
+        from gpuopt.aot.api import schedule
+
+        try:
+            scheduled = schedule(model, inputs, training=True, cuda_graph=False)
+        except Exception as exc:  # noqa: BLE001 - the forward stays the model's own
+            self.status.notes.append(f"forward='aot': not scheduled ({type(exc).__name__}: {exc})")
+            return
+        choice = scheduled.plan.choice or {}
+        if scheduled.plan.num_streams <= 1:
+            self.status.notes.append(
+                "forward='aot': Nimble's forward plan was not chosen (one stream: "
+                f"{choice.get('reason', 'one stream planned')}); the forward is captured as "
+                "the model runs it"
+            )
+            return
+        _route_forward(model, scheduled, inputs)
+        self.status.notes.append(
+            f"forward='aot': the forward on {scheduled.plan.num_streams} streams inside the "
+            f"step's graph ({choice.get('reason', '')})"
+        )
+
     # -- warm-up and the verdict ----------------------------------------------------------
     def _warm(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         k = self._warmed
         self._warmed += 1
         record = StepRecord() if k >= self.warmup - OBSERVED else None
         out = self._eager(args, kwargs, record)
+        if k == 0 and self.forward == "aot" and self.status.device == "cuda":
+            self._install_aot()
         if record is not None:
             self._records.append(record)
         if self._warmed == self.warmup:
@@ -357,6 +412,24 @@ def _tensor_device(params: Sequence[Any]) -> str:
     return str(params[0].device.type) if params else "cpu"
 
 
+def _route_forward(model: Any, scheduled: Any, inputs: tuple[Any, ...]) -> None:
+    """``model.forward`` through ``scheduled`` for calls shaped like ``inputs`` (others, and
+    calls with keywords, run the model's own forward: a schedule is static)."""
+    import torch
+
+    def shapes(args: tuple[Any, ...]) -> list[tuple[tuple[int, ...], Any]]:
+        return [(tuple(a.shape), a.dtype) for a in args if isinstance(a, torch.Tensor)]
+
+    own, planned = model.forward, shapes(inputs)
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        if kwargs or shapes(args) != planned:
+            return own(*args, **kwargs)
+        return scheduled(*args)
+
+    model.forward = forward
+
+
 def _same(a: Sequence[Any], b: Sequence[Any]) -> bool:
     return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
@@ -378,9 +451,12 @@ def graphed_step(
     optimizers: Sequence[Any],
     modules: Sequence[Any] = (),
     warmup: int = WARMUP,
+    forward: str = "as written",
 ) -> Any:
     """``@graphed_step(optimizers=[opt], modules=[model])`` on a function holding one training
-    step: a :class:`CapturedStep` (module docstring)."""
+    step: a :class:`CapturedStep` (module docstring). ``forward="aot"``: the model's forward
+    (``modules[0]``) through Nimble's multi-stream training schedule inside the step's graph,
+    where the cost model chooses its multi-stream plan (:mod:`gpuopt.aot.choice`)."""
 
     def wrap(f: Callable[..., Any]) -> CapturedStep:
         code = getattr(f, "__code__", None)
@@ -388,7 +464,7 @@ def graphed_step(
             if old.same_step(f, optimizers, modules):
                 old.fn = f  # the same graph; the eager paths run the newest definition
                 return old
-        step = CapturedStep(f, optimizers, modules, warmup=warmup)
+        step = CapturedStep(f, optimizers, modules, warmup=warmup, forward=forward)
         if code is not None:
             _BY_CODE.setdefault(code, []).append(step)
         return step

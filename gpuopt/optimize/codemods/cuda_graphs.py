@@ -63,7 +63,9 @@ def _function_name(taken: set[str]) -> str:
     return name
 
 
-def _def(block: StepBlock, body: Sequence[cst.BaseStatement], name: str) -> cst.FunctionDef:
+def _def(
+    block: StepBlock, body: Sequence[cst.BaseStatement], name: str, forward: str | None
+) -> cst.FunctionDef:
     params = cst.Parameters(params=[cst.Param(cst.Name(x)) for x in block.inputs])
     statements = [body[k] for k in block.kept]
     first = statements[0]
@@ -73,8 +75,9 @@ def _def(block: StepBlock, body: Sequence[cst.BaseStatement], name: str) -> cst.
     if block.outputs:
         value = ", ".join(block.outputs)
         statements.append(cst.parse_statement(f"return {value}\n"))
+    how = f', forward="{forward}"' if forward else ""
     decorator = cst.parse_expression(
-        f"{HELPER}(optimizers=[{block.optimizer}], modules=[{block.model}])"
+        f"{HELPER}(optimizers=[{block.optimizer}], modules=[{block.model}]{how})"
     )
     return cst.FunctionDef(
         name=cst.Name(name),
@@ -150,10 +153,15 @@ def _body_of(loop: cst.CSTNode) -> Sequence[cst.BaseStatement] | None:
 
 
 def rewrite_cuda_graphs(
-    source: str, lines: Collection[int] | None = None, name: str = "<source>"
+    source: str,
+    lines: Collection[int] | None = None,
+    name: str = "<source>",
+    forward: str | None = None,
 ) -> Rewrite:
     """Each training step of the file (of the loops spanning one of ``lines``, when given)
-    captured whole; loops with a backward that cannot be captured are listed with why."""
+    captured whole; loops with a backward that cannot be captured are listed with why.
+    ``forward="aot"``: the model's forward through Nimble's plan inside the step's graph
+    (the ``aot`` fix on training)."""
     wrapper = wrap(source, name)
     module = wrapper.module
     positions = wrapper.resolve(PositionProvider)
@@ -182,7 +190,7 @@ def rewrite_cuda_graphs(
             continue
         fn = _function_name(taken)
         bodies[id(loop)] = (found, fn)
-        defs.setdefault(id(outer), []).append(_def(found, body, fn))
+        defs.setdefault(id(outer), []).append(_def(found, body, fn, forward))
         end = positions[body[found.stop - 1]].end.line
         returns = f" returns {', '.join(found.outputs)}" if found.outputs else ""
         moved = [str(positions[body[k]].start.line) for k in found.sunk]
