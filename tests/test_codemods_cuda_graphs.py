@@ -115,7 +115,7 @@ def test_host_reads_between_backward_and_step_run_after_it() -> None:
     [
         (
             "loss = crit(model(x), y)\nscaler.scale(loss).backward()\nscaler.step(opt)\n",
-            "no `OPT.step()` of an optimizer built in this file",
+            "`scaler.step()`: `scaler` is not an optimizer built in this file",
         ),
         (
             "loss = crit(model(x), y)\nscaler.scale(loss).backward()\nopt.step()\n",

@@ -359,10 +359,10 @@ class LoopStep:
         return int(self.wrapper.resolve(PositionProvider)[node].start.line)
 
     def find(self, loop: cst.CSTNode, body: Sequence[cst.CSTNode]) -> StepBlock | Refused:
-        steps = [(i, c) for i, s in enumerate(body) if (c := _step_call(s)) is not None]
-        steps = [(i, c) for i, c in steps if code(c.func.value) in self.optimizers]  # type: ignore[attr-defined]
+        found = [(i, c) for i, s in enumerate(body) if (c := _step_call(s)) is not None]
+        steps = [(i, c) for i, c in found if code(c.func.value) in self.optimizers]  # type: ignore[attr-defined]
         if not steps:
-            return Refused("no `OPT.step()` of an optimizer built in this file")
+            return _no_step(found, body)
         if len(steps) > 1:
             return Refused(
                 "several optimizers step in one loop (a GAN?): one graph for all is not built"
@@ -471,6 +471,24 @@ class LoopStep:
         block.inputs = [x for x in reads if x in varying]
         outside = _names_outside(self.scope, [body[k] for k in block.kept])
         block.outputs = [x for x in writes if x in outside]
+
+
+def _no_step(found: list[tuple[int, cst.Call]], body: Sequence[cst.CSTNode]) -> Refused:
+    """Why a loop with a backward has no optimizer step to end a captured block."""
+    if found:
+        owner = code(found[0][1].func.value)  # type: ignore[attr-defined]
+        return Refused(f"`{owner}.step()`: `{owner}` is not an optimizer built in this file")
+    nested = any(
+        _method(c) == "step" and not c.args
+        for stmt in body
+        if not isinstance(stmt, cst.SimpleStatementLine)
+        for c in _calls(stmt)
+    )
+    if nested:
+        return Refused(
+            "the optimizer steps inside an `if` or another block: one graph replays one path"
+        )
+    return Refused("no optimizer step in the loop: the parameters are updated by hand")
 
 
 def _calls_model(stmt: cst.CSTNode, model: str) -> bool:
