@@ -322,6 +322,7 @@ class CapturedStep:
                 parts.append(("object", id(a)))
         parts.append(tuple(m.training for m in self.modules))
         parts.append(hyperparameters(self.optimizers))
+        parts.append(_autocast_state())
         return tuple(parts)
 
     def _capture(self, sig: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -400,6 +401,16 @@ def _trusted_optimizers(optimizers: Sequence[Any], record: StepRecord | None) ->
     finally:
         for h in handles:
             h.remove()
+
+
+def _autocast_state() -> tuple[Any, ...]:
+    """Autocast around the call (a graph bakes the dtypes it casted to)."""
+    import torch
+
+    try:
+        return (torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"))
+    except (TypeError, AttributeError, RuntimeError):  # an older torch
+        return (torch.is_autocast_enabled(),)
 
 
 def _device_of(params: Sequence[Any]) -> str:
