@@ -459,3 +459,16 @@ def test_forward_aot_runs_nimbles_plan_inside_the_captured_step(
     assert step.status.refusals == [] and step.status.captures == 1
     with pytest.raises(ValueError, match="give the model"):
         CapturedStep(_step_fn(model, opt), [opt], forward="aot")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the check runs")
+def test_the_gpu_check_says_it_skipped_without_a_gpu() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "check_graphs.py"
+    r = subprocess.run(
+        [sys.executable, str(script), "--budget", "5"], capture_output=True, text=True
+    )
+    assert r.returncode == 0 and r.stdout == "skipped: no CUDA device\n", r.stderr

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -231,6 +232,8 @@ def check_optimize_aot(budget: float) -> None:
             [sys.executable, "-m", "gpuopt", "optimize", "--quiet", "-o", "o", "--quick",
              "--steps", "40", "--fix", "aot", str(ROOT / "benchmarks/gpu/cuda_train.py")],
             cwd=d, capture_output=True, text=True, timeout=max(left(budget), 1),
+            env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])),
         )  # fmt: skip
         if r.returncode != 0:
             say(f"- optimize --fix aot: FAILED {r.stderr.strip().splitlines()[-1:]}")
