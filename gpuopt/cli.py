@@ -453,6 +453,12 @@ def schedule(
     fmt: ScheduleFormat = typer.Option(
         ScheduleFormat.text, "--format", help="text or json on stdout."
     ),
+    streams: str = typer.Option(
+        "auto",
+        "--streams",
+        help="auto: the multi-stream plan only where it beats one stream (measured on a GPU, "
+        "else by the cost model); multi or one: that plan.",
+    ),
 ) -> None:
     from gpuopt.aot.command import schedule_command
 
@@ -463,6 +469,7 @@ def schedule(
             device_profile=device_profile,
             out=_path(out, "-o"),
             fmt=fmt.value,
+            streams=streams,
         )
     except GpuoptError as exc:
         fail(str(exc))
@@ -654,7 +661,8 @@ def optimize(
         help=(
             "A fix to use (repeatable; default: every safe fix the findings call for): "
             "dataloader, pinned-copies, syncs, zero-grad, cudnn-benchmark, vectorize, padding, "
-            "aot; opt-in: amp, tf32, channels-last, compile, padding-batch."
+            "cuda-graphs (on a GPU); asked by name: aot; opt-in: amp, tf32, channels-last, "
+            "compile, padding-batch."
         ),
     ),
     amp_dtype: str = typer.Option(

@@ -11,7 +11,9 @@ ZOO_NAMES = ("inception_v3", "nasnet_a_mobile", "resnet_stage", "transformer_blo
 
 @functools.cache
 def scheduled_zoo(name: str) -> tuple[Any, tuple[Any, ...], Any]:
-    """(model, example_inputs, ScheduledModule) for the small variant of a zoo model."""
+    """(model, example_inputs, ScheduledModule) for the small variant of a zoo model, with
+    Nimble's multi-stream plan (``streams="multi"``: these tests are about the planner; the
+    choice between it and one stream is tested in test_aot_choice.py)."""
     import warnings
 
     from gpuopt.aot import schedule, zoo
@@ -19,5 +21,5 @@ def scheduled_zoo(name: str) -> tuple[Any, tuple[Any, ...], Any]:
     model, inputs = zoo.ZOO[name]("small")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        scheduled = schedule(model, inputs)
+        scheduled = schedule(model, inputs, streams="multi")
     return model, inputs, scheduled

@@ -98,6 +98,7 @@ class InPlace(nn.Module):
 def _sched(model: nn.Module, inputs: tuple, **kw):  # type: ignore[no-untyped-def]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        kw.setdefault("streams", "multi")  # the planner's own plan
         return schedule(model, inputs, **kw)
 
 

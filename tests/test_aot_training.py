@@ -45,7 +45,7 @@ def test_training_forward_is_multi_stream_and_backward_single_stream() -> None:
     model, _, inputs = _train_pair("transformer_block")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        sm = schedule(model, inputs, training=True)
+        sm = schedule(model, inputs, training=True, streams="multi")
     assert sm.plan.num_streams >= 2 and sm.plan.syncs
     assert sm.backward_plan is None  # not compiled until the first backward
     sm(*inputs).sum().backward()
@@ -65,3 +65,15 @@ def test_training_rejects_other_shapes() -> None:
         sm = schedule(model, inputs, training=True)
     with pytest.raises(ValueError, match="static"):
         sm(torch.randn(3, *inputs[0].shape[1:]))
+
+
+def test_training_forward_plan_is_chosen_by_the_cost_model() -> None:
+    model, _, inputs = _train_pair("resnet_stage")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sm = schedule(model, inputs, training=True)
+        one = schedule(copy.deepcopy(model), inputs, training=True, streams="one")
+    chosen = sm.plan.choice
+    assert chosen["by"] == "cost-model" and chosen["streams_planned"] > 1
+    assert (sm.plan.num_streams == 1) == (chosen["chosen"] == "one-stream")
+    assert one.plan.num_streams == 1 and one.plan.choice["by"] == "asked"

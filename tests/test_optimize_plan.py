@@ -88,17 +88,91 @@ def test_zero_grad_found_in_the_source_and_fix_narrows_the_selection() -> None:
     assert only["zero-grad"].selected and not only["syncs"].selected  # type: ignore[attr-defined]
 
 
-def test_aot_is_a_labelled_estimate_never_applied() -> None:
+TRAIN = (
+    "import torch\n"
+    "model = Net()\n"
+    "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "for x, y in loader:\n"
+    "    x = x.cuda()\n"
+    "    opt.zero_grad()\n"
+    "    loss = crit(model(x), y)\n"
+    "    loss.backward()\n"
+    "    opt.step()\n"
+)
+LAUNCH = Finding(id="launch-bound", severity="high", title="t", evidence={}, fix="f", site="a:1")
+
+
+def _aot(est_over_graph: float, proven: bool = True) -> object:
     from gpuopt.optimize.aot_check import AotSummary
 
-    summary = AotSummary("Net", "8x3", 40, 3, 5, True, 0.0, True, 1.8, 1.2)
-    inp = PlanInput(_profile(), ["aot"], False, None, "train.py", aot=summary)
-    (fix,) = plan_fixes(inp)
-    assert fix.name == "aot" and not fix.selected and not fix.applicable
-    assert "estimated 1.80x over eager" in fix.reason and "an estimate" in fix.reason
-    assert "without a GPU nothing runs faster" in fix.reason
-    failed = PlanInput(_profile(), ["aot"], False, None, "train.py", aot_error="cannot capture")
-    assert "no AoT plan: cannot capture" in plan_fixes(failed)[0].reason
+    return AotSummary("Net", "8x3", 40, 3, 5, proven, 0.0, True, 1.8, est_over_graph)
+
+
+def _fix(inp: PlanInput, name: str) -> object:
+    return _by_name(inp)[name]
+
+
+def test_cuda_graphs_on_a_launch_bound_gpu_step_is_a_default_source_fix() -> None:
+    gpu = _profile(LAUNCH, device="cuda")
+    fix = _fix(PlanInput(gpu, [], True, TRAIN, "train.py"), "cuda-graphs")
+    assert fix.selected and fix.findings == ["launch-bound"]  # type: ignore[attr-defined]
+    (edit,) = fix.edits  # type: ignore[attr-defined]
+    new = edit.codemod(TRAIN, "train.py").source
+    assert "@graphed_step(optimizers=[opt], modules=[model])" in new and "forward=" not in new
+    assert "the runs measure it on this GPU" in fix.reason  # type: ignore[attr-defined]
+    assert fix.sites == ["train.py:6"]  # type: ignore[attr-defined]
+
+
+def test_cuda_graphs_without_a_gpu_only_when_named_and_then_checked_not_timed() -> None:
+    cpu = _profile(LAUNCH)
+    default = _fix(PlanInput(cpu, [], False, TRAIN, "train.py"), "cuda-graphs")
+    assert not default.selected and "ask with --fix cuda-graphs" in default.reason  # type: ignore[attr-defined]
+    named = _fix(PlanInput(cpu, ["cuda-graphs"], False, TRAIN, "train.py"), "cuda-graphs")
+    assert named.selected and "its gain is a GPU's, not measured here" in named.reason  # type: ignore[attr-defined]
+
+
+def test_cuda_graphs_says_why_a_step_is_not_captured() -> None:
+    text = TRAIN.replace("    opt.step()\n", "    print(model.w.grad.norm())\n    opt.step()\n")
+    fix = _fix(
+        PlanInput(_profile(LAUNCH, device="cuda"), [], True, text, "train.py"), "cuda-graphs"
+    )
+    assert not fix.selected and "no training step of the script can be captured" in fix.reason  # type: ignore[attr-defined]
+    assert fix.skipped == [  # type: ignore[attr-defined]
+        "train.py:4: the step is not captured: line 9: `print()` reads a value on the host: a "
+        "capture cannot wait for the device (between the forward and the step, and it reads "
+        "the model, its parameters or the optimizer: it cannot run after the step instead)"
+    ]
+
+
+def test_aot_on_training_is_the_whole_step_captured() -> None:
+    gpu = _profile(device="cuda")
+    fix = _fix(PlanInput(gpu, ["aot"], True, TRAIN, "t.py", aot=_aot(1.9)), "aot")
+    assert fix.selected and not fix.model_transforms  # type: ignore[attr-defined]
+    new = fix.edits[0].codemod(TRAIN, "t.py").source  # type: ignore[attr-defined]
+    assert '@graphed_step(optimizers=[opt], modules=[model], forward="aot")' in new
+    assert "its forward through Nimble's multi-stream plan" in fix.reason  # type: ignore[attr-defined]
+    # below the margin the cost model must promise, the forward is the model's own
+    plain = _fix(PlanInput(gpu, ["aot"], True, TRAIN, "t.py", aot=_aot(1.2)), "aot")
+    assert 'forward="aot"' not in plain.edits[0].codemod(TRAIN, "t.py").source  # type: ignore[attr-defined]
+    assert "estimated 1.20x over one stream, below the 1.4x" in plain.reason  # type: ignore[attr-defined]
+    unproven = _fix(PlanInput(gpu, ["aot"], True, TRAIN, "t.py", aot=_aot(1.9, False)), "aot")
+    assert "Nimble's plan not proven" in unproven.reason  # type: ignore[attr-defined]
+    # named together with cuda-graphs, only one rewrites the loop
+    both = _by_name(PlanInput(gpu, ["aot", "cuda-graphs"], True, TRAIN, "t.py", aot=_aot(1.9)))
+    assert both["aot"].selected and not both["cuda-graphs"].selected  # type: ignore[attr-defined]
+
+
+def test_aot_is_not_offered_for_training_where_the_step_cannot_be_captured() -> None:
+    text = TRAIN.replace("opt.step()", "opt.step(closure)")
+    fix = _fix(PlanInput(_profile(), ["aot"], False, text, "t.py", aot=_aot(1.9)), "aot")
+    assert not fix.selected and not fix.applicable  # type: ignore[attr-defined]
+    assert fix.reason.startswith(  # type: ignore[attr-defined]
+        "not offered for training: the AoT fix on a training script is the whole step captured "
+        "in one CUDA graph, and no training step of the script can be captured"
+    )
+    assert "estimated 1.80x over eager" in fix.reason  # type: ignore[attr-defined]
+    failed = PlanInput(_profile(), ["aot"], False, None, "t.py", aot_error="cannot capture")
+    assert "no AoT plan: cannot capture" in _fix(failed, "aot").reason  # type: ignore[attr-defined]
 
 
 def test_aot_analysis_on_a_real_training_script(tmp_path: Path) -> None:
@@ -108,26 +182,6 @@ def test_aot_analysis_on_a_real_training_script(tmp_path: Path) -> None:
     summary = run_aot_check(str(script), [], tmp_path / "aot.json")
     assert summary.model == "Sequential" and summary.inputs == "64x32"
     assert summary.equal_outputs and summary.checks_passed and summary.est_speedup > 0
-
-
-def test_aot_runs_through_the_schedule_on_a_gpu_when_its_proof_passed() -> None:
-    from gpuopt.optimize.aot_check import AotSummary
-
-    proven = AotSummary("Net", "8x3", 40, 3, 5, True, 0.0, True, 1.8, 1.2)
-    gpu = _profile(device="cuda")
-    (fix,) = [
-        f
-        for f in plan_fixes(PlanInput(gpu, ["aot"], True, None, "t.py", aot=proven))
-        if f.name == "aot"
-    ]
-    assert fix.selected and fix.model_transforms == ["aot"] and "the runs measure it" in fix.reason
-    unproven = AotSummary("Net", "8x3", 40, 3, 5, False, 0.5, True, 1.8, 1.2)
-    (fix,) = [
-        f
-        for f in plan_fixes(PlanInput(gpu, ["aot"], True, None, "t.py", aot=unproven))
-        if f.name == "aot"
-    ]
-    assert not fix.selected and "CPU proof did not pass" in fix.reason
 
 
 TWO_LOOPS = (

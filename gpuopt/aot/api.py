@@ -66,11 +66,18 @@ def _module_class() -> type:
         """A static model planned for multi-stream execution (see the module docstring)."""
 
         def __init__(
-            self, program: Program, plan: Plan, *, cuda_graph: bool = True, warmup: int = 2
+            self,
+            program: Program,
+            plan: Plan,
+            *,
+            cuda_graph: bool = True,
+            warmup: int = 2,
+            multi_stream_plan: Plan | None = None,
         ) -> None:
             super().__init__()
             self.graph_module = program.gm
-            self.plan = plan
+            self.plan = plan  # the plan it runs: multi-stream or one stream (plan.choice)
+            self.multi_stream_plan = multi_stream_plan or plan  # Nimble's assignment, as planned
             self.cuda_graph = cuda_graph
             self.warmup = warmup
             self.program = program
@@ -141,6 +148,9 @@ def scheduled_module_class() -> type:
     return _CLASS
 
 
+STREAMS = ("auto", "multi", "one")
+
+
 def schedule(
     model: torch.nn.Module,
     example_inputs: Any,
@@ -151,6 +161,8 @@ def schedule(
     check: bool = True,
     capture: str = "auto",
     training: bool = False,
+    streams: str = "auto",
+    device_profile: str = "h100",
 ) -> Any:
     """Plan ``model`` for ahead-of-time multi-stream execution; returns a ScheduledModule.
 
@@ -164,19 +176,34 @@ def schedule(
     "export" or "fx". ``training=True``: Nimble's training mode (AOTAutograd forward graph on
     multiple streams, backward graph on one; :mod:`gpuopt.aot.training`). ``merge=False`` keeps
     one stream per chain (Nimble before merging); ``cuda_graph=False`` runs the streams without
-    graph capture; ``warmup`` runs precede capture.
+    graph capture (the operators issued from Python one by one: slower than eager on small
+    kernels, never chosen for you); ``warmup`` runs precede capture.
+
+    ``streams``: "auto" hands back the multi-stream plan only where it beats the one-stream
+    graph of the same model — measured on the device when the inputs are on CUDA and graphs are
+    used, else by the cost model of ``device_profile`` with a margin — and the one-stream plan
+    otherwise (:mod:`gpuopt.aot.choice`; ``plan.choice`` says which and how); "multi" and "one"
+    ask for one. ``.multi_stream_plan`` is Nimble's assignment either way.
     """
     import torch
 
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"gpuopt.aot.schedule needs a torch.nn.Module, got {type(model).__name__}")
+    if streams not in STREAMS:
+        raise ValueError(f"streams must be one of {', '.join(STREAMS)}, not {streams!r}")
     inputs = as_input_tuple(example_inputs)
     if training:
         from gpuopt.aot.training import schedule_training
 
         try:
             return schedule_training(
-                model, inputs, merge=merge, cuda_graph=cuda_graph, warmup=warmup
+                model,
+                inputs,
+                merge=merge,
+                cuda_graph=cuda_graph,
+                warmup=warmup,
+                streams=streams,
+                device_profile=device_profile,
             )
         except CaptureError:
             raise
@@ -203,4 +230,16 @@ def schedule(
             with torch.no_grad():
                 eager = model(*inputs)
             plan.stats["capture_max_abs_diff"] = max_abs_diff(graph_outputs, eager)
-    return scheduled_module_class()(program, plan, cuda_graph=cuda_graph, warmup=warmup)
+    from gpuopt.aot.choice import choose_plan
+
+    module_class = scheduled_module_class()
+    chosen, runner = choose_plan(
+        program, plan, leaves, streams=streams, cuda_graph=cuda_graph, warmup=warmup,
+        device_profile=device_profile,
+    )  # fmt: skip
+    module = module_class(
+        program, chosen, cuda_graph=cuda_graph, warmup=warmup, multi_stream_plan=plan
+    )
+    if runner is not None:  # measured on the device: the chosen graph is already captured
+        module._runners[(str(runner.device), cuda_graph)] = runner
+    return module

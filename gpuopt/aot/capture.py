@@ -98,11 +98,17 @@ class Program:
     guards: list[fx.Node] = field(default_factory=list)
     input_meta: list[tuple[tuple[int, ...], str, str]] = field(default_factory=list)
     _fns: dict[str, Callable[[dict[fx.Node, Any]], Any]] = field(default_factory=dict, repr=False)
+    _attrs: list[fx.Node] = field(default_factory=list, init=False, repr=False)
+    _guard_fns: list[Callable[[dict[fx.Node, Any]], Any]] = field(
+        default_factory=list, init=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         self.by_name = {n.name: n for n in self.compute}
         for node in self.compute:
             self._fns[node.name] = self._compile(node)
+        self._attrs = [n for n in self.gm.graph.nodes if n.op == "get_attr"]
+        self._guard_fns = [self._compile(n) for n in self.guards]
 
     def _compile(self, node: fx.Node) -> Callable[[dict[fx.Node, Any]], Any]:
         from torch.fx.node import map_arg
@@ -172,15 +178,23 @@ class Program:
         env: dict[fx.Node, Any] = {}
         for ph, val in zip(self.placeholders, leaves, strict=True):
             env[ph] = val
-        for node in self.gm.graph.nodes:
-            if node.op == "get_attr":
-                env[node] = _fetch_attr(self.gm, str(node.target))
+        for node in self._attrs:
+            env[node] = _fetch_attr(self.gm, str(node.target))
         return env
 
     def run_guards(self, env: dict[fx.Node, Any]) -> None:
         """torch.export's input guards (host-side shape checks), run before launching anything."""
-        for node in self.guards:
-            self._compile(node)(env)
+        for fn in self._guard_fns:
+            fn(env)
+
+    def runner(self, name: str) -> Callable[[dict[fx.Node, Any]], None]:
+        """:meth:`run` for one node, bound once (an executor's inner loop calls it per node)."""
+        node, fn = self.by_name[name], self._fns[name]
+
+        def run(env: dict[fx.Node, Any]) -> None:
+            env[node] = fn(env)
+
+        return run
 
     def run(self, name: str, env: dict[fx.Node, Any]) -> Any:
         """Run compute node ``name`` reading its inputs from ``env``; store and return its value."""

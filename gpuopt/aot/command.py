@@ -148,7 +148,7 @@ def load_model_and_inputs(target: str, inputs: str | None) -> tuple[Any, tuple[A
 
 def summary_text(target: str, doc: dict[str, Any]) -> str:
     """The terminal summary: plan sizes (exact) and the estimate (labelled as such)."""
-    plan = doc["plan"]
+    plan = doc.get("multi_stream_plan") or doc["plan"]  # Nimble's assignment, as planned
     stats = plan["stats"]
     est = doc["estimate"]
     kernels = sum(1 for op in plan["ops"].values() if op.get("kind") == "kernel")
@@ -167,13 +167,20 @@ def summary_text(target: str, doc: dict[str, Any]) -> str:
         f"  critical path  {est['critical_path_nodes']} of {est['nodes']} nodes; "
         f"{est['critical_path_share']:.0%} of the modelled device work",
     ]
+    choice = doc["plan"].get("choice") or {}
+    if choice:
+        lines.append(
+            f"  runs           {choice['chosen']} graph, chosen by {choice['by']}: "
+            f"{choice['reason']}"
+        )
     diff = stats.get("capture_max_abs_diff")
     if diff is not None:
         lines.append(
             f"  capture check  graph vs eager outputs on the example inputs: max |diff| {diff:.3g}"
         )
-    for note in plan.get("notes", []):
-        lines.append(f"  note           {note}")
+    for note in doc["plan"].get("notes", []):
+        if not (choice and note.startswith(f"{choice['chosen']} graph, chosen by")):
+            lines.append(f"  note           {note}")
     lines += [
         f"estimated (model: {est['model']})",
         f"  eager PyTorch           {fmt_duration(est['eager_s'])}",
@@ -188,14 +195,26 @@ def summary_text(target: str, doc: dict[str, Any]) -> str:
 
 
 def schedule_command(
-    target: str, *, inputs: str | None, device_profile: str, out: Path | None, fmt: str
+    target: str,
+    *,
+    inputs: str | None,
+    device_profile: str,
+    out: Path | None,
+    fmt: str,
+    streams: str = "auto",
 ) -> None:
-    """Plan TARGET, write the plan JSON, print a summary (text) or the document (json)."""
+    """Plan TARGET, write the plan JSON, print a summary (text) or the document (json).
+
+    The document's ``plan`` is the one the scheduled module runs (``plan.choice``: multi-stream
+    or one stream, measured or by the cost model); its ``estimate`` is the multi-stream plan's
+    (what Nimble's assignment would give, against eager and one graph)."""
     from gpuopt.aot.costmodel import get_profile
     from gpuopt.paths import check_output, utf8, write_output, write_stdout
 
     if fmt not in ("text", "json"):
         raise GpuoptError(f"gpuopt schedule prints text or json, not {fmt!r}")
+    if streams not in ("auto", "multi", "one"):
+        raise GpuoptError(f"--streams takes auto, multi or one, not {streams!r}")
     try:
         profile = get_profile(device_profile)
     except ValueError as exc:
@@ -210,19 +229,21 @@ def schedule_command(
     from gpuopt.aot.simulate import estimate
 
     try:
-        scheduled = schedule(model, example)
+        scheduled = schedule(model, example, streams=streams, device_profile=device_profile)
     except GpuoptError:
         raise
     except Exception as exc:  # noqa: BLE001 - e.g. the model rejects the example inputs
         first = (str(exc).strip().splitlines() or [""])[0]
         raise GpuoptError(f"cannot capture {target!r}: {type(exc).__name__}: {first}") from None
-    est = estimate(scheduled.plan, profile)
+    est = estimate(scheduled.multi_stream_plan, profile)
     doc = {
         "schema": "gpuopt.aot.schedule/1",
         "target": target,
         "plan": scheduled.plan.to_dict(),
         "estimate": est.to_dict(),
     }
+    if scheduled.plan is not scheduled.multi_stream_plan:  # one stream chosen
+        doc["multi_stream_plan"] = scheduled.multi_stream_plan.to_dict()
     data = json.dumps(doc, indent=1) + "\n"
     write_output(path, utf8(data), "cannot write the plan")
     write_stdout(data if fmt == "json" else summary_text(target, doc))

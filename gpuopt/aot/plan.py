@@ -62,6 +62,8 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     origin_stream: int = 0
     memory: dict[str, list[int]] = field(default_factory=dict)
+    # multi-stream or one stream, and how that was decided (gpuopt.aot.choice.StreamChoice)
+    choice: dict[str, Any] = field(default_factory=dict)
 
     # ----------------------------------------------------------------- derived views
     def stream_sequences(self) -> list[list[str]]:
@@ -85,6 +87,20 @@ class Plan:
     def dag(self) -> Dag:
         return Dag.from_edges(self.order, self.edges)
 
+    def one_stream(self, note: str = "one stream") -> Plan:
+        """A copy with every node on the origin stream, in the same launch order: no syncs, no
+        fork or join (the release policy stays valid: one stream only makes it safer)."""
+        import copy
+
+        plan = copy.deepcopy(self)
+        plan.streams = dict.fromkeys(plan.nodes, 0)
+        plan.syncs = []
+        plan.num_streams = 1 if plan.nodes else 0
+        plan.fork, plan.join = [], []
+        if note:
+            plan.notes.append(note)
+        return plan
+
     # ----------------------------------------------------------------- (de)serialisation
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -104,6 +120,7 @@ class Plan:
             "capture": self.capture,
             "notes": list(self.notes),
             "memory": {k: list(v) for k, v in self.memory.items()},
+            "choice": dict(self.choice),
         }
 
     @classmethod
@@ -128,6 +145,7 @@ class Plan:
                 notes=[str(x) for x in doc.get("notes", [])],
                 origin_stream=int(doc.get("origin_stream", 0)),
                 memory={str(k): [int(x) for x in v] for k, v in doc.get("memory", {}).items()},
+                choice=dict(doc.get("choice", {})),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise PlanError(f"not a plan document: {type(exc).__name__}: {exc}") from None

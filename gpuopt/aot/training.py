@@ -29,25 +29,32 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def single_stream(plan: Plan) -> Plan:
     """The same plan with every node on the origin stream: no syncs, no fork or join."""
-    plan.streams = dict.fromkeys(plan.nodes, 0)
-    plan.syncs = []
-    plan.num_streams = 1 if plan.nodes else 0
-    plan.fork, plan.join = [], []
-    plan.notes.append(
+    return plan.one_stream(
         "single stream (Nimble's training mode runs the backward graph on one stream)"
     )
-    return plan
 
 
 class GraphPart:
     """One AOTAutograd graph (forward or backward), planned at its first real call."""
 
-    def __init__(self, gm: Any, role: str, *, merge: bool, cuda_graph: bool, warmup: int) -> None:
+    def __init__(
+        self,
+        gm: Any,
+        role: str,
+        *,
+        merge: bool,
+        cuda_graph: bool,
+        warmup: int,
+        streams: str = "auto",
+        device_profile: str = "h100",
+    ) -> None:
         self.gm = gm
         self.role = role
         self.merge = merge
         self.cuda_graph = cuda_graph
         self.warmup = warmup
+        self.streams = streams
+        self.device_profile = device_profile
         self.program: Any = None
         self.plan: Plan | None = None
         self.example: list[Any] = []
@@ -61,6 +68,13 @@ class GraphPart:
         plan, _ = plan_program(self.program, list(args), merge=self.merge)
         if self.role == "backward":
             plan = single_stream(plan)
+        else:  # multi-stream only where the cost model promises enough (gpuopt.aot.choice)
+            from gpuopt.aot.choice import choose_plan
+
+            plan, _ = choose_plan(
+                self.program, plan, list(args), streams=self.streams, cuda_graph=False,
+                warmup=self.warmup, device_profile=self.device_profile,
+            )  # fmt: skip
         self.plan = plan
         self.example = [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args]
 
@@ -94,7 +108,14 @@ class GraphPart:
 
 
 def schedule_training(
-    model: torch.nn.Module, inputs: tuple[Any, ...], *, merge: bool, cuda_graph: bool, warmup: int
+    model: torch.nn.Module,
+    inputs: tuple[Any, ...],
+    *,
+    merge: bool,
+    cuda_graph: bool,
+    warmup: int,
+    streams: str = "auto",
+    device_profile: str = "h100",
 ) -> Any:
     """A module whose forward runs multi-stream and whose backward runs single-stream."""
     import torch
@@ -105,7 +126,10 @@ def schedule_training(
 
     def compiler(role: str) -> Any:
         def compile_graph(gm: Any, _example: Any) -> Any:
-            part = GraphPart(gm, role, merge=merge, cuda_graph=cuda_graph, warmup=warmup)
+            part = GraphPart(
+                gm, role, merge=merge, cuda_graph=cuda_graph, warmup=warmup, streams=streams,
+                device_profile=device_profile,
+            )  # fmt: skip
             parts[role] = part
             return make_boxed_func(part)
 

@@ -1,5 +1,7 @@
-"""``--fix aot`` on a machine without a GPU: Nimble's plan for the script's own model, its CPU
-proof of equal outputs, and the modelled gain — an estimate, never a measurement.
+"""``--fix aot``: Nimble's plan for the script's own model, its CPU proof of equal outputs, and
+the modelled gain over one stream — an estimate, never a measurement. The fix itself is the
+whole step captured in one CUDA graph (:func:`gpuopt.optimize.plan._plan_aot`); this decides
+whether its forward goes through Nimble's multi-stream plan (:mod:`gpuopt.aot.choice`).
 
 The script runs in a child process (``python -m gpuopt.optimize.aot_check SPEC.json``) as
 ``python SCRIPT ARGS`` would, until its first ``optimizer.step()``. Meanwhile every outermost
@@ -73,7 +75,8 @@ def analyse(model: Any, inputs: tuple[Any, ...]) -> AotSummary:
     was_training = model.training
     model.eval()
     try:
-        scheduled = schedule(model, inputs, cuda_graph=False)
+        # Nimble's own plan (streams="multi"): its estimate is what the fix weighs
+        scheduled = schedule(model, inputs, cuda_graph=False, streams="multi")
         report = scheduled.simulate(*inputs, seed=0)
         with torch.no_grad():
             eager = model(*inputs)

@@ -86,16 +86,33 @@ CATALOGUE: tuple[FixKind, ...] = (
         tolerance=1e-3,  # batched matmuls and masked sums round differently
     ),
     FixKind(
-        "aot",
-        "the model's forward through Nimble's ahead-of-time multi-stream schedule",
+        "cuda-graphs",
+        "the whole training step (forward, backward, optimizer) captured in one CUDA graph and "
+        "replayed (gpuopt.graphs.graphed_step: static inputs, capturable optimizers, warm-up on "
+        "a side stream)",
         ("launch-bound",),
-        runtime=True,
-        source=False,
+        runtime=False,
+        source=True,
         gpu_only=True,
-        expected="Nimble's multi-stream plan of the model: its estimated gain is a model's, "
-        "GPU-only",
+        gpu_gain=True,  # the rewritten step runs as written on a CPU: checked there, not timed
+        expected="one graph launch a step instead of every kernel's: helps launch-bound steps "
+        "most; GPU-only",
+        tolerance=1e-3,  # capturable optimizers compute the bias correction on the device
+        settle_steps=3,  # the warm-up steps before the capture, and the capture's own
+    ),
+    FixKind(
+        "aot",
+        "on a training script: the whole step captured in one CUDA graph (as cuda-graphs), the "
+        "model's forward through Nimble's multi-stream plan where the cost model promises it",
+        ("launch-bound",),
+        runtime=False,
+        source=True,
+        gpu_only=True,
+        gpu_gain=True,
+        expected="Nimble's multi-stream plan of the model inside the captured step: its "
+        "estimated gain is a model's, GPU-only",
         tolerance=1e-3,
-        transform="aot",
+        settle_steps=4,  # one more warm-up step: the first backward plans its graph
     ),
     FixKind(
         "amp",

@@ -110,7 +110,10 @@ def apply_fixes(
     return applied
 
 
-# applied in this order; "aot" (GPU-only in optimize) replaces the forward, so it comes last
+# applied in this order; "aot" replaces the forward, so it comes last. optimize no longer plans
+# "aot" as a run-time transform (its per-part graphs copied every parameter and saved activation
+# a step: the fix is now the whole step captured, a source form); a fixes.json written before
+# still runs with it
 MODEL_TRANSFORMS = ("bf16_autocast", "fp16_autocast", "channels_last", "compile", "aot")
 
 
