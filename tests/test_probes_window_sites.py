@@ -228,3 +228,33 @@ def test_cupti_teardown_requested_where_safe(
     before = dict(environ)
     assert request_cupti_teardown(environ, cuda) is set_here
     assert environ == ({**before, TEARDOWN_ENV: "1"} if set_here else before)
+
+
+def test_an_annotation_takes_the_one_line_its_ops_share() -> None:
+    """``enumerate(DataLoader)#...`` around the batch's collate ops (all the ``for`` line) takes
+    that line, as ``Optimizer.step#SGD.step`` its ops' ``opt.step()`` line; the step, around ops
+    of several lines, takes none."""
+    loader = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    ann = {**_step(0, 0, 0), "name": loader, "ts": 0.5, "dur": 9}
+    opt = {**_step(0, 0, 0), "name": "Optimizer.step#SGD.step", "ts": 39, "dur": 50}
+    events = [
+        _step(0, 0, 100),
+        ann,
+        _op("aten::stack", 1, 3),
+        _op("aten::stack", 5, 3),
+        _op("aten::add", 20, 2),
+        opt,
+        _op("aten::mul", 40, 2),
+        _op("aten::add", 45, 2),
+    ]
+    recorded = [
+        ("aten::stack", "t.py(2): main"),
+        ("aten::stack", "t.py(2): main"),
+        ("aten::add", "t.py(4): main"),
+        ("aten::mul", "t.py(6): main"),
+        ("aten::add", "t.py(6): main"),
+    ]
+    assert add_sites(events, recorded) == 5 + 2
+    assert ann["args"][STACK_ARG] == "t.py(2): main"
+    assert opt["args"][STACK_ARG] == "t.py(6): main"
+    assert STACK_ARG not in events[0]["args"]  # the step itself: ops of every line

@@ -26,6 +26,7 @@ events); 3-4 s for the 35 MB, 75,718-event ResNet-50 sample trace (most of it de
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -77,8 +78,39 @@ def visible_ops(events: list[dict[str, Any]], names: set[str]) -> list[dict[str,
     return out
 
 
+def _annotation_sites(events: list[dict[str, Any]], ops: list[dict[str, Any]]) -> int:
+    """A host annotation without a line of its own (``enumerate(DataLoader)#...__next__``,
+    ``Optimizer.step#SGD.step``) takes the line its ops share, when they share exactly one (the
+    ``for`` line of the loop that fetched the batch, the ``opt.step()`` line)."""
+    by_thread: dict[tuple[Any, Any], list[dict[str, Any]]] = defaultdict(list)
+    for e in ops:  # sorted by start
+        if STACK_ARG in e.get("args", {}):
+            by_thread[(e.get("pid"), e.get("tid"))].append(e)
+    starts = {k: [float(e["ts"]) for e in v] for k, v in by_thread.items()}
+    added = 0
+    for a in events:
+        if (
+            a.get("ph") != "X"
+            or a.get("cat") != "user_annotation"
+            or str(a.get("name", "")).startswith("ProfilerStep")
+            or STACK_ARG in a.get("args", {})
+        ):
+            continue
+        ts = float(a["ts"])
+        end = ts + float(a.get("dur", 0.0))
+        key = (a.get("pid"), a.get("tid"))
+        inside = by_thread.get(key, [])
+        lo, hi = bisect_left(starts.get(key, []), ts), bisect_left(starts.get(key, []), end)
+        frames = {e["args"][STACK_ARG] for e in inside[lo:hi]}
+        if len(frames) == 1:
+            a.setdefault("args", {})[STACK_ARG] = frames.pop()
+            added += 1
+    return added
+
+
 def add_sites(events: list[dict[str, Any]], recorded: OpSites) -> int:
-    """Give the window's ops the recorder's lines (``Call stack``); returns how many got one."""
+    """Give the window's ops the recorder's lines (``Call stack``), and each host annotation
+    the one line its ops share; returns how many events got one."""
     want: dict[str, list[str | None]] = defaultdict(list)
     for name, frame in recorded:
         want[name].append(frame)
@@ -100,7 +132,7 @@ def add_sites(events: list[dict[str, Any]], recorded: OpSites) -> int:
                 if frame is not None and STACK_ARG not in args:
                     args[STACK_ARG] = frame
                     added += 1
-    return added
+    return added + (_annotation_sites(events, ops) if added else 0)
 
 
 def annotate_trace(path: Path, recorded: OpSites) -> int:
