@@ -250,7 +250,8 @@ class ProfileSession:
 
     def _run_target(self) -> Outcome:
         for p in self.started:
-            self.steps.listeners.append(p.on_step)
+            if getattr(p, "steps_wanted", True):
+                self.steps.listeners.append(p.on_step)
         progress = None
         if not self.opts.quiet and self.sampler is not None:
             from gpuopt.runner.progress import LiveLine
