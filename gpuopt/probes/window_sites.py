@@ -79,9 +79,12 @@ def visible_ops(events: list[dict[str, Any]], names: set[str]) -> list[dict[str,
 
 
 def _annotation_sites(events: list[dict[str, Any]], ops: list[dict[str, Any]]) -> int:
-    """A host annotation without a line of its own (``enumerate(DataLoader)#...__next__``,
-    ``Optimizer.step#SGD.step``) takes the line its ops share, when they share exactly one (the
-    ``for`` line of the loop that fetched the batch, the ``opt.step()`` line)."""
+    """A host event without a line of its own takes the line of the ops inside it when they
+    share exactly one: an annotation (``enumerate(DataLoader)#...__next__``: the ``for`` line of
+    the loop that fetched the batch; ``Optimizer.step#SGD.step``: the ``opt.step()`` line), the
+    autograd engine's ``autograd::engine::evaluate_function: ...Backward0`` (the
+    ``loss.backward()`` line), an op the mode does not see around one it does (``aten::to``
+    around ``aten::_to_copy``)."""
     by_thread: dict[tuple[Any, Any], list[dict[str, Any]]] = defaultdict(list)
     for e in ops:  # sorted by start
         if STACK_ARG in e.get("args", {}):
@@ -91,7 +94,7 @@ def _annotation_sites(events: list[dict[str, Any]], ops: list[dict[str, Any]]) -
     for a in events:
         if (
             a.get("ph") != "X"
-            or a.get("cat") != "user_annotation"
+            or a.get("cat") not in STEP_CATS
             or str(a.get("name", "")).startswith("ProfilerStep")
             or STACK_ARG in a.get("args", {})
         ):
@@ -101,7 +104,11 @@ def _annotation_sites(events: list[dict[str, Any]], ops: list[dict[str, Any]]) -
         key = (a.get("pid"), a.get("tid"))
         inside = by_thread.get(key, [])
         lo, hi = bisect_left(starts.get(key, []), ts), bisect_left(starts.get(key, []), end)
-        frames = {e["args"][STACK_ARG] for e in inside[lo:hi]}
+        frames: set[str] = set()
+        for e in inside[lo:hi]:
+            frames.add(e["args"][STACK_ARG])
+            if len(frames) > 1:
+                break
         if len(frames) == 1:
             a.setdefault("args", {})[STACK_ARG] = frames.pop()
             added += 1
