@@ -1,6 +1,21 @@
-"""Foundation numbers: whole-process overhead of `gpuopt profile`, and data-wait accuracy.
+"""Foundation numbers: overhead of `gpuopt profile` on the script's own step clock and on the
+whole process, and data-wait accuracy.
 
-    python benchmarks/bench_profile.py [--pairs 7] [--out docs/bench-profile.md]
+    python benchmarks/bench_profile.py [--pairs 7] [--step-pairs 11] [--out docs/bench-profile.md]
+    python benchmarks/bench_profile.py --steps-only [--step-pairs 11] [--baseline-rev REV]
+
+Step overhead (issue 24; targets ≤ 1.03× at 2-5 ms steps, ≤ 1.01× at ≥ 50 ms steps): each
+workload prints its own median step (``STEP_MEDIAN_MS``, after 10 warm-up steps, loader wait
+included) and its main thread's median CPU time per step; plain ``python W`` and ``gpuopt
+profile --quiet W`` run in alternated pairs (the order flips every pair) and the ratio reported
+is the median of the per-pair ratios of those medians:
+
+* ``dispatch``: ``workloads/dispatch_step.py``, 300 steps of 268 tiny-tensor ops (2-5 ms): what
+  a short GPU step is on its host, one intra-op thread;
+* ``long``: ``workloads/train_cpu.py --width 1536``, 120 steps of ≥ 50 ms.
+
+With ``--baseline-rev REV`` a third side, gpuopt at git revision REV installed the same way, runs
+in the same alternation, so a change is timed side by side with what it changed.
 
 Overhead: wall time of `gpuopt profile workloads/train_cpu.py` over plain
 `python workloads/train_cpu.py` (200 steps), both as whole processes, in alternating pairs (the
@@ -29,11 +44,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from installed import user_venv
+from installed import revision_venv, user_venv
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 WORKLOAD = HERE / "workloads" / "train_cpu.py"
+DISPATCH = HERE / "workloads" / "dispatch_step.py"
+# name: (script, its arguments, what it is, the target ratio)
+STEP_WORKLOADS = {
+    "dispatch": (DISPATCH, ["--steps", "300"], "300 steps of 268 tiny-tensor ops (2-5 ms)", 1.03),
+    "long": (WORKLOAD, ["--steps", "120", "--width", "1536"], "120 MLP steps of ≥ 50 ms", 1.01),
+}
 PLANTED = ROOT / "tests" / "data" / "scripts" / "planted_stall.py"
 BIN = Path(sys.executable).parent  # replaced by the user-like install's bin folder in main()
 
@@ -100,6 +121,121 @@ def overhead(pairs: int, extra: list[str]) -> dict:
         "steps_seen": doc["steps"]["count"],
         "median_step_ms": doc["steps"]["time_s"]["median"] * 1e3,
     }
+
+
+def loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "n/a"
+
+
+def own_step(cmd: list[str]) -> tuple[float, float]:
+    """The script's own median step and its main thread's median CPU time per step (ms)."""
+    p = subprocess.run(
+        cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    got = dict(re.findall(r"^(STEP_MEDIAN_MS|STEP_CPU_MEDIAN_MS) ([0-9.]+)$", p.stderr, re.M))
+    return float(got["STEP_MEDIAN_MS"]), float(got["STEP_CPU_MEDIAN_MS"])
+
+
+def step_overhead(name: str, pairs: int, baseline: Path | None = None) -> dict:
+    """Plain python vs `gpuopt profile --quiet` (and the baseline revision's), alternated, on the
+    script's own median step."""
+    script, args, _, _ = STEP_WORKLOADS[name]
+    with tempfile.TemporaryDirectory() as tmp:
+        sides = {
+            "plain": [str(BIN / "python"), str(script), *args],
+            "gpuopt": gpuopt(
+                "profile", "--quiet", "--force", "-o", f"{tmp}/run", str(script), *args
+            ),
+        }
+        if baseline is not None:
+            sides["baseline"] = [
+                str(baseline / "gpuopt"), "profile", "--quiet", "--force", "-o", f"{tmp}/base",
+                str(script), *args,
+            ]  # fmt: skip
+        load_before = loadavg()
+        for cmd in sides.values():  # warm the page cache
+            own_step(cmd)
+        wall: dict[str, list[float]] = {k: [] for k in sides}
+        cpu: dict[str, list[float]] = {k: [] for k in sides}
+        for i in range(pairs):
+            order = list(sides) if i % 2 == 0 else list(sides)[::-1]
+            for k in order:
+                w, c = own_step(sides[k])
+                wall[k].append(w)
+                cpu[k].append(c)
+        doc = json.loads((Path(tmp) / "run" / "profile.json").read_text())
+    out: dict = {
+        "workload": name,
+        "pairs": pairs,
+        "load_before": load_before,
+        "load_after": loadavg(),
+        "wall_ms": wall,
+        "cpu_ms": cpu,
+        "ops_per_step": (doc.get("dispatch") or {}).get("ops_per_step"),
+    }
+    for k in sides:
+        if k == "plain":
+            continue
+        ratios = [b / a for a, b in zip(wall["plain"], wall[k], strict=True)]
+        cpu_ratios = [b / a for a, b in zip(cpu["plain"], cpu[k], strict=True)]
+        out[k] = {
+            "ratios": ratios,
+            "median_ratio": statistics.median(ratios),
+            "ratio_ci90": bootstrap_median_ci(ratios),
+            "cpu_ratios": cpu_ratios,
+            "median_cpu_ratio": statistics.median(cpu_ratios),
+            "extra_us_per_step": statistics.median(
+                (b - a) * 1e3 for a, b in zip(wall["plain"], wall[k], strict=True)
+            ),
+            "extra_cpu_us_per_step": statistics.median(
+                (b - a) * 1e3 for a, b in zip(cpu["plain"], cpu[k], strict=True)
+            ),
+        }
+    return out
+
+
+def step_lines(results: list[dict], cmd: str) -> list[str]:
+    lines = [
+        "### Step overhead: the script's own median step, plain python vs `gpuopt profile --quiet`",
+        "",
+        f"Command: `{cmd}` · {dt.date.today()} · {platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, torch {__import__('torch').__version__} (CPU)",
+        "",
+        "| workload | sides | pairs | load avg before / after | plain median step | "
+        "median of pair ratios (wall) | 90% interval | target | CPU-time ratio | "
+        "extra per step (wall / CPU) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        _, _, what, target = STEP_WORKLOADS[r["workload"]]
+        for side in ("gpuopt", "baseline"):
+            if side not in r:
+                continue
+            x = r[side]
+            lo, hi = x["ratio_ci90"]
+            label = "this tree" if side == "gpuopt" else "baseline revision"
+            lines.append(
+                f"| {r['workload']}: {what} | {label} | {r['pairs']} | {r['load_before']} / "
+                f"{r['load_after']} | {statistics.median(r['wall_ms']['plain']):.3f} ms | "
+                f"**{x['median_ratio']:.3f}×** | {lo:.3f}–{hi:.3f} | ≤ {target:.2f}× | "
+                f"{x['median_cpu_ratio']:.3f}× | {x['extra_us_per_step']:.0f} / "
+                f"{x['extra_cpu_us_per_step']:.0f} µs |"
+            )
+    for r in results:
+        for side in ("gpuopt", "baseline"):
+            if side in r:
+                lines += [
+                    "",
+                    f"Pair ratios ({r['workload']}, {side}, wall): "
+                    + ", ".join(f"{x:.3f}" for x in r[side]["ratios"]),
+                ]
+    ops = next((r["ops_per_step"] for r in results if r["workload"] == "dispatch"), None)
+    if ops:
+        lines += ["", f"Ops per step of the dispatch workload (gpuopt's recorder): {ops}."]
+    return lines
 
 
 def bootstrap_median_ci(
@@ -180,14 +316,29 @@ def main() -> None:
     ap.add_argument("--accuracy-runs", type=int, default=5)
     ap.add_argument("--without-recorder", action="store_true", help="also measure with --window 0")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "bench-profile.md")
+    ap.add_argument("--step-pairs", type=int, default=11, help="pairs per step workload")
+    ap.add_argument(
+        "--steps-only", action="store_true", help="only the step overhead (the script's clock)"
+    )
+    ap.add_argument("--workloads", default="dispatch,long", help="step workloads to run")
+    ap.add_argument("--baseline-rev", help="also time gpuopt at this git revision, alternated")
     a = ap.parse_args()
     global BIN
     BIN = user_venv()  # a wheel install, as a user has it (see installed.py)
+    cmd = "python benchmarks/bench_profile.py " + " ".join(sys.argv[1:])
+    baseline = revision_venv(a.baseline_rev) if a.baseline_rev else None
+    steps = [step_overhead(w, a.step_pairs, baseline) for w in a.workloads.split(",") if w]
+    (HERE / ".work").mkdir(exist_ok=True)
+    (HERE / ".work" / "bench_profile_steps.json").write_text(json.dumps(steps, indent=1))
+    if a.steps_only:
+        text = "\n".join(step_lines(steps, cmd.strip())) + "\n"
+        a.out.write_text(text)
+        print(text)
+        return
     ov = overhead(a.pairs, [])
     ov_norec = overhead(a.pairs, ["--window", "0"]) if a.without_recorder else None
     acc = accuracy(a.accuracy_runs)
     st = start_time(5)
-    cmd = "python benchmarks/bench_profile.py " + " ".join(sys.argv[1:])
     lines = [
         "## `gpuopt profile`: overhead and data-wait accuracy",
         "",
@@ -260,6 +411,7 @@ def main() -> None:
     ]
     lines += [f"| `{k}` | {v:.3f} |" for k, v in st.items()]
     lines.append("")
+    lines += step_lines(steps, cmd.strip()) + [""]
     a.out.write_text("\n".join(lines))
     print("\n".join(lines))
     (HERE / ".work").mkdir(exist_ok=True)

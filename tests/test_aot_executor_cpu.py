@@ -8,9 +8,15 @@ import random
 
 import pytest
 import torch
-from aot_support import ZOO_NAMES, scheduled_zoo
+from aot_support import (
+    INPUT_SENSITIVE,
+    ZOO_NAMES,
+    assert_outputs_survive_the_next_call,
+    scheduled_zoo,
+)
 
-from gpuopt.aot.executor_cpu import MemoryModel, StreamSimulator
+from gpuopt.aot.executor_cpu import MemoryModel, StreamSimulator, run_sequential
+from gpuopt.aot.executor_cuda import CudaPlanRunner
 from gpuopt.aot.graph import Dag
 from gpuopt.aot.launch import launch_script
 from gpuopt.aot.plan import JOIN, Plan, build_plan, release_policy
@@ -196,3 +202,59 @@ def test_zoo_release_policy_frees_memory_without_hazards(name: str) -> None:
     assert held > 0 and early > 0
     report = scheduled.simulate(*inputs, seed=1)
     assert report.ok and report.frees > 0
+
+
+class _ReplayInPlace:
+    """A CUDA graph's replay, on the CPU: the plan runs on the runner's static inputs and its
+    results are written into the same static output buffers, as every real replay does."""
+
+    def __init__(self, runner: CudaPlanRunner) -> None:
+        self.runner = runner
+
+    def replay(self) -> None:
+        r = self.runner
+        r.static_outputs.copy_(run_sequential(r.program, r.plan, r.static_inputs))
+
+
+def _replaying_runner(cls: type, scheduled, inputs):  # type: ignore[no-untyped-def]
+    """``cls``'s ``__call__`` (the real CudaPlanRunner's: copy in, replay, hand back) over a
+    graph replayed in place on the CPU."""
+    runner = cls.__new__(cls)
+    runner.program, runner.plan, runner.use_graph = scheduled.program, scheduled.plan, True
+    leaves = scheduled.program.flatten_inputs(inputs)
+    runner.static_inputs = [x.clone() for x in leaves]
+    runner.static_outputs = run_sequential(runner.program, runner.plan, runner.static_inputs)
+    runner.graph = _ReplayInPlace(runner)
+    return lambda x: runner(scheduled.program.flatten_inputs((x,)))
+
+
+class _NoCopyRunner(CudaPlanRunner):
+    """The bug the GPU test is there to catch: the static output buffer handed back as is."""
+
+    def __call__(self, leaves):  # type: ignore[no-untyped-def]
+        for static, x in zip(self.static_inputs, leaves, strict=True):
+            static.copy_(x)
+        self.graph.replay()
+        return self.static_outputs
+
+
+@pytest.mark.parametrize("name", INPUT_SENSITIVE)
+def test_outputs_survive_the_next_replay_check_on_cpu(name: str) -> None:
+    """tests/test_aot_cuda.py's check, run here on the runner's own replay logic: it passes on
+    CudaPlanRunner and fails on a runner that hands back the buffer the next replay overwrites."""
+    model, inputs, scheduled = scheduled_zoo(name)
+    x2 = torch.randn_like(inputs[0])
+    with torch.no_grad():
+        good = _replaying_runner(CudaPlanRunner, scheduled, inputs)
+        assert_outputs_survive_the_next_call(good, model, inputs[0], x2)
+        bad = _replaying_runner(_NoCopyRunner, scheduled, inputs)
+        with pytest.raises(AssertionError):
+            assert_outputs_survive_the_next_call(bad, model, inputs[0], x2)
+
+
+def test_outputs_survive_check_refuses_an_input_insensitive_model() -> None:
+    """On the small inception_v3 two random inputs give outputs ~1e-8 apart: the check says
+    it cannot tell them apart instead of passing or failing on them."""
+    model, inputs, _ = scheduled_zoo("inception_v3")
+    with pytest.raises(AssertionError, match="too alike"):
+        assert_outputs_survive_the_next_call(model, model, inputs[0], torch.randn_like(inputs[0]))

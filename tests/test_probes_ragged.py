@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import msgspec
+import numpy as np
 import pytest
 import torch
 from probes_support import ROOT, context, host_document, load, site
@@ -13,7 +14,7 @@ from probes_support import ROOT, context, host_document, load, site
 from gpuopt.findings.engine import evaluate as evaluate_profile
 from gpuopt.model.profile import Profile
 from gpuopt.probes.dataloader import DataLoaderProbe
-from gpuopt.probes.ragged import BatchShapeTracker
+from gpuopt.probes.ragged import BatchShapeTracker, batch_shapes, walked_batch_shapes
 from gpuopt.probes.recorder import DispatchRecorder
 
 NAME = "planted_ragged.py"
@@ -148,3 +149,30 @@ def test_padding_and_per_sample_loop_through_a_dataloader(tmp_path: Path) -> Non
     assert per_sample["evidence"]["batch_size"] == 4
     # the collate's own per-row loop runs in data loading: not a step loop
     assert list(loops) == [site(NAME, "PER-SAMPLE")]
+
+
+@pytest.mark.parametrize(
+    "batch",
+    [
+        (torch.zeros(4, 3, 8, 8), torch.zeros(4, dtype=torch.long)),
+        [torch.zeros(4, 3), torch.zeros(4)],
+        [torch.zeros(3, 5), torch.zeros(7, 5)],  # a list of variable-size samples
+        [torch.zeros(2, 5), torch.zeros(2, 5)],
+        [torch.tensor(1.0), torch.zeros(3)],  # a scalar first
+        (np.zeros((2, 3)), np.zeros(2)),
+        [torch.zeros(2), "a label"],
+        {"x": torch.zeros(2, 3), "y": [torch.zeros(2), torch.zeros(2)]},
+        [],
+        torch.zeros(5, 2),
+    ],
+)
+def test_batch_shapes_fast_path_reads_as_the_walk(batch: object) -> None:
+    """The one-pass read of a list or tuple of tensors gives what the general walk gives."""
+    fast = batch_shapes(batch)
+    walked = walked_batch_shapes(batch)
+    assert fast[1:] == walked[1:]
+
+    def ids(leaves: list) -> list:
+        return [(p, [id(y) for y in x] if isinstance(x, list) else id(x)) for p, x in leaves]
+
+    assert ids(fast[0]) == ids(walked[0])

@@ -8,10 +8,13 @@ fires), a .item() every 10 steps (as logging does).
 
 The script prints the wall-clock time (``time.time()``) at which its training loop starts and
 ends to stderr, so the benchmark can split each run into before-loop, loop and after-loop parts:
-the loop is where a per-step overhead would show, the two ends where fixed costs do.
+the loop is where a per-step overhead would show, the two ends where fixed costs do. It also
+prints its own median step (``STEP_MEDIAN_MS``, wall, after 10 warm-up steps) and the main
+thread's median CPU time per step (``STEP_CPU_MEDIAN_MS``).
 """
 
 import argparse
+import statistics
 import sys
 import time
 
@@ -43,6 +46,8 @@ model = nn.Sequential(
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 loss_fn = nn.CrossEntropyLoss()
 print(f"LOOP_START {time.time():.6f}", file=sys.stderr)
+wall, cpu = [], []
+t_prev, c_prev = time.perf_counter(), time.thread_time()
 for step, (x, y) in enumerate(loader):
     opt.zero_grad(set_to_none=True)
     loss = loss_fn(model(x), y)
@@ -50,5 +55,12 @@ for step, (x, y) in enumerate(loader):
     opt.step()
     if step % 10 == 0:
         last = loss.item()
+    t, c = time.perf_counter(), time.thread_time()
+    wall.append(t - t_prev)
+    cpu.append(c - c_prev)
+    t_prev, c_prev = t, c
 print(f"LOOP_END {time.time():.6f}", file=sys.stderr)
+# the script's own clock: median step after 10 warm-up steps (loader wait included)
+print(f"STEP_MEDIAN_MS {statistics.median(wall[10:]) * 1e3:.4f}", file=sys.stderr)
+print(f"STEP_CPU_MEDIAN_MS {statistics.median(cpu[10:]) * 1e3:.4f}", file=sys.stderr)
 print(f"final loss {last:.3f}")

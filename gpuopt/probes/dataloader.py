@@ -145,6 +145,7 @@ class DataLoaderProbe:
     """Times ``next()`` on every DataLoader iterator."""
 
     name = "dataloader"
+    steps_wanted = False  # on_step does nothing
 
     def __init__(
         self, step_count: Callable[[], int], clock: Callable[[], float] = time.perf_counter
@@ -161,6 +162,7 @@ class DataLoaderProbe:
         self._roots: list[Path] = []
         self._resolver: Any = None
         self._alive: dict[int, Any] = {}  # id(loader) -> weakref, so a reused id starts a new entry
+        self._origins: dict[tuple[int, bool], BatchOrigin] = {}  # made once per loader and mode
 
     # -- Probe interface -------------------------------------------------------------------
     def start(self, ctx: RunContext) -> None:
@@ -234,8 +236,12 @@ class DataLoaderProbe:
     def _tell_listeners(self, it: Any, batch: Any, training: bool) -> None:
         global _ORIGIN
         key = getattr(it, "_gpuopt_loader_key", -1)
-        stats = self.loaders.get(key)
-        _ORIGIN = BatchOrigin(key, stats.site if stats else None, training)
+        origin = self._origins.get((key, training))
+        if origin is None:
+            stats = self.loaders.get(key)
+            origin = BatchOrigin(key, stats.site if stats else None, training)
+            self._origins[(key, training)] = origin
+        _ORIGIN = origin
         try:
             for fn in list(_BATCH_LISTENERS):
                 try:

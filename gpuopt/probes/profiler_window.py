@@ -9,18 +9,44 @@ It profiles the steps right *after* the recorder's window (``window_start + wind
 ``window_steps`` steps), because the recorder's Python modes would stretch the gaps between kernels
 the trace is meant to measure. ``ctx.extra["profiler_window_start"]`` and
 ``ctx.extra["profiler_window_steps"]`` override that.
+
+What the window leaves behind, and what it must not:
+
+* **No CUPTI after the window.** Kineto keeps CUPTI attached after a CUDA trace ends unless
+  ``TEARDOWN_CUPTI=1`` (pytorch/pytorch#144455: training stays 10-20% slower for the rest of the
+  run; the H200's first run measured gpuopt's profile at 1.11-1.34x on 4 ms steps). Where the
+  user has not set it and CUDA is 12.6 or later (teardown is safe there with CUDA graphs too,
+  kineto#1264), the window sets ``TEARDOWN_CUPTI=1`` before it starts; Kineto reads it when the
+  trace ends. Without teardown, CUPTI would be left attached for the rest of the run.
+* **Nothing on the user's stderr.** torch's Python warnings ("Profiler clears events at the end
+  of each cycle...") and Kineto's native log lines (``USDT: ... profiler_start``) raised while the
+  window starts and stops are not the user's: they are dropped; anything else written to stderr
+  meanwhile (another thread's lines) is passed on.
+* **The user's lines.** After the run, each op of the trace gets the user's line the recorder's
+  window found for it (:mod:`gpuopt.probes.window_sites`), so the idle causes name a file:line.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpuopt.model.trace import ProfilerWindowInfo
 from gpuopt.probes.protocol import RunContext
+from gpuopt.probes.window_sites import OpSites, annotate_trace
 
 TRACE_NAME = "profiler-window.pt.trace.json.gz"
+# Kineto's and glog's native log lines (not the user's): "USDT:2026-11-26 16:52:20 28074:28074
+# SyncActivityProfilerHandler.cpp:59] profiler_stop", "STAGE:...", "W1126 16:52:20.1 ... ]".
+_NATIVE_LOG = re.compile(rb"^(USDT:|STAGE:|\[?[IWEF]\d{4} \d\d:\d\d:\d\d)")
+TEARDOWN_ENV = "TEARDOWN_CUPTI"
 
 
 @dataclass
@@ -54,6 +80,10 @@ class ProfilerWindow:
         self._step_span: Any = None
         self._step_number = 0
         self.errors: list[str] = []
+        # the recorder's ops and lines, read once the run has ended (set by the session)
+        self.site_source: Callable[[], OpSites] | None = None
+        self.sites_added = 0
+        self.teardown_set = False  # this window set TEARDOWN_CUPTI=1
 
     def start(self, ctx: RunContext) -> None:
         self.steps = int(ctx.extra.get("profiler_window_steps", ctx.window_steps))
@@ -104,6 +134,18 @@ class ProfilerWindow:
         except Exception as exc:
             self.errors.append(f"profiler window: {type(exc).__name__}: {exc}")
             self._prof = None
+        self._add_sites()
+
+    def _add_sites(self) -> None:
+        """The recorder's lines onto the trace's ops, once the script has ended."""
+        if self.written is None or self.site_source is None or self.sites_added:
+            return
+        try:
+            self.sites_added = annotate_trace(self.written, self.site_source())
+        except Exception as exc:  # the trace stays as torch wrote it
+            self.errors.append(
+                f"profiler window: user lines not added: {type(exc).__name__}: {exc}"
+            )
 
     def result(self) -> WindowResult:
         """The trace the window wrote (or why it did not run) and what went wrong on the way."""
@@ -124,8 +166,11 @@ class ProfilerWindow:
         from torch.profiler import ProfilerActivity, profile
 
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
-        self._prof = profile(activities=activities)
-        self._prof.start()
+        if self.cuda:
+            self.teardown_set = request_cupti_teardown()
+        with quiet_profiler():
+            self._prof = profile(activities=activities)
+            self._prof.start()
         self._mark_step()
 
     def _mark_step(self) -> None:
@@ -144,8 +189,61 @@ class ProfilerWindow:
         span, self._step_span = self._step_span, None
         if span is not None:
             span.__exit__(None, None, None)
-        prof.stop()
-        assert self.path is not None
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        prof.export_chrome_trace(str(self.path))
+        with quiet_profiler():
+            prof.stop()
+            assert self.path is not None
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            prof.export_chrome_trace(str(self.path))
         self.written = self.path
+
+
+def request_cupti_teardown(environ: Any = None, cuda_version: str | None = None) -> bool:
+    """Set ``TEARDOWN_CUPTI=1`` unless the user (or torch, for CUDA graphs) set it, on CUDA
+    12.6 or later; True when it was set here."""
+    env = os.environ if environ is None else environ
+    if TEARDOWN_ENV in env:
+        return False
+    if cuda_version is None:
+        import torch
+
+        cuda_version = torch.version.cuda
+    try:
+        major, minor = (int(x) for x in str(cuda_version).split(".")[:2])
+    except ValueError:
+        return False
+    if (major, minor) < (12, 6):
+        return False
+    env[TEARDOWN_ENV] = "1"
+    return True
+
+
+@contextmanager
+def quiet_profiler() -> Iterator[None]:
+    """Around the profiler's own calls: its Python warnings ignored, and its native log lines
+    (written to file descriptor 2 by Kineto, not through ``sys.stderr``) dropped; every other
+    line written to stderr meanwhile is passed on when the call returns."""
+    import tempfile
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            sys.stderr.flush()
+            saved = os.dup(2)
+        except (OSError, ValueError, AttributeError):  # no fd 2 (a closed or replaced stderr)
+            yield
+            return
+        with tempfile.TemporaryFile() as tmp:
+            os.dup2(tmp.fileno(), 2)
+            try:
+                yield
+            finally:
+                try:
+                    sys.stderr.flush()
+                except (OSError, ValueError, AttributeError):
+                    pass
+                os.dup2(saved, 2)
+                os.close(saved)
+                tmp.seek(0)
+                kept = [ln for ln in tmp.read().splitlines(True) if not _NATIVE_LOG.match(ln)]
+                if kept:
+                    os.write(2, b"".join(kept))

@@ -38,6 +38,8 @@ class Probe(Protocol):
     typed result (its type differs from probe to probe, so it is not part of this protocol)."""
 
     name: str
+    # A probe whose on_step does nothing says so with a class attribute ``steps_wanted = False``:
+    # the session then does not call it at every step boundary.
 
     def start(self, ctx: RunContext) -> None:
         """Called once before the user's code runs."""

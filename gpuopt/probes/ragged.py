@@ -60,6 +60,71 @@ def _variable_samples(batch: list[Any] | tuple[Any, ...]) -> bool:
     return len({s[0] for s in shapes}) > 1
 
 
+# (leaves, signature, batch size, list leaves) of one batch: read once per batch, shared by the
+# trackers that count it
+BatchShapes = tuple[list[tuple[str, Any]], tuple[Any, ...], "int | None", int]
+
+
+def batch_shapes(batch: Any) -> BatchShapes:
+    """A batch's tensor leaves, its shape signature (``(path, shape)`` per leaf; ``(path,
+    "list", sample shapes)`` for a list of samples), its batch size (the first leaf's leading
+    dimension) and how many of its leaves are lists of samples. A few microseconds."""
+    fast = _flat_batch_shapes(batch)
+    return fast if fast is not None else walked_batch_shapes(batch)
+
+
+def walked_batch_shapes(batch: Any) -> BatchShapes:
+    """:func:`batch_shapes` by walking any batch structure (nested dicts, lists, tuples)."""
+    leaves = _leaves(batch)
+    sig: list[Any] = []
+    batch_size: int | None = None
+    lists = 0
+    for path, leaf in leaves:
+        if isinstance(leaf, list):
+            lists += 1
+            sig.append((path, "list", tuple(tuple(x.shape) for x in leaf)))
+            if batch_size is None:
+                batch_size = len(leaf)
+            continue
+        shape = tuple(leaf.shape)  # torch.Size and numpy shapes hold ints
+        sig.append((path, shape))
+        if batch_size is None and shape:
+            batch_size = int(shape[0])
+    return leaves, tuple(sig), batch_size, lists
+
+
+_PATHS = tuple(f"batch[{i}]" for i in range(_MAX_LEAVES))
+
+
+def _flat_batch_shapes(batch: Any) -> BatchShapes | None:
+    """:func:`batch_shapes` of the common batch, a list or tuple of tensors (``(x, y)``), read in
+    one pass (plain loops: this runs on every batch); None for any other batch (the general walk
+    reads it)."""
+    if not isinstance(batch, (list, tuple)) or not 0 < len(batch) <= _MAX_LEAVES:
+        return None
+    sig: list[tuple[str, tuple[int, ...]]] = []
+    batch_size: int | None = None
+    for path, x in zip(_PATHS, batch, strict=False):
+        found = getattr(x, "shape", None)
+        if found is None or not hasattr(x, "dtype"):
+            return None
+        shape = tuple(found)  # torch.Size and numpy shapes hold ints
+        sig.append((path, shape))
+        if batch_size is None and shape:
+            batch_size = int(shape[0])
+    if isinstance(batch, list) and len(sig) > 1 and sig[0][1]:
+        first = sig[0][1]
+        same_rank, leading_differs = True, False
+        for _, shape in sig:
+            if len(shape) != len(first):
+                same_rank = False
+                break
+            leading_differs = leading_differs or shape[0] != first[0]
+        if same_rank and leading_differs:
+            return None  # a list of variable-size samples: the general walk says so
+    return list(zip(_PATHS, batch, strict=False)), tuple(sig), batch_size, 0
+
+
 class BatchShapeTracker:
     """Accumulates shape statistics over all batches and padding statistics over a window."""
 
@@ -73,36 +138,36 @@ class BatchShapeTracker:
         self.padding: dict[str, list[float]] = {}  # leaf path → [padded elements, total elements]
         self.padded_batches = 0
 
-    def observe(self, batch: Any, step: int, detailed: bool) -> None:
-        leaves = _leaves(batch)
+    def observe(
+        self, batch: Any, step: int, detailed: bool, shapes: BatchShapes | None = None
+    ) -> None:
+        """Count one batch (``shapes``: :func:`batch_shapes` of it, when the caller has them)."""
+        leaves, key, batch_size, lists = shapes if shapes is not None else batch_shapes(batch)
         if not leaves:
             return
         self.batches += 1
         self.steps.add(step)
-        sig: list[Any] = []
-        batch_size: int | None = None
-        for path, leaf in leaves:
-            if isinstance(leaf, list):
-                self.list_batches += 1
-                sig.append((path, "list", tuple(tuple(x.shape) for x in leaf)))
-                if batch_size is None:
-                    batch_size = len(leaf)
-                continue
-            shape = tuple(int(s) for s in leaf.shape)
-            sig.append((path, shape))
-            if batch_size is None and shape:
-                batch_size = shape[0]
-            for d, size in enumerate(shape):
-                sizes = self.dim_sizes.setdefault((path, d), set())
-                if len(sizes) < _MAX_DISTINCT:
-                    sizes.add(size)
-        key = tuple(sig)
-        if key in self.signatures or len(self.signatures) < _MAX_DISTINCT:
+        self.list_batches += lists
+        if key in self.signatures:  # a shape seen before: its sizes are counted already
             self.signatures[key] += 1
+        else:
+            self._new_shape(key)
         if batch_size is not None:
             self.batch_sizes[batch_size] += 1
         if detailed:
             self._scan_padding(leaves)
+
+    def _new_shape(self, key: tuple[Any, ...]) -> None:
+        for item in key:
+            if len(item) == 3:  # a list of samples
+                continue
+            path, shape = item
+            for d, size in enumerate(shape):
+                sizes = self.dim_sizes.setdefault((path, d), set())
+                if len(sizes) < _MAX_DISTINCT:
+                    sizes.add(size)
+        if len(self.signatures) < _MAX_DISTINCT:
+            self.signatures[key] += 1
 
     def _scan_padding(self, leaves: list[tuple[str, Any]]) -> None:
         """Padded elements per leaf: a ``*mask*`` entry's zeros, or trailing zeros per row of an
@@ -202,14 +267,16 @@ class LoaderShapes:
         self.sites: dict[int, str | None] = {}
         self.training: dict[int, int] = {}  # batches fetched with autograd on
 
-    def observe(self, origin: Any, batch: Any, step: int) -> None:
+    def observe(
+        self, origin: Any, batch: Any, step: int, shapes: BatchShapes | None = None
+    ) -> None:
         key = origin.loader
         tracker = self.trackers.get(key)
         if tracker is None:
             tracker = self.trackers[key] = BatchShapeTracker()
             self.sites[key] = origin.site
             self.training[key] = 0
-        tracker.observe(batch, step, detailed=False)
+        tracker.observe(batch, step, detailed=False, shapes=shapes)
         self.training[key] += bool(origin.training)
 
     def summary(self) -> list[RaggedLoader]:

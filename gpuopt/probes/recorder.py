@@ -22,12 +22,13 @@ Costs: a recorded op costs several microseconds of Python (measured by
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuopt.model.records import Ragged
 from gpuopt.probes.protocol import RunContext
-from gpuopt.probes.ragged import BatchShapeTracker, LoaderShapes
+from gpuopt.probes.ragged import BatchShapeTracker, LoaderShapes, batch_shapes
 from gpuopt.probes.recorder_calibration import Calibration
 from gpuopt.probes.recorder_engine import RecorderEngine
 from gpuopt.probes.sites import SiteResolver
@@ -69,6 +70,7 @@ class DispatchRecorder:
         self.next_step = 0
         self.listener_note: str | None = None
         self._listener_registered = False
+        self._batch_origin: Callable[[], Any] = lambda: None  # dataloader.batch_origin
         self.errors: list[str] = []
 
     # -- Probe interface ---------------------------------------------------------------
@@ -157,14 +159,13 @@ class DispatchRecorder:
             assert engine is not None
             engine.busy = True
         try:
-            from gpuopt.probes.dataloader import batch_origin
-
-            origin = batch_origin()
+            origin = self._batch_origin()
             training = origin is None or origin.training
+            shapes = batch_shapes(batch)
             if training:  # evaluation batches (autograd off) are not the training input
-                self.shapes.observe(batch, self.next_step, detailed=recording)
+                self.shapes.observe(batch, self.next_step, detailed=recording, shapes=shapes)
             if origin is not None:
-                self.per_loader.observe(origin, batch, self.next_step)
+                self.per_loader.observe(origin, batch, self.next_step, shapes)
         except Exception as exc:
             self.errors.append(f"batch shapes: {type(exc).__name__}: {exc}")
         finally:
@@ -180,6 +181,7 @@ class DispatchRecorder:
                 "batch shapes not observed: gpuopt.probes.dataloader is unavailable"
             )
             return
+        self._batch_origin = dataloader.batch_origin
         dataloader.add_batch_listener(self.on_batch)
         self._listener_registered = True
 

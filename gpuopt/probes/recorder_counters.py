@@ -45,6 +45,9 @@ class StepCounters:
         self.own_tf_s = 0.0  # time in the recorder's own Python code, measured in its handlers:
         self.own_dispatch_s = 0.0  # __torch_function__ and dispatch layers (not the modes' entry)
         self.signature = 0  # hash of the step's (op, first input shape) sequence
+        # every op the dispatch mode saw, in order: (the op, its site or None); the profiler
+        # window's trace takes its ops' user lines from it (probes/window_sites.py)
+        self.op_order: list[tuple[Any, Key | None]] = []
         self.wall_s = 0.0
 
     def merge(self, other: StepCounters) -> None:

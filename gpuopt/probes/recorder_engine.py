@@ -265,6 +265,27 @@ class RecorderEngine:
             self.pending_idle = (merged, *pending[1:]) if merged is not None else None
         self.step_start = self.last_exit = _perf()
 
+    def op_sites(self) -> list[tuple[str, str | None]]:
+        """The last recorded step's ops in the order they ran: ``(aten name, the user's frame
+        as a profiler stack entry, "file.py(line): function", or None)``."""
+        if not self.step_counters:
+            return []
+        frames: dict[Key, str] = {}
+        out: list[tuple[str, str | None]] = []
+        for func, key in self.step_counters[-1].op_order:
+            frame = None
+            if key is not None:
+                frame = frames.get(key)
+                if frame is None:
+                    code = self.resolver.codes.get(key[0])
+                    if code is not None:
+                        line = self.resolver.position(code, key[1])[0]
+                        frame = frames[key] = (
+                            f"{self.resolver.relpath(code)}({line}): {code.co_name}"
+                        )
+            out.append((_op_name(func), frame))
+        return out
+
     def _current_instruction(self) -> tuple[tuple[int, int] | None, int]:
         frame, _, _ = self.resolver.locate(sys._getframe(2))
         if frame is None:
@@ -409,6 +430,7 @@ class RecorderEngine:
         sync_entry: list[float] | None = None
         if flags & _SPECIAL and ctx.key is not None:
             timed, sync_entry = self._special(func, flags, args, kwargs, ctx)
+        self.acc.op_order.append((func, ctx.key))
         if not ctx.data and args:
             a0 = args[0]
             if isinstance(a0, self._torch.Tensor):
@@ -670,6 +692,13 @@ class RecorderEngine:
         self.errors.append(f"recorder stopped: {type(exc).__name__}: {exc}")
         self.recording = False
         self.busy = False
+
+
+def _op_name(func: Any) -> str:
+    """The profiler's name of an op overload (``aten.add.Tensor`` → ``aten::add``)."""
+    schema = getattr(func, "_schema", None)
+    name = getattr(schema, "name", None)
+    return name if isinstance(name, str) else str(func)
 
 
 def _is_pinned(t: Any) -> bool | None:

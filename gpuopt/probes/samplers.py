@@ -118,6 +118,7 @@ class UtilizationSampler:
     """Samples CPU/RSS and, when a backend is given, every GPU; keeps a timeline."""
 
     name = "sampler"
+    steps_wanted = False  # on_step does nothing
 
     def __init__(
         self,

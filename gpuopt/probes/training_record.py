@@ -42,6 +42,7 @@ class TrainingRecorder:
     """The probe: losses at each backward, parameters at the end."""
 
     name = "training"
+    steps_wanted = False  # on_step does nothing
 
     def __init__(self, seed: int | None = None) -> None:
         self.seed = seed

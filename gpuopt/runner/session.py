@@ -227,6 +227,8 @@ class ProfileSession:
         if nvml_note and not self.opts.quiet:
             print(f"gpuopt: {nvml_note}", file=sys.stderr)
         self.recorder, self.window = self._optional_probes()
+        if self.window is not None:
+            self.window.site_source = self._recorded_sites
         ctx = RunContext(
             script=self.target.display,
             user_roots=self.target.user_roots(),
@@ -251,7 +253,8 @@ class ProfileSession:
 
     def _run_target(self) -> Outcome:
         for p in self.started:
-            self.steps.listeners.append(p.on_step)
+            if getattr(p, "steps_wanted", True):
+                self.steps.listeners.append(p.on_step)
         progress = None
         if not self.opts.quiet and self.sampler is not None:
             from gpuopt.runner.progress import LiveLine
@@ -429,6 +432,12 @@ class ProfileSession:
         import torch
 
         return DispatchRecorder(), ProfilerWindow() if torch.cuda.is_available() else None
+
+    def _recorded_sites(self) -> list[tuple[str, str | None]]:
+        """The recorder's last window step: its ops in order, with their user lines (the
+        profiler window's trace takes its lines from them)."""
+        engine = self.recorder.engine if self.recorder is not None else None
+        return engine.op_sites() if engine is not None else []
 
     def _instrumented_steps(self) -> set[int]:
         """Steps the recorder or the profiler window slowed down: left out of the statistics

@@ -11,6 +11,9 @@ we (docs/trace-metrics.md says where and why we differ):
   *kernels* additionally have a correlation id (or are ``Event Sync``/``Context Sync``).
 * With two or more ``ProfilerStep#N`` annotations, the last step is dropped (it is usually cut
   off by the profiler): CPU events starting at or after its start, and GPU events launched by them.
+* Steps are the host's ``ProfilerStep#N`` annotations only. A GPU-side annotation of the same name
+  (category ``gpu_user_annotation``: the span of the GPU work the step's annotation enclosed,
+  often much longer than the step, as the GPU runs behind) is a GPU interval, never a step.
 * Kernel type from the name: ``nccl*Kernel`` → communication; ``Memcpy*``/``Memset*``/``dma*`` →
   memory; names containing ``Memcpy``, ``Sync`` or starting with ``Memset`` otherwise → other;
   the rest → computation.
@@ -102,6 +105,20 @@ def count_step_names(cols: EventColumns) -> set[str]:
     return {n for n in cols.names if "ProfilerStep" in n}
 
 
+GPU_ANNOTATION_CATS = ("gpu_user_annotation",)
+
+
+def step_annotations(cols: EventColumns, gpu_kernel: BoolArray) -> BoolArray:
+    """Mask of the host's ``ProfilerStep`` annotations: not a GPU event, not on a stream, not a
+    GPU-side annotation (``gpu_user_annotation``)."""
+    if not len(cols):
+        return np.zeros(0, dtype=bool)
+    names_step = np.array([("ProfilerStep" in n) for n in cols.names] or [False], dtype=bool)
+    on_gpu = np.array([c in GPU_ANNOTATION_CATS for c in cols.cats] or [False], dtype=bool)
+    host: BoolArray = cols.stream == -1
+    return np.asarray(names_step[cols.name] & ~on_gpu[cols.cat] & ~gpu_kernel & host, dtype=bool)
+
+
 def build_view(rank: int, cols: EventColumns, filter_last_step: bool, source: str = "") -> RankView:
     """Round, classify, link GPU events to their launches, and drop the last profiler step."""
     ts = cols.ts.copy()
@@ -113,8 +130,7 @@ def build_view(rank: int, cols: EventColumns, filter_last_step: bool, source: st
     is_sync = cols.has_name(lambda n: n in SYNC_EVENT_NAMES)
     gpu_kernel = ((cols.stream >= 0) & (cols.correlation >= 0)) | is_sync
 
-    names_step = np.array([("ProfilerStep" in n) for n in cols.names] or [False], dtype=bool)
-    is_step_evt = names_step[cols.name] & ~gpu_kernel if len(cols) else np.zeros(0, dtype=bool)
+    is_step_evt = step_annotations(cols, gpu_kernel)
     keep = np.ones(len(cols), dtype=bool)
     dropped: Step | None = None
     if filter_last_step and is_step_evt.any():
@@ -148,7 +164,7 @@ def build_view(rank: int, cols: EventColumns, filter_last_step: bool, source: st
         num = step_number(cols.names[int(cols.name[i])])
         if num is not None:
             steps.append(Step(num, float(ts[i]), float(end[i]), int(cols.thread[i])))
-    # One record per step number (a user_annotation and a gpu_user_annotation may share it).
+    # One record per step number (a file may repeat one: the longest is the step).
     uniq: dict[int, Step] = {}
     for st in sorted(steps, key=lambda s: (s.number, -(s.end - s.start))):
         uniq.setdefault(st.number, st)

@@ -1,0 +1,169 @@
+"""gpu-check: what `gpuopt profile` costs on a short GPU step, and what its profiler window saw.
+
+    python3 benchmarks/gpu/check_profile.py [--budget 75]
+
+* **Overhead**: ``benchmarks/workloads/dispatch_step.py --device cuda`` (300 steps of 268 ops,
+  ~4 ms on an H200: the step the first GPU run measured at 1.11-1.34x), plain ``python3`` vs
+  ``python3 -m gpuopt profile --quiet``, in alternated pairs (at least 3, more while the budget
+  allows), each run's own median step (the script's clock, after 10 warm-up steps).
+* **CUPTI left attached**: one more pair, the gpuopt side with ``TEARDOWN_CUPTI=0`` (Kineto's
+  behaviour before gpuopt asked for teardown), when the budget allows.
+* **The profiler window**: the trace the last gpuopt run wrote, read by gpuopt: its steps (the
+  host's ``ProfilerStep`` annotations) and how many "Top call sites behind GPU idle time" rows
+  name a user line; and any stderr line of that run that is not gpuopt's own.
+
+In a dry run (``GPUOPT_GPU_CHECK_DRY_RUN=1``, no GPU) the same on the CPU, 40 steps, one pair.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import ROOT, Budget, child_env, device_or_skip, dry_run, gpuopt_cmd, parse_budget, say
+from _common import run as run_cmd
+
+WORKLOAD = ROOT / "benchmarks" / "workloads" / "dispatch_step.py"
+# the longest one run may take before it is cut (an H200 run takes ~5 s; a dry run on a loaded
+# 2-core machine up to ~20 s, torch's import most of it)
+RUN_S = 40.0 if dry_run() else 20.0
+
+
+def timed_run(cmd: list[str], timeout: float, env: dict[str, str] | None = None) -> Any:
+    """The finished run, or None when it was cut at ``timeout`` (said so)."""
+    try:
+        return run_cmd(cmd, timeout, env)
+    except subprocess.TimeoutExpired:
+        say(f"- a run was cut after {timeout:.0f} s: {' '.join(cmd[1:3])}")
+        return None
+
+
+def own_step(proc: Any) -> float | None:
+    if proc is None:
+        return None
+    m = re.search(r"^STEP_MEDIAN_MS ([0-9.]+)$", proc.stderr, re.M)
+    return float(m.group(1)) if m and proc.returncode == 0 else None
+
+
+class Sides:
+    def __init__(self, device: str, steps: int, out: Path) -> None:
+        self.args = [str(WORKLOAD), "--device", device, "--steps", str(steps)]
+        self.out = out
+        self.last: Any = None  # the last gpuopt run
+        self.pair_s = 30.0 if dry_run() else 12.0  # what a pair takes: guessed, then measured
+
+    def plain(self, budget: Budget) -> float | None:
+        return own_step(timed_run([sys.executable, *self.args], min(RUN_S, budget.left())))
+
+    def gpuopt(self, budget: Budget, **env: str) -> float | None:
+        cmd = gpuopt_cmd("profile", "--quiet", "--force", "-o", str(self.out), *self.args)
+        self.last = timed_run(cmd, min(RUN_S, budget.left()), child_env(**env))
+        return own_step(self.last)
+
+
+def overhead(sides: Sides, budget: Budget, pairs_min: int, pairs_max: int) -> None:
+    """At least ``pairs_min`` pairs; more, up to ``pairs_max``, while a pair still fits with the
+    CUPTI pair after it."""
+    ratios: list[float] = []
+    plain_ms: list[float] = []
+    for i in range(pairs_max):
+        need = sides.pair_s if i < pairs_min else 2 * sides.pair_s + 10
+        if budget.left() < need:
+            if i < pairs_min:
+                say(f"- profile overhead: budget spent after {i} pair(s)")
+            break
+        t0 = time.perf_counter()
+        order = ("plain", "gpuopt") if i % 2 == 0 else ("gpuopt", "plain")
+        got = {k: getattr(sides, k)(budget) for k in order}
+        sides.pair_s = time.perf_counter() - t0
+        a, b = got["plain"], got["gpuopt"]
+        if a is None or b is None:
+            err = (sides.last.stderr.strip().splitlines() or ["?"])[-1] if sides.last else "?"
+            say(f"- profile overhead pair {i + 1}: a run failed ({err[:200]})")
+            continue
+        ratios.append(b / a)
+        plain_ms.append(a)
+        say(f"- profile overhead pair {i + 1}: plain {a:.3f} ms, gpuopt {b:.3f} ms ({b / a:.3f}×)")
+    if ratios:
+        say(
+            f"- **profile overhead** (dispatch_step.py, 268 ops a step, own median step, "
+            f"{len(ratios)} alternated pairs): median ratio **{statistics.median(ratios):.3f}×** "
+            f"[{min(ratios):.3f}–{max(ratios):.3f}], plain median step "
+            f"{statistics.median(plain_ms):.3f} ms"
+        )
+
+
+def cupti_attached(sides: Sides, budget: Budget) -> None:
+    if budget.left() < sides.pair_s + 5:
+        say("- CUPTI left attached (TEARDOWN_CUPTI=0): not measured (budget)")
+        return
+    a = sides.plain(budget)
+    b = sides.gpuopt(budget, TEARDOWN_CUPTI="0")
+    if a is not None and b is not None:
+        say(
+            f"- with CUPTI left attached after the window (TEARDOWN_CUPTI=0): plain {a:.3f} ms, "
+            f"gpuopt {b:.3f} ms ({b / a:.3f}×)"
+        )
+
+
+def window(sides: Sides) -> None:
+    """The last gpuopt run's window trace, as gpuopt reads it, and its stderr."""
+    from gpuopt.assemble.trace_profile import profile_from_traces
+
+    proc = sides.last
+    if proc is None or proc.returncode != 0:
+        say("- profiler window: no gpuopt run to read")
+        return
+    foreign = [
+        ln
+        for ln in proc.stderr.splitlines()
+        if ln and not ln.startswith(("gpuopt", "STEP_", "LOOP_"))
+    ]
+    say(
+        "- stderr of `gpuopt profile --quiet`, lines not gpuopt's or the script's: "
+        + (f"{len(foreign)}: " + " | ".join(foreign[:3])[:300] if foreign else "none")
+    )
+    doc = json.loads((sides.out / "profile.json").read_text())
+    info = (doc.get("trace") or {}).get("profiler_window") or {}
+    trace = sides.out / str(info.get("file") or "profiler-window.pt.trace.json.gz")
+    if not trace.exists():
+        say(f"- profiler window: no trace ({info.get('note') or 'not written'})")
+        return
+    p = profile_from_traces(trace)
+    steps = [f"{s.time_s * 1e3:.2f}" for s in (p.steps.series or [])]
+    sites = next((t for t in p.tables if t.title.startswith("Top call sites")), None)
+    rows = sites.rows if sites is not None else []
+    col = sites.columns.index("site") if sites is not None and "site" in sites.columns else None
+    named = [r for r in rows if col is not None and r[col] not in (None, "", "–")]
+    example = f" (first: {named[0]})" if named else ""
+    say(
+        f"- profiler window trace: {len(steps)} steps measured from the host annotations, "
+        f"{', '.join(steps) or '–'} ms (the run's median step "
+        f"{doc['steps']['time_s']['median'] * 1e3:.3f} ms); idle-cause rows naming a user "
+        f"line: {len(named)} of {len(rows)}{example}"
+    )
+
+
+def main() -> int:
+    budget = parse_budget(__doc__, default=75.0)
+    device = device_or_skip()
+    if device is None:
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        sides = Sides(device, 40 if dry_run() else 300, Path(tmp) / "run")
+        overhead(sides, budget, 1 if dry_run() else 3, 1 if dry_run() else 6)
+        window(sides)
+        if device == "cuda":
+            cupti_attached(sides, budget)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

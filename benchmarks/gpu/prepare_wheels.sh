@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Fill .whl/ (git-ignored) with the wheels gpuopt needs that a GPU machine's image lacks:
+# msgspec, isal and libcst, for CPython 3.10, 3.11 and 3.12 on x86_64 Linux. Run it here, where
+# a package index is reachable; the folder travels with the source tree, and
+# benchmarks/gpu/gpu_check.py installs from it (pip --no-index) when they are not importable.
+#
+#   bash benchmarks/gpu/prepare_wheels.sh [PYTHON]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PY="${1:-python3}"
+mkdir -p .whl
+for v in 3.10 3.11 3.12; do
+  "$PY" -m pip download -q --no-deps --only-binary=:all: \
+    --python-version "$v" --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 \
+    -d .whl msgspec isal libcst
+done
+ls -l .whl
+du -sh .whl

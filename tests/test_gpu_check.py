@@ -1,0 +1,100 @@
+"""`make gpu-check`'s runner, tested on the CPU: the plan it makes (which checks, which budgets),
+that each line reaches the document as it is printed and a check past its budget is stopped
+with what it printed kept, and a whole dry run (every check's logic on the CPU, tiny sizes)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+from conftest import ROOT
+
+RUNNER = ROOT / "benchmarks" / "gpu" / "gpu_check.py"
+
+
+def _runner() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gpu_check", RUNNER)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_check"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_checks_of_this_issue_first_then_every_other_by_name() -> None:
+    gc = _runner()
+    names = [p.name for p in gc.checks()]
+    assert names[:3] == ["check_nvml.py", "check_profile.py", "check_aot.py"]
+    assert names[3:] == sorted(names[3:])
+    assert all(n.startswith("check_") for n in names)
+
+
+def test_budgets_fit_the_total() -> None:
+    gc = _runner()
+    names = [
+        "check_nvml.py",
+        "check_profile.py",
+        "check_aot.py",
+        *(f"check_x{i}.py" for i in range(5)),
+    ]
+    got = gc.budgets(names, 195.0)
+    assert sum(got) == pytest.approx(195.0)
+    assert got[1] / got[0] == pytest.approx(75 / 10)  # scaled together
+    assert gc.budgets(names[:2], 195.0) == [10.0, 75.0]  # room enough: as preferred
+
+
+def test_a_check_past_its_budget_is_stopped_and_keeps_what_it_printed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gc = _runner()
+    monkeypatch.setattr(gc, "GRACE_S", 0.5)
+    doc = gc.Doc(tmp_path / "doc.md")
+    slow = "print('- measured: 1.00x', flush=True); import time; time.sleep(60)"
+    gc.run_check(doc, [sys.executable, "-c", slow], 0.5, gc.child_env(False), "check_slow.py")
+    crash = "print('- half', flush=True); raise SystemExit('broken')"
+    gc.run_check(doc, [sys.executable, "-c", crash], 5, gc.child_env(False), "check_crash.py")
+    doc.close()
+    text = (tmp_path / "doc.md").read_text()
+    assert "- measured: 1.00x" in text
+    assert "- check_slow.py: stopped after" in text
+    assert "- half\n" in text and "- check_crash.py: FAILED, exit code 1: broken" in text
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU behaviour")
+def test_without_a_gpu_it_says_so_and_exits_0(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, str(RUNNER), "--doc", str(tmp_path / "doc.md")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "no CUDA device" in r.stdout
+    assert not (tmp_path / "doc.md").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the dry run is the CPU's")
+def test_dry_run_runs_every_check_on_the_cpu(tmp_path: Path) -> None:
+    doc = tmp_path / "gpu-validation.md"
+    r = subprocess.run(
+        [sys.executable, str(RUNNER), "--dry-run", "--doc", str(doc), "--budget", "200"],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        cwd=tmp_path,  # runs from anywhere
+    )
+    assert r.returncode == 0, r.stderr
+    text = doc.read_text()
+    assert "DRY RUN, not a measurement" in text
+    for script in ("check_nvml.py", "check_profile.py", "check_aot.py"):
+        assert f"### {script}" in text
+        assert f"({script}: " in text, f"{script} did not finish:\n{text}"
+    assert "**profile overhead**" in text
+    assert "stderr of `gpuopt profile --quiet`, lines not gpuopt's or the script's: none" in text
+    assert "| resnet_stage | " in text and "FAILED" not in text

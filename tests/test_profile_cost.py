@@ -1,0 +1,39 @@
+"""What `gpuopt profile` runs per op and per step outside its windows, counted (not timed: a
+count does not change with the machine's load). No gpuopt code may run per tensor op outside
+the recorder's and the profiler's windows: the calls into gpuopt's code per step are the same
+whatever the step's op count, and few (the step clock, the DataLoader wait and the batch
+shapes)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import SCRIPTS, run_gpuopt
+
+# Python calls into gpuopt's code plus the C calls it makes, per step (56 measured when this
+# test was written; docs/benchmarks.md, issue 24). A new per-step hook raises it on purpose.
+MAX_CALLS_PER_STEP = 70
+
+
+def _counted(tmp_path: Path, classes: int) -> dict[str, float]:
+    out = tmp_path / f"calls-{classes}.json"
+    r = run_gpuopt(
+        "profile",
+        "--quiet",
+        "-o",
+        str(tmp_path / f"run-{classes}"),
+        str(SCRIPTS / "gpuopt_calls.py"),
+        str(out),
+        "--classes",
+        str(classes),
+    )
+    assert r.returncode == 0, r.stderr
+    return json.loads(out.read_text())  # type: ignore[no-any-return]
+
+
+def test_no_gpuopt_code_runs_per_op_outside_the_windows(tmp_path: Path) -> None:
+    few, many = _counted(tmp_path, 5), _counted(tmp_path, 40)
+    assert many["ops_per_step"] > few["ops_per_step"] + 100  # the steps differ by 100+ ops
+    assert few["calls_per_step"] == many["calls_per_step"]  # ... and gpuopt's calls do not
+    assert 0 < few["calls_per_step"] <= MAX_CALLS_PER_STEP
