@@ -84,8 +84,16 @@ def test_a_fix_whose_own_run_crashes_is_dropped_before_the_candidate(
     assert kept == [syncs]
     assert "the run with only this fix failed: RuntimeError: boom" in zero.reason
     assert not zero.selected and any("zero-grad: dropped" in w for w in state.doc.warnings)
-    # every step alike: each side is tight after the fewest runs
-    assert labels == ["only syncs", "only zero-grad", "candidate 1", "baseline 3", "candidate 2"]
+    # every step alike: each side is tight once it has three runs
+    assert labels == [
+        "only syncs",
+        "only zero-grad",
+        "candidate 1",
+        "baseline 3",
+        "candidate 2",
+        "baseline 4",
+        "candidate 3",
+    ]
     assert state.stopped == "tight"
     assert "no GPU here: its gain is a GPU's" in syncs.notes[-1]  # no gain on a CPU: kept
 
@@ -111,6 +119,8 @@ def test_a_change_seen_once_the_floor_is_known_reruns_candidate_1(
         "baseline 3",
         "candidate 1b",
         "candidate 2",
+        "baseline 4",
+        "candidate 3",
     ]
     roles = {r.label: r.role for r in state.doc.runs}
     assert roles["every fix (before dropping)"] == "ablation"  # kept aside, not compared

@@ -124,7 +124,7 @@ def test_gain_inside_the_run_to_run_noise_is_not_a_win() -> None:
     # the baseline's own runs differ by 10%: a 5% "gain" is inside that noise
     base = [[0.100] * 20, [0.110] * 20]
     g = gain(base, [[0.0995] * 20])
-    assert g.noise is not None and g.noise > 0.09 and not g.measurable
+    assert g.noise is not None and g.noise > 0.06 and not g.measurable  # sd of 0.100, 0.110
 
 
 def test_gain_needs_steps() -> None:

@@ -9,11 +9,11 @@ gain cannot come from gpuopt's own cost.
 
 **How long.** The baseline and candidate runs alternate. After the fewest runs that give a
 verdict (two timed baselines and, unless ``--quick``, two candidates), pairs are added until
-each side's interval is within ±5% of its level (*tight*), or the candidate is found slower (it
-will be dropped: no need to know by how much more exactly), or a side has :data:`MAX_TIMED_RUNS`
-runs, or the next pair would end past the time budget (``--time-budget``, default
-:data:`DEFAULT_TIME_BUDGET_S` seconds from optimize's start; with ``--quick`` and no budget given,
-none is added). The gain says which of these stopped it.
+each side's interval is within ±5% of its level with three runs a side at least (*tight*), or
+the candidate is found slower (it will be dropped: no need to know by how much more exactly),
+or a side has :data:`MAX_TIMED_RUNS` runs, or the next pair would end past the time budget
+(``--time-budget``, default :data:`DEFAULT_TIME_BUDGET_S` seconds from optimize's start; with
+``--quick`` and no budget given, none is added). The gain says which of these stopped it.
 
 **Which fixes stay.** A fix measured slower (its own runs: alone, or the candidate when it is the
 only one) is dropped, "N× slower". A fix measured faster stays. A fix with no measurable gain
@@ -35,6 +35,7 @@ from gpuopt.optimize.speed import TIGHT
 
 DEFAULT_TIME_BUDGET_S = 300.0  # optimize's measuring stops adding runs past this (seconds)
 MAX_TIMED_RUNS = 8  # timed runs a side at most
+MIN_RUNS_TIGHT = 3  # timed runs a side before its interval can be called tight
 
 
 @dataclass
@@ -60,9 +61,13 @@ def predicted_s(walls: Sequence[float | None]) -> float:
 
 
 def tight(g: Gain) -> bool:
-    """Whether each side's interval is within ±:data:`~gpuopt.optimize.speed.TIGHT`."""
+    """Whether each side's interval is within ±:data:`~gpuopt.optimize.speed.TIGHT`, from at
+    least :data:`MIN_RUNS_TIGHT` runs a side (two runs that agree by chance say little of how
+    far a third would be)."""
     widths = (g.baseline_half_width, g.candidate_half_width)
-    return all(isinstance(w, float) and w <= TIGHT for w in widths)
+    runs = g.runs if isinstance(g.runs, list) else [0]
+    enough = min(runs) >= MIN_RUNS_TIGHT
+    return enough and all(isinstance(w, float) and w <= TIGHT for w in widths)
 
 
 def stop_reason(g: Gain, runs: tuple[int, int], extend: bool, next_fits: bool) -> str | None:

@@ -4,17 +4,21 @@ give the same verdict.
 
 **The statistic.** Each run's steps are split (:mod:`gpuopt.optimize.step_series`): its warm-up,
 detected from the series, is left out and shown apart, like the extreme steps, which the
-statistic does not let decide. A side's *level* is the median of its runs' settled steps, pooled;
-the speedup is the baseline's level over the candidate's (steps per second, candidate over
-baseline) — the point estimate the interval is built around.
+statistic does not let decide. A run's level is the median of its settled steps; a side's
+*level* the geometric mean of its runs' levels (each run weighs the same: when runs differ more
+than steps do, this is what more runs make surer); the speedup is the baseline's level over the
+candidate's (steps per second, candidate over baseline) — the point estimate the interval is
+built around.
 
 **The interval.** A hierarchical bootstrap of each side (2,000 resamples): the runs drawn with
-replacement, then each drawn run's settled steps with replacement, and the pooled median taken;
-the ratio's interval is the 5th to 95th percentile of the baseline's resampled levels over the
-candidate's. A side is *tight* when its own interval is within ±:data:`TIGHT` of its level.
+replacement, then each drawn run's settled steps with replacement, each drawn run's median
+taken and their geometric mean; the ratio's interval is the 5th to 95th percentile of the
+baseline's resampled levels over the candidate's. A side is *tight* when its own interval is
+within ±:data:`TIGHT` of its level.
 
-**The noise** is the baseline's run-to-run spread: its runs' levels, largest over smallest, less
-one (with a single baseline run, unknown: 0). **The verdict**: *faster* when the interval's low
+**The noise** is the baseline's run-to-run spread: the standard deviation of its runs' levels
+over their mean (with a single baseline run, unknown: 0) — what one run's level may be off by,
+however many runs there are. **The verdict**: *faster* when the interval's low
 end clears ``1 + max(noise, MIN_EFFECT)``; *slower* when the whole interval is below 1 and the
 speedup below ``1 / (1 + max(noise, MIN_EFFECT))`` — a bound below 1 whatever the noise, so a fix
 that measured slower is always found slower; otherwise *no measurable gain*.
@@ -43,7 +47,7 @@ class Side:
     """One side's timed runs, split, with its level and the interval of that level."""
 
     runs: list[SplitRun]
-    level: float  # the median of the runs' settled steps, pooled (seconds a step)
+    level: float  # the geometric mean of its runs' settled medians (seconds a step)
     low: float
     high: float
     levels: np.ndarray  # the bootstrap's resampled levels (for the ratio's interval)
@@ -59,9 +63,12 @@ class Side:
 
     @property
     def spread(self) -> float:
-        """Run-to-run spread: the largest run level over the smallest, less one (0: one run)."""
+        """Run-to-run noise: the standard deviation of the runs' levels over their mean (0: one
+        run). Not their range, which grows with the runs: more runs must make a gain surer."""
         levels = [r.level for r in self.runs if r.level]
-        return max(levels) / min(levels) - 1.0 if len(levels) > 1 else 0.0
+        if len(levels) < 2:
+            return 0.0
+        return float(np.std(levels, ddof=1) / np.mean(levels))
 
 
 def side(runs: Sequence[Sequence[float]], min_warmup: int = 0) -> Side | None:
@@ -71,16 +78,20 @@ def side(runs: Sequence[Sequence[float]], min_warmup: int = 0) -> Side | None:
     split = [s for s in split if s.settled]
     if sum(len(s.settled) for s in split) < MIN_STEPS:
         return None
-    level = float(np.median(np.concatenate([s.settled for s in split])))
+    level = _geomean([s.level for s in split if s.level])
     levels = bootstrap_levels([s.settled for s in split])
     tail = (1 - LEVEL) / 2 * 100
     low, high = np.percentile(levels, [tail, 100 - tail])
     return Side(split, level, float(low), float(high), levels)
 
 
+def _geomean(values: Sequence[float]) -> float:
+    return float(np.exp(np.mean(np.log(np.asarray(values, dtype=float)))))
+
+
 def bootstrap_levels(runs: Sequence[Sequence[float]], seed: int = SEED) -> np.ndarray:
     """:data:`RESAMPLES` resampled levels: runs drawn with replacement, then each drawn run's
-    steps with replacement, and the median of all the drawn steps."""
+    steps with replacement; each drawn run's median, and their geometric mean."""
     rng = np.random.default_rng(seed)
     k = len(runs)
     width = max(len(r) for r in runs)
@@ -93,8 +104,8 @@ def bootstrap_levels(runs: Sequence[Sequence[float]], seed: int = SEED) -> np.nd
     steps = np.floor(u * lengths[picked][:, :, None]).astype(int)
     values = table[picked[:, :, None], steps]
     mask = np.arange(width)[None, None, :] < lengths[picked][:, :, None]
-    values = np.where(mask, values, np.nan).reshape(RESAMPLES, k * width)
-    return np.asarray(np.nanmedian(values, axis=1))
+    medians = np.nanmedian(np.where(mask, values, np.nan), axis=2)  # (RESAMPLES, k)
+    return np.asarray(np.exp(np.log(np.maximum(medians, 1e-12)).mean(axis=1)))
 
 
 def compare(base: Side, cand: Side) -> Gain:
@@ -116,7 +127,10 @@ def compare(base: Side, cand: Side) -> Gain:
     out.baseline_half_width = round(base.half_width, 4)
     out.candidate_half_width = round(cand.half_width, 4)
     out.runs = [len(base.runs), len(cand.runs)]
-    out.statistic = "median of the settled steps (warm-up detected per run, left out)"
+    out.statistic = (
+        "each run's median settled step (warm-up detected per run, left out), geometric mean "
+        "over the runs"
+    )
     if low > 1.0 + floor:
         out.verdict, out.measurable = "faster", True
         out.label = f"{speedup:.2f}x faster"
