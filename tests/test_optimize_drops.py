@@ -155,6 +155,29 @@ def test_a_slower_fix_is_dropped_whatever_it_is(
     assert fix.reason.startswith("3.00x slower in the training run (0.33x")
 
 
+def test_a_dropped_slower_fix_still_shows_what_it_measured(
+    state: _State, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The 7.5x AoT case in small: candidate 1 slower, the fix dropped, no more runs — and the
+    report's gain is the slowdown that was measured, not 'not measured'."""
+    from gpuopt.optimize.results import fill_results
+
+    labels: list[str] = []
+
+    def fake(launch: Launch, spec: RunSpec) -> Done:
+        labels.append(spec.label)
+        return _done(spec, step_s=0.75 if spec.role == "candidate" else 0.1)
+
+    monkeypatch.setattr(command, "run_once", fake)
+    aot = _fix("aot")
+    assert _candidates(state, [aot]) == [] and labels == ["candidate 1", "baseline 3"]
+    fill_results(state.doc, state.runs, [aot], [], apply=False)
+    g = state.doc.gain
+    assert g is not None and g.verdict == "slower" and g.label == "7.50x slower"
+    (row,) = state.doc.fixes
+    assert not row.applied and row.reason.startswith("7.50x slower in the training run")
+
+
 def test_no_measured_gain_goes_unless_named_or_gpu_only_without_a_gpu(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -305,10 +305,13 @@ def _ablation(st: _State, chosen: list[PlannedFix]) -> list[PlannedFix]:
 
 
 def _candidates(st: _State, kept: list[PlannedFix]) -> list[PlannedFix]:
-    """Candidate 1, baseline 2, then the verdict on each fix from its own run (its ablation run,
-    or candidate 1 when it is the only fix): dropped when that run failed, changed the training,
-    or was measurably slower. Candidate 1 is run again without the dropped fixes (the first one
-    stays in the record as an ablation run), then candidate 2."""
+    """Candidate 1, the next baseline, then the verdict on each fix from its own run (its
+    ablation run, or candidate 1 when it is the only fix): dropped when that run failed, changed
+    the training, or was measured slower. Candidate 1 is run again without the dropped fixes
+    (the first one stays in the record as an ablation run); then the measuring goes on
+    (:func:`_extend`) and each fix's fate is settled on the whole measure (:func:`_settle`)."""
+    from gpuopt.optimize.results import EVERY_FIX
+
     if not kept:
         return kept
     c1 = _run(st, _spec(st, "candidate 1", "candidate", kept))
@@ -321,7 +324,7 @@ def _candidates(st: _State, kept: list[PlannedFix]) -> list[PlannedFix]:
             if f.name in bad:
                 _drop(st, f, bad[f.name])
         kept = [f for f in kept if f.name not in bad]
-        c1.result.role, c1.result.label = "ablation", "every fix (before dropping)"
+        c1.result.role, c1.result.label = "ablation", EVERY_FIX
         if not kept:
             return kept
         st.phases.total += 1

@@ -44,9 +44,13 @@ def fill_results(
     baselines, candidates = _ok(runs, "baseline"), _ok(runs, "candidate")
     if candidates:
         doc.candidate = candidates[0].profile
+    else:  # every fix dropped after candidate 1: its measure is still what was tried
+        candidates = [d for d in _ok(runs, "ablation") if d.result.label == EVERY_FIX]
+    if candidates:
         measured = kept or _carried(candidates[0], fixes)
         settle = max((f.kind.settle_steps for f in measured), default=0)
-        doc.gain = run_gain(timed(runs, "baseline"), timed(runs, "candidate"), measured, settle)
+        cands = [d for d in candidates if d.result.timed is not False]
+        doc.gain = run_gain(timed(runs, "baseline"), cands, measured, settle)
         if stopped and doc.gain.speedup is not None:
             doc.gain.stopped = stopped
         doc.speedup = doc.gain.speedup
@@ -56,6 +60,9 @@ def fill_results(
             doc.warnings.append(note)
     for fix in fixes:
         doc.fixes.append(_fix_result(fix, fix in kept, apply, runs, doc))
+
+
+EVERY_FIX = "every fix (before dropping)"  # candidate 1's label once a fix was dropped after it
 
 
 def _carried(run: Done, fixes: list[PlannedFix]) -> list[PlannedFix]:
