@@ -174,6 +174,7 @@ def test_a_dropped_slower_fix_still_shows_what_it_measured(
     fill_results(state.doc, state.runs, [aot], [], apply=False)
     g = state.doc.gain
     assert g is not None and g.verdict == "slower" and g.label == "7.50x slower"
+    assert g.stopped == "slower"
     (row,) = state.doc.fixes
     assert not row.applied and row.reason.startswith("7.50x slower in the training run")
 

@@ -41,8 +41,8 @@ def test_warmup_is_found_in_the_series_not_assumed(h200: dict[str, list[float]])
         assert all(t > 2 * s.level for t in steps[:2]), label
         assert s.warmup_s == pytest.approx(sum(steps[: s.warmup]))
         assert max(s.settled) < 21e-3, label  # nothing of the first steps (22-115 ms) is left
-    b2 = split_run(h200["baseline 2"])  # 9.5, 7.1, 7.3, ... ms before it settles at 5.5
-    assert b2.warmup == 9 and b2.level == pytest.approx(5.48e-3, rel=0.01)
+    b2 = split_run(h200["baseline 2"])  # 115, 9.5, 7.1, 7.3, 7.2, 7.1 ms, then 5.5
+    assert b2.warmup == 7 and b2.level == pytest.approx(5.48e-3, rel=0.01)
 
 
 def test_a_prefetch_buffer_draining_is_warmup_too() -> None:
@@ -234,3 +234,13 @@ def test_a_side_needs_settled_steps() -> None:
     assert side([[0.1, 0.1]]) is None
     g = gain([[0.1]], [[0.1, 0.1, 0.1]])
     assert g.speedup is None and g.verdict == "not-measured"
+
+
+def test_steps_a_busy_machine_preempts_still_settle() -> None:
+    """A 1.3 ms step preempted one time in three (a 10 ms time slice lost to a neighbour, as
+    measured here at load 15): the warm-up still ends where the run settles, not at half the
+    run, and the preempted steps are extreme, not the level."""
+    steps = [12.0, 11.0, 13.0] + [1.3, 1.4, 10.0] * 9
+    s = split_run([t / 1e3 for t in steps])
+    assert s.did_settle and s.warmup == 3
+    assert s.level == pytest.approx(1.4e-3) and len(s.extreme) == 9

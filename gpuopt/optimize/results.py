@@ -51,6 +51,8 @@ def fill_results(
         settle = max((f.kind.settle_steps for f in measured), default=0)
         cands = [d for d in candidates if d.result.timed is not False]
         doc.gain = run_gain(timed(runs, "baseline"), cands, measured, settle)
+        if doc.gain.verdict == "slower" and not stopped:
+            stopped = "slower"  # dropped at once: no more runs were measured
         if stopped and doc.gain.speedup is not None:
             doc.gain.stopped = stopped
         doc.speedup = doc.gain.speedup
