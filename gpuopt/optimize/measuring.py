@@ -10,7 +10,9 @@ gain cannot come from gpuopt's own cost.
 **How long.** The baseline and candidate runs alternate. After the fewest runs that give a
 verdict (two timed baselines and, unless ``--quick``, two candidates), pairs are added until
 each side's interval is within ±5% of its level with three runs a side at least (*tight*), or
-the candidate is found slower (it will be dropped: no need to know by how much more exactly),
+the candidate is found slower (it will be dropped: no need to know by how much more exactly;
+from a single candidate run only when clearly so — :func:`clearly_slower` — else a second one
+runs first, ``--quick`` too),
 or a side has :data:`MAX_TIMED_RUNS` runs, or the next pair would end past the time budget
 (``--time-budget``, default :data:`DEFAULT_TIME_BUDGET_S` seconds from optimize's start; with
 ``--quick`` and no budget given, none is added). The gain says which of these stopped it.
@@ -36,6 +38,7 @@ from gpuopt.optimize.speed import TIGHT
 DEFAULT_TIME_BUDGET_S = 300.0  # optimize's measuring stops adding runs past this (seconds)
 MAX_TIMED_RUNS = 8  # timed runs a side at most
 MIN_RUNS_TIGHT = 3  # timed runs a side before its interval can be called tight
+CLEAR_SLOWDOWN = 0.25  # slower than 1 / 1.25 in one candidate run: dropped without a second
 
 
 @dataclass
@@ -70,12 +73,25 @@ def tight(g: Gain) -> bool:
     return enough and all(isinstance(w, float) and w <= TIGHT for w in widths)
 
 
+def clearly_slower(g: Gain) -> bool:
+    """Slower by more than one candidate run's luck could make it: beyond
+    :data:`CLEAR_SLOWDOWN`, or twice the noise. A single run measured slower by less is run once
+    more before its fix is dropped (a neighbour's burst in the one candidate run, with two
+    baseline runs that happened to agree, measured a sleeping 5 ms step 1.22x slower here)."""
+    if g.verdict != "slower" or g.speedup is None:
+        return False
+    noise = g.noise or 0.0
+    return g.speedup < 1.0 / (1.0 + max(2 * noise, CLEAR_SLOWDOWN))
+
+
 def stop_reason(g: Gain, runs: tuple[int, int], extend: bool, next_fits: bool) -> str | None:
     """Why the measuring stops now, or None to measure one more pair. ``runs``: timed runs on
     each side; ``extend``: pairs may be added at all (not ``--quick`` without a budget);
     ``next_fits``: the next pair ends within the budget."""
-    if g.verdict == "slower":
+    if g.verdict == "slower" and (runs[1] >= 2 or clearly_slower(g)):
         return "slower"
+    if g.verdict == "slower" and runs[1] < 2:
+        return None  # one candidate run, a little slower: a second one confirms (or not)
     if tight(g):
         return "tight"
     if not extend:
@@ -103,6 +119,7 @@ def how_sure(g: Gain) -> str:
         "runs cap": f"stopped at {MAX_TIMED_RUNS} runs a side",
         "time budget": "stopped by the time budget",
         "one run": "measured alone in one run",
+        "confirmed": "measured alone in two runs (the first a little slower)",
     }.get(stopped, stopped)
     return "; ".join(x for x in (widths, why) if x)
 

@@ -187,12 +187,13 @@ def _source_part(fix: PlannedFix, out: FixResult, runtime: bool) -> None:
 def _measured_part(
     fix: PlannedFix, out: FixResult, runs: list[Done], doc: OptimizeDocument
 ) -> None:
-    alone = next((d for d in runs if d.result.label == f"only {fix.name}"), None)
-    if alone is not None and alone.profile is not None:
-        g = run_gain(timed(runs, "baseline"), [alone], [fix], skip=fix.kind.settle_steps)
+    labels = (f"only {fix.name}", f"only {fix.name} (again)")
+    alone = [d for d in runs if d.result.label in labels and d.profile is not None]
+    if alone:
+        g = run_gain(timed(runs, "baseline"), alone, [fix], skip=fix.kind.settle_steps)
         if g.speedup is not None:
-            g.stopped = "one run"
-        v = run_verdict(_ok(runs, "baseline"), alone, [fix])
+            g.stopped = "one run" if len(alone) == 1 else "confirmed"
+        v = fix_verdict(_ok(runs, "baseline"), alone, [fix])
     elif doc.gain is not None and doc.verification is not None and _only(doc, fix):
         g, v = msgspec.structs.replace(doc.gain), doc.verification  # a copy: its label may change
     else:
