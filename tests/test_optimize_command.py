@@ -67,21 +67,15 @@ def test_sync_fix_diff_on_stdout_applies_and_training_is_exact(
     assert base_out.count("step") == 2  # 30 steps, a print every 10 (--steps stops at step 30)
     assert (runs["candidate 1"] / "stdout.txt").read_text() == base_out
     # progress on stderr (a pipe: one line a phase): --quick with one fix is the profile and
-    # three timed runs
+    # three timed runs (a pair more only to confirm a candidate run a little slower)
     progress = [ln for ln in r.stderr.splitlines() if ln.startswith("gpuopt optimize: run ")]
-    assert [ln.split(" (")[0] for ln in progress] == [
-        "gpuopt optimize: run 1: baseline 1",
-        "gpuopt optimize: run 2 of 4: baseline 2",
-        "gpuopt optimize: run 3 of 4: candidate 1",
-        "gpuopt optimize: run 4 of 4: baseline 3",
-    ]
+    labels = [ln.split(": ", 2)[2].split(" (")[0] for ln in progress]
+    assert labels[:4] == ["baseline 1", "baseline 2", "candidate 1", "baseline 3"]
+    assert len(labels) in (4, 6) and progress[0].startswith("gpuopt optimize: run 1: ")
+    assert progress[1].startswith("gpuopt optimize: run 2 of 4: ")
     timed = {run.label: run.timed for run in doc.runs}
-    assert timed == {
-        "baseline 1": False,
-        "baseline 2": True,
-        "candidate 1": True,
-        "baseline 3": True,
-    }
+    assert timed["baseline 1"] is False
+    assert all(timed[k] for k in ("baseline 2", "candidate 1", "baseline 3"))
     assert doc.gain is not None and doc.gain.stopped in ("minimum runs", "tight", "slower")
     # a timed run carries no recorder, profiler window or sampler: nothing it left out
     timed_run = json.loads((runs["baseline 2"] / "profile.json").read_text())
