@@ -5,7 +5,8 @@ gain optimize claims with the same diff timed by this script's own clock.
 
 It reads its loss every step (`losses.append(loss.item())`), so its host clock covers the GPU's
 work, and prints its median step time (the loader's wait included, 10 warm-up steps left out)
-and the sum of its losses.
+and the sum of its losses. ``--device cpu --size 32`` rehearses it on a CPU
+(``check_optimize.py --rehearse``).
 """
 
 import argparse
@@ -28,18 +29,21 @@ def class_masks(seg):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=80)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--size", type=int, default=128, help="the images' side")
     args = ap.parse_args()
+    dev, s = args.device, args.size
     torch.manual_seed(0)
     n = 16 * args.steps
-    data = TensorDataset(torch.randn(n, 3, 128, 128), torch.randint(0, C, (n, 128, 128)))
+    data = TensorDataset(torch.randn(n, 3, s, s), torch.randint(0, C, (n, s, s)))
     loader = DataLoader(data, batch_size=16, shuffle=True)
-    model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, C, 1)).cuda()
+    model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, C, 1)).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     losses, times = [], []
     t = time.perf_counter()
     for x, seg in loader:  # a step: from the last one's end, the loader's wait included
-        x = x.to("cuda")
-        seg = seg.to("cuda")
+        x = x.to(dev)
+        seg = seg.to(dev)
         target = class_masks(seg)
         opt.zero_grad()
         loss = nn.functional.binary_cross_entropy_with_logits(model(x), target)
