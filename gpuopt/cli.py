@@ -246,6 +246,13 @@ def profile(
         "--record-losses",
         help="Keep every step's loss (read once at the end) and a digest of the parameters.",
     ),
+    measure_only: bool = typer.Option(
+        False,
+        "--measure-only",
+        hidden=True,
+        help="Time the steps only (gpuopt optimize's runs): no recorder, profiler window, "
+        "sampler or checkpoint.",
+    ),
     nnodes: str | None = typer.Option(
         None, "--nnodes", help="torchrun: number of nodes, N or MIN:MAX.", rich_help_panel=_TR
     ),
@@ -308,6 +315,7 @@ def profile(
         fixes=_path(fixes, "--fixes"),
         seed=seed,
         record_losses=record_losses,
+        measure_only=measure_only,
         torchrun=TorchrunOptions(
             nnodes=nnodes,
             node_rank=node_rank,
@@ -689,7 +697,17 @@ def optimize(
         False, "--no-measure", help="Only plan and print the diff: no candidate runs."
     ),
     quick: bool = typer.Option(
-        False, "--quick", help="No ablation and no repeated runs (cheaper, less sure)."
+        False,
+        "--quick",
+        help="No fix measured alone and the fewest timed runs (cheaper, less sure).",
+    ),
+    time_budget: float | None = typer.Option(
+        None,
+        "--time-budget",
+        min=0,
+        metavar="SECONDS",
+        help="Stop adding timed runs past this many seconds from the start (default 300; the "
+        "fewest runs that give a verdict always run); the gain says how sure it is.",
     ),
     quiet: bool = typer.Option(False, "--quiet", help="No progress and no report on stderr."),
     force: bool = typer.Option(False, "--force", help="Replace an earlier optimize run in -o DIR."),
@@ -726,6 +744,7 @@ def optimize(
         quick=quick,
         quiet=quiet,
         force=force,
+        time_budget_s=time_budget,
     )
     try:
         code = optimize_command(opts)

@@ -53,6 +53,7 @@ _PROFILE_VALUED = {
     "--seed",
     "--fix",
     "--baseline",
+    "--time-budget",
     "--nnodes",
     "--node-rank",
     "--rdzv-backend",

@@ -61,19 +61,32 @@ def test_sync_fix_diff_on_stdout_applies_and_training_is_exact(
     assert doc.schema == "gpuopt.optimize/1" and doc.verification is not None
     assert doc.verification.verified == "exact"
     (syncs,) = [f for f in doc.fixes if f.id == "syncs"]
-    assert syncs.applied and syncs.mode == "source" and syncs.verified == "exact"
+    assert syncs.mode == "source"
+    if syncs.applied:  # kept on a CPU without a measured gain: its gain is a GPU's
+        assert syncs.verified == "exact" and "no GPU here" in syncs.notes[-1]
+    else:  # measured slower on this CPU (two small ops a step more): never kept
+        assert "slower in the training run" in syncs.reason, syncs.reason
     assert doc.baseline is not None and doc.candidate is not None
     runs = {run.label: tmp / "out" / run.dir for run in doc.runs}
     base_out = (runs["baseline 1"] / "stdout.txt").read_text()
     assert base_out.count("step") == 2  # 30 steps, a print every 10 (--steps stops at step 30)
     assert (runs["candidate 1"] / "stdout.txt").read_text() == base_out
-    # progress on stderr (a pipe: one line a phase): --quick with one fix is three runs
+    # progress on stderr (a pipe: one line a phase): --quick with one fix is the profile and
+    # three timed runs (a pair more only to confirm a candidate run a little slower)
     progress = [ln for ln in r.stderr.splitlines() if ln.startswith("gpuopt optimize: run ")]
-    assert [ln.split(" (")[0] for ln in progress] == [
-        "gpuopt optimize: run 1: baseline 1",
-        "gpuopt optimize: run 2 of 3: candidate 1",
-        "gpuopt optimize: run 3 of 3: baseline 2",
-    ]
+    labels = [ln.split(": ", 2)[2].split(" (")[0] for ln in progress]
+    assert labels[:4] == ["baseline 1", "baseline 2", "candidate 1", "baseline 3"]
+    assert len(labels) in (4, 6) and progress[0].startswith("gpuopt optimize: run 1: ")
+    assert progress[1].startswith("gpuopt optimize: run 2 of 4: ")
+    timed = {run.label: run.timed for run in doc.runs}
+    assert timed["baseline 1"] is False
+    assert all(timed[k] for k in ("baseline 2", "candidate 1", "baseline 3"))
+    assert doc.gain is not None and doc.gain.stopped in ("minimum runs", "tight", "slower")
+    # a timed run carries no recorder, profiler window or sampler: nothing it left out
+    timed_run = json.loads((runs["baseline 2"] / "profile.json").read_text())
+    assert timed_run["dispatch"]["window_steps"] == 0 and timed_run["utilization"]["samples"] == 0
+    assert not any(s.get("instrumented") for s in timed_run["steps"]["series"])
+    assert len(timed_run["training"]["losses"]) == 30
 
 
 @pytest.mark.parametrize("fmt", ["text", "md", "json", "html"])
@@ -255,3 +268,22 @@ def test_a_source_fix_that_changes_nothing_is_not_applied_nor_run(tmp_path: Path
     assert not syncs.applied and syncs.reason.startswith("nothing to change: every site")
     assert syncs.skipped and "used at once" in syncs.skipped[0]
     assert [run.label for run in doc.runs] == ["baseline 1"] and doc.status == "planned"
+
+
+def test_a_timed_run_keeps_losses_and_batch_shapes_and_nothing_else(tmp_path: Path) -> None:
+    """``profile --measure-only`` (optimize's timed runs): no recorder window, no sampler, no
+    step left out as instrumented — but the losses, and the batch shapes a per-sample gain
+    needs."""
+    script = _copy(tmp_path, "ragged_steps.py")
+    r = run_gpuopt(
+        "profile", "--quiet", "--measure-only", "--record-losses", "--seed", "0", "--steps",
+        "12", "-o", "p", script.name, "--mode", "one", "--samples", "64",
+        cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    prof = json.loads((tmp_path / "p" / "profile.json").read_text())
+    assert prof["dispatch"]["window_steps"] == 0 and prof["utilization"]["samples"] == 0
+    assert not any(s.get("instrumented") for s in prof["steps"]["series"])
+    assert len(prof["training"]["losses"]) == 12
+    assert prof["ragged"]["batches"] >= 12 and prof["ragged"]["samples"] >= 12
+    assert prof["ragged"]["batch_size_1_variable"]

@@ -19,7 +19,8 @@ from gpuopt.optimize.source_files import (
     write_in_place,
     write_private_copies,
 )
-from gpuopt.optimize.verify import compare_training, gain
+from gpuopt.optimize.speed import gain
+from gpuopt.optimize.verify import ROUNDING, compare_training
 
 
 def rec(losses: list[float], digest: str = "d") -> TrainingRecord:
@@ -31,15 +32,49 @@ def test_identical_losses_and_parameters_are_exact() -> None:
     assert v.verified == "exact" and v.steps_compared == 2
 
 
-def test_any_difference_fails_when_the_script_repeats_exactly() -> None:
-    v = compare_training(rec([1.0, 0.5]), rec([1.0, 0.5]), rec([1.0, 0.5000001]))
-    assert v.verified == "failed"
+def test_a_difference_past_rounding_fails_when_the_script_repeats_exactly() -> None:
+    v = compare_training(rec([1.0, 0.5]), rec([1.0, 0.5]), rec([1.0, 0.5001]))
+    assert v.verified == "failed" and v.bound == "none"
     assert "from loss 2" in v.detail and "repeats exactly" in v.detail
 
 
 def test_same_losses_other_parameters_fail() -> None:
     v = compare_training(rec([1.0]), rec([1.0]), rec([1.0], digest="other"))
     assert v.verified == "failed" and "parameters" in v.detail
+
+
+def test_one_verdict_at_float_rounding_whatever_the_floor() -> None:
+    """The H200's pinned-copies case: a loss 5.96e-08 (one float32 step at 0.7) away from the
+    baseline's, once with the baseline repeating exactly (floor 0: it failed) and once with the
+    baseline's runs that far apart (floor 5.96e-08: tolerance). Float rounding decides both."""
+    base = [0.6959723830223083, 0.61, 0.55]
+    cand = rec([0.6959723830223083 + 5.96e-08, 0.61, 0.55], "c")
+    exact_floor = compare_training(rec(base, "a"), [rec(base, "a"), rec(base, "a")], cand)
+    own_floor = compare_training(rec(base, "a"), [rec([base[0] + 5.96e-08, *base[1:]], "b")], cand)
+    for v in (exact_floor, own_floor):
+        assert v.verified == "tolerance" and v.bound == "rounding", v
+        assert "float rounding" in v.detail
+    assert exact_floor.baseline_runs == 3 and own_floor.floor == pytest.approx(5.96e-08)
+
+
+def test_same_losses_parameters_at_rounding_are_tolerance() -> None:
+    """The H200's other pinned-copies verdict: the losses identical, the parameters' digest
+    not — their norms within float rounding is the same training."""
+    a = TrainingRecord(losses=[1.0], param_digest="a", param_count=1, param_norm=12.5)
+    b = TrainingRecord(losses=[1.0], param_digest="b", param_count=1, param_norm=12.5 * (1 + 1e-8))
+    v = compare_training(a, a, b)
+    assert v.verified == "tolerance" and v.bound == "rounding" and "parameters" in v.detail
+    far = TrainingRecord(losses=[1.0], param_digest="b", param_count=1, param_norm=12.6)
+    assert compare_training(a, a, far).verified == "failed"
+
+
+def test_the_floor_comes_from_every_baseline_run() -> None:
+    base, far = rec([1.0, 0.5], "a"), rec([1.0, 0.5003], "b")
+    cand = rec([1.0, 0.5002], "c")
+    assert compare_training(base, [rec([1.0, 0.5], "a")], cand).verified == "failed"
+    v = compare_training(base, [rec([1.0, 0.5], "a"), far], cand)
+    assert v.verified == "tolerance" and v.bound == "floor" and "3 baseline runs" in v.detail
+    assert 0.5 * ROUNDING < 2e-4  # the difference is well past rounding: the floor decided
 
 
 def test_within_the_scripts_own_floor_is_tolerance() -> None:
@@ -50,7 +85,7 @@ def test_within_the_scripts_own_floor_is_tolerance() -> None:
 
 def test_opt_in_tolerance() -> None:
     v = compare_training(rec([1.0]), rec([1.0]), rec([1.0005], "x"), tolerance=1e-3)
-    assert v.verified == "tolerance"
+    assert v.verified == "tolerance" and v.bound == "stated"
 
 
 @pytest.mark.parametrize(
@@ -88,8 +123,8 @@ def test_gain_measurable_only_beyond_interval_and_noise() -> None:
 def test_gain_inside_the_run_to_run_noise_is_not_a_win() -> None:
     # the baseline's own runs differ by 10%: a 5% "gain" is inside that noise
     base = [[0.100] * 20, [0.110] * 20]
-    g = gain(base, [[0.095] * 20])
-    assert g.noise is not None and g.noise > 0.09 and not g.measurable
+    g = gain(base, [[0.0995] * 20])
+    assert g.noise is not None and g.noise > 0.06 and not g.measurable  # sd of 0.100, 0.110
 
 
 def test_gain_needs_steps() -> None:

@@ -179,7 +179,9 @@ def summarize(capture: RecorderCapture, series: list[StepRecord]) -> HostSummary
     engine = capture.engine
     if not capture.enabled or engine is None:
         note = "recorder off (--window 0)" if capture.off else "recorder did not run"
-        return HostSummary(Dispatch(window_steps=0, note=note), warnings=warnings)
+        return HostSummary(
+            Dispatch(window_steps=0, note=note), ragged=capture.shapes, warnings=warnings
+        )
     ragged = capture.shapes
     steps = engine.steps_done
     if steps == 0 or capture.calibration is None:

@@ -20,6 +20,11 @@ OPTIMIZE_SCHEMA = "gpuopt.optimize/1"
 FIXES_SCHEMA = "gpuopt.fixes/1"
 
 Verified = Literal["exact", "tolerance", "not-comparable", "failed", "not-run"]
+GainVerdict = Literal["faster", "slower", "no-gain", "not-measured"]
+# what decided a "tolerance" (or "exact") verdict: identical; the losses within float rounding;
+# within the script's own run-to-run difference; within the fix's stated tolerance; the model's
+# outputs checked (a model transform); compared after the same samples (other batches)
+Bound = Literal["identical", "rounding", "floor", "stated", "transform", "samples", "none"]
 FixMode = Literal["runtime", "source", "suggestion"]
 
 __all__ = ["TrainingRecord"]
@@ -72,6 +77,14 @@ class RunResult(Record):
     step_s: list[float] = field(default_factory=list)  # measured steps' times
     steps_per_s: float | None = None  # 1 / median step time
     wall_s: float | None = None
+    # issue 25: a timed run (--measure-only: no recorder, profiler window, sampler) counts in
+    # the gains; the profiling run (baseline 1) does not
+    timed: bool | UnsetType = UNSET
+    warmup_steps: int | UnsetType = UNSET  # leading steps before the run settled (detected)
+    warmup_s: float | UnsetType = UNSET  # what they took
+    settled: bool | UnsetType = UNSET  # False: it did not settle (warm-up capped at half)
+    level_s: float | UnsetType = UNSET  # the median of its settled steps
+    extreme_steps: list[int] | UnsetType = UNSET  # indices in step_s of its extreme steps
 
 
 class Gain(Record):
@@ -83,6 +96,17 @@ class Gain(Record):
     noise: float | None = None  # the baseline's own run-to-run spread, as a ratio - 1
     measurable: bool = False  # outside both the interval and the run-to-run spread
     label: str = ""  # "1.84x faster", "no measurable gain", "GPU-only, not measured here"
+    # issue 25: how it was measured and how sure it is
+    verdict: GainVerdict | UnsetType = UNSET  # faster, slower, no-gain, not-measured
+    statistic: str | UnsetType = UNSET  # what the speedup is a ratio of
+    baseline_level_s: float | UnsetType = UNSET  # the baseline's level: its settled steps' median
+    candidate_level_s: float | UnsetType = UNSET
+    baseline_half_width: float | UnsetType = UNSET  # each side's interval, ± relative to its level
+    candidate_half_width: float | UnsetType = UNSET
+    runs: list[int] | UnsetType = UNSET  # timed runs: [baseline, candidate]
+    # why the measuring stopped: "tight" (each side within ±5%), "slower", "time budget",
+    # "runs cap", "minimum runs" (--quick), "one run" (a fix alone, measured once)
+    stopped: str | UnsetType = UNSET
 
 
 class FixResult(Record):
@@ -116,6 +140,8 @@ class Verification(Record):
     max_loss_diff: float | None = None
     steps_compared: int = 0
     loss_scale: float | None = None  # the largest baseline loss (differences are relative to it)
+    bound: Bound | UnsetType = UNSET  # issue 25: which bound decided
+    baseline_runs: int | UnsetType = UNSET  # the baseline runs the floor came from
 
 
 class OptimizeDocument(Record):
@@ -136,4 +162,5 @@ class OptimizeDocument(Record):
     runs: list[RunResult] = field(default_factory=list)
     diff: str = ""  # every source change, one unified diff
     cost_s: float | None = None  # what optimize itself took, wall clock
+    time_budget_s: float | UnsetType = UNSET  # issue 25: the measuring's time cap
     warnings: list[str] = field(default_factory=list)

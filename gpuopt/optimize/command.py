@@ -1,10 +1,14 @@
 """``gpuopt optimize``: baseline → sweep → plan → rewrite → ablation and candidate runs → verify →
 measure → ``optimize.json``, the diff on stdout, the report on stderr.
 
-The order of runs alternates the two sides: baseline 1, each fix alone (ablation), candidate 1,
-baseline 2, candidate 2. A fix whose run alone fails (crash, or training changed) is dropped
-before the candidate runs that follow; when only the second baseline shows that it failed (its
-loss floor was needed), candidate 1 is run again without it.
+Baseline 1 is the profile the fixes are planned from (instrumented: never timed). The timed runs
+(:mod:`gpuopt.optimize.measuring`) alternate the two sides: baseline 2, each fix alone
+(ablation), candidate 1, baseline 3, candidate 2, then baseline/candidate pairs until each side
+is measured within ±5%, the candidate is found slower, or the time budget or the runs cap is
+reached. A fix whose run alone fails (crash, training changed, slower) is dropped before the
+candidate runs that follow; when only the third baseline shows that it failed (the loss floor
+was needed), candidate 1 is run again without it. Once measured, a fix without a measured gain
+is dropped unless it was asked for by name or its gain is a GPU's and there is none.
 """
 
 from __future__ import annotations
@@ -21,14 +25,14 @@ import msgspec
 from gpuopt.atomic_write import write_atomic
 from gpuopt.errors import GpuoptError, say
 from gpuopt.model.document import load_profile
-from gpuopt.model.optimize import OptimizeDocument, RunResult, RuntimeFixes
+from gpuopt.model.optimize import Gain, OptimizeDocument, RunResult, RuntimeFixes
 from gpuopt.model.profile import Profile
-from gpuopt.model.records import TrainingRecord, given
 from gpuopt.optimize.catalogue import BY_NAME
+from gpuopt.optimize.measuring import DEFAULT_TIME_BUDGET_S, Budget, keep_or_drop, predicted_s
 from gpuopt.optimize.options import OptimizeOptions
 from gpuopt.optimize.plan import PlanInput, PlannedFix, plan_fixes
 from gpuopt.optimize.progress import Phases
-from gpuopt.optimize.runs import Done, Launch, RunSpec, run_once
+from gpuopt.optimize.runs import Done, Launch, RunSpec, run_once, timed
 from gpuopt.optimize.runtime import encode_fixes
 from gpuopt.optimize.source_files import (
     SourceSet,
@@ -38,7 +42,6 @@ from gpuopt.optimize.source_files import (
     write_in_place,
     write_private_copies,
 )
-from gpuopt.optimize.verify import with_transform_check
 from gpuopt.paths import reason, refuse_inputs, stat_or_none, write_stdout
 
 OPTIMIZE_FILE = "optimize.json"
@@ -55,6 +58,14 @@ class _State:
     t0: float = field(default_factory=time.perf_counter)
     # each user file's bytes when first read: every plan, run, diff and write starts from them
     reads: dict[Path, bytes] = field(default_factory=dict)
+    budget: Budget = field(default_factory=lambda: Budget(DEFAULT_TIME_BUDGET_S))
+    stopped: str = ""  # why the measuring stopped (measuring.stop_reason)
+    measured_alone: bool = False  # each fix ran alone (ablation)
+
+    @property
+    def extend(self) -> bool:
+        """Pairs may be added past the fewest runs (not --quick, unless a budget is given)."""
+        return not self.opts.quick or self.opts.time_budget_s is not None
 
 
 def optimize_command(opts: OptimizeOptions) -> int:
@@ -74,8 +85,11 @@ def optimize_command(opts: OptimizeOptions) -> int:
     launch.timeout_s = opts.timeout_s
     doc = OptimizeDocument(script=target.display, argv=list(opts.args), steps=opts.steps)
     doc.seed = opts.seed
+    limit = opts.time_budget_s if opts.time_budget_s is not None else DEFAULT_TIME_BUDGET_S
+    doc.time_budget_s = limit
     with Phases(quiet=opts.quiet) as phases:
         st = _State(opts, out, launch, phases, doc)
+        st.budget = Budget(limit, st.t0)
         return _optimize(st)
 
 
@@ -124,7 +138,9 @@ def _optimize(st: _State) -> int:
         st.doc.status = "planned"
         return _finish(st, fixes, chosen)
     st.phases.total = len(st.runs) + _runs_to_come(st.opts, len(chosen), given_base)
-    if given_base and _baseline(st) is None:  # the comparison needs a run with its losses
+    if given_base and _baseline(st, timed=True) is None:  # the comparison needs its losses
+        return _baseline_failed(st)
+    if _timed_baseline(st) is None:
         return _baseline_failed(st)
     kept = _ablation(st, chosen)
     kept = _candidates(st, kept)
@@ -133,9 +149,10 @@ def _optimize(st: _State) -> int:
 
 def _runs_to_come(opts: OptimizeOptions, fixes: int, given_base: bool) -> int:
     """The runs still planned once the fixes are chosen: the baseline (with --baseline DIR),
-    each fix alone, candidate 1, baseline 2, candidate 2 (a dropped fix adds a re-run)."""
+    a timed baseline, each fix alone, candidate 1, baseline 3, candidate 2 (a dropped fix adds
+    a re-run, each pair measured past these two more)."""
     ablation = 0 if opts.quick or fixes == 1 else fixes
-    return int(given_base) + ablation + 2 + (0 if opts.quick else 1)
+    return int(given_base) + 1 + ablation + 2 + (0 if opts.quick else 1)
 
 
 # -- baseline ----------------------------------------------------------------------------------
@@ -150,11 +167,25 @@ def _given_baseline(st: _State) -> Profile:
     return profile
 
 
-def _baseline(st: _State) -> Profile | None:
-    done = _run(st, RunSpec("baseline 1", "baseline", st.dir / "runs" / "baseline-1"))
+def _baseline(st: _State, timed: bool = False) -> Profile | None:
+    """Baseline 1: the profile the fixes are planned from (with --baseline DIR, planned from
+    already: a timed run)."""
+    spec = RunSpec("baseline 1", "baseline", st.dir / "runs" / "baseline-1", timed=timed)
+    done = _run(st, spec)
     if done.profile is None or done.result.status != "ok":
         return None
     return done.profile
+
+
+def _next_baseline(st: _State) -> Done:
+    n = sum(1 for d in st.runs if d.result.role == "baseline") + 1
+    return _run(st, RunSpec(f"baseline {n}", "baseline", st.dir / "runs" / f"baseline-{n}"))
+
+
+def _timed_baseline(st: _State) -> Done | None:
+    """The first timed baseline run (none of gpuopt's profiling in it); None when it failed."""
+    done = _next_baseline(st)
+    return None if _crashed(done) else done
 
 
 def _baseline_failed(st: _State) -> int:
@@ -277,10 +308,20 @@ def _spec(st: _State, label: str, role: str, fixes: list[PlannedFix]) -> RunSpec
 
 
 def _ablation(st: _State, chosen: list[PlannedFix]) -> list[PlannedFix]:
-    """Each fix alone, once (not with --quick, nor with a single fix): the fixes that ran and
-    did not fail; their results go into the document."""
+    """Each fix alone, once (not with --quick, nor with a single fix, nor when the time budget
+    cannot hold them): the fixes that ran and did not fail; their results go into the
+    document."""
     if st.opts.quick or len(chosen) == 1:
         return chosen
+    walls = [d.result.wall_s for d in timed(st.runs, "baseline")]
+    if not st.budget.fits(predicted_s(walls) * (len(chosen) + 3)):
+        st.doc.warnings.append(
+            f"each fix alone was not measured: {len(chosen)} more runs would pass the time "
+            f"budget ({st.budget.limit_s:.0f} s); the fixes are judged together"
+        )
+        st.phases.total -= len(chosen)
+        return chosen
+    st.measured_alone = True
     kept = []
     for fix in chosen:
         done = _run(st, _spec(st, f"only {fix.name}", "ablation", [fix]))
@@ -292,15 +333,18 @@ def _ablation(st: _State, chosen: list[PlannedFix]) -> list[PlannedFix]:
 
 
 def _candidates(st: _State, kept: list[PlannedFix]) -> list[PlannedFix]:
-    """Candidate 1, baseline 2, then the verdict on each fix from its own run (its ablation run,
-    or candidate 1 when it is the only fix): dropped when that run failed, changed the training,
-    or was measurably slower. Candidate 1 is run again without the dropped fixes (the first one
-    stays in the record as an ablation run), then candidate 2."""
+    """Candidate 1, the next baseline, then the verdict on each fix from its own run (its
+    ablation run, or candidate 1 when it is the only fix): dropped when that run failed, changed
+    the training, or was measured slower. Candidate 1 is run again without the dropped fixes
+    (the first one stays in the record as an ablation run); then the measuring goes on
+    (:func:`_extend`) and each fix's fate is settled on the whole measure (:func:`_settle`)."""
+    from gpuopt.optimize.results import EVERY_FIX
+
     if not kept:
         return kept
     c1 = _run(st, _spec(st, "candidate 1", "candidate", kept))
-    b2 = _run(st, RunSpec("baseline 2", "baseline", st.dir / "runs" / "baseline-2"))
-    bad = _judge(st, kept, c1, b2)
+    _next_baseline(st)
+    bad = _judge(st, kept, c1)
     if bad or _crashed(c1):
         if not bad:  # all of them together failed, none alone: no way to tell which
             bad = {f.name: f"the run with every fix failed: {_why(c1)}" for f in kept}
@@ -308,7 +352,7 @@ def _candidates(st: _State, kept: list[PlannedFix]) -> list[PlannedFix]:
             if f.name in bad:
                 _drop(st, f, bad[f.name])
         kept = [f for f in kept if f.name not in bad]
-        c1.result.role, c1.result.label = "ablation", "every fix (before dropping)"
+        c1.result.role, c1.result.label = "ablation", EVERY_FIX
         if not kept:
             return kept
         st.phases.total += 1
@@ -317,45 +361,126 @@ def _candidates(st: _State, kept: list[PlannedFix]) -> list[PlannedFix]:
             for f in kept:
                 _drop(st, f, f"the candidate run failed: {_why(c1)}")
             return []
-    if st.opts.quick:
-        return kept
-    c2 = _run(st, _spec(st, "candidate 2", "candidate", kept))
-    if _crashed(c2):
-        st.doc.warnings.append(f"the second candidate run failed: {_why(c2)}")
-    return kept
+    if not _extend(st, kept):
+        return []
+    return _settle(st, kept)
 
 
-def _judge(st: _State, kept: list[PlannedFix], c1: Done, b2: Done) -> dict[str, str]:
-    from gpuopt.optimize.results import run_gain, run_verdict
+def _extend(st: _State, kept: list[PlannedFix]) -> bool:
+    """Candidate 2 (not with --quick), then baseline/candidate pairs until
+    :func:`~gpuopt.optimize.measuring.stop_reason` says stop; False when a candidate run
+    failed (its fixes are dropped)."""
+    from gpuopt.optimize.measuring import stop_reason
+    from gpuopt.optimize.results import run_gain
 
+    n = sum(1 for d in st.runs if d.result.role == "candidate")
+    if not st.opts.quick:
+        n += 1
+        c2 = _run(st, _spec(st, f"candidate {n}", "candidate", kept))
+        if _crashed(c2):
+            return _candidate_failed(st, kept, c2)
+    settle = max(f.kind.settle_steps for f in kept)
+    while True:
+        bases, cands = timed(st.runs, "baseline"), timed(st.runs, "candidate")
+        g = run_gain(bases, cands, kept, settle)
+        pair = predicted_s([d.result.wall_s for d in bases])
+        pair += predicted_s([d.result.wall_s for d in cands])
+        runs = (len(bases), len(cands))
+        st.stopped = stop_reason(g, runs, st.extend, st.budget.fits(pair)) or ""
+        if st.stopped:
+            return True
+        st.phases.total += 2
+        _next_baseline(st)
+        n += 1
+        c = _run(st, _spec(st, f"candidate {n}", "candidate", kept))
+        if _crashed(c):
+            return _candidate_failed(st, kept, c)
+
+
+def _candidate_failed(st: _State, kept: list[PlannedFix], done: Done) -> bool:
+    """A candidate run that failed after others passed: a fix that fails sometimes goes."""
+    for f in kept:
+        _drop(st, f, f"a candidate run failed: {_why(done)}")
+    return False
+
+
+def _settle(st: _State, kept: list[PlannedFix]) -> list[PlannedFix]:
+    """Once measured: each fix's fate from its own runs' gain (alone, or the candidate's when it
+    is the only fix or none ran alone) — slower goes; no measurable gain goes too, unless asked
+    for by name or GPU-only without a GPU. A set measured slower goes whole when no fix alone
+    told which."""
+    from gpuopt.optimize.results import run_gain
+
+    bases = timed(st.runs, "baseline")
+    settle = max(f.kind.settle_steps for f in kept)
+    whole = run_gain(bases, timed(st.runs, "candidate"), kept, settle)
+    named = set(st.opts.fixes)
+    out: list[PlannedFix] = []
+    for fix in kept:
+        g = _alone_gain(st, fix) if st.measured_alone and len(kept) > 1 else None
+        g = g or whole
+        fate = keep_or_drop(fix.kind, g, _on_gpu(st), fix.name in named)
+        if fate.drop is None and whole.verdict == "slower":
+            fate = keep_or_drop(fix.kind, whole, _on_gpu(st), fix.name in named)
+        if fate.drop is not None:
+            _drop(st, fix, fate.drop)
+            continue
+        if fate.note:
+            fix.notes.append(fate.note)
+        out.append(fix)
+    if out and len(out) < len(kept):
+        gone = ", ".join(f.name for f in kept if f not in out)
+        st.doc.warnings.append(
+            f"the candidate runs carried {gone} too, dropped after they were measured: the "
+            "gain shown is of every fix they carried"
+        )
+    return out
+
+
+def _alone_gain(st: _State, fix: PlannedFix) -> Gain | None:
+    """A fix's gain from its runs alone; a single run a little slower is run once more first
+    (:func:`~gpuopt.optimize.measuring.clearly_slower`)."""
+    from gpuopt.optimize.measuring import clearly_slower
+    from gpuopt.optimize.results import run_gain
+
+    labels = (f"only {fix.name}", f"only {fix.name} (again)")
+    alone = [d for d in st.runs if d.result.label in labels and d.profile is not None]
+    if not alone:
+        return None
+    g = run_gain(timed(st.runs, "baseline"), alone, [fix], skip=fix.kind.settle_steps)
+    if g.verdict != "slower" or len(alone) > 1 or clearly_slower(g):
+        return g
+    st.phases.total += 1
+    again = _run(st, _spec(st, labels[1], "ablation", [fix]))
+    if not _crashed(again):
+        alone.append(again)
+    return run_gain(timed(st.runs, "baseline"), alone, [fix], skip=fix.kind.settle_steps)
+
+
+def _judge(st: _State, kept: list[PlannedFix], c1: Done) -> dict[str, str]:
     """Fix name → why it goes, for each fix whose own run failed, changed the training (judged
-    now that the baseline's floor is known) or was measurably slower."""
-    b1 = _first(st, "baseline")
+    now that the baseline's floor is known: three baseline runs) or was measured slower."""
+    from gpuopt.optimize.measuring import clearly_slower
+    from gpuopt.optimize.results import fix_verdict, run_gain
+
+    baselines = [d for d in st.runs if d.result.role == "baseline" and d.profile is not None]
+    bases = timed(st.runs, "baseline")
     out: dict[str, str] = {}
     for fix in kept:
         own = _find(st, f"only {fix.name}") or (c1 if len(kept) == 1 else None)
-        if own is None or b1 is None:
+        if own is None or not baselines:
             continue
         if _crashed(own):
             out[fix.name] = f"the run with this fix failed: {_why(own)}"
             continue
-        v = run_verdict(b1, b2, own, [fix])
-        if fix.kind.transform:
-            v = with_transform_check(v, own.transform_check(), fix.kind.tolerance)
+        v = fix_verdict(baselines, [own], [fix])
         if v.verified == "failed" and not fix.equivalent_only:
             out[fix.name] = f"training changed with this fix: {v.detail}"
             continue
-        g = run_gain([b1, b2], [own], [fix], skip=fix.kind.settle_steps)
-        if not (g.measurable and g.speedup is not None and g.speedup < 1.0):
-            continue
-        if fix.kind.gpu_gain and not _on_gpu(st):
-            fix.notes.append(
-                f"on this CPU it measured {g.speedup:.2f}x: what it removes costs time only on a "
-                "GPU (a sync waits for the device), and keeping values on the device adds a few "
-                "small ops here"
-            )
-            continue
-        out[fix.name] = f"slower in the training run ({g.speedup:.2f}x, {g.label})"
+        g = run_gain(bases, [own], [fix], skip=fix.kind.settle_steps)
+        if clearly_slower(g):  # a little slower in one run: judged once measured more
+            fate = keep_or_drop(fix.kind, g, _on_gpu(st), fix.name in st.opts.fixes)
+            out[fix.name] = fate.drop or g.label
     return out
 
 
@@ -378,18 +503,8 @@ def _drop(st: _State, fix: PlannedFix, reason: str) -> None:
     st.doc.warnings.append(f"{fix.name}: dropped: {reason}")
 
 
-def _first(st: _State, role: str) -> Done | None:
-    return next((d for d in st.runs if d.result.role == role and d.profile is not None), None)
-
-
 def _find(st: _State, label: str) -> Done | None:
     return next((d for d in st.runs if d.result.label == label), None)
-
-
-def _training(done: Done | None) -> TrainingRecord | None:
-    if done is None or done.profile is None:
-        return None
-    return given(done.profile.training)
 
 
 # -- results -----------------------------------------------------------------------------------
@@ -397,7 +512,7 @@ def _finish(st: _State, fixes: list[PlannedFix], kept: list[PlannedFix]) -> int:
     from gpuopt.optimize.results import fill_results
 
     st.phases.phase("verifying and measuring")
-    fill_results(st.doc, st.runs, fixes, kept, st.opts.apply, reads=st.reads)
+    fill_results(st.doc, st.runs, fixes, kept, st.opts.apply, st.stopped, reads=st.reads)
     home = [f for f in kept if not (st.opts.apply and f.has_runtime)]
     sources = _sources(st, home)
     st.doc.diff = unified_diff(sources.changed())

@@ -30,3 +30,4 @@ class OptimizeOptions:
     quiet: bool = False
     force: bool = False
     timeout_s: float | None = None
+    time_budget_s: float | None = None  # --time-budget: the measuring's cap (None: the default)

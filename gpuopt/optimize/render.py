@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from gpuopt.model.optimize import FixResult, Gain, OptimizeDocument
 from gpuopt.model.records import given
+from gpuopt.optimize.measuring import how_sure
 
 
 def _steps_per_s(doc: OptimizeDocument, role: str) -> str:
-    values = [r.steps_per_s for r in doc.runs if r.role == role and r.steps_per_s]
+    """Each timed run's steps/s (1 / its settled steps' median); the profile is not timed."""
+    values = [
+        r.steps_per_s for r in doc.runs if r.role == role and r.steps_per_s and r.timed is not False
+    ]
     if not values:
         return "—"
     return " / ".join(f"{v:.2f}" for v in values)
@@ -20,7 +24,31 @@ def _gain_text(g: Gain | None) -> str:
     interval = f" [{g.low:.2f}–{g.high:.2f}]" if g.low is not None and g.high is not None else ""
     noise = f", run-to-run noise {g.noise:.0%}" if g.noise else ""
     head = g.label if g.label else f"{g.speedup:.2f}x"
-    return f"{head} ({g.speedup:.2f}x{interval}{noise})"
+    sure = how_sure(g)
+    return f"{head} ({g.speedup:.2f}x{interval}{noise})" + (f"; {sure}" if sure else "")
+
+
+def _apart(doc: OptimizeDocument) -> str | None:
+    """The steps the statistic leaves out or does not let decide, per side: the warm-up each
+    run found (first epoch, allocator growth, autotuning, a capture or compile) and the extreme
+    steps."""
+    parts = []
+    for role in ("baseline", "candidate"):
+        runs = [r for r in doc.runs if r.role == role and r.timed is not False]
+        warm = [r.warmup_steps for r in runs if isinstance(r.warmup_steps, int)]
+        secs = sum(r.warmup_s for r in runs if isinstance(r.warmup_s, float))
+        extreme = sum(len(r.extreme_steps) for r in runs if isinstance(r.extreme_steps, list))
+        if not warm:
+            continue
+        text = f"{role} {min(warm)}–{max(warm)} first steps ({secs:.3g} s in all)"
+        if min(warm) == max(warm):
+            text = f"{role} {warm[0]} first steps ({secs:.3g} s in all)"
+        if extreme:
+            text += f", {extreme} extreme step{'' if extreme == 1 else 's'}"
+        if any(r.settled is False for r in runs):
+            text += " (a run did not settle: more --steps)"
+        parts.append(text)
+    return "apart    " + "; ".join(parts) if parts else None
 
 
 def _fix_gain(f: FixResult) -> str:
@@ -54,6 +82,9 @@ def headline(doc: OptimizeDocument) -> list[str]:
         lines.append("planned only (--no-measure, or nothing to apply): no candidate run")
     else:
         lines.append(f"gain     {_gain_text(doc.gain)}")
+        apart = _apart(doc)
+        if apart:
+            lines.append(apart)
     if doc.verification is not None:
         lines.append(f"training {doc.verification.verified}: {doc.verification.detail}")
     return lines

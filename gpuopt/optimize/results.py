@@ -12,14 +12,15 @@ from gpuopt.errors import GpuoptError
 from gpuopt.model.optimize import FixResult, Gain, OptimizeDocument, Verification
 from gpuopt.model.records import TrainingRecord, given
 from gpuopt.optimize.plan import PlannedFix
-from gpuopt.optimize.runs import Done
+from gpuopt.optimize.runs import Done, timed
 from gpuopt.optimize.source_files import SourceSet, unified_diff
+from gpuopt.optimize.speed import gain
 from gpuopt.optimize.verify import (
     compare_by_samples,
     compare_training,
-    gain,
     per_sample_times,
     with_transform_check,
+    worst,
 )
 
 
@@ -39,36 +40,50 @@ def fill_results(
     fixes: list[PlannedFix],
     kept: list[PlannedFix],
     apply: bool,
+    stopped: str = "",
     reads: dict[Path, bytes] | None = None,
 ) -> None:
-    """``reads``: the user's files as first read (source_files.SourceSet), so that each fix's
-    diff is from the text that was planned and measured."""
+    """``stopped``: why the measuring stopped (:func:`gpuopt.optimize.measuring.stop_reason`);
+    ``reads``: the user's files as first read (source_files.SourceSet), so that each fix's diff is
+    from the text that was planned and measured."""
     baselines, candidates = _ok(runs, "baseline"), _ok(runs, "candidate")
-    b1 = baselines[0] if baselines else None
-    b2 = baselines[1] if len(baselines) > 1 else None
     if candidates:
         doc.candidate = candidates[0].profile
-        settle = max((f.kind.settle_steps for f in kept), default=0)
-        doc.gain = run_gain(baselines, candidates, kept, settle)
+    else:  # every fix dropped after candidate 1: its measure is still what was tried
+        candidates = [d for d in _ok(runs, "ablation") if d.result.label == EVERY_FIX]
+    if candidates:
+        measured = kept or _carried(candidates[0], fixes)
+        settle = max((f.kind.settle_steps for f in measured), default=0)
+        cands = [d for d in candidates if d.result.timed is not False]
+        doc.gain = run_gain(timed(runs, "baseline"), cands, measured, settle)
+        if doc.gain.verdict == "slower" and not stopped:
+            stopped = "slower"  # dropped at once: no more runs were measured
+        if stopped and doc.gain.speedup is not None:
+            doc.gain.stopped = stopped
         doc.speedup = doc.gain.speedup
-        doc.verification = run_verdict(b1, b2, candidates[0], kept)
-        if any(f.kind.transform for f in kept):
-            doc.verification = with_transform_check(
-                doc.verification, candidates[0].transform_check(), _tolerance(kept)
-            )
+        doc.verification = fix_verdict(baselines, candidates, measured)
         note = _output_note(baselines, candidates[0])
         if note:
             doc.warnings.append(note)
     for fix in fixes:
-        result = _fix_result(fix, fix in kept, apply, runs, doc, (b1, b2))
+        result = _fix_result(fix, fix in kept, apply, runs, doc)
         _source_part(fix, result, apply and fix.has_runtime, reads)
         doc.fixes.append(result)
+
+
+EVERY_FIX = "every fix (before dropping)"  # candidate 1's label once a fix was dropped after it
+
+
+def _carried(run: Done, fixes: list[PlannedFix]) -> list[PlannedFix]:
+    """The fixes a run carried (every one dropped after it ran)."""
+    return [f for f in fixes if f.name in run.result.fixes]
 
 
 def run_gain(
     baselines: list[Done], candidates: list[Done], fixes: list[PlannedFix], skip: int = 0
 ) -> Gain:
-    """Steps per second, or samples per second when a fix changes the samples a step takes."""
+    """Steps per second, or samples per second when a fix changes the samples a step takes;
+    from timed runs only (:func:`gpuopt.optimize.runs.timed`)."""
     if not any(f.kind.per_sample for f in fixes):
         return gain(
             [d.result.step_s for d in baselines], [d.result.step_s for d in candidates], skip=skip
@@ -83,15 +98,25 @@ def run_gain(
     return out
 
 
-def run_verdict(
-    b1: Done | None, b2: Done | None, cand: Done, fixes: list[PlannedFix]
-) -> Verification:
-    """The candidate's training against the baselines' (after the same number of samples when
-    a fix changes the batches: never step for step)."""
+def run_verdict(baselines: list[Done], cand: Done, fixes: list[PlannedFix]) -> Verification:
+    """One run's training against the first baseline's, every other baseline run giving the
+    floor (after the same number of samples when a fix changes the batches: never step for
+    step)."""
+    b1 = baselines[0] if baselines else None
     if any(f.kind.per_sample for f in fixes):
         base_k = b1.samples_per_step() if b1 is not None else None
         return compare_by_samples(_training(b1), _training(cand), base_k, cand.samples_per_step())
-    return compare_training(_training(b1), _training(b2), _training(cand), _tolerance(fixes))
+    others = [_training(d) for d in baselines[1:]]
+    v = compare_training(_training(b1), others, _training(cand), _tolerance(fixes))
+    if any(f.kind.transform for f in fixes):
+        v = with_transform_check(v, cand.transform_check(), _tolerance(fixes))
+    return v
+
+
+def fix_verdict(baselines: list[Done], runs: list[Done], fixes: list[PlannedFix]) -> Verification:
+    """The verdict on the training of ``fixes`` from every run that carried them: the worst of
+    them (:func:`gpuopt.optimize.verify.worst`), so that one run's luck does not decide."""
+    return worst([run_verdict(baselines, d, fixes) for d in runs if d.profile is not None])
 
 
 def _tolerance(kept: list[PlannedFix]) -> float | None:
@@ -123,7 +148,6 @@ def _fix_result(
     apply: bool,
     runs: list[Done],
     doc: OptimizeDocument,
-    bases: tuple[Done | None, Done | None],
 ) -> FixResult:
     kind = fix.kind
     runtime = apply and fix.has_runtime
@@ -145,7 +169,7 @@ def _fix_result(
         skipped=list(fix.skipped),
     )
     if applied:
-        _measured_part(fix, out, runs, doc, bases)
+        _measured_part(fix, out, runs, doc)
     return out
 
 
@@ -169,19 +193,15 @@ def _source_part(
 
 
 def _measured_part(
-    fix: PlannedFix,
-    out: FixResult,
-    runs: list[Done],
-    doc: OptimizeDocument,
-    bases: tuple[Done | None, Done | None],
+    fix: PlannedFix, out: FixResult, runs: list[Done], doc: OptimizeDocument
 ) -> None:
-    alone = next((d for d in runs if d.result.label == f"only {fix.name}"), None)
-    baselines = _ok(runs, "baseline")
-    if alone is not None and alone.profile is not None:
-        g = run_gain(baselines, [alone], [fix], skip=fix.kind.settle_steps)
-        v = run_verdict(bases[0], bases[1], alone, [fix])
-        if fix.kind.transform:
-            v = with_transform_check(v, alone.transform_check(), fix.kind.tolerance)
+    labels = (f"only {fix.name}", f"only {fix.name} (again)")
+    alone = [d for d in runs if d.result.label in labels and d.profile is not None]
+    if alone:
+        g = run_gain(timed(runs, "baseline"), alone, [fix], skip=fix.kind.settle_steps)
+        if g.speedup is not None:
+            g.stopped = "one run" if len(alone) == 1 else "confirmed"
+        v = fix_verdict(_ok(runs, "baseline"), alone, [fix])
     elif doc.gain is not None and doc.verification is not None and _only(doc, fix):
         g, v = msgspec.structs.replace(doc.gain), doc.verification  # a copy: its label may change
     else:

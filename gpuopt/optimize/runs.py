@@ -2,6 +2,11 @@
 same steps and seed each time, its losses recorded, and the run-time fixes (``--fixes``) of the
 run patched in. Each run's stdout and stderr are kept in its directory (the sync fix must leave
 what the script prints unchanged, and a failed run shows its own error).
+
+Every run but the profile the fixes are planned from is *timed*: ``--measure-only`` (the step
+clock, the losses, the DataLoader probe and the batch shapes; no recorder window, profiler window,
+sampler thread or checkpoint), so both sides carry the same light instrumentation. A timed run's
+steps are split into its warm-up and settled steps (:mod:`gpuopt.optimize.step_series`).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ class RunSpec:
     fixes: list[str] = field(default_factory=list)
     fixes_dir: Path | None = None
     base: Path | None = None  # the optimize directory: run directories are written relative to it
+    timed: bool = True  # --measure-only; False: the profile the fixes are planned from
 
 
 @dataclass
@@ -48,6 +54,8 @@ class Launch:
         cmd = [sys.executable, "-m", "gpuopt", "profile", "--quiet", "--force", "--record-losses"]
         cmd += ["-o", str(spec.dir), "--steps", str(self.steps), "--warmup", str(self.warmup)]
         cmd += ["--seed", str(self.seed)]
+        if spec.timed:
+            cmd.append("--measure-only")
         if spec.fixes_dir is not None:
             cmd += ["--fixes", str(spec.fixes_dir)]
         if self.module is not None:
@@ -89,10 +97,8 @@ class Done:
 
 def run_step_times(profile: Profile) -> list[float]:
     """Every step of the run, in seconds, but the first (it spans the script's own start-up:
-    imports, building the model) and those the recorder slowed down. The rest of the warm-up
-    counts: both sides run the same steps, and what a fix changes may sit in the first ones (a
-    DataLoader's prefetch filling while the first steps wait): left out, a loader whose prefetch
-    buffer outlasts the measured steps would look faster than it loads."""
+    imports, building the model) and those the recorder slowed down (none in a timed run). The
+    warm-up is found in what is left (:func:`gpuopt.optimize.step_series.split_run`)."""
     return [
         s.time_s
         for s in profile.steps.series
@@ -140,9 +146,31 @@ def run_once(launch: Launch, spec: RunSpec) -> Done:
         times = run_step_times(profile)
         result.step_s = [round(t, 6) for t in times]
         result.steps_measured = len(times)
-        rate = len(times) / sum(times) if times and sum(times) > 0 else None
-        result.steps_per_s = round(rate, 4) if rate else None
+        _split(result, times)
+    result.timed = spec.timed
     return Done(result, profile, stdout, stderr_tail, spec.dir)
+
+
+def _split(result: RunResult, times: list[float]) -> None:
+    """The run's warm-up, settled level and extreme steps; its steps/s is 1 / that level."""
+    from gpuopt.optimize.step_series import split_run
+
+    split = split_run(times)
+    if split.level is None or split.level <= 0:
+        return
+    result.steps_per_s = round(1.0 / split.level, 4)
+    result.warmup_steps, result.warmup_s = split.warmup, round(split.warmup_s, 6)
+    result.settled, result.level_s = split.did_settle, round(split.level, 7)
+    result.extreme_steps = list(split.extreme)
+
+
+def timed(runs: list[Done], role: str) -> list[Done]:
+    """The timed runs of a role that wrote a profile (their steps count in the gains)."""
+    return [
+        d
+        for d in runs
+        if d.result.role == role and d.profile is not None and d.result.timed is not False
+    ]
 
 
 def _tail(text: str, lines: int = 3) -> str:

@@ -1,76 +1,125 @@
-"""Is it still the same training, and did it get faster? Pure functions over the runs' training
-records and step times.
+"""Is it still the same training? Pure functions over the runs' training records (the speed
+verdict is :mod:`gpuopt.optimize.speed`'s).
 
-**Same training.** The baseline runs twice: the largest difference between its two loss series is
-the script's own run-to-run *floor*. A candidate is ``exact`` when every loss and the parameters'
-digest match the baseline bit for bit; ``tolerance`` when its losses stay within the floor (or an
-opt-in fix's stated tolerance); ``not-comparable`` when the comparison cannot be made (no losses
-recorded, different step counts, a baseline that does not repeat itself at all), with the reason;
-``failed`` otherwise (the fix is dropped).
-
-**Faster.** Each run's steps per second is its measured steps over their total time (a
-throughput: a stall in a few steps, such as a DataLoader refilling at each epoch, counts in full,
-where a median step would hide it); the speedup is the median over the candidate's runs over the
-median over the baseline's. The interval is a seeded bootstrap of the ratio of mean step times
-over the pooled steps of each side (:mod:`gpuopt.gate.intervals`), and the baseline's own spread
-between its runs is the noise: a gain is *measurable* only when the interval's low end clears
-1 + noise. Otherwise it is reported as "no measurable gain", never as a win.
+**Same training.** The baseline runs several times: the largest difference between its loss
+series is the script's own run-to-run *floor*. A candidate is ``exact`` when every loss and the
+parameters' digest match the baseline bit for bit; ``tolerance`` when its losses stay within
+float rounding (:data:`ROUNDING` of the largest loss, whatever the floor: a difference of one
+float32 rounding step must not flip the verdict between two runs of the same fix), within the
+floor, or within an opt-in fix's stated tolerance — the verdict's ``bound`` says which decided;
+``not-comparable`` when the comparison cannot be made (no losses recorded, different step counts,
+a baseline that does not repeat itself at all), with the reason; ``failed`` otherwise (the fix is
+dropped).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from statistics import median
 
-from gpuopt.gate.intervals import ratio_of_means
-from gpuopt.model.optimize import Gain, Verification
+from gpuopt.model.optimize import Verification
 from gpuopt.model.records import TrainingRecord
 
 # a baseline whose two runs differ by more than this (relative to the loss) does not repeat itself
 NOT_REPEATABLE = 0.05
 
 
+# float rounding: losses (and, when the losses are identical, the parameters' norm) this close,
+# relative to the largest loss, are the same training — one float32 rounding step is 6e-8 of the
+# value; a nondeterministic kernel's rounding grows over a 30-step run by a few orders at most
+ROUNDING = 1e-5
+
+
 def compare_training(
     base: TrainingRecord | None,
-    again: TrainingRecord | None,
+    again: TrainingRecord | Sequence[TrainingRecord | None] | None,
     cand: TrainingRecord | None,
     tolerance: float | None = None,
 ) -> Verification:
-    """``cand`` against ``base``, with ``again`` (the baseline's second run, if any) for the
-    floor; ``tolerance``: an opt-in fix's relative tolerance on the losses."""
+    """``cand`` against ``base``, with ``again`` (the baseline's other runs, one or several) for
+    the floor; ``tolerance``: an opt-in fix's relative tolerance on the losses."""
     problem = _uncomparable(base, cand)
     if problem is not None:
         return Verification(verified="not-comparable", detail=problem)
     assert base is not None and cand is not None
+    others = _others(again)
     n = len(base.losses)
     diff = _max_diff(base.losses, cand.losses)
     if diff == 0.0 and cand.param_digest == base.param_digest:
         detail = f"{n} losses and the parameters identical, bit for bit"
-        return Verification(verified="exact", detail=detail, max_loss_diff=0.0, steps_compared=n)
-    floor = _floor(base, again)
+        out = Verification(verified="exact", detail=detail, max_loss_diff=0.0, steps_compared=n)
+        out.bound = "identical"
+        return out
+    floor = _floor(base, others)
     scale = max(abs(v) for v in base.losses) or 1.0
     out = Verification(verified="failed", detail="", floor=floor, max_loss_diff=diff)
-    out.steps_compared, out.loss_scale = n, scale
+    out.steps_compared, out.loss_scale, out.baseline_runs = n, scale, 1 + len(others)
     if floor is not None and floor / scale > NOT_REPEATABLE:
         out.verified = "not-comparable"
         out.detail = (
-            f"the script does not repeat itself: its two baseline runs differ by {floor:.3g} in "
+            f"the script does not repeat itself: its baseline runs differ by {floor:.3g} in "
             "loss (seed it, or make its data order fixed)"
         )
-    elif floor is not None and floor > 0 and diff <= floor:
-        out.verified = "tolerance"
+        return out
+    _judge_training(out, base, cand, others, tolerance)
+    return out
+
+
+def _judge_training(
+    out: Verification,
+    base: TrainingRecord,
+    cand: TrainingRecord,
+    others: list[TrainingRecord],
+    tolerance: float | None,
+) -> None:
+    """The verdict on a difference that is not nothing, and the bound that decided it:
+    float rounding first (the same difference always gets the same verdict), then the script's
+    own floor, then the fix's stated tolerance."""
+    diff, floor, scale = out.max_loss_diff or 0.0, out.floor, out.loss_scale or 1.0
+    runs = f"{len(others) + 1} baseline runs"
+    if diff == 0.0:  # the same losses, other parameters
+        rel = _norm_diff(base, cand)
+        if rel is not None and rel <= ROUNDING:
+            out.verified, out.bound = "tolerance", "rounding"
+            out.detail = (
+                f"losses identical; the parameters differ at float rounding (their norms within "
+                f"{rel:.2g} relative, bound {ROUNDING:g})"
+            )
+        elif any(o.param_digest != base.param_digest for o in others):
+            out.verified, out.bound = "tolerance", "floor"
+            out.detail = f"losses identical; the parameters differ, as between the script's {runs}"
+        else:
+            out.detail = _first_difference(base.losses, cand.losses, floor, diff)
+    elif diff <= ROUNDING * scale:
+        out.verified, out.bound = "tolerance", "rounding"
         out.detail = (
-            f"losses within the script's own run-to-run difference ({diff:.3g} ≤ {floor:.3g})"
+            f"losses within float rounding ({diff:.3g} ≤ {ROUNDING:g} of the largest loss "
+            f"{scale:.4g})"
+        )
+    elif floor is not None and floor > 0 and diff <= floor:
+        out.verified, out.bound = "tolerance", "floor"
+        out.detail = (
+            f"losses within the script's own run-to-run difference ({diff:.3g} ≤ {floor:.3g}, "
+            f"{runs})"
         )
     elif tolerance is not None and diff <= tolerance * scale:
-        out.verified = "tolerance"
+        out.verified, out.bound = "tolerance", "stated"
         out.detail = (
             f"losses within the fix's stated tolerance ({diff:.3g} ≤ {tolerance:g} relative)"
         )
     else:
+        out.bound = "none"
         out.detail = _first_difference(base.losses, cand.losses, floor, diff)
-    return out
+
+
+def worst(verdicts: Sequence[Verification]) -> Verification:
+    """Of a fix's runs' verdicts, the one it must be judged by: the first that failed, else the
+    first not comparable, else the one with the largest difference."""
+    for kind in ("failed", "not-comparable"):
+        for v in verdicts:
+            if v.verified == kind:
+                return v
+    return max(verdicts, key=lambda v: v.max_loss_diff or 0.0)
 
 
 # a transform whose forward matches: losses may still drift this far (other dropout masks)
@@ -93,7 +142,7 @@ def with_transform_check(
         return v
     if v.max_loss_diff is None or v.max_loss_diff > DRIFT * (v.loss_scale or 1.0):
         return v
-    return Verification(
+    out = Verification(
         verified="tolerance",
         detail=(
             f"the model's outputs on the same batch (eval mode) within {rel:.2g} of the "
@@ -106,6 +155,8 @@ def with_transform_check(
         steps_compared=v.steps_compared,
         loss_scale=v.loss_scale,
     )
+    out.bound, out.baseline_runs = "transform", v.baseline_runs
+    return out
 
 
 def _uncomparable(base: TrainingRecord | None, cand: TrainingRecord | None) -> str | None:
@@ -127,10 +178,29 @@ def _max_diff(a: Sequence[float], b: Sequence[float]) -> float:
     return max((abs(x - y) for x, y in zip(a, b, strict=True)), default=0.0)
 
 
-def _floor(base: TrainingRecord, again: TrainingRecord | None) -> float | None:
-    if again is None or len(again.losses) != len(base.losses):
+def _others(
+    again: TrainingRecord | Sequence[TrainingRecord | None] | None,
+) -> list[TrainingRecord]:
+    if again is None:
+        return []
+    if isinstance(again, TrainingRecord):
+        return [again]
+    return [a for a in again if a is not None]
+
+
+def _floor(base: TrainingRecord, others: Sequence[TrainingRecord]) -> float | None:
+    """The largest difference between the baseline's first run and any other (None: no other
+    run of the same length)."""
+    diffs = [_max_diff(base.losses, o.losses) for o in others if len(o.losses) == len(base.losses)]
+    return max(diffs) if diffs else None
+
+
+def _norm_diff(base: TrainingRecord, cand: TrainingRecord) -> float | None:
+    """The parameters' norms' relative difference (None: a norm is missing)."""
+    a, b = base.param_norm, cand.param_norm
+    if a is None or b is None:
         return None
-    return _max_diff(base.losses, again.losses)
+    return abs(a - b) / max(abs(a), 1e-30)
 
 
 def _first_difference(
@@ -146,54 +216,6 @@ def _first_difference(
         else "the script's own floor is unknown (one baseline run)"
     )
     return f"training changed {where} ({own})"
-
-
-def throughput(step_s: Sequence[float]) -> float | None:
-    """Steps per second of one run: its measured steps over their total time."""
-    total = sum(step_s)
-    return len(step_s) / total if step_s and total > 0 else None
-
-
-def throughputs(runs: Sequence[Sequence[float]]) -> list[float]:
-    return [t for run in runs if (t := throughput(run)) is not None]
-
-
-def gain(
-    baseline_runs: Sequence[Sequence[float]],
-    candidate_runs: Sequence[Sequence[float]],
-    min_steps: int = 3,
-    skip: int = 0,
-) -> Gain:
-    """Candidate steps/s over baseline steps/s, from per-step times (seconds) of each run;
-    ``skip``: steps left out at the start of every run, on both sides (a fix that compiles
-    first is measured once it has)."""
-    if skip:
-        baseline_runs = [run[skip:] for run in baseline_runs]
-        candidate_runs = [run[skip:] for run in candidate_runs]
-    base = [t for run in baseline_runs for t in run]
-    cand = [t for run in candidate_runs for t in run]
-    if len(base) < min_steps or len(cand) < min_steps:
-        return Gain(speedup=None, label=f"not measured: fewer than {min_steps} measured steps")
-    # ratio_of_means(cand, base) is mean(base) / mean(cand): a time ratio = speedup in steps/s
-    _, low, high = ratio_of_means(cand, base)
-    speedup = median(throughputs(candidate_runs)) / median(throughputs(baseline_runs))
-    rates = throughputs(baseline_runs)
-    noise = (max(rates) / min(rates) - 1.0) if len(rates) > 1 else 0.0
-    measurable = low > 1.0 + noise or high < 1.0 - noise
-    out = Gain(
-        speedup=round(speedup, 4),
-        low=round(low, 4),
-        high=round(high, 4),
-        noise=round(noise, 4),
-        measurable=measurable,
-    )
-    if not measurable:
-        out.label = "no measurable gain"
-    elif speedup >= 1.0:
-        out.label = f"{speedup:.2f}x faster"
-    else:
-        out.label = f"{1 / speedup:.2f}x slower"
-    return out
 
 
 # -- fixes that change the samples a step takes (padding-batch) ---------------------------------
@@ -239,10 +261,12 @@ def compare_by_samples(
         f"for step; after the same {upto:.0f} samples the loss is {c:.4g} (its step {j + 1}) "
         f"against {b:.4g} (the baseline's mean over its steps {lo + 1}-{hi}): {rel:+.1%}"
     )
-    return Verification(
+    out = Verification(
         verified="not-comparable",
         detail=detail,
         max_loss_diff=abs(c - b),
         steps_compared=j + 1,
         loss_scale=abs(b) or None,
     )
+    out.bound = "samples"
+    return out

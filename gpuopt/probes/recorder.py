@@ -59,7 +59,9 @@ class DispatchRecorder:
 
     name = "recorder"
 
-    def __init__(self) -> None:
+    def __init__(self, shapes_only: bool = False) -> None:
+        # shapes_only: the batch shapes alone, no window (gpuopt optimize's timed runs)
+        self.shapes_only = shapes_only
         self.ctx: RunContext | None = None
         self.engine: RecorderEngine | None = None
         self.shapes = BatchShapeTracker()  # the training batches
@@ -76,6 +78,9 @@ class DispatchRecorder:
     # -- Probe interface ---------------------------------------------------------------
     def start(self, ctx: RunContext) -> None:
         self.ctx = ctx
+        if self.shapes_only:
+            self._add_listener()
+            return
         if ctx.window_steps <= 0:
             return
         try:
@@ -133,14 +138,14 @@ class DispatchRecorder:
             from gpuopt.probes.recorder_calibration import calibrate
 
             calibration = calibrate()
-        shapes = self.shapes.summary() if ran else None
+        shapes = self.shapes.summary() if ran or self.shapes_only else None
         if shapes is not None and self.per_loader.trackers:
             shapes.loaders = self.per_loader.summary()
         if shapes is not None and self.listener_note:
             shapes.note = self.listener_note
         return RecorderCapture(
             enabled=ran,
-            off=ctx is not None and ctx.window_steps <= 0,
+            off=self.shapes_only or (ctx is not None and ctx.window_steps <= 0),
             window_start=ctx.window_start if ctx is not None else 0,
             engine=engine,
             calibration=calibration,

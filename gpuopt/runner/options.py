@@ -67,6 +67,9 @@ class ProfileOptions:
     fixes: Path | None = None  # --fixes DIR: run-time fixes (gpuopt optimize --apply) patched in
     seed: int | None = None  # --seed N: random, numpy and torch seeded before the script runs
     record_losses: bool = False  # --record-losses: every step's loss and a parameter digest
+    # --measure-only (gpuopt optimize's timed runs): the step clock, the losses, the DataLoader
+    # probe and the batch shapes only; no recorder window, profiler window, sampler or checkpoint
+    measure_only: bool = False
     torchrun: TorchrunOptions = field(default_factory=TorchrunOptions)
 
     @property
@@ -78,6 +81,6 @@ class ProfileOptions:
     def warmup_used(self) -> int:
         """The warm-up the run uses: ``--warmup``, but with ``--steps N`` at most ``N - 1``, so
         that the recorder's window still records a training step."""
-        if self.steps is not None and self.window > 0:
+        if self.steps is not None and self.window > 0 and not self.measure_only:
             return max(min(self.warmup, self.steps - 1), 0)
         return self.warmup

@@ -218,14 +218,8 @@ class ProfileSession:
         self._apply_fixes()
         if self.opts.seed is not None and self.training is None:
             seed_everything(self.opts.seed)
-        nvml, nvml_note = self._open_nvml()
-        self.sampler = UtilizationSampler(
-            interval=self.opts.sample_interval, nvml=nvml, nvml_note=nvml_note
-        )
-        if self.finish is not None:
-            self.sampler.after_tick = self._checkpoint
-        if nvml_note and not self.opts.quiet:
-            print(f"gpuopt: {nvml_note}", file=sys.stderr)
+        if not self.opts.measure_only:  # a timed run has no sampler thread, no checkpoint
+            self.sampler = self._sampler()
         self.recorder, self.window = self._optional_probes()
         if self.window is not None:
             self.window.site_source = self._recorded_sites
@@ -239,7 +233,9 @@ class ProfileSession:
             max_steps=self.opts.steps,
             clock=self.clock,
         )
-        probes: list[Probe] = [self.loader_probe, self.sampler]
+        probes: list[Probe] = [self.loader_probe]
+        if self.sampler is not None:
+            probes.append(self.sampler)
         if self.training is not None:
             probes.append(self.training)
         if self.collectives is not None:
@@ -415,6 +411,17 @@ class ProfileSession:
                 )
             return None
 
+    def _sampler(self) -> UtilizationSampler:
+        nvml, nvml_note = self._open_nvml()
+        sampler = UtilizationSampler(
+            interval=self.opts.sample_interval, nvml=nvml, nvml_note=nvml_note
+        )
+        if self.finish is not None:
+            sampler.after_tick = self._checkpoint
+        if nvml_note and not self.opts.quiet:
+            print(f"gpuopt: {nvml_note}", file=sys.stderr)
+        return sampler
+
     def _open_nvml(self) -> tuple[Any, str | None]:
         if self._nvml == "auto":
             from gpuopt.probes.accelerator import open_nvml
@@ -426,7 +433,10 @@ class ProfileSession:
 
     def _optional_probes(self) -> tuple[DispatchRecorder | None, ProfilerWindow | None]:
         """The detailed recorder and, on a CUDA machine, the GPU profiler window (neither with
-        --window 0)."""
+        --window 0). A timed run (``--measure-only``) keeps the recorder's batch shapes only
+        (a fix that changes the samples a step takes is measured per sample)."""
+        if self.opts.measure_only:
+            return DispatchRecorder(shapes_only=True), None
         if self.opts.window <= 0:
             return None, None
         import torch
@@ -444,6 +454,8 @@ class ProfileSession:
         (their own measurements come from those probes), like warm-up steps."""
         w0, w = self.opts.warmup_used, self.opts.window
         out: set[int] = set()
+        if self.opts.measure_only:
+            return out
         if self.recorder is not None and self.recorder in self.started:
             out.update(range(w0, w0 + w))
         if self.window is not None and self.window in self.started:

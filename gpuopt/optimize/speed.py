@@ -1,0 +1,171 @@
+"""Faster, slower, or not measurable: the gain of a candidate over the baseline from the step
+times of their timed runs. Pure functions; the resampling is seeded, so the same runs always
+give the same verdict.
+
+**The statistic.** Each run's steps are split (:mod:`gpuopt.optimize.step_series`): its warm-up,
+detected from the series, is left out and shown apart, like the extreme steps, which the
+statistic does not let decide. A run's level is the median of its settled steps; a side's
+*level* the geometric mean of its runs' levels (each run weighs the same: when runs differ more
+than steps do, this is what more runs make surer); the speedup is the baseline's level over the
+candidate's (steps per second, candidate over baseline) — the point estimate the interval is
+built around.
+
+**The interval.** A hierarchical bootstrap of each side (2,000 resamples): the runs drawn with
+replacement, then each drawn run's settled steps with replacement, each drawn run's median
+taken and their geometric mean; the ratio's interval is the 5th to 95th percentile of the
+baseline's resampled levels over the candidate's. A side is *tight* when its own interval is
+within ±:data:`TIGHT` of its level.
+
+**The noise** is the baseline's run-to-run spread: the standard deviation of its runs' levels
+over their mean (with a single baseline run, unknown: 0) — what one run's level may be off by,
+however many runs there are. **The verdict**: *faster* when the interval's low
+end clears ``1 + max(noise, MIN_EFFECT)``; *slower* when the whole interval is below 1 and the
+speedup below ``1 / (1 + max(noise, MIN_EFFECT))`` — a bound below 1 whatever the noise, so a fix
+that measured slower is always found slower; otherwise *no measurable gain*.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpuopt.model.optimize import Gain
+from gpuopt.optimize.step_series import SplitRun, split_run
+
+RESAMPLES = 2000
+LEVEL = 0.90  # two-sided: the 5th and 95th percentiles
+SEED = 0
+TIGHT = 0.05  # a side is measured well enough when its interval is within ±5% of its level
+MIN_EFFECT = 0.03  # a gain or a loss under 3% is never claimed, however quiet the runs
+MIN_STEPS = 3  # settled steps a side needs, in all, to be measured at all
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side's timed runs, split, with its level and the interval of that level."""
+
+    runs: list[SplitRun]
+    level: float  # the geometric mean of its runs' settled medians (seconds a step)
+    low: float
+    high: float
+    levels: np.ndarray  # the bootstrap's resampled levels (for the ratio's interval)
+
+    @property
+    def half_width(self) -> float:
+        """The interval's half width relative to the level (0.05: ±5%)."""
+        return (self.high - self.low) / 2 / self.level if self.level > 0 else float("inf")
+
+    @property
+    def tight(self) -> bool:
+        return self.half_width <= TIGHT
+
+    @property
+    def spread(self) -> float:
+        """Run-to-run noise: the standard deviation of the runs' levels over their mean (0: one
+        run). Not their range, which grows with the runs: more runs must make a gain surer."""
+        levels = [r.level for r in self.runs if r.level]
+        if len(levels) < 2:
+            return 0.0
+        return float(np.std(levels, ddof=1) / np.mean(levels))
+
+
+def side(runs: Sequence[Sequence[float]], min_warmup: int = 0) -> Side | None:
+    """A side from its runs' step times (seconds); None when it has fewer than
+    :data:`MIN_STEPS` settled steps in all."""
+    split = [split_run(r, min_warmup) for r in runs if len(r) > 0]
+    split = [s for s in split if s.settled]
+    if sum(len(s.settled) for s in split) < MIN_STEPS:
+        return None
+    level = _geomean([s.level for s in split if s.level])
+    levels = bootstrap_levels([s.settled for s in split])
+    tail = (1 - LEVEL) / 2 * 100
+    low, high = np.percentile(levels, [tail, 100 - tail])
+    return Side(split, level, float(low), float(high), levels)
+
+
+def _geomean(values: Sequence[float]) -> float:
+    return float(np.exp(np.mean(np.log(np.asarray(values, dtype=float)))))
+
+
+def bootstrap_levels(runs: Sequence[Sequence[float]], seed: int = SEED) -> np.ndarray:
+    """:data:`RESAMPLES` resampled levels: runs drawn with replacement, then each drawn run's
+    steps with replacement; each drawn run's median, and their geometric mean."""
+    rng = np.random.default_rng(seed)
+    k = len(runs)
+    width = max(len(r) for r in runs)
+    table = np.full((k, width), np.nan)
+    for i, r in enumerate(runs):
+        table[i, : len(r)] = r
+    lengths = np.array([len(r) for r in runs])
+    picked = rng.integers(0, k, size=(RESAMPLES, k))  # which run fills each slot
+    u = rng.random((RESAMPLES, k, width))
+    steps = np.floor(u * lengths[picked][:, :, None]).astype(int)
+    values = table[picked[:, :, None], steps]
+    mask = np.arange(width)[None, None, :] < lengths[picked][:, :, None]
+    medians = np.nanmedian(np.where(mask, values, np.nan), axis=2)  # (RESAMPLES, k)
+    return np.asarray(np.exp(np.log(np.maximum(medians, 1e-12)).mean(axis=1)))
+
+
+def compare(base: Side, cand: Side) -> Gain:
+    """The candidate's gain over the baseline, with its interval, noise and verdict."""
+    speedup = round(base.level / cand.level, 4)  # the label says what the document holds
+    tail = (1 - LEVEL) / 2 * 100
+    ratios = base.levels / np.maximum(cand.levels, 1e-12)
+    low, high = (float(x) for x in np.percentile(ratios, [tail, 100 - tail]))
+    noise = base.spread
+    floor = max(noise, MIN_EFFECT)
+    out = Gain(
+        speedup=speedup,
+        low=round(low, 4),
+        high=round(high, 4),
+        noise=round(noise, 4),
+    )
+    out.baseline_level_s = round(base.level, 7)
+    out.candidate_level_s = round(cand.level, 7)
+    out.baseline_half_width = round(base.half_width, 4)
+    out.candidate_half_width = round(cand.half_width, 4)
+    out.runs = [len(base.runs), len(cand.runs)]
+    out.statistic = (
+        "each run's median settled step (warm-up detected per run, left out), geometric mean "
+        "over the runs"
+    )
+    if low > 1.0 + floor:
+        out.verdict, out.measurable = "faster", True
+        out.label = f"{speedup:.2f}x faster"
+    elif high < 1.0 and speedup < 1.0 / (1.0 + floor):
+        out.verdict, out.measurable = "slower", True
+        out.label = f"{1 / speedup:.2f}x slower"
+    else:
+        out.verdict = "no-gain"
+        out.label = "no measurable gain"
+    return out
+
+
+def gain(
+    baseline_runs: Sequence[Sequence[float]],
+    candidate_runs: Sequence[Sequence[float]],
+    skip: int = 0,
+) -> Gain:
+    """Candidate over baseline from per-step times (seconds) of each side's timed runs;
+    ``skip``: steps left out at least at the start of every run, on both sides (a fix that
+    compiles first is measured once it has)."""
+    base, cand = side(baseline_runs, skip), side(candidate_runs, skip)
+    if base is None or cand is None:
+        return Gain(
+            speedup=None,
+            label=f"not measured: fewer than {MIN_STEPS} settled steps",
+            verdict="not-measured",
+        )
+    return compare(base, cand)
+
+
+def sides_tight(
+    baseline_runs: Sequence[Sequence[float]],
+    candidate_runs: Sequence[Sequence[float]],
+    skip: int = 0,
+) -> tuple[bool, bool]:
+    """Whether each side's interval is within ±:data:`TIGHT` (a side not measured: not)."""
+    base, cand = side(baseline_runs, skip), side(candidate_runs, skip)
+    return (base is not None and base.tight, cand is not None and cand.tight)
