@@ -220,6 +220,20 @@ class TopSite(Record):
     time_share: float
 
 
+class OutsideSite(Record):
+    """Where the window's time outside tensor ops went (a sleep, a blocking read, Python work
+    that issues no op), from the gap sampler: ``site`` is the user's line (where the fix goes),
+    ``frame`` the innermost Python frame running (the line itself for a C call it made, such as
+    ``time.sleep``); the time is the recorder's measured outside-ops time, split as the samples
+    fell."""
+
+    site: str
+    frame: str
+    time_us_per_step: float
+    time_share: float
+    samples: int
+
+
 class Dispatch(Record):
     """Host-side op dispatch measured by the recorder's window (docs/host-culprits.md)."""
 
@@ -265,6 +279,15 @@ class Dispatch(Record):
     calibrated_op_us: float | UnsetType = UNSET
     note: str | UnsetType = UNSET
     top_sites: list[TopSite] | UnsetType = UNSET
+    # host_dispatch_share of each window step (the finding's interval is drawn from them)
+    host_dispatch_share_steps: list[float] | UnsetType = UNSET
+    # time in stretches without a tensor op longer than ``outside_ops_min_us`` (a sleep, a
+    # blocking read, Python work that issues no op), data, sync and collective waits left out:
+    # part of ``between_ops`` (and of ``breakdown.other``), never of ``host_dispatch_share``
+    outside_ops_us_per_step: float | UnsetType = UNSET
+    outside_ops_share: float | UnsetType = UNSET
+    outside_ops_min_us: float | UnsetType = UNSET
+    outside_ops_sites: list[OutsideSite] | UnsetType = UNSET
 
 
 class Loop(Record):
