@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from gpuopt.errors import GpuoptError
 from gpuopt.gate import measures as m
 from gpuopt.gate.noise import Interval, RunValues, compare_runs, one_side
-from gpuopt.model.profile import Profile
+from gpuopt.model.profile import EvidenceInterval, Finding, Profile
+from gpuopt.model.records import given
 from gpuopt.units import fmt_bytes, fmt_duration
 
 MIN_STEPS = 8  # measured steps per side, for an interval
@@ -405,8 +406,46 @@ def counter_gates(base: Sequence[Profile], cand: Sequence[Profile]) -> list[Gate
     return out
 
 
+def _lowest(findings: list[Finding]) -> EvidenceInterval | None:
+    """The candidate side's evidence: the interval with the lowest low end (None: a run's
+    finding has none)."""
+    ivs = [given(f.interval) for f in findings]
+    if any(iv is None for iv in ivs) or not ivs:
+        return None
+    return min((iv for iv in ivs if iv is not None), key=lambda iv: iv.low)
+
+
+def _baseline_evidence(base: Sequence[Profile], fid: str) -> EvidenceInterval | None:
+    """The baseline side's evidence for ``fid``: the interval with the highest high end, each
+    run's from its finding of that id (any severity) or, without one, measured on the run
+    (:func:`gpuopt.findings.evidence.measure`); None when a run has neither."""
+    from gpuopt.findings.evidence import measure
+
+    ivs: list[EvidenceInterval] = []
+    for p in base:
+        own = [iv for f in p.findings if f.id == fid and (iv := given(f.interval)) is not None]
+        iv = max(own, key=lambda i: i.high) if own else measure(p, fid)
+        if iv is None:
+            return None
+        ivs.append(iv)
+    return max(ivs, key=lambda iv: iv.high) if ivs else None
+
+
+def _moved(cand: EvidenceInterval, base: EvidenceInterval) -> tuple[bool, str]:
+    """Whether the evidence clearly moved up (the intervals do not overlap), in words."""
+    what = cand.metric.replace("_", " ")
+    text = (
+        f"{what} {cand.value:.1%} ({cand.low:.1%} … {cand.high:.1%}) against the baseline's "
+        f"{base.value:.1%} ({base.low:.1%} … {base.high:.1%})"
+    )
+    return cand.low > base.high, text
+
+
 def finding_gates(base: Sequence[Profile], cand: Sequence[Profile], th: Thresholds) -> list[Gate]:
-    """A finding at severity high in every candidate run and in no baseline run."""
+    """A finding at severity high in every candidate run and in no baseline run fails when its
+    evidence clearly moved: where the finding has an evidence interval, the candidate's lowest
+    low end lies above the baseline's highest high end (its findings of that id at a lower
+    severity, or the evidence measured on the run); without intervals, on the label alone."""
     before: set[str] = set()
     for p in base:
         before |= m.high_findings(p).keys()
@@ -415,18 +454,28 @@ def finding_gates(base: Sequence[Profile], cand: Sequence[Profile], th: Threshol
     for fid, f in highs[0].items():
         if fid in before or not all(fid in h for h in highs):
             continue
-        allowed = fid in th.allow
+        verdict, detail = "fail", f.title
+        cand_iv = _lowest([h[fid] for h in highs])
+        base_iv = _baseline_evidence(base, fid) if cand_iv is not None else None
+        if cand_iv is not None and base_iv is not None:
+            moved, text = _moved(cand_iv, base_iv)
+            if moved:
+                detail = f"{f.title}; {text}: clearly moved"
+            else:
+                verdict = "pass"
+                detail = f"HIGH now, but {text}: within noise, not clearly moved"
+        allowed = fid in th.allow and verdict == "fail"
         out.append(
             Gate(
                 f"new HIGH finding {fid}",
-                "pass" if allowed else "fail",
-                "absent",
+                "pass" if allowed else verdict,
+                "absent" if base_iv is None else f"{base_iv.value:.1%}",
                 "high",
                 "new",
-                ("allowed (--allow); " if allowed else "") + f.title,
+                ("allowed (--allow); " if allowed else "") + detail,
                 f.site,
                 id=f"finding:{fid}",
-                threshold="no new HIGH finding",
+                threshold="no new HIGH finding (evidence clearly moved)",
             )
         )
     return out

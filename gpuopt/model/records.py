@@ -305,6 +305,19 @@ class Loop(Record):
     through: list[str] | UnsetType = UNSET  # the helper lines that issue the loop's ops
 
 
+class EvidenceInterval(Record):
+    """A finding's main evidence with its 90% interval (``gpuopt.findings.evidence``): within-run
+    variation of ``steps`` per-step values plus a run-to-run drift; a share of step time."""
+
+    metric: str  # the evidence key it is the interval of, e.g. "data_wait_share"
+    value: float
+    low: float
+    high: float
+    level: float
+    steps: int  # per-step values it was drawn from (0: the drift alone)
+    covers: str
+
+
 class Finding(Record):
     """One diagnosed cause of idle GPU time, with the measured evidence and a concrete fix.
 
@@ -322,6 +335,10 @@ class Finding(Record):
     estimate_model: str | None = None
     source: str | UnsetType = UNSET  # "trace": found in a Kineto trace
     fix_params: dict[str, str] | UnsetType = UNSET  # the knobs and values of the fix
+    # issue 30: the main evidence's interval, where the rule has per-step values; a finding
+    # within noise of its threshold or of HIGH's is borderline, and never HIGH
+    interval: EvidenceInterval | UnsetType = UNSET
+    borderline: bool | UnsetType = UNSET
 
     @property
     def summary(self) -> str:

@@ -18,9 +18,11 @@ from __future__ import annotations
 from typing import Any
 
 from gpuopt.findings.engine import rule
-from gpuopt.findings.estimates import severity_for_share, speedup_if_removed
+from gpuopt.findings.estimates import speedup_if_removed
+from gpuopt.findings.evidence import evidence_of, judge, share_interval
 from gpuopt.findings.measures import from_trace, on_cpu_only, value
-from gpuopt.model.profile import Finding, Profile
+from gpuopt.model.profile import EvidenceInterval, Finding, Profile
+from gpuopt.model.records import given
 from gpuopt.units import fmt_count, fmt_frac, fmt_us, num
 
 MIN_OPS_PER_STEP = 100
@@ -50,6 +52,28 @@ def plausible_per_op_us(profile: Profile) -> float:
     return max(MAX_PER_OP_FACTOR * calibrated, MIN_IMPLAUSIBLE_US)
 
 
+def _dispatch_interval(profile: Profile) -> EvidenceInterval:
+    d = profile.dispatch
+    return share_interval(
+        value(d.host_dispatch_share),
+        given(d.host_dispatch_share_steps) or [],
+        "host_dispatch_share",
+    )
+
+
+@evidence_of("launch-bound")
+def dispatch_evidence(profile: Profile) -> EvidenceInterval | None:
+    """The host dispatch share with its interval, where the step is many tiny ops (the rule's
+    other conditions); None elsewhere."""
+    if from_trace(profile):
+        return None
+    d = profile.dispatch
+    ops = value(d.ops_per_step)
+    if ops < MIN_OPS_PER_STEP or value(d.tiny_ops_per_step) / ops < MIN_TINY_SHARE:
+        return None
+    return _dispatch_interval(profile)
+
+
 @rule("launch-bound", reads=("source", "dispatch", "gpu"))
 def launch_bound(profile: Profile) -> list[Finding]:
     if from_trace(profile):
@@ -73,10 +97,19 @@ def launch_bound(profile: Profile) -> list[Finding]:
         if on_cpu_only(profile)
         else ""
     )
+    interval = _dispatch_interval(profile)
+    judged = judge(interval, MIN_HOST_SHARE)
+    outside = value(d.outside_ops_share)
+    after = f"; {judged.why}" if judged.borderline else ""
+    if outside >= 0.01:
+        after += (
+            f"; {fmt_frac(outside)} of the step ran no tensor op (sleep, I/O, Python: 'other', "
+            "not counted here)"
+        )
     return [
         Finding(
             id="launch-bound",
-            severity=severity_for_share(host_share),
+            severity=judged.severity,
             title=f"{fmt_count(ops)} small ops per step: issuing them takes "
             f"{fmt_frac(host_share)} of the step",
             site=site,
@@ -84,7 +117,7 @@ def launch_bound(profile: Profile) -> list[Finding]:
                 "summary": (
                     f"{note}{fmt_count(ops)} ops per step ({fmt_count(tiny)} under "
                     f"{fmt_us(value(d.tiny_op_us, 25))}), mean {fmt_us(mean_us)} per op call, "
-                    f"{fmt_us(between_us)} per step between ops"
+                    f"{fmt_us(between_us)} per step between ops{after}"
                 ),
                 "ops_per_step": ops,
                 "tiny_ops_per_step": tiny,
@@ -109,5 +142,7 @@ def launch_bound(profile: Profile) -> list[Finding]:
                 f"{int(REMOVED * 100)}% of the measured host dispatch time "
                 f"({fmt_frac(host_share)} of the step) assumed removed"
             ),
+            interval=interval,
+            borderline=judged.borderline,
         )
     ]
