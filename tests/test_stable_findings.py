@@ -95,9 +95,7 @@ def test_identical_runs_near_the_threshold_never_fail_the_gate() -> None:
     labels: any run that fired HIGH failed against one that did not."""
     rng = random.Random(7)
     runs = [
-        _with_findings(
-            _dispatch(run([0.01] * 12), [0.31 + rng.gauss(0, 0.03) for _ in range(3)])
-        )
+        _with_findings(_dispatch(run([0.01] * 12), [0.31 + rng.gauss(0, 0.03) for _ in range(3)]))
         for _ in range(12)
     ]
     assert any(any(f.id == "launch-bound" for f in p.findings) for p in runs)

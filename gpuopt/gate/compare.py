@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpuopt.gate import measures as m
-from gpuopt.gate.check import MIN_STEPS, Thresholds
+from gpuopt.gate.check import MIN_STEPS, Thresholds, step_floor
 from gpuopt.gate.noise import RunValues, compare_runs
 from gpuopt.model.profile import Finding, Profile
 from gpuopt.model.records import given
@@ -145,7 +145,8 @@ def step_rows(runs: list[Profile], th: Thresholds) -> list[Row]:
         _row(
             "steps", "measured steps", [float(len(t)) for t in times], _count, _abs_change(_count)
         ),
-        _with_intervals(median, times, True, True, th.step_time_noise),
+        # one run against one: the gate's floor for 1 + 1 runs (measured, unless given)
+        _with_intervals(median, times, True, True, step_floor(th, 2)),
         _row("steps", "step time (mean)", [_mean(t) for t in times], fmt_duration, _pct_change),
         _row(
             "steps",

@@ -144,6 +144,10 @@ class CpuUtilization(Record):
     cores_busy_mean: float | None | UnsetType = UNSET
     # cores kept busy by other processes on the machine (not this run's tree), mean over samples
     other_cores_busy_mean: float | None | UnsetType = UNSET
+    # issue 30 (gpuopt.probes.contention): the training process's threads' wait for a core, as
+    # a share of their runnable time, and as threads waiting on average; absent without schedstat
+    run_delay_share: float | UnsetType = UNSET
+    run_delay_cores: float | UnsetType = UNSET
 
 
 class Timeline(Record):
