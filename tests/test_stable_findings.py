@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from pathlib import Path
 
 import pytest
 from gate_support import run
@@ -14,6 +15,7 @@ from gpuopt.findings.engine import evaluate as findings_of
 from gpuopt.findings.evidence import SHARE_DRIFT, judge, measure, share_interval
 from gpuopt.gate.check import Thresholds, evaluate
 from gpuopt.model.profile import Finding, Profile
+from gpuopt.report.findings import evidence_summary
 
 ANY = ("a", "b")
 
@@ -55,7 +57,8 @@ def test_dataloader_bound_near_high_is_borderline_medium() -> None:
     near = _waits(run([0.02] * 32), [0.26 + rng.uniform(-0.08, 0.08) for _ in range(30)])
     (f,) = findings_of(near, only={"dataloader-bound"})
     assert f.severity == "medium" and f.borderline is True
-    assert "borderline" in f.summary and f.interval.low < 0.25 < f.interval.high
+    assert f.interval.low < 0.25 < f.interval.high
+    assert "borderline: data wait share 26" in evidence_summary(f)  # every report says so
     clear = _waits(run([0.02] * 32), [0.6 + rng.uniform(-0.08, 0.08) for _ in range(30)])
     (g,) = findings_of(clear, only={"dataloader-bound"})
     assert g.severity == "high" and g.borderline is False and g.interval.low > 0.25
@@ -127,3 +130,46 @@ def test_a_finding_without_an_interval_is_judged_by_its_label() -> None:
         Finding(id="pageable-h2d", severity="high", title="t", evidence={}, fix="", site="a:1")
     ]
     assert _finding_gates([run([0.1] * 20)], [cand]) == ["fail"]
+
+
+def _loop(share: float, steps: list[float]) -> dict[str, object]:
+    return {
+        "site": "l.py:4",
+        "iterations_per_step": 80,
+        "ops_per_step": 480,
+        "indexing_ops_per_step": 160,
+        "ops_per_iteration": 6,
+        "time_us_per_step": 9000,
+        "time_share": share,
+        "time_share_steps": steps,
+    }
+
+
+def test_window_findings_draw_their_interval_from_the_recorded_steps() -> None:
+    """loop-indexing (and ragged-batches, the copies, sync-in-step on a GPU) read each recorded
+    step's share: a loop at 27% whose three steps spread 20-35% is never HIGH."""
+    import msgspec
+
+    def one(share: float, steps: list[float]) -> Finding:
+        doc = msgspec.convert({"loops": [_loop(share, steps)]}, Profile)
+        (f,) = findings_of(doc, only={"loop-indexing"})
+        return f
+
+    near = one(0.27, [0.20, 0.35, 0.26])
+    assert near.severity == "medium" and near.borderline is True
+    assert near.interval.metric == "loop_share" and near.interval.steps == 3
+    clear = one(0.60, [0.58, 0.61, 0.60])
+    assert clear.severity == "high" and clear.borderline is False
+
+
+def test_the_recorder_keeps_each_steps_share_of_loops(tmp_path: Path) -> None:
+    import torch
+    from probes_support import load, record
+
+    mod = load("planted_loops.py")
+    x = torch.randn(16, 8)
+    doc = record(lambda i: mod["scale_rows"](x), steps=5, tmp_path=tmp_path)
+    assert doc["loops"]
+    for loop in doc["loops"]:
+        assert len(loop["time_share_steps"]) == 3  # one per recorded step
+    assert len(doc["dispatch"]["op_time_share_steps"]) == 3

@@ -38,6 +38,7 @@ time: its op returns, then the rank waits).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import median
 from types import CodeType
@@ -221,7 +222,9 @@ def summarize(capture: RecorderCapture, series: list[StepRecord]) -> HostSummary
     waits = _waits(series, indices)
     colls = _collectives(series, indices)
     bound = _near_bound(series, indices)
-    dispatch, wall, host_scale = _dispatch(engine, total, cal, steps, (waits, colls), bound, first)
+    dispatch, wall, host_scale, walls = _dispatch(
+        engine, total, cal, steps, (waits, colls), bound, first
+    )
     dispatch.top_sites = _top_sites(total, sites, steps, wall, cal, host_scale)
     dispatch.outside_ops_sites = _outside_sites(
         capture.gap_samples, sites, dispatch, outside_bound_s(cal)
@@ -229,14 +232,52 @@ def summarize(capture: RecorderCapture, series: list[StepRecord]) -> HostSummary
     if ragged is not None:
         ragged.step_signatures_distinct = len({c.signature for c in engine.step_counters})
         ragged.step_signatures_steps = len(engine.step_counters)
+    each = list(zip(engine.step_counters, walls, strict=True))
+    transfers = _transfers(total, sites, steps, wall)
+    _per_step(transfers, [_transfers(c, sites, 1, w) for c, w in each], _transfer_key)
+    syncs = _syncs(total, sites, steps, wall)
+    _per_step(syncs, [_syncs(c, sites, 1, w) for c, w in each], _sync_key)
+    loops = _loops(total, sites, steps, wall, cal, host_scale)
+    _per_step(loops, [_loops(c, sites, 1, w, cal, host_scale) for c, w in each], _loop_key)
     return HostSummary(
         dispatch=dispatch,
-        transfers=_transfers(total, sites, steps, wall),
-        syncs=_syncs(total, sites, steps, wall),
-        loops=_loops(total, sites, steps, wall, cal, host_scale),
+        transfers=transfers,
+        syncs=syncs,
+        loops=loops,
         ragged=ragged,
         warnings=warnings,
     )
+
+
+def _transfer_key(e: Transfer) -> tuple[object, ...]:
+    return (e.direction, e.site, e.pinned, e.non_blocking)
+
+
+def _sync_key(e: Sync) -> tuple[object, ...]:
+    return (e.kind, e.site, e.measured_device)
+
+
+def _loop_key(e: Loop) -> tuple[object, ...]:
+    return (e.site,)
+
+
+def _per_step(window: Sequence[Any], steps: list[Sequence[Any]], key: Any) -> None:
+    """Give each window entry the shares of each recorded step (``time_share_steps``, and
+    ``idle_after_share_steps`` for syncs): 0 in a step where its site did not qualify."""
+    by_step = [{key(e): e for e in entries} for entries in steps]
+    for entry in window:
+        mine = [found.get(key(entry)) for found in by_step]
+        entry.time_share_steps = [
+            float(e.time_share) if e is not None and isinstance(e.time_share, float) else 0.0
+            for e in mine
+        ]
+        if isinstance(entry, Sync):
+            entry.idle_after_share_steps = [
+                float(e.idle_after_share)
+                if e is not None and isinstance(e.idle_after_share, float)
+                else 0.0
+                for e in mine
+            ]
 
 
 def _no_step_note(capture: RecorderCapture) -> str:
@@ -349,12 +390,12 @@ def _dispatch(
     waiting: tuple[list[float | None], list[float]],
     bound: tuple[float, float] | None,
     window_start: int,
-) -> tuple[Dispatch, float, float]:
+) -> tuple[Dispatch, float, float, list[float]]:
     """The ``dispatch`` record, the window's total step time (for the other shares), both from
     the recorded steps (``waiting``: the DataLoader probe's wait in each of them, and the time
     each was blocked in collectives; ``bound``: the
-    cap of :func:`_split`), and the factor the cap scaled the window's op time by (per-site
-    host times are scaled alike)."""
+    cap of :func:`_split`), the factor the cap scaled the window's op time by (per-site
+    host times are scaled alike), and each recorded step's time."""
     waits, colls = waiting
     per = [
         _split(
@@ -423,6 +464,7 @@ def _dispatch(
         calibrated_op_us=round(cal.op_us_without_recorder, 2),
         note=TIME_NOTE,
         host_dispatch_share_steps=host_steps,
+        op_time_share_steps=[_share(p["op_time"], p["wall"]) for p in per],
         outside_ops_us_per_step=_us(outside, steps),
         outside_ops_share=_share(outside, wall),
         outside_ops_min_us=round(outside_bound_s(cal) * 1e6, 1),
@@ -431,7 +473,7 @@ def _dispatch(
         out.collective_us_per_step = _us(coll, steps)
     measured = sum(p["ops_measured"] for p in per)
     host_scale = min(1.0, op_time / measured) if measured > 0 else 1.0
-    return out, wall, host_scale
+    return out, wall, host_scale, [p["wall"] for p in per]
 
 
 def _transfers(t: StepCounters, sites: _Sites, steps: int, wall: float) -> list[Transfer]:

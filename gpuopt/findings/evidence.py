@@ -101,6 +101,15 @@ def judge(iv: EvidenceInterval, threshold: float) -> Judged:
     return Judged(severity, True, why)
 
 
+def rated(
+    value: float, per_step: Sequence[float] | None, metric: str, threshold: float = 0.0
+) -> tuple[EvidenceInterval, Judged]:
+    """:func:`share_interval` then :func:`judge`, for a rule whose threshold is not a share
+    (``threshold`` 0: only HIGH's boundary can make it borderline)."""
+    iv = share_interval(value, list(per_step or []), metric)
+    return iv, judge(iv, threshold)
+
+
 EvidenceFn = Callable[[Profile], EvidenceInterval | None]
 _EVIDENCE: dict[str, EvidenceFn] = {}
 

@@ -197,6 +197,8 @@ class Transfer(Record):
     time_us_per_step: float | None | UnsetType = UNSET
     time_share: float | UnsetType = UNSET
     bandwidth_gbps: float | None | UnsetType = UNSET
+    # time_share of each recorded step (findings draw their interval from them; issue 30)
+    time_share_steps: list[float] | UnsetType = UNSET
 
 
 class Sync(Record):
@@ -216,6 +218,9 @@ class Sync(Record):
     # the innermost loop (its header line) or else the function (its def line) the site runs in
     scope: str | UnsetType = UNSET
     scope_kind: str | UnsetType = UNSET  # for, while, comprehension, function, module
+    # the shares of each recorded step (findings draw their interval from them; issue 30)
+    time_share_steps: list[float] | UnsetType = UNSET
+    idle_after_share_steps: list[float] | UnsetType = UNSET
 
 
 class TopSite(Record):
@@ -283,8 +288,9 @@ class Dispatch(Record):
     calibrated_op_us: float | UnsetType = UNSET
     note: str | UnsetType = UNSET
     top_sites: list[TopSite] | UnsetType = UNSET
-    # host_dispatch_share of each window step (the finding's interval is drawn from them)
+    # host_dispatch_share and op_time_share of each window step (findings' intervals)
     host_dispatch_share_steps: list[float] | UnsetType = UNSET
+    op_time_share_steps: list[float] | UnsetType = UNSET
     # time in stretches without a tensor op longer than ``outside_ops_min_us`` (a sleep, a
     # blocking read, Python work that issues no op), data, sync and collective waits left out:
     # part of ``between_ops`` (and of ``breakdown.other``), never of ``host_dispatch_share``
@@ -307,6 +313,8 @@ class Loop(Record):
     time_us_per_step: float | UnsetType = UNSET
     time_share: float | UnsetType = UNSET
     through: list[str] | UnsetType = UNSET  # the helper lines that issue the loop's ops
+    # time_share of each recorded step (findings draw their interval from them; issue 30)
+    time_share_steps: list[float] | UnsetType = UNSET
 
 
 class EvidenceInterval(Record):

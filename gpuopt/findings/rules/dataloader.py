@@ -294,8 +294,6 @@ def dataloader_bound(profile: Profile) -> list[Finding]:
         advice = _Advice(changes=["num_workers=4"], est=speedup_if_removed(share))
     interval = share_interval(share, wait_shares(profile), "data_wait_share")
     judged = judge(interval, THRESHOLD)
-    if judged.borderline:
-        summary += f"; {judged.why}"
     evidence["summary"] = summary
     fix = (
         "DataLoader(..., " + ", ".join(advice.changes) + ")"

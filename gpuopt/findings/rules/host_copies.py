@@ -9,12 +9,14 @@ combination).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpuopt.findings.engine import rule
-from gpuopt.findings.estimates import severity_for_share, speedup_if_removed
+from gpuopt.findings.estimates import speedup_if_removed
+from gpuopt.findings.evidence import Judged, rated
 from gpuopt.findings.measures import from_trace, share_of, value
-from gpuopt.model.profile import Finding, Profile
+from gpuopt.model.profile import EvidenceInterval, Finding, Profile
+from gpuopt.model.records import given
 from gpuopt.units import fmt_bytes, fmt_count, fmt_frac, fmt_us, plural
 
 MIN_BYTES_PER_STEP = 64 * 1024  # smaller copies are not worth a finding unless they take time
@@ -35,6 +37,10 @@ class _SiteCopies:
     timed: bool = True
     blocking: float = 0.0
     stand_in: bool = False
+    steps: list[float] = field(default_factory=list)  # the share in each recorded step
+
+    def rated(self) -> tuple[EvidenceInterval, Judged]:
+        return rated(self.share, self.steps, "h2d_share")
 
 
 def _sites(profile: Profile, pinned: bool, blocking_only: bool) -> dict[str | None, _SiteCopies]:
@@ -56,6 +62,11 @@ def _sites(profile: Profile, pinned: bool, blocking_only: bool) -> dict[str | No
             g.share += share
         if e.non_blocking is False:
             g.blocking += value(e.count_per_step)
+        steps = given(e.time_share_steps) or []
+        if len(g.steps) < len(steps):
+            g.steps += [0.0] * (len(steps) - len(g.steps))
+        for i, x in enumerate(steps):
+            g.steps[i] += x
         if _STAND_IN in str(e.dst_device or ""):
             g.stand_in = True
     return {
@@ -86,9 +97,12 @@ def _pageable(site: str | None, g: _SiteCopies) -> Finding:
         else ""
     )
     copies = plural(g.count, "host→device copy", "host→device copies")
+    interval, judged = g.rated()
     return Finding(
         id="pageable-h2d",
-        severity=severity_for_share(g.share),
+        severity=judged.severity,
+        interval=interval,
+        borderline=judged.borderline,
         title=f"{copies} per step from pageable memory ({fmt_bytes(g.bytes)})",
         site=site,
         evidence={
@@ -133,10 +147,13 @@ def blocking_h2d(profile: Profile) -> list[Finding]:
     for site, g in _sites(profile, pinned=True, blocking_only=True).items():
         est, model = _estimate(g)
         copies = plural(g.count, "blocking host→device copy", "blocking host→device copies")
+        interval, judged = g.rated()
         findings.append(
             Finding(
                 id="blocking-h2d",
-                severity=severity_for_share(g.share),
+                severity=judged.severity,
+                interval=interval,
+                borderline=judged.borderline,
                 title=f"{copies} per step from pinned memory",
                 site=site,
                 evidence={

@@ -100,7 +100,7 @@ def launch_bound(profile: Profile) -> list[Finding]:
     interval = _dispatch_interval(profile)
     judged = judge(interval, MIN_HOST_SHARE)
     outside = value(d.outside_ops_share)
-    after = f"; {judged.why}" if judged.borderline else ""
+    after = ""
     if outside >= 0.01:
         after += (
             f"; {fmt_frac(outside)} of the step ran no tensor op (sleep, I/O, Python: 'other', "

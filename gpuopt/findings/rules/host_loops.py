@@ -12,9 +12,11 @@ from __future__ import annotations
 from msgspec import UnsetType
 
 from gpuopt.findings.engine import rule
-from gpuopt.findings.estimates import at_least, severity_for_share, speedup_if_removed
+from gpuopt.findings.estimates import at_least, speedup_if_removed
+from gpuopt.findings.evidence import rated
 from gpuopt.findings.measures import from_trace, value
 from gpuopt.model.profile import Finding, Loop, Profile, Severity
+from gpuopt.model.records import given
 from gpuopt.units import fmt_count, fmt_frac, fmt_us
 
 MIN_ITERATIONS = 8
@@ -39,7 +41,8 @@ def _finding(e: Loop) -> Finding:
     share = value(e.time_share)
     indexing = value(e.indexing_ops_per_step)
     through = [] if isinstance(e.through, UnsetType) else e.through[:3]  # helper lines it calls
-    severity: Severity = severity_for_share(share)
+    interval, judged = rated(share, given(e.time_share_steps), "loop_share")
+    severity: Severity = judged.severity
     if ops >= 100:
         severity = at_least(severity, "medium")
     summary = (
@@ -71,6 +74,8 @@ def _finding(e: Loop) -> Finding:
             f"Amdahl: vectorised, the loop costs about one iteration's time "
             f"(1/{fmt_count(iters)} of its measured {fmt_frac(share)} of the step)"
         ),
+        interval=interval,
+        borderline=judged.borderline,
     )
 
 
