@@ -93,17 +93,31 @@ def _finding_gates(base: list[Profile], cand: list[Profile]) -> list[str]:
 
 
 def test_identical_runs_near_the_threshold_never_fail_the_gate() -> None:
-    """Twelve runs of one step whose dispatch share wanders around 30% (the issue's GPT
-    trainer): no pair, either way round, fails on a new HIGH finding. The old gate compared
-    labels: any run that fired HIGH failed against one that did not."""
+    """Twenty runs of one step whose dispatch share wanders around launch-bound's 30% and HIGH's
+    boundary (the issue's GPT trainer): the findings differ from run to run (absent, borderline,
+    HIGH), yet no pair, either way round, fails on a new HIGH finding. The old gate compared
+    labels: every pair where one run drew HIGH and the other did not failed."""
     rng = random.Random(7)
     runs = [
-        _with_findings(_dispatch(run([0.01] * 12), [0.31 + rng.gauss(0, 0.03) for _ in range(3)]))
-        for _ in range(12)
+        _with_findings(
+            _dispatch(run([0.01] * 12), [0.35 + rng.gauss(0, 0.025) for _ in range(3)])
+        )
+        for _ in range(20)
     ]
-    assert any(any(f.id == "launch-bound" for f in p.findings) for p in runs)
-    for a, b in itertools.permutations(runs, 2):
-        assert "fail" not in _finding_gates([a], [b])
+    labels = {
+        next(((f.severity, f.borderline) for f in p.findings if f.id == "launch-bound"), None)
+        for p in runs
+    }
+    assert ("high", False) in labels and len(labels) >= 2, labels
+    pairs = [
+        g
+        for a, b in itertools.permutations(runs, 2)
+        for g in evaluate([a], [b], Thresholds(gates=frozenset({"findings"})))
+    ]
+    assert pairs  # pairs where one run was HIGH and the other not
+    assert all(g.verdict == "pass" for g in pairs)
+    # ... and the gate said why each passed
+    assert all("within noise, not clearly moved" in g.detail for g in pairs)
 
 
 def test_a_new_high_finding_whose_evidence_clearly_moved_fails() -> None:
@@ -111,7 +125,7 @@ def test_a_new_high_finding_whose_evidence_clearly_moved_fails() -> None:
     cand = _with_findings(_dispatch(run([0.01] * 12), [0.62, 0.64, 0.63]))
     gates = evaluate([base], [cand], Thresholds(gates=frozenset({"findings"})))
     (gate,) = gates
-    assert gate.verdict == "fail" and gate.baseline == "5.0%"
+    assert gate.verdict == "fail" and gate.baseline == "absent"  # its evidence: measured
     assert "clearly moved" in gate.detail and "host dispatch share" in gate.detail
 
 

@@ -484,6 +484,18 @@ def _baseline_evidence(base: Sequence[Profile], fid: str) -> EvidenceInterval | 
     return max(ivs, key=lambda iv: iv.high) if ivs else None
 
 
+def _baseline_label(base: Sequence[Profile], fid: str) -> str:
+    """The baseline's highest severity of ``fid`` ("absent" without one), "(borderline)" when
+    every finding of it there is."""
+    found = [f for p in base for f in p.findings if f.id == fid]
+    if not found:
+        return "absent"
+    order = {"high": 0, "medium": 1, "low": 2}
+    top = min(found, key=lambda f: order.get(f.severity, 3))
+    borderline = all(f.borderline is True for f in found)
+    return top.severity + (" (borderline)" if borderline else "")
+
+
 def _moved(cand: EvidenceInterval, base: EvidenceInterval) -> tuple[bool, str]:
     """Whether the evidence clearly moved up (the intervals do not overlap), in words."""
     what = cand.metric.replace("_", " ")
@@ -522,7 +534,7 @@ def finding_gates(base: Sequence[Profile], cand: Sequence[Profile], th: Threshol
             Gate(
                 f"new HIGH finding {fid}",
                 "pass" if allowed else verdict,
-                "absent" if base_iv is None else f"{base_iv.value:.1%}",
+                _baseline_label(base, fid),
                 "high",
                 "new",
                 ("allowed (--allow); " if allowed else "") + detail,
