@@ -129,7 +129,7 @@ def status(findings: list[dict[str, Any]], fid: str) -> str:
     firm = [f["severity"] for f in mine if not f["borderline"]]
     if not firm:
         return "borderline"
-    return min(firm, key=SEVERITIES.index)
+    return str(min(firm, key=SEVERITIES.index))
 
 
 def flips(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -143,6 +143,7 @@ def flips(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         majority = max(counts, key=lambda s: (counts[s], -_rank(s)))
         high = majority == "high"
         sites = Counter(f["site"] for r in runs for f in r["findings"] if f["id"] == fid)
+        values = evidence_values(runs, fid)
         out.append(
             {
                 "id": fid,
@@ -152,8 +153,22 @@ def flips(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "high_flips": sum((s == "high") != high for s in seen),
                 "statuses": dict(counts),
                 "sites": dict(sites),
+                "evidence_sd": statistics.stdev(values) if len(values) >= 2 else None,
             }
         )
+    return out
+
+
+def evidence_values(runs: list[dict[str, Any]], fid: str) -> list[float]:
+    """Each run's largest evidence value of ``fid`` (its interval's value), where it has one: the
+    run-to-run spread of these is what the findings' drift term must cover."""
+    out = []
+    for r in runs:
+        vals = [
+            f["interval"]["value"] for f in r["findings"] if f["id"] == fid and f.get("interval")
+        ]
+        if vals:
+            out.append(max(vals))
     return out
 
 
@@ -187,17 +202,19 @@ def drift(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def markdown(result: dict[str, Any]) -> str:
     lines = [
-        "| target | finding | runs | majority | flips | HIGH flips | statuses seen |",
-        "|---|---|---|---|---|---|---|",
+        "| target | finding | runs | majority | flips | HIGH flips | statuses seen | evidence sd |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, t in result["targets"].items():
         if not t["findings"]:
-            lines.append(f"| {name} | none | {t['runs']} | – | 0 | 0 | – |")
+            lines.append(f"| {name} | none | {t['runs']} | – | 0 | 0 | – | – |")
         for f in t["findings"]:
             seen = ", ".join(f"{k} {v}" for k, v in sorted(f["statuses"].items(), key=str))
+            sd = f.get("evidence_sd")
+            spread = f"{sd * 100:.1f}pt" if sd is not None else "–"
             lines.append(
                 f"| {name} | `{f['id']}` | {f['runs']} | {f['majority']} | {f['flips']} "
-                f"| **{f['high_flips']}** | {seen} |"
+                f"| **{f['high_flips']}** | {seen} | {spread} |"
             )
     lines += [
         "",
@@ -218,6 +235,17 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {name} | {med} | {pct(d['sd_log'])} | {pct(d['sd_log_quiet'])} "
             f"({d['quiet_runs']} runs) | {rng} |"
         )
+    steady = [
+        t["drift"]["sd_log_quiet"]
+        for t in result["targets"].values()
+        if t["drift"]["sd_log_quiet"] is not None and (t["drift"]["median_s"] or 0) >= 1e-3
+    ]
+    if steady:
+        lines += [
+            "",
+            f"Largest run-to-run drift over quiet runs, steps of 1 ms or more: "
+            f"**{max(steady):.1%}** (gpuopt check's ONE_RUN_DRIFT comes from this).",
+        ]
     loads = [r["load1"] for r in result["rows"]]
     others = [r["other_cores"] for r in result["rows"] if r.get("other_cores") is not None]
     busy = sum(o >= BUSY_CORES for o in others)
