@@ -216,7 +216,7 @@ def _step_verdict(
         bound = limit * (explained or 1.0)
         if iv.low > bound:
             return "fail", (
-                f"; {busy}, but the load explains at most {explained or 1.0:.2f}x and the "
+                f"; {busy}, but the load explains at most {explained or 1.0:.2f}× and the "
                 "whole interval lies beyond it"
             )
         return "inconclusive", f"; {busy}"
@@ -536,7 +536,7 @@ def finding_gates(base: Sequence[Profile], cand: Sequence[Profile], th: Threshol
                 "pass" if allowed else verdict,
                 _baseline_label(base, fid),
                 "high",
-                "new",
+                "new" if verdict == "fail" else "in noise",
                 ("allowed (--allow); " if allowed else "") + detail,
                 f.site,
                 id=f"finding:{fid}",
