@@ -30,6 +30,7 @@ as both sides).
 
     python benchmarks/bench_check.py [--pairs 20] [--repeats 1] [--targets slow_dataset,mnist,vae]
                                      [--load 1 --load 2] [--sleep-frac 0.25] [--quiet-load 1.5]
+                                     [--calibration-runs 12]
                                      [--json FILE] [--no-speed] [--no-accuracy]
 """
 
@@ -187,13 +188,13 @@ def gate(doc: dict[str, Any], gid: str) -> dict[str, Any]:
 DETECTED_BY = {"sleep": "step_time", "sync": "syncs_per_step", "loop": "loops", "same": "step_time"}
 
 
-def calibrate(gpuopt: Path, target: Target, folder: Path, quiet: float) -> float:
+def calibrate(gpuopt: Path, target: Target, folder: Path, quiet: float, tries: int = 12) -> float:
     """The script's median step time on a quiet machine: the median of the first three runs'
     medians whose threads did not wait for a core (run delay under 5%; other processes' busy
-    cores under 0.5 where not measured), each started on a quiet machine; at most 12 tries, then
-    the median of all."""
+    cores under 0.5 where not measured), each started on a quiet machine; at most ``tries``
+    runs, then the median of all."""
     medians, every = [], []
-    for i in range(12):
+    for i in range(tries):
         if quiet > 0:
             wait_for_quiet(quiet, MAX_WAIT_S)
         run = profile(gpuopt, target, target.script, folder / f"calib-{target.name}-{i}")
@@ -265,7 +266,7 @@ def accuracy(
     rows = []
     loads = [0, *args.load]
     for target in targets:
-        median = calibrate(gpuopt, target, folder, args.quiet_load)
+        median = calibrate(gpuopt, target, folder, args.quiet_load, args.calibration_runs)
         sleep_s = args.sleep_frac * median
         print(f"{target.name}: median step {median * 1e3:.2f} ms -> sleep {sleep_s * 1e3:.3f} ms")
         scripts = write_variants(folder, sleep_s, target)
@@ -425,6 +426,12 @@ def main() -> None:
         type=float,
         default=0.25,
         help="the planted sleep, as a share of the script's calibrated median step",
+    )
+    ap.add_argument(
+        "--calibration-runs",
+        type=int,
+        default=12,
+        help="at most this many runs to find three quiet ones for the planted sleep's size",
     )
     ap.add_argument(
         "--quiet-load",
