@@ -92,7 +92,11 @@ def test_the_sampler_skips_ops_short_stretches_and_the_recorder() -> None:
     s = sampler.samples[-1]
     assert s.seconds == pytest.approx(0.01) and s.age == pytest.approx(1.0)
     here = test_the_sampler_skips_ops_short_stretches_and_the_recorder.__code__
-    assert [c for c, _ in s.stack[:2]] == [GapSampler.look.__code__, here]  # innermost first
+    innermost = [sampler.codes[c] for c, _ in s.stack[:2]]
+    assert innermost == [GapSampler.look.__code__, here]  # innermost first
+    again = [sampler.look(now=1.0 + i / 1e3, last=0.99) for i in range(2)]
+    assert again[0] is not None and again[1] is not None
+    assert again[0].stack is again[1].stack  # the same stack seen again: one tuple
     engine.last_exit = 0.99995  # 50 µs after an op: issuing the next one
     assert sampler.look(now=1.0, last=0.99) is None
     engine.last_exit, engine.busy = 0.0, True  # in the recorder's handler

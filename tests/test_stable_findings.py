@@ -99,9 +99,7 @@ def test_identical_runs_near_the_threshold_never_fail_the_gate() -> None:
     labels: every pair where one run drew HIGH and the other did not failed."""
     rng = random.Random(7)
     runs = [
-        _with_findings(
-            _dispatch(run([0.01] * 12), [0.35 + rng.gauss(0, 0.025) for _ in range(3)])
-        )
+        _with_findings(_dispatch(run([0.01] * 12), [0.35 + rng.gauss(0, 0.025) for _ in range(3)]))
         for _ in range(20)
     ]
     labels = {

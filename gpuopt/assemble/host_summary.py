@@ -54,7 +54,7 @@ from gpuopt.model.profile import (
     TopSite,
     Transfer,
 )
-from gpuopt.probes.gap_sampler import GapSample
+from gpuopt.probes.gap_sampler import GapSample, Stack
 from gpuopt.probes.loops import LoopFinder
 from gpuopt.probes.recorder import RecorderCapture
 from gpuopt.probes.recorder_calibration import Calibration
@@ -227,7 +227,7 @@ def summarize(capture: RecorderCapture, series: list[StepRecord]) -> HostSummary
     )
     dispatch.top_sites = _top_sites(total, sites, steps, wall, cal, host_scale)
     dispatch.outside_ops_sites = _outside_sites(
-        capture.gap_samples, sites, dispatch, outside_bound_s(cal)
+        (capture.gap_samples, capture.gap_codes), sites, dispatch, outside_bound_s(cal)
     )
     if ragged is not None:
         ragged.step_signatures_distinct = len({c.signature for c in engine.step_counters})
@@ -684,10 +684,14 @@ def _frame_label(resolver: SiteResolver, code: CodeType, lasti: int) -> str:
     return f"{short}:{resolver.position(code, lasti)[0]} ({name})"
 
 
-def _sample_site(resolver: SiteResolver, sample: GapSample) -> tuple[str, str] | None:
+def _sample_site(
+    resolver: SiteResolver, sample: GapSample, codes: dict[int, CodeType]
+) -> tuple[str, str] | None:
     """``(user site, innermost frame)`` of a sample; None for data loading (its wait is data
     wait), gpuopt's own code, or a stack with no user frame."""
-    stack = sample.stack
+    stack = [(codes[cid], lasti) for cid, lasti in sample.stack if cid in codes]
+    if not stack:
+        return None
     cats = [resolver.classify(code) for code, _ in stack]
     if DATA in cats or cats[0] == TRANSPARENT:
         return None
@@ -701,22 +705,29 @@ def _sample_site(resolver: SiteResolver, sample: GapSample) -> tuple[str, str] |
 
 
 def _outside_sites(
-    samples: list[GapSample], sites: _Sites, dispatch: Dispatch, bound_s: float
+    sampled: tuple[list[GapSample], dict[int, CodeType]],
+    sites: _Sites,
+    dispatch: Dispatch,
+    bound_s: float,
 ) -> list[OutsideSite]:
     """The lines the window's time outside tensor ops went to, as the samples saw it (samples in
     stretches shorter than ``bound_s`` left out). Each line's time is what its samples stand for,
     never scaled up: a stretch the sampler could not look into (the process descheduled by a
     busy machine holds the GIL) stays unnamed; the lines' sum is at most the measured time."""
+    samples, codes = sampled
     outside_us = float(dispatch.outside_ops_us_per_step or 0.0)
     step_us = float(dispatch.step_time_us or 0.0)
     steps = int(dispatch.window_steps or 0)
     if outside_us <= 0 or not samples or steps <= 0:
         return []
     by: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0])
+    where_of: dict[Stack, tuple[str, str] | None] = {}  # each distinct stack resolved once
     for sample in samples:
         if sample.seconds <= 0 or sample.age < bound_s:
             continue  # nothing, or a stretch (so far) short enough to be dispatch
-        where = _sample_site(sites.resolver, sample)
+        if sample.stack not in where_of:
+            where_of[sample.stack] = _sample_site(sites.resolver, sample, codes)
+        where = where_of[sample.stack]
         if where is not None:
             entry = by[where]
             entry[0] += sample.seconds

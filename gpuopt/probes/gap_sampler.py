@@ -9,10 +9,12 @@ thread is in such a stretch: in no op and in no recorder code, at least
 :data:`~gpuopt.probes.recorder_counters.GAP_FLOOR_S` after the last op ended. Each sample weighs
 the time since the sampler's previous look (at most the stretch's age).
 
-Samples keep the stack as ``(code, lasti)`` pairs, innermost first; nothing is resolved here, in
-the sampling thread: :mod:`gpuopt.assemble.host_summary` finds the user's line and the innermost
-frame once the run is over. A C call (``time.sleep``, ``file.read``) has no Python frame of its
-own: its innermost frame is the line that called it.
+Samples keep the stack as ``(id(code), lasti)`` pairs, innermost first (the sampler keeps the code
+objects alive in ``codes``; a stack seen again is the same tuple, so a long sleep's thousands of
+samples share one); nothing is resolved here, in the sampling thread:
+:mod:`gpuopt.assemble.host_summary` finds the user's line and the innermost frame once the run is
+over. A C call (``time.sleep``, ``file.read``) has no Python frame of its own: its innermost frame
+is the line that called it.
 
 The sampler needs the GIL to look (``sys._current_frames``): while the training thread sleeps or
 reads it gets it at once; while the thread runs Python it waits up to the interpreter's switch
@@ -35,7 +37,7 @@ INTERVAL_S = 1e-3
 MAX_DEPTH = 48  # frames kept per sample, innermost first
 MAX_SAMPLES = 20_000  # a window of very long steps stops adding samples here
 
-Stack = tuple[tuple[CodeType, int], ...]
+Stack = tuple[tuple[int, int], ...]  # (id(code), lasti), innermost first
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ class GapSample:
     step: int  # the window step it fell in (0 = the window's first)
     seconds: float  # the time it stands for
     age: float  # seconds since the last op ended, when it was taken
-    stack: Stack  # (code, lasti), innermost first
+    stack: Stack  # (id(code), lasti), innermost first: codes in GapSampler.codes
 
 
 class GapSampler:
@@ -63,6 +65,8 @@ class GapSampler:
         self.skip = skip
         self.interval_s = interval_s
         self.samples: list[GapSample] = []
+        self.codes: dict[int, CodeType] = {}  # every code object a stack refers to
+        self._stacks: dict[Stack, Stack] = {}  # each distinct stack once
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -109,23 +113,27 @@ class GapSampler:
         if age < GAP_FLOOR_S:
             return None
         frame = sys._current_frames().get(self._tid)
-        stack: list[tuple[CodeType, int]] = []
-        skip = self.skip
+        stack: list[tuple[int, int]] = []
+        skip, codes = self.skip, self.codes
         f = frame
         while f is not None:
             code = f.f_code
-            if id(code) in skip:
+            cid = id(code)
+            if cid in skip:
                 return None  # in an op, or in the recorder's own code
             if len(stack) < MAX_DEPTH:
-                stack.append((code, f.f_lasti))
+                stack.append((cid, f.f_lasti))
+                if cid not in codes:
+                    codes[cid] = code
             f = f.f_back
         if not stack:
             return None
+        key = tuple(stack)
         sample = GapSample(
             step=int(engine.steps_done) - self._first_step,
             seconds=min(now - last, age),
             age=age,
-            stack=tuple(stack),
+            stack=self._stacks.setdefault(key, key),
         )
         self.samples.append(sample)
         return sample

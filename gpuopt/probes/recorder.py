@@ -23,6 +23,7 @@ Costs: a recorded op costs several microseconds of Python (measured by
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import CodeType
 from typing import Any
 
 from gpuopt.model.records import Ragged
@@ -47,8 +48,10 @@ class RecorderCapture:
     next_step: int  # steps the run finished
     shapes: Ragged | None  # batch shapes of every batch (None: the recorder did not run)
     errors: list[str] = field(default_factory=list)
-    # the window's stretches without tensor ops, sampled (gpuopt.probes.gap_sampler)
+    # the window's stretches without tensor ops, sampled (gpuopt.probes.gap_sampler), and the
+    # code objects their stacks refer to (by id)
     gap_samples: list[GapSample] = field(default_factory=list)
+    gap_codes: dict[int, CodeType] = field(default_factory=dict)
 
 
 class DispatchRecorder:
@@ -157,6 +160,7 @@ class DispatchRecorder:
             + (engine.errors if engine is not None else [])
             + (self.sampler.errors if self.sampler is not None else []),
             gap_samples=list(self.sampler.samples) if self.sampler is not None else [],
+            gap_codes=dict(self.sampler.codes) if self.sampler is not None else {},
         )
 
     def _sample(self, on: bool) -> None:
