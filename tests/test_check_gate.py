@@ -42,7 +42,7 @@ def test_identical_distributions_pass_and_a_planted_10_percent_fails() -> None:
 def test_one_run_a_side_uses_the_measured_drift_and_is_never_a_guessed_regression() -> None:
     """Issue 30: identical runs on a 2-core VM differ by 10-15%; one run a side cannot estimate
     that, and the 1% floor made a +13.6% identical pair a regression. Without a drift given,
-    one run a side uses the drift measured on this kind of machine: a change within it is
+    one run a side assumes the drift of this kind of machine: a change within it is
     inconclusive ("run 2+ a side"), one far beyond it still fails, and three runs a side measure
     the drift themselves."""
     base = run(noisy(0.100, seed=1))

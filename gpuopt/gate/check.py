@@ -38,10 +38,11 @@ MIN_STEPS = 8  # measured steps per side, for an interval
 # of slow_dataset.py: 0.4%
 SHORT_STEP_S = 1e-3
 # With one run a side the run-to-run drift cannot be estimated from the runs; unless the user
-# gave theirs (--step-time-noise, or the config), the interval uses the drift measured on this
-# kind of machine: the largest standard deviation of the log median step time over identical
-# runs of the bundled examples and corpus scripts (steps of 1 ms or more) on the project's 2-core
-# VM, benchmarks/bench_stability.py (docs/check.md, docs/benchmarks.md)
+# gave theirs (--step-time-noise, or the config), the interval uses the drift of this kind of
+# machine: the largest standard deviation of the log median step time over quiet identical runs
+# of the bundled examples and corpus scripts (steps of 1 ms or more) on the project's 2-core VM,
+# as benchmarks/bench_stability.py prints it. Interim until a quiet run records it
+# (docs/check.md): between slow_dataset's 0.4% quiet sd and issue 30's 10-15% identical pairs.
 ONE_RUN_DRIFT = 0.05
 # the gates a check can run (``--gates``): timed ones, then those counted exactly
 GATE_GROUPS = ("step-time", "data-wait", "gpu", "counters", "findings")
@@ -153,7 +154,8 @@ def _short_steps(ma: float, mb: float, runs: int, th: Thresholds) -> str | None:
 def step_floor(th: Thresholds, runs: int) -> float:
     """The least run-to-run drift of step time for ``runs`` runs in all: the user's
     (``--step-time-noise`` given), else with fewer than three runs, where the runs cannot
-    estimate it, :data:`ONE_RUN_DRIFT` (measured on this kind of machine), else the default."""
+    estimate it, :data:`ONE_RUN_DRIFT` (the drift assumed for one run a side), else the
+    default."""
     if th.step_time_noise_given or runs >= 3:
         return th.step_time_noise
     return max(th.step_time_noise, ONE_RUN_DRIFT)
@@ -224,9 +226,9 @@ def _step_verdict(
         return "fail", ""
     if floor > th.step_time_noise and iv.estimate > limit:
         return "inconclusive", (
-            f"; within the {floor:.0%} run-to-run drift measured on this kind of machine "
-            f"(1 + 1 runs cannot estimate it): run 2+ a side (repeat CANDIDATE and --baseline), "
-            "or give your machine's drift with --step-time-noise"
+            f"; within the {floor:.0%} run-to-run drift assumed for one run a side "
+            f"(docs/check.md#noise; 1 + 1 runs cannot measure yours): run 2+ a side (repeat "
+            "CANDIDATE and --baseline), or give your machine's drift with --step-time-noise"
         )
     return "pass", ""
 

@@ -190,7 +190,7 @@ def compare_command(
 def _compare_floors(noise: dict[str, str | None], config: str | None) -> tuple[Thresholds, str]:
     """The thresholds whose noise floors compare uses, and a note saying which floors the
     intervals assume and where they came from (one run against another: the step-time floor
-    measured on this kind of machine, unless given)."""
+    assumed for one run a side, unless given)."""
     from gpuopt.gate.check import step_floor
     from gpuopt.gate.config import load_settings, resolve
 
@@ -201,8 +201,8 @@ def _compare_floors(noise: dict[str, str | None], config: str | None) -> tuple[T
     step = step_floor(th, 2)
     if not th.step_time_noise_given and th.share_noise == default.share_noise:
         return th, (
-            f"step-time intervals assume a run-to-run drift of {step:.1%}, measured on this "
-            "kind of machine (one run against another cannot estimate it; docs/check.md): give "
+            f"step-time intervals assume a run-to-run drift of {step:.1%}, the drift assumed "
+            "for one run against another (it cannot measure yours; docs/check.md#noise): give "
             "your machine's with --step-time-noise"
         )
     sources = []
