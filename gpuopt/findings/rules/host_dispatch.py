@@ -11,6 +11,15 @@ the measured host time per op is far above the calibrated cost of a trivial op c
 the end of the run, ``dispatch.calibrated_op_us``: more than :data:`MAX_PER_OP_FACTOR` times it,
 and at least :data:`MIN_IMPLAUSIBLE_US`), the time between ops is not dispatch (Python work
 between ops, or a step that does something else) and the finding does not fire.
+
+Time outside tensor ops (a ``time.sleep``, a blocking read, a Python loop without ops: any
+stretch between two ops longer than that same bound) was once part of ``host_dispatch_share``:
+a 10 ms sleep in a 23 ms step of 226 small ops was 44 µs "per op", under the per-op bound, and
+became a HIGH finding at the next op's line. The recorder now measures those stretches and the
+assembly leaves them out of ``host_dispatch_share`` (``dispatch.outside_ops_*``: "other", named
+at its lines). The share's interval comes from each recorded step's value
+(``host_dispatch_share_steps``): a share within noise of 30% or 25% is borderline, never HIGH
+(:mod:`gpuopt.findings.evidence`).
 """
 
 from __future__ import annotations
