@@ -112,3 +112,21 @@ def test_recorder_codes_cover_the_modes_and_the_sync_wrapper() -> None:
     engine = RecorderEngine.__new__(RecorderEngine)
     wrapper = RecorderEngine._sync_wrapper(engine, lambda: None, "x")
     assert id(wrapper.__code__) in codes
+
+
+def test_gpuopt_profile_names_a_sleep_in_the_step_other_at_its_line(tmp_path: Path) -> None:
+    """The issue's case through the whole pipeline: a 20 ms sleep in a step of ~200 small ops."""
+    import json
+
+    from conftest import SCRIPTS, marker_site, run_gpuopt
+
+    script = SCRIPTS / "tiny_ops_sleep.py"
+    r = run_gpuopt("profile", "--quiet", "-o", str(tmp_path / "run"), str(script), timeout=300)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "run" / "profile.json").read_text())
+    d = doc["dispatch"]
+    assert d["outside_ops_sites"][0]["site"] == marker_site(script, "SLEEP")
+    assert d["outside_ops_share"] >= 0.4 and doc["breakdown"]["other"] >= 0.4
+    assert "launch-bound" not in [f["id"] for f in doc["findings"]]
+    report = run_gpuopt("report", str(tmp_path / "run"))
+    assert "Time outside tensor ops" in report.stdout
