@@ -222,10 +222,15 @@ def _findings_by_key(p: Profile) -> dict[tuple[str, str | None], Finding]:
     return {(f.id, f.site): f for f in p.findings}
 
 
+def _label(f: Finding) -> str:
+    """``medium`` or ``medium (borderline)``."""
+    return f.severity + (" (borderline)" if f.borderline is True else "")
+
+
 def _changed(a: Finding, b: Finding) -> str:
     parts = []
     if a.severity != b.severity:
-        parts.append(f"severity {a.severity} → {b.severity}")
+        parts.append(f"severity {_label(a)} → {_label(b)}")
     ea, eb = num(a.est_speedup), num(b.est_speedup)
     if ea is not None and eb is not None and abs(ea - eb) >= 0.01:
         parts.append(f"estimate {ea:.2f}× → {eb:.2f}×")
