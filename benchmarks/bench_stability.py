@@ -106,6 +106,7 @@ def profile(gpuopt: Path, target: Target, out: Path) -> dict[str, Any]:
     row.update(
         median_s=doc["steps"]["time_s"].get("median"),
         other_cores=cpu.get("other_cores_busy_mean"),
+        run_delay=cpu.get("run_delay_share"),
         findings=[
             {
                 "id": f["id"],

@@ -185,3 +185,25 @@ def test_the_recorder_keeps_each_steps_share_of_loops(tmp_path: Path) -> None:
     for loop in doc["loops"]:
         assert len(loop["time_share_steps"]) == 3  # one per recorded step
     assert len(doc["dispatch"]["op_time_share_steps"]) == 3
+
+
+def test_a_run_the_machine_slowed_draws_a_wider_interval() -> None:
+    """Under a neighbour's load the shares of identical runs moved far more than their steps'
+    spread (16%, 29%, 36% of data wait in three runs of examples/io_loader.py): a run whose
+    threads waited for a core while others held the cores says so, and its 36% is borderline,
+    not HIGH; on a quiet machine the same steps are HIGH."""
+    from gate_support import loaded
+
+    from gpuopt.findings.evidence import BUSY_DRIFT, drift_of
+
+    steps = [0.36 + (0.01 if i % 2 else -0.01) for i in range(30)]
+    quiet = loaded(_waits(run([0.02] * 32), steps), 0.05, run_delay=0.01)
+    busy = loaded(_waits(run([0.02] * 32), steps), 1.6, run_delay=0.85)
+    assert drift_of(quiet).value == SHARE_DRIFT and drift_of(quiet).busy == ""
+    assert drift_of(busy).value == pytest.approx(SHARE_DRIFT + BUSY_DRIFT * 0.85)
+    (q,) = findings_of(quiet, only={"dataloader-bound"})
+    (b,) = findings_of(busy, only={"dataloader-bound"})
+    assert q.severity == "high" and q.borderline is False
+    assert b.severity != "high" and b.borderline is True
+    assert "busy machine" in b.interval.covers
+    assert "(measured on a busy machine): never HIGH" in evidence_summary(b)

@@ -59,9 +59,10 @@ def borderline_note(finding: Finding) -> str:
     if finding.borderline is not True or iv is None:
         return ""
     what = one_line(iv.metric).replace("_", " ")
+    busy = " (measured on a busy machine)" if "busy machine" in one_line(iv.covers) else ""
     return (
         f"borderline: {what} {fmt_frac(iv.value)} ({fmt_frac(iv.low)} … {fmt_frac(iv.high)}), "
-        "within noise of a threshold: never HIGH"
+        f"within noise of a threshold{busy}: never HIGH"
     )
 
 

@@ -29,7 +29,7 @@ from msgspec import UnsetType
 
 from gpuopt.findings.engine import rule
 from gpuopt.findings.estimates import speedup_if_removed
-from gpuopt.findings.evidence import evidence_of, judge, share_interval
+from gpuopt.findings.evidence import drift_of, evidence_of, judge, share_interval
 from gpuopt.model.profile import DataLoaderInfo, EvidenceInterval, Finding, Profile, StepRecord
 from gpuopt.model.records import given
 from gpuopt.units import fmt_duration, fmt_frac
@@ -246,7 +246,7 @@ def data_wait_evidence(profile: Profile) -> EvidenceInterval | None:
     if profile.source == "trace":
         return None
     share = float(profile.breakdown.data_wait or 0.0)
-    return share_interval(share, wait_shares(profile), "data_wait_share")
+    return share_interval(share, wait_shares(profile), "data_wait_share", drift_of(profile))
 
 
 @rule(
@@ -292,7 +292,7 @@ def dataloader_bound(profile: Profile) -> list[Finding]:
             f"of {fmt_duration(step_s)} per step)"
         )
         advice = _Advice(changes=["num_workers=4"], est=speedup_if_removed(share))
-    interval = share_interval(share, wait_shares(profile), "data_wait_share")
+    interval = share_interval(share, wait_shares(profile), "data_wait_share", drift_of(profile))
     judged = judge(interval, THRESHOLD)
     evidence["summary"] = summary
     fix = (

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from gpuopt.findings.engine import rule
 from gpuopt.findings.estimates import speedup_if_removed
-from gpuopt.findings.evidence import Judged, rated
+from gpuopt.findings.evidence import Drift, Judged, drift_of, rated
 from gpuopt.findings.measures import from_trace, share_of, value
 from gpuopt.model.profile import EvidenceInterval, Finding, Profile
 from gpuopt.model.records import given
@@ -39,8 +39,8 @@ class _SiteCopies:
     stand_in: bool = False
     steps: list[float] = field(default_factory=list)  # the share in each recorded step
 
-    def rated(self) -> tuple[EvidenceInterval, Judged]:
-        return rated(self.share, self.steps, "h2d_share")
+    def rated(self, drift: Drift) -> tuple[EvidenceInterval, Judged]:
+        return rated(self.share, self.steps, "h2d_share", drift)
 
 
 def _sites(profile: Profile, pinned: bool, blocking_only: bool) -> dict[str | None, _SiteCopies]:
@@ -88,7 +88,7 @@ def _estimate(g: _SiteCopies) -> tuple[float | None, str]:
     )
 
 
-def _pageable(site: str | None, g: _SiteCopies) -> Finding:
+def _pageable(site: str | None, g: _SiteCopies, drift: Drift) -> Finding:
     est, model = _estimate(g)
     batch = (
         f" The {fmt_count(g.count)} copies per step at this line could be one: "
@@ -97,7 +97,7 @@ def _pageable(site: str | None, g: _SiteCopies) -> Finding:
         else ""
     )
     copies = plural(g.count, "host→device copy", "host→device copies")
-    interval, judged = g.rated()
+    interval, judged = g.rated(drift)
     return Finding(
         id="pageable-h2d",
         severity=judged.severity,
@@ -132,14 +132,15 @@ def _pageable(site: str | None, g: _SiteCopies) -> Finding:
     )
 
 
-@rule("pageable-h2d", reads=("source", "transfers", "dispatch", "steps"))
+@rule("pageable-h2d", reads=("source", "transfers", "dispatch", "steps", "utilization"))
 def pageable_h2d(profile: Profile) -> list[Finding]:
     if from_trace(profile):
         return []
-    return [_pageable(site, g) for site, g in _sites(profile, False, False).items()]
+    drift = drift_of(profile)
+    return [_pageable(site, g, drift) for site, g in _sites(profile, False, False).items()]
 
 
-@rule("blocking-h2d", reads=("source", "transfers", "dispatch", "steps"))
+@rule("blocking-h2d", reads=("source", "transfers", "dispatch", "steps", "utilization"))
 def blocking_h2d(profile: Profile) -> list[Finding]:
     if from_trace(profile):
         return []
@@ -147,7 +148,7 @@ def blocking_h2d(profile: Profile) -> list[Finding]:
     for site, g in _sites(profile, pinned=True, blocking_only=True).items():
         est, model = _estimate(g)
         copies = plural(g.count, "blocking host→device copy", "blocking host→device copies")
-        interval, judged = g.rated()
+        interval, judged = g.rated(drift_of(profile))
         findings.append(
             Finding(
                 id="blocking-h2d",

@@ -28,7 +28,7 @@ from typing import Any
 
 from gpuopt.findings.engine import rule
 from gpuopt.findings.estimates import speedup_if_removed
-from gpuopt.findings.evidence import evidence_of, judge, share_interval
+from gpuopt.findings.evidence import drift_of, evidence_of, judge, share_interval
 from gpuopt.findings.measures import from_trace, on_cpu_only, value
 from gpuopt.model.profile import EvidenceInterval, Finding, Profile
 from gpuopt.model.records import given
@@ -67,6 +67,7 @@ def _dispatch_interval(profile: Profile) -> EvidenceInterval:
         value(d.host_dispatch_share),
         given(d.host_dispatch_share_steps) or [],
         "host_dispatch_share",
+        drift_of(profile),
     )
 
 
@@ -83,7 +84,7 @@ def dispatch_evidence(profile: Profile) -> EvidenceInterval | None:
     return _dispatch_interval(profile)
 
 
-@rule("launch-bound", reads=("source", "dispatch", "gpu"))
+@rule("launch-bound", reads=("source", "dispatch", "gpu", "utilization"))
 def launch_bound(profile: Profile) -> list[Finding]:
     if from_trace(profile):
         return []

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from gpuopt.findings.engine import rule
 from gpuopt.findings.estimates import at_least, severity_for_share, speedup_if_removed
-from gpuopt.findings.evidence import rated
+from gpuopt.findings.evidence import Drift, drift_of, rated
 from gpuopt.findings.measures import from_trace, share_of, value
 from gpuopt.model.profile import EvidenceInterval, Finding, Profile, Severity
 from gpuopt.model.records import given
@@ -155,7 +155,7 @@ class _Verdict:
     borderline: bool = False
 
 
-def _verdict(g: _SiteSyncs, main_kind: str) -> _Verdict:
+def _verdict(g: _SiteSyncs, main_kind: str, drift: Drift) -> _Verdict:
     if g.inferred:
         # Without a GPU there is no queued GPU work to overlap with: the gain is bounded by it.
         return _Verdict(
@@ -181,7 +181,7 @@ def _verdict(g: _SiteSyncs, main_kind: str) -> _Verdict:
         )
     overlap = min(g.idle_share, g.time_share)
     steps = [min(i, t) for i, t in zip(g.idle_steps, g.time_steps, strict=False)]
-    interval, judged = rated(overlap, steps, "sync_overlap_share")
+    interval, judged = rated(overlap, steps, "sync_overlap_share", drift)
     return _Verdict(
         judged.severity,
         f"the host waited {fmt_us(g.time_us)} per step in them, then took {fmt_us(g.idle_us)} "
@@ -196,9 +196,9 @@ def _verdict(g: _SiteSyncs, main_kind: str) -> _Verdict:
     )
 
 
-def _finding(g: _SiteSyncs) -> Finding:
+def _finding(g: _SiteSyncs, drift: Drift) -> Finding:
     kinds = sorted(g.kinds.items(), key=lambda kv: (-kv[1], kv[0]))
-    v = _verdict(g, kinds[0][0])
+    v = _verdict(g, kinds[0][0], drift)
     severity = at_least(v.severity, "medium") if g.count >= MANY_PER_STEP else v.severity
     kinds_text = ", ".join(f"{fmt_count(n)}× {k}" for k, n in kinds)
     at = _where(g)
@@ -235,8 +235,9 @@ def _finding(g: _SiteSyncs) -> Finding:
     return f
 
 
-@rule("sync-in-step", reads=("source", "syncs", "dispatch", "steps"))
+@rule("sync-in-step", reads=("source", "syncs", "dispatch", "steps", "utilization"))
 def sync_in_step(profile: Profile) -> list[Finding]:
     if from_trace(profile):
         return []
-    return [_finding(g) for g in _group(profile)[:MAX_FINDINGS]]
+    drift = drift_of(profile)
+    return [_finding(g, drift) for g in _group(profile)[:MAX_FINDINGS]]
