@@ -207,3 +207,29 @@ def test_a_run_the_machine_slowed_draws_a_wider_interval() -> None:
     assert b.severity != "high" and b.borderline is True
     assert "busy machine" in b.interval.covers
     assert "(measured on a busy machine): never HIGH" in evidence_summary(b)
+
+
+@pytest.mark.parametrize("rule", ["launch-bound", "loop-indexing"])
+def test_every_window_rule_widens_its_interval_on_a_busy_machine(rule: str) -> None:
+    """The busy machine's drift reaches the recorder's window rules too, not only the data wait:
+    a share of 40% whose three steps agree is HIGH on a quiet run, and borderline (never HIGH) on
+    a run whose threads waited 85% of their time for a core while others held 1.6 cores."""
+    import msgspec
+    from gate_support import loaded
+
+    steps = [0.39, 0.41, 0.40]
+
+    def one(wait: float, others: float) -> Finding:
+        if rule == "launch-bound":
+            doc = _dispatch(run([0.01] * 12), steps)
+        else:
+            doc = msgspec.convert({"loops": [_loop(0.40, steps)]}, Profile)
+        (f,) = findings_of(loaded(doc, others, run_delay=wait), only={rule})
+        return f
+
+    quiet, busy = one(0.01, 0.05), one(0.85, 1.6)
+    assert quiet.severity == "high" and quiet.borderline is False
+    assert "busy machine" not in quiet.interval.covers
+    assert busy.severity != "high" and busy.borderline is True
+    assert "busy machine" in busy.interval.covers
+    assert busy.interval.high - busy.interval.low > 4 * (quiet.interval.high - quiet.interval.low)
