@@ -1,8 +1,10 @@
 """``gpuopt check``: false alarms, detection, the busy-machine detector, and speed (issues 16, 30).
 
-Accuracy, on three scripts: the bundled ``examples/slow_dataset.py`` and two scripts of the
+Accuracy, by default on four scripts: the bundled ``examples/slow_dataset.py`` (a DataLoader's
+wait) and ``examples/index_loops.py`` (Python loops of small ops), and two scripts of the
 real-script corpus (``mnist`` and ``vae`` of pytorch/examples, on benchmarks/bench_corpus.py's
-small offline data). For each, copies in a temporary folder, each with one statement planted on
+small offline data); ``--targets`` takes any example with one ``opt.step()`` line and the corpus's
+``mnist`` and ``vae``. For each, copies in a temporary folder, each with one statement planted on
 the optimizer's ``step()`` line (so every copy keeps the script's line numbers):
 
 * **base** and **same**: the script as it is; ``check same --baseline base`` failing is a false
@@ -28,7 +30,8 @@ Speed, as users run it (a wheel install, :mod:`installed`), interleaved, medians
 (the 53.7 MB ``hta/df_index_resolver`` trace, the only one that size in ../shared/traces, given
 as both sides).
 
-    python benchmarks/bench_check.py [--pairs 20] [--repeats 1] [--targets slow_dataset,mnist,vae]
+    python benchmarks/bench_check.py [--pairs 20] [--repeats 1]
+                                     [--targets slow_dataset,index_loops,mnist,vae]
                                      [--load 1 --load 2] [--sleep-frac 0.25] [--quiet-load 1.5]
                                      [--calibration-runs 12]
                                      [--json FILE] [--no-speed] [--no-accuracy]
@@ -53,7 +56,6 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 EXAMPLE = ROOT / "examples" / "slow_dataset.py"
-STEP_LINE = "            opt.step()\n"
 TRACE = (
     ROOT.parent / "shared" / "traces" / "hta" / "df_index_resolver" / "df_index_resolver.json.gz"
 )
@@ -76,8 +78,13 @@ class Target:
     env: dict[str, str] | None = None
 
 
-def example_target() -> Target:
-    return Target("slow_dataset", EXAMPLE, STEP_LINE)
+def example_target(name: str = "slow_dataset") -> Target:
+    """A bundled example: its one ``opt.step()`` line is the anchor."""
+    script = ROOT / "examples" / f"{name}.py"
+    lines = [x for x in script.read_text().splitlines(keepends=True) if x.strip() == "opt.step()"]
+    if len(lines) != 1:
+        raise SystemExit(f"{script}: {len(lines)} 'opt.step()' lines, not one to plant after")
+    return Target(name, script, lines[0])
 
 
 def corpus_target(name: str, gpuopt: Path) -> Target:
@@ -409,7 +416,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pairs", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=1, help="runs a side of every pair")
-    ap.add_argument("--targets", default="slow_dataset,mnist,vae")
+    ap.add_argument("--targets", default="slow_dataset,index_loops,mnist,vae")
     ap.add_argument(
         "--load",
         type=int,
@@ -448,7 +455,10 @@ def main() -> None:
         folder = Path(tmp)
         names = [n for n in args.targets.split(",") if n]
         targets = [
-            example_target() if n == "slow_dataset" else corpus_target(n, gpuopt) for n in names
+            example_target(n)
+            if (ROOT / "examples" / f"{n}.py").is_file()
+            else corpus_target(n, gpuopt)
+            for n in names
         ]
         if not args.no_accuracy:
             rows = accuracy(gpuopt, targets, folder, args)

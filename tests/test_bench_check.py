@@ -12,6 +12,7 @@ bench = load_benchmark("bench_check")
 CORPUS = ROOT / "benchmarks" / "corpus" / "scripts"
 TARGETS = {
     "slow_dataset": bench.example_target(),
+    **{n: bench.example_target(n) for n in ("index_loops", "io_loader", "segmentation_loops")},
     "mnist": bench.Target("mnist", CORPUS / "mnist" / "main.py", "        optimizer.step()\n"),
     "vae": bench.Target("vae", CORPUS / "vae" / "main.py", "        optimizer.step()\n"),
 }
