@@ -1,29 +1,40 @@
-"""``gpuopt check``: false alarms, detection and speed (issue 16).
+"""``gpuopt check``: false alarms, detection, the busy-machine detector, and speed (issues 16, 30).
 
-Accuracy, on the bundled ``examples/slow_dataset.py`` (35 measured steps of ~26 ms a run). Four
-copies of the example in a temporary folder, run in rounds, interleaved (the order rotates from
-round to round), each profiled as ``gpuopt profile --quiet -o DIR slow_dataset.py``:
+Accuracy, by default on four scripts: the bundled ``examples/slow_dataset.py`` (a DataLoader's
+wait) and ``examples/index_loops.py`` (Python loops of small ops), and two scripts of the
+real-script corpus (``mnist`` and ``vae`` of pytorch/examples, on benchmarks/bench_corpus.py's
+small offline data); ``--targets`` takes any example with one ``opt.step()`` line and the corpus's
+``mnist`` and ``vae``. For each, copies in a temporary folder, each with one statement planted on
+the optimizer's ``step()`` line (so every copy keeps the script's line numbers):
 
-* **base** and **same**: the example as it is; ``check same --baseline base`` failing is a
-  false alarm;
-* **sleep**: ``time.sleep(S)`` after every ``opt.step()``, S = 10% of the median step time of
-  three calibration runs of the example made first (a planted 10% step-time regression);
-  ``check sleep --baseline base`` failing on step time is a detection;
-* **item**: ``loss.item()`` after every ``opt.step()`` (a planted per-step sync);
-  ``check item --baseline base`` failing on ``syncs per step`` is a detection.
+* **base** and **same**: the script as it is; ``check same --baseline base`` failing is a false
+  alarm;
+* **sleep**: ``time.sleep(S)`` after every step, S = ``--sleep-frac`` of the script's median
+  step (calibrated on quiet runs made first); the step-time gate failing is a detection;
+* **sync**: ``loss.item()`` after every step; ``syncs per step`` failing is a detection;
+* **loop**: ``[loss.detach().mul(1.0) for _ in range(8)]`` after every step (a Python loop
+  issuing small tensor ops); ``loops issuing small ops`` failing is a detection.
 
-The planted statements go on the ``opt.step()`` line itself, so every copy keeps the example's
-line numbers. With ``--repeats K`` every side of every pair is K runs (all interleaved), given
-to ``gpuopt check`` as repeats. Every run's machine load (other processes' busy cores) and the
-load average are kept.
+Rounds are interleaved (the order rotates from round to round). The baseline runs quiet; the
+candidates run once quiet and once for every ``--load N``, with N processes spinning on the
+cores for the candidate's run (a neighbour of 1 and of 2 busy cores on a 2-core machine): a
+loaded identical pair must not fail (it may be inconclusive, flagged busy), a loaded planted
+regression must be detected or flagged busy, never passed silently. Each loaded run's own
+slowdown (its median step against the round's quiet baseline), its threads' measured wait for a
+core and the gate's verdict are kept: the detector's verdict checked against what the load did
+to the script. With ``--repeats K`` every side of every pair is K runs (interleaved), given to
+``gpuopt check`` as repeats. The 1-minute load average of every run is kept.
 
 Speed, as users run it (a wheel install, :mod:`installed`), interleaved, medians:
 ``gpuopt check`` on two profiles; and on two ~50 MB traces against ``gpuopt report`` on both
 (the 53.7 MB ``hta/df_index_resolver`` trace, the only one that size in ../shared/traces, given
 as both sides).
 
-    python benchmarks/bench_check.py [--pairs 20] [--repeats 1] [--retry-busy N]
-                                     [--sleep-ms MS] [--json FILE] [--no-speed]
+    python benchmarks/bench_check.py [--pairs 20] [--repeats 1]
+                                     [--targets slow_dataset,index_loops,mnist,vae]
+                                     [--load 1 --load 2] [--sleep-frac 0.25] [--quiet-load 1.5]
+                                     [--calibration-runs 12]
+                                     [--json FILE] [--no-speed] [--no-accuracy]
 """
 
 from __future__ import annotations
@@ -32,49 +43,127 @@ import argparse
 import json
 import os
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
 EXAMPLE = ROOT / "examples" / "slow_dataset.py"
-STEP_LINE = "            opt.step()\n"
 TRACE = (
     ROOT.parent / "shared" / "traces" / "hta" / "df_index_resolver" / "df_index_resolver.json.gz"
 )
-VARIANTS = ("base", "same", "sleep", "item")
+VARIANTS = ("base", "same", "sleep", "sync", "loop")
+CANDIDATES = VARIANTS[1:]
 MAX_WAIT_S = 300  # for a quiet machine, before a round (then it runs anyway)
 
 
-def write_variants(folder: Path, sleep_s: float) -> dict[str, Path]:
-    source = EXAMPLE.read_text()
-    assert source.count(STEP_LINE) == 1, "the example's opt.step() line moved"
-    planted = {
-        "base": source,
-        "same": source,
-        "sleep": source.replace(STEP_LINE, f"            opt.step(); time.sleep({sleep_s:.6f})\n"),
-        "item": source.replace(STEP_LINE, "            opt.step(); loss.item()\n"),
+@dataclass
+class Target:
+    """A script to plant into: its step line (exactly, once in the file) and its loss."""
+
+    name: str
+    script: Path
+    anchor: str
+    loss: str = "loss"
+    args: list[str] = field(default_factory=list)
+    gpuopt_args: list[str] = field(default_factory=list)
+    cwd: Path | None = None  # None: the copy's own folder
+    env: dict[str, str] | None = None
+
+
+def example_target(name: str = "slow_dataset") -> Target:
+    """A bundled example: its one ``opt.step()`` line is the anchor."""
+    script = ROOT / "examples" / f"{name}.py"
+    lines = [x for x in script.read_text().splitlines(keepends=True) if x.strip() == "opt.step()"]
+    if len(lines) != 1:
+        raise SystemExit(f"{script}: {len(lines)} 'opt.step()' lines, not one to plant after")
+    return Target(name, script, lines[0])
+
+
+def corpus_target(name: str, gpuopt: Path) -> Target:
+    """A corpus script as bench_corpus.py runs it (its data prepared, its environment)."""
+    import bench_corpus as bc
+    from corpus_judge import load_expectations
+
+    bc.setup_packages(gpuopt)
+    (e,) = [x for x in load_expectations(bc.EXPECT) if x.name == name]
+    anchors = {"mnist": "        optimizer.step()\n", "vae": "        optimizer.step()\n"}
+    return Target(
+        name,
+        bc.SCRIPTS / e.path,
+        anchors[name],
+        args=list(e.args),
+        gpuopt_args=list(e.gpuopt_args),
+        cwd=bc.prepare(e, gpuopt),
+        env=bc.run_env(e),
+    )
+
+
+def planted(loss: str, sleep_s: float) -> dict[str, str]:
+    """The statement each variant adds after the step (none for base and same)."""
+    return {
+        "base": "",
+        "same": "",
+        "sleep": f"__import__('time').sleep({sleep_s:.6f})",
+        "sync": f"{loss}.item()",
+        "loop": f"[{loss}.detach().mul(1.0) for _ in range(8)]",
     }
+
+
+def write_variants(folder: Path, sleep_s: float, target: Target | None = None) -> dict[str, Path]:
+    target = target or example_target()
+    source = target.script.read_text()
+    assert source.count(target.anchor) == 1, f"{target.script}: the step line moved"
+    stripped = target.anchor.rstrip("\n")
     out = {}
-    for name, text in planted.items():
-        (folder / name).mkdir(parents=True, exist_ok=True)
-        path = folder / name / "slow_dataset.py"
+    for name, statement in planted(target.loss, sleep_s).items():
+        text = source
+        if statement:
+            text = source.replace(target.anchor, f"{stripped}; {statement}\n")
+        (folder / target.name / name).mkdir(parents=True, exist_ok=True)
+        path = folder / target.name / name / target.script.name
         path.write_text(text)
         out[name] = path
     return out
 
 
-def profile(gpuopt: Path, script: Path, out: Path) -> dict[str, Any]:
+class Neighbour:
+    """``n`` processes spinning on the cores while a candidate runs (a busy neighbour)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def __enter__(self) -> Neighbour:
+        self.procs = [
+            subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(self.n)
+        ]
+        if self.procs:
+            time.sleep(0.5)  # running before the candidate starts
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for p in self.procs:
+            p.kill()
+        for p in self.procs:
+            p.wait()
+
+
+def profile(gpuopt: Path, target: Target, script: Path, out: Path) -> dict[str, Any]:
+    cmd = [str(gpuopt), "profile", "--quiet", "--force", "-o", str(out), *target.gpuopt_args]
     subprocess.run(
-        [str(gpuopt), "profile", "--quiet", "--force", "-o", str(out), str(script)],
+        [*cmd, str(script), *target.args],
         check=True,
         capture_output=True,
-        cwd=script.parent,
+        cwd=target.cwd or script.parent,
+        env=target.env,
     )
     doc: dict[str, Any] = json.loads((out / "profile.json").read_text())
     cpu = doc["utilization"]["cpu"]
@@ -82,6 +171,7 @@ def profile(gpuopt: Path, script: Path, out: Path) -> dict[str, Any]:
         "dir": str(out),
         "median_s": doc["steps"]["time_s"]["median"],
         "other_cores": cpu.get("other_cores_busy_mean"),
+        "run_delay": cpu.get("run_delay_share"),
         "load1": os.getloadavg()[0],
     }
 
@@ -101,21 +191,27 @@ def gate(doc: dict[str, Any], gid: str) -> dict[str, Any]:
     return next((g for g in doc["gates"] if g["id"] == gid), {"verdict": "absent"})
 
 
-def calibrate(gpuopt: Path, folder: Path, quiet: float) -> float:
-    """The example's median step time on a quiet machine: the median of the first three runs'
-    medians that other processes did not disturb (other processes' busy cores under 0.5), each
-    started on a quiet machine; at most 12 tries, then the benchmark stops (``--sleep-ms``
-    skips this)."""
-    medians = []
-    for i in range(12):
+# the gate each planted variant must fail
+DETECTED_BY = {"sleep": "step_time", "sync": "syncs_per_step", "loop": "loops", "same": "step_time"}
+
+
+def calibrate(gpuopt: Path, target: Target, folder: Path, quiet: float, tries: int = 12) -> float:
+    """The script's median step time on a quiet machine: the median of the first three runs'
+    medians whose threads did not wait for a core (run delay under 5%; other processes' busy
+    cores under 0.5 where not measured), each started on a quiet machine; at most ``tries``
+    runs, then the median of all."""
+    medians, every = [], []
+    for i in range(tries):
         if quiet > 0:
             wait_for_quiet(quiet, MAX_WAIT_S)
-        run = profile(gpuopt, EXAMPLE, folder / f"calib-{i}")
-        if run["other_cores"] is not None and run["other_cores"] < 0.5:
+        run = profile(gpuopt, target, target.script, folder / f"calib-{target.name}-{i}")
+        every.append(run["median_s"])
+        delay, other = run["run_delay"], run["other_cores"]
+        if (delay is not None and delay < 0.05) or (delay is None and (other or 0) < 0.5):
             medians.append(run["median_s"])
         if len(medians) == 3:
             return float(statistics.median(medians))
-    raise SystemExit("no 3 quiet runs in 12 to calibrate the planted sleep on; try --sleep-ms")
+    return float(statistics.median(every))
 
 
 def wait_for_quiet(limit: float, max_wait_s: float) -> float:
@@ -127,69 +223,132 @@ def wait_for_quiet(limit: float, max_wait_s: float) -> float:
     return time.time() - t0
 
 
-def one_round(
-    gpuopt: Path, scripts: dict[str, Path], folder: Path, i: int, k: int
-) -> dict[str, Any]:
-    order = VARIANTS[i % 4 :] + VARIANTS[: i % 4]
-    runs: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
-    for r in range(k):
-        for v in order:
-            runs[v].append(profile(gpuopt, scripts[v], folder / f"{i}-{v}-{r}"))
-    base = [x["dir"] for x in runs["base"]]
-    docs = {v: check(gpuopt, [x["dir"] for x in runs[v]], base) for v in ("same", "sleep", "item")}
+def _outcome(doc: dict[str, Any], variant: str) -> dict[str, Any]:
+    g = gate(doc, DETECTED_BY[variant])
+    step = gate(doc, "step_time")
     return {
-        "pair": i + 1,
-        "order": order,
-        "runs": runs,
-        "same": {"exit": docs["same"]["exit_code"], "step": gate(docs["same"], "step_time")},
-        "sleep": {"exit": docs["sleep"]["exit_code"], "step": gate(docs["sleep"], "step_time")},
-        "item": {"exit": docs["item"]["exit_code"], "syncs": gate(docs["item"], "syncs_per_step")},
-        "notes": {v: d["notes"] for v, d in docs.items()},
+        "exit": doc["exit_code"],
+        "gate": {k: g.get(k) for k in ("verdict", "change", "detail")},
+        "step": {k: step.get(k) for k in ("verdict", "change", "detail")},
+        "busy": any("busy machine" in n for n in doc["notes"]),
+        "failed": [x["id"] for x in doc["gates"] if x["verdict"] == "fail"],
     }
 
 
-def busy(row: dict[str, Any]) -> bool:
-    """The gate could not judge the round's timings: a run ran on a busy machine."""
-    return any(
-        row[v]["step"]["verdict"] == "inconclusive"
-        and "busy machine" in row[v]["step"].get("detail", "")
-        for v in ("same", "sleep")
-    )
-
-
-def rounds(
+def one_round(
     gpuopt: Path,
+    target: Target,
     scripts: dict[str, Path],
     folder: Path,
-    pairs: int,
+    i: int,
     k: int,
-    quiet: float,
-    retries: int = 0,
+    loads: list[int],
+) -> dict[str, Any]:
+    """One pair of every variant against the round's quiet baseline, at every load."""
+    order = list(CANDIDATES[i % 4 :] + CANDIDATES[: i % 4])
+    base = [profile(gpuopt, target, scripts["base"], folder / f"{i}-base-{r}") for r in range(k)]
+    base_median = statistics.fmean(b["median_s"] for b in base)
+    row: dict[str, Any] = {"pair": i + 1, "target": target.name, "order": order, "base": base}
+    for load in loads:
+        for v in order:
+            with Neighbour(load):
+                runs = [
+                    profile(gpuopt, target, scripts[v], folder / f"{i}-{v}-{load}-{r}")
+                    for r in range(k)
+                ]
+            doc = check(gpuopt, [x["dir"] for x in runs], [x["dir"] for x in base])
+            out = _outcome(doc, v)
+            out["runs"] = runs
+            out["slowdown"] = statistics.fmean(x["median_s"] for x in runs) / base_median
+            row[f"{v}@{load}"] = out
+    return row
+
+
+def accuracy(
+    gpuopt: Path,
+    targets: list[Target],
+    folder: Path,
+    args: argparse.Namespace,
 ) -> list[dict[str, Any]]:
-    """``pairs`` rounds; with ``retries``, a round the gate called inconclusive for a busy
-    machine is run again (at most that many times; every discarded round is kept in the row)."""
-    out = []
-    for i in range(pairs):
-        discarded: list[dict[str, Any]] = []
-        waited = 0.0
-        while True:
-            waited += wait_for_quiet(quiet, MAX_WAIT_S) if quiet > 0 else 0.0
-            row = one_round(gpuopt, scripts, folder, i, k)
-            if not busy(row) or len(discarded) >= retries:
-                break
-            discarded.append(row)
-            print(f"  pair {i + 1:2}: busy machine, run again", flush=True)
-        row["waited_s"] = waited
-        row["discarded"] = discarded
-        out.append(row)
-        s, p = row["same"]["step"], row["sleep"]["step"]
-        same = f"same exit {row['same']['exit']} {s.get('change')} ({s['verdict']})"
-        sleep = f"sleep exit {row['sleep']['exit']} {p.get('change')} ({p['verdict']})"
-        item = f"item syncs {row['item']['syncs']['verdict']}"
-        print(f"  pair {i + 1:2}: {same} | {sleep} {p.get('detail', '')} | {item}", flush=True)
-    for f in folder.glob("[0-9]*"):
-        shutil.rmtree(f, ignore_errors=True)
-    return out
+    rows = []
+    loads = [0, *args.load]
+    for target in targets:
+        median = calibrate(gpuopt, target, folder, args.quiet_load, args.calibration_runs)
+        sleep_s = args.sleep_frac * median
+        print(f"{target.name}: median step {median * 1e3:.2f} ms -> sleep {sleep_s * 1e3:.3f} ms")
+        scripts = write_variants(folder, sleep_s, target)
+        for i in range(args.pairs):
+            if args.quiet_load > 0:
+                wait_for_quiet(args.quiet_load, MAX_WAIT_S)
+            row = one_round(gpuopt, target, scripts, folder, i, args.repeats, loads)
+            row["calibration"] = {"median_s": median, "sleep_s": sleep_s}
+            rows.append(row)
+            print(_line(row, loads), flush=True)
+    return rows
+
+
+def _line(row: dict[str, Any], loads: list[int]) -> str:
+    parts = []
+    for load in loads:
+        for v in CANDIDATES:
+            o = row[f"{v}@{load}"]
+            mark = {"fail": "F", "pass": ".", "inconclusive": "?"}.get(o["gate"]["verdict"], "-")
+            parts.append(f"{v}@{load}:{mark}{'b' if o['busy'] else ''}(x{o['slowdown']:.2f})")
+    return f"  {row['target']} pair {row['pair']:2}: " + " ".join(parts)
+
+
+def summary(rows: list[dict[str, Any]], k: int) -> str:
+    """Per target and load: false alarms, detections, and what the gate said under load."""
+    lines = [
+        "| script | neighbour | identical: false alarms | sleep: detected / busy / passed "
+        "| sync: detected | loop: detected | identical: slowdown, flagged busy |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    targets = list(dict.fromkeys(r["target"] for r in rows))
+    loads = sorted({int(key.split("@")[1]) for r in rows for key in r if "@" in key})
+    for t in targets:
+        mine = [r for r in rows if r["target"] == t]
+        for load in loads:
+            got = [r for r in mine if f"same@{load}" in r]
+            n = len(got)
+            same = [r[f"same@{load}"] for r in got]
+            sleep = [r[f"sleep@{load}"] for r in got]
+            false = sum(o["exit"] == 1 for o in same)
+            det = sum(o["gate"]["verdict"] == "fail" for o in sleep)
+            busy = sum(o["gate"]["verdict"] == "inconclusive" for o in sleep)
+            passed = sum(o["gate"]["verdict"] == "pass" for o in sleep)
+            sync = sum(r[f"sync@{load}"]["gate"]["verdict"] == "fail" for r in got)
+            loop = sum(r[f"loop@{load}"]["gate"]["verdict"] == "fail" for r in got)
+            slow = sorted(o["slowdown"] for o in same)
+            flagged = sum(o["busy"] for o in same)
+            spread = f"x{slow[0]:.2f} … x{slow[-1]:.2f}" if slow else "–"
+            lines.append(
+                f"| {t} | {load or 'none'} | **{false}**/{n} | {det} / {busy} / **{passed}** "
+                f"| {sync}/{n} | {loop}/{n} | {spread}, {flagged}/{n} flagged |"
+            )
+    # the detector against the script's own slowdown: identical candidates under a neighbour
+    loaded = [
+        o for r in rows for key, o in r.items() if key.startswith("same@") and key != "same@0"
+    ]
+    slowed = [o for o in loaded if o["slowdown"] >= 1.10]
+    silent = [o for o in slowed if not o["busy"]]
+    load1 = [x["load1"] for r in rows for x in r["base"]]
+    delays = [
+        x["run_delay"]
+        for r in rows
+        for key, o in r.items()
+        if "@" in key
+        for x in o["runs"]
+        if x["run_delay"] is not None
+    ]
+    runs = f"{k} run{'s' if k > 1 else ''} a side"
+    return (
+        "\n".join(lines)
+        + f"\n\n{runs}. Loaded identical runs slowed by 10% or more: {len(slowed)}, of which "
+        f"{len(silent)} not flagged busy. Threads' wait for a core "
+        f"{min(delays, default=0):.0%} … {max(delays, default=0):.0%}; 1-minute load average "
+        f"{min(load1, default=0):.2f} … {max(load1, default=0):.2f} ({os.cpu_count()} cores).\n"
+    )
 
 
 def timed(cmd: list[str]) -> tuple[float, float]:
@@ -253,66 +412,33 @@ def speed(profiles: tuple[str, str]) -> dict[str, Any]:
     return out
 
 
-def summary(rows: list[dict[str, Any]], k: int) -> str:
-    n = len(rows)
-    false = sum(r["same"]["exit"] == 1 for r in rows)
-    detected = sum(r["sleep"]["step"]["verdict"] == "fail" for r in rows)
-    unsure = sum(r["sleep"]["step"]["verdict"] == "inconclusive" for r in rows)
-    same_unsure = sum(r["same"]["step"]["verdict"] == "inconclusive" for r in rows)
-    items = sum(r["item"]["syncs"]["verdict"] == "fail" for r in rows)
-
-    def spread(key: str) -> str:
-        vals = [
-            float(r[key]["step"]["change"].rstrip("%"))
-            for r in rows
-            if r[key]["step"].get("change", "–") != "–"
-        ]
-        return f"{min(vals):+.1f}% … {max(vals):+.1f}%" if vals else "–"
-
-    loads = [
-        x["other_cores"]
-        for r in rows
-        for v in r["runs"].values()
-        for x in v
-        if x["other_cores"] is not None
-    ]
-    busy = sum(x > 0.5 for x in loads)
-    load1 = [x["load1"] for r in rows for v in r["runs"].values() for x in v]
-    waited = sum(r["waited_s"] for r in rows)
-    again = sum(len(r.get("discarded", [])) for r in rows)
-    runs = f"{k} run{'s' if k > 1 else ''} a side"
-    return (
-        f"| pairs ({runs}) | failing | step-time change | inconclusive |\n"
-        "|---|---|---|---|\n"
-        f"| identical, {n} | **{false}** false alarms | {spread('same')} | {same_unsure} |\n"
-        f"| planted 10% sleep per step, {n} | **{detected}** detected | {spread('sleep')} "
-        f"| {unsure} |\n"
-        f"| planted `loss.item()` per step, {n} | **{items}** detected (syncs per step) "
-        "| – | – |\n\n"
-        f"Machine: {busy} of {len(loads)} runs had other processes keep > 0.5 core busy; "
-        f"1-minute load average {min(load1):.2f} … {max(load1):.2f} (2 cores); "
-        f"waited {waited / 60:.1f} min in all for a quiet start of a round; "
-        f"{again} round(s) run again after the gate found a busy machine.\n"
-    )
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pairs", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=1, help="runs a side of every pair")
+    ap.add_argument("--targets", default="slow_dataset,index_loops,mnist,vae")
+    ap.add_argument(
+        "--load",
+        type=int,
+        action="append",
+        default=[],
+        help="also run every candidate with N processes spinning (repeatable: --load 1 --load 2)",
+    )
     ap.add_argument("--gpuopt", type=Path, default=ROOT / ".venv" / "bin" / "gpuopt")
     ap.add_argument("--json", type=Path, help="write every run and verdict here")
     ap.add_argument("--no-speed", action="store_true")
     ap.add_argument("--no-accuracy", action="store_true")
     ap.add_argument(
-        "--retry-busy",
-        type=int,
-        default=0,
-        help="run a round again (at most N times) when the gate calls it inconclusive for a "
-        "busy machine (default 0: such rounds count as they are)",
+        "--sleep-frac",
+        type=float,
+        default=0.25,
+        help="the planted sleep, as a share of the script's calibrated median step",
     )
     ap.add_argument(
-        "--sleep-ms", type=float, help="the planted sleep (default: 10%% of a calibrated step)"
+        "--calibration-runs",
+        type=int,
+        default=12,
+        help="at most this many runs to find three quiet ones for the planted sleep's size",
     )
     ap.add_argument(
         "--quiet-load",
@@ -322,35 +448,26 @@ def main() -> None:
         "at most 5 min a round)",
     )
     args = ap.parse_args()
-    result: dict[str, Any] = {"pairs": args.pairs, "repeats": args.repeats}
+    gpuopt = args.gpuopt.absolute()
+    result: dict[str, Any] = {"pairs": args.pairs, "repeats": args.repeats, "loads": args.load}
     t0 = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        if args.sleep_ms is None:
-            median = calibrate(args.gpuopt, folder, args.quiet_load)
-        else:
-            median = args.sleep_ms / 100
-            for i in range(2):
-                profile(args.gpuopt, EXAMPLE, folder / f"calib-{i}")
-        sleep_s = 0.10 * median
-        result["calibration"] = {"median_s": median, "sleep_s": sleep_s}
-        print(f"calibration: median step {median * 1e3:.2f} ms -> sleep {sleep_s * 1e3:.3f} ms")
-        profiles = (str(folder / "calib-0"), str(folder / "calib-1"))
+        names = [n for n in args.targets.split(",") if n]
+        targets = [
+            example_target(n)
+            if (ROOT / "examples" / f"{n}.py").is_file()
+            else corpus_target(n, gpuopt)
+            for n in names
+        ]
         if not args.no_accuracy:
-            scripts = write_variants(folder, sleep_s)
-            rows = rounds(
-                args.gpuopt,
-                scripts,
-                folder,
-                args.pairs,
-                args.repeats,
-                args.quiet_load,
-                args.retry_busy,
-            )
+            rows = accuracy(gpuopt, targets, folder, args)
             result["rows"] = rows
             print(summary(rows, args.repeats))
         if not args.no_speed:
-            result["speed"] = speed(profiles)
+            for i in range(2):
+                profile(gpuopt, example_target(), EXAMPLE, folder / f"speed-{i}")
+            result["speed"] = speed((str(folder / "speed-0"), str(folder / "speed-1")))
             print(json.dumps(result["speed"], indent=2))
     result["wall_s"] = time.time() - t0
     print(f"took {result['wall_s'] / 60:.1f} min")

@@ -105,6 +105,22 @@ class _Command(TyperCommand):
         return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in pieces]
 
 
+class _CheckCommand(_Command):
+    """``gpuopt check``: a bare path right after ``--baseline PATH`` is refused where it could be
+    a second baseline (:func:`gpuopt.gate.argv.ambiguous_baseline`), before click makes it a
+    candidate without a word."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        from gpuopt.gate.argv import ambiguous_baseline
+
+        why = ambiguous_baseline(list(args))
+        if why:
+            from gpuopt.errors import fail
+
+            fail(why)
+        return list(super().parse_args(ctx, args))
+
+
 class ReportFormat(str, Enum):
     text = "text"
     json = "json"
@@ -490,11 +506,13 @@ class CheckFormat(str, Enum):
 
 
 @app.command(
-    cls=_Command,
+    cls=_CheckCommand,
     help=(
-        "CI gate: compare CANDIDATE with --baseline BASELINE (run directories, profile.json or "
-        "traces; give either several times for repeated runs). Exit 0 pass, 1 regression, "
-        "2 bad input. Settings also from [tool.gpuopt.check] in pyproject.toml."
+        "CI gate: compare CANDIDATE... with --baseline BASELINE (run directories, profile.json "
+        "or traces). Repeats of the same code: several candidates, and --baseline once per "
+        "baseline run (--baseline B1 --baseline B2); a bare path right after a baseline is "
+        "refused. Exit 0 pass, 1 regression, 2 bad input. Settings also from "
+        "[tool.gpuopt.check] in pyproject.toml."
     ),
 )
 def check(
@@ -502,7 +520,10 @@ def check(
         ..., metavar="CANDIDATE...", help="The run(s) to judge: repeats of the same code."
     ),
     baseline: list[str] = typer.Option(
-        ..., "--baseline", help="A run the candidate must not be worse than (repeatable)."
+        ...,
+        "--baseline",
+        help="A run the candidate must not be worse than; one path each, repeat it for "
+        "several runs (--baseline B1 --baseline B2).",
     ),
     max_step_time_regression: str | None = typer.Option(
         None,

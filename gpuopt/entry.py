@@ -222,6 +222,10 @@ def parse_check(argv: list[str]) -> CheckArgs | None:
     parsed = _check_options(argv)
     if parsed is None:
         return None
+    from gpuopt.gate.argv import ambiguous_baseline
+
+    if ambiguous_baseline(argv[1:]):
+        return None  # typer's command refuses it, with the reason
     paths, got = parsed
     fmt = got.get("--format", ["text"])[0]
     if not paths or "--baseline" not in got or fmt not in ("text", "md", "json"):

@@ -62,14 +62,23 @@ def noisy(median: float, n: int = 40, spread: float = 0.03, seed: int = 1) -> li
     return [median * (1 + rng.uniform(-spread, spread)) for _ in range(n)]
 
 
-def loaded(p: Profile, other_cores: float, own: float = 1.0, cpu_count: int = 2) -> Profile:
-    """``p`` as if other processes kept ``other_cores`` busy while it ran."""
+def loaded(
+    p: Profile,
+    other_cores: float,
+    own: float = 1.0,
+    cpu_count: int = 2,
+    run_delay: float | None = None,
+) -> Profile:
+    """``p`` as if other processes kept ``other_cores`` busy while it ran (and, given, its
+    threads waited ``run_delay`` of their runnable time for a core)."""
     p.utilization.cpu = CpuUtilization(
         mean=own / cpu_count * 100,
         max=100.0,
         cores_busy_mean=own,
         other_cores_busy_mean=other_cores,
     )
+    if run_delay is not None:
+        p.utilization.cpu.run_delay_share = run_delay
     p.utilization.cpu_count = cpu_count
     return p
 

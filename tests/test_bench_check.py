@@ -5,43 +5,77 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import load_benchmark
+import pytest
+from conftest import ROOT, load_benchmark
 
 bench = load_benchmark("bench_check")
+CORPUS = ROOT / "benchmarks" / "corpus" / "scripts"
+TARGETS = {
+    "slow_dataset": bench.example_target(),
+    **{n: bench.example_target(n) for n in ("index_loops", "io_loader", "segmentation_loops")},
+    "mnist": bench.Target("mnist", CORPUS / "mnist" / "main.py", "        optimizer.step()\n"),
+    "vae": bench.Target("vae", CORPUS / "vae" / "main.py", "        optimizer.step()\n"),
+}
 
 
-def test_variants_keep_the_examples_lines_and_plant_one_statement(tmp_path: Path) -> None:
-    scripts = bench.write_variants(tmp_path, 0.0025)
+@pytest.mark.parametrize("name", TARGETS)
+def test_variants_keep_the_scripts_lines_and_plant_one_statement(name: str, tmp_path: Path) -> None:
+    target = TARGETS[name]
+    scripts = bench.write_variants(tmp_path, 0.0025, target)
     base = scripts["base"].read_text().splitlines()
-    for name, path in scripts.items():
+    step = target.anchor.strip()
+    for variant, path in scripts.items():
         lines = path.read_text().splitlines()
         assert len(lines) == len(base)
         changed = [(a, b) for a, b in zip(base, lines, strict=True) if a != b]
-        if name in ("base", "same"):
+        if variant in ("base", "same"):
             assert not changed
         else:
             ((before, after),) = changed
-            assert before.strip() == "opt.step()"
-            planted = "time.sleep(0.002500)" if name == "sleep" else "loss.item()"
-            assert after.strip() == f"opt.step(); {planted}"
+            assert before.strip() == step
+            assert after.strip() == f"{step}; {bench.planted('loss', 0.0025)[variant]}"
         compile(path.read_text(), str(path), "exec")
 
 
-def _row(same: str, sleep: str, item: str, other: float = 0.05) -> dict:
-    run = {"dir": "d", "median_s": 0.026, "other_cores": other, "load1": 1.0}
+def _outcome(verdict: str, busy: bool = False, slowdown: float = 1.0, exit_: int = 0) -> dict:
+    run = {"dir": "d", "median_s": 0.026, "other_cores": 0.05, "run_delay": 0.01, "load1": 1.0}
+    g = {"verdict": verdict, "change": "+0.5%", "detail": ""}
     return {
-        "waited_s": 0.0,
-        "runs": {v: [run] for v in bench.VARIANTS},
-        "same": {"exit": int(same == "fail"), "step": {"verdict": same, "change": "+0.5%"}},
-        "sleep": {"exit": int(sleep == "fail"), "step": {"verdict": sleep, "change": "+10.2%"}},
-        "item": {"exit": 1, "syncs": {"verdict": item}},
+        "exit": exit_,
+        "gate": g,
+        "step": g,
+        "busy": busy,
+        "failed": [],
+        "runs": [run],
+        "slowdown": slowdown,
     }
 
 
-def test_summary_counts_false_alarms_detections_and_inconclusive_pairs() -> None:
-    rows = [_row("pass", "fail", "fail"), _row("fail", "inconclusive", "fail", other=0.9)]
+def _row(load: int, same: dict, sleep: dict) -> dict:
+    run = {"dir": "d", "median_s": 0.026, "other_cores": 0.05, "run_delay": 0.01, "load1": 1.0}
+    return {
+        "target": "slow_dataset",
+        "pair": 1,
+        "base": [run],
+        f"same@{load}": same,
+        f"sleep@{load}": sleep,
+        f"sync@{load}": _outcome("fail", exit_=1),
+        f"loop@{load}": _outcome("fail", exit_=1),
+    }
+
+
+def test_summary_counts_false_alarms_detections_and_silent_passes_under_load() -> None:
+    rows = [
+        {
+            **_row(0, _outcome("pass"), _outcome("fail", exit_=1)),
+            **_row(1, _outcome("inconclusive", busy=True, slowdown=1.4), _outcome("pass")),
+        },
+        {
+            **_row(0, _outcome("fail", exit_=1), _outcome("inconclusive")),
+            **_row(1, _outcome("pass", slowdown=1.2), _outcome("inconclusive", busy=True)),
+        },
+    ]
     text = bench.summary(rows, 1)
-    assert "| identical, 2 | **1** false alarms |" in text
-    assert "| planted 10% sleep per step, 2 | **1** detected | +10.2% … +10.2% | 1 |" in text
-    assert "**2** detected (syncs per step)" in text
-    assert "4 of 8 runs had other processes keep > 0.5 core busy" in text
+    assert "| slow_dataset | none | **1**/2 | 1 / 1 / **0** | 2/2 | 2/2 | x1.00 … x1.00" in text
+    assert "| slow_dataset | 1 | **0**/2 | 0 / 1 / **1** | 2/2 | 2/2 | x1.20 … x1.40, 1/2" in text
+    assert "identical runs slowed by 10% or more: 2, of which 1 not flagged busy" in text

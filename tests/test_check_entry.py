@@ -107,3 +107,45 @@ def test_fast_path_gates_without_typer(tmp_path: Path) -> None:
         "print('typer' in sys.modules)\n"
     )
     assert r.stdout.strip().splitlines()[-2:] == ["exit 1", "False"], r.stderr
+
+
+AMBIGUOUS = [
+    ["check", "c1", "--baseline", "b1", "b2"],  # the README's old `--baseline BASELINE...`
+    ["check", "--baseline", "b1", "c1", "c2"],
+    ["check", "c1", "--baseline=b1", "b2", "--format", "json"],
+    ["check", "c1", "--format", "json", "--baseline", "b1", "b2", "--strict"],
+]
+
+
+@pytest.mark.parametrize("argv", AMBIGUOUS, ids=" ".join)
+def test_a_bare_path_after_a_baseline_is_refused_not_made_a_candidate(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--baseline B1 B2` once made B2 a candidate without a word; now the fast path leaves it
+    to typer's command, which refuses it: one line, exit 2, naming both ways to write it."""
+    assert entry.parse_check(argv) is None
+    called: list[object] = []
+    monkeypatch.setattr(command, "check_main", lambda args: called.append(args) or 0)
+    r = CliRunner().invoke(app, argv)
+    assert r.exit_code == 2 and not called
+    (line,) = r.output.strip().splitlines()
+    assert line.startswith("gpuopt: error: check: ") and "follows --baseline b1" in line
+    assert "--baseline b1 --baseline" in line and "Traceback" not in r.output
+
+
+def test_each_accepted_baseline_form_gives_the_sides_meant(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Repeated --baseline (both spellings), and the one bare path after --baseline (it can only
+    be the candidate): each side is what the user meant, on both parsers."""
+    forms = {
+        ("c1", "c2", "--baseline", "b1", "--baseline", "b2"): (["c1", "c2"], ["b1", "b2"]),
+        ("c1", "--baseline=b1", "--baseline=b2"): (["c1"], ["b1", "b2"]),
+        ("--baseline", "b1", "c1"): (["c1"], ["b1"]),
+        ("--baseline", "b1", "--format", "json", "c1", "c2"): (["c1", "c2"], ["b1"]),
+    }
+    for args, (cand, base) in forms.items():
+        argv = ["check", *args]
+        fast = entry.parse_check(argv)
+        assert fast is not None, argv
+        assert (fast.candidate, fast.baseline) == (cand, base)
+        slow = typer_parse(argv, monkeypatch)
+        assert (slow.candidate, slow.baseline) == (cand, base)

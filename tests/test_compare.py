@@ -13,6 +13,7 @@ from gate_support import finding, noisy, run, write
 from typer.testing import CliRunner
 
 from gpuopt.cli import app
+from gpuopt.gate.check import ONE_RUN_DRIFT
 from gpuopt.gate.compare import compare, finding_changes
 from gpuopt.gate.compare_render import render
 from gpuopt.loading import load
@@ -159,7 +160,10 @@ def test_noise_floors_come_from_the_flags_and_the_settings_check_reads(
     b = str(write(tmp_path / "b.json", run(noisy(0.11, seed=2))))
     monkeypatch.chdir(tmp_path)
     plain = runner.invoke(app, ["compare", a, b])
-    assert plain.exit_code == 0 and "run-to-run drift" not in plain.output
+    # one run against another: the drift assumed for one run a side, and it says so
+    assert plain.exit_code == 0 and f"run-to-run drift of {ONE_RUN_DRIFT:.1%}, the drift" in (
+        " ".join(plain.output.split())
+    )
     wide = runner.invoke(app, ["compare", a, b, "--step-time-noise", "3%"])
     assert _interval(wide.output) != _interval(plain.output)
     assert "at least 3.0% in step time and 1.0pt in shares (from the command line;" in wide.output
@@ -167,7 +171,7 @@ def test_noise_floors_come_from_the_flags_and_the_settings_check_reads(
     from_file = runner.invoke(app, ["compare", a, b])
     assert _interval(from_file.output) == _interval(wide.output)
     assert "pyproject.toml [tool.gpuopt.check]" in from_file.output
-    flag_wins = runner.invoke(app, ["compare", a, b, "--step-time-noise", "1%"])
+    flag_wins = runner.invoke(app, ["compare", a, b, "--step-time-noise", f"{ONE_RUN_DRIFT:.0%}"])
     assert _interval(flag_wins.output) == _interval(plain.output)
     check = runner.invoke(app, ["check", b, "--baseline", a, "--format", "json"])
     gate = next(g for g in json.loads(check.stdout)["gates"] if g["id"] == "step_time")

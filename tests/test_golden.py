@@ -128,6 +128,9 @@ _TIMING_LISTS = {
     ".utilization.timeline.rss_bytes",
     ".utilization.timeline.gpu_memory_bytes",
 }
+# Lists whose length follows the run's timing: the heaviest lines, and the lines the gap sampler
+# saw outside tensor ops (issue 30)
+_SAMPLED_LISTS = {".dispatch.top_sites", ".dispatch.outside_ops_sites"}
 # Paths whose values must be the recorded ones (lists: element by element).
 _EXACT = (
     ".schema",
@@ -233,7 +236,7 @@ def _structure(a: Any, b: Any, path: str, out: list[str]) -> None:
         for k in a.keys() & b.keys():
             _structure(a[k], b[k], f"{path}.{k}", out)
     elif isinstance(a, list) and isinstance(b, list):
-        if path not in _TIMING_LISTS and path != ".dispatch.top_sites" and len(a) != len(b):
+        if path not in _TIMING_LISTS and path not in _SAMPLED_LISTS and len(a) != len(b):
             out.append(f"{path}: {len(a)} items recorded, {len(b)} now")
         for x, y in zip(a, b, strict=False):
             _structure(x, y, f"{path}[]", out)

@@ -21,25 +21,45 @@ difference into "host overhead". The run's step series comes from the assembly (
 probe's waits), so :func:`summarize` is called once the run's steps are known. It reads the
 user's files (sites, loops): the caller turns anything it raises into a warning.
 ``between_ops_share`` is ``between`` over the time that is not waiting (data, syncs, copies), the
-convention ``breakdown.other`` uses; ``between_ops_step_share`` is over the whole step. On one rank
-of several, the time the step was blocked in collectives (the series' ``collective_s``: DDP's
-exposed all-reduce, an explicit call's wait) is waiting too: it would otherwise be counted
-between ops (a blocked collective is no op's time: its op returns, then the rank waits).
+convention ``breakdown.other`` uses. ``between`` holds two kinds of host time: issuing ops (the
+Python and framework work around each op: dispatch) and stretches without any tensor op far longer
+than issuing one takes (a ``time.sleep``, a blocking read, a Python loop that issues no op:
+:data:`NOT_DISPATCH_FACTOR` times a calibrated trivial op call, at least
+:data:`~gpuopt.probes.recorder_counters.GAP_FLOOR_S`). The recorder measures every such stretch
+(``StepCounters.gaps``); less the step's data wait outside data-loading ops and its collective wait
+(which also fall between ops), they are ``outside_ops``, named by the gap sampler's lines
+(:mod:`gpuopt.probes.gap_sampler`), and never counted in ``host_dispatch_share``.
+``between_ops_step_share`` is over the whole step. On one rank of several, the time the step was
+blocked in collectives (the series' ``collective_s``: DDP's exposed all-reduce, an explicit call's
+wait) is waiting too: it would otherwise be counted between ops (a blocked collective is no op's
+time: its op returns, then the rank waits).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import median
 from types import CodeType
 from typing import Any
 
-from gpuopt.model.profile import Dispatch, Loop, Ragged, StepRecord, Sync, TopSite, Transfer
+from gpuopt.model.profile import (
+    Dispatch,
+    Loop,
+    OutsideSite,
+    Ragged,
+    StepRecord,
+    Sync,
+    TopSite,
+    Transfer,
+)
+from gpuopt.probes.gap_sampler import GapSample, Stack
 from gpuopt.probes.loops import LoopFinder
 from gpuopt.probes.recorder import RecorderCapture
 from gpuopt.probes.recorder_calibration import Calibration
 from gpuopt.probes.recorder_counters import (
+    GAP_FLOOR_S,
     S_DATA,
     S_EXEC,
     S_INDEX,
@@ -50,7 +70,7 @@ from gpuopt.probes.recorder_counters import (
     StepCounters,
 )
 from gpuopt.probes.recorder_engine import RecorderEngine
-from gpuopt.probes.sites import SiteResolver
+from gpuopt.probes.sites import DATA, TRANSPARENT, USER, SiteResolver
 
 LOOP_MIN_ITERATIONS = 2  # a loop that runs once per step is the training loop itself
 LOOP_MIN_OPS = 4
@@ -62,6 +82,15 @@ TIME_NOTE = (
 
 
 STEP_TIME_SOURCE = "the window's steps, recorder cost subtracted"
+# A stretch without tensor ops longer than this many trivial op calls (calibrated) is no
+# dispatch; the same bound as launch-bound's plausibility check (findings/rules/host_dispatch.py)
+NOT_DISPATCH_FACTOR = 50.0
+MAX_OUTSIDE_SITES = 5
+
+
+def outside_bound_s(cal: Calibration) -> float:
+    """The shortest stretch without tensor ops that is not dispatch (seconds)."""
+    return max(NOT_DISPATCH_FACTOR * cal.op_us_without_recorder * 1e-6, GAP_FLOOR_S)
 
 
 def per_step(value: float, steps: int, digits: int = 3) -> float | int:
@@ -195,19 +224,62 @@ def summarize(capture: RecorderCapture, series: list[StepRecord]) -> HostSummary
     waits = _waits(series, indices)
     colls = _collectives(series, indices)
     bound = _near_bound(series, indices)
-    dispatch, wall, host_scale = _dispatch(engine, total, cal, steps, (waits, colls), bound, first)
+    dispatch, wall, host_scale, walls = _dispatch(
+        engine, total, cal, steps, (waits, colls), bound, first
+    )
     dispatch.top_sites = _top_sites(total, sites, steps, wall, cal, host_scale)
+    dispatch.outside_ops_sites = _outside_sites(
+        (capture.gap_samples, capture.gap_codes), sites, dispatch, outside_bound_s(cal)
+    )
     if ragged is not None:
         ragged.step_signatures_distinct = len({c.signature for c in engine.step_counters})
         ragged.step_signatures_steps = len(engine.step_counters)
+    each = list(zip(engine.step_counters, walls, strict=True))
+    transfers = _transfers(total, sites, steps, wall)
+    _per_step(transfers, [_transfers(c, sites, 1, w) for c, w in each], _transfer_key)
+    syncs = _syncs(total, sites, steps, wall)
+    _per_step(syncs, [_syncs(c, sites, 1, w) for c, w in each], _sync_key)
+    loops = _loops(total, sites, steps, wall, cal, host_scale)
+    _per_step(loops, [_loops(c, sites, 1, w, cal, host_scale) for c, w in each], _loop_key)
     return HostSummary(
         dispatch=dispatch,
-        transfers=_transfers(total, sites, steps, wall),
-        syncs=_syncs(total, sites, steps, wall),
-        loops=_loops(total, sites, steps, wall, cal, host_scale),
+        transfers=transfers,
+        syncs=syncs,
+        loops=loops,
         ragged=ragged,
         warnings=warnings,
     )
+
+
+def _transfer_key(e: Transfer) -> tuple[object, ...]:
+    return (e.direction, e.site, e.pinned, e.non_blocking)
+
+
+def _sync_key(e: Sync) -> tuple[object, ...]:
+    return (e.kind, e.site, e.measured_device)
+
+
+def _loop_key(e: Loop) -> tuple[object, ...]:
+    return (e.site,)
+
+
+def _per_step(window: Sequence[Any], steps: list[Sequence[Any]], key: Any) -> None:
+    """Give each window entry the shares of each recorded step (``time_share_steps``, and
+    ``idle_after_share_steps`` for syncs): 0 in a step where its site did not qualify."""
+    by_step = [{key(e): e for e in entries} for entries in steps]
+    for entry in window:
+        mine = [found.get(key(entry)) for found in by_step]
+        entry.time_share_steps = [
+            float(e.time_share) if e is not None and isinstance(e.time_share, float) else 0.0
+            for e in mine
+        ]
+        if isinstance(entry, Sync):
+            entry.idle_after_share_steps = [
+                float(e.idle_after_share)
+                if e is not None and isinstance(e.idle_after_share, float)
+                else 0.0
+                for e in mine
+            ]
 
 
 def _no_step_note(capture: RecorderCapture) -> str:
@@ -271,6 +343,12 @@ def _split(
     op_time = min(op_time, busy)
     coll = min(max(coll, 0.0), busy - op_time)
     between = busy - op_time - coll
+    # stretches without ops longer than dispatch takes, less the waits that also fall between
+    # ops: the data wait outside data-loading ops, the collectives'
+    bound_s = outside_bound_s(cal)
+    long_gaps = sum(g for g in t.gaps if g >= bound_s)
+    data_between = max(data - max(t.data_s - data_cost, 0.0), 0.0)
+    outside = min(max(long_gaps - data_between - coll, 0.0), between)
     return {
         "overhead": overhead,
         "capped": float(wall < own),
@@ -283,6 +361,7 @@ def _split(
         "sync_calls": sync_calls,
         "coll": coll,
         "between": between,
+        "outside": outside,
         "not_waiting": max(wall - data - t.sync_s - h2d - coll, op_time + between, 1e-9),
     }
 
@@ -313,12 +392,12 @@ def _dispatch(
     waiting: tuple[list[float | None], list[float]],
     bound: tuple[float, float] | None,
     window_start: int,
-) -> tuple[Dispatch, float, float]:
+) -> tuple[Dispatch, float, float, list[float]]:
     """The ``dispatch`` record, the window's total step time (for the other shares), both from
     the recorded steps (``waiting``: the DataLoader probe's wait in each of them, and the time
     each was blocked in collectives; ``bound``: the
-    cap of :func:`_split`), and the factor the cap scaled the window's op time by (per-site
-    host times are scaled alike)."""
+    cap of :func:`_split`), the factor the cap scaled the window's op time by (per-site
+    host times are scaled alike), and each recorded step's time."""
     waits, colls = waiting
     per = [
         _split(
@@ -334,9 +413,9 @@ def _dispatch(
     # Shares are medians over the window's steps: one step slowed by the machine (a preempted
     # op, the recorder's first sight of the code) does not decide them. Times per step are means.
     between_share = median([_share(p["between"], p["not_waiting"]) for p in per]) if per else 0.0
-    host_share = (
-        median([_share(p["between"] + p["small_time"], p["wall"]) for p in per]) if per else 0.0
-    )
+    host_steps = [_share(p["between"] - p["outside"] + p["small_time"], p["wall"]) for p in per]
+    host_share = median(host_steps) if per else 0.0
+    outside = sum(p["outside"] for p in per)
     wall, op_time, h2d_time, data_wait, sync_calls, overhead = (
         sum(p[k] for p in per) for k in ("wall", "op_time", "h2d", "data", "sync_calls", "overhead")
     )
@@ -386,12 +465,17 @@ def _dispatch(
         recorder_overhead_share=_share(overhead, t.wall_s),
         calibrated_op_us=round(cal.op_us_without_recorder, 2),
         note=TIME_NOTE,
+        host_dispatch_share_steps=host_steps,
+        op_time_share_steps=[_share(p["op_time"], p["wall"]) for p in per],
+        outside_ops_us_per_step=_us(outside, steps),
+        outside_ops_share=_share(outside, wall),
+        outside_ops_min_us=round(outside_bound_s(cal) * 1e6, 1),
     )
     if coll > 0:
         out.collective_us_per_step = _us(coll, steps)
     measured = sum(p["ops_measured"] for p in per)
     host_scale = min(1.0, op_time / measured) if measured > 0 else 1.0
-    return out, wall, host_scale
+    return out, wall, host_scale, [p["wall"] for p in per]
 
 
 def _transfers(t: StepCounters, sites: _Sites, steps: int, wall: float) -> list[Transfer]:
@@ -590,3 +674,81 @@ def _top_sites(
         TopSite(site=site, ops_per_step=per_step(ops, steps, 1), time_share=_share(secs, wall))
         for site, (ops, secs) in ranked
     ]
+
+
+def _frame_label(resolver: SiteResolver, code: CodeType, lasti: int) -> str:
+    """``json/decoder.py:353 (JSONDecoder.raw_decode)``: a frame outside the user's code."""
+    import os
+
+    name = getattr(code, "co_qualname", code.co_name)
+    path = resolver.abspath(code.co_filename)
+    short = os.path.join(*path.split(os.sep)[-2:]) if os.sep in path else path
+    return f"{short}:{resolver.position(code, lasti)[0]} ({name})"
+
+
+def _sample_site(
+    resolver: SiteResolver, sample: GapSample, codes: dict[int, CodeType]
+) -> tuple[str, str] | None:
+    """``(user site, innermost frame)`` of a sample; None for data loading (its wait is data
+    wait), gpuopt's own code, or a stack with no user frame."""
+    stack = [(codes[cid], lasti) for cid, lasti in sample.stack if cid in codes]
+    if not stack:
+        return None
+    cats = [resolver.classify(code) for code, _ in stack]
+    if DATA in cats or cats[0] == TRANSPARENT:
+        return None
+    for (code, lasti), cat in zip(stack, cats, strict=True):
+        if cat == USER:
+            site = resolver.site(code, lasti)
+            inner_code, inner_lasti = stack[0]
+            frame = site if cats[0] == USER else _frame_label(resolver, inner_code, inner_lasti)
+            return site, frame
+    return None
+
+
+def _outside_sites(
+    sampled: tuple[list[GapSample], dict[int, CodeType]],
+    sites: _Sites,
+    dispatch: Dispatch,
+    bound_s: float,
+) -> list[OutsideSite]:
+    """The lines the window's time outside tensor ops went to, as the samples saw it (samples in
+    stretches shorter than ``bound_s`` left out). Each line's time is what its samples stand for,
+    never scaled up: a stretch the sampler could not look into (the process descheduled by a
+    busy machine holds the GIL) stays unnamed; the lines' sum is at most the measured time."""
+    samples, codes = sampled
+    outside_us = float(dispatch.outside_ops_us_per_step or 0.0)
+    step_us = float(dispatch.step_time_us or 0.0)
+    steps = int(dispatch.window_steps or 0)
+    if outside_us <= 0 or not samples or steps <= 0:
+        return []
+    by: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0])
+    where_of: dict[Stack, tuple[str, str] | None] = {}  # each distinct stack resolved once
+    for sample in samples:
+        if sample.seconds <= 0 or sample.age < bound_s:
+            continue  # nothing, or a stretch (so far) short enough to be dispatch
+        if sample.stack not in where_of:
+            where_of[sample.stack] = _sample_site(sites.resolver, sample, codes)
+        where = where_of[sample.stack]
+        if where is not None:
+            entry = by[where]
+            entry[0] += sample.seconds
+            entry[1] += 1
+    seen_us = sum(secs for secs, _ in by.values()) * 1e6 / steps
+    if seen_us <= 0:
+        return []
+    scale = min(1.0, outside_us / seen_us)
+    ranked = sorted(by.items(), key=lambda kv: (-kv[1][0], kv[0]))[:MAX_OUTSIDE_SITES]
+    out = []
+    for (site, frame), (secs, n) in ranked:
+        us = secs * 1e6 / steps * scale
+        out.append(
+            OutsideSite(
+                site=site,
+                frame=frame,
+                time_us_per_step=round(us, 1),
+                time_share=round(us / step_us, 4) if step_us > 0 else 0.0,
+                samples=int(n),
+            )
+        )
+    return out

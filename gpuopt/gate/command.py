@@ -66,6 +66,7 @@ def run_check(opts: CheckOptions) -> CheckResult:
         opts.thresholds,
         timed=([r.profile for r in timed.baseline], [r.profile for r in timed.candidate]),
         busy=timed.inconclusive,
+        explained=timed.explained,
     )
     notes = [
         *timed.notes,
@@ -193,16 +194,23 @@ def compare_command(
 
 
 def _compare_floors(noise: dict[str, str | None], config: str | None) -> tuple[Thresholds, str]:
-    """The thresholds whose noise floors compare uses, and a note when they are not the
-    defaults (which floors, from where); "" otherwise."""
+    """The thresholds whose noise floors compare uses, and a note saying which floors the
+    intervals assume and where they came from (one run against another: the step-time floor
+    assumed for one run a side, unless given)."""
+    from gpuopt.gate.check import step_floor
     from gpuopt.gate.config import load_settings, resolve
 
     settings = load_settings(Path(config) if config else None, Path.cwd())
     flags = {k: noise.get(k) for k in ("step-time-noise", "share-noise")}
     th, _ = resolve(flags, [], None, settings)
     default = Thresholds()
-    if (th.step_time_noise, th.share_noise) == (default.step_time_noise, default.share_noise):
-        return th, ""
+    step = step_floor(th, 2)
+    if not th.step_time_noise_given and th.share_noise == default.share_noise:
+        return th, (
+            f"step-time intervals assume a run-to-run drift of {step:.1%}, the drift assumed "
+            "for one run against another (it cannot measure yours; docs/check.md#noise): give "
+            "your machine's with --step-time-noise"
+        )
     sources = []
     if any(v is not None for v in flags.values()):
         sources.append("the command line")
@@ -210,7 +218,7 @@ def _compare_floors(noise: dict[str, str | None], config: str | None) -> tuple[T
         sources.append(settings.source or "the settings file")
     where = " and ".join(sources)
     return th, (
-        f"intervals assume a run-to-run drift of at least {th.step_time_noise:.1%} in step time "
+        f"intervals assume a run-to-run drift of at least {step:.1%} in step time "
         f"and {th.share_noise * 100:.1f}pt in shares (from {where}; defaults "
-        f"{default.step_time_noise:.0%} and {default.share_noise * 100:.0f}pt)"
+        f"{step_floor(default, 2):.0%} and {default.share_noise * 100:.0f}pt)"
     )

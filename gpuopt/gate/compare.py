@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpuopt.gate import measures as m
-from gpuopt.gate.check import MIN_STEPS, Thresholds
+from gpuopt.gate.check import MIN_STEPS, Thresholds, step_floor
 from gpuopt.gate.noise import RunValues, compare_runs
 from gpuopt.model.profile import Finding, Profile
 from gpuopt.model.records import given
@@ -145,7 +145,8 @@ def step_rows(runs: list[Profile], th: Thresholds) -> list[Row]:
         _row(
             "steps", "measured steps", [float(len(t)) for t in times], _count, _abs_change(_count)
         ),
-        _with_intervals(median, times, True, True, th.step_time_noise),
+        # one run against one: the gate's floor for 1 + 1 runs (measured, unless given)
+        _with_intervals(median, times, True, True, step_floor(th, 2)),
         _row("steps", "step time (mean)", [_mean(t) for t in times], fmt_duration, _pct_change),
         _row(
             "steps",
@@ -221,10 +222,15 @@ def _findings_by_key(p: Profile) -> dict[tuple[str, str | None], Finding]:
     return {(f.id, f.site): f for f in p.findings}
 
 
+def _label(f: Finding) -> str:
+    """``medium`` or ``medium (borderline)``."""
+    return f.severity + (" (borderline)" if f.borderline is True else "")
+
+
 def _changed(a: Finding, b: Finding) -> str:
     parts = []
     if a.severity != b.severity:
-        parts.append(f"severity {a.severity} → {b.severity}")
+        parts.append(f"severity {_label(a)} → {_label(b)}")
     ea, eb = num(a.est_speedup), num(b.est_speedup)
     if ea is not None and eb is not None and abs(ea - eb) >= 0.01:
         parts.append(f"estimate {ea:.2f}× → {eb:.2f}×")

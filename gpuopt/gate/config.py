@@ -173,5 +173,6 @@ def resolve(
     gates = flags.get("gates") or settings.gates
     if gates is not None:
         values["gates"] = parse_gates(gates)
+    values["step_time_noise_given"] = "step_time_noise" in values
     th = Thresholds(**values, allow=frozenset(settings.allow) | frozenset(allow))
     return th, bool(strict if strict is not None else settings.strict)

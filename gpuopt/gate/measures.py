@@ -168,9 +168,16 @@ class Load:
     own: float | None
     other: float | None
     cpu_count: int | None
+    # the share of the run's threads' runnable time spent waiting for a core (None: unmeasured)
+    run_delay: float | None = None
 
 
 def machine_load(p: Profile) -> Load:
     cpu = p.utilization.cpu
     count = given(p.utilization.cpu_count) or p.environment.cpu_count
-    return Load(num(given(cpu.cores_busy_mean)), num(given(cpu.other_cores_busy_mean)), count)
+    return Load(
+        num(given(cpu.cores_busy_mean)),
+        num(given(cpu.other_cores_busy_mean)),
+        count,
+        num(given(cpu.run_delay_share)),
+    )

@@ -43,6 +43,7 @@ FINDING_COLUMNS = (
     "estimate_model",
     "fix",
     "source",
+    "borderline",
 )
 GPU_COLUMNS = (
     "rank",
@@ -114,6 +115,7 @@ def _finding_rows(findings: list[Finding]) -> list[dict[str, Any]]:
             "estimate_model": f.estimate_model,
             "fix": f.fix,
             "source": given(f.source) or "run",
+            "borderline": given(f.borderline) is True,
         }
         for f in findings
     ]

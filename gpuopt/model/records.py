@@ -144,6 +144,10 @@ class CpuUtilization(Record):
     cores_busy_mean: float | None | UnsetType = UNSET
     # cores kept busy by other processes on the machine (not this run's tree), mean over samples
     other_cores_busy_mean: float | None | UnsetType = UNSET
+    # issue 30 (gpuopt.probes.contention): the training process's threads' wait for a core, as
+    # a share of their runnable time, and as threads waiting on average; absent without schedstat
+    run_delay_share: float | UnsetType = UNSET
+    run_delay_cores: float | UnsetType = UNSET
 
 
 class Timeline(Record):
@@ -193,6 +197,8 @@ class Transfer(Record):
     time_us_per_step: float | None | UnsetType = UNSET
     time_share: float | UnsetType = UNSET
     bandwidth_gbps: float | None | UnsetType = UNSET
+    # time_share of each recorded step (findings draw their interval from them; issue 30)
+    time_share_steps: list[float] | UnsetType = UNSET
 
 
 class Sync(Record):
@@ -212,12 +218,29 @@ class Sync(Record):
     # the innermost loop (its header line) or else the function (its def line) the site runs in
     scope: str | UnsetType = UNSET
     scope_kind: str | UnsetType = UNSET  # for, while, comprehension, function, module
+    # the shares of each recorded step (findings draw their interval from them; issue 30)
+    time_share_steps: list[float] | UnsetType = UNSET
+    idle_after_share_steps: list[float] | UnsetType = UNSET
 
 
 class TopSite(Record):
     site: str
     ops_per_step: Count
     time_share: float
+
+
+class OutsideSite(Record):
+    """Where the window's time outside tensor ops went (a sleep, a blocking read, Python work
+    that issues no op), from the gap sampler: ``site`` is the user's line (where the fix goes),
+    ``frame`` the innermost Python frame running (the line itself for a C call it made, such as
+    ``time.sleep``); the time is the recorder's measured outside-ops time, split as the samples
+    fell."""
+
+    site: str
+    frame: str
+    time_us_per_step: float
+    time_share: float
+    samples: int
 
 
 class Dispatch(Record):
@@ -265,6 +288,16 @@ class Dispatch(Record):
     calibrated_op_us: float | UnsetType = UNSET
     note: str | UnsetType = UNSET
     top_sites: list[TopSite] | UnsetType = UNSET
+    # host_dispatch_share and op_time_share of each window step (findings' intervals)
+    host_dispatch_share_steps: list[float] | UnsetType = UNSET
+    op_time_share_steps: list[float] | UnsetType = UNSET
+    # time in stretches without a tensor op longer than ``outside_ops_min_us`` (a sleep, a
+    # blocking read, Python work that issues no op), data, sync and collective waits left out:
+    # part of ``between_ops`` (and of ``breakdown.other``), never of ``host_dispatch_share``
+    outside_ops_us_per_step: float | UnsetType = UNSET
+    outside_ops_share: float | UnsetType = UNSET
+    outside_ops_min_us: float | UnsetType = UNSET
+    outside_ops_sites: list[OutsideSite] | UnsetType = UNSET
 
 
 class Loop(Record):
@@ -280,6 +313,21 @@ class Loop(Record):
     time_us_per_step: float | UnsetType = UNSET
     time_share: float | UnsetType = UNSET
     through: list[str] | UnsetType = UNSET  # the helper lines that issue the loop's ops
+    # time_share of each recorded step (findings draw their interval from them; issue 30)
+    time_share_steps: list[float] | UnsetType = UNSET
+
+
+class EvidenceInterval(Record):
+    """A finding's main evidence with its 90% interval (``gpuopt.findings.evidence``): within-run
+    variation of ``steps`` per-step values plus a run-to-run drift; a share of step time."""
+
+    metric: str  # the evidence key it is the interval of, e.g. "data_wait_share"
+    value: float
+    low: float
+    high: float
+    level: float
+    steps: int  # per-step values it was drawn from (0: the drift alone)
+    covers: str
 
 
 class Finding(Record):
@@ -299,6 +347,10 @@ class Finding(Record):
     estimate_model: str | None = None
     source: str | UnsetType = UNSET  # "trace": found in a Kineto trace
     fix_params: dict[str, str] | UnsetType = UNSET  # the knobs and values of the fix
+    # issue 30: the main evidence's interval, where the rule has per-step values; a finding
+    # within noise of its threshold or of HIGH's is borderline, and never HIGH
+    interval: EvidenceInterval | UnsetType = UNSET
+    borderline: bool | UnsetType = UNSET
 
     @property
     def summary(self) -> str:

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import CodeType
 from typing import Any
 
 from gpuopt.model.records import Ragged
+from gpuopt.probes.gap_sampler import GapSample, GapSampler, recorder_codes
 from gpuopt.probes.protocol import RunContext
 from gpuopt.probes.ragged import BatchShapeTracker, LoaderShapes, batch_shapes
 from gpuopt.probes.recorder_calibration import Calibration
@@ -47,6 +49,10 @@ class RecorderCapture:
     next_step: int  # steps the run finished
     shapes: Ragged | None  # batch shapes of every batch (None: the recorder did not run)
     errors: list[str] = field(default_factory=list)
+    # the window's stretches without tensor ops, sampled (gpuopt.probes.gap_sampler), and the
+    # code objects their stacks refer to (by id)
+    gap_samples: list[GapSample] = field(default_factory=list)
+    gap_codes: dict[int, CodeType] = field(default_factory=dict)
 
 
 class DispatchRecorder:
@@ -74,6 +80,7 @@ class DispatchRecorder:
         self._listener_registered = False
         self._batch_origin: Callable[[], Any] = lambda: None  # dataloader.batch_origin
         self.errors: list[str] = []
+        self.sampler: GapSampler | None = None
 
     # -- Probe interface ---------------------------------------------------------------
     def start(self, ctx: RunContext) -> None:
@@ -92,6 +99,7 @@ class DispatchRecorder:
             self._add_listener()
             if ctx.window_start <= 0:
                 self.engine.turn_on()
+                self._sample(True)
         except Exception as exc:
             self.errors.append(f"recorder could not start: {type(exc).__name__}: {exc}")
             self.enabled = False
@@ -107,9 +115,11 @@ class DispatchRecorder:
                 engine.end_step()
                 if index >= last:
                     engine.turn_off()
+                    self._sample(False)
                     self.done = True
             elif index >= self.ctx.window_start - 1 and index < last:
                 engine.turn_on()
+                self._sample(True)
         except Exception as exc:
             self.errors.append(f"recorder step hook failed: {type(exc).__name__}: {exc}")
             self.done = True
@@ -123,6 +133,7 @@ class DispatchRecorder:
                     self.engine.recording = False
                     self.unfinished = self.engine.steps_done == 0
                     self.engine.turn_off()
+            self._sample(False)
             self._remove_listener()
         except Exception as exc:
             self.errors.append(f"recorder stop failed: {type(exc).__name__}: {exc}")
@@ -152,8 +163,26 @@ class DispatchRecorder:
             unfinished=self.unfinished,
             next_step=self.next_step,
             shapes=shapes,
-            errors=self.errors + (engine.errors if engine is not None else []),
+            errors=self.errors
+            + (engine.errors if engine is not None else [])
+            + (self.sampler.errors if self.sampler is not None else []),
+            gap_samples=list(self.sampler.samples) if self.sampler is not None else [],
+            gap_codes=dict(self.sampler.codes) if self.sampler is not None else {},
         )
+
+    def _sample(self, on: bool) -> None:
+        """Start (the calling thread: the training's) or stop the gap sampler with the window."""
+        if not on:
+            if self.sampler is not None:
+                self.sampler.stop()
+            return
+        if self.engine is None:
+            return
+        if self.sampler is None:
+            from gpuopt.probes.recorder_engine import RecorderEngine
+
+            self.sampler = GapSampler(self.engine, recorder_codes(RecorderEngine, type(self)))
+        self.sampler.start()
 
     # -- batches -----------------------------------------------------------------------
     def on_batch(self, batch: Any) -> None:

@@ -10,6 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 SMALL_OP_US = 25.0  # an op call this short is "tiny": its dispatch dominates its work
+# A stretch between two model ops at least this long (the recorder's own time in it removed) is
+# kept in ``StepCounters.gaps``: the summary decides which of them are no op dispatch (a sleep, a
+# blocking read, Python work that issues no tensor op), above a calibrated bound of at least this.
+GAP_FLOOR_S = 100e-6
 
 # Per-site stats list layout (lists, not objects: the hot path increments them in place).
 S_OPS, S_TIME, S_INDEX, S_EXEC, S_TF, S_DATA = range(6)
@@ -49,6 +53,9 @@ class StepCounters:
         # window's trace takes its ops' user lines from it (probes/window_sites.py)
         self.op_order: list[tuple[Any, Key | None]] = []
         self.wall_s = 0.0
+        # seconds of each stretch of at least GAP_FLOOR_S without a model op (data-loading ops
+        # and the recorder's own time not counted), the step's last stretch included
+        self.gaps: list[float] = []
 
     def merge(self, other: StepCounters) -> None:
         tables: tuple[tuple[dict[Any, list[Any]], dict[Any, list[Any]]], ...] = (
@@ -63,6 +70,7 @@ class StepCounters:
                 else:
                     for i in range(S_DATA):
                         mine[i] += st[i]
+        self.gaps.extend(other.gaps)
         for caller, n in other.via_calls.items():
             self.via_calls[caller] = self.via_calls.get(caller, 0) + n
         for table, theirs in ((self.syncs, other.syncs), (self.transfers, other.transfers)):

@@ -35,6 +35,7 @@ from gpuopt.probes.op_classes import (
     sync_api_kinds,
 )
 from gpuopt.probes.recorder_counters import (
+    GAP_FLOOR_S,
     S_EXEC,
     S_INDEX,
     S_OPS,
@@ -129,6 +130,7 @@ class RecorderEngine:
         self.sync_apis = sync_api_kinds()
         self.meta_apis = metadata_apis()
         self.last_exit = 0.0
+        self.own_mark = 0.0  # the step's own_tf_s when the last op ended (see _count_op)
         self.last_key: tuple[int, int] | None = None
         self.last_fid = 0
         # The frame of the last op's instruction (held, for _still_running), and per frame the
@@ -208,6 +210,7 @@ class RecorderEngine:
         self.pending_idle = None
         self.recording = True
         self._miss_mark = self.resolver.miss_s
+        self.own_mark = 0.0
         self.step_start = self.last_exit = _perf()
 
     def turn_off(self) -> None:
@@ -248,6 +251,9 @@ class RecorderEngine:
         """Close the step in progress: merge its counters into the window totals."""
         now = _perf()
         acc = self.acc
+        tail = now - self.last_exit - (acc.own_tf_s - self.own_mark)
+        if tail >= GAP_FLOOR_S:
+            acc.gaps.append(tail)  # from the step's last op to its end
         acc.wall_s = now - self.step_start
         acc.setup_s = self.resolver.miss_s - self._miss_mark
         self._miss_mark = self.resolver.miss_s
@@ -255,6 +261,7 @@ class RecorderEngine:
         self.steps_done += 1
         self.step_counters.append(acc)
         self.acc = StepCounters()
+        self.own_mark = 0.0
         self.frame_keys.clear()
         self.last_frame = None  # held frames keep their locals (tensors) alive: not past a step
         pending = self.pending_idle
@@ -408,6 +415,7 @@ class RecorderEngine:
         self.last_exit = t_end = _perf()
         if ctx is not None:
             self.acc.own_dispatch_s += (t0 - t_in) + (t_end - t1)
+            self.own_mark = self.acc.own_tf_s
         if sync_entry is not None:
             self.acc.sync_s += dt
             self.pending_idle = (sync_entry, self.last_sync_key, self.last_exit, self.data_clock)
@@ -452,6 +460,10 @@ class RecorderEngine:
             return
         acc.ops += 1
         acc.op_s += dt
+        if gap >= GAP_FLOOR_S:
+            net = gap - (acc.own_tf_s - self.own_mark)  # the recorder's own time taken out
+            if net >= GAP_FLOOR_S:
+                acc.gaps.append(net)
         if dt * 1e6 < SMALL_OP_US:
             acc.small_ops += 1
             acc.small_s += dt

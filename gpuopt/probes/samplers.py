@@ -25,6 +25,7 @@ from gpuopt.model.profile import (
     Timeline,
     Utilization,
 )
+from gpuopt.probes import contention
 from gpuopt.probes.accelerator import GpuSample, NvmlBackend
 from gpuopt.probes.protocol import RunContext
 
@@ -146,12 +147,14 @@ class UtilizationSampler:
         self.error: str | None = None
         # called from the sampling thread after every tick (the session's checkpoints)
         self.after_tick: Callable[[], None] | None = None
+        self.sched0: contention.Snapshot | None = None  # the threads' run delay at start
 
     # -- Probe interface -------------------------------------------------------------------
     def start(self, ctx: RunContext | None = None, thread: bool = True) -> None:
         if self._cpu is None:
             self._cpu = ProcessTreeCpu()
         self.t0 = self._clock()
+        self.sched0 = contention.snapshot()
         if thread:
             self._thread = threading.Thread(target=self._run, name="gpuopt-sampler", daemon=True)
             self._thread.start()
@@ -183,6 +186,7 @@ class UtilizationSampler:
             ),
             cpu_count=self.ncpu,
         )
+        self._run_delay(util.cpu)
         gpu_series: list[float | None] | None = None
         mem_series: list[int | None] | None = None
         if self.nvml is not None and self.gpu:
@@ -205,6 +209,16 @@ class UtilizationSampler:
             gpu_memory_bytes=mem_series,
         )
         return util
+
+    def _run_delay(self, cpu: CpuUtilization) -> None:
+        """The threads' wait for a core since start (gpuopt.probes.contention), where measured."""
+        now = contention.snapshot() if self.sched0 is not None else None
+        if self.sched0 is None or now is None or self.t0 is None:
+            return
+        wall = self._clock() - self.t0
+        d = contention.delta(self.sched0, now)
+        cpu.run_delay_share = round(d.share, 4)
+        cpu.run_delay_cores = round(d.wait_s / wall, 3) if wall > 0 else 0.0
 
     def _gpu_summary(self, i: int) -> GpuSampleSummary:
         rows = [row[i] for row in self.gpu]

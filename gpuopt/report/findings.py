@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpuopt.model.records import given
 from gpuopt.report.headline import no_steps
 from gpuopt.units import (
     fmt_bytes,
@@ -45,7 +46,24 @@ def no_findings_message(profile: Profile) -> str:
 
 
 def evidence_summary(finding: Finding) -> str:
-    return one_line(finding.evidence.get("summary"))
+    """The evidence's summary, and, for a borderline finding, that it is one (issue 30)."""
+    summary = one_line(finding.evidence.get("summary"))
+    note = borderline_note(finding)
+    return f"{summary}; {note}" if summary and note else summary or note
+
+
+def borderline_note(finding: Finding) -> str:
+    """``borderline: data wait share 26.0% (22.1% … 29.9%), within noise of a threshold: never
+    HIGH``; "" for a finding that is not borderline."""
+    iv = given(finding.interval)
+    if finding.borderline is not True or iv is None:
+        return ""
+    what = one_line(iv.metric).replace("_", " ")
+    busy = " (measured on a busy machine)" if "busy machine" in one_line(iv.covers) else ""
+    return (
+        f"borderline: {what} {fmt_frac(iv.value)} ({fmt_frac(iv.low)} … {fmt_frac(iv.high)}), "
+        f"within noise of a threshold{busy}: never HIGH"
+    )
 
 
 def evidence_numbers(finding: Finding, limit: int = 12) -> list[tuple[str, str]]:

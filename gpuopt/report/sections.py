@@ -223,6 +223,37 @@ def loops_section(profile: Profile) -> Section | None:
     return Section("loops", "Python loops issuing small tensor ops (per step)", headers, rows)
 
 
+def outside_ops_section(profile: Profile) -> Section | None:
+    """The lines the recorded steps spent time at without issuing a tensor op (a sleep, a
+    blocking read, Python work), as the gap sampler saw them: "other", not dispatch."""
+    d = profile.dispatch
+    items = given(d.outside_ops_sites) or []
+    if not items:
+        return None
+    rows = [
+        [
+            _site(e.site),
+            _scell(e.frame if e.frame != e.site else "the line itself"),
+            Cell(fmt_us(e.time_us_per_step), sort=e.time_us_per_step, numeric=True),
+            Cell(fmt_frac(e.time_share), sort=e.time_share, numeric=True),
+        ]
+        for e in items
+    ]
+    total = num(d.outside_ops_us_per_step)
+    seen = sum(e.time_us_per_step for e in items)
+    note = (
+        f"stretches of more than {fmt_us(num(d.outside_ops_min_us) or 100)} without a tensor op, "
+        "data, sync and collective waits left out: part of 'other', never dispatch"
+    )
+    if total and seen < 0.9 * total:
+        note += (
+            f"; {fmt_us(total - seen)} of the {fmt_us(total)} per step was not seen by the sampler "
+            "(the process was not running: a busy machine)"
+        )
+    headers = ["site", "running", "time", "share"]
+    return Section("outside_ops", "Time outside tensor ops (per step)", headers, rows, note=note)
+
+
 # (label, per-step value field, its formatter, share-of-step field): the rows a reader needs.
 # The recorder's calibration internals (raw times, entry costs) stay in the JSON.
 _DISPATCH_ROWS: tuple[tuple[str, str | None, Formatter, str | None], ...] = (
@@ -236,13 +267,24 @@ _DISPATCH_ROWS: tuple[tuple[str, str | None, Formatter, str | None], ...] = (
         fmt_us,
         "between_ops_step_share",
     ),
+    (
+        "    of which outside tensor ops (sleep, I/O, Python)",
+        "outside_ops_us_per_step",
+        fmt_us,
+        "outside_ops_share",
+    ),
     ("  host syncs", "sync_us_per_step", fmt_us, "sync_share"),
     ("  host-to-device copies", "h2d_us_per_step", fmt_us, "h2d_share"),
     ("  blocked in collectives", "collective_us_per_step", fmt_us, None),
     ("ops per step", "ops_per_step", fmt_count, None),
     ("  tiny ops (under {tiny})", "tiny_ops_per_step", fmt_count, None),
     ("mean time per op (host)", "mean_op_us", fmt_us, None),
-    ("dispatch (between ops + tiny ops)", None, fmt_us, "host_dispatch_share"),
+    (
+        "dispatch (between ops + tiny ops, outside-ops time left out)",
+        None,
+        fmt_us,
+        "host_dispatch_share",
+    ),
     ("between ops, of the time not waiting", None, fmt_us, "between_ops_share"),
     ("recorder overhead per op (removed)", "recorder_overhead_us_per_op", fmt_us, None),
 )
@@ -596,6 +638,7 @@ def detail_sections(profile: Profile) -> list[Section]:
         transfers_section(profile),
         syncs_section(profile),
         loops_section(profile),
+        outside_ops_section(profile),
         dispatch_section(profile),
         ragged_section(profile),
         ragged_loaders_section(profile),

@@ -28,8 +28,9 @@ from typing import Any
 from msgspec import UnsetType
 
 from gpuopt.findings.engine import rule
-from gpuopt.findings.estimates import severity_for_share, speedup_if_removed
-from gpuopt.model.profile import DataLoaderInfo, Finding, Profile
+from gpuopt.findings.estimates import speedup_if_removed
+from gpuopt.findings.evidence import drift_of, evidence_of, judge, share_interval
+from gpuopt.model.profile import DataLoaderInfo, EvidenceInterval, Finding, Profile, StepRecord
 from gpuopt.model.records import given
 from gpuopt.units import fmt_duration, fmt_frac
 
@@ -219,6 +220,35 @@ def _loader_evidence(loader: DataLoaderInfo) -> dict[str, Any]:
     }
 
 
+def _measured(profile: Profile) -> list[StepRecord]:
+    skip = set(given(profile.steps.instrumented) or [])
+    return [
+        r
+        for r in profile.steps.series
+        if not r.warmup and r.index not in skip and r.time_s and r.time_s > 0
+    ]
+
+
+def wait_shares(profile: Profile) -> list[float]:
+    """Each measured step's data-wait share (the per-step values behind ``breakdown.data_wait``;
+    when only instrumented steps remain, as the statistics then use, those)."""
+    rows = _measured(profile) or [r for r in profile.steps.series if r.time_s and r.time_s > 0]
+    return [
+        min(max(float(r.data_wait_s) / float(r.time_s), 0.0), 1.0)
+        for r in rows
+        if isinstance(r.data_wait_s, (int, float))
+    ]
+
+
+@evidence_of("dataloader-bound")
+def data_wait_evidence(profile: Profile) -> EvidenceInterval | None:
+    """The data-wait share with its interval, on a profiled run (a trace has its own rule)."""
+    if profile.source == "trace":
+        return None
+    share = float(profile.breakdown.data_wait or 0.0)
+    return share_interval(share, wait_shares(profile), "data_wait_share", drift_of(profile))
+
+
 @rule(
     "dataloader-bound",
     reads=("source", "breakdown", "dataloaders", "steps", "utilization", "environment"),
@@ -262,6 +292,8 @@ def dataloader_bound(profile: Profile) -> list[Finding]:
             f"of {fmt_duration(step_s)} per step)"
         )
         advice = _Advice(changes=["num_workers=4"], est=speedup_if_removed(share))
+    interval = share_interval(share, wait_shares(profile), "data_wait_share", drift_of(profile))
+    judged = judge(interval, THRESHOLD)
     evidence["summary"] = summary
     fix = (
         "DataLoader(..., " + ", ".join(advice.changes) + ")"
@@ -273,7 +305,7 @@ def dataloader_bound(profile: Profile) -> list[Finding]:
     return [
         Finding(
             id="dataloader-bound",
-            severity=severity_for_share(share),
+            severity=judged.severity,
             title="Training waits on the DataLoader",
             site=site,
             evidence=evidence,
@@ -281,5 +313,7 @@ def dataloader_bound(profile: Profile) -> list[Finding]:
             est_speedup=advice.est,
             estimate_model=advice.model,
             fix_params=dict(c.split("=", 1) for c in advice.changes),
+            interval=interval,
+            borderline=judged.borderline,
         )
     ]

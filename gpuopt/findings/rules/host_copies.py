@@ -9,12 +9,14 @@ combination).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpuopt.findings.engine import rule
-from gpuopt.findings.estimates import severity_for_share, speedup_if_removed
+from gpuopt.findings.estimates import speedup_if_removed
+from gpuopt.findings.evidence import Drift, Judged, drift_of, rated
 from gpuopt.findings.measures import from_trace, share_of, value
-from gpuopt.model.profile import Finding, Profile
+from gpuopt.model.profile import EvidenceInterval, Finding, Profile
+from gpuopt.model.records import given
 from gpuopt.units import fmt_bytes, fmt_count, fmt_frac, fmt_us, plural
 
 MIN_BYTES_PER_STEP = 64 * 1024  # smaller copies are not worth a finding unless they take time
@@ -35,6 +37,10 @@ class _SiteCopies:
     timed: bool = True
     blocking: float = 0.0
     stand_in: bool = False
+    steps: list[float] = field(default_factory=list)  # the share in each recorded step
+
+    def rated(self, drift: Drift) -> tuple[EvidenceInterval, Judged]:
+        return rated(self.share, self.steps, "h2d_share", drift)
 
 
 def _sites(profile: Profile, pinned: bool, blocking_only: bool) -> dict[str | None, _SiteCopies]:
@@ -56,6 +62,11 @@ def _sites(profile: Profile, pinned: bool, blocking_only: bool) -> dict[str | No
             g.share += share
         if e.non_blocking is False:
             g.blocking += value(e.count_per_step)
+        steps = given(e.time_share_steps) or []
+        if len(g.steps) < len(steps):
+            g.steps += [0.0] * (len(steps) - len(g.steps))
+        for i, x in enumerate(steps):
+            g.steps[i] += x
         if _STAND_IN in str(e.dst_device or ""):
             g.stand_in = True
     return {
@@ -77,7 +88,7 @@ def _estimate(g: _SiteCopies) -> tuple[float | None, str]:
     )
 
 
-def _pageable(site: str | None, g: _SiteCopies) -> Finding:
+def _pageable(site: str | None, g: _SiteCopies, drift: Drift) -> Finding:
     est, model = _estimate(g)
     batch = (
         f" The {fmt_count(g.count)} copies per step at this line could be one: "
@@ -86,9 +97,12 @@ def _pageable(site: str | None, g: _SiteCopies) -> Finding:
         else ""
     )
     copies = plural(g.count, "host→device copy", "host→device copies")
+    interval, judged = g.rated(drift)
     return Finding(
         id="pageable-h2d",
-        severity=severity_for_share(g.share),
+        severity=judged.severity,
+        interval=interval,
+        borderline=judged.borderline,
         title=f"{copies} per step from pageable memory ({fmt_bytes(g.bytes)})",
         site=site,
         evidence={
@@ -118,14 +132,15 @@ def _pageable(site: str | None, g: _SiteCopies) -> Finding:
     )
 
 
-@rule("pageable-h2d", reads=("source", "transfers", "dispatch", "steps"))
+@rule("pageable-h2d", reads=("source", "transfers", "dispatch", "steps", "utilization"))
 def pageable_h2d(profile: Profile) -> list[Finding]:
     if from_trace(profile):
         return []
-    return [_pageable(site, g) for site, g in _sites(profile, False, False).items()]
+    drift = drift_of(profile)
+    return [_pageable(site, g, drift) for site, g in _sites(profile, False, False).items()]
 
 
-@rule("blocking-h2d", reads=("source", "transfers", "dispatch", "steps"))
+@rule("blocking-h2d", reads=("source", "transfers", "dispatch", "steps", "utilization"))
 def blocking_h2d(profile: Profile) -> list[Finding]:
     if from_trace(profile):
         return []
@@ -133,10 +148,13 @@ def blocking_h2d(profile: Profile) -> list[Finding]:
     for site, g in _sites(profile, pinned=True, blocking_only=True).items():
         est, model = _estimate(g)
         copies = plural(g.count, "blocking host→device copy", "blocking host→device copies")
+        interval, judged = g.rated(drift_of(profile))
         findings.append(
             Finding(
                 id="blocking-h2d",
-                severity=severity_for_share(g.share),
+                severity=judged.severity,
+                interval=interval,
+                borderline=judged.borderline,
                 title=f"{copies} per step from pinned memory",
                 site=site,
                 evidence={

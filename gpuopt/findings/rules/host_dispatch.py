@@ -11,6 +11,15 @@ the measured host time per op is far above the calibrated cost of a trivial op c
 the end of the run, ``dispatch.calibrated_op_us``: more than :data:`MAX_PER_OP_FACTOR` times it,
 and at least :data:`MIN_IMPLAUSIBLE_US`), the time between ops is not dispatch (Python work
 between ops, or a step that does something else) and the finding does not fire.
+
+Time outside tensor ops (a ``time.sleep``, a blocking read, a Python loop without ops: any
+stretch between two ops longer than that same bound) was once part of ``host_dispatch_share``:
+a 10 ms sleep in a 23 ms step of 226 small ops was 44 µs "per op", under the per-op bound, and
+became a HIGH finding at the next op's line. The recorder now measures those stretches and the
+assembly leaves them out of ``host_dispatch_share`` (``dispatch.outside_ops_*``: "other", named
+at its lines). The share's interval comes from each recorded step's value
+(``host_dispatch_share_steps``): a share within noise of 30% or 25% is borderline, never HIGH
+(:mod:`gpuopt.findings.evidence`).
 """
 
 from __future__ import annotations
@@ -18,9 +27,11 @@ from __future__ import annotations
 from typing import Any
 
 from gpuopt.findings.engine import rule
-from gpuopt.findings.estimates import severity_for_share, speedup_if_removed
+from gpuopt.findings.estimates import speedup_if_removed
+from gpuopt.findings.evidence import drift_of, evidence_of, judge, share_interval
 from gpuopt.findings.measures import from_trace, on_cpu_only, value
-from gpuopt.model.profile import Finding, Profile
+from gpuopt.model.profile import EvidenceInterval, Finding, Profile
+from gpuopt.model.records import given
 from gpuopt.units import fmt_count, fmt_frac, fmt_us, num
 
 MIN_OPS_PER_STEP = 100
@@ -50,7 +61,30 @@ def plausible_per_op_us(profile: Profile) -> float:
     return max(MAX_PER_OP_FACTOR * calibrated, MIN_IMPLAUSIBLE_US)
 
 
-@rule("launch-bound", reads=("source", "dispatch", "gpu"))
+def _dispatch_interval(profile: Profile) -> EvidenceInterval:
+    d = profile.dispatch
+    return share_interval(
+        value(d.host_dispatch_share),
+        given(d.host_dispatch_share_steps) or [],
+        "host_dispatch_share",
+        drift_of(profile),
+    )
+
+
+@evidence_of("launch-bound")
+def dispatch_evidence(profile: Profile) -> EvidenceInterval | None:
+    """The host dispatch share with its interval, where the step is many tiny ops (the rule's
+    other conditions); None elsewhere."""
+    if from_trace(profile):
+        return None
+    d = profile.dispatch
+    ops = value(d.ops_per_step)
+    if ops < MIN_OPS_PER_STEP or value(d.tiny_ops_per_step) / ops < MIN_TINY_SHARE:
+        return None
+    return _dispatch_interval(profile)
+
+
+@rule("launch-bound", reads=("source", "dispatch", "gpu", "utilization"))
 def launch_bound(profile: Profile) -> list[Finding]:
     if from_trace(profile):
         return []
@@ -73,10 +107,19 @@ def launch_bound(profile: Profile) -> list[Finding]:
         if on_cpu_only(profile)
         else ""
     )
+    interval = _dispatch_interval(profile)
+    judged = judge(interval, MIN_HOST_SHARE)
+    outside = value(d.outside_ops_share)
+    after = ""
+    if outside >= 0.01:
+        after += (
+            f"; {fmt_frac(outside)} of the step ran no tensor op (sleep, I/O, Python: 'other', "
+            "not counted here)"
+        )
     return [
         Finding(
             id="launch-bound",
-            severity=severity_for_share(host_share),
+            severity=judged.severity,
             title=f"{fmt_count(ops)} small ops per step: issuing them takes "
             f"{fmt_frac(host_share)} of the step",
             site=site,
@@ -84,7 +127,7 @@ def launch_bound(profile: Profile) -> list[Finding]:
                 "summary": (
                     f"{note}{fmt_count(ops)} ops per step ({fmt_count(tiny)} under "
                     f"{fmt_us(value(d.tiny_op_us, 25))}), mean {fmt_us(mean_us)} per op call, "
-                    f"{fmt_us(between_us)} per step between ops"
+                    f"{fmt_us(between_us)} per step between ops{after}"
                 ),
                 "ops_per_step": ops,
                 "tiny_ops_per_step": tiny,
@@ -109,5 +152,7 @@ def launch_bound(profile: Profile) -> list[Finding]:
                 f"{int(REMOVED * 100)}% of the measured host dispatch time "
                 f"({fmt_frac(host_share)} of the step) assumed removed"
             ),
+            interval=interval,
+            borderline=judged.borderline,
         )
     ]

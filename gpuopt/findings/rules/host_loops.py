@@ -12,9 +12,11 @@ from __future__ import annotations
 from msgspec import UnsetType
 
 from gpuopt.findings.engine import rule
-from gpuopt.findings.estimates import at_least, severity_for_share, speedup_if_removed
+from gpuopt.findings.estimates import at_least, speedup_if_removed
+from gpuopt.findings.evidence import Drift, drift_of, rated
 from gpuopt.findings.measures import from_trace, value
 from gpuopt.model.profile import Finding, Loop, Profile, Severity
+from gpuopt.model.records import given
 from gpuopt.units import fmt_count, fmt_frac, fmt_us
 
 MIN_ITERATIONS = 8
@@ -33,13 +35,14 @@ def _fix(loop: Loop) -> str:
     )
 
 
-def _finding(e: Loop) -> Finding:
+def _finding(e: Loop, drift: Drift) -> Finding:
     iters = value(e.iterations_per_step)
     ops = value(e.ops_per_step)
     share = value(e.time_share)
     indexing = value(e.indexing_ops_per_step)
     through = [] if isinstance(e.through, UnsetType) else e.through[:3]  # helper lines it calls
-    severity: Severity = severity_for_share(share)
+    interval, judged = rated(share, given(e.time_share_steps), "loop_share", drift)
+    severity: Severity = judged.severity
     if ops >= 100:
         severity = at_least(severity, "medium")
     summary = (
@@ -71,10 +74,12 @@ def _finding(e: Loop) -> Finding:
             f"Amdahl: vectorised, the loop costs about one iteration's time "
             f"(1/{fmt_count(iters)} of its measured {fmt_frac(share)} of the step)"
         ),
+        interval=interval,
+        borderline=judged.borderline,
     )
 
 
-@rule("loop-indexing", reads=("source", "loops"))
+@rule("loop-indexing", reads=("source", "loops", "utilization"))
 def loop_indexing(profile: Profile) -> list[Finding]:
     if from_trace(profile):
         return []
@@ -85,4 +90,5 @@ def loop_indexing(profile: Profile) -> list[Finding]:
         and value(e.indexing_ops_per_step) >= value(e.iterations_per_step)
     ]
     loops.sort(key=lambda e: (-value(e.time_share), -value(e.ops_per_step), e.site))
-    return [_finding(e) for e in loops[:MAX_FINDINGS]]
+    drift = drift_of(profile)
+    return [_finding(e, drift) for e in loops[:MAX_FINDINGS]]

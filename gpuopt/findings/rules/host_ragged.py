@@ -10,9 +10,11 @@ from __future__ import annotations
 from msgspec import UnsetType
 
 from gpuopt.findings.engine import rule
-from gpuopt.findings.estimates import severity_for_share, speedup_if_removed
+from gpuopt.findings.estimates import speedup_if_removed
+from gpuopt.findings.evidence import Drift, drift_of, rated
 from gpuopt.findings.measures import from_trace, value
 from gpuopt.model.profile import Finding, Loop, Profile, Ragged
+from gpuopt.model.records import given
 from gpuopt.units import fmt_count, fmt_frac
 
 MIN_BATCHES = 4
@@ -77,9 +79,13 @@ def _padding_finding(profile: Profile, r: Ragged) -> Finding | None:
     if pad < MIN_PAD_FRACTION:
         return None
     compute = _compute_share(profile)
+    per_step = [pad * x for x in given(profile.dispatch.op_time_share_steps) or []]
+    interval, judged = rated(pad * compute, per_step, "padded_compute_share", drift_of(profile))
     return Finding(
         id="ragged-batches",
-        severity=severity_for_share(pad * compute),
+        severity=judged.severity,
+        interval=interval,
+        borderline=judged.borderline,
         title=f"{fmt_frac(pad)} of the padded batch is padding",
         site=_loader_site(profile),
         evidence={
@@ -101,13 +107,16 @@ def _padding_finding(profile: Profile, r: Ragged) -> Finding | None:
     )
 
 
-def _per_sample_finding(loop: Loop, batch_size: float) -> Finding:
+def _per_sample_finding(loop: Loop, batch_size: float, drift: Drift) -> Finding:
     share = value(loop.time_share)
     ops = value(loop.ops_per_step)
     code = loop.code if isinstance(loop.code, str) and loop.code else None
+    interval, judged = rated(share, given(loop.time_share_steps), "loop_share", drift)
     return Finding(
         id="ragged-batches",
-        severity=severity_for_share(share),
+        severity=judged.severity,
+        interval=interval,
+        borderline=judged.borderline,
         title=f"Per-sample Python loop inside the step ({fmt_count(batch_size)} iterations = "
         "batch size)",
         site=loop.site or "?",
@@ -136,7 +145,7 @@ def _per_sample_finding(loop: Loop, batch_size: float) -> Finding:
 
 @rule(
     "ragged-batches",
-    reads=("source", "ragged", "dataloaders", "breakdown", "dispatch", "loops"),
+    reads=("source", "ragged", "dataloaders", "breakdown", "dispatch", "loops", "utilization"),
 )
 def ragged_batches(profile: Profile) -> list[Finding]:
     r = profile.ragged
@@ -147,7 +156,7 @@ def ragged_batches(profile: Profile) -> list[Finding]:
     batch_size = value(r.batch_size)
     if batch_size >= 2:
         findings += [
-            _per_sample_finding(loop, batch_size)
+            _per_sample_finding(loop, batch_size, drift_of(profile))
             for loop in profile.loops
             if value(loop.iterations_per_step) == batch_size
         ]

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 
 from gpuopt.findings.engine import rule
 from gpuopt.findings.estimates import at_least, severity_for_share, speedup_if_removed
+from gpuopt.findings.evidence import Drift, drift_of, rated
 from gpuopt.findings.measures import from_trace, share_of, value
-from gpuopt.model.profile import Finding, Profile, Severity
+from gpuopt.model.profile import EvidenceInterval, Finding, Profile, Severity
 from gpuopt.model.records import given
 from gpuopt.units import fmt_count, fmt_frac, fmt_us, plural
 
@@ -77,6 +78,15 @@ class _SiteSyncs:
     idle_share: float = 0.0
     idle_known: bool = True
     inferred: bool = False
+    # per recorded step, summed over the group's entries
+    time_steps: list[float] = field(default_factory=list)
+    idle_steps: list[float] = field(default_factory=list)
+
+    def add_steps(self, time: list[float], idle: list[float]) -> None:
+        for mine, theirs in ((self.time_steps, time), (self.idle_steps, idle)):
+            mine += [0.0] * (len(theirs) - len(mine))
+            for i, x in enumerate(theirs):
+                mine[i] += x
 
 
 def _group(profile: Profile) -> list[_SiteSyncs]:
@@ -104,6 +114,7 @@ def _group(profile: Profile) -> list[_SiteSyncs]:
             g.idle_share += idle
         if e.measured_device == "cpu":
             g.inferred = True
+        g.add_steps(given(e.time_share_steps) or [], given(e.idle_after_share_steps) or [])
     out = [g for g in groups.values() if g.count > 0]
     for g in out:
         if g.lines:  # the heaviest line, the first of equals
@@ -140,9 +151,11 @@ class _Verdict:
     est: float | None
     model: str
     title: str
+    interval: EvidenceInterval | None = None
+    borderline: bool = False
 
 
-def _verdict(g: _SiteSyncs, main_kind: str) -> _Verdict:
+def _verdict(g: _SiteSyncs, main_kind: str, drift: Drift) -> _Verdict:
     if g.inferred:
         # Without a GPU there is no queued GPU work to overlap with: the gain is bounded by it.
         return _Verdict(
@@ -167,8 +180,10 @@ def _verdict(g: _SiteSyncs, main_kind: str) -> _Verdict:
             title,
         )
     overlap = min(g.idle_share, g.time_share)
+    steps = [min(i, t) for i, t in zip(g.idle_steps, g.time_steps, strict=False)]
+    interval, judged = rated(overlap, steps, "sync_overlap_share", drift)
     return _Verdict(
-        severity_for_share(overlap),
+        judged.severity,
         f"the host waited {fmt_us(g.time_us)} per step in them, then took {fmt_us(g.idle_us)} "
         "per step to issue the next op while the GPU had nothing queued",
         speedup_if_removed(overlap),
@@ -176,12 +191,14 @@ def _verdict(g: _SiteSyncs, main_kind: str) -> _Verdict:
         f"{fmt_frac(overlap)} of the step: without the sync that host work overlaps the queued "
         "GPU work",
         title,
+        interval,
+        judged.borderline,
     )
 
 
-def _finding(g: _SiteSyncs) -> Finding:
+def _finding(g: _SiteSyncs, drift: Drift) -> Finding:
     kinds = sorted(g.kinds.items(), key=lambda kv: (-kv[1], kv[0]))
-    v = _verdict(g, kinds[0][0])
+    v = _verdict(g, kinds[0][0], drift)
     severity = at_least(v.severity, "medium") if g.count >= MANY_PER_STEP else v.severity
     kinds_text = ", ".join(f"{fmt_count(n)}× {k}" for k, n in kinds)
     at = _where(g)
@@ -193,7 +210,7 @@ def _finding(g: _SiteSyncs) -> Finding:
         evidence_sites["sites"] = {s: g.lines[s] for s in sorted(g.lines, key=_line_no)}
     if g.scope:
         evidence_sites["scope"] = g.scope
-    return Finding(
+    f = Finding(
         id="sync-in-step",
         severity=severity,
         title=title,
@@ -213,10 +230,14 @@ def _finding(g: _SiteSyncs) -> Finding:
         est_speedup=v.est,
         estimate_model=v.model,
     )
+    if v.interval is not None:  # measured on a GPU (a CPU-only run's are never HIGH)
+        f.interval, f.borderline = v.interval, v.borderline
+    return f
 
 
-@rule("sync-in-step", reads=("source", "syncs", "dispatch", "steps"))
+@rule("sync-in-step", reads=("source", "syncs", "dispatch", "steps", "utilization"))
 def sync_in_step(profile: Profile) -> list[Finding]:
     if from_trace(profile):
         return []
-    return [_finding(g) for g in _group(profile)[:MAX_FINDINGS]]
+    drift = drift_of(profile)
+    return [_finding(g, drift) for g in _group(profile)[:MAX_FINDINGS]]

@@ -1,0 +1,185 @@
+"""Findings that do not flicker: a rule's evidence with its interval, and one policy for all.
+
+A share of step time measured on one run is a noisy number: the per-step values it comes from
+vary within the run, and a second run of the same code lands elsewhere (its neighbours' load, its
+caches). A rule that compares the point value with a threshold then fires in some runs of
+identical code and not in others, and a gate that fails on "new HIGH finding" fails at random
+(issue 30: ``launch-bound`` in 1 of 8 identical runs). So a rule that has per-step values of its
+evidence draws an interval around it, and the policy is:
+
+* the finding is reported when the value reaches the rule's threshold (as before);
+* its severity comes from the interval's **lower bound**, on the shared scale
+  (:func:`~gpuopt.findings.estimates.severity_for_share`);
+* it is **borderline** when the interval reaches below the rule's threshold, or straddles the
+  HIGH boundary: a borderline finding is never HIGH (at most MEDIUM), and says so.
+
+The interval (90%, two-sided) combines the within-run variation of the per-step values (a Student-t
+interval of their mean: three recorded steps give a wide one) with a run-to-run drift
+(:func:`drift_of`), as ``gpuopt check``'s intervals do: :data:`SHARE_DRIFT` on a quiet machine, more
+on a busy one. On a machine whose neighbours held the cores, identical runs' shares moved far more
+than their steps' spread says (``benchmarks/bench_stability.py`` under a load of 5-15 on 2 cores: a
+data-wait share of 16%, 29% and 36% in three runs of ``examples/io_loader.py``, a loop's share
+22-58% in ``examples/index_loops.py``): the steps of one run share the neighbour's load of that
+moment. So the drift grows with the run's measured wait for a core
+(``utilization.cpu.run_delay_share``) while other processes kept the cores busy: :data:`BUSY_DRIFT`
+per unit of that wait, times the others' busy cores up to one. ``gpuopt check`` compares findings by
+these intervals: a HIGH finding absent from the baseline fails only when its interval lies above the
+baseline's evidence.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from gpuopt.findings.estimates import severity_for_share
+from gpuopt.model.profile import EvidenceInterval, Profile, Severity
+
+LEVEL = 0.90
+Z = 1.6448536269514722  # the normal's 95th percentile: a 90% two-sided interval
+HIGH_SHARE = 0.25  # severity_for_share's HIGH boundary
+# The run-to-run drift of a share of step time on a quiet machine (standard deviation, in points
+# as a fraction), added to every interval's within-run part. benchmarks/bench_stability.py's
+# "evidence sd" column measures it over identical runs; its quiet run is the lead's to record
+# (docs/benchmarks.md, issue 30). Under load slow_dataset's data-wait share moved 36-40%.
+SHARE_DRIFT = 0.02
+# The drift added per unit of the run's threads' wait for a core (a share of their runnable time),
+# scaled by other processes' busy cores (at most 1): 21pt more at an 85% wait, where the
+# bench_stability runs above spread by up to 18pt (sd)
+BUSY_DRIFT = 0.25
+
+
+@dataclass(frozen=True)
+class Drift:
+    """The run-to-run drift a finding's interval assumes, and why (for ``covers``)."""
+
+    value: float = SHARE_DRIFT
+    busy: str = ""  # "" on a quiet machine, else what the machine did to the run
+
+
+def drift_of(profile: Profile) -> Drift:
+    """:data:`SHARE_DRIFT`, plus :data:`BUSY_DRIFT` × the run's threads' wait for a core ×
+    other processes' busy cores (at most 1), where the run measured them."""
+    from gpuopt.model.records import given
+
+    cpu = profile.utilization.cpu
+    wait = given(cpu.run_delay_share)
+    others = given(cpu.other_cores_busy_mean)
+    if not isinstance(wait, (int, float)) or not isinstance(others, (int, float)):
+        return Drift()
+    extra = BUSY_DRIFT * float(wait) * min(max(float(others), 0.0), 1.0)
+    if extra < 0.005:
+        return Drift()
+    why = (
+        f"a busy machine: its threads waited {float(wait):.0%} of their time for a core while "
+        f"other processes kept {float(others):.1f} cores busy"
+    )
+    return Drift(SHARE_DRIFT + extra, why)
+
+
+# Student-t 95th percentiles for 1..9 degrees of freedom (a 90% two-sided interval); more: Z
+_T95 = (6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833)
+
+
+def _t95(df: int) -> float:
+    return _T95[df - 1] if 1 <= df <= len(_T95) else Z
+
+
+def share_interval(
+    value: float, per_step: Sequence[float], what: str, drift: Drift | None = None
+) -> EvidenceInterval:
+    """The interval of a share ``value`` measured from ``per_step`` values (its within-run
+    variation) plus the run-to-run ``drift`` (default: a quiet machine's); clipped to [0, 1].
+    ``what``: the evidence key it belongs to (``data_wait_share``, ``host_dispatch_share``)."""
+    drift = drift or Drift()
+    xs = [float(x) for x in per_step if x is not None and math.isfinite(float(x))]
+    n = len(xs)
+    within = _t95(n - 1) * statistics.stdev(xs) / math.sqrt(n) if n >= 2 else 0.0
+    half = math.hypot(within, Z * drift.value)
+    size = f"a {drift.value * 100:.0f}pt run-to-run drift" + (
+        f" ({drift.busy})" if drift.busy else ""
+    )
+    covers = (
+        f"{LEVEL:.0%} interval: {n} steps' variation and {size}"
+        if n >= 2
+        else f"{LEVEL:.0%} interval: {size} (no per-step values)"
+    )
+    return EvidenceInterval(
+        metric=what,
+        value=round(value, 4),
+        low=round(max(value - half, 0.0), 4),
+        high=round(min(value + half, 1.0), 4),
+        level=LEVEL,
+        steps=n,
+        covers=covers,
+    )
+
+
+@dataclass(frozen=True)
+class Judged:
+    """What the policy makes of an interval: the severity, and whether it is borderline."""
+
+    severity: Severity
+    borderline: bool
+    why: str  # "" unless borderline: what it is near
+
+
+def judge(iv: EvidenceInterval, threshold: float) -> Judged:
+    """The severity of a finding whose evidence ``iv`` reached the rule's ``threshold`` (see the
+    module's docstring): from the lower bound; borderline (never HIGH) within noise of the
+    threshold or of the HIGH boundary."""
+    severity = severity_for_share(iv.low)
+    near: list[str] = []
+    if iv.low < threshold:
+        near.append(f"its threshold {threshold:.0%}")
+    if iv.low < HIGH_SHARE <= iv.high:
+        near.append(f"HIGH's {HIGH_SHARE:.0%}")
+    if not near:
+        return Judged(severity, False, "")
+    if severity == "high":
+        severity = "medium"
+    why = (
+        f"borderline: {iv.metric} {iv.value:.1%} ({iv.low:.1%} … {iv.high:.1%}) is within noise "
+        f"of {' and '.join(near)}; never HIGH"
+    )
+    return Judged(severity, True, why)
+
+
+def rated(
+    value: float,
+    per_step: Sequence[float] | None,
+    metric: str,
+    drift: Drift | None = None,
+    threshold: float = 0.0,
+) -> tuple[EvidenceInterval, Judged]:
+    """:func:`share_interval` then :func:`judge`, for a rule whose threshold is not a share
+    (``threshold`` 0: only HIGH's boundary can make it borderline)."""
+    iv = share_interval(value, list(per_step or []), metric, drift)
+    return iv, judge(iv, threshold)
+
+
+EvidenceFn = Callable[[Profile], EvidenceInterval | None]
+_EVIDENCE: dict[str, EvidenceFn] = {}
+
+
+def evidence_of(finding_id: str) -> Callable[[EvidenceFn], EvidenceFn]:
+    """Register the function that measures a rule's main evidence on any Profile, whether or
+    not the rule fired: its interval, or None where the rule's other conditions (counts, the kind
+    of document) do not hold, so that a missing finding is missing for another reason than its
+    share. ``gpuopt check`` reads it for a baseline that lacks the finding."""
+
+    def deco(fn: EvidenceFn) -> EvidenceFn:
+        _EVIDENCE[finding_id] = fn
+        return fn
+
+    return deco
+
+
+def measure(profile: Profile, finding_id: str) -> EvidenceInterval | None:
+    """The main evidence of ``finding_id`` in ``profile`` (None: not measurable there)."""
+    import gpuopt.findings.rules  # noqa: F401  (importing the modules registers them)
+
+    fn = _EVIDENCE.get(finding_id)
+    return fn(profile) if fn is not None else None

@@ -1,0 +1,159 @@
+"""Where the recorder's window spends its time *outside* tensor ops: a stack sampler.
+
+The recorder measures every stretch between two model ops exactly (``StepCounters.gaps``), but
+not what ran in it. A stretch far longer than issuing an op takes is no op dispatch: a
+``time.sleep``, a blocking read, a Python loop that issues no tensor op. To name its line, this
+sampler looks at the training thread's Python stack every :data:`INTERVAL_S` while the recorder's
+window is on (its steps are left out of the run's statistics), and keeps a sample only when the
+thread is in such a stretch: in no op and in no recorder code, at least
+:data:`~gpuopt.probes.recorder_counters.GAP_FLOOR_S` after the last op ended. Each sample weighs
+the time since the sampler's previous look (at most the stretch's age).
+
+Samples keep the stack as ``(id(code), lasti)`` pairs, innermost first (the sampler keeps the code
+objects alive in ``codes``; a stack seen again is the same tuple, so a long sleep's thousands of
+samples share one); nothing is resolved here, in the sampling thread:
+:mod:`gpuopt.assemble.host_summary` finds the user's line and the innermost frame once the run is
+over. A C call (``time.sleep``, ``file.read``) has no Python frame of its own: its innermost frame
+is the line that called it.
+
+The sampler needs the GIL to look (``sys._current_frames``): while the training thread sleeps or
+reads it gets it at once; while the thread runs Python it waits up to the interpreter's switch
+interval (5 ms), so pure-Python stretches are seen about every 5 ms, each sample weighing that
+long.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from types import CodeType
+from typing import Any
+
+from gpuopt.probes.recorder_counters import GAP_FLOOR_S
+
+INTERVAL_S = 1e-3
+MAX_DEPTH = 48  # frames kept per sample, innermost first
+MAX_SAMPLES = 20_000  # a window of very long steps stops adding samples here
+
+Stack = tuple[tuple[int, int], ...]  # (id(code), lasti), innermost first
+
+
+@dataclass(frozen=True)
+class GapSample:
+    """One look at the training thread in a stretch without tensor ops."""
+
+    step: int  # the window step it fell in (0 = the window's first)
+    seconds: float  # the time it stands for
+    age: float  # seconds since the last op ended, when it was taken
+    stack: Stack  # (id(code), lasti), innermost first: codes in GapSampler.codes
+
+
+class GapSampler:
+    """Samples ``thread_id``'s stack while ``engine`` records, outside its ops (see the module).
+
+    ``engine`` is the recorder's :class:`~gpuopt.probes.recorder_engine.RecorderEngine`: the
+    sampler reads its ``recording``, ``busy``, ``last_exit`` and ``steps_done``, never writes.
+    ``skip`` are the ids of the code objects of the recorder's handlers (ids: hashing a code
+    object hashes its bytecode): a stack holding one is in an op (or in the recorder) and is not
+    sampled.
+    """
+
+    def __init__(self, engine: Any, skip: frozenset[int], interval_s: float = INTERVAL_S):
+        self.engine = engine
+        self.skip = skip
+        self.interval_s = interval_s
+        self.samples: list[GapSample] = []
+        self.codes: dict[int, CodeType] = {}  # every code object a stack refers to
+        self._stacks: dict[Stack, Stack] = {}  # each distinct stack once
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._tid = 0
+        self._first_step = 0
+
+    def start(self) -> None:
+        """Sample the calling thread from now on (the thread that runs the training steps)."""
+        if self._thread is not None:
+            return
+        self._tid = threading.get_ident()
+        self._first_step = int(self.engine.steps_done)
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="gpuopt-gap-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        thread = self._thread
+        if thread is None:
+            return
+        self._stop.set()
+        if thread is not threading.current_thread():
+            thread.join(timeout=1.0)
+        self._thread = None
+
+    def _run(self) -> None:
+        last = time.perf_counter()
+        try:
+            while not self._stop.wait(self.interval_s):
+                now = time.perf_counter()
+                self.look(now, last)
+                last = now
+                if len(self.samples) >= MAX_SAMPLES:
+                    return
+        except Exception as exc:  # never disturb the run: stop sampling and say why
+            self.errors.append(f"gap sampler stopped: {type(exc).__name__}: {exc}")
+
+    def look(self, now: float, last: float) -> GapSample | None:
+        """One look at the thread (``last``: the previous look's time); the sample kept, if any."""
+        engine = self.engine
+        if not engine.recording or engine.busy:
+            return None
+        age = now - engine.last_exit
+        if age < GAP_FLOOR_S:
+            return None
+        frame = sys._current_frames().get(self._tid)
+        stack: list[tuple[int, int]] = []
+        skip, codes = self.skip, self.codes
+        f = frame
+        while f is not None:
+            code = f.f_code
+            cid = id(code)
+            if cid in skip:
+                return None  # in an op, or in the recorder's own code
+            if len(stack) < MAX_DEPTH:
+                stack.append((cid, f.f_lasti))
+                if cid not in codes:
+                    codes[cid] = code
+            f = f.f_back
+        if not stack:
+            return None
+        key = tuple(stack)
+        sample = GapSample(
+            step=int(engine.steps_done) - self._first_step,
+            seconds=min(now - last, age),
+            age=age,
+            stack=self._stacks.setdefault(key, key),
+        )
+        self.samples.append(sample)
+        return sample
+
+
+def recorder_codes(*owners: Any) -> frozenset[int]:
+    """The ids of the code objects of ``owners``' functions and of the functions nested in them
+    (the ``synchronize`` wrapper the engine makes): a stack holding one is the recorder's."""
+    out: set[int] = set()
+    todo: list[Any] = []
+    for owner in owners:
+        for value in vars(owner).values():
+            fn = getattr(value, "__func__", value)
+            code = getattr(fn, "__code__", None)
+            if code is not None:
+                todo.append(code)
+    while todo:
+        code = todo.pop()
+        if id(code) in out:
+            continue
+        out.add(id(code))
+        todo += [c for c in code.co_consts if isinstance(c, CodeType)]
+    return frozenset(out)

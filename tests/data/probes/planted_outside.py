@@ -1,0 +1,34 @@
+"""Planted: a step of 300 tiny ops, then time that issues no tensor op at all: a sleep, a
+blocking read of a file, or a pure-Python loop. That time is not dispatch ("other", at its line),
+never launch-bound."""
+
+import time
+
+import torch
+
+
+def tiny_ops(x: torch.Tensor) -> torch.Tensor:
+    for _ in range(100):
+        x = (x * 1.0001 + 0.0001).relu()  # TINY-OPS
+    return x
+
+
+def with_sleep(x: torch.Tensor, seconds: float) -> torch.Tensor:
+    x = tiny_ops(x)
+    time.sleep(seconds)  # SLEEP
+    return x.sum()
+
+
+def with_read(x: torch.Tensor, path: str) -> torch.Tensor:
+    x = tiny_ops(x)
+    with open(path, "rb") as fh:
+        data = fh.read()  # READ
+    return x.sum() + len(data) % 2
+
+
+def with_loop(x: torch.Tensor, n: int) -> torch.Tensor:
+    x = tiny_ops(x)
+    total = 0
+    for i in range(n):
+        total += (i * i) % 7  # LOOP
+    return x.sum() + total % 2
