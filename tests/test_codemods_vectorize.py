@@ -85,7 +85,7 @@ PAIRS: list[tuple[str, str, str, dict[str, Any], str]] = [
         """
         import torch
         k = torch.arange(1, 80, device=labels.device)
-        onehot[1:80] = (labels == k.view(-1, *[1] * labels.dim())).float()
+        onehot[1:80] = (labels == k.view(-1, *[1] * (onehot.dim() - 1))).float()
         """,
         {"onehot": torch.zeros(80, 2, 16, 16), "labels": SEG},
         "exact",
@@ -515,3 +515,110 @@ def test_the_loop_variable_as_a_value_goes_through_vmap() -> None:
     )
     got, detail = run_side_by_side(r.changes[0], {"x": X, "outs": []})
     assert got in ("exact", "tolerance"), detail
+
+
+# -- class masks on a CUDA run: the comparison written into the masks by one kernel ----------
+CUDA_MASKS = [
+    (
+        "NUM_CLASSES = 80\nfor c in range(NUM_CLASSES):\n    masks[:, c] = (seg == c).float()\n",
+        src(
+            """
+            NUM_CLASSES = 80
+            c = torch.arange(NUM_CLASSES, device=seg.device)
+            torch.eq(
+                seg.unsqueeze(1).expand_as(masks[:, :NUM_CLASSES]),
+                c.view(-1, *[1] * (seg.dim() - 1)).expand_as(masks[:, :NUM_CLASSES]),
+                out=masks[:, :NUM_CLASSES],
+            )
+            """
+        ),
+        {"masks": torch.zeros(2, 80, 16, 16), "seg": SEG, "NUM_CLASSES": 80},
+    ),
+    (
+        "for c in range(80):\n    masks[c] = seg == c\n",
+        src(
+            """
+            c = torch.arange(80, device=seg.device)
+            torch.eq(
+                seg.expand_as(masks[:80]),
+                c.view(-1, *[1] * (masks.dim() - 1)).expand_as(masks[:80]),
+                out=masks[:80],
+            )
+            """
+        ),
+        {"masks": torch.zeros(80, 2, 16, 16, dtype=torch.bool), "seg": SEG},
+    ),
+    (
+        "for c in range(1, 80):\n    masks[..., c] = seg.eq(c)\n",
+        src(
+            """
+            c = torch.arange(1, 80, device=seg.device)
+            torch.eq(
+                seg.unsqueeze(-1).expand_as(masks[..., 1:80]),
+                c.expand_as(masks[..., 1:80]),
+                out=masks[..., 1:80],
+            )
+            """
+        ),
+        {"masks": torch.full((2, 16, 16, 80), 7, dtype=torch.int64), "seg": SEG},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("loop", "after", "inputs"), CUDA_MASKS, ids=["slices", "first", "ellipsis"]
+)
+def test_class_masks_on_cuda_are_written_by_one_comparison(
+    loop: str, after: str, inputs: dict[str, Any]
+) -> None:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    before = "import torch\n" + loop
+    line = loop_lines(before)[0]
+    r = rewrite_vectorize(before, [line], cuda=True)
+    assert r.source == "import torch\n" + after, r.source
+    assert rewrite_vectorize(r.source, [line], cuda=True).notes == []
+    verdict, detail = run_side_by_side(r.changes[0], inputs)
+    assert verdict == "exact", detail  # the loop's masks, bit for bit, in the masks' dtype
+
+    class Ops(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    ns: dict[str, Any] = {
+        "torch": torch,
+        **{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()},
+    }
+    with Ops() as seen:
+        exec(r.changes[0].new, ns)
+    computing = [
+        op
+        for op in seen.ops
+        if not op.split(".")[1].startswith(
+            ("arange", "view", "unsqueeze", "expand", "slice", "alias")
+        )
+    ]
+    assert computing == ["aten.eq.Tensor_out"], seen.ops  # no bool temporary, no copy_
+    cpu = rewrite_vectorize(before, [line])  # a CPU run keeps the assignment (faster there)
+    assert "torch.eq(" not in cpu.source and "] = " in cpu.source
+
+
+def test_class_masks_on_cuda_refuse_what_out_would_resize() -> None:
+    r = rewrite_vectorize("import torch\n" + CUDA_MASKS[1][0], [2], cuda=True)
+    # a map that broadcasts over the masks' other dimensions is expanded, as the assignment did
+    seg = torch.randint(0, 80, (16, 16), generator=g)
+    verdict, detail = run_side_by_side(
+        r.changes[0], {"masks": torch.zeros(80, 2, 16, 16, dtype=torch.bool), "seg": seg}
+    )
+    assert verdict == "exact", detail
+    # one that the assignment refuses is refused by the rewrite too (never resized into place)
+    seg = torch.randint(0, 80, (3, 16, 16), generator=g)
+    verdict, detail = run_side_by_side(
+        r.changes[0], {"masks": torch.zeros(80, 2, 16, 16, dtype=torch.bool), "seg": seg}
+    )
+    assert verdict == "failed" and "the loop itself raised" in detail

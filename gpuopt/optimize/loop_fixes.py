@@ -37,6 +37,16 @@ class LoopPlan:
     results: dict[str, CheckResult] = field(default_factory=dict)  # change id -> result
     lines: dict[str, list[int]] = field(default_factory=dict)  # padding-batch: loader, loop
     error: str | None = None
+    cuda: bool = False  # the baseline ran on a CUDA device: the forms written for one
+
+    def codemod(self, text: str, lines: list[int], name: str, anchors: dict[int, str]) -> Rewrite:
+        """This fix's codemod on ``text`` (the same forms the check ran)."""
+        from gpuopt.optimize.codemods.padding import rewrite_padding
+        from gpuopt.optimize.codemods.vectorize import rewrite_vectorize
+
+        if self.fix == "vectorize":
+            return rewrite_vectorize(text, lines, name=name, anchors=anchors, cuda=self.cuda)
+        return rewrite_padding(text, lines, name=name, anchors=anchors)
 
     def change_id(self, path: str, line: int) -> str:
         stem = re.sub(r"[^A-Za-z0-9_]+", "_", Path(path).stem)
@@ -85,15 +95,11 @@ def _read(path: str) -> str:
 
 def analyse(profile: Profile, fix: str) -> LoopPlan:
     """Each file's loops through the fix's codemod (nothing written)."""
-    from gpuopt.optimize.codemods.padding import rewrite_padding
-    from gpuopt.optimize.codemods.vectorize import rewrite_vectorize
-
-    codemod = rewrite_vectorize if fix == "vectorize" else rewrite_padding
-    plan = LoopPlan(fix)
+    plan = LoopPlan(fix, cuda=profile.environment.device == "cuda")
     for path, lines in loop_sites(profile, fix).items():
         try:
             text = _read(path)
-            plan.rewrites[path] = codemod(text, sorted(lines), name=path)
+            plan.rewrites[path] = plan.codemod(text, sorted(lines), path, {})
         except (GpuoptError, CodemodError) as exc:
             plan.error = str(exc)
             continue

@@ -233,11 +233,13 @@ def rewrite_vectorize(
     lines: Collection[int],
     name: str = "<source>",
     anchors: Mapping[int, str] | None = None,
+    cuda: bool = False,
 ) -> LoopRewrite:
     """Vectorize the loops starting on ``lines`` (old line numbers; ``anchors``: each line's
-    header text, to find a loop another fix moved)."""
+    header text, to find a loop another fix moved; ``cuda``: the script runs on a CUDA device,
+    where some patterns have a faster form)."""
     wrapper = wrap(source, name)
-    facts = ModuleFacts(wrapper)
+    facts = ModuleFacts(wrapper, cuda=cuda)
     where = relocate(source, lines, anchors or {})
     targets = _Targets(facts, set(where.values()))
     wrapper.module.visit(targets)

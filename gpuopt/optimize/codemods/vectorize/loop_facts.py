@@ -167,7 +167,8 @@ class ModuleFacts:
     """Facts about one module, resolved once: positions, parents, scopes, how torch is
     imported, and which module-level functions are pure tensor functions."""
 
-    def __init__(self, wrapper: cst.MetadataWrapper) -> None:
+    def __init__(self, wrapper: cst.MetadataWrapper, cuda: bool = False) -> None:
+        self.cuda = cuda  # the script ran on a CUDA device: the forms written for one
         self.module = wrapper.module
         self.positions = wrapper.resolve(PositionProvider)
         self.parents = wrapper.resolve(ParentNodeProvider)
