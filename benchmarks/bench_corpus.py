@@ -115,6 +115,15 @@ def prepare(expect: ScriptExpect, gpuopt: Path) -> Path:
     elif expect.data == "wikitext":
         if not (cwd / "data" / "test.txt").exists():
             corpus_data.write_wikitext(cwd / "data", WIKITEXT_TRAIN_LINES, WIKITEXT_EVAL_LINES)
+    elif expect.data == "shakespeare_char":  # nanoGPT reads its config and data from its cwd
+        if not (cwd / "data" / "shakespeare_char" / "meta.pkl").exists():
+            here = SCRIPTS / Path(expect.path).parent
+            prepare = here / "data" / "shakespeare_char" / "prepare.py"
+            python = str(python_of(gpuopt))
+            corpus_data.write_shakespeare_char(cwd / "data" / "shakespeare_char", prepare, python)
+        for name in ("configurator.py", "config/train_shakespeare_char.py"):
+            (cwd / name).parent.mkdir(parents=True, exist_ok=True)
+            (cwd / name).write_bytes((SCRIPTS / Path(expect.path).parent / name).read_bytes())
     elif expect.data == "sine":
         if not (cwd / "traindata.pt").exists():
             generate_sine(SCRIPTS / Path(expect.path).parent / "generate_sine_wave.py", cwd, gpuopt)

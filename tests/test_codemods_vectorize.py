@@ -622,3 +622,125 @@ def test_class_masks_on_cuda_refuse_what_out_would_resize() -> None:
         r.changes[0], {"masks": torch.zeros(80, 2, 16, 16, dtype=torch.bool), "seg": seg}
     )
     assert verdict == "failed" and "the loop itself raised" in detail
+
+
+# -- numpy windows gathered one sample at a time (nanoGPT's get_batch) ------------------------
+NANOGPT = "benchmarks/corpus/scripts/nanogpt/train.py"
+
+
+def _memmap(tmp_path: Path, n: int = 5000) -> Any:
+    import numpy as np
+
+    path = tmp_path / "train.bin"
+    np.random.default_rng(0).integers(0, 65, n).astype(np.uint16).tofile(path)
+    return np.memmap(path, dtype=np.uint16, mode="r")
+
+
+def test_nanogpt_get_batch_becomes_one_fancy_index_gather(tmp_path: Path) -> None:
+    import numpy as np
+
+    root = Path(__file__).resolve().parents[1]
+    before = (root / NANOGPT).read_text()
+    r = rewrite_vectorize(before, [124, 125], name="train.py")
+    assert not r.skipped, r.skipped
+    old, new = before.splitlines(), r.source.splitlines()
+    assert len(old) == len(new)
+    diff = {n: b for n, (a, b) in enumerate(zip(old, new, strict=True), 1) if a != b}
+    assert diff == {
+        124: "    x = torch.from_numpy((data[np.asarray(ix)[:, None] + np.arange(block_size)])"
+        ".astype(np.int64))",
+        125: "    y = torch.from_numpy((data[np.asarray(ix)[:, None]+1 + np.arange(block_size)])"
+        ".astype(np.int64))",
+    }
+    assert [c.pattern for c in r.changes] == ["numpy-gathers", "numpy-gathers"]
+    assert rewrite_vectorize(r.source, [124, 125]).notes == []  # idempotent
+    data = _memmap(tmp_path)
+    ix = torch.randint(len(data) - 64, (12,), generator=g)
+    for change in r.changes:  # the check optimize runs, on a memmap as nanoGPT reads it
+        spec = CheckSpec(
+            "t",
+            "t.py",
+            change.line,
+            change.capture_line,
+            change.old,
+            change.new,
+            change.reads,
+            change.writes,
+        )
+        result = check_rewrite(
+            spec, {"torch": torch, "np": np}, {"data": data, "ix": ix, "block_size": 64}
+        )
+        assert result.verdict == "exact", result.detail  # the same batch, bit for bit
+
+
+@pytest.mark.parametrize(
+    ("expr", "after"),
+    [
+        (
+            "torch.stack([torch.as_tensor(d[3 + j:3 + j + k].copy()) for j in range(0, 40, 4)])",
+            "torch.as_tensor((d[3 + np.arange(0, 40, 4)[:, None] + np.arange(k)]).copy())",
+        ),
+        (
+            "torch.stack([torch.tensor(d[j:j+7]) for j in starts])",
+            "torch.tensor((d[np.asarray(starts)[:, None] + np.arange(7)]))",
+        ),
+    ],
+    ids=["range-copy", "tensor"],
+)
+def test_numpy_gather_forms(expr: str, after: str, tmp_path: Path) -> None:
+    import numpy as np
+
+    before = f"import numpy as np\nimport torch\nz = {expr}\n"
+    r = rewrite_vectorize(before, [3])
+    assert r.source == f"import numpy as np\nimport torch\nz = {after}\n", r.skipped
+    d = np.asarray(_memmap(tmp_path)).astype(np.int64)
+    spec = CheckSpec(
+        "t",
+        "t.py",
+        3,
+        3,
+        r.changes[0].old,
+        r.changes[0].new,
+        r.changes[0].reads,
+        r.changes[0].writes,
+    )
+    inputs = {"d": d, "k": 5, "starts": [0, 9, 4000, 12]}
+    assert check_rewrite(spec, {"torch": torch, "np": np}, inputs).verdict == "exact"
+
+
+@pytest.mark.parametrize(
+    ("expr", "reason"),
+    [
+        (
+            "torch.stack([torch.from_numpy(d[i:i+k].reshape(2, -1)) for i in ix])",
+            "`.reshape()` on a window: only element-wise array methods",
+        ),
+        (
+            "torch.stack([torch.from_numpy(d[i:k]) for i in ix])",
+            "the window's stop `k` is not written `i + K`",
+        ),
+        (
+            "torch.stack([torch.from_numpy(d[2 * i:2 * i + k]) for i in ix])",
+            "the window's start `2 * i` is not `i` or `i + c`",
+        ),
+        (
+            "torch.stack([torch.from_numpy(d[i:i+k].astype(t[i])) for i in ix])",
+            "the cast depends on `i`",
+        ),
+        (
+            "torch.stack([torch.from_numpy(d[i:i+k]) for i in ix if i > 0])",
+            "a comprehension with a filter",
+        ),
+    ],
+    ids=["reshape", "stop", "start", "cast", "filter"],
+)
+def test_numpy_gather_left_alone_with_the_reason(expr: str, reason: str) -> None:
+    before = f"import numpy as np\nimport torch\nz = {expr}\n"
+    r = rewrite_vectorize(before, [3])
+    assert r.source == before and reason in r.skipped[0].reason, r.skipped
+
+
+def test_numpy_gather_needs_numpy_imported() -> None:
+    before = "import torch\nz = torch.stack([torch.from_numpy(d[i:i+8]) for i in ix])\n"
+    r = rewrite_vectorize(before, [2])
+    assert r.source == before and "numpy is not imported" in r.skipped[0].reason

@@ -174,6 +174,7 @@ class ModuleFacts:
         self.parents = wrapper.resolve(ParentNodeProvider)
         self.scopes = wrapper.resolve(ScopeProvider)
         self.torch = _torch_alias(self.module)
+        self.numpy = _module_alias(self.module, "numpy")
         self.functions = {
             s.name.value: s for s in self.module.body if isinstance(s, cst.FunctionDef)
         }
@@ -281,14 +282,19 @@ def _accesses(scope: Scope, name: str) -> list[cst.CSTNode]:
 
 
 def _torch_alias(module: cst.Module) -> str | None:
+    return _module_alias(module, "torch")
+
+
+def _module_alias(module: cst.Module, name: str) -> str | None:
+    """The name ``import NAME`` / ``import NAME as X`` binds at the top of ``module``."""
     for stmt in module.body:
         if not isinstance(stmt, cst.SimpleStatementLine):
             continue
         for small in stmt.body:
             if isinstance(small, cst.Import):
                 for alias in small.names:
-                    if code(alias.name) == "torch":
-                        return alias.asname.name.value if alias.asname else "torch"  # type: ignore[union-attr]
+                    if code(alias.name) == name:
+                        return alias.asname.name.value if alias.asname else name  # type: ignore[union-attr]
     return None
 
 
