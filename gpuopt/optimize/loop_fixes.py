@@ -63,8 +63,9 @@ def loop_sites(profile: Profile, fix: str) -> dict[str, dict[int, str]]:
     """path → {line: the loop header's text} of the loops a fix takes from the profile:
     ``vectorize`` every loop of the ``loop-indexing`` findings and every other Python loop the
     profile lists (at least 8 iterations a step: a loop of small ops without indexing ops, such
-    as a per-class mask comparison, has no finding of its own) but the per-sample loops, which
-    are ``padding``'s; ``padding`` the per-sample loops of the ``ragged-batches`` findings."""
+    as a per-class mask comparison, has no finding of its own) but the per-sample loops (a
+    ``loop-indexing`` finding at the site of a per-sample loop included), which are
+    ``padding``'s; ``padding`` the per-sample loops of the ``ragged-batches`` findings."""
     out: dict[str, dict[int, str]] = {}
     per_sample = {
         f.site for f in profile.findings if f.id == "ragged-batches" and "batch_size" in f.evidence
@@ -76,7 +77,7 @@ def loop_sites(profile: Profile, fix: str) -> dict[str, dict[int, str]]:
                 code = given(loop.code)
                 out.setdefault(parsed[0], {})[parsed[1]] = code or ""
     for f in profile.findings:
-        wanted = (fix == "vectorize" and f.id == "loop-indexing") or (
+        wanted = (fix == "vectorize" and f.id == "loop-indexing" and f.site not in per_sample) or (
             fix == "padding" and f.id == "ragged-batches" and "iterations_per_step" in f.evidence
         )
         parsed = site_line(f.site) if wanted and f.site else None
