@@ -371,7 +371,12 @@ def test_a_list_that_cannot_keep_tensors_says_why(code: str, reason: str) -> Non
             "the value read here is printed at line 46; it already runs only in the branch `if "
             "batch_idx % args.log_interval == 0:` (line 45), and syncs as often as that branch",
         ),
-        ("time_sequence_prediction/train.py", 65, "the value read here is printed at line 65"),
+        (
+            "time_sequence_prediction/train.py",
+            65,
+            "the value read here is printed at line 65 at every call of `closure()`, a function "
+            "the loop at line 59 defines (an optimizer may call it several times a step)",
+        ),
     ],
     ids=[
         "regression-stop",

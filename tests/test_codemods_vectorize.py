@@ -423,6 +423,22 @@ LEFT_ALONE = [
         """,
         "`t` holds a value of `x`, which the loop changes before `t` is read",
     ),
+    (  # time_sequence_prediction's LSTMCell loop over the time steps
+        """
+        for input_t in input.split(1, dim=1):
+            h_t, c_t = self.lstm1(input_t, (h_t, c_t))
+            output = self.linear(h_t)
+            outputs += [output]
+        """,
+        "a recurrence: `h_t` is computed from its own value of the previous iteration (line 2)",
+    ),
+    (
+        """
+        for i in range(len(x)):
+            h = torch.tanh(h @ W + x[i])
+        """,
+        "a recurrence: `h` is computed from its own value of the previous iteration (line 2)",
+    ),
 ]
 
 

@@ -194,3 +194,48 @@ def test_step_time_from_the_recorded_steps_themselves(tmp_path: Path) -> None:
     assert d["between_ops_us_per_step"] == pytest.approx(
         d["step_time_us"] - d["data_wait_us_per_step"] - d["op_time_us_per_step"], abs=0.2
     )
+
+
+def _slow_run(mod: dict, tmp_path: Path, steps: int, first_step_s: float) -> dict:
+    """``steps`` steps of a run whose step 0 took ``first_step_s`` (a fake clock), window at
+    step 2 (the default warm-up)."""
+    now = [0.0]
+    ctx = context(tmp_path, window_start=2, window_steps=1)
+    ctx.clock = lambda: now[0]
+    probe = DispatchRecorder()
+    probe.start(ctx)
+    try:
+        for i in range(steps):
+            mod["train_step"](i)
+            now[0] += first_step_s if i == 0 else 0.1
+            probe.on_step(i, now[0])
+    finally:
+        probe.stop()
+    assert _no_modes()
+    return host_document(probe)
+
+
+def test_a_slow_run_ending_in_its_warm_up_is_recorded_at_its_last_warm_up_step(
+    tmp_path: Path,
+) -> None:
+    """Two LBFGS steps over the whole data (time_sequence_prediction --steps 2) end before the
+    window: the last warm-up step, recorded in case, stands for it."""
+    doc = _slow_run(load(NAME), tmp_path, steps=2, first_step_s=3.0)
+    assert _ops_per_step(doc) == 2  # step 1's two reads
+    assert doc["dispatch"]["window_start"] == 1
+    assert any("its last warm-up step (step 1) was recorded instead" in w for w in doc["warnings"])
+
+
+def test_the_warm_up_step_recorded_in_case_is_dropped_when_the_window_opens(
+    tmp_path: Path,
+) -> None:
+    doc = _slow_run(load(NAME), tmp_path, steps=4, first_step_s=3.0)
+    assert _ops_per_step(doc) == 3  # step 2, the window's
+    assert doc["dispatch"]["window_start"] == 2
+    assert not any("warm-up step" in w for w in doc["warnings"])
+
+
+def test_a_fast_run_records_nothing_in_its_warm_up(tmp_path: Path) -> None:
+    doc = _slow_run(load(NAME), tmp_path, steps=2, first_step_s=0.2)
+    assert doc["dispatch"]["ops_per_step"] is None
+    assert "before the recording window" in doc["dispatch"]["note"]

@@ -187,6 +187,12 @@ def summarize(capture: RecorderCapture, series: list[StepRecord]) -> HostSummary
         return HostSummary(Dispatch(window_steps=0, note=note), ragged=ragged, warnings=warnings)
     cal = capture.calibration
     first = max(capture.window_start, 0)
+    if capture.from_warmup:
+        warnings.append(
+            f"the run ended after {capture.next_step} step(s), before the recording window: "
+            f"its last warm-up step (step {first}) was recorded instead (the script's steps "
+            "are slow, so it was recorded in case)"
+        )
     indices = list(range(first, first + steps))
     total = engine.total
     sites = _Sites(engine.resolver, engine.loops)

@@ -46,6 +46,8 @@ class RecorderCapture:
     next_step: int  # steps the run finished
     shapes: Ragged | None  # batch shapes of every batch (None: the recorder did not run)
     errors: list[str] = field(default_factory=list)
+    # the run ended before the window: its last warm-up step, recorded in case, stands for it
+    from_warmup: bool = False
 
 
 class DispatchRecorder:
@@ -54,7 +56,16 @@ class DispatchRecorder:
     Window: steps ``ctx.window_start .. window_start + window_steps - 1``; it turns on when step
     ``window_start - 1`` ends (at ``start`` when ``window_start == 0``) and off when the last
     window step ends or at ``stop``. ``window_steps == 0`` turns everything off.
+
+    A script whose steps are slow often runs only a few (two LBFGS steps over the whole data):
+    it may end before the window opens, and nothing would be recorded. So when step 0 took at
+    least :data:`SLOW_FIRST_STEP_S`, the last warm-up step (``window_start - 1``) is recorded
+    too, by an engine of its own; it is used only when the run ends before the window recorded
+    a complete step (``RecorderCapture.from_warmup``), else dropped. Its cost falls on a warm-up
+    step (left out of the statistics) of a run whose steps are slow.
     """
+
+    SLOW_FIRST_STEP_S = 1.0
 
     name = "recorder"
 
@@ -70,6 +81,11 @@ class DispatchRecorder:
         self.listener_note: str | None = None
         self._listener_registered = False
         self.errors: list[str] = []
+        self.resolver: SiteResolver | None = None
+        self.t_start: float | None = None
+        self.trying = False  # the engine is recording the last warm-up step, in case
+        self.warmup_engine: RecorderEngine | None = None  # that step, recorded
+        self.from_warmup = False
 
     # -- Probe interface ---------------------------------------------------------------
     def start(self, ctx: RunContext) -> None:
@@ -80,7 +96,9 @@ class DispatchRecorder:
             import torch
 
             resolver = SiteResolver(ctx.user_roots)
+            self.resolver = resolver
             self.engine = RecorderEngine(resolver, cpu_only=not _accelerator_available(torch))
+            self.t_start = ctx.clock() if ctx.clock is not None else None
             self.enabled = True
             self._add_listener()
             if ctx.window_start <= 0:
@@ -94,18 +112,40 @@ class DispatchRecorder:
         engine = self.engine
         if not self.enabled or self.done or engine is None or self.ctx is None:
             return
-        last = self.ctx.window_start + self.ctx.window_steps - 1
+        start = self.ctx.window_start
+        last = start + self.ctx.window_steps - 1
         try:
             if engine.recording or engine.modes_installed():
                 engine.end_step()
+                if self.trying:
+                    engine = self._after_warmup_step(engine)
                 if index >= last:
                     engine.turn_off()
                     self.done = True
-            elif index >= self.ctx.window_start - 1 and index < last:
+                elif not engine.modes_installed() and start - 1 <= index < last:
+                    engine.turn_on()
+            elif start - 1 <= index < last:
+                engine.turn_on()
+            elif index == start - 2 and self._slow_first_step(index, t):
+                self.trying = True
                 engine.turn_on()
         except Exception as exc:
             self.errors.append(f"recorder step hook failed: {type(exc).__name__}: {exc}")
             self.done = True
+
+    def _slow_first_step(self, index: int, t: float) -> bool:
+        """Step 0 took long enough that the run may end within its warm-up."""
+        slow = self.SLOW_FIRST_STEP_S
+        return index == 0 and self.t_start is not None and t - self.t_start >= slow
+
+    def _after_warmup_step(self, engine: RecorderEngine) -> RecorderEngine:
+        """The last warm-up step recorded: kept aside; a fresh engine for the window."""
+        engine.turn_off()
+        self.trying = False
+        self.warmup_engine = engine
+        assert self.resolver is not None
+        self.engine = RecorderEngine(self.resolver, cpu_only=engine.cpu_only)
+        return self.engine
 
     def stop(self) -> None:
         try:
@@ -116,9 +156,17 @@ class DispatchRecorder:
                     self.engine.recording = False
                     self.unfinished = self.engine.steps_done == 0
                     self.engine.turn_off()
+                warm = self.warmup_engine
+                if self.engine.steps_done == 0 and warm is not None and warm.steps_done > 0:
+                    self.engine, self.from_warmup, self.unfinished = warm, True, False
             self._remove_listener()
         except Exception as exc:
             self.errors.append(f"recorder stop failed: {type(exc).__name__}: {exc}")
+
+    @property
+    def warmup_recorded(self) -> bool:
+        """The last warm-up step was recorded (slowed), whether or not it is used."""
+        return self.warmup_engine is not None
 
     def result(self) -> RecorderCapture:
         """What the recorder measured, once it has stopped. The per-call costs of the modes are
@@ -139,13 +187,14 @@ class DispatchRecorder:
         return RecorderCapture(
             enabled=ran,
             off=ctx is not None and ctx.window_steps <= 0,
-            window_start=ctx.window_start if ctx is not None else 0,
+            window_start=(ctx.window_start - int(self.from_warmup)) if ctx is not None else 0,
             engine=engine,
             calibration=calibration,
             unfinished=self.unfinished,
             next_step=self.next_step,
             shapes=shapes,
             errors=self.errors + (engine.errors if engine is not None else []),
+            from_warmup=self.from_warmup,
         )
 
     # -- batches -----------------------------------------------------------------------

@@ -160,10 +160,11 @@ class Use:
     line: int
     text: str
 
-    def sentence(self, subject: str, every_step: bool = True) -> str:
+    def sentence(self, subject: str, every_step: bool = True, when: str = "") -> str:
         """``subject`` (a name in backquotes, or "the value read here") and this use, as a
-        reason: what needs the value, where."""
+        reason: what needs the value, where (``when``: how often, instead of every step)."""
         at, each = f"at line {self.line}", " every step" if every_step else ""
+        each = f" {when}" if when else each
         if self.kind == "stop":
             return (
                 f"{subject} is the loop's stop test {at} (`{self.text}`): it is needed every "

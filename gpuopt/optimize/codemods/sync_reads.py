@@ -113,7 +113,17 @@ class _Planner:
 
     def needed(self, node: cst.CSTNode, subject: str = "the value read here") -> str:
         use = use_of(self.flow, node)
-        return use.sentence(subject, self.branch(node) is None) + self.already(node)
+        when = ""
+        fn = self.flow.function(node)
+        if fn is not None and self.flow.loop(node) is None:
+            around = self.flow.loop(fn)
+            if around is not None:  # a closure the step defines (an LBFGS closure)
+                when = (
+                    f"at every call of `{fn.name.value}()`, a function the loop at line "
+                    f"{self.flow.line(around)} defines (an optimizer may call it several times "
+                    "a step)"
+                )
+        return use.sentence(subject, self.branch(node) is None, when) + self.already(node)
 
     def branch(self, node: cst.CSTNode) -> cst.If | None:
         loop = self.flow.loop(node)
