@@ -219,42 +219,42 @@ LOOP = "for step in range(n):\n"
             "`acc` is read after the loop (line 7): the last step's value is needed",
         ),
         (
-            "    acc = model(x).sum().item()\n    if step % 9 == 0:\n        print(acc)\n",
+            "    acc = model(x).sum().item() * 2\n    if step % 9 == 0:\n        print(acc)\n",
             "",
             "`acc`'s value calls `model(...)`, which gpuopt cannot prove free of side effects",
         ),
         (
-            "    z = torch.randn(3).sum().item()\n    if step % 9 == 0:\n        print(z)\n",
+            "    z = torch.randn(3).sum().item() + 1\n    if step % 9 == 0:\n        print(z)\n",
             "",
             "`z`'s value draws random numbers (`torch.randn`)",
         ),
         (
-            "    out = model(x)\n    acc = out.sum().item()\n    out.mul_(0)\n"
+            "    out = model(x)\n    acc = out.sum().item() * 2\n    out.mul_(0)\n"
             "    if step % 9 == 0:\n        print(acc)\n",
             "",
             "`out` changes before the branch: `out.mul_(0)` at line 6",
         ),
         (
-            "    out = model(x)\n    acc = out.sum().item()\n    out += 1\n"
+            "    out = model(x)\n    acc = out.sum().item() * 2\n    out += 1\n"
             "    if step % 9 == 0:\n        print(acc)\n",
             "",
             "`out` changes before the branch: `out += 1` at line 6",
         ),
         (
-            "    out = model(x)\n    acc = out.sum().item()\n    augment(out)\n"
+            "    out = model(x)\n    acc = out.sum().item() * 2\n    augment(out)\n"
             "    if step % 9 == 0:\n        print(acc)\n",
             "",
             "`out` changes before the branch: `augment(out)`, which may change it at line 6",
         ),
         (
-            "    norm = w.norm().item()\n    opt.step()\n"
+            "    norm = w.norm().item() * 2\n    opt.step()\n"
             "    if step % 9 == 0:\n        print(norm)\n",
             "",
             "it reads `w`, bound outside the step, and `opt.step()` (line 5) runs before the "
             "branch: it may change it",
         ),
         (
-            "    w = model.weight\n    norm = w.norm().item()\n    opt.step()\n"
+            "    w = model.weight\n    norm = w.norm().item() * 2\n    opt.step()\n"
             "    if step % 9 == 0:\n        print(norm)\n",
             "",
             "it reads `w`, bound outside the step, and `opt.step()` (line 6)",
@@ -395,3 +395,51 @@ def test_public_scripts_reads_left_alone_with_their_sites_reason(
     r = rewrite_syncs(before, [line], name=script)
     assert r.source == before
     assert [s.line for s in r.skipped] == [line] and reason in r.skipped[0].reason, r.skipped
+
+
+def test_a_read_of_a_call_with_effects_moves_alone() -> None:
+    """``val = criterion(out, y).item()``: the call may have effects, so it stays where it ran
+    (detached: no graph kept until the branch); only the read moves into the branch."""
+    code = src(
+        """
+        import torch
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 2)
+        criterion = torch.nn.CrossEntropyLoss()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(30):
+            x = torch.randn(8, 4)
+            out = model(x)
+            val = criterion(out, (x[:, 0] > 0).long()).item()  # the metric
+            loss = out.square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if step % 10 == 0:
+                print(f"{step} {val:.5f}")
+        """
+    )
+    r = rewrite_syncs(code, [9])
+    assert not r.skipped, r.skipped
+    assert "    val = criterion(out, (x[:, 0] > 0).long()).detach()  # the metric\n" in r.source
+    assert "    if step % 10 == 0:\n        val = val.item()\n        print(" in r.source
+    (old, old_reads), (new, new_reads) = run(code), run(r.source)
+    assert new == old and (old_reads, new_reads) == (30, 3)
+    assert rewrite_syncs(r.source, [9]).notes == []
+
+
+def test_a_read_whose_tensor_changes_before_the_branch_is_taken_where_it_was() -> None:
+    code = src(
+        """
+        import torch
+        out = torch.arange(6.0)
+        for step in range(6):
+            total = out.sum().item()
+            out.add_(1)
+            if step % 3 == 0:
+                print(total)
+        """
+    )
+    r = rewrite_syncs(code, [4])
+    assert "    total = out.sum().detach()\n    out.add_(1)\n" in r.source
+    assert run(r.source)[0] == run(code)[0] == "15.0\n33.0\n"

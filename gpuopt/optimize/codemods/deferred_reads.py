@@ -17,6 +17,10 @@ tensors, so what it prints is the same, byte for byte. The statement ``NAME = EX
   function);
 * ``EXPR`` has no side effect but the read (:class:`~gpuopt.optimize.codemods.effects.Effects`:
   no module call, no random draw, no print; a function of the file only if its body is pure);
+* (or, when ``EXPR`` is ``D.item()`` — ``float(D)``, ``D.tolist()``... — with ``D`` a call that
+  may have effects, such as ``criterion(out, y)``: ``D`` stays where it was, as
+  ``NAME = D.detach()``, and only the read moves: ``NAME = NAME.item()`` first in the branch;
+  nothing between may rebind or change ``NAME``)
 * nothing ``EXPR`` reads changes before the branch: no statement in between rebinds such a
   name, changes it in place (``x.add_()``, ``x[i] = ...``, ``x += ...``), or passes it to a
   call that may change it; a name bound outside the loop (``model``, a tensor made before it)
@@ -36,7 +40,7 @@ import libcst.matchers as m
 
 from gpuopt.optimize.codemods import code
 from gpuopt.optimize.codemods.effects import Effects, dotted
-from gpuopt.optimize.codemods.read_flow import BLOCK, Flow, shorten, use_of
+from gpuopt.optimize.codemods.read_flow import BLOCK, READ, Flow, read_value, shorten, use_of
 
 # methods that leave their receiver's value as it was (backward fills other tensors' .grad)
 _KEEPS_VALUE = frozenset("backward retain_grad register_hook detach clone".split())
@@ -51,6 +55,9 @@ class Move:
     name: str
     line: int
     branch_line: int
+    # a split: the statement stays without its read (``NAME = D``, a tensor) and only the read
+    # moves (``NAME = NAME.item()``): this text; empty when the whole statement moves
+    read: str = ""
 
 
 def _root(node: cst.BaseExpression) -> str | None:
@@ -177,19 +184,48 @@ def plan_move(
     branch = _the_branch(flow, stmt, name, scope, loop)
     if isinstance(branch, str):
         return branch
-    problem = effects.of_expr(assign.value, reads_ok=True)
-    if problem:
-        return f"`{name}`'s value {problem}: moved, that would run in fewer steps"
-    between = _between(flow, stmt, branch)
-    problem = _inputs_kept(flow, effects, assign.value, between, loop, scope)
-    if problem:
-        return problem
     test_effect = _effectful_call(branch.test, effects)
     if test_effect:
         return (
             f"the branch's test calls `{test_effect}`, which may have effects: it would run first"
         )
-    return Move(stmt, branch, name, flow.line(stmt), flow.line(branch))
+    between = _between(flow, stmt, branch)
+    problem = effects.of_expr(assign.value, reads_ok=True)
+    if problem:
+        problem = f"`{name}`'s value {problem}: moved, that would run in fewer steps"
+    else:
+        problem = _inputs_kept(flow, effects, assign.value, between, loop, scope)
+    if problem is None:
+        return Move(stmt, branch, name, flow.line(stmt), flow.line(branch))
+    read = _split(flow, effects, assign, name, between)
+    if read is None:
+        return problem
+    return Move(stmt, branch, name, flow.line(stmt), flow.line(branch), read)
+
+
+def _split(
+    flow: Flow,
+    effects: Effects,
+    assign: cst.Assign,
+    name: str,
+    between: list[cst.BaseStatement],
+) -> str | None:
+    """``NAME = D.item()`` (or ``float(D)``, ``D.tolist()``...) with ``D`` a call's result: ``D``
+    may stay where it is (it runs as before, in every step) and only its read move; the read
+    as it will be written in the branch, or None."""
+    value = assign.value
+    if not m.matches(value, READ):
+        return None
+    assert isinstance(value, cst.Call)
+    tensor = read_value(value)
+    if not isinstance(tensor, cst.Call) or m.matches(tensor, READ):
+        return None
+    for s in between:
+        if name in _changed_names(s, flow, effects):
+            return None
+    if isinstance(value.func, cst.Attribute):
+        return f"{name}.{value.func.attr.value}()"
+    return f"{code(value.func)}({name})"
 
 
 def _the_branch(
@@ -292,10 +328,24 @@ def apply_moves(module: cst.Module, moves: list[Move]) -> cst.Module:
 
 class _Mover(cst.CSTTransformer):
     def __init__(self, moves: list[Move]) -> None:
-        self.gone = {id(mv.stmt) for mv in moves}
+        self.gone = {id(mv.stmt) for mv in moves if not mv.read}
+        self.kept: dict[int, cst.SimpleStatementLine] = {}  # split: the statement, read dropped
         self.into: dict[int, list[cst.SimpleStatementLine]] = {}
         for mv in sorted(moves, key=lambda mv: mv.line):
-            self.into.setdefault(id(mv.into), []).append(mv.stmt)
+            moved = mv.stmt
+            if mv.read:
+                assign = mv.stmt.body[0]
+                assert isinstance(assign, cst.Assign) and isinstance(assign.value, cst.Call)
+                detached = cst.Call(
+                    func=cst.Attribute(value=read_value(assign.value), attr=cst.Name("detach"))
+                )  # no autograd graph kept alive until the branch
+                self.kept[id(mv.stmt)] = mv.stmt.with_changes(
+                    body=[assign.with_changes(value=detached)]
+                )
+                moved = cst.SimpleStatementLine(
+                    body=[cst.parse_statement(f"{mv.name} = {mv.read}\n").body[0]]  # type: ignore[attr-defined]
+                )
+            self.into.setdefault(id(mv.into), []).append(moved)
 
     def leave_IndentedBlock(
         self, original: cst.IndentedBlock, updated: cst.IndentedBlock
@@ -307,7 +357,7 @@ class _Mover(cst.CSTTransformer):
 
     def _kept(self, old: object, new: object) -> list[cst.BaseStatement]:
         return [
-            n
+            self.kept.get(id(o), n)
             for o, n in zip(old, new, strict=True)  # type: ignore[call-overload]
             if id(o) not in self.gone
         ]

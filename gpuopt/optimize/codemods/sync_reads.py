@@ -25,7 +25,8 @@ from gpuopt.optimize.codemods.read_flow import READ, Flow, shorten, use_of
 @dataclass
 class ReadsPlan:
     replace: dict[cst.CSTNode, str] = field(default_factory=dict)
-    moves: list[tuple[int, int]] = field(default_factory=list)  # (statement line, branch line)
+    # (statement line, branch line, the read alone when only it moves)
+    moves: list[tuple[int, int, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
 
@@ -147,7 +148,14 @@ class _Planner:
         if isinstance(found, str):
             return f"{via}{found}{self.already(stmt)}"
         self.moved[id(stmt)] = found
-        self.out.moves.append((found.line, found.branch_line))
+        self.out.moves.append((found.line, found.branch_line, found.read))
+        if found.read:
+            return (
+                f"+{via}`{found.name}` is used only in the branch at line {found.branch_line}: "
+                "it stays a tensor (detached), computed where it was (its value may have "
+                f"effects or inputs that change), and is read there (`{found.name} = "
+                f"{found.read}`)"
+            )
         return (
             f"+{via}`{found.name}` is used only in the branch at line {found.branch_line}: its "
             "read moves there (the steps that skip the branch no longer wait for the device)"
@@ -207,9 +215,10 @@ def plan_reads(
     return planner.out
 
 
-def move_statements(source: str, moves: list[tuple[int, int]], name: str) -> str:
-    """``source`` with each statement starting at the first line of a pair moved to the top of
-    the ``if`` starting at the second (lines of ``source``)."""
+def move_statements(source: str, moves: list[tuple[int, int, str]], name: str) -> str:
+    """``source`` with each statement starting at the first line of a move taken to the top of
+    the ``if`` starting at the second (lines of ``source``), or only its read (the third, when
+    given)."""
     wrapper = wrap(source, name)
     flow = Flow(wrapper)
     stmts = {
@@ -218,7 +227,13 @@ def move_statements(source: str, moves: list[tuple[int, int]], name: str) -> str
         if isinstance(s, cst.SimpleStatementLine)
     }
     ifs = {flow.line(s): s for s in m.findall(wrapper.module, m.If()) if isinstance(s, cst.If)}
-    found = [Move(stmts[a], ifs[b], "", a, b) for a, b in moves if a in stmts and b in ifs]
+    found = []
+    for a, b, read in moves:
+        if a in stmts and b in ifs:
+            stmt = stmts[a]
+            target = stmt.body[0].targets[0].target if read else None  # type: ignore[attr-defined]
+            var = target.value if isinstance(target, cst.Name) else ""
+            found.append(Move(stmt, ifs[b], var, a, b, read))
     return apply_moves(wrapper.module, found).code
 
 
