@@ -19,6 +19,7 @@ match.
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,9 +39,19 @@ def _line(site: str) -> tuple[str, int] | None:
     return (path, int(line)) if path and line.isdigit() else None
 
 
+def _parts(path: str) -> list[str]:
+    """A path's components, ``..`` and ``.`` at its start dropped (a path relative to the run's
+    folder, ``../../scripts/vae/main.py``, and an absolute one end the same)."""
+    parts = [p for p in posixpath.normpath(path.replace("\\", "/")).split("/") if p]
+    while parts and parts[0] in ("..", "."):
+        parts.pop(0)
+    return parts
+
+
 def _same_file(a: str, b: str) -> bool:
-    a, b = a.replace("\\", "/"), b.replace("\\", "/")
-    return a == b or a.endswith("/" + b) or b.endswith("/" + a)
+    pa, pb = _parts(a), _parts(b)
+    n = min(len(pa), len(pb))
+    return n > 0 and pa[-n:] == pb[-n:]
 
 
 def finding_lines(finding: dict[str, Any]) -> list[tuple[str, int]]:

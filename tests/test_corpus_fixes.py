@@ -30,7 +30,7 @@ OPTIMIZE = {
             "id": "syncs",
             "applied": True,
             "findings": ["sync-in-step"],
-            "changes": ["/c/train.py: line 6: returned by `accuracy` ... moves there"],
+            "changes": ["../../c/train.py: line 6: returned by `accuracy` ... moves there"],
             "skipped": ["/c/train.py:40: the value read here is printed at line 41 every step"],
             "reason": "per-step host syncs",
         },

@@ -342,9 +342,9 @@ class _Mover(cst.CSTTransformer):
                 self.kept[id(mv.stmt)] = mv.stmt.with_changes(
                     body=[assign.with_changes(value=detached)]
                 )
-                moved = cst.SimpleStatementLine(
-                    body=[cst.parse_statement(f"{mv.name} = {mv.read}\n").body[0]]  # type: ignore[attr-defined]
-                )
+                read = cst.parse_statement(f"{mv.name} = {mv.read}\n")
+                assert isinstance(read, cst.SimpleStatementLine)
+                moved = read
             self.into.setdefault(id(mv.into), []).append(moved)
 
     def leave_IndentedBlock(

@@ -41,7 +41,9 @@ READ = m.Call(func=m.Attribute(attr=m.OneOf(*(m.Name(n) for n in READ_METHODS)))
 BLOCK = (cst.IndentedBlock, cst.Module)
 # calls that pass a value through to what it is used for (formatting on its way to a print)
 _TRANSPARENT = m.Call(
-    func=m.Name("str") | m.Name("repr") | m.Name("format") | m.Name("round") | m.Name("abs")
+    func=m.OneOf(
+        *(m.Name(n) for n in "str repr format round abs sum min max len sorted list tuple".split())
+    )
 ) | m.Call(func=m.Attribute(value=m.SimpleString() | m.Name(), attr=m.Name("format")))
 
 
@@ -179,7 +181,7 @@ class Use:
             "passed": f"{subject} is passed to `{self.text}(...)` {at}, which gpuopt does not "
             "follow",
             "returned": f"{subject} is returned {at}",
-            "assigned": f"{subject} is assigned to another name {at} (`{self.text}`)",
+            "assigned": f"{subject} goes into another value {at} (`{self.text}`){each}",
         }.get(self.kind, f"{subject} is used {at} (`{self.text}`){each}")
 
 
