@@ -260,6 +260,12 @@ LOOP = "for step in range(n):\n"
             "it reads `w`, bound outside the step, and `opt.step()` (line 6)",
         ),
         (
+            "    x, y = xs[step], model(w)\n    m = (x.sum() + y.sum()).item() * 2\n"
+            "    opt.step()\n    if step % 9 == 0:\n        print(m)\n",
+            "",
+            "it reads `x`, bound outside the step, and `opt.step()` (line 6)",
+        ),
+        (
             "    acc = out.sum().item()\n    if step % 9 == 0:\n        print(acc)\n"
             "    if step % 7 == 0:\n        print(acc)\n",
             "",
@@ -287,6 +293,7 @@ LOOP = "for step in range(n):\n"
         "passed-to-a-call",
         "outside-name",
         "alias",
+        "tuple-alias",
         "two-branches",
         "condition",
         "test-with-effects",

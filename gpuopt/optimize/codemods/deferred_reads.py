@@ -145,12 +145,27 @@ class _Origins:
                 continue
             parent = self.flow.parents.get(node)
             assign = self.flow.parents.get(parent) if isinstance(parent, cst.AssignTarget) else None
-            if isinstance(parent, cst.Element):  # a, b = ...: the tuple's statement
-                holder = [a for a in self.flow.ancestors(parent) if isinstance(a, cst.Assign)]
-                assign = holder[0] if holder else None
-            if not isinstance(assign, cst.Assign) or not self._computed(assign.value, depth):
+            value: cst.BaseExpression | None = (
+                assign.value if isinstance(assign, cst.Assign) else None
+            )
+            if isinstance(parent, cst.Element):  # a, b = ...: the element's own value
+                value = self._element_value(parent)
+            if value is None or not self._computed(value, depth):
                 return False
         return True
+
+    def _element_value(self, element: cst.Element) -> cst.BaseExpression | None:
+        """The value bound to a target tuple's element: the same element of a tuple written
+        out (``x, y = xs[i], ys[i]``), else the whole value (``logits, loss = model(X, Y)``)."""
+        target = self.flow.parents.get(element)
+        holder = [a for a in self.flow.ancestors(element) if isinstance(a, cst.Assign)]
+        if not isinstance(target, (cst.Tuple, cst.List)) or not holder:
+            return None
+        value = holder[0].value
+        if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(target.elements):
+            index = next(i for i, e in enumerate(target.elements) if e is element)
+            return value.elements[index].value
+        return value
 
     def _computed(self, value: cst.BaseExpression, depth: int) -> bool:
         if isinstance(value, (cst.Subscript, cst.Attribute)):
