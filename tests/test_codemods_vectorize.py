@@ -700,8 +700,12 @@ def test_nanogpt_get_batch_becomes_one_fancy_index_gather(tmp_path: Path) -> Non
             "torch.stack([torch.tensor(d[j:j+7]) for j in starts])",
             "torch.tensor((d[np.asarray(starts)[:, None] + np.arange(7)]))",
         ),
+        (
+            "torch.stack([torch.from_numpy(d[j + 1].astype(np.float32)) for j in starts])",
+            "torch.from_numpy((d[np.asarray(starts) + 1]).astype(np.float32))",
+        ),
     ],
-    ids=["range-copy", "tensor"],
+    ids=["range-copy", "tensor", "rows"],
 )
 def test_numpy_gather_forms(expr: str, after: str, tmp_path: Path) -> None:
     import numpy as np
@@ -709,7 +713,7 @@ def test_numpy_gather_forms(expr: str, after: str, tmp_path: Path) -> None:
     before = f"import numpy as np\nimport torch\nz = {expr}\n"
     r = rewrite_vectorize(before, [3])
     assert r.source == f"import numpy as np\nimport torch\nz = {after}\n", r.skipped
-    d = np.asarray(_memmap(tmp_path)).astype(np.int64)
+    d = np.asarray(_memmap(tmp_path)).astype(np.int64).reshape(-1, 5)  # rows of 5
     spec = CheckSpec(
         "t",
         "t.py",
@@ -720,7 +724,7 @@ def test_numpy_gather_forms(expr: str, after: str, tmp_path: Path) -> None:
         r.changes[0].reads,
         r.changes[0].writes,
     )
-    inputs = {"d": d, "k": 5, "starts": [0, 9, 4000, 12]}
+    inputs = {"d": d, "k": 5, "starts": [0, 9, 400, 12]}
     assert check_rewrite(spec, {"torch": torch, "np": np}, inputs).verdict == "exact"
 
 

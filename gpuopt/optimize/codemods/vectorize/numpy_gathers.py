@@ -15,8 +15,8 @@ The pattern, each part checked:
 * ``torch.stack([E for i in IDX])`` (dim 0) over a name or attribute ``IDX`` (an index tensor,
   array or list: it becomes ``np.asarray(IDX)``; a CUDA tensor would not, and fails the check)
   or over ``range(...)`` (``np.arange(...)``);
-* ``E`` is ``torch.from_numpy(W)`` (or ``torch.as_tensor`` / ``torch.tensor``) of ``W``: the
-  window ``A[S:S + K]`` — ``S`` is ``i``, ``i + c`` or ``c + i`` with ``c`` not depending on
+* ``E`` is ``torch.from_numpy(W)`` (or ``torch.as_tensor`` / ``torch.tensor``) of ``W``: a row
+  ``A[S]`` (gathered as ``A[np.asarray(IDX) + c]``) or the window ``A[S:S + K]`` — ``S`` is ``i``, ``i + c`` or ``c + i`` with ``c`` not depending on
   ``i``, the stop is written ``S + K`` — then element-wise numpy methods only (``astype``,
   ``copy``), which have no side effects on an array;
 * ``A`` and ``K`` do not depend on ``i``, and numpy is imported in the file.
@@ -50,8 +50,14 @@ ELEMENTWISE_ARRAY = frozenset({"astype", "copy"})
 TO_TENSOR = frozenset({"from_numpy", "as_tensor", "tensor"})
 
 
-def _window(sub: cst.Subscript, var: str) -> tuple[str, str, str] | Refusal:
-    """``(array, start as a function of the loop variable, length)`` of ``A[S:S + K]``."""
+def _window(sub: cst.Subscript, var: str) -> tuple[str, str, str | None] | Refusal:
+    """``(array, start as a function of the loop variable, length)`` of ``A[S:S + K]``; the
+    length None for one row ``A[S]``."""
+    if len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index):
+        row = strip_parens(sub.slice[0].slice.value)
+        if uses(sub.value, var) or not _shifted(row, var):
+            return Refusal(f"`{code(sub)}` is not a row `A[i]` or a window `A[i:i + K]`")
+        return code(sub.value), code(row), None
     if len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Slice):
         return Refusal(f"`{code(sub)}` is not one slice `A[i:i + K]`")
     sl = sub.slice[0].slice
@@ -141,13 +147,17 @@ def match_comprehension(call: cst.Call, facts: ModuleFacts) -> Match | Refusal |
         return starts
     array, start, length = parts
     np = facts.numpy
-    index = _substitute(start, var, starts) + f" + {np}.arange({length})"
+    if length is None:  # rows: the index is the loop's values themselves, not a column
+        index = _substitute(start, var, starts.removesuffix("[:, None]"))
+    else:
+        index = _substitute(start, var, starts) + f" + {np}.arange({length})"
     text = f"{code(elt.func)}(({array}[{index}]){''.join(chain)})"
+    what = "row" if length is None else "window"
     return Match(
         "numpy-gathers",
         [text],
         [RESULT],
-        f"every window of `{array}` gathered by one fancy index",
+        f"every {what} of `{array}` gathered by one fancy index",
     )
 
 
