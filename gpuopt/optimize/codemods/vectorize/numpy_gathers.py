@@ -16,9 +16,10 @@ The pattern, each part checked:
   array or list: it becomes ``np.asarray(IDX)``; a CUDA tensor would not, and fails the check)
   or over ``range(...)`` (``np.arange(...)``);
 * ``E`` is ``torch.from_numpy(W)`` (or ``torch.as_tensor`` / ``torch.tensor``) of ``W``: a row
-  ``A[S]`` (gathered as ``A[np.asarray(IDX) + c]``) or the window ``A[S:S + K]`` — ``S`` is ``i``, ``i + c`` or ``c + i`` with ``c`` not depending on
-  ``i``, the stop is written ``S + K`` — then element-wise numpy methods only (``astype``,
-  ``copy``), which have no side effects on an array;
+  ``A[S]`` (gathered as ``A[np.asarray(IDX) + c]``) or the window ``A[S:S + K]`` — ``S`` is
+  ``i``, ``i + c`` or ``c + i`` with ``c`` not depending on ``i``, the stop is written
+  ``S + K`` — then element-wise numpy methods only (``astype``, ``copy``), which have no side
+  effects on an array;
 * ``A`` and ``K`` do not depend on ``i``, and numpy is imported in the file.
 
 A window that runs past the end of ``A`` is shorter in the loop (and ``torch.stack`` refuses
