@@ -65,8 +65,16 @@ def _implicit(flow: Flow, line: int) -> str:
     )
 
 
-def _torch_alias(effects: Effects) -> str | None:
-    return next((a for a, lib in effects.aliases.items() if lib == "torch" and a == "torch"), None)
+def _torch_alias(module: cst.Module) -> str | None:
+    """The name ``import torch`` (``as th``) binds, for the code the fix writes."""
+    for stmt in module.body:
+        for small in getattr(stmt, "body", ()):
+            if isinstance(small, cst.Import):
+                for alias in small.names:
+                    if code(alias.name) == "torch":
+                        bound = alias.asname.name if alias.asname else alias.name
+                        return code(bound)
+    return None
 
 
 class _Planner:
@@ -98,8 +106,8 @@ class _Planner:
         small = flow.small(read)
         if isinstance(small, cst.Assign) and flow.within(read, small.value):
             stmt = flow.statement(small)
-            assert isinstance(stmt, cst.SimpleStatementLine)
-            return self.move(stmt, "")
+            if isinstance(stmt, cst.SimpleStatementLine):
+                return self.move(stmt, "")
         if isinstance(small, cst.Return) and small.value is not None:
             return self.callers(read)
         if (
@@ -177,9 +185,12 @@ class _Planner:
         for call in calls:
             via = f"returned by `{name}` to line {self.flow.line(call)}: "
             small = self.flow.small(call)
-            if isinstance(small, cst.Assign) and self.flow.within(call, small.value):
-                stmt = self.flow.statement(small)
-                assert isinstance(stmt, cst.SimpleStatementLine)
+            stmt = self.flow.statement(small) if small is not None else None
+            if (
+                isinstance(small, cst.Assign)
+                and self.flow.within(call, small.value)
+                and isinstance(stmt, cst.SimpleStatementLine)
+            ):
                 results.append(self.move(stmt, via))
             else:
                 results.append(via + self.needed(call, "its value"))
@@ -188,7 +199,7 @@ class _Planner:
 
     def keep(self, append: cst.Call, read: cst.Call) -> str:
         found = plan_kept(
-            self.flow, self.effects, append, read, self.declared, _torch_alias(self.effects)
+            self.flow, self.effects, append, read, self.declared, _torch_alias(self.flow.module)
         )
         if isinstance(found, str):
             return found
