@@ -68,7 +68,9 @@ def _implicit(flow: Flow, line: int) -> str:
 def _torch_alias(module: cst.Module) -> str | None:
     """The name ``import torch`` (``as th``) binds, for the code the fix writes."""
     for stmt in module.body:
-        for small in getattr(stmt, "body", ()):
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
             if isinstance(small, cst.Import):
                 for alias in small.names:
                     if code(alias.name) == "torch":
