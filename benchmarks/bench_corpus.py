@@ -221,7 +221,8 @@ def fixes_markdown(results: list[tuple[str, list[FindingFix] | None]]) -> str:
         rows.append(f"| {name} | {c['findings']} | {c['fixed']} | {c['refused']} | {c['no fix']} |")
         for f in found:
             why = "; ".join(f.why) or "-"
-            details.append(f"| {name} | `{f.id}` {f.site or '-'} | {f.status} | {why} |")
+            site = (f.site or "-").rsplit("/scripts/", 1)[-1]
+            details.append(f"| {name} | `{f.id}` {site} | {f.status} | {why} |")
     detail_head = "\n| script | finding | status | what was done, or why not |\n|---|---|---|---|\n"
     return head + "\n".join(rows) + "\n" + detail_head + "\n".join(details) + "\n"
 

@@ -267,7 +267,9 @@ def _the_branch(
             or next((i for i, s in enumerate(body) if s is top), -1) <= index
             or not flow.within(node, branch.body)
         ):
-            return use_of(flow, node).sentence(f"`{name}`")
+            # in a branch already, the read runs when the branch does, not every step
+            every = flow.branch(stmt, loop) is None
+            return use_of(flow, node).sentence(f"`{name}`", every_step=every)
         if found is not None and found is not branch:
             return (
                 f"`{name}` is read in two branches (lines {flow.line(found)}, {flow.line(branch)})"
