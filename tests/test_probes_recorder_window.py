@@ -56,8 +56,9 @@ def test_nothing_installed_outside_the_window(tmp_path: Path) -> None:
     assert _no_modes()
     mod["train_step"](0)
     probe.on_step(0, time.perf_counter())
-    probe.on_step(1, time.perf_counter())
     assert _no_modes()
+    probe.on_step(1, time.perf_counter())  # the last warm-up step (2) is recorded, in case
+    assert _get_current_function_mode_stack() and _get_current_dispatch_mode_stack()
     probe.on_step(2, time.perf_counter())  # the window opens when step 2 ends
     assert _get_current_function_mode_stack() and _get_current_dispatch_mode_stack()
     mod["train_step"](3)
@@ -196,46 +197,35 @@ def test_step_time_from_the_recorded_steps_themselves(tmp_path: Path) -> None:
     )
 
 
-def _slow_run(mod: dict, tmp_path: Path, steps: int, first_step_s: float) -> dict:
-    """``steps`` steps of a run whose step 0 took ``first_step_s`` (a fake clock), window at
-    step 2 (the default warm-up)."""
-    now = [0.0]
-    ctx = context(tmp_path, window_start=2, window_steps=1)
-    ctx.clock = lambda: now[0]
-    probe = DispatchRecorder()
-    probe.start(ctx)
-    try:
-        for i in range(steps):
-            mod["train_step"](i)
-            now[0] += first_step_s if i == 0 else 0.1
-            probe.on_step(i, now[0])
-    finally:
-        probe.stop()
-    assert _no_modes()
-    return host_document(probe)
+def _short_run(mod: dict, tmp_path: Path, steps: int) -> dict:
+    """``steps`` steps with the window at step 2 (the default warm-up)."""
+    return record(mod["train_step"], steps=steps, tmp_path=tmp_path, window_start=2,
+                  window_steps=1)  # fmt: skip
 
 
-def test_a_slow_run_ending_in_its_warm_up_is_recorded_at_its_last_warm_up_step(
+def test_a_run_ending_in_its_warm_up_is_recorded_at_its_last_warm_up_step(
     tmp_path: Path,
 ) -> None:
     """Two LBFGS steps over the whole data (time_sequence_prediction --steps 2) end before the
     window: the last warm-up step, recorded in case, stands for it."""
-    doc = _slow_run(load(NAME), tmp_path, steps=2, first_step_s=3.0)
+    doc = _short_run(load(NAME), tmp_path, steps=2)
+    assert _no_modes()
     assert _ops_per_step(doc) == 2  # step 1's two reads
     assert doc["dispatch"]["window_start"] == 1
-    assert any("its last warm-up step (step 1) was recorded instead" in w for w in doc["warnings"])
+    assert any("its last warm-up step (step 1), recorded in case" in w for w in doc["warnings"])
 
 
 def test_the_warm_up_step_recorded_in_case_is_dropped_when_the_window_opens(
     tmp_path: Path,
 ) -> None:
-    doc = _slow_run(load(NAME), tmp_path, steps=4, first_step_s=3.0)
+    doc = _short_run(load(NAME), tmp_path, steps=4)
     assert _ops_per_step(doc) == 3  # step 2, the window's
     assert doc["dispatch"]["window_start"] == 2
     assert not any("warm-up step" in w for w in doc["warnings"])
 
 
-def test_a_fast_run_records_nothing_in_its_warm_up(tmp_path: Path) -> None:
-    doc = _slow_run(load(NAME), tmp_path, steps=2, first_step_s=0.2)
+def test_a_run_ending_inside_the_warm_up_step_records_nothing(tmp_path: Path) -> None:
+    doc = _short_run(load(NAME), tmp_path, steps=1)  # step 1 never ends
+    assert _no_modes()
     assert doc["dispatch"]["ops_per_step"] is None
     assert "before the recording window" in doc["dispatch"]["note"]

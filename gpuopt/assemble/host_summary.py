@@ -190,8 +190,7 @@ def summarize(capture: RecorderCapture, series: list[StepRecord]) -> HostSummary
     if capture.from_warmup:
         warnings.append(
             f"the run ended after {capture.next_step} step(s), before the recording window: "
-            f"its last warm-up step (step {first}) was recorded instead (the script's steps "
-            "are slow, so it was recorded in case)"
+            f"its last warm-up step (step {first}), recorded in case, stands for it"
         )
     indices = list(range(first, first + steps))
     total = engine.total

@@ -58,14 +58,13 @@ class DispatchRecorder:
     window step ends or at ``stop``. ``window_steps == 0`` turns everything off.
 
     A script whose steps are slow often runs only a few (two LBFGS steps over the whole data):
-    it may end before the window opens, and nothing would be recorded. So when step 0 took at
-    least :data:`SLOW_FIRST_STEP_S`, the last warm-up step (``window_start - 1``) is recorded
-    too, by an engine of its own; it is used only when the run ends before the window recorded
-    a complete step (``RecorderCapture.from_warmup``), else dropped. Its cost falls on a warm-up
-    step (left out of the statistics) of a run whose steps are slow.
+    it may end before the window opens, and nothing would be recorded. So the last warm-up step
+    (``window_start - 1``, when it is not step 0: ``window_start >= 2``) is recorded too, by an
+    engine of its own; it is used only when the run ends before the window recorded a complete
+    step (``RecorderCapture.from_warmup``), else dropped. Always, not on a timing: the same run
+    records the same steps on any machine. Its cost falls on a warm-up step, left out of the
+    statistics.
     """
-
-    SLOW_FIRST_STEP_S = 1.0
 
     name = "recorder"
 
@@ -82,7 +81,6 @@ class DispatchRecorder:
         self._listener_registered = False
         self.errors: list[str] = []
         self.resolver: SiteResolver | None = None
-        self.t_start: float | None = None
         self.trying = False  # the engine is recording the last warm-up step, in case
         self.warmup_engine: RecorderEngine | None = None  # that step, recorded
         self.from_warmup = False
@@ -98,7 +96,6 @@ class DispatchRecorder:
             resolver = SiteResolver(ctx.user_roots)
             self.resolver = resolver
             self.engine = RecorderEngine(resolver, cpu_only=not _accelerator_available(torch))
-            self.t_start = ctx.clock() if ctx.clock is not None else None
             self.enabled = True
             self._add_listener()
             if ctx.window_start <= 0:
@@ -126,17 +123,12 @@ class DispatchRecorder:
                     engine.turn_on()
             elif start - 1 <= index < last:
                 engine.turn_on()
-            elif index == start - 2 and self._slow_first_step(index, t):
+            elif index == start - 2:
                 self.trying = True
                 engine.turn_on()
         except Exception as exc:
             self.errors.append(f"recorder step hook failed: {type(exc).__name__}: {exc}")
             self.done = True
-
-    def _slow_first_step(self, index: int, t: float) -> bool:
-        """Step 0 took long enough that the run may end within its warm-up."""
-        slow = self.SLOW_FIRST_STEP_S
-        return index == 0 and self.t_start is not None and t - self.t_start >= slow
 
     def _after_warmup_step(self, engine: RecorderEngine) -> RecorderEngine:
         """The last warm-up step recorded: kept aside; a fresh engine for the window."""
@@ -164,9 +156,9 @@ class DispatchRecorder:
             self.errors.append(f"recorder stop failed: {type(exc).__name__}: {exc}")
 
     @property
-    def warmup_recorded(self) -> bool:
-        """The last warm-up step was recorded (slowed), whether or not it is used."""
-        return self.warmup_engine is not None
+    def warmup_used(self) -> bool:
+        """The run ended before the window: its last warm-up step stands for it."""
+        return self.from_warmup
 
     def result(self) -> RecorderCapture:
         """What the recorder measured, once it has stopped. The per-call costs of the modes are
