@@ -28,6 +28,13 @@ imagenet ``--dummy``, regression makes its own.
 
 ``--gpuopt`` (default: this checkout's .venv/bin/gpuopt) picks the gpuopt to judge, so the same
 corpus re-runs against any branch's venv.
+
+``--optimize`` (issue 26) runs ``gpuopt optimize --no-measure`` on each script instead (the
+baseline run, the DataLoader sweep when it is called for, the loop checks; no candidate runs)
+and says, for each finding of the baseline, whether a fix was applied to it, refused with a
+reason, or whether no fix exists (corpus_fixes.coverage); JSON in .cache/fixes.json unless
+--json, the Markdown table with --markdown. Run it with two gpuopts (``--gpuopt``) for a
+before/after table.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import corpus_data
+from corpus_fixes import FindingFix, counts, coverage
 from corpus_judge import ScriptExpect, Verdict, judge, load_expectations
 
 HERE = Path(__file__).resolve().parent
@@ -115,6 +123,15 @@ def prepare(expect: ScriptExpect, gpuopt: Path) -> Path:
     elif expect.data == "wikitext":
         if not (cwd / "data" / "test.txt").exists():
             corpus_data.write_wikitext(cwd / "data", WIKITEXT_TRAIN_LINES, WIKITEXT_EVAL_LINES)
+    elif expect.data == "shakespeare_char":  # nanoGPT reads its config and data from its cwd
+        if not (cwd / "data" / "shakespeare_char" / "meta.pkl").exists():
+            here = SCRIPTS / Path(expect.path).parent
+            prepare = here / "data" / "shakespeare_char" / "prepare.py"
+            python = str(python_of(gpuopt))
+            corpus_data.write_shakespeare_char(cwd / "data" / "shakespeare_char", prepare, python)
+        for name in ("configurator.py", "config/train_shakespeare_char.py"):
+            (cwd / name).parent.mkdir(parents=True, exist_ok=True)
+            (cwd / name).write_bytes((SCRIPTS / Path(expect.path).parent / name).read_bytes())
     elif expect.data == "sine":
         if not (cwd / "traindata.pt").exists():
             generate_sine(SCRIPTS / Path(expect.path).parent / "generate_sine_wave.py", cwd, gpuopt)
@@ -162,6 +179,91 @@ def profile_one(expect: ScriptExpect, gpuopt: Path) -> tuple[dict[str, Any] | No
     )
     (cwd.parent / "report.txt").write_text(report.stdout + report.stderr)
     return json.loads(path.read_text()), facts
+
+
+def optimize_one(expect: ScriptExpect, gpuopt: Path) -> tuple[list[FindingFix] | None, dict]:
+    """``gpuopt optimize --no-measure`` on one script (plan, loop checks, no candidate runs):
+    each baseline finding with the fix applied to it, or why none was."""
+    cwd = prepare(expect, gpuopt)
+    run_dir = cwd.parent / "optimize"
+    script = SCRIPTS / expect.path
+    cmd = [str(gpuopt), "optimize", "--no-measure", "--force", "--quiet", "-o", str(run_dir)]
+    cmd += [*expect.gpuopt_args, str(script), *expect.args]
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        cmd, cwd=cwd, env=run_env(expect), capture_output=True, text=True, check=False
+    )
+    facts = {
+        "command": " ".join(["gpuopt", *cmd[1:]]),
+        "returncode": proc.returncode,
+        "wall_s": round(time.perf_counter() - t0, 2),
+        "stderr_tail": proc.stderr[-2000:],
+    }
+    (cwd.parent / "optimize.diff").write_text(proc.stdout)
+    doc, base = run_dir / "optimize.json", run_dir / "runs" / "baseline-1" / "profile.json"
+    if not doc.exists() or not base.exists():
+        return None, facts
+    rows = coverage(json.loads(base.read_text()), json.loads(doc.read_text()))
+    return rows, facts
+
+
+def fixes_markdown(results: list[tuple[str, list[FindingFix] | None]]) -> str:
+    head = (
+        "| script | findings | with an applied fix | refused, with a reason | no fix |\n"
+        "|---|---|---|---|---|\n"
+    )
+    rows, details = [], []
+    for name, found in results:
+        if found is None:
+            rows.append(f"| {name} | optimize failed | | | |")
+            continue
+        c = counts(found)
+        rows.append(f"| {name} | {c['findings']} | {c['fixed']} | {c['refused']} | {c['no fix']} |")
+        for f in found:
+            why = "; ".join(f.why) or "-"
+            site = (f.site or "-").rsplit("/scripts/", 1)[-1]
+            details.append(f"| {name} | `{f.id}` {site} | {f.status} | {why} |")
+    detail_head = "\n| script | finding | status | what was done, or why not |\n|---|---|---|---|\n"
+    return head + "\n".join(rows) + "\n" + detail_head + "\n".join(details) + "\n"
+
+
+def run_optimize(chosen: list[ScriptExpect], gpuopt: Path, args: argparse.Namespace) -> None:
+    results: list[tuple[str, list[FindingFix] | None]] = []
+    records = []
+    for e in chosen:
+        print(f"== {e.name} (optimize): {' '.join(e.args)}", file=sys.stderr, flush=True)
+        found, facts = optimize_one(e, gpuopt)
+        print(f"   {facts['wall_s']} s, exit {facts['returncode']}", file=sys.stderr, flush=True)
+        results.append((e.name, found))
+        records.append(
+            {
+                "name": e.name,
+                "run": facts,
+                "findings": [asdict(f) for f in found or []],
+                "counts": counts(found) if found is not None else None,
+            }
+        )
+        if found is not None:
+            c = counts(found)
+            print(
+                f"{e.name:<34}{c['findings']:>3} findings {c['fixed']:>3} fixed "
+                f"{c['refused']:>3} refused {c['no fix']:>3} without a fix"
+            )
+            for f in found:
+                print(f"    {f.status:<9}{f.id:<18}{f.site or '-'}  {'; '.join(f.why)[:160]}")
+    doc = {
+        "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "gpuopt": str(gpuopt),
+        "load": os.getloadavg(),
+        "scripts": records,
+    }
+    path = args.json if args.json != CACHE / "results.json" else CACHE / "fixes.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"\nfix coverage in {path}")
+    if args.markdown:
+        args.markdown.write_text(fixes_markdown(results))
+        print(f"Markdown table in {args.markdown}")
 
 
 def verdict_json(v: Verdict, facts: dict) -> dict:
@@ -260,6 +362,11 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=CACHE / "results.json")
     ap.add_argument("--markdown", type=Path, help="also write the table as Markdown here")
     ap.add_argument("--setup-only", action="store_true", help="install packages, make data, stop")
+    ap.add_argument(
+        "--optimize",
+        action="store_true",
+        help="run gpuopt optimize --no-measure instead: which findings get an applied fix",
+    )
     args = ap.parse_args()
     gpuopt = args.gpuopt.absolute()  # not resolved: a venv's bin/python is a symlink
     if not gpuopt.exists():
@@ -273,6 +380,9 @@ def main() -> None:
     if args.setup_only:
         for e in chosen:
             prepare(e, gpuopt)
+        return
+    if args.optimize:
+        run_optimize(chosen, gpuopt, args)
         return
     verdicts, records = [], []
     for e in chosen:

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from gpuopt.optimize.codemods.vectorize import rewrite_vectorize
@@ -40,6 +41,7 @@ class Case:
     exact: bool = True
 
 
+HEAD = "import numpy as np\nimport torch\n"
 PURE = "def encode(v, w):\n    return torch.tanh(v * w).sum(-1)\n"
 CASES = [
     Case(
@@ -99,6 +101,13 @@ CASES = [
         "z",
     ),
     Case(
+        "numpy-gathers: nanoGPT's get_batch, 64 windows of 256 tokens from 1M",
+        "data = np.random.default_rng(0).integers(0, 65, 1_000_000).astype(np.uint16); "
+        "ix = torch.randint(len(data) - 256, (64,))",
+        "x = torch.stack([torch.from_numpy((data[i:i+256]).astype(np.int64)) for i in ix])\n",
+        "x",
+    ),
+    Case(
         "vmap: a pure function on 1024 rows of 64",
         "x = torch.randn(1024, 64); w = torch.randn(64); outs = []",
         "for row in x:\n    outs.append(encode(row, w))\n",
@@ -118,7 +127,7 @@ def _lines(text: str) -> list[int]:
 
 def _inputs(case: Case, seed: int) -> dict[str, Any]:
     torch.manual_seed(seed)
-    ns: dict[str, Any] = {"torch": torch}
+    ns: dict[str, Any] = {"torch": torch, "np": np}
     exec(case.setup, ns)
     return ns
 
@@ -137,7 +146,7 @@ def _same(a: Any, b: Any, exact: bool) -> bool:
 
 
 def bench(case: Case, pairs: int) -> dict[str, Any]:
-    text = "import torch\n" + PURE + case.loop  # as in a user's file
+    text = HEAD + PURE + case.loop  # as in a user's file
     rewrite = rewrite_vectorize(text, _lines(text))
     if not rewrite.changes:
         raise SystemExit(f"{case.name}: not rewritten: {rewrite.skipped}")
@@ -167,7 +176,7 @@ def bench(case: Case, pairs: int) -> dict[str, Any]:
         "p10": round(q[0], 2),
         "p90": round(q[-1], 2),
         "cpu_speedup": round(statistics.median(cpu), 2),
-        "rewrite": rewrite.source.removeprefix("import torch\n" + PURE).strip(),
+        "rewrite": rewrite.source.removeprefix(HEAD + PURE).strip(),
     }
 
 

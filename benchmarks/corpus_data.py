@@ -70,3 +70,48 @@ def write_wikitext(folder: Path, train_lines: int, eval_lines: int, seed: int = 
         text = "\n".join(sentence(rng, vocabulary) for _ in range(lines)) + "\n"
         (folder / f"{name}.txt").write_text(text, encoding="utf8")
     return folder
+
+
+SPEAKERS = ("FIRST CITIZEN", "MENENIUS", "CORIOLANUS", "VOLUMNIA", "BRUTUS", "SICINIUS")
+PLAY_WORDS = (
+    "the and to of my you that in is not with be your his this it for me have he what but "
+    "thou thy shall will so him are good lord our now let come do no we sir all more than "
+    "love king make well then know here there would they o hath say speak her most such"
+).split()
+
+
+def play_text(chars: int, seed: int = 0) -> str:
+    """A tiny-shakespeare-shaped text of about ``chars`` characters: speakers' names in
+    capitals, a colon, a few lines of words, blank lines between speeches."""
+    rng = random.Random(seed)
+    out: list[str] = []
+    size = 0
+    while size < chars:
+        lines = [rng.choice(SPEAKERS).title() + ":"]
+        for _ in range(rng.randint(1, 4)):
+            words = [rng.choice(PLAY_WORDS) for _ in range(rng.randint(4, 10))]
+            line = " ".join(words)
+            lines.append(line[0].upper() + line[1:] + rng.choice(",.;?!"))
+        speech = "\n".join(lines) + "\n\n"
+        out.append(speech)
+        size += len(speech)
+    return "".join(out)
+
+
+def write_shakespeare_char(folder: Path, prepare: Path, python: str, chars: int = 200_000) -> Path:
+    """nanoGPT's ``data/shakespeare_char``: ``input.txt`` made here (``play_text``), then the
+    vendored ``prepare.py`` run on it in ``folder`` (it writes ``train.bin``, ``val.bin`` and
+    ``meta.pkl`` next to itself). ``prepare.py`` imports ``requests`` to download the text when
+    ``input.txt`` is missing; it is present, so an empty stand-in module is given instead."""
+    import shutil
+    import subprocess
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "input.txt").write_text(play_text(chars), encoding="utf-8")
+    shutil.copyfile(prepare, folder / "prepare.py")
+    run = (
+        "import sys, types, runpy; sys.modules['requests'] = types.ModuleType('requests'); "
+        "runpy.run_path('prepare.py', run_name='__main__')"
+    )
+    subprocess.run([python, "-c", run], cwd=folder, check=True, capture_output=True)
+    return folder

@@ -321,8 +321,12 @@ def test_sync_rewrite_inside_a_function() -> None:
 @pytest.mark.parametrize(
     ("code", "line", "reason"),
     [
-        ("for b in d:\n    print(loss.item())\n", 2, "used at once in every step"),
-        ("losses = []\nfor b in d:\n    losses.append(loss.item())\n", 3, "used at once"),
+        ("for b in d:\n    print(loss.item())\n", 2, "is printed at line 2 every step"),
+        (
+            "losses = []\nfor b in d:\n    losses.append(loss.item())\n    print(losses)\n",
+            3,
+            "`losses`: it is read every step: that read would still wait for the device (line 4)",
+        ),
         ("acc = 0.0\nfor b in d:\n    acc += loss.item()\n    print(acc)\n", 3, "read every step"),
         ("acc = f()\nfor b in d:\n    acc += loss.item()\n", 3, "assigned something else"),
         (

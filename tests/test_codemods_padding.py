@@ -260,3 +260,105 @@ def test_batch_size_one_keeps_the_calls_layout(call: str, after: str) -> None:
     r = rewrite_padding_batch(ONE.replace(old, call), 4 + extra, 6 + extra, batch_size=8)
     assert not r.skipped
     assert after + "\nfor epoch in range(3):" in r.source
+
+
+# -- per-sample losses written as a comprehension, samples sliced (issue 26) -------------------
+GEN = src(
+    """
+    import torch.nn.functional as F
+
+
+    def step(model, batch, total):
+        loss = sum(F.cross_entropy(model(s[:-1]), s[1:], reduction="sum") for s in batch) / total
+        return loss
+    """
+)
+MASKED = (
+    "masked_loss(F.cross_entropy, model(pad_collate([s[:-1] for s in batch]).data), "
+    'pad_collate([s[1:] for s in batch]), sample_reduction="sum", batch_reduction="{}")'
+)
+
+
+def _char_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Embedding(32, 16), torch.nn.Linear(16, 32))
+
+
+def _batch() -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(3)
+    return [torch.randint(0, 32, (n,), generator=g) for n in (7, 30, 2, 15, 9)]
+
+
+def _checked(change: Any, scope: dict[str, Any]) -> Any:
+    spec = CheckSpec(
+        "p", "step.py", change.line, change.capture_line, change.old, change.new,
+        change.reads, change.writes, kind="training", modules=change.modules,
+    )  # fmt: skip
+    return check_rewrite(spec, {"torch": torch, "F": F}, scope)
+
+
+def test_a_generator_of_per_sample_losses_becomes_one_padded_batch() -> None:
+    r = rewrite_padding(GEN, [5])
+    assert not r.skipped, r.skipped
+    assert r.source == GEN.replace(
+        "import torch.nn.functional as F\n",
+        "import torch.nn.functional as F\nfrom gpuopt.batching import masked_loss, pad_collate\n",
+    ).replace(
+        'sum(F.cross_entropy(model(s[:-1]), s[1:], reduction="sum") for s in batch)',
+        MASKED.format("sum"),
+    )
+    assert rewrite_padding(r.source, [6]).notes == []  # idempotent
+    (change,) = r.changes
+    assert change.modules == ["F.cross_entropy", "model"]
+    result = _checked(change, {"model": _char_model(), "batch": _batch()})
+    assert result.verdict in ("exact", "tolerance"), result.detail  # loss and gradients
+
+
+def test_the_explicit_loop_with_sliced_samples_gets_the_same_batch() -> None:
+    loop = src(
+        """
+        import torch.nn.functional as F
+        loss = 0
+        for s in batch:
+            loss = loss + F.cross_entropy(model(s[:-1]), s[1:], reduction="sum")
+        """
+    )
+    r = rewrite_padding(loop, [3])
+    assert not r.skipped, r.skipped
+    assert f"loss = 0\nloss = loss + {MASKED.format('sum')}\n" in r.source
+    result = _checked(r.changes[0], {"model": _char_model(), "batch": _batch(), "loss": 0})
+    assert result.verdict in ("exact", "tolerance"), result.detail
+
+
+def test_a_stacked_list_of_losses_averaged() -> None:
+    code = "import torch\nimport torch.nn.functional as F\n" + (
+        "loss = torch.stack([F.cross_entropy(model(s[:-1]), s[1:]) for s in batch]).mean()\n"
+    )
+    r = rewrite_padding(code, [3])
+    assert not r.skipped, r.skipped
+    assert r.source.endswith(
+        "loss = masked_loss(F.cross_entropy, model(pad_collate([s[:-1] for s in batch]).data), "
+        'pad_collate([s[1:] for s in batch]), batch_reduction="mean")\n'
+    )
+    result = _checked(r.changes[0], {"model": _char_model(), "batch": _batch()})
+    assert result.verdict in ("exact", "tolerance"), result.detail
+
+
+@pytest.mark.parametrize(
+    ("expr", "reason"),
+    [
+        ("sum(F.mse_loss(model(s), s) for s in batch if len(s))", "a filter"),
+        ("sum(len(s) - 1 for s in batch)", "is not a loss function's call"),
+        ("sum(F.mse_loss(model(s), t) for s in batch)", "the loss's target is not one of"),
+        ("sum(F.mse_loss(model(s).mean(0), s) for s in batch)", "depends on the sample"),
+        (
+            "sum(F.mse_loss(model(s[: len(s) // 2]), s) for s in batch)",
+            "only samples, slices of them by fixed bounds",
+        ),
+    ],
+    ids=["filter", "not-a-loss", "target", "mixing", "slice-by-sample"],
+)
+def test_comprehensions_left_alone_with_the_reason(expr: str, reason: str) -> None:
+    code = f"loss = {expr}\n"
+    r = rewrite_padding(code, [1])
+    assert r.source == code and reason in r.skipped[0].reason, r.skipped

@@ -85,7 +85,7 @@ PAIRS: list[tuple[str, str, str, dict[str, Any], str]] = [
         """
         import torch
         k = torch.arange(1, 80, device=labels.device)
-        onehot[1:80] = (labels == k.view(-1, *[1] * labels.dim())).float()
+        onehot[1:80] = (labels == k.view(-1, *[1] * (onehot.dim() - 1))).float()
         """,
         {"onehot": torch.zeros(80, 2, 16, 16), "labels": SEG},
         "exact",
@@ -423,6 +423,22 @@ LEFT_ALONE = [
         """,
         "`t` holds a value of `x`, which the loop changes before `t` is read",
     ),
+    (  # time_sequence_prediction's LSTMCell loop over the time steps
+        """
+        for input_t in input.split(1, dim=1):
+            h_t, c_t = self.lstm1(input_t, (h_t, c_t))
+            output = self.linear(h_t)
+            outputs += [output]
+        """,
+        "a recurrence: `h_t` is computed from its own value of the previous iteration (line 2)",
+    ),
+    (
+        """
+        for i in range(len(x)):
+            h = torch.tanh(h @ W + x[i])
+        """,
+        "a recurrence: `h` is computed from its own value of the previous iteration (line 2)",
+    ),
 ]
 
 
@@ -515,3 +531,236 @@ def test_the_loop_variable_as_a_value_goes_through_vmap() -> None:
     )
     got, detail = run_side_by_side(r.changes[0], {"x": X, "outs": []})
     assert got in ("exact", "tolerance"), detail
+
+
+# -- class masks on a CUDA run: the comparison written into the masks by one kernel ----------
+CUDA_MASKS = [
+    (
+        "NUM_CLASSES = 80\nfor c in range(NUM_CLASSES):\n    masks[:, c] = (seg == c).float()\n",
+        src(
+            """
+            NUM_CLASSES = 80
+            c = torch.arange(NUM_CLASSES, device=seg.device)
+            torch.eq(
+                seg.unsqueeze(1).expand_as(masks[:, :NUM_CLASSES]),
+                c.view(-1, *[1] * (seg.dim() - 1)).expand_as(masks[:, :NUM_CLASSES]),
+                out=masks[:, :NUM_CLASSES],
+            )
+            """
+        ),
+        {"masks": torch.zeros(2, 80, 16, 16), "seg": SEG, "NUM_CLASSES": 80},
+    ),
+    (
+        "for c in range(80):\n    masks[c] = seg == c\n",
+        src(
+            """
+            c = torch.arange(80, device=seg.device)
+            torch.eq(
+                seg.expand_as(masks[:80]),
+                c.view(-1, *[1] * (masks.dim() - 1)).expand_as(masks[:80]),
+                out=masks[:80],
+            )
+            """
+        ),
+        {"masks": torch.zeros(80, 2, 16, 16, dtype=torch.bool), "seg": SEG},
+    ),
+    (
+        "for c in range(1, 80):\n    masks[..., c] = seg.eq(c)\n",
+        src(
+            """
+            c = torch.arange(1, 80, device=seg.device)
+            torch.eq(
+                seg.unsqueeze(-1).expand_as(masks[..., 1:80]),
+                c.expand_as(masks[..., 1:80]),
+                out=masks[..., 1:80],
+            )
+            """
+        ),
+        {"masks": torch.full((2, 16, 16, 80), 7, dtype=torch.int64), "seg": SEG},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("loop", "after", "inputs"), CUDA_MASKS, ids=["slices", "first", "ellipsis"]
+)
+def test_class_masks_on_cuda_are_written_by_one_comparison(
+    loop: str, after: str, inputs: dict[str, Any]
+) -> None:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    before = "import torch\n" + loop
+    line = loop_lines(before)[0]
+    r = rewrite_vectorize(before, [line], cuda=True)
+    assert r.source == "import torch\n" + after, r.source
+    assert rewrite_vectorize(r.source, [line], cuda=True).notes == []
+    verdict, detail = run_side_by_side(r.changes[0], inputs)
+    assert verdict == "exact", detail  # the loop's masks, bit for bit, in the masks' dtype
+
+    class Ops(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    ns: dict[str, Any] = {
+        "torch": torch,
+        **{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()},
+    }
+    with Ops() as seen:
+        exec(r.changes[0].new, ns)
+    computing = [
+        op
+        for op in seen.ops
+        if not op.split(".")[1].startswith(
+            ("arange", "view", "unsqueeze", "expand", "slice", "alias")
+        )
+    ]
+    assert computing == ["aten.eq.Tensor_out"], seen.ops  # no bool temporary, no copy_
+    cpu = rewrite_vectorize(before, [line])  # a CPU run keeps the assignment (faster there)
+    assert "torch.eq(" not in cpu.source and "] = " in cpu.source
+
+
+def test_class_masks_on_cuda_refuse_what_out_would_resize() -> None:
+    r = rewrite_vectorize("import torch\n" + CUDA_MASKS[1][0], [2], cuda=True)
+    # a map that broadcasts over the masks' other dimensions is expanded, as the assignment did
+    seg = torch.randint(0, 80, (16, 16), generator=g)
+    verdict, detail = run_side_by_side(
+        r.changes[0], {"masks": torch.zeros(80, 2, 16, 16, dtype=torch.bool), "seg": seg}
+    )
+    assert verdict == "exact", detail
+    # one that the assignment refuses is refused by the rewrite too (never resized into place)
+    seg = torch.randint(0, 80, (3, 16, 16), generator=g)
+    verdict, detail = run_side_by_side(
+        r.changes[0], {"masks": torch.zeros(80, 2, 16, 16, dtype=torch.bool), "seg": seg}
+    )
+    assert verdict == "failed" and "the loop itself raised" in detail
+
+
+# -- numpy windows gathered one sample at a time (nanoGPT's get_batch) ------------------------
+NANOGPT = "benchmarks/corpus/scripts/nanogpt/train.py"
+
+
+def _memmap(tmp_path: Path, n: int = 5000) -> Any:
+    import numpy as np
+
+    path = tmp_path / "train.bin"
+    np.random.default_rng(0).integers(0, 65, n).astype(np.uint16).tofile(path)
+    return np.memmap(path, dtype=np.uint16, mode="r")
+
+
+def test_nanogpt_get_batch_becomes_one_fancy_index_gather(tmp_path: Path) -> None:
+    import numpy as np
+
+    root = Path(__file__).resolve().parents[1]
+    before = (root / NANOGPT).read_text()
+    r = rewrite_vectorize(before, [124, 125], name="train.py")
+    assert not r.skipped, r.skipped
+    old, new = before.splitlines(), r.source.splitlines()
+    assert len(old) == len(new)
+    diff = {n: b for n, (a, b) in enumerate(zip(old, new, strict=True), 1) if a != b}
+    assert diff == {
+        124: "    x = torch.from_numpy((data[np.asarray(ix)[:, None] + np.arange(block_size)])"
+        ".astype(np.int64))",
+        125: "    y = torch.from_numpy((data[np.asarray(ix)[:, None]+1 + np.arange(block_size)])"
+        ".astype(np.int64))",
+    }
+    assert [c.pattern for c in r.changes] == ["numpy-gathers", "numpy-gathers"]
+    assert rewrite_vectorize(r.source, [124, 125]).notes == []  # idempotent
+    data = _memmap(tmp_path)
+    ix = torch.randint(len(data) - 64, (12,), generator=g)
+    for change in r.changes:  # the check optimize runs, on a memmap as nanoGPT reads it
+        spec = CheckSpec(
+            "t",
+            "t.py",
+            change.line,
+            change.capture_line,
+            change.old,
+            change.new,
+            change.reads,
+            change.writes,
+        )
+        result = check_rewrite(
+            spec, {"torch": torch, "np": np}, {"data": data, "ix": ix, "block_size": 64}
+        )
+        assert result.verdict == "exact", result.detail  # the same batch, bit for bit
+
+
+@pytest.mark.parametrize(
+    ("expr", "after"),
+    [
+        (
+            "torch.stack([torch.as_tensor(d[3 + j:3 + j + k].copy()) for j in range(0, 40, 4)])",
+            "torch.as_tensor((d[3 + np.arange(0, 40, 4)[:, None] + np.arange(k)]).copy())",
+        ),
+        (
+            "torch.stack([torch.tensor(d[j:j+7]) for j in starts])",
+            "torch.tensor((d[np.asarray(starts)[:, None] + np.arange(7)]))",
+        ),
+        (
+            "torch.stack([torch.from_numpy(d[j + 1].astype(np.float32)) for j in starts])",
+            "torch.from_numpy((d[np.asarray(starts) + 1]).astype(np.float32))",
+        ),
+    ],
+    ids=["range-copy", "tensor", "rows"],
+)
+def test_numpy_gather_forms(expr: str, after: str, tmp_path: Path) -> None:
+    import numpy as np
+
+    before = f"import numpy as np\nimport torch\nz = {expr}\n"
+    r = rewrite_vectorize(before, [3])
+    assert r.source == f"import numpy as np\nimport torch\nz = {after}\n", r.skipped
+    d = np.asarray(_memmap(tmp_path)).astype(np.int64).reshape(-1, 5)  # rows of 5
+    spec = CheckSpec(
+        "t",
+        "t.py",
+        3,
+        3,
+        r.changes[0].old,
+        r.changes[0].new,
+        r.changes[0].reads,
+        r.changes[0].writes,
+    )
+    inputs = {"d": d, "k": 5, "starts": [0, 9, 400, 12]}
+    assert check_rewrite(spec, {"torch": torch, "np": np}, inputs).verdict == "exact"
+
+
+@pytest.mark.parametrize(
+    ("expr", "reason"),
+    [
+        (
+            "torch.stack([torch.from_numpy(d[i:i+k].reshape(2, -1)) for i in ix])",
+            "`.reshape()` on a window: only element-wise array methods",
+        ),
+        (
+            "torch.stack([torch.from_numpy(d[i:k]) for i in ix])",
+            "the window's stop `k` is not written `i + K`",
+        ),
+        (
+            "torch.stack([torch.from_numpy(d[2 * i:2 * i + k]) for i in ix])",
+            "the window's start `2 * i` is not `i` or `i + c`",
+        ),
+        (
+            "torch.stack([torch.from_numpy(d[i:i+k].astype(t[i])) for i in ix])",
+            "the cast depends on `i`",
+        ),
+        (
+            "torch.stack([torch.from_numpy(d[i:i+k]) for i in ix if i > 0])",
+            "a comprehension with a filter",
+        ),
+    ],
+    ids=["reshape", "stop", "start", "cast", "filter"],
+)
+def test_numpy_gather_left_alone_with_the_reason(expr: str, reason: str) -> None:
+    before = f"import numpy as np\nimport torch\nz = {expr}\n"
+    r = rewrite_vectorize(before, [3])
+    assert r.source == before and reason in r.skipped[0].reason, r.skipped
+
+
+def test_numpy_gather_needs_numpy_imported() -> None:
+    before = "import torch\nz = torch.stack([torch.from_numpy(d[i:i+8]) for i in ix])\n"
+    r = rewrite_vectorize(before, [2])
+    assert r.source == before and "numpy is not imported" in r.skipped[0].reason

@@ -92,7 +92,7 @@ def test_expect_toml_parses_and_names_scripts_and_lines_that_exist() -> None:
     for e in expects:
         script = CORPUS / "scripts" / e.path
         assert script.is_file(), e.path
-        assert e.data in {"none", "mnist", "wikitext", "sine"}, e.name
+        assert e.data in {"none", "mnist", "wikitext", "sine", "shakespeare_char"}, e.name
         patterns = [*e.sync_sites, *e.periodic_sync_sites]
         patterns += [f.site for f in e.findings if f.site is not None]
         for p in patterns:
@@ -101,7 +101,9 @@ def test_expect_toml_parses_and_names_scripts_and_lines_that_exist() -> None:
             assert p.last <= len(source.read_text().splitlines()), f"{e.name}: {p}"
         for f in e.findings:
             assert f.id in known_ids, f"{e.name}: {f.id} is no finding gpuopt has"
-    assert {"mnist", "vae", "dcgan", "imagenet", "regression"} <= {e.name for e in expects}
+    assert {"mnist", "vae", "dcgan", "imagenet", "regression", "nanogpt"} <= {
+        e.name for e in expects
+    }
 
 
 def test_a_profile_that_meets_every_expectation_passes_and_is_all_right() -> None:

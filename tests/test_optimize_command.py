@@ -266,7 +266,7 @@ def test_a_source_fix_that_changes_nothing_is_not_applied_nor_run(tmp_path: Path
     doc = _doc(tmp_path / "o")
     (syncs,) = [f for f in doc.fixes if f.id == "syncs"]
     assert not syncs.applied and syncs.reason.startswith("nothing to change: every site")
-    assert syncs.skipped and "used at once" in syncs.skipped[0]
+    assert syncs.skipped and "is printed at line 9 every step" in syncs.skipped[0]
     assert [run.label for run in doc.runs] == ["baseline 1"] and doc.status == "planned"
 
 

@@ -238,3 +238,22 @@ def test_padding_fixes_are_listed_only_with_a_loop_or_loader_to_change() -> None
     named = plan_fixes(PlanInput(_profile(ragged), ["padding-batch"], False, None, "a.py"))
     (fix,) = [f for f in named if f.name == "padding-batch"]
     assert not fix.applicable and "batch size 1" in fix.reason
+
+
+def test_a_per_sample_loop_is_paddings_even_when_it_also_has_a_loop_indexing_finding() -> None:
+    from gpuopt.optimize.loop_fixes import loop_sites
+
+    code = "loss = sum(F.cross_entropy(model(s[:-1]), s[1:]) for s in batch)"
+    evidence: dict[str, object] = {"iterations_per_step": 16.0, "code": code}
+    ragged = Finding(
+        id="ragged-batches", severity="high", title="t", fix="f", site="t.py:15",
+        evidence={**evidence, "batch_size": 16.0},
+    )  # fmt: skip
+    indexing = Finding(
+        id="loop-indexing", severity="low", title="t", fix="f", site="t.py:15", evidence=evidence
+    )
+    other = Finding(id="loop-indexing", severity="low", title="t", fix="f", site="t.py:30",
+                    evidence={"code": "for c in range(C):"})  # fmt: skip
+    profile = _profile(ragged, indexing, other)
+    assert loop_sites(profile, "padding") == {"t.py": {15: code}}
+    assert loop_sites(profile, "vectorize") == {"t.py": {30: "for c in range(C):"}}

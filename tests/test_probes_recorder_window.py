@@ -56,8 +56,9 @@ def test_nothing_installed_outside_the_window(tmp_path: Path) -> None:
     assert _no_modes()
     mod["train_step"](0)
     probe.on_step(0, time.perf_counter())
-    probe.on_step(1, time.perf_counter())
     assert _no_modes()
+    probe.on_step(1, time.perf_counter())  # the last warm-up step (2) is recorded, in case
+    assert _get_current_function_mode_stack() and _get_current_dispatch_mode_stack()
     probe.on_step(2, time.perf_counter())  # the window opens when step 2 ends
     assert _get_current_function_mode_stack() and _get_current_dispatch_mode_stack()
     mod["train_step"](3)
@@ -194,3 +195,37 @@ def test_step_time_from_the_recorded_steps_themselves(tmp_path: Path) -> None:
     assert d["between_ops_us_per_step"] == pytest.approx(
         d["step_time_us"] - d["data_wait_us_per_step"] - d["op_time_us_per_step"], abs=0.2
     )
+
+
+def _short_run(mod: dict, tmp_path: Path, steps: int) -> dict:
+    """``steps`` steps with the window at step 2 (the default warm-up)."""
+    return record(mod["train_step"], steps=steps, tmp_path=tmp_path, window_start=2,
+                  window_steps=1)  # fmt: skip
+
+
+def test_a_run_ending_in_its_warm_up_is_recorded_at_its_last_warm_up_step(
+    tmp_path: Path,
+) -> None:
+    """Two LBFGS steps over the whole data (time_sequence_prediction --steps 2) end before the
+    window: the last warm-up step, recorded in case, stands for it."""
+    doc = _short_run(load(NAME), tmp_path, steps=2)
+    assert _no_modes()
+    assert _ops_per_step(doc) == 2  # step 1's two reads
+    assert doc["dispatch"]["window_start"] == 1
+    assert any("its last warm-up step (step 1), recorded in case" in w for w in doc["warnings"])
+
+
+def test_the_warm_up_step_recorded_in_case_is_dropped_when_the_window_opens(
+    tmp_path: Path,
+) -> None:
+    doc = _short_run(load(NAME), tmp_path, steps=4)
+    assert _ops_per_step(doc) == 3  # step 2, the window's
+    assert doc["dispatch"]["window_start"] == 2
+    assert not any("warm-up step" in w for w in doc["warnings"])
+
+
+def test_a_run_ending_inside_the_warm_up_step_records_nothing(tmp_path: Path) -> None:
+    doc = _short_run(load(NAME), tmp_path, steps=1)  # step 1 never ends
+    assert _no_modes()
+    assert doc["dispatch"]["ops_per_step"] is None
+    assert "before the recording window" in doc["dispatch"]["note"]

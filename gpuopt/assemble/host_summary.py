@@ -218,6 +218,11 @@ def summarize(capture: RecorderCapture, series: list[StepRecord]) -> HostSummary
         return HostSummary(Dispatch(window_steps=0, note=note), ragged=ragged, warnings=warnings)
     cal = capture.calibration
     first = max(capture.window_start, 0)
+    if capture.from_warmup:
+        warnings.append(
+            f"the run ended after {capture.next_step} step(s), before the recording window: "
+            f"its last warm-up step (step {first}), recorded in case, stands for it"
+        )
     indices = list(range(first, first + steps))
     total = engine.total
     sites = _Sites(engine.resolver, engine.loops)

@@ -37,6 +37,16 @@ class LoopPlan:
     results: dict[str, CheckResult] = field(default_factory=dict)  # change id -> result
     lines: dict[str, list[int]] = field(default_factory=dict)  # padding-batch: loader, loop
     error: str | None = None
+    cuda: bool = False  # the baseline ran on a CUDA device: the forms written for one
+
+    def codemod(self, text: str, lines: list[int], name: str, anchors: dict[int, str]) -> Rewrite:
+        """This fix's codemod on ``text`` (the same forms the check ran)."""
+        from gpuopt.optimize.codemods.padding import rewrite_padding
+        from gpuopt.optimize.codemods.vectorize import rewrite_vectorize
+
+        if self.fix == "vectorize":
+            return rewrite_vectorize(text, lines, name=name, anchors=anchors, cuda=self.cuda)
+        return rewrite_padding(text, lines, name=name, anchors=anchors)
 
     def change_id(self, path: str, line: int) -> str:
         stem = re.sub(r"[^A-Za-z0-9_]+", "_", Path(path).stem)
@@ -53,8 +63,9 @@ def loop_sites(profile: Profile, fix: str) -> dict[str, dict[int, str]]:
     """path → {line: the loop header's text} of the loops a fix takes from the profile:
     ``vectorize`` every loop of the ``loop-indexing`` findings and every other Python loop the
     profile lists (at least 8 iterations a step: a loop of small ops without indexing ops, such
-    as a per-class mask comparison, has no finding of its own) but the per-sample loops, which
-    are ``padding``'s; ``padding`` the per-sample loops of the ``ragged-batches`` findings."""
+    as a per-class mask comparison, has no finding of its own) but the per-sample loops (a
+    ``loop-indexing`` finding at the site of a per-sample loop included), which are
+    ``padding``'s; ``padding`` the per-sample loops of the ``ragged-batches`` findings."""
     out: dict[str, dict[int, str]] = {}
     per_sample = {
         f.site for f in profile.findings if f.id == "ragged-batches" and "batch_size" in f.evidence
@@ -66,7 +77,7 @@ def loop_sites(profile: Profile, fix: str) -> dict[str, dict[int, str]]:
                 code = given(loop.code)
                 out.setdefault(parsed[0], {})[parsed[1]] = code or ""
     for f in profile.findings:
-        wanted = (fix == "vectorize" and f.id == "loop-indexing") or (
+        wanted = (fix == "vectorize" and f.id == "loop-indexing" and f.site not in per_sample) or (
             fix == "padding" and f.id == "ragged-batches" and "iterations_per_step" in f.evidence
         )
         parsed = site_line(f.site) if wanted and f.site else None
@@ -85,15 +96,11 @@ def _read(path: str) -> str:
 
 def analyse(profile: Profile, fix: str) -> LoopPlan:
     """Each file's loops through the fix's codemod (nothing written)."""
-    from gpuopt.optimize.codemods.padding import rewrite_padding
-    from gpuopt.optimize.codemods.vectorize import rewrite_vectorize
-
-    codemod = rewrite_vectorize if fix == "vectorize" else rewrite_padding
-    plan = LoopPlan(fix)
+    plan = LoopPlan(fix, cuda=profile.environment.device == "cuda")
     for path, lines in loop_sites(profile, fix).items():
         try:
             text = _read(path)
-            plan.rewrites[path] = codemod(text, sorted(lines), name=path)
+            plan.rewrites[path] = plan.codemod(text, sorted(lines), path, {})
         except (GpuoptError, CodemodError) as exc:
             plan.error = str(exc)
             continue

@@ -453,14 +453,9 @@ def _plan_aot(kind: FixKind, inp: PlanInput) -> PlannedFix:
     return fix
 
 
-def _loop_codemod(fix: str, lines: list[int], anchors: dict[int, str]) -> Codemod:
-    from gpuopt.optimize.codemods.padding import rewrite_padding
-    from gpuopt.optimize.codemods.vectorize import rewrite_vectorize
-
-    codemod = rewrite_vectorize if fix == "vectorize" else rewrite_padding
-
+def _loop_codemod(plan: LoopPlan, lines: list[int], anchors: dict[int, str]) -> Codemod:
     def run(text: str, name: str) -> Rewrite:
-        return codemod(text, lines, name=name, anchors=anchors)
+        return plan.codemod(text, lines, name, anchors)
 
     return run
 
@@ -495,7 +490,7 @@ def _plan_loops(kind: FixKind, inp: PlanInput) -> PlannedFix:
         if ok:
             checked += len(ok)
             anchors = plan.anchors.get(path, {})
-            fix.edits.append(SourceEdit(path, ok, _loop_codemod(kind.name, ok, anchors)))
+            fix.edits.append(SourceEdit(path, ok, _loop_codemod(plan, ok, anchors)))
     fix.applicable = bool(fix.edits)
     fix.reason = (
         f"{checked} loop(s) rewritten, each checked on the inputs of its first run in the "

@@ -53,6 +53,8 @@ class RecorderCapture:
     # code objects their stacks refer to (by id)
     gap_samples: list[GapSample] = field(default_factory=list)
     gap_codes: dict[int, CodeType] = field(default_factory=dict)
+    # the run ended before the window: its last warm-up step, recorded in case, stands for it
+    from_warmup: bool = False
 
 
 class DispatchRecorder:
@@ -61,6 +63,14 @@ class DispatchRecorder:
     Window: steps ``ctx.window_start .. window_start + window_steps - 1``; it turns on when step
     ``window_start - 1`` ends (at ``start`` when ``window_start == 0``) and off when the last
     window step ends or at ``stop``. ``window_steps == 0`` turns everything off.
+
+    A script whose steps are slow often runs only a few (two LBFGS steps over the whole data):
+    it may end before the window opens, and nothing would be recorded. So the last warm-up step
+    (``window_start - 1``, when it is not step 0: ``window_start >= 2``) is recorded too, by an
+    engine of its own; it is used only when the run ends before the window recorded a complete
+    step (``RecorderCapture.from_warmup``), else dropped. Always, not on a timing: the same run
+    records the same steps on any machine. Its cost falls on a warm-up step, left out of the
+    statistics.
     """
 
     name = "recorder"
@@ -81,6 +91,10 @@ class DispatchRecorder:
         self._batch_origin: Callable[[], Any] = lambda: None  # dataloader.batch_origin
         self.errors: list[str] = []
         self.sampler: GapSampler | None = None
+        self.resolver: SiteResolver | None = None
+        self.trying = False  # the engine is recording the last warm-up step, in case
+        self.warmup_engine: RecorderEngine | None = None  # that step, recorded
+        self.from_warmup = False
 
     # -- Probe interface ---------------------------------------------------------------
     def start(self, ctx: RunContext) -> None:
@@ -94,6 +108,7 @@ class DispatchRecorder:
             import torch
 
             resolver = SiteResolver(ctx.user_roots)
+            self.resolver = resolver
             self.engine = RecorderEngine(resolver, cpu_only=not _accelerator_available(torch))
             self.enabled = True
             self._add_listener()
@@ -109,20 +124,38 @@ class DispatchRecorder:
         engine = self.engine
         if not self.enabled or self.done or engine is None or self.ctx is None:
             return
-        last = self.ctx.window_start + self.ctx.window_steps - 1
+        start = self.ctx.window_start
+        last = start + self.ctx.window_steps - 1
         try:
             if engine.recording or engine.modes_installed():
                 engine.end_step()
+                if self.trying:
+                    engine = self._after_warmup_step(engine)
                 if index >= last:
                     engine.turn_off()
                     self._sample(False)
                     self.done = True
-            elif index >= self.ctx.window_start - 1 and index < last:
+                elif not engine.modes_installed() and start - 1 <= index < last:
+                    engine.turn_on()
+                    self._sample(True)
+            elif start - 1 <= index < last:
                 engine.turn_on()
                 self._sample(True)
+            elif index == start - 2:
+                self.trying = True
+                engine.turn_on()
         except Exception as exc:
             self.errors.append(f"recorder step hook failed: {type(exc).__name__}: {exc}")
             self.done = True
+
+    def _after_warmup_step(self, engine: RecorderEngine) -> RecorderEngine:
+        """The last warm-up step recorded: kept aside; a fresh engine for the window."""
+        engine.turn_off()
+        self.trying = False
+        self.warmup_engine = engine
+        assert self.resolver is not None
+        self.engine = RecorderEngine(self.resolver, cpu_only=engine.cpu_only)
+        return self.engine
 
     def stop(self) -> None:
         try:
@@ -133,10 +166,18 @@ class DispatchRecorder:
                     self.engine.recording = False
                     self.unfinished = self.engine.steps_done == 0
                     self.engine.turn_off()
+                warm = self.warmup_engine
+                if self.engine.steps_done == 0 and warm is not None and warm.steps_done > 0:
+                    self.engine, self.from_warmup, self.unfinished = warm, True, False
             self._sample(False)
             self._remove_listener()
         except Exception as exc:
             self.errors.append(f"recorder stop failed: {type(exc).__name__}: {exc}")
+
+    @property
+    def warmup_used(self) -> bool:
+        """The run ended before the window: its last warm-up step stands for it."""
+        return self.from_warmup
 
     def result(self) -> RecorderCapture:
         """What the recorder measured, once it has stopped. The per-call costs of the modes are
@@ -157,7 +198,7 @@ class DispatchRecorder:
         return RecorderCapture(
             enabled=ran,
             off=self.shapes_only or (ctx is not None and ctx.window_steps <= 0),
-            window_start=ctx.window_start if ctx is not None else 0,
+            window_start=(ctx.window_start - int(self.from_warmup)) if ctx is not None else 0,
             engine=engine,
             calibration=calibration,
             unfinished=self.unfinished,
@@ -168,6 +209,7 @@ class DispatchRecorder:
             + (self.sampler.errors if self.sampler is not None else []),
             gap_samples=list(self.sampler.samples) if self.sampler is not None else [],
             gap_codes=dict(self.sampler.codes) if self.sampler is not None else {},
+            from_warmup=self.from_warmup,
         )
 
     def _sample(self, on: bool) -> None:

@@ -458,6 +458,8 @@ class ProfileSession:
             return out
         if self.recorder is not None and self.recorder in self.started:
             out.update(range(w0, w0 + w))
+            if self.recorder.warmup_used:  # its last warm-up step, recorded, stands for it
+                out.add(w0 - 1)
         if self.window is not None and self.window in self.started:
             out.update(range(w0 + w, w0 + 2 * w))
         return out

@@ -23,7 +23,7 @@ Idempotent: a second run finds no ``.item()`` left to move.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -38,6 +38,7 @@ from libcst.metadata import (
 )
 
 from gpuopt.optimize.codemods import PositionProvider, Rewrite, Skipped, wrap
+from gpuopt.optimize.codemods.sync_reads import move_statements, plan_reads
 
 _ITEM = m.Call(func=m.Attribute(attr=m.Name("item")), args=[])
 _FLOAT = m.Call(func=m.Name("float"), args=[m.Arg(keyword=None)])
@@ -120,18 +121,15 @@ class _Collect(cst.CSTVisitor):
     def __init__(self, lines: Collection[int]) -> None:
         self.lines = set(lines)
         self.augs: list[tuple[cst.AugAssign, int]] = []
-        self.other_reads: dict[int, str] = {}
         self.declared: set[str] = set()
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        line = self.get_metadata(PositionProvider, node).start.line
-        if line in self.lines:
-            self.augs.append((node, line))
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if m.matches(node, _ITEM | _FLOAT | m.Call(func=m.Attribute(attr=m.Name("tolist")))):
-            line = self.get_metadata(PositionProvider, node).start.line
-            self.other_reads.setdefault(line, "")
+        pos = self.get_metadata(PositionProvider, node)
+        # a sum continued over lines (``total += \`` then ``loss.item()``): the site is the
+        # line of the read, not the statement's first
+        found = [ln for ln in sorted(self.lines) if pos.start.line <= ln <= pos.end.line]
+        if found:
+            self.augs.append((node, found[0]))
 
     def visit_Global(self, node: cst.Global) -> None:
         self.declared.update(n.name.value for n in node.names)
@@ -141,8 +139,20 @@ class _Collect(cst.CSTVisitor):
 
 
 class _Apply(cst.CSTTransformer):
-    def __init__(self, plan: _Plan) -> None:
+    def __init__(self, plan: _Plan, texts: Mapping[cst.CSTNode, str]) -> None:
         self.plan = plan
+        self.texts = texts  # other expressions replaced by new text (kept tensors)
+
+    def on_leave(  # type: ignore[override]
+        self, original_node: cst.CSTNode, updated_node: cst.CSTNode
+    ) -> cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel[cst.CSTNode]:
+        text = self.texts.get(original_node)
+        if text is not None and isinstance(original_node, cst.BaseExpression):
+            new = cst.parse_expression(text)
+            if original_node.lpar:
+                return new.with_changes(lpar=original_node.lpar, rpar=original_node.rpar)
+            return new
+        return super().on_leave(original_node, updated_node)
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         return self.plan.replace.get(original, updated)
@@ -322,6 +332,9 @@ def _candidates(collect: _Collect, plan: _Plan) -> list[_Candidate]:
 
 
 def rewrite_syncs(source: str, lines: Collection[int], name: str = "<source>") -> Rewrite:
+    """The ``syncs`` fix on the reads at ``lines`` (the finding's sites): sums accumulated on
+    the device, reads used only in a later branch moved into it, lists of read values keeping
+    the tensors; every other read left alone with how its value is used."""
     wrapper = wrap(source, name)
     collect = _Collect(lines)
     wrapper.visit(collect)
@@ -345,16 +358,12 @@ def rewrite_syncs(source: str, lines: Collection[int], name: str = "<source>") -
         plan.wrap.update(trial.wrap)
         plan.notes += trial.notes
     handled = {c.line for c in cands} | {s.line for s in plan.skipped}
-    for line in sorted(set(lines) - handled):
-        if line in collect.other_reads:
-            plan.skipped.append(
-                Skipped(
-                    line,
-                    "the value is used at once in every step (printed, stored or compared): "
-                    "reading it later would change what the script does",
-                )
-            )
-    if not plan.replace:
-        return Rewrite(source, [], plan.skipped)
-    new = wrapper.module.visit(_Apply(plan))
-    return Rewrite(new.code, plan.notes, plan.skipped)
+    reads = plan_reads(wrapper, sorted(set(lines) - handled), collect.declared)
+    plan.skipped += reads.skipped
+    plan.notes += reads.notes
+    if not plan.replace and not reads.changed:
+        return Rewrite(source, [], sorted(plan.skipped, key=lambda s: s.line))
+    new = wrapper.module.visit(_Apply(plan, reads.replace)).code
+    if reads.moves:
+        new = move_statements(new, reads.moves, name)
+    return Rewrite(new, plan.notes, sorted(plan.skipped, key=lambda s: s.line))

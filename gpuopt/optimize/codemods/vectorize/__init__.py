@@ -15,6 +15,8 @@ matches replaces it, else the line is left alone with the reason:
 ``sums`` / ``maxima``     ``acc = acc + x[i]`` → ``acc = acc + x[:n].sum(0)`` (``amax``)
 ``stacks`` / ``vmap``     ``torch.stack([f(x[i]) ...])``, ``outs.append(...)`` → one batched op,
                           ``torch.vmap(f)`` when ``f`` is a pure tensor function
+``numpy-gathers``         ``torch.stack([torch.from_numpy(a[i:i+k]...) for i in ix])`` → one
+                          fancy index ``a[np.asarray(ix)[:, None] + np.arange(k)]``
 ========================  ==================================================================
 
 Each pattern is a small module of libcst matchers and a builder; this module's transformer puts
@@ -37,6 +39,7 @@ import libcst.matchers as m
 from gpuopt.optimize.codemods import Rewrite, Skipped, code, wrap
 from gpuopt.optimize.codemods.vectorize import (
     class_masks,
+    numpy_gathers,
     reductions,
     row_updates,
     scatter_add,
@@ -61,6 +64,7 @@ PATTERN_NAMES = (
     "maxima",
     "stacks",
     "vmap",
+    "numpy-gathers",
 )
 NOT_A_PATTERN = (
     "the loop's body is none of the patterns gpuopt vectorizes (per-class masks, row updates, "
@@ -233,11 +237,13 @@ def rewrite_vectorize(
     lines: Collection[int],
     name: str = "<source>",
     anchors: Mapping[int, str] | None = None,
+    cuda: bool = False,
 ) -> LoopRewrite:
     """Vectorize the loops starting on ``lines`` (old line numbers; ``anchors``: each line's
-    header text, to find a loop another fix moved)."""
+    header text, to find a loop another fix moved; ``cuda``: the script runs on a CUDA device,
+    where some patterns have a faster form)."""
     wrapper = wrap(source, name)
-    facts = ModuleFacts(wrapper)
+    facts = ModuleFacts(wrapper, cuda=cuda)
     where = relocate(source, lines, anchors or {})
     targets = _Targets(facts, set(where.values()))
     wrapper.module.visit(targets)
@@ -254,7 +260,11 @@ def rewrite_vectorize(
                 loops[loop] = _statements(matched[0], loop, facts, matched[1])
                 out.changes.append(_loop_change(line, loop, matched[0], loops[loop], facts))
         elif comp is not None:
-            found = stacks.match_comprehension(comp, facts) or Refusal(NOT_A_PATTERN)
+            found = (
+                numpy_gathers.match_comprehension(comp, facts)
+                or stacks.match_comprehension(comp, facts)
+                or Refusal(NOT_A_PATTERN)
+            )
             if isinstance(found, Match):
                 exprs[comp] = found.statements[0]
                 out.changes.append(_comp_change(line, comp, found, facts))
@@ -273,6 +283,9 @@ def rewrite_vectorize(
     return out
 
 
+_CONSTANTS = frozenset({"None", "True", "False"})
+
+
 def _names(*nodes: cst.CSTNode) -> list[str]:
     found: set[str] = set()
     for node in nodes:
@@ -286,7 +299,7 @@ def _loop_change(
     bare: list[cst.CSTNode] = [s.with_changes(leading_lines=[]) for s in new]
     new_text = "".join(code(s) for s in bare)
     var = loop.target.value if isinstance(loop.target, cst.Name) else ""
-    reads = [n for n in _names(loop, *bare) if n != var]
+    reads = [n for n in _names(loop, *bare) if n != var and n not in _CONSTANTS]
     return LoopChange(
         line=line,
         capture_line=facts.line(loop),
@@ -312,7 +325,7 @@ def _comp_change(line: int, call: cst.Call, match: Match, facts: ModuleFacts) ->
         what=match.what,
         old=f"{stacks.RESULT} = {code(call)}\n",
         new=f"{stacks.RESULT} = {match.statements[0]}\n",
-        reads=[n for n in _names(call, new) if n not in bound],
+        reads=[n for n in _names(call, new) if n not in bound and n not in _CONSTANTS],
         writes=[stacks.RESULT],
         preconditions=list(match.preconditions),
     )

@@ -167,12 +167,14 @@ class ModuleFacts:
     """Facts about one module, resolved once: positions, parents, scopes, how torch is
     imported, and which module-level functions are pure tensor functions."""
 
-    def __init__(self, wrapper: cst.MetadataWrapper) -> None:
+    def __init__(self, wrapper: cst.MetadataWrapper, cuda: bool = False) -> None:
+        self.cuda = cuda  # the script ran on a CUDA device: the forms written for one
         self.module = wrapper.module
         self.positions = wrapper.resolve(PositionProvider)
         self.parents = wrapper.resolve(ParentNodeProvider)
         self.scopes = wrapper.resolve(ScopeProvider)
         self.torch = _torch_alias(self.module)
+        self.numpy = _module_alias(self.module, "numpy")
         self.functions = {
             s.name.value: s for s in self.module.body if isinstance(s, cst.FunctionDef)
         }
@@ -280,14 +282,19 @@ def _accesses(scope: Scope, name: str) -> list[cst.CSTNode]:
 
 
 def _torch_alias(module: cst.Module) -> str | None:
+    return _module_alias(module, "torch")
+
+
+def _module_alias(module: cst.Module, name: str) -> str | None:
+    """The name ``import NAME`` / ``import NAME as X`` binds at the top of ``module``."""
     for stmt in module.body:
         if not isinstance(stmt, cst.SimpleStatementLine):
             continue
         for small in stmt.body:
             if isinstance(small, cst.Import):
                 for alias in small.names:
-                    if code(alias.name) == "torch":
-                        return alias.asname.name.value if alias.asname else "torch"  # type: ignore[union-attr]
+                    if code(alias.name) == name:
+                        return alias.asname.name.value if alias.asname else name  # type: ignore[union-attr]
     return None
 
 
@@ -439,6 +446,9 @@ def describe_loop(loop: cst.For, facts: ModuleFacts) -> LoopShape | Refusal:
         return Refusal("the loop has an `else:` clause")
     if loop.asynchronous is not None:
         return Refusal("an `async for` loop")
+    recurrence = _recurrence(loop, facts)
+    if recurrence is not None:
+        return recurrence
     if not isinstance(loop.target, cst.Name):
         return Refusal(f"the loop unpacks `{code(loop.target)}`: one loop variable is vectorized")
     var = loop.target.value
@@ -466,6 +476,66 @@ def describe_loop(loop: cst.For, facts: ModuleFacts) -> LoopShape | Refusal:
         return body
     shape = LoopShape(loop, var, line, bounds, over, body)
     return _calls_and_carried(shape, facts)
+
+
+def _accumulates(small: cst.BaseSmallStatement, name: str) -> bool:
+    """``name = name <op> E`` / ``name = E <op> name`` / ``name <op>= E`` with ``E`` not reading
+    ``name``: an accumulation (the reductions and appends), not a recurrence."""
+    if isinstance(small, cst.AugAssign):
+        return m.matches(small.target, m.Name(name)) and not uses(small.value, name)
+    if isinstance(small, cst.Assign) and isinstance(small.value, cst.BinaryOperation):
+        left, right = small.value.left, small.value.right
+        if m.matches(left, m.Name(name)):
+            return not uses(right, name)
+        if m.matches(right, m.Name(name)):
+            return not uses(left, name)
+    if isinstance(small, cst.Assign) and isinstance(small.value, cst.Call):
+        args = [a.value for a in small.value.args]
+        # acc = torch.maximum(acc, E): the maxima
+        return (
+            bool(args)
+            and m.matches(args[0], m.Name(name))
+            and not any(uses(a, name) for a in args[1:])
+        )
+    return False
+
+
+def _recurrence(loop: cst.For, facts: ModuleFacts) -> Refusal | None:
+    """A name the body computes from its own value in the previous iteration (``h, c =
+    cell(x, (h, c))``): the iterations depend on each other, whatever the patterns."""
+    block = loop.body
+    if not isinstance(block, cst.IndentedBlock):
+        return None
+    for stmt in block.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            return None
+        for small in stmt.body:
+            if isinstance(small, cst.Assign):
+                targets = [n for t in small.targets for n in _target_names(t.target)]
+                value: cst.CSTNode | None = small.value
+            elif isinstance(small, cst.AugAssign):
+                targets, value = _target_names(small.target), small.value
+            else:
+                continue
+            for name in targets:
+                if value is not None and uses(value, name) and not _accumulates(small, name):
+                    return Refusal(
+                        f"a recurrence: `{name}` is computed from its own value of the previous "
+                        f"iteration (line {facts.line(stmt)}): the iterations depend on each "
+                        "other and cannot run at once (a fused module over the whole sequence, "
+                        "such as nn.LSTM, or CUDA graphs / torch.compile are changes to make by "
+                        "hand)"
+                    )
+    return None
+
+
+def _target_names(target: cst.BaseExpression) -> list[str]:
+    """Plain names a target binds (``a``, ``a, b``), not subscripts or attributes."""
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [n for e in target.elements for n in _target_names(e.value)]
+    return []
 
 
 def _inline_temps(
