@@ -147,6 +147,15 @@ def profile(
         "--record-losses",
         help="Keep every step's loss (read once at the end) and a digest of the parameters.",
     ),
+    memory_for: str | None = typer.Option(
+        None,
+        "--memory-for",
+        metavar="DEVICE|SIZE",
+        help=(
+            "Predict the step's memory on that GPU with fake tensors (no GPU needed): a device "
+            "(h100, a100-40gb, h200, l4 ...) or a size (80GiB); the largest batch that fits."
+        ),
+    ),
     nnodes: str | None = typer.Option(
         None, "--nnodes", help="torchrun: number of nodes, N or MIN:MAX.", rich_help_panel=_TR
     ),
@@ -209,6 +218,7 @@ def profile(
         fixes=fixes,
         seed=seed,
         record_losses=record_losses,
+        memory_for=memory_for,
         torchrun=TorchrunOptions(
             nnodes=nnodes,
             node_rank=node_rank,

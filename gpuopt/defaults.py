@@ -9,3 +9,9 @@ from __future__ import annotations
 WARMUP_STEPS = 2  # --warmup: steps left out of the statistics
 WINDOW_STEPS = 3  # --window: steps the recorder (and, on a GPU, the profiler) records in detail
 SAMPLE_INTERVAL_S = 0.2  # --sample-interval: seconds between utilization samples
+# --memory-for: the share of the device's memory a predicted batch size leaves free (the CUDA
+# context, the allocator's rounding and free blocks, what the fake replay cannot see)
+MEMORY_MARGIN = 0.10
+# --memory-for: the most wall time the fake-tensor replays of the step may take together (the
+# first one always runs; later ones only while the budget lasts)
+MEMORY_BUDGET_S = 30.0

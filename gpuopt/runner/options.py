@@ -67,6 +67,7 @@ class ProfileOptions:
     fixes: Path | None = None  # --fixes DIR: run-time fixes (gpuopt optimize --apply) patched in
     seed: int | None = None  # --seed N: random, numpy and torch seeded before the script runs
     record_losses: bool = False  # --record-losses: every step's loss and a parameter digest
+    memory_for: str | None = None  # --memory-for DEVICE|SIZE: predict memory for that device
     torchrun: TorchrunOptions = field(default_factory=TorchrunOptions)
 
     @property

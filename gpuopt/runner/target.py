@@ -162,7 +162,9 @@ def run_target(target: Target) -> Outcome:
         return Outcome("interrupted", 143, RunError(type="SIGTERM", message="terminated"))
     except Exception as exc:
         print_user_traceback(exc)
-        return Outcome("error", 1, RunError(type=type(exc).__name__, message=str(exc)[:2000]))
+        error = RunError(type=type(exc).__name__, message=str(exc)[:2000])
+        frames = [(f.filename, f.lineno or 0) for f in traceback.extract_tb(exc.__traceback__)]
+        return Outcome("error", 1, error, error_frames=frames)
     finally:
         sys.argv = saved_argv
         if saved_path0 is not None:

@@ -1,0 +1,492 @@
+"""The script's first training step, recorded so that it can be replayed at another batch size.
+
+While the first step runs, :class:`StepRecorder` writes down, in order:
+
+* every **outermost module call** (a module called from outside any module's forward: the model,
+  a second model, the loss module) with its arguments;
+* every **torch call between them** (``out.view(-1, V)``, ``F.cross_entropy(out, y)``, the
+  GradScaler's ``loss * scale`` ...), seen by a ``TorchFunctionMode`` that ignores what runs
+  inside a module's forward;
+* the tensor ``.backward()`` is called on (the loss), and the optimizer that then steps.
+
+A tensor argument is either made by an earlier call of the program (a :class:`Ref` to it) or
+comes from outside (the batch, the targets, a parameter: a :class:`TensorSpec`, its shape and
+dtype only — **no tensor data is kept**). The recording ends at the first ``backward()`` (or at
+the end of the step, for a step without one); what ran after the backward (gradient clipping, a
+GradScaler's unscale) and before the first module call (data loading, ``.to(device)``) is not
+part of it. Only the first step is recorded: its cost (a Python call per module call and per
+torch call outside modules) falls on one warm-up step. Then both hooks are gone.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpuopt.probes.sites import SiteResolver
+
+MAX_ENTRIES = 20_000  # calls recorded at most (a longer step is cut: its program is incomplete)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A tensor from outside the program: what a fake one needs (no data)."""
+
+    shape: tuple[int, ...]
+    dtype: Any  # torch.dtype
+    device: str
+    requires_grad: bool
+    channels_last: bool = False
+    tensor_id: int = 0  # id() of the tensor it describes (parameters are found by it)
+    is_parameter: bool = False
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A tensor made by an earlier entry of the program: its ``leaf``-th tensor output."""
+
+    entry: int
+    leaf: int
+
+
+@dataclass
+class Entry:
+    """One call of the program."""
+
+    kind: str  # "module" or "function"
+    target: Any  # the module (unwrapped from DDP / torch.compile), or the torch function
+    spec: Any  # the pytree spec of (args, kwargs)
+    leaves: list[Any]  # Ref | TensorSpec | a constant, in the spec's order
+    grad_enabled: bool
+    autocast: tuple[str, Any] | None  # (device type, dtype) when autocast was on
+    name: str  # the module's class or the function's name, for "what was replayed"
+    outputs: int = 0  # tensor outputs
+    site: str | None = None  # the user's line that made the call
+
+
+@dataclass
+class CapturedStep:
+    """The first step as a program, with what its replay needs."""
+
+    entries: list[Entry] = field(default_factory=list)
+    loss: Ref | None = None  # what .backward() was called on, when it is a tensor of the program
+    backward_seen: bool = False
+    optimizer: Any = None  # the optimizer that stepped first (held until the run ends)
+    batch_size: int | None = None
+    batch_dim: int = 0
+    grads_during_forward: bool | None = None  # gradients still allocated when a forward starts
+    complete: bool = False  # the step ran to its end (optimizer step or gpuopt.step())
+    notes: list[str] = field(default_factory=list)
+
+    def modules(self) -> list[Any]:
+        """The modules the program calls, each once, in order."""
+        seen: dict[int, Any] = {}
+        for e in self.entries:
+            if e.kind == "module":
+                seen.setdefault(id(e.target), e.target)
+        return list(seen.values())
+
+    def model(self) -> Any:
+        """The module holding most of the optimizer's parameters (else the first module)."""
+        mods = self.modules()
+        if not mods:
+            return None
+        if self.optimizer is None:
+            return mods[0]
+        params = {id(p) for g in self.optimizer.param_groups for p in g["params"]}
+        return max(mods, key=lambda m: sum(1 for p in m.parameters() if id(p) in params))
+
+    def target(self) -> Ref | None:
+        """What the replay computes: the loss, else (no backward, or a loss made elsewhere) the
+        last module call's first tensor output."""
+        if self.loss is not None:
+            return self.loss
+        for i in range(len(self.entries) - 1, -1, -1):
+            e = self.entries[i]
+            if e.kind == "module" and e.outputs:
+                return Ref(i, 0)
+        return None
+
+    def needed(self) -> list[int]:
+        """The entries the replayed target depends on, in order (an evaluation forward before
+        training, a metric, a ``.item()`` are left out)."""
+        target = self.target()
+        if target is None:
+            return []
+        keep: set[int] = set()
+        todo = [target.entry]
+        while todo:
+            i = todo.pop()
+            if i in keep:
+                continue
+            keep.add(i)
+            todo += [v.entry for v in self.entries[i].leaves if isinstance(v, Ref)]
+        return sorted(keep)
+
+    def describe(self) -> str:
+        """What the replay runs, in words."""
+        needed = [self.entries[i] for i in self.needed()]
+        calls = [e.name for e in needed if e.kind == "module"]
+        fns = sum(1 for e in needed if e.kind == "function")
+        shown = ", ".join(dict.fromkeys(calls)) or "no module"
+        return f"{len(calls)} module call(s) ({shown}) and {fns} torch call(s) between them"
+
+
+def tensor_leaves(obj: Any) -> list[Any]:
+    """The tensors in a call's output, in a fixed order: tuples, lists, dicts (and dict-like
+    outputs such as a ``transformers`` ModelOutput) and dataclass-like objects' fields are
+    walked; anything else that is not a tensor is skipped."""
+    import torch
+
+    out: list[Any] = []
+
+    def walk(o: Any, depth: int) -> None:
+        if isinstance(o, torch.Tensor):
+            out.append(o)
+        elif depth > 4:
+            return
+        elif isinstance(o, (list, tuple)):
+            for v in o:
+                walk(v, depth + 1)
+        elif isinstance(o, dict):
+            for v in o.values():
+                walk(v, depth + 1)
+        elif hasattr(o, "__dataclass_fields__"):
+            for name in o.__dataclass_fields__:
+                walk(getattr(o, name, None), depth + 1)
+
+    walk(obj, 0)
+    return out
+
+
+def unwrap(module: Any) -> tuple[Any, str | None]:
+    """The module a replay calls: DDP's and FSDP-less wrappers' inner module, a compiled
+    module's original; with a note on what is not replayed."""
+    inner = getattr(module, "_orig_mod", None)
+    if inner is not None:
+        return unwrap(inner)[0], (
+            "torch.compile'd module replayed eagerly: fused kernels that keep fewer activations "
+            "are not modelled"
+        )
+    name = type(module).__name__
+    if name == "DistributedDataParallel" and hasattr(module, "module"):
+        return module.module, (
+            "DistributedDataParallel: its gradient buckets (about one more copy of the "
+            "gradients) are not replayed"
+        )
+    return module, None
+
+
+def _autocast_state(leaves: list[Any]) -> tuple[str, Any] | None:
+    import torch
+
+    for device_type in ("cuda", "cpu"):
+        try:
+            if torch.is_autocast_enabled(device_type):
+                return device_type, torch.get_autocast_dtype(device_type)
+        except (TypeError, RuntimeError, AttributeError):  # older torch: no device argument
+            continue
+    return None
+
+
+class StepRecorder:
+    """Records the first step (see the module doc). :meth:`start` before the script,
+    :meth:`step_ended` at the first step boundary, :meth:`stop` at the end (idempotent)."""
+
+    def __init__(
+        self,
+        batch_size_hint: Callable[[], list[int]] | None = None,
+        resolver: SiteResolver | None = None,
+    ) -> None:
+        self.step = CapturedStep()
+        self.resolver = resolver
+        self.batch_size_hint = batch_size_hint
+        self.recording = False
+        self.depth = 0
+        self._made: dict[int, Ref] = {}
+        self._externals: dict[int, TensorSpec] = {}
+        self._keep: list[Any] = []  # the program's tensors, alive while it records (ids stay)
+        self._orig_call: Any = None
+        self._mode: Any = None
+        self._hook: Any = None
+        self._watch_grads = False  # at the next outermost call: are gradients allocated?
+        self._busy = False  # the recorder itself is reading tensors: not the script's calls
+        self._started = False
+
+    # -- on / off -----------------------------------------------------------------------------
+    def start(self) -> None:
+        import torch
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+        from torch.overrides import TorchFunctionMode
+
+        recorder = self
+
+        class _Calls(TorchFunctionMode):
+            def __torch_function__(
+                self,
+                func: Any,
+                types: Any,
+                args: tuple[Any, ...] = (),
+                kwargs: dict[str, Any] | None = None,
+            ) -> Any:
+                return recorder.on_function(func, args, kwargs or {})
+
+        self._orig_call = torch.nn.Module.__call__
+        orig = self._orig_call
+
+        def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
+            return recorder.on_module(orig, module, args, kwargs)
+
+        __call__.__wrapped__ = orig  # type: ignore[attr-defined]
+        torch.nn.Module.__call__ = __call__  # type: ignore[method-assign]
+        self._hook = register_optimizer_step_pre_hook(self._optimizer_steps)
+        self._mode = _Calls()
+        self._mode.__enter__()
+        self._started = True
+
+    def step_ended(self) -> None:
+        """The first step ended: the program is complete; the hooks go (but the check of
+        gradients at the next forward, which removes itself)."""
+        if not self._started or self.step.complete:
+            return
+        self.step.complete = True
+        self.recording = False
+        self._pop_mode()
+        self._keep.clear()
+        self._made.clear()
+        self._watch_grads = self.step.optimizer is not None
+        if not self._watch_grads:
+            self._restore_call()
+        self._finish_batch()
+
+    def stop(self) -> None:
+        self.recording = False
+        self._watch_grads = False
+        self._pop_mode()
+        self._restore_call()
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+        self._keep.clear()
+        self._made.clear()
+        if self.step.batch_size is None:
+            self._finish_batch()
+
+    def _pop_mode(self) -> None:
+        mode = self._mode
+        if mode is None:
+            return
+        from torch.overrides import _get_current_function_mode_stack
+
+        stack = _get_current_function_mode_stack()  # type: ignore[no-untyped-call]
+        if stack and stack[-1] is mode:
+            mode.__exit__(None, None, None)
+            self._mode = None
+        elif not self.recording and mode not in stack:
+            self._mode = None
+        # else: a mode the script pushed is above ours; ours stays inert, popped at stop()
+
+    def _restore_call(self) -> None:
+        if self._orig_call is None:
+            return
+        import torch
+
+        current = torch.nn.Module.__call__
+        if getattr(current, "__wrapped__", None) is self._orig_call:
+            orig: Any = self._orig_call
+            torch.nn.Module.__call__ = orig  # type: ignore[method-assign]
+        self._orig_call = None
+
+    def _optimizer_steps(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.step.optimizer is None:
+            self.step.optimizer = optimizer
+        if self.recording:  # no backward was seen before the step: the program ends here
+            self.recording = False
+
+    # -- what the script calls ---------------------------------------------------------------
+    def on_module(
+        self, orig: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        if self.depth > 0:
+            return self._inner(orig, module, args, kwargs)
+        if self._watch_grads:
+            self._check_grads(module)
+        if not self.recording and not self.step.complete and not self.step.backward_seen:
+            if next(module.parameters(), None) is not None and not self.step.entries:
+                self.recording = True
+        if not self.recording:
+            return self._inner(orig, module, args, kwargs)
+        target, note = unwrap(module)
+        if note and note not in self.step.notes:
+            self.step.notes.append(note)
+        entry = self._entry("module", target, args, kwargs, type(target).__name__)
+        out = self._inner(orig, module, args, kwargs)
+        self._outputs(entry, out)
+        return out
+
+    def _inner(self, orig: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        self.depth += 1
+        try:
+            return orig(module, *args, **kwargs)
+        finally:
+            self.depth -= 1
+
+    def on_function(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if not self.recording or self.depth > 0 or self._busy:
+            return func(*args, **kwargs)
+        import torch
+
+        if func is torch.Tensor.backward or func is torch.autograd.backward:
+            self._backward(args, kwargs)
+            return func(*args, **kwargs)
+        name = getattr(func, "__name__", None) or type(func).__name__
+        entry = self._entry("function", func, args, kwargs, name)
+        out = func(*args, **kwargs)
+        self._outputs(entry, out)
+        return out
+
+    def _backward(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        import torch
+
+        self.step.backward_seen = True
+        self.recording = False
+        loss = args[0] if args else kwargs.get("tensors", kwargs.get("self"))
+        if isinstance(loss, (list, tuple)) and loss:
+            loss = loss[0]
+        if isinstance(loss, torch.Tensor):
+            self.step.loss = self._made.get(id(loss))
+        if self.step.loss is None:
+            self.step.notes.append(
+                "the loss passed to backward() was not made by the recorded calls: a surrogate "
+                "loss (the sum of the last module's outputs) is replayed"
+            )
+
+    def _check_grads(self, module: Any) -> None:
+        """At the first outermost call after the first step: does the forward run with the
+        gradients of the last step still allocated (``zero_grad(set_to_none=False)``, or no
+        ``zero_grad`` before it)? Then the hook goes."""
+        self._watch_grads = False
+        opt = self.step.optimizer
+        if opt is not None:
+            params = [p for g in opt.param_groups for p in g["params"]]
+            self.step.grads_during_forward = any(p.grad is not None for p in params)
+        self._restore_call()
+
+    # -- the program ---------------------------------------------------------------------------
+    def _entry(
+        self, kind: str, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any], name: str
+    ) -> Entry | None:
+        if len(self.step.entries) >= MAX_ENTRIES:
+            self.recording = False
+            self.step.notes.append(f"the step made more than {MAX_ENTRIES} calls: cut there")
+            return None
+        import torch
+        from torch.utils._pytree import tree_flatten
+
+        self._busy = True
+        try:
+            flat, spec = tree_flatten((args, kwargs))
+            leaves = [self._leaf(v) if isinstance(v, torch.Tensor) else v for v in flat]
+        finally:
+            self._busy = False
+        entry = Entry(
+            kind=kind,
+            target=target,
+            spec=spec,
+            leaves=leaves,
+            grad_enabled=torch.is_grad_enabled(),
+            autocast=_autocast_state(leaves),
+            name=name,
+            site=self._caller_site(),
+        )
+        self.step.entries.append(entry)
+        return entry
+
+    def _caller_site(self) -> str | None:
+        resolver = self.resolver
+        if resolver is None:
+            return None
+        try:
+            frame, _, _ = resolver.locate(sys._getframe(2))
+            return None if frame is None else resolver.site(frame.f_code, frame.f_lasti)
+        except Exception:  # a site is a nicety
+            return None
+
+    def _leaf(self, t: Any) -> Ref | TensorSpec:
+        ref = self._made.get(id(t))
+        if ref is not None:
+            return ref
+        spec = self._externals.get(id(t))
+        if spec is None:
+            spec = _spec(t)
+            self._externals[id(t)] = spec
+            self._keep.append(t)
+        return spec
+
+    def _outputs(self, entry: Entry | None, out: Any) -> None:
+        if entry is None:
+            return
+        index = len(self.step.entries) - 1
+        self._busy = True
+        try:
+            leaves = tensor_leaves(out)
+        finally:
+            self._busy = False
+        entry.outputs = len(leaves)
+        for i, t in enumerate(leaves):
+            self._made[id(t)] = Ref(index, i)
+            self._keep.append(t)
+
+    def _finish_batch(self) -> None:
+        """The batch size and its dimension: the training DataLoader's batch size where a
+        dimension of the first module call's first tensor has it, else that tensor's first
+        dimension."""
+        entries = [self.step.entries[i] for i in self.step.needed()]
+        first = next((e for e in entries if e.kind == "module"), None)
+        specs = [v for v in first.leaves if isinstance(v, TensorSpec)] if first else []
+        specs = [s for s in specs if s.shape and not s.is_parameter]
+        if not specs:
+            return
+        shape = specs[0].shape
+        hints = self.batch_size_hint() if self.batch_size_hint is not None else []
+        for b in hints:
+            if b in shape:
+                self.step.batch_size, self.step.batch_dim = b, shape.index(b)
+                return
+        self.step.batch_size, self.step.batch_dim = shape[0], 0
+
+
+def _spec(t: Any) -> TensorSpec:
+    import torch
+
+    channels_last = (
+        t.dim() == 4
+        and not t.is_contiguous()
+        and t.is_contiguous(memory_format=torch.channels_last)
+    )
+    return TensorSpec(
+        shape=tuple(int(s) for s in t.shape),
+        dtype=t.dtype,
+        device=str(t.device),
+        requires_grad=bool(t.requires_grad),
+        channels_last=bool(channels_last),
+        tensor_id=id(t),
+        is_parameter=isinstance(t, torch.nn.Parameter),
+    )
+
+
+def optimizer_state_bytes(optimizer: Any) -> int:
+    """Bytes of an optimizer's state tensors as they are (measured, not replayed)."""
+    import torch
+
+    total = 0
+    seen: set[int] = set()
+    for state in getattr(optimizer, "state", {}).values():
+        for v in state.values():
+            if isinstance(v, torch.Tensor) and id(v) not in seen:
+                seen.add(id(v))
+                total += v.numel() * v.element_size()
+    return total

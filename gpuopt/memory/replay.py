@@ -1,0 +1,344 @@
+"""Replay a recorded step under fake tensors at any batch size, and measure its memory.
+
+Under ``FakeTensorMode`` every tensor has a shape, a dtype and a device but no data: nothing is
+allocated, on the GPU or in host memory, and a forward of a large model costs a fraction of a
+second. :func:`replay` runs, in this order, with :class:`~gpuopt.memory.tracker.StepTracker`
+counting every storage:
+
+1. fake copies of the program's parameters and buffers (the user's modules are called through
+   ``torch.func.functional_call``: they are not copied or changed) and of the batch, its batch
+   dimension resized;
+2. a fake optimizer of the script's class and settings over the fake parameters, its state made
+   by one untracked step (the state of a training run that is past its first step), gradients
+   kept if the script's forward runs with them (``zero_grad(set_to_none=False)``);
+3. the program's calls the loss depends on, in the script's autocast and grad modes;
+4. ``loss.backward()``;
+5. ``optimizer.step()``.
+
+On a machine without CUDA the replay runs on fake CPU tensors (autograd cannot run on fake CUDA
+tensors in a CPU-only build of torch) and models the GPU where it matters to memory: every
+allocation rounded up to the CUDA caching allocator's 512-byte blocks, and torch.optim's default
+on CUDA (``foreach=True``: the step's temporaries span all parameters at once). With CUDA it runs
+on fake tensors of the device the model is on.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gpuopt.memory.capture import CapturedStep, Entry, Ref, TensorSpec, tensor_leaves
+from gpuopt.memory.tracker import CUDA_BLOCK, StepTracker
+from gpuopt.model.records import MemoryByCategory, MemoryHolder
+
+if TYPE_CHECKING:
+    from gpuopt.probes.sites import SiteResolver
+
+
+class ReplayError(Exception):
+    """The step could not be replayed: a one-line reason."""
+
+
+@dataclass
+class ReplayResult:
+    batch_size: int | None
+    peak_bytes: int
+    split: MemoryByCategory
+    largest: list[MemoryHolder]
+    held: list[MemoryHolder]  # every category's largest groups (an OOM's post-mortem)
+    ops: int
+    seconds: float
+    loss: str  # "recorded", "surrogate" or "none" (no backward)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ReplayOptions:
+    batch_size: int | None
+    substitute_ints: bool = False  # ints equal to the recorded batch size take the new one
+    emulate_cuda: bool = True  # on fake CPU tensors: model the CUDA allocator and optimizers
+    block: int = CUDA_BLOCK  # allocations rounded up to this (1: exact bytes, as on a CPU)
+    resolver: SiteResolver | None = None
+
+
+def fake_device_for(step: CapturedStep) -> str | None:
+    """Where fake tensors live: the model's device when CUDA runs here, else the CPU (None:
+    fake tensors keep each original tensor's device)."""
+    import torch
+
+    return None if torch.cuda.is_available() else "cpu"
+
+
+def replay(step: CapturedStep, opts: ReplayOptions) -> ReplayResult:
+    """The step's memory at ``opts.batch_size`` (see the module doc); a :class:`ReplayError`
+    when it cannot be replayed."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    t0 = time.perf_counter()
+    needed = step.needed()
+    if not needed:
+        raise ReplayError("no module call of the step was recorded")
+    run = _Run(step, opts, fake_device_for(step))
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with fake_mode:
+                run.prepare()
+                run.tracker.install_hooks(run.fake_params())
+                try:
+                    with run.tracker.mode():
+                        run.execute(needed)
+                finally:
+                    run.tracker.remove_hooks()
+    except ReplayError:
+        raise
+    except Exception as exc:
+        raise ReplayError(_reason(exc)) from None
+    t = run.tracker
+    return ReplayResult(
+        batch_size=opts.batch_size,
+        peak_bytes=t.peak,
+        split=t.split_at_peak(),
+        largest=t.largest(),
+        held=t.largest(("activations", "temporaries", "other"), n=12),
+        ops=t.ops,
+        seconds=time.perf_counter() - t0,
+        loss=run.loss_mode,
+        notes=run.notes,
+    )
+
+
+def _reason(exc: BaseException) -> str:
+    name = type(exc).__name__
+    text = " ".join(str(exc).split())
+    if "DataDependentOutput" in name or "DynamicOutputShape" in name:
+        return f"the step reads tensor values ({name}: {text[:160]}); fake tensors have none"
+    return f"{name}: {text[:240]}"
+
+
+class _Run:
+    """One replay's state: the fakes, the tracker, the values of the program's entries."""
+
+    def __init__(self, step: CapturedStep, opts: ReplayOptions, device: str | None) -> None:
+        self.step = step
+        self.opts = opts
+        self.device = device
+        self.emulate = bool(opts.emulate_cuda and device == "cpu")
+        self.tracker = StepTracker(block=opts.block, resolver=opts.resolver)
+        self.fakes: dict[int, Any] = {}  # id(real tensor) -> its fake
+        self.values: dict[int, list[Any]] = {}  # entry index -> its tensor outputs
+        self.inputs: dict[int, Any] = {}  # id(TensorSpec) -> fake input
+        self.optimizer: Any = None
+        self.loss_mode = "none"
+        self.notes: list[str] = []
+
+    # -- fakes --------------------------------------------------------------------------------
+    def _device(self, original: Any) -> Any:
+        return self.device if self.device is not None else original
+
+    def _fake_like(self, t: Any) -> Any:
+        import torch
+
+        fake = torch.empty_strided(
+            tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=self._device(t.device)
+        )
+        if t.requires_grad and (t.is_floating_point() or t.is_complex()):
+            fake.requires_grad_(True)
+        return fake
+
+    def fake_params(self) -> list[Any]:
+        return [f for f in self.fakes.values() if f.requires_grad]
+
+    def prepare(self) -> None:
+        """Fake parameters and buffers (counted as parameters), the optimizer with its state."""
+        modules = [e.target for e in self.step.entries if e.kind == "module"]
+        self.tracker.name_modules(modules)
+        for m in modules:
+            for t in [*m.parameters(), *m.buffers()]:
+                if id(t) not in self.fakes:
+                    self.fakes[id(t)] = self._fake_like(t)
+        opt = self.step.optimizer
+        if opt is not None:
+            for g in opt.param_groups:
+                for p in g["params"]:
+                    if id(p) not in self.fakes:
+                        self.fakes[id(p)] = self._fake_like(p)
+        self.tracker.add(self.fakes.values(), "parameters")
+        if opt is not None:
+            self._optimizer(opt)
+
+    def _optimizer(self, opt: Any) -> None:
+        """The script's optimizer rebuilt over the fakes, its state made by one step."""
+        import torch
+
+        groups = []
+        for g in opt.param_groups:
+            settings = {k: v for k, v in g.items() if k != "params"}
+            if self.emulate and settings.get("foreach") is None and not settings.get("fused"):
+                if "foreach" in opt.defaults:
+                    settings["foreach"] = True  # torch.optim's default for CUDA tensors
+            groups.append({**settings, "params": [self.fakes[id(p)] for p in g["params"]]})
+        defaults = {k: v for k, v in opt.defaults.items() if k not in ("params",)}
+        try:
+            fake_opt = type(opt)(groups, **defaults)
+        except Exception:
+            try:
+                fake_opt = type(opt)(groups)
+            except Exception as exc:
+                self.notes.append(
+                    f"the optimizer ({type(opt).__name__}) could not be rebuilt "
+                    f"({type(exc).__name__}): its step and state are not replayed"
+                )
+                return
+        if getattr(fake_opt, "_gpuopt_needs_closure", False) or type(opt).__name__ == "LBFGS":
+            self.notes.append("LBFGS steps with a closure: its step is not replayed")
+            return
+        params = [p for g in fake_opt.param_groups for p in g["params"]]
+        self.tracker.phase = "optimizer_state"
+        with self.tracker.mode():
+            for p in params:
+                p.grad = torch.zeros_like(p)
+            fake_opt.step()
+        keep_grads = bool(self.step.grads_during_forward)
+        for p in params:
+            if keep_grads:
+                self.tracker.recategorize(p.grad, "gradients")
+            else:
+                p.grad = None
+        for state in fake_opt.state.values():
+            for v in state.values():
+                if isinstance(v, torch.Tensor):
+                    self.tracker.recategorize(v, "optimizer_state")
+        self.optimizer = fake_opt
+        self.tracker.reset_peak()
+
+    # -- the program --------------------------------------------------------------------------
+    def _input(self, spec: TensorSpec) -> Any:
+        fake = self.fakes.get(spec.tensor_id) if spec.is_parameter else None
+        if fake is not None:
+            return fake
+        got = self.inputs.get(id(spec))
+        if got is not None:
+            return got
+        import torch
+
+        shape = list(spec.shape)
+        b0, b = self.step.batch_size, self.opts.batch_size
+        if b0 is not None and b is not None and b != b0 and shape:
+            d = self.step.batch_dim
+            if d < len(shape) and shape[d] == b0:
+                shape[d] = b
+            elif shape[0] == b0:
+                shape[0] = b
+        fmt = torch.channels_last if spec.channels_last else torch.contiguous_format
+        t = torch.empty(
+            shape, dtype=spec.dtype, device=self._device(spec.device), memory_format=fmt
+        )
+        if spec.requires_grad and (t.is_floating_point() or t.is_complex()):
+            t.requires_grad_(True)
+        self.inputs[id(spec)] = t
+        self.tracker.recategorize(t, "other")
+        return t
+
+    def _value(self, leaf: Any) -> Any:
+        if isinstance(leaf, Ref):
+            outs = self.values.get(leaf.entry)
+            if outs is None or leaf.leaf >= len(outs):
+                raise ReplayError(f"call {leaf.entry + 1} of the program gave fewer outputs")
+            return outs[leaf.leaf]
+        if isinstance(leaf, TensorSpec):
+            return self._input(leaf)
+        b0, b = self.step.batch_size, self.opts.batch_size
+        if (
+            self.opts.substitute_ints
+            and type(leaf) is int
+            and b0 is not None
+            and b is not None
+            and leaf == b0
+        ):
+            return b
+        return leaf
+
+    def execute(self, needed: list[int]) -> None:
+        import torch
+
+        self.tracker.phase = "activations"
+        for i in needed:
+            self.values[i] = tensor_leaves(self._call(self.step.entries[i]))
+        target = self.step.target()
+        assert target is not None
+        loss = self._value(target)
+        if not self.step.backward_seen:
+            self.loss_mode = "none"
+            return
+        self.loss_mode = "recorded" if self.step.loss is not None else "surrogate"
+        if self.step.loss is None:
+            loss = _surrogate(self.values.get(target.entry, []))
+        if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
+            self.notes.append("the replayed loss needs no gradient: no backward replayed")
+            return
+        self.tracker.phase = "temporaries"
+        grad = None if loss.numel() == 1 else torch.ones_like(loss)
+        torch.autograd.backward([loss], [grad] if grad is not None else None)
+        del loss
+        self.values.clear()  # the graph's outputs go, as the script's do after the step
+        if self.optimizer is not None:
+            self.tracker.phase = "optimizer_state"
+            self.optimizer.step()
+
+    def _call(self, entry: Entry) -> Any:
+        import torch
+        from torch.utils._pytree import tree_unflatten
+
+        args, kwargs = tree_unflatten([self._value(v) for v in entry.leaves], entry.spec)
+        self.tracker.default_site = entry.site
+        with torch.set_grad_enabled(entry.grad_enabled), self._autocast(entry):
+            if entry.kind == "module":
+                return self._module(entry.target, args, kwargs)
+            return entry.target(*args, **kwargs)
+
+    def _autocast(self, entry: Entry) -> Any:
+        import contextlib
+
+        import torch
+
+        if entry.autocast is None:
+            return contextlib.nullcontext()
+        device_type, dtype = entry.autocast
+        if self.device is not None:
+            device_type = self.device
+        return torch.autocast(device_type=device_type, dtype=dtype)
+
+    def _module(self, module: Any, args: Any, kwargs: Any) -> Any:
+        from torch.func import functional_call
+
+        state = {
+            name: self.fakes[id(t)]
+            for name, t in [
+                *module.named_parameters(remove_duplicate=False),
+                *module.named_buffers(remove_duplicate=False),
+            ]
+            if id(t) in self.fakes
+        }
+        if not state:
+            return module(*args, **kwargs)
+        return functional_call(module, state, tuple(args), dict(kwargs), strict=False)
+
+
+def _surrogate(outputs: list[Any]) -> Any:
+    """A loss standing in for one that was not recorded: the sum of the float outputs (its
+    gradient, like any loss's, is one tensor of each output's size)."""
+    floats = [t for t in outputs if t.is_floating_point() and t.requires_grad]
+    if not floats:
+        return None
+    total = floats[0].float().sum()
+    for t in floats[1:]:
+        total = total + t.float().sum()
+    return total
+
+
+Replayer = Callable[[CapturedStep, ReplayOptions], ReplayResult]
