@@ -156,8 +156,9 @@ class Profile(Record):
     findings: list[Finding] = field(default_factory=list)
     gpu: list[GpuRank] | None = None
     ranks: list[RankEntry] | None = None
-    # where a step's memory goes, how much batch fits, why a run died of OOM (docs/memory.md)
-    memory: MemoryReport | None = None
+    # where a step's memory goes, how much batch fits, why a run died of OOM (docs/memory.md):
+    # null where nothing was measured or predicted; unset only in documents older than the key
+    memory: MemoryReport | None | UnsetType = UNSET
     # gpuopt's additions
     source: Source = "run"
     tables: list[Table] = field(default_factory=list)
@@ -203,6 +204,6 @@ class Profile(Record):
                 dataloaders=self.dataloaders or [],
                 ranks=self.ranks,
                 trace_ranks=trace_ranks,
-                memory=self.memory,
+                memory=self.memory if isinstance(self.memory, MemoryReport) else None,
             )
         )

@@ -115,7 +115,7 @@ def _suggested(batch: int, max_batch: int) -> int:
 
 @rule("memory-headroom", reads=("memory", "dispatch", "gpu", "dataloaders"))
 def memory_headroom(profile: Profile) -> list[Finding]:
-    m = profile.memory
+    m = given(profile.memory)
     fit = _fit(m) if m is not None else None
     if m is None or fit is None or fit.max_batch < MIN_ROOM * fit.batch:
         return []
@@ -173,7 +173,7 @@ def memory_headroom(profile: Profile) -> list[Finding]:
 
 @rule("memory-fragmentation", reads=("memory",))
 def memory_fragmentation(profile: Profile) -> list[Finding]:
-    m = profile.memory
+    m = given(profile.memory)
     if m is None:
         return []
     free, reserved, oom_site = _free_blocks(m)
@@ -252,7 +252,7 @@ def _largest(m: MemoryReport) -> list[MemoryHolder]:
 
 @rule("activation-memory", reads=("memory",))
 def activation_memory(profile: Profile) -> list[Finding]:
-    m = profile.memory
+    m = given(profile.memory)
     bound = _memory_bound(m) if m is not None else None
     if m is None or bound is None:
         return []
@@ -290,7 +290,7 @@ def activation_memory(profile: Profile) -> list[Finding]:
 
 @rule("optimizer-state-memory", reads=("memory",))
 def optimizer_state_memory(profile: Profile) -> list[Finding]:
-    m = profile.memory
+    m = given(profile.memory)
     bound = _memory_bound(m) if m is not None else None
     if m is None or bound is None:
         return []
