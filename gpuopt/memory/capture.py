@@ -106,8 +106,8 @@ class CapturedStep:
             return self.loss
         for i in range(len(self.entries) - 1, -1, -1):
             e = self.entries[i]
-            if e.kind == "module" and e.outputs:
-                return Ref(i, 0)
+            if e.kind == "module" and (e.outputs or i == len(self.entries) - 1):
+                return Ref(i, 0)  # (the last call may have died: its outputs are not known)
         return None
 
     def needed(self) -> list[int]:
@@ -214,6 +214,10 @@ class StepRecorder:
         self._hook: Any = None
         self._watch_grads = False  # at the next outermost call: are gradients allocated?
         self._busy = False  # the recorder itself is reading tensors: not the script's calls
+        # optimizers made before the first step ended (a run that dies in its first step never
+        # says which one it steps); held until then
+        self.optimizers: list[Any] = []
+        self._orig_opt_init: Any = None
         self._started = False
 
     # -- on / off -----------------------------------------------------------------------------
@@ -243,6 +247,15 @@ class StepRecorder:
         __call__.__wrapped__ = orig  # type: ignore[attr-defined]
         torch.nn.Module.__call__ = __call__  # type: ignore[method-assign]
         self._hook = register_optimizer_step_pre_hook(self._optimizer_steps)
+        self._orig_opt_init = torch.optim.Optimizer.__init__
+        opt_init = self._orig_opt_init
+
+        def __init__(opt: Any, *args: Any, **kwargs: Any) -> None:
+            opt_init(opt, *args, **kwargs)
+            recorder.optimizers.append(opt)
+
+        __init__.__wrapped__ = opt_init  # type: ignore[attr-defined]
+        torch.optim.Optimizer.__init__ = __init__  # type: ignore[method-assign]
         self._mode = _Calls()
         self._mode.__enter__()
         self._started = True
@@ -260,6 +273,8 @@ class StepRecorder:
         self._watch_grads = self.step.optimizer is not None
         if not self._watch_grads:
             self._restore_call()
+        self._restore_optimizer_init()
+        self.optimizers.clear()
         self._finish_batch()
 
     def stop(self) -> None:
@@ -267,6 +282,7 @@ class StepRecorder:
         self._watch_grads = False
         self._pop_mode()
         self._restore_call()
+        self._restore_optimizer_init()
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
@@ -288,6 +304,17 @@ class StepRecorder:
         elif not self.recording and mode not in stack:
             self._mode = None
         # else: a mode the script pushed is above ours; ours stays inert, popped at stop()
+
+    def _restore_optimizer_init(self) -> None:
+        if self._orig_opt_init is None:
+            return
+        import torch
+
+        current = torch.optim.Optimizer.__init__
+        if getattr(current, "__wrapped__", None) is self._orig_opt_init:
+            orig: Any = self._orig_opt_init
+            torch.optim.Optimizer.__init__ = orig  # type: ignore[method-assign]
+        self._orig_opt_init = None
 
     def _restore_call(self) -> None:
         if self._orig_call is None:

@@ -97,8 +97,9 @@ class CudaAllocator:
 
 @dataclass
 class RecordedAllocator:
-    """A scripted allocator for tests: ``peak_by_step`` is what :meth:`peaks` reports after
-    each reset, the snapshot is given; nothing runs on a device."""
+    """A scripted allocator for tests: ``peak_by_step[i]`` is what :meth:`peaks` reports after
+    the ``i+1``-th reset (the probe resets once at its start, then after each step's read), the
+    snapshot is given; nothing runs on a device."""
 
     name: str = "NVIDIA Test GPU"
     total: int = 80 << 30
@@ -121,7 +122,7 @@ class RecordedAllocator:
     def peaks(self) -> tuple[int, int]:
         if not self.peak_by_step:
             return 0, 0
-        return self.peak_by_step[min(self._resets, len(self.peak_by_step) - 1)]
+        return self.peak_by_step[min(max(self._resets - 1, 0), len(self.peak_by_step) - 1)]
 
     def reset_peaks(self) -> None:
         self._resets += 1

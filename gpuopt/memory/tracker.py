@@ -82,6 +82,10 @@ class StepTracker:
         self.peak_split: dict[str, int] = dict(self.current)
         self.groups: dict[Group, list[int]] = {}  # live [bytes, count] per group
         self.peak_groups: dict[Group, tuple[int, int]] = {}
+        # the groups when the activations alone peaked (the end of the forward, typically):
+        # ``largest`` reads these, since the step's peak may fall in the optimizer's step
+        self.act_peak = 0
+        self.act_groups: dict[Group, tuple[int, int]] = {}
         self.live: dict[int, _Live] = {}
         self.in_optimizer = 0
         self.module_names: dict[int, str] = {}
@@ -115,6 +119,7 @@ class StepTracker:
         """Forget the peak so far: the peak from now on (after setting up what exists before
         the step)."""
         self.peak = 0
+        self.act_peak = 0
         self._update_peak()
 
     def name_modules(self, roots: Iterable[Any]) -> None:
@@ -305,6 +310,14 @@ class StepTracker:
             self.peak = self.total
             self.peak_split = dict(self.current)
             self.peak_groups = {k: (v[0], v[1]) for k, v in self.groups.items() if v[0] > 0}
+        acts = self.current["activations"]
+        if acts > self.act_peak:
+            self.act_peak = acts
+            self.act_groups = {
+                k: (v[0], v[1])
+                for k, v in self.groups.items()
+                if v[0] > 0 and k[0] == "activations"
+            }
 
     # -- results ------------------------------------------------------------------------------
     def split_at_peak(self) -> MemoryByCategory:
@@ -313,12 +326,15 @@ class StepTracker:
     def largest(
         self, categories: tuple[str, ...] = ("activations",), n: int = LARGEST
     ) -> list[MemoryHolder]:
-        """The groups of ``categories`` holding the most bytes at the peak, largest first."""
+        """The groups of ``categories`` holding the most bytes, largest first: activations when
+        they peaked, other categories at the step's peak."""
         rows = [
             (nbytes, count, g)
             for g, (nbytes, count) in self.peak_groups.items()
-            if g[0] in categories
+            if g[0] in categories and g[0] != "activations"
         ]
+        if "activations" in categories:
+            rows += [(nbytes, count, g) for g, (nbytes, count) in self.act_groups.items()]
         rows.sort(key=lambda r: (-r[0], r[2][2] or "", r[2][1] or ""))
         return [
             MemoryHolder(site=g[2], module=g[1], bytes=int(nbytes), category=g[0], count=count)

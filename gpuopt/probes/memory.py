@@ -17,6 +17,7 @@ device (measured). What it does during the run, and what each costs:
 from __future__ import annotations
 
 import gc
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -286,7 +287,8 @@ class MemoryProbe:
                 "replayed"
             )
         if step.optimizer is None:
-            step.optimizer = _find_optimizer(step)
+            step.optimizer = _find_optimizer(step, self.recorder.optimizers)
+        self.recorder.optimizers.clear()
 
     def _post_mortem(self) -> None:
         assert self.outcome is not None and self.outcome.error is not None
@@ -328,16 +330,22 @@ class MemoryProbe:
             self.notes.append(text)
 
 
-def _find_optimizer(step: CapturedStep) -> Any:
-    """An optimizer over the program's parameters, among the live objects (a run that died
-    before its first ``optimizer.step()``)."""
+def _find_optimizer(step: CapturedStep, made: list[Any]) -> Any:
+    """An optimizer over the program's parameters (a run that died before its first
+    ``optimizer.step()``): among those made during the first step, else among the live
+    objects."""
     import torch
 
     params = {id(p) for m in step.modules() for p in m.parameters()}
     if not params:
         return None
-    for obj in gc.get_objects():
-        if isinstance(obj, torch.optim.Optimizer):
-            if any(id(p) in params for g in obj.param_groups for p in g["params"]):
-                return obj
+    for opt in made:
+        if any(id(p) in params for g in opt.param_groups for p in g["params"]):
+            return opt
+    with warnings.catch_warnings():  # some modules' objects warn when their class is read
+        warnings.simplefilter("ignore")
+        for obj in gc.get_objects():
+            if isinstance(obj, torch.optim.Optimizer):
+                if any(id(p) in params for g in obj.param_groups for p in g["params"]):
+                    return obj
     return None

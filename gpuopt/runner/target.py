@@ -186,9 +186,18 @@ def _is_ours(filename: str) -> bool:
 
 def print_user_traceback(exc: BaseException) -> None:
     """The script's own traceback, as ``python`` would print it: gpuopt's and runpy's frames
-    removed."""
+    removed (those before the script's and those a probe's wrapper put between two of its
+    frames, such as the memory probe's ``Module.__call__`` in the first step)."""
     tb: TracebackType | None = exc.__traceback__
     while tb is not None and _is_ours(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
+    keep = tb
+    while keep is not None:
+        nxt = keep.tb_next
+        while nxt is not None and _is_ours(nxt.tb_frame.f_code.co_filename):
+            nxt = nxt.tb_next
+        if nxt is not keep.tb_next:
+            keep.tb_next = nxt
+        keep = nxt
     traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
     sys.stderr.flush()
