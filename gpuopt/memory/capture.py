@@ -255,7 +255,7 @@ class StepRecorder:
             recorder.optimizers.append(opt)
 
         __init__.__wrapped__ = opt_init  # type: ignore[attr-defined]
-        torch.optim.Optimizer.__init__ = __init__  # type: ignore[method-assign]
+        torch.optim.Optimizer.__init__ = __init__  # type: ignore[method-assign,assignment]
         self._mode = _Calls()
         self._mode.__enter__()
         self._started = True
