@@ -169,7 +169,8 @@ def test_the_recorder_keeps_the_loss_path_and_leaves_nothing_behind() -> None:
     _train(rec)
     step = rec.step
     names = [step.entries[i].name for i in step.needed()]
-    assert names == ["_Net", "float", "CrossEntropyLoss"]  # the metric and .item() left out
+    # the metric and .item() are left out
+    assert names == ["_Net", "float", "CrossEntropyLoss", "backward", "AdamW"]
     assert step.loss is not None and step.complete and step.batch_size == 32
     assert step.grads_during_forward is False
     assert isinstance(step.optimizer, torch.optim.AdamW)
@@ -177,7 +178,30 @@ def test_the_recorder_keeps_the_loss_path_and_leaves_nothing_behind() -> None:
     from torch.overrides import _get_current_function_mode_stack
 
     assert not _get_current_function_mode_stack()  # type: ignore[no-untyped-call]
-    assert "2 module call(s) (_Net, CrossEntropyLoss)" in step.describe()
+    assert step.describe() == (
+        "2 module call(s) (_Net, CrossEntropyLoss), 1 torch call(s) between them, "
+        "1 backward(s), 1 optimizer step(s)"
+    )
+
+
+def test_gradient_accumulation_is_replayed_micro_step_by_micro_step() -> None:
+    """Two forward/backward pairs before one optimizer step: both are replayed; the peak is
+    the one of a micro-batch, with the gradients of the first already accumulated."""
+    rec = StepRecorder()
+    model = _Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    rec.start()
+    try:
+        for _ in range(2):
+            F.cross_entropy(model(torch.randn(16, 64)), torch.randint(0, 10, (16,))).backward()
+        opt.step()
+        rec.step_ended()
+    finally:
+        rec.stop()
+    kinds = [rec.step.entries[i].kind for i in rec.step.needed()]
+    assert kinds.count("backward") == 2 and kinds[-1] == "step"
+    r = _cpu(rec.step, 16)
+    assert r.split.gradients == sum(p.numel() * 4 for p in model.parameters())
 
 
 def test_gradients_kept_through_the_forward_are_noticed() -> None:

@@ -56,8 +56,9 @@ class Ref:
 class Entry:
     """One call of the program."""
 
-    kind: str  # "module" or "function"
-    target: Any  # the module (unwrapped from DDP / torch.compile), or the torch function
+    kind: str  # "module", "function", "backward" (of ``leaves[0]``) or "step" (an optimizer's)
+    target: Any  # the module (unwrapped from DDP / torch.compile), the torch function, or the
+    # optimizer that steps
     spec: Any  # the pytree spec of (args, kwargs)
     leaves: list[Any]  # Ref | TensorSpec | a constant, in the spec's order
     grad_enabled: bool
@@ -72,8 +73,8 @@ class CapturedStep:
     """The first step as a program, with what its replay needs."""
 
     entries: list[Entry] = field(default_factory=list)
-    loss: Ref | None = None  # what .backward() was called on, when it is a tensor of the program
-    backward_seen: bool = False
+    # a backward the run died before (the post-mortem replays one on a surrogate loss)
+    surrogate_backward: bool = False
     optimizer: Any = None  # the optimizer that stepped first (held until the run ends)
     batch_size: int | None = None
     batch_dim: int = 0
@@ -99,25 +100,41 @@ class CapturedStep:
         params = {id(p) for g in self.optimizer.param_groups for p in g["params"]}
         return max(mods, key=lambda m: sum(1 for p in m.parameters() if id(p) in params))
 
-    def target(self) -> Ref | None:
-        """What the replay computes: the loss, else (no backward, or a loss made elsewhere) the
-        last module call's first tensor output."""
-        if self.loss is not None:
-            return self.loss
-        for i in range(len(self.entries) - 1, -1, -1):
+    @property
+    def backward_seen(self) -> bool:
+        return self.surrogate_backward or any(e.kind == "backward" for e in self.entries)
+
+    @property
+    def loss(self) -> Ref | None:
+        """The first backward's loss, when the program made it."""
+        for e in self.entries:
+            if e.kind == "backward":
+                return e.leaves[0] if isinstance(e.leaves[0], Ref) else None
+        return None
+
+    def last_module_before(self, index: int) -> Ref | None:
+        """The first output of the last module call before entry ``index`` (a surrogate loss's
+        base; the last call may have died, its outputs then unknown)."""
+        for i in range(min(index, len(self.entries)) - 1, -1, -1):
             e = self.entries[i]
             if e.kind == "module" and (e.outputs or i == len(self.entries) - 1):
-                return Ref(i, 0)  # (the last call may have died: its outputs are not known)
+                return Ref(i, 0)
         return None
 
     def needed(self) -> list[int]:
-        """The entries the replayed target depends on, in order (an evaluation forward before
-        training, a metric, a ``.item()`` are left out)."""
-        target = self.target()
-        if target is None:
-            return []
+        """The entries the replay runs, in order: every backward and optimizer step, and the
+        calls their losses depend on (an evaluation forward before training, a metric, a
+        ``.item()`` are left out); without a backward, the last module call's."""
+        roots = [i for i, e in enumerate(self.entries) if e.kind in ("backward", "step")]
+        for i in [i for i in roots if self.entries[i].kind == "backward"]:
+            if not isinstance(self.entries[i].leaves[0], Ref):
+                base = self.last_module_before(i)
+                roots += [base.entry] if base is not None else []
+        if not any(self.entries[i].kind == "backward" for i in roots):
+            base = self.last_module_before(len(self.entries))
+            roots += [base.entry] if base is not None else []
         keep: set[int] = set()
-        todo = [target.entry]
+        todo = list(roots)
         while todo:
             i = todo.pop()
             if i in keep:
@@ -131,8 +148,13 @@ class CapturedStep:
         needed = [self.entries[i] for i in self.needed()]
         calls = [e.name for e in needed if e.kind == "module"]
         fns = sum(1 for e in needed if e.kind == "function")
+        backwards = sum(1 for e in needed if e.kind == "backward") + self.surrogate_backward
+        steps = sum(1 for e in needed if e.kind == "step")
         shown = ", ".join(dict.fromkeys(calls)) or "no module"
-        return f"{len(calls)} module call(s) ({shown}) and {fns} torch call(s) between them"
+        return (
+            f"{len(calls)} module call(s) ({shown}), {fns} torch call(s) between them, "
+            f"{backwards} backward(s), {steps} optimizer step(s)"
+        )
 
 
 def tensor_leaves(obj: Any) -> list[Any]:
@@ -330,8 +352,10 @@ class StepRecorder:
     def _optimizer_steps(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self.step.optimizer is None:
             self.step.optimizer = optimizer
-        if self.recording:  # no backward was seen before the step: the program ends here
-            self.recording = False
+        if self.recording and not self._busy:
+            self.step.entries.append(
+                Entry("step", optimizer, None, [], True, None, type(optimizer).__name__)
+            )
 
     # -- what the script calls ---------------------------------------------------------------
     def on_module(
@@ -341,8 +365,8 @@ class StepRecorder:
             return self._inner(orig, module, args, kwargs)
         if self._watch_grads:
             self._check_grads(module)
-        if not self.recording and not self.step.complete and not self.step.backward_seen:
-            if next(module.parameters(), None) is not None and not self.step.entries:
+        if not self.recording and not self.step.complete and not self.step.entries:
+            if next(module.parameters(), None) is not None:
                 self.recording = True
         if not self.recording:
             return self._inner(orig, module, args, kwargs)
@@ -376,20 +400,22 @@ class StepRecorder:
         return out
 
     def _backward(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """A backward is an entry of the program: on the loss it was called on (a Ref, or None
+        when the recorded calls did not make it: the replay then takes a surrogate)."""
         import torch
 
-        self.step.backward_seen = True
-        self.recording = False
         loss = args[0] if args else kwargs.get("tensors", kwargs.get("self"))
         if isinstance(loss, (list, tuple)) and loss:
             loss = loss[0]
-        if isinstance(loss, torch.Tensor):
-            self.step.loss = self._made.get(id(loss))
-        if self.step.loss is None:
-            self.step.notes.append(
-                "the loss passed to backward() was not made by the recorded calls: a surrogate "
+        ref = self._made.get(id(loss)) if isinstance(loss, torch.Tensor) else None
+        self.step.entries.append(Entry("backward", None, None, [ref], True, None, "backward"))
+        if ref is None:
+            note = (
+                "a loss passed to backward() was not made by the recorded calls: a surrogate "
                 "loss (the sum of the last module's outputs) is replayed"
             )
+            if note not in self.step.notes:
+                self.step.notes.append(note)
 
     def _check_grads(self, module: Any) -> None:
         """At the first outermost call after the first step: does the forward run with the

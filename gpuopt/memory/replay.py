@@ -132,7 +132,7 @@ class _Run:
         self.fakes: dict[int, Any] = {}  # id(real tensor) -> its fake
         self.values: dict[int, list[Any]] = {}  # entry index -> its tensor outputs
         self.inputs: dict[int, Any] = {}  # id(TensorSpec) -> fake input
-        self.optimizer: Any = None
+        self.optimizers: dict[int, Any] = {}  # id(the script's optimizer) -> its fake
         self.loss_mode = "none"
         self.notes: list[str] = []
 
@@ -153,28 +153,40 @@ class _Run:
     def fake_params(self) -> list[Any]:
         return [f for f in self.fakes.values() if f.requires_grad]
 
+    def _optimizers(self) -> list[Any]:
+        """The script's optimizers the program steps, the first-stepping one first."""
+        found: dict[int, Any] = {}
+        if self.step.optimizer is not None:
+            found[id(self.step.optimizer)] = self.step.optimizer
+        for e in self.step.entries:
+            if e.kind == "step":
+                found.setdefault(id(e.target), e.target)
+        return list(found.values())
+
     def prepare(self) -> None:
-        """Fake parameters and buffers (counted as parameters), the optimizer with its state."""
+        """Fake parameters and buffers (counted as parameters), the optimizers with their
+        state."""
         modules = [e.target for e in self.step.entries if e.kind == "module"]
         self.tracker.name_modules(modules)
         for m in modules:
             for t in [*m.parameters(), *m.buffers()]:
                 if id(t) not in self.fakes:
                     self.fakes[id(t)] = self._fake_like(t)
-        opt = self.step.optimizer
-        if opt is not None:
+        opts = self._optimizers()
+        for opt in opts:
             for g in opt.param_groups:
                 for p in g["params"]:
                     if id(p) not in self.fakes:
                         self.fakes[id(p)] = self._fake_like(p)
         self.tracker.add(self.fakes.values(), "parameters")
-        if opt is not None:
-            self._optimizer(opt)
+        for opt in opts:
+            fake = self._optimizer(opt)
+            if fake is not None:
+                self.optimizers[id(opt)] = fake
+        self.tracker.reset_peak()
 
-    def _optimizer(self, opt: Any) -> None:
-        """The script's optimizer rebuilt over the fakes, its state made by one step."""
-        import torch
-
+    def _rebuilt(self, opt: Any) -> Any:
+        """The script's optimizer class and settings over the fakes (None: it cannot be)."""
         groups = []
         for g in opt.param_groups:
             settings = {k: v for k, v in g.items() if k != "params"}
@@ -184,19 +196,27 @@ class _Run:
             groups.append({**settings, "params": [self.fakes[id(p)] for p in g["params"]]})
         defaults = {k: v for k, v in opt.defaults.items() if k not in ("params",)}
         try:
-            fake_opt = type(opt)(groups, **defaults)
+            return type(opt)(groups, **defaults)
         except Exception:
             try:
-                fake_opt = type(opt)(groups)
+                return type(opt)(groups)
             except Exception as exc:
                 self.notes.append(
                     f"the optimizer ({type(opt).__name__}) could not be rebuilt "
                     f"({type(exc).__name__}): its step and state are not replayed"
                 )
-                return
-        if getattr(fake_opt, "_gpuopt_needs_closure", False) or type(opt).__name__ == "LBFGS":
+                return None
+
+    def _optimizer(self, opt: Any) -> Any:
+        """The rebuilt optimizer, its state made by one step (as in a run past its first)."""
+        import torch
+
+        if type(opt).__name__ == "LBFGS":
             self.notes.append("LBFGS steps with a closure: its step is not replayed")
-            return
+            return None
+        fake_opt = self._rebuilt(opt)
+        if fake_opt is None:
+            return None
         params = [p for g in fake_opt.param_groups for p in g["params"]]
         self.tracker.phase = "optimizer_state"
         with self.tracker.mode():
@@ -213,8 +233,7 @@ class _Run:
             for v in state.values():
                 if isinstance(v, torch.Tensor):
                     self.tracker.recategorize(v, "optimizer_state")
-        self.optimizer = fake_opt
-        self.tracker.reset_peak()
+        return fake_opt
 
     # -- the program --------------------------------------------------------------------------
     def _input(self, spec: TensorSpec) -> Any:
@@ -263,32 +282,78 @@ class _Run:
             return b
         return leaf
 
+    def _last_uses(self, needed: list[int]) -> dict[int, int]:
+        """For each entry, the last entry of ``needed`` that reads its outputs (a value is
+        freed after it, as a script's temporaries are)."""
+        last: dict[int, int] = {}
+        for i in needed:
+            e = self.step.entries[i]
+            for v in e.leaves:
+                if isinstance(v, Ref):
+                    last[v.entry] = i
+            if e.kind == "backward" and not isinstance(e.leaves[0], Ref):
+                base = self.step.last_module_before(i)
+                if base is not None:
+                    last[base.entry] = i
+        return last
+
     def execute(self, needed: list[int]) -> None:
+        self.tracker.phase = "activations"
+        last = self._last_uses(needed)
+        modes: set[str] = set()
+        for i in needed:
+            e = self.step.entries[i]
+            if e.kind == "backward":
+                modes.add(self._backward(i, e.leaves[0]))
+            elif e.kind == "step":
+                self._step(e.target)
+            else:
+                self.values[i] = tensor_leaves(self._call(e))
+            for j in [j for j, at in last.items() if at == i]:
+                self.values.pop(j, None)
+            if i not in last and e.kind in ("module", "function") and i != needed[-1]:
+                self.values.pop(i, None)  # read by nothing later
+        if self.step.surrogate_backward:
+            modes.add(self._backward(len(self.step.entries), None))
+            if self.step.optimizer is not None and not any(
+                e.kind == "step" for e in self.step.entries
+            ):
+                self._step(self.step.optimizer)
+        self.loss_mode = (
+            "surrogate" if "surrogate" in modes else "recorded" if "recorded" in modes else "none"
+        )
+
+    def _backward(self, index: int, leaf: Any) -> str:
+        """The backward of entry ``index``: of its loss, or of a surrogate on the last module's
+        outputs before it. How the loss was had: "recorded", "surrogate" or "none"."""
         import torch
 
-        self.tracker.phase = "activations"
-        for i in needed:
-            self.values[i] = tensor_leaves(self._call(self.step.entries[i]))
-        target = self.step.target()
-        assert target is not None
-        loss = self._value(target)
-        if not self.step.backward_seen:
-            self.loss_mode = "none"
-            return
-        self.loss_mode = "recorded" if self.step.loss is not None else "surrogate"
-        if self.step.loss is None:
-            loss = _surrogate(self.values.get(target.entry, []))
+        how = "recorded"
+        if isinstance(leaf, Ref):
+            loss = self._value(leaf)
+        else:
+            how = "surrogate"
+            base = self.step.last_module_before(index)
+            loss = _surrogate(self.values.get(base.entry, [])) if base is not None else None
         if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
-            self.notes.append("the replayed loss needs no gradient: no backward replayed")
-            return
+            note = "a replayed loss needs no gradient: its backward is not replayed"
+            if note not in self.notes:
+                self.notes.append(note)
+            return "none"
         self.tracker.phase = "temporaries"
         grad = None if loss.numel() == 1 else torch.ones_like(loss)
         torch.autograd.backward([loss], [grad] if grad is not None else None)
         del loss
-        self.values.clear()  # the graph's outputs go, as the script's do after the step
-        if self.optimizer is not None:
-            self.tracker.phase = "optimizer_state"
-            self.optimizer.step()
+        self.tracker.phase = "activations"
+        return how
+
+    def _step(self, real: Any) -> None:
+        fake = self.optimizers.get(id(real))
+        if fake is None:
+            return
+        self.tracker.phase = "optimizer_state"
+        fake.step()
+        self.tracker.phase = "activations"
 
     def _call(self, entry: Entry) -> Any:
         import torch

@@ -281,7 +281,7 @@ class MemoryProbe:
         """The run died inside its first step: replay what was recorded, with a surrogate
         backward if it died before its own, and the optimizer found among the live objects."""
         if not step.backward_seen:
-            step.backward_seen = True
+            step.surrogate_backward = True
             step.notes.append(
                 "the run died before its first backward: the backward of a surrogate loss is "
                 "replayed"
