@@ -543,7 +543,7 @@ def optimize(
         help=(
             "A fix to use (repeatable; default: every safe fix the findings call for): "
             "dataloader, pinned-copies, syncs, zero-grad, cudnn-benchmark, vectorize, padding, "
-            "aot; opt-in: amp, tf32, channels-last, compile, padding-batch."
+            "aot; opt-in: amp, tf32, channels-last, compile, padding-batch, batch-size."
         ),
     ),
     amp_dtype: str = typer.Option(
@@ -577,6 +577,13 @@ def optimize(
     nproc_per_node: int | None = typer.Option(
         None, "--nproc-per-node", min=1, help="Not yet: optimize runs one process."
     ),
+    memory_for: str | None = typer.Option(
+        None,
+        "--memory-for",
+        metavar="DEVICE|SIZE",
+        help="Every run predicts the step's memory on that GPU (--fix batch-size needs it "
+        "without a GPU).",
+    ),
 ) -> None:
     if nproc_per_node is not None and nproc_per_node > 1:
         fail("optimize runs one process so far; profile multi-rank runs with gpuopt profile")
@@ -607,6 +614,7 @@ def optimize(
         quick=quick,
         quiet=quiet,
         force=force,
+        memory_for=memory_for,
     )
     try:
         code = optimize_command(opts)

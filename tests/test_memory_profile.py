@@ -145,23 +145,35 @@ def test_fragmentation_and_what_fills_the_memory() -> None:
 
 
 def _loop(probe: MemoryProbe, steps: int = 3, oom_at: int = -1) -> Outcome:
+    """A training loop with gpuopt's step clock installed: the probe's ``on_step`` runs inside
+    torch's optimizer hooks, as in a real run."""
+    import time
+
+    from gpuopt.probes import steps as steps_mod
+
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 128), torch.nn.ReLU(), torch.nn.Linear(128, 4))
     opt = torch.optim.Adam(model.parameters())
-    for i in range(steps):
-        x, y = torch.randn(16, 32), torch.randint(0, 4, (16,))
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        if i == oom_at:
-            assert isinstance(probe.allocator, RecordedAllocator)
-            probe.allocator.fire_oom()
-            error = RunError(
-                type="OutOfMemoryError", message="CUDA out of memory. Tried to allocate 20.00 MiB."
-            )
-            return Outcome("error", 1, error, error_frames=[(__file__, 1)])
-        loss.backward()
-        opt.step()
-        probe.on_step(i, 0.0)
+    clock = steps_mod.StepClock(clock=time.perf_counter)
+    clock.listeners.append(probe.on_step)
+    steps_mod.install(clock)
+    try:
+        for i in range(steps):
+            x, y = torch.randn(16, 32), torch.randint(0, 4, (16,))
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            if i == oom_at:
+                assert isinstance(probe.allocator, RecordedAllocator)
+                probe.allocator.fire_oom()
+                error = RunError(
+                    type="OutOfMemoryError",
+                    message="CUDA out of memory. Tried to allocate 20.00 MiB.",
+                )
+                return Outcome("error", 1, error, error_frames=[(__file__, 1)])
+            loss.backward()
+            opt.step()
+    finally:
+        steps_mod.uninstall()
     return Outcome("ok", 0)
 
 

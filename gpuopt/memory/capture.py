@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from gpuopt.probes.sites import SiteResolver
 
 MAX_ENTRIES = 20_000  # calls recorded at most (a longer step is cut: its program is incomplete)
+# step boundaries (backward passes, gpuopt.step()) the recording waits for an optimizer's step:
+# gradient accumulation over up to this many micro-batches is recorded whole
+MAX_BOUNDARIES = 4
 
 
 @dataclass(frozen=True)
@@ -233,19 +236,29 @@ class StepRecorder:
         self._keep: list[Any] = []  # the program's tensors, alive while it records (ids stay)
         self._orig_call: Any = None
         self._mode: Any = None
-        self._hook: Any = None
+        self._hooks: list[Any] = []
+        self._in_step = 0  # inside an optimizer's step: its own torch calls are not the script's
         self._watch_grads = False  # at the next outermost call: are gradients allocated?
         self._busy = False  # the recorder itself is reading tensors: not the script's calls
         # optimizers made before the first step ended (a run that dies in its first step never
         # says which one it steps); held until then
         self.optimizers: list[Any] = []
         self._orig_opt_init: Any = None
+        self._stepped = False  # an optimizer stepped while the program was recorded
+        self.boundaries = 0  # step boundaries seen while recording
+        self._first_boundary: int | None = None  # entries recorded by the first boundary
+        # called at the first outermost module call after the program ended (the memory probe
+        # starts its tracked step there: not inside torch's optimizer hooks)
+        self.at_next_call: Callable[[], None] | None = None
         self._started = False
 
     # -- on / off -----------------------------------------------------------------------------
     def start(self) -> None:
         import torch
-        from torch.optim.optimizer import register_optimizer_step_pre_hook
+        from torch.optim.optimizer import (
+            register_optimizer_step_post_hook,
+            register_optimizer_step_pre_hook,
+        )
         from torch.overrides import TorchFunctionMode
 
         recorder = self
@@ -268,7 +281,10 @@ class StepRecorder:
 
         __call__.__wrapped__ = orig  # type: ignore[attr-defined]
         torch.nn.Module.__call__ = __call__  # type: ignore[method-assign]
-        self._hook = register_optimizer_step_pre_hook(self._optimizer_steps)
+        self._hooks = [
+            register_optimizer_step_pre_hook(self._optimizer_steps),
+            register_optimizer_step_post_hook(self._optimizer_stepped),
+        ]
         self._orig_opt_init = torch.optim.Optimizer.__init__
         opt_init = self._orig_opt_init
 
@@ -283,16 +299,38 @@ class StepRecorder:
         self._started = True
 
     def step_ended(self) -> None:
-        """The first step ended: the program is complete; the hooks go (but the check of
-        gradients at the next forward, which removes itself)."""
+        """The run's first step boundary. When an optimizer stepped, the program ends there;
+        when the boundary is a backward's (gpuopt marks steps at ``loss.backward()`` until it
+        sees an optimizer step) or ``gpuopt.step()``, an optimizer step may still follow: the
+        program ends at it, or at the next outermost module call if none comes."""
         if not self._started or self.step.complete:
+            return
+        self.boundaries += 1
+        if self._first_boundary is None:
+            self._first_boundary = len(self.step.entries)
+        if self._stepped or not self.recording:
+            self._finish()
+        elif self.boundaries >= MAX_BOUNDARIES:
+            self._cut_to_first_boundary()
+            self._finish()
+
+    def _cut_to_first_boundary(self) -> None:
+        """No optimizer stepped within :data:`MAX_BOUNDARIES` boundaries (hand-written
+        updates, ``gpuopt.step()``): the program is the first step's calls alone."""
+        if self._first_boundary is not None and not self._stepped:
+            del self.step.entries[self._first_boundary :]
+
+    def _finish(self) -> None:
+        """The program is complete; the hooks go (but the module-call wrapper, until the next
+        outermost call when something waits for it: the check of gradients, ``at_next_call``)."""
+        if self.step.complete:
             return
         self.step.complete = True
         self.recording = False
         self._pop_mode()
         self._keep.clear()
         self._made.clear()
-        self._watch_grads = self.step.optimizer is not None
+        self._watch_grads = self.step.optimizer is not None or self.at_next_call is not None
         if not self._watch_grads:
             self._restore_call()
         self._restore_optimizer_init()
@@ -300,14 +338,16 @@ class StepRecorder:
         self._finish_batch()
 
     def stop(self) -> None:
+        if self.recording and not self.step.complete and self.boundaries:
+            self._cut_to_first_boundary()
         self.recording = False
         self._watch_grads = False
         self._pop_mode()
         self._restore_call()
         self._restore_optimizer_init()
-        if self._hook is not None:
-            self._hook.remove()
-            self._hook = None
+        for h in self._hooks:
+            h.remove()
+        self._hooks.clear()
         self._keep.clear()
         self._made.clear()
         if self.step.batch_size is None:
@@ -349,7 +389,15 @@ class StepRecorder:
             torch.nn.Module.__call__ = orig  # type: ignore[method-assign]
         self._orig_call = None
 
+    def _optimizer_stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._in_step = max(self._in_step - 1, 0)
+        if self.recording and not self._in_step:
+            self._stepped = True
+            if self.boundaries:
+                self._finish()  # the boundary came first, at a backward: the step ends here
+
     def _optimizer_steps(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._in_step += 1
         if self.step.optimizer is None:
             self.step.optimizer = optimizer
         if self.recording and not self._busy:
@@ -386,11 +434,9 @@ class StepRecorder:
             self.depth -= 1
 
     def on_function(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if not self.recording or self.depth > 0 or self._busy:
+        if not self.recording or self.depth > 0 or self._busy or self._in_step:
             return func(*args, **kwargs)
-        import torch
-
-        if func is torch.Tensor.backward or func is torch.autograd.backward:
+        if _is_backward(func):
             self._backward(args, kwargs)
             return func(*args, **kwargs)
         name = getattr(func, "__name__", None) or type(func).__name__
@@ -427,6 +473,9 @@ class StepRecorder:
             params = [p for g in opt.param_groups for p in g["params"]]
             self.step.grads_during_forward = any(p.grad is not None for p in params)
         self._restore_call()
+        if self.at_next_call is not None:
+            call, self.at_next_call = self.at_next_call, None
+            call()
 
     # -- the program ---------------------------------------------------------------------------
     def _entry(
@@ -510,6 +559,21 @@ class StepRecorder:
                 self.step.batch_size, self.step.batch_dim = b, shape.index(b)
                 return
         self.step.batch_size, self.step.batch_dim = shape[0], 0
+
+
+def _is_backward(func: Any) -> bool:
+    """``Tensor.backward`` or ``torch.autograd.backward``, also when a probe has wrapped them
+    (torch then hands the mode the wrapper: it is unwrapped through ``__wrapped__``)."""
+    for _ in range(8):
+        inner = getattr(func, "__wrapped__", None)
+        if inner is None:
+            break
+        func = inner
+    name = getattr(func, "__qualname__", "")
+    module = getattr(func, "__module__", "")
+    return (name == "Tensor.backward" and module == "torch._tensor") or (
+        name == "backward" and module == "torch.autograd"
+    )
 
 
 def _spec(t: Any) -> TensorSpec:

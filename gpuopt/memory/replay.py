@@ -315,10 +315,9 @@ class _Run:
                 self.values.pop(i, None)  # read by nothing later
         if self.step.surrogate_backward:
             modes.add(self._backward(len(self.step.entries), None))
-            if self.step.optimizer is not None and not any(
-                e.kind == "step" for e in self.step.entries
-            ):
-                self._step(self.step.optimizer)
+        stepped = any(self.step.entries[i].kind == "step" for i in needed)
+        if self.step.optimizer is not None and modes - {"none"} and not stepped:
+            self._step(self.step.optimizer)  # a training step ends with its optimizer's step
         self.loss_mode = (
             "surrogate" if "surrogate" in modes else "recorded" if "recorded" in modes else "none"
         )

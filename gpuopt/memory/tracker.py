@@ -157,10 +157,14 @@ class StepTracker:
 
         return _Count()  # type: ignore[no-untyped-call]
 
-    def install_hooks(self, grads_of: Iterable[Any] = ()) -> None:
+    def install_hooks(self, grads_of: Iterable[Any] = (), optimizer: bool = True) -> None:
         """Module hooks (which module is running: ``largest``'s module), optimizer hooks (its
         step's tensors are optimizer state) and, on each of ``grads_of``, a hook that counts its
-        gradient as ``gradients`` once accumulated. :meth:`remove_hooks` takes them all away."""
+        gradient as ``gradients`` once accumulated. :meth:`remove_hooks` takes them all away.
+
+        ``optimizer=False`` leaves the optimizer hooks to the caller (:meth:`optimizer_began`,
+        :meth:`optimizer_ended`): torch's global optimizer hooks cannot be registered from
+        inside one of them (the dict being run over changes), as a step boundary is."""
         from torch.nn.modules.module import (
             register_module_forward_hook,
             register_module_forward_pre_hook,
@@ -173,9 +177,12 @@ class StepTracker:
         self._handles += [
             register_module_forward_pre_hook(self._enter_module),
             register_module_forward_hook(self._leave_module),
-            register_optimizer_step_pre_hook(self._enter_optimizer),
-            register_optimizer_step_post_hook(self._leave_optimizer),
         ]
+        if optimizer:
+            self._handles += [
+                register_optimizer_step_pre_hook(self.optimizer_began),
+                register_optimizer_step_post_hook(self.optimizer_ended),
+            ]
         for p in grads_of:
             if getattr(p, "requires_grad", False):
                 self._handles.append(p.register_post_accumulate_grad_hook(self._grad_done))
@@ -195,10 +202,10 @@ class StepTracker:
         if self._stack:
             self._stack.pop()
 
-    def _enter_optimizer(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+    def optimizer_began(self, optimizer: Any, args: Any = (), kwargs: Any = None) -> None:
         self.in_optimizer += 1
 
-    def _leave_optimizer(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+    def optimizer_ended(self, optimizer: Any, args: Any = (), kwargs: Any = None) -> None:
         self.in_optimizer = max(self.in_optimizer - 1, 0)
         for state in optimizer.state.values():
             for v in state.values():

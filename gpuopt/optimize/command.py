@@ -66,6 +66,11 @@ def optimize_command(opts: OptimizeOptions) -> int:
     out = _out_dir(opts, target.stem)
     launch = Launch(opts.script, opts.module, opts.args, opts.steps, opts.warmup, opts.seed)
     launch.timeout_s = opts.timeout_s
+    if opts.memory_for is not None:
+        from gpuopt.memory.devices import device_memory
+
+        device_memory(opts.memory_for)  # refused before anything runs, with a one-line reason
+        launch.memory_for = opts.memory_for
     doc = OptimizeDocument(script=target.display, argv=list(opts.args), steps=opts.steps)
     doc.seed = opts.seed
     with Phases(quiet=opts.quiet) as phases:

@@ -30,3 +30,4 @@ class OptimizeOptions:
     quiet: bool = False
     force: bool = False
     timeout_s: float | None = None
+    memory_for: str | None = None  # --memory-for: every run predicts memory for that device

@@ -43,11 +43,14 @@ class Launch:
     warmup: int
     seed: int
     timeout_s: float | None = None
+    memory_for: str | None = None  # --memory-for DEVICE|SIZE, for every run alike
 
     def command(self, spec: RunSpec) -> list[str]:
         cmd = [sys.executable, "-m", "gpuopt", "profile", "--quiet", "--force", "--record-losses"]
         cmd += ["-o", str(spec.dir), "--steps", str(self.steps), "--warmup", str(self.warmup)]
         cmd += ["--seed", str(self.seed)]
+        if self.memory_for is not None:
+            cmd += ["--memory-for", self.memory_for]
         if spec.fixes_dir is not None:
             cmd += ["--fixes", str(spec.fixes_dir)]
         if self.module is not None:

@@ -7,8 +7,9 @@ device (measured). What it does during the run, and what each costs:
   module call and per torch call outside modules, in step 0 only (a warm-up step);
 * on a GPU: the allocator's peak allocated and reserved bytes of each of the first
   :data:`STEP_PEAKS` steps (two ``torch.cuda`` calls a step), allocation history with Python
-  stacks for the first :data:`HISTORY_STEPS` steps, and step 1 run under the category tracker
-  (a Python call per op for that one step, which is then left out of the statistics);
+  stacks for the first :data:`HISTORY_STEPS` steps, and the step after the recorded one run
+  under the category tracker from its first module call (a Python call per op for that one
+  step, which is then left out of the statistics);
 * at the end, with ``--memory-for`` or after an out-of-memory error: the replays under fake
   tensors (:mod:`gpuopt.memory.predict`), within :data:`gpuopt.defaults.MEMORY_BUDGET_S`; the
   script has ended, its objects are still alive, and nothing is allocated.
@@ -39,7 +40,6 @@ from gpuopt.probes.protocol import RunContext
 
 STEP_PEAKS = 64  # steps whose own peak is read (then the run's peak alone)
 HISTORY_STEPS = 3  # steps with allocation history recorded (an OOM there has source lines)
-TRACKED_STEP = 1  # the step split by category on a GPU (past the optimizer's first step)
 
 
 class MemoryProbe:
@@ -78,6 +78,7 @@ class MemoryProbe:
         self.real_state_bytes: int | None = None
         self._steps = 0
         self._ended = False
+        self._handles: list[Any] = []
 
     # -- the probe protocol -------------------------------------------------------------------
     def start(self, ctx: RunContext) -> None:
@@ -88,14 +89,34 @@ class MemoryProbe:
         self.recorder.start()
         a = self.allocator
         if a is not None:
+            from torch.optim.optimizer import (
+                register_optimizer_step_post_hook,
+                register_optimizer_step_pre_hook,
+            )
+
             a.reset_peaks()
             a.start_history()
             a.on_oom(self._at_oom)
+            # registered now: a step boundary runs inside torch's optimizer hooks, where no
+            # other can be registered; they pass the steps on to the tracker of the tracked step
+            self._handles = [
+                register_optimizer_step_pre_hook(self._optimizer_began),
+                register_optimizer_step_post_hook(self._optimizer_ended),
+            ]
+            # the step after the recorded one is split by category, from its first module call
+            self.recorder.at_next_call = self._track_next_step
+
+    def _optimizer_began(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.tracker is not None:
+            self.tracker.optimizer_began(optimizer)
+
+    def _optimizer_ended(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.tracker is not None:
+            self.tracker.optimizer_ended(optimizer)
 
     def on_step(self, index: int, t: float) -> None:
         self._steps = index + 1
-        if index == 0:
-            self.recorder.step_ended()
+        self.recorder.step_ended()
         a = self.allocator
         if a is None:
             return
@@ -113,16 +134,18 @@ class MemoryProbe:
             a.reset_peaks()
         if index == HISTORY_STEPS - 1:
             a.stop_history()
-        if index == TRACKED_STEP - 1:
-            self._track_next_step()
-        elif index == TRACKED_STEP:
-            self._end_tracking()
+        if self.tracker is not None and self.tracked_step is not None:
+            if index >= self.tracked_step:
+                self._end_tracking()
 
     def stop(self) -> None:
         if self._ended:
             return
         self._ended = True
         self._end_tracking()
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
         self.recorder.stop()
         a = self.allocator
         if a is not None:
@@ -157,10 +180,11 @@ class MemoryProbe:
         )
 
     def instrumented_steps(self) -> set[int]:
-        """Steps this probe slowed: the recorded first step, and the tracked one on a GPU."""
-        out = {0}
-        if self.allocator is not None:
-            out.add(TRACKED_STEP)
+        """Steps this probe slowed: those the recorder recorded, and the tracked one on a
+        GPU."""
+        out = set(range(max(self.recorder.boundaries, 1)))
+        if self.tracked_step is not None:
+            out.add(self.tracked_step)
         return out
 
     # -- the measured side (GPU) --------------------------------------------------------------
@@ -187,11 +211,11 @@ class MemoryProbe:
                 "optimizer_state",
             )
         t.reset_peak()
-        t.install_hooks(params)
+        t.install_hooks(params, optimizer=False)
         self.tracker = t
         self._tracker_mode = t.mode()
         self._tracker_mode.__enter__()
-        self.tracked_step = TRACKED_STEP
+        self.tracked_step = self._steps  # the step in progress
 
     def _end_tracking(self) -> None:
         t, mode = self.tracker, self._tracker_mode
