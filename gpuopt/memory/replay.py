@@ -61,6 +61,9 @@ class ReplayOptions:
     substitute_ints: bool = False  # ints equal to the recorded batch size take the new one
     emulate_cuda: bool = True  # on fake CPU tensors: model the CUDA allocator and optimizers
     block: int = CUDA_BLOCK  # allocations rounded up to this (1: exact bytes, as on a CPU)
+    # where fake tensors live: "auto" (fake_device_for), or "cpu" (what a machine without CUDA
+    # predicts; benchmarks/gpu/check_memory.py compares both on a GPU)
+    device: str = "auto"
     resolver: SiteResolver | None = None
 
 
@@ -81,7 +84,7 @@ def replay(step: CapturedStep, opts: ReplayOptions) -> ReplayResult:
     needed = step.needed()
     if not needed:
         raise ReplayError("no module call of the step was recorded")
-    run = _Run(step, opts, fake_device_for(step))
+    run = _Run(step, opts, fake_device_for(step) if opts.device == "auto" else opts.device)
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     try:
         with warnings.catch_warnings():
