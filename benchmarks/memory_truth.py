@@ -33,8 +33,11 @@ STEPS = 3  # the script is stopped after this many steps
 class Truth:
     """MemTracker (or gpuopt's tracker) over the real step 1."""
 
-    def __init__(self, recorder: Any) -> None:
+    def __init__(self, recorder: Any, script: str) -> None:
         self.recorder = recorder
+        self.script_dir = os.path.dirname(os.path.abspath(script))
+        self.opts: dict[int, Any] = {}
+        self.since: set[int] = set()  # optimizers that stepped since the truth started
         self.tracker: Any = None
         self.by = ""
         self.peak: int | None = None
@@ -45,27 +48,38 @@ class Truth:
 
     def on_step(self, index: int, t: float) -> None:
         try:
-            if index == 0:
-                self.recorder.step_ended()
-                self._arm()
-            elif index == 1:
-                self._read()
-                self._at_next_call(lambda inputs: self.stop())
+            self.recorder.step_ended()
+            if self.tracker is not None and not self.opts and self.peak is None:
+                self._read()  # no optimizer: the window is one step
+                self._at_next_call(lambda inputs: self.stop(), with_parameters=False)
+
         except Exception as exc:
             self.error = f"{type(exc).__name__}: {exc}"
 
     def _arm(self) -> None:
-        """Start at step 1's first module call: the trackers register torch's global optimizer
-        and module hooks, which cannot be done from inside one (a step ends in one)."""
-        self._at_next_call(self._start)
+        """Start at the first module call after the recorded iteration: the trackers register
+        torch's global optimizer and module hooks, which cannot be done from inside one (the
+        recording ends in one)."""
+        import torch
 
-    def _at_next_call(self, fn: Any) -> None:
+        def start(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+            try:
+                self._start(tensors)
+            except Exception as exc:
+                self.error = f"{type(exc).__name__}: {exc}"
+
+        self.recorder.at_next_call = start
+
+    def _at_next_call(self, fn: Any, with_parameters: bool = True) -> None:
         import torch
 
         orig = torch.nn.Module.__call__
         truth = self
 
         def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
+            if with_parameters and next(module.parameters(), None) is None:  # a transform
+                return orig(module, *args, **kwargs)
             torch.nn.Module.__call__ = orig  # type: ignore[method-assign]
             try:
                 fn([a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)])
@@ -75,12 +89,40 @@ class Truth:
 
         torch.nn.Module.__call__ = __call__  # type: ignore[method-assign]
 
+    def _batch_tensors(self, inputs: list[Any]) -> list[Any]:
+        """What the script holds when its step's first forward starts: the tensors in the
+        local variables of its own frames (the batch, targets and masks made before the
+        forward, the last step's outputs still referenced), the model's inputs among them."""
+        import torch
+
+        found = {id(t): t for t in inputs}
+
+        def take(v: Any) -> None:
+            if type(v) is torch.Tensor and not v.requires_grad:
+                found.setdefault(id(v), v)
+
+        f = sys._getframe(2)
+        while f is not None:
+            if f.f_code.co_filename.startswith(self.script_dir):
+                for v in list(f.f_locals.values()):
+                    take(v)
+                    if isinstance(v, (list, tuple)):
+                        for w in v[:64]:
+                            take(w)
+                    elif isinstance(v, dict):
+                        for w in list(v.values())[:64]:
+                            take(w)
+            f = f.f_back
+        return list(found.values())
+
     def _start(self, inputs: list[Any]) -> None:
+        inputs = self._batch_tensors(inputs)
         step = self.recorder.step
         modules = step.modules()
         opts = {id(e.target): e.target for e in step.entries if e.kind == "step"}
         if step.optimizer is not None:
             opts[id(step.optimizer)] = step.optimizer
+        self.opts = opts
         calls = [id(e.target) for e in step.entries if e.kind == "module"]
         if len(calls) != len(set(calls)):
             from gpuopt.memory.tracker import StepTracker
@@ -116,6 +158,16 @@ class Truth:
             mt.__enter__()
             self.tracker = (mt, None)
         self.t0 = time.perf_counter()
+
+    def stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """A global optimizer post-hook (registered before the script): the truth's window is
+        one iteration, every optimizer of the program stepped once."""
+        if self.tracker is None or self.peak is not None:
+            return
+        self.since.add(id(optimizer))
+        if set(self.opts) <= self.since:
+            self._read()
+            self._at_next_call(lambda inputs: self.stop(), with_parameters=False)
 
     def _read(self) -> None:
         """At step 1's end (inside torch's optimizer hooks: the trackers leave at the end)."""
@@ -171,10 +223,14 @@ def main() -> int:
     from gpuopt.runner.target import Target, run_target
 
     torch.manual_seed(0)
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
     recorder = StepRecorder()
-    truth = Truth(recorder)
+    truth = Truth(recorder, script)
+    register_optimizer_step_post_hook(truth.stepped)
     clock = steps_mod.StepClock(clock=time.perf_counter, max_steps=STEPS)
     clock.listeners.append(truth.on_step)
+    truth._arm()
     recorder.start()
     steps_mod.install(clock)
     try:

@@ -245,11 +245,13 @@ class StepRecorder:
         self.optimizers: list[Any] = []
         self._orig_opt_init: Any = None
         self._stepped = False  # an optimizer stepped while the program was recorded
+        self._stepped_ids: set[int] = set()
+        self._after_last_step = 0  # entries recorded up to the last optimizer step
         self.boundaries = 0  # step boundaries seen while recording
         self._first_boundary: int | None = None  # entries recorded by the first boundary
         # called at the first outermost module call after the program ended (the memory probe
         # starts its tracked step there: not inside torch's optimizer hooks)
-        self.at_next_call: Callable[[], None] | None = None
+        self.at_next_call: Callable[[tuple[Any, ...], dict[str, Any]], None] | None = None
         self._started = False
 
     # -- on / off -----------------------------------------------------------------------------
@@ -299,20 +301,34 @@ class StepRecorder:
         self._started = True
 
     def step_ended(self) -> None:
-        """The run's first step boundary. When an optimizer stepped, the program ends there;
-        when the boundary is a backward's (gpuopt marks steps at ``loss.backward()`` until it
-        sees an optimizer step) or ``gpuopt.step()``, an optimizer step may still follow: the
-        program ends at it, or at the next outermost module call if none comes."""
+        """A step boundary of the run. The program is one training iteration: it ends once
+        every optimizer the script made has stepped (a GAN's discriminator and generator) or
+        one steps again; a boundary alone ends it when the script made no optimizer (hand-written
+        updates, ``gpuopt.step()``), or after :data:`MAX_BOUNDARIES` boundaries (gradient
+        accumulation deeper than that is recorded in part)."""
         if not self._started or self.step.complete:
             return
         self.boundaries += 1
         if self._first_boundary is None:
             self._first_boundary = len(self.step.entries)
-        if self._stepped or not self.recording:
+        if not self.recording or self._cycle_done():
             self._finish()
-        elif self.boundaries >= MAX_BOUNDARIES:
-            self._cut_to_first_boundary()
+        elif not self.optimizers or self.boundaries >= MAX_BOUNDARIES:
+            if not self._stepped:
+                self._cut_to_first_boundary()
+            else:
+                self._cut_after_last_step()
             self._finish()
+
+    def _cycle_done(self) -> bool:
+        """Every optimizer made so far has stepped (any one, when none was seen being made)."""
+        if not self._stepped_ids:
+            return False
+        made = {id(o) for o in self.optimizers}
+        return not made or made <= self._stepped_ids
+
+    def _cut_after_last_step(self) -> None:
+        del self.step.entries[self._after_last_step :]
 
     def _cut_to_first_boundary(self) -> None:
         """No optimizer stepped within :data:`MAX_BOUNDARIES` boundaries (hand-written
@@ -393,13 +409,19 @@ class StepRecorder:
         self._in_step = max(self._in_step - 1, 0)
         if self.recording and not self._in_step:
             self._stepped = True
-            if self.boundaries:
+            self._stepped_ids.add(id(optimizer))
+            self._after_last_step = len(self.step.entries)
+            if self.boundaries and self._cycle_done():
                 self._finish()  # the boundary came first, at a backward: the step ends here
 
     def _optimizer_steps(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._in_step += 1
         if self.step.optimizer is None:
             self.step.optimizer = optimizer
+        if self.recording and not self._busy and id(optimizer) in self._stepped_ids:
+            self._cut_after_last_step()  # a second step of it: the iteration ended before
+            self._finish()
+            return
         if self.recording and not self._busy:
             self.step.entries.append(
                 Entry("step", optimizer, None, [], True, None, type(optimizer).__name__)
@@ -409,10 +431,10 @@ class StepRecorder:
     def on_module(
         self, orig: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        if self.depth > 0:
+        if self.depth > 0 or self._in_step:  # inside a module, or an optimizer's closure
             return self._inner(orig, module, args, kwargs)
-        if self._watch_grads:
-            self._check_grads(module)
+        if self._watch_grads and next(module.parameters(), None) is not None:
+            self._check_grads(args, kwargs)  # (a Dataset's transforms: modules without parameters)
         if not self.recording and not self.step.complete and not self.step.entries:
             if next(module.parameters(), None) is not None:
                 self.recording = True
@@ -463,10 +485,11 @@ class StepRecorder:
             if note not in self.step.notes:
                 self.step.notes.append(note)
 
-    def _check_grads(self, module: Any) -> None:
-        """At the first outermost call after the first step: does the forward run with the
-        gradients of the last step still allocated (``zero_grad(set_to_none=False)``, or no
-        ``zero_grad`` before it)? Then the hook goes."""
+    def _check_grads(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """At the first outermost call of a module with parameters after the first step (a
+        Dataset's transform, a module too, runs before the gradients are zeroed): does the
+        forward run with the gradients of the last step still allocated
+        (``zero_grad(set_to_none=False)``, or no ``zero_grad`` before it)? Then the hook goes."""
         self._watch_grads = False
         opt = self.step.optimizer
         if opt is not None:
@@ -475,7 +498,7 @@ class StepRecorder:
         self._restore_call()
         if self.at_next_call is not None:
             call, self.at_next_call = self.at_next_call, None
-            call()
+            call(args, kwargs)
 
     # -- the program ---------------------------------------------------------------------------
     def _entry(
@@ -544,8 +567,10 @@ class StepRecorder:
 
     def _finish_batch(self) -> None:
         """The batch size and its dimension: the training DataLoader's batch size where a
-        dimension of the first module call's first tensor has it, else that tensor's first
-        dimension."""
+        dimension of the first module call's first tensor has it; that tensor's first dimension
+        when no DataLoader says; none when the DataLoader's batch size is no dimension of it
+        (a list of samples, each its own forward: the replay then runs at the script's shapes
+        only)."""
         entries = [self.step.entries[i] for i in self.step.needed()]
         first = next((e for e in entries if e.kind == "module"), None)
         specs = [v for v in first.leaves if isinstance(v, TensorSpec)] if first else []
@@ -558,6 +583,12 @@ class StepRecorder:
             if b in shape:
                 self.step.batch_size, self.step.batch_dim = b, shape.index(b)
                 return
+        if hints and 1 not in hints:
+            self.step.notes.append(
+                f"the DataLoader's batch size ({hints[0]}) is no dimension of the model's input "
+                f"{list(shape)} (a list of samples?): replayed at the script's shapes only"
+            )
+            return
         self.step.batch_size, self.step.batch_dim = shape[0], 0
 
 

@@ -188,7 +188,7 @@ class MemoryProbe:
         return out
 
     # -- the measured side (GPU) --------------------------------------------------------------
-    def _track_next_step(self) -> None:
+    def _track_next_step(self, args: Any = (), kwargs: Any = None) -> None:
         step = self.recorder.step
         model = step.model()
         opt = step.optimizer
