@@ -225,7 +225,9 @@ def main() -> int:
     torch.manual_seed(0)
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    recorder = StepRecorder()
+    from gpuopt.probes.sites import SiteResolver
+
+    recorder = StepRecorder(resolver=SiteResolver([Path(script).resolve().parent]))
     truth = Truth(recorder, script)
     register_optimizer_step_post_hook(truth.stepped)
     clock = steps_mod.StepClock(clock=time.perf_counter, max_steps=STEPS)
@@ -253,6 +255,17 @@ def main() -> int:
         "truth_split": truth.split,
         "truth_error": truth.error,
         "real_step_s": round(truth.step_s, 4),
+        # the script's own tensors when the first forward started (a GPU replay counts those on
+        # the device; the CPU replay here does not)
+        "held_bytes": sum(
+            -(
+                -int(torch.Size(h.shape).numel())
+                * torch.empty((), dtype=h.dtype).element_size()
+                // 512
+            )
+            * 512
+            for h in step.held
+        ),
     }
     try:
         t = time.perf_counter()

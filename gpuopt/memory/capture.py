@@ -78,6 +78,9 @@ class CapturedStep:
     entries: list[Entry] = field(default_factory=list)
     # a backward the run died before (the post-mortem replays one on a surrogate loss)
     surrogate_backward: bool = False
+    # tensors the script's variables held when the first forward started, none of them the
+    # program's (the replay counts them as ``other`` on a GPU, where they are on the device)
+    held: list[TensorSpec] = field(default_factory=list)
     optimizer: Any = None  # the optimizer that stepped first (held until the run ends)
     batch_size: int | None = None
     batch_dim: int = 0
@@ -352,6 +355,10 @@ class StepRecorder:
         self._restore_optimizer_init()
         self.optimizers.clear()
         self._finish_batch()
+        used = {
+            v.tensor_id for e in self.step.entries for v in e.leaves if isinstance(v, TensorSpec)
+        }
+        self.step.held = [h for h in self.step.held if h.tensor_id not in used]
 
     def stop(self) -> None:
         if self.recording and not self.step.complete and self.boundaries:
@@ -438,6 +445,11 @@ class StepRecorder:
         if not self.recording and not self.step.complete and not self.step.entries:
             if next(module.parameters(), None) is not None:
                 self.recording = True
+                self._busy = True  # reading the script's tensors is not the script's call
+                try:
+                    self._note_held()
+                finally:
+                    self._busy = False
         if not self.recording:
             return self._inner(orig, module, args, kwargs)
         target, note = unwrap(module)
@@ -529,6 +541,27 @@ class StepRecorder:
         )
         self.step.entries.append(entry)
         return entry
+
+    def _note_held(self) -> None:
+        """The tensors the script's own frames hold when its first forward starts (a lookup
+        table, running counts, the batch's pieces): alive during the step, part of no module
+        or optimizer. Those the program takes from outside are left out when it ends."""
+        import torch
+
+        resolver = self.resolver
+        if resolver is None:
+            return
+        seen: dict[int, TensorSpec] = {}
+        f: Any = sys._getframe(3)
+        while f is not None:
+            if resolver.is_user_file(f.f_code.co_filename):
+                for v in list(f.f_locals.values()):
+                    values = v if isinstance(v, (list, tuple)) else [v]
+                    for t in values[:64]:
+                        if type(t) is torch.Tensor and not t.requires_grad:
+                            seen.setdefault(id(t), _spec(t))
+            f = f.f_back
+        self.step.held = list(seen.values())
 
     def _caller_site(self) -> str | None:
         resolver = self.resolver

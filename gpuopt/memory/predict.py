@@ -173,7 +173,7 @@ def _record(
     loss = {
         "recorded": "the script's loss",
         "surrogate": "a surrogate loss (the sum of the outputs)",
-        "none": "no backward (the step had none)",
+        "none": "none (the step had no backward)",
     }[first.loss]
     checked = sorted(b for b in st.points if b not in (inp.step.batch_size,))
     p = MemoryPredicted(
@@ -194,9 +194,7 @@ def _record(
             MemoryPoint(batch_size=b, peak_bytes=r.peak_bytes) for b, r in sorted(st.points.items())
         ],
         largest=first.largest,
-        replayed=f"{inp.step.describe()}, then {loss} and the optimizer's step"
-        if inp.step.optimizer is not None
-        else f"{inp.step.describe()}, then {loss}",
+        replayed=f"{inp.step.describe()}; the loss: {loss}",
         device_model=_device_model(inp.step),
         cost_s=round(inp.clock() - st.t0, 3),
         notes=notes,

@@ -31,8 +31,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuopt.memory.capture import CapturedStep, Entry, Ref, TensorSpec, tensor_leaves
-from gpuopt.memory.tracker import CUDA_BLOCK, StepTracker
+from gpuopt.memory.tracker import CUDA_BLOCK, StepTracker, rounded
 from gpuopt.model.records import MemoryByCategory, MemoryHolder
+from gpuopt.units import fmt_bytes
 
 if TYPE_CHECKING:
     from gpuopt.probes.sites import SiteResolver
@@ -182,11 +183,40 @@ class _Run:
                     if id(p) not in self.fakes:
                         self.fakes[id(p)] = self._fake_like(p)
         self.tracker.add(self.fakes.values(), "parameters")
+        self._held()
         for opt in opts:
             fake = self._optimizer(opt)
             if fake is not None:
                 self.optimizers[id(opt)] = fake
         self.tracker.reset_peak()
+
+    def _held(self) -> None:
+        """The script's own tensors (``CapturedStep.held``) on the device the model is on: on a
+        GPU, where the replay runs on the model's device, those on it count as ``other``; on
+        fake CPU tensors which of them a GPU run keeps on the device is not known: their
+        bytes are said, not counted."""
+        import torch
+
+        held = self.step.held
+        if not held:
+            return
+        if self.device is None:
+            model_devices = {str(p.device) for p in self.fakes.values()}
+            for spec in held:
+                if spec.device in model_devices:
+                    t = torch.empty(spec.shape, dtype=spec.dtype, device=spec.device)
+                    self.inputs[id(spec)] = t
+                    self.tracker.add([t], "other")
+            return
+        total = sum(
+            rounded(int(torch.Size(s.shape).numel()) * _itemsize(s.dtype), 512) for s in held
+        )
+        if total:
+            self.notes.append(
+                f"the script's variables held {fmt_bytes(total)} of other tensors when the "
+                "first forward started (not counted: those a GPU run keeps on the device add "
+                "to the peak)"
+            )
 
     def _rebuilt(self, opt: Any) -> Any:
         """The script's optimizer class and settings over the fakes (None: it cannot be)."""
@@ -394,6 +424,12 @@ class _Run:
         if not state:
             return module(*args, **kwargs)
         return functional_call(module, state, tuple(args), dict(kwargs), strict=False)
+
+
+def _itemsize(dtype: Any) -> int:
+    import torch
+
+    return int(torch.empty((), dtype=dtype).element_size())
 
 
 def _surrogate(outputs: list[Any]) -> Any:

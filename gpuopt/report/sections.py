@@ -719,8 +719,18 @@ def _category_section(m: MemoryReport) -> Section | None:
         "Memory at the step's peak, by what holds it",
         columns,
         rows,
-        note="measured: one step under gpuopt's tracker, 'other' is what the allocator held "
-        "beyond the tensors it saw; predicted: an estimate (fake tensors).",
+        note=" ".join(
+            n
+            for name, n in (
+                (
+                    "measured",
+                    "measured: one step under gpuopt's tracker, 'other' is what the "
+                    "allocator held beyond the tensors it saw.",
+                ),
+                ("predicted", "predicted: an estimate (fake tensors)."),
+            )
+            if any(col.startswith(name) for col in columns)
+        ),
     )
 
 
