@@ -391,25 +391,15 @@ class StepRecorder:
         # else: a mode the script pushed is above ours; ours stays inert, popped at stop()
 
     def _restore_optimizer_init(self) -> None:
-        if self._orig_opt_init is None:
-            return
         import torch
 
-        current = torch.optim.Optimizer.__init__
-        if getattr(current, "__wrapped__", None) is self._orig_opt_init:
-            orig: Any = self._orig_opt_init
-            torch.optim.Optimizer.__init__ = orig  # type: ignore[method-assign]
+        _unpatch(torch.optim.Optimizer, "__init__", self._orig_opt_init)
         self._orig_opt_init = None
 
     def _restore_call(self) -> None:
-        if self._orig_call is None:
-            return
         import torch
 
-        current = torch.nn.Module.__call__
-        if getattr(current, "__wrapped__", None) is self._orig_call:
-            orig: Any = self._orig_call
-            torch.nn.Module.__call__ = orig  # type: ignore[method-assign]
+        _unpatch(torch.nn.Module, "__call__", self._orig_call)
         self._orig_call = None
 
     def _optimizer_stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -623,6 +613,13 @@ class StepRecorder:
             )
             return
         self.step.batch_size, self.step.batch_dim = shape[0], 0
+
+
+def _unpatch(owner: Any, name: str, orig: Any) -> None:
+    """Put ``orig`` back as ``owner.name`` when our wrapper of it is still there (a wrapper
+    someone put over ours stays, and ours below it passes calls through)."""
+    if orig is not None and getattr(getattr(owner, name), "__wrapped__", None) is orig:
+        setattr(owner, name, orig)  # noqa: B010 (owner is a class given as a value)
 
 
 def _is_backward(func: Any) -> bool:

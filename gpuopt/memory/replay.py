@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -442,6 +441,3 @@ def _surrogate(outputs: list[Any]) -> Any:
     for t in floats[1:]:
         total = total + t.float().sum()
     return total
-
-
-Replayer = Callable[[CapturedStep, ReplayOptions], ReplayResult]
