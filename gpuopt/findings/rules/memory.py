@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from gpuopt.findings.engine import rule
 from gpuopt.findings.estimates import at_least, severity_for_share
-from gpuopt.findings.measures import value
+from gpuopt.findings.measures import on_cpu_only, value
 from gpuopt.model.profile import Finding, MemoryByCategory, MemoryHolder, MemoryReport, Profile
 from gpuopt.model.records import given
 from gpuopt.units import fmt_bytes, fmt_count, fmt_frac
@@ -138,7 +138,12 @@ def memory_headroom(profile: Profile) -> list[Finding]:
             site=_loader_site(profile),
             evidence={
                 "summary": (
-                    f"peak {fmt_bytes(fit.peak)} of {fmt_bytes(fit.usable)} usable at batch "
+                    (
+                        "host share measured on a CPU-only run, memory predicted for the GPU; "
+                        if on_cpu_only(profile)
+                        else ""
+                    )
+                    + f"peak {fmt_bytes(fit.peak)} of {fmt_bytes(fit.usable)} usable at batch "
                     f"{fit.batch} ({fit.source}); up to batch {fmt_count(fit.max_batch)} fits "
                     f"({fit.estimate}); the host launches or dispatches ops "
                     f"{fmt_frac(share)} of the step"
