@@ -329,9 +329,37 @@ class _Run:
                     last[base.entry] = i
         return last
 
+    def _kept(self, needed: list[int]) -> dict[int, int]:
+        """What a script's variables keep: a module call's outputs (``out = model(x)``) and a
+        loss (``loss = ...``) stay alive until the same module is called again or the loss's
+        next one is made (the variable is bound again) — past their last use, through the
+        optimizer's step. ``{entry: the entry after which it goes}`` (absent: the end)."""
+        kept: dict[int, int] = {}
+        by_target: dict[int, int] = {}
+        last_loss: int | None = None
+        for i in needed:
+            e = self.step.entries[i]
+            if e.kind == "module":
+                prev = by_target.get(id(e.target))
+                if prev is not None:
+                    kept[prev] = i
+                by_target[id(e.target)] = i
+            elif e.kind == "backward" and isinstance(e.leaves[0], Ref):
+                if last_loss is not None:
+                    kept[last_loss] = i
+                last_loss = e.leaves[0].entry
+        return kept
+
     def execute(self, needed: list[int]) -> None:
         self.tracker.phase = "activations"
         last = self._last_uses(needed)
+        sticky = {i for i in needed if self.step.entries[i].kind == "module"}
+        sticky |= {
+            e.leaves[0].entry
+            for e in (self.step.entries[i] for i in needed)
+            if e.kind == "backward" and isinstance(e.leaves[0], Ref)
+        }
+        rebound = self._kept(needed)
         modes: set[str] = set()
         for i in needed:
             e = self.step.entries[i]
@@ -341,10 +369,12 @@ class _Run:
                 self._step(e.target)
             else:
                 self.values[i] = tensor_leaves(self._call(e))
-            for j in [j for j, at in last.items() if at == i]:
+            gone = [j for j, at in last.items() if at == i and j not in sticky]
+            gone += [j for j, at in rebound.items() if at == i]
+            if i not in last and i not in sticky and e.kind == "function":
+                gone.append(i)  # read by nothing later
+            for j in gone:
                 self.values.pop(j, None)
-            if i not in last and e.kind in ("module", "function") and i != needed[-1]:
-                self.values.pop(i, None)  # read by nothing later
         if self.step.surrogate_backward:
             modes.add(self._backward(len(self.step.entries), None))
         stepped = any(self.step.entries[i].kind == "step" for i in needed)
