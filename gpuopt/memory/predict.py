@@ -12,6 +12,7 @@ new one.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from gpuopt.memory.capture import CapturedStep
 from gpuopt.memory.fit import Line, budget, limit_text, line_through, max_batch, refine
 from gpuopt.memory.replay import ReplayError, ReplayOptions, ReplayResult, fake_device_for, replay
+from gpuopt.memory.tracker import CUDA_BLOCK
 from gpuopt.model.records import MemoryPoint, MemoryPredicted
 from gpuopt.probes.sites import SiteResolver
 from gpuopt.units import fmt_bytes
@@ -133,7 +135,14 @@ def _check(st: _State, line: Line) -> int | None:
         refined = refine([(b, p.peak_bytes) for b, p in st.points.items()], *_cap(inp))
         if refined is None:
             break
+        failed = best
         best = max_batch(refined, inp.capacity, inp.margin)
+        if best is not None:
+            # the 512-byte blocks make the peak a staircase: at least below the failed batch by
+            # what its excess and a few blocks cost in samples
+            over = r.peak_bytes - limit + 4 * CUDA_BLOCK
+            step = max(1, math.ceil(over / max(refined.per_sample, 1e-9)))
+            best = min(best, failed - step)
     fits = [b for b, r in st.points.items() if r.peak_bytes <= limit]
     return max(fits) if fits else 0
 
