@@ -269,6 +269,15 @@ def profile(
         help="Time the steps only (gpuopt optimize's runs): no recorder, profiler window, "
         "sampler or checkpoint.",
     ),
+    memory_for: str | None = typer.Option(
+        None,
+        "--memory-for",
+        metavar="DEVICE|SIZE",
+        help=(
+            "Predict the step's memory on that GPU with fake tensors (no GPU needed): a device "
+            "(h100, a100-40gb, h200, l4 ...) or a size (80GiB); the largest batch that fits."
+        ),
+    ),
     nnodes: str | None = typer.Option(
         None, "--nnodes", help="torchrun: number of nodes, N or MIN:MAX.", rich_help_panel=_TR
     ),
@@ -332,6 +341,7 @@ def profile(
         seed=seed,
         record_losses=record_losses,
         measure_only=measure_only,
+        memory_for=memory_for,
         torchrun=TorchrunOptions(
             nnodes=nnodes,
             node_rank=node_rank,
@@ -691,7 +701,7 @@ def optimize(
             "A fix to use (repeatable; default: every safe fix the findings call for): "
             "dataloader, pinned-copies, syncs, zero-grad, cudnn-benchmark, vectorize, padding, "
             "cuda-graphs (on a GPU); asked by name: aot; opt-in: amp, tf32, channels-last, "
-            "compile, padding-batch."
+            "compile, padding-batch, batch-size."
         ),
     ),
     amp_dtype: str = typer.Option(
@@ -735,6 +745,13 @@ def optimize(
     nproc_per_node: int | None = typer.Option(
         None, "--nproc-per-node", min=1, help="Not yet: optimize runs one process."
     ),
+    memory_for: str | None = typer.Option(
+        None,
+        "--memory-for",
+        metavar="DEVICE|SIZE",
+        help="Every run predicts the step's memory on that GPU (--fix batch-size needs it "
+        "without a GPU).",
+    ),
 ) -> None:
     if nproc_per_node is not None and nproc_per_node > 1:
         fail("optimize runs one process so far; profile multi-rank runs with gpuopt profile")
@@ -766,6 +783,7 @@ def optimize(
         quiet=quiet,
         force=force,
         time_budget_s=time_budget,
+        memory_for=memory_for,
     )
     try:
         code = optimize_command(opts)

@@ -11,3 +11,9 @@ WINDOW_STEPS = 3  # --window: steps the recorder (and, on a GPU, the profiler) r
 SAMPLE_INTERVAL_S = 0.2  # --sample-interval: seconds between utilization samples
 SAMPLE_INTERVAL_MIN_S = 0.005  # ... at least
 SAMPLE_INTERVAL_MAX_S = 3600.0  # ... at most (the sampler's sleep must be finite)
+# --memory-for: the share of the device's memory a predicted batch size leaves free (the CUDA
+# context, the allocator's rounding and free blocks, what the fake replay cannot see)
+MEMORY_MARGIN = 0.10
+# --memory-for: the most wall time the fake-tensor replays of the step may take together (the
+# first one always runs; later ones only while the budget lasts)
+MEMORY_BUDGET_S = 30.0

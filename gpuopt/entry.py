@@ -51,6 +51,7 @@ _PROFILE_VALUED = {
     "--format",
     "--fixes",
     "--seed",
+    "--memory-for",
     "--fix",
     "--baseline",
     "--time-budget",

@@ -30,6 +30,7 @@ FRAMES = {
     "kernels",
     "trace_steps",
     "idle_causes",
+    "memory",
 }
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import msgspec
 import pytest
 from conftest import ROOT
+from memory_builders import memory_profiles
 from profile_builders import loader, ragged
 
 from gpuopt.findings.engine import Rule, registered_rules
@@ -108,7 +109,7 @@ def _crafted() -> list[Profile]:
             },
         },
     }
-    return [msgspec.convert(doc, Profile), msgspec.convert(job, Profile)]
+    return [msgspec.convert(doc, Profile), msgspec.convert(job, Profile), *memory_profiles()]
 
 
 def _only(profile: Profile, fields: tuple[str, ...]) -> Profile:

@@ -54,6 +54,7 @@ def assemble_run(rec: RunRecord) -> Profile:
         p.fixes_applied = list(rec.fixes_applied)
     if rec.collectives is not None:
         p.distributed = distributed_record(rec.collectives, timeline.measured)
+    p.memory = rec.memory
     reported: list[str] = []
     if rec.utilization is not None:
         p.utilization = rec.utilization

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpuopt.model.profile import Environment, RunError, Status, TrainingRecord, Utilization
+from gpuopt.model.profile import (
+    Environment,
+    MemoryReport,
+    RunError,
+    Status,
+    TrainingRecord,
+    Utilization,
+)
 from gpuopt.probes.collectives import CollectiveCapture
 from gpuopt.probes.dataloader import DataLoaderWaits
 from gpuopt.probes.profiler_window import WindowResult
@@ -19,6 +26,9 @@ class Outcome:
     exit_code: int
     error: RunError | None = None
     stopped_by_steps: bool = False
+    # the script's exception: its traceback's (file, line) pairs, outermost first (no frames
+    # kept: their locals would stay alive)
+    error_frames: list[tuple[str, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -48,3 +58,4 @@ class RunRecord:
     training: TrainingRecord | None = None  # --record-losses
     fixes_applied: list[str] = field(default_factory=list)  # --fixes DIR
     collectives: CollectiveCapture | None = None  # one rank of several: its collectives
+    memory: MemoryReport | None = None  # --memory-for, or a GPU: the memory probe's result

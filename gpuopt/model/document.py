@@ -85,6 +85,7 @@ def empty_profile(script: str = "", argv: list[str] | None = None) -> Profile:
         script=script,
         argv=list(argv or []),
         environment=Environment(cpu_count=os.cpu_count() or 1),
+        memory=None,
     )
 
 

@@ -22,6 +22,8 @@ from gpuopt.model.records import (
     Finding,
     GpuRank,
     Loop,
+    MemoryByCategory,
+    MemoryReport,
     RankEntry,
     StepRecord,
     Sync,
@@ -181,6 +183,38 @@ class FrameSources:
     dataloaders: list[DataLoaderInfo]
     ranks: list[RankEntry] | None
     trace_ranks: list[TraceRank]
+    memory: MemoryReport | None = None
+
+
+MEMORY_COLUMNS = ("source", "category", "bytes", "share", "batch_size")
+
+
+def _memory_rows(memory: MemoryReport | None) -> list[dict[str, Any]]:
+    """One row per category of the measured split and of the predicted one (``source``:
+    "measured" or "predicted"); ``share`` is of that split's total."""
+    if memory is None:
+        return []
+    parts: list[tuple[str, MemoryByCategory, int | None]] = []
+    if memory.measured is not None and memory.measured.by_category is not None:
+        parts.append(("measured", memory.measured.by_category, None))
+    p = memory.predicted
+    if p is not None and p.by_category is not None:
+        parts.append(("predicted", p.by_category, p.batch_size))
+    rows = []
+    for source, split, batch in parts:
+        total = split.total()
+        for category, n in split.items():
+            share = n / total if total else None
+            rows.append(
+                {
+                    "source": source,
+                    "category": category,
+                    "bytes": n,
+                    "share": share,
+                    "batch_size": batch,
+                }
+            )
+    return rows
 
 
 def frames_of(src: FrameSources) -> dict[str, pd.DataFrame]:
@@ -213,4 +247,5 @@ def frames_of(src: FrameSources) -> dict[str, pd.DataFrame]:
         "kernels": _frame(kernels, ("rank", *_names(KernelStat))),
         "trace_steps": _frame(trace_steps, ("rank", *_names(StepOverview))),
         "idle_causes": _frame(idle, ("rank", "cause", "idle_us")),
+        "memory": _frame(_memory_rows(src.memory), MEMORY_COLUMNS),
     }

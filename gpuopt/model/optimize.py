@@ -38,11 +38,13 @@ class LoaderSettings(Record):
     persistent_workers: bool | None = None
     prefetch_factor: int | None = None
     pin_memory: bool | None = None
+    batch_size: int | None = None  # --fix batch-size (opt-in: it changes the training)
 
     def knobs(self) -> dict[str, int | bool]:
         """The settings that are set, by DataLoader keyword."""
         out: dict[str, int | bool] = {}
-        for key in ("num_workers", "persistent_workers", "prefetch_factor", "pin_memory"):
+        keys = ("num_workers", "persistent_workers", "prefetch_factor", "pin_memory", "batch_size")
+        for key in keys:
             value = getattr(self, key)
             if value is not None:
                 out[key] = value

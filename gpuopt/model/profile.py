@@ -43,6 +43,13 @@ from gpuopt.model.records import (
     Loop,
     MeanMax,
     MemcpyTotals,
+    MemoryByCategory,
+    MemoryHolder,
+    MemoryMeasured,
+    MemoryOom,
+    MemoryPoint,
+    MemoryPredicted,
+    MemoryReport,
     OutsideSite,
     Ragged,
     RaggedLoader,
@@ -98,6 +105,13 @@ __all__ = [
     "MeanMax",
     "MemcpyTotals",
     "OutsideSite",
+    "MemoryByCategory",
+    "MemoryHolder",
+    "MemoryMeasured",
+    "MemoryOom",
+    "MemoryPoint",
+    "MemoryPredicted",
+    "MemoryReport",
     "Profile",
     "Ragged",
     "RaggedLoader",
@@ -146,6 +160,9 @@ class Profile(Record):
     findings: list[Finding] = field(default_factory=list)
     gpu: list[GpuRank] | None = None
     ranks: list[RankEntry] | None = None
+    # where a step's memory goes, how much batch fits, why a run died of OOM (docs/memory.md):
+    # null where nothing was measured or predicted; unset only in documents older than the key
+    memory: MemoryReport | None | UnsetType = UNSET
     # gpuopt's additions
     source: Source = "run"
     tables: list[Table] = field(default_factory=list)
@@ -171,8 +188,9 @@ class Profile(Record):
         """The document as pandas DataFrames: ``steps`` (one row per step), ``breakdown``,
         ``transfers``, ``syncs``, ``loops``, ``findings``, ``gpu`` (one row per rank),
         ``dataloaders``, ``ranks`` and, from a trace, ``kernels`` (the top kernels of each type,
-        per rank), ``trace_steps`` (each profiler step's time by category, per rank) and
-        ``idle_causes`` (GPU idle time by what the host was doing, per rank); a frame is empty
+        per rank), ``trace_steps`` (each profiler step's time by category, per rank),
+        ``idle_causes`` (GPU idle time by what the host was doing, per rank) and ``memory`` (one
+        row per memory category, measured and predicted); a frame is empty
         (with its columns) where the source cannot give it. See docs/api.md."""
         from gpuopt.model.frames import FrameSources, frames_of
 
@@ -190,5 +208,6 @@ class Profile(Record):
                 dataloaders=self.dataloaders or [],
                 ranks=self.ranks,
                 trace_ranks=trace_ranks,
+                memory=self.memory if isinstance(self.memory, MemoryReport) else None,
             )
         )

@@ -639,3 +639,125 @@ class StragglerEvidence(Record):
     step_time_s: float | None  # the job's step time (mean over ranks)
     steps_compared: int
     source: str = "run"  # "run" (gpuopt profile) or "trace"
+
+
+# -- memory (docs/memory.md) ---------------------------------------------------------------------
+
+# the categories a step's memory is split into, in the contract's order
+MEMORY_CATEGORIES: tuple[str, ...] = (
+    "parameters",
+    "gradients",
+    "optimizer_state",
+    "activations",
+    "temporaries",
+    "other",
+)
+
+
+class MemoryByCategory(Record):
+    """Bytes by what holds them, at the step's peak: ``parameters`` (and buffers), ``gradients``,
+    ``optimizer_state``, ``activations`` (made by the forward and kept for the backward),
+    ``temporaries`` (made during the backward: gradients of activations, workspaces), ``other``
+    (the batch itself and anything else: on a measured GPU step, what the allocator held beyond
+    the tensors gpuopt saw)."""
+
+    parameters: int = 0
+    gradients: int = 0
+    optimizer_state: int = 0
+    activations: int = 0
+    temporaries: int = 0
+    other: int = 0
+
+    def items(self) -> list[tuple[str, int]]:
+        return [(k, int(getattr(self, k))) for k in MEMORY_CATEGORIES]
+
+    def total(self) -> int:
+        return sum(v for _, v in self.items())
+
+
+class MemoryHolder(Record):
+    """Memory made at one place: the user's line (``site``) and the module whose forward was
+    running (``module``: its name in the model, ``""`` for the model itself)."""
+
+    site: str | None
+    module: str | None
+    bytes: int
+    category: str | UnsetType = UNSET  # one of MEMORY_CATEGORIES
+    count: int | UnsetType = UNSET  # tensors made there
+
+
+class MemoryMeasured(Record):
+    """Measured on the GPU the run used (torch.cuda's caching allocator)."""
+
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    by_category: MemoryByCategory | None = None
+    largest: list[MemoryHolder] = field(default_factory=list)
+    # reserved - allocated at the end of the run's peak: memory the allocator holds in free blocks
+    fragmentation_bytes: int | UnsetType = UNSET
+    # the step whose tensors were split by category (one step, under gpuopt's tracker)
+    tracked_step: int | UnsetType = UNSET
+    batch_size: int | None | UnsetType = UNSET  # the first step's batch size
+    # per step: the peak allocated in that step (the first steps of the run)
+    step_peaks_bytes: list[int] | UnsetType = UNSET
+    num_alloc_retries: int | UnsetType = UNSET  # cudaMalloc retries after freeing the cache
+    note: str | UnsetType = UNSET
+
+
+class MemoryPoint(Record):
+    """One replay of the step under fake tensors: its batch size and peak."""
+
+    batch_size: int
+    peak_bytes: int
+
+
+class MemoryPredicted(Record):
+    """An ESTIMATE: the step replayed under fake tensors (no memory allocated), at the script's
+    batch size and more, peak bytes fitted against the batch size: ``peak = fixed_bytes +
+    bytes_per_sample * batch``. ``max_batch_size`` is the largest batch whose predicted peak
+    fits ``capacity * (1 - margin)``; ``limit`` says what limits it. See docs/memory.md."""
+
+    source: str  # "fake-tensors"
+    batch_size: int | None  # the script's batch size (None: not found)
+    peak_bytes: int | None
+    by_category: MemoryByCategory | None
+    bytes_per_sample: int | None
+    max_batch_size: int | None
+    margin: float
+    limit: str
+    fixed_bytes: int | None | UnsetType = UNSET
+    points: list[MemoryPoint] | UnsetType = UNSET
+    largest: list[MemoryHolder] | UnsetType = UNSET
+    replayed: str | UnsetType = UNSET  # what was replayed, in words
+    device_model: str | UnsetType = UNSET  # how the target device was modelled
+    cost_s: float | UnsetType = UNSET  # wall time the prediction took
+    notes: list[str] | UnsetType = UNSET
+
+
+class MemoryOom(Record):
+    """The run died of torch.OutOfMemoryError: where, what it asked for, what held the memory
+    (measured on the GPU from the allocator's snapshot, or ESTIMATED by the fake replay at that
+    batch: ``held_source`` says which), and the batch size that would have fit."""
+
+    site: str | None
+    requested_bytes: int | None
+    held: list[MemoryHolder] = field(default_factory=list)
+    fits_batch_size: int | None = None
+    held_source: str | UnsetType = UNSET  # "snapshot" (GPU) or "fake-tensors" (estimate)
+    batch_size: int | None | UnsetType = UNSET  # the batch size of the failing step
+    capacity_bytes: int | None | UnsetType = UNSET  # the device's, from the error message
+    reserved_unallocated_bytes: int | None | UnsetType = UNSET  # from the error message
+    message: str | UnsetType = UNSET
+
+
+class MemoryReport(Record):
+    """``memory``: where a step's memory goes on a GPU (measured there), how much batch fits
+    (predicted with fake tensors, on any machine) and, for a run that died of OOM, why."""
+
+    device: str | None
+    capacity_bytes: int | None
+    measured: MemoryMeasured | None = None
+    predicted: MemoryPredicted | None = None
+    oom: MemoryOom | None = None
+    capacity_source: str | UnsetType = UNSET  # "table", "size", "device" (measured), "message"
+    note: str | UnsetType = UNSET

@@ -178,5 +178,20 @@ CATALOGUE: tuple[FixKind, ...] = (
     ),
 )
 
+CATALOGUE += (
+    FixKind(
+        "batch-size",
+        "the training DataLoader's batch_size raised to the one memory-headroom suggests (the "
+        "GPU mostly empty, the step host-bound); the learning rate is left as it is",
+        ("memory-headroom",),
+        runtime=True,
+        source=True,
+        opt_in=True,
+        expected="more samples per second where the step is launch- or dispatch-bound; changes "
+        "the optimisation (batch size, steps per epoch, the learning rate's right value)",
+        per_sample=True,
+    ),
+)
+
 BY_NAME: dict[str, FixKind] = {k.name: k for k in CATALOGUE}
 NAMES: tuple[str, ...] = tuple(BY_NAME)

@@ -83,6 +83,11 @@ def optimize_command(opts: OptimizeOptions) -> int:
     out = _out_dir(opts, target.stem)
     launch = Launch(opts.script, opts.module, opts.args, opts.steps, opts.warmup, opts.seed)
     launch.timeout_s = opts.timeout_s
+    if opts.memory_for is not None:
+        from gpuopt.memory.devices import device_memory
+
+        device_memory(opts.memory_for)  # refused before anything runs, with a one-line reason
+        launch.memory_for = opts.memory_for
     doc = OptimizeDocument(script=target.display, argv=list(opts.args), steps=opts.steps)
     doc.seed = opts.seed
     limit = opts.time_budget_s if opts.time_budget_s is not None else DEFAULT_TIME_BUDGET_S

@@ -31,3 +31,4 @@ class OptimizeOptions:
     force: bool = False
     timeout_s: float | None = None
     time_budget_s: float | None = None  # --time-budget: the measuring's cap (None: the default)
+    memory_for: str | None = None  # --memory-for: every run predicts memory for that device

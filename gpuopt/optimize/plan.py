@@ -544,7 +544,25 @@ def _plan_padding_batch(kind: FixKind, inp: PlanInput) -> PlannedFix:
     return fix
 
 
+def _plan_batch_size(kind: FixKind, inp: PlanInput) -> PlannedFix:
+    """``--fix batch-size`` (gpuopt.optimize.batch_size): the DataLoader's batch size."""
+    from gpuopt.optimize.batch_size import LR_NOTE, choose_batch_size
+
+    choice = choose_batch_size(inp.profile)
+    found = [f.id for f in _findings(inp.profile, kind.findings)]
+    fix = PlannedFix(kind, False, choice.applicable, choice.reason, findings=found)
+    if choice.site is None:
+        return fix
+    settings = LoaderSettings(site=choice.site, batch_size=choice.batch_size)
+    fix.loaders, fix.sites = [settings], [choice.site]
+    fix.settings = {"batch_size": choice.batch_size}
+    fix.edits = _loader_edits(choice.site, settings)
+    fix.notes.append(LR_NOTE)
+    return fix
+
+
 _PLANNERS: dict[str, Callable[[FixKind, PlanInput], PlannedFix]] = {
+    "batch-size": _plan_batch_size,
     "vectorize": _plan_loops,
     "padding": _plan_loops,
     "padding-batch": _plan_padding_batch,

@@ -49,6 +49,7 @@ class Launch:
     warmup: int
     seed: int
     timeout_s: float | None = None
+    memory_for: str | None = None  # --memory-for DEVICE|SIZE, for every run alike
 
     def command(self, spec: RunSpec) -> list[str]:
         cmd = [sys.executable, "-m", "gpuopt", "profile", "--quiet", "--force", "--record-losses"]
@@ -56,6 +57,8 @@ class Launch:
         cmd += ["--seed", str(self.seed)]
         if spec.timed:
             cmd.append("--measure-only")
+        elif self.memory_for is not None:  # a timed run predicts nothing
+            cmd += ["--memory-for", self.memory_for]
         if spec.fixes_dir is not None:
             cmd += ["--fixes", str(spec.fixes_dir)]
         if self.module is not None:

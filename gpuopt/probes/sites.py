@@ -111,6 +111,19 @@ class SiteResolver:
             self.miss_s += time.perf_counter() - t0
         return cat
 
+    def is_user_file(self, filename: str) -> bool:
+        """Whether a file (as a traceback or a memory snapshot names it) is the user's code."""
+        cat = self.cache.get(filename)
+        if cat is None:
+            cat = self.cache[filename] = self._classify_file(filename)
+        return cat == USER
+
+    def relfile(self, filename: str) -> str:
+        """A file name relative to the working directory, or as given when outside it."""
+        path = self.abspath(filename)
+        base = os.path.join(self.cwd, "")
+        return path[len(base) :] if path.startswith(base) else filename
+
     def _classify_file(self, filename: str) -> int:
         if not filename or filename.startswith("<"):
             return LIBRARY

@@ -32,7 +32,15 @@ from gpuopt.units import (
 )
 
 if TYPE_CHECKING:
-    from gpuopt.model.profile import GpuRank, Profile, RankEntry, RankSpread, Table
+    from gpuopt.model.profile import (
+        GpuRank,
+        MemoryHolder,
+        MemoryReport,
+        Profile,
+        RankEntry,
+        RankSpread,
+        Table,
+    )
 
 WOULD_BLOCK_LABEL = "would block on a GPU"
 
@@ -645,6 +653,7 @@ def detail_sections(profile: Profile) -> list[Section]:
         gpu_samples_section(profile),
         *gpu_sections(profile),
         ranks_section(profile),
+        *memory_sections(profile),
         *generic_sections(profile),
         trace_section(profile),
     ]
@@ -655,3 +664,183 @@ def detail_sections(profile: Profile) -> list[Section]:
         s.numeric_columns = _numeric_columns(s)
         result.append(s)
     return result
+
+
+# -- memory (docs/memory.md) ----------------------------------------------------------------------
+
+
+def _est(text: str) -> str:
+    return f"{text} (est.)" if text != MISSING else text
+
+
+def _memory_rows(m: MemoryReport) -> list[list[Cell]]:
+    """The memory summary: the device, what was measured, what was predicted, the OOM."""
+    rows: list[list[Cell]] = []
+
+    def add(
+        name: str, value: Any, formatter: Formatter = fmt_bytes, estimate: bool = False
+    ) -> None:
+        if value is None:
+            return
+        shown = formatter(value)
+        rows.append(
+            [
+                Cell(name, sort=name),
+                Cell(_est(shown) if estimate else shown, sort=num(value) or shown),
+            ]
+        )
+
+    add("device", m.device or "", str)
+    add("capacity", m.capacity_bytes)
+    me = m.measured
+    if me is not None:
+        add("peak allocated (measured)", me.peak_allocated_bytes)
+        add("peak reserved (measured)", me.peak_reserved_bytes)
+        add("reserved, not allocated", given(me.fragmentation_bytes))
+    p = m.predicted
+    if p is not None:
+        add("batch size", p.batch_size, fmt_count)
+        add("predicted peak at that batch", p.peak_bytes, estimate=True)
+        add("per sample", p.bytes_per_sample, estimate=True)
+        add("largest batch that fits", p.max_batch_size, fmt_count, estimate=True)
+        add("margin kept free", p.margin, fmt_frac)
+        add("what limits it", p.limit, str)
+        add("replayed", given(p.replayed), str)
+        add("prediction took", given(p.cost_s), fmt_duration)
+    o = m.oom
+    if o is not None:
+        add("out of memory at", o.site or MISSING, str)
+        add("it asked for", o.requested_bytes)
+        add("batch size that fits", o.fits_batch_size, fmt_count, estimate=True)
+    return rows
+
+
+def _memory_note(m: MemoryReport) -> str:
+    parts = []
+    if m.predicted is not None:
+        parts.append(
+            "predicted: the first step replayed under fake tensors (no memory allocated), "
+            + (given(m.predicted.device_model) or "")
+        )
+        parts += [n for n in given(m.predicted.notes) or [] if not n.startswith("usable")]
+    if m.measured is None and m.predicted is not None:
+        parts.append("nothing measured: no GPU in this run")
+    if given(m.note):
+        parts.append(str(given(m.note)))
+    return "; ".join(p for p in parts if p)
+
+
+def _category_section(m: MemoryReport) -> Section | None:
+    splits = []
+    if m.measured is not None and m.measured.by_category is not None:
+        step = given(m.measured.tracked_step)
+        splits.append(
+            (f"measured (step {step})" if step is not None else "measured", m.measured.by_category)
+        )
+    if m.predicted is not None and m.predicted.by_category is not None:
+        splits.append(
+            (f"predicted, batch {fmt_count(m.predicted.batch_size)}", m.predicted.by_category)
+        )
+    if not splits:
+        return None
+    columns = ["category"]
+    for name, _ in splits:
+        columns += [name, "share"]
+    rows = []
+    for i, (category, _) in enumerate(splits[0][1].items()):
+        row = [Cell(category.replace("_", " "), sort=i)]
+        for _, split in splits:
+            n = split.items()[i][1]
+            total = split.total()
+            row += [
+                _bytes_cell(n),
+                Cell(fmt_frac(n / total) if total else MISSING, sort=n, numeric=True),
+            ]
+        rows.append(row)
+    return Section(
+        "memory-categories",
+        "Memory at the step's peak, by what holds it",
+        columns,
+        rows,
+        note=" ".join(
+            n
+            for name, n in (
+                (
+                    "measured",
+                    "measured: one step under gpuopt's tracker, 'other' is what the "
+                    "allocator held beyond the tensors it saw.",
+                ),
+                ("predicted", "predicted: an estimate (fake tensors)."),
+            )
+            if any(col.startswith(name) for col in columns)
+        ),
+    )
+
+
+def _bytes_cell(n: Any) -> Cell:
+    return Cell(fmt_bytes(n), sort=num(n), numeric=True)
+
+
+def _holder_rows(holders: list[MemoryHolder], source: str) -> list[list[Cell]]:
+    return [
+        [
+            Cell(
+                h.module or (given(h.category) or "").replace("_", " ") or MISSING,
+                sort=h.module or "",
+            ),
+            Cell(one_line(h.site) or MISSING, sort=h.site or "", site=h.site or None),
+            _bytes_cell(h.bytes),
+            Cell(source, sort=source),
+        ]
+        for h in holders
+    ]
+
+
+def _largest_section(m: MemoryReport) -> Section | None:
+    rows: list[list[Cell]] = []
+    if m.measured is not None:
+        rows += _holder_rows(m.measured.largest, "measured")
+    if m.predicted is not None:
+        rows += _holder_rows(given(m.predicted.largest) or [], "predicted (est.)")
+    if not rows:
+        return None
+    return Section(
+        "memory-largest",
+        "Largest activations at the peak (module, the user's line)",
+        ["module", "site", "bytes", "source"],
+        rows,
+        note="activation checkpointing (torch.utils.checkpoint) on the modules at the top trades "
+        "their memory for one more forward of them in the backward.",
+    )
+
+
+def _oom_section(m: MemoryReport) -> Section | None:
+    o = m.oom
+    if o is None or not o.held:
+        return None
+    source = "snapshot" if given(o.held_source) == "snapshot" else "fake tensors (est.)"
+    return Section(
+        "memory-oom",
+        "Out of memory: what held the memory",
+        ["module or category", "site", "bytes", "source"],
+        _holder_rows(o.held, source),
+        note=one_line(given(o.message)),
+    )
+
+
+def memory_sections(profile: Profile) -> list[Section]:
+    """``memory``: the summary, the split by category, the largest activations, an OOM's
+    holders (none when the document has no memory part)."""
+    m = given(profile.memory)
+    if m is None:
+        return []
+    rows = _memory_rows(m)
+    out = [
+        Section("memory", "GPU memory", ["measure", "value"], rows, note=_memory_note(m))
+        if rows
+        else None,
+        _category_section(m),
+        _largest_section(m),
+        _oom_section(m),
+    ]
+    return [s for s in out if s is not None]

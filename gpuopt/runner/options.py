@@ -70,6 +70,7 @@ class ProfileOptions:
     # --measure-only (gpuopt optimize's timed runs): the step clock, the losses, the DataLoader
     # probe and the batch shapes only; no recorder window, profiler window, sampler or checkpoint
     measure_only: bool = False
+    memory_for: str | None = None  # --memory-for DEVICE|SIZE: predict memory for that device
     torchrun: TorchrunOptions = field(default_factory=TorchrunOptions)
 
     @property

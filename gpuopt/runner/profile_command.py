@@ -40,6 +40,10 @@ def profile_command(opts: ProfileOptions) -> int:
     check_interval(opts.sample_interval)
     target = Target(opts.script, opts.module, list(opts.args))
     check_target(target)
+    if opts.memory_for is not None:
+        from gpuopt.memory.devices import device_memory
+
+        device_memory(opts.memory_for)  # refused before anything runs, with a one-line reason
     if opts.fixes is not None:
         from gpuopt.optimize.runtime import load_fixes
 

@@ -24,6 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fixes", type=Path, default=None)
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--record-losses", action="store_true")
+    ap.add_argument("--memory-for", default=None)
     ap.add_argument("--script", default=None)
     ap.add_argument("-m", dest="module", default=None)
     ap.add_argument("args", nargs=argparse.REMAINDER)
@@ -50,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         fixes=ns.fixes,
         seed=ns.seed,
         record_losses=ns.record_losses,
+        memory_for=ns.memory_for,
     )
     # the launcher refused or cleared an earlier run's ranks already
     run_dir = RunDirectory.prepare(ns.out / f"rank-{rank}", force=True)

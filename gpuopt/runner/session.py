@@ -36,6 +36,7 @@ from gpuopt.probes import steps as steps_mod
 from gpuopt.probes.collectives import CollectiveProbe, wanted
 from gpuopt.probes.dataloader import DataLoaderProbe
 from gpuopt.probes.environment import environment
+from gpuopt.probes.memory import MemoryProbe
 from gpuopt.probes.profiler_window import ProfilerWindow
 from gpuopt.probes.protocol import Probe, RunContext
 from gpuopt.probes.recorder import DispatchRecorder
@@ -123,6 +124,7 @@ class ProfileSession:
         self.sampler: UtilizationSampler | None = None
         self.recorder: DispatchRecorder | None = None
         self.window: ProfilerWindow | None = None
+        self.memory: MemoryProbe | None = None  # --memory-for, or a GPU
         self.training = TrainingRecorder(opts.seed) if opts.record_losses else None
         # one rank of several (torchrun): time in collectives per step
         self.collectives = CollectiveProbe(clock=clock) if rank is not None or wanted() else None
@@ -148,6 +150,8 @@ class ProfileSession:
             pass
         finally:
             self.t_end = self.clock()
+            if self.memory is not None:
+                self.memory.outcome = outcome  # an OOM's post-mortem needs how it ended
             self._stop()
         if not self.run_dir.owned():
             return ChildExit(outcome.exit_code)
@@ -189,6 +193,7 @@ class ProfileSession:
             window=self._result(self.window, self.window.result, full)
             if self.window and full
             else None,
+            memory=self._result(self.memory, self.memory.result, full) if self.memory else None,
             sampler_error=self.sampler.error if self.sampler else None,
             warnings=self._warnings(full),
         )
@@ -233,9 +238,14 @@ class ProfileSession:
             max_steps=self.opts.steps,
             clock=self.clock,
         )
+        self.memory = None if self.opts.measure_only else self._memory_probe()
+        # the memory probe first: it stops last, when no other probe's hooks or modes are on
+        # (its replays run then)
         probes: list[Probe] = [self.loader_probe]
         if self.sampler is not None:
             probes.append(self.sampler)
+        if self.memory is not None:
+            probes.insert(0, self.memory)
         if self.training is not None:
             probes.append(self.training)
         if self.collectives is not None:
@@ -449,6 +459,28 @@ class ProfileSession:
         engine = self.recorder.engine if self.recorder is not None else None
         return engine.op_sites() if engine is not None else []
 
+    def _memory_probe(self) -> MemoryProbe | None:
+        """With --memory-for, or on a machine with a GPU: the memory probe."""
+        import torch
+
+        from gpuopt.memory.cuda import CudaAllocator
+        from gpuopt.memory.devices import device_memory
+
+        cuda = torch.cuda.is_available()
+        if self.opts.memory_for is None and not cuda:
+            return None
+        device = device_memory(self.opts.memory_for) if self.opts.memory_for else None
+        probe = self.loader_probe
+
+        def hint() -> list[int]:
+            return [
+                s.batch_size
+                for s in list(probe.loaders.values())
+                if s.batch_size and s.eval_batches < max(s.batches, 1)
+            ]
+
+        return MemoryProbe(device, CudaAllocator() if cuda else None, batch_size_hint=hint)
+
     def _instrumented_steps(self) -> set[int]:
         """Steps the recorder or the profiler window slowed down: left out of the statistics
         (their own measurements come from those probes), like warm-up steps."""
@@ -462,6 +494,8 @@ class ProfileSession:
                 out.add(w0 - 1)
         if self.window is not None and self.window in self.started:
             out.update(range(w0 + w, w0 + 2 * w))
+        if self.memory is not None and self.memory in self.started:
+            out.update(self.memory.instrumented_steps())
         return out
 
 

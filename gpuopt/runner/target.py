@@ -218,8 +218,9 @@ def run_target(target: Target) -> Outcome:
         if _unwinds_on_purpose(exc):
             raise
         print_user_traceback(exc)
-        message = safe_str(exc)[:2000]
-        return Outcome("error", 1, RunError(type=type(exc).__name__, message=message))
+        error = RunError(type=type(exc).__name__, message=safe_str(exc)[:2000])
+        frames = [(f.filename, f.lineno or 0) for f in traceback.extract_tb(exc.__traceback__)]
+        return Outcome("error", 1, error, error_frames=frames)
     finally:
         sys.argv = saved_argv
         if saved_path0 is not None:

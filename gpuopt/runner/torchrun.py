@@ -120,6 +120,8 @@ def torchrun_command(opts: ProfileOptions, target: Target, out: Path) -> list[st
         cmd += ["--seed", str(opts.seed)]
     if opts.record_losses:
         cmd.append("--record-losses")
+    if opts.memory_for is not None:
+        cmd += ["--memory-for", opts.memory_for]
     if target.module is not None:
         cmd += ["-m", target.module]
     else:

@@ -16,6 +16,7 @@ MODULES = (
     "host_loops",
     "host_ragged",
     "host_syncs",
+    "memory",
 )
 
 for _name in MODULES:
