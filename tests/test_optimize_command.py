@@ -140,7 +140,9 @@ def test_apply_keeps_the_dataloader_fix_at_run_time(
         swept.append(site)
         return _swept(site)
 
-    measured = Gain(2.0, low=1.8, high=2.2, noise=0.03, measurable=True, label="2.00x faster")
+    measured = Gain(
+        2.0, low=1.8, high=2.2, noise=0.03, measurable=True, label="2.00x faster", verdict="faster"
+    )
     monkeypatch.setattr(sweep_module, "run_sweep", sweep)
     monkeypatch.setattr(results_module, "gain", lambda *a, **kw: measured)
     r = CliRunner().invoke(app, ["optimize", "--apply", "--quick", "-o", "o", script.name, *args])

@@ -33,10 +33,10 @@ from statistics import median
 
 from gpuopt.model.optimize import Gain
 from gpuopt.optimize.catalogue import FixKind
-from gpuopt.optimize.speed import TIGHT
 
 DEFAULT_TIME_BUDGET_S = 300.0  # optimize's measuring stops adding runs past this (seconds)
 MAX_TIMED_RUNS = 8  # timed runs a side at most
+TIGHT = 0.05  # a side is measured well enough when its interval is within ±5% of its level
 MIN_RUNS_TIGHT = 3  # timed runs a side before its interval can be called tight
 CLEAR_SLOWDOWN = 0.25  # slower than 1 / 1.25 in one candidate run: dropped without a second
 
@@ -64,7 +64,7 @@ def predicted_s(walls: Sequence[float | None]) -> float:
 
 
 def tight(g: Gain) -> bool:
-    """Whether each side's interval is within ±:data:`~gpuopt.optimize.speed.TIGHT`, from at
+    """Whether each side's interval is within ±:data:`TIGHT`, from at
     least :data:`MIN_RUNS_TIGHT` runs a side (two runs that agree by chance say little of how
     far a third would be)."""
     widths = (g.baseline_half_width, g.candidate_half_width)

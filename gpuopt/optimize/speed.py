@@ -14,7 +14,7 @@ built around.
 replacement, then each drawn run's settled steps with replacement, each drawn run's median
 taken and their geometric mean; the ratio's interval is the 5th to 95th percentile of the
 baseline's resampled levels over the candidate's. A side is *tight* when its own interval is
-within ±:data:`TIGHT` of its level.
+within ±:data:`~gpuopt.optimize.measuring.TIGHT` of its level.
 
 **The noise** is the baseline's run-to-run spread: the standard deviation of its runs' levels
 over their mean (with a single baseline run, unknown: 0) — what one run's level may be off by,
@@ -32,12 +32,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuopt.model.optimize import Gain
+from gpuopt.optimize.measuring import TIGHT
 from gpuopt.optimize.step_series import SplitRun, split_run
 
 RESAMPLES = 2000
 LEVEL = 0.90  # two-sided: the 5th and 95th percentiles
 SEED = 0
-TIGHT = 0.05  # a side is measured well enough when its interval is within ±5% of its level
 MIN_EFFECT = 0.03  # a gain or a loss under 3% is never claimed, however quiet the runs
 MIN_STEPS = 3  # settled steps a side needs, in all, to be measured at all
 
