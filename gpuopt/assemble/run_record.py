@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpuopt.compile.events import CompileCapture
 from gpuopt.model.profile import Environment, RunError, Status, TrainingRecord, Utilization
 from gpuopt.probes.collectives import CollectiveCapture
 from gpuopt.probes.dataloader import DataLoaderWaits
@@ -48,3 +49,4 @@ class RunRecord:
     training: TrainingRecord | None = None  # --record-losses
     fixes_applied: list[str] = field(default_factory=list)  # --fixes DIR
     collectives: CollectiveCapture | None = None  # one rank of several: its collectives
+    compile: CompileCapture | None = None  # what torch.compile did (None: the probe failed)

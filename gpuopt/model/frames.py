@@ -10,7 +10,7 @@ are fractions of step time).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from msgspec.structs import fields
@@ -21,8 +21,10 @@ from gpuopt.model.records import (
     DataLoaderInfo,
     Finding,
     GpuRank,
+    GraphBreak,
     Loop,
     RankEntry,
+    Recompile,
     StepRecord,
     Sync,
     Transfer,
@@ -179,6 +181,8 @@ class FrameSources:
     dataloaders: list[DataLoaderInfo]
     ranks: list[RankEntry] | None
     trace_ranks: list[TraceRank]
+    graph_breaks: list[GraphBreak] = field(default_factory=list)
+    recompiles: list[Recompile] = field(default_factory=list)
 
 
 def frames_of(src: FrameSources) -> dict[str, pd.DataFrame]:
@@ -211,4 +215,6 @@ def frames_of(src: FrameSources) -> dict[str, pd.DataFrame]:
         "kernels": _frame(kernels, ("rank", *_names(KernelStat))),
         "trace_steps": _frame(trace_steps, ("rank", *_names(StepOverview))),
         "idle_causes": _frame(idle, ("rank", "cause", "idle_us")),
+        "graph_breaks": _frame(_rows(src.graph_breaks, GraphBreak), _names(GraphBreak)),
+        "recompiles": _frame(_rows(src.recompiles, Recompile), _names(Recompile)),
     }

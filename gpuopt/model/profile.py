@@ -25,6 +25,7 @@ from gpuopt.model.records import (
     SCHEMA,
     Breakdown,
     CollectiveOp,
+    Compile,
     Count,
     CpuUtilization,
     DataLoaderInfo,
@@ -37,6 +38,7 @@ from gpuopt.model.records import (
     GpuInfo,
     GpuRank,
     GpuSampleSummary,
+    GraphBreak,
     IdleSplit,
     LaunchBrief,
     Loop,
@@ -46,6 +48,7 @@ from gpuopt.model.records import (
     RaggedLoader,
     RankEntry,
     RankSpread,
+    Recompile,
     Record,
     RingAllReduce,
     RunError,
@@ -77,6 +80,7 @@ __all__ = [
     "BREAKDOWN_KEYS",
     "BREAKDOWN_PARTS",
     "CollectiveOp",
+    "Compile",
     "Count",
     "CpuUtilization",
     "DataLoaderInfo",
@@ -89,6 +93,7 @@ __all__ = [
     "GpuInfo",
     "GpuRank",
     "GpuSampleSummary",
+    "GraphBreak",
     "IdleSplit",
     "LaunchBrief",
     "Loop",
@@ -99,6 +104,7 @@ __all__ = [
     "RaggedLoader",
     "RankEntry",
     "RankSpread",
+    "Recompile",
     "Record",
     "RingAllReduce",
     "RunError",
@@ -142,6 +148,8 @@ class Profile(Record):
     findings: list[Finding] = field(default_factory=list)
     gpu: list[GpuRank] | None = None
     ranks: list[RankEntry] | None = None
+    # what torch.compile did (docs/compile.md); null where nothing was compiled
+    compile: Compile | None = None
     # gpuopt's additions
     source: Source = "run"
     tables: list[Table] = field(default_factory=list)
@@ -168,7 +176,8 @@ class Profile(Record):
         ``transfers``, ``syncs``, ``loops``, ``findings``, ``gpu`` (one row per rank),
         ``dataloaders``, ``ranks`` and, from a trace, ``kernels`` (the top kernels of each type,
         per rank), ``trace_steps`` (each profiler step's time by category, per rank) and
-        ``idle_causes`` (GPU idle time by what the host was doing, per rank); a frame is empty
+        ``idle_causes`` (GPU idle time by what the host was doing, per rank), ``graph_breaks`` and
+        ``recompiles`` (torch.compile's, docs/compile.md); a frame is empty
         (with its columns) where the source cannot give it. See docs/api.md."""
         from gpuopt.model.frames import FrameSources, frames_of
 
@@ -186,5 +195,7 @@ class Profile(Record):
                 dataloaders=self.dataloaders or [],
                 ranks=self.ranks,
                 trace_ranks=trace_ranks,
+                graph_breaks=self.compile.graph_breaks if self.compile else [],
+                recompiles=self.compile.recompiles if self.compile else [],
             )
         )

@@ -22,6 +22,7 @@ Costs: a recorded op costs several microseconds of Python (measured by
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,11 @@ from gpuopt.probes.ragged import BatchShapeTracker, LoaderShapes
 from gpuopt.probes.recorder_calibration import Calibration
 from gpuopt.probes.recorder_engine import RecorderEngine
 from gpuopt.probes.sites import SiteResolver
+
+COMPILE_NOTE = (
+    "recorder: the script compiles with torch.compile, so the recorder's window saw only "
+    "aten ops (the Python-level calls, e.g. which API made a sync, are not recorded)"
+)
 
 
 @dataclass
@@ -84,7 +90,7 @@ class DispatchRecorder:
             self.enabled = True
             self._add_listener()
             if ctx.window_start <= 0:
-                self.engine.turn_on()
+                self._turn_on(self.engine)
         except Exception as exc:
             self.errors.append(f"recorder could not start: {type(exc).__name__}: {exc}")
             self.enabled = False
@@ -102,10 +108,19 @@ class DispatchRecorder:
                     engine.turn_off()
                     self.done = True
             elif index >= self.ctx.window_start - 1 and index < last:
-                engine.turn_on()
+                self._turn_on(engine)
         except Exception as exc:
             self.errors.append(f"recorder step hook failed: {type(exc).__name__}: {exc}")
             self.done = True
+
+    def _turn_on(self, engine: RecorderEngine) -> None:
+        """The modes on; where the script compiles (Dynamo is loaded) without the function-level
+        mode: Dynamo guards on the torch-function mode stack, so a compiled function would be
+        compiled again with the recorder's mode traced into it (docs/compile.md)."""
+        compiling = "torch._dynamo" in sys.modules
+        engine.turn_on(function=not compiling)
+        if compiling and COMPILE_NOTE not in self.errors:
+            self.errors.append(COMPILE_NOTE)
 
     def stop(self) -> None:
         try:

@@ -32,6 +32,7 @@ from gpuopt.errors import GpuoptError
 from gpuopt.model.profile import Profile, RunError
 from gpuopt.probes import steps as steps_mod
 from gpuopt.probes.collectives import CollectiveProbe, wanted
+from gpuopt.probes.compile import CompileProbe
 from gpuopt.probes.dataloader import DataLoaderProbe
 from gpuopt.probes.environment import environment
 from gpuopt.probes.profiler_window import ProfilerWindow
@@ -124,6 +125,7 @@ class ProfileSession:
         self.training = TrainingRecorder(opts.seed) if opts.record_losses else None
         # one rank of several (torchrun): time in collectives per step
         self.collectives = CollectiveProbe(clock=clock) if rank is not None or wanted() else None
+        self.compile_probe = CompileProbe()  # torch.compile: Dynamo's records (docs/compile.md)
         self.fixes_applied: list[str] = []  # --fixes DIR: the run-time fixes patched in
         self._undo_fixes: Callable[[], None] | None = None
         self._late_fix_notes: list[str] = []
@@ -177,6 +179,7 @@ class ProfileSession:
             collectives=self._result(self.collectives, self.collectives.result, full)
             if self.collectives
             else None,
+            compile=self._result(self.compile_probe, self.compile_probe.result, full),
             utilization=self._result(self.sampler, self.sampler.result, full)
             if self.sampler
             else None,
@@ -234,7 +237,8 @@ class ProfileSession:
             max_steps=self.opts.steps,
             clock=self.clock,
         )
-        probes: list[Probe] = [self.loader_probe, self.sampler]
+        ctx.extra["compile_window_step"] = self._compile_window_step()
+        probes: list[Probe] = [self.loader_probe, self.sampler, self.compile_probe]
         if self.training is not None:
             probes.append(self.training)
         if self.collectives is not None:
@@ -362,6 +366,15 @@ class ProfileSession:
 
         return DispatchRecorder(), ProfilerWindow() if torch.cuda.is_available() else None
 
+    def _compile_window_step(self) -> int:
+        """The step the compile probe profiles on the CPU: the first after the recorder's window
+        and the GPU profiler window (the recorder's torch modes make Dynamo run the compiled
+        functions' original code; two profilers cannot run at once)."""
+        w0, w = self.opts.warmup_used, self.opts.window
+        if w <= 0:
+            return w0
+        return w0 + w + (w if self.window is not None else 0)
+
     def _instrumented_steps(self) -> set[int]:
         """Steps the recorder or the profiler window slowed down: left out of the statistics
         (their own measurements come from those probes), like warm-up steps."""
@@ -371,4 +384,6 @@ class ProfileSession:
             out.update(range(w0, w0 + w))
         if self.window is not None and self.window in self.started:
             out.update(range(w0 + w, w0 + 2 * w))
+        if self.compile_probe.window_used is not None:
+            out.add(self.compile_probe.window_used)
         return out
