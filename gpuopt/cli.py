@@ -532,8 +532,8 @@ def optimize(
         "--fix",
         help=(
             "A fix to use (repeatable; default: every safe fix the findings call for): "
-            "dataloader, pinned-copies, syncs, zero-grad, cudnn-benchmark, vectorize, padding, "
-            "aot; opt-in: amp, tf32, channels-last, compile, padding-batch."
+            "dataloader, pinned-copies, syncs, graph-breaks, zero-grad, cudnn-benchmark, "
+            "vectorize, padding, aot; opt-in: amp, tf32, channels-last, compile, padding-batch."
         ),
     ),
     amp_dtype: str = typer.Option(

@@ -71,6 +71,7 @@ def assemble_run(rec: RunRecord) -> Profile:
         if rec.window.info is not None:
             p.trace = TraceDetails(profiler_window=rec.window.info)
     p.breakdown = _breakdown(rec, timeline, p.dispatch)
+    p.compile = None  # the key is always there: null where nothing was compiled
     if rec.compile is not None:
         reported += _add_compile(p, rec, timeline.measured)
     p.warnings = list(dict.fromkeys(reported)) + rec.warnings + timeline.warnings

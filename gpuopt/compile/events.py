@@ -85,7 +85,7 @@ class WindowCounts:
 
     step: int
     regions: int  # compiled frames entered ("Torch-Compiled Region: F/A")
-    graph_calls: int  # compiled graphs run (CompiledFunction, "## Call CompiledFxGraph ...")
+    graph_calls: int | None  # compiled graphs run (CompiledFunction, "## Call CompiledFxGraph")
     eager_ops: int | None  # top-level ops inside compiled regions, outside graphs
     outside_ops: int  # top-level ops outside any compiled region
     note: str | None = None

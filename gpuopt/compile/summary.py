@@ -271,7 +271,7 @@ def _add_window(c: Compile, cap: CompileCapture) -> None:
     if w is not None:
         c.window_step = w.step
         c.regions_per_step = float(w.regions)
-        c.graph_calls_per_step = float(w.graph_calls)
+        c.graph_calls_per_step = float(w.graph_calls) if w.graph_calls is not None else None
         c.outside_ops_per_step = float(w.outside_ops)
         c.eager_ops_per_step = float(w.eager_ops) if w.eager_ops is not None else None
         if w.note:

@@ -148,8 +148,9 @@ class Profile(Record):
     findings: list[Finding] = field(default_factory=list)
     gpu: list[GpuRank] | None = None
     ranks: list[RankEntry] | None = None
-    # what torch.compile did (docs/compile.md); null where nothing was compiled
-    compile: Compile | None = None
+    # what torch.compile did (docs/compile.md); null where nothing was compiled (documents
+    # gpuopt writes always have the key; older ones may not)
+    compile: Compile | None | UnsetType = UNSET
     # gpuopt's additions
     source: Source = "run"
     tables: list[Table] = field(default_factory=list)
@@ -183,6 +184,7 @@ class Profile(Record):
 
         trace = self.trace
         trace_ranks = [] if isinstance(trace, UnsetType) else trace.ranks or []
+        compiled = None if isinstance(self.compile, UnsetType) else self.compile
         return frames_of(
             FrameSources(
                 series=self.steps.series,
@@ -195,7 +197,7 @@ class Profile(Record):
                 dataloaders=self.dataloaders or [],
                 ranks=self.ranks,
                 trace_ranks=trace_ranks,
-                graph_breaks=self.compile.graph_breaks if self.compile else [],
-                recompiles=self.compile.recompiles if self.compile else [],
+                graph_breaks=compiled.graph_breaks if compiled else [],
+                recompiles=compiled.recompiles if compiled else [],
             )
         )

@@ -45,7 +45,7 @@ from gpuopt.compile.events import (
     FrameRecord,
     WindowCounts,
 )
-from gpuopt.compile.reasons import guard_location, split_message
+from gpuopt.compile.reasons import RESUME_PREFIX, guard_location, split_message
 from gpuopt.compile.regions import Span, count_regions
 from gpuopt.probes.protocol import RunContext
 from gpuopt.probes.sites import USER, SiteResolver
@@ -146,6 +146,7 @@ class CompileProbe:
         self._utils: Any = None
         self._metrics_maxlen: int | None = None
         self._prof: Any = None
+        self._inside = 0  # torch.compile calls in progress (their inner calls are not noted)
 
     # -- the probe protocol ---------------------------------------------------------------
     def start(self, ctx: RunContext) -> None:
@@ -204,8 +205,14 @@ class CompileProbe:
 
         @functools.wraps(original)
         def compile(model: Any = None, *args: Any, **kwargs: Any) -> Any:
+            if probe._inside:  # torch.compile calling itself (its decorator form): one call
+                return original(model, *args, **kwargs)
             call = probe._note_call(model, kwargs)
-            out = original(model, *args, **kwargs)
+            probe._inside += 1
+            try:
+                out = original(model, *args, **kwargs)
+            finally:
+                probe._inside -= 1
             if model is None and call is not None and callable(out):
                 return probe._decorator(out, call)
             return out
@@ -219,7 +226,11 @@ class CompileProbe:
         @functools.wraps(decorate)
         def apply(fn: Any) -> Any:
             call.target, call.codes = _codes_of(fn)
-            return decorate(fn)
+            self._inside += 1
+            try:
+                return decorate(fn)
+            finally:
+                self._inside -= 1
 
         return apply
 
@@ -378,7 +389,8 @@ class CompileProbe:
          fail_reason, forward, runtime, stack) = raw  # fmt: skip
         if not cid:
             return None
-        f = self._frame(filename, first, name) if filename else None
+        line = first if name.startswith(RESUME_PREFIX) else _def_line(filename, first)
+        f = self._frame(filename, line, name) if filename else None
         if reason and (loc := guard_location(reason)) is not None:
             g = self._frame(loc[0], loc[1], "")
             if g.user:
@@ -420,8 +432,9 @@ class CompileProbe:
         counts = count_regions(_spans(prof))
         note = None
         eager: int | None = counts.eager_ops
+        graphs: int | None = counts.graph_calls
         if counts.regions and not counts.graph_calls:
-            eager = None
+            eager = graphs = None
             note = (
                 "ops left eager not counted: this backend runs its graphs as plain ops with no "
                 "span around them (backend 'eager'), so a profile cannot tell them apart"
@@ -432,11 +445,26 @@ class CompileProbe:
         self.capture.window = WindowCounts(
             step=index,
             regions=counts.regions,
-            graph_calls=counts.graph_calls,
+            graph_calls=graphs,
             eager_ops=eager,
             outside_ops=counts.outside_ops,
             note=note,
         )
+
+
+_DEF = re.compile(r"^\s*(async\s+)?def\s")
+
+
+def _def_line(filename: str, first: int) -> int:
+    """The ``def`` line of a function whose code starts at ``first`` (a decorated function's
+    code starts at its first decorator); ``first`` when the source cannot be read."""
+    for line in range(first, first + 40):
+        text = linecache.getline(filename, line)
+        if not text:
+            break
+        if _DEF.match(text):
+            return line
+    return first
 
 
 def _spans(prof: Any) -> list[Span]:

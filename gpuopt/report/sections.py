@@ -591,12 +591,15 @@ def _numeric_columns(s: Section) -> set[int]:
 
 def detail_sections(profile: Profile) -> list[Section]:
     """Every detail table of the document, in report order; absent or empty ones left out."""
+    from gpuopt.report.compile_sections import compile_sections  # it builds on Section
+
     sections: list[Section | None] = [
         dataloaders_section(profile),
         transfers_section(profile),
         syncs_section(profile),
         loops_section(profile),
         dispatch_section(profile),
+        *compile_sections(profile),
         ragged_section(profile),
         ragged_loaders_section(profile),
         gpu_samples_section(profile),
