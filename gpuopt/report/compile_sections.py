@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpuopt.model.records import given
-from gpuopt.report.sections import Cell, Section
+from gpuopt.report.section_types import Cell, Section
 from gpuopt.units import MISSING, fmt_count, fmt_duration, fmt_frac, num, one_line
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def _summary_rows(c: Compile) -> list[list[Cell]]:
 
 
 def compile_summary_section(profile: Profile) -> Section | None:
-    c = profile.compile
+    c = given(profile.compile)
     if c is None:
         return None
     note = one_line(given(c.note))
@@ -84,7 +84,7 @@ def compile_summary_section(profile: Profile) -> Section | None:
 
 
 def compiled_functions_section(profile: Profile) -> Section | None:
-    c = profile.compile
+    c = given(profile.compile)
     functions = given(c.functions) if c is not None else None
     if not functions:
         return None
@@ -112,7 +112,7 @@ def compiled_functions_section(profile: Profile) -> Section | None:
 
 
 def graph_breaks_section(profile: Profile) -> Section | None:
-    c = profile.compile
+    c = given(profile.compile)
     if c is None or not c.graph_breaks:
         return None
     rows = [
@@ -137,7 +137,7 @@ def graph_breaks_section(profile: Profile) -> Section | None:
 
 
 def recompiles_section(profile: Profile) -> Section | None:
-    c = profile.compile
+    c = given(profile.compile)
     if c is None or not c.recompiles:
         return None
     rows = [

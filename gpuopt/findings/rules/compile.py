@@ -73,7 +73,7 @@ _DEFAULT_BREAK_FIX = (
 
 
 def _compile(profile: Profile) -> Compile | None:
-    return None if from_trace(profile) else profile.compile
+    return None if from_trace(profile) else given(profile.compile)
 
 
 def _break_finding(g: GraphBreak, c: Compile) -> Finding:
