@@ -15,7 +15,12 @@ A line is moved only where that cannot change what it reads or what the rest rea
   nothing it assigns, and hold no ``print``/logging of their own (the output order stays);
 * statements after it that read what it assigns (``stat = h.mean().item()`` then
   ``self.last_stat = stat``) move with it, under the same rules;
-* a ``yield``, ``del``, ``global``/``nonlocal`` or a nested function in between stops the move.
+* an in-place method (``h.add_(1)``) changes ``h``; a ``yield``, ``del``,
+  ``global``/``nonlocal``, a nested function, or a ``.backward()`` / ``.step()`` /
+  ``.zero_grad()`` call (they change tensors in place) in between stops the move.
+
+What Python cannot show is not seen: a function that changes a tensor it is given in place
+(``fill(h)``) is read as reading ``h`` only.
 
 Every other targeted line is left alone with its reason (:class:`Skipped`). Idempotent: a moved
 line sits just before the ``return``, where there is nothing left to jump over.
@@ -35,6 +40,7 @@ MOVABLE_KINDS = ("print", "logging", "item", "tolist")  # graph-break kinds this
 _LOGGING_ROOTS = ("logging", "logger", "log", "LOGGER", "LOG", "_logger", "_log", "wandb")
 _LOGGING_METHODS = ("debug", "info", "warning", "warn", "error", "critical", "exception", "log")
 _BARRIERS = (cst.Del, cst.Global, cst.Nonlocal)
+_MUTATING_CALLS = ("backward", "step", "zero_grad")  # change parameters and gradients in place
 
 
 def _dotted(node: cst.BaseExpression) -> str | None:
@@ -127,6 +133,15 @@ class _Scan(cst.CSTVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         if is_logging_call(node):
             self.logs = True
+        func = node.func
+        if isinstance(func, cst.Attribute):
+            method = func.attr.value
+            base = _dotted(func.value)
+            # x.add_(1), x.copy_(y): torch's in-place methods change x
+            if base is not None and method.endswith("_") and not method.startswith("_"):
+                self.writes.add(base)
+            if method in _MUTATING_CALLS:
+                self.barrier = f"a .{method}() call (it changes tensors in place)"
 
     def visit_Yield(self, node: cst.Yield) -> None:
         self.barrier = "a yield"
@@ -219,7 +234,7 @@ def _plan_move(body: Sequence[cst.BaseStatement], i: int) -> tuple[list[int], st
             return [], f"`{depends}` is read by a compound statement in between"
         clash = _overlaps(e.writes, reads) or _overlaps(e.writes, writes)
         if clash:
-            return [], f"`{clash}` is assigned in between: moving it would log another value"
+            return [], f"`{clash}` is changed in between: moving it would log another value"
         if e.logs:
             return [], "another print/logging call in between: the output order would change"
     if moving == list(range(i, end)):
