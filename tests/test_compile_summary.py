@@ -186,3 +186,18 @@ def test_the_compile_key_round_trips_and_renders() -> None:
     assert list(frames["recompiles"]["count"]) == [1]
     empty = empty_profile("t.py").frames()
     assert empty["graph_breaks"].empty and "reason" in empty["graph_breaks"].columns
+
+
+def test_a_backward_record_belongs_to_its_frames_function() -> None:
+    """AOTAutograd's lazily compiled backward is a record without a code name: its time counts
+    for the function of its frame, and it is no function of its own."""
+    cap = _capture()
+    cap.frames.append(
+        FrameRecord(compile_id="1/0", name="", filename="", firstlineno=0, site=None, user=False,
+                    start_s=150.0, duration_s=0.5, step=1, is_forward=False)
+    )  # fmt: skip
+    c = compile_record(cap, steps=10, measured=list(range(2, 10)), wall_s=20.0)
+    assert c is not None
+    (fn,) = c.functions  # type: ignore[misc]
+    assert fn.name == "forward" and fn.compile_s == pytest.approx(4.5)
+    assert c.frames == 2 and c.compile_s == pytest.approx(4.5)

@@ -91,8 +91,9 @@ class _Grouper:
         return (r.filename, line, name)
 
     def add(self, records: list[FrameRecord]) -> None:
-        roots = [r for r in records if resumed_function(r.name) is None]
-        for r in roots + [r for r in records if resumed_function(r.name) is not None]:
+        named = [r for r in records if r.name and r.is_forward and not r.is_runtime]
+        roots = [r for r in named if resumed_function(r.name) is None]
+        for r in roots + [r for r in named if resumed_function(r.name) is not None]:
             key = self._root(r, roots)
             fn = self.functions.get(key)
             if fn is None:
@@ -109,6 +110,10 @@ class _Grouper:
             if fn.called_from is None and r.called_from:
                 fn.called_from = r.called_from
             self.by_frame.setdefault(r.frame_id, fn)
+        for r in records:  # a lazily compiled backward, a run-time record: its frame's function
+            owner = self.by_frame.get(r.frame_id)
+            if owner is not None and r not in owner.records:
+                owner.records.append(r)
 
 
 def _break_site(b: BreakRecord) -> str | None:
