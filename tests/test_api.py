@@ -30,6 +30,8 @@ FRAMES = {
     "kernels",
     "trace_steps",
     "idle_causes",
+    "graph_breaks",
+    "recompiles",
 }
 
 
