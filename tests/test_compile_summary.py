@@ -201,3 +201,20 @@ def test_a_backward_record_belongs_to_its_frames_function() -> None:
     (fn,) = c.functions  # type: ignore[misc]
     assert fn.name == "forward" and fn.compile_s == pytest.approx(4.5)
     assert c.frames == 2 and c.compile_s == pytest.approx(4.5)
+
+
+def test_the_recompile_fix_follows_the_guard() -> None:
+    """The corpus's mnist with model.compile(): the last, smaller batch of an epoch and the
+    evaluation pass under no_grad each recompile the forward (bench_corpus_compile.py)."""
+    cap = _capture()
+    cap.frames.append(
+        _frame("0/2", "forward", 10, 6, 300.0, 1.0,
+               recompile_reason="0/1: GLOBAL_STATE changed: grad_mode ")
+    )  # fmt: skip
+    cap.frames[
+        2
+    ].recompile_reason = "0/0: tensor 'x' size mismatch at index 0. expected 64, actual 16"
+    p = _profile_with(cap)
+    (rec,) = [f for f in evaluate(p) if f.id == "recompile"]
+    assert "drop_last=True" in rec.fix and "force_eager" in rec.fix
+    assert rec.evidence["recompiles"] == 2

@@ -150,6 +150,18 @@ def graph_breaks(profile: Profile) -> list[Finding]:
 def _recompile_fix(guards: list[str], called_from: str | None) -> str:
     at = f" before the call at {called_from}" if called_from else ""
     parts = []
+    if any("size mismatch at index 0" in g for g in guards):
+        parts.append(
+            "The first dimension changes: if it is the batch, the last batch of an epoch is "
+            "smaller (drop_last=True on the training DataLoader keeps one shape)."
+        )
+    if any("grad_mode" in g for g in guards):
+        parts.append(
+            "The function also runs with autograd off (an evaluation pass under torch.no_grad()): "
+            "that is a graph of its own, compiled once; to save its compile time, evaluate "
+            "eagerly: with torch.compiler.set_stance('force_eager'): ... (or call the module "
+            "torch.compile wrapped, model._orig_mod)."
+        )
     if any("size mismatch" in g or "stride mismatch" in g for g in guards):
         parts.append(
             "A shape changes from call to call: mark the dimension dynamic "
