@@ -46,11 +46,15 @@ def is_graph_call(name: str) -> bool:
     return name in _GRAPH_NAMES or name.startswith(_GRAPH_PREFIX)
 
 
+_ENGINE_PREFIX = "autograd::engine::evaluate_function: CompiledFunction"
+
+
 def is_compiled_container(name: str) -> bool:
-    """A span torch.compile puts around compiled code (a region, a graph call): it encloses
-    work, it is not work itself (trace idle causes, docs/trace-metrics.md). Dynamo's guard
-    checks (``TorchDynamo Cache Lookup``) and pre-graph bytecode are work: ops."""
-    return is_region(name) or is_graph_call(name)
+    """A span torch.compile puts around compiled code (a region, a graph call, autograd's call
+    of a compiled backward): it encloses work, it is not work itself (trace idle causes,
+    docs/trace-metrics.md). Dynamo's guard checks (``TorchDynamo Cache Lookup``) and pre-graph
+    bytecode are work: ops."""
+    return is_region(name) or is_graph_call(name) or name.startswith(_ENGINE_PREFIX)
 
 
 def _is_op(name: str) -> bool:
