@@ -91,6 +91,16 @@ def run_one(expect: Any, gpuopt: Path, backend: str | None) -> dict[str, Any]:
             "doc": doc, "stderr": proc.stderr[-1500:]}  # fmt: skip
 
 
+def earlier_run(expect: Any) -> dict[str, Any]:
+    """What an earlier run left in its run directory (``--table-only``)."""
+    path = bc.WORK / f"{expect.name}-compiled" / "run" / "profile.json"
+    doc = json.loads(path.read_text()) if path.exists() else None
+    status = doc.get("status") if doc else None
+    return {"name": expect.name, "exit": doc.get("exit_code") if doc else "no run",
+            "wall_s": doc.get("wall_s") if doc else None, "added": [],
+            "doc": doc if status == "ok" else None, "stderr": ""}  # fmt: skip
+
+
 def _line(site: str | None) -> str:
     return site.rsplit(":", 1)[-1] if site else "?"
 
@@ -130,11 +140,18 @@ def main() -> None:
     ap.add_argument("--backend", default=None, help="torch.compile backend (default: torch's)")
     ap.add_argument("--markdown", type=Path)
     ap.add_argument("--json", type=Path, default=bc.CACHE / "results-compiled.json")
+    ap.add_argument(
+        "--table-only", action="store_true", help="the table of the runs already made, no run"
+    )
     a = ap.parse_args()
-    bc.setup_packages(a.gpuopt)
     expects = [e for e in load_expectations(bc.EXPECT) if not a.only or e.name in a.only]
     results = []
+    if not a.table_only:
+        bc.setup_packages(a.gpuopt)
     for e in expects:
+        if a.table_only:
+            results.append(earlier_run(e))
+            continue
         print(f"{e.name} ...", file=sys.stderr, flush=True)
         results.append(run_one(e, a.gpuopt, a.backend))
     head = ["script", "compile", "frames / graphs", "graph breaks (line: kind)",

@@ -218,3 +218,18 @@ def test_the_recompile_fix_follows_the_guard() -> None:
     (rec,) = [f for f in evaluate(p) if f.id == "recompile"]
     assert "drop_last=True" in rec.fix and "force_eager" in rec.fix
     assert rec.evidence["recompiles"] == 2
+
+
+def test_an_unclassified_break_leads_with_dynamos_own_hint() -> None:
+    """The corpus's word_language_model compiled: its LSTM is a break Dynamo names a switch for."""
+    cap = _capture()
+    for b in cap.breaks:
+        b.gb_type, b.explanation = "Attempted to wrap RNN, GRU, or LSTM", "Dynamo does not support"
+        b.hints = [
+            "Set torch._dynamo.config.allow_rnn=True to enable experimental support",
+            "Please report an issue to PyTorch if you encounter this graph break often",
+        ]
+    p = _profile_with(cap)
+    (f,) = [f for f in evaluate(p) if f.id == "graph-break"]
+    assert f.fix.startswith("Dynamo's hint: Set torch._dynamo.config.allow_rnn=True")
+    assert "report an issue" not in f.fix and f.evidence["kind"] == "unsupported"

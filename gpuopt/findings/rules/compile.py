@@ -114,7 +114,7 @@ def _break_finding(g: GraphBreak, c: Compile) -> Finding:
         title=f"Graph break in {fn}: {_kind_title(kind, g.reason)}",
         site=g.site,
         evidence=evidence,
-        fix=f"{_BREAK_FIXES.get(kind, _DEFAULT_BREAK_FIX)} {FULLGRAPH_HINT}",
+        fix=_break_fix(kind, given(g.hints) or []),
         est_speedup=None,
         estimate_model=(
             "not estimated: what a break costs depends on the fusion the backend loses across "
@@ -122,6 +122,17 @@ def _break_finding(g: GraphBreak, c: Compile) -> Finding:
         ),
         fix_params=fix_params,
     )
+
+
+def _break_fix(kind: str, hints: list[str]) -> str:
+    """The fix of a kind gpuopt knows; for the others Dynamo's own first hint comes first (an
+    LSTM: ``torch._dynamo.config.allow_rnn=True``)."""
+    known = _BREAK_FIXES.get(kind)
+    if known is not None:
+        return f"{known} {FULLGRAPH_HINT}"
+    useful = [h for h in hints if "report an issue" not in h.lower()]
+    first = f"Dynamo's hint: {useful[0].rstrip('.')}. Or: " if useful else ""
+    return f"{first}{_DEFAULT_BREAK_FIX} {FULLGRAPH_HINT}"
 
 
 def _kind_title(kind: str, reason: str) -> str:
