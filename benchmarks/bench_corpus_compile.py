@@ -32,38 +32,44 @@ sys.path.insert(0, str(HERE))
 import bench_corpus as bc  # noqa: E402  (bench_corpus.py: data, environment, expectations)
 from corpus_judge import load_expectations  # noqa: E402
 
-# script name -> [(a regex matching the whole anchor line, the statement added after it)]; the
-# statement takes the anchor's indentation
-INSERTS: dict[str, list[tuple[str, str]]] = {
-    "mnist": [(r"model = Net\(\)\.to\(device\)", "model.compile({args})")],
-    "vae": [(r"model = VAE\(\)\.to\(device\)", "model.compile({args})")],
+# script name -> [(a regex matching the whole anchor line, the statement added, "after" or
+# "before" the anchor)]; the statement takes the anchor's indentation. Anchors are lines every
+# run executes (imagenet's model.to(device) is in a branch a CPU run skips).
+INSERTS: dict[str, list[tuple[str, str, str]]] = {
+    "mnist": [(r"model = Net\(\)\.to\(device\)", "model.compile({args})", "after")],
+    "vae": [(r"model = VAE\(\)\.to\(device\)", "model.compile({args})", "after")],
     "dcgan": [
-        (r"netG = Generator\(ngpu\)\.to\(device\)", "netG.compile({args})"),
-        (r"netD = Discriminator\(ngpu\)\.to\(device\)", "netD.compile({args})"),
+        (r"netG = Generator\(ngpu\)\.to\(device\)", "netG.compile({args})", "after"),
+        (r"netD = Discriminator\(ngpu\)\.to\(device\)", "netD.compile({args})", "after"),
     ],
-    "word_language_model": [(r"criterion = nn\.NLLLoss\(\)", "model.compile({args})")],
-    "word_language_model_adamw": [(r"criterion = nn\.NLLLoss\(\)", "model.compile({args})")],
-    "time_sequence_prediction": [(r"seq\.double\(\)", "seq.compile({args})")],
-    "time_sequence_prediction_warmup1": [(r"seq\.double\(\)", "seq.compile({args})")],
-    "regression": [(r"fc = torch\.nn\.Linear\(W_target\.size\(0\), 1\)", "fc.compile({args})")],
-    "imagenet": [(r"model\.to\(device\)", "model.compile({args})")],
+    "word_language_model": [(r"criterion = nn\.NLLLoss\(\)", "model.compile({args})", "before")],
+    "word_language_model_adamw": [
+        (r"criterion = nn\.NLLLoss\(\)", "model.compile({args})", "before")
+    ],
+    "time_sequence_prediction": [(r"seq\.double\(\)", "seq.compile({args})", "after")],
+    "time_sequence_prediction_warmup1": [(r"seq\.double\(\)", "seq.compile({args})", "after")],
+    "regression": [
+        (r"fc = torch\.nn\.Linear\(W_target\.size\(0\), 1\)", "fc.compile({args})", "after")
+    ],
+    "imagenet": [
+        (r"criterion = nn\.CrossEntropyLoss\(\)\.to\(device\)", "model.compile({args})", "before")
+    ],
 }
 
 
 def add_compile(source: str, name: str, backend: str | None) -> tuple[str, list[int]]:
-    """The script with the compile lines added after their anchors; the added lines (1-based).
-    A word_language_model anchor (``criterion = ...``) gets its line before it instead."""
+    """The script with the compile lines added at their anchors; the added lines (1-based)."""
     args = f'backend="{backend}"' if backend else ""
     lines = source.splitlines(keepends=True)
     added: list[int] = []
-    for pattern, stmt in INSERTS[name]:
+    for pattern, stmt, where in INSERTS[name]:
         hits = [i for i, ln in enumerate(lines) if re.fullmatch(rf"\s*{pattern}\s*", ln)]
         if len(hits) != 1:
             raise SystemExit(f"{name}: anchor {pattern!r} found {len(hits)} times")
         i = hits[0]
         indent = re.match(r"\s*", lines[i]).group(0)  # type: ignore[union-attr]
         new = f"{indent}{stmt.format(args=args)}  # added by bench_corpus_compile.py\n"
-        at = i if "NLLLoss" in pattern else i + 1
+        at = i if where == "before" else i + 1
         lines.insert(at, new)
         added.append(at + 1)
     return "".join(lines), added

@@ -128,3 +128,19 @@ def test_compiled_code_keeps_running_compiled_under_the_recorder(
     window = set(logging_run["steps"]["instrumented"])
     assert all(not set(r["steps"]) & window for r in c["recompiles"])
     assert all("mode" not in r["guard"] for r in c["recompiles"])
+
+
+def test_compiling_torchs_own_module_in_place_is_said_to_compile_nothing(tmp_path: Path) -> None:
+    """The corpus's regression with fc.compile() added: nn.Linear.compile() compiles nothing
+    (Dynamo skips torch's own code); the run says so instead of reporting no breaks."""
+    script = tmp_path / "lin.py"
+    script.write_text(
+        "import torch\nfc = torch.nn.Linear(4, 1)\nfc.compile()\n"
+        "opt = torch.optim.SGD(fc.parameters(), lr=0.1)\nfor _ in range(6):\n"
+        "    loss = fc(torch.randn(8, 4)).square().mean()\n"
+        "    opt.zero_grad()\n    loss.backward()\n    opt.step()\n"
+    )
+    doc = _profile(tmp_path / "run", script)
+    assert doc["compile"] is None
+    assert any("Linear.compile() on a module whose forward is torch's own" in w
+               for w in doc["warnings"])  # fmt: skip

@@ -19,6 +19,7 @@ from gpuopt.assemble import step_stats
 from gpuopt.assemble.distributed_run import distributed_record, step_collective_s
 from gpuopt.assemble.host_summary import summarize
 from gpuopt.assemble.run_record import RunRecord
+from gpuopt.compile.events import CompileCapture
 from gpuopt.compile.summary import compile_record
 from gpuopt.errors import GpuoptError
 from gpuopt.model.document import empty_profile
@@ -92,12 +93,25 @@ def _add_compile(p: Profile, rec: RunRecord, measured: list[int]) -> list[str]:
     except Exception as exc:  # a summary that fails costs the compile key, never the profile
         return [*notes, f"probe compile could not report: {type(exc).__name__}: {exc}"]
     if p.compile is None and cap.calls:
-        sites = ", ".join(dict.fromkeys(c.site or "?" for c in cap.calls))
-        notes.append(
-            f"torch.compile was called ({sites}) but nothing was compiled while the "
-            "script ran (the compiled function never ran, or compiling is disabled)"
-        )
+        notes.append(_nothing_compiled(cap))
     return notes
+
+
+def _nothing_compiled(cap: CompileCapture) -> str:
+    """Why a run that called torch.compile compiled nothing, as far as the calls say."""
+    sites = ", ".join(dict.fromkeys(c.site or "?" for c in cap.calls))
+    torch_own = [c for c in cap.calls if c.module_method and c.library_code]
+    if torch_own:
+        names = ", ".join(dict.fromkeys(f"{c.target}.compile()" for c in torch_own))
+        return (
+            f"torch.compile was called ({sites}) but nothing was compiled: {names} on a module "
+            "whose forward is torch's own compiles nothing (Dynamo skips torch's code); use "
+            "torch.compile(module), or compile a module of your own that holds it"
+        )
+    return (
+        f"torch.compile was called ({sites}) but nothing was compiled while the script ran (the "
+        "compiled function never ran, or compiling is disabled)"
+    )
 
 
 def _add_host_summary(p: Profile, capture: RecorderCapture) -> list[str]:

@@ -31,6 +31,8 @@ class CallRecord:
     # (file, first line, name) of the code objects this call compiles (a function's code, a
     # module's forward, Module._call_impl for Module.compile), to tell frames apart
     codes: list[tuple[str, int, str]] = field(default_factory=list)
+    module_method: bool = False  # Module.compile() (it compiles the module's _call_impl)
+    library_code: bool = False  # every code object it compiles is torch's or a package's
 
 
 @dataclass

@@ -245,6 +245,10 @@ class CompileProbe:
                 dynamic=kwargs.get("dynamic"),
                 fullgraph=bool(kwargs.get("fullgraph", False)),
                 codes=codes,
+                module_method=getattr(model, "__func__", None) is not None
+                and hasattr(getattr(model, "__self__", None), "forward"),
+                library_code=bool(codes)
+                and all(not self._frame(f, 0, "").user for f, _, _ in codes),
             )
         except Exception as exc:
             self.capture.errors.append(f"torch.compile call not noted: {exc}")
