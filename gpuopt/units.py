@@ -58,11 +58,11 @@ def fmt_duration(seconds: Any) -> str:
     if abs(s) < 60:
         factor, name = duration_unit(s)
         return f"{_sig3(s * factor)} {name}"
-    if abs(s) < 3600:
-        m, sec = divmod(s, 60)
+    if abs(s) < 3600 - 0.5:
+        m, sec = divmod(round(s), 60)  # rounded first: 179.6 s is 3 min 00 s, not 2 min 60 s
         return f"{int(m)} min {sec:02.0f} s"
-    h, rest = divmod(s, 3600)
-    return f"{int(h)} h {rest / 60:02.0f} min"
+    h, rest = divmod(round(s / 60), 60)
+    return f"{int(h)} h {rest:02.0f} min"
 
 
 def fmt_us(microseconds: Any) -> str:

@@ -31,6 +31,8 @@ FRAMES = {
     "trace_steps",
     "idle_causes",
     "memory",
+    "graph_breaks",
+    "recompiles",
 }
 
 

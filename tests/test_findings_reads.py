@@ -109,7 +109,46 @@ def _crafted() -> list[Profile]:
             },
         },
     }
-    return [msgspec.convert(doc, Profile), msgspec.convert(job, Profile), *memory_profiles()]
+    # a compiled run (issue 29): a print break, a size recompile in a measured step, and more
+    # than half of a short run spent compiling
+    compiled = {
+        "wall_s": 10.0,
+        "steps": {
+            "count": 10,
+            "measured": 8,
+            "warmup": 2,
+            "time_s": {"mean": 0.05, "median": 0.05},
+            "series": [{"index": i, "start_s": 0.05 * i, "time_s": 0.05} for i in range(10)],
+        },
+        "compile": {
+            "backend": "inductor",
+            "mode": "default",
+            "compile_s": 5.0,
+            "frames": 2,
+            "graphs": 3,
+            "graph_breaks": [
+                {"site": "m.py:12", "reason": "Failed to trace builtin operator", "count": 2,
+                 "kind": "print", "function": "forward"}
+            ],
+            "recompiles": [
+                {"site": "m.py:10", "guard": "tensor 'x' size mismatch at index 1",
+                 "reason": "0/0: tensor 'x' size mismatch at index 1. expected 8, actual 12",
+                 "count": 1, "per_step": 0.1, "function": "forward", "steps": [5],
+                 "compile_s": 0.4}
+            ],
+            "import_s": 1.0,
+            "functions": [
+                {"name": "forward", "site": "m.py:10", "frames": 2, "graphs": 3,
+                 "graph_breaks": 1, "recompiles": 1, "compile_s": 5.0, "called_from": "m.py:30"}
+            ],
+        },
+    }  # fmt: skip
+    return [
+        msgspec.convert(doc, Profile),
+        msgspec.convert(job, Profile),
+        msgspec.convert(compiled, Profile),
+        *memory_profiles(),
+    ]
 
 
 def _only(profile: Profile, fields: tuple[str, ...]) -> Profile:

@@ -46,6 +46,8 @@ MISSING = units.MISSING
         (0.0000217, "21.7 µs"),
         (5e-8, "50.0 ns"),
         (125.0, "2 min 05 s"),
+        (179.6, "3 min 00 s"),  # rounded first, never "2 min 60 s"
+        (3599.7, "1 h 00 min"),
         (7300.0, "2 h 02 min"),
         (0, "0 s"),
         (None, MISSING),

@@ -124,3 +124,63 @@ def test_dataloader_workers_remove_the_dataloader_cause() -> None:
     assert d4 < d0 / 10
     top = nw0.trace.idle_causes.sites[0]
     assert top.cause == "dataloader" and top.site == "resnet50_profiler_api.py:42"
+
+
+def _compiled(tmp_path: Path) -> Path:
+    """A compiled step (issue 29, modelled on a compiled diffusion trace): one
+    ``Torch-Compiled Region: 0/0`` CPU op [0, 1000) encloses everything.
+
+    Gap [110,300): a hipDeviceSynchronize [120,150) inside the region → 30 µs sync (its own
+    span, never the region's); CUDAGraphNode.record [150,280) → 130 cpu_op; the rest of the gap,
+    inside the region with nothing else recorded → 20 compiled_region (+ launch at [290,293)).
+    Gap [400,600): the graph call ``## Call CompiledFxGraph`` [380,590) (a container) and no op
+    inside it → compiled_region, but for the launch at [585,588).
+    """
+    ev = [
+        cpu("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+        cpu("ProfilerStep#2", 1000, 100, cat="user_annotation"),
+        cpu("Torch-Compiled Region: 0/0", 0, 1000),
+        launch(5, 3, corr=1),
+        kernel("gemm", 10, 100, corr=1),
+        cpu("hipDeviceSynchronize", 120, 30, cat="cuda_runtime"),
+        cpu("CUDAGraphNode.record (dynamo_timed)", 150, 130, cat="user_annotation"),
+        launch(290, 3, corr=2),
+        kernel("gemm", 300, 100, corr=2),
+        cpu("## Call CompiledFxGraph abc ##", 380, 210, cat="user_annotation"),
+        launch(585, 3, corr=3),
+        kernel("relu", 600, 100, corr=3),
+        launch(1010, 3, corr=4),
+        kernel("add", 1020, 10, corr=4),
+    ]
+    return write_trace(tmp_path / "compiled.json", ev)
+
+
+def test_a_compiled_region_is_a_container_not_a_cause(tmp_path: Path) -> None:
+    """Before: the region was the sync call's "issuing op", so every idle µs inside it went to
+    sync (93.4% of a real trace's idle time, while its syncs spanned 42.7 ms of 584)."""
+    ra = summarise_traces(_compiled(tmp_path), jobs=1)[0]
+    bc = ra.trace.idle_causes.by_cause
+    assert bc.sync == pytest.approx(30)  # the sync call's own span
+    assert bc.cpu_op == pytest.approx(130)  # what ran inside the region: the graph recording
+    assert bc.launch == pytest.approx(6)
+    assert bc.compiled_region == pytest.approx(27 + 197)  # nothing inside explains it
+    assert sum(us for _, us in bc.items()) == pytest.approx(ra.trace.idle_causes.idle_us)
+    assert "compiled_region" in dict(ra.trace.idle_causes.by_step[0].items())
+
+
+def test_a_trace_without_compiled_regions_has_no_such_cause(tmp_path: Path) -> None:
+    ra = summarise_traces(_synthetic(tmp_path), jobs=1)[0]
+    assert "compiled_region" not in dict(ra.trace.idle_causes.by_cause.items())
+
+
+TRACELENS = SHARED_TRACES / "tracelens" / "xdit_flux.1_aiter_sage" / "capture_trace_rank_0.json.gz"
+
+
+@pytest.mark.skipif(not TRACELENS.is_file(), reason=f"{TRACELENS} absent (docs/compile.md)")
+def test_the_compiled_diffusion_trace_credits_sync_its_own_time() -> None:
+    """AMD TraceLens' xDiT Flux.1 capture trace (MIT): a 644 ms compiled region holds 8
+    hipDeviceSynchronize calls (42.7 ms); sync was credited 584 ms of 626 ms idle."""
+    ra = summarise_traces(TRACELENS, jobs=1)[0]
+    ic = ra.trace.idle_causes
+    assert ic.by_cause.sync <= 42_700
+    assert ic.sites[0].op == "CUDAGraphNode.record (dynamo_timed)"

@@ -19,6 +19,8 @@ from gpuopt.assemble import step_stats
 from gpuopt.assemble.distributed_run import distributed_record, step_collective_s
 from gpuopt.assemble.host_summary import summarize
 from gpuopt.assemble.run_record import RunRecord
+from gpuopt.compile.events import CompileCapture
+from gpuopt.compile.summary import compile_record
 from gpuopt.errors import GpuoptError
 from gpuopt.model.document import empty_profile
 from gpuopt.model.profile import Breakdown, Dispatch, Profile, Steps
@@ -71,12 +73,46 @@ def assemble_run(rec: RunRecord) -> Profile:
         if rec.window.info is not None:
             p.trace = TraceDetails(profiler_window=rec.window.info)
     p.breakdown = _breakdown(rec, timeline, p.dispatch)
+    p.compile = None  # the key is always there: null where nothing was compiled
+    if rec.compile is not None:
+        reported += _add_compile(p, rec, timeline.measured)
     p.warnings = list(dict.fromkeys(reported)) + rec.warnings + timeline.warnings
     if rec.window is not None:
         # after the run's warnings: the trace adds warnings of its own to the profile
         unread = attach_window_traces(p)
         p.warnings.extend(unread)
     return p
+
+
+def _add_compile(p: Profile, rec: RunRecord, measured: list[int]) -> list[str]:
+    """The ``compile`` key (None where nothing was compiled); the compile probe's warnings."""
+    cap = rec.compile
+    assert cap is not None
+    notes = [f"probe compile: {e}" for e in cap.errors]
+    try:
+        p.compile = compile_record(cap, len(rec.step_ends), measured, rec.t_end - rec.t_start)
+    except Exception as exc:  # a summary that fails costs the compile key, never the profile
+        return [*notes, f"probe compile could not report: {type(exc).__name__}: {exc}"]
+    if p.compile is None and cap.calls:
+        notes.append(_nothing_compiled(cap))
+    return notes
+
+
+def _nothing_compiled(cap: CompileCapture) -> str:
+    """Why a run that called torch.compile compiled nothing, as far as the calls say."""
+    sites = ", ".join(dict.fromkeys(c.site or "?" for c in cap.calls))
+    torch_own = [c for c in cap.calls if c.module_method and c.library_code]
+    if torch_own:
+        names = ", ".join(dict.fromkeys(f"{c.target}.compile()" for c in torch_own))
+        return (
+            f"torch.compile was called ({sites}) but nothing was compiled: {names} on a module "
+            "whose forward is torch's own compiles nothing (Dynamo skips torch's code); use "
+            "torch.compile(module), or compile a module of your own that holds it"
+        )
+    return (
+        f"torch.compile was called ({sites}) but nothing was compiled while the script ran (the "
+        "compiled function never ran, or compiling is disabled)"
+    )
 
 
 def _add_host_summary(p: Profile, capture: RecorderCapture) -> list[str]:

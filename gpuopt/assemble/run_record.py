@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpuopt.compile.events import CompileCapture
 from gpuopt.model.profile import (
     Environment,
     MemoryReport,
@@ -59,3 +60,4 @@ class RunRecord:
     fixes_applied: list[str] = field(default_factory=list)  # --fixes DIR
     collectives: CollectiveCapture | None = None  # one rank of several: its collectives
     memory: MemoryReport | None = None  # --memory-for, or a GPU: the memory probe's result
+    compile: CompileCapture | None = None  # what torch.compile did (None: the probe failed)

@@ -114,6 +114,12 @@ def idle_streams_table(ta: TraceJob) -> Table | None:
     )
 
 
+def _causes(ta: TraceJob) -> list[str]:
+    """The idle causes of these traces: ``compiled_region`` only where a trace has regions."""
+    present = {c for ra in ta.ranks for c, _ in ra.trace.idle_causes.by_cause.items()}
+    return [c for c in IDLE_CAUSES if c in present or c != "compiled_region"]
+
+
 def idle_causes_table(ta: TraceJob) -> Table | None:
     rows: Rows = []
     for ra in ta.ranks:
@@ -129,17 +135,18 @@ def idle_causes_table(ta: TraceJob) -> Table | None:
         ["rank", "cause", "idle ms", "% of idle"],
         rows,
         "Each idle µs is credited to the launching thread's activity, first match of: "
-        "dataloader, sync, optimizer, launch, cpu_op, python, untraced.",
+        f"{', '.join(_causes(ta))}.",
     )
 
 
 def idle_causes_by_step_table(ta: TraceJob) -> Table | None:
+    causes = _causes(ta)
     return _table(
         "trace-idle-causes-by-step",
         "GPU idle causes per step (ms)",
-        ["rank", "step", "idle ms", *IDLE_CAUSES],
+        ["rank", "step", "idle ms", *causes],
         [
-            [ra.rank, r.step, ms(r.idle_us), *[ms(us) for _, us in r.items()]]
+            [ra.rank, r.step, ms(r.idle_us), *[ms(dict(r.items()).get(c, 0.0)) for c in causes]]
             for ra in ta.ranks
             for r in ra.trace.idle_causes.by_step
         ],

@@ -41,7 +41,11 @@ CONTRACT_KEYS: tuple[str, ...] = (
     "findings",
     "gpu",
     "ranks",
+    "compile",
 )
+# Contract keys added after documents were first written: a document without one (written by an
+# older gpuopt) is read, the key unset (null to a reader); every new document has it.
+ADDED_LATER: tuple[str, ...] = ("compile",)
 
 
 def _plain(obj: object) -> object:
@@ -86,6 +90,7 @@ def empty_profile(script: str = "", argv: list[str] | None = None) -> Profile:
         argv=list(argv or []),
         environment=Environment(cpu_count=os.cpu_count() or 1),
         memory=None,
+        compile=None,
     )
 
 
@@ -121,7 +126,7 @@ def decode(data: bytes | str, origin: str) -> Profile:
         raise GpuoptError(f"{origin}: not valid JSON ({exc})") from None
     raw_schema = top.get("schema")
     check_schema_version(msgspec.json.decode(raw_schema) if raw_schema else None, origin)
-    missing = [k for k in CONTRACT_KEYS if k not in top]
+    missing = [k for k in CONTRACT_KEYS if k not in top and k not in ADDED_LATER]
     if missing:
         raise GpuoptError(f"{origin}: invalid profile: missing keys: {', '.join(missing)}")
     try:

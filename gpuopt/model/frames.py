@@ -10,7 +10,7 @@ are fractions of step time).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from msgspec.structs import fields
@@ -21,10 +21,12 @@ from gpuopt.model.records import (
     DataLoaderInfo,
     Finding,
     GpuRank,
+    GraphBreak,
     Loop,
     MemoryByCategory,
     MemoryReport,
     RankEntry,
+    Recompile,
     StepRecord,
     Sync,
     Transfer,
@@ -184,6 +186,8 @@ class FrameSources:
     ranks: list[RankEntry] | None
     trace_ranks: list[TraceRank]
     memory: MemoryReport | None = None
+    graph_breaks: list[GraphBreak] = field(default_factory=list)
+    recompiles: list[Recompile] = field(default_factory=list)
 
 
 MEMORY_COLUMNS = ("source", "category", "bytes", "share", "batch_size")
@@ -248,4 +252,6 @@ def frames_of(src: FrameSources) -> dict[str, pd.DataFrame]:
         "trace_steps": _frame(trace_steps, ("rank", *_names(StepOverview))),
         "idle_causes": _frame(idle, ("rank", "cause", "idle_us")),
         "memory": _frame(_memory_rows(src.memory), MEMORY_COLUMNS),
+        "graph_breaks": _frame(_rows(src.graph_breaks, GraphBreak), _names(GraphBreak)),
+        "recompiles": _frame(_rows(src.recompiles, Recompile), _names(Recompile)),
     }

@@ -25,6 +25,7 @@ from gpuopt.model.records import (
     SCHEMA,
     Breakdown,
     CollectiveOp,
+    Compile,
     Count,
     CpuUtilization,
     DataLoaderInfo,
@@ -38,6 +39,7 @@ from gpuopt.model.records import (
     GpuInfo,
     GpuRank,
     GpuSampleSummary,
+    GraphBreak,
     IdleSplit,
     LaunchBrief,
     Loop,
@@ -55,6 +57,7 @@ from gpuopt.model.records import (
     RaggedLoader,
     RankEntry,
     RankSpread,
+    Recompile,
     Record,
     RingAllReduce,
     RunError,
@@ -86,6 +89,7 @@ __all__ = [
     "BREAKDOWN_KEYS",
     "BREAKDOWN_PARTS",
     "CollectiveOp",
+    "Compile",
     "Count",
     "CpuUtilization",
     "DataLoaderInfo",
@@ -99,6 +103,7 @@ __all__ = [
     "GpuInfo",
     "GpuRank",
     "GpuSampleSummary",
+    "GraphBreak",
     "IdleSplit",
     "LaunchBrief",
     "Loop",
@@ -117,6 +122,7 @@ __all__ = [
     "RaggedLoader",
     "RankEntry",
     "RankSpread",
+    "Recompile",
     "Record",
     "RingAllReduce",
     "RunError",
@@ -163,6 +169,9 @@ class Profile(Record):
     # where a step's memory goes, how much batch fits, why a run died of OOM (docs/memory.md):
     # null where nothing was measured or predicted; unset only in documents older than the key
     memory: MemoryReport | None | UnsetType = UNSET
+    # what torch.compile did (docs/compile.md); null where nothing was compiled (documents
+    # gpuopt writes always have the key; older ones may not)
+    compile: Compile | None | UnsetType = UNSET
     # gpuopt's additions
     source: Source = "run"
     tables: list[Table] = field(default_factory=list)
@@ -189,13 +198,15 @@ class Profile(Record):
         ``transfers``, ``syncs``, ``loops``, ``findings``, ``gpu`` (one row per rank),
         ``dataloaders``, ``ranks`` and, from a trace, ``kernels`` (the top kernels of each type,
         per rank), ``trace_steps`` (each profiler step's time by category, per rank),
-        ``idle_causes`` (GPU idle time by what the host was doing, per rank) and ``memory`` (one
-        row per memory category, measured and predicted); a frame is empty
+        ``idle_causes`` (GPU idle time by what the host was doing, per rank), ``memory`` (one
+        row per memory category, measured and predicted), ``graph_breaks`` and ``recompiles``
+        (torch.compile's, docs/compile.md); a frame is empty
         (with its columns) where the source cannot give it. See docs/api.md."""
         from gpuopt.model.frames import FrameSources, frames_of
 
         trace = self.trace
         trace_ranks = [] if isinstance(trace, UnsetType) else trace.ranks or []
+        compiled = None if isinstance(self.compile, UnsetType) else self.compile
         return frames_of(
             FrameSources(
                 series=self.steps.series,
@@ -209,5 +220,7 @@ class Profile(Record):
                 ranks=self.ranks,
                 trace_ranks=trace_ranks,
                 memory=self.memory if isinstance(self.memory, MemoryReport) else None,
+                graph_breaks=compiled.graph_breaks if compiled else [],
+                recompiles=compiled.recompiles if compiled else [],
             )
         )

@@ -761,3 +761,104 @@ class MemoryReport(Record):
     oom: MemoryOom | None = None
     capacity_source: str | UnsetType = UNSET  # "table", "size", "device" (measured), "message"
     note: str | UnsetType = UNSET
+
+
+# -- torch.compile (docs/compile.md) -------------------------------------------------------------
+
+
+class GraphBreak(Record):
+    """Where Dynamo split a compiled function: the user's line (``site``, the innermost frame in
+    the user's own code of the break's stack) and why (``reason``: Dynamo's graph-break type).
+    ``count``: how many times Dynamo met this break while compiling (once per compile of the
+    frame that holds it: a recompile meets it again)."""
+
+    site: str | None
+    reason: str
+    count: int
+    kind: str | UnsetType = UNSET  # print, item, data-dependent-branch, logging, builtin, ...
+    detail: str | UnsetType = UNSET  # Dynamo's explanation, first line
+    hints: list[str] | UnsetType = UNSET  # Dynamo's own hints
+    function: str | UnsetType = UNSET  # the compiled function it splits
+    stack: list[str] | UnsetType = UNSET  # the user's frames, outermost first ("file:line")
+    code: str | UnsetType = UNSET  # the source line at site
+    steps: list[int] | UnsetType = UNSET  # the steps in which Dynamo met it
+
+
+class Recompile(Record):
+    """A frame compiled again because a guard of its earlier compile failed. ``site``: the
+    recompiled function's ``def`` line; ``guard``: the guard that failed (which variable, which
+    check), ``reason`` Dynamo's words with the values (``expected 4, actual 5``); ``count``
+    recompiles for this guard, ``per_step`` over the run's steps."""
+
+    site: str | None
+    guard: str
+    reason: str
+    count: int
+    per_step: float
+    function: str | UnsetType = UNSET
+    steps: list[int] | UnsetType = UNSET  # the steps in which they happened
+    compile_s: float | UnsetType = UNSET  # the recompiles' own compile time
+    guard_site: str | UnsetType = UNSET  # the user's line the guard comes from, where Dynamo says
+
+
+class CompiledFunction(Record):
+    """One function handed to torch.compile as it ran: its frames (the function and the resume
+    functions Dynamo made at its graph breaks), graphs, breaks and recompiles."""
+
+    name: str
+    site: str | None  # its def line (user code), else where torch.compile was called
+    frames: int
+    graphs: int
+    graph_breaks: int
+    recompiles: int
+    compile_s: float
+    compiled_at: str | None | UnsetType = UNSET  # the torch.compile / .compile() call
+    backend: str | UnsetType = UNSET
+    mode: str | UnsetType = UNSET
+    called_from: str | UnsetType = UNSET  # the user's line that first called it
+    recompile_limit_hit: bool | UnsetType = UNSET  # Dynamo gave up: it runs eagerly from then
+
+
+class CompileCall(Record):
+    """A ``torch.compile(...)`` / ``Module.compile(...)`` call the script made, as written."""
+
+    site: str | None
+    target: str
+    backend: str
+    mode: str
+    dynamic: bool | None = None
+    fullgraph: bool = False
+
+
+class Compile(Record):
+    """``compile``: what torch.compile did in the run, from Dynamo's own records
+    (docs/compile.md). ``compile_s``: time in Dynamo and the backend compiling (first compiles
+    and recompiles, forward and lazily compiled backward); ``frames``: code objects compiled
+    (resume functions included); ``graphs``: graphs compiled; ``eager_ops_per_step``: top-level
+    ops that ran inside compiled functions but outside their graphs in one measured step (the
+    ops left eager between graphs), None where it could not be measured (``note`` says why)."""
+
+    backend: str | None
+    mode: str | None
+    compile_s: float | None
+    frames: int | None
+    graphs: int | None
+    graph_breaks: list[GraphBreak] = field(default_factory=list)
+    recompiles: list[Recompile] = field(default_factory=list)
+    eager_ops_per_step: float | None = None
+    # gpuopt's additions
+    first_compile_s: float | UnsetType = UNSET  # the frames' first compiles
+    recompile_s: float | UnsetType = UNSET  # their recompiles
+    import_s: float | None | UnsetType = UNSET  # importing torch._dynamo (its first use)
+    compile_share: float | None | UnsetType = UNSET  # (compile_s + import_s) / the run's wall time
+    compile_s_in_measured_steps: float | UnsetType = UNSET  # compiling inside measured steps
+    compile_steps: list[int] | UnsetType = UNSET  # the steps in which something compiled
+    functions: list[CompiledFunction] | UnsetType = UNSET
+    calls: list[CompileCall] | UnsetType = UNSET
+    graph_calls_per_step: float | None | UnsetType = UNSET  # compiled graphs run, one step
+    regions_per_step: float | None | UnsetType = UNSET  # compiled frames entered, one step
+    outside_ops_per_step: float | None | UnsetType = UNSET  # top-level ops outside compiled code
+    window_step: int | None | UnsetType = UNSET  # the step those counts come from
+    failed: list[str] | UnsetType = UNSET  # compiles that failed (Dynamo fell back to eager)
+    source: str = "dynamo"  # "dynamo" (a run) or "trace" (compiled regions seen in a trace)
+    note: str | UnsetType = UNSET

@@ -16,6 +16,7 @@ IDLE_CAUSES: tuple[str, ...] = (
     "launch",
     "cpu_op",
     "python",
+    "compiled_region",
     "untraced",
 )
 
@@ -103,9 +104,15 @@ class CauseTimes(TraceRecord):
     cpu_op: float = 0.0
     python: float = 0.0
     untraced: float = 0.0
+    # inside a torch.compile'd region, with nothing inside it recorded at that moment (set only
+    # on traces with compiled regions, docs/trace-metrics.md)
+    compiled_region: float | UnsetType = UNSET
 
     def items(self) -> list[tuple[str, float]]:
-        return [(c, float(getattr(self, c))) for c in IDLE_CAUSES]
+        """``(cause, µs)`` in :data:`IDLE_CAUSES` order; ``compiled_region`` only where set."""
+        return [
+            (c, float(v)) for c in IDLE_CAUSES if not isinstance(v := getattr(self, c), UnsetType)
+        ]
 
 
 class StepIdle(CauseTimes, kw_only=True):

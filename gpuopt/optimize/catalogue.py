@@ -52,6 +52,16 @@ CATALOGUE: tuple[FixKind, ...] = (
         gpu_gain=True,
     ),
     FixKind(
+        "graph-breaks",
+        "a print, logging call or .item() read inside a torch.compile'd function moved to the "
+        "end of the function, before its return: the graph break falls after the tensor work",
+        ("graph-break",),
+        runtime=False,
+        source=True,
+        tolerance=1e-3,  # one graph instead of two: the backend may fuse (and round) differently
+        settle_steps=3,  # every run compiles first
+    ),
+    FixKind(
         "zero-grad",
         "optimizer.zero_grad(set_to_none=True) where it is set to False",
         (),

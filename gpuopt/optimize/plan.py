@@ -253,6 +253,24 @@ def _plan_syncs(kind: FixKind, inp: PlanInput) -> PlannedFix:
     return fix
 
 
+def _plan_graph_breaks(kind: FixKind, inp: PlanInput) -> PlannedFix:
+    """Graph breaks at a print, a logging call or an .item() read: moved to the end of their
+    compiled function (:mod:`gpuopt.optimize.codemods.graph_breaks`)."""
+    from gpuopt.optimize.codemods.graph_breaks import MOVABLE_KINDS, rewrite_graph_breaks
+
+    found = _findings(inp.profile, kind.findings)
+    movable = [f for f in found if f.evidence.get("kind") in MOVABLE_KINDS and f.site]
+    fix = PlannedFix(kind, False, bool(movable), "", findings=[f.id for f in found])
+    fix.sites = sorted({f.site for f in movable if f.site})
+    if not movable:
+        fix.reason = "no graph break at a print, logging call or .item() with a site"
+        return fix
+    fix.reason = "graph breaks at logging lines: " + ", ".join(fix.sites)
+    for path, lines in by_file(fix.sites).items():
+        fix.edits.append(SourceEdit(path, lines, _on_lines(rewrite_graph_breaks, lines)))
+    return fix
+
+
 def _zero_grad_lines(inp: PlanInput) -> list[int]:
     if inp.script_text is None:
         return []
@@ -569,6 +587,7 @@ _PLANNERS: dict[str, Callable[[FixKind, PlanInput], PlannedFix]] = {
     "dataloader": _plan_dataloader,
     "pinned-copies": _plan_copies,
     "syncs": _plan_syncs,
+    "graph-breaks": _plan_graph_breaks,
     "zero-grad": _plan_zero_grad,
     "cudnn-benchmark": _plan_cudnn,
     "amp": _plan_model,

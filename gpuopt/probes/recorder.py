@@ -22,6 +22,7 @@ Costs: a recorded op costs several microseconds of Python (measured by
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import CodeType
@@ -34,6 +35,11 @@ from gpuopt.probes.ragged import BatchShapeTracker, LoaderShapes, batch_shapes
 from gpuopt.probes.recorder_calibration import Calibration
 from gpuopt.probes.recorder_engine import RecorderEngine
 from gpuopt.probes.sites import SiteResolver
+
+COMPILE_NOTE = (
+    "recorder: the script compiles with torch.compile, so the recorder's window saw only "
+    "aten ops (the Python-level calls, e.g. which API made a sync, are not recorded)"
+)
 
 
 @dataclass
@@ -113,7 +119,7 @@ class DispatchRecorder:
             self.enabled = True
             self._add_listener()
             if ctx.window_start <= 0:
-                self.engine.turn_on()
+                self._turn_on(self.engine)
                 self._sample(True)
         except Exception as exc:
             self.errors.append(f"recorder could not start: {type(exc).__name__}: {exc}")
@@ -136,14 +142,14 @@ class DispatchRecorder:
                     self._sample(False)
                     self.done = True
                 elif not engine.modes_installed() and start - 1 <= index < last:
-                    engine.turn_on()
+                    self._turn_on(engine)
                     self._sample(True)
             elif start - 1 <= index < last:
-                engine.turn_on()
+                self._turn_on(engine)
                 self._sample(True)
             elif index == start - 2:
                 self.trying = True
-                engine.turn_on()
+                self._turn_on(engine)
         except Exception as exc:
             self.errors.append(f"recorder step hook failed: {type(exc).__name__}: {exc}")
             self.done = True
@@ -156,6 +162,15 @@ class DispatchRecorder:
         assert self.resolver is not None
         self.engine = RecorderEngine(self.resolver, cpu_only=engine.cpu_only)
         return self.engine
+
+    def _turn_on(self, engine: RecorderEngine) -> None:
+        """The modes on; where the script compiles (Dynamo is loaded) without the function-level
+        mode: Dynamo guards on the torch-function mode stack, so a compiled function would be
+        compiled again with the recorder's mode traced into it (docs/compile.md)."""
+        compiling = "torch._dynamo" in sys.modules
+        engine.turn_on(function=not compiling)
+        if compiling and COMPILE_NOTE not in self.errors:
+            self.errors.append(COMPILE_NOTE)
 
     def stop(self) -> None:
         try:

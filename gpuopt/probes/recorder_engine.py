@@ -173,6 +173,14 @@ class RecorderEngine:
                 # code compiles, i.e. where dynamo is already imported.
                 return "torch._dynamo" in sys.modules
 
+            @classmethod
+            def ignore_compile_internals(cls) -> bool:
+                # A compiled function keeps running compiled under the recorder (Dynamo turns the
+                # mode off while compiling, on for the compiled code): with the default (False),
+                # Dynamo marks a compiled function's code to run eagerly for the rest of the run
+                # when it meets the mode (issue 29, docs/compile.md).
+                return True
+
             def __torch_dispatch__(
                 self,
                 func: Any,

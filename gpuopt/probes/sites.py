@@ -124,6 +124,15 @@ class SiteResolver:
         base = os.path.join(self.cwd, "")
         return path[len(base) :] if path.startswith(base) else filename
 
+    def classify_file(self, filename: str) -> int:
+        """The category of a file by its name (cached), for frames known only by file and line
+        (Dynamo's stacks, tracebacks): USER, LIBRARY, TRANSPARENT or DATA."""
+        cat = self.cache.get(filename)
+        if cat is None:
+            cat = self._classify_file(filename)
+            self.cache[filename] = cat
+        return cat
+
     def _classify_file(self, filename: str) -> int:
         if not filename or filename.startswith("<"):
             return LIBRARY
@@ -194,11 +203,7 @@ class SiteResolver:
     # -- summarising ----------------------------------------------------------------------
     def relpath(self, code: CodeType) -> str:
         """The file of ``code`` relative to the working directory, or as given when outside it."""
-        path = self.abspath(code.co_filename)
-        base = os.path.join(self.cwd, "")
-        if path.startswith(base):
-            return path[len(base) :]
-        return code.co_filename
+        return self.relfile(code.co_filename)
 
     def position(
         self, code: CodeType, lasti: int

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct
 
 from gpuopt.model.records import given, set_fields
+from gpuopt.report.compile_sections import compile_sections
 from gpuopt.report.findings import fmt_evidence_value
+from gpuopt.report.section_types import Cell as Cell  # re-exported: the renderers import both
+from gpuopt.report.section_types import Section as Section
 from gpuopt.units import (
     MISSING,
     fmt_bytes,
@@ -45,31 +47,6 @@ if TYPE_CHECKING:
 WOULD_BLOCK_LABEL = "would block on a GPU"
 
 # ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One table cell: the display text (plain, unescaped), a sort key, and whether it is a site
-    (a link in HTML) or a number (right-aligned)."""
-
-    text: str
-    sort: float | str | None = None
-    site: str | None = None
-    numeric: bool = False
-
-
-@dataclass
-class Section:
-    """A table every format shows: ``id`` is stable (HTML anchors, tests)."""
-
-    id: str
-    title: str
-    columns: list[str]
-    rows: list[list[Cell]]
-    note: str = ""
-    numeric_columns: set[int] = field(default_factory=set)
-    per_rank: bool = False  # rows are ranks: a narrow terminal may show them as columns instead
-    compact_rows: int | None = None  # the terminal shows only this many rows (the headline ones)
 
 
 Formatter = Callable[[Any], str]
@@ -648,6 +625,7 @@ def detail_sections(profile: Profile) -> list[Section]:
         loops_section(profile),
         outside_ops_section(profile),
         dispatch_section(profile),
+        *compile_sections(profile),
         ragged_section(profile),
         ragged_loaders_section(profile),
         gpu_samples_section(profile),

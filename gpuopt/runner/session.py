@@ -34,6 +34,7 @@ from gpuopt.errors import GpuoptError, say
 from gpuopt.model.profile import Profile, RunError
 from gpuopt.probes import steps as steps_mod
 from gpuopt.probes.collectives import CollectiveProbe, wanted
+from gpuopt.probes.compile import CompileProbe
 from gpuopt.probes.dataloader import DataLoaderProbe
 from gpuopt.probes.environment import environment
 from gpuopt.probes.memory import MemoryProbe
@@ -128,6 +129,7 @@ class ProfileSession:
         self.training = TrainingRecorder(opts.seed) if opts.record_losses else None
         # one rank of several (torchrun): time in collectives per step
         self.collectives = CollectiveProbe(clock=clock) if rank is not None or wanted() else None
+        self.compile_probe = CompileProbe()  # torch.compile: Dynamo's records (docs/compile.md)
         self.fixes_applied: list[str] = []  # --fixes DIR: the run-time fixes patched in
         self._undo_fixes: Callable[[], None] | None = None
         self._late_fix_notes: list[str] = []
@@ -184,6 +186,7 @@ class ProfileSession:
             collectives=self._result(self.collectives, self.collectives.result, full)
             if self.collectives
             else None,
+            compile=self._result(self.compile_probe, self.compile_probe.result, full),
             utilization=self._result(self.sampler, self.sampler.result, full)
             if self.sampler
             else None,
@@ -238,12 +241,17 @@ class ProfileSession:
             max_steps=self.opts.steps,
             clock=self.clock,
         )
+        # the compile probe's CPU profile of one step: none in a timed run
+        ctx.extra["compile_window_step"] = (
+            None if self.opts.measure_only else self._compile_window_step()
+        )
         self.memory = None if self.opts.measure_only else self._memory_probe()
-        # the memory probe first: it stops last, when no other probe's hooks or modes are on
-        # (its replays run then)
         probes: list[Probe] = [self.loader_probe]
         if self.sampler is not None:
             probes.append(self.sampler)
+        probes.append(self.compile_probe)
+        # the memory probe first: it stops last, when no other probe's hooks or modes are on
+        # (its replays run then)
         if self.memory is not None:
             probes.insert(0, self.memory)
         if self.training is not None:
@@ -481,6 +489,15 @@ class ProfileSession:
 
         return MemoryProbe(device, CudaAllocator() if cuda else None, batch_size_hint=hint)
 
+    def _compile_window_step(self) -> int:
+        """The step the compile probe profiles on the CPU: the first after the recorder's window
+        and the GPU profiler window (the recorder's torch modes make Dynamo run the compiled
+        functions' original code; two profilers cannot run at once)."""
+        w0, w = self.opts.warmup_used, self.opts.window
+        if w <= 0:
+            return w0
+        return w0 + w + (w if self.window is not None else 0)
+
     def _instrumented_steps(self) -> set[int]:
         """Steps the recorder or the profiler window slowed down: left out of the statistics
         (their own measurements come from those probes), like warm-up steps."""
@@ -496,6 +513,8 @@ class ProfileSession:
             out.update(range(w0 + w, w0 + 2 * w))
         if self.memory is not None and self.memory in self.started:
             out.update(self.memory.instrumented_steps())
+        if self.compile_probe.window_used is not None:
+            out.add(self.compile_probe.window_used)
         return out
 
 

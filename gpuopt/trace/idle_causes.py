@@ -15,8 +15,15 @@ activity in this order:
 4. ``launch``      – inside a CUDA runtime call (launch overhead);
 5. ``cpu_op``      – inside any other PyTorch op or user annotation;
 6. ``python``      – inside Python code only (recorded with ``with_stack``);
-7. ``untraced``    – nothing recorded on the thread (plain Python between ops when stacks were
+7. ``compiled_region`` – inside a torch.compile'd region (``Torch-Compiled Region``, a compiled
+                     graph's call) with nothing inside it recorded at that moment;
+8. ``untraced``    – nothing recorded on the thread (plain Python between ops when stacks were
                      not recorded, or the process doing something the profiler does not see).
+
+A compiled region is a container, never a cause by itself: it encloses everything a compiled
+function does (a ``Torch-Compiled Region: 0/0`` span can cover a whole diffusion step), so an
+idle moment inside it goes to what ran inside at that moment, and a sync inside it is credited
+with its own span, not the region's.
 
 Per step, per rank and per call site (op name, and the user's Python frame where the trace has
 stacks), summed in µs.
@@ -30,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpuopt.compile.regions import is_compiled_container
 from gpuopt.model.trace import IDLE_CAUSES, CauseTimes, IdleCauses, IdleSite, StepIdle, SyncCall
 from gpuopt.trace import intervals as iv
 from gpuopt.trace.array_stats import unique
@@ -64,6 +72,7 @@ class _HostKinds:
     runtime: BoolArray
     python: BoolArray
     op: BoolArray
+    compiled: BoolArray  # torch.compile's containers: its regions and graph calls (by name)
 
     @classmethod
     def of(cls, v: RankView) -> _HostKinds:
@@ -76,6 +85,7 @@ class _HostKinds:
             runtime=_cat_table(v, RUNTIME_CATS),
             python=_cat_table(v, ("python_function",)),
             op=_cat_table(v, OP_CATS),
+            compiled=_name_table(v, is_compiled_container),
         )
 
 
@@ -97,11 +107,12 @@ def idle_causes(v: RankView, syncs: list[SyncCall]) -> IdleCauses:
         ops = thread_ops(v, th)
         layers = _thread_layers(v, ops, kinds, [c.index for c in syncs if c.thread == th])
         per_gap[sel] = _credit_thread(v, ops, layers, (gs[sel], ge[sel]), sites)
+    regions = bool(kinds.compiled.any())
     return IdleCauses(
         gaps=int(gs.size),
         idle_us=float((ge - gs).sum()),
-        by_cause=_cause_times([float(per_gap[:, k].sum()) for k in range(len(CAUSES))]),
-        by_step=_by_step(v, gs, ge, per_gap),
+        by_cause=_cause_times([float(per_gap[:, k].sum()) for k in range(len(CAUSES))], regions),
+        by_step=_by_step(v, gs, ge, per_gap, regions),
         sites=_top_sites(sites),
     )
 
@@ -126,15 +137,17 @@ def _thread_layers(
     idx = ops.index
     cats, codes = v.ev.cat[idx], v.ev.name[idx]
     cat_py = kinds.python[cats]
-    cat_op = kinds.op[cats] & ~cat_py
+    compiled = kinds.compiled[codes]
+    cat_op = kinds.op[cats] & ~cat_py & ~compiled
     not_step = ~kinds.step[codes]
     return [
         ("dataloader", idx[kinds.dataloader[codes] & not_step]),
-        ("sync", _sync_ops(v, ops, sync_calls)),
+        ("sync", _sync_ops(v, ops, sync_calls, kinds.compiled)),
         ("optimizer", idx[kinds.optimizer[codes]]),
         ("launch", idx[kinds.runtime[cats]]),
         ("cpu_op", idx[cat_op & not_step]),
-        ("python", idx[cat_py]),
+        ("python", idx[cat_py & ~compiled]),
+        ("compiled_region", idx[compiled & ~kinds.runtime[cats]]),
     ]
 
 
@@ -158,9 +171,10 @@ def _credit_thread(
     return out
 
 
-def _cause_times(us: list[float]) -> CauseTimes:
+def _cause_times(us: list[float], regions: bool) -> CauseTimes:
+    """The causes' µs; ``compiled_region`` set only where the trace has compiled regions."""
     t = dict(zip(CAUSES, us, strict=True))
-    return CauseTimes(
+    out = CauseTimes(
         dataloader=t["dataloader"],
         sync=t["sync"],
         optimizer=t["optimizer"],
@@ -169,9 +183,14 @@ def _cause_times(us: list[float]) -> CauseTimes:
         python=t["python"],
         untraced=t["untraced"],
     )
+    if regions:
+        out.compiled_region = t["compiled_region"]
+    return out
 
 
-def _by_step(v: RankView, gs: FloatArray, ge: FloatArray, per_gap: FloatArray) -> list[StepIdle]:
+def _by_step(
+    v: RankView, gs: FloatArray, ge: FloatArray, per_gap: FloatArray, regions: bool
+) -> list[StepIdle]:
     """Idle time and its causes per profiler step (empty without steps)."""
     ws, we = step_windows(v)
     if not ws.size:
@@ -188,7 +207,7 @@ def _by_step(v: RankView, gs: FloatArray, ge: FloatArray, per_gap: FloatArray) -
     ]
     out = []
     for i, st in enumerate(v.steps):
-        c = _cause_times([float(pc[i]) for pc in per_cause])
+        c = _cause_times([float(pc[i]) for pc in per_cause], regions)
         out.append(
             StepIdle(
                 step=st.number,
@@ -201,6 +220,7 @@ def _by_step(v: RankView, gs: FloatArray, ge: FloatArray, per_gap: FloatArray) -
                 cpu_op=c.cpu_op,
                 python=c.python,
                 untraced=c.untraced,
+                compiled_region=c.compiled_region,
             )
         )
     return out
@@ -225,15 +245,21 @@ def _cat_table(v: RankView, wanted: tuple[str, ...]) -> BoolArray:
     return np.fromiter((c in wanted for c in v.ev.cats), dtype=np.bool_, count=len(v.ev.cats))
 
 
-def _sync_ops(v: RankView, ops: ThreadOps, calls: list[int]) -> IntArray:
-    """The outermost op that issued each sync call on this thread (or the call itself), sorted."""
+def _sync_ops(v: RankView, ops: ThreadOps, calls: list[int], compiled: BoolArray) -> IntArray:
+    """The outermost op that issued each sync call on this thread (or the call itself), sorted.
+    A compiled region or graph call around it is a container, not the op that issued it
+    (``compiled``: those names, by name code)."""
     out = set()
     chains = enclosing_chains(v, ops, np.asarray(calls, dtype=np.int64))
     for i, enclosing in zip(calls, chains, strict=True):
         chain = [
             j
             for j in enclosing
-            if not (v.name(j).startswith("ProfilerStep") or is_dataloader(v.name(j)))
+            if not (
+                v.name(j).startswith("ProfilerStep")
+                or is_dataloader(v.name(j))
+                or compiled[int(v.ev.name[j])]
+            )
         ]
         ops_chain = [j for j in chain if v.ev.cats[int(v.ev.cat[j])] in ("cpu_op", "Operator")]
         out.add(ops_chain[0] if ops_chain else i)

@@ -8,6 +8,7 @@ listed.
 import importlib
 
 MODULES = (
+    "compile",
     "dataloader",
     "distributed",
     "gpu_trace",

@@ -53,7 +53,7 @@ def _top_site(r: TraceRank, cause: str) -> IdleSite | None:
 def _cause_finding(profile: Profile, cause: str, fid: str, title: str, fix: str) -> list[Finding]:
     for r in _ranks(profile):
         total = _step_total_us(r)
-        us = float(getattr(r.idle_causes.by_cause, cause, 0.0))
+        us = dict(r.idle_causes.by_cause.items()).get(cause, 0.0)
         if total <= 0 or us / total < MIN_CAUSE_SHARE:
             continue
         share = us / total
@@ -191,7 +191,7 @@ def pageable_h2d(profile: Profile) -> list[Finding]:
     return []
 
 
-_HOST_OVERHEAD_CAUSES = ("launch", "cpu_op", "python", "untraced")
+_HOST_OVERHEAD_CAUSES = ("launch", "cpu_op", "python", "compiled_region", "untraced")
 
 
 @rule("launch-bound", reads=("source", "trace"))
@@ -203,7 +203,7 @@ def launch_bound(profile: Profile) -> list[Finding]:
             continue
         short = ls.short_kernels / n
         causes = r.idle_causes.by_cause
-        host_overhead = sum(float(getattr(causes, c)) for c in _HOST_OVERHEAD_CAUSES)
+        host_overhead = sum(us for c, us in causes.items() if c in _HOST_OVERHEAD_CAUSES)
         span = r.temporal.span_us if r.temporal else 0
         share = host_overhead / span if span else 0.0
         if short < LAUNCH_BOUND_SHORT_SHARE or share < MIN_CAUSE_SHARE:
