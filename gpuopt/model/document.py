@@ -41,11 +41,12 @@ CONTRACT_KEYS: tuple[str, ...] = (
     "findings",
     "gpu",
     "ranks",
+    "memory",
     "compile",
 )
 # Contract keys added after documents were first written: a document without one (written by an
 # older gpuopt) is read, the key unset (null to a reader); every new document has it.
-ADDED_LATER: tuple[str, ...] = ("compile",)
+ADDED_LATER: tuple[str, ...] = ("memory", "compile")
 
 
 def _plain(obj: object) -> object:

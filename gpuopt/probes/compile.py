@@ -55,6 +55,32 @@ METRICS_LIMIT = 100_000  # Dynamo keeps its last 64 records; the tap keeps the r
 DYNAMO = "torch._dynamo"
 
 
+# set once the script calls torch.compile (any form) while the probe runs; Dynamo's count of
+# frames it had compiled when the probe started (a process may have compiled before: tests)
+COMPILE_CALLED = [False]
+FRAMES_AT_START = [0]
+
+
+def frames_compiled() -> int:
+    from torch._dynamo.utils import counters
+
+    return int(counters["frames"]["total"])
+
+
+def script_compiles() -> bool:
+    """Whether the script uses torch.compile: it called it, or Dynamo has compiled a frame.
+    Dynamo being imported is not enough: other code imports it (torch's MemTracker, which the
+    memory probe uses, libraries)."""
+    if COMPILE_CALLED[0]:
+        return True
+    if DYNAMO not in sys.modules:
+        return False
+    try:
+        return frames_compiled() > FRAMES_AT_START[0]
+    except Exception:
+        return True  # Dynamo is there and cannot be read: keep the recorder's mode out of it
+
+
 def _backend_name(backend: Any) -> str:
     if isinstance(backend, str):
         return backend
@@ -155,6 +181,8 @@ class CompileProbe:
         self._torch = torch
         self.resolver = SiteResolver(ctx.user_roots)
         self.window_step = ctx.extra.get("compile_window_step", ctx.window_start)
+        COMPILE_CALLED[0] = False
+        FRAMES_AT_START[0] = frames_compiled() if DYNAMO in sys.modules else 0
         self._wrap_compile()
         if DYNAMO in sys.modules:
             self._attach()
@@ -254,6 +282,7 @@ class CompileProbe:
             self.capture.errors.append(f"torch.compile call not noted: {exc}")
             return None
         self.capture.calls.append(call)
+        COMPILE_CALLED[0] = True
         return call
 
     def _caller_site(self) -> str | None:

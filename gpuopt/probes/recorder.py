@@ -22,7 +22,6 @@ Costs: a recorded op costs several microseconds of Python (measured by
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import CodeType
@@ -164,10 +163,14 @@ class DispatchRecorder:
         return self.engine
 
     def _turn_on(self, engine: RecorderEngine) -> None:
-        """The modes on; where the script compiles (Dynamo is loaded) without the function-level
-        mode: Dynamo guards on the torch-function mode stack, so a compiled function would be
-        compiled again with the recorder's mode traced into it (docs/compile.md)."""
-        compiling = "torch._dynamo" in sys.modules
+        """The modes on; where the script compiles (it called torch.compile, or Dynamo compiled
+        a frame; Dynamo merely imported, by torch's MemTracker for one, does not count) without
+        the function-level mode: Dynamo guards on the torch-function mode stack, so a compiled
+        function would be compiled again with the recorder's mode traced into it
+        (docs/compile.md)."""
+        from gpuopt.probes.compile import script_compiles
+
+        compiling = script_compiles()
         engine.turn_on(function=not compiling)
         if compiling and COMPILE_NOTE not in self.errors:
             self.errors.append(COMPILE_NOTE)
