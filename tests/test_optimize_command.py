@@ -175,7 +175,13 @@ def test_a_fix_measured_slower_is_dropped_whatever_the_machine(
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sweep_module, "run_sweep", lambda *a, **kw: _swept(a[2]))
     slower = Gain(
-        0.8, low=0.75, high=0.85, noise=0.03, measurable=True, label="1.25x slower", verdict="slower"
+        0.8,
+        low=0.75,
+        high=0.85,
+        noise=0.03,
+        measurable=True,
+        label="1.25x slower",
+        verdict="slower",
     )
     monkeypatch.setattr(results_module, "gain", lambda *a, **kw: slower)
     r = CliRunner().invoke(app, ["optimize", "--apply", "--quick", "-o", "o", script.name, *args])
