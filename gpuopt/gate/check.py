@@ -41,9 +41,10 @@ SHORT_STEP_S = 1e-3
 # gave theirs (--step-time-noise, or the config), the interval uses the drift of this kind of
 # machine: the largest standard deviation of the log median step time over quiet identical runs
 # of the bundled examples and corpus scripts (steps of 1 ms or more) on the project's 2-core VM,
-# as benchmarks/bench_stability.py prints it. Interim until a quiet run records it
-# (docs/check.md): between slow_dataset's 0.4% quiet sd and issue 30's 10-15% identical pairs.
-ONE_RUN_DRIFT = 0.05
+# as benchmarks/bench_stability.py prints it: 28.5% on 2026-11-26 (6 quiet runs of each of 6
+# examples and 4 corpus scripts, load 1.0-2.6; examples/ragged_steps' 3.8 ms step; 1.6-28.5% by
+# script: docs/benchmarks.md, issue 30). Rounded up to 30%.
+ONE_RUN_DRIFT = 0.30
 # the gates a check can run (``--gates``): timed ones, then those counted exactly
 GATE_GROUPS = ("step-time", "data-wait", "gpu", "counters", "findings")
 

@@ -41,6 +41,7 @@ import libcst.matchers as m
 from gpuopt.optimize.codemods import code
 from gpuopt.optimize.codemods.effects import Effects, dotted
 from gpuopt.optimize.codemods.read_flow import BLOCK, READ, Flow, read_value, shorten, use_of
+from gpuopt.optimize.codemods.vectorize.loop_facts import root_names
 
 # methods that leave their receiver's value as it was (backward fills other tensors' .grad)
 _KEEPS_VALUE = frozenset("backward retain_grad register_hook detach clone".split())
@@ -64,25 +65,6 @@ def _root(node: cst.BaseExpression) -> str | None:
     while isinstance(node, (cst.Subscript, cst.Attribute)):
         node = node.value
     return node.value if isinstance(node, cst.Name) else None
-
-
-def _read_names(expr: cst.CSTNode) -> set[str]:
-    """Root names an expression reads (attribute and keyword names excluded)."""
-    out: set[str] = set()
-
-    def walk(n: cst.CSTNode) -> None:
-        if isinstance(n, cst.Name):
-            out.add(n.value)
-        elif isinstance(n, cst.Attribute):
-            walk(n.value)
-        elif isinstance(n, cst.Arg):
-            walk(n.value)
-        else:
-            for child in n.children:
-                walk(child)
-
-    walk(expr)
-    return out
 
 
 def _changed_names(stmt: cst.CSTNode, flow: Flow, effects: Effects) -> dict[str, str]:
@@ -316,7 +298,7 @@ def _inputs_kept(
         call = _effectful_call(s, effects)
         if call and effectful is None:
             effectful = (call, flow.line(s))
-    for n in sorted(_read_names(value)):
+    for n in sorted(root_names(value)):
         if n in effects.aliases or n in effects.functions or _builtin(n):
             continue
         if n in changed:
