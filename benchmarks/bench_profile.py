@@ -57,6 +57,7 @@ STEP_WORKLOADS = {
 }
 PLANTED = ROOT / "tests" / "data" / "scripts" / "planted_stall.py"
 BIN = Path(sys.executable).parent  # replaced by the user-like install's bin folder in main()
+PIN: str | None = None  # --pin CORE
 
 
 def gpuopt(*args: str) -> list[str]:
@@ -155,6 +156,8 @@ def step_overhead(name: str, pairs: int, baseline: Path | None = None) -> dict:
                 str(baseline / "gpuopt"), "profile", "--quiet", "--force", "-o", f"{tmp}/base",
                 str(script), *args,
             ]  # fmt: skip
+        if PIN is not None:  # every side on one core: the VM's per-process speed swings stay out
+            sides = {k: ["taskset", "-c", PIN, *cmd] for k, cmd in sides.items()}
         load_before = loadavg()
         for cmd in sides.values():  # warm the page cache
             own_step(cmd)
@@ -322,8 +325,15 @@ def main() -> None:
     )
     ap.add_argument("--workloads", default="dispatch,long", help="step workloads to run")
     ap.add_argument("--baseline-rev", help="also time gpuopt at this git revision, alternated")
+    ap.add_argument(
+        "--pin",
+        metavar="CORE",
+        help="run every side on this core (taskset -c CORE): on a 2-vCPU VM a process's speed "
+        "depends on where it runs, by up to 2x from one run to the next",
+    )
     a = ap.parse_args()
-    global BIN
+    global BIN, PIN
+    PIN = a.pin
     BIN = user_venv()  # a wheel install, as a user has it (see installed.py)
     cmd = "python benchmarks/bench_profile.py " + " ".join(sys.argv[1:])
     baseline = revision_venv(a.baseline_rev) if a.baseline_rev else None
