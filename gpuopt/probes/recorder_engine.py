@@ -170,8 +170,11 @@ class RecorderEngine:
             def _should_skip_dynamo(cls) -> bool:
                 # torch wraps a mode's handler in torch._dynamo.disable, importing dynamo (over a
                 # second) on the first op and adding a call per op. Needed only where the user's
-                # code compiles, i.e. where dynamo is already imported.
-                return "torch._dynamo" in sys.modules
+                # code compiles — not wherever Dynamo is imported: every torch.optim optimizer
+                # imports it (gpuopt.probes.compile.script_compiles).
+                from gpuopt.probes.compile import script_compiles
+
+                return script_compiles()
 
             @classmethod
             def ignore_compile_internals(cls) -> bool:
