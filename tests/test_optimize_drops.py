@@ -6,6 +6,7 @@ runs cap. The runs are faked: this is the decision logic."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -156,6 +157,33 @@ def test_a_slower_fix_is_dropped_whatever_it_is(
     assert fix.reason.startswith("3.00x slower in the training run (0.33x")
 
 
+def _noisy(level: float, sd: float, seed: int, n: int = 30) -> list[float]:
+    rng = np.random.default_rng(seed)
+    return [float(x) for x in level * (1 + sd * rng.standard_normal(n))]
+
+
+def _seeded_runs(
+    state: _State,
+    monkeypatch: pytest.MonkeyPatch,
+    levels: tuple[float, float],
+    steps: Callable[[float, int], list[float]],
+) -> list[str]:
+    """Fake runs whose steps ``steps(level, seed)`` draws, at ``levels`` (baseline, candidate),
+    a new seed a run, baseline 2 included; returns the labels of the runs made from now on."""
+    labels: list[str] = []
+    seeds = iter(range(100))
+
+    def fake(launch: Launch, spec: RunSpec) -> Done:
+        labels.append(spec.label)
+        level = levels[0] if spec.role == "baseline" else levels[1]
+        return _done(spec, step_s=steps(level, next(seeds)))
+
+    monkeypatch.setattr(command, "run_once", fake)
+    state.runs[-1] = fake(state.launch, RunSpec("baseline 2", "baseline", state.dir / "b2"))
+    labels.clear()
+    return labels
+
+
 def _scattered(level: float, seed: int, run_sd: float = 0.15, step_sd: float = 0.05) -> list[float]:
     """A run whose level is off by ``run_sd`` (a neighbour's load), its steps by ``step_sd``."""
     rng = np.random.default_rng(seed)
@@ -171,17 +199,7 @@ def test_a_dropped_slower_fix_still_shows_what_it_measured(
     and the report's gain is the slowdown that was measured, with why it stopped."""
     from gpuopt.optimize.results import fill_results
 
-    labels: list[str] = []
-    seeds = iter(range(100))
-
-    def fake(launch: Launch, spec: RunSpec) -> Done:
-        labels.append(spec.label)
-        level = 0.75 if spec.role == "candidate" else 0.1
-        return _done(spec, step_s=_scattered(level, next(seeds)))
-
-    monkeypatch.setattr(command, "run_once", fake)
-    state.runs[-1] = fake(state.launch, RunSpec("baseline 2", "baseline", state.dir / "b2"))
-    labels.clear()
+    labels = _seeded_runs(state, monkeypatch, (0.1, 0.75), _scattered)
     aot = _fix("aot")
     assert _candidates(state, [aot]) == []
     assert labels == ["candidate 1", "baseline 3", "candidate 2", "baseline 4", "candidate 3"]
@@ -204,17 +222,7 @@ def test_a_little_slower_fix_is_measured_until_its_size_is_sure(
     "1.26x slower [0.67-0.95]" where the same change timed outside was 1.05x slower). Now pairs
     are added until each side is within ±5% (or the cap, or the budget), and the size printed
     is the one the interval is built around."""
-    labels: list[str] = []
-    seeds = iter(range(100))
-
-    def fake(launch: Launch, spec: RunSpec) -> Done:
-        labels.append(spec.label)
-        level = 0.0115 if spec.role == "candidate" else 0.010
-        return _done(spec, step_s=_noisy(level, 0.2, next(seeds)))
-
-    monkeypatch.setattr(command, "run_once", fake)
-    state.runs[-1] = fake(state.launch, RunSpec("baseline 2", "baseline", state.dir / "b2"))
-    labels.clear()
+    labels = _seeded_runs(state, monkeypatch, (0.010, 0.0115), lambda x, i: _noisy(x, 0.2, i))
     syncs = _fix("syncs")
     _candidates(state, [syncs])
     cands = [x for x in labels if x.startswith("candidate")]
@@ -239,27 +247,12 @@ def test_no_measured_gain_goes_unless_named_or_gpu_only_without_a_gpu(
     assert _candidates(_state(tmp_path / "c"), [pinned]) == [pinned]
 
 
-def _noisy(level: float, sd: float, seed: int, n: int = 30) -> list[float]:
-    rng = np.random.default_rng(seed)
-    return [float(x) for x in level * (1 + sd * rng.standard_normal(n))]
-
-
 def test_pairs_are_added_until_each_side_is_tight(
     state: _State, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Steps ±20% apart: the fewest runs leave the sides wide; pairs are added until each side's
     interval is within ±5% — the gain is then measured, and says why it stopped."""
-    labels: list[str] = []
-    seeds = iter(range(100))
-
-    def fake(launch: Launch, spec: RunSpec) -> Done:
-        labels.append(spec.label)
-        level = 0.010 if spec.role == "baseline" else 0.007
-        return _done(spec, step_s=_noisy(level, 0.2, next(seeds)))
-
-    monkeypatch.setattr(command, "run_once", fake)
-    state.runs[-1] = fake(state.launch, RunSpec("baseline 2", "baseline", state.dir / "b2"))
-    labels.clear()
+    labels = _seeded_runs(state, monkeypatch, (0.010, 0.007), lambda x, i: _noisy(x, 0.2, i))
     vec = _fix("vectorize")
     assert _candidates(state, [vec]) == [vec]
     assert state.stopped == "tight" and len(labels) > 4
