@@ -14,7 +14,13 @@ from conftest import ROOT
 
 from gpuopt.model.optimize import Gain
 from gpuopt.optimize.catalogue import BY_NAME
-from gpuopt.optimize.measuring import MAX_TIMED_RUNS, keep_or_drop, stop_reason
+from gpuopt.optimize.measuring import (
+    MAX_TIMED_RUNS,
+    far_slower,
+    how_sure,
+    keep_or_drop,
+    stop_reason,
+)
 from gpuopt.optimize.speed import gain, side
 from gpuopt.optimize.step_series import split_run
 
@@ -128,7 +134,57 @@ def test_the_aot_slowdown_is_slower_and_dropped(h200: dict[str, list[float]]) ->
     fate = keep_or_drop(BY_NAME["aot"], g, on_gpu=True, named=True)
     assert fate.drop is not None and fate.drop.startswith("7.")
     assert "slower in the training run" in fate.drop
-    assert stop_reason(g, (2, 1), extend=True, next_fits=True) == "slower"
+    # far slower beyond doubt, but one candidate run: measured on to three a side first
+    assert far_slower(g) and stop_reason(g, (2, 1), extend=True, next_fits=True) is None
+    assert "one candidate run" in how_sure(g)
+
+
+def _g(speedup: float, low: float, high: float, runs: list[int], width: float) -> Gain:
+    verdict = "slower" if high < 1 and speedup < 1 / 1.03 else "no-gain"
+    g = Gain(speedup=speedup, low=low, high=high, noise=0.02, verdict=verdict)
+    g.runs, g.baseline_half_width, g.candidate_half_width = runs, 0.02, width
+    return g
+
+
+WIDE, NARROW = 0.2, 0.04  # a side's half width: not tight, tight
+
+
+@pytest.mark.parametrize(
+    ("g", "runs", "extend", "fits", "why"),
+    [
+        # a slower candidate is measured like a faster one: two runs a side do not stop it
+        (_g(0.79, 0.67, 0.95, [2, 2], WIDE), (2, 2), True, True, None),
+        (_g(0.79, 0.67, 0.95, [3, 3], WIDE), (3, 3), True, True, None),
+        (_g(0.95, 0.92, 0.98, [3, 3], NARROW), (3, 3), True, True, "tight"),
+        (_g(0.95, 0.90, 0.99, [8, 8], WIDE), (8, 8), True, True, "runs cap"),
+        (_g(0.95, 0.90, 0.99, [4, 4], WIDE), (4, 4), True, False, "time budget"),
+        # a little slower in one run: confirmed by a second, --quick and past the budget too
+        (_g(0.9, 0.85, 0.95, [2, 1], WIDE), (2, 1), False, False, None),
+        # clearly slower in one run with --quick: the fewest runs, and said so
+        (_g(0.7, 0.65, 0.75, [2, 1], WIDE), (2, 1), False, True, "minimum runs"),
+        # far slower: three runs a side, tight or not, and no more
+        (_g(0.07, 0.06, 0.08, [2, 2], WIDE), (2, 2), True, True, None),
+        (_g(0.07, 0.06, 0.08, [3, 3], WIDE), (3, 3), True, True, "far slower"),
+        (_g(0.07, 0.065, 0.075, [3, 3], NARROW), (3, 3), True, True, "tight"),
+        # a point estimate far slower, the interval not wholly below 1/2: measured on
+        (_g(0.4, 0.3, 0.6, [3, 3], WIDE), (3, 3), True, True, None),
+    ],
+)
+def test_how_long_a_slower_candidate_is_measured(
+    g: Gain, runs: tuple[int, int], extend: bool, fits: bool, why: str | None
+) -> None:
+    assert stop_reason(g, runs, extend=extend, next_fits=fits) == why
+
+
+def test_a_size_from_one_candidate_run_says_so() -> None:
+    one = _g(0.07, 0.06, 0.08, [2, 1], WIDE)
+    fate = keep_or_drop(BY_NAME["amp"], one, on_gpu=False, named=True)
+    assert fate.drop is not None and "[0.06-0.08] from one run" in fate.drop
+    assert "one candidate run" in how_sure(one)
+    three = _g(0.07, 0.06, 0.08, [3, 3], WIDE)
+    three.stopped = "far slower"
+    assert "from one run" not in (keep_or_drop(BY_NAME["amp"], three, False, True).drop or "")
+    assert how_sure(three).endswith("stopped at 3 runs a side: more than 2x slower")
 
 
 def test_slower_is_found_whatever_the_noise() -> None:

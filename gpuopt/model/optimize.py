@@ -106,8 +106,9 @@ class Gain(Record):
     baseline_half_width: float | UnsetType = UNSET  # each side's interval, ± relative to its level
     candidate_half_width: float | UnsetType = UNSET
     runs: list[int] | UnsetType = UNSET  # timed runs: [baseline, candidate]
-    # why the measuring stopped: "tight" (each side within ±5%), "slower", "time budget",
-    # "runs cap", "minimum runs" (--quick), "one run" (a fix alone, measured once)
+    # why the measuring stopped: "tight" (each side within ±5%), "far slower" (3 runs a side,
+    # over 2x slower), "time budget", "runs cap", "minimum runs" (--quick), "slower" (every fix
+    # dropped on its own run), "one run" (a fix alone, measured once)
     stopped: str | UnsetType = UNSET
 
 

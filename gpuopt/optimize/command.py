@@ -464,7 +464,11 @@ def _alone_gain(st: _State, fix: PlannedFix) -> Gain | None:
 
 def _judge(st: _State, kept: list[PlannedFix], c1: Done) -> dict[str, str]:
     """Fix name → why it goes, for each fix whose own run failed, changed the training (judged
-    now that the baseline's floor is known: three baseline runs) or was measured slower."""
+    now that the baseline's floor is known: three baseline runs) or, measured alone among
+    several fixes, was clearly slower in that run (dropped there: its size from one run, said
+    so). The only fix is not dropped here for its speed: its candidate runs go on until the
+    slowdown's size is measured (:func:`~gpuopt.optimize.measuring.stop_reason`), and
+    :func:`_settle` drops it."""
     from gpuopt.optimize.measuring import clearly_slower
     from gpuopt.optimize.results import fix_verdict, run_gain
 
@@ -481,6 +485,8 @@ def _judge(st: _State, kept: list[PlannedFix], c1: Done) -> dict[str, str]:
         v = fix_verdict(baselines, [own], [fix])
         if v.verified == "failed" and not fix.equivalent_only:
             out[fix.name] = f"training changed with this fix: {v.detail}"
+            continue
+        if own is c1:  # the only fix: measured on with the candidate runs, sized, then judged
             continue
         g = run_gain(bases, [own], [fix], skip=fix.kind.settle_steps)
         if clearly_slower(g):  # a little slower in one run: judged once measured more

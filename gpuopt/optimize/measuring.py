@@ -9,13 +9,27 @@ gain cannot come from gpuopt's own cost.
 
 **How long.** The baseline and candidate runs alternate. After the fewest runs that give a
 verdict (two timed baselines and, unless ``--quick``, two candidates), pairs are added until
-each side's interval is within ±5% of its level with three runs a side at least (*tight*), or
-the candidate is found slower (it will be dropped: no need to know by how much more exactly;
-from a single candidate run only when clearly so — :func:`clearly_slower` — else a second one
-runs first, ``--quick`` too),
-or a side has :data:`MAX_TIMED_RUNS` runs, or the next pair would end past the time budget
+each side's interval is within ±5% of its level with three runs a side at least (*tight*), or a
+side has :data:`MAX_TIMED_RUNS` runs, or the next pair would end past the time budget
 (``--time-budget``, default :data:`DEFAULT_TIME_BUDGET_S` seconds from optimize's start; with
 ``--quick`` and no budget given, none is added). The gain says which of these stopped it.
+
+A candidate found **slower** is measured by the same rule: it will be dropped, but the size
+printed ("1.26x slower") must be one the runs support, and two runs a side leave it as wide as
+two runs make it (the syncs fix on a CPU once read "1.26x slower [0.67-0.95]" from two runs a
+side where the same change timed outside gpuopt was 1.05x slower). Two exceptions:
+
+* a single candidate run a little slower (not :func:`clearly_slower`) is run once more before
+  anything else, ``--quick`` too (a neighbour's burst in one run);
+* a candidate **far slower** (:func:`far_slower`: the whole interval below 1 /
+  :data:`FAR_SLOWER`, i.e. more than twice as slow beyond doubt) stops at
+  :data:`MIN_RUNS_TIGHT` runs a side, tight or not (``stopped: far slower``): it goes whatever
+  more runs say, each more candidate run costs over two baseline runs' steps (a 15x slower
+  fp16 autocast, fifteen), and three runs a side already put the candidate's run-to-run spread
+  into its interval. Its size is printed with that interval and each side's ±.
+
+A gain from one candidate run (``--quick``, or the budget) has no candidate run-to-run spread in
+its interval: :func:`how_sure` says so.
 
 **Which fixes stay.** A fix measured slower (its own runs: alone, or the candidate when it is the
 only one) is dropped, "N× slower". A fix measured faster stays. A fix with no measurable gain
@@ -38,7 +52,8 @@ DEFAULT_TIME_BUDGET_S = 300.0  # optimize's measuring stops adding runs past thi
 MAX_TIMED_RUNS = 8  # timed runs a side at most
 TIGHT = 0.05  # a side is measured well enough when its interval is within ±5% of its level
 MIN_RUNS_TIGHT = 3  # timed runs a side before its interval can be called tight
-CLEAR_SLOWDOWN = 0.25  # slower than 1 / 1.25 in one candidate run: dropped without a second
+CLEAR_SLOWDOWN = 0.25  # slower than 1 / 1.25 in one candidate run: no second run to confirm it
+FAR_SLOWER = 2.0  # an interval wholly below 1 / 2: sized from MIN_RUNS_TIGHT runs a side at most
 
 
 @dataclass
@@ -84,18 +99,26 @@ def clearly_slower(g: Gain) -> bool:
     return g.speedup < 1.0 / (1.0 + max(2 * noise, CLEAR_SLOWDOWN))
 
 
+def far_slower(g: Gain) -> bool:
+    """More than :data:`FAR_SLOWER` times slower beyond doubt: the whole interval below
+    1 / :data:`FAR_SLOWER` (a point estimate alone is not enough: one run's capture step must not
+    decide how long a fix is measured)."""
+    return g.verdict == "slower" and g.high is not None and g.high < 1.0 / FAR_SLOWER
+
+
 def stop_reason(g: Gain, runs: tuple[int, int], extend: bool, next_fits: bool) -> str | None:
     """Why the measuring stops now, or None to measure one more pair. ``runs``: timed runs on
     each side; ``extend``: pairs may be added at all (not ``--quick`` without a budget);
-    ``next_fits``: the next pair ends within the budget."""
-    if g.verdict == "slower" and (runs[1] >= 2 or clearly_slower(g)):
-        return "slower"
-    if g.verdict == "slower" and runs[1] < 2:
+    ``next_fits``: the next pair ends within the budget. A slower candidate is measured like a
+    faster one, but for the two exceptions in the module's docstring."""
+    if g.verdict == "slower" and runs[1] < 2 and not clearly_slower(g):
         return None  # one candidate run, a little slower: a second one confirms (or not)
     if tight(g):
         return "tight"
     if not extend:
         return "minimum runs"
+    if far_slower(g) and min(runs) >= MIN_RUNS_TIGHT:
+        return "far slower"
     if max(runs) >= MAX_TIMED_RUNS:
         return "runs cap"
     if not next_fits:
@@ -114,14 +137,18 @@ def how_sure(g: Gain) -> str:
     stopped = g.stopped if isinstance(g.stopped, str) else ""
     why = {
         "tight": "each side within ±5%",
-        "slower": "stopped once found slower",
+        "slower": "every fix dropped at once on its own run",
+        "far slower": f"stopped at {MIN_RUNS_TIGHT} runs a side: more than {FAR_SLOWER:g}x slower",
         "minimum runs": "the fewest runs (--quick)",
         "runs cap": f"stopped at {MAX_TIMED_RUNS} runs a side",
         "time budget": "stopped by the time budget",
         "one run": "measured alone in one run",
         "confirmed": "measured alone in two runs (the first a little slower)",
     }.get(stopped, stopped)
-    return "; ".join(x for x in (widths, why) if x)
+    one = ""
+    if isinstance(g.runs, list) and len(g.runs) == 2 and g.runs[1] == 1:
+        one = "one candidate run: its run-to-run spread is not in the interval"
+    return "; ".join(x for x in (widths, why, one) if x)
 
 
 @dataclass(frozen=True)
@@ -157,5 +184,7 @@ def _shown(g: Gain) -> str:
     if g.speedup is None:
         return g.label or "not measured"
     interval = f" [{g.low:.2f}-{g.high:.2f}]" if g.low is not None and g.high is not None else ""
+    if interval and isinstance(g.runs, list) and len(g.runs) == 2 and g.runs[1] == 1:
+        interval += " from one run"
     noise = f", run-to-run noise {g.noise:.0%}" if g.noise else ""
     return f"{g.speedup:.2f}x{interval}{noise}"

@@ -57,7 +57,7 @@ def fill_results(
         cands = [d for d in candidates if d.result.timed is not False]
         doc.gain = run_gain(timed(runs, "baseline"), cands, measured, settle)
         if doc.gain.verdict == "slower" and not stopped:
-            stopped = "slower"  # dropped at once: no more runs were measured
+            stopped = "slower"  # every fix dropped on its own run: no more runs were measured
         if stopped and doc.gain.speedup is not None:
             doc.gain.stopped = stopped
         doc.speedup = doc.gain.speedup
