@@ -267,3 +267,25 @@ def test_every_window_rule_widens_its_interval_on_a_busy_machine(rule: str) -> N
     assert busy.severity != "high" and busy.borderline is True
     assert "busy machine" in busy.interval.covers
     assert busy.interval.high - busy.interval.low > 4 * (quiet.interval.high - quiet.interval.low)
+
+
+def test_a_new_high_finding_against_a_busy_baseline_is_inconclusive() -> None:
+    """bench_check's vae: a baseline that ran on a busy machine (its compute 10x slower) waited
+    6% of its step on data; the quiet candidate, the same code, 40%: "new HIGH finding
+    dataloader-bound" failed. A share of the step's time measured on a busy side cannot be
+    compared: inconclusive, with why; on two quiet sides the same pair fails."""
+    from gate_support import loaded
+
+    from gpuopt.gate.runs import Run, timed_runs
+
+    base = _with_findings(loaded(_waits(run([0.2] * 32), [0.06] * 30, 0.2), 0.9, run_delay=0.5))
+    cand = _with_findings(loaded(_waits(run([0.02] * 32), [0.40] * 30), 0.0, run_delay=0.0))
+    assert "dataloader-bound" in {f.id for f in cand.findings if f.severity == "high"}
+    timed = timed_runs([Run(Path("a"), base)], [Run(Path("b"), cand)])
+    assert timed.inconclusive == "the baseline ran on a busy machine"
+    th = Thresholds(gates=frozenset({"findings"}))
+    (gate,) = evaluate([base], [cand], th, busy=timed.inconclusive)
+    assert gate.verdict == "inconclusive" and "busy machine" in gate.detail
+    quiet = _with_findings(loaded(_waits(run([0.02] * 32), [0.06] * 30), 0.0, run_delay=0.0))
+    (gate,) = evaluate([quiet], [cand], th)
+    assert gate.verdict == "fail"
