@@ -109,6 +109,7 @@ def profile(gpuopt: Path, target: Target, out: Path) -> dict[str, Any]:
     doc = json.loads(path.read_text())
     cpu = doc.get("utilization", {}).get("cpu", {})
     row.update(
+        miss=recorder_miss(doc),
         median_s=doc["steps"]["time_s"].get("median"),
         other_cores=cpu.get("other_cores_busy_mean"),
         run_delay=cpu.get("run_delay_share"),
@@ -124,6 +125,19 @@ def profile(gpuopt: Path, target: Target, out: Path) -> dict[str, Any]:
         ],
     )
     return row
+
+
+def recorder_miss(doc: dict[str, Any]) -> float | None:
+    """How far the run's estimate of the recorder's cost in its window missed the observed cost,
+    ``|1 - estimated / observed|`` (gpuopt.findings.evidence.recorder_miss, inlined)."""
+    d, real = doc.get("dispatch") or {}, doc["steps"]["time_s"].get("median")
+    per_op, ops, raw = (
+        d.get(k) for k in ("recorder_overhead_us_per_op", "ops_per_step", "step_time_us_raw")
+    )
+    if not all(isinstance(x, (int, float)) for x in (per_op, ops, raw, real)) or real <= 0:
+        return None
+    estimated, observed = per_op * ops, raw - real * 1e6
+    return abs(1.0 - estimated / observed) if estimated > 0 and observed > 0 else None
 
 
 def status(findings: list[dict[str, Any]], fid: str) -> str:
@@ -198,6 +212,7 @@ def drift(rows: list[dict[str, Any]]) -> dict[str, Any]:
         logs = [math.log(v) for v in values if v and v > 0]
         return statistics.stdev(logs) if len(logs) >= 2 else None
 
+    misses = sorted(r["miss"] for r in rows if r.get("miss") is not None)
     medians = [r["median_s"] for r in rows if r.get("median_s")]
     quiet = [r["median_s"] for r in rows if r.get("median_s") and quiet_run(r)]
     return {
@@ -207,6 +222,7 @@ def drift(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "quiet_runs": len(quiet),
         "min_s": min(medians) if medians else None,
         "max_s": max(medians) if medians else None,
+        "miss": (statistics.median(misses), misses[0], misses[-1]) if misses else None,
     }
 
 
@@ -228,8 +244,9 @@ def markdown(result: dict[str, Any]) -> str:
             )
     lines += [
         "",
-        "| target | median step | run-to-run sd (all runs) | sd (quiet runs) | range |",
-        "|---|---|---|---|---|",
+        "| target | median step | run-to-run sd (all runs) | sd (quiet runs) | range "
+        "| recorder miss: median (range) |",
+        "|---|---|---|---|---|---|",
     ]
     for name, t in result["targets"].items():
         d = t["drift"]
@@ -241,9 +258,11 @@ def markdown(result: dict[str, Any]) -> str:
             f"{d['min_s'] * 1e3:.2f} … {d['max_s'] * 1e3:.2f} ms" if d["min_s"] is not None else "–"
         )
         med = f"{d['median_s'] * 1e3:.2f} ms" if d["median_s"] is not None else "–"
+        m = d.get("miss")
+        miss = f"{m[0]:.0%} ({m[1]:.0%} … {m[2]:.0%})" if m else "–"
         lines.append(
             f"| {name} | {med} | {pct(d['sd_log'])} | {pct(d['sd_log_quiet'])} "
-            f"({d['quiet_runs']} runs) | {rng} |"
+            f"({d['quiet_runs']} runs) | {rng} | {miss} |"
         )
     steady = [
         t["drift"]["sd_log_quiet"]

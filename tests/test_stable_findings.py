@@ -174,6 +174,40 @@ def test_window_findings_draw_their_interval_from_the_recorded_steps() -> None:
     assert clear.severity == "high" and clear.borderline is False
 
 
+def _recorded(share: float, per_op_us: float, ops: int, raw_us: float) -> Profile:
+    """A loop at ``share`` of a 6.5 ms step whose three recorded steps agree, in a window whose
+    recorder cost ``per_op_us`` an op (``ops`` of them a step: all the loop's) and whose steps
+    took ``raw_us`` each."""
+    import msgspec
+
+    loop = {**_loop(share, [share - 0.01, share, share + 0.01]), "ops_per_step": ops}
+    doc = msgspec.convert({"loops": [loop]}, Profile)
+    doc.steps.time_s.median = 0.0065
+    doc.dispatch.ops_per_step = float(ops)
+    doc.dispatch.recorder_overhead_us_per_op = per_op_us
+    doc.dispatch.step_time_us_raw = raw_us
+    return doc
+
+
+def test_a_loop_whose_share_is_mostly_the_recorders_cost_is_never_high() -> None:
+    """examples/index_loops.py: 1792 tiny ops at ~25 us of recorder cost each in a 6.5 ms step
+    (the window's steps 20x the unrecorded ones), the recorder's estimate off by 27-54%: its
+    loop read 26-83% in identical runs. Whatever the point share, such a loop is borderline;
+    the same share measured where the recorder's cost is small stays HIGH."""
+    from gpuopt.findings.evidence import RECORDER_ERR_FLOOR, recorder_miss
+
+    heavy = _recorded(0.60, per_op_us=25.0, ops=1792, raw_us=6500 + 1792 * 25.0 / 0.7)
+    assert recorder_miss(heavy) == pytest.approx(0.30, abs=0.01)
+    (f,) = findings_of(heavy, only={"loop-indexing"})
+    assert f.severity == "medium" and f.borderline is True
+    assert f.interval.low < 0.25 and "recorder's cost" in f.interval.covers
+    light = _recorded(0.60, per_op_us=25.0, ops=20, raw_us=6500 + 20 * 25.0)
+    assert recorder_miss(light) == pytest.approx(0.0, abs=1e-9)  # the floor applies
+    (g,) = findings_of(light, only={"loop-indexing"})
+    assert g.severity == "high" and g.borderline is False
+    assert g.interval.low > 0.6 - 0.05 and RECORDER_ERR_FLOOR > 0
+
+
 def test_the_recorder_keeps_each_steps_share_of_loops(tmp_path: Path) -> None:
     import torch
     from probes_support import load, record
@@ -233,3 +267,25 @@ def test_every_window_rule_widens_its_interval_on_a_busy_machine(rule: str) -> N
     assert busy.severity != "high" and busy.borderline is True
     assert "busy machine" in busy.interval.covers
     assert busy.interval.high - busy.interval.low > 4 * (quiet.interval.high - quiet.interval.low)
+
+
+def test_a_new_high_finding_against_a_busy_baseline_is_inconclusive() -> None:
+    """bench_check's vae: a baseline that ran on a busy machine (its compute 10x slower) waited
+    6% of its step on data; the quiet candidate, the same code, 40%: "new HIGH finding
+    dataloader-bound" failed. A share of the step's time measured on a busy side cannot be
+    compared: inconclusive, with why; on two quiet sides the same pair fails."""
+    from gate_support import loaded
+
+    from gpuopt.gate.runs import Run, timed_runs
+
+    base = _with_findings(loaded(_waits(run([0.2] * 32), [0.06] * 30, 0.2), 0.9, run_delay=0.5))
+    cand = _with_findings(loaded(_waits(run([0.02] * 32), [0.40] * 30), 0.0, run_delay=0.0))
+    assert "dataloader-bound" in {f.id for f in cand.findings if f.severity == "high"}
+    timed = timed_runs([Run(Path("a"), base)], [Run(Path("b"), cand)])
+    assert timed.inconclusive == "the baseline ran on a busy machine"
+    th = Thresholds(gates=frozenset({"findings"}))
+    (gate,) = evaluate([base], [cand], th, busy=timed.inconclusive)
+    assert gate.verdict == "inconclusive" and "busy machine" in gate.detail
+    quiet = _with_findings(loaded(_waits(run([0.02] * 32), [0.06] * 30), 0.0, run_delay=0.0))
+    (gate,) = evaluate([quiet], [cand], th)
+    assert gate.verdict == "fail"

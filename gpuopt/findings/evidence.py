@@ -25,6 +25,17 @@ moment. So the drift grows with the run's measured wait for a core
 per unit of that wait, times the others' busy cores up to one. ``gpuopt check`` compares findings by
 these intervals: a HIGH finding absent from the baseline fails only when its interval lies above the
 baseline's evidence.
+
+A share the recorder measured at one site carries one more error: the recorder's own cost, which
+the assembly subtracts from the site's time with a per-op estimate. Where a site's ops are tiny
+that cost is many times the site's own time (``examples/index_loops.py``: the window's steps are
+12-25× the unrecorded ones), and the estimate misses the window's observed cost (its steps' time
+less the unrecorded steps' median) by 27-54% in runs on this machine: what is left of the site's
+time is mostly the estimate's error, and a loop's share read 26-83% in identical runs. So such an
+interval also covers that error (:func:`recorder_model`): the run's own measured miss (at least
+:data:`RECORDER_ERR_FLOOR`) times the recorder's estimated cost at the site as a share of the
+step. A loop of tiny ops is then borderline, never HIGH, whatever its point share; a loop of few,
+large ops keeps a narrow interval.
 """
 
 from __future__ import annotations
@@ -49,6 +60,10 @@ SHARE_DRIFT = 0.02
 # scaled by other processes' busy cores (at most 1): 21pt more at an 85% wait, where the
 # bench_stability runs above spread by up to 18pt (sd)
 BUSY_DRIFT = 0.25
+# The least relative error assumed of the recorder's per-op cost estimate in a window (its run's
+# own measured miss counts when larger): benchmarks/bench_stability.py's "recorder miss" column
+# (docs/benchmarks.md, issue 30)
+RECORDER_ERR_FLOOR = 0.10
 
 
 @dataclass(frozen=True)
@@ -79,6 +94,62 @@ def drift_of(profile: Profile) -> Drift:
     return Drift(SHARE_DRIFT + extra, why)
 
 
+@dataclass(frozen=True)
+class Model:
+    """An error of the measurement itself, added to an interval: its half-width (share points)
+    and what it is (for ``covers``)."""
+
+    half: float
+    why: str
+
+
+def recorder_miss(profile: Profile) -> float | None:
+    """How far this run's estimate of the recorder's cost in its window missed what the window
+    observably cost: ``|1 - estimated / observed|``, where *estimated* is the recorder's cost per
+    op times the ops per step and *observed* the window's raw step time less the unrecorded
+    steps' median. None where the run lacks either."""
+    d = profile.dispatch
+    per_op, ops, raw = (
+        _num(d.recorder_overhead_us_per_op),
+        _num(d.ops_per_step),
+        _num(d.step_time_us_raw),
+    )
+    real = _num(profile.steps.time_s.median)
+    if per_op is None or ops is None or raw is None or real is None or real <= 0:
+        return None
+    estimated, observed = per_op * ops, raw - real * 1e6
+    if estimated <= 0 or observed <= 0:
+        return None
+    return abs(1.0 - estimated / observed)
+
+
+def recorder_model(profile: Profile, ops_per_step: float | None) -> Model | None:
+    """The error a site's recorded share carries from the recorder's own cost subtracted at it
+    (see the module's docstring): the run's miss (at least :data:`RECORDER_ERR_FLOOR`) times the
+    recorder's estimated cost at the site's ``ops_per_step`` as a share of the unrecorded step.
+    None where the run did not measure the recorder's cost."""
+    per_op = _num(profile.dispatch.recorder_overhead_us_per_op)
+    real = _num(profile.steps.time_s.median)
+    if per_op is None or real is None or real <= 0 or not ops_per_step:
+        return None
+    miss = recorder_miss(profile)
+    err = max(miss if miss is not None else 0.0, RECORDER_ERR_FLOOR)
+    cost = per_op * float(ops_per_step) / (real * 1e6)  # the recorder's cost at the site / step
+    half = err * cost
+    if half < 0.005:
+        return None
+    missed = f"missed by {miss:.0%} in this run" if miss is not None else "not checked"
+    why = (
+        f"±{half * 100:.0f}pt for the recorder's cost subtracted at the site ({cost:.1f}× the "
+        f"step; its estimate {missed}, at least {RECORDER_ERR_FLOOR:.0%} assumed)"
+    )
+    return Model(half, why)
+
+
+def _num(x: object) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
 # Student-t 95th percentiles for 1..9 degrees of freedom (a 90% two-sided interval); more: Z
 _T95 = (6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833)
 
@@ -88,19 +159,26 @@ def _t95(df: int) -> float:
 
 
 def share_interval(
-    value: float, per_step: Sequence[float], what: str, drift: Drift | None = None
+    value: float,
+    per_step: Sequence[float],
+    what: str,
+    drift: Drift | None = None,
+    model: Model | None = None,
 ) -> EvidenceInterval:
     """The interval of a share ``value`` measured from ``per_step`` values (its within-run
-    variation) plus the run-to-run ``drift`` (default: a quiet machine's); clipped to [0, 1].
+    variation) plus the run-to-run ``drift`` (default: a quiet machine's) and the measurement's
+    own error ``model`` where it has one; clipped to [0, 1].
     ``what``: the evidence key it belongs to (``data_wait_share``, ``host_dispatch_share``)."""
     drift = drift or Drift()
     xs = [float(x) for x in per_step if x is not None and math.isfinite(float(x))]
     n = len(xs)
     within = _t95(n - 1) * statistics.stdev(xs) / math.sqrt(n) if n >= 2 else 0.0
-    half = math.hypot(within, Z * drift.value)
+    half = math.hypot(within, Z * drift.value, model.half if model else 0.0)
     size = f"a {drift.value * 100:.0f}pt run-to-run drift" + (
         f" ({drift.busy})" if drift.busy else ""
     )
+    if model:
+        size += f", and {model.why}"
     covers = (
         f"{LEVEL:.0%} interval: {n} steps' variation and {size}"
         if n >= 2
@@ -153,10 +231,11 @@ def rated(
     metric: str,
     drift: Drift | None = None,
     threshold: float = 0.0,
+    model: Model | None = None,
 ) -> tuple[EvidenceInterval, Judged]:
     """:func:`share_interval` then :func:`judge`, for a rule whose threshold is not a share
     (``threshold`` 0: only HIGH's boundary can make it borderline)."""
-    iv = share_interval(value, list(per_step or []), metric, drift)
+    iv = share_interval(value, list(per_step or []), metric, drift, model)
     return iv, judge(iv, threshold)
 
 

@@ -18,6 +18,7 @@ baseline did not have fails unless allowed. Too few measured steps makes a timed
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from collections.abc import Sequence
@@ -217,6 +218,11 @@ def _step_verdict(
     """``(verdict, what to add to the detail)`` of the step-time gate."""
     if busy:
         bound = limit * (explained or 1.0)
+        if math.isinf(bound):
+            return "inconclusive", (
+                f"; {busy}, and its ops run on several threads: no ratio is beyond what the load "
+                "can do to them"
+            )
         if iv.low > bound:
             return "fail", (
                 f"; {busy}, but the load explains at most {explained or 1.0:.2f}× and the "
@@ -509,11 +515,16 @@ def _moved(cand: EvidenceInterval, base: EvidenceInterval) -> tuple[bool, str]:
     return cand.low > base.high, text
 
 
-def finding_gates(base: Sequence[Profile], cand: Sequence[Profile], th: Thresholds) -> list[Gate]:
+def finding_gates(
+    base: Sequence[Profile], cand: Sequence[Profile], th: Thresholds, busy: str | None = None
+) -> list[Gate]:
     """A finding at severity high in every candidate run and in no baseline run fails when its
     evidence clearly moved: where the finding has an evidence interval, the candidate's lowest
     low end lies above the baseline's highest high end (its findings of that id at a lower
-    severity, or the evidence measured on the run); without intervals, on the label alone."""
+    severity, or the evidence measured on the run); without intervals, on the label alone.
+    ``busy``: a side ran only on a busy machine — evidence with an interval is a share of the
+    step's time, which the load moves (a busy vae baseline's data wait fell from HIGH as its
+    compute slowed 10×), so such a finding is inconclusive; labels without one still judge."""
     before: set[str] = set()
     for p in base:
         before |= m.high_findings(p).keys()
@@ -525,7 +536,10 @@ def finding_gates(base: Sequence[Profile], cand: Sequence[Profile], th: Threshol
         verdict, detail = "fail", f.title
         cand_iv = _lowest([h[fid] for h in highs])
         base_iv = _baseline_evidence(base, fid) if cand_iv is not None else None
-        if cand_iv is not None and base_iv is not None:
+        if cand_iv is not None and busy:
+            verdict = "inconclusive"
+            detail = f"HIGH now; {busy}: its evidence is a share of the step's time"
+        elif cand_iv is not None and base_iv is not None:
             moved, text = _moved(cand_iv, base_iv)
             if moved:
                 detail = f"{f.title}; {text}: clearly moved"
@@ -539,7 +553,7 @@ def finding_gates(base: Sequence[Profile], cand: Sequence[Profile], th: Threshol
                 "pass" if allowed else verdict,
                 _baseline_label(base, fid),
                 "high",
-                "new" if verdict == "fail" else "in noise",
+                {"fail": "new", "inconclusive": "busy machine"}.get(verdict, "in noise"),
                 ("allowed (--allow); " if allowed else "") + detail,
                 f.site,
                 id=f"finding:{fid}",
@@ -570,7 +584,7 @@ def evaluate(
         *(gpu_idle_gates(ta, tb, th, busy) if "gpu" in on else []),
         *(gpu_util_gates(tb, th, busy) if "gpu" in on else []),
         *(counter_gates(a, b) if "counters" in on else []),
-        *(finding_gates(a, b, th) if "findings" in on else []),
+        *(finding_gates(ta, tb, th, busy) if "findings" in on else []),
     ]
 
 

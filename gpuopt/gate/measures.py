@@ -170,6 +170,7 @@ class Load:
     cpu_count: int | None
     # the share of the run's threads' runnable time spent waiting for a core (None: unmeasured)
     run_delay: float | None = None
+    threads: int | None = None  # torch's intra-op threads (None: not recorded)
 
 
 def machine_load(p: Profile) -> Load:
@@ -180,4 +181,5 @@ def machine_load(p: Profile) -> Load:
         num(given(cpu.other_cores_busy_mean)),
         count,
         num(given(cpu.run_delay_share)),
+        given(p.environment.torch_threads),
     )

@@ -17,10 +17,22 @@ side has none, the timed gates are inconclusive (the exact counters still judge)
 step time moved far beyond what the load can explain (:func:`explained_slowdown`): that fails,
 with the note that the machine was busy. Runs that did not record the machine's load (traces) are
 taken as quiet.
+
+That bound holds for a step that runs on one thread at a time: a thread that waits ``w`` of its
+runnable time runs ``1 / (1 - w)`` slower. A step whose ops run on several intra-op threads
+(:func:`parallel_threads`: torch used more than one, and some run of either side kept more than
+:data:`PARALLEL_CORES` cores busy of its own) has no such bound: its threads meet at the end of
+every parallel op, and a neighbour that takes one of them stalls the others, which spin or wait
+meanwhile (their spinning counts as running, not waiting). Measured here (bench_check.py,
+``corpus/vae``, 2 intra-op threads on 2 cores): identical runs **10.5× slower at a 56% wait**
+and 19.7× with two spinning neighbours, where ``1 / (1 - w)`` × 1.5 allowed 3.4× — a false alarm.
+So for such a step a busy side leaves the step-time gate inconclusive at any ratio (the counters
+and findings still judge), and says why.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +47,8 @@ OTHERS_MIN = 0.25  # ... while other processes kept at least a quarter of a core
 # bandwidth shared with the neighbour (an assumption, checked by benchmarks/bench_check.py's
 # loaded runs: docs/benchmarks.md)
 CONTENTION_MARGIN = 1.5
+# a run that kept more than this many cores busy of its own ran its ops on several threads
+PARALLEL_CORES = 1.25
 
 
 @dataclass(frozen=True)
@@ -87,6 +101,15 @@ def explained_slowdown(load: Load) -> float:
     return bound * CONTENTION_MARGIN
 
 
+def parallel_threads(runs: list[Run]) -> int | None:
+    """torch's intra-op threads where the step ran on several of them (see the module), else
+    None: more than one thread, and some run kept more than :data:`PARALLEL_CORES` cores busy."""
+    loads = [machine_load(r.profile) for r in runs]
+    threads = max((x.threads for x in loads if x.threads), default=0)
+    own = max((x.own for x in loads if x.own is not None), default=0.0)
+    return threads if threads > 1 and own > PARALLEL_CORES else None
+
+
 def _busy(run: Run) -> str:
     load = machine_load(run.profile)
     other = f"other processes kept {load.other:.2f} of {load.cpu_count} cores busy"
@@ -103,7 +126,8 @@ class Timed:
     candidate: list[Run]
     notes: list[str]
     inconclusive: str | None = None
-    # with ``inconclusive``: the most the load can have slowed the candidate's step (a factor)
+    # with ``inconclusive``: the most the load can have slowed the candidate's step (a factor;
+    # infinite where nothing bounds it: a step on several threads)
     explained: float | None = None
 
 
@@ -126,6 +150,14 @@ def timed_runs(baseline: list[Run], candidate: list[Run]) -> Timed:
         + "; run both sides on a quiet machine, or several runs a side (a quiet one is enough)"
     )
     explained = max((explained_slowdown(machine_load(r.profile)) for r in busy_b), default=1.0)
+    threads = parallel_threads(baseline + candidate)
+    if threads:
+        explained = math.inf
+        note += (
+            f"; its ops run on {threads} threads, which a busy machine slows by any factor (an "
+            "identical run 10× slower at a 56% wait in this project's benchmark): the step time "
+            "is not judged"
+        )
     return Timed(
         baseline,
         candidate,

@@ -13,7 +13,7 @@ from msgspec import UnsetType
 
 from gpuopt.findings.engine import rule
 from gpuopt.findings.estimates import at_least, speedup_if_removed
-from gpuopt.findings.evidence import Drift, drift_of, rated
+from gpuopt.findings.evidence import Drift, Model, drift_of, rated, recorder_model
 from gpuopt.findings.measures import from_trace, value
 from gpuopt.model.profile import Finding, Loop, Profile, Severity
 from gpuopt.model.records import given
@@ -35,13 +35,13 @@ def _fix(loop: Loop) -> str:
     )
 
 
-def _finding(e: Loop, drift: Drift) -> Finding:
+def _finding(e: Loop, drift: Drift, model: Model | None) -> Finding:
     iters = value(e.iterations_per_step)
     ops = value(e.ops_per_step)
     share = value(e.time_share)
     indexing = value(e.indexing_ops_per_step)
     through = [] if isinstance(e.through, UnsetType) else e.through[:3]  # helper lines it calls
-    interval, judged = rated(share, given(e.time_share_steps), "loop_share", drift)
+    interval, judged = rated(share, given(e.time_share_steps), "loop_share", drift, model=model)
     severity: Severity = judged.severity
     if ops >= 100:
         severity = at_least(severity, "medium")
@@ -79,7 +79,7 @@ def _finding(e: Loop, drift: Drift) -> Finding:
     )
 
 
-@rule("loop-indexing", reads=("source", "loops", "utilization"))
+@rule("loop-indexing", reads=("source", "loops", "utilization", "dispatch", "steps"))
 def loop_indexing(profile: Profile) -> list[Finding]:
     if from_trace(profile):
         return []
@@ -91,4 +91,7 @@ def loop_indexing(profile: Profile) -> list[Finding]:
     ]
     loops.sort(key=lambda e: (-value(e.time_share), -value(e.ops_per_step), e.site))
     drift = drift_of(profile)
-    return [_finding(e, drift) for e in loops[:MAX_FINDINGS]]
+    return [
+        _finding(e, drift, recorder_model(profile, value(e.ops_per_step)))
+        for e in loops[:MAX_FINDINGS]
+    ]

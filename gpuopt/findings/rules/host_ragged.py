@@ -11,7 +11,7 @@ from msgspec import UnsetType
 
 from gpuopt.findings.engine import rule
 from gpuopt.findings.estimates import speedup_if_removed
-from gpuopt.findings.evidence import Drift, drift_of, rated
+from gpuopt.findings.evidence import Drift, Model, drift_of, rated, recorder_model
 from gpuopt.findings.measures import from_trace, value
 from gpuopt.model.profile import Finding, Loop, Profile, Ragged
 from gpuopt.model.records import given
@@ -107,11 +107,13 @@ def _padding_finding(profile: Profile, r: Ragged) -> Finding | None:
     )
 
 
-def _per_sample_finding(loop: Loop, batch_size: float, drift: Drift) -> Finding:
+def _per_sample_finding(
+    loop: Loop, batch_size: float, drift: Drift, model: Model | None
+) -> Finding:
     share = value(loop.time_share)
     ops = value(loop.ops_per_step)
     code = loop.code if isinstance(loop.code, str) and loop.code else None
-    interval, judged = rated(share, given(loop.time_share_steps), "loop_share", drift)
+    interval, judged = rated(share, given(loop.time_share_steps), "loop_share", drift, model=model)
     return Finding(
         id="ragged-batches",
         severity=judged.severity,
@@ -145,7 +147,16 @@ def _per_sample_finding(loop: Loop, batch_size: float, drift: Drift) -> Finding:
 
 @rule(
     "ragged-batches",
-    reads=("source", "ragged", "dataloaders", "breakdown", "dispatch", "loops", "utilization"),
+    reads=(
+        "source",
+        "ragged",
+        "dataloaders",
+        "breakdown",
+        "dispatch",
+        "loops",
+        "utilization",
+        "steps",
+    ),
 )
 def ragged_batches(profile: Profile) -> list[Finding]:
     r = profile.ragged
@@ -156,7 +167,12 @@ def ragged_batches(profile: Profile) -> list[Finding]:
     batch_size = value(r.batch_size)
     if batch_size >= 2:
         findings += [
-            _per_sample_finding(loop, batch_size, drift_of(profile))
+            _per_sample_finding(
+                loop,
+                batch_size,
+                drift_of(profile),
+                recorder_model(profile, value(loop.ops_per_step)),
+            )
             for loop in profile.loops
             if value(loop.iterations_per_step) == batch_size
         ]
