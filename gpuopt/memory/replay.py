@@ -29,6 +29,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpuopt.memory import kernels
 from gpuopt.memory.capture import CapturedStep, Entry, Ref, TensorSpec, tensor_leaves
 from gpuopt.memory.tracker import CUDA_BLOCK, StepTracker, rounded
 from gpuopt.model.records import MemoryByCategory, MemoryHolder
@@ -86,10 +87,11 @@ def replay(step: CapturedStep, opts: ReplayOptions) -> ReplayResult:
         raise ReplayError("no module call of the step was recorded")
     run = _Run(step, opts, fake_device_for(step) if opts.device == "auto" else opts.device)
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    workspaces = kernels.mode()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with fake_mode:
+            with fake_mode, workspaces:
                 run.prepare()
                 run.tracker.install_hooks(run.fake_params())
                 try:
@@ -101,6 +103,7 @@ def replay(step: CapturedStep, opts: ReplayOptions) -> ReplayResult:
         raise
     except Exception as exc:
         raise ReplayError(_reason(exc)) from None
+    run.note_workspaces(workspaces.modelled)
     t = run.tracker
     return ReplayResult(
         batch_size=opts.batch_size,
@@ -138,6 +141,20 @@ class _Run:
         self.optimizers: dict[int, Any] = {}  # id(the script's optimizer) -> its fake
         self.loss_mode = "none"
         self.notes: list[str] = []
+
+    def note_workspaces(self, modelled: dict[str, int]) -> None:
+        """Say which kernels' own buffers were modelled (:mod:`gpuopt.memory.kernels`)."""
+        for what, calls in sorted(modelled.items()):
+            if "cuDNN" in what:
+                how = "estimated as oneDNN's workspace of the same shapes, not checked on a GPU"
+            elif self.emulate:
+                how = (
+                    "oneDNN's size formula; on a GPU cuDNN's reserve space takes its place, "
+                    "not checked on a GPU"
+                )
+            else:
+                how = "oneDNN's size formula"
+            self.notes.append(f"{what} modelled for {calls} call(s) ({how})")
 
     # -- fakes --------------------------------------------------------------------------------
     def _device(self, original: Any) -> Any:
@@ -191,19 +208,21 @@ class _Run:
 
     def _held(self) -> None:
         """The script's own tensors (``CapturedStep.held``) on the device the model is on: on a
-        GPU, where the replay runs on the model's device, those on it count as ``other``; on
-        fake CPU tensors which of them a GPU run keeps on the device is not known: their
-        bytes are said, not counted."""
+        GPU, where the replay runs on the model's device, those on it count as ``other``, as
+        they do on the CPU when the replay models the CPU (``emulate_cuda=False``); on fake
+        CPU tensors modelling a GPU which of them a GPU run keeps on the device is not known:
+        their bytes are said, not counted."""
         import torch
 
         held = self.step.held
         if not held:
             return
-        if self.device is None:
-            model_devices = {str(p.device) for p in self.fakes.values()}
+        if self.device is None or not self.emulate:
+            model_devices = {str(self._device(p.device)) for p in self.fakes.values()}
             for spec in held:
-                if spec.device in model_devices:
-                    t = torch.empty(spec.shape, dtype=spec.dtype, device=spec.device)
+                device = self._device(spec.device)
+                if str(device) in model_devices:
+                    t = torch.empty(spec.shape, dtype=spec.dtype, device=device)
                     self.inputs[id(spec)] = t
                     self.tracker.add([t], "other")
             return

@@ -1,0 +1,165 @@
+"""Kernels' own memory in the fake replay (gpuopt/memory/kernels.py), and the script's own
+tensors in a replay of the CPU: each against torch's MemTracker over the same real CPU step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from gpuopt.memory import kernels
+from gpuopt.memory.capture import CapturedStep, StepRecorder
+from gpuopt.memory.replay import ReplayOptions, ReplayResult, replay
+from gpuopt.probes.sites import SiteResolver
+
+HERE = Path(__file__).resolve().parent
+LIMIT = 0.05  # issue 28: the replay within 5% of the real CPU step
+
+needs_onednn = pytest.mark.skipif(
+    not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN (mkldnn)"
+)
+
+
+def _cpu(step: CapturedStep, batch: int | None) -> ReplayResult:
+    return replay(step, ReplayOptions(batch, emulate_cuda=False, block=1))
+
+
+def _real_peak(*tracked: Any, step: Any) -> int:
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    mt = MemTracker()
+    mt.track_external(*tracked)
+    with mt:
+        step()
+    return int(sum(d["Total"] for d in mt.get_tracker_snapshot("peak").values()))
+
+
+# -- oneDNN's LSTM workspace -----------------------------------------------------------------------
+
+
+@needs_onednn
+@pytest.mark.parametrize(
+    ("steps", "batch", "inp", "hidden"),
+    [(1, 1, 5, 16), (7, 3, 200, 16), (35, 20, 200, 200), (10, 4, 300, 256)],
+)
+def test_the_workspace_formula_is_the_kernels(
+    steps: int, batch: int, inp: int, hidden: int
+) -> None:
+    """The real kernel's workspace, byte for byte (hidden 256: the padded leading dimension)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    got: list[int] = []
+
+    class Log(TorchDispatchMode):  # type: ignore[no-untyped-call]
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            out = func(*args, **(kwargs or {}))
+            if func is torch.ops.aten.mkldnn_rnn_layer.default:
+                got.append(out[3].numel())
+            return out
+
+    with Log():  # type: ignore[no-untyped-call]
+        nn.LSTM(inp, hidden)(torch.randn(steps, batch, inp))
+    if not got:
+        pytest.skip("this CPU's LSTM does not run on oneDNN")
+    assert got == [kernels.onednn_lstm_workspace(steps, batch, inp, hidden)]
+
+
+class _Tagger(nn.Module):
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(100, 32)
+        self.rnn = nn.LSTM(32, hidden, num_layers=2)
+        self.out = nn.Linear(hidden, 100)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, _ = self.rnn(self.emb(x))
+        return self.out(h)
+
+
+def _lstm_step(hidden: int, steps: int, batch: int) -> tuple[ReplayResult, int]:
+    torch.manual_seed(0)
+    model = _Tagger(hidden)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def one(x: torch.Tensor, y: torch.Tensor) -> None:
+        opt.zero_grad()
+        F.cross_entropy(model(x).view(-1, 100), y.view(-1)).backward()
+        opt.step()
+
+    rec = StepRecorder()
+    rec.start()
+    try:
+        one(torch.randint(0, 100, (steps, batch)), torch.randint(0, 100, (steps, batch)))
+        rec.step_ended()
+    finally:
+        rec.stop()
+    x, y = torch.randint(0, 100, (steps, batch)), torch.randint(0, 100, (steps, batch))
+    truth = _real_peak(model, opt, x, y, step=lambda: one(x, y))
+    return _cpu(rec.step, rec.step.batch_size), truth  # the recorded shapes
+
+
+@needs_onednn
+@pytest.mark.parametrize(("hidden", "steps", "batch"), [(64, 12, 8), (200, 35, 20)])
+def test_a_two_layer_lstm_replay_matches_the_real_step(hidden: int, steps: int, batch: int) -> None:
+    """Without the workspace the replay is 40-60% short (the workspaces are most of the
+    forward's memory)."""
+    r, truth = _lstm_step(hidden, steps, batch)
+    assert abs(r.peak_bytes - truth) / truth < LIMIT, (r.peak_bytes, truth)
+    assert any("oneDNN's LSTM workspace modelled for 2 call(s)" in n for n in r.notes)
+
+
+def test_the_cudnn_reserve_is_estimated_for_every_layer_and_direction() -> None:
+    """aten._cudnn_rnn's fake returns an empty reserve; its estimate adds each layer and
+    direction (the second layer reads both directions' outputs)."""
+    meta = {"device": "meta"}
+    x = torch.empty(35, 20, 200, **meta)  # (steps, batch, input), time-major
+    out = (torch.empty(35, 20, 512, **meta),) * 3 + (torch.empty(0, dtype=torch.uint8, **meta),)
+    args = (x, [], 0, None, None, None, 2, 256, 0, 2, False, 0.0, True, True, [], None)
+    index, nbytes, what = kernels.workspace_for(torch.ops.aten._cudnn_rnn.default, args, out)  # type: ignore[misc]
+    one = kernels.onednn_lstm_workspace
+    assert index == 3 and "estimated" in what
+    assert nbytes == 2 * one(35, 20, 200, 256) + 2 * one(35, 20, 512, 256)
+    inference = args[:12] + (False,) + args[13:]
+    assert kernels.workspace_for(torch.ops.aten._cudnn_rnn.default, inference, out) is None
+    gru = args[:6] + (3,) + args[7:]
+    assert kernels.workspace_for(torch.ops.aten._cudnn_rnn.default, gru, out) is None
+
+
+# -- the script's own tensors -------------------------------------------------------------------
+
+
+def test_a_lookup_table_outside_any_module_counts_in_a_replay_of_the_cpu() -> None:
+    """A table the script indexes outside its model (examples/index_loops.py's shape): alive
+    through the real step, so a replay of the CPU counts it (``other``)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    table = torch.randn(4000, 32)  # 500 KiB, more than the model's step
+    counts = torch.zeros(4000)
+
+    def one(idx: torch.Tensor) -> None:
+        x = table[idx]
+        counts.index_add_(0, idx, torch.ones(len(idx)))
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        opt.step()
+
+    rec = StepRecorder(resolver=SiteResolver([HERE]))
+    rec.start()
+    try:
+        one(torch.randint(0, 4000, (64,)))
+        rec.step_ended()
+    finally:
+        rec.stop()
+    assert {tuple(h.shape) for h in rec.step.held} >= {(4000, 32), (4000,)}
+    idx = torch.randint(0, 4000, (64,))
+    truth = _real_peak(model, opt, table, counts, idx, step=lambda: one(idx))
+    r = _cpu(rec.step, 64)
+    assert r.split.other >= table.nbytes + counts.nbytes
+    assert abs(r.peak_bytes - truth) / truth < LIMIT, (r.peak_bytes, truth)
