@@ -1,4 +1,5 @@
-"""Memory a kernel keeps for itself that fake tensors do not allocate: the RNN workspaces.
+"""Memory a kernel keeps for itself that fake tensors do not allocate: the RNN workspaces, and
+the buffer a reduced loss keeps.
 
 A fake (meta) implementation gives an op's outputs their shapes; where a real kernel returns a
 buffer whose size only the kernel library knows, torch's fake implementation returns an empty
@@ -18,8 +19,14 @@ which autograd keeps from the forward to the backward:
   GPU; it holds the same things (each step's gates and states, for the backward), so it is
   *estimated* as oneDNN's workspace of each layer and direction — not checked on a GPU.
 
+* **A reduced loss's storage**: ``mse_loss``, ``smooth_l1_loss``, ``soft_margin_loss`` and
+  ``binary_cross_entropy`` (mean or sum) compute the elementwise loss into their result and
+  reduce it in place: the 0-d loss keeps a storage of the input's size (measured on the CPU:
+  ``F.mse_loss`` of two 1000×1000 tensors holds 4 MB) as long as the script's ``loss``
+  variable. torch's fake returns 4 bytes. Assumed the same on a GPU (not checked on one).
+
 :class:`KernelWorkspaces` is a dispatch mode, entered inside ``FakeTensorMode``, that puts a fake
-buffer of that size in place of the empty one: autograd saves it for the backward and frees it
+buffer of that size in place of the empty one (a loss: a 0-d view of one): autograd saves it for the backward and frees it
 after, as it does the real one, and the step's tracker counts it where it is made.
 """
 
@@ -120,6 +127,41 @@ def workspace_for(func: Any, args: tuple[Any, ...], out: Any) -> tuple[int, int,
     return None
 
 
+# losses whose kernel computes the elementwise loss into its output and reduces it in place: the
+# 0-d result keeps the elementwise buffer's storage (``resize_`` never shrinks one)
+REDUCED_IN_PLACE = (
+    "mse_loss.default",
+    "smooth_l1_loss.default",
+    "soft_margin_loss.default",
+    "binary_cross_entropy.default",
+)
+
+
+def reduced_loss_bytes(func: Any, args: tuple[Any, ...], out: Any) -> int | None:
+    """Bytes of the storage a reduced loss keeps (see ``REDUCED_IN_PLACE``); None for any
+    other op or where the fake's storage is already that large."""
+    import torch
+
+    if not isinstance(out, torch.Tensor) or out.dim() != 0:
+        return None
+    name = getattr(func, "__name__", "")
+    if name not in REDUCED_IN_PLACE or getattr(func, "namespace", "") != "aten":
+        return None
+    x = args[0] if args else None
+    if not isinstance(x, torch.Tensor) or x.numel() <= 1:
+        return None
+    n = x.numel() * out.element_size()
+    return n if n > out.untyped_storage().nbytes() else None
+
+
+def _with_storage(out: Any, nbytes: int) -> Any:
+    """A 0-d tensor like ``out`` over a storage of ``nbytes`` (as the real kernel leaves it)."""
+    import torch
+
+    buffer = torch.empty(nbytes // out.element_size(), dtype=out.dtype, device=out.device)
+    return buffer.as_strided((), ())
+
+
 def mode() -> Any:
     """A dispatch mode that gives the RNN ops their workspace (see the module doc); enter it
     inside ``FakeTensorMode`` and outside the tracker's mode. ``.modelled`` names what it
@@ -140,6 +182,11 @@ def mode() -> Any:
             kwargs: dict[str, Any] | None = None,
         ) -> Any:
             out = func(*args, **(kwargs or {}))
+            loss_bytes = reduced_loss_bytes(func, args, out)
+            if loss_bytes is not None:
+                what = "the elementwise buffer a reduced loss keeps"
+                self.modelled[what] = self.modelled.get(what, 0) + 1
+                return _with_storage(out, loss_bytes)
             got = workspace_for(func, args, out)
             if got is None:
                 return out

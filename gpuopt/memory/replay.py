@@ -145,7 +145,11 @@ class _Run:
     def note_workspaces(self, modelled: dict[str, int]) -> None:
         """Say which kernels' own buffers were modelled (:mod:`gpuopt.memory.kernels`)."""
         for what, calls in sorted(modelled.items()):
-            if "cuDNN" in what:
+            if "loss" in what:
+                how = "as the CPU's kernels leave it" + (
+                    "; assumed the same on a GPU, not checked on one" if self.emulate else ""
+                )
+            elif "cuDNN" in what:
                 how = "estimated as oneDNN's workspace of the same shapes, not checked on a GPU"
             elif self.emulate:
                 how = (
