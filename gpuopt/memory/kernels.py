@@ -26,8 +26,9 @@ which autograd keeps from the forward to the backward:
   variable. torch's fake returns 4 bytes. Assumed the same on a GPU (not checked on one).
 
 :class:`KernelWorkspaces` is a dispatch mode, entered inside ``FakeTensorMode``, that puts a fake
-buffer of that size in place of the empty one (a loss: a 0-d view of one): autograd saves it for the backward and frees it
-after, as it does the real one, and the step's tracker counts it where it is made.
+buffer of that size in place of the empty one (a loss: a 0-d view of one): autograd saves it
+for the backward and frees it after, as it does the real one, and the step's tracker counts it
+where it is made.
 """
 
 from __future__ import annotations
