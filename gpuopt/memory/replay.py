@@ -19,7 +19,9 @@ On a machine without CUDA the replay runs on fake CPU tensors (autograd cannot r
 tensors in a CPU-only build of torch) and models the GPU where it matters to memory: every
 allocation rounded up to the CUDA caching allocator's 512-byte blocks, and torch.optim's default
 on CUDA (``foreach=True``: the step's temporaries span all parameters at once). With CUDA it runs
-on fake tensors of the device the model is on.
+on fake tensors of the device the model is on. On either, the buffers real kernels keep that
+torch's fakes leave empty (an LSTM's workspace, a reduced loss's elementwise storage) are given
+their size by :mod:`gpuopt.memory.kernels`.
 """
 
 from __future__ import annotations
