@@ -243,3 +243,40 @@ def test_a_per_sample_loop_replays_at_the_same_shapes() -> None:
         t.remove_hooks()
     r = _cpu(rec.step, rec.step.batch_size)
     assert abs(r.peak_bytes - t.peak) / t.peak < LIMIT, (r.peak_bytes, t.peak)
+
+
+# -- zero_grad between the forward and the backward --------------------------------------------
+
+
+def test_zero_grad_between_forward_and_backward_frees_the_gradients() -> None:
+    """``out = model(x); loss = ...; opt.zero_grad(); loss.backward()`` (pytorch/examples'
+    ImageNet script): the forward runs with the last step's gradients, the backward without
+    them. Without the ``zero_grad`` entry the replay keeps them through the backward."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(512, 512), nn.ReLU()) for _ in range(4)])
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def one(x: torch.Tensor) -> None:
+        out = model(x)
+        loss = out.pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    before = (torch.optim.Optimizer.zero_grad, nn.Module.zero_grad)
+    rec = StepRecorder()
+    rec.start()
+    try:
+        for i in range(2):  # the second forward: are the gradients still there? (they are)
+            one(torch.randn(256, 512))
+            if i == 0:
+                rec.step_ended()
+    finally:
+        rec.stop()
+    assert rec.step.grads_during_forward is True
+    assert [rec.step.entries[i].kind for i in rec.step.needed()].count("zero_grad") == 1
+    assert (torch.optim.Optimizer.zero_grad, nn.Module.zero_grad) == before  # unpatched
+    x = torch.randn(256, 512)
+    truth = _real_peak(model, opt, x, step=lambda: one(x))
+    r = _cpu(rec.step, rec.step.batch_size)
+    assert abs(r.peak_bytes - truth) / truth < LIMIT, (r.peak_bytes, truth)

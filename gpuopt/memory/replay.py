@@ -392,6 +392,8 @@ class _Run:
                 modes.add(self._backward(i, e.leaves[0]))
             elif e.kind == "step":
                 self._step(e.target)
+            elif e.kind == "zero_grad":
+                self._zero_grad(e.target, bool(e.leaves[0]))
             else:
                 self.values[i] = tensor_leaves(self._call(e))
             gone = [j for j, at in last.items() if at == i and j not in sticky]
@@ -432,6 +434,20 @@ class _Run:
         del loss
         self.tracker.phase = "activations"
         return how
+
+    def _zero_grad(self, real: Any, to_none: bool) -> None:
+        """The script's ``zero_grad`` between a forward and a backward: with ``set_to_none``
+        the gradients go (zeroing in place changes no memory)."""
+        if not to_none:
+            return
+        if hasattr(real, "param_groups"):
+            params = [p for g in real.param_groups for p in g["params"]]
+        else:
+            params = list(real.parameters())
+        for p in params:
+            fake = self.fakes.get(id(p))
+            if fake is not None:
+                fake.grad = None
 
     def _step(self, real: Any) -> None:
         fake = self.optimizers.get(id(real))
