@@ -7,7 +7,9 @@ While the first step runs, :class:`StepRecorder` writes down, in order:
 * every **torch call between them** (``out.view(-1, V)``, ``F.cross_entropy(out, y)``, the
   GradScaler's ``loss * scale`` ...), seen by a ``TorchFunctionMode`` that ignores what runs
   inside a module's forward;
-* the tensor ``.backward()`` is called on (the loss), and the optimizer that then steps.
+* the tensor ``.backward()`` is called on (the loss), and the optimizer that then steps;
+* a ``zero_grad()`` between them (``opt.zero_grad()`` after the forward frees the last step's
+  gradients before the backward).
 
 A tensor argument is either made by an earlier call of the program (a :class:`Ref` to it) or
 comes from outside (the batch, the targets, a parameter: a :class:`TensorSpec`, its shape and
