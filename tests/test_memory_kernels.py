@@ -70,6 +70,44 @@ def test_the_workspace_formula_is_the_kernels(
     assert got == [kernels.onednn_lstm_workspace(steps, batch, inp, hidden)]
 
 
+@needs_onednn
+def test_the_workspace_formula_holds_at_432_shapes() -> None:
+    """docs/memory.md's claim: every layer and direction of 432 LSTMs (steps, batch, input,
+    hidden, layers, directions, batch first), byte for byte."""
+    import itertools
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    got: list[tuple[tuple[int, ...], int, int]] = []
+
+    class Log(TorchDispatchMode):  # type: ignore[no-untyped-call]
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            out = func(*args, **(kwargs or {}))
+            if func is torch.ops.aten.mkldnn_rnn_layer.default:
+                got.append((tuple(args[0].shape), int(args[10]), out[3].numel()))
+            return out
+
+    grid = itertools.product(
+        [1, 7, 35], [1, 3, 20], [5, 200, 256], [16, 200, 256], [1, 2], [False, True], [False, True]
+    )
+    for steps, batch, inp, hidden, layers, bi, first in grid:  # training: the workspace
+        lstm = nn.LSTM(inp, hidden, num_layers=layers, bidirectional=bi, batch_first=first)
+        x = torch.randn(batch, steps, inp) if first else torch.randn(steps, batch, inp)
+        with Log():  # type: ignore[no-untyped-call]
+            lstm(x)
+    if not got:
+        pytest.skip("this CPU's LSTM does not run on oneDNN")
+    assert len(got) == 81 * 2 * (1 + 2 + 2 + 4)  # one call per layer and direction
+    wrong = [
+        (shape, hidden, n)
+        for shape, hidden, n in got
+        if n != kernels.onednn_lstm_workspace(shape[0], shape[1], shape[2], hidden)
+    ]
+    assert not wrong
+
+
 class _Tagger(nn.Module):
     def __init__(self, hidden: int) -> None:
         super().__init__()

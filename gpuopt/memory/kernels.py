@@ -13,7 +13,7 @@ which autograd keeps from the forward to the backward:
   formula (``cpu/rnn/rnn_utils``: ``set_workspace_sizes`` and ``set_offsets``), checked
   byte for byte against the real kernel (torch 2.13, float32) at 432 shapes: 1, 7, 35 steps,
   batch 1, 3, 20, input 5, 200, 256, hidden 16, 200, 256, one and two layers, one and two
-  directions, batch first or not (tests/test_memory_kernels.py checks some of them).
+  directions, batch first or not (tests/test_memory_kernels.py checks them all).
 * **cuDNN's reserve space** (``aten._cudnn_rnn`` on a GPU): torch's fake returns 0 bytes too
   ("TODO: Query cudnnGetRNNTrainingReserveSize"). Its size is only known by asking cuDNN on a
   GPU; it holds the same things (each step's gates and states, for the backward), so it is
