@@ -113,13 +113,6 @@ def row(name: str, r: dict[str, Any]) -> str:
     if r.get("truth_by") and r["truth_by"] != "torch MemTracker":
         notes.append(f"truth: {r['truth_by']}")
     err = "–" if e is None else f"{e * 100:+.2f}%"
-    held = r.get("held_bytes") or 0
-    if held and r.get("truth_peak") and r.get("fake_peak") is not None:
-        with_held = (r["fake_peak"] + held - r["truth_peak"]) / r["truth_peak"]
-        notes.append(
-            f"the script's variables held {mib(held)} MiB more (the CPU replay does not count "
-            f"them; with them {with_held * 100:+.2f}%)"
-        )
     return (
         f"| {name} | {r.get('batch_size') or '–'} | {mib(r.get('truth_peak'))} "
         f"| {mib(r.get('fake_peak'))} | {err} | {ok} | {r.get('fake_s', '–')} "

@@ -3,7 +3,8 @@
     python3 benchmarks/gpu/check_memory.py [--budget SECONDS]
 
 For two models (a convolutional net with batch norm on 3x96x96 images, a Transformer language
-model with a 16k vocabulary) at two batch sizes each: the real training step on the GPU (Adam,
+model with a 16k vocabulary) at two batch sizes each, and an LSTM language model (cuDNN's reserve
+space: estimated by the replay, checked here): the real training step on the GPU (Adam,
 the step run once to make the optimizer's state, then measured: torch.cuda.max_memory_allocated
 over the second step), and the prediction gpuopt makes of it — the first step recorded, replayed
 under fake tensors on the GPU's device (what ``gpuopt profile --memory-for`` does on a GPU
@@ -62,6 +63,24 @@ def lm_module() -> Any:
             return self.head(self.body(self.emb(x)))
 
     return TinyLM()
+
+
+def lstm_module() -> Any:
+    """pytorch/examples' word_language_model at a GPU's size: its reserve space is cuDNN's, which
+    the replay estimates (gpuopt/memory/kernels.py): this row checks the estimate."""
+    from torch import nn
+
+    class LstmLM(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(10_000, 512)
+            self.rnn = nn.LSTM(512, 512, num_layers=2)
+            self.head = nn.Linear(512, 10_000)
+
+        def forward(self, x: Any) -> Any:
+            return self.head(self.rnn(self.emb(x))[0])
+
+    return LstmLM()
 
 
 def case(name: str, make: Any, batch: int, data: Any, loss_of: Any) -> str:
@@ -174,11 +193,29 @@ def main() -> int:
     def lm_loss(out: Any, y: Any) -> Any:
         return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
 
+    def steps(b: int) -> tuple[Any, Any]:  # time-major, 35 steps
+        x = torch.randint(0, 10_000, (35, b), device="cuda")
+        return x, torch.randint(0, 10_000, (35, b), device="cuda")
+
     cases = [
         ("conv net (6 conv+BN, 96x96)", conv_net, 32, images, F.cross_entropy),
         ("conv net (6 conv+BN, 96x96)", conv_net, 128, images, F.cross_entropy),
         ("Transformer LM (6x512, seq 256, vocab 16k)", lm_module, 4, tokens, lm_loss),
         ("Transformer LM (6x512, seq 256, vocab 16k)", lm_module, 16, tokens, lm_loss),
+        (
+            "LSTM LM (2x512, 35 steps, vocab 10k; cuDNN reserve estimated)",
+            lstm_module,
+            20,
+            steps,
+            lm_loss,
+        ),
+        (
+            "LSTM LM (2x512, 35 steps, vocab 10k; cuDNN reserve estimated)",
+            lstm_module,
+            80,
+            steps,
+            lm_loss,
+        ),
     ]
     for name, make, batch, data, loss in cases:
         if time.perf_counter() - t0 > ns.budget * 0.7:

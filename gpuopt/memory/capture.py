@@ -7,7 +7,9 @@ While the first step runs, :class:`StepRecorder` writes down, in order:
 * every **torch call between them** (``out.view(-1, V)``, ``F.cross_entropy(out, y)``, the
   GradScaler's ``loss * scale`` ...), seen by a ``TorchFunctionMode`` that ignores what runs
   inside a module's forward;
-* the tensor ``.backward()`` is called on (the loss), and the optimizer that then steps.
+* the tensor ``.backward()`` is called on (the loss), and the optimizer that then steps;
+* a ``zero_grad()`` between them (``opt.zero_grad()`` after the forward frees the last step's
+  gradients before the backward).
 
 A tensor argument is either made by an earlier call of the program (a :class:`Ref` to it) or
 comes from outside (the batch, the targets, a parameter: a :class:`TensorSpec`, its shape and
@@ -59,7 +61,8 @@ class Ref:
 class Entry:
     """One call of the program."""
 
-    kind: str  # "module", "function", "backward" (of ``leaves[0]``) or "step" (an optimizer's)
+    kind: str  # "module", "function", "backward" (of ``leaves[0]``), "step" (an optimizer's) or
+    # "zero_grad" (an optimizer's or a module's, ``leaves[0]``: set_to_none)
     target: Any  # the module (unwrapped from DDP / torch.compile), the torch function, or the
     # optimizer that steps
     spec: Any  # the pytree spec of (args, kwargs)
@@ -131,7 +134,9 @@ class CapturedStep:
         """The entries the replay runs, in order: every backward and optimizer step, and the
         calls their losses depend on (an evaluation forward before training, a metric, a
         ``.item()`` are left out); without a backward, the last module call's."""
-        roots = [i for i, e in enumerate(self.entries) if e.kind in ("backward", "step")]
+        roots = [
+            i for i, e in enumerate(self.entries) if e.kind in ("backward", "step", "zero_grad")
+        ]
         for i in [i for i in roots if self.entries[i].kind == "backward"]:
             if not isinstance(self.entries[i].leaves[0], Ref):
                 base = self.last_module_before(i)
@@ -247,6 +252,7 @@ class StepRecorder:
         # says which one it steps); held until then
         self.optimizers: list[Any] = []
         self._orig_opt_init: Any = None
+        self._orig_zero_grad: dict[Any, Any] = {}  # class -> its zero_grad, while recording
         self._stepped = False  # an optimizer stepped while the program was recorded
         self._stepped_ids: set[int] = set()
         self._after_last_step = 0  # entries recorded up to the last optimizer step
@@ -299,6 +305,8 @@ class StepRecorder:
 
         __init__.__wrapped__ = opt_init  # type: ignore[attr-defined]
         torch.optim.Optimizer.__init__ = __init__  # type: ignore[method-assign,assignment]
+        for owner in (torch.optim.Optimizer, torch.nn.Module):
+            self._patch_zero_grad(owner)
         self._mode = _Calls()
         self._mode.__enter__()
         self._started = True
@@ -395,6 +403,35 @@ class StepRecorder:
 
         _unpatch(torch.optim.Optimizer, "__init__", self._orig_opt_init)
         self._orig_opt_init = None
+        for owner, orig in self._orig_zero_grad.items():
+            _unpatch(owner, "zero_grad", orig)
+        self._orig_zero_grad.clear()
+
+    def _patch_zero_grad(self, owner: Any) -> None:
+        """``zero_grad`` of an optimizer or a module, an entry of the program when the script
+        calls it between its forward and its backward (``out = model(x); loss = ...;
+        opt.zero_grad(); loss.backward()``): with ``set_to_none`` the last step's gradients are
+        freed there, not kept through the backward."""
+        orig = owner.zero_grad
+        recorder = self
+
+        def zero_grad(target: Any, *args: Any, **kwargs: Any) -> Any:
+            recorder._zero_grad(target, args, kwargs)
+            return orig(target, *args, **kwargs)
+
+        zero_grad.__wrapped__ = orig  # type: ignore[attr-defined]
+        self._orig_zero_grad[owner] = orig
+        owner.zero_grad = zero_grad
+
+    def _zero_grad(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if not self.recording or self._busy or self._in_step or self.depth > 0:
+            return
+        if not self.step.entries:
+            return
+        to_none = bool(args[0]) if args else bool(kwargs.get("set_to_none", True))
+        self.step.entries.append(
+            Entry("zero_grad", target, None, [to_none], True, None, "zero_grad")
+        )
 
     def _restore_call(self) -> None:
         import torch

@@ -19,7 +19,9 @@ On a machine without CUDA the replay runs on fake CPU tensors (autograd cannot r
 tensors in a CPU-only build of torch) and models the GPU where it matters to memory: every
 allocation rounded up to the CUDA caching allocator's 512-byte blocks, and torch.optim's default
 on CUDA (``foreach=True``: the step's temporaries span all parameters at once). With CUDA it runs
-on fake tensors of the device the model is on.
+on fake tensors of the device the model is on. On either, the buffers real kernels keep that
+torch's fakes leave empty (an LSTM's workspace, a reduced loss's elementwise storage) are given
+their size by :mod:`gpuopt.memory.kernels`.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpuopt.memory import kernels
 from gpuopt.memory.capture import CapturedStep, Entry, Ref, TensorSpec, tensor_leaves
 from gpuopt.memory.tracker import CUDA_BLOCK, StepTracker, rounded
 from gpuopt.model.records import MemoryByCategory, MemoryHolder
@@ -86,10 +89,11 @@ def replay(step: CapturedStep, opts: ReplayOptions) -> ReplayResult:
         raise ReplayError("no module call of the step was recorded")
     run = _Run(step, opts, fake_device_for(step) if opts.device == "auto" else opts.device)
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    workspaces = kernels.mode()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with fake_mode:
+            with fake_mode, workspaces:
                 run.prepare()
                 run.tracker.install_hooks(run.fake_params())
                 try:
@@ -101,6 +105,7 @@ def replay(step: CapturedStep, opts: ReplayOptions) -> ReplayResult:
         raise
     except Exception as exc:
         raise ReplayError(_reason(exc)) from None
+    run.note_workspaces(workspaces.modelled)
     t = run.tracker
     return ReplayResult(
         batch_size=opts.batch_size,
@@ -138,6 +143,24 @@ class _Run:
         self.optimizers: dict[int, Any] = {}  # id(the script's optimizer) -> its fake
         self.loss_mode = "none"
         self.notes: list[str] = []
+
+    def note_workspaces(self, modelled: dict[str, int]) -> None:
+        """Say which kernels' own buffers were modelled (:mod:`gpuopt.memory.kernels`)."""
+        for what, calls in sorted(modelled.items()):
+            if "loss" in what:
+                how = "as the CPU's kernels leave it" + (
+                    "; assumed the same on a GPU, not checked on one" if self.emulate else ""
+                )
+            elif "cuDNN" in what:
+                how = "estimated as oneDNN's workspace of the same shapes, not checked on a GPU"
+            elif self.emulate:
+                how = (
+                    "oneDNN's size formula; on a GPU cuDNN's reserve space takes its place, "
+                    "not checked on a GPU"
+                )
+            else:
+                how = "oneDNN's size formula"
+            self.notes.append(f"{what} modelled for {calls} call(s) ({how})")
 
     # -- fakes --------------------------------------------------------------------------------
     def _device(self, original: Any) -> Any:
@@ -191,19 +214,21 @@ class _Run:
 
     def _held(self) -> None:
         """The script's own tensors (``CapturedStep.held``) on the device the model is on: on a
-        GPU, where the replay runs on the model's device, those on it count as ``other``; on
-        fake CPU tensors which of them a GPU run keeps on the device is not known: their
-        bytes are said, not counted."""
+        GPU, where the replay runs on the model's device, those on it count as ``other``, as
+        they do on the CPU when the replay models the CPU (``emulate_cuda=False``); on fake
+        CPU tensors modelling a GPU which of them a GPU run keeps on the device is not known:
+        their bytes are said, not counted."""
         import torch
 
         held = self.step.held
         if not held:
             return
-        if self.device is None:
-            model_devices = {str(p.device) for p in self.fakes.values()}
+        if self.device is None or not self.emulate:
+            model_devices = {str(self._device(p.device)) for p in self.fakes.values()}
             for spec in held:
-                if spec.device in model_devices:
-                    t = torch.empty(spec.shape, dtype=spec.dtype, device=spec.device)
+                device = self._device(spec.device)
+                if str(device) in model_devices:
+                    t = torch.empty(spec.shape, dtype=spec.dtype, device=device)
                     self.inputs[id(spec)] = t
                     self.tracker.add([t], "other")
             return
@@ -367,6 +392,8 @@ class _Run:
                 modes.add(self._backward(i, e.leaves[0]))
             elif e.kind == "step":
                 self._step(e.target)
+            elif e.kind == "zero_grad":
+                self._zero_grad(e.target, bool(e.leaves[0]))
             else:
                 self.values[i] = tensor_leaves(self._call(e))
             gone = [j for j, at in last.items() if at == i and j not in sticky]
@@ -407,6 +434,20 @@ class _Run:
         del loss
         self.tracker.phase = "activations"
         return how
+
+    def _zero_grad(self, real: Any, to_none: bool) -> None:
+        """The script's ``zero_grad`` between a forward and a backward: with ``set_to_none``
+        the gradients go (zeroing in place changes no memory)."""
+        if not to_none:
+            return
+        if hasattr(real, "param_groups"):
+            params = [p for g in real.param_groups for p in g["params"]]
+        else:
+            params = list(real.parameters())
+        for p in params:
+            fake = self.fakes.get(id(p))
+            if fake is not None:
+                fake.grad = None
 
     def _step(self, real: Any) -> None:
         fake = self.optimizers.get(id(real))

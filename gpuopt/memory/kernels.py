@@ -1,0 +1,199 @@
+"""Memory a kernel keeps for itself that fake tensors do not allocate: the RNN workspaces, and
+the buffer a reduced loss keeps.
+
+A fake (meta) implementation gives an op's outputs their shapes; where a real kernel returns a
+buffer whose size only the kernel library knows, torch's fake implementation returns an empty
+one. The one that matters to a training step's memory is the recurrent network's workspace,
+which autograd keeps from the forward to the backward:
+
+* **oneDNN's LSTM workspace** (the CPU kernel, ``aten.mkldnn_rnn_layer``, one call per layer and
+  direction): torch's fake returns 0 bytes; the real kernel returns ``workspace_size`` of oneDNN's
+  primitive (the gates, hidden and cell states of every time step and the buffers of their
+  gradients, each part page-aligned). :func:`onednn_lstm_workspace` is oneDNN's own size
+  formula (``cpu/rnn/rnn_utils``: ``set_workspace_sizes`` and ``set_offsets``), checked
+  byte for byte against the real kernel (torch 2.13, float32) at 432 shapes: 1, 7, 35 steps,
+  batch 1, 3, 20, input 5, 200, 256, hidden 16, 200, 256, one and two layers, one and two
+  directions, batch first or not (tests/test_memory_kernels.py checks them all).
+* **cuDNN's reserve space** (``aten._cudnn_rnn`` on a GPU): torch's fake returns 0 bytes too
+  ("TODO: Query cudnnGetRNNTrainingReserveSize"). Its size is only known by asking cuDNN on a
+  GPU; it holds the same things (each step's gates and states, for the backward), so it is
+  *estimated* as oneDNN's workspace of each layer and direction — not checked on a GPU.
+
+* **A reduced loss's storage**: ``mse_loss``, ``smooth_l1_loss``, ``soft_margin_loss`` and
+  ``binary_cross_entropy`` (mean or sum) compute the elementwise loss into their result and
+  reduce it in place: the 0-d loss keeps a storage of the input's size (measured on the CPU:
+  ``F.mse_loss`` of two 1000×1000 tensors holds 4 MB) as long as the script's ``loss``
+  variable. torch's fake returns 4 bytes. Assumed the same on a GPU (not checked on one).
+
+:class:`KernelWorkspaces` is a dispatch mode, entered inside ``FakeTensorMode``, that puts a fake
+buffer of that size in place of the empty one (a loss: a 0-d view of one): autograd saves it
+for the backward and frees it after, as it does the real one, and the step's tracker counts it
+where it is made.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PAGE = 4096  # oneDNN aligns each part of an RNN workspace to a page
+LSTM_GATES = 4
+CUDNN_LSTM = 2  # aten._cudnn_rnn's mode for an LSTM (cudnnRNNMode_t CUDNN_LSTM)
+
+
+def _good_ld(dim: int, itemsize: int) -> int:
+    """oneDNN's leading dimension: a multiple of 64 bytes, not of 256 elements (4K aliasing)."""
+    per_line = 64 // itemsize
+    ld = -(-dim // per_line) * per_line
+    return ld + per_line if ld % 256 == 0 else ld
+
+
+def _page(n: int) -> int:
+    return -(-n // PAGE) * PAGE
+
+
+def onednn_lstm_workspace(steps: int, batch: int, input_size: int, hidden_size: int) -> int:
+    """Bytes of the workspace oneDNN's float32 LSTM keeps for training, for one layer and one
+    direction (what ``aten.mkldnn_rnn_layer`` returns): ``steps`` × ``batch`` gates and hidden
+    outputs, ``steps + 1`` × ``batch`` layer and cell states (for the layer's input and its
+    output), and the same for the three gradient buffers, each part page-aligned."""
+    f32 = 4
+    states = 2 * (steps + 1) * batch  # (n_layer + 1) × (n_iter + 1) × mb, one layer a call
+    wide = max(input_size, hidden_size)
+    parts = (
+        steps * batch * _good_ld(LSTM_GATES * hidden_size, f32) * f32,  # gates
+        steps * batch * _good_ld(hidden_size, f32) * f32,  # hidden outputs (ht)
+        states * _good_ld(wide, f32) * f32,  # layer (and iteration) states
+        states * hidden_size * f32,  # cell states
+        states * _good_ld(wide, f32) * f32,  # gradients: layer states
+        states * _good_ld(wide, f32) * f32,  # gradients: iteration states
+        states * hidden_size * f32,  # gradients: cell states
+    )
+    offset = 0
+    for size in parts:
+        offset = _page(offset) + size
+    return _page(offset)
+
+
+def cudnn_lstm_reserve_estimate(
+    steps: int,
+    batch: int,
+    input_size: int,
+    hidden_size: int,
+    num_layers: int,
+    bidirectional: bool,
+) -> int:
+    """An *estimate* of cuDNN's LSTM reserve space (see the module doc): oneDNN's workspace for
+    each layer and direction (a layer after the first reads the previous layer's output)."""
+    dirs = 2 if bidirectional else 1
+    total = 0
+    for layer in range(num_layers):
+        width = input_size if layer == 0 else hidden_size * dirs
+        total += dirs * onednn_lstm_workspace(steps, batch, width, hidden_size)
+    return total
+
+
+def _is_empty_buffer(t: Any) -> bool:
+    import torch
+
+    return isinstance(t, torch.Tensor) and t.numel() == 0
+
+
+def workspace_for(func: Any, args: tuple[Any, ...], out: Any) -> tuple[int, int, str] | None:
+    """``(output index, bytes, what)`` for an op whose real kernel returns a workspace its fake
+    left empty; None for every other op."""
+    import torch
+
+    aten = torch.ops.aten
+    if func is aten.mkldnn_rnn_layer.default:
+        x, hidden, train = args[0], int(args[10]), bool(args[15])
+        if not train or x.dtype != torch.float32 or not _is_empty_buffer(out[3]):
+            return None
+        # the input is time-major here whatever batch_first says (torch transposes it first)
+        n = onednn_lstm_workspace(int(x.shape[0]), int(x.shape[1]), int(x.shape[2]), hidden)
+        return 3, n, "oneDNN's LSTM workspace"
+    if func is aten._cudnn_rnn.default:
+        x, mode, hidden = args[0], int(args[6]), int(args[7])
+        proj, layers, batch_first = int(args[8]), int(args[9]), bool(args[10])
+        train, bidirectional, batch_sizes = bool(args[12]), bool(args[13]), args[14]
+        if mode != CUDNN_LSTM or proj or not train or not _is_empty_buffer(out[3]):
+            return None
+        if batch_sizes:  # a packed sequence: the longest batch, the number of steps
+            steps, batch = len(batch_sizes), int(batch_sizes[0])
+        else:
+            steps, batch = (x.shape[1], x.shape[0]) if batch_first else (x.shape[0], x.shape[1])
+        n = cudnn_lstm_reserve_estimate(
+            int(steps), int(batch), int(x.shape[-1]), hidden, layers, bidirectional
+        )
+        return 3, n, "cuDNN's LSTM reserve space (estimated)"
+    return None
+
+
+# losses whose kernel computes the elementwise loss into its output and reduces it in place: the
+# 0-d result keeps the elementwise buffer's storage (``resize_`` never shrinks one)
+REDUCED_IN_PLACE = (
+    "mse_loss.default",
+    "smooth_l1_loss.default",
+    "soft_margin_loss.default",
+    "binary_cross_entropy.default",
+)
+
+
+def reduced_loss_bytes(func: Any, args: tuple[Any, ...], out: Any) -> int | None:
+    """Bytes of the storage a reduced loss keeps (see ``REDUCED_IN_PLACE``); None for any
+    other op or where the fake's storage is already that large."""
+    import torch
+
+    if not isinstance(out, torch.Tensor) or out.dim() != 0:
+        return None
+    name = getattr(func, "__name__", "")
+    if name not in REDUCED_IN_PLACE or getattr(func, "namespace", "") != "aten":
+        return None
+    x = args[0] if args else None
+    if not isinstance(x, torch.Tensor) or x.numel() <= 1:
+        return None
+    n = x.numel() * out.element_size()
+    return n if n > out.untyped_storage().nbytes() else None
+
+
+def _with_storage(out: Any, nbytes: int) -> Any:
+    """A 0-d tensor like ``out`` over a storage of ``nbytes`` (as the real kernel leaves it)."""
+    import torch
+
+    buffer = torch.empty(nbytes // out.element_size(), dtype=out.dtype, device=out.device)
+    return buffer.as_strided((), ())
+
+
+def mode() -> Any:
+    """A dispatch mode that gives the RNN ops their workspace (see the module doc); enter it
+    inside ``FakeTensorMode`` and outside the tracker's mode. ``.modelled`` names what it
+    added, with how many times."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class KernelWorkspaces(TorchDispatchMode):  # type: ignore[no-untyped-call]
+        def __init__(self) -> None:
+            super().__init__()  # type: ignore[no-untyped-call]
+            self.modelled: dict[str, int] = {}
+
+        def __torch_dispatch__(
+            self,
+            func: Any,
+            types: Any,
+            args: tuple[Any, ...] = (),
+            kwargs: dict[str, Any] | None = None,
+        ) -> Any:
+            out = func(*args, **(kwargs or {}))
+            loss_bytes = reduced_loss_bytes(func, args, out)
+            if loss_bytes is not None:
+                what = "the elementwise buffer a reduced loss keeps"
+                self.modelled[what] = self.modelled.get(what, 0) + 1
+                return _with_storage(out, loss_bytes)
+            got = workspace_for(func, args, out)
+            if got is None:
+                return out
+            index, nbytes, what = got
+            buffer = torch.empty(nbytes, dtype=torch.uint8, device=out[index].device)
+            self.modelled[what] = self.modelled.get(what, 0) + 1
+            return (*out[:index], buffer, *out[index + 1 :])
+
+    return KernelWorkspaces()
