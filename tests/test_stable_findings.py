@@ -82,6 +82,37 @@ def test_launch_bound_at_its_threshold_is_borderline_never_high() -> None:
     assert g.severity == "high" and g.borderline is False
 
 
+def test_a_window_step_the_subtraction_emptied_does_not_unmake_a_high_dispatch_finding() -> None:
+    """examples/index_loops.py, 2 of 20 identical runs: one window step's dispatch share read 0%
+    (the recorder's per-op cost estimate took all of its tiny ops' time), [0.0, 0.54, 0.36]: a
+    borderline LOW launch-bound where 18 runs said HIGH. 4,700 tiny ops at the 1.13 us a trivial
+    op call costs without the recorder are at least 73% of a 7.3 ms step: HIGH. Without the
+    calibration the same steps stay borderline."""
+    from gpuopt.findings.rules.host_dispatch import dispatch_floor
+
+    def lb(calibrated: float | None) -> Finding:
+        p = _dispatch(run([0.0073] * 12), [0.0, 0.54, 0.36])
+        p.dispatch.ops_per_step, p.dispatch.tiny_ops_per_step = 4900, 4700
+        p.dispatch.step_time_us = 7300.0
+        p.steps.time_s.median = 0.0073
+        if calibrated is not None:
+            p.dispatch.calibrated_op_us = calibrated
+        (f,) = findings_of(p, only={"launch-bound"})
+        return f
+
+    unknown = lb(None)
+    assert unknown.severity != "high" and unknown.borderline is True
+    floored = lb(1.13)
+    assert floored.severity == "high" and floored.borderline is False
+    assert floored.interval.low == pytest.approx(4700 * 1.13 / 7300, abs=1e-3)
+    assert "trivial op call" in floored.interval.covers
+    p = _dispatch(run([0.01] * 12), [0.62, 0.64, 0.63])
+    p.dispatch.calibrated_op_us, p.steps.time_s.median = 1.0, 0.01
+    assert dispatch_floor(p) == pytest.approx(380 * 1.0 / 10_000)  # below: changes nothing
+    (g,) = findings_of(p, only={"launch-bound"})
+    assert g.interval.low > 0.5
+
+
 def _with_findings(p: Profile) -> Profile:
     p.findings = findings_of(p)
     return p
