@@ -33,8 +33,8 @@ that cost is many times the site's own time (``examples/index_loops.py``: the wi
 less the unrecorded steps' median) by 20-95% (200 runs of 10 scripts, bench_stability): what is
 left of the site's time is mostly the estimate's error, and a loop's share read 26-83% in
 identical runs. So such an interval also covers that error (:func:`recorder_model`): the run's
-own measured miss (at least :data:`RECORDER_ERR_FLOOR`) times the recorder's estimated cost at the site as a share of the
-step. A loop of tiny ops is then borderline, never HIGH, whatever its point share; a loop of few,
+own measured miss (at least :data:`RECORDER_ERR_FLOOR`) times the recorder's estimated cost at
+the site as a share of the step. A loop of tiny ops is then borderline, never HIGH, whatever its point share; a loop of few,
 large ops keeps a narrow interval.
 """
 
