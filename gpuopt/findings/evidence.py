@@ -31,11 +31,11 @@ the assembly subtracts from the site's time with a per-op estimate. Where a site
 that cost is many times the site's own time (``examples/index_loops.py``: the window's steps are
 12-25× the unrecorded ones), and the estimate misses the window's observed cost (its steps' time
 less the unrecorded steps' median) by 20-95% (200 runs of 10 scripts, bench_stability): what is
-left of the site's time is mostly the estimate's error, and a loop's share read 26-83% in
-identical runs. So such an interval also covers that error (:func:`recorder_model`): the run's
-own measured miss (at least :data:`RECORDER_ERR_FLOOR`) times the recorder's estimated cost at
-the site as a share of the step. A loop of tiny ops is then borderline, never HIGH, whatever its point share; a loop of few,
-large ops keeps a narrow interval.
+left of the site's time is mostly the estimate's error, and a loop's share read 26-83% in identical
+runs. So such an interval also covers that error (:func:`recorder_model`): the run's own measured
+miss (at least :data:`RECORDER_ERR_FLOOR`) times the recorder's estimated cost at the site as a
+share of the step. A loop of tiny ops is then borderline, never HIGH, whatever its point share; a
+loop of few, large ops keeps a narrow interval.
 """
 
 from __future__ import annotations
