@@ -61,13 +61,15 @@ def test_one_run_a_side_uses_the_measured_drift_and_is_never_a_guessed_regressio
 
 def test_the_floor_widens_the_interval_by_the_drift_it_assumes() -> None:
     """Steady steps (±0.5%) 6% slower: the within-run interval alone would exclude +5%; a 1%
-    run-to-run floor on each side brings the low end under it."""
+    run-to-run floor on each side brings the low end under it: not shown either way, so
+    inconclusive — never a silent pass of an estimate above the threshold."""
     base = run(noisy(0.100, spread=0.005, seed=1))
     cand = run(noisy(0.106, spread=0.005, seed=2))
     given_1 = Thresholds(step_time_noise_given=True)
     gate = _gate(evaluate(base, cand, given_1), STEP)
-    assert gate.verdict == "pass" and gate.interval is not None
+    assert gate.verdict == "inconclusive" and gate.interval is not None
     assert gate.interval.low < 1.05 < gate.interval.estimate
+    assert "add runs a side" in gate.detail
     tight = _gate(
         evaluate(base, cand, Thresholds(step_time_noise=0.0, step_time_noise_given=True)), STEP
     )
@@ -282,3 +284,16 @@ def test_sub_millisecond_steps_need_three_runs_or_a_stated_floor() -> None:
         evaluate(run(noisy(0.0011, seed=1)), run(noisy(0.0033, seed=2)), Thresholds()), STEP
     )
     assert long.verdict == "fail"
+
+
+def test_an_estimate_above_the_threshold_is_never_a_silent_pass() -> None:
+    """bench_check, 3 runs a side, quiet: a planted 25% sleep whose runs' medians (8.25, 9.64,
+    10.21 ms against 6.75, 12.41, 8.20 ms) gave +5.7%, interval -22.9% ... +44.4%, passed.
+    Above the threshold but not clearly: inconclusive. Below it: pass."""
+    base = [run(noisy(m, seed=i)) for i, m in enumerate((0.00675, 0.01241, 0.00820))]
+    cand = [run(noisy(m, seed=9 + i)) for i, m in enumerate((0.00825, 0.00964, 0.01021))]
+    gate = _gate(evaluate(base, cand, Thresholds()), STEP)
+    assert gate.verdict == "inconclusive" and gate.interval is not None
+    assert gate.interval.low < 1.05 < gate.interval.estimate
+    same = [run(noisy(m, seed=20 + i)) for i, m in enumerate((0.00675, 0.01241, 0.00820))]
+    assert _gate(evaluate(base, same, Thresholds()), STEP).verdict == "pass"

@@ -237,6 +237,13 @@ def _step_verdict(
             f"(docs/check.md#noise; 1 + 1 runs cannot measure yours): run 2+ a side (repeat "
             "CANDIDATE and --baseline), or give your machine's drift with --step-time-noise"
         )
+    if iv.estimate > limit:
+        # above the threshold, but not clearly: never a silent pass (bench_check, 3 runs a side:
+        # a planted 25% sleep measured +5.7%, -22.9% ... +44.4%, and passed)
+        return "inconclusive", (
+            "; the estimate is above the threshold but its interval reaches below it: add runs "
+            "a side (repeat CANDIDATE and --baseline) to tell"
+        )
     return "pass", ""
 
 
