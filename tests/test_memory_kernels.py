@@ -38,44 +38,9 @@ def _real_peak(*tracked: Any, step: Any) -> int:
     return int(sum(d["Total"] for d in mt.get_tracker_snapshot("peak").values()))
 
 
-# -- oneDNN's LSTM workspace -----------------------------------------------------------------------
-
-
-@needs_onednn
-@pytest.mark.parametrize(
-    ("steps", "batch", "inp", "hidden"),
-    [(1, 1, 5, 16), (7, 3, 200, 16), (35, 20, 200, 200), (10, 4, 300, 256)],
-)
-def test_the_workspace_formula_is_the_kernels(
-    steps: int, batch: int, inp: int, hidden: int
-) -> None:
-    """The real kernel's workspace, byte for byte (hidden 256: the padded leading dimension)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    got: list[int] = []
-
-    class Log(TorchDispatchMode):  # type: ignore[no-untyped-call]
-        def __torch_dispatch__(
-            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
-        ) -> Any:
-            out = func(*args, **(kwargs or {}))
-            if func is torch.ops.aten.mkldnn_rnn_layer.default:
-                got.append(out[3].numel())
-            return out
-
-    with Log():  # type: ignore[no-untyped-call]
-        nn.LSTM(inp, hidden)(torch.randn(steps, batch, inp))
-    if not got:
-        pytest.skip("this CPU's LSTM does not run on oneDNN")
-    assert got == [kernels.onednn_lstm_workspace(steps, batch, inp, hidden)]
-
-
-@needs_onednn
-def test_the_workspace_formula_holds_at_432_shapes() -> None:
-    """docs/memory.md's claim: every layer and direction of 432 LSTMs (steps, batch, input,
-    hidden, layers, directions, batch first), byte for byte."""
-    import itertools
-
+def _onednn_layers() -> tuple[Any, list[tuple[tuple[int, ...], int, int]]]:
+    """A dispatch mode that logs every real oneDNN LSTM layer call as (input shape, hidden
+    size, workspace elements), and the list it logs to."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     got: list[tuple[tuple[int, ...], int, int]] = []
@@ -89,13 +54,43 @@ def test_the_workspace_formula_holds_at_432_shapes() -> None:
                 got.append((tuple(args[0].shape), int(args[10]), out[3].numel()))
             return out
 
+    return Log(), got  # type: ignore[no-untyped-call]
+
+
+# -- oneDNN's LSTM workspace -----------------------------------------------------------------------
+
+
+@needs_onednn
+@pytest.mark.parametrize(
+    ("steps", "batch", "inp", "hidden"),
+    [(1, 1, 5, 16), (7, 3, 200, 16), (35, 20, 200, 200), (10, 4, 300, 256)],
+)
+def test_the_workspace_formula_is_the_kernels(
+    steps: int, batch: int, inp: int, hidden: int
+) -> None:
+    """The real kernel's workspace, byte for byte (hidden 256: the padded leading dimension)."""
+    log, got = _onednn_layers()
+    with log:
+        nn.LSTM(inp, hidden)(torch.randn(steps, batch, inp))
+    if not got:
+        pytest.skip("this CPU's LSTM does not run on oneDNN")
+    assert [n for _, _, n in got] == [kernels.onednn_lstm_workspace(steps, batch, inp, hidden)]
+
+
+@needs_onednn
+def test_the_workspace_formula_holds_at_432_shapes() -> None:
+    """docs/memory.md's claim: every layer and direction of 432 LSTMs (steps, batch, input,
+    hidden, layers, directions, batch first), byte for byte."""
+    import itertools
+
+    log, got = _onednn_layers()
     grid = itertools.product(
         [1, 7, 35], [1, 3, 20], [5, 200, 256], [16, 200, 256], [1, 2], [False, True], [False, True]
     )
     for steps, batch, inp, hidden, layers, bi, first in grid:  # training: the workspace
         lstm = nn.LSTM(inp, hidden, num_layers=layers, bidirectional=bi, batch_first=first)
         x = torch.randn(batch, steps, inp) if first else torch.randn(steps, batch, inp)
-        with Log():  # type: ignore[no-untyped-call]
+        with log:
             lstm(x)
     if not got:
         pytest.skip("this CPU's LSTM does not run on oneDNN")

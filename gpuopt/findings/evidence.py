@@ -47,6 +47,7 @@ from dataclasses import dataclass
 
 from gpuopt.findings.estimates import severity_for_share
 from gpuopt.model.profile import EvidenceInterval, Profile, Severity
+from gpuopt.units import num
 
 LEVEL = 0.90
 Z = 1.6448536269514722  # the normal's 95th percentile: a 90% two-sided interval
@@ -110,11 +111,11 @@ def recorder_miss(profile: Profile) -> float | None:
     steps' median. None where the run lacks either."""
     d = profile.dispatch
     per_op, ops, raw = (
-        _num(d.recorder_overhead_us_per_op),
-        _num(d.ops_per_step),
-        _num(d.step_time_us_raw),
+        num(d.recorder_overhead_us_per_op),
+        num(d.ops_per_step),
+        num(d.step_time_us_raw),
     )
-    real = _num(profile.steps.time_s.median)
+    real = num(profile.steps.time_s.median)
     if per_op is None or ops is None or raw is None or real is None or real <= 0:
         return None
     estimated, observed = per_op * ops, raw - real * 1e6
@@ -128,8 +129,8 @@ def recorder_model(profile: Profile, ops_per_step: float | None) -> Model | None
     (see the module's docstring): the run's miss (at least :data:`RECORDER_ERR_FLOOR`) times the
     recorder's estimated cost at the site's ``ops_per_step`` as a share of the unrecorded step.
     None where the run did not measure the recorder's cost."""
-    per_op = _num(profile.dispatch.recorder_overhead_us_per_op)
-    real = _num(profile.steps.time_s.median)
+    per_op = num(profile.dispatch.recorder_overhead_us_per_op)
+    real = num(profile.steps.time_s.median)
     if per_op is None or real is None or real <= 0 or not ops_per_step:
         return None
     miss = recorder_miss(profile)
@@ -144,10 +145,6 @@ def recorder_model(profile: Profile, ops_per_step: float | None) -> Model | None
         f"step; its estimate {missed}, at least {RECORDER_ERR_FLOOR:.0%} assumed)"
     )
     return Model(half, why)
-
-
-def _num(x: object) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
 # Student-t 95th percentiles for 1..9 degrees of freedom (a 90% two-sided interval); more: Z
