@@ -83,12 +83,54 @@ def lstm_module() -> Any:
     return LstmLM()
 
 
-def case(name: str, make: Any, batch: int, data: Any, loss_of: Any) -> str:
-    """One model at one batch size: measured, predicted (fake CUDA), predicted (fake CPU)."""
+def _phase_peaks(tracker_cls: Any) -> tuple[dict[str, int], Any]:
+    """Wrap StepTracker._update_peak to keep the replay's peak total by phase (a diagnostic:
+    where in the step a prediction differs from the measurement)."""
+    peaks: dict[str, int] = {}
+    orig = tracker_cls._update_peak
+
+    def update(self: Any) -> None:
+        key = {"temporaries": "backward", "optimizer_state": "step"}.get(self.phase, "forward")
+        peaks[key] = max(peaks.get(key, 0), self.total)
+        orig(self)
+
+    tracker_cls._update_peak = update
+    return peaks, orig
+
+
+def _real_step(model: Any, opt: Any, x: Any, y: Any, loss_of: Any) -> dict[str, int]:
+    """One measured step: the peak of its forward (with the loss), backward and optimizer step."""
+    import torch
+
+    out: dict[str, int] = {}
+    for name, run in (
+        ("forward", lambda: loss_of(model(x), y)),
+        ("backward", None),
+        ("step", None),
+    ):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        if name == "forward":
+            loss = run()
+        elif name == "backward":
+            loss.backward()
+            del loss
+        else:
+            opt.step()
+        torch.cuda.synchronize()
+        out[name] = torch.cuda.max_memory_allocated()
+    return out
+
+
+def case(name: str, make: Any, batch: int, data: Any, loss_of: Any) -> tuple[str, str]:
+    """One model at one batch size: measured, predicted (fake CUDA), predicted (fake CPU); and
+    a diagnostic row: the peaks of the forward, backward and step, measured and replayed, and
+    the bytes the cuBLAS workspaces held."""
     import torch
 
     from gpuopt.memory.capture import StepRecorder
     from gpuopt.memory.replay import ReplayOptions, replay
+    from gpuopt.memory.tracker import StepTracker
 
     torch.manual_seed(0)
     model = make().cuda()
@@ -115,21 +157,79 @@ def case(name: str, make: Any, batch: int, data: Any, loss_of: Any) -> str:
         peak = torch.cuda.max_memory_allocated()
     finally:
         rec.stop()
-    out = [f"| {name} | {batch} | {peak / 2**20:.1f}"]
+    x, y = data(batch)
+    opt.zero_grad()
+    phases = _real_step(model, opt, x, y, loss_of)
+    at = torch.cuda.memory_allocated()
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        clear()
+    blas = at - torch.cuda.memory_allocated() if clear is not None else -(2**20)
+    inferred = rec.step.batch_size
+    shown = f"{batch}" + (f" (gpuopt: {inferred})" if inferred != batch else "")
+    out = [f"| {name} | {shown} | {peak / 2**20:.1f}"]
+    diag = [f"| {name} | {batch} | " + ", ".join(f"{k} {v / 2**20:.0f}" for k, v in phases.items())]
     for device in ("auto", "cpu"):
         t = time.perf_counter()
+        replay_peaks, orig = _phase_peaks(StepTracker)
         try:
             r = replay(rec.step, ReplayOptions(batch, device=device))
             err = (r.peak_bytes - peak) / peak
             ok = "yes" if abs(err) <= LIMIT else "**no**"
             took = time.perf_counter() - t
             out.append(f"{r.peak_bytes / 2**20:.1f} ({err * 100:+.1f}%, {ok}, {took:.2f} s)")
+            diag.append(", ".join(f"{k} {v / 2**20:.0f}" for k, v in replay_peaks.items()))
         except Exception as exc:
             out.append(f"failed: {type(exc).__name__}: {str(exc)[:120]}")
+            diag.append("–")
+        finally:
+            StepTracker._update_peak = orig
     out.append(f"{before / 2**20:.1f}")
+    diag.append(f"{blas / 2**20:.1f}")
     del model, opt, rec
     torch.cuda.empty_cache()
-    return " | ".join(out) + " |"
+    return " | ".join(out) + " |", " | ".join(diag) + " |"
+
+
+def cudnn_reserve(budget_s: float) -> list[dict[str, Any]]:
+    """cuDNN's LSTM reserve space, as the real kernel returns it (``aten._cudnn_rnn``'s fourth
+    output), over a grid of shapes: the data a formula for gpuopt's estimate is fitted to."""
+    import itertools
+
+    import torch
+    from torch import nn
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    got: list[int] = []
+
+    class Reserve(TorchDispatchMode):  # type: ignore[no-untyped-call]
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None):
+            out = func(*args, **(kwargs or {}))
+            if func is torch.ops.aten._cudnn_rnn.default:
+                got.append(int(out[3].numel() * out[3].element_size()))
+            return out
+
+    rows: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    grid = itertools.product(
+        (1, 7, 35), (1, 20, 80), (256, 512), (200, 512), (1, 2), (False, True),
+        (torch.float32, torch.float16),
+    )  # fmt: skip
+    for steps, batch, inp, hid, layers, bi, dtype in grid:
+        if time.perf_counter() - t0 > budget_s:
+            break
+        if dtype == torch.float16 and (layers, bi) != (1, False):
+            continue
+        lstm = nn.LSTM(inp, hid, num_layers=layers, bidirectional=bi).cuda().to(dtype)
+        x = torch.randn(steps, batch, inp, device="cuda", dtype=dtype, requires_grad=True)
+        got.clear()
+        with Reserve():
+            lstm(x)
+        rows.append(
+            {"steps": steps, "batch": batch, "input": inp, "hidden": hid, "layers": layers,
+             "bidirectional": bi, "dtype": str(dtype).split(".")[-1], "reserve": list(got)}
+        )  # fmt: skip
+    return rows
 
 
 def profile_run(tmp: Path) -> str:
@@ -166,6 +266,7 @@ def profile_run(tmp: Path) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", type=float, default=40.0)
+    ap.add_argument("--reserve-out", type=Path, help="write cuDNN's measured LSTM reserve here")
     ns = ap.parse_args()
     import torch
 
@@ -217,15 +318,33 @@ def main() -> int:
             lm_loss,
         ),
     ]
+    diags: list[str] = []
     for name, make, batch, data, loss in cases:
-        if time.perf_counter() - t0 > ns.budget * 0.7:
+        if time.perf_counter() - t0 > ns.budget * 0.6:
             say(f"| {name} | {batch} | not run: the budget ({ns.budget:g} s) is spent | | | |")
             continue
         try:
-            say(case(name, make, batch, data, loss))
+            row, diag = case(name, make, batch, data, loss)
+            say(row)
+            diags.append(diag)
         except Exception as exc:
             say(f"| {name} | {batch} | FAILED: {type(exc).__name__}: {str(exc)[:160]} | | | |")
     say("")
+    say("Where: each phase's peak MiB (forward with the loss, backward, optimizer step), measured")
+    say("on a third step and replayed; the cuBLAS workspaces' MiB (freed by")
+    say("`torch._C._cuda_clearCublasWorkspaces()` after it).")
+    say("")
+    say("| model | batch | measured | fake CUDA | fake CPU as CUDA | cuBLAS workspaces MiB |")
+    say("|---|---|---|---|---|---|")
+    for d in diags:
+        say(d)
+    say("")
+    if ns.reserve_out is not None and time.perf_counter() - t0 < ns.budget * 0.7:
+        rows = cudnn_reserve(ns.budget * 0.15)
+        ns.reserve_out.write_text(json.dumps(rows))
+        say(f"- cuDNN LSTM reserve space measured at {len(rows)} shapes -> {ns.reserve_out.name}")
+        for r in rows[:: max(1, len(rows) // 6)]:
+            say(f"  - {r}")
     if time.perf_counter() - t0 < ns.budget * 0.6:
         with tempfile.TemporaryDirectory() as tmp:
             try:

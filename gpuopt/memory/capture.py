@@ -649,7 +649,36 @@ class StepRecorder:
                 f"{list(shape)} (a list of samples?): replayed at the script's shapes only"
             )
             return
-        self.step.batch_size, self.step.batch_dim = shape[0], 0
+        dim = 1 if len(shape) in (2, 3) and time_major(first.target if first else None) else 0
+        if dim:
+            self.step.notes.append(
+                f"the batch size taken from dimension 1 of the model's input {list(shape)}: its "
+                "recurrent and attention layers are time-major (batch_first=False)"
+            )
+        self.step.batch_size, self.step.batch_dim = shape[dim], dim
+
+
+def time_major(model: Any) -> bool:
+    """The model's sequence layers (``nn.RNNBase``, ``nn.MultiheadAttention``, the Transformer
+    layers) all read (time, batch, ...) inputs: every one of them has ``batch_first=False``
+    (pytorch/examples' word_language_model feeds them (bptt, batch) token ids)."""
+    import torch
+
+    kinds = (
+        torch.nn.RNNBase,
+        torch.nn.MultiheadAttention,
+        torch.nn.TransformerEncoderLayer,
+        torch.nn.TransformerDecoderLayer,
+    )
+    if not isinstance(model, torch.nn.Module):
+        return False
+    layers = [m for m in model.modules() if isinstance(m, kinds)]
+    flags = [getattr(m, "batch_first", None) for m in layers]
+    flags = [
+        getattr(getattr(m, "self_attn", None), "batch_first", f) if f is None else f
+        for m, f in zip(layers, flags, strict=True)
+    ]
+    return bool(layers) and all(f is False for f in flags)
 
 
 def _unpatch(owner: Any, name: str, orig: Any) -> None:

@@ -24,6 +24,8 @@ class DeviceMemory:
     name: str
     capacity_bytes: int
     source: str  # "table" (a known card), "size" (given as a size), "device" (the run's GPU)
+    # a known card's compute capability (the cuBLAS workspace's size); None: not known
+    capability: tuple[int, int] | None = None
 
 
 # name -> (total bytes as the driver reports them, the card)
@@ -44,6 +46,26 @@ DEVICES: dict[str, tuple[int, str]] = {
     "rtx4090": (24_564 * MiB, "NVIDIA GeForce RTX 4090 24GB"),
     "rtx3090": (24_576 * MiB, "NVIDIA GeForce RTX 3090 24GB"),
 }
+# name prefix -> compute capability (NVIDIA's CUDA GPUs table)
+CAPABILITIES: dict[str, tuple[int, int]] = {
+    "h200": (9, 0),
+    "h100": (9, 0),
+    "a100": (8, 0),
+    "a10": (8, 6),  # a10 and a10g
+    "rtx3090": (8, 6),
+    "l4": (8, 9),  # l4 and l40s
+    "rtx4090": (8, 9),
+    "v100": (7, 0),
+    "t4": (7, 5),
+}
+
+
+def capability_of(key: str) -> tuple[int, int] | None:
+    """The compute capability of a card of the table (its name's longest known prefix)."""
+    found = [k for k in CAPABILITIES if key.startswith(k)]
+    return CAPABILITIES[max(found, key=len)] if found else None
+
+
 # names that stand for more than one card
 AMBIGUOUS = {
     "a100": ("a100-40gb", "a100-80gb"),
@@ -90,7 +112,7 @@ def device_memory(spec: str) -> DeviceMemory:
     key = _key(spec)
     if key in DEVICES:
         size, _ = DEVICES[key]
-        return DeviceMemory(key, size, "table")
+        return DeviceMemory(key, size, "table", capability_of(key))
     if key in AMBIGUOUS:
         raise GpuoptError(
             f"--memory-for {spec}: which one? {' or '.join(AMBIGUOUS[key])} (or a size: 40GiB)"

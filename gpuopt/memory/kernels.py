@@ -19,6 +19,21 @@ which autograd keeps from the forward to the backward:
   GPU; it holds the same things (each step's gates and states, for the backward), so it is
   *estimated* as oneDNN's workspace of each layer and direction — not checked on a GPU.
 
+* **cuDNN's LSTM with weights that are not one flat buffer** (``aten._cudnn_rnn`` given no
+  ``weight_buf``): a real run's LSTM weights are views of one buffer (``flatten_parameters``),
+  a replay's fakes are not, and torch's fake refuses the backward of a call without that
+  buffer (and has no fake backward on a CPU build). The buffer is given as an empty one (a real
+  run's is the parameters' own storage: no memory of its own) and the backward's outputs are
+  made here: the input's and states' gradients, and the weights' gradients as views of one flat
+  buffer, as cuDNN's backward makes them.
+* **cuBLAS workspaces** (a CUDA target only, :func:`cublas_workspace_bytes`): torch gives each
+  (cuBLAS handle, stream) pair a workspace from the caching allocator at its first matrix
+  product and keeps it for the rest of the run. A training step has two such handles: the
+  forward's thread and autograd's device thread that runs the backward. Measured on an H200
+  (torch 2.11): a step of two ``nn.Linear`` held 68 MiB that no tensor of it held. The size is
+  torch's rule (32 MiB on Hopper and later, 8 MiB + 128 KiB before; ``CUBLAS_WORKSPACE_CONFIG``
+  read as torch reads it).
+
 * **A reduced loss's storage**: ``mse_loss``, ``smooth_l1_loss``, ``soft_margin_loss`` and
   ``binary_cross_entropy`` (mean or sum) compute the elementwise loss into their result and
   reduce it in place: the 0-d loss keeps a storage of the input's size (measured on the CPU:
@@ -33,11 +48,36 @@ where it is made.
 
 from __future__ import annotations
 
+import os
+import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
 PAGE = 4096  # oneDNN aligns each part of an RNN workspace to a page
 LSTM_GATES = 4
 CUDNN_LSTM = 2  # aten._cudnn_rnn's mode for an LSTM (cudnnRNNMode_t CUDNN_LSTM)
+# ops that run on cuBLAS (a handle and its workspace): matrix products, in every dtype
+BLAS_OPS = frozenset(
+    {"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "_addmm_activation", "dot", "vdot"}
+)
+# the tracker's phase of a backward: its matrix products run on autograd's thread (a handle, a
+# workspace of its own); every other phase's on the script's
+BACKWARD_PHASE = "temporaries"
+
+
+def cublas_workspace_bytes(
+    capability: tuple[int, int] | None, env: Mapping[str, str] = os.environ
+) -> int:
+    """Bytes of one cuBLAS workspace as torch sizes it (``parseChosenWorkspaceSize``): the
+    ``:SIZE:COUNT`` pairs of ``CUBLAS_WORKSPACE_CONFIG`` (KiB × count, summed), else 32 MiB on
+    compute capability 9 to 12 (Hopper, Blackwell) and 4096 KiB × 2 + 16 KiB × 8 before."""
+    config = env.get("CUBLAS_WORKSPACE_CONFIG")
+    if config:
+        pairs = re.findall(r":([0-9]+):([0-9]+)", config)
+        if pairs:
+            return sum(int(size) * 1024 * int(count) for size, count in pairs)
+    major = capability[0] if capability is not None else 9
+    return 4096 * 8 * 1024 if 9 <= major <= 12 else 4096 * 1024 * 2 + 16 * 1024 * 8
 
 
 def _good_ld(dim: int, itemsize: int) -> int:
@@ -163,10 +203,47 @@ def _with_storage(out: Any, nbytes: int) -> Any:
     return buffer.as_strided((), ())
 
 
-def mode() -> Any:
+def _flat_weight_buf(func: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``aten._cudnn_rnn``'s arguments with an empty ``weight_buf`` where it was None (see the
+    module doc); other ops' unchanged."""
+    import torch
+
+    if func is not torch.ops.aten._cudnn_rnn.default or len(args) < 4 or args[3] is not None:
+        return args
+    x = args[0]
+    return (*args[:3], torch.empty(0, dtype=x.dtype, device=x.device), *args[4:])
+
+
+def cudnn_rnn_backward(args: tuple[Any, ...]) -> tuple[Any, Any, Any, list[Any]]:
+    """What ``aten._cudnn_rnn_backward`` returns, as fakes: the input's and the states'
+    gradients, the weights' as views of one flat buffer (cuDNN's ``dw``)."""
+    import torch
+
+    x, weights, hx, cx = args[0], list(args[1]), args[4], args[5]
+    mask = list(args[21]) if len(args) > 21 else [True] * 4
+    dx = torch.empty_like(x, memory_format=torch.contiguous_format) if mask[0] else None
+    dhx = torch.empty_like(hx) if mask[1] else None
+    dcx = torch.empty_like(cx) if mask[2] and cx is not None else None
+    dw: list[Any] = []
+    if mask[3] and weights:
+        flat = torch.empty(sum(int(w.numel()) for w in weights), dtype=x.dtype, device=x.device)
+        at = 0
+        for w in weights:
+            dw.append(flat[at : at + int(w.numel())].view(w.shape))
+            at += int(w.numel())
+    return dx, dhx, dcx, dw
+
+
+def is_blas(func: Any) -> bool:
+    packet = getattr(func, "_overloadpacket", None)
+    return getattr(func, "namespace", "") == "aten" and getattr(packet, "__name__", "") in BLAS_OPS
+
+
+def mode(phase: Callable[[], str] | None = None) -> Any:
     """A dispatch mode that gives the RNN ops their workspace (see the module doc); enter it
     inside ``FakeTensorMode`` and outside the tracker's mode. ``.modelled`` names what it
-    added, with how many times."""
+    added, with how many times; ``.blas_phases`` the phases (``phase()``, the tracker's) in
+    which a matrix product ran."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -174,6 +251,7 @@ def mode() -> Any:
         def __init__(self) -> None:
             super().__init__()  # type: ignore[no-untyped-call]
             self.modelled: dict[str, int] = {}
+            self.blas_phases: set[str] = set()
 
         def __torch_dispatch__(
             self,
@@ -182,6 +260,11 @@ def mode() -> Any:
             args: tuple[Any, ...] = (),
             kwargs: dict[str, Any] | None = None,
         ) -> Any:
+            if phase is not None and is_blas(func):
+                self.blas_phases.add(phase())
+            if func is torch.ops.aten._cudnn_rnn_backward.default:
+                return cudnn_rnn_backward(args)
+            args = _flat_weight_buf(func, args)
             out = func(*args, **(kwargs or {}))
             loss_bytes = reduced_loss_bytes(func, args, out)
             if loss_bytes is not None:

@@ -37,6 +37,7 @@ class PredictInput:
     margin: float
     budget_s: float
     resolver: SiteResolver | None = None
+    capability: tuple[int, int] | None = None  # the named card's (None: the GPU here, or Hopper)
     replayer: Replayer = replay
     clock: Callable[[], float] = time.perf_counter
 
@@ -72,7 +73,12 @@ class _State:
             try:
                 r = self.inp.replayer(
                     self.inp.step,
-                    ReplayOptions(batch, substitute_ints=subst, resolver=self.inp.resolver),
+                    ReplayOptions(
+                        batch,
+                        substitute_ints=subst,
+                        resolver=self.inp.resolver,
+                        capability=self.inp.capability,
+                    ),
                 )
             except ReplayError as exc:
                 error = str(exc)
@@ -93,7 +99,9 @@ def predict(inp: PredictInput) -> MemoryPredicted:
     step = inp.step
     b0 = step.batch_size
     try:
-        first = inp.replayer(step, ReplayOptions(b0, resolver=inp.resolver))
+        first = inp.replayer(
+            step, ReplayOptions(b0, resolver=inp.resolver, capability=inp.capability)
+        )
     except ReplayError as exc:
         return _failed(inp, str(exc), st)
     finally:

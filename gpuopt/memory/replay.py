@@ -31,7 +31,9 @@ import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpuopt.memory import kernels
+import msgspec
+
+from gpuopt.memory import cuda_paths, kernels
 from gpuopt.memory.capture import CapturedStep, Entry, Ref, TensorSpec, tensor_leaves
 from gpuopt.memory.tracker import CUDA_BLOCK, StepTracker, rounded
 from gpuopt.model.records import MemoryByCategory, MemoryHolder
@@ -68,6 +70,9 @@ class ReplayOptions:
     # predicts; benchmarks/gpu/check_memory.py compares both on a GPU)
     device: str = "auto"
     resolver: SiteResolver | None = None
+    # the CUDA target's compute capability (the cuBLAS workspace's size); None: the GPU the
+    # replay runs on, or (no GPU) a Hopper-class one, said in the notes
+    capability: tuple[int, int] | None = None
 
 
 def fake_device_for(step: CapturedStep) -> str | None:
@@ -89,7 +94,7 @@ def replay(step: CapturedStep, opts: ReplayOptions) -> ReplayResult:
         raise ReplayError("no module call of the step was recorded")
     run = _Run(step, opts, fake_device_for(step) if opts.device == "auto" else opts.device)
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-    workspaces = kernels.mode()
+    workspaces = kernels.mode(lambda: run.tracker.phase)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -97,7 +102,7 @@ def replay(step: CapturedStep, opts: ReplayOptions) -> ReplayResult:
                 run.prepare()
                 run.tracker.install_hooks(run.fake_params())
                 try:
-                    with run.tracker.mode():
+                    with run.tracker.mode(), run.attention() as attn:
                         run.execute(needed)
                 finally:
                     run.tracker.remove_hooks()
@@ -106,11 +111,16 @@ def replay(step: CapturedStep, opts: ReplayOptions) -> ReplayResult:
     except Exception as exc:
         raise ReplayError(_reason(exc)) from None
     run.note_workspaces(workspaces.modelled)
+    run.note_attention(getattr(attn, "routed", {}))
+    blas = run.blas_workspaces(workspaces.blas_phases)
     t = run.tracker
+    split = t.split_at_peak()
+    if blas:
+        split = msgspec.structs.replace(split, other=split.other + blas)
     return ReplayResult(
         batch_size=opts.batch_size,
-        peak_bytes=t.peak,
-        split=t.split_at_peak(),
+        peak_bytes=t.peak + blas,
+        split=split,
         largest=t.largest(),
         held=t.largest(("activations", "temporaries", "other"), n=12),
         ops=t.ops,
@@ -161,6 +171,51 @@ class _Run:
             else:
                 how = "oneDNN's size formula"
             self.notes.append(f"{what} modelled for {calls} call(s) ({how})")
+
+    def attention(self) -> Any:
+        """On fake CPU tensors modelling a GPU, attention and dropout as CUDA runs them
+        (:mod:`gpuopt.memory.cuda_paths`); elsewhere the calls as they are."""
+        import contextlib
+
+        return cuda_paths.mode(self.opts.capability) if self.emulate else contextlib.nullcontext()
+
+    def note_attention(self, routed: dict[str, int]) -> None:
+        fused = {k: n for k, n in sorted(routed.items()) if k not in ("math", "dropout")}
+        if fused:
+            kinds = ", ".join(f"{n} × {k}" for k, n in fused.items())
+            self.notes.append(
+                f"scaled_dot_product_attention replayed as CUDA runs it ({kinds}): the fused "
+                "kernel's outputs, not the CPU's attention matrices"
+            )
+        if routed.get("dropout"):
+            self.notes.append(
+                f"dropout replayed as CUDA runs it ({routed['dropout']} call(s) of "
+                "native_dropout: a 1-byte mask kept, not the CPU's 4-byte noise)"
+            )
+
+    def blas_workspaces(self, phases: set[str]) -> int:
+        """Bytes of the cuBLAS workspaces a CUDA run of the step holds (0 for a CPU target):
+        one per thread that ran a matrix product (the script's, autograd's), kept from the
+        first step on, so on top of every moment of the step (:mod:`gpuopt.memory.kernels`)."""
+        import torch
+
+        cuda = self.emulate or any(f.is_cuda for f in self.fakes.values())
+        if not cuda or not phases:
+            return 0
+        threads = len({p == kernels.BACKWARD_PHASE for p in phases})
+        capability = self.opts.capability
+        assumed = ""
+        if capability is None and not self.emulate and torch.cuda.is_available():
+            capability = tuple(torch.cuda.get_device_capability())  # type: ignore[assignment]
+        elif capability is None:
+            assumed = ", a Hopper-class GPU assumed"
+        each = kernels.cublas_workspace_bytes(capability)
+        which = "the script's and autograd's" if threads > 1 else "one thread's"
+        self.notes.append(
+            f"cuBLAS workspaces: {threads} × {fmt_bytes(each)} ({which}: one per thread that runs "
+            f"a matrix product, kept by torch from the first step on{assumed})"
+        )
+        return threads * each
 
     # -- fakes --------------------------------------------------------------------------------
     def _device(self, original: Any) -> Any:

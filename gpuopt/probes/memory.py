@@ -296,6 +296,7 @@ class MemoryProbe:
                     margin=self.margin,
                     budget_s=self.budget_s,
                     resolver=self.resolver,
+                    capability=self.device.capability if self.device is not None else None,
                 )
             )
         except Exception as exc:  # a prediction that fails must not lose the run's profile

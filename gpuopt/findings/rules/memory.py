@@ -255,6 +255,14 @@ def _largest(m: MemoryReport) -> list[MemoryHolder]:
     return list(m.measured.largest) if m.measured is not None else []
 
 
+def _own(split: MemoryByCategory, peak: int) -> int:
+    """The step's own bytes at the peak: the model's, its gradients', its optimizer's and its
+    activations' — not ``other`` (the batch, the script's tensors, the library workspaces such
+    as cuBLAS's 64 MiB), which no checkpointing or optimizer setting changes."""
+    own = peak - split.other
+    return own if own > 0 else max(peak, 1)
+
+
 @rule("activation-memory", reads=("memory",))
 def activation_memory(profile: Profile) -> list[Finding]:
     m = given(profile.memory)
@@ -263,7 +271,8 @@ def activation_memory(profile: Profile) -> list[Finding]:
         return []
     split, peak, why = bound
     acts = split.activations + split.temporaries
-    if acts < LARGE_SHARE * peak:
+    own = _own(split, peak)
+    if acts < LARGE_SHARE * own:
         return []
     top = [h for h in _largest(m) if h.module][:3]
     names = ", ".join(f"{h.module} ({fmt_bytes(h.bytes)})" for h in top) or "the largest blocks"
@@ -271,7 +280,7 @@ def activation_memory(profile: Profile) -> list[Finding]:
         Finding(
             id="activation-memory",
             severity="high" if m.oom is not None else "medium",
-            title=f"activations take {fmt_frac(acts / peak, 0)} of the peak: {why}",
+            title=f"activations take {fmt_frac(acts / own, 0)} of the step's memory: {why}",
             site=top[0].site if top else None,
             evidence={
                 "summary": f"activations and backward temporaries {fmt_bytes(acts)} at the peak; "
@@ -301,13 +310,14 @@ def optimizer_state_memory(profile: Profile) -> list[Finding]:
         return []
     split, peak, why = bound
     state = split.optimizer_state
-    if state < LARGE_SHARE * peak:
+    own = _own(split, peak)
+    if state < LARGE_SHARE * own:
         return []
     return [
         Finding(
             id="optimizer-state-memory",
             severity="high" if m.oom is not None else "medium",
-            title=f"optimizer state takes {fmt_frac(state / peak, 0)} of the peak: {why}",
+            title=f"optimizer state takes {fmt_frac(state / own, 0)} of the step's memory: {why}",
             evidence={
                 "summary": f"optimizer state {fmt_bytes(state)} at the peak (its step's "
                 f"temporaries included), parameters {fmt_bytes(split.parameters)}",
