@@ -220,3 +220,11 @@ def test_a_named_card_gives_its_compute_capability(name: str, expected: tuple[in
 
     assert device_memory(name).capability == expected
     assert device_memory("80GiB").capability is None
+
+
+def test_a_flattened_target_grows_with_the_batch() -> None:
+    """word_language_model's targets are ``source[i+1:i+1+bptt].view(-1)``: (bptt x batch,)."""
+    ids = torch.randint(0, 100, (35, 20))
+    step = _record(_WordLM(), ids, ids.reshape(-1), _lm_loss)
+    r = replay(step, ReplayOptions(40, emulate_cuda=False, block=1))
+    assert r.peak_bytes > replay(step, ReplayOptions(20, emulate_cuda=False, block=1)).peak_bytes
