@@ -96,6 +96,32 @@ def test_every_renderer_shows_the_compile_tables(breaks: dict[str, Any], tmp_pat
         assert site.rsplit("_", 1)[-1] in r.stdout  # "breaks.py:22" (md escapes the _)
 
 
+def test_the_memory_probe_leaves_the_compile_view_as_it_is(
+    breaks: dict[str, Any], tmp_path: Path
+) -> None:
+    """With the memory probe on (``--memory-for``; on a GPU it always is) the same breaks,
+    recompiles and frames as without it: its recording of step 0 is not traced into the compiled
+    code (an H200 run found Dynamo compiling gpuopt's own ``__torch_function__``: two breaks with
+    no user line, and every frame recompiled in step 1 on a guard of the mode stack)."""
+    r = run_gpuopt(
+        "profile", "--quiet", "--memory-for", "h200", "-o", str(tmp_path), str(BREAKS), "eager",
+        timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads((tmp_path / "profile.json").read_text())
+    c, plain = doc["compile"], breaks["compile"]
+    assert doc["memory"]["predicted"]["replayed"].startswith("1 module call(s) (Net)")
+    assert [(g["site"], g["reason"], g["count"]) for g in c["graph_breaks"]] == [
+        (g["site"], g["reason"], g["count"]) for g in plain["graph_breaks"]
+    ]
+    assert [(r["site"], r["guard"]) for r in c["recompiles"]] == [
+        (r["site"], r["guard"]) for r in plain["recompiles"]
+    ]
+    assert [f["name"] for f in c["functions"]] == ["forward"]
+    assert c["frames"] == plain["frames"] == 4 and c["graphs"] == plain["graphs"]
+    assert c.get("note") == plain.get("note")  # no "Dynamo compiled gpuopt's own code"
+
+
 def test_a_script_without_a_break_reports_none(tmp_path: Path) -> None:
     doc = _profile(tmp_path, CLEAN, "eager")
     c = doc["compile"]

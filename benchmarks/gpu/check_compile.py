@@ -72,27 +72,63 @@ def _line(text: str, marker: str) -> int:
     return next(i for i, ln in enumerate(text.splitlines(), 1) if f"# {marker}" in ln)
 
 
-def _report(doc: dict, backend: str, wall: float) -> None:
+def _line_of(site: object) -> str | None:
+    """The line number of a ``file:line`` site; None for a site gpuopt could not find."""
+    if not isinstance(site, str) or ":" not in site:
+        return None
+    return site.rsplit(":", 1)[-1]
+
+
+def _site_text(site: object, function: object) -> str:
+    if isinstance(site, str) and site:
+        return site
+    where = f"in `{function}`, " if function else ""
+    return f"site unknown ({where}no frame of the script on Dynamo's stack)"
+
+
+def _report(doc: dict, backend: str, wall: float, planted: dict[str, int]) -> None:
+    """The run's compile view as Markdown lines; every key read may be missing or null (a check
+    says what it got, it never crashes on it)."""
     c = doc.get("compile") or {}
     say(f"- backend `{backend}`: run {wall:.1f} s, compile {c.get('compile_s')} s "
         f"(share {c.get('compile_share')}), import {c.get('import_s')} s, frames "
         f"{c.get('frames')}, graphs {c.get('graphs')}")  # fmt: skip
-    for g in c.get("graph_breaks", []):
-        say(f"  - break at line {g['site'].rsplit(':', 1)[-1]}: {g.get('kind')} ({g['count']}x)")
-    for r in c.get("recompiles", []):
-        say(f"  - recompile at {r['site']}: `{r['guard']}` x{r['count']} steps {r.get('steps')}")
+    found: set[str] = set()
+    for g in c.get("graph_breaks") or []:
+        line = _line_of(g.get("site"))
+        if line is not None:
+            found.add(line)
+            where = f"line {line}"
+        else:
+            where = _site_text(None, g.get("function"))
+        say(f"  - break at {where}: {g.get('kind')} ({g.get('count')}x) {g.get('reason')!r}")
+    missing = {m: n for m, n in planted.items() if str(n) not in found}
+    say(f"  - planted breaks found at their lines: {len(planted) - len(missing)} of "
+        f"{len(planted)}" + (f"; missing {missing}" if missing else ""))  # fmt: skip
+    for r in c.get("recompiles") or []:
+        say(f"  - recompile at {_site_text(r.get('site'), r.get('function'))}: "
+            f"`{r.get('guard')}` x{r.get('count')} steps {r.get('steps')}")  # fmt: skip
+    names = [f.get("name") for f in c.get("functions") or []]
+    say(f"  - compiled functions: {names}; note: {c.get('note')}")
     say(f"  - per step (step {c.get('window_step')}): regions {c.get('regions_per_step')}, "
         f"graphs run {c.get('graph_calls_per_step')}, eager ops between graphs "
         f"{c.get('eager_ops_per_step')}, ops outside {c.get('outside_ops_per_step')}")  # fmt: skip
     ranks = (doc.get("trace") or {}).get("ranks") or []
     for r in ranks:
         ic = r.get("idle_causes") or {}
-        causes = {k: round(v / 1e3, 2) for k, v in (ic.get("by_cause") or {}).items() if v}
-        say(f"  - profiler window idle {round(ic.get('idle_us', 0) / 1e3, 2)} ms: {causes} (ms)")
+        causes = {
+            k: round(v / 1e3, 2)
+            for k, v in (ic.get("by_cause") or {}).items()
+            if isinstance(v, (int, float)) and v
+        }
+        idle = ic.get("idle_us")
+        idle_ms = round(idle / 1e3, 2) if isinstance(idle, (int, float)) else None
+        say(f"  - profiler window idle {idle_ms} ms: {causes} (ms)")
         sc = r.get("sync_calls") or {}
         say(f"  - sync calls: {sc.get('count')}, their own span {sc.get('time_us')} µs")
-    high = [f["id"] for f in doc.get("findings", []) if f["severity"] == "high"]
-    say(f"  - findings: {[f['id'] for f in doc.get('findings', [])]}; high: {high}")
+    findings = doc.get("findings") or []
+    high = [f.get("id") for f in findings if f.get("severity") == "high"]
+    say(f"  - findings: {[f.get('id') for f in findings]}; high: {high}")
 
 
 def main() -> int:
@@ -132,7 +168,13 @@ def main() -> int:
             if r.returncode != 0 or not (out / "profile.json").exists():
                 say(f"- backend `{backend}`: failed (exit {r.returncode}): {r.stderr[-300:]!r}")
                 continue
-            _report(json.loads((out / "profile.json").read_text()), backend, time.monotonic() - s0)
+            wall = time.monotonic() - s0
+            try:
+                doc = json.loads((out / "profile.json").read_text())
+            except (OSError, ValueError) as exc:
+                say(f"- backend `{backend}`: profile.json not readable: {exc}")
+                continue
+            _report(doc, backend, wall, lines)
     return 0
 
 

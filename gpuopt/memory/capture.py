@@ -489,10 +489,48 @@ class StepRecorder:
 
     def _inner(self, orig: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self.depth += 1
+        aside = self._step_aside() if self.depth == 1 else (False, None)
         try:
             return orig(module, *args, **kwargs)
         finally:
+            self._step_back(*aside)
             self.depth -= 1
+
+    def _step_aside(self) -> tuple[bool, Any]:
+        """While an outermost module call runs (nothing inside a module is recorded), the
+        recorder's mode comes off the stack and ``Module.__call__`` is torch's own: the module
+        runs as it would without gpuopt, and a ``torch.compile``'d one is traced and compiled
+        without gpuopt's code — Dynamo would otherwise trace the mode's ``__torch_function__``
+        into the script's graphs, compile gpuopt's own frames (graph breaks with no user line:
+        the mode's handler, the ``__call__`` wrapper a compiled ``nn.Sequential`` calls its
+        layers through) and compile every frame again once the recording ends (a guard on the
+        mode stack). Returns ``(mode popped, the wrapper taken out)`` for :meth:`_step_back`; the
+        mode stays where the script pushed one of its own above it."""
+        import torch
+        from torch.overrides import _get_current_function_mode, _pop_mode
+
+        popped = False
+        mode = self._mode
+        if mode is not None and _get_current_function_mode() is mode:  # type: ignore[no-untyped-call]
+            _pop_mode()  # type: ignore[no-untyped-call]
+            popped = True
+        wrapper = torch.nn.Module.__dict__.get("__call__")
+        orig = self._orig_call
+        if orig is None or getattr(wrapper, "__wrapped__", None) is not orig:
+            return popped, None  # not ours on top (someone wrapped ours): it stays
+        torch.nn.Module.__call__ = orig  # type: ignore[method-assign,assignment]
+        return popped, wrapper
+
+    def _step_back(self, popped: bool, wrapper: Any) -> None:
+        import torch
+        from torch.overrides import _push_mode
+
+        if popped and self._mode is not None:
+            _push_mode(self._mode)  # type: ignore[no-untyped-call]
+        # back only where the recorder still records and nothing else changed it meanwhile
+        if wrapper is not None and self._orig_call is not None:
+            if torch.nn.Module.__dict__.get("__call__") is self._orig_call:
+                torch.nn.Module.__call__ = wrapper  # type: ignore[method-assign]
 
     def on_function(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if not self.recording or self.depth > 0 or self._busy or self._in_step:

@@ -144,6 +144,14 @@ class StepTracker:
             def _should_skip_dynamo(cls) -> bool:
                 return "torch._dynamo" in sys.modules
 
+            @classmethod
+            def ignore_compile_internals(cls) -> bool:
+                # a compiled function keeps running compiled in the tracked step: with the default
+                # (False), Dynamo meets the mode at the step's first guard miss and marks the
+                # function's code to run eagerly for the rest of the run (as the recorder's mode,
+                # gpuopt/probes/recorder_engine.py); torch < 2.9 has no such switch
+                return True
+
             def __torch_dispatch__(
                 self,
                 func: Any,
@@ -157,14 +165,19 @@ class StepTracker:
 
         return _Count()  # type: ignore[no-untyped-call]
 
-    def install_hooks(self, grads_of: Iterable[Any] = (), optimizer: bool = True) -> None:
+    def install_hooks(
+        self, grads_of: Iterable[Any] = (), optimizer: bool = True, modules: bool = True
+    ) -> None:
         """Module hooks (which module is running: ``largest``'s module), optimizer hooks (its
         step's tensors are optimizer state) and, on each of ``grads_of``, a hook that counts its
         gradient as ``gradients`` once accumulated. :meth:`remove_hooks` takes them all away.
 
         ``optimizer=False`` leaves the optimizer hooks to the caller (:meth:`optimizer_began`,
         :meth:`optimizer_ended`): torch's global optimizer hooks cannot be registered from
-        inside one of them (the dict being run over changes), as a step boundary is."""
+        inside one of them (the dict being run over changes), as a step boundary is.
+
+        ``modules=False`` leaves the module hooks out (a script that compiles: Dynamo would trace
+        global module hooks into its graphs and compile again once they are gone)."""
         from torch.nn.modules.module import (
             register_module_forward_hook,
             register_module_forward_pre_hook,
@@ -174,10 +187,11 @@ class StepTracker:
             register_optimizer_step_pre_hook,
         )
 
-        self._handles += [
-            register_module_forward_pre_hook(self._enter_module),
-            register_module_forward_hook(self._leave_module),
-        ]
+        if modules:
+            self._handles += [
+                register_module_forward_pre_hook(self._enter_module),
+                register_module_forward_hook(self._leave_module),
+            ]
         if optimizer:
             self._handles += [
                 register_optimizer_step_pre_hook(self.optimizer_began),

@@ -30,6 +30,7 @@ import importlib.abc
 import importlib.machinery
 import inspect
 import linecache
+import os
 import re
 import sys
 import time
@@ -48,7 +49,7 @@ from gpuopt.compile.events import (
 from gpuopt.compile.reasons import RESUME_PREFIX, guard_location, split_message
 from gpuopt.compile.regions import Span, count_regions
 from gpuopt.probes.protocol import RunContext
-from gpuopt.probes.sites import USER, SiteResolver
+from gpuopt.probes.sites import GPUOPT_DIR, USER, SiteResolver
 
 _STACK_ENTRY = re.compile(r"Line: (?P<line>\d+), Name: (?P<name>.*), Filename: (?P<file>.*)$")
 METRICS_LIMIT = 100_000  # Dynamo keeps its last 64 records; the tap keeps the run's
@@ -223,6 +224,12 @@ class CompileProbe:
         cap = self.capture
         cap.frames = [f for raw in self._raw_frames if (f := self._frame_record(*raw)) is not None]
         cap.dynamo_loaded = cap.dynamo_loaded or DYNAMO in sys.modules
+        own = own_frames(cap.frames)
+        if own:
+            cap.notes.append(
+                f"Dynamo compiled gpuopt's own code ({', '.join(own)}): a probe was traced into "
+                "the script's compiled code, and the counts here include what it caused"
+            )
         return cap
 
     # -- torch.compile --------------------------------------------------------------------
@@ -483,6 +490,19 @@ class CompileProbe:
             outside_ops=counts.outside_ops,
             note=note,
         )
+
+
+def own_frames(frames: list[FrameRecord]) -> list[str]:
+    """``file:function`` of the frames Dynamo compiled in gpuopt's own package: a probe's hook
+    traced into the script's compiled code (none is expected: the probes keep out of it)."""
+    base = os.path.join(os.path.realpath(GPUOPT_DIR), "")
+    return sorted(
+        {
+            f"{os.path.basename(r.filename)}:{r.name}"
+            for r in frames
+            if r.filename and os.path.realpath(r.filename).startswith(base)
+        }
+    )
 
 
 _DEF = re.compile(r"^\s*(async\s+)?def\s")

@@ -211,7 +211,15 @@ class MemoryProbe:
                 "optimizer_state",
             )
         t.reset_peak()
-        t.install_hooks(params, optimizer=False)
+        from gpuopt.probes.compile import script_compiles
+
+        compiling = script_compiles()
+        t.install_hooks(params, optimizer=False, modules=not compiling)
+        if compiling:
+            self._note(
+                "memory: the tracked step's tensors are not named by module: the script compiles "
+                "(module hooks would be traced into its compiled graphs)"
+            )
         self.tracker = t
         self._tracker_mode = t.mode()
         self._tracker_mode.__enter__()
