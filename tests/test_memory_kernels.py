@@ -147,21 +147,57 @@ def test_a_two_layer_lstm_replay_matches_the_real_step(hidden: int, steps: int, 
     assert any("oneDNN's LSTM workspace modelled for 2 call(s)" in n for n in r.notes)
 
 
-def test_the_cudnn_reserve_is_estimated_for_every_layer_and_direction() -> None:
-    """aten._cudnn_rnn's fake returns an empty reserve; its estimate adds each layer and
-    direction (the second layer reads both directions' outputs)."""
+def test_the_cudnn_reserve_is_the_size_measured_on_a_gpu() -> None:
+    """cuDNN's real LSTM reserve at 180 shapes (an H200, torch 2.11+cu130: the fourth output of
+    aten._cudnn_rnn, benchmarks/gpu/check_memory.py --reserve-out): the formula is exact at 174
+    of them and at most 16 bytes short at the others (float16, batch 1, hidden 200)."""
+    import json
+
+    rows = json.loads((HERE / "data" / "cudnn_lstm_reserve_h200.json").read_text())
+    assert len(rows) == 180
+    exact = 0
+    for r in rows:
+        itemsize = 4 if r["dtype"] == "float32" else 2
+        n = kernels.cudnn_lstm_reserve(
+            r["steps"], r["batch"], r["hidden"], r["layers"], r["bidirectional"], itemsize
+        )
+        assert 0 <= r["reserve"][0] - n <= 16, r
+        exact += r["reserve"][0] == n
+    assert exact == 174
+
+
+def test_the_cudnn_reserve_is_given_to_the_fake_for_every_layer_and_direction() -> None:
+    """aten._cudnn_rnn's fake returns an empty reserve; the measured size takes its place (the
+    second layer reads both directions' outputs); inference and GRU are left as they are."""
     meta = {"device": "meta"}
     x = torch.empty(35, 20, 200, **meta)  # (steps, batch, input), time-major
     out = (torch.empty(35, 20, 512, **meta),) * 3 + (torch.empty(0, dtype=torch.uint8, **meta),)
     args = (x, [], 0, None, None, None, 2, 256, 0, 2, False, 0.0, True, True, [], None)
     index, nbytes, what = kernels.workspace_for(torch.ops.aten._cudnn_rnn.default, args, out)  # type: ignore[misc]
-    one = kernels.onednn_lstm_workspace
-    assert index == 3 and "estimated" in what
-    assert nbytes == 2 * one(35, 20, 200, 256) + 2 * one(35, 20, 512, 256)
+    assert index == 3 and "measured" in what
+    assert nbytes == 35 * 20 * 4 * (2 * 2 * 5 * 256 + 2 * 256) + 256
     inference = args[:12] + (False,) + args[13:]
     assert kernels.workspace_for(torch.ops.aten._cudnn_rnn.default, inference, out) is None
     gru = args[:6] + (3,) + args[7:]
     assert kernels.workspace_for(torch.ops.aten._cudnn_rnn.default, gru, out) is None
+
+
+def test_a_cpu_replay_for_a_gpu_counts_cudnns_reserve_for_each_layer_call() -> None:
+    """On fake CPU tensors modelling a GPU, oneDNN's layer calls keep cuDNN's share: 5 x hidden
+    values a step and sample, and the input of a layer that reads the last one's output."""
+    meta = {"device": "meta"}
+    x0, x1 = torch.empty(35, 20, 100, **meta), torch.empty(35, 20, 200, **meta)
+    out = (None, None, None, torch.empty(0, dtype=torch.uint8, **meta))
+    layer = torch.ops.aten.mkldnn_rnn_layer.default
+
+    def args(x: Any) -> tuple[Any, ...]:
+        rest = (False, [], 2, 200, 1, True, False, False, True)  # reverse ... train
+        return (x, None, None, None, None, None, None, *rest)
+
+    got = [kernels.workspace_for(layer, args(x), out, cuda_target=True) for x in (x0, x1)]
+    assert [g[1] for g in got if g] == [35 * 20 * 4 * 5 * 200, 35 * 20 * 4 * 6 * 200]
+    two_layers = kernels.cudnn_lstm_reserve(35, 20, 200, 2, False, 4)
+    assert sum(g[1] for g in got if g) == two_layers - kernels.CUDNN_RESERVE_EXTRA
 
 
 # -- the script's own tensors -------------------------------------------------------------------

@@ -17,6 +17,7 @@ CUDA device it prints one line and exits 0.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import subprocess
 import sys
@@ -91,6 +92,8 @@ def _phase_peaks(tracker_cls: Any) -> tuple[dict[str, int], Any]:
 
     def update(self: Any) -> None:
         key = {"temporaries": "backward", "optimizer_state": "step"}.get(self.phase, "forward")
+        if key == "backward" and "forward end" not in peaks:
+            peaks["forward end"] = self.total  # the first count of the backward
         peaks[key] = max(peaks.get(key, 0), self.total)
         orig(self)
 
@@ -103,22 +106,22 @@ def _real_step(model: Any, opt: Any, x: Any, y: Any, loss_of: Any) -> dict[str, 
     import torch
 
     out: dict[str, int] = {}
-    for name, run in (
-        ("forward", lambda: loss_of(model(x), y)),
-        ("backward", None),
-        ("step", None),
-    ):
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        if name == "forward":
-            loss = run()
-        elif name == "backward":
-            loss.backward()
-            del loss
-        else:
-            opt.step()
-        torch.cuda.synchronize()
-        out[name] = torch.cuda.max_memory_allocated()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    logits = model(x)
+    loss = loss_of(logits, y)
+    torch.cuda.synchronize()
+    out["forward"] = torch.cuda.max_memory_allocated()
+    out["forward end"] = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    loss.backward()
+    torch.cuda.synchronize()
+    out["backward"] = torch.cuda.max_memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    opt.step()
+    torch.cuda.synchronize()
+    out["step"] = torch.cuda.max_memory_allocated()
+    del logits, loss
     return out
 
 
@@ -149,8 +152,11 @@ def case(name: str, make: Any, batch: int, data: Any, loss_of: Any) -> tuple[str
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
                 before = torch.cuda.memory_allocated()
-            loss_of(model(x), y).backward()
+            out = model(x)  # held by a variable through the backward, as scripts do
+            loss = loss_of(out, y)
+            loss.backward()
             opt.step()
+            del out, loss
             if i == 0:
                 rec.step_ended()
         torch.cuda.synchronize()
@@ -187,6 +193,7 @@ def case(name: str, make: Any, batch: int, data: Any, loss_of: Any) -> tuple[str
     out.append(f"{before / 2**20:.1f}")
     diag.append(f"{blas / 2**20:.1f}")
     del model, opt, rec
+    gc.collect()  # the recorder's closures hold the model in a cycle: not the next case's
     torch.cuda.empty_cache()
     return " | ".join(out) + " |", " | ".join(diag) + " |"
 
@@ -330,8 +337,9 @@ def main() -> int:
         except Exception as exc:
             say(f"| {name} | {batch} | FAILED: {type(exc).__name__}: {str(exc)[:160]} | | | |")
     say("")
-    say("Where: each phase's peak MiB (forward with the loss, backward, optimizer step), measured")
-    say("on a third step and replayed; the cuBLAS workspaces' MiB (freed by")
+    say("Where: each phase's peak MiB (forward with the loss, what is allocated at its end,")
+    say("backward, optimizer step), measured on a third step and replayed (the replay's without")
+    say("its cuBLAS workspaces); the cuBLAS workspaces' MiB (freed by")
     say("`torch._C._cuda_clearCublasWorkspaces()` after it).")
     say("")
     say("| model | batch | measured | fake CUDA | fake CPU as CUDA | cuBLAS workspaces MiB |")

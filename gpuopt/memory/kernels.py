@@ -15,9 +15,15 @@ which autograd keeps from the forward to the backward:
   batch 1, 3, 20, input 5, 200, 256, hidden 16, 200, 256, one and two layers, one and two
   directions, batch first or not (tests/test_memory_kernels.py checks them all).
 * **cuDNN's reserve space** (``aten._cudnn_rnn`` on a GPU): torch's fake returns 0 bytes too
-  ("TODO: Query cudnnGetRNNTrainingReserveSize"). Its size is only known by asking cuDNN on a
-  GPU; it holds the same things (each step's gates and states, for the backward), so it is
-  *estimated* as oneDNN's workspace of each layer and direction — not checked on a GPU.
+  ("TODO: Query cudnnGetRNNTrainingReserveSize"). :func:`cudnn_lstm_reserve` is its size as
+  measured on an H200 (cuDNN 9 of torch 2.11+cu130, the real kernel's reserve at 180 shapes:
+  1, 7, 35 steps, batch 1, 20, 80, input 256, 512, hidden 200, 512, one and two layers, one and
+  two directions, float32 and float16; tests/data/cudnn_lstm_reserve_h200.json): each layer and
+  direction keeps five values of the hidden size a step and sample (the four gates and the cell
+  state), each layer after the first also its input (the last layer's output), plus 256 bytes —
+  exact at 174 shapes, 16 bytes short at the 6 others. (oneDNN keeps about three times as
+  much: its workspace also holds the gradients' buffers.) A replay on fake CPU tensors that
+  models a GPU runs oneDNN's op and counts cuDNN's size for each of its layer calls.
 
 * **cuDNN's LSTM with weights that are not one flat buffer** (``aten._cudnn_rnn`` given no
   ``weight_buf``): a real run's LSTM weights are views of one buffer (``flatten_parameters``),
@@ -56,6 +62,7 @@ from typing import Any
 PAGE = 4096  # oneDNN aligns each part of an RNN workspace to a page
 LSTM_GATES = 4
 CUDNN_LSTM = 2  # aten._cudnn_rnn's mode for an LSTM (cudnnRNNMode_t CUDNN_LSTM)
+CUDNN_RESERVE_EXTRA = 256  # bytes cuDNN's LSTM reserve has beyond its values (measured)
 # ops that run on cuBLAS (a handle and its workspace): matrix products, in every dtype
 BLAS_OPS = frozenset(
     {"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "_addmm_activation", "dot", "vdot"}
@@ -114,22 +121,24 @@ def onednn_lstm_workspace(steps: int, batch: int, input_size: int, hidden_size: 
     return _page(offset)
 
 
-def cudnn_lstm_reserve_estimate(
-    steps: int,
-    batch: int,
-    input_size: int,
-    hidden_size: int,
-    num_layers: int,
-    bidirectional: bool,
+def cudnn_lstm_reserve(
+    steps: int, batch: int, hidden: int, num_layers: int, bidirectional: bool, itemsize: int
 ) -> int:
-    """An *estimate* of cuDNN's LSTM reserve space (see the module doc): oneDNN's workspace for
-    each layer and direction (a layer after the first reads the previous layer's output)."""
+    """Bytes of cuDNN's LSTM reserve space for training (see the module doc: measured)."""
     dirs = 2 if bidirectional else 1
-    total = 0
-    for layer in range(num_layers):
-        width = input_size if layer == 0 else hidden_size * dirs
-        total += dirs * onednn_lstm_workspace(steps, batch, width, hidden_size)
-    return total
+    values = num_layers * dirs * 5 * hidden + (num_layers - 1) * dirs * hidden
+    return steps * batch * itemsize * values + CUDNN_RESERVE_EXTRA
+
+
+def _cudnn_share_of_layer(x: Any, hidden: int, bidirectional: bool) -> int:
+    """One ``mkldnn_rnn_layer`` call's share of cuDNN's reserve, for a replay on the CPU that
+    models a GPU: 5 × hidden values a step and sample, and the layer's input where it reads the
+    last layer's output (an input as wide as hidden × directions: a first layer that wide is
+    counted so too, a few percent of the reserve)."""
+    steps, batch = int(x.shape[0]), int(x.shape[1])
+    dirs = 2 if bidirectional else 1
+    later = int(x.shape[2]) == hidden * dirs
+    return steps * batch * int(x.element_size()) * (5 * hidden + (hidden if later else 0))
 
 
 def _is_empty_buffer(t: Any) -> bool:
@@ -138,15 +147,23 @@ def _is_empty_buffer(t: Any) -> bool:
     return isinstance(t, torch.Tensor) and t.numel() == 0
 
 
-def workspace_for(func: Any, args: tuple[Any, ...], out: Any) -> tuple[int, int, str] | None:
+def workspace_for(
+    func: Any, args: tuple[Any, ...], out: Any, cuda_target: bool = False
+) -> tuple[int, int, str] | None:
     """``(output index, bytes, what)`` for an op whose real kernel returns a workspace its fake
-    left empty; None for every other op."""
+    left empty; None for every other op. ``cuda_target``: fake CPU tensors model a GPU (an
+    LSTM's CPU kernel then keeps cuDNN's reserve, not oneDNN's workspace)."""
     import torch
 
     aten = torch.ops.aten
     if func is aten.mkldnn_rnn_layer.default:
         x, hidden, train = args[0], int(args[10]), bool(args[15])
-        if not train or x.dtype != torch.float32 or not _is_empty_buffer(out[3]):
+        if not train or not _is_empty_buffer(out[3]):
+            return None
+        if cuda_target:
+            n = _cudnn_share_of_layer(x, hidden, bool(args[13]))
+            return 3, n, "cuDNN's LSTM reserve space (its measured size)"
+        if x.dtype != torch.float32:
             return None
         # the input is time-major here whatever batch_first says (torch transposes it first)
         n = onednn_lstm_workspace(int(x.shape[0]), int(x.shape[1]), int(x.shape[2]), hidden)
@@ -161,10 +178,10 @@ def workspace_for(func: Any, args: tuple[Any, ...], out: Any) -> tuple[int, int,
             steps, batch = len(batch_sizes), int(batch_sizes[0])
         else:
             steps, batch = (x.shape[1], x.shape[0]) if batch_first else (x.shape[0], x.shape[1])
-        n = cudnn_lstm_reserve_estimate(
-            int(steps), int(batch), int(x.shape[-1]), hidden, layers, bidirectional
+        n = cudnn_lstm_reserve(
+            int(steps), int(batch), hidden, layers, bidirectional, x.element_size()
         )
-        return 3, n, "cuDNN's LSTM reserve space (estimated)"
+        return 3, n, "cuDNN's LSTM reserve space (its measured size)"
     return None
 
 
@@ -239,7 +256,7 @@ def is_blas(func: Any) -> bool:
     return getattr(func, "namespace", "") == "aten" and getattr(packet, "__name__", "") in BLAS_OPS
 
 
-def mode(phase: Callable[[], str] | None = None) -> Any:
+def mode(phase: Callable[[], str] | None = None, cuda_target: bool = False) -> Any:
     """A dispatch mode that gives the RNN ops their workspace (see the module doc); enter it
     inside ``FakeTensorMode`` and outside the tracker's mode. ``.modelled`` names what it
     added, with how many times; ``.blas_phases`` the phases (``phase()``, the tracker's) in
@@ -271,7 +288,7 @@ def mode(phase: Callable[[], str] | None = None) -> Any:
                 what = "the elementwise buffer a reduced loss keeps"
                 self.modelled[what] = self.modelled.get(what, 0) + 1
                 return _with_storage(out, loss_bytes)
-            got = workspace_for(func, args, out)
+            got = workspace_for(func, args, out, cuda_target)
             if got is None:
                 return out
             index, nbytes, what = got

