@@ -103,11 +103,19 @@ class _Net(torch.nn.Module):
 
 @pytest.fixture
 def dynamo() -> Iterator[None]:
+    """Dynamo reset around the test, and gpuopt's "the script compiles" state put back after
+    it: the frames compiled here are no later test's script's (a recorder made after them would
+    leave its function-level mode off and read an ``if t:`` as ``item``)."""
     import torch._dynamo
 
+    from gpuopt.probes import compile as c
+
+    called = c.COMPILE_CALLED[0]
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
+    c.COMPILE_CALLED[0] = called
+    c.FRAMES_AT_START[0] = c.frames_compiled()
 
 
 def test_a_compiled_model_keeps_running_compiled_through_the_memory_probes_steps(
