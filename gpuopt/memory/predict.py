@@ -227,7 +227,7 @@ def _device_model(step: CapturedStep) -> str:
     if fake_device_for(step) == "cpu":
         return (
             "fake CPU tensors counted as the CUDA caching allocator counts them (512-byte "
-            "blocks) and torch.optim's CUDA default (foreach); kernels' own workspaces "
-            "(cuBLAS, cuDNN) not counted"
+            "blocks), torch.optim's CUDA default (foreach), attention and dropout as CUDA runs "
+            "them; cuDNN's convolution workspaces not counted"
         )
-    return "fake tensors on the model's CUDA device; kernels' own workspaces not counted"
+    return "fake tensors on the model's CUDA device; cuDNN's convolution workspaces not counted"
