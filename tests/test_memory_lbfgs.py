@@ -132,7 +132,7 @@ def test_the_prediction_says_which_step_it_is_for() -> None:
     p = predict(PredictInput(step, 80 << 30, 0.1, 30.0))
     text = " ".join(p.notes)
     assert "LBFGS modelled, not run" in text and "a step with a full history (step 6 on)" in text
-    assert "the first step holds 40 + 3" in text
+    assert "the first step holds 40 + 3 (" in text
     assert p.peak_bytes is not None and p.peak_bytes > 205 * 4 * sum(
         q.numel() for q in _model().parameters()
     )

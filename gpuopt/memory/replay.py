@@ -603,8 +603,10 @@ class _LbfgsModel:
             if p.grad is not None:
                 run.tracker.recategorize(p.grad, "gradients")
         run.tracker.phase = "activations"
-        size = fmt_bytes(self.numel * _itemsize(self.dtype))
+        each = self.numel * _itemsize(self.dtype)
+        size = fmt_bytes(each)
         first = lbfgs.flat_vectors(1, max_iter, history, max_eval)
+        less = max(counts.during_closure - first.during_closure, 0)
         full = " (its history full from there on)" if step >= steady else ""
         which = (
             f"step {step} of the run{full}"
@@ -618,8 +620,9 @@ class _LbfgsModel:
             f"{counts.pairs} history pairs at its last evaluation (history_size={history}, "
             f"max_iter={max_iter}), assuming every iteration runs and stores its pair (an upper "
             f"bound: a converging run stops early); the first step holds "
-            f"{first.during_closure} + {max(first.after_closure - first.during_closure, 0)}; "
-            "only the closure's first evaluation is replayed"
+            f"{first.during_closure} + {max(first.after_closure - first.during_closure, 0)} "
+            f"({fmt_bytes(less * each)} less while the closure evaluates); only the closure's "
+            "first evaluation is replayed"
         )
         if search:
             run.notes.append(
