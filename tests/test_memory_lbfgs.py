@@ -13,7 +13,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from gpuopt.memory import lbfgs
-from gpuopt.memory.capture import CapturedStep, StepRecorder
+from gpuopt.memory.capture import CapturedStep, StepRecorder, optimizer_state_bytes
 from gpuopt.memory.predict import PredictInput, predict
 from gpuopt.memory.replay import ReplayOptions, replay
 from gpuopt.memory.tracker import StepTracker
@@ -93,6 +93,9 @@ def test_the_closures_first_evaluation_is_the_program() -> None:
     # the closure frees the gradients before its forward (the no_grad call after the step sees
     # them allocated: that is not what the closure's forward runs with)
     assert step.grads_during_forward is False
+    # the state's size as it is counts LBFGS's history lists: 2 steps of 5 iterations, 9 pairs
+    flat = sum(p.numel() * 4 for p in step.optimizer.param_groups[0]["params"])
+    assert optimizer_state_bytes(step.optimizer) >= (2 * 9 + 2) * flat
     from torch.overrides import _get_current_function_mode_stack
 
     assert not _get_current_function_mode_stack()  # type: ignore[no-untyped-call]

@@ -825,7 +825,8 @@ def optimizer_state_bytes(optimizer: Any) -> int:
     total = 0
     seen: set[int] = set()
     for state in getattr(optimizer, "state", {}).values():
-        for v in state.values():
+        values = [w for v in state.values() for w in (v if isinstance(v, list) else [v])]
+        for v in values:  # (LBFGS keeps lists of tensors: its history)
             if isinstance(v, torch.Tensor) and id(v) not in seen:
                 seen.add(id(v))
                 total += v.numel() * v.element_size()
