@@ -9,7 +9,10 @@ While the first step runs, :class:`StepRecorder` writes down, in order:
   inside a module's forward;
 * the tensor ``.backward()`` is called on (the loss), and the optimizer that then steps;
 * a ``zero_grad()`` between them (``opt.zero_grad()`` after the forward frees the last step's
-  gradients before the backward).
+  gradients before the backward);
+* inside an optimizer's ``step(closure)`` (LBFGS, which evaluates the closure up to ``max_iter``
+  times a step), the closure's **first evaluation** as the script's own calls (its later ones
+  are the optimizer's, as everything else inside a step is), then the step.
 
 A tensor argument is either made by an earlier call of the program (a :class:`Ref` to it) or
 comes from outside (the batch, the targets, a parameter: a :class:`TensorSpec`, its shape and
