@@ -11,8 +11,11 @@ recorded step is replayed under fake tensors at the script's batch size with the
 (exact bytes, torch.optim's CPU defaults), so the two numbers measure the same thing: the
 replay's error. It also times the replays the user pays for (``--memory-for h100``). Writes
 OUT.json. MemTracker refuses a step that calls a root module twice (a GAN's discriminator on
-real and fake images): there gpuopt's own tracker measures the real step instead (said in
-``truth_by``).
+real and fake images, LBFGS's closure evaluated up to ``max_iter`` times in one step): there
+gpuopt's own tracker measures the real step instead (said in ``truth_by``), LBFGS's history
+lists included. LBFGS's memory grows with its history, step by step: the replay here models the
+step measured (``truth_step``, the second), where ``--memory-for`` models one with a full
+history.
 """
 
 from __future__ import annotations
@@ -45,8 +48,11 @@ class Truth:
         self.error = ""
         self.t0 = 0.0
         self.step_s = 0.0
+        self.steps_ended = 0
+        self.step_no: int | None = None  # the real step measured (1: the first)
 
     def on_step(self, index: int, t: float) -> None:
+        self.steps_ended = index + 1
         try:
             self.recorder.step_ended()
             if self.tracker is not None and not self.opts and self.peak is None:
@@ -124,23 +130,31 @@ class Truth:
             opts[id(step.optimizer)] = step.optimizer
         self.opts = opts
         calls = [id(e.target) for e in step.entries if e.kind == "module"]
-        if len(calls) != len(set(calls)):
+        self.step_no = self.steps_ended + 1
+        if len(calls) != len(set(calls)) or step.closure:
             from gpuopt.memory.tracker import StepTracker
 
-            self.by = "gpuopt's tracker (a module is called twice: MemTracker refuses)"
+            self.by = (
+                "gpuopt's tracker (the optimizer evaluates its closure many times in a step: "
+                "MemTracker refuses a module called again)"
+                if step.closure
+                else "gpuopt's tracker (a module is called twice: MemTracker refuses)"
+            )
             t = StepTracker(block=1, auto_phase=True)
             params = [p for m in modules for p in m.parameters()]
             params += [p for o in opts.values() for g in o.param_groups for p in g["params"]]
             t.add(params, "parameters")
             t.add([b for m in modules for b in m.buffers()], "parameters")
             t.add([p.grad for p in params if p.grad is not None], "gradients")
+            # LBFGS keeps lists of tensors in its state (old_dirs, old_stps, ro, al)
             t.add(
                 [
-                    v
+                    w
                     for o in opts.values()
                     for s in o.state.values()
                     for v in s.values()
-                    if hasattr(v, "untyped_storage")
+                    for w in (v if isinstance(v, list) else [v])
+                    if hasattr(w, "untyped_storage")
                 ],
                 "optimizer_state",
             )
@@ -251,6 +265,7 @@ def main() -> int:
         "replayed": step.describe() if step.entries else "",
         "notes": list(step.notes),
         "truth_by": truth.by,
+        "truth_step": truth.step_no,
         "truth_peak": truth.peak,
         "truth_split": truth.split,
         "truth_error": truth.error,
@@ -269,7 +284,9 @@ def main() -> int:
     }
     try:
         t = time.perf_counter()
-        r = replay(step, ReplayOptions(step.batch_size, emulate_cuda=False, block=1))
+        # LBFGS's memory grows with its history: the replay models the step measured
+        opts = ReplayOptions(step.batch_size, emulate_cuda=False, block=1, lbfgs_step=truth.step_no)
+        r = replay(step, opts)
         result.update(
             fake_peak=r.peak_bytes,
             fake_split=dict(r.split.items()),

@@ -9,7 +9,10 @@ While the first step runs, :class:`StepRecorder` writes down, in order:
   inside a module's forward;
 * the tensor ``.backward()`` is called on (the loss), and the optimizer that then steps;
 * a ``zero_grad()`` between them (``opt.zero_grad()`` after the forward frees the last step's
-  gradients before the backward).
+  gradients before the backward);
+* inside an optimizer's ``step(closure)`` (LBFGS, which evaluates the closure up to ``max_iter``
+  times a step), the closure's **first evaluation** as the script's own calls (its later ones
+  are the optimizer's, as everything else inside a step is), then the step.
 
 A tensor argument is either made by an earlier call of the program (a :class:`Ref` to it) or
 comes from outside (the batch, the targets, a parameter: a :class:`TensorSpec`, its shape and
@@ -89,6 +92,8 @@ class CapturedStep:
     batch_dim: int = 0
     grads_during_forward: bool | None = None  # gradients still allocated when a forward starts
     complete: bool = False  # the step ran to its end (optimizer step or gpuopt.step())
+    # the optimizer's step took a closure (LBFGS): the program is its first evaluation
+    closure: bool = False
     notes: list[str] = field(default_factory=list)
 
     def modules(self) -> list[Any]:
@@ -255,6 +260,8 @@ class StepRecorder:
         self._orig_zero_grad: dict[Any, Any] = {}  # class -> its zero_grad, while recording
         self._stepped = False  # an optimizer stepped while the program was recorded
         self._stepped_ids: set[int] = set()
+        self._closure_zeroes = False  # the recorded closure frees the gradients (set_to_none)
+        self._in_closure = False  # the closure's first evaluation runs (recorded)
         self._after_last_step = 0  # entries recorded up to the last optimizer step
         self.boundaries = 0  # step boundaries seen while recording
         self._first_boundary: int | None = None  # entries recorded by the first boundary
@@ -424,11 +431,13 @@ class StepRecorder:
         owner.zero_grad = zero_grad
 
     def _zero_grad(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        to_none = bool(args[0]) if args else bool(kwargs.get("set_to_none", True))
+        if self._in_closure and not self._busy and self.depth == 0 and not self.step.entries:
+            self._closure_zeroes = to_none  # before the closure's forward: every evaluation's
         if not self.recording or self._busy or self._in_step or self.depth > 0:
             return
         if not self.step.entries:
             return
-        to_none = bool(args[0]) if args else bool(kwargs.get("set_to_none", True))
         self.step.entries.append(
             Entry("zero_grad", target, None, [to_none], True, None, "zero_grad")
         )
@@ -448,18 +457,58 @@ class StepRecorder:
             if self.boundaries and self._cycle_done():
                 self._finish()  # the boundary came first, at a backward: the step ends here
 
-    def _optimizer_steps(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+    def _optimizer_steps(self, optimizer: Any, args: Any, kwargs: Any) -> Any:
         self._in_step += 1
         if self.step.optimizer is None:
             self.step.optimizer = optimizer
         if self.recording and not self._busy and id(optimizer) in self._stepped_ids:
             self._cut_after_last_step()  # a second step of it: the iteration ended before
             self._finish()
-            return
+            return None
+        closure = _closure_of(args, kwargs)
+        if closure is not None and not self.step.complete and not self._busy:
+            if self.recording or not self.step.entries:
+                return self._with_recorded_closure(optimizer, closure, args, kwargs)
         if self.recording and not self._busy:
-            self.step.entries.append(
-                Entry("step", optimizer, None, [], True, None, type(optimizer).__name__)
-            )
+            self._step_entry(optimizer)
+        return None
+
+    def _step_entry(self, optimizer: Any) -> None:
+        self.step.entries.append(
+            Entry("step", optimizer, None, [], True, None, type(optimizer).__name__)
+        )
+
+    def _with_recorded_closure(
+        self, optimizer: Any, closure: Callable[..., Any], args: Any, kwargs: Any
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The step's arguments with its closure wrapped: the closure's first evaluation (its
+        forward, the torch calls around it, its backward) is recorded as the script's own calls,
+        followed by the optimizer's step entry; later evaluations (LBFGS's line of up to
+        ``max_iter``) are the optimizer's, as everything else inside a step."""
+        recorder = self
+        calls = 0
+
+        def closure_recorded(*a: Any, **k: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls > 1 or recorder.step.complete or recorder._busy:
+                return closure(*a, **k)
+            saved, recorder._in_step = recorder._in_step, 0
+            recorder._in_closure = True
+            try:
+                return closure(*a, **k)
+            finally:
+                recorder._in_step = saved
+                recorder._in_closure = False
+                if recorder.recording and not recorder.step.complete:
+                    recorder.step.closure = True
+                    recorder._step_entry(optimizer)
+
+        closure_recorded.__wrapped__ = closure  # type: ignore[attr-defined]
+        if kwargs and "closure" in kwargs:
+            return tuple(args), {**kwargs, "closure": closure_recorded}
+        args = tuple(args)
+        return (args[0], closure_recorded, *args[2:]), dict(kwargs or {})
 
     # -- what the script calls ---------------------------------------------------------------
     def on_module(
@@ -569,7 +618,11 @@ class StepRecorder:
         (``zero_grad(set_to_none=False)``, or no ``zero_grad`` before it)? Then the hook goes."""
         self._watch_grads = False
         opt = self.step.optimizer
-        if opt is not None:
+        if opt is not None and self.step.closure and self._closure_zeroes:
+            # the closure frees the gradients before each of its forwards (whatever the grads
+            # are at a call outside the step, an evaluation's under no_grad)
+            self.step.grads_during_forward = False
+        elif opt is not None:
             params = [p for g in opt.param_groups for p in g["params"]]
             self.step.grads_during_forward = any(p.grad is not None for p in params)
         self._restore_call()
@@ -726,6 +779,14 @@ def _unpatch(owner: Any, name: str, orig: Any) -> None:
         setattr(owner, name, orig)  # noqa: B010 (owner is a class given as a value)
 
 
+def _closure_of(args: Any, kwargs: Any) -> Callable[..., Any] | None:
+    """The closure an optimizer's ``step(closure)`` was given (None: none)."""
+    closure = (kwargs or {}).get("closure")
+    if closure is None and len(args) > 1:
+        closure = args[1]  # torch's hooks get (optimizer, *step's arguments)
+    return closure if callable(closure) else None
+
+
 def _is_backward(func: Any) -> bool:
     """``Tensor.backward`` or ``torch.autograd.backward``, also when a probe has wrapped them
     (torch then hands the mode the wrapper: it is unwrapped through ``__wrapped__``)."""
@@ -767,7 +828,8 @@ def optimizer_state_bytes(optimizer: Any) -> int:
     total = 0
     seen: set[int] = set()
     for state in getattr(optimizer, "state", {}).values():
-        for v in state.values():
+        values = [w for v in state.values() for w in (v if isinstance(v, list) else [v])]
+        for v in values:  # (LBFGS keeps lists of tensors: its history)
             if isinstance(v, torch.Tensor) and id(v) not in seen:
                 seen.add(id(v))
                 total += v.numel() * v.element_size()

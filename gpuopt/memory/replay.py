@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from gpuopt.memory import cuda_paths, kernels
+from gpuopt.memory import cuda_paths, kernels, lbfgs
 from gpuopt.memory.capture import CapturedStep, Entry, Ref, TensorSpec, tensor_leaves
 from gpuopt.memory.tracker import CUDA_BLOCK, StepTracker, rounded
 from gpuopt.model.records import MemoryByCategory, MemoryHolder
@@ -73,6 +73,9 @@ class ReplayOptions:
     # the CUDA target's compute capability (the cuBLAS workspace's size); None: the GPU the
     # replay runs on, or (no GPU) a Hopper-class one, said in the notes
     capability: tuple[int, int] | None = None
+    # LBFGS (whose step is modelled, not run: :mod:`gpuopt.memory.lbfgs`): the step of the run
+    # the replay is for (1: the first); None: the first from which its memory stops growing
+    lbfgs_step: int | None = None
 
 
 def fake_device_for(step: CapturedStep) -> str | None:
@@ -320,9 +323,8 @@ class _Run:
         """The rebuilt optimizer, its state made by one step (as in a run past its first)."""
         import torch
 
-        if type(opt).__name__ == "LBFGS":
-            self.notes.append("LBFGS steps with a closure: its step is not replayed")
-            return None
+        if isinstance(opt, torch.optim.LBFGS):
+            return _LbfgsModel(self, opt)
         fake_opt = self._rebuilt(opt)
         if fake_opt is None:
             return None
@@ -561,6 +563,83 @@ class _Run:
         if not state:
             return module(*args, **kwargs)
         return functional_call(module, state, tuple(args), dict(kwargs), strict=False)
+
+
+class _LbfgsModel:
+    """LBFGS in a replay: its flat vectors counted from torch's source
+    (:mod:`gpuopt.memory.lbfgs`), not its value-reading step run. Those alive while the closure
+    evaluates (its history, ``prev_flat_grad``, the directions, ``flat_grad``, ``q``) are made
+    before the program runs; :meth:`step` adds the update's short-lived ones between
+    evaluations."""
+
+    def __init__(self, run: _Run, opt: Any) -> None:
+        import torch
+
+        group = opt.param_groups[0]
+        params = [run.fakes[id(p)] for g in opt.param_groups for p in g["params"]]
+        self.run = run
+        self.numel = sum(int(p.numel()) * (2 if p.is_complex() else 1) for p in params)
+        self.dtype = torch.float32 if not params else params[0].dtype
+        if self.dtype.is_complex:
+            self.dtype = torch.float64 if self.dtype == torch.complex128 else torch.float32
+        self.device = params[0].device if params else run._device("cpu")
+        max_iter, history = int(group["max_iter"]), int(group["history_size"])
+        max_eval = group.get("max_eval")
+        steady = lbfgs.steady_step(max_iter, history, max_eval)
+        step = run.opts.lbfgs_step or steady
+        counts = lbfgs.flat_vectors(step, max_iter, history, max_eval)
+        self.extra = max(counts.after_closure - counts.during_closure, 0)
+        search = group.get("line_search_fn") is not None
+        during = counts.during_closure + (1 if search else 0)  # strong_wolfe's x_init
+        run.tracker.phase = "optimizer_state"
+        with run.tracker.mode():
+            self.held = [self._flat() for _ in range(during)]
+            if run.step.grads_during_forward:  # the closure keeps the last gradients
+                for p in params:
+                    p.grad = torch.zeros_like(p)
+        for t in self.held:
+            run.tracker.recategorize(t, "optimizer_state")
+        for p in params:
+            if p.grad is not None:
+                run.tracker.recategorize(p.grad, "gradients")
+        run.tracker.phase = "activations"
+        each = self.numel * _itemsize(self.dtype)
+        size = fmt_bytes(each)
+        first = lbfgs.flat_vectors(1, max_iter, history, max_eval)
+        less = max(counts.during_closure - first.during_closure, 0)
+        full = " (its history full from there on)" if step >= steady else ""
+        which = (
+            f"step {step} of the run{full}"
+            if run.opts.lbfgs_step
+            else f"a step with a full history (step {steady} on)"
+        )
+        run.notes.append(
+            f"LBFGS modelled, not run (its step reads tensor values): {during} flat vectors of "
+            f"{self.numel:,} values ({size} each) held while the closure evaluates and "
+            f"{self.extra} more between evaluations, as torch's step holds them at {which} — "
+            f"{counts.pairs} history pairs at its last evaluation (history_size={history}, "
+            f"max_iter={max_iter}), assuming every iteration runs and stores its pair (an upper "
+            f"bound: a converging run stops early); the first step holds "
+            f"{first.during_closure} + {max(first.after_closure - first.during_closure, 0)} "
+            f"({fmt_bytes(less * each)} less while the closure evaluates); only the closure's "
+            "first evaluation is replayed"
+        )
+        if search:
+            run.notes.append(
+                "LBFGS's strong_wolfe line search: one copy of the parameters counted; its "
+                "evaluations' own vectors are not"
+            )
+
+    def _flat(self) -> Any:
+        import torch
+
+        return torch.empty(self.numel, dtype=self.dtype, device=self.device)
+
+    def step(self) -> None:
+        """The update after an evaluation: ``flat_grad`` gathered while the last one is bound,
+        the new pair before the oldest is dropped, ``q`` and ``d`` while their last ones are."""
+        extra = [self._flat() for _ in range(self.extra)]  # (under the replay's tracker)
+        del extra
 
 
 def _itemsize(dtype: Any) -> int:

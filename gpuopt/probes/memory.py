@@ -207,7 +207,13 @@ class MemoryProbe:
             import torch
 
             t.add(
-                [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)],
+                [  # LBFGS keeps lists of tensors (its history): counted too
+                    w
+                    for s in opt.state.values()
+                    for v in s.values()
+                    for w in (v if isinstance(v, list) else [v])
+                    if isinstance(w, torch.Tensor)
+                ],
                 "optimizer_state",
             )
         t.reset_peak()
