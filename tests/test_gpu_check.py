@@ -123,3 +123,40 @@ def test_the_runner_says_how_to_run_a_check_it_skipped(tmp_path: Path) -> None:
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "check_optimize.py: not run: it needs about 180 s" in doc.read_text()
+
+
+def test_check_profile_parts_rotates_three_sides_and_reports_each(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``check_profile.py --parts``: plain, ``--measure-only`` and the full profile in rotated
+    rounds, a median ratio for each gpuopt side (where the H200's overhead goes)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "gpu"))
+    spec = importlib.util.spec_from_file_location(
+        "check_profile", ROOT / "benchmarks" / "gpu" / "check_profile.py"
+    )
+    assert spec and spec.loader
+    cp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cp)
+    order: list[str] = []
+
+    class Sides:
+        pair_s, last = 0.0, None
+
+        def plain(self, budget: object) -> float:
+            order.append("plain")
+            return 2.0
+
+        def measure(self, budget: object) -> float:
+            order.append("measure")
+            return 2.2
+
+        def gpuopt(self, budget: object) -> float:
+            order.append("gpuopt")
+            return 3.0
+
+    cp.overhead(Sides(), cp.Budget(1000.0), 3, 3, True)
+    assert order == ["plain", "measure", "gpuopt", "measure", "gpuopt", "plain",
+                     "gpuopt", "plain", "measure"]  # fmt: skip
+    out = capsys.readouterr().out
+    assert "profile overhead, --measure-only** (" in out and "**1.100×**" in out
+    assert "**profile overhead** (" in out and "**1.500×**" in out

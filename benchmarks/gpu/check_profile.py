@@ -1,11 +1,17 @@
 """gpu-check: what `gpuopt profile` costs on a short GPU step, and what its profiler window saw.
 
-    python3 benchmarks/gpu/check_profile.py [--budget 75]
+    python3 benchmarks/gpu/check_profile.py [--budget 75] [--parts]
 
 * **Overhead**: ``benchmarks/workloads/dispatch_step.py --device cuda`` (300 steps of 268 ops,
   ~4 ms on an H200: the step the first GPU run measured at 1.11-1.34x), plain ``python3`` vs
   ``python3 -m gpuopt profile --quiet``, in alternated pairs (at least 3, more while the budget
   allows), each run's own median step (the script's clock, after 10 warm-up steps).
+* **Where it goes** (``--parts``): a third side in the rotation, ``gpuopt profile --quiet
+  --measure-only`` (the step clock alone: no recorder or profiler window, no sampler, no memory
+  probe), so that the full profile's cost splits into what every timed run pays and what the
+  windows, the NVML sampler and the memory probe add. The H200 read 1.06-1.48x (3 pairs) for the
+  full profile, against ~1.01x on a CPU: this says which part is GPU-only. Each round then takes
+  three runs: give it ~150 s.
 * **CUPTI left attached**: one more pair, the gpuopt side with ``TEARDOWN_CUPTI=0`` (Kineto's
   behaviour before gpuopt asked for teardown), when the budget allows.
 * **The profiler window**: the trace the last gpuopt run wrote, read by gpuopt: its steps (the
@@ -17,6 +23,7 @@ In a dry run (``GPUOPT_GPU_CHECK_DRY_RUN=1``, no GPU) the same on the CPU, 40 st
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import statistics
@@ -27,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT, Budget, child_env, device_or_skip, dry_run, gpuopt_cmd, parse_budget, say
+from _common import ROOT, Budget, child_env, device_or_skip, dry_run, gpuopt_cmd, say
 from _common import run as run_cmd
 
 WORKLOAD = ROOT / "benchmarks" / "workloads" / "dispatch_step.py"
@@ -67,37 +74,54 @@ class Sides:
         self.last = timed_run(cmd, min(RUN_S, budget.left()), child_env(**env))
         return own_step(self.last)
 
+    def measure(self, budget: Budget) -> float | None:
+        """``profile --measure-only``: the step clock alone (what optimize's timed runs use)."""
+        out = str(self.out) + "-measure"
+        cmd = gpuopt_cmd("profile", "--quiet", "--force", "--measure-only", "-o", out, *self.args)
+        return own_step(timed_run(cmd, min(RUN_S, budget.left()), child_env()))
 
-def overhead(sides: Sides, budget: Budget, pairs_min: int, pairs_max: int) -> None:
-    """At least ``pairs_min`` pairs; more, up to ``pairs_max``, while a pair still fits with the
-    CUPTI pair after it."""
-    ratios: list[float] = []
+
+LABELS = {"gpuopt": "gpuopt", "measure": "--measure-only"}
+
+
+def overhead(sides: Sides, budget: Budget, pairs_min: int, pairs_max: int, parts: bool) -> None:
+    """At least ``pairs_min`` rounds (a plain run and each gpuopt side, the order rotated); more,
+    up to ``pairs_max``, while a round still fits with the CUPTI pair after it."""
+    names = ["plain", "measure", "gpuopt"] if parts else ["plain", "gpuopt"]
+    ratios: dict[str, list[float]] = {n: [] for n in names[1:]}
     plain_ms: list[float] = []
     for i in range(pairs_max):
         need = sides.pair_s if i < pairs_min else 2 * sides.pair_s + 10
         if budget.left() < need:
             if i < pairs_min:
-                say(f"- profile overhead: budget spent after {i} pair(s)")
+                say(f"- profile overhead: budget spent after {i} round(s)")
             break
         t0 = time.perf_counter()
-        order = ("plain", "gpuopt") if i % 2 == 0 else ("gpuopt", "plain")
+        order = names[i % len(names) :] + names[: i % len(names)]
         got = {k: getattr(sides, k)(budget) for k in order}
         sides.pair_s = time.perf_counter() - t0
-        a, b = got["plain"], got["gpuopt"]
-        if a is None or b is None:
+        a = got["plain"]
+        if a is None or any(got[k] is None for k in ratios):
             err = (sides.last.stderr.strip().splitlines() or ["?"])[-1] if sides.last else "?"
             say(f"- profile overhead pair {i + 1}: a run failed ({err[:200]})")
             continue
-        ratios.append(b / a)
         plain_ms.append(a)
-        say(f"- profile overhead pair {i + 1}: plain {a:.3f} ms, gpuopt {b:.3f} ms ({b / a:.3f}×)")
-    if ratios:
-        say(
-            f"- **profile overhead** (dispatch_step.py, 268 ops a step, own median step, "
-            f"{len(ratios)} alternated pairs): median ratio **{statistics.median(ratios):.3f}×** "
-            f"[{min(ratios):.3f}–{max(ratios):.3f}], plain median step "
-            f"{statistics.median(plain_ms):.3f} ms"
-        )
+        shown = []
+        for k in ratios:
+            b = got[k]
+            assert b is not None
+            ratios[k].append(b / a)
+            shown.append(f"{LABELS[k]} {b:.3f} ms ({b / a:.3f}×)")
+        say(f"- profile overhead pair {i + 1}: plain {a:.3f} ms, " + ", ".join(shown))
+    for k, rs in ratios.items():
+        if rs:
+            say(
+                f"- **profile overhead{'' if k == 'gpuopt' else ', ' + LABELS[k]}** "
+                f"(dispatch_step.py, 268 ops a step, own median step, {len(rs)} alternated "
+                f"{'rounds' if parts else 'pairs'}): median ratio **{statistics.median(rs):.3f}×** "
+                f"[{min(rs):.3f}–{max(rs):.3f}], plain median step "
+                f"{statistics.median(plain_ms):.3f} ms"
+            )
 
 
 def cupti_attached(sides: Sides, budget: Budget) -> None:
@@ -152,13 +176,18 @@ def window(sides: Sides) -> None:
 
 
 def main() -> int:
-    budget = parse_budget(__doc__, default=75.0)
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--budget", type=float, default=75.0, help="seconds this check may take")
+    ap.add_argument("--parts", action="store_true", help="a third side: profile --measure-only")
+    a = ap.parse_args()
+    budget = Budget(a.budget)
     device = device_or_skip()
     if device is None:
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         sides = Sides(device, 40 if dry_run() else 300, Path(tmp) / "run")
-        overhead(sides, budget, 1 if dry_run() else 3, 1 if dry_run() else 6)
+        rounds = (1, 1) if dry_run() else (3, 6)
+        overhead(sides, budget, *rounds, a.parts)
         window(sides)
         if device == "cuda":
             cupti_attached(sides, budget)
