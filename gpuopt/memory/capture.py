@@ -159,6 +159,19 @@ class CapturedStep:
             todo += [v.entry for v in self.entries[i].leaves if isinstance(v, Ref)]
         return sorted(keep)
 
+    def model_input(self) -> tuple[Entry | None, TensorSpec | None]:
+        """The first module call the replay runs, and its first tensor from outside that is not
+        a parameter (the batch); ``(None, None)`` without a module call."""
+        first = next(
+            (self.entries[i] for i in self.needed() if self.entries[i].kind == "module"), None
+        )
+        if first is None:
+            return None, None
+        specs = [
+            v for v in first.leaves if isinstance(v, TensorSpec) and v.shape and not v.is_parameter
+        ]
+        return first, (specs[0] if specs else None)
+
     def describe(self) -> str:
         """What the replay runs, in words."""
         needed = [self.entries[i] for i in self.needed()]
@@ -722,13 +735,10 @@ class StepRecorder:
         when no DataLoader says; none when the DataLoader's batch size is no dimension of it
         (a list of samples, each its own forward: the replay then runs at the script's shapes
         only)."""
-        entries = [self.step.entries[i] for i in self.step.needed()]
-        first = next((e for e in entries if e.kind == "module"), None)
-        specs = [v for v in first.leaves if isinstance(v, TensorSpec)] if first else []
-        specs = [s for s in specs if s.shape and not s.is_parameter]
-        if not specs:
+        first, spec = self.step.model_input()
+        if spec is None:
             return
-        shape = specs[0].shape
+        shape = spec.shape
         hints = self.batch_size_hint() if self.batch_size_hint is not None else []
         for b in hints:
             if b in shape:

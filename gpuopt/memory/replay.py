@@ -29,6 +29,7 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass, field
+from math import prod
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -156,6 +157,10 @@ class _Run:
         self.optimizers: dict[int, Any] = {}  # id(the script's optimizer) -> its fake
         self.loss_mode = "none"
         self.notes: list[str] = []
+        # elements of the model's input: the length of a target flattened from the same batch
+        # (word_language_model's ``source[i+1:i+1+bptt].view(-1)``, (bptt x batch,))
+        spec = step.model_input()[1]
+        self.flat_batch = prod(spec.shape) if spec is not None else None
 
     def note_workspaces(self, modelled: dict[str, int]) -> None:
         """Say which kernels' own buffers were modelled (:mod:`gpuopt.memory.kernels`)."""
@@ -364,7 +369,7 @@ class _Run:
                 shape[d] = b
             elif shape[0] == b0:
                 shape[0] = b
-            elif len(shape) == 1 and shape[0] == self._flat_batch() and shape[0] % b0 == 0:
+            elif len(shape) == 1 and shape[0] == self.flat_batch and shape[0] % b0 == 0:
                 shape[0] = shape[0] // b0 * b  # targets flattened: (bptt x batch,)
         fmt = torch.channels_last if spec.channels_last else torch.contiguous_format
         t = torch.empty(
@@ -375,19 +380,6 @@ class _Run:
         self.inputs[id(spec)] = t
         self.tracker.recategorize(t, "other")
         return t
-
-    def _flat_batch(self) -> int | None:
-        """Elements of the model's input (its first tensor): the length of a target flattened
-        from the same batch (word_language_model's ``source[i+1:i+1+bptt].view(-1)``)."""
-        first = next((e for e in self.step.entries if e.kind == "module"), None)
-        specs = [v for v in first.leaves if isinstance(v, TensorSpec)] if first else []
-        specs = [v for v in specs if v.shape and not v.is_parameter]
-        if not specs:
-            return None
-        n = 1
-        for dim in specs[0].shape:
-            n *= dim
-        return n
 
     def _value(self, leaf: Any) -> Any:
         if isinstance(leaf, Ref):
