@@ -476,7 +476,9 @@ def _dispatch(
         outside_ops_share=_share(outside, wall),
         outside_ops_min_us=round(outside_bound_s(cal) * 1e6, 1),
     )
-    if coll > 0:
+    if coll > 0 or any(c > 0 for c in colls):
+        # the window saw collectives: said even where the split left none of their wait (ops
+        # measured as the whole step on a loaded machine), so the key does not come and go
         out.collective_us_per_step = _us(coll, steps)
     measured = sum(p["ops_measured"] for p in per)
     host_scale = min(1.0, op_time / measured) if measured > 0 else 1.0
