@@ -54,12 +54,14 @@ def marker_site(script: Path, marker: str) -> str:
 
 
 def load_benchmark(name: str) -> ModuleType:
-    """``benchmarks/<name>.py`` loaded from its file: benchmarks/ is not a package, and nothing
-    imports it by name (registered in sys.modules: dataclasses resolve annotations through it)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    """``benchmarks/<name>.py`` loaded from its file (``gpu/check_compile`` for one in a
+    subfolder): benchmarks/ is not a package, and nothing imports it by name (registered in
+    sys.modules under its file's stem: dataclasses resolve annotations through it)."""
+    stem = Path(name).name
+    spec = importlib.util.spec_from_file_location(stem, ROOT / "benchmarks" / f"{name}.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
+    sys.modules[stem] = module
     spec.loader.exec_module(module)
     return module
 

@@ -7,17 +7,14 @@ user line (docs/compile.md)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, load_benchmark
 
 from gpuopt.compile.events import FrameRecord
 from gpuopt.memory.capture import StepRecorder
@@ -178,20 +175,10 @@ def test_frames_compiled_in_gpuopts_own_code_are_named() -> None:
     assert own_frames(frames[:1]) == []
 
 
-def _check_compile() -> ModuleType:
-    path = ROOT / "benchmarks" / "gpu" / "check_compile.py"
-    spec = importlib.util.spec_from_file_location("check_compile", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["check_compile"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_gpu_checks_report_says_a_site_unknown_and_never_crashes(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    check = _check_compile()
+    check = load_benchmark("gpu/check_compile")
     planted = {"BREAK-PRINT": 16, "BREAK-ITEM": 17, "BREAK-IF": 18}
     doc = {
         "compile": {

@@ -4,7 +4,6 @@ with what it printed kept, and a whole dry run (every check's logic on the CPU, 
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -12,18 +11,13 @@ from types import ModuleType
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, load_benchmark
 
 RUNNER = ROOT / "benchmarks" / "gpu" / "gpu_check.py"
 
 
 def _runner() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_check", RUNNER)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_check"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("gpu/gpu_check")
 
 
 def test_checks_of_this_issue_first_then_every_other_by_name() -> None:
@@ -131,12 +125,7 @@ def test_check_profile_parts_rotates_three_sides_and_reports_each(
     """``check_profile.py --parts``: plain, ``--measure-only`` and the full profile in rotated
     rounds, a median ratio for each gpuopt side (where the H200's overhead goes)."""
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "gpu"))
-    spec = importlib.util.spec_from_file_location(
-        "check_profile", ROOT / "benchmarks" / "gpu" / "check_profile.py"
-    )
-    assert spec and spec.loader
-    cp = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cp)
+    cp = load_benchmark("gpu/check_profile")
     order: list[str] = []
 
     class Sides:
