@@ -12,6 +12,10 @@
   windows, the NVML sampler and the memory probe add. The H200 read 1.06-1.48x (3 pairs) for the
   full profile, against ~1.01x on a CPU: this says which part is GPU-only. Each round then takes
   three runs: give it ~150 s.
+* **Which part** (``--split``, after the H200 read 1.46x for the full profile and 1.02x for
+  ``--measure-only``): three more sides, the full profile with ``--window 0`` (no recorder, no
+  profiler window), without the memory probe, and with the sampler's NVML reads off
+  (``_profile_without.py``): give it ~180 s.
 * **CUPTI left attached**: one more pair, the gpuopt side with ``TEARDOWN_CUPTI=0`` (Kineto's
   behaviour before gpuopt asked for teardown), when the budget allows.
 * **The profiler window**: the trace the last gpuopt run wrote, read by gpuopt: its steps (the
@@ -80,14 +84,45 @@ class Sides:
         cmd = gpuopt_cmd("profile", "--quiet", "--force", "--measure-only", "-o", out, *self.args)
         return own_step(timed_run(cmd, min(RUN_S, budget.left()), child_env()))
 
+    def _full_but(self, budget: Budget, *extra: str, off: str = "") -> float | None:
+        out = str(self.out) + "-split"
+        args = ("profile", "--quiet", "--force", *extra, "-o", out, *self.args)
+        cmd = [sys.executable, str(WITHOUT), off or "-", *args] if off else gpuopt_cmd(*args)
+        return own_step(timed_run(cmd, min(RUN_S, budget.left()), child_env()))
 
-LABELS = {"gpuopt": "gpuopt", "measure": "--measure-only"}
+    def window0(self, budget: Budget) -> float | None:
+        """``--window 0``: no recorder, no profiler window (CUPTI never attached)."""
+        return self._full_but(budget, "--window", "0")
+
+    def nomem(self, budget: Budget) -> float | None:
+        """The full profile without the memory probe."""
+        return self._full_but(budget, off="memory")
+
+    def nonvml(self, budget: Budget) -> float | None:
+        """The full profile, its sampler without NVML."""
+        return self._full_but(budget, off="nvml")
 
 
-def overhead(sides: Sides, budget: Budget, pairs_min: int, pairs_max: int, parts: bool) -> None:
+WITHOUT = Path(__file__).with_name("_profile_without.py")
+LABELS = {
+    "gpuopt": "gpuopt",
+    "measure": "--measure-only",
+    "window0": "--window 0",
+    "nomem": "no memory probe",
+    "nonvml": "no NVML reads",
+}
+
+
+def overhead(
+    sides: Sides, budget: Budget, pairs_min: int, pairs_max: int, parts: bool, split: bool = False
+) -> None:
     """At least ``pairs_min`` rounds (a plain run and each gpuopt side, the order rotated); more,
     up to ``pairs_max``, while a round still fits with the CUPTI pair after it."""
-    names = ["plain", "measure", "gpuopt"] if parts else ["plain", "gpuopt"]
+    names = ["plain", "gpuopt"]
+    if parts or split:
+        names[1:1] = ["measure"]
+    if split:
+        names[2:2] = ["window0", "nomem", "nonvml"]
     ratios: dict[str, list[float]] = {n: [] for n in names[1:]}
     plain_ms: list[float] = []
     for i in range(pairs_max):
@@ -118,7 +153,7 @@ def overhead(sides: Sides, budget: Budget, pairs_min: int, pairs_max: int, parts
             say(
                 f"- **profile overhead{'' if k == 'gpuopt' else ', ' + LABELS[k]}** "
                 f"(dispatch_step.py, 268 ops a step, own median step, {len(rs)} alternated "
-                f"{'rounds' if parts else 'pairs'}): median ratio **{statistics.median(rs):.3f}×** "
+                f"{'rounds' if len(names) > 2 else 'pairs'}): median ratio **{statistics.median(rs):.3f}×** "
                 f"[{min(rs):.3f}–{max(rs):.3f}], plain median step "
                 f"{statistics.median(plain_ms):.3f} ms"
             )
@@ -179,6 +214,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--budget", type=float, default=75.0, help="seconds this check may take")
     ap.add_argument("--parts", action="store_true", help="a third side: profile --measure-only")
+    ap.add_argument(
+        "--split",
+        action="store_true",
+        help="--parts and three more sides: --window 0, no memory probe, no NVML reads",
+    )
     a = ap.parse_args()
     budget = Budget(a.budget)
     device = device_or_skip()
@@ -187,7 +227,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         sides = Sides(device, 40 if dry_run() else 300, Path(tmp) / "run")
         rounds = (1, 1) if dry_run() else (3, 6)
-        overhead(sides, budget, *rounds, a.parts)
+        overhead(sides, budget, *rounds, a.parts, a.split)
         window(sides)
         if device == "cuda":
             cupti_attached(sides, budget)

@@ -405,18 +405,16 @@ class StepRecorder:
             self._finish_batch()
 
     def _pop_mode(self) -> None:
+        """Our mode off the stack, wherever it is (another mode pushed since sits above it: the
+        recorder's window opens at the step boundary a backward makes, before the optimizer step
+        that ends the program)."""
         mode = self._mode
         if mode is None:
             return
-        from torch.overrides import _get_current_function_mode_stack
+        from gpuopt.probes.torch_modes import remove_function_mode
 
-        stack = _get_current_function_mode_stack()  # type: ignore[no-untyped-call]
-        if stack and stack[-1] is mode:
-            mode.__exit__(None, None, None)
-            self._mode = None
-        elif not self.recording and mode not in stack:
-            self._mode = None
-        # else: a mode the script pushed is above ours; ours stays inert, popped at stop()
+        remove_function_mode(mode)
+        self._mode = None
 
     def _restore_optimizer_init(self) -> None:
         import torch

@@ -225,20 +225,21 @@ class RecorderEngine:
         self.step_start = self.last_exit = _perf()
 
     def turn_off(self) -> None:
-        """Pop the modes, each only while it is on top: a mode the user pushed later and has not
-        exited yet is never popped (ours then stays below it, inert, and is retried at ``stop``)."""
+        """Take the modes off: the function mode wherever it is on its stack (a mode pushed later
+        stays, in its place); the dispatch mode only while it is on top (one the user pushed later
+        and has not exited yet is never popped: ours then stays below it, inert, and is retried at
+        ``stop``)."""
         self.recording = False
         self.via_callee.clear()  # frees the frames it held
-        from torch.overrides import _get_current_function_mode_stack
         from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+        from gpuopt.probes.torch_modes import remove_function_mode
 
         try:
             fmode: Any = self._function_mode
             if fmode is not None:
-                stack = _get_current_function_mode_stack()  # type: ignore[no-untyped-call]
-                if stack and stack[-1] is fmode:
-                    fmode.__exit__(None, None, None)
-                    self._function_mode = None
+                remove_function_mode(fmode)
+                self._function_mode = None
             dmode: Any = self._dispatch_mode
             if dmode is not None and self._function_mode is None:
                 top: Any = _get_current_dispatch_mode()
