@@ -29,7 +29,7 @@ def test_a_mode_under_two_others_leaves_and_they_stay_in_order() -> None:
         assert remove_function_mode(ours)
         assert _get_current_function_mode_stack() == [a, b]
         torch.ones(2).add(1)
-        assert ours.calls == 0 and a.calls == 1 and b.calls == 1
+        assert ours.calls == 0 and a.calls > 0 and b.calls > 0
         assert not remove_function_mode(ours)  # already off: nothing popped
         assert _get_current_function_mode_stack() == [a, b]
     finally:
