@@ -191,8 +191,24 @@ def gate(doc: dict[str, Any], gid: str) -> dict[str, Any]:
     return next((g for g in doc["gates"] if g["id"] == gid), {"verdict": "absent"})
 
 
-# the gate each planted variant must fail
-DETECTED_BY = {"sleep": "step_time", "sync": "syncs_per_step", "loop": "loops", "same": "step_time"}
+# the gates each planted variant must fail (one of them; a sleep is time outside tensor ops,
+# a share within each run, and a longer step)
+DETECTED_BY = {
+    "sleep": ("outside_ops", "step_time"),
+    "sync": ("syncs_per_step",),
+    "loop": ("loops",),
+    "same": ("step_time",),
+}
+
+
+def detecting_gate(doc: dict[str, Any], variant: str) -> dict[str, Any]:
+    """The first of the variant's gates that failed; else an inconclusive one; else the first."""
+    gates = [gate(doc, gid) for gid in DETECTED_BY[variant]]
+    for verdict in ("fail", "inconclusive"):
+        hit = next((g for g in gates if g["verdict"] == verdict), None)
+        if hit is not None:
+            return hit
+    return gates[0]
 
 
 def calibrate(gpuopt: Path, target: Target, folder: Path, quiet: float, tries: int = 12) -> float:
@@ -224,7 +240,7 @@ def wait_for_quiet(limit: float, max_wait_s: float) -> float:
 
 
 def _outcome(doc: dict[str, Any], variant: str) -> dict[str, Any]:
-    g = gate(doc, DETECTED_BY[variant])
+    g = detecting_gate(doc, variant)
     step = gate(doc, "step_time")
     return {
         "exit": doc["exit_code"],

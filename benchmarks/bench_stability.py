@@ -110,6 +110,7 @@ def profile(gpuopt: Path, target: Target, out: Path) -> dict[str, Any]:
     cpu = doc.get("utilization", {}).get("cpu", {})
     row.update(
         miss=recorder_miss(doc),
+        outside=outside_share(doc),
         median_s=doc["steps"]["time_s"].get("median"),
         other_cores=cpu.get("other_cores_busy_mean"),
         run_delay=cpu.get("run_delay_share"),
@@ -125,6 +126,13 @@ def profile(gpuopt: Path, target: Target, out: Path) -> dict[str, Any]:
         ],
     )
     return row
+
+
+def outside_share(doc: dict[str, Any]) -> float | None:
+    """The mean of the window steps' shares outside tensor ops (gpuopt check's outside-ops
+    gate reads the same per-step values)."""
+    steps = (doc.get("dispatch") or {}).get("outside_ops_share_steps") or []
+    return statistics.fmean(steps) if steps else None
 
 
 def recorder_miss(doc: dict[str, Any]) -> float | None:
@@ -213,6 +221,7 @@ def drift(rows: list[dict[str, Any]]) -> dict[str, Any]:
         return statistics.stdev(logs) if len(logs) >= 2 else None
 
     misses = sorted(r["miss"] for r in rows if r.get("miss") is not None)
+    outside = [r["outside"] for r in rows if r.get("outside") is not None and quiet_run(r)]
     medians = [r["median_s"] for r in rows if r.get("median_s")]
     quiet = [r["median_s"] for r in rows if r.get("median_s") and quiet_run(r)]
     return {
@@ -223,6 +232,14 @@ def drift(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "min_s": min(medians) if medians else None,
         "max_s": max(medians) if medians else None,
         "miss": (statistics.median(misses), misses[0], misses[-1]) if misses else None,
+        "outside": (
+            statistics.fmean(outside),
+            statistics.stdev(outside),
+            min(outside),
+            max(outside),
+        )
+        if len(outside) >= 2
+        else None,
     }
 
 
@@ -245,8 +262,8 @@ def markdown(result: dict[str, Any]) -> str:
     lines += [
         "",
         "| target | median step | run-to-run sd (all runs) | sd (quiet runs) | range "
-        "| recorder miss: median (range) |",
-        "|---|---|---|---|---|---|",
+        "| recorder miss: median (range) | outside ops: mean, sd (range), quiet runs |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, t in result["targets"].items():
         d = t["drift"]
@@ -260,9 +277,11 @@ def markdown(result: dict[str, Any]) -> str:
         med = f"{d['median_s'] * 1e3:.2f} ms" if d["median_s"] is not None else "–"
         m = d.get("miss")
         miss = f"{m[0]:.0%} ({m[1]:.0%} … {m[2]:.0%})" if m else "–"
+        o = d.get("outside")
+        out = f"{o[0]:.1%}, {o[1] * 100:.1f}pt ({o[2]:.1%} … {o[3]:.1%})" if o else "–"
         lines.append(
             f"| {name} | {med} | {pct(d['sd_log'])} | {pct(d['sd_log_quiet'])} "
-            f"({d['quiet_runs']} runs) | {rng} | {miss} |"
+            f"({d['quiet_runs']} runs) | {rng} | {miss} | {out} |"
         )
     steady = [
         t["drift"]["sd_log_quiet"]
@@ -274,6 +293,16 @@ def markdown(result: dict[str, Any]) -> str:
             "",
             f"Largest run-to-run drift over quiet runs, steps of 1 ms or more: "
             f"**{max(steady):.1%}** (gpuopt check's ONE_RUN_DRIFT comes from this).",
+        ]
+    outside_sd = [
+        t["drift"]["outside"][1] for t in result["targets"].values() if t["drift"].get("outside")
+    ]
+    if outside_sd:
+        lines += [
+            "",
+            f"Largest run-to-run sd of the share outside tensor ops over quiet runs: "
+            f"**{max(outside_sd) * 100:.1f}pt** (gpuopt check's OUTSIDE_OPS_DRIFT comes from "
+            "this).",
         ]
     loads = [r["load1"] for r in result["rows"]]
     measured = [r for r in result["rows"] if "median_s" in r]

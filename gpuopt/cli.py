@@ -545,6 +545,12 @@ def check(
         "--max-data-wait-increase",
         help="Fail when the data-wait share rises by more (default 3pt).",
     ),
+    max_outside_ops_increase: str | None = typer.Option(
+        None,
+        "--max-outside-ops-increase",
+        help="Fail when the step's time outside tensor ops (a sleep, a blocking read, Python "
+        "work issuing no op) rises by more (default 5pt).",
+    ),
     max_gpu_idle_increase: str | None = typer.Option(
         None,
         "--max-gpu-idle-increase",
@@ -570,8 +576,8 @@ def check(
         None,
         "--gates",
         help=(
-            "Only these gates, comma-separated: step-time, data-wait, gpu, counters, findings "
-            "(default all; 'counters' alone is timing-free)."
+            "Only these gates, comma-separated: step-time, data-wait, outside-ops, gpu, "
+            "counters, findings (default all; 'counters' alone is timing-free)."
         ),
     ),
     strict: bool | None = typer.Option(
@@ -598,6 +604,7 @@ def check(
     flags = {
         "max-step-time-regression": max_step_time_regression,
         "max-data-wait-increase": max_data_wait_increase,
+        "max-outside-ops-increase": max_outside_ops_increase,
         "max-gpu-idle-increase": max_gpu_idle_increase,
         "min-gpu-util": min_gpu_util,
         "step-time-noise": step_time_noise,

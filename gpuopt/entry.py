@@ -175,6 +175,7 @@ def parse_profile(argv: list[str]) -> ProfileOptions | None:
 _CHECK_SETTINGS = (
     "--max-step-time-regression",
     "--max-data-wait-increase",
+    "--max-outside-ops-increase",
     "--max-gpu-idle-increase",
     "--min-gpu-util",
     "--step-time-noise",

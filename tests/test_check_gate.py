@@ -297,3 +297,113 @@ def test_an_estimate_above_the_threshold_is_never_a_silent_pass() -> None:
     assert gate.interval.low < 1.05 < gate.interval.estimate
     same = [run(noisy(m, seed=20 + i)) for i, m in enumerate((0.00675, 0.01241, 0.00820))]
     assert _gate(evaluate(base, same, Thresholds()), STEP).verdict == "pass"
+
+
+OUTSIDE = "time outside tensor ops (share of step)"
+
+
+def _outside(shares: list[float], site: str | None = None):  # type: ignore[no-untyped-def]
+    from gpuopt.model.records import OutsideSite
+
+    p = run([0.1] * 20)
+    p.dispatch.outside_ops_share_steps = shares
+    if site:
+        p.dispatch.outside_ops_sites = [
+            OutsideSite(site=site, frame=site, time_us_per_step=20_000.0, time_share=0.2, samples=9)
+        ]
+    return p
+
+
+def test_time_outside_ops_is_a_share_within_each_run() -> None:
+    """Issue 30: a planted sleep of 25% of a step cannot be told from the VM's 30% run-to-run
+    drift of step time with one run a side; its share of each run's own steps can. Identical
+    windows pass, a 20pt rise fails naming the line, a rise within the drift passes."""
+    base = _outside([0.02, 0.03, 0.025])
+    same = _outside([0.03, 0.02, 0.035])
+    slept = _outside([0.21, 0.19, 0.2], site="train.py:31")
+    th = Thresholds()
+    assert _gate(evaluate(base, same, th), OUTSIDE).verdict == "pass"
+    gate = _gate(evaluate(base, slept, th), OUTSIDE)
+    assert gate.verdict == "fail" and gate.change == "+17.5pt"
+    assert "train.py:31" in gate.detail and gate.interval is not None
+    assert "run-to-run drift 3.0pt (the floor" in gate.interval.covers  # OUTSIDE_OPS_DRIFT
+    small = _outside([0.06, 0.07, 0.065])  # +4pt: within the threshold and the drift
+    assert _gate(evaluate(base, small, th), OUTSIDE).verdict == "pass"
+
+
+def test_time_outside_ops_without_a_window_is_not_measured_and_busy_is_inconclusive() -> None:
+    th = Thresholds()
+    gate = _gate(evaluate(run([0.1] * 20), run([0.1] * 20), th), OUTSIDE)
+    assert gate.verdict == "not measured"
+    base, cand = _outside([0.02] * 3), _outside([0.4] * 3)
+    gate = _gate(evaluate(base, cand, th, busy="the candidate ran on a busy machine"), OUTSIDE)
+    assert gate.verdict == "inconclusive" and "busy" in gate.detail  # its wait unmeasured
+    cand.utilization.cpu.run_delay_share = (
+        0.2  # a ~38pt rise (low end ~31pt) is more than a 20% wait explains
+    )
+    gate = _gate(evaluate(base, cand, th, busy="the candidate ran on a busy machine"), OUTSIDE)
+    assert gate.verdict == "fail" and "waited at most 20%" in gate.detail
+    cand.utilization.cpu.run_delay_share = 0.3  # not more than a 30% one and the 5pt
+    gate = _gate(evaluate(base, cand, th, busy="the candidate ran on a busy machine"), OUTSIDE)
+    assert gate.verdict == "inconclusive"
+    off = Thresholds(gates=frozenset({"counters"}))
+    assert not [g for g in evaluate(base, cand, off) if g.metric == OUTSIDE]
+
+
+SLEEPY = """
+import time
+import torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(*[torch.nn.Linear(16, 16) for _ in range(6)])
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(16):
+    x = torch.randn(8, 16)
+    loss = model(x).square().mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    SLEEP
+"""
+
+
+def test_a_planted_sleep_fails_the_outside_ops_gate_at_its_line(tmp_path: Path) -> None:
+    """Two real runs, one run a side: a 20 ms sleep in a step of a few milliseconds fails the
+    outside-ops gate naming its line, whatever the step-time gate makes of the machine's drift;
+    the baseline against itself passes it."""
+    runs = {}
+    for name, stmt in (("base", "pass"), ("slept", "time.sleep(0.02)")):
+        script = tmp_path / f"{name}.py"
+        script.write_text(SLEEPY.replace("SLEEP", stmt))
+        out = tmp_path / f"run-{name}"
+        proc = run_gpuopt("profile", "--quiet", "-o", str(out), str(script), cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        runs[name] = out
+    same = run_gpuopt(
+        "check",
+        str(runs["base"]),
+        "--baseline",
+        str(runs["base"]),
+        "--format",
+        "json",
+        "--gates",
+        "outside-ops",
+    )
+    # a loaded machine (a neighbour's suite) makes it inconclusive, never a failure
+    assert json.loads(same.stdout)["gates"][0]["verdict"] in ("pass", "inconclusive"), same.stdout
+    got = run_gpuopt(
+        "check",
+        str(runs["slept"]),
+        "--baseline",
+        str(runs["base"]),
+        "--format",
+        "json",
+        "--gates",
+        "outside-ops",
+    )
+    gate = json.loads(got.stdout)["gates"][0]
+    assert gate["id"] == "outside_ops", gate
+    if gate["verdict"] == "inconclusive":  # both runs so slowed that their wait explains it
+        assert "busy machine" in gate["detail"], gate
+        return
+    assert got.returncode == 1 and gate["verdict"] == "fail", gate
+    assert "slept.py:13" in gate["detail"], gate  # the sleep's line

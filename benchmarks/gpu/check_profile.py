@@ -153,7 +153,8 @@ def overhead(
             say(
                 f"- **profile overhead{'' if k == 'gpuopt' else ', ' + LABELS[k]}** "
                 f"(dispatch_step.py, 268 ops a step, own median step, {len(rs)} alternated "
-                f"{'rounds' if len(names) > 2 else 'pairs'}): median ratio **{statistics.median(rs):.3f}×** "
+                f"{'rounds' if len(names) > 2 else 'pairs'}): "
+                f"median ratio **{statistics.median(rs):.3f}×** "
                 f"[{min(rs):.3f}–{max(rs):.3f}], plain median step "
                 f"{statistics.median(plain_ms):.3f} ms"
             )

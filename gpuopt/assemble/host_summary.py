@@ -475,6 +475,7 @@ def _dispatch(
         outside_ops_us_per_step=_us(outside, steps),
         outside_ops_share=_share(outside, wall),
         outside_ops_min_us=round(outside_bound_s(cal) * 1e6, 1),
+        outside_ops_share_steps=[_share(p["outside"], p["wall"]) for p in per],
     )
     if coll > 0 or any(c > 0 for c in colls):
         # the window saw collectives: said even where the split left none of their wait (ops

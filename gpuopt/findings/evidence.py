@@ -75,24 +75,25 @@ class Drift:
     busy: str = ""  # "" on a quiet machine, else what the machine did to the run
 
 
-def drift_of(profile: Profile) -> Drift:
-    """:data:`SHARE_DRIFT`, plus :data:`BUSY_DRIFT` × the run's threads' wait for a core ×
-    other processes' busy cores (at most 1), where the run measured them."""
+def drift_of(profile: Profile, quiet: float = SHARE_DRIFT) -> Drift:
+    """``quiet`` (:data:`SHARE_DRIFT`, or a rule's own measured drift), plus :data:`BUSY_DRIFT`
+    × the run's threads' wait for a core × other processes' busy cores (at most 1), where the
+    run measured them."""
     from gpuopt.model.records import given
 
     cpu = profile.utilization.cpu
     wait = given(cpu.run_delay_share)
     others = given(cpu.other_cores_busy_mean)
     if not isinstance(wait, (int, float)) or not isinstance(others, (int, float)):
-        return Drift()
+        return Drift(quiet)
     extra = BUSY_DRIFT * float(wait) * min(max(float(others), 0.0), 1.0)
     if extra < 0.005:
-        return Drift()
+        return Drift(quiet)
     why = (
         f"a busy machine: its threads waited {float(wait):.0%} of their time for a core while "
         f"other processes kept {float(others):.1f} cores busy"
     )
-    return Drift(SHARE_DRIFT + extra, why)
+    return Drift(quiet + extra, why)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 VALUED = (
     "--max-step-time-regression",
     "--max-data-wait-increase",
+    "--max-outside-ops-increase",
     "--max-gpu-idle-increase",
     "--min-gpu-util",
     "--step-time-noise",

@@ -47,13 +47,18 @@ SHORT_STEP_S = 1e-3
 # script: docs/benchmarks.md, issue 30). Rounded up to 30%.
 ONE_RUN_DRIFT = 0.30
 # the gates a check can run (``--gates``): timed ones, then those counted exactly
-GATE_GROUPS = ("step-time", "data-wait", "gpu", "counters", "findings")
+GATE_GROUPS = ("step-time", "data-wait", "outside-ops", "gpu", "counters", "findings")
+# The run-to-run drift (sd) of the share of a step outside tensor ops over quiet identical runs,
+# the floor of the outside-ops gate with fewer than three runs in all: benchmarks/
+# bench_stability.py's "outside ops sd" column (docs/benchmarks.md, issue 30)
+OUTSIDE_OPS_DRIFT = 0.03
 
 
 @dataclass(frozen=True)
 class Thresholds:
     max_step_time_regression: float = 0.05  # a fraction: 5%
     max_data_wait_increase: float = 0.03  # points of the step: 3pt
+    max_outside_ops_increase: float = 0.05  # points of the step: 5pt
     max_gpu_idle_increase: float = 0.03
     min_gpu_util: float | None = None  # a fraction: 0.6 is 60%
     step_time_noise: float = 0.01  # the least run-to-run drift of step time (1%)
@@ -280,6 +285,58 @@ def data_wait_gate(
         threshold=threshold,
         interval=_bounds(iv, "points"),
     )
+
+
+def outside_ops_gate(
+    base: Sequence[Profile], cand: Sequence[Profile], th: Thresholds, busy: str | None = None
+) -> Gate:
+    """The share of the step outside tensor ops (a sleep, a blocking read, Python work that
+    issues no op), from the recorder's window steps: a share within each run, so the machine's
+    run-to-run drift of step time (30% on this project's VM) does not hide a planted 25% sleep
+    from one run a side. Its drift floor: :data:`OUTSIDE_OPS_DRIFT` with fewer than three runs
+    in all, the data's own with more. The candidate's line where the time went is named."""
+    name, gid = "time outside tensor ops (share of step)", "outside_ops"
+    threshold = _pt(th.max_outside_ops_increase)
+    a = [s for s in map(m.outside_ops_shares, base) if s]
+    b = [s for s in map(m.outside_ops_shares, cand) if s]
+    if not a or not b:
+        return Gate(name, "not measured", "–", "–", "–", "no recorder window", id=gid)
+    ma = statistics.fmean(statistics.fmean(s) for s in a)
+    mb = statistics.fmean(statistics.fmean(s) for s in b)
+    shown = (f"{ma:.1%}", f"{mb:.1%}", _pt(mb - ma))
+    floor = max(th.share_noise, OUTSIDE_OPS_DRIFT if len(a) + len(b) < 3 else 0.0)
+    iv = compare_runs(
+        [RunValues(s) for s in a], [RunValues(s) for s in b], median=False, log=False, floor=floor
+    )
+    verdict = "fail" if iv.low > th.max_outside_ops_increase else "pass"
+    detail = f"{iv.text()}; threshold {threshold}"
+    if busy:
+        verdict, detail = _outside_ops_busy(iv.low, cand, th, busy, detail)
+    site = next(filter(None, (m.outside_ops_site(p) for p in cand)), None)
+    if verdict == "fail" and site:
+        detail = f"the candidate's time outside ops went to {site}; {detail}"
+    return Gate(
+        name, verdict, *shown, detail, id=gid, threshold=threshold, interval=_bounds(iv, "points")
+    )
+
+
+def _outside_ops_busy(
+    low: float, cand: Sequence[Profile], th: Thresholds, busy: str, detail: str
+) -> tuple[str, str]:
+    """On a busy machine a thread descheduled between two ops adds time outside ops: at most
+    the share of its runnable time the run's threads waited for a core (the candidate's largest).
+    A rise whose whole interval lies beyond that and the threshold still fails, saying so; any
+    other is inconclusive (unmeasured wait: inconclusive)."""
+    waits = [m.machine_load(p).run_delay for p in cand]
+    if not waits or any(w is None for w in waits):
+        return "inconclusive", busy
+    explained = max(float(w) for w in waits if w is not None)
+    if low > th.max_outside_ops_increase + explained:
+        return "fail", (
+            f"{busy}, but its threads waited at most {explained:.0%} of their time for a core, "
+            f"and the rise's whole interval lies beyond that; {detail}"
+        )
+    return "inconclusive", busy
 
 
 def _idle(v: RunValues) -> RunValues:
@@ -588,6 +645,7 @@ def evaluate(
     return [
         *([step_time_gate(ta, tb, th, busy, explained)] if "step-time" in on else []),
         *([data_wait_gate(ta, tb, th, busy)] if "data-wait" in on else []),
+        *([outside_ops_gate(ta, tb, th, busy)] if "outside-ops" in on else []),
         *(gpu_idle_gates(ta, tb, th, busy) if "gpu" in on else []),
         *(gpu_util_gates(tb, th, busy) if "gpu" in on else []),
         *(counter_gates(a, b) if "counters" in on else []),

@@ -5,13 +5,14 @@
 [tool.gpuopt.check]
 max-step-time-regression = "5%"
 max-data-wait-increase = "3pt"
+max-outside-ops-increase = "5pt"
 max-gpu-idle-increase = "3pt"
 min-gpu-util = "60%"
 step-time-noise = "1%"      # the least run-to-run drift the step-time interval assumes
 share-noise = "1pt"         # ... for shares (data wait, GPU idle and utilization)
 allow = ["dataloader-bound"]
 strict = true
-gates = ["counters", "findings"]   # default: all of step-time, data-wait, gpu, counters, findings
+gates = ["counters", "findings"]   # default: all (step-time, data-wait, outside-ops, gpu, ...)
 ```
 
 Flags override the file; ``--allow`` adds to its list. Keys may be written with ``-`` or ``_``.
@@ -39,6 +40,7 @@ else:  # pragma: no cover - Python 3.10
 FRACTIONS = {
     "max-step-time-regression": ("max_step_time_regression", "%"),
     "max-data-wait-increase": ("max_data_wait_increase", "pt"),
+    "max-outside-ops-increase": ("max_outside_ops_increase", "pt"),
     "max-gpu-idle-increase": ("max_gpu_idle_increase", "pt"),
     "min-gpu-util": ("min_gpu_util", "%"),
     "step-time-noise": ("step_time_noise", "%"),

@@ -42,6 +42,23 @@ def measured(p: Profile) -> list[StepRecord]:
     ]
 
 
+def outside_ops_shares(p: Profile) -> tuple[float, ...]:
+    """Each recorder window step's share of time outside tensor ops (a sleep, a blocking read,
+    Python work that issues no op; data, sync and collective waits left out)."""
+    steps = given(p.dispatch.outside_ops_share_steps)
+    return tuple(min(max(float(s), 0.0), 1.0) for s in steps or ())
+
+
+def outside_ops_site(p: Profile) -> str | None:
+    """The line most of that time went to, with the frame running there, as the gap sampler saw
+    it (None where it named none)."""
+    sites = given(p.dispatch.outside_ops_sites)
+    if not sites:
+        return None
+    top = max(sites, key=lambda s: s.time_us_per_step)
+    return top.site if top.frame in ("", top.site) else f"{top.site} ({top.frame})"
+
+
 def step_times(p: Profile) -> tuple[float, ...]:
     return tuple(float(r.time_s) for r in measured(p))
 

@@ -298,6 +298,8 @@ class Dispatch(Record):
     outside_ops_share: float | UnsetType = UNSET
     outside_ops_min_us: float | UnsetType = UNSET
     outside_ops_sites: list[OutsideSite] | UnsetType = UNSET
+    # outside_ops_share of each window step (``gpuopt check``'s outside-ops gate)
+    outside_ops_share_steps: list[float] | UnsetType = UNSET
 
 
 class Loop(Record):
