@@ -326,7 +326,9 @@ def test_time_outside_ops_is_a_share_within_each_run() -> None:
     gate = _gate(evaluate(base, slept, th), OUTSIDE)
     assert gate.verdict == "fail" and gate.change == "+17.5pt"
     assert "train.py:31" in gate.detail and gate.interval is not None
-    assert "run-to-run drift 3.0pt (the floor" in gate.interval.covers  # OUTSIDE_OPS_DRIFT
+    from gpuopt.gate.check import OUTSIDE_OPS_DRIFT
+
+    assert f"run-to-run drift {OUTSIDE_OPS_DRIFT * 100:.1f}pt (the floor" in gate.interval.covers
     small = _outside([0.06, 0.07, 0.065])  # +4pt: within the threshold and the drift
     assert _gate(evaluate(base, small, th), OUTSIDE).verdict == "pass"
 
