@@ -111,6 +111,7 @@ def profile(gpuopt: Path, target: Target, out: Path) -> dict[str, Any]:
     row.update(
         miss=recorder_miss(doc),
         outside=outside_share(doc),
+        outside_steps=(doc.get("dispatch") or {}).get("outside_ops_share_steps"),
         median_s=doc["steps"]["time_s"].get("median"),
         other_cores=cpu.get("other_cores_busy_mean"),
         run_delay=cpu.get("run_delay_share"),
@@ -129,10 +130,10 @@ def profile(gpuopt: Path, target: Target, out: Path) -> dict[str, Any]:
 
 
 def outside_share(doc: dict[str, Any]) -> float | None:
-    """The mean of the window steps' shares outside tensor ops (gpuopt check's outside-ops
-    gate reads the same per-step values)."""
+    """The median of the window steps' shares outside tensor ops (gpuopt check's outside-ops
+    gate's per-run value)."""
     steps = (doc.get("dispatch") or {}).get("outside_ops_share_steps") or []
-    return statistics.fmean(steps) if steps else None
+    return statistics.median(steps) if steps else None
 
 
 def recorder_miss(doc: dict[str, Any]) -> float | None:

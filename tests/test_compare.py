@@ -60,6 +60,18 @@ def test_every_metric_with_its_change_and_interval() -> None:
     assert "B vs A" in text and "Findings, B vs A\n  no change" in text
 
 
+def test_time_outside_tensor_ops_with_the_gates_interval() -> None:
+    """The share of the window steps outside ops (a sleep the step gained), next to "other",
+    with the outside-ops gate's interval; "–" for a run without a recorder window."""
+    a, b, c = run([0.1] * 20), run([0.1] * 20), run([0.1] * 20)
+    a.dispatch.outside_ops_share_steps = [0.02, 0.03, 0.025]
+    b.dispatch.outside_ops_share_steps = [0.21, 0.19, 0.2]
+    rows = {r.metric: r for r in compare(["a", "b", "c"], [a, b, c]).rows}
+    row = rows["outside tensor ops (share of step)"]
+    assert row.values == ["2.5%", "20.0%", "–"] and row.changes[0] == "+17.5pt"
+    assert row.intervals[0].startswith("90% interval +") and row.intervals[1] == ""
+
+
 def test_three_runs_compare_with_the_first() -> None:
     runs = [run(noisy(0.1 * k, seed=k)) for k in (1, 2, 3)]
     text = render(compare(["a", "b", "c"], runs), "md")

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpuopt.gate import measures as m
-from gpuopt.gate.check import MIN_STEPS, Thresholds, step_floor
+from gpuopt.gate.check import MIN_STEPS, OUTSIDE_OPS_DRIFT, Thresholds, step_floor
 from gpuopt.gate.noise import RunValues, compare_runs
 from gpuopt.model.profile import Finding, Profile
 from gpuopt.model.records import given
@@ -165,7 +165,32 @@ def step_rows(runs: list[Profile], th: Thresholds) -> list[Row]:
         values = [num(getattr(p.breakdown, key)) for p in runs]
         label = {"h2d": "host-to-device copies", "sync": "syncs"}.get(key, key)
         rows.append(_row("breakdown", f"{label} (share of step)", values, _share, _pt_change))
+    rows.append(_outside_row(runs, th))
     return rows
+
+
+def _outside_row(runs: list[Profile], th: Thresholds) -> Row:
+    """The median share of the recorder's window steps outside tensor ops (part of "other"),
+    with the outside-ops gate's interval (its one-run floor): a sleep or a blocking read the step
+    gained."""
+    shares = [m.outside_ops_shares(p) for p in runs]
+    row = _row(
+        "breakdown",
+        "outside tensor ops (share of step)",
+        [_median(s) if s else None for s in shares],
+        _share,
+        _pt_change,
+    )
+    floor = max(th.share_noise, OUTSIDE_OPS_DRIFT)
+    texts = [
+        compare_runs(
+            [RunValues(shares[0])], [RunValues(s)], median=True, log=False, floor=floor
+        ).text()
+        if shares[0] and s
+        else ""
+        for s in shares[1:]
+    ]
+    return Row(row.group, row.metric, row.values, row.numbers, row.changes, texts)
 
 
 def utilization_rows(runs: list[Profile]) -> list[Row]:
