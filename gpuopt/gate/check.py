@@ -294,7 +294,8 @@ def outside_ops_gate(
     issues no op), each run's median over the recorder's window steps: a share within each run,
     so the machine's run-to-run drift of step time (30% on this project's VM) does not hide a
     planted 25% sleep from one run a side. Its drift floor: :data:`OUTSIDE_OPS_DRIFT` with fewer
-    than three runs in all, the data's own with more. The candidate's line where the time went is named."""
+    than three runs in all, the data's own with more. The candidate's line where the time went
+    is named."""
     name, gid = "time outside tensor ops (share of step)", "outside_ops"
     threshold = _pt(th.max_outside_ops_increase)
     a = [s for s in map(m.outside_ops_shares, base) if s]
