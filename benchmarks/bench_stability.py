@@ -112,6 +112,11 @@ def profile(gpuopt: Path, target: Target, out: Path) -> dict[str, Any]:
         miss=recorder_miss(doc),
         outside=outside_share(doc),
         outside_steps=(doc.get("dispatch") or {}).get("outside_ops_share_steps"),
+        # the part of it the gap sampler named at a line
+        outside_named=sum(
+            s.get("time_share") or 0.0
+            for s in (doc.get("dispatch") or {}).get("outside_ops_sites") or []
+        ),
         median_s=doc["steps"]["time_s"].get("median"),
         other_cores=cpu.get("other_cores_busy_mean"),
         run_delay=cpu.get("run_delay_share"),

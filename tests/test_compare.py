@@ -61,14 +61,19 @@ def test_every_metric_with_its_change_and_interval() -> None:
 
 
 def test_time_outside_tensor_ops_with_the_gates_interval() -> None:
-    """The share of the window steps outside ops (a sleep the step gained), next to "other",
-    with the outside-ops gate's interval; "–" for a run without a recorder window."""
+    """The share of the window steps outside ops at named lines (a sleep the step gained), next
+    to "other", with the outside-ops gate's interval; "–" for a run without a recorder window."""
+    from gpuopt.model.records import OutsideSite
+
     a, b, c = run([0.1] * 20), run([0.1] * 20), run([0.1] * 20)
-    a.dispatch.outside_ops_share_steps = [0.02, 0.03, 0.025]
-    b.dispatch.outside_ops_share_steps = [0.21, 0.19, 0.2]
+    a.dispatch.outside_ops_us_per_step = 0.0
+    b.dispatch.outside_ops_us_per_step = 20_000.0
+    b.dispatch.outside_ops_sites = [
+        OutsideSite(site="t.py:9", frame="t.py:9", time_us_per_step=2e4, time_share=0.2, samples=9)
+    ]
     rows = {r.metric: r for r in compare(["a", "b", "c"], [a, b, c]).rows}
-    row = rows["outside tensor ops (share of step)"]
-    assert row.values == ["2.5%", "20.0%", "–"] and row.changes[0] == "+17.5pt"
+    row = rows["outside tensor ops, named (share of step)"]
+    assert row.values == ["0.0%", "20.0%", "–"] and row.changes[0] == "+20.0pt"
     assert row.intervals[0].startswith("90% interval +") and row.intervals[1] == ""
 
 

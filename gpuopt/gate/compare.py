@@ -170,25 +170,20 @@ def step_rows(runs: list[Profile], th: Thresholds) -> list[Row]:
 
 
 def _outside_row(runs: list[Profile], th: Thresholds) -> Row:
-    """The median share of the recorder's window steps outside tensor ops (part of "other"),
-    with the outside-ops gate's interval (its one-run floor): a sleep or a blocking read the step
-    gained."""
-    shares = [m.outside_ops_shares(p) for p in runs]
-    row = _row(
-        "breakdown",
-        "outside tensor ops (share of step)",
-        [_median(s) if s else None for s in shares],
-        _share,
-        _pt_change,
-    )
+    """The share of the recorder's window steps outside tensor ops at named lines (part of
+    "other"), with the outside-ops gate's interval (its one-run floor): a sleep or a blocking
+    read the step gained."""
+    named = [m.outside_ops_named(p) for p in runs]
+    row = _row("breakdown", "outside tensor ops, named (share of step)", named, _share, _pt_change)
     floor = max(th.share_noise, OUTSIDE_OPS_DRIFT)
+    first = named[0]
     texts = [
         compare_runs(
-            [RunValues(shares[0])], [RunValues(s)], median=True, log=False, floor=floor
+            [RunValues(value=first)], [RunValues(value=v)], median=False, log=False, floor=floor
         ).text()
-        if shares[0] and s
+        if first is not None and v is not None
         else ""
-        for s in shares[1:]
+        for v in named[1:]
     ]
     return Row(row.group, row.metric, row.values, row.numbers, row.changes, texts)
 

@@ -42,11 +42,14 @@ def measured(p: Profile) -> list[StepRecord]:
     ]
 
 
-def outside_ops_shares(p: Profile) -> tuple[float, ...]:
-    """Each recorder window step's share of time outside tensor ops (a sleep, a blocking read,
-    Python work that issues no op; data, sync and collective waits left out)."""
-    steps = given(p.dispatch.outside_ops_share_steps)
-    return tuple(min(max(float(s), 0.0), 1.0) for s in steps or ())
+def outside_ops_named(p: Profile) -> float | None:
+    """The share of the recorder's window steps spent outside tensor ops at lines the gap
+    sampler named (a sleep, a blocking read, Python work that issues no op; data, sync and
+    collective waits left out); None for a run without a recorder window."""
+    d = p.dispatch
+    if given(d.outside_ops_us_per_step) is None:
+        return None
+    return min(sum(float(s.time_share) for s in given(d.outside_ops_sites) or []), 1.0)
 
 
 def outside_ops_site(p: Profile) -> str | None:
