@@ -426,3 +426,41 @@ def test_a_planted_sleep_fails_the_outside_ops_gate_at_its_line(tmp_path: Path) 
         return
     assert got.returncode == 1 and gate["verdict"] == "fail", gate
     assert "slept.py:13" in gate["detail"], gate  # the sleep's line
+
+
+def test_a_sleep_in_a_step_of_tiny_ops_is_seen_where_the_cap_took_the_time(tmp_path: Path) -> None:
+    """index_loops: the recorder makes its window steps 12-25x slower and their time is capped at
+    the unrecorded steps', which leaves nothing between ops: a planted 3 ms sleep (25% of the
+    step) was 0 outside ops and the gate passed it (bench_check). The sampler's own time at the
+    sleep's line is recorder-free: the gate reads it."""
+    from conftest import ROOT
+
+    source = (ROOT / "examples" / "index_loops.py").read_text()
+    anchor = "        opt.step()\n"
+    assert source.count(anchor) == 1
+    runs = {}
+    for name, stmt in (("base", ""), ("slept", "; __import__('time').sleep(0.004)")):
+        script = tmp_path / name / "index_loops.py"
+        script.parent.mkdir()
+        script.write_text(source.replace(anchor, anchor.rstrip("\n") + stmt + "\n"))
+        out = tmp_path / f"run-{name}"
+        proc = run_gpuopt("profile", "--quiet", "-o", str(out), str(script), cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        runs[name] = out
+    doc = json.loads((runs["slept"] / "profile.json").read_text())["dispatch"]
+    assert doc["outside_ops_named_us_per_step"] > 2000, doc["outside_ops_named_us_per_step"]
+    got = run_gpuopt(
+        "check",
+        str(runs["slept"]),
+        "--baseline",
+        str(runs["base"]),
+        "--format",
+        "json",
+        "--gates",
+        "outside-ops",
+    )
+    gate = json.loads(got.stdout)["gates"][0]
+    if gate["verdict"] == "inconclusive":  # a loaded machine: its wait explains the rise
+        assert "busy machine" in gate["detail"], gate
+        return
+    assert gate["verdict"] == "fail" and "index_loops.py:" in gate["detail"], gate

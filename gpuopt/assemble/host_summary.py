@@ -714,22 +714,13 @@ def _sample_site(
     return None
 
 
-def _outside_sites(
-    sampled: tuple[list[GapSample], dict[int, CodeType]],
-    sites: _Sites,
-    dispatch: Dispatch,
-    bound_s: float,
-) -> list[OutsideSite]:
-    """The lines the window's time outside tensor ops went to, as the samples saw it (samples in
-    stretches shorter than ``bound_s`` left out). Each line's time is what its samples stand for,
-    never scaled up: a stretch the sampler could not look into (the process descheduled by a
-    busy machine holds the GIL) stays unnamed; the lines' sum is at most the measured time."""
+def _named_outside(
+    sampled: tuple[list[GapSample], dict[int, CodeType]], sites: _Sites, bound_s: float
+) -> dict[tuple[str, str], list[float]]:
+    """The samples' own seconds (and counts) by (user line, frame), samples in stretches shorter
+    than ``bound_s`` left out: real time in which the training thread ran no op and no recorder
+    code, so no share of the recorder's cost is in it."""
     samples, codes = sampled
-    outside_us = float(dispatch.outside_ops_us_per_step or 0.0)
-    step_us = float(dispatch.step_time_us or 0.0)
-    steps = int(dispatch.window_steps or 0)
-    if outside_us <= 0 or not samples or steps <= 0:
-        return []
     by: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0])
     where_of: dict[Stack, tuple[str, str] | None] = {}  # each distinct stack resolved once
     for sample in samples:
@@ -742,10 +733,38 @@ def _outside_sites(
             entry = by[where]
             entry[0] += sample.seconds
             entry[1] += 1
+    return by
+
+
+def _outside_sites(
+    sampled: tuple[list[GapSample], dict[int, CodeType]],
+    sites: _Sites,
+    dispatch: Dispatch,
+    bound_s: float,
+) -> list[OutsideSite]:
+    """The lines the window's time outside tensor ops went to, as the samples saw it (samples in
+    stretches shorter than ``bound_s`` left out). Each line's time is what its samples stand for,
+    never scaled up: a stretch the sampler could not look into (the process descheduled by a
+    busy machine holds the GIL) stays unnamed; the lines' sum is at most the measured time, or,
+    where the cap on the window's steps left none of it, the samples' own time.
+    ``dispatch.outside_ops_named_us_per_step`` gets the samples' own time, unscaled: where the
+    recorder's cap on a step of tiny ops took the time between ops, a planted 3 ms sleep left
+    nothing of the measured time and was named only there (``gpuopt check``'s outside-ops gate
+    reads it)."""
+    steps = int(dispatch.window_steps or 0)
+    if steps <= 0:
+        return []
+    by = _named_outside(sampled, sites, bound_s) if sampled[0] else {}
+    dispatch.outside_ops_named_us_per_step = round(
+        sum(secs for secs, _ in by.values()) * 1e6 / steps, 1
+    )
+    outside_us = float(dispatch.outside_ops_us_per_step or 0.0)
+    step_us = float(dispatch.step_time_us or 0.0)
     seen_us = sum(secs for secs, _ in by.values()) * 1e6 / steps
     if seen_us <= 0:
         return []
-    scale = min(1.0, outside_us / seen_us)
+    # scaled to the measured time, except where the cap left none of it: then the samples' own
+    scale = min(1.0, outside_us / seen_us) if outside_us > 0 else 1.0
     ranked = sorted(by.items(), key=lambda kv: (-kv[1][0], kv[0]))[:MAX_OUTSIDE_SITES]
     out = []
     for (site, frame), (secs, n) in ranked:

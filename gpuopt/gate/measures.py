@@ -49,6 +49,9 @@ def outside_ops_named(p: Profile) -> float | None:
     d = p.dispatch
     if given(d.outside_ops_us_per_step) is None:
         return None
+    named, step = num(given(d.outside_ops_named_us_per_step)), num(given(d.step_time_us))
+    if named is not None and step:
+        return min(named / step, 1.0)  # the samples' own time (documents from this wave on)
     return min(sum(float(s.time_share) for s in given(d.outside_ops_sites) or []), 1.0)
 
 

@@ -298,8 +298,11 @@ class Dispatch(Record):
     outside_ops_share: float | UnsetType = UNSET
     outside_ops_min_us: float | UnsetType = UNSET
     outside_ops_sites: list[OutsideSite] | UnsetType = UNSET
-    # outside_ops_share of each window step (``gpuopt check``'s outside-ops gate)
+    # outside_ops_share of each window step
     outside_ops_share_steps: list[float] | UnsetType = UNSET
+    # the gap sampler's own time at named lines, per window step, not scaled to the measured
+    # outside-ops time (``gpuopt check``'s outside-ops gate)
+    outside_ops_named_us_per_step: float | UnsetType = UNSET
 
 
 class Loop(Record):
