@@ -301,6 +301,8 @@ def accuracy(
             row["calibration"] = {"median_s": median, "sleep_s": sleep_s}
             rows.append(row)
             print(_line(row, loads), flush=True)
+            if args.json:  # every pair kept as it comes: a cut run still has what it measured
+                args.json.write_text(json.dumps({"rows": rows, "partial": True}, indent=2))
     return rows
 
 
