@@ -121,6 +121,26 @@ def test_short_runs_add_up_across_repeats() -> None:
     assert _gate(evaluate(base, cand, Thresholds()), STEP).verdict == "pass"
 
 
+def test_data_wait_with_one_run_a_side_assumes_its_measured_drift() -> None:
+    """bench_check: an identical vae pair (dataloader-bound, data wait ~40% of the step) failed
+    the data-wait gate with one run a side under the 1pt floor; identical runs' data-wait share
+    moves 1.6-2.7pt (sd). One run a side assumes 3pt: such a pair passes, a 20pt rise fails."""
+    from gpuopt.gate.check import DATA_WAIT_DRIFT
+
+    times = [0.1] * 30
+    base = run(times, [0.040] * 30)
+    same = run(times, [0.046] * 30)  # +6pt: what an identical vae pair did
+    gate = _gate(evaluate(base, same, Thresholds()), "data wait (share of step)")
+    assert gate.verdict == "pass", gate.detail
+    assert f"run-to-run drift {DATA_WAIT_DRIFT * 100:.1f}pt (the floor" in gate.interval.covers
+    assert (
+        _gate(
+            evaluate(base, run(times, [0.06] * 30), Thresholds()), "data wait (share of step)"
+        ).verdict
+        == "fail"
+    )
+
+
 def test_data_wait_share_in_points() -> None:
     times = [0.1] * 30
     base = run(times, [0.02] * 30)
@@ -356,13 +376,10 @@ def test_time_outside_ops_without_a_window_is_not_measured_and_busy_is_inconclus
     assert gate.verdict == "not measured"
     base, cand = _outside(0.02), _outside(0.4)
     gate = _gate(evaluate(base, cand, th, busy="the candidate ran on a busy machine"), OUTSIDE)
-    assert gate.verdict == "inconclusive" and "busy" in gate.detail  # its wait unmeasured
-    cand.utilization.cpu.run_delay_share = (
-        0.2  # a 38pt rise (low end ~36pt) is more than a 20% wait explains
-    )
-    gate = _gate(evaluate(base, cand, th, busy="the candidate ran on a busy machine"), OUTSIDE)
-    assert gate.verdict == "fail" and "waited at most 20%" in gate.detail
-    cand.utilization.cpu.run_delay_share = 0.35  # not more than a 35% one and the 5pt
+    assert gate.verdict == "inconclusive" and "busy" in gate.detail
+    # bench_check: an identical index_loops pair under two spinning neighbours rose 45pt with its
+    # threads waiting 40% of their time: a busy side is never judged by this gate
+    cand.utilization.cpu.run_delay_share = 0.2
     gate = _gate(evaluate(base, cand, th, busy="the candidate ran on a busy machine"), OUTSIDE)
     assert gate.verdict == "inconclusive"
     off = Thresholds(gates=frozenset({"counters"}))
