@@ -402,46 +402,43 @@ for step in range(16):
 """
 
 
+def _profiled(script: Path, source: str, out: Path) -> Path:
+    """``script`` written with ``source`` and profiled into ``out`` (one real run)."""
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(source)
+    proc = run_gpuopt("profile", "--quiet", "-o", str(out), str(script), cwd=out.parent)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def _outside_gate(cand: Path, base: Path) -> tuple[int, dict]:  # type: ignore[type-arg]
+    """``gpuopt check CAND --baseline BASE --gates outside-ops``: its exit code and the gate."""
+    got = run_gpuopt(
+        "check", str(cand), "--baseline", str(base), "--format", "json", "--gates", "outside-ops"
+    )
+    gate = json.loads(got.stdout)["gates"][0]
+    assert gate["id"] == "outside_ops", gate
+    return got.returncode, gate
+
+
 def test_a_planted_sleep_fails_the_outside_ops_gate_at_its_line(tmp_path: Path) -> None:
     """Two real runs, one run a side: a 20 ms sleep in a step of a few milliseconds fails the
     outside-ops gate naming its line, whatever the step-time gate makes of the machine's drift;
     the baseline against itself passes it."""
-    runs = {}
-    for name, stmt in (("base", "pass"), ("slept", "time.sleep(0.02)")):
-        script = tmp_path / f"{name}.py"
-        script.write_text(SLEEPY.replace("SLEEP", stmt))
-        out = tmp_path / f"run-{name}"
-        proc = run_gpuopt("profile", "--quiet", "-o", str(out), str(script), cwd=tmp_path)
-        assert proc.returncode == 0, proc.stderr
-        runs[name] = out
-    same = run_gpuopt(
-        "check",
-        str(runs["base"]),
-        "--baseline",
-        str(runs["base"]),
-        "--format",
-        "json",
-        "--gates",
-        "outside-ops",
-    )
+    runs = {
+        name: _profiled(
+            tmp_path / f"{name}.py", SLEEPY.replace("SLEEP", stmt), tmp_path / f"run-{name}"
+        )
+        for name, stmt in (("base", "pass"), ("slept", "time.sleep(0.02)"))
+    }
     # a loaded machine (a neighbour's suite) makes it inconclusive, never a failure
-    assert json.loads(same.stdout)["gates"][0]["verdict"] in ("pass", "inconclusive"), same.stdout
-    got = run_gpuopt(
-        "check",
-        str(runs["slept"]),
-        "--baseline",
-        str(runs["base"]),
-        "--format",
-        "json",
-        "--gates",
-        "outside-ops",
-    )
-    gate = json.loads(got.stdout)["gates"][0]
-    assert gate["id"] == "outside_ops", gate
-    if gate["verdict"] == "inconclusive":  # both runs so slowed that their wait explains it
+    _, same = _outside_gate(runs["base"], runs["base"])
+    assert same["verdict"] in ("pass", "inconclusive"), same
+    code, gate = _outside_gate(runs["slept"], runs["base"])
+    if gate["verdict"] == "inconclusive":  # a side ran on a busy machine
         assert "busy machine" in gate["detail"], gate
         return
-    assert got.returncode == 1 and gate["verdict"] == "fail", gate
+    assert code == 1 and gate["verdict"] == "fail", gate
     assert "slept.py:13" in gate["detail"], gate  # the sleep's line
 
 
@@ -455,29 +452,18 @@ def test_a_sleep_in_a_step_of_tiny_ops_is_seen_where_the_cap_took_the_time(tmp_p
     source = (ROOT / "examples" / "index_loops.py").read_text()
     anchor = "        opt.step()\n"
     assert source.count(anchor) == 1
-    runs = {}
-    for name, stmt in (("base", ""), ("slept", "; __import__('time').sleep(0.004)")):
-        script = tmp_path / name / "index_loops.py"
-        script.parent.mkdir()
-        script.write_text(source.replace(anchor, anchor.rstrip("\n") + stmt + "\n"))
-        out = tmp_path / f"run-{name}"
-        proc = run_gpuopt("profile", "--quiet", "-o", str(out), str(script), cwd=tmp_path)
-        assert proc.returncode == 0, proc.stderr
-        runs[name] = out
+    runs = {
+        name: _profiled(
+            tmp_path / name / "index_loops.py",
+            source.replace(anchor, anchor.rstrip("\n") + stmt + "\n"),
+            tmp_path / f"run-{name}",
+        )
+        for name, stmt in (("base", ""), ("slept", "; __import__('time').sleep(0.004)"))
+    }
     doc = json.loads((runs["slept"] / "profile.json").read_text())["dispatch"]
     assert doc["outside_ops_named_us_per_step"] > 2000, doc["outside_ops_named_us_per_step"]
-    got = run_gpuopt(
-        "check",
-        str(runs["slept"]),
-        "--baseline",
-        str(runs["base"]),
-        "--format",
-        "json",
-        "--gates",
-        "outside-ops",
-    )
-    gate = json.loads(got.stdout)["gates"][0]
-    if gate["verdict"] == "inconclusive":  # a loaded machine: its wait explains the rise
+    _, gate = _outside_gate(runs["slept"], runs["base"])
+    if gate["verdict"] == "inconclusive":  # a side ran on a busy machine
         assert "busy machine" in gate["detail"], gate
         return
     assert gate["verdict"] == "fail" and "index_loops.py:" in gate["detail"], gate

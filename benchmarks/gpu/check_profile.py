@@ -87,7 +87,7 @@ class Sides:
     def _full_but(self, budget: Budget, *extra: str, off: str = "") -> float | None:
         out = str(self.out) + "-split"
         args = ("profile", "--quiet", "--force", *extra, "-o", out, *self.args)
-        cmd = [sys.executable, str(WITHOUT), off or "-", *args] if off else gpuopt_cmd(*args)
+        cmd = [sys.executable, str(WITHOUT), off, *args] if off else gpuopt_cmd(*args)
         return own_step(timed_run(cmd, min(RUN_S, budget.left()), child_env()))
 
     def window0(self, budget: Budget) -> float | None:

@@ -755,12 +755,10 @@ def _outside_sites(
     if steps <= 0:
         return []
     by = _named_outside(sampled, sites, bound_s) if sampled[0] else {}
-    dispatch.outside_ops_named_us_per_step = round(
-        sum(secs for secs, _ in by.values()) * 1e6 / steps, 1
-    )
+    seen_us = sum(secs for secs, _ in by.values()) * 1e6 / steps
+    dispatch.outside_ops_named_us_per_step = round(seen_us, 1)
     outside_us = float(dispatch.outside_ops_us_per_step or 0.0)
     step_us = float(dispatch.step_time_us or 0.0)
-    seen_us = sum(secs for secs, _ in by.values()) * 1e6 / steps
     if seen_us <= 0:
         return []
     # scaled to the measured time, except where the cap left none of it: then the samples' own

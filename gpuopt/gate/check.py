@@ -258,6 +258,13 @@ def _step_verdict(
     return "pass", ""
 
 
+def share_floor(th: Thresholds, runs: int, one_run: float) -> float:
+    """The least run-to-run drift a share's interval assumes: ``--share-noise``, and with fewer
+    than three runs in all (too few to measure it) at least ``one_run``, the drift that share was
+    measured to have between identical runs (``DATA_WAIT_DRIFT``, ``OUTSIDE_OPS_DRIFT``)."""
+    return max(th.share_noise, one_run if runs < 3 else 0.0)
+
+
 def data_wait_gate(
     base: Sequence[Profile], cand: Sequence[Profile], th: Thresholds, busy: str | None = None
 ) -> Gate:
@@ -278,7 +285,7 @@ def data_wait_gate(
         [RunValues(s) for s in b],
         median=False,
         log=False,
-        floor=max(th.share_noise, DATA_WAIT_DRIFT if len(a) + len(b) < 3 else 0.0),
+        floor=share_floor(th, len(a) + len(b), DATA_WAIT_DRIFT),
     )
     verdict = "fail" if iv.low > th.max_data_wait_increase else "pass"
     detail = f"{iv.text()}; threshold {threshold}"
@@ -313,13 +320,12 @@ def outside_ops_gate(
         return Gate(name, "not measured", "–", "–", "–", "no recorder window", id=gid)
     ma, mb = statistics.fmean(a), statistics.fmean(b)
     shown = (f"{ma:.1%}", f"{mb:.1%}", _pt(mb - ma))
-    floor = max(th.share_noise, OUTSIDE_OPS_DRIFT if len(a) + len(b) < 3 else 0.0)
     iv = compare_runs(
         [RunValues(value=v) for v in a],
         [RunValues(value=v) for v in b],
         median=False,
         log=False,
-        floor=floor,
+        floor=share_floor(th, len(a) + len(b), OUTSIDE_OPS_DRIFT),
     )
     verdict = "fail" if iv.low > th.max_outside_ops_increase else "pass"
     detail = f"{iv.text()}; threshold {threshold}"

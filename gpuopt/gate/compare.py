@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpuopt.gate import measures as m
-from gpuopt.gate.check import MIN_STEPS, OUTSIDE_OPS_DRIFT, Thresholds, step_floor
+from gpuopt.gate.check import MIN_STEPS, OUTSIDE_OPS_DRIFT, Thresholds, share_floor, step_floor
 from gpuopt.gate.noise import RunValues, compare_runs
 from gpuopt.model.profile import Finding, Profile
 from gpuopt.model.records import given
@@ -175,7 +175,7 @@ def _outside_row(runs: list[Profile], th: Thresholds) -> Row:
     read the step gained."""
     named = [m.outside_ops_named(p) for p in runs]
     row = _row("breakdown", "outside tensor ops, named (share of step)", named, _share, _pt_change)
-    floor = max(th.share_noise, OUTSIDE_OPS_DRIFT)
+    floor = share_floor(th, 2, OUTSIDE_OPS_DRIFT)  # one run against one
     first = named[0]
     texts = [
         compare_runs(

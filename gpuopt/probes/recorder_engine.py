@@ -241,7 +241,7 @@ class RecorderEngine:
                 remove_function_mode(fmode)
                 self._function_mode = None
             dmode: Any = self._dispatch_mode
-            if dmode is not None and self._function_mode is None:
+            if dmode is not None:
                 top: Any = _get_current_dispatch_mode()
                 if top is not None and top is dmode:
                     top.__exit__(None, None, None)
