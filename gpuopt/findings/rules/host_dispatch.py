@@ -29,6 +29,12 @@ a floor that no subtraction touches (:func:`dispatch_floor`): each tiny op costs
 what the cheapest op call costs without the recorder (``calibrated_op_us``, the best of the
 calibration's repeats), so the share is at least tiny ops × that over the unrecorded steps' median
 (4,900 × 1.1 µs of a 7.3 ms step: 74%). The interval's low end (and the value) are raised to it.
+
+The share's interval also covers the recorder's own error (:func:`~gpuopt.findings.evidence.
+recorder_model`, as at a loop's site): in ``examples/ragged_steps.py`` (473 ops a step, the
+recorder's window 5-6 steps long, its estimate off by 40-70%) the share read 36-98% in identical
+runs and the finding was absent in 1 of 20 whose majority was HIGH. Such a step is borderline,
+never HIGH, unless its recorder-free floor clears HIGH on its own.
 """
 
 from __future__ import annotations
@@ -39,7 +45,13 @@ import msgspec
 
 from gpuopt.findings.engine import rule
 from gpuopt.findings.estimates import speedup_if_removed
-from gpuopt.findings.evidence import drift_of, evidence_of, judge, share_interval
+from gpuopt.findings.evidence import (
+    drift_of,
+    evidence_of,
+    judge,
+    recorder_model,
+    share_interval,
+)
 from gpuopt.findings.measures import from_trace, on_cpu_only, value
 from gpuopt.model.profile import EvidenceInterval, Finding, Profile
 from gpuopt.model.records import given
@@ -100,6 +112,7 @@ def _dispatch_interval(profile: Profile) -> EvidenceInterval:
         given(d.host_dispatch_share_steps) or [],
         "host_dispatch_share",
         drift_of(profile, DISPATCH_DRIFT),
+        recorder_model(profile, value(d.ops_per_step)),
     )
     floor = dispatch_floor(profile)
     if floor is None or floor <= iv.low:
