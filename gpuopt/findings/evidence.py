@@ -38,7 +38,8 @@ share of the step, or, where larger, the whole of what the window cost beyond th
 steps' time less the unrecorded steps' median less the estimate, over the step), since where that
 missed cost lands is not measured and it can all land at one site (examples/ragged_steps.py: a
 per-sample loop that takes 48% of the step by a hand-placed clock read 82-100%, HIGH in 18 of 20
-identical runs). A loop of tiny ops is then borderline, never HIGH, whatever its point share; a
+identical runs, before the lines' times were scaled into the step; examples/index_loops.py's
+lines, scaled, read 42-46% for a true 26% and 4-15% for another true 26%). A loop of tiny ops is then borderline, never HIGH, whatever its point share; a
 loop of few, large ops keeps a narrow interval. ``launch-bound``'s dispatch share, measured
 through the same recorder, carries the same error.
 """
@@ -155,7 +156,8 @@ def recorder_model(profile: Profile, ops_per_step: float | None) -> Model | None
     and it can all have landed at one site (examples/ragged_steps.py: a per-sample loop that
     takes 48% of the step timed by hand read 82-100%, with a miss of 44-71% at a cost of 0.4-0.6
     steps; examples/index_loops.py's ``counts[ids[i]] += 1`` read 62% for a true 26%, its
-    neighbouring loops nearly right). None where the run did not measure the recorder's cost."""
+    neighbouring loops nearly right; the lines' times scaled into the step since, the same loop
+    reads 42-46%). None where the run did not measure the recorder's cost."""
     per_op = num(profile.dispatch.recorder_overhead_us_per_op)
     real = num(profile.steps.time_s.median)
     if per_op is None or real is None or real <= 0 or not ops_per_step:
