@@ -340,23 +340,19 @@ def _split(
         wall, data = bound[0], bound[1]
     data = min(data, wall)
     # The host time outside the waits is split into op time and the rest (between ops). A
-    # capped step's excess is recorder cost the per-call model missed: it comes out of the
-    # dispatch time between ops first (never inventing dispatch overhead), then out of the op
-    # time, so the split always adds up to the step; never out of the stretches without ops.
+    # capped step's excess is recorder cost the per-call model missed: it comes out of the time
+    # between ops first (never inventing dispatch overhead), then out of the op time, so the
+    # split always adds up to the step.
     busy = max(wall - data - sync_calls, 0.0)
-    coll = max(coll, 0.0)
+    op_time = min(op_time, busy)
+    coll = min(max(coll, 0.0), busy - op_time)
+    between = busy - op_time - coll
     # stretches without ops longer than dispatch takes, less the waits that also fall between
-    # ops: the data wait outside data-loading ops, the collectives'. Measured stretch by stretch
-    # with the recorder's own time taken out, they keep their time in a capped step: the cap's
-    # excess comes out of the op time, which the recorder inflates (a planted 2.5 ms sleep in a
-    # step of 4,900 tiny ops read 0 when the op time came first)
+    # ops: the data wait outside data-loading ops, the collectives'
     bound_s = outside_bound_s(cal)
     long_gaps = sum(g for g in t.gaps if g >= bound_s)
     data_between = max(data - max(t.data_s - data_cost, 0.0), 0.0)
-    outside = min(max(long_gaps - data_between - coll, 0.0), busy)
-    op_time = min(op_time, busy - outside)
-    coll = min(coll, busy - op_time - outside)
-    between = busy - op_time - coll
+    outside = min(max(long_gaps - data_between - coll, 0.0), between)
     return {
         "overhead": overhead,
         "capped": float(wall < own),
