@@ -311,11 +311,13 @@ def markdown(result: dict[str, Any]) -> str:
         t["drift"]["named"][1] for t in result["targets"].values() if t["drift"].get("named")
     ]
     if outside_sd:
+        from gpuopt.gate.check import OUTSIDE_OPS_DRIFT
+
         lines += [
             "",
             "Largest run-to-run sd of the share outside tensor ops named at a line, quiet runs: "
-            f"**{max(outside_sd) * 100:.1f}pt** (gpuopt check's OUTSIDE_OPS_DRIFT, 1pt, is at "
-            "least this).",
+            f"**{max(outside_sd) * 100:.1f}pt** (gpuopt check's OUTSIDE_OPS_DRIFT, "
+            f"{OUTSIDE_OPS_DRIFT * 100:.0f}pt, should be at least this).",
         ]
     loads = [r["load1"] for r in result["rows"]]
     measured = [r for r in result["rows"] if "median_s" in r]

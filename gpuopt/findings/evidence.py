@@ -39,9 +39,10 @@ steps' time less the unrecorded steps' median less the estimate, over the step),
 missed cost lands is not measured and it can all land at one site (examples/ragged_steps.py: a
 per-sample loop that takes 48% of the step by a hand-placed clock read 82-100%, HIGH in 18 of 20
 identical runs, before the lines' times were scaled into the step; examples/index_loops.py's
-lines, scaled, read 42-46% for a true 26% and 4-15% for another true 26%). A loop of tiny ops is then borderline, never HIGH, whatever its point share; a
-loop of few, large ops keeps a narrow interval. ``launch-bound``'s dispatch share, measured
-through the same recorder, carries the same error.
+lines, scaled, read 42-46% for a true 26% and 4-15% for another true 26%). A loop of tiny ops
+is then borderline, never HIGH, whatever its point share; a loop of few, large ops keeps a narrow
+interval. ``launch-bound``'s dispatch share, measured through the same recorder, carries the
+same error.
 """
 
 from __future__ import annotations

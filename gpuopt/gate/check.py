@@ -51,8 +51,11 @@ GATE_GROUPS = ("step-time", "data-wait", "outside-ops", "gpu", "counters", "find
 # The run-to-run drift (sd) of the share of a step outside tensor ops named at a line, over quiet
 # identical runs, the floor of the outside-ops gate with fewer than three runs in all:
 # benchmarks/bench_stability.py's "named" column, at most 0.4pt over 20 runs each of 5 scripts
-# (2026-11-27, docs/benchmarks.md, issue 30); 1pt, the floor of every share.
-OUTSIDE_OPS_DRIFT = 0.01
+# (2026-11-27, docs/benchmarks.md, issue 30), then 2.0pt in a later round of 20 (index_loops: 0
+# in most runs, up to 7.4% in one, a Python stretch of the indexing loop the sampler caught): a
+# tail of single spikes, so 3pt, as the data-wait gate's, where a 7.4pt rise at one run a side
+# stays within noise and a planted sleep of a quarter of the step does not.
+OUTSIDE_OPS_DRIFT = 0.03
 # The run-to-run drift (sd) of a run's mean data-wait share over quiet identical runs, the floor of
 # the data-wait gate with fewer than three runs in all: bench_stability's evidence sd of
 # `dataloader-bound`, 1.6-2.7pt (slow_dataset, io_loader, corpus vae; 20 runs each, 2026-11-27),
