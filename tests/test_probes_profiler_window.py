@@ -67,7 +67,8 @@ def test_window_follows_the_recorder_window(tmp_path: Path) -> None:
     assert doc["trace"]["profiler_window"]["steps"] == 2
     events = _events(path)
     steps = sorted(e["name"] for e in events if e.get("name", "").startswith("ProfilerStep#"))
-    assert steps == ["ProfilerStep#0", "ProfilerStep#1"]
+    # and an empty one for the trace analyses' last-step rule to drop
+    assert steps == ["ProfilerStep#0", "ProfilerStep#1", "ProfilerStep#2"]
     adds = [e for e in events if e.get("name") == "aten::add" and e.get("ph") == "X"]
     assert len(adds) == 4 + 5  # steps 3 and 4 run 4 and 5 adds
 
@@ -84,6 +85,24 @@ def test_run_ending_inside_the_profiler_window_still_writes_the_trace(tmp_path: 
     )  # step 4 ends; 5 and 6 never run
     assert doc2["trace_files"] == [str(tmp_path / "b" / TRACE_NAME)]
     assert doc2["trace"]["profiler_window"]["steps"] == 1
+    assert _measured_steps(tmp_path / "b" / TRACE_NAME) == 1  # the step the end cut, dropped
+
+
+def _measured_steps(path: Path) -> int:
+    """How many steps the trace analyses (``gpuopt report``, the profile's window) measure."""
+    from gpuopt.trace.analysis import analyze_columns
+    from gpuopt.trace.decode import load_columns
+
+    return len(analyze_columns(load_columns(path), 0, None, str(path)).measured_steps)
+
+
+def test_a_complete_window_keeps_all_its_steps_for_the_trace_analyses(tmp_path: Path) -> None:
+    """The trace analyses drop a trace's last ProfilerStep (HTA's rule: the profiler usually cuts
+    it off); on an H200 the window's three steps were measured as two. A window whose last step
+    ended adds an empty step for the rule to drop."""
+    doc = _drive(ProfilerWindow(require_cuda=False), tmp_path, steps=7, window_steps=3)
+    assert doc["trace"]["profiler_window"]["steps"] == 3
+    assert _measured_steps(tmp_path / TRACE_NAME) == 3
 
 
 @pytest.mark.skipif(

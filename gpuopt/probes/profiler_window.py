@@ -117,7 +117,7 @@ class ProfilerWindow:
             if self._prof is not None:
                 self.recorded_steps += 1
                 if index >= self.start_step + self.steps - 1:
-                    self._end()
+                    self._end(complete=True)
                 else:
                     self._mark_step()
             elif index == self.start_step - 1 and self.written is None:
@@ -184,11 +184,21 @@ class ProfilerWindow:
         self._step_span.__enter__()
         self._step_number += 1
 
-    def _end(self) -> None:
+    def _end(self, complete: bool = False) -> None:
+        """Stop the profiler and write its trace. ``complete``: the window's last step ended
+        (else the run ended inside it). Trace analyses drop a trace's last ``ProfilerStep``
+        (HTA's rule, gpuopt.trace.prepare: the profiler usually cuts it off), so a complete
+        window ends with an empty step of its own for them to drop: on an H200 the window's
+        three steps were measured as two. A step the run's end cut off stays the last one."""
+        from torch.profiler import record_function
+
         prof, self._prof = self._prof, None
         span, self._step_span = self._step_span, None
         if span is not None:
             span.__exit__(None, None, None)
+        if complete:
+            with record_function(f"ProfilerStep#{self._step_number}"):
+                pass
         with quiet_profiler():
             prof.stop()
             assert self.path is not None
