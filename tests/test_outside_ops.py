@@ -105,6 +105,32 @@ def test_the_sampler_skips_ops_short_stretches_and_the_recorder() -> None:
     assert sampler.look(now=1.0, last=0.99) is None
 
 
+def test_a_sample_carries_when_its_stretch_began() -> None:
+    engine = _Engine()
+    engine.last_exit = 0.5
+    sampler = GapSampler(engine, frozenset())
+    sampler.start()
+    sampler.stop()
+    sample = sampler.look(now=1.0, last=0.99)
+    assert sample is not None and sample.since == 0.5 and sample.age == pytest.approx(0.5)
+
+
+def test_a_stretch_the_sampler_looked_into_is_named_for_its_measured_length() -> None:
+    """Looks every millisecond miss a stretch's start and the tail after the last look: a 1.7 ms
+    sleep planted in examples/index_loops.py was named for a third of it (6pt of a 17% sleep),
+    and gpuopt check passed it. Where the recorder measured the stretch, its samples are
+    scaled up to its length; never down, and a stretch it did not measure keeps their time."""
+    from gpuopt.assemble.host_summary import _stretch_scale
+    from gpuopt.probes.gap_sampler import GapSample
+
+    def at(since: float, seconds: float) -> GapSample:
+        return GapSample(step=0, seconds=seconds, age=0.001, stack=(), since=since)
+
+    samples = [at(1.0, 0.0004), at(1.0, 0.0002), at(2.0, 0.001), at(3.0, 0.002)]
+    lengths = {1.0: 0.0018, 2.0: 0.0005, 5.0: 0.004}
+    assert _stretch_scale(samples, lengths) == {1.0: pytest.approx(3.0), 2.0: 1.0}
+
+
 def test_recorder_codes_cover_the_modes_and_the_sync_wrapper() -> None:
     codes = recorder_codes(RecorderEngine)
     assert id(RecorderEngine.on_dispatch.__code__) in codes

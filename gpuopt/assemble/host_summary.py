@@ -234,7 +234,11 @@ def summarize(capture: RecorderCapture, series: list[StepRecord]) -> HostSummary
     )
     dispatch.top_sites = _top_sites(total, sites, steps, wall, cal, scale)
     dispatch.outside_ops_sites = _outside_sites(
-        (capture.gap_samples, capture.gap_codes), sites, dispatch, outside_bound_s(cal)
+        (capture.gap_samples, capture.gap_codes),
+        sites,
+        dispatch,
+        outside_bound_s(cal),
+        total.gap_at,
     )
     if ragged is not None:
         ragged.step_signatures_distinct = len({c.signature for c in engine.step_counters})
@@ -732,24 +736,43 @@ def _sample_site(
     return None
 
 
+def _stretch_scale(samples: list[GapSample], lengths: dict[float, float]) -> dict[float, float]:
+    """For each stretch the samples looked into whose length the recorder measured (``lengths``,
+    by when it began), the factor that brings its samples' seconds up to that length: samples
+    every millisecond miss the stretch's start and the tail after the last look (a planted
+    1.7 ms sleep was named for a third of it). Never below 1."""
+    seen: dict[float, float] = defaultdict(float)
+    for sample in samples:
+        if sample.since in lengths:
+            seen[sample.since] += max(sample.seconds, 0.0)
+    return {k: max(lengths[k] / v, 1.0) for k, v in seen.items() if v > 0}
+
+
 def _named_outside(
-    sampled: tuple[list[GapSample], dict[int, CodeType]], sites: _Sites, bound_s: float
+    sampled: tuple[list[GapSample], dict[int, CodeType]],
+    sites: _Sites,
+    bound_s: float,
+    lengths: dict[float, float] | None = None,
 ) -> dict[tuple[str, str], list[float]]:
-    """The samples' own seconds (and counts) by (user line, frame), samples in stretches shorter
-    than ``bound_s`` left out: real time in which the training thread ran no op and no recorder
-    code, so no share of the recorder's cost is in it."""
+    """The seconds (and sample counts) by (user line, frame) of the stretches without ops the
+    samples looked into, those shorter than ``bound_s`` left out: real time in which the
+    training thread ran no op and no recorder code, so no share of the recorder's cost is in it.
+    A stretch whose length the recorder measured (``lengths``: :attr:`StepCounters.gap_at`)
+    counts for all of it, shared among its samples' lines; another, for its samples' own time."""
     samples, codes = sampled
+    lengths = lengths or {}
+    scale = _stretch_scale(samples, lengths)
     by: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0])
     where_of: dict[Stack, tuple[str, str] | None] = {}  # each distinct stack resolved once
     for sample in samples:
-        if sample.seconds <= 0 or sample.age < bound_s:
-            continue  # nothing, or a stretch (so far) short enough to be dispatch
+        if sample.seconds <= 0 or lengths.get(sample.since, sample.age) < bound_s:
+            continue  # nothing, or a stretch short enough to be dispatch
         if sample.stack not in where_of:
             where_of[sample.stack] = _sample_site(sites.resolver, sample, codes)
         where = where_of[sample.stack]
         if where is not None:
             entry = by[where]
-            entry[0] += sample.seconds
+            entry[0] += sample.seconds * scale.get(sample.since, 1.0)
             entry[1] += 1
     return by
 
@@ -759,20 +782,22 @@ def _outside_sites(
     sites: _Sites,
     dispatch: Dispatch,
     bound_s: float,
+    lengths: dict[float, float] | None = None,
 ) -> list[OutsideSite]:
     """The lines the window's time outside tensor ops went to, as the samples saw it (samples in
-    stretches shorter than ``bound_s`` left out). Each line's time is what its samples stand for,
-    never scaled up: a stretch the sampler could not look into (the process descheduled by a
-    busy machine holds the GIL) stays unnamed; the lines' sum is at most the measured time, or,
-    where the cap on the window's steps left none of it, the samples' own time.
-    ``dispatch.outside_ops_named_us_per_step`` gets the samples' own time, unscaled: where the
+    stretches shorter than ``bound_s`` left out). Each line's time is that of the stretches its
+    samples looked into (:func:`_named_outside`; ``lengths``: the recorder's measured stretches):
+    a stretch the sampler could not look into (the process descheduled by a busy machine holds
+    the GIL) stays unnamed; the lines' sum is at most the measured time, or, where the cap on the
+    window's steps left none of it, the named stretches' own time.
+    ``dispatch.outside_ops_named_us_per_step`` gets the named time, uncapped: where the
     recorder's cap on a step of tiny ops took the time between ops, a planted 3 ms sleep left
     nothing of the measured time and was named only there (``gpuopt check``'s outside-ops gate
     reads it)."""
     steps = int(dispatch.window_steps or 0)
     if steps <= 0:
         return []
-    by = _named_outside(sampled, sites, bound_s) if sampled[0] else {}
+    by = _named_outside(sampled, sites, bound_s, lengths) if sampled[0] else {}
     seen_us = sum(secs for secs, _ in by.values()) * 1e6 / steps
     dispatch.outside_ops_named_us_per_step = round(seen_us, 1)
     outside_us = float(dispatch.outside_ops_us_per_step or 0.0)

@@ -7,7 +7,10 @@ sampler looks at the training thread's Python stack every :data:`INTERVAL_S` whi
 window is on (its steps are left out of the run's statistics), and keeps a sample only when the
 thread is in such a stretch: in no op and in no recorder code, at least
 :data:`~gpuopt.probes.recorder_counters.GAP_FLOOR_S` after the last op ended. Each sample weighs
-the time since the sampler's previous look (at most the stretch's age).
+the time since the sampler's previous look (at most the stretch's age), and carries when its
+stretch began (``since``): where the recorder measured that stretch (``StepCounters.gap_at``),
+the assembly names it for its whole length, which looks every millisecond undercount (a 1.7 ms
+sleep was named for a third of it).
 
 Samples keep the stack as ``(id(code), lasti)`` pairs, innermost first (the sampler keeps the code
 objects alive in ``codes``; a stack seen again is the same tuple, so a long sleep's thousands of
@@ -48,6 +51,7 @@ class GapSample:
     seconds: float  # the time it stands for
     age: float  # seconds since the last op ended, when it was taken
     stack: Stack  # (id(code), lasti), innermost first: codes in GapSampler.codes
+    since: float = 0.0  # when the stretch began (the engine's last_exit): the stretch's key
 
 
 class GapSampler:
@@ -109,7 +113,8 @@ class GapSampler:
         engine = self.engine
         if not engine.recording or engine.busy:
             return None
-        age = now - engine.last_exit
+        since = engine.last_exit
+        age = now - since
         if age < GAP_FLOOR_S:
             return None
         frame = sys._current_frames().get(self._tid)
@@ -134,6 +139,7 @@ class GapSampler:
             seconds=min(now - last, age),
             age=age,
             stack=self._stacks.setdefault(key, key),
+            since=since,
         )
         self.samples.append(sample)
         return sample

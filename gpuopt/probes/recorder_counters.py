@@ -56,6 +56,9 @@ class StepCounters:
         # seconds of each stretch of at least GAP_FLOOR_S without a model op (data-loading ops
         # and the recorder's own time not counted), the step's last stretch included
         self.gaps: list[float] = []
+        # the same stretches by when they began (the engine's ``last_exit`` then): the gap
+        # sampler's samples carry it, so a stretch it looked into is named for its whole length
+        self.gap_at: dict[float, float] = {}
 
     def merge(self, other: StepCounters) -> None:
         tables: tuple[tuple[dict[Any, list[Any]], dict[Any, list[Any]]], ...] = (
@@ -71,6 +74,7 @@ class StepCounters:
                     for i in range(S_DATA):
                         mine[i] += st[i]
         self.gaps.extend(other.gaps)
+        self.gap_at.update(other.gap_at)
         for caller, n in other.via_calls.items():
             self.via_calls[caller] = self.via_calls.get(caller, 0) + n
         for table, theirs in ((self.syncs, other.syncs), (self.transfers, other.transfers)):
