@@ -385,7 +385,7 @@ def _site_scale(t: StepCounters, cal: Calibration, host: float) -> float:
     than its per-call model says, what the model missed stays in the lines' times, and the cap
     of :func:`_split` takes it out of the step but not out of them: examples/ragged_steps.py's
     lines summed to 1.3-1.9 steps, and its per-sample loop, 48% of the step by a hand-placed
-    clock, read 72-100%. Scaled, each line keeps its part of the step (the loop 51-55%); where the
+    clock, read 72-100%. Scaled, each line keeps its part of the step (the loop 44-59%); where the
     model covered the cost the lines add up to the step and nothing changes."""
     per_op, per_call = _per_event(t, cal)
     lines = sum(_site_time(st, per_op, per_call) for st in t.sites.values() if not st[S_DATA])

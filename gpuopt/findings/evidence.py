@@ -112,11 +112,10 @@ class Model:
     why: str
 
 
-def recorder_miss(profile: Profile) -> float | None:
-    """How far this run's estimate of the recorder's cost in its window missed what the window
-    observably cost: ``|1 - estimated / observed|``, where *estimated* is the recorder's cost per
-    op times the ops per step and *observed* the window's raw step time less the unrecorded
-    steps' median. None where the run lacks either."""
+def _recorder_cost(profile: Profile) -> tuple[float, float, float] | None:
+    """``(estimated, observed, step)`` in µs: the recorder's estimated cost per window step (its
+    cost per op times the ops per step), what the window observably cost (its raw step time less
+    the unrecorded steps' median) and that median. None where the run lacks any."""
     d = profile.dispatch
     per_op, ops, raw = (
         num(d.recorder_overhead_us_per_op),
@@ -126,26 +125,28 @@ def recorder_miss(profile: Profile) -> float | None:
     real = num(profile.steps.time_s.median)
     if per_op is None or ops is None or raw is None or real is None or real <= 0:
         return None
-    estimated, observed = per_op * ops, raw - real * 1e6
-    if estimated <= 0 or observed <= 0:
+    return per_op * ops, raw - real * 1e6, real * 1e6
+
+
+def recorder_miss(profile: Profile) -> float | None:
+    """How far this run's estimate of the recorder's cost in its window missed what the window
+    observably cost: ``|1 - estimated / observed|`` (:func:`_recorder_cost`). None where the run
+    lacks either."""
+    cost = _recorder_cost(profile)
+    if cost is None or cost[0] <= 0 or cost[1] <= 0:
         return None
-    return abs(1.0 - estimated / observed)
+    return abs(1.0 - cost[0] / cost[1])
 
 
 def recorder_missed(profile: Profile) -> float:
     """What the window's recorder cost beyond its estimate, as a share of the unrecorded step:
-    ``(observed - estimated) / step`` (see :func:`recorder_miss`); 0 where the estimate covered
-    it or the run lacks either."""
-    d = profile.dispatch
-    per_op, ops, raw = (
-        num(d.recorder_overhead_us_per_op),
-        num(d.ops_per_step),
-        num(d.step_time_us_raw),
-    )
-    real = num(profile.steps.time_s.median)
-    if per_op is None or ops is None or raw is None or real is None or real <= 0:
+    ``(observed - estimated) / step`` (:func:`_recorder_cost`); 0 where the estimate covered it
+    or the run lacks either."""
+    cost = _recorder_cost(profile)
+    if cost is None:
         return 0.0
-    return max(raw - real * 1e6 - per_op * ops, 0.0) / (real * 1e6)
+    estimated, observed, step = cost
+    return max(observed - estimated, 0.0) / step
 
 
 def recorder_model(profile: Profile, ops_per_step: float | None) -> Model | None:
