@@ -376,7 +376,7 @@ def _split(
 
 def _site_time(st: list[Any], per_op: float, per_call: float) -> float:
     """A line's host time (its ops and the time before each), its recorder cost estimate out."""
-    return max(st[S_TIME] - st[S_OPS] * per_op - st[S_TF] * per_call, 0.0)
+    return max(float(st[S_TIME] - st[S_OPS] * per_op - st[S_TF] * per_call), 0.0)
 
 
 def _site_scale(t: StepCounters, cal: Calibration, host: float) -> float:
