@@ -238,7 +238,7 @@ def summarize(capture: RecorderCapture, series: list[StepRecord]) -> HostSummary
         sites,
         dispatch,
         outside_bound_s(cal),
-        total.gap_at,
+        total.gaps,
     )
     if ragged is not None:
         ragged.step_signatures_distinct = len({c.signature for c in engine.step_counters})
@@ -354,7 +354,7 @@ def _split(
     # stretches without ops longer than dispatch takes, less the waits that also fall between
     # ops: the data wait outside data-loading ops, the collectives'
     bound_s = outside_bound_s(cal)
-    long_gaps = sum(g for g in t.gaps if g >= bound_s)
+    long_gaps = sum(g for g in t.gaps.values() if g >= bound_s)
     data_between = max(data - max(t.data_s - data_cost, 0.0), 0.0)
     outside = min(max(long_gaps - data_between - coll, 0.0), between)
     return {
@@ -757,7 +757,7 @@ def _named_outside(
     """The seconds (and sample counts) by (user line, frame) of the stretches without ops the
     samples looked into, those shorter than ``bound_s`` left out: real time in which the
     training thread ran no op and no recorder code, so no share of the recorder's cost is in it.
-    A stretch whose length the recorder measured (``lengths``: :attr:`StepCounters.gap_at`)
+    A stretch whose length the recorder measured (``lengths``: :attr:`StepCounters.gaps`)
     counts for all of it, shared among its samples' lines; another, for its samples' own time."""
     samples, codes = sampled
     lengths = lengths or {}

@@ -8,7 +8,7 @@ window is on (its steps are left out of the run's statistics), and keeps a sampl
 thread is in such a stretch: in no op and in no recorder code, at least
 :data:`~gpuopt.probes.recorder_counters.GAP_FLOOR_S` after the last op ended. Each sample weighs
 the time since the sampler's previous look (at most the stretch's age), and carries when its
-stretch began (``since``): where the recorder measured that stretch (``StepCounters.gap_at``),
+stretch began (``since``): where the recorder measured that stretch (``StepCounters.gaps``),
 the assembly names it for its whole length, which looks every millisecond undercount (a 1.7 ms
 sleep was named for a third of it).
 

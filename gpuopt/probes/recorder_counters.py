@@ -54,11 +54,10 @@ class StepCounters:
         self.op_order: list[tuple[Any, Key | None]] = []
         self.wall_s = 0.0
         # seconds of each stretch of at least GAP_FLOOR_S without a model op (data-loading ops
-        # and the recorder's own time not counted), the step's last stretch included
-        self.gaps: list[float] = []
-        # the same stretches by when they began (the engine's ``last_exit`` then): the gap
-        # sampler's samples carry it, so a stretch it looked into is named for its whole length
-        self.gap_at: dict[float, float] = {}
+        # and the recorder's own time not counted), the step's last stretch included, by when it
+        # began (the engine's ``last_exit`` then): the gap sampler's samples carry that time, so
+        # a stretch it looked into is named for its whole length
+        self.gaps: dict[float, float] = {}
 
     def merge(self, other: StepCounters) -> None:
         tables: tuple[tuple[dict[Any, list[Any]], dict[Any, list[Any]]], ...] = (
@@ -73,8 +72,7 @@ class StepCounters:
                 else:
                     for i in range(S_DATA):
                         mine[i] += st[i]
-        self.gaps.extend(other.gaps)
-        self.gap_at.update(other.gap_at)
+        self.gaps.update(other.gaps)
         for caller, n in other.via_calls.items():
             self.via_calls[caller] = self.via_calls.get(caller, 0) + n
         for table, theirs in ((self.syncs, other.syncs), (self.transfers, other.transfers)):

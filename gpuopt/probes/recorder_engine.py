@@ -265,8 +265,7 @@ class RecorderEngine:
         acc = self.acc
         tail = now - self.last_exit - (acc.own_tf_s - self.own_mark)
         if tail >= GAP_FLOOR_S:
-            acc.gaps.append(tail)  # from the step's last op to its end
-            acc.gap_at[self.last_exit] = tail
+            acc.gaps[self.last_exit] = tail  # from the step's last op to its end
         acc.wall_s = now - self.step_start
         acc.setup_s = self.resolver.miss_s - self._miss_mark
         self._miss_mark = self.resolver.miss_s
@@ -476,8 +475,7 @@ class RecorderEngine:
         if gap >= GAP_FLOOR_S:
             net = gap - (acc.own_tf_s - self.own_mark)  # the recorder's own time taken out
             if net >= GAP_FLOOR_S:
-                acc.gaps.append(net)
-                acc.gap_at[self.last_exit] = net
+                acc.gaps[self.last_exit] = net
         if dt * 1e6 < SMALL_OP_US:
             acc.small_ops += 1
             acc.small_s += dt
