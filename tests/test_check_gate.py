@@ -5,6 +5,7 @@ test depends on this machine's speed."""
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -370,6 +371,37 @@ def test_a_stall_no_sample_named_is_not_time_outside_ops() -> None:
     assert gate.verdict == "pass" and gate.candidate == "0.0%"
 
 
+def _named_by_step(shares: list[float]):  # type: ignore[no-untyped-def]
+    """A run whose window steps had ``shares`` of a 6.5 ms step named outside ops (this wave's
+    documents: the named time by step), their mean in the older per-step value."""
+    p = _outside(statistics.fmean(shares))
+    d = p.dispatch
+    d.step_time_us = 6500.0
+    d.outside_ops_named_us_steps = [s * 6500.0 for s in shares]
+    d.outside_ops_named_us_per_step = statistics.fmean(shares) * 6500.0
+    return p
+
+
+def test_a_stall_in_one_window_step_is_not_a_change_in_every_step() -> None:
+    """bench_check, issue 30: a quiet identical pair of index_loops failed this gate, its
+    candidate's threads waiting 7.3% of their time for a core (every other quiet run of 200:
+    at most 1.3%). The window's steps, 22x longer with the recorder (143 ms for 6.5 ms), gather
+    a stall (a collection, the process descheduled) that the sampler names for its length, and
+    that length is read against the step without the recorder: one stalled step of three made
+    a third of a step's stall per step. A regression is in every step: the gate reads the
+    steps' median, a planted sleep in every step still fails, a stall in one step passes."""
+    th = Thresholds()
+    base = _named_by_step([0.0, 0.01, 0.0])
+    stalled = _named_by_step([0.0, 0.9, 0.01])  # mean 30%: the per-step mean failed
+    gate = _gate(evaluate(base, stalled, th), OUTSIDE)
+    assert gate.verdict == "pass" and gate.candidate == "1.0%", gate
+    slept = _named_by_step([0.24, 0.26, 0.25])
+    gate = _gate(evaluate(base, slept, th), OUTSIDE)
+    assert gate.verdict == "fail" and gate.change == "+25.0pt", gate
+    older = _outside(0.3)  # a document without the steps keeps the mean
+    assert _gate(evaluate(base, older, th), OUTSIDE).verdict == "fail"
+
+
 def test_time_outside_ops_without_a_window_is_not_measured_and_busy_is_inconclusive() -> None:
     th = Thresholds()
     gate = _gate(evaluate(run([0.1] * 20), run([0.1] * 20), th), OUTSIDE)
@@ -466,4 +498,5 @@ def test_a_sleep_in_a_step_of_tiny_ops_is_seen_where_the_cap_took_the_time(tmp_p
     if gate["verdict"] == "inconclusive":  # a side ran on a busy machine
         assert "busy machine" in gate["detail"], gate
         return
-    assert gate["verdict"] == "fail" and "index_loops.py:" in gate["detail"], gate
+    steps = doc.get("outside_ops_named_us_steps")
+    assert gate["verdict"] == "fail" and "index_loops.py:" in gate["detail"], (gate, steps, doc)

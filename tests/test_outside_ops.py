@@ -40,6 +40,10 @@ def _named(doc: dict[str, Any], marker: str) -> None:
     assert d["outside_ops_share"] >= 0.4, d
     assert sites[0]["site"] == site(FILE, marker), sites
     assert sites[0]["time_share"] >= 0.3, sites
+    # ... in every window step (``gpuopt check`` reads the steps' median)
+    steps = d["outside_ops_named_us_steps"]
+    assert len(steps) == d["window_steps"] == 3, d
+    assert min(steps) >= 0.3 * d["step_time_us"], (steps, d["step_time_us"])
     # ... and it is not dispatch: the dispatch share leaves it out, launch-bound stays silent
     assert d["host_dispatch_share"] < 0.3, d  # launch-bound's threshold
     profile = msgspec.convert(doc, Profile)

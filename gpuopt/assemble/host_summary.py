@@ -753,12 +753,14 @@ def _named_outside(
     sites: _Sites,
     bound_s: float,
     lengths: dict[float, float] | None = None,
+    per_step: dict[int, float] | None = None,
 ) -> dict[tuple[str, str], list[float]]:
     """The seconds (and sample counts) by (user line, frame) of the stretches without ops the
     samples looked into, those shorter than ``bound_s`` left out: real time in which the
     training thread ran no op and no recorder code, so no share of the recorder's cost is in it.
     A stretch whose length the recorder measured (``lengths``: :attr:`StepCounters.gaps`)
-    counts for all of it, shared among its samples' lines; another, for its samples' own time."""
+    counts for all of it, shared among its samples' lines; another, for its samples' own time.
+    ``per_step`` (when given) gets the same seconds by window step."""
     samples, codes = sampled
     lengths = lengths or {}
     scale = _stretch_scale(samples, lengths)
@@ -771,9 +773,12 @@ def _named_outside(
             where_of[sample.stack] = _sample_site(sites.resolver, sample, codes)
         where = where_of[sample.stack]
         if where is not None:
+            secs = sample.seconds * scale.get(sample.since, 1.0)
             entry = by[where]
-            entry[0] += sample.seconds * scale.get(sample.since, 1.0)
+            entry[0] += secs
             entry[1] += 1
+            if per_step is not None:
+                per_step[sample.step] = per_step.get(sample.step, 0.0) + secs
     return by
 
 
@@ -797,9 +802,13 @@ def _outside_sites(
     steps = int(dispatch.window_steps or 0)
     if steps <= 0:
         return []
-    by = _named_outside(sampled, sites, bound_s, lengths) if sampled[0] else {}
+    per_step: dict[int, float] = {}
+    by = _named_outside(sampled, sites, bound_s, lengths, per_step) if sampled[0] else {}
     seen_us = sum(secs for secs, _ in by.values()) * 1e6 / steps
     dispatch.outside_ops_named_us_per_step = round(seen_us, 1)
+    dispatch.outside_ops_named_us_steps = [
+        round(per_step.get(i, 0.0) * 1e6, 1) for i in range(steps)
+    ]
     outside_us = float(dispatch.outside_ops_us_per_step or 0.0)
     step_us = float(dispatch.step_time_us or 0.0)
     if seen_us <= 0:

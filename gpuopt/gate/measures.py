@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 
 from gpuopt.gate.noise import RunValues
@@ -45,11 +46,18 @@ def measured(p: Profile) -> list[StepRecord]:
 def outside_ops_named(p: Profile) -> float | None:
     """The share of the recorder's window steps spent outside tensor ops at lines the gap
     sampler named (a sleep, a blocking read, Python work that issues no op; data, sync and
-    collective waits left out); None for a run without a recorder window."""
+    collective waits left out); None for a run without a recorder window. Where the document
+    has it by step, the steps' median: a regression is in every step, a stall in one step (a
+    collection, the process descheduled) is not, and the window's steps, stretched by the
+    recorder (index_loops: 143 ms a step for 6.5 ms without it), gather such stalls against a
+    step time the recorder's cost is taken out of."""
     d = p.dispatch
     if given(d.outside_ops_us_per_step) is None:
         return None
     named, step = num(given(d.outside_ops_named_us_per_step)), num(given(d.step_time_us))
+    steps = given(d.outside_ops_named_us_steps)
+    if steps and step:
+        return min(statistics.median(steps) / step, 1.0)
     if named is not None and step:
         return min(named / step, 1.0)  # the samples' own time (documents from this wave on)
     return min(sum(float(s.time_share) for s in given(d.outside_ops_sites) or []), 1.0)

@@ -303,6 +303,9 @@ class Dispatch(Record):
     # the gap sampler's own time at named lines, per window step, not scaled to the measured
     # outside-ops time (``gpuopt check``'s outside-ops gate)
     outside_ops_named_us_per_step: float | UnsetType = UNSET
+    # that named time in each window step (the gate takes their median: a stall in one step, a
+    # collection or the process descheduled, is not a change in every step)
+    outside_ops_named_us_steps: list[float] | UnsetType = UNSET
 
 
 class Loop(Record):
