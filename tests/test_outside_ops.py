@@ -160,3 +160,52 @@ def test_gpuopt_profile_names_a_sleep_in_the_step_other_at_its_line(tmp_path: Pa
     assert "launch-bound" not in [f["id"] for f in doc["findings"]]
     report = run_gpuopt("report", str(tmp_path / "run"))
     assert "Time outside tensor ops" in report.stdout
+
+
+def test_a_stretch_the_sampler_saw_in_one_step_is_named_in_every_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bench_check (issue 30): a 1.5 ms sleep planted after every step of index_loops was seen in
+    one window step of three in 3 of 20 runs, and the gate read a third of it. The stretch after
+    as many ops in a step of as many ops is the same code: named in every step for its measured
+    length. Here the sampler stops after its first sample."""
+    from gpuopt.probes import gap_sampler
+
+    monkeypatch.setattr(gap_sampler, "MAX_SAMPLES", 1)
+    mod = load(FILE)
+    d = _run(lambda x: mod["with_sleep"](x, 0.03), tmp_path)["dispatch"]
+    top = d["outside_ops_sites"][0]
+    assert top["samples"] == 1 and top["site"] == site(FILE, "SLEEP"), top
+    steps = d["outside_ops_named_us_steps"]
+    assert len(steps) == 3 and min(steps) >= 25_000, steps  # each step's 30 ms sleep
+
+
+def test_the_same_stretch_is_one_at_the_same_place_in_a_step_of_as_many_ops() -> None:
+    """A stall in one step (a collection, the process descheduled) sits where the other steps
+    have no long stretch and stays in its step; a step with another number of ops (a ragged
+    batch) is not matched; a stretch short enough to be dispatch is not named."""
+    from gpuopt.assemble.stretches import same_stretches, stretches
+    from gpuopt.probes.recorder_counters import StepCounters
+
+    def step(ops: int, gaps: dict[float, tuple[float, int]]) -> StepCounters:
+        acc = StepCounters()
+        acc.ops = ops
+        for start, (length, before) in gaps.items():
+            acc.gaps[start] = length
+            acc.gap_ops[start] = before
+        return acc
+
+    found = stretches(
+        [
+            step(10, {1.0: (0.0015, 0), 1.5: (0.030, 4)}),  # the sleep, seen; a stall, seen
+            step(10, {2.0: (0.0016, 0), 2.3: (0.0001, 4)}),  # the sleep; a short stretch
+            step(12, {3.0: (0.0015, 0)}),  # another number of ops
+            step(10, {4.0: (0.0014, 0)}),
+        ]
+    )
+    named = {1.0: ("train.py:9", "train.py:9"), 1.5: ("train.py:5", "train.py:5")}
+    got = sorted(same_stretches(found, named, bound_s=0.0005))
+    assert got == [
+        (("train.py:9", "train.py:9"), 1, 0.0016),
+        (("train.py:9", "train.py:9"), 3, 0.0014),
+    ]

@@ -44,6 +44,7 @@ from statistics import median
 from types import CodeType
 from typing import Any
 
+from gpuopt.assemble.stretches import Stretches, same_stretches, stretches
 from gpuopt.model.profile import (
     Dispatch,
     Loop,
@@ -238,7 +239,7 @@ def summarize(capture: RecorderCapture, series: list[StepRecord]) -> HostSummary
         sites,
         dispatch,
         outside_bound_s(cal),
-        total.gaps,
+        stretches(engine.step_counters),
     )
     if ragged is not None:
         ragged.step_signatures_distinct = len({c.signature for c in engine.step_counters})
@@ -752,19 +753,23 @@ def _named_outside(
     sampled: tuple[list[GapSample], dict[int, CodeType]],
     sites: _Sites,
     bound_s: float,
-    lengths: dict[float, float] | None = None,
+    found: Stretches | None = None,
     per_step: dict[int, float] | None = None,
 ) -> dict[tuple[str, str], list[float]]:
     """The seconds (and sample counts) by (user line, frame) of the stretches without ops the
     samples looked into, those shorter than ``bound_s`` left out: real time in which the
     training thread ran no op and no recorder code, so no share of the recorder's cost is in it.
-    A stretch whose length the recorder measured (``lengths``: :attr:`StepCounters.gaps`)
-    counts for all of it, shared among its samples' lines; another, for its samples' own time.
-    ``per_step`` (when given) gets the same seconds by window step."""
+    A stretch whose length the recorder measured (``found``: :attr:`StepCounters.gaps`)
+    counts for all of it, shared among its samples' lines; another, for its samples' own time;
+    and the same stretch in the steps where no sample looked into it, for its length
+    (:func:`~gpuopt.assemble.stretches.same_stretches`). ``per_step`` (when given) gets the
+    same seconds by window step."""
     samples, codes = sampled
-    lengths = lengths or {}
+    found = found or Stretches()
+    lengths = found.lengths
     scale = _stretch_scale(samples, lengths)
     by: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0])
+    named: dict[float, tuple[str, str]] = {}  # each stretch a sample named, by its start
     where_of: dict[Stack, tuple[str, str] | None] = {}  # each distinct stack resolved once
     for sample in samples:
         if sample.seconds <= 0 or lengths.get(sample.since, sample.age) < bound_s:
@@ -777,8 +782,13 @@ def _named_outside(
             entry = by[where]
             entry[0] += secs
             entry[1] += 1
+            named.setdefault(sample.since, where)
             if per_step is not None:
                 per_step[sample.step] = per_step.get(sample.step, 0.0) + secs
+    for where, step, secs in same_stretches(found, named, bound_s):
+        by[where][0] += secs
+        if per_step is not None:
+            per_step[step] = per_step.get(step, 0.0) + secs
     return by
 
 
@@ -787,11 +797,11 @@ def _outside_sites(
     sites: _Sites,
     dispatch: Dispatch,
     bound_s: float,
-    lengths: dict[float, float] | None = None,
+    found: Stretches | None = None,
 ) -> list[OutsideSite]:
     """The lines the window's time outside tensor ops went to, as the samples saw it (samples in
     stretches shorter than ``bound_s`` left out). Each line's time is that of the stretches its
-    samples looked into (:func:`_named_outside`; ``lengths``: the recorder's measured stretches):
+    samples looked into (:func:`_named_outside`; ``found``: the recorder's measured stretches):
     a stretch the sampler could not look into (the process descheduled by a busy machine holds
     the GIL) stays unnamed; the lines' sum is at most the measured time, or, where the cap on the
     window's steps left none of it, the named stretches' own time.
@@ -803,7 +813,7 @@ def _outside_sites(
     if steps <= 0:
         return []
     per_step: dict[int, float] = {}
-    by = _named_outside(sampled, sites, bound_s, lengths, per_step) if sampled[0] else {}
+    by = _named_outside(sampled, sites, bound_s, found, per_step) if sampled[0] else {}
     seen_us = sum(secs for secs, _ in by.values()) * 1e6 / steps
     dispatch.outside_ops_named_us_per_step = round(seen_us, 1)
     dispatch.outside_ops_named_us_steps = [

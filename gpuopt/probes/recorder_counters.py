@@ -58,6 +58,12 @@ class StepCounters:
         # began (the engine's ``last_exit`` then): the gap sampler's samples carry that time, so
         # a stretch it looked into is named for its whole length
         self.gaps: dict[float, float] = {}
+        # where each of those stretches sat in its step, by the same key: the model ops before it
+        # (the step's last stretch: all of them). A step's code runs its ops in
+        # the same order every step, so the stretch at the same place in another step is the
+        # same code: named there too where the sampler missed it (a 1.5 ms sleep, looked at once
+        # a millisecond, was seen in one step of three)
+        self.gap_ops: dict[float, int] = {}
 
     def merge(self, other: StepCounters) -> None:
         tables: tuple[tuple[dict[Any, list[Any]], dict[Any, list[Any]]], ...] = (
@@ -73,6 +79,7 @@ class StepCounters:
                     for i in range(S_DATA):
                         mine[i] += st[i]
         self.gaps.update(other.gaps)
+        self.gap_ops.update(other.gap_ops)
         for caller, n in other.via_calls.items():
             self.via_calls[caller] = self.via_calls.get(caller, 0) + n
         for table, theirs in ((self.syncs, other.syncs), (self.transfers, other.transfers)):

@@ -266,6 +266,7 @@ class RecorderEngine:
         tail = now - self.last_exit - (acc.own_tf_s - self.own_mark)
         if tail >= GAP_FLOOR_S:
             acc.gaps[self.last_exit] = tail  # from the step's last op to its end
+            acc.gap_ops[self.last_exit] = acc.ops
         acc.wall_s = now - self.step_start
         acc.setup_s = self.resolver.miss_s - self._miss_mark
         self._miss_mark = self.resolver.miss_s
@@ -476,6 +477,7 @@ class RecorderEngine:
             net = gap - (acc.own_tf_s - self.own_mark)  # the recorder's own time taken out
             if net >= GAP_FLOOR_S:
                 acc.gaps[self.last_exit] = net
+                acc.gap_ops[self.last_exit] = acc.ops - 1  # the ops before this one
         if dt * 1e6 < SMALL_OP_US:
             acc.small_ops += 1
             acc.small_s += dt

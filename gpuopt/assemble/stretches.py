@@ -1,0 +1,68 @@
+"""The window's stretches without tensor ops, by where each sat in its step: the same stretch in
+every step, where the gap sampler looked into it in only some.
+
+The recorder measures every stretch between two model ops of at least ``GAP_FLOOR_S``
+(``StepCounters.gaps``, by when it began) and how many model ops of its step ran before it
+(``StepCounters.gap_ops``). The gap sampler looks at the training thread once a millisecond, and
+less often while the thread holds the GIL: a 1.5 ms ``time.sleep`` planted after every step of
+``examples/index_loops.py`` was seen in one window step of three in 3 of 20 runs (bench_check,
+issue 30), and ``gpuopt check`` read the step's named time as a third of it. A step's code runs
+its ops in the same order every step, so a stretch after the same number of ops in a step with
+as many ops is the same code: it is named at the line the sampler saw there, for its measured
+length. Steps with another number of ops (ragged batches, a data-dependent loop) are left as the
+sampler saw them; a stall in one step (a collection, the process descheduled) sits where the
+other steps have no long stretch, and stays in its step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from gpuopt.probes.recorder_counters import StepCounters
+
+Place = tuple[int, int]  # (model ops before the stretch, model ops in its step)
+
+
+@dataclass
+class Stretches:
+    """Every recorded stretch by when it began: its seconds, its window step and its place."""
+
+    lengths: dict[float, float] = field(default_factory=dict)
+    step: dict[float, int] = field(default_factory=dict)
+    place: dict[float, Place] = field(default_factory=dict)
+
+
+def stretches(steps: Sequence[StepCounters]) -> Stretches:
+    """The stretches of the window's steps (``steps[i]``: window step ``i``)."""
+    out = Stretches()
+    for i, acc in enumerate(steps):
+        for start, length in acc.gaps.items():
+            out.lengths[start] = length
+            out.step[start] = i
+            ops = acc.gap_ops.get(start)
+            if ops is not None:
+                out.place[start] = (ops, acc.ops)
+    return out
+
+
+def same_stretches(
+    found: Stretches, named: dict[float, tuple[str, str]], bound_s: float
+) -> Iterable[tuple[tuple[str, str], int, float]]:
+    """The stretches no sample looked into that sit where a named one sat in another step:
+    ``(its line and frame, its window step, its seconds)``; those shorter than ``bound_s`` (op
+    dispatch) left out. ``named``: the line of each stretch the samples named, by its start."""
+    lines: dict[Place, tuple[str, str]] = {}
+    for start in sorted(named):  # the earliest sample's line where two steps differ
+        place = found.place.get(start)
+        if place is not None:
+            lines.setdefault(place, named[start])
+    if not lines:
+        return
+    for start, length in found.lengths.items():
+        if start in named or length < bound_s:
+            continue
+        place = found.place.get(start)
+        where = lines.get(place) if place is not None else None
+        if where is not None:
+            yield where, found.step.get(start, 0), length
