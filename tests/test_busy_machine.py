@@ -63,7 +63,7 @@ def test_a_slowdown_the_load_explains_is_inconclusive_one_far_beyond_it_fails() 
     gates = evaluate(base, far, Thresholds(), busy=timed.inconclusive, explained=timed.explained)
     gate = next(g for g in gates if g.metric == STEP)
     assert gate.verdict == "fail" and gate.change.startswith("+5")  # about +538%
-    assert "ran on a busy machine, but the load explains at most 2.14×" in gate.detail
+    assert "ran on a busy machine, but the load explains at most 2.86×" in gate.detail
     assert any("busy machine" in n for n in timed.notes)
 
 
