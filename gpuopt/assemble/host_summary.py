@@ -753,8 +753,8 @@ def _named_outside(
     sampled: tuple[list[GapSample], dict[int, CodeType]],
     sites: _Sites,
     bound_s: float,
-    found: Stretches | None = None,
-    per_step: dict[int, float] | None = None,
+    found: Stretches,
+    per_step: dict[int, float],
 ) -> dict[tuple[str, str], list[float]]:
     """The seconds (and sample counts) by (user line, frame) of the stretches without ops the
     samples looked into, those shorter than ``bound_s`` left out: real time in which the
@@ -762,10 +762,9 @@ def _named_outside(
     A stretch whose length the recorder measured (``found``: :attr:`StepCounters.gaps`)
     counts for all of it, shared among its samples' lines; another, for its samples' own time;
     and the same stretch in the steps where no sample looked into it, for its length
-    (:func:`~gpuopt.assemble.stretches.same_stretches`). ``per_step`` (when given) gets the
-    same seconds by window step."""
+    (:func:`~gpuopt.assemble.stretches.same_stretches`). ``per_step`` gets the same seconds by
+    window step."""
     samples, codes = sampled
-    found = found or Stretches()
     lengths = found.lengths
     scale = _stretch_scale(samples, lengths)
     by: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0])
@@ -783,12 +782,10 @@ def _named_outside(
             entry[0] += secs
             entry[1] += 1
             named.setdefault(sample.since, where)
-            if per_step is not None:
-                per_step[sample.step] = per_step.get(sample.step, 0.0) + secs
+            per_step[sample.step] = per_step.get(sample.step, 0.0) + secs
     for where, step, secs in same_stretches(found, named, bound_s):
         by[where][0] += secs
-        if per_step is not None:
-            per_step[step] = per_step.get(step, 0.0) + secs
+        per_step[step] = per_step.get(step, 0.0) + secs
     return by
 
 
@@ -797,7 +794,7 @@ def _outside_sites(
     sites: _Sites,
     dispatch: Dispatch,
     bound_s: float,
-    found: Stretches | None = None,
+    found: Stretches,
 ) -> list[OutsideSite]:
     """The lines the window's time outside tensor ops went to, as the samples saw it (samples in
     stretches shorter than ``bound_s`` left out). Each line's time is that of the stretches its
