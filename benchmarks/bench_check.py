@@ -44,6 +44,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -249,7 +250,26 @@ def _outcome(doc: dict[str, Any], variant: str) -> dict[str, Any]:
         "step": {k: step.get(k) for k in ("verdict", "change", "detail")},
         "busy": any("busy machine" in n for n in doc["notes"]),
         "failed": [x["id"] for x in doc["gates"] if x["verdict"] == "fail"],
+        # every failed gate as the check said it: a false alarm can be read after the run
+        "failed_gates": [
+            {k: x.get(k) for k in ("id", "baseline", "candidate", "change", "detail")}
+            for x in doc["gates"]
+            if x["verdict"] == "fail"
+        ],
     }
+
+
+def keep_false_alarm(keep: Path | None, name: str, runs: list[dict[str, Any]]) -> None:
+    """Copy the profile documents of an identical pair the gate failed into ``keep``
+    (``<name>-base-0.json``, ``<name>-same-0.json``...): the temporary folder goes at the end."""
+    if keep is None:
+        return
+    keep.mkdir(parents=True, exist_ok=True)
+    for run in runs:
+        src = Path(run["dir"]) / "profile.json"
+        dest = keep / f"{name}-{Path(run['dir']).name}.json"
+        if src.is_file() and not dest.exists():
+            shutil.copyfile(src, dest)
 
 
 def one_round(
@@ -260,8 +280,10 @@ def one_round(
     i: int,
     k: int,
     loads: list[int],
+    keep: Path | None = None,
 ) -> dict[str, Any]:
-    """One pair of every variant against the round's quiet baseline, at every load."""
+    """One pair of every variant against the round's quiet baseline, at every load; the
+    documents of a false alarm copied into ``keep``."""
     order = list(CANDIDATES[i % 4 :] + CANDIDATES[: i % 4])
     base = [profile(gpuopt, target, scripts["base"], folder / f"{i}-base-{r}") for r in range(k)]
     base_median = statistics.fmean(b["median_s"] for b in base)
@@ -277,6 +299,8 @@ def one_round(
             out = _outcome(doc, v)
             out["runs"] = runs
             out["slowdown"] = statistics.fmean(x["median_s"] for x in runs) / base_median
+            if v == "same" and out["exit"] == 1:
+                keep_false_alarm(keep, f"{target.name}-pair{i + 1}", [*base, *runs])
             row[f"{v}@{load}"] = out
     return row
 
@@ -297,7 +321,7 @@ def accuracy(
         for i in range(args.pairs):
             if args.quiet_load > 0:
                 wait_for_quiet(args.quiet_load, MAX_WAIT_S)
-            row = one_round(gpuopt, target, scripts, folder, i, args.repeats, loads)
+            row = one_round(gpuopt, target, scripts, folder, i, args.repeats, loads, args.keep)
             row["calibration"] = {"median_s": median, "sleep_s": sleep_s}
             rows.append(row)
             print(_line(row, loads), flush=True)
@@ -312,6 +336,8 @@ def _line(row: dict[str, Any], loads: list[int]) -> str:
         for v in CANDIDATES:
             o = row[f"{v}@{load}"]
             mark = {"fail": "F", "pass": ".", "inconclusive": "?"}.get(o["gate"]["verdict"], "-")
+            if v == "same" and o["exit"] == 1:  # a false alarm, on whichever gate
+                mark = "!" + ",".join(o["failed"])
             parts.append(f"{v}@{load}:{mark}{'b' if o['busy'] else ''}(x{o['slowdown']:.2f})")
     return f"  {row['target']} pair {row['pair']:2}: " + " ".join(parts)
 
@@ -445,6 +471,13 @@ def main() -> None:
     )
     ap.add_argument("--gpuopt", type=Path, default=ROOT / ".venv" / "bin" / "gpuopt")
     ap.add_argument("--json", type=Path, help="write every run and verdict here")
+    ap.add_argument(
+        "--keep",
+        type=Path,
+        default=ROOT / "benchmarks" / ".work" / "bench_check_false_alarms",
+        help="copy the profile documents of every false alarm (an identical pair the gate "
+        "failed) into this folder (default: %(default)s)",
+    )
     ap.add_argument("--no-speed", action="store_true")
     ap.add_argument("--no-accuracy", action="store_true")
     ap.add_argument(

@@ -79,3 +79,27 @@ def test_summary_counts_false_alarms_detections_and_silent_passes_under_load() -
     assert "| slow_dataset | none | **1**/2 | 1 / 1 / **0** | 2/2 | 2/2 | x1.00 … x1.00" in text
     assert "| slow_dataset | 1 | **0**/2 | 0 / 1 / **1** | 2/2 | 2/2 | x1.20 … x1.40, 1/2" in text
     assert "identical runs slowed by 10% or more: 2, of which 1 not flagged busy" in text
+
+
+def test_a_false_alarm_is_marked_with_its_gate_and_its_documents_kept(tmp_path: Path) -> None:
+    runs = []
+    for name in ("3-base-0", "3-same-0-0"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "profile.json").write_text(f'{{"run": "{name}"}}')
+        runs.append({"dir": str(tmp_path / name)})
+    keep = tmp_path / "kept"
+    bench.keep_false_alarm(keep, "index_loops-pair4", runs)
+    bench.keep_false_alarm(keep, "index_loops-pair4", runs)  # never written over
+    assert sorted(p.name for p in keep.iterdir()) == [
+        "index_loops-pair4-3-base-0.json",
+        "index_loops-pair4-3-same-0-0.json",
+    ]
+    bench.keep_false_alarm(None, "x", runs)  # nothing asked, nothing kept
+    same = {**_outcome("pass", exit_=1), "failed": ["outside_ops"]}
+    row = {
+        **_row(0, same, _outcome("fail", exit_=1)),
+        "pair": 4,
+    }
+    line = bench._line(row, [0])
+    assert "same@0:!outside_ops(x1.00)" in line
+    assert "sleep@0:F(x1.00)" in line
