@@ -44,7 +44,7 @@ from statistics import median
 from types import CodeType
 from typing import Any
 
-from gpuopt.assemble.stretches import Stretches, same_stretches, stretches
+from gpuopt.assemble.stretches import Stretches, recurring, same_stretches, stretches
 from gpuopt.model.profile import (
     Dispatch,
     Loop,
@@ -770,10 +770,13 @@ def _named_outside(
     A stretch whose length the recorder measured (``found``: :attr:`StepCounters.gaps`)
     counts for all of it, shared among its samples' lines; another, for its samples' own time;
     and the same stretch in the steps where no sample looked into it, for its length
-    (:func:`~gpuopt.assemble.stretches.same_stretches`). ``per_step`` gets the same seconds by
-    window step."""
+    (:func:`~gpuopt.assemble.stretches.same_stretches`). ``per_step`` gets the seconds of the
+    stretches that recur, by window step (:func:`~gpuopt.assemble.stretches.recurring`: a
+    stall at its own place in each step is the machine, not the code; ``gpuopt check`` reads
+    these steps)."""
     samples, codes = sampled
     lengths = found.lengths
+    recurs = recurring(found, bound_s)
     scale = _stretch_scale(samples, lengths)
     by: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0])
     named: dict[float, tuple[str, str]] = {}  # each stretch a sample named, by its start
@@ -790,10 +793,12 @@ def _named_outside(
             entry[0] += secs
             entry[1] += 1
             named.setdefault(sample.since, where)
-            per_step[sample.step] = per_step.get(sample.step, 0.0) + secs
-    for where, step, secs in same_stretches(found, named, bound_s):
+            if sample.since not in lengths or sample.since in recurs:
+                per_step[sample.step] = per_step.get(sample.step, 0.0) + secs
+    for where, step, secs, start in same_stretches(found, named, bound_s):
         by[where][0] += secs
-        per_step[step] = per_step.get(step, 0.0) + secs
+        if start in recurs:
+            per_step[step] = per_step.get(step, 0.0) + secs
     return by
 
 

@@ -12,6 +12,13 @@ as many ops is the same code: it is named at the line the sampler saw there, for
 length. Steps with another number of ops (ragged batches, a data-dependent loop) are left as the
 sampler saw them; a stall in one step (a collection, the process descheduled) sits where the
 other steps have no long stretch, and stays in its step.
+
+A stall also stays out of what ``gpuopt check`` compares (:func:`recurring`): the recorder
+stretches index_loops' 7 ms step to 130-240 ms, and in a run slowed by the machine the sampler
+named 1-4 ms stalls inside its loops, each at its own place, in two window steps of three
+(12.3% of the step where the gate's median of the steps had read 0): an identical pair failed
+the outside-ops gate (bench_check, issue 30). A regression (a sleep, a blocking read, a loop
+without ops) is the same stretch in every step.
 """
 
 from __future__ import annotations
@@ -31,12 +38,14 @@ class Stretches:
     lengths: dict[float, float] = field(default_factory=dict)
     step: dict[float, int] = field(default_factory=dict)
     place: dict[float, Place] = field(default_factory=dict)
+    ops: list[int] = field(default_factory=list)  # model ops in each window step
 
 
 def stretches(steps: Sequence[StepCounters]) -> Stretches:
     """The stretches of the window's steps (``steps[i]``: window step ``i``)."""
     out = Stretches()
     for i, acc in enumerate(steps):
+        out.ops.append(acc.ops)
         for start, length in acc.gaps.items():
             out.lengths[start] = length
             out.step[start] = i
@@ -48,10 +57,11 @@ def stretches(steps: Sequence[StepCounters]) -> Stretches:
 
 def same_stretches(
     found: Stretches, named: dict[float, tuple[str, str]], bound_s: float
-) -> Iterable[tuple[tuple[str, str], int, float]]:
+) -> Iterable[tuple[tuple[str, str], int, float, float]]:
     """The stretches no sample looked into that sit where a named one sat in another step:
-    ``(its line and frame, its window step, its seconds)``; those shorter than ``bound_s`` (op
-    dispatch) left out. ``named``: the line of each stretch the samples named, by its start."""
+    ``(its line and frame, its window step, its seconds, its start)``; those shorter than
+    ``bound_s`` (op dispatch) left out. ``named``: the line of each stretch the samples named,
+    by its start."""
     lines: dict[Place, tuple[str, str]] = {}
     for start in sorted(named):  # the earliest sample's line where two steps differ
         place = found.place.get(start)
@@ -65,4 +75,27 @@ def same_stretches(
         place = found.place.get(start)
         where = lines.get(place) if place is not None else None
         if where is not None:
-            yield where, found.step.get(start, 0), length
+            yield where, found.step.get(start, 0), length, start
+
+
+def recurring(found: Stretches, bound_s: float) -> set[float]:
+    """The starts of the stretches (``bound_s`` or longer) that recur: at their place, a stretch
+    as long in most of the window steps with as many ops (more than half of them). A stretch
+    whose place cannot be told apart, no other step having as many ops (a ragged batch, a
+    one-step window), counts as recurring: it is left as the sampler saw it."""
+    steps_with: dict[int, int] = {}  # ops in a step -> window steps with as many
+    for n in found.ops:
+        steps_with[n] = steps_with.get(n, 0) + 1
+    long = [s for s, length in found.lengths.items() if length >= bound_s]
+    seen: dict[Place, set[int]] = {}
+    for start in long:
+        place = found.place.get(start)
+        if place is not None:
+            seen.setdefault(place, set()).add(found.step.get(start, 0))
+    out = set()
+    for start in long:
+        place = found.place.get(start)
+        alike = steps_with.get(place[1], 0) if place is not None else 0
+        if place is None or alike < 2 or 2 * len(seen[place]) > alike:
+            out.add(start)
+    return out

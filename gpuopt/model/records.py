@@ -303,8 +303,9 @@ class Dispatch(Record):
     # the gap sampler's own time at named lines, per window step, not scaled to the measured
     # outside-ops time (``gpuopt check``'s outside-ops gate)
     outside_ops_named_us_per_step: float | UnsetType = UNSET
-    # that named time in each window step (the gate takes their median: a stall in one step, a
-    # collection or the process descheduled, is not a change in every step)
+    # that named time in each window step, of the stretches that recur at their place in most
+    # window steps (the gate takes their median: a stall in one step, a collection or the
+    # process descheduled, and stalls each at its own place in every step, are no change)
     outside_ops_named_us_steps: list[float] | UnsetType = UNSET
 
 

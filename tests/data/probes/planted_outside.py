@@ -32,3 +32,13 @@ def with_loop(x: torch.Tensor, n: int) -> torch.Tensor:
     for i in range(n):
         total += (i * i) % 7  # LOOP
     return x.sum() + total % 2
+
+
+def with_stall(x: torch.Tensor, seconds: float, step: int) -> torch.Tensor:
+    """A stall at its own place in each step (the machine, not the code: a run slowed by it)."""
+    at = (step * 37) % 100
+    for j in range(100):
+        x = (x * 1.0001 + 0.0001).relu()
+        if j == at:
+            time.sleep(seconds)  # STALL
+    return x.sum()
