@@ -80,9 +80,9 @@ def same_stretches(
 
 def recurring(found: Stretches, bound_s: float) -> set[float]:
     """The starts of the stretches (``bound_s`` or longer) that recur: at their place, a stretch
-    of ``bound_s`` or longer in most of the window steps with as many ops (more than half of them). A stretch
-    whose place cannot be told apart, no other step having as many ops (a ragged batch, a
-    one-step window), counts as recurring: it is left as the sampler saw it."""
+    of ``bound_s`` or longer in most of the window steps with as many ops (more than half of
+    them). A stretch whose place cannot be told apart, no other step having as many ops (a
+    ragged batch, a one-step window), counts as recurring: it is left as the sampler saw it."""
     steps_with: dict[int, int] = {}  # ops in a step -> window steps with as many
     for n in found.ops:
         steps_with[n] = steps_with.get(n, 0) + 1
