@@ -345,12 +345,12 @@ def _split(
     # was measured, and the neighbours, where there are some, say what it was
     short = own < max(op_time + sync_calls, 1e-9)
     capped = bound is not None and (own > bound[0] or short)
-    if short and not capped:
-        wall = max(op_time + sync_calls, 1e-9)  # at least its ops' and syncs' measured time
     if bound is not None and capped:
         # capped: step time and data wait both from the unrecorded neighbours (the recorder slows
         # the data loading too), the host time in between split as the recorded step split it
         wall, data = bound[0], bound[1]
+    elif short:
+        wall = max(op_time + sync_calls, 1e-9)  # at least its ops' and syncs' measured time
     data = min(data, wall)
     # The host time outside the waits is split into op time and the rest (between ops). A
     # capped step's excess is recorder cost the per-call model missed: it comes out of the time

@@ -23,6 +23,7 @@ without ops) is the same stretch in every step.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -83,9 +84,7 @@ def recurring(found: Stretches, bound_s: float) -> set[float]:
     of ``bound_s`` or longer in most of the window steps with as many ops (more than half of
     them). A stretch whose place cannot be told apart, no other step having as many ops (a
     ragged batch, a one-step window), counts as recurring: it is left as the sampler saw it."""
-    steps_with: dict[int, int] = {}  # ops in a step -> window steps with as many
-    for n in found.ops:
-        steps_with[n] = steps_with.get(n, 0) + 1
+    steps_with = Counter(found.ops)  # ops in a step -> window steps with as many
     long = [s for s, length in found.lengths.items() if length >= bound_s]
     seen: dict[Place, set[int]] = {}
     for start in long:
