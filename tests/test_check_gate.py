@@ -330,6 +330,7 @@ def _outside(named: float, unnamed: float = 0.0, site: str = "train.py:31"):  # 
 
     p = run([0.1] * 20)
     d = p.dispatch
+    d.step_time_us = 100_000.0  # the window's step, as the measured steps' 100 ms
     d.outside_ops_us_per_step = (named + unnamed) * 100_000.0
     d.outside_ops_share_steps = [named + unnamed] * 3
     d.outside_ops_sites = (
@@ -372,13 +373,12 @@ def test_a_stall_no_sample_named_is_not_time_outside_ops() -> None:
 
 
 def _named_by_step(shares: list[float]):  # type: ignore[no-untyped-def]
-    """A run whose window steps had ``shares`` of a 6.5 ms step named outside ops (this wave's
+    """A run whose window steps had ``shares`` of a 100 ms step named outside ops (this wave's
     documents: the named time by step), their mean in the older per-step value."""
     p = _outside(statistics.fmean(shares))
     d = p.dispatch
-    d.step_time_us = 6500.0
-    d.outside_ops_named_us_steps = [s * 6500.0 for s in shares]
-    d.outside_ops_named_us_per_step = statistics.fmean(shares) * 6500.0
+    d.outside_ops_named_us_steps = [s * 100_000.0 for s in shares]
+    d.outside_ops_named_us_per_step = statistics.fmean(shares) * 100_000.0
     return p
 
 
@@ -400,6 +400,34 @@ def test_a_stall_in_one_window_step_is_not_a_change_in_every_step() -> None:
     assert gate.verdict == "fail" and gate.change == "+25.0pt", gate
     older = _outside(0.3)  # a document without the steps keeps the mean
     assert _gate(evaluate(base, older, th), OUTSIDE).verdict == "fail"
+
+
+def _window(step_s: float, named_s: float):  # type: ignore[no-untyped-def]
+    """A run of ``step_s`` steps whose window named ``named_s`` of each outside ops."""
+    p = run([step_s] * 20)
+    d = p.dispatch
+    d.step_time_us, d.outside_ops_us_per_step = step_s * 1e6, named_s * 1e6
+    d.outside_ops_named_us_steps = [named_s * 1e6] * 3
+    d.outside_ops_named_us_per_step = named_s * 1e6
+    return p
+
+
+def test_time_outside_ops_is_read_against_the_baseline_step() -> None:
+    """bench_check, issue 30: a planted sleep of a quarter of vae's step was inconclusive in 2
+    quiet pairs of 20, the VM running the candidate 1.2-1.9x slower, so the sleep's share of the
+    candidate's own step fell to ~12pt. The sleep is a fixed time: against the baseline's step it
+    is 25pt whatever the machine did to the candidate's ops. The same yardstick passes an
+    op-side speed-up that leaves the Python work as it was (its share of the shorter step rose
+    13pt), and Python work that slowed with the machine (1.5x, 30% of the baseline's step) is
+    within the step's one-run drift."""
+    th = Thresholds()
+    gate = _gate(evaluate(_window(0.020, 0.0), _window(0.043, 0.005), th), OUTSIDE)
+    assert gate.verdict == "fail" and gate.change == "+25.0pt", gate
+    faster = _gate(evaluate(_window(0.100, 0.020), _window(0.060, 0.020), th), OUTSIDE)
+    assert faster.verdict == "pass" and faster.change == "+0.0pt", faster
+    slowed = _gate(evaluate(_window(0.100, 0.030), _window(0.150, 0.045), th), OUTSIDE)
+    assert slowed.verdict == "pass" and slowed.change == "+15.0pt", slowed
+    assert slowed.interval is not None and "drift 9.5pt" in slowed.interval.covers, slowed
 
 
 def test_time_outside_ops_without_a_window_is_not_measured_and_busy_is_inconclusive() -> None:

@@ -306,29 +306,34 @@ def data_wait_gate(
 def outside_ops_gate(
     base: Sequence[Profile], cand: Sequence[Profile], th: Thresholds, busy: str | None = None
 ) -> Gate:
-    """The share of the step outside tensor ops that the gap sampler named at a line (a sleep, a
-    blocking read, Python work that issues no op), over the recorder's window steps: a share
-    within each run, so the machine's run-to-run drift of step time (30% on this project's VM)
-    does not hide a planted 25% sleep from one run a side. Named time, not all of it: a stretch
-    the sampler could not look into (the process descheduled, a collection holding the GIL)
-    stays unnamed, and in identical runs the unnamed part reached 24-34% of a window where most
-    runs read 0 (bench_stability, issue 30), the named part never above 2%. Its drift floor:
-    :data:`OUTSIDE_OPS_DRIFT` with fewer than three runs in all, the data's own with more. The
+    """The time outside tensor ops that the gap sampler named at a line (a sleep, a blocking
+    read, Python work that issues no op), per recorder window step, as a share of the
+    **baseline's** measured step (:func:`~gpuopt.gate.measures.outside_ops_against_baseline`):
+    a planted 25% sleep is a fixed time, which the machine's run-to-run drift of step time (30%
+    on this project's VM) neither hides nor dilutes. Named time, not all of it: a stretch the
+    sampler could not look into (the process descheduled, a collection holding the GIL) stays
+    unnamed, and in identical runs the unnamed part reached 24-34% of a window where most runs
+    read 0 (bench_stability, issue 30). Its drift floor with fewer than three runs in all:
+    :data:`OUTSIDE_OPS_DRIFT`, and the baseline's named time times the step's one-run drift (the
+    named time of Python work slows with the machine); the data's own with more. The
     candidate's line where the time went is named. A busy side leaves it inconclusive."""
     name, gid = "time outside tensor ops (share of step)", "outside_ops"
     threshold = _pt(th.max_outside_ops_increase)
-    a = [v for v in map(m.outside_ops_named, base) if v is not None]
-    b = [v for v in map(m.outside_ops_named, cand) if v is not None]
+    a, b, timed = m.outside_ops_against_baseline(list(base), list(cand))
     if not a or not b:
         return Gate(name, "not measured", "–", "–", "–", "no recorder window", id=gid)
     ma, mb = statistics.fmean(a), statistics.fmean(b)
     shown = (f"{ma:.1%}", f"{mb:.1%}", _pt(mb - ma))
+    runs = len(a) + len(b)
+    floor = share_floor(th, runs, OUTSIDE_OPS_DRIFT)
+    if timed:  # a time drifts with the machine as the step does: the baseline's, scaled
+        floor = math.hypot(floor, step_floor(th, runs) * ma)
     iv = compare_runs(
         [RunValues(value=v) for v in a],
         [RunValues(value=v) for v in b],
         median=False,
         log=False,
-        floor=share_floor(th, len(a) + len(b), OUTSIDE_OPS_DRIFT),
+        floor=floor,
     )
     verdict = "fail" if iv.low > th.max_outside_ops_increase else "pass"
     detail = f"{iv.text()}; threshold {threshold}"

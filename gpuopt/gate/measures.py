@@ -63,6 +63,30 @@ def outside_ops_named(p: Profile) -> float | None:
     return min(sum(float(s.time_share) for s in given(d.outside_ops_sites) or []), 1.0)
 
 
+def outside_ops_against_baseline(
+    base: list[Profile], cand: list[Profile]
+) -> tuple[list[float], list[float], bool]:
+    """Each run's named time outside tensor ops (:func:`outside_ops_named` times its window's
+    step) as a share of the **baseline's** median measured step (no recorder), and True; where
+    a run lacks the window's step or the baseline its measured steps, each run's share of its
+    own steps, and False. A time against one yardstick: a planted sleep is a fixed time, and the
+    machine's drift of the candidate's step (1.2-1.9x in quiet vae runs, bench_check) diluted its
+    share of the candidate's own step to ~12pt; nor does an op-side speed-up raise it."""
+    shares = [[v for v in map(outside_ops_named, side) if v is not None] for side in (base, cand)]
+    named = [[_named_us(p) for p in side] for side in (base, cand)]
+    medians = [statistics.median(t) for t in map(step_times, base) if t]
+    yardstick = statistics.median(medians) * 1e6 if medians else 0.0
+    if yardstick <= 0 or any(v is None for side in named for v in side):
+        return shares[0], shares[1], False
+    a, b = ([min(float(v or 0.0) / yardstick, 1.0) for v in side] for side in named)
+    return a, b, True
+
+
+def _named_us(p: Profile) -> float | None:
+    share, step = outside_ops_named(p), num(given(p.dispatch.step_time_us))
+    return None if share is None or not step else share * step
+
+
 def outside_ops_site(p: Profile) -> str | None:
     """The line most of that time went to, with the frame running there, as the gap sampler saw
     it (None where it named none)."""
