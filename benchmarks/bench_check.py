@@ -10,8 +10,8 @@ the optimizer's ``step()`` line (so every copy keeps the script's line numbers):
 * **base** and **same**: the script as it is; ``check same --baseline base`` failing is a false
   alarm;
 * **sleep**: ``time.sleep(S)`` after every step, S = ``--sleep-frac`` of the script's median
-  step (calibrated on quiet runs made first); the outside-ops gate (time outside tensor ops, a
-  share within each run) or the step-time gate failing is a detection;
+  step (calibrated on quiet runs made first); the outside-ops gate (time outside tensor ops named
+  at a line, against the baseline's step) or the step-time gate failing is a detection;
 * **sync**: ``loss.item()`` after every step; ``syncs per step`` failing is a detection;
 * **loop**: ``[loss.detach().mul(1.0) for _ in range(8)]`` after every step (a Python loop
   issuing small tensor ops); ``loops issuing small ops`` failing is a detection.
@@ -194,7 +194,7 @@ def gate(doc: dict[str, Any], gid: str) -> dict[str, Any]:
 
 
 # the gates each planted variant must fail (one of them; a sleep is time outside tensor ops,
-# a share within each run, and a longer step)
+# named at a line, and a longer step)
 DETECTED_BY = {
     "sleep": ("outside_ops", "step_time"),
     "sync": ("syncs_per_step",),

@@ -549,7 +549,7 @@ def check(
         None,
         "--max-outside-ops-increase",
         help="Fail when the step's time outside tensor ops (a sleep, a blocking read, Python "
-        "work issuing no op) rises by more (default 5pt).",
+        "work issuing no op) rises by more, in points of the baseline's step (default 5pt).",
     ),
     max_gpu_idle_increase: str | None = typer.Option(
         None,
