@@ -250,3 +250,19 @@ def test_a_stretch_recurs_at_its_place_in_most_steps_of_as_many_ops() -> None:
     assert recurring(three, 0.0005) == {1.0, 2.0, 3.0, 1.5, 3.5, 4.0}
     four = stretches([_step(10, {float(i): (0.002, 2 if i < 2 else 5 + i)}) for i in range(4)])
     assert recurring(four, 0.0005) == set()  # two steps of four: not most of them
+
+
+def test_a_stall_does_not_recur_by_a_hiccup_at_its_place() -> None:
+    """A loaded fresh-clone CI: a 30 ms stall in one window step and a 0.13 ms stretch at the same
+    place in another made the stall recur (2 steps of 3) and the gate's steps read 30 ms. A
+    stretch recurs where the others at its place are at least half as long."""
+    from gpuopt.assemble.stretches import recurring, stretches
+
+    found = stretches(
+        [
+            _step(10, {1.0: (0.002, 0)}),
+            _step(10, {2.0: (0.002, 0), 2.5: (0.030, 7)}),  # the stall
+            _step(10, {3.0: (0.002, 0), 3.5: (0.00013, 7)}),  # a hiccup at its place
+        ]
+    )
+    assert recurring(found, 0.0001) == {1.0, 2.0, 3.0, 3.5}

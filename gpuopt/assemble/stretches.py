@@ -81,20 +81,27 @@ def same_stretches(
 
 def recurring(found: Stretches, bound_s: float) -> set[float]:
     """The starts of the stretches (``bound_s`` or longer) that recur: at their place, a stretch
-    of ``bound_s`` or longer in most of the window steps with as many ops (more than half of
-    them). A stretch whose place cannot be told apart, no other step having as many ops (a
-    ragged batch, a one-step window), counts as recurring: it is left as the sampler saw it."""
+    of ``bound_s`` or longer, and at least half as long, in most of the window steps with as many
+    ops (more than half of them). A stretch whose place cannot be told apart, no other step having
+    as many ops (a ragged batch, a one-step window), counts as recurring: it is left as the
+    sampler saw it. As long, roughly: a 30 ms stall in one step is not made to recur by a 0.13 ms
+    hiccup at its place in another (a loaded fresh-clone CI), while a planted sleep is the same
+    length in every step."""
     steps_with = Counter(found.ops)  # ops in a step -> window steps with as many
     long = [s for s, length in found.lengths.items() if length >= bound_s]
-    seen: dict[Place, set[int]] = {}
+    seen: dict[Place, list[tuple[int, float]]] = {}
     for start in long:
         place = found.place.get(start)
         if place is not None:
-            seen.setdefault(place, set()).add(found.step.get(start, 0))
+            seen.setdefault(place, []).append((found.step.get(start, 0), found.lengths[start]))
     out = set()
     for start in long:
         place = found.place.get(start)
         alike = steps_with.get(place[1], 0) if place is not None else 0
-        if place is None or alike < 2 or 2 * len(seen[place]) > alike:
+        if place is None or alike < 2:
+            out.add(start)
+            continue
+        half = found.lengths[start] / 2
+        if 2 * len({step for step, length in seen[place] if length >= half}) > alike:
             out.add(start)
     return out
