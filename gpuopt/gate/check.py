@@ -319,7 +319,7 @@ def outside_ops_gate(
     candidate's line where the time went is named. A busy side leaves it inconclusive."""
     name, gid = "time outside tensor ops (share of step)", "outside_ops"
     threshold = _pt(th.max_outside_ops_increase)
-    a, b, timed = m.outside_ops_against_baseline(list(base), list(cand))
+    a, b, timed = m.outside_ops_against_baseline(base, cand)
     if not a or not b:
         return Gate(name, "not measured", "–", "–", "–", "no recorder window", id=gid)
     ma, mb = statistics.fmean(a), statistics.fmean(b)

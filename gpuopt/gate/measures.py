@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gpuopt.gate.noise import RunValues
@@ -64,7 +65,7 @@ def outside_ops_named(p: Profile) -> float | None:
 
 
 def outside_ops_against_baseline(
-    base: list[Profile], cand: list[Profile]
+    base: Sequence[Profile], cand: Sequence[Profile]
 ) -> tuple[list[float], list[float], bool]:
     """Each run's named time outside tensor ops (:func:`outside_ops_named` times its window's
     step) as a share of the **baseline's** median measured step (no recorder), and True; where
@@ -72,19 +73,18 @@ def outside_ops_against_baseline(
     own steps, and False. A time against one yardstick: a planted sleep is a fixed time, and the
     machine's drift of the candidate's step (1.2-1.9x in quiet vae runs, bench_check) diluted its
     share of the candidate's own step to ~12pt; nor does an op-side speed-up raise it."""
-    shares = [[v for v in map(outside_ops_named, side) if v is not None] for side in (base, cand)]
-    named = [[_named_us(p) for p in side] for side in (base, cand)]
+    runs = [
+        [(outside_ops_named(p), num(given(p.dispatch.step_time_us)) or 0.0) for p in side]
+        for side in (base, cand)
+    ]
+    shares = [[v for v, _ in side if v is not None] for side in runs]
+    named = [[v * step for v, step in side if v is not None and step] for side in runs]
     medians = [statistics.median(t) for t in map(step_times, base) if t]
     yardstick = statistics.median(medians) * 1e6 if medians else 0.0
-    if yardstick <= 0 or any(v is None for side in named for v in side):
+    if yardstick <= 0 or list(map(len, named)) != list(map(len, runs)):
         return shares[0], shares[1], False
-    a, b = ([min(float(v or 0.0) / yardstick, 1.0) for v in side] for side in named)
+    a, b = ([min(v / yardstick, 1.0) for v in side] for side in named)
     return a, b, True
-
-
-def _named_us(p: Profile) -> float | None:
-    share, step = outside_ops_named(p), num(given(p.dispatch.step_time_us))
-    return None if share is None or not step else share * step
 
 
 def outside_ops_site(p: Profile) -> str | None:
