@@ -8,6 +8,7 @@ import json
 import statistics
 from pathlib import Path
 
+import msgspec
 import pytest
 from conftest import run_gpuopt
 from gate_support import finding, loaded, noisy, run, with_nvml, with_ranks, write
@@ -428,6 +429,11 @@ def test_time_outside_ops_is_read_against_the_baseline_step() -> None:
     slowed = _gate(evaluate(_window(0.100, 0.030), _window(0.150, 0.045), th), OUTSIDE)
     assert slowed.verdict == "pass" and slowed.change == "+15.0pt", slowed
     assert slowed.interval is not None and "drift 9.5pt" in slowed.interval.covers, slowed
+    assert "shares of the baseline's median step, 100 ms" in slowed.detail, slowed
+    own = _window(0.100, 0.030)
+    own.dispatch.step_time_us = msgspec.UNSET  # an older document: each run's own step
+    gate = _gate(evaluate(_window(0.100, 0.030), own, th), OUTSIDE)
+    assert "shares of each run's own step" in gate.detail, gate
 
 
 def test_time_outside_ops_without_a_window_is_not_measured_and_busy_is_inconclusive() -> None:

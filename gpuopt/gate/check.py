@@ -303,6 +303,14 @@ def data_wait_gate(
     )
 
 
+def _yardstick_text(step_s: float) -> str:
+    """What the outside-ops shares are shares of: the baseline's step, or (a document without
+    the recorder window's step time) each run's own."""
+    if step_s:
+        return f"shares of the baseline's median step, {step_s * 1e3:.3g} ms"
+    return "shares of each run's own step (a run lacks the recorder window's step time)"
+
+
 def outside_ops_gate(
     base: Sequence[Profile], cand: Sequence[Profile], th: Thresholds, busy: str | None = None
 ) -> Gate:
@@ -319,14 +327,14 @@ def outside_ops_gate(
     candidate's line where the time went is named. A busy side leaves it inconclusive."""
     name, gid = "time outside tensor ops (share of step)", "outside_ops"
     threshold = _pt(th.max_outside_ops_increase)
-    a, b, timed = m.outside_ops_against_baseline(base, cand)
+    a, b, yardstick = m.outside_ops_against_baseline(base, cand)
     if not a or not b:
         return Gate(name, "not measured", "–", "–", "–", "no recorder window", id=gid)
     ma, mb = statistics.fmean(a), statistics.fmean(b)
     shown = (f"{ma:.1%}", f"{mb:.1%}", _pt(mb - ma))
     runs = len(a) + len(b)
     floor = share_floor(th, runs, OUTSIDE_OPS_DRIFT)
-    if timed:  # a time drifts with the machine as the step does: the baseline's, scaled
+    if yardstick:  # a time drifts with the machine as the step does: the baseline's, scaled
         floor = math.hypot(floor, step_floor(th, runs) * ma)
     iv = compare_runs(
         [RunValues(value=v) for v in a],
@@ -336,7 +344,7 @@ def outside_ops_gate(
         floor=floor,
     )
     verdict = "fail" if iv.low > th.max_outside_ops_increase else "pass"
-    detail = f"{iv.text()}; threshold {threshold}"
+    detail = f"{iv.text()}; threshold {threshold}; {_yardstick_text(yardstick)}"
     if busy:  # a loaded machine moved it (+45pt in an identical pair under two spinning
         # neighbours, its threads waiting 40% of their time): the step-time gate's bound judges
         verdict, detail = "inconclusive", busy

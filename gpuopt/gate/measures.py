@@ -66,13 +66,14 @@ def outside_ops_named(p: Profile) -> float | None:
 
 def outside_ops_against_baseline(
     base: Sequence[Profile], cand: Sequence[Profile]
-) -> tuple[list[float], list[float], bool]:
+) -> tuple[list[float], list[float], float]:
     """Each run's named time outside tensor ops (:func:`outside_ops_named` times its window's
-    step) as a share of the **baseline's** median measured step (no recorder), and True; where
-    a run lacks the window's step or the baseline its measured steps, each run's share of its
-    own steps, and False. A time against one yardstick: a planted sleep is a fixed time, and the
-    machine's drift of the candidate's step (1.2-1.9x in quiet vae runs, bench_check) diluted its
-    share of the candidate's own step to ~12pt; nor does an op-side speed-up raise it."""
+    step) as a share of the **baseline's** median measured step (no recorder), and that step in
+    seconds; where a run lacks the window's step or the baseline its measured steps, each run's
+    share of its own steps, and 0.0. A time against one yardstick: a planted sleep is a fixed
+    time, and the machine's drift of the candidate's step (1.2-1.9x in quiet vae runs,
+    bench_check) diluted its share of the candidate's own step to ~12pt; nor does an op-side
+    speed-up raise it."""
     runs = [
         [(outside_ops_named(p), num(given(p.dispatch.step_time_us)) or 0.0) for p in side]
         for side in (base, cand)
@@ -80,11 +81,11 @@ def outside_ops_against_baseline(
     shares = [[v for v, _ in side if v is not None] for side in runs]
     named = [[v * step for v, step in side if v is not None and step] for side in runs]
     medians = [statistics.median(t) for t in map(step_times, base) if t]
-    yardstick = statistics.median(medians) * 1e6 if medians else 0.0
+    yardstick = statistics.median(medians) if medians else 0.0
     if yardstick <= 0 or list(map(len, named)) != list(map(len, runs)):
-        return shares[0], shares[1], False
-    a, b = ([min(v / yardstick, 1.0) for v in side] for side in named)
-    return a, b, True
+        return shares[0], shares[1], 0.0
+    a, b = ([min(v / (yardstick * 1e6), 1.0) for v in side] for side in named)
+    return a, b, yardstick
 
 
 def outside_ops_site(p: Profile) -> str | None:
