@@ -307,7 +307,7 @@ def _yardstick_text(step_s: float) -> str:
     """What the outside-ops shares are shares of: the baseline's step, or (a document without
     the recorder window's step time) each run's own."""
     if step_s:
-        return f"shares of the baseline's median step, {step_s * 1e3:.3g} ms"
+        return f"shares of the baseline's median step, {fmt_duration(step_s)}"
     return "shares of each run's own step (a run lacks the recorder window's step time)"
 
 

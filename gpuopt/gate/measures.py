@@ -78,12 +78,13 @@ def outside_ops_against_baseline(
         [(outside_ops_named(p), num(given(p.dispatch.step_time_us)) or 0.0) for p in side]
         for side in (base, cand)
     ]
-    shares = [[v for v, _ in side if v is not None] for side in runs]
-    named = [[v * step for v, step in side if v is not None and step] for side in runs]
     medians = [statistics.median(t) for t in map(step_times, base) if t]
     yardstick = statistics.median(medians) if medians else 0.0
-    if yardstick <= 0 or list(map(len, named)) != list(map(len, runs)):
-        return shares[0], shares[1], 0.0
+    named = [[v * step for v, step in side if v is not None and step] for side in runs]
+    every_run_timed = all(len(n) == len(side) for n, side in zip(named, runs, strict=True))
+    if yardstick <= 0 or not every_run_timed:
+        a, b = ([v for v, _ in side if v is not None] for side in runs)
+        return a, b, 0.0
     a, b = ([min(v / (yardstick * 1e6), 1.0) for v in side] for side in named)
     return a, b, yardstick
 
