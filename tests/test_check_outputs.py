@@ -184,8 +184,6 @@ def test_an_unknown_format_is_a_usage_error(pair: tuple[Path, Path]) -> None:
 
 
 def test_a_trace_against_a_profile_is_refused(pair: tuple[Path, Path]) -> None:
-    if not SHARED_TRACES.is_dir():
-        pytest.skip(f"recorded traces not found at {SHARED_TRACES}")
     trace = SHARED_TRACES / "hta" / "trace_compare" / "base" / "base.json.gz"
     r = _check(str(trace), "--baseline", str(pair[0]))
     assert r.exit_code == 2 and "compare like with like" in r.output

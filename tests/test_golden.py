@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, SHARED_TRACES
+from conftest import ROOT
 
 GOLDEN = ROOT / "tests" / "data" / "golden"
 sys.path.insert(0, str(GOLDEN))
@@ -72,15 +72,16 @@ def _recorded_traces() -> list[str]:
 
 
 def _trace_input(name: str) -> str:
+    """The input as the recording names it (``../shared/traces/<rel>``, from tests/data/golden)."""
     for rel in record.trace_inputs():
         if record.trace_name(rel) == name:
-            return str(Path("..") / "shared" / "traces" / rel)
-    raise AssertionError(f"{name}: no such input under ../shared/traces")
+            return record.trace_arg(rel)
+    raise AssertionError(f"{name}: no such input under {record.SHARED}")
 
 
 @pytest.mark.parametrize("name", _recorded_traces())
-def test_trace_document_is_the_recorded_one(name: str, shared_traces: Path) -> None:
-    res = _gpuopt("report", _trace_input(name), "--format", "json")
+def test_trace_document_is_the_recorded_one(name: str) -> None:
+    res = _gpuopt("report", _trace_input(name), "--format", "json", cwd=GOLDEN)
     assert res.returncode == 0, res.stderr
     now = record.zero_timings(json.loads(res.stdout))
     recorded = json.loads(_gz(GOLDEN / "traces" / f"{name}.json.gz"))
@@ -90,11 +91,11 @@ def test_trace_document_is_the_recorded_one(name: str, shared_traces: Path) -> N
         pytest.fail(f"{name}: the document changed; {_first_difference(a, b)}")
 
 
-def test_refused_traces_keep_their_message(shared_traces: Path) -> None:
+def test_refused_traces_keep_their_message() -> None:
     errors = json.loads((GOLDEN / "traces" / "errors.json").read_text())
     assert errors, "the recording names at least one input gpuopt refuses"
     for name, message in errors.items():
-        res = _gpuopt("report", _trace_input(name), "--format", "json")
+        res = _gpuopt("report", _trace_input(name), "--format", "json", cwd=GOLDEN)
         assert res.returncode == 2 and res.stdout == ""
         assert res.stderr.strip() == message
 
@@ -340,7 +341,8 @@ def test_the_run_comparison_can_fail() -> None:
         assert compare_runs(recorded, doc), change
 
 
-def test_recorded_inputs_exist() -> None:
-    if not SHARED_TRACES.is_dir():
-        pytest.skip(f"recorded traces not found at {SHARED_TRACES} (../shared is absent)")
-    assert len(_recorded_traces()) >= 30
+def test_every_input_is_recorded_and_every_recording_has_its_input() -> None:
+    errors = json.loads((GOLDEN / "traces" / "errors.json").read_text())
+    inputs = {record.trace_name(rel) for rel in record.trace_inputs()}
+    assert len(inputs) >= 30
+    assert inputs == set(_recorded_traces()) | set(errors)

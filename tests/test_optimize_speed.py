@@ -1,7 +1,7 @@
 """Faster, slower or not measurable, from recorded step series: the H200's runs
-(../shared/gpu-h200/optimize.json), its 7.5x AoT slowdown, the CPU's fp16 autocast under a
-neighbour's load, a per-step ``loss.item()`` script whose profiled baseline was slowed by gpuopt's
-own recorder. Pure functions; no runs."""
+(tests/data/shared/gpu-h200/optimize.json), its 7.5x AoT slowdown, the CPU's fp16 autocast
+under a neighbour's load, a per-step ``loss.item()`` script whose profiled baseline was slowed
+by gpuopt's own recorder. Pure functions; no runs."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import H200_DIR
 
 from gpuopt.model.optimize import Gain
 from gpuopt.optimize.catalogue import BY_NAME
@@ -24,14 +24,12 @@ from gpuopt.optimize.measuring import (
 from gpuopt.optimize.speed import gain, side
 from gpuopt.optimize.step_series import split_run
 
-H200 = ROOT.parent / "shared" / "gpu-h200" / "optimize.json"
+H200 = H200_DIR / "optimize.json"
 OWN_CLOCK = 1.41  # the vectorize diff timed by the script's own clock on the H200
 
 
 @pytest.fixture(scope="module")
 def h200() -> dict[str, list[float]]:
-    if not H200.is_file():
-        pytest.skip(f"the H200's recorded runs not found at {H200} (../shared is absent)")
     doc: dict[str, Any] = json.loads(H200.read_text())
     return {r["label"]: r["step_s"] for r in doc["runs"]}
 

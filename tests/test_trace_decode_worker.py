@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from trace_helpers import SHARED_TRACES, kernel, launch, write_trace
+from conftest import SHARED_TRACES
+from trace_helpers import kernel, launch, write_trace
 
 from gpuopt.trace import decode, decode_ahead, decode_worker, events, pieces
 from gpuopt.trace.columns import EventColumns
@@ -152,7 +153,6 @@ def test_text_size_reads_the_gzip_trailer(tmp_path: Path) -> None:
     assert pieces.text_size(tmp_path / "missing.json") == 0
 
 
-@pytest.mark.skipif(not SHARED_TRACES.exists(), reason="../shared/traces not present")
 def test_recorded_trace_same_with_and_without_helper() -> None:
     p = SHARED_TRACES / "hta" / "nccl_parser_config" / "nccl_data.json.gz"
     assert identical(decode._load_streaming(p, workers=0), decode._load_streaming(p, workers=1))

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from trace_helpers import SHARED_TRACES, cpu, kernel, launch, write_trace
+from conftest import SHARED_TRACES
+from trace_helpers import cpu, kernel, launch, write_trace
 
 from gpuopt.assemble.trace_job import summarise_traces
 from gpuopt.trace.idle_causes import user_site
@@ -109,9 +110,6 @@ def test_user_site_skips_library_frames() -> None:
     assert user_site("<built-in method item>") is None
 
 
-@pytest.mark.skipif(
-    not (SHARED_TRACES / "kineto_tb_plugin").exists(), reason="../shared/traces not present"
-)
 def test_dataloader_workers_remove_the_dataloader_cause() -> None:
     """Same ResNet50 job: 0 DataLoader workers vs 4. The idle time blamed on the DataLoader must
     collapse with workers, and the 0-worker trace must name the user's line."""

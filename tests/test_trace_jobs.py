@@ -13,7 +13,8 @@ from typing import Any
 
 import msgspec
 import pytest
-from trace_helpers import SHARED_TRACES, cpu, kernel, launch, write_trace
+from conftest import SHARED_TRACES
+from trace_helpers import cpu, kernel, launch, write_trace
 
 from gpuopt.assemble.trace_profile import profile_from_traces
 from gpuopt.errors import GpuoptError
@@ -200,9 +201,6 @@ def test_the_command_line_summarises_and_merges(tmp_path: Path) -> None:
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
 
 
-@pytest.mark.skipif(
-    not (SHARED_TRACES / "hta" / "trace_filter").exists(), reason="../shared/traces not present"
-)
 def test_the_shared_two_rank_traces_merge_from_summaries(tmp_path: Path) -> None:
     folder = SHARED_TRACES / "hta" / "trace_filter"
     out = tmp_path / "s"

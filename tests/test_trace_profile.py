@@ -6,7 +6,8 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from trace_helpers import SHARED_TRACES, cpu, kernel, launch, write_trace
+from conftest import SHARED_TRACES
+from trace_helpers import cpu, kernel, launch, write_trace
 
 from gpuopt.assemble.trace_profile import (
     add_trace_to_profile,
@@ -29,9 +30,6 @@ GPU_KEYS = {
     "memcpy",
     "comm_overlap_pct",
 }
-needs_traces = pytest.mark.skipif(
-    not (SHARED_TRACES / "hta").exists(), reason="../shared/traces not present"
-)
 NW0 = (
     SHARED_TRACES
     / "kineto_tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
@@ -78,7 +76,6 @@ def nw0() -> Profile:
     return analysed(NW0)
 
 
-@needs_traces
 def test_document_is_valid_and_complete(nw0: Profile) -> None:
     assert validate(nw0) == [] and nw0.source == "trace"
     assert nw0.gpu is not None
@@ -111,7 +108,6 @@ def test_document_is_valid_and_complete(nw0: Profile) -> None:
     assert nw0.utilization.gpu.mean == pytest.approx(60.57, abs=0.01)  # percent, like NVML
 
 
-@needs_traces
 def test_findings_on_dataloader_bound_run(nw0: Profile) -> None:
     f = {x.id: x for x in nw0.findings}
     assert "dataloader-bound" in f and f["dataloader-bound"].severity == "high"
@@ -123,13 +119,11 @@ def test_findings_on_dataloader_bound_run(nw0: Profile) -> None:
     assert f["dataloader-bound"].source == "trace" and f["pageable-h2d"].source == "trace"
 
 
-@needs_traces
 def test_no_dataloader_finding_with_workers() -> None:
     doc = analysed(NW4)
     assert "dataloader-bound" not in {x.id for x in doc.findings}
 
 
-@needs_traces
 def test_two_ranks_give_ranks_and_straggler() -> None:
     doc = analysed(SHARED_TRACES / "hta" / "trace_filter")
     assert validate(doc) == []
@@ -145,7 +139,6 @@ def test_two_ranks_give_ranks_and_straggler() -> None:
     assert any(t.id == "trace-ranks" for t in doc.tables)
 
 
-@needs_traces
 @pytest.mark.parametrize(
     "rel",
     [
@@ -160,7 +153,6 @@ def test_traces_hta_cannot_read_still_get_a_report(rel: str) -> None:
     assert validate(doc) == []
 
 
-@needs_traces
 @pytest.mark.parametrize("rel", ["hta/trace_filter", "hta/nccl_parser_config/nccl_data.json.gz"])
 def test_the_typed_profile_is_what_its_json_reads_back(rel: str) -> None:
     """Built in memory, the profile holds exactly what its JSON says (no numpy numbers, NaN,

@@ -8,14 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from trace_helpers import SHARED_TRACES, cpu, kernel, launch, write_trace
+from conftest import H200_DIR, SHARED_TRACES
+from trace_helpers import cpu, kernel, launch, write_trace
 
 from gpuopt.assemble.trace_profile import profile_from_traces
 from gpuopt.model.profile import Profile
 from gpuopt.trace.decode import load_columns
 from gpuopt.trace.prepare import build_view
 
-H200_WINDOW = SHARED_TRACES.parent / "gpu-h200" / "profiler-window.pt.trace.json.gz"
+H200_WINDOW = H200_DIR / "profiler-window.pt.trace.json.gz"
 
 
 def _gpu_annotation(name: str, ts: float, dur: float) -> dict:
@@ -66,7 +67,6 @@ def test_a_gpu_annotation_is_not_a_step(tmp_path: Path) -> None:
     assert view.dropped_last_step is not None and view.dropped_last_step.number == 2
 
 
-@pytest.mark.skipif(not H200_WINDOW.exists(), reason="../shared/gpu-h200 not present")
 def test_the_h200_profiler_window_has_its_cpu_steps() -> None:
     """HTA's steps of that trace: 17.47 and 9.05 ms (the GPU annotation made them 30.7 and 0)."""
     p = profile_from_traces(H200_WINDOW)
@@ -75,7 +75,6 @@ def test_the_h200_profiler_window_has_its_cpu_steps() -> None:
     assert len(per_step.rows) == 2
 
 
-@pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="../shared/traces not present")
 def test_no_recorded_trace_takes_a_step_from_the_gpu() -> None:
     """Every recorded trace with a GPU-side ProfilerStep (the AMD MI250 one) keeps its host
     steps; its step times are the host annotations' (step 1: 9.29 ms there, HTA's one step)."""

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-SHARED_TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 MAIN_TID = 100
 
 

@@ -4,13 +4,15 @@ Recorded once with the code *before* a refactor that must not change what users 
 the typed profile document), and re-recorded only on purpose, when an output is meant to change
 (say why in the commit). Nothing here is hand-made: every file is gpuopt's own output.
 
-    python tests/data/golden/record.py   # from the repository root, with ../shared beside it
+    python tests/data/golden/record.py   # from the repository root
     python tests/data/golden/record.py runs ddp_gloo   # only these runs
 
 What it writes (all gzip-compressed, to keep the repository small):
 
 * ``traces/<name>.json.gz``: ``gpuopt report TRACE --format json`` of every trace and trace folder
-  under ../shared/traces (timing keys ``trace.load_s``/``trace.analyze_s`` set to 0);
+  under tests/data/shared/traces (timing keys ``trace.load_s``/``trace.analyze_s`` set to 0), run
+  from this folder, where ``../shared/traces/<rel>`` is the input's path (a document names its
+  input as given);
   ``traces/errors.json``: the one-line message of inputs gpuopt refuses;
 * ``render/<doc>.<fmt>.gz``: text, md and html renderings of the hand-made report fixtures
   (tests/data/report) and of some recorded trace documents;
@@ -31,7 +33,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
-SHARED = ROOT.parent / "shared" / "traces"
+SHARED = ROOT / "tests" / "data" / "shared" / "traces"
 FIXTURES = ROOT / "tests" / "data" / "report"
 
 # Trace folders (one job's per-rank traces) besides every single file.
@@ -91,6 +93,11 @@ def trace_inputs() -> list[str]:
     return files + list(TRACE_FOLDERS)
 
 
+def trace_arg(rel: str) -> str:
+    """How a recorded document names its input: the path from this folder (HERE) to it."""
+    return str(Path("..") / "shared" / "traces" / rel)
+
+
 def gpuopt(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, COLUMNS="100")
     return subprocess.run(
@@ -123,8 +130,7 @@ def record_traces() -> None:
     errors: dict[str, str] = {}
     for rel in trace_inputs():
         name = trace_name(rel)
-        arg = str(Path("..") / "shared" / "traces" / rel)
-        res = gpuopt("report", arg, "--format", "json")
+        res = gpuopt("report", trace_arg(rel), "--format", "json", cwd=HERE)
         if res.returncode != 0:
             errors[name] = res.stderr.strip()
             print(f"refused {rel}: {res.stderr.strip()[:100]}")
@@ -174,7 +180,7 @@ def record_runs(names: set[str] | None = None) -> None:
 
 def main() -> None:
     if not SHARED.is_dir():
-        raise SystemExit(f"{SHARED} is absent: the trace documents need ../shared/traces")
+        raise SystemExit(f"{SHARED} is absent: the trace documents need it")
     parts = {"traces", "render", "runs"}
     only = set(sys.argv[1:]) & parts or parts
     names = set(sys.argv[1:]) - parts
