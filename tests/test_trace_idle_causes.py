@@ -174,7 +174,6 @@ def test_a_trace_without_compiled_regions_has_no_such_cause(tmp_path: Path) -> N
 TRACELENS = SHARED_TRACES / "tracelens" / "xdit_flux.1_aiter_sage" / "capture_trace_rank_0.json.gz"
 
 
-@pytest.mark.skipif(not TRACELENS.is_file(), reason=f"{TRACELENS} absent (docs/compile.md)")
 def test_the_compiled_diffusion_trace_credits_sync_its_own_time() -> None:
     """AMD TraceLens' xDiT Flux.1 capture trace (MIT): a 644 ms compiled region holds 8
     hipDeviceSynchronize calls (42.7 ms); sync was credited 584 ms of 626 ms idle."""
