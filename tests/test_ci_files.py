@@ -12,15 +12,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
+import yaml
 from conftest import ROOT
 from gate_support import run, write
 from typer.testing import CliRunner
 
 from gpuopt.cli import app
 from gpuopt.model.document import load_profile
-
-yaml = pytest.importorskip("yaml")
 
 ACTION = ROOT / "action.yml"
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 import pytest
 from conftest import ROOT
 
@@ -134,7 +135,6 @@ def test_load_profile_says_what_is_missing(tmp_path: Path) -> None:
 def test_values_from_user_code_never_stop_the_encoder() -> None:
     """A DataLoader's batch_size as a numpy integer, torch's version string class: written as
     the number or string they stand for (a run must not lose its profile over a type)."""
-    np = pytest.importorskip("numpy")
 
     class VersionString(str):
         pass

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import msgspec
+import psutil
 import pytest
 import torch
 from fakes import FakeClock, FakeCpu, FakeNvml
@@ -240,7 +241,6 @@ def test_process_tree_finds_children_and_grandchildren(proc_files: bool) -> None
             tree._proc_children = False
         elif not tree._proc_children:
             pytest.skip("no /proc/PID/task/TID/children on this system")
-        psutil = pytest.importorskip("psutil")
         deadline = time.monotonic() + 20
         want: set[int] = set()
         while time.monotonic() < deadline:
