@@ -3,8 +3,8 @@
 A multi-stream CUDA graph pays for its concurrency with cross-stream edges (fork, join, one per
 sync) and with kernels that share the GPU; on a chain-like model it can be slower than the same
 kernels on one stream (``resnet_stage`` on an H200: 0.385 ms multi-stream against 0.313 ms one
-stream, ../shared/gpu-h200/README.md). So ``schedule`` never hands back a plan slower than the
-one-stream graph of the same model:
+stream, tests/data/shared/gpu-h200/README.md). So ``schedule`` never hands back a plan slower
+than the one-stream graph of the same model:
 
 * **on the device** (CUDA inputs, CUDA graphs): both graphs are captured and replayed in
   alternated rounds, timed with CUDA events; the multi-stream plan is kept only when the median
@@ -37,7 +37,7 @@ MULTI = "multi-stream"
 ONE = "one-stream"
 
 # (model, cost-model multi-stream over one graph on the h100 profile, measured on the H200):
-# docs/bench-aot.md's estimates against ../shared/gpu-h200/README.md's CUDA-event medians.
+# docs/bench-aot.md's estimates against tests/data/shared/gpu-h200/README.md's CUDA-event medians.
 H200_CHECK: tuple[tuple[str, float, float], ...] = (
     ("inception_v3", 1.98, 1.762 / 1.208),
     ("nasnet_a_mobile", 3.36, 2.376 / 0.935),

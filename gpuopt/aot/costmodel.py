@@ -23,7 +23,7 @@ from typing import Any
 #   operator micro-benchmark quoted in pytorch/pytorch PR #32194 (`split`, CUDA, "Forward
 #   Execution Time (us): 3.3").
 # - CUDA launch path: median cudaLaunchKernel time 5.2 us in the recorded V100-SXM2 trace
-#   ../shared/traces/hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz
+#   tests/data/shared/traces/hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz
 #   (4,350 launches); NVIDIA's "Getting Started with CUDA Graphs" blog (A. Gray, 2019) and
 #   later measurements put one launch at 4-6 us.
 # - Shortest kernels: 5th percentile of kernel durations in that same trace is 1.7 us.
