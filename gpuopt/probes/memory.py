@@ -22,6 +22,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from gpuopt import torch_compat
 from gpuopt.assemble.run_record import Outcome
 from gpuopt.defaults import MEMORY_BUDGET_S, MEMORY_MARGIN
 from gpuopt.memory import oom as oom_mod
@@ -235,9 +236,8 @@ class MemoryProbe:
         t, mode = self.tracker, self._tracker_mode
         if t is None or mode is None:
             return
-        from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-        top: Any = _get_current_dispatch_mode()
+        top: Any = torch_compat.current_dispatch_mode()
         if top is mode:
             mode.__exit__(None, None, None)
         else:
