@@ -64,6 +64,8 @@ class Entry:
     feature: str  # the gpuopt feature that needs it: "<feature> not available on torch X.Y"
     lost: str  # what that feature loses without it, in the warning's parentheses
     cuda_only: bool = False  # present only in CUDA builds of torch
+    requires: tuple[str, ...] = ()  # attributes the found object must have (a module's functions)
+    since: tuple[int, int] = (2, 0)  # the first torch (major, minor) known to have it
 
     @property
     def name(self) -> str:
@@ -152,6 +154,7 @@ ENTRIES: dict[str, Entry] = {
         "",
         "tensor trees (memory probe, cuda-graphs, schedule, optimize's checks)",
         "nested inputs and outputs not walked",
+        requires=("tree_flatten", "tree_leaves", "tree_map", "tree_unflatten"),
     ),
     "fake.tensor": Entry(
         "torch._subclasses.fake_tensor",
@@ -296,7 +299,21 @@ def _lookup(e: Entry) -> Any:
         if part.startswith("_") and isinstance(obj, type) and part not in dir(obj):
             raise AttributeError(part)  # a class attribute, not one inherited from object
         obj = getattr(obj, part)
+    for name in e.requires:
+        getattr(obj, name)
     return obj
+
+
+def torch_minor() -> tuple[int, int]:
+    """The installed torch's (major, minor)."""
+    major, minor = torch_version().split(".")[:2]
+    return int(major), int(minor)
+
+
+def expected(key: str) -> bool:
+    """Whether the installed torch should have ``key``'s name (it is as new as the entry's
+    ``since``): one missing there is a break to fix here, not an older torch's gap."""
+    return torch_minor() >= ENTRIES[key].since
 
 
 def resolve(key: str) -> Any:
