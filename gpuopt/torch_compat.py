@@ -65,7 +65,9 @@ class Entry:
     lost: str  # what that feature loses without it, in the warning's parentheses
     cuda_only: bool = False  # present only in CUDA builds of torch
     requires: tuple[str, ...] = ()  # attributes the found object must have (a module's functions)
-    since: tuple[int, int] = (2, 0)  # the first torch (major, minor) known to have it
+    # the first torch (major, minor) known to have it: looked up in torch 2.2-2.10's wheels and
+    # in 2.13 and 2.14 (tests/test_torch_compat.py fails on a torch this new that lacks it)
+    since: tuple[int, int] = (2, 0)
 
     @property
     def name(self) -> str:
@@ -86,11 +88,27 @@ ENTRIES: dict[str, Entry] = {
         "compile probe",
         "compiled frames, graph breaks' frames and recompiles not recorded",
     ),
+    # fields of Dynamo's CompilationMetrics records that older torches' records lack
+    "dynamo.recompile_reason": Entry(
+        "torch._dynamo.utils",
+        "CompilationMetrics.recompile_reason",
+        "compile probe's recompile reasons",
+        "a recompile's failed guard not named",
+        since=(2, 7),
+    ),
+    "dynamo.metrics_stack": Entry(
+        "torch._dynamo.utils",
+        "CompilationMetrics.stack_trace",
+        "compile probe's compile call sites",
+        "the user line that called a compiled frame not named",
+        since=(2, 9),
+    ),
     "dynamo.log_graph_break": Entry(
         "torch._dynamo.symbolic_convert",
         "InstructionTranslatorBase.log_graph_break",
         "compile probe's graph-break sites",
         "graph breaks not recorded",
+        since=(2, 6),
     ),
     "guards.tracing_context": Entry(
         "torch._guards",
@@ -123,6 +141,16 @@ ENTRIES: dict[str, Entry] = {
         "dispatch recorder and memory probe",
         "a mode pushed above gpuopt's is not told apart",
     ),
+    # a public hook of newer torches (2.9): without it, Dynamo traces a dispatch mode into the
+    # script's compiled code (recompiles, or the code run eagerly for the rest of the run), so
+    # gpuopt's dispatch modes stay off where the script compiles
+    "dispatch.ignore_compile_internals": Entry(
+        "torch.utils._python_dispatch",
+        "TorchDispatchMode.ignore_compile_internals",
+        "dispatch recorder and memory categories in scripts that compile",
+        "no ops recorded, the step's memory not split by category",
+        since=(2, 9),
+    ),
     # gpuopt's dispatch modes override this hook (recorder_engine, recorder_calibration,
     # memory/tracker): torch wraps a mode's handler in torch._dynamo.disable unless it says no
     "dispatch.skip_dynamo_hook": Entry(
@@ -130,6 +158,7 @@ ENTRIES: dict[str, Entry] = {
         "TorchDispatchMode._should_skip_dynamo",
         "dispatch recorder's Dynamo opt-out",
         "no effect: this torch does not wrap a mode's handler",
+        since=(2, 13),
     ),
     "function.mode_stack": Entry(
         "torch.overrides",
@@ -296,6 +325,10 @@ def torch_version() -> str:
 def _lookup(e: Entry) -> Any:
     obj: Any = importlib.import_module(e.module)
     for part in e.attr.split(".") if e.attr else ():
+        fields = getattr(obj, "__dataclass_fields__", None) if isinstance(obj, type) else None
+        if fields is not None and part in fields:  # a record's field (a class without it)
+            obj = fields[part]
+            continue
         if part.startswith("_") and isinstance(obj, type) and part not in dir(obj):
             raise AttributeError(part)  # a class attribute, not one inherited from object
         obj = getattr(obj, part)
@@ -362,21 +395,23 @@ def reset() -> None:
     _noted.clear()
 
 
+def check(key: str) -> str | None:
+    """``key`` looked up afresh on the installed torch: None where found, else its labelled
+    outcome (nothing is noted for the run's warnings)."""
+    try:
+        _lookup(ENTRIES[key])
+    except (ImportError, AttributeError):
+        return str(Unavailable(key, torch_version()))
+    return None
+
+
 def check_all() -> dict[str, str | None]:
     """Every entry looked up on the installed torch: key → None (found) or the labelled outcome.
     Entries of CUDA builds are skipped on a torch built without CUDA. Imports Dynamo."""
     import torch
 
-    out: dict[str, str | None] = {}
-    for key, e in ENTRIES.items():
-        if e.cuda_only and not torch.cuda.is_available() and torch.version.cuda is None:
-            continue
-        try:
-            _lookup(e)
-            out[key] = None
-        except (ImportError, AttributeError):
-            out[key] = str(Unavailable(key, torch_version()))
-    return out
+    cuda = torch.version.cuda is not None
+    return {k: check(k) for k, e in ENTRIES.items() if cuda or not e.cuda_only}
 
 
 # -- the names as gpuopt uses them -------------------------------------------------------------
@@ -442,6 +477,36 @@ def tensor_version(t: Any) -> int:
 def dynamo_frames_compiled() -> int:
     """Dynamo's count of the frames it has compiled in this process (imports Dynamo)."""
     return int(resolve("dynamo.counters")["frames"]["total"])
+
+
+def metrics_record(m: Any) -> tuple[Any, ...]:
+    """The values gpuopt reads from one of Dynamo's CompilationMetrics records: compile id,
+    code name, file, first line, start (s), duration (s), graph ops, installed code, recompile
+    reason, fail type, fail reason, forward, at run time, stack. A field this torch's records
+    lack reads as None (its entry is noted, once, as unavailable); a backward record of an older
+    torch (no code object) is not forward."""
+    start_us = getattr(m, "start_time_us", None)
+    start = start_us / 1e6 if start_us else getattr(m, "start_time", None)
+    dur_us = getattr(m, "duration_us", None)
+    duration = dur_us / 1e6 if dur_us is not None else getattr(m, "entire_frame_compile_time_s", 0)
+    reason = m.recompile_reason if available("dynamo.recompile_reason") else None
+    stack = m.stack_trace if available("dynamo.metrics_stack") else None
+    return (
+        str(getattr(m, "compile_id", None) or ""),
+        getattr(m, "co_name", None) or "",
+        getattr(m, "co_filename", None) or "",
+        int(getattr(m, "co_firstlineno", None) or 0),
+        start,
+        float(duration or 0.0),
+        getattr(m, "graph_op_count", None),
+        getattr(m, "has_guarded_code", None) is not False,
+        reason,
+        getattr(m, "fail_type", None),
+        getattr(m, "fail_reason", None),
+        getattr(m, "is_forward", hasattr(m, "co_name")) is not False,
+        bool(getattr(m, "is_runtime", False)),
+        list(stack or []),
+    )
 
 
 def dynamo_utils() -> Any:

@@ -112,13 +112,15 @@ class _MetricsTap(collections.deque):  # type: ignore[type-arg]
     """Dynamo's record list, with every appended record also handed to the probe."""
 
     sink: Callable[[Any], None]
+    failed = ""  # the first record the probe could not read
 
     def append(self, item: Any) -> None:
         super().append(item)
         try:
             self.sink(item)
-        except Exception:  # never let the probe break a compile
-            pass
+        except Exception as exc:  # never let the probe break a compile; say it once
+            if not self.failed:
+                self.failed = f"compile records not read: {type(exc).__name__}: {exc}"
 
 
 class _ImportHook(importlib.abc.MetaPathFinder):
@@ -345,34 +347,18 @@ class CompileProbe:
             if isinstance(tap, _MetricsTap):
                 restored = collections.deque(tap, maxlen=self._metrics_maxlen)
                 torch_compat.set_compilation_metrics(utils, restored)
+                if tap.failed:
+                    self.capture.errors.append(tap.failed)
         if self._translator is not None:
             self._translator.log_graph_break = self._orig_log_break
             self._translator = None
 
     def _on_metrics(self, m: Any) -> None:
         """A CompilationMetrics record, kept as the few values gpuopt reads (resolved later)."""
-        start_us = getattr(m, "start_time_us", None)
-        start = start_us / 1e6 if start_us else (getattr(m, "start_time", None) or self.wall())
-        dur_us = getattr(m, "duration_us", None)
-        duration = dur_us / 1e6 if dur_us is not None else (m.entire_frame_compile_time_s or 0.0)
-        self._raw_frames.append(
-            (
-                str(m.compile_id or ""),
-                m.co_name or "",
-                m.co_filename or "",
-                int(m.co_firstlineno or 0),
-                float(start),
-                float(duration),
-                m.graph_op_count,
-                m.has_guarded_code is not False,
-                m.recompile_reason,
-                m.fail_type,
-                m.fail_reason,
-                m.is_forward is not False,
-                bool(getattr(m, "is_runtime", False)),
-                list(m.stack_trace or []),
-            )
-        )
+        raw = torch_compat.metrics_record(m)
+        if raw[4] is None:  # no start time: now
+            raw = (*raw[:4], self.wall(), *raw[5:])
+        self._raw_frames.append(raw)
 
     def _on_break(self, tr: Any, exc: Any) -> None:
         try:

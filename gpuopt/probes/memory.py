@@ -221,6 +221,8 @@ class MemoryProbe:
         from gpuopt.probes.compile import script_compiles
 
         compiling = script_compiles()
+        if compiling and not torch_compat.available("dispatch.ignore_compile_internals"):
+            return  # the tracker's mode would be traced into the compiled code (a warning says)
         t.install_hooks(params, optimizer=False, modules=not compiling)
         if compiling:
             self._note(
