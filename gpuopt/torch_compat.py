@@ -200,8 +200,9 @@ ENTRIES: dict[str, Entry] = {
     "op.name": Entry(
         "torch",
         "ops.aten.add.Tensor._opname",
-        "dispatch recorder's copies",
-        "copies not classified",
+        "dispatch recorder's op names",
+        "each op named from its printed name instead",
+        since=(2, 4),
     ),
     "op.overload_name": Entry(
         "torch",
@@ -458,8 +459,9 @@ def pop_function_mode() -> Any:
 
 
 def op_name(func: Any) -> str:
-    """An ``OpOverload``'s op name ("add" for ``aten.add.Tensor``)."""
-    return str(func._opname)
+    """An ``OpOverload``'s op name ("add" for ``aten.add.Tensor``; from its printed name where
+    it has no ``_opname``: torch 2.3)."""
+    return op_and_overload(func)[0]
 
 
 def op_and_overload(func: Any) -> tuple[str, str]:
