@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from gpuopt import torch_compat
 from gpuopt.aot.capture import CaptureError, Program, capture_program
 from gpuopt.aot.executor_cpu import MemoryModel, SimReport, run_sequential, run_simulated
 from gpuopt.aot.plan import Plan
@@ -41,8 +42,8 @@ def as_input_tuple(example_inputs: Any) -> tuple[Any, ...]:
 def max_abs_diff(a: Any, b: Any) -> float | None:
     """Largest absolute difference between two output structures (None: not comparable)."""
     import torch
-    import torch.utils._pytree as pytree
 
+    pytree = torch_compat.pytree()
     la, sa = pytree.tree_flatten(a)
     lb, sb = pytree.tree_flatten(b)
     if len(la) != len(lb):

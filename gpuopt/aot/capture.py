@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpuopt import torch_compat
 from gpuopt.errors import GpuoptError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -141,8 +142,8 @@ class Program:
 
     def flatten_inputs(self, args: Sequence[Any]) -> list[Any]:
         """The graph's placeholder values for positional ``args``."""
-        import torch.utils._pytree as pytree
-
+        pytree = torch_compat.pytree()
+        leaves: list[Any]
         if self.in_spec is not None:
             leaves, spec = pytree.tree_flatten((tuple(args), {}))
             if spec != self.in_spec:
@@ -204,7 +205,7 @@ class Program:
         return value
 
     def collect_outputs(self, env: dict[fx.Node, Any]) -> Any:
-        import torch.utils._pytree as pytree
+        pytree = torch_compat.pytree()
         from torch.fx.node import map_arg
 
         result: Any = map_arg(self.output.args[0], env.__getitem__)
@@ -318,8 +319,8 @@ def capture_program(
     """Capture ``model`` as a Program: torch.export, else torch.fx (``method``: auto, export or
     fx). Returns it and notes on what happened."""
     import torch
-    import torch.utils._pytree as pytree
 
+    pytree = torch_compat.pytree()
     notes: list[str] = []
     leaves = pytree.tree_leaves((tuple(example_inputs), {}))
     if method not in ("auto", "export", "fx"):
@@ -406,8 +407,8 @@ class ProbeResult:
 
 def _tensors(value: Any) -> list[torch.Tensor]:
     import torch
-    import torch.utils._pytree as pytree
 
+    pytree = torch_compat.pytree()
     return [x for x in pytree.tree_leaves(value) if isinstance(x, torch.Tensor)]
 
 
@@ -461,10 +462,10 @@ def _probe_node(
 
     ins = _input_tensors(node, env)
     in_sids = set(ids.of_all(ins))
-    versions = [t._version for t in ins]
+    versions = [torch_compat.tensor_version(t) for t in ins]
     with FlopCounterMode(display=False) as counter:
         value = program.run(node.name, env)
-    changed = [t for t, v in zip(ins, versions, strict=True) if t._version != v]
+    changed = [t for t, v in zip(ins, versions, strict=True) if torch_compat.tensor_version(t) != v]
     outs = _tensors(value)
     out_sids = ids.of_all(outs)
     fresh = [t for t in outs if ids.of(t) is not None and ids.of(t) not in in_sids]

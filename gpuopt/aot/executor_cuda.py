@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from gpuopt import torch_compat
 from gpuopt.aot.launch import launch_script
 from gpuopt.aot.plan import Plan
 
@@ -165,8 +166,8 @@ class CudaPlanRunner:
 
     def __call__(self, leaves: Sequence[Any]) -> Any:
         import torch
-        import torch.utils._pytree as pytree
 
+        pytree = torch_compat.pytree()
         if not self.use_graph:
             return self.launch(leaves)
         if self.graph is None:

@@ -8,7 +8,7 @@ first time it runs with real tensors: the forward with Nimble's stream assignmen
 as a single stream. On CPU both run in plan order; on CUDA each runs through
 :class:`gpuopt.aot.executor_cuda.CudaPlanRunner` (captured into its own CUDA graph).
 
-``torch._functorch`` is a private PyTorch API; it is imported only here.
+``torch._functorch`` is a private PyTorch API; it is reached through :mod:`gpuopt.torch_compat`.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from gpuopt import torch_compat
 from gpuopt.aot.capture import program_from_graph_module
 from gpuopt.aot.executor_cpu import MemoryModel, SimReport, run_sequential, run_simulated
 from gpuopt.aot.plan import Plan
@@ -120,7 +121,8 @@ def schedule_training(
     """A module whose forward runs multi-stream and whose backward runs single-stream."""
     import torch
     from functorch.compile import make_boxed_func
-    from torch._functorch.aot_autograd import aot_module
+
+    aot_module = torch_compat.aot_module()
 
     parts: dict[str, GraphPart] = {}
 

@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuopt import torch_compat
+
 # ops whose output size is read from the device (a sync, and a shape a replay cannot change)
 DATA_DEPENDENT = (
     "aten.nonzero",
@@ -93,15 +95,13 @@ def _meta(t: Any, host_values: bool) -> TensorMeta:
 
 
 def _is_fake(t: Any) -> bool:
-    from torch._subclasses.fake_tensor import FakeTensor
+    from gpuopt.torch_compat import FakeTensor
 
     return isinstance(t, FakeTensor)
 
 
 def _flat(value: Any) -> list[Any]:
-    import torch.utils._pytree as pytree
-
-    return list(pytree.tree_leaves(value))
+    return list(torch_compat.pytree().tree_leaves(value))
 
 
 def user_site(skip: tuple[str, ...] = ()) -> str:
@@ -173,7 +173,7 @@ def observed(record: StepRecord, device: str) -> Iterator[None]:
     """Run the block under an observing ``TorchDispatchMode``; its operators and the host
     generators it moved go into ``record``. ``device``: the step's ("cuda", or "cpu" where the
     analysis runs on a machine without a GPU)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
+    from gpuopt.torch_compat import TorchDispatchMode
 
     class _Observe(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch: unannotated
         def __torch_dispatch__(

@@ -55,6 +55,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpuopt import torch_compat
 from gpuopt.graphs.observe import StepRecord, observed
 from gpuopt.graphs.optimizers import hyperparameters, make_capturable, params_of
 from gpuopt.graphs.verdict import Refusal, optimizer_refusals, step_refusals
@@ -309,8 +310,8 @@ class CapturedStep:
     # -- capture and replay ---------------------------------------------------------------
     def _signature(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         import torch
-        import torch.utils._pytree as pytree
 
+        pytree = torch_compat.pytree()
         flat, spec = pytree.tree_flatten((args, kwargs))
         parts: list[Any] = [spec, torch.is_grad_enabled()]
         for a in flat:
@@ -327,8 +328,8 @@ class CapturedStep:
 
     def _capture(self, sig: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         import torch
-        import torch.utils._pytree as pytree
 
+        pytree = torch_compat.pytree()
         flat, spec = pytree.tree_flatten((args, kwargs))
         static = [
             a.detach().clone().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a
@@ -360,8 +361,8 @@ class CapturedStep:
         self, entry: _Graph, args: tuple[Any, ...], kwargs: dict[str, Any], copy: bool = True
     ) -> Any:
         import torch
-        import torch.utils._pytree as pytree
 
+        pytree = torch_compat.pytree()
         if copy:
             flat = pytree.tree_leaves((args, kwargs))
             for s, a in zip(entry.static, flat, strict=True):
@@ -448,12 +449,12 @@ def _same(a: Sequence[Any], b: Sequence[Any]) -> bool:
 def _capture_blocked() -> bool:
     """Another Python dispatch mode (a profiler's recorder) or the PyTorch profiler is on: a
     capture waits until it is off."""
-    import torch
-    from torch.utils._python_dispatch import _get_current_dispatch_mode
-
-    if _get_current_dispatch_mode() is not None:
+    if torch_compat.current_dispatch_mode() is not None:
         return True
-    return bool(torch.autograd.profiler._is_profiler_enabled)
+    try:
+        return torch_compat.profiler_flag_on()
+    except torch_compat.Unavailable:
+        return False  # the labelled outcome says a capture may then meet the profiler
 
 
 def graphed_step(

@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpuopt import torch_compat
+
 if TYPE_CHECKING:
     from gpuopt.probes.sites import SiteResolver
 
@@ -216,7 +218,7 @@ def tensor_leaves(obj: Any) -> list[Any]:
 def unwrap(module: Any) -> tuple[Any, str | None]:
     """The module a replay calls: DDP's and FSDP-less wrappers' inner module, a compiled
     module's original; with a note on what is not replayed."""
-    inner = getattr(module, "_orig_mod", None)
+    inner = torch_compat.compiled_original(module)
     if inner is not None:
         return unwrap(inner)[0], (
             "torch.compile'd module replayed eagerly: fused kernels that keep fewer activations "
@@ -567,12 +569,11 @@ class StepRecorder:
         mode stack). Returns ``(mode popped, the wrapper taken out)`` for :meth:`_step_back`; the
         mode stays where the script pushed one of its own above it."""
         import torch
-        from torch.overrides import _get_current_function_mode, _pop_mode
 
         popped = False
         mode = self._mode
-        if mode is not None and _get_current_function_mode() is mode:  # type: ignore[no-untyped-call]
-            _pop_mode()  # type: ignore[no-untyped-call]
+        if mode is not None and torch_compat.current_function_mode() is mode:
+            torch_compat.pop_function_mode()
             popped = True
         wrapper = torch.nn.Module.__dict__.get("__call__")
         orig = self._orig_call
@@ -583,10 +584,9 @@ class StepRecorder:
 
     def _step_back(self, popped: bool, wrapper: Any) -> None:
         import torch
-        from torch.overrides import _push_mode
 
         if popped and self._mode is not None:
-            _push_mode(self._mode)  # type: ignore[no-untyped-call]
+            torch_compat.push_function_mode(self._mode)
         # back only where the recorder still records and nothing else changed it meanwhile
         if wrapper is not None and self._orig_call is not None:
             if torch.nn.Module.__dict__.get("__call__") is self._orig_call:
@@ -650,8 +650,8 @@ class StepRecorder:
             self.step.notes.append(f"the step made more than {MAX_ENTRIES} calls: cut there")
             return None
         import torch
-        from torch.utils._pytree import tree_flatten
 
+        tree_flatten = torch_compat.pytree().tree_flatten
         self._busy = True
         try:
             flat, spec = tree_flatten((args, kwargs))
@@ -805,7 +805,7 @@ def _is_backward(func: Any) -> bool:
         func = inner
     name = getattr(func, "__qualname__", "")
     module = getattr(func, "__module__", "")
-    return (name == "Tensor.backward" and module == "torch._tensor") or (
+    return (name == "Tensor.backward" and module == torch_compat.TENSOR_BACKWARD_MODULE) or (
         name == "backward" and module == "torch.autograd"
     )
 

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gpuopt import torch_compat
+
 HISTORY_ENTRIES = 100_000  # allocation events kept while history is recorded
 
 
@@ -66,7 +68,7 @@ class CudaAllocator:
 
     def start_history(self) -> None:
         try:
-            self._torch.cuda.memory._record_memory_history(
+            torch_compat.record_memory_history(
                 enabled="all", context="alloc", stacks="python", max_entries=HISTORY_ENTRIES
             )
             self._history = True
@@ -76,21 +78,20 @@ class CudaAllocator:
     def stop_history(self) -> None:
         if self._history:
             try:
-                self._torch.cuda.memory._record_memory_history(enabled=None)
+                torch_compat.record_memory_history(enabled=None)
             except Exception:
                 pass
             self._history = False
 
     def snapshot(self) -> dict[str, Any]:
-        return dict(self._torch.cuda.memory._snapshot())
+        return torch_compat.memory_snapshot()
 
     def on_oom(self, fn: Callable[[], None]) -> None:
         def observer(device: Any, alloc: Any, device_allocated: Any, device_free: Any) -> None:
             fn()
 
         try:
-            c: Any = self._torch._C
-            c._cuda_attach_out_of_memory_observer(observer)
+            torch_compat.attach_oom_observer(observer)
         except Exception:  # an older torch: the snapshot is taken when the run ends instead
             pass
 

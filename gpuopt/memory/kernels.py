@@ -262,7 +262,8 @@ def mode(phase: Callable[[], str] | None = None, cuda_target: bool = False) -> A
     added, with how many times; ``.blas_phases`` the phases (``phase()``, the tracker's) in
     which a matrix product ran."""
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from gpuopt.torch_compat import TorchDispatchMode
 
     class KernelWorkspaces(TorchDispatchMode):  # type: ignore[no-untyped-call]
         def __init__(self) -> None:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from gpuopt import torch_compat
 from gpuopt.memory import cuda_paths, kernels, lbfgs
 from gpuopt.memory.capture import CapturedStep, Entry, Ref, TensorSpec, tensor_leaves
 from gpuopt.memory.tracker import CUDA_BLOCK, StepTracker, rounded
@@ -90,7 +91,7 @@ def fake_device_for(step: CapturedStep) -> str | None:
 def replay(step: CapturedStep, opts: ReplayOptions) -> ReplayResult:
     """The step's memory at ``opts.batch_size`` (see the module doc); a :class:`ReplayError`
     when it cannot be replayed."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
+    from gpuopt.torch_compat import FakeTensorMode
 
     t0 = time.perf_counter()
     needed = step.needed()
@@ -520,8 +521,8 @@ class _Run:
 
     def _call(self, entry: Entry) -> Any:
         import torch
-        from torch.utils._pytree import tree_unflatten
 
+        tree_unflatten = torch_compat.pytree().tree_unflatten
         args, kwargs = tree_unflatten([self._value(v) for v in entry.leaves], entry.spec)
         self.tracker.default_site = entry.site
         with torch.set_grad_enabled(entry.grad_enabled), self._autocast(entry):

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpuopt import torch_compat
 from gpuopt.model.records import MEMORY_CATEGORIES, MemoryByCategory, MemoryHolder
 
 if TYPE_CHECKING:
@@ -135,7 +136,7 @@ class StepTracker:
     def mode(self) -> Any:
         """A TorchDispatchMode that counts every storage the ops inside it make (enter it
         inside a FakeTensorMode to count fake tensors)."""
-        from torch.utils._python_dispatch import TorchDispatchMode
+        from gpuopt.torch_compat import TorchDispatchMode
 
         tracker = self
 
@@ -255,9 +256,7 @@ class StepTracker:
             return self.phase
         if self.in_optimizer:
             return "optimizer_state"
-        import torch
-
-        if torch._C._current_graph_task_id() != -1:
+        if torch_compat.current_graph_task_id() != -1:
             return "temporaries"
         return "activations"
 

@@ -33,6 +33,7 @@ from typing import Any
 
 import msgspec
 
+from gpuopt import torch_compat
 from gpuopt.atomic_write import write_atomic
 from gpuopt.errors import GpuoptError
 from gpuopt.model.optimize import FIXES_SCHEMA, LoaderSettings, RuntimeFixes
@@ -222,8 +223,8 @@ def _eval_outputs(model: Any, inputs: tuple[Any, ...]) -> Any:
 
 def _tensors(value: Any) -> list[Any]:
     import torch
-    import torch.utils._pytree as pytree
 
+    pytree = torch_compat.pytree()
     return [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor) and t.numel()]
 
 
@@ -231,8 +232,8 @@ def _autocast(model: Any, dtype_name: str) -> None:
     """The forward under autocast to ``dtype_name``, its outputs of that dtype back in float32
     (so the loss and everything after the model run as the script wrote them)."""
     import torch
-    import torch.utils._pytree as pytree
 
+    pytree = torch_compat.pytree()
     dtype = getattr(torch, dtype_name)
     device = next(model.parameters()).device.type
     inner = model.forward

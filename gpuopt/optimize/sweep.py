@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+from gpuopt import torch_compat
 from gpuopt.atomic_write import write_atomic
 from gpuopt.optimize.child_process import child_main, run_child
 
@@ -160,9 +161,7 @@ def time_setting(loader: Any, setting: dict[str, Any], batches: int, budget_s: f
 
 
 def _shutdown(it: Any) -> None:
-    stop = getattr(it, "_shutdown_workers", None)
-    if callable(stop):
-        stop()
+    torch_compat.shutdown_workers(it)
 
 
 def _first_batches(loader: Any, setting: dict[str, Any], seed: int) -> list[Any]:

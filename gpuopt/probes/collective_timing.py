@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gpuopt import torch_compat
+
 HOST = "host"
 NCCL_WORK = "nccl-work"
 # works still pending after this many step boundaries are dropped (never waited, never done)
@@ -95,7 +97,7 @@ class NcclTimer:
         self.unavailable = 0  # works whose duration NCCL could not give (timing off)
 
     def track(self, work: Any, timed: Timed, on_done: Callable[[Timed], None]) -> None:
-        if callable(getattr(work, "_get_duration", None)):
+        if torch_compat.has_work_duration(work):
             self.pending.append((work, timed, on_done, self.boundaries))
 
     def settle(self) -> None:
@@ -111,7 +113,7 @@ class NcclTimer:
                     still.append((work, timed, on_done, since))
                 continue
             try:
-                ms = float(work._get_duration())
+                ms = torch_compat.work_duration_ms(work)
             except Exception:  # TORCH_NCCL_ENABLE_TIMING was not on when the group was made
                 self.unavailable += 1
                 continue

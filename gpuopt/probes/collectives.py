@@ -45,6 +45,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from gpuopt import torch_compat
 from gpuopt.probes.collective_timing import HOST, NcclTimer, Timed, WorkTimer, timer_for
 from gpuopt.probes.protocol import RunContext
 
@@ -477,7 +478,11 @@ class CollectiveProbe:
 
         probe = self
         init, register, builtin = DDP.__init__, DDP.register_comm_hook, None
-        builtin = getattr(DDP, "_register_builtin_comm_hook", None)
+        builtin = (
+            getattr(DDP, torch_compat.DDP_BUILTIN_COMM_HOOK)
+            if torch_compat.available("ddp.builtin_comm_hook")
+            else None
+        )
 
         @functools.wraps(init)
         def __init__(model: Any, *args: Any, **kwargs: Any) -> None:
@@ -508,7 +513,7 @@ class CollectiveProbe:
                     d.builtin_hook = str(comm_hook_type)
                 return builtin(model, comm_hook_type)
 
-            self._patch(DDP, "_register_builtin_comm_hook", _register_builtin_comm_hook)
+            self._patch(DDP, torch_compat.DDP_BUILTIN_COMM_HOOK, _register_builtin_comm_hook)
 
     def _capture_of(self, model: Any) -> DdpCapture | None:
         for d in self.ddp:
@@ -629,7 +634,7 @@ class CollectiveProbe:
         if model is None:
             return
         try:
-            data = dict(model._get_ddp_logging_data())
+            data = torch_compat.ddp_logging_data(model)
         except Exception:
             return
         d.info.update(data)

@@ -7,7 +7,8 @@ script's. The probe only listens:
   as written: its line, backend, mode, what it compiles. The call itself goes through unchanged.
 * Dynamo's CompilationMetrics records (one per compile of a frame: its code object, compile id,
   times, graph size, the failed guard of a recompile) are read as Dynamo appends them to its
-  own record list (``torch._dynamo.utils._compilation_metrics``).
+  own record list (``torch._dynamo.utils._compilation_metrics``; every private torch name goes
+  through :mod:`gpuopt.torch_compat`).
 * Dynamo's graph-break log call (``InstructionTranslatorBase.log_graph_break``) is wrapped to
   keep each break's type, explanation, hints and user stack (the same call that feeds
   ``TORCH_LOGS=graph_breaks``), whatever the logging settings.
@@ -38,6 +39,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from gpuopt import torch_compat
 from gpuopt.compile.events import (
     BreakRecord,
     CallRecord,
@@ -50,10 +52,10 @@ from gpuopt.compile.reasons import RESUME_PREFIX, guard_location, split_message
 from gpuopt.compile.regions import Span, count_regions
 from gpuopt.probes.protocol import RunContext
 from gpuopt.probes.sites import GPUOPT_DIR, USER, SiteResolver
+from gpuopt.torch_compat import DYNAMO_MODULE as DYNAMO
 
 _STACK_ENTRY = re.compile(r"Line: (?P<line>\d+), Name: (?P<name>.*), Filename: (?P<file>.*)$")
 METRICS_LIMIT = 100_000  # Dynamo keeps its last 64 records; the tap keeps the run's
-DYNAMO = "torch._dynamo"
 
 
 # set once the script calls torch.compile (any form) while the probe runs; Dynamo's count of
@@ -63,9 +65,7 @@ FRAMES_AT_START = [0]
 
 
 def frames_compiled() -> int:
-    from torch._dynamo.utils import counters
-
-    return int(counters["frames"]["total"])
+    return torch_compat.dynamo_frames_compiled()
 
 
 def script_compiles() -> bool:
@@ -112,13 +112,15 @@ class _MetricsTap(collections.deque):  # type: ignore[type-arg]
     """Dynamo's record list, with every appended record also handed to the probe."""
 
     sink: Callable[[Any], None]
+    failed = ""  # the first record the probe could not read
 
     def append(self, item: Any) -> None:
         super().append(item)
         try:
             self.sink(item)
-        except Exception:  # never let the probe break a compile
-            pass
+        except Exception as exc:  # never let the probe break a compile; say it once
+            if not self.failed:
+                self.failed = f"compile records not read: {type(exc).__name__}: {exc}"
 
 
 class _ImportHook(importlib.abc.MetaPathFinder):
@@ -309,18 +311,19 @@ class CompileProbe:
     def _attach(self) -> None:
         self.capture.dynamo_loaded = True
         try:
-            utils: Any = importlib.import_module("torch._dynamo.utils")
-            current = utils._compilation_metrics
+            utils: Any = torch_compat.dynamo_utils()
+            current = torch_compat.compilation_metrics(utils)
             self._metrics_maxlen = current.maxlen
             tap = _MetricsTap(current, maxlen=max(current.maxlen or 0, METRICS_LIMIT))
             tap.sink = self._on_metrics
-            utils._compilation_metrics = tap
+            torch_compat.set_compilation_metrics(utils, tap)
             self._utils = utils
+        except torch_compat.Unavailable:
+            pass  # the session reports it among the run's warnings (torch_compat)
         except Exception as exc:
             self.capture.notes.append(f"Dynamo's compile records not readable here ({exc})")
         try:
-            sc: Any = importlib.import_module("torch._dynamo.symbolic_convert")
-            translator = sc.InstructionTranslatorBase
+            translator = torch_compat.graph_break_translator()
             original = translator.log_graph_break
             probe = self
 
@@ -332,42 +335,30 @@ class CompileProbe:
 
             translator.log_graph_break = log_graph_break
             self._translator, self._orig_log_break = translator, original
+        except torch_compat.Unavailable:
+            pass  # reported by the session, as above
         except Exception as exc:
             self.capture.notes.append(f"graph-break sites not readable here ({exc})")
 
     def _detach(self) -> None:
         utils, self._utils = self._utils, None
-        if utils is not None and isinstance(utils._compilation_metrics, _MetricsTap):
-            tap = utils._compilation_metrics
-            utils._compilation_metrics = collections.deque(tap, maxlen=self._metrics_maxlen)
+        if utils is not None:
+            tap = torch_compat.compilation_metrics(utils)
+            if isinstance(tap, _MetricsTap):
+                restored = collections.deque(tap, maxlen=self._metrics_maxlen)
+                torch_compat.set_compilation_metrics(utils, restored)
+                if tap.failed:
+                    self.capture.errors.append(tap.failed)
         if self._translator is not None:
             self._translator.log_graph_break = self._orig_log_break
             self._translator = None
 
     def _on_metrics(self, m: Any) -> None:
         """A CompilationMetrics record, kept as the few values gpuopt reads (resolved later)."""
-        start_us = getattr(m, "start_time_us", None)
-        start = start_us / 1e6 if start_us else (getattr(m, "start_time", None) or self.wall())
-        dur_us = getattr(m, "duration_us", None)
-        duration = dur_us / 1e6 if dur_us is not None else (m.entire_frame_compile_time_s or 0.0)
-        self._raw_frames.append(
-            (
-                str(m.compile_id or ""),
-                m.co_name or "",
-                m.co_filename or "",
-                int(m.co_firstlineno or 0),
-                float(start),
-                float(duration),
-                m.graph_op_count,
-                m.has_guarded_code is not False,
-                m.recompile_reason,
-                m.fail_type,
-                m.fail_reason,
-                m.is_forward is not False,
-                bool(getattr(m, "is_runtime", False)),
-                list(m.stack_trace or []),
-            )
-        )
+        raw = torch_compat.metrics_record(m)
+        if raw[4] is None:  # no start time: now
+            raw = (*raw[:4], self.wall(), *raw[5:])
+        self._raw_frames.append(raw)
 
     def _on_break(self, tr: Any, exc: Any) -> None:
         try:
@@ -375,9 +366,9 @@ class CompileProbe:
             gb_type = getattr(exc, "gb_type", None) or gb_type
             stack = getattr(exc, "real_stack", None)
             if stack is None:
-                stack = self._torch._guards.TracingContext.extract_stack()
+                stack = torch_compat.tracing_stack()
             frames = [self._frame(fs.filename, fs.lineno or 0, fs.name) for fs in stack]
-            compile_id = self._torch._guards.CompileContext.current_compile_id()
+            compile_id = torch_compat.current_compile_id()
             user = [f for f in frames if f.user]
             code = None
             if user:
@@ -459,7 +450,12 @@ class CompileProbe:
     def _begin_window(self) -> None:
         from torch.profiler import ProfilerActivity, profile
 
-        if self._torch.autograd._profiler_enabled():
+        try:
+            other_on = torch_compat.profiler_enabled()
+        except torch_compat.Unavailable:  # reported by the session (torch_compat)
+            self.window_step = None
+            return
+        if other_on:
             self.capture.notes.append("ops left eager not counted: another profiler was on")
             self.window_step = None
             return

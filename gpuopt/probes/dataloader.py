@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuopt import torch_compat
 from gpuopt.model.profile import DataLoaderInfo
 from gpuopt.probes.protocol import RunContext
 
@@ -171,10 +172,10 @@ class DataLoaderProbe:
 
         self._roots = ctx.user_roots
         self._grad_enabled = torch.is_grad_enabled
-        base = dl._BaseDataLoaderIter
+        base = torch_compat.dataloader_iter_base()
         # Iterators are registered as DataLoader.__iter__ makes them, not in their __init__: a
         # wrapper there would sit where torch's warnings (stacklevel=2) point.
-        self._orig_get_iterator = dl.DataLoader._get_iterator
+        self._orig_get_iterator = torch_compat.dataloader_get_iterator(dl.DataLoader)
         self._orig_next = base.__next__
         probe = self
         orig_get_iterator, orig_next = self._orig_get_iterator, self._orig_next
@@ -210,8 +211,8 @@ class DataLoaderProbe:
 
         _get_iterator.__wrapped__ = orig_get_iterator  # type: ignore[attr-defined]
         __next__.__wrapped__ = orig_next  # type: ignore[attr-defined]
-        dl.DataLoader._get_iterator = _get_iterator  # type: ignore[method-assign,assignment]
-        base.__next__ = __next__  # type: ignore[method-assign,assignment]
+        setattr(dl.DataLoader, torch_compat.GET_ITERATOR, _get_iterator)
+        base.__next__ = __next__
         self._wrap_loader_init(dl.DataLoader)
 
     def _wrap_loader_init(self, cls: Any) -> None:
@@ -256,8 +257,8 @@ class DataLoaderProbe:
             return
         from torch.utils.data import dataloader as dl
 
-        dl._BaseDataLoaderIter.__next__ = self._orig_next  # type: ignore[method-assign]
-        dl.DataLoader._get_iterator = self._orig_get_iterator  # type: ignore[method-assign]
+        torch_compat.dataloader_iter_base().__next__ = self._orig_next
+        setattr(dl.DataLoader, torch_compat.GET_ITERATOR, self._orig_get_iterator)
         dl.DataLoader.__init__ = self._orig_loader_init  # type: ignore[method-assign]
         self._orig_next = None
 

@@ -22,6 +22,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from gpuopt import torch_compat
 from gpuopt.assemble.run_record import Outcome
 from gpuopt.defaults import MEMORY_BUDGET_S, MEMORY_MARGIN
 from gpuopt.memory import oom as oom_mod
@@ -220,6 +221,8 @@ class MemoryProbe:
         from gpuopt.probes.compile import script_compiles
 
         compiling = script_compiles()
+        if compiling and not torch_compat.available("dispatch.ignore_compile_internals"):
+            return  # the tracker's mode would be traced into the compiled code (a warning says)
         t.install_hooks(params, optimizer=False, modules=not compiling)
         if compiling:
             self._note(
@@ -235,9 +238,8 @@ class MemoryProbe:
         t, mode = self.tracker, self._tracker_mode
         if t is None or mode is None:
             return
-        from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-        top: Any = _get_current_dispatch_mode()
+        top: Any = torch_compat.current_dispatch_mode()
         if top is mode:
             mode.__exit__(None, None, None)
         else:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuopt import torch_compat
+
 # Op classes (bit flags: an op can be both indexing and data-dependent, e.g. ``x[mask]``).
 SKIP = 1  # internal queries (``prim.device``): not counted at all
 COPY = 2  # may move bytes between devices
@@ -55,8 +57,7 @@ def classify_op(func: Any) -> int:
     namespace = getattr(func, "namespace", "aten")
     if namespace == "prim":
         return SKIP
-    name = getattr(func, "_opname", None) or str(func).split(".")[1]
-    overload = getattr(func, "_overloadname", "")
+    name, overload = torch_compat.op_and_overload(func)
     flags = 0
     if name in _COPY_OPS:
         flags |= COPY

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from types import CodeType
 from typing import Any
 
+from gpuopt import torch_compat
 from gpuopt.model.records import Ragged
 from gpuopt.probes.gap_sampler import GapSample, GapSampler, recorder_codes
 from gpuopt.probes.protocol import RunContext
@@ -171,7 +172,10 @@ class DispatchRecorder:
         from gpuopt.probes.compile import script_compiles
 
         compiling = script_compiles()
-        engine.turn_on(function=not compiling)
+        # a torch without the mode's opt-out from compiling: the dispatch mode would be traced
+        # into the compiled code (a labelled warning says so)
+        dispatch = not compiling or torch_compat.available("dispatch.ignore_compile_internals")
+        engine.turn_on(function=not compiling, dispatch=dispatch)
         if compiling and COMPILE_NOTE not in self.errors:
             self.errors.append(COMPILE_NOTE)
 

@@ -52,7 +52,8 @@ def _loop_shape(x: Any, n: int) -> float:
 
 def _empty_modes() -> tuple[type, type]:
     from torch.overrides import TorchFunctionMode
-    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from gpuopt.torch_compat import TorchDispatchMode
 
     class EmptyFunction(TorchFunctionMode):
         def __torch_function__(

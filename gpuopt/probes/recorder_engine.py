@@ -18,6 +18,7 @@ import sys
 import time
 from typing import Any
 
+from gpuopt import torch_compat
 from gpuopt.probes.loops import LoopFinder
 from gpuopt.probes.op_classes import (
     API_ONLY_ON_CPU,
@@ -160,7 +161,8 @@ class RecorderEngine:
         if self.recording or self.modes_installed():
             return
         from torch.overrides import TorchFunctionMode
-        from torch.utils._python_dispatch import TorchDispatchMode
+
+        from gpuopt.torch_compat import TorchDispatchMode
 
         engine = self
 
@@ -231,7 +233,6 @@ class RecorderEngine:
         ``stop``)."""
         self.recording = False
         self.via_callee.clear()  # frees the frames it held
-        from torch.utils._python_dispatch import _get_current_dispatch_mode
 
         from gpuopt.probes.torch_modes import remove_function_mode
 
@@ -242,7 +243,7 @@ class RecorderEngine:
                 self._function_mode = None
             dmode: Any = self._dispatch_mode
             if dmode is not None:
-                top: Any = _get_current_dispatch_mode()
+                top: Any = torch_compat.current_dispatch_mode()
                 if top is not None and top is dmode:
                     top.__exit__(None, None, None)
                     self._dispatch_mode = None
@@ -590,7 +591,7 @@ class RecorderEngine:
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], ctx: _Ctx
     ) -> tuple[tuple[list[float], ...], list[float] | None]:
         torch = self._torch
-        name = func._opname
+        name = torch_compat.op_name(func)
         dst: Any = None
         dst_pinned: bool | None = None
         if name == "_to_copy":

@@ -21,27 +21,18 @@ import time
 from pathlib import Path
 from types import CodeType, FrameType
 
+from gpuopt.torch_compat import TRANSPARENT_TORCH_FILES
+
 # Frame categories, cached per code object.
 USER = 0  # the user's own code: the site
 LIBRARY = 1  # torch, installed packages, the standard library: "called through a library"
 TRANSPARENT = 2  # thin wrappers that do not make a call indirect (gpuopt, torch's Tensor shims)
 DATA = 3  # torch.utils.data: ops below it belong to data loading, not to the step
 
-# Tensor methods written in Python (``Tensor.__format__``, ``Tensor.backward``,
-# ``Tensor.__iter__``), the one-op wrappers of ``torch/functional.py`` (``torch.unique``,
-# ``torch.split``, with ``_jit_internal``'s boolean dispatch), the mode plumbing
-# (``__torch_function__`` handling, and the ``torch._dynamo.disable`` wrapper torch puts around a
-# dispatch mode's handler once dynamo is imported) sit between the user's line and the recorder
-# without being a library call the user made.
-_TRANSPARENT_TORCH_FILES = (
-    "_tensor.py",
-    "functional.py",
-    "_jit_internal.py",
-    "overrides.py",
-    "_compile.py",
-    os.path.join("utils", "_python_dispatch.py"),
-    os.path.join("_dynamo", "eval_frame.py"),
-)
+# torch's files that sit between the user's line and the recorder without being a library call
+# the user made (Tensor methods written in Python, torch/functional.py's one-op wrappers, the
+# mode plumbing): torch's file layout, kept with its private names in gpuopt.torch_compat
+_TRANSPARENT_TORCH_FILES = TRANSPARENT_TORCH_FILES
 
 
 # gpuopt's own package directory (this file is gpuopt/probes/sites.py)

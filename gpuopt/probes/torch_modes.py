@@ -13,20 +13,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuopt import torch_compat
+
 
 def remove_function_mode(mode: Any) -> bool:
     """Take ``mode`` off torch's function-mode stack; False when it is not on it."""
-    from torch.overrides import _get_current_function_mode_stack, _pop_mode, _push_mode
-
-    stack = _get_current_function_mode_stack()  # type: ignore[no-untyped-call]
+    stack = torch_compat.function_mode_stack()
     if not any(m is mode for m in stack):
         return False
     above: list[Any] = []
     while True:
-        top = _pop_mode()  # type: ignore[no-untyped-call]
+        top = torch_compat.pop_function_mode()
         if top is mode:
             break
         above.append(top)
     for m in reversed(above):
-        _push_mode(m)  # type: ignore[no-untyped-call]
+        torch_compat.push_function_mode(m)
     return True

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
+from gpuopt import torch_compat
 from gpuopt.assemble.run_record import Outcome, RunRecord
 from gpuopt.errors import GpuoptError, say
 from gpuopt.model.profile import Profile, RunError
@@ -223,6 +224,7 @@ class ProfileSession:
         self.warnings.extend(f"fixes: {n}" for n in applied.notes if "nothing to patch" in n)
 
     def _start_probes(self) -> None:
+        torch_compat.take_unavailable()  # the private torch names missing for this run, from now
         self._apply_fixes()
         if self.opts.seed is not None and self.training is None:
             seed_everything(self.opts.seed)
@@ -305,6 +307,8 @@ class ProfileSession:
             self._undo_fixes()
             self._undo_fixes = None
             self.warnings.extend(f"fixes: {n}" for n in self._late_fix_notes if "no module" in n)
+        # what the probes could not do on this torch, each a labelled "not available" line
+        self.warnings.extend(torch_compat.take_unavailable())
 
     # -- writing before the run ends ------------------------------------------------------
     def _checkpoint(self) -> None:
