@@ -15,10 +15,14 @@ through (docs/reliability.md).
   symbolic link stays a link, its target replaced). Anything else that can be written (a
   character device such as ``/dev/null``, a FIFO, ``/dev/stdout``, ``/dev/fd/N``) gets a plain
   write: renaming over it would replace the device with a regular file.
+* A command's **default folder** (no ``-o``) is ``gpuopt-runs/<name>-<YYYYmmdd-HHMMSS>``, made by
+  :func:`default_run_dir` alone, exclusively: two runs started in the same second get one each
+  (``-2``, ``-3`` ...).
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import errno
 import os
 import stat
@@ -33,6 +37,31 @@ from gpuopt.errors import GpuoptError
 _READ_SUFFIXES = (".json", ".json.gz")
 # Paths that name an open file or a device however they resolve: never renamed over.
 _PLAIN_ROOTS = ("/dev/", "/proc/")
+
+
+RUNS_ROOT = Path("gpuopt-runs")  # where a command writes when not given -o
+
+
+def default_run_dir(name: str, now: _dt.datetime | None = None) -> Path:
+    """``gpuopt-runs/<name>-<YYYYmmdd-HHMMSS>``, with ``-2``, ``-3`` ... if that one exists;
+    created here, exclusively, so two commands started in the same second get a folder each
+    (``name``: the script's stem, and the command's when not ``profile``: ``train-optimize``)."""
+    now = now or _dt.datetime.now()
+    base = RUNS_ROOT / f"{name}-{now:%Y%m%d-%H%M%S}"
+    try:
+        base.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise GpuoptError(f"{base.parent}: cannot create run directory: {reason(exc)}") from None
+    out, n = base, 1
+    while True:
+        try:
+            out.mkdir()
+            return out
+        except FileExistsError:
+            n += 1
+            out = base.with_name(f"{base.name}-{n}")
+        except OSError as exc:
+            raise GpuoptError(f"{out}: cannot create run directory: {reason(exc)}") from None
 
 
 def reason(exc: OSError) -> str:

@@ -76,6 +76,55 @@ def test_the_step_becomes_a_captured_function() -> None:
     assert again.source == r.source and not again.changed  # idempotent
 
 
+SLICED = """\
+import torch
+from torch import nn
+
+model = nn.Linear(8, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x_all, y_all = torch.randn(192, 8), torch.randint(0, 2, (192,))
+for step in range(12):
+    x, y = x_all[step * 16:(step + 1) * 16], y_all[step * 16:(step + 1) * 16]
+    opt.zero_grad()
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+"""
+
+SLICED_AFTER = """\
+import torch
+from torch import nn
+from gpuopt.graphs import graphed_step
+
+model = nn.Linear(8, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x_all, y_all = torch.randn(192, 8), torch.randint(0, 2, (192,))
+
+@graphed_step(optimizers=[opt], modules=[model])
+def train_step(step):
+    x, y = x_all[step * 16:(step + 1) * 16], y_all[step * 16:(step + 1) * 16]
+    opt.zero_grad()
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+
+for step in range(12):
+    train_step(step)
+"""
+
+
+def test_a_name_read_several_times_is_one_input() -> None:
+    """A batch sliced by the loop variable reads ``step`` four times in one statement: the
+    step function takes it once (it was ``def train_step(step, step, step, step)``)."""
+    r = rewrite_cuda_graphs(SLICED, name="train.py")
+    assert r.source == SLICED_AFTER
+    compile(r.source, "train.py", "exec")
+    assert r.notes == [
+        "line 8: the step (lines 8-12) captured whole in one CUDA graph: train_step(step), "
+        "defined before line 7"
+    ]
+
+
 def test_lines_pick_the_loops() -> None:
     assert not rewrite_cuda_graphs(BEFORE, lines=[5]).changed
     assert rewrite_cuda_graphs(BEFORE, lines=[17]).changed

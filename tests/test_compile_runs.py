@@ -133,6 +133,17 @@ def test_a_script_without_a_break_reports_none(tmp_path: Path) -> None:
     assert not ids & {"graph-break", "recompile"}
 
 
+@pytest.mark.slow
+def test_the_compile_window_says_nothing_on_the_users_stderr(tmp_path: Path) -> None:
+    """The compile probe profiles one step on the CPU; Kineto's native lines around its start
+    and stop ("USDT: ... SyncActivityProfilerHandler.cpp:52] profiler_start") are not the
+    user's: gpuopt's stderr is its own line and nothing else (python prints nothing there)."""
+    r = run_gpuopt("profile", "--quiet", "-o", str(tmp_path), str(CLEAN), "eager", timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads((tmp_path / "profile.json").read_text())["compile"]["window_step"] >= 0
+    assert r.stderr == f"gpuopt: profile written to {tmp_path / 'profile.json'}\n"
+
+
 def test_a_script_that_does_not_compile_has_a_null_compile_key(tmp_path: Path) -> None:
     doc = _profile(tmp_path, DATA / "scripts" / "four_syncs.py")
     assert "compile" in doc and doc["compile"] is None

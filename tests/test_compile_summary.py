@@ -10,6 +10,7 @@ from gpuopt.compile.reasons import (
     break_kind,
     failed_guard,
     guard_location,
+    reorderable_args,
     resumed_function,
     split_message,
 )
@@ -233,3 +234,58 @@ def test_an_unclassified_break_leads_with_dynamos_own_hint() -> None:
     (f,) = [f for f in evaluate(p) if f.id == "graph-break"]
     assert f.fix.startswith("Dynamo's hint: Set torch._dynamo.config.allow_rnn=True")
     assert "report an issue" not in f.fix and f.evidence["kind"] == "unsupported"
+
+
+_PRINT = "Dynamo does not know how to trace builtin operator `print` with argument types {} " \
+    "(has_kwargs {})"  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("types", "kwargs", "ok", "refused"),
+    [
+        ("['str', 'Tensor', 'int', 'float', 'NoneType', 'bool']", False, True, []),
+        ("['str', 'tuple']", False, False, ["tuple"]),
+        ("['str', 'Size']", False, False, ["Size"]),
+        ("['str']", True, False, ["keyword arguments"]),
+    ],
+)
+def test_dynamos_reorder_rule_is_read_from_the_recorded_argument_types(
+    types: str, kwargs: bool, ok: bool, refused: list[str]
+) -> None:
+    """Dynamo reorders a logging call only when every argument is a tensor, a constant or a
+    string format (DebuggingVariable.can_reorder_logs): the types its explanation names."""
+    assert reorderable_args(_PRINT.format(types, kwargs)) == (ok, refused)
+    assert reorderable_args("Dynamo does not know how to trace builtin operator `print`") == (
+        None,
+        [],
+    )
+
+
+def _print_fix(explanation: str) -> str:
+    capture = _capture()
+    for b in capture.breaks:
+        b.explanation = explanation
+    found = {f.id: f for f in evaluate(_profile_with(capture))}
+    return found["graph-break"].fix
+
+
+def test_the_print_fix_offers_reordering_only_where_its_arguments_allow() -> None:
+    """print("loss", (a, b)) in a compiled function: Dynamo's reorderable_logging_functions
+    would break again on the tuple ("attempted to reorder a debugging function that can't
+    actually be reordered"), so the fix does not offer it."""
+    move = (
+        "Move the print out of the compiled function (print in the training loop, every N "
+        "steps, from values the function returns)"
+    )
+    tuple_fix = _print_fix(_PRINT.format("['str', 'tuple']", False))
+    assert tuple_fix.startswith(
+        f"{move} (Dynamo cannot move it for you: it reorders a call only when its arguments are "
+        "tensors, strings and numbers, and this one has tuple). `gpuopt optimize --fix "
+        "graph-breaks` moves"
+    )
+    assert "reorderable_logging_functions" not in tuple_fix
+    tensor_fix = _print_fix(_PRINT.format("['str', 'Tensor']", False))
+    assert tensor_fix.startswith(
+        f"{move}, or let Dynamo move it for you (its arguments are tensors, strings and "
+        "numbers): torch._dynamo.config.reorderable_logging_functions.add(print). "
+    )

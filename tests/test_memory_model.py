@@ -14,7 +14,7 @@ from gpuopt.errors import GpuoptError
 from gpuopt.memory import oom
 from gpuopt.memory.capture import CapturedStep, StepRecorder
 from gpuopt.memory.devices import DEVICES, device_memory, parse_size
-from gpuopt.memory.fit import Line, line_through, max_batch, refine
+from gpuopt.memory.fit import Line, limit_text, line_through, max_batch, refine
 from gpuopt.memory.predict import PredictInput, predict
 from gpuopt.memory.replay import ReplayError, ReplayOptions, ReplayResult, replay
 from gpuopt.memory.tracker import StepTracker, rounded
@@ -316,6 +316,43 @@ def test_the_line_and_the_largest_batch() -> None:
     assert line_through([(32, 5), (32, 6)]) is None
     bent = refine([(32, 1320), (64, 1640), (800, 9400)], 10_000, 0.1)
     assert bent is not None and max_batch(bent, 10_000, 0.1) < 800
+
+
+def test_a_peak_that_does_not_grow_is_still_compared_with_the_capacity() -> None:
+    """A script whose peak is the same at every batch (64 MiB) on a 1 MiB device fits at no
+    batch size; the same peak on a device it fits does not limit the batch."""
+    mib = 1 << 20
+    flat = [(32, 64 * mib), (64, 64 * mib)]
+    line = line_through(flat)
+    assert line is not None and line.per_sample == 0
+    assert max_batch(line, mib, 0.1) == 0
+    assert max_batch(line, 1024 * mib, 0.1) is None
+    calls: list[int] = []
+    flat_peak = _fake_replayer(lambda b: 64 * mib, calls)
+    small = predict(PredictInput(CapturedStep(batch_size=32), mib, 0.1, 60.0, replayer=flat_peak))
+    assert small.max_batch_size == 0
+    assert small.limit == (
+        "does not fit at any batch size: the memory that does not grow with the batch "
+        "(64.0 MiB: model states 0 B) alone fills the 922 KiB usable (90% of 1.00 MiB): no "
+        "batch size fits; shard or shrink the model states (8-bit optimizer states, FSDP/ZeRO, "
+        "bf16 weights)"
+    )
+    large = predict(
+        PredictInput(CapturedStep(batch_size=32), 1024 * mib, 0.1, 60.0, replayer=flat_peak)
+    )
+    assert large.max_batch_size is None
+    assert large.limit == (
+        "the peak does not grow with the batch size in the replays: memory does not limit it here"
+    )
+
+
+def test_one_sample_over_the_budget_fits_at_no_batch_size() -> None:
+    line = Line(800.0, 200.0)
+    assert max_batch(line, 1000, 0.1) == 0
+    assert limit_text(32, None, line, 1000, 0.1, 0) == (
+        "does not fit at any batch size: one sample's activations and their gradients (200 B a "
+        "sample) on top of the 800 B that does not grow pass the 900 B usable (90% of 1000 B)"
+    )
 
 
 def _fake_replayer(peak: Any, calls: list[int]) -> Any:

@@ -360,3 +360,35 @@ def test_a_fix_alone_a_little_slower_is_run_alone_again(
     kept = _candidates(state, _ablation(state, [syncs, zero]))
     assert labels[-1] == "only zero-grad (again)"
     assert kept == [syncs] and zero.reason.startswith("no measurable gain")
+
+
+@pytest.mark.parametrize("quick", [True, False])
+def test_a_gpu_only_fix_on_a_cpu_prints_no_measured_gain(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, quick: bool
+) -> None:
+    """cuda-graphs asked for by name on a CPU, its candidate measured 1.39x faster by chance:
+    neither the headline nor its row prints that gain, with or without --quick; its note says
+    why, without a CPU's number."""
+    from gpuopt.model.records import Environment
+    from gpuopt.optimize.render import render_text
+    from gpuopt.optimize.results import fill_results
+
+    def fake(launch: Launch, spec: RunSpec) -> Done:
+        return _done(spec, step_s=0.1 / 1.39 if spec.role == "candidate" else 0.1)
+
+    monkeypatch.setattr(command, "run_once", fake)
+    st = _state(tmp_path, fixes=["cuda-graphs"], quick=quick)
+    st.doc.baseline = Profile(environment=Environment(device="cpu"))
+    graphs = _fix("cuda-graphs")
+    assert _candidates(st, [graphs]) == [graphs]
+    assert graphs.notes == ["no GPU here: its gain is a GPU's, kept unmeasured"]
+    fill_results(st.doc, st.runs, [graphs], [graphs], apply=False, stopped=st.stopped)
+    assert st.doc.gain is not None and st.doc.gain.speedup is None and st.doc.speedup is None
+    (row,) = st.doc.fixes
+    assert row.gain is None
+    text = render_text(st.doc).splitlines()
+    assert "gain     GPU-only gain, not measured here" in text
+    row_line = "cuda-graphs  runtime  yes      exact     GPU-only gain, not measured here  planned"
+    assert row_line in text
+    assert "  cuda-graphs: note: no GPU here: its gain is a GPU's, kept unmeasured" in text
+    assert not any("1.39" in x or "faster" in x for x in text)

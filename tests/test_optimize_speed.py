@@ -298,3 +298,36 @@ def test_steps_a_busy_machine_preempts_still_settle() -> None:
     s = split_run([t / 1e3 for t in steps])
     assert s.did_settle and s.warmup == 3
     assert s.level == pytest.approx(1.4e-3) and len(s.extreme) == 9
+
+
+def test_a_side_too_noisy_is_not_a_measurement() -> None:
+    """--quick on a CPU: two baseline runs of 12 steps whose settled steps scatter so far that
+    the baseline's own interval is ±100% or more; once 'gain 1.39x faster (1.39x [1.25-4.33],
+    run-to-run noise 7%); baseline ±111%'. Now no speedup, no interval: too noisy to measure,
+    and a fix measured so goes unless named (the gain it would keep is no gain)."""
+    base = [
+        [0.10, 0.10, 0.10, 0.10, 0.10, 0.10, 0.40, 0.10, 0.40, 0.40, 0.40, 0.40],
+        [0.40, 0.40, 0.40, 0.40, 0.10, 0.40, 0.10, 0.40, 0.10, 0.10, 0.10, 0.40],
+    ]
+    cand = [[0.072] * 12]
+    g = gain(base, cand)
+    assert isinstance(g.baseline_half_width, float) and g.baseline_half_width > 0.5
+    assert g.speedup is None and g.low is None and g.high is None and not g.measurable
+    assert g.verdict == "not-measured"
+    assert g.label == f"too noisy to measure (baseline ±{g.baseline_half_width:.0%})"
+    fate = keep_or_drop(BY_NAME["vectorize"], g, on_gpu=False, named=False)
+    assert fate.drop == (
+        f"{g.label}; a fix stays only with a measured gain, or when asked for by name "
+        "(--fix vectorize)"
+    )
+    named = keep_or_drop(BY_NAME["vectorize"], g, on_gpu=False, named=True)
+    assert named.drop is None and named.note == f"kept as asked (--fix vectorize): {g.label}"
+    assert how_sure(g) == ""
+
+
+def test_slower_beyond_the_noise_is_still_slower() -> None:
+    """A side too noisy to measure a gain does not hide a slowdown its whole interval shows."""
+    base = [[0.10, 0.40] * 6, [0.40, 0.10] * 6]
+    g = gain(base, [[3.0] * 12])
+    assert isinstance(g.baseline_half_width, float) and g.baseline_half_width > 0.5
+    assert g.verdict == "slower" and g.speedup is not None and g.speedup < 0.2

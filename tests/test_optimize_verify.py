@@ -184,6 +184,26 @@ def test_write_refuses_a_file_changed_since_it_was_read(tmp_path: Path) -> None:
     assert not (tmp_path / f"train.py{BACKUP_SUFFIX}").exists()
 
 
+def _duplicate_argument(text: str, name: str) -> Rewrite:
+    new = text.replace("x = 1", "def f(step, step):\n    return step")
+    return Rewrite(new, notes=["line 1: f"])
+
+
+def test_a_rewrite_that_does_not_compile_is_refused_before_any_run(tmp_path: Path) -> None:
+    """Every codemod's output goes through SourceSet.rewrite, which compiles it (never runs
+    it): a rewrite Python would refuse is one line naming its line, and the file stays."""
+    (tmp_path / "train.py").write_text("# keep\nx = 1\n")
+    sources = SourceSet(cwd=tmp_path)
+    with pytest.raises(GpuoptError) as info:
+        sources.rewrite("train.py", _duplicate_argument)
+    assert str(info.value) == (
+        "train.py: the rewrite does not compile at line 2: duplicate argument 'step' in "
+        "function definition; the file is left as it was"
+    )
+    assert sources.changed() == [] and sources.get("train.py").new == "# keep\nx = 1\n"
+    assert (tmp_path / "train.py").read_text() == "# keep\nx = 1\n"
+
+
 def test_unreadable_and_non_utf8_files_are_one_line(tmp_path: Path) -> None:
     (tmp_path / "bin.py").write_bytes(b"\xff\xfe x")
     with pytest.raises(GpuoptError, match="not UTF-8"):

@@ -22,11 +22,12 @@ from conftest import ROOT, SCRIPTS, run_gpuopt
 
 from gpuopt.errors import GpuoptError
 from gpuopt.model.document import load_profile
+from gpuopt.paths import default_run_dir
 from gpuopt.probes.samplers import UtilizationSampler
 from gpuopt.runner import run_dir as run_dir_module
 from gpuopt.runner.options import ProfileOptions
 from gpuopt.runner.profile_command import run_profile
-from gpuopt.runner.run_dir import RunDirectory, default_out_dir
+from gpuopt.runner.run_dir import RunDirectory
 from gpuopt.runner.session import CHECKPOINT_S, CHECKPOINT_SHARE, CheckpointSchedule
 
 STEPS = """\
@@ -109,13 +110,30 @@ def test_default_directories_of_runs_started_in_one_second_are_distinct(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     now = dt.datetime(2026, 11, 23, 12, 0, 0)
-    made = [default_out_dir("train", now) for _ in range(3)]
+    made = [default_run_dir("train", now) for _ in range(3)]
     assert [p.name for p in made] == [
         "train-20261123-120000",
         "train-20261123-120000-2",
         "train-20261123-120000-3",
     ]
     assert all(p.is_dir() for p in made)
+
+
+def test_two_optimize_runs_started_in_one_second_get_a_folder_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without -o, optimize's folder comes from the same function as profile's: the second run
+    of the second takes ``-2`` instead of failing "another gpuopt run started writing here;
+    pick another -o DIR" (the user gave no -o)."""
+    from gpuopt.optimize.command import OptimizeOptions, _out_dir
+
+    monkeypatch.chdir(tmp_path)
+    now = dt.datetime(2026, 11, 23, 12, 0, 0)
+    opts = OptimizeOptions(script="train.py", module=None, args=[], out=None)
+    first, second = _out_dir(opts, "train", now), _out_dir(opts, "train", now)
+    assert str(first) == "gpuopt-runs/train-optimize-20261123-120000"
+    assert str(second) == "gpuopt-runs/train-optimize-20261123-120000-2"
+    assert first.is_dir() and second.is_dir()
 
 
 # -- the disk refuses --------------------------------------------------------------------------

@@ -191,3 +191,37 @@ def test_add_trace_to_a_run_profile(tmp_path: Path) -> None:
     assert any(t.id == "trace-gpu-time" for t in profile.tables)
     assert profile.warnings == ["an earlier warning"]  # the trace has steps and GPU events
     assert profile.steps.count == 0 and profile.findings == []  # the run's own, untouched
+
+
+def _stripped_kernels_trace(tmp_path: Path) -> Path:
+    """Two steps whose kernels lost their stream and correlation ids (a trimmed trace)."""
+    stripped = [kernel("gemm", 10, 5, corr=1), kernel("gemm", 950, 40, corr=2)]
+    for k in stripped:
+        k["args"] = {"device": 0}
+    ev = [
+        cpu("ProfilerStep#1", 0, 500, cat="user_annotation"),
+        cpu("ProfilerStep#2", 500, 500, cat="user_annotation"),
+        cpu("ProfilerStep#3", 1000, 500, cat="user_annotation"),
+        *stripped,
+    ]
+    return write_trace(tmp_path / "stripped.json", ev)
+
+
+def test_kernels_without_a_stream_are_said_dropped_not_called_cpu_only(tmp_path: Path) -> None:
+    p = profile_from_traces(_stripped_kernels_trace(tmp_path))
+    assert p.warnings == [
+        "rank 0: 2 kernel/copy events without a stream id (a trimmed trace?): not counted as "
+        "GPU work",
+        "rank 0: no GPU events (kernels, copies, sets on a stream) in the trace: GPU metrics are "
+        "empty",
+    ]
+    (steps,) = [t for t in p.tables if t.id == "trace-step-breakdown"]
+    assert [r[1] for r in steps.rows] == [1, 2] and steps.note == ""  # steps: no footnote
+
+
+def test_the_step_table_footnote_is_for_a_trace_without_steps(tmp_path: Path) -> None:
+    ev = [launch(5, 3, corr=1), kernel("gemm", 10, 50, corr=1)]
+    p = profile_from_traces(write_trace(tmp_path / "nosteps.json", ev))
+    (steps,) = [t for t in p.tables if t.id == "trace-step-breakdown"]
+    assert [r[1] for r in steps.rows] == [None]
+    assert steps.note == "Without ProfilerStep annotations the whole trace is one row (step empty)."

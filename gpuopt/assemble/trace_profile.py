@@ -295,8 +295,8 @@ def _warnings(ta: TraceJob) -> list[str]:
     for ra in ta.ranks:
         if ra.trace.temporal is None:
             out.append(
-                f"rank {ra.rank}: no GPU events in the trace (CPU-only profile): "
-                "GPU metrics are empty"
+                f"rank {ra.rank}: no GPU events (kernels, copies, sets on a stream) in the "
+                "trace: GPU metrics are empty"
             )
         elif not ra.trace.profiler_steps:
             out.append(

@@ -168,6 +168,7 @@ def idle_sites_table(ta: TraceJob) -> Table | None:
 
 
 def step_breakdown_table(ta: TraceJob) -> Table | None:
+    whole = any(not ra.trace.profiler_steps for ra in ta.ranks)  # a rank's one row, step empty
     return _table(
         "trace-step-breakdown",
         "Step time breakdown (PyTorch profiler overview: each category only counts time not "
@@ -178,7 +179,9 @@ def step_breakdown_table(ta: TraceJob) -> Table | None:
             for ra in ta.ranks
             for r in ra.trace.steps
         ],
-        "Without ProfilerStep annotations the whole trace is one row (step empty).",
+        "Without ProfilerStep annotations the whole trace is one row (step empty)."
+        if whole
+        else "",
     )
 
 

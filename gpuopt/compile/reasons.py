@@ -43,6 +43,31 @@ def break_kind(gb_type: str, explanation: str) -> str:
     return "unsupported"
 
 
+# what Dynamo's DebuggingVariable.can_reorder_logs accepts of a reorderable logging function's
+# arguments (a TensorVariable, a ConstantVariable, a StringFormatVariable), by the type names its
+# "argument types [...]" explanation gives them; a tuple, a torch.Size, a list, an object: not
+_REORDERABLE_ARGS = frozenset(
+    {"Tensor", "Parameter", "Buffer", "str", "int", "float", "bool", "NoneType", "complex"}
+)
+_ARG_TYPES = re.compile(r"with argument types (?P<types>\[[^\]]*\]) \(has_kwargs (?P<kw>\w+)\)")
+
+
+def reorderable_args(explanation: str) -> tuple[bool | None, list[str]]:
+    """Whether Dynamo could reorder this call once its function is in
+    ``torch._dynamo.config.reorderable_logging_functions``, from the argument types its
+    explanation records (``['str', 'Tensor']``), and the types it could not: None when the
+    explanation records none, False too when the call had keyword arguments (their types are
+    not recorded)."""
+    m = _ARG_TYPES.search(explanation)
+    if m is None:
+        return None, []
+    types = re.findall(r"'([^']*)'", m.group("types"))
+    refused = [t for t in types if t not in _REORDERABLE_ARGS]
+    if m.group("kw") != "False":
+        return False, [*refused, "keyword arguments"]
+    return not refused, refused
+
+
 def split_message(msg: str) -> tuple[str, str, list[str]]:
     """``(type, explanation, hints)`` of an Unsupported exception's message (its first line,
     the text after ``Explanation:`` up to the hints, each ``Hint:`` line)."""

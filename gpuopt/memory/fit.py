@@ -47,11 +47,13 @@ def budget(capacity: int, margin: float) -> int:
 
 
 def max_batch(line: Line, capacity: int, margin: float) -> int | None:
-    """The largest batch size whose peak fits the budget: 0 when none does, None when the peak
-    does not grow with the batch (then any batch fits that the rest of the step allows)."""
+    """The largest batch size whose peak fits the budget: 0 when none does (a peak that does not
+    grow with the batch but is over the budget fits at no batch size either), None when the
+    peak does not grow with the batch and fits (then any batch fits that the rest of the step
+    allows)."""
     room = budget(capacity, margin) - line.fixed
     if line.per_sample <= 0:
-        return None
+        return None if room >= 0 else 0
     return max(int(math.floor(room / line.per_sample)), 0)
 
 
@@ -93,12 +95,19 @@ def limit_text(
         )
     if line.fixed >= usable:
         return (
+            "does not fit at any batch size: "
             f"the memory that does not grow with the batch ({fmt_bytes(line.fixed)}: model "
             f"states {fmt_bytes(states)}) alone fills the {fmt_bytes(usable)} usable "
             f"({fmt_frac(1 - margin, 0)} of {fmt_bytes(capacity)}): no batch size fits; shard or "
             "shrink the model states (8-bit optimizer states, FSDP/ZeRO, bf16 weights)"
         )
     grows = f"{fmt_bytes(line.per_sample)} a sample"
+    if best <= 0:
+        return (
+            f"does not fit at any batch size: one sample's activations and their gradients "
+            f"({grows}) on top of the {fmt_bytes(line.fixed)} that does not grow pass the "
+            f"{fmt_bytes(usable)} usable ({fmt_frac(1 - margin, 0)} of {fmt_bytes(capacity)})"
+        )
     at = (
         f"at batch {fmt_count(best)}, {fmt_frac(line.per_sample * best / max(line.at(best), 1))} "
         "of the peak grows with the batch"

@@ -42,7 +42,7 @@ from gpuopt.optimize.source_files import (
     write_in_place,
     write_private_copies,
 )
-from gpuopt.paths import reason, refuse_inputs, stat_or_none, write_stdout
+from gpuopt.paths import default_run_dir, reason, refuse_inputs, stat_or_none, write_stdout
 
 OPTIMIZE_FILE = "optimize.json"
 
@@ -98,14 +98,11 @@ def optimize_command(opts: OptimizeOptions) -> int:
         return _optimize(st)
 
 
-def _out_dir(opts: OptimizeOptions, stem: str) -> Path:
-    """``-o DIR`` (or the default), made now: one that cannot be a directory, or holds an
+def _out_dir(opts: OptimizeOptions, stem: str, now: _dt.datetime | None = None) -> Path:
+    """``-o DIR`` (or the default, ``gpuopt-runs/<stem>-optimize-<time>``, ``-2`` ... when
+    another run took it that second), made now: one that cannot be a directory, or holds an
     earlier optimize run without ``--force``, is refused before any run."""
-    if opts.out is None:
-        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        out = Path("gpuopt-runs") / f"{stem}-optimize-{stamp}"
-    else:
-        out = opts.out
+    out = opts.out if opts.out is not None else default_run_dir(f"{stem}-optimize", now)
     st = stat_or_none(out)
     if st is not None and not stat.S_ISDIR(st.st_mode):
         raise GpuoptError(f"{out}: exists and is not a directory; pick another -o DIR")

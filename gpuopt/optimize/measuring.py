@@ -151,6 +151,10 @@ def how_sure(g: Gain) -> str:
     return "; ".join(x for x in (widths, why, one) if x)
 
 
+# a fix whose gain is a GPU's, kept on a machine without one: what a CPU measured is not its gain
+GPU_GAIN_NOTE = "no GPU here: its gain is a GPU's, kept unmeasured"
+
+
 @dataclass(frozen=True)
 class Keep:
     """A measured fix's fate: ``drop`` is the reason it goes (None: it stays); ``note`` what
@@ -165,18 +169,16 @@ def keep_or_drop(kind: FixKind, g: Gain, on_gpu: bool, named: bool) -> Keep:
     shown = _shown(g)
     if g.verdict == "slower":
         return Keep(f"{g.label} in the training run ({shown})")
+    if (kind.gpu_only or kind.gpu_gain) and not on_gpu:
+        return Keep(None, GPU_GAIN_NOTE)
     if g.verdict == "faster":
         return Keep(None)
-    if (kind.gpu_only or kind.gpu_gain) and not on_gpu:
-        return Keep(
-            None,
-            f"no GPU here: its gain is a GPU's, kept unmeasured (it measured {shown} on this CPU)",
-        )
+    why = g.label if g.verdict == "not-measured" else f"no measurable gain ({shown})"
     if named:
-        return Keep(None, f"kept as asked (--fix {kind.name}): no measurable gain ({shown})")
+        return Keep(None, f"kept as asked (--fix {kind.name}): {why}")
     return Keep(
-        f"no measurable gain ({shown}); a fix stays only with a measured gain, or when asked "
-        f"for by name (--fix {kind.name})"
+        f"{why}; a fix stays only with a measured gain, or when asked for by name "
+        f"(--fix {kind.name})"
     )
 
 

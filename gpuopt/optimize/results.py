@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import msgspec
-
 from gpuopt.errors import GpuoptError
 from gpuopt.model.optimize import FixResult, Gain, OptimizeDocument, Verification
 from gpuopt.model.records import TrainingRecord, given
@@ -56,6 +54,8 @@ def fill_results(
         settle = max((f.kind.settle_steps for f in measured), default=0)
         cands = [d for d in candidates if d.result.timed is not False]
         doc.gain = run_gain(timed(runs, "baseline"), cands, measured, settle)
+        if doc.gain.verdict != "slower" and all(_gpu_gain_unmeasured(f, doc) for f in measured):
+            doc.gain = gpu_gain_here()  # slower goes, its size shown: GPU-only or not
         if doc.gain.verdict == "slower" and not stopped:
             stopped = "slower"  # every fix dropped on its own run: no more runs were measured
         if stopped and doc.gain.speedup is not None:
@@ -203,13 +203,12 @@ def _measured_part(
             g.stopped = "one run" if len(alone) == 1 else "confirmed"
         v = fix_verdict(_ok(runs, "baseline"), alone, [fix])
     elif doc.gain is not None and doc.verification is not None and _only(doc, fix):
-        g, v = msgspec.structs.replace(doc.gain), doc.verification  # a copy: its label may change
+        g, v = doc.gain, doc.verification
     else:
         g = Gain(speedup=None, label="not measured alone (--quick)")
         v = doc.verification or Verification(verified="not-run", detail="")
-    on_cpu = doc.baseline is not None and doc.baseline.environment.device != "cuda"
-    if (fix.kind.gpu_only or fix.kind.gpu_gain) and on_cpu and not g.measurable:
-        g.label = "GPU-only gain, not measured here"
+    if _gpu_gain_unmeasured(fix, doc):
+        g = gpu_gain_here()
     out.gain_detail = g
     out.gain = g.speedup if g.measurable else None
     out.verified = v.verified
@@ -218,6 +217,17 @@ def _measured_part(
         v = Verification(verified="not-comparable", detail=fix.notes[-1])
     if v.verified not in ("exact", "not-run") and v.detail:
         out.reason = f"{out.reason}; {v.detail}" if out.reason else v.detail
+
+
+def gpu_gain_here() -> Gain:
+    """The gain of fixes whose gain is a GPU's, on a machine without one: whatever a CPU
+    measured, not printed (a CPU's time says nothing of the launches or syncs it saves)."""
+    return Gain(speedup=None, label="GPU-only gain, not measured here", verdict="not-measured")
+
+
+def _gpu_gain_unmeasured(fix: PlannedFix, doc: OptimizeDocument) -> bool:
+    on_cpu = doc.baseline is not None and doc.baseline.environment.device != "cuda"
+    return (fix.kind.gpu_only or fix.kind.gpu_gain) and on_cpu
 
 
 def _only(doc: OptimizeDocument, fix: PlannedFix) -> bool:

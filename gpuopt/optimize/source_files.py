@@ -24,6 +24,7 @@ import difflib
 import hashlib
 import os
 import stat
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,12 +109,30 @@ class SourceSet:
             result = codemod(sf.new, sf.shown)
         except CodemodError as exc:
             raise GpuoptError(str(exc)) from None
+        if result.source != sf.new:
+            _check_compiles(result.source, sf.shown)
         sf.new = result.source
         sf.notes.extend(f"{sf.shown}: {n}" for n in result.notes)
         return result
 
     def changed(self) -> list[SourceFile]:
         return [sf for sf in self.files.values() if sf.changed]
+
+
+def _check_compiles(source: str, shown: str) -> None:
+    """A rewrite is compiled (not run) before anything uses it: one that Python would refuse
+    (``def f(step, step)``) is an error naming its line, and the file stays as it was."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the user's own escapes are not the rewrite's
+            compile(source, shown, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:
+        line = getattr(exc, "lineno", None)
+        where = f" at line {line}" if line else ""
+        msg = getattr(exc, "msg", None) or str(exc)
+        raise GpuoptError(
+            f"{shown}: the rewrite does not compile{where}: {msg}; the file is left as it was"
+        ) from None
 
 
 def diff_name(shown: str) -> str:

@@ -21,7 +21,10 @@ over their mean (with a single baseline run, unknown: 0) — what one run's leve
 however many runs there are. **The verdict**: *faster* when the interval's low
 end clears ``1 + max(noise, MIN_EFFECT)``; *slower* when the whole interval is below 1 and the
 speedup below ``1 / (1 + max(noise, MIN_EFFECT))`` — a bound below 1 whatever the noise, so a fix
-that measured slower is always found slower; otherwise *no measurable gain*.
+that measured slower is always found slower; otherwise *no measurable gain*. **Too noisy**: short
+of slower, when a side's own interval is wider than ±:data:`NOISY` of its level there is no
+speedup and no verdict (``speedup`` None, ``verdict`` "not-measured", the label "too noisy to
+measure (baseline ±111%)"): such an interval is not a measurement, faster or not.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ LEVEL = 0.90  # two-sided: the 5th and 95th percentiles
 SEED = 0
 MIN_EFFECT = 0.03  # a gain or a loss under 3% is never claimed, however quiet the runs
 MIN_STEPS = 3  # settled steps a side needs, in all, to be measured at all
+# a side whose 90% interval is wider than ±50% of its level: a 1.5x gain or none fit in it alike
+NOISY = 0.5
 
 
 @dataclass(frozen=True)
@@ -131,12 +136,21 @@ def compare(base: Side, cand: Side) -> Gain:
         "each run's median settled step (warm-up detected per run, left out), geometric mean "
         "over the runs"
     )
-    if low > 1.0 + floor:
-        out.verdict, out.measurable = "faster", True
-        out.label = f"{speedup:.2f}x faster"
-    elif high < 1.0 and speedup < 1.0 / (1.0 + floor):
+    noisy = [
+        f"{name} ±{one.half_width:.0%}"
+        for name, one in (("baseline", base), ("candidate", cand))
+        if one.half_width > NOISY
+    ]
+    if high < 1.0 and speedup < 1.0 / (1.0 + floor):
         out.verdict, out.measurable = "slower", True
         out.label = f"{1 / speedup:.2f}x slower"
+    elif noisy:
+        out.speedup, out.low, out.high = None, None, None
+        out.verdict = "not-measured"
+        out.label = f"too noisy to measure ({', '.join(noisy)})"
+    elif low > 1.0 + floor:
+        out.verdict, out.measurable = "faster", True
+        out.label = f"{speedup:.2f}x faster"
     else:
         out.verdict = "no-gain"
         out.label = "no measurable gain"

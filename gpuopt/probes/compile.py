@@ -14,7 +14,9 @@ script's. The probe only listens:
   ``TORCH_LOGS=graph_breaks``), whatever the logging settings.
 * One measured step after the other windows is profiled on the CPU (``torch.profiler``, CPU
   activity only) when something was compiled: its ``Torch-Compiled Region`` spans give the
-  graphs run and the ops left eager between them (:mod:`gpuopt.compile.regions`).
+  graphs run and the ops left eager between them (:mod:`gpuopt.compile.regions`). Kineto's
+  native lines around its start and stop (``USDT: ... profiler_start``) are dropped, not shown on
+  the user's stderr (:func:`gpuopt.probes.profiler_window.quiet_profiler`).
 
 ``import torch`` does not import Dynamo (it costs seconds); the probe never imports it either. It
 hooks Dynamo when the script's first ``torch.compile`` call imports it (an import hook times
@@ -50,6 +52,7 @@ from gpuopt.compile.events import (
 )
 from gpuopt.compile.reasons import RESUME_PREFIX, guard_location, split_message
 from gpuopt.compile.regions import Span, count_regions
+from gpuopt.probes.profiler_window import quiet_profiler
 from gpuopt.probes.protocol import RunContext
 from gpuopt.probes.sites import GPUOPT_DIR, USER, SiteResolver
 from gpuopt.torch_compat import DYNAMO_MODULE as DYNAMO
@@ -459,12 +462,14 @@ class CompileProbe:
             self.capture.notes.append("ops left eager not counted: another profiler was on")
             self.window_step = None
             return
-        self._prof = profile(activities=[ProfilerActivity.CPU])
-        self._prof.start()
+        with quiet_profiler():  # Kineto's "USDT: ... profiler_start" is not the user's
+            self._prof = profile(activities=[ProfilerActivity.CPU])
+            self._prof.start()
 
     def _end_window(self, index: int) -> None:
         prof, self._prof = self._prof, None
-        prof.stop()
+        with quiet_profiler():
+            prof.stop()
         counts = count_regions(_spans(prof))
         note = None
         eager: int | None = counts.eager_ops

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, NoReturn
 from gpuopt.defaults import SAMPLE_INTERVAL_MAX_S, SAMPLE_INTERVAL_MIN_S
 from gpuopt.errors import GpuoptError, fail
 from gpuopt.model.profile import Profile, RunError
+from gpuopt.paths import default_run_dir
 from gpuopt.runner.finish import finish_profile, import_finish, write_and_show
 from gpuopt.runner.options import ProfileOptions
-from gpuopt.runner.run_dir import RunDirectory, default_out_dir
+from gpuopt.runner.run_dir import RunDirectory
 from gpuopt.runner.target import Target, check_target
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ def profile_command(opts: ProfileOptions) -> int:
         from gpuopt.runner.torchrun import launch
 
         return launch(opts, target)
-    out = opts.out or default_out_dir(target.stem)
+    out = opts.out or default_run_dir(target.stem)
     run_dir = RunDirectory.prepare(out, force=opts.force, reads=target.files())
     profile = measure(target, run_dir, opts)
     if not isinstance(profile, Profile):  # a child the script forked: its own exit, nothing else

@@ -35,27 +35,6 @@ PROFILE_NAME = "profile.json"
 JOB_NAME = "gpuopt-job.txt"  # a multi-node job's name, in the run directory its nodes share
 
 
-def default_out_dir(stem: str, now: _dt.datetime | None = None) -> Path:
-    """``gpuopt-runs/<stem>-<YYYYmmdd-HHMMSS>``, with ``-2``, ``-3`` ... if that one exists;
-    created here, exclusively, so two runs started in the same second get a directory each."""
-    now = now or _dt.datetime.now()
-    base = Path("gpuopt-runs") / f"{stem}-{now:%Y%m%d-%H%M%S}"
-    try:
-        base.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise GpuoptError(f"{base.parent}: cannot create run directory: {_reason(exc)}") from None
-    out, n = base, 1
-    while True:
-        try:
-            out.mkdir()
-            return out
-        except FileExistsError:
-            n += 1
-            out = base.with_name(f"{base.name}-{n}")
-        except OSError as exc:
-            raise GpuoptError(f"{out}: cannot create run directory: {_reason(exc)}") from None
-
-
 class RunDirectory:
     """A prepared run directory and the process that owns it."""
 

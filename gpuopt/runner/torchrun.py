@@ -28,9 +28,10 @@ from pathlib import Path
 from gpuopt.assemble.rank_merge import merge_ranks
 from gpuopt.errors import GpuoptError
 from gpuopt.loading import rank_profiles
+from gpuopt.paths import default_run_dir
 from gpuopt.runner.finish import write_and_show
 from gpuopt.runner.options import ProfileOptions
-from gpuopt.runner.run_dir import RunDirectory, default_out_dir
+from gpuopt.runner.run_dir import RunDirectory
 from gpuopt.runner.target import Target
 
 _NNODES = re.compile(r"^\s*(\d+)\s*(?::\s*(\d+)\s*)?$")
@@ -131,7 +132,7 @@ def torchrun_command(opts: ProfileOptions, target: Target, out: Path) -> list[st
 
 def _run_dir(opts: ProfileOptions, target: Target) -> RunDirectory:
     """One node: the run directory, claimed. Several: joined by every node's launcher."""
-    out = opts.out or default_out_dir(target.stem)
+    out = opts.out or default_run_dir(target.stem)
     if opts.torchrun.multi_node:
         return RunDirectory.prepare_job(out, opts.torchrun.job_key, force=opts.force)
     run_dir = RunDirectory.prepare(out, force=opts.force, reads=target.files())

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpuopt.trace.columns import BoolArray, EventColumns, FloatArray
+from gpuopt.trace.columns import QUEUED_CATS, BoolArray, EventColumns, FloatArray
 
 # Beyond 2**53 µs (the year 2255 for a Unix-epoch clock) a float64 no longer holds every whole
 # µs: such a timestamp or duration is not a measurement.
@@ -58,6 +58,12 @@ def repair_events(cols: EventColumns) -> EventColumns:
         notes.append(
             f"{_plural(int(huge.sum()), 'event')} with an impossible byte count "
             f"(2^48 bytes or more) read as unknown"
+        )
+    strayed = int((cols.has_cat(QUEUED_CATS) & (cols.stream == -1)).sum())
+    if strayed:
+        notes.append(
+            f"{_plural(strayed, 'kernel/copy event')} without a stream id (a trimmed trace?): "
+            "not counted as GPU work"
         )
     cols.repairs = [*cols.repairs, *notes]
     return cols

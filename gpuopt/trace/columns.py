@@ -19,6 +19,18 @@ FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
 
+# Categories HTA's idle-time breakdown treats as work queued on a stream.
+QUEUED_CATS = (
+    "kernel",
+    "Kernel",
+    "gpu_memset",
+    "Memset",
+    "gpu_memcpy",
+    "Memcpy",
+    "mtia_ccp_events",
+)
+
+
 @dataclass
 class EventColumns:
     """Complete events (those with a duration and a category) of one trace file.

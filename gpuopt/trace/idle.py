@@ -19,7 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from gpuopt.model.trace import GapCounts, IdleTotals, StreamIdle
-from gpuopt.trace.prepare import QUEUED_CATS, RankView, queued_by_stream
+from gpuopt.trace.columns import QUEUED_CATS
+from gpuopt.trace.prepare import RankView, queued_by_stream
 
 KERNEL_WAIT_US = 30.0
 CATEGORIES = ("host_wait", "kernel_wait", "other")

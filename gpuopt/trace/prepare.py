@@ -29,7 +29,7 @@ import numpy as np
 
 from gpuopt.trace.anomalies import stream_overlaps
 from gpuopt.trace.array_stats import member, unique
-from gpuopt.trace.columns import BoolArray, EventColumns, FloatArray, IntArray
+from gpuopt.trace.columns import QUEUED_CATS, BoolArray, EventColumns, FloatArray, IntArray
 
 COMPUTATION, COMMUNICATION, MEMORY, OTHER = 0, 1, 2, 3
 KERNEL_TYPES = ("COMPUTATION", "COMMUNICATION", "MEMORY", "OTHER")
@@ -39,16 +39,6 @@ _MEM_RE = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
 _NOT_COMPUTE_RE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
 _STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 SYNC_EVENT_NAMES = ("Event Sync", "Context Sync")
-# Categories HTA's idle-time breakdown treats as work queued on a stream.
-QUEUED_CATS = (
-    "kernel",
-    "Kernel",
-    "gpu_memset",
-    "Memset",
-    "gpu_memcpy",
-    "Memcpy",
-    "mtia_ccp_events",
-)
 
 
 def kernel_type_of(name: str) -> int:

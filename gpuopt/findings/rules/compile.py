@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from gpuopt.compile.reasons import reorderable_args
 from gpuopt.findings.engine import rule
 from gpuopt.findings.estimates import at_least, severity_for_share, speedup_if_removed
 from gpuopt.findings.measures import from_trace, value
@@ -30,15 +31,13 @@ FULLGRAPH_HINT = (
 _BREAK_FIXES: dict[str, str] = {
     "print": (
         "Move the print out of the compiled function (print in the training loop, every N steps, "
-        "from values the function returns), or let Dynamo move it for you: "
-        "torch._dynamo.config.reorderable_logging_functions.add(print). `gpuopt optimize --fix "
-        "graph-breaks` moves a logging line out of the compiled function."
+        "from values the function returns){reorder}. `gpuopt optimize --fix graph-breaks` moves "
+        "a logging line out of the compiled function."
     ),
     "logging": (
         "Move the logging call out of the compiled function (log in the training loop from "
-        "values the function returns), or add the logger's method to "
-        "torch._dynamo.config.reorderable_logging_functions. `gpuopt optimize --fix "
-        "graph-breaks` moves a logging line out of the compiled function."
+        "values the function returns){reorder}. `gpuopt optimize --fix graph-breaks` moves a "
+        "logging line out of the compiled function."
     ),
     "item": (
         "Keep the value a tensor inside the compiled function and call .item() outside it (return "
@@ -65,6 +64,13 @@ _BREAK_FIXES: dict[str, str] = {
         "the wrapper if the helper can be traced, or call it outside the compiled function."
     ),
 }
+# Dynamo's alternative for a logging call, by what its recorded arguments allow
+# (compile.reasons.reorderable_args: Dynamo's DebuggingVariable.can_reorder_logs)
+_REORDER = {
+    "print": "torch._dynamo.config.reorderable_logging_functions.add(print)",
+    "logging": "the logger's method added to torch._dynamo.config.reorderable_logging_functions",
+}
+_REORDER_ARGS = "tensors, strings and numbers"
 _DEFAULT_BREAK_FIX = (
     "Replace the call Dynamo cannot trace with torch ops, or wrap the helper that holds it in "
     "torch.compiler.disable (one clean break instead of a fragment of graph), or call it outside "
@@ -114,7 +120,7 @@ def _break_finding(g: GraphBreak, c: Compile) -> Finding:
         title=f"Graph break in {fn}: {_kind_title(kind, g.reason)}",
         site=g.site,
         evidence=evidence,
-        fix=_break_fix(kind, given(g.hints) or []),
+        fix=_break_fix(kind, given(g.hints) or [], detail or ""),
         est_speedup=None,
         estimate_model=(
             "not estimated: what a break costs depends on the fusion the backend loses across "
@@ -124,15 +130,33 @@ def _break_finding(g: GraphBreak, c: Compile) -> Finding:
     )
 
 
-def _break_fix(kind: str, hints: list[str]) -> str:
+def _break_fix(kind: str, hints: list[str], detail: str = "") -> str:
     """The fix of a kind gpuopt knows; for the others Dynamo's own first hint comes first (an
     LSTM: ``torch._dynamo.config.allow_rnn=True``)."""
     known = _BREAK_FIXES.get(kind)
     if known is not None:
-        return f"{known} {FULLGRAPH_HINT}"
+        return f"{known.format(reorder=_reorder_text(kind, detail))} {FULLGRAPH_HINT}"
     useful = [h for h in hints if "report an issue" not in h.lower()]
     first = f"Dynamo's hint: {useful[0].rstrip('.')}. Or: " if useful else ""
     return f"{first}{_DEFAULT_BREAK_FIX} {FULLGRAPH_HINT}"
+
+
+def _reorder_text(kind: str, detail: str) -> str:
+    """Dynamo's reordering of a logging call, offered only where the recorded arguments allow
+    it: every one a tensor, a string or a number (a tuple or a ``torch.Size`` makes Dynamo break
+    again: "attempted to reorder a debugging function that can't actually be reordered")."""
+    how = _REORDER.get(kind)
+    if how is None:
+        return ""
+    ok, refused = reorderable_args(detail)
+    if ok is None:
+        return f", or let Dynamo move it for you when its arguments are {_REORDER_ARGS}: {how}"
+    if ok:
+        return f", or let Dynamo move it for you (its arguments are {_REORDER_ARGS}): {how}"
+    return (
+        f" (Dynamo cannot move it for you: it reorders a call only when its arguments are "
+        f"{_REORDER_ARGS}, and this one has {', '.join(refused)})"
+    )
 
 
 def _kind_title(kind: str, reason: str) -> str:

@@ -465,8 +465,8 @@ class LoopStep:
         writes: list[str] = []
         for stmt in (body[k] for k in block.kept):
             r, w = _statement_names(stmt)
-            reads += [x for x in r if x not in writes and x not in reads]
-            writes += [x for x in w if x not in writes]
+            reads += [x for x in dict.fromkeys(r) if x not in writes and x not in reads]
+            writes += [x for x in dict.fromkeys(w) if x not in writes]
         varying = assigned_in(self.outer)
         block.inputs = [x for x in reads if x in varying]
         outside = _names_outside(self.scope, [body[k] for k in block.kept])
