@@ -19,7 +19,8 @@ the compute on any machine. The probe measures which kind a 0-worker loader is (
 time over their time not waiting for a core, ``fetch_cpu_share``); below
 :data:`WAITING_CPU_SHARE` the advice is workers whatever the free cores, up to
 :data:`MAX_WAITING_WORKERS`, estimated by the same overlap model with the CPU work the fetch
-does (its CPU share of the fetch) in place of the whole fetch.
+does (its CPU share of the fetch, added to the compute when no core is free) in place of the
+whole fetch.
 
 Non-persistent workers start again at every epoch (a fork, or with ``spawn`` a new interpreter
 importing torch): when the probe's ``restart_s_per_step`` is at least half the loader's wait,
@@ -146,16 +147,19 @@ def _waiting_advice(
     fetch = float(loader.wait_s_per_step or 0.0)
     compute_s = max(step_s - wait_s, 1e-9)
     k = min(max(math.ceil(fetch / compute_s * 1.2), 2), MAX_WAITING_WORKERS)
-    cpu_work = (compute_s * cores.compute + cpu * fetch) / max(cores.usable - cores.others, 1.0)
-    modelled = max(compute_s, fetch / k, cpu_work) + max(wait_s - fetch, 0.0)
+    # the workers' CPU work: on a free core, or, with none, taken from the compute's cores
+    busy = cpu * fetch if cores.free < 1 else 0.0
+    where = "taken from the compute, no core free" if busy else "on a free core"
+    modelled = max(compute_s + busy, fetch / k) + max(wait_s - fetch, 0.0)
     advice = _Advice(
         changes=[f"num_workers={k}"],
         est=step_s / max(modelled, 1e-9),
         model=(
             f"estimate: the loader waits (its fetch on a CPU {cpu:.0%} of its time) and waiting "
-            f"needs no core: with num_workers={k} a step takes max(compute, batch time / {k}, "
-            f"CPU work / cores) ({cores.says()}; overlap model from the measured wait, the "
-            "fetch's CPU share and the compute; worker start-up and batch transfer not modelled)"
+            f"needs no core: with num_workers={k} a step takes max(compute + the workers' CPU "
+            f"work, batch time / {k}) ({cores.says()}; their CPU work {where}; overlap model "
+            "from the measured wait, the fetch's CPU share and the compute as measured; worker "
+            "start-up and batch transfer not modelled)"
         ),
         said=f"; the loader waits (its fetch on a CPU {cpu:.0%} of its time: I/O, a sleep)",
         evidence={"fetch_cpu_share": round(cpu, 4)},
