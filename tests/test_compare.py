@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 from conftest import DATA
-from gate_support import finding, noisy, run, write
+from gate_support import finding, loaded, noisy, run, write
 from typer.testing import CliRunner
 
+from gpuopt.assemble.step_stats import breakdown
 from gpuopt.cli import app
-from gpuopt.gate.check import ONE_RUN_DRIFT
-from gpuopt.gate.compare import compare, finding_changes
+from gpuopt.gate.check import DATA_WAIT_DRIFT, ONE_RUN_DRIFT, Thresholds, data_wait_gate
+from gpuopt.gate.check import step_time_gate as step_gate
+from gpuopt.gate.compare import NO_INTERVAL_BUSY, compare, finding_changes
 from gpuopt.gate.compare_render import render
 from gpuopt.loading import load
 
@@ -178,12 +180,16 @@ def test_noise_floors_come_from_the_flags_and_the_settings_check_reads(
     monkeypatch.chdir(tmp_path)
     plain = runner.invoke(app, ["compare", a, b])
     # one run against another: the drift assumed for one run a side, and it says so
-    assert plain.exit_code == 0 and f"run-to-run drift of {ONE_RUN_DRIFT:.1%}, the drift" in (
-        " ".join(plain.output.split())
-    )
+    assert plain.exit_code == 0 and (
+        f"run-to-run drift of {ONE_RUN_DRIFT:.1%} in step time and {DATA_WAIT_DRIFT * 100:.1f}pt "
+        "in the data-wait share, the drift assumed for one run against another"
+    ) in " ".join(plain.output.split())
     wide = runner.invoke(app, ["compare", a, b, "--step-time-noise", "3%"])
     assert _interval(wide.output) != _interval(plain.output)
-    assert "at least 3.0% in step time and 1.0pt in shares (from the command line;" in wide.output
+    assert (
+        "at least 3.0% in step time and 3.0pt in the data-wait share (from the command line;"
+        in " ".join(wide.output.split())
+    )
     (tmp_path / "pyproject.toml").write_text('[tool.gpuopt.check]\nstep-time-noise = "3%"\n')
     from_file = runner.invoke(app, ["compare", a, b])
     assert _interval(from_file.output) == _interval(wide.output)
@@ -207,3 +213,56 @@ def test_bad_noise_setting_is_one_line(tmp_path: Path, args: list[str], message:
     r = runner.invoke(app, ["compare", a, a, *args])
     assert r.exit_code == 2 and message in r.output
     assert len(r.output.strip().splitlines()) == 1
+
+
+def _uneven(wait_long: float) -> tuple[list[float], list[float]]:
+    """Two warm-up steps, then short steps that wait half their time and long ones that wait
+    ``wait_long`` of theirs (a loader's slow batches, as examples/io_loader.py's)."""
+    times = [0.1, 0.1] + [0.1, 0.4] * 10
+    waits = [0.0, 0.0] + [0.05, 0.4 * wait_long] * 10
+    return times, waits
+
+
+def test_data_wait_is_the_reports_number_in_compare_and_check() -> None:
+    """One number per run: the measured steps' wait over their time, as the report's breakdown
+    (10.0% and 30.0% here), never the mean of the steps' shares (25.0% and 37.5%: a 0.1 s step
+    weighed like a 0.4 s one). compare and check show it and draw their interval around it."""
+    a, b = run(*_uneven(0.0)), run(*_uneven(0.25))
+    reports = [breakdown(t[2:], w[2:]).data_wait for t, w in (_uneven(0.0), _uneven(0.25))]
+    assert reports == pytest.approx([0.1, 0.3])
+    row = next(r for r in compare(["a", "b"], [a, b]).rows if r.metric.startswith("data wait"))
+    assert row.values == ["10.0%", "30.0%"] and row.changes == ["+20.0pt"]
+    gate = data_wait_gate([a], [b], Thresholds())
+    assert (gate.baseline, gate.candidate, gate.change) == ("10.0%", "30.0%", "+20.0pt")
+    assert gate.detail.split(";")[0] == row.intervals[0]  # the same interval
+
+
+def test_one_run_a_side_data_wait_interval_carries_the_run_to_run_drift() -> None:
+    """Steps that all wait the same share: no within-run variation, so the interval is the
+    drift alone — the 3pt measured between identical runs (check's one-run floor), not the 1pt
+    default floor that made a 5pt difference look sure."""
+    a = run([0.1] * 20, [0.020] * 20)
+    b = run([0.1] * 20, [0.025] * 20)
+    row = next(r for r in compare(["a", "b"], [a, b]).rows if r.metric.startswith("data wait"))
+    low, high = (float(x.rstrip("pt")) for x in row.intervals[0].split("interval ")[1].split(" … "))
+    half = 1.6449 * DATA_WAIT_DRIFT * 2**0.5 * 100  # two runs' drift, 90% two-sided
+    assert low < 0 < high and (high - low) / 2 == pytest.approx(half, rel=0.1)
+
+
+def test_a_run_on_a_busy_machine_gets_no_interval_and_says_why() -> None:
+    """Identical code, B slowed by neighbours (its threads waited 60% of their time for a core):
+    check calls its timings inconclusive; compare draws no interval for B vs A and says which run
+    and why, and keeps C's (a quiet run)."""
+    a = run(noisy(0.1, seed=1))
+    b = loaded(run(noisy(0.13, seed=2)), other_cores=1.8, run_delay=0.6)
+    c = run(noisy(0.1, seed=3))
+    comp = compare(["a", "b", "c"], [a, b, c])
+    rows = {r.metric: r for r in comp.rows}
+    for metric in ("step time (median)", "data wait (share of step)"):
+        assert rows[metric].intervals[0] == NO_INTERVAL_BUSY, metric
+        assert rows[metric].intervals[1].startswith("90% interval"), metric
+    (note,) = [n for n in comp.notes if "busy machine" in n]
+    assert "b (other processes kept 1.80 of 2 cores busy; its threads waited 60%" in note
+    assert "run both on a quiet machine" in note
+    assert step_gate([a], [b], Thresholds(), busy="busy").verdict == "inconclusive"
+    assert f"({NO_INTERVAL_BUSY})" in render(comp, "text")

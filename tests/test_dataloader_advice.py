@@ -4,6 +4,8 @@ estimate that counts the cores a worker could use."""
 
 from __future__ import annotations
 
+import itertools
+import time
 import warnings
 from pathlib import Path
 
@@ -14,11 +16,11 @@ from profile_builders import loader
 from torch.utils.data import DataLoader, TensorDataset
 
 from gpuopt.findings.engine import evaluate
-from gpuopt.findings.rules.dataloader import cores_for_workers
+from gpuopt.findings.rules.dataloader import WAITING_CPU_SHARE, cores_for_workers
 from gpuopt.model.document import empty_profile
 from gpuopt.model.profile import Breakdown, DataLoaderInfo, Profile, StepTimes
 from gpuopt.model.records import given
-from gpuopt.probes.dataloader import DataLoaderProbe
+from gpuopt.probes.dataloader import FETCH_SAMPLES, DataLoaderProbe
 from gpuopt.probes.protocol import RunContext
 from gpuopt.probes.sites import GPUOPT_DIR
 
@@ -212,3 +214,126 @@ def test_the_probe_times_each_epochs_worker_start(tmp_path: Path) -> None:
     assert float(given(info.restart_s_per_step)) > 0
     (kept,) = _epochs(tmp_path, persistent=True)
     assert given(kept.worker_restarts) is None and given(kept.restart_s_per_step) is None
+
+
+def test_a_loader_that_waits_gets_workers_with_no_core_free() -> None:
+    """The VAE's shape on 2 cores, torch computing on both, but a loader whose fetch is on a CPU
+    3% of its time (I/O, a sleep): waiting needs no core, so workers overlap it on this machine
+    too; the estimate is the overlap model with the fetch's CPU work, not 1.0x."""
+    doc = _doc()
+    (info,) = given(doc.dataloaders)
+    info.fetch_cpu_share = 0.03
+    f = _finding(doc)
+    step, wait = 0.014, 0.014 * 0.48
+    compute = step - wait
+    k = 2  # ceil(6.72 / 7.28 * 1.2): two workers keep up with the compute
+    busy = 0.03 * wait  # the workers' CPU work, taken from the compute: no core free
+    assert f.est_speedup == pytest.approx(step / max(compute + busy, wait / k), rel=1e-3)
+    assert f.est_speedup > 1.8
+    assert f.fix.startswith(f"DataLoader(..., num_workers={k}, persistent_workers=True)")
+    assert "whatever the free cores" in f.fix and "cheaper" not in f.fix
+    model = f.estimate_model or ""
+    assert model.startswith("estimate: the loader waits (its fetch on a CPU 3% of its time)")
+    assert "overlap model" in model and "2 cores, 2 used by the training's compute" in model
+    assert "their CPU work taken from the compute, no core free" in model
+    assert "the loader waits (its fetch on a CPU 3% of its time: I/O, a sleep)" in f.summary
+    assert f.evidence["fetch_cpu_share"] == 0.03 and f.evidence["cores_free_for_workers"] == 0
+
+
+def test_a_loader_that_computes_with_no_core_free_keeps_the_no_gain_advice() -> None:
+    doc = _doc()
+    (info,) = given(doc.dataloaders)
+    info.fetch_cpu_share = 0.98
+    f = _finding(doc)
+    assert f.est_speedup == pytest.approx(1.0)
+    model = f.estimate_model or ""
+    assert "no gain expected on this machine" in model
+    assert "(the loader computes: its fetch on a CPU 98% of its time)" in model
+    assert "make MNIST.__getitem__ cheaper" in f.fix
+    assert f.evidence["fetch_cpu_share"] == 0.98
+
+
+def test_the_waits_of_a_loader_with_workers_are_not_judged() -> None:
+    """With workers the main process only waits on their queue: its CPU share says nothing of
+    the workers' (the probe does not measure it there); the advice is the cores' one."""
+    doc = _doc()
+    (info,) = given(doc.dataloaders)
+    info.num_workers, info.fetch_cpu_share = 1, 0.03
+    f = _finding(doc)
+    assert f.est_speedup == pytest.approx(1.0) and "no gain expected" in (f.estimate_model or "")
+
+
+class _Sleeps(torch.utils.data.Dataset[torch.Tensor]):
+    def __len__(self) -> int:
+        return 24
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        time.sleep(0.002)  # waiting: as a read from a network disk
+        return torch.tensor([float(i)])
+
+
+class _Spins(torch.utils.data.Dataset[torch.Tensor]):
+    def __len__(self) -> int:
+        return 24
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        end = time.thread_time() + 0.002  # 2 ms of this thread's CPU time: decoding
+        while time.thread_time() < end:
+            pass
+        return torch.tensor([float(i)])
+
+
+def _fetch_share(tmp_path: Path, dataset: torch.utils.data.Dataset[torch.Tensor]) -> float:
+    probe = DataLoaderProbe(step_count=lambda: 0)
+    probe.start(RunContext(script=str(HERE), user_roots=[HERE.parent], out_dir=tmp_path))
+    try:
+        for _ in DataLoader(dataset, batch_size=4):
+            pass
+    finally:
+        probe.stop()
+    (info,) = probe.result().infos([0])
+    share = given(info.fetch_cpu_share)
+    assert isinstance(share, float)
+    return share
+
+
+def test_the_probe_tells_a_loader_that_waits_from_one_that_computes(tmp_path: Path) -> None:
+    """The same loop over a Dataset that sleeps 2 ms a sample and one that spins 2 ms of CPU
+    time: the fetch's CPU time over its time not waiting for a core, whatever the load (a
+    spinning fetch that waits for a core is still computing)."""
+    assert _fetch_share(tmp_path, _Sleeps()) < WAITING_CPU_SHARE
+    assert _fetch_share(tmp_path, _Spins()) > WAITING_CPU_SHARE
+
+
+class _Clock:
+    """A thread clock that advances 1 ms on a CPU and 1 ms on a run queue at every read."""
+
+    def __init__(self) -> None:
+        self.ns = 0
+
+    def read(self) -> tuple[int, int]:
+        self.ns += 1_000_000
+        return self.ns, self.ns
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_fetch_cpu_share_leaves_out_the_wait_for_a_core(tmp_path: Path) -> None:
+    """Each fetch 4 ms of wall time (each clock read 4 ms on), 1 ms of it on a CPU and 1 ms
+    waiting for one: 1 / (4 - 1) of its time on a CPU; only the first FETCH_SAMPLES fetches."""
+    ticks = itertools.count()
+    probe = DataLoaderProbe(
+        step_count=lambda: 0, clock=lambda: next(ticks) * 0.004, thread_clock=_Clock()
+    )
+    probe.start(RunContext(script=str(HERE), user_roots=[HERE.parent], out_dir=tmp_path))
+    try:
+        n = FETCH_SAMPLES + 10
+        for _ in DataLoader(TensorDataset(torch.arange(float(n))), batch_size=1):
+            pass
+    finally:
+        probe.stop()
+    (stats,) = probe.result().loaders
+    assert stats.fetch_samples == FETCH_SAMPLES and stats.batches == FETCH_SAMPLES + 10
+    (info,) = probe.result().infos([0])
+    assert given(info.fetch_cpu_share) == pytest.approx(1 / 3, abs=1e-4)

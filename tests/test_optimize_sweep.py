@@ -106,6 +106,54 @@ def test_epoch_time_counts_start_up_and_the_trainings_pace() -> None:
     assert epoch_s(quick_start, None, 10) < epoch_s(slow_start, None, 10)
     # a training that takes 50 batches/s gains nothing from loading faster than that
     assert epoch_s(quick_start, 50.0, 100) == pytest.approx(0.05 + 99 / 50.0)
+    # with 0 workers the main process loads, then computes: the two take turns
+    own = SweepPoint(0, False, None, False, 20, 0.2, 100.0, first_batch_s=0.01)
+    assert epoch_s(own, 50.0, 100) == pytest.approx(0.01 + 99 * (1 / 100.0 + 1 / 50.0))
+
+
+# examples/io_loader.py's sweep as `gpuopt optimize` recorded it (sweep.json) on this project's
+# 2-core machine under a load of 8: the loader alone at each setting, and the profile's median
+# step (385 ms) and data-wait share (21.2%), whose compute paced the training at 3.3 batches/s
+RECORDED = [
+    SweepPoint(0, False, None, False, 29, 1.27982, 22.6594, first_batch_s=0.072720),
+    SweepPoint(2, False, 2, False, 29, 0.63650, 45.5614, first_batch_s=0.142230),
+    SweepPoint(4, False, 2, False, 29, 0.37109, 78.1474, first_batch_s=0.132936),
+    SweepPoint(8, False, 4, False, 29, 0.24186, 119.902, first_batch_s=0.244699),
+    SweepPoint(16, False, 4, False, 29, 0.41676, 69.5850, first_batch_s=0.298614),
+]
+RECORDED_NEED = 1 / (0.385395 * (1 - 0.211743))
+
+
+@pytest.mark.parametrize(
+    ("need", "workers", "gain"),
+    [
+        # the profile's own pace: loading (44 ms a batch) in turn with compute (304 ms)
+        (RECORDED_NEED, 2, 10.16 / 8.95),
+        # compute as fast as the loading (44 ms a batch): 0 workers take both in turn, twice
+        # as long a batch (the workers' start-up takes some of it back)
+        (22.6594, 2, 2.632 / 1.422),
+        # no pace known: the loader alone (4 workers within 5% of 8's epoch)
+        (None, 4, 1.353 / 0.504),
+    ],
+)
+def test_the_sweep_counts_loading_in_turn_with_compute_at_0_workers(
+    need: float | None, workers: int, gain: float
+) -> None:
+    """0 workers against 2 on the recorded points: the old pace (every setting capped at the
+    compute's rate, 0 workers included) tied them (no setting applied) where 0 workers train at
+    ``1 / (1/load + 1/compute)``."""
+    pick, note = sweep_module._pick(RECORDED, need, 30)
+    assert pick.num_workers == workers
+    base, best = (epoch_s(p, need, 30) for p in (RECORDED[0], pick))
+    assert base / best == pytest.approx(gain, rel=0.03)
+    assert "against" in note
+
+
+def test_a_compute_far_slower_than_the_loading_leaves_the_scripts_setting() -> None:
+    """1 s of compute a step against 44 ms of loading: workers would save 4%, under the 10% a
+    setting must gain."""
+    pick, note = sweep_module._pick(RECORDED, 1.0, 30)
+    assert pick is RECORDED[0] and "no setting beat the script's own by more than 10%" in note
 
 
 SCRIPT = textwrap.dedent(

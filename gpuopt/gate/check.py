@@ -273,19 +273,19 @@ def data_wait_gate(
 ) -> Gate:
     name, gid = "data wait (share of step)", "data_wait"
     threshold = _pt(th.max_data_wait_increase)
-    a = [s for s in map(m.data_wait_shares, base) if s]
-    b = [s for s in map(m.data_wait_shares, cand) if s]
+    a = [v for v in map(m.data_wait, base) if v.units]
+    b = [v for v in map(m.data_wait, cand) if v.units]
     if not a or not b:
         return Gate(name, "not measured", "–", "–", "–", "no per-step data wait", id=gid)
-    ma = statistics.fmean(statistics.fmean(s) for s in a)
-    mb = statistics.fmean(statistics.fmean(s) for s in b)
+    ma = statistics.fmean(float(v.mean() or 0.0) for v in a)
+    mb = statistics.fmean(float(v.mean() or 0.0) for v in b)
     shown = (f"{ma:.1%}", f"{mb:.1%}", _pt(mb - ma))
-    why = _not_judged(a, b, busy)
+    why = _not_judged([v.units for v in a], [v.units for v in b], busy)
     if why:
         return Gate(name, "inconclusive", *shown, why, id=gid, threshold=threshold)
     iv = compare_runs(
-        [RunValues(s) for s in a],
-        [RunValues(s) for s in b],
+        a,
+        b,
         median=False,
         log=False,
         floor=share_floor(th, len(a) + len(b), DATA_WAIT_DRIFT),

@@ -197,19 +197,20 @@ def _compare_floors(noise: dict[str, str | None], config: str | None) -> tuple[T
     """The thresholds whose noise floors compare uses, and a note saying which floors the
     intervals assume and where they came from (one run against another: the step-time floor
     assumed for one run a side, unless given)."""
-    from gpuopt.gate.check import step_floor
+    from gpuopt.gate.check import DATA_WAIT_DRIFT, share_floor, step_floor
     from gpuopt.gate.config import load_settings, resolve
 
     settings = load_settings(Path(config) if config else None, Path.cwd())
     flags = {k: noise.get(k) for k in ("step-time-noise", "share-noise")}
     th, _ = resolve(flags, [], None, settings)
     default = Thresholds()
-    step = step_floor(th, 2)
+    step, share = step_floor(th, 2), share_floor(th, 2, DATA_WAIT_DRIFT)
     if not th.step_time_noise_given and th.share_noise == default.share_noise:
         return th, (
-            f"step-time intervals assume a run-to-run drift of {step:.1%}, the drift assumed "
-            "for one run against another (it cannot measure yours; docs/check.md#noise): give "
-            "your machine's with --step-time-noise"
+            f"intervals assume a run-to-run drift of {step:.1%} in step time and "
+            f"{share * 100:.1f}pt in the data-wait share, the drift assumed for one run against "
+            "another (it cannot measure yours; docs/check.md#noise): give your machine's with "
+            "--step-time-noise"
         )
     sources = []
     if any(v is not None for v in flags.values()):
@@ -219,6 +220,6 @@ def _compare_floors(noise: dict[str, str | None], config: str | None) -> tuple[T
     where = " and ".join(sources)
     return th, (
         f"intervals assume a run-to-run drift of at least {step:.1%} in step time "
-        f"and {th.share_noise * 100:.1f}pt in shares (from {where}; defaults "
-        f"{step_floor(default, 2):.0%} and {default.share_noise * 100:.0f}pt)"
+        f"and {share * 100:.1f}pt in the data-wait share (from {where}; defaults "
+        f"{step_floor(default, 2):.0%} and {share_floor(default, 2, DATA_WAIT_DRIFT) * 100:.0f}pt)"
     )

@@ -12,15 +12,25 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from gpuopt.gate import measures as m
-from gpuopt.gate.check import MIN_STEPS, OUTSIDE_OPS_DRIFT, Thresholds, share_floor, step_floor
+from gpuopt.gate.check import (
+    DATA_WAIT_DRIFT,
+    MIN_STEPS,
+    OUTSIDE_OPS_DRIFT,
+    Thresholds,
+    share_floor,
+    step_floor,
+)
 from gpuopt.gate.noise import RunValues, compare_runs
+from gpuopt.gate.runs import Run, busy_text, disturbed
 from gpuopt.model.profile import Finding, Profile
 from gpuopt.model.records import given
 from gpuopt.units import MISSING, fmt_bytes, fmt_duration, fmt_us, num
 
 KERNEL_ROWS = 10
+NO_INTERVAL_BUSY = "no interval: a busy machine"
 
 
 @dataclass(frozen=True)
@@ -112,17 +122,19 @@ def _row(
 
 
 def _with_intervals(
-    row: Row, series: list[tuple[float, ...]], median: bool, log: bool, floor: float
+    row: Row, series: list[RunValues], median: bool, log: bool, floor: float, quiet: list[bool]
 ) -> Row:
+    """``row`` with the interval of each run against the first: none where a side has too few
+    steps, and where a side ran on a busy machine a cell that says it cannot be drawn."""
     texts = []
-    for s in series[1:]:
-        if len(series[0]) < MIN_STEPS or len(s) < MIN_STEPS:
+    for s, calm in zip(series[1:], quiet[1:], strict=True):
+        if len(series[0].units) < MIN_STEPS or len(s.units) < MIN_STEPS:
             texts.append("")
-            continue
-        iv = compare_runs(
-            [RunValues(series[0])], [RunValues(s)], median=median, log=log, floor=floor
-        )
-        texts.append(iv.text())
+        elif not (quiet[0] and calm):
+            texts.append(NO_INTERVAL_BUSY)
+        else:
+            iv = compare_runs([series[0]], [s], median=median, log=log, floor=floor)
+            texts.append(iv.text())
     return Row(row.group, row.metric, row.values, row.numbers, row.changes, texts)
 
 
@@ -134,9 +146,12 @@ def _mean(x: tuple[float, ...] | list[float]) -> float | None:
     return statistics.fmean(x) if x else None
 
 
-def step_rows(runs: list[Profile], th: Thresholds) -> list[Row]:
+def step_rows(runs: list[Profile], th: Thresholds, quiet: list[bool] | None = None) -> list[Row]:
+    """The step time and where it goes. ``quiet``: which runs ran on a machine that did not
+    slow them (:func:`~gpuopt.gate.runs.disturbed`); a pair with a busy side gets no interval."""
+    quiet = quiet or [True] * len(runs)
     times = [m.step_times(p) for p in runs]
-    waits = [m.data_wait_shares(p) for p in runs]
+    waits = [m.data_wait(p) for p in runs]
     dur = _abs_change(fmt_duration)
     median = _row(
         "steps", "step time (median)", [_median(t) for t in times], fmt_duration, _pct_change
@@ -146,7 +161,9 @@ def step_rows(runs: list[Profile], th: Thresholds) -> list[Row]:
             "steps", "measured steps", [float(len(t)) for t in times], _count, _abs_change(_count)
         ),
         # one run against one: the gate's floor for 1 + 1 runs (measured, unless given)
-        _with_intervals(median, times, True, True, step_floor(th, 2)),
+        _with_intervals(
+            median, [RunValues(t) for t in times], True, True, step_floor(th, 2), quiet
+        ),
         _row("steps", "step time (mean)", [_mean(t) for t in times], fmt_duration, _pct_change),
         _row(
             "steps",
@@ -157,19 +174,21 @@ def step_rows(runs: list[Profile], th: Thresholds) -> list[Row]:
         ),
         _row("steps", "wall time", [num(given(p.wall_s)) for p in runs], fmt_duration, dur),
     ]
+    # the share the report shows (breakdown.data_wait), with check's one-run drift
     wait = _row(
-        "breakdown", "data wait (share of step)", [_mean(w) for w in waits], _share, _pt_change
+        "breakdown", "data wait (share of step)", [w.mean() for w in waits], _share, _pt_change
     )
-    rows.append(_with_intervals(wait, waits, False, False, th.share_noise))
+    floor = share_floor(th, 2, DATA_WAIT_DRIFT)
+    rows.append(_with_intervals(wait, waits, False, False, floor, quiet))
     for key in ("h2d", "sync", "compute", "other"):
         values = [num(getattr(p.breakdown, key)) for p in runs]
         label = {"h2d": "host-to-device copies", "sync": "syncs"}.get(key, key)
         rows.append(_row("breakdown", f"{label} (share of step)", values, _share, _pt_change))
-    rows.append(_outside_row(runs, th))
+    rows.append(_outside_row(runs, th, quiet))
     return rows
 
 
-def _outside_row(runs: list[Profile], th: Thresholds) -> Row:
+def _outside_row(runs: list[Profile], th: Thresholds, quiet: list[bool]) -> Row:
     """The share of the recorder's window steps outside tensor ops at named lines (part of
     "other"), with the outside-ops gate's interval (its one-run floor): a sleep or a blocking
     read the step gained."""
@@ -178,12 +197,14 @@ def _outside_row(runs: list[Profile], th: Thresholds) -> Row:
     floor = share_floor(th, 2, OUTSIDE_OPS_DRIFT)  # one run against one
     first = named[0]
     texts = [
-        compare_runs(
+        ""
+        if first is None or v is None
+        else NO_INTERVAL_BUSY
+        if not (quiet[0] and calm)
+        else compare_runs(
             [RunValues(value=first)], [RunValues(value=v)], median=False, log=False, floor=floor
         ).text()
-        if first is not None and v is not None
-        else ""
-        for v in named[1:]
+        for v, calm in zip(named[1:], quiet[1:], strict=True)
     ]
     return Row(row.group, row.metric, row.values, row.numbers, row.changes, texts)
 
@@ -380,6 +401,21 @@ def _info(path: str, p: Profile) -> RunInfo:
     )
 
 
+def _busy_note(paths: list[str], runs: list[Profile], quiet: list[bool]) -> str:
+    """Which runs ran on a busy machine, and why their timed rows have no interval."""
+    busy = [
+        busy_text(Run(Path(path), p))
+        for path, p, calm in zip(paths, runs, quiet, strict=True)
+        if not calm
+    ]
+    return (
+        "no interval for step time, data wait and time outside ops where a side ran on a busy "
+        "machine: " + "; ".join(busy) + ". There identical runs differ by more than the drift an "
+        "interval assumes (the same step 1.4-3.4x slower on this project's 2-core machine; "
+        "`gpuopt check` calls such a side inconclusive): run both on a quiet machine"
+    )
+
+
 def compare(paths: list[str], runs: list[Profile], th: Thresholds | None = None) -> Comparison:
     th = th or Thresholds()
     notes = []
@@ -387,10 +423,13 @@ def compare(paths: list[str], runs: list[Profile], th: Thresholds | None = None)
         notes.append(
             f"no interval where a run has fewer than {MIN_STEPS} measured steps (too few to judge)"
         )
+    quiet = [not disturbed(m.machine_load(p)) for p in runs]
+    if not all(quiet):
+        notes.append(_busy_note(paths, runs, quiet))
     kernels = kernel_rows(runs)
     if any(r.group == "kernels" and MISSING in r.values for r in kernels):
         notes.append("kernels: – where a kernel is not among that trace's top kernels of its type")
-    rows = [*step_rows(runs, th), *utilization_rows(runs), *counter_rows(runs)]
+    rows = [*step_rows(runs, th, quiet), *utilization_rows(runs), *counter_rows(runs)]
     return Comparison(
         runs=[_info(path, p) for path, p in zip(paths, runs, strict=True)],
         rows=[r for r in rows if any(x is not None for x in r.numbers)],

@@ -1,6 +1,6 @@
 """What ``gpuopt check`` and ``gpuopt compare`` read from one Profile: pure functions.
 
-* per-step values (the statistics' raw material): measured step times, data-wait shares;
+* per-step values (the statistics' raw material): measured step times, the data-wait share;
 * GPU utilization per rank (a trace's ``gpu[]``) or per GPU (NVML's samples);
 * the exact per-step counters and the sites they come from;
 * the machine's load while the run ran (other processes' busy cores).
@@ -103,12 +103,18 @@ def step_times(p: Profile) -> tuple[float, ...]:
     return tuple(float(r.time_s) for r in measured(p))
 
 
-def data_wait_shares(p: Profile) -> tuple[float, ...]:
-    return tuple(
-        min(max(float(r.data_wait_s) / float(r.time_s), 0.0), 1.0)
-        for r in measured(p)
-        if isinstance(r.data_wait_s, (int, float))
-    )
+def data_wait(p: Profile) -> RunValues:
+    """The run's data-wait share, one number wherever it is shown: its measured steps' wait
+    over their time, as the report's ``breakdown.data_wait``. Its units are the steps' shares
+    weighted by their times, so that a resample's value is computed the same way (a mean of
+    the shares would weigh a 0.1 s step like a 0.4 s one: 30.8% for a run at 21.2%)."""
+    units: list[float] = []
+    weights: list[float] = []
+    for r in measured(p):
+        if isinstance(r.data_wait_s, (int, float)):
+            units.append(min(max(float(r.data_wait_s) / float(r.time_s), 0.0), 1.0))
+            weights.append(float(r.time_s))
+    return RunValues(units=tuple(units), weights=tuple(weights))
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,9 @@ time, its mean data-wait share, its GPU utilization) and, where it measured one,
 per-sample) values that value came from.
 
 * **Within a run**: the value's bootstrap replicates (the run's steps resampled, 2,000 times,
-  seeded: the same runs always give the same interval).
+  seeded: the same runs always give the same interval). A share of step time is the run's time
+  in that part over its step time, so its steps' shares are weighted by their times (a resample's
+  value is its steps' waits over their times: the value a report shows).
 * **Between runs**: two runs of the same code on the same machine differ by more than their
   steps' spread says (a neighbour's load, the CPU's clocks, where memory landed). That drift is a
   normal term added to every run's replicates. Its size is the larger of a floor (a setting:
@@ -20,6 +22,7 @@ replicates. A side's mean weighs each of its runs equally.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -37,6 +40,18 @@ class RunValues:
 
     units: tuple[float, ...] = ()
     value: float | None = None  # the run's own value when there are no units
+    # each unit's weight in a mean (a step's time, for a share of step time); equal when empty
+    weights: tuple[float, ...] = ()
+
+    def mean(self) -> float | None:
+        """The units' (weighted) mean, else ``value``."""
+        if not self.units:
+            return self.value
+        w = self.weights or (1.0,) * len(self.units)
+        total = sum(w)
+        if total <= 0:
+            return statistics.fmean(self.units)
+        return sum(u * x for u, x in zip(self.units, w, strict=True)) / total
 
 
 @dataclass(frozen=True)
@@ -100,9 +115,14 @@ def _percentiles(x: np.ndarray, qs: tuple[float, float]) -> tuple[float, float]:
     return out[0], out[1]
 
 
-def _statistic(x: np.ndarray, median: bool, log: bool) -> np.ndarray:
-    """The statistic over the last axis."""
-    s = _median(x) if median else np.asarray(np.mean(x, axis=-1))
+def _statistic(x: np.ndarray, median: bool, log: bool, w: np.ndarray | None = None) -> np.ndarray:
+    """The statistic over the last axis (a mean weighted by ``w`` where given)."""
+    if median:
+        s = _median(x)
+    elif w is not None:
+        s = np.asarray(np.sum(x * w, axis=-1) / np.maximum(np.sum(w, axis=-1), 1e-300))
+    else:
+        s = np.asarray(np.mean(x, axis=-1))
     return np.log(np.maximum(s, 1e-12)) if log else s
 
 
@@ -112,9 +132,10 @@ def _run_replicates(
     """``(value, replicates)`` of one run's statistic (replicates all equal without units)."""
     if run.units:
         x = np.asarray(run.units, dtype=float)
-        value = float(_statistic(x, median, log))
+        w = np.asarray(run.weights, dtype=float) if run.weights and not median else None
+        value = float(_statistic(x, median, log, w))
         idx = rng.integers(0, len(x), size=(RESAMPLES, len(x)))
-        return value, _statistic(x[idx], median, log)
+        return value, _statistic(x[idx], median, log, None if w is None else w[idx])
     if run.value is None:
         raise ValueError("a run without units needs a value")
     value = float(_statistic(np.asarray([run.value], dtype=float), median, log))

@@ -113,7 +113,8 @@ def parallel_threads(runs: list[Run]) -> int | None:
     return threads if threads > 1 and own > PARALLEL_CORES else None
 
 
-def _busy(run: Run) -> str:
+def busy_text(run: Run) -> str:
+    """``PATH (other processes kept 1.80 of 2 cores busy; its threads waited 88% ...)``."""
     load = machine_load(run.profile)
     other = f"other processes kept {load.other:.2f} of {load.cpu_count} cores busy"
     if load.run_delay is None:
@@ -143,13 +144,15 @@ def timed_runs(baseline: list[Run], candidate: list[Run]) -> Timed:
     if not left:
         return Timed(baseline, candidate, [])
     if quiet_a and quiet_b:
-        note = "left out of the timed gates, ran on a busy machine: " + "; ".join(map(_busy, left))
+        note = "left out of the timed gates, ran on a busy machine: " + "; ".join(
+            map(busy_text, left)
+        )
         return Timed(quiet_a, quiet_b, [note])
     sides = [s for s, quiet in (("baseline", quiet_a), ("candidate", quiet_b)) if not quiet]
     who = " and the ".join(sides)
     note = (
         f"the {who} ran on a busy machine: "
-        + "; ".join(map(_busy, left))
+        + "; ".join(map(busy_text, left))
         + "; run both sides on a quiet machine, or several runs a side (a quiet one is enough)"
     )
     explained = max((explained_slowdown(machine_load(r.profile)) for r in busy_b), default=1.0)

@@ -479,6 +479,9 @@ class DataLoaderInfo(Record):
     # and the first batch) beyond a batch's usual wait, per measured step
     worker_restarts: int | UnsetType = UNSET
     restart_s_per_step: float | UnsetType = UNSET
+    # num_workers=0: its first fetches' CPU time over their time not waiting for a core (near 1:
+    # it computes; near 0: it waits, on I/O or a sleep)
+    fetch_cpu_share: float | UnsetType = UNSET
 
 
 class ShapeCount(Record):

@@ -196,17 +196,32 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
+def batch_s(p: SweepPoint, need: float | None) -> float:
+    """Seconds per batch in training with setting ``p``, its loader timed alone at
+    ``p.batches_per_s`` and the training's compute at ``need`` batches/s. With 0 workers the
+    main process loads a batch, then computes on it: the two take turns (``1/load + 1/need``).
+    With workers they load while the main process computes: the slower of the two sets the
+    pace (``max(1/load, 1/need)``). Cores the workers take from the compute are not counted:
+    the timed runs that follow the sweep measure the chosen setting in training."""
+    if p.batches_per_s <= 0:
+        return float("inf")
+    load = 1.0 / p.batches_per_s
+    if not need:
+        return load
+    return load + 1.0 / need if p.num_workers == 0 else max(load, 1.0 / need)
+
+
 def epoch_s(p: SweepPoint, need: float | None, batches: int) -> float:
     """One epoch of ``batches`` with setting ``p``: its start-up (the first batch, workers
-    starting) and the rest at its rate — no faster than the training consumes (``need``)."""
-    rate = p.batches_per_s if not need else min(p.batches_per_s, need)
-    return p.first_batch_s + max(batches - 1, 0) / rate if rate > 0 else float("inf")
+    starting) and the rest at its pace in training (:func:`batch_s`)."""
+    return p.first_batch_s + max(batches - 1, 0) * batch_s(p, need)
 
 
 def _pick(points: list[SweepPoint], need: float | None, batches: int) -> tuple[SweepPoint, str]:
     """The setting with the shortest epoch (:func:`epoch_s`), counting the workers' start-up
-    at each epoch and loading past the training's pace as no gain; of settings within
-    :data:`TIE` of it, the fewest workers (more only cost memory and start-up)."""
+    at each epoch, loading in turn with the compute at 0 workers and loading past the
+    training's pace as no gain; of settings within :data:`TIE` of it, the fewest workers (more
+    only cost memory and start-up)."""
     base = points[0]
     times = [epoch_s(p, need, batches) for p in points]
     best_t = min(times)
@@ -214,7 +229,12 @@ def _pick(points: list[SweepPoint], need: float | None, batches: int) -> tuple[S
         return base, f"no setting beat the script's own by more than {MIN_GAIN - 1:.0%}"
     near = [p for p, t in zip(points, times, strict=True) if t <= best_t * (1 + TIE)]
     pick = min(near, key=lambda p: p.num_workers)
-    pace = f", the training's pace {need:.0f} batches/s" if need else ""
+    pace = (
+        f", the training's compute {need:.0f} batches/s (0 workers: loading and compute take "
+        "turns; workers: they overlap)"
+        if need
+        else ""
+    )
     return pick, (
         f"the shortest epoch of {batches} batches with its start-up{pace}: "
         f"{epoch_s(pick, need, batches):.2f} s against {times[0]:.2f} s"

@@ -16,6 +16,12 @@ they point without gpuopt.
 
 Batch listeners (``add_batch_listener``) see each batch yielded in the main process; the ragged
 batch analysis uses them.
+
+A loader with ``num_workers=0`` fetches in the thread that iterates it: around its first
+:data:`FETCH_SAMPLES` fetches the probe reads that thread's time on a CPU and its wait for a core
+(:class:`~gpuopt.probes.contention.ThreadClock`). Their CPU time over their time less that wait
+is ``fetch_cpu_share``: near 1 a loader that computes (decoding, augmentation), near 0 one that
+waits (I/O, a sleep), whatever the machine's load (the ``dataloader-bound`` advice differs).
 """
 
 from __future__ import annotations
@@ -31,8 +37,10 @@ from typing import Any
 
 from gpuopt import torch_compat
 from gpuopt.model.profile import DataLoaderInfo
+from gpuopt.probes.contention import ThreadClock
 from gpuopt.probes.protocol import RunContext
 
+FETCH_SAMPLES = 64  # fetches of a 0-worker loader whose CPU time is read (two reads of 8 µs each)
 BatchListener = Callable[[Any], None]
 _BATCH_LISTENERS: list[BatchListener] = []
 
@@ -86,6 +94,12 @@ class LoaderStats:
     wait_by_step: dict[int, float] = field(default_factory=dict)
     # the steps in which an epoch after the first started non-persistent workers again
     restart_steps: list[int] = field(default_factory=list)
+    # the first fetches of a 0-worker loader: their count, wall time, and the fetching thread's
+    # time on a CPU and waiting for a core meanwhile (seconds)
+    fetch_samples: int = 0
+    fetch_wall_s: float = 0.0
+    fetch_cpu_s: float = 0.0
+    fetch_runq_s: float = 0.0
 
     def info(self, measured_steps: list[int]) -> DataLoaderInfo:
         """The profile's entry for this loader; its wait averaged over ``measured_steps``."""
@@ -114,7 +128,17 @@ class LoaderStats:
             info.built_at = self.built_at
         if self.built_via is not None:
             info.built_via = self.built_via
+        share = self.fetch_cpu_share()
+        if share is not None:
+            info.fetch_cpu_share = round(share, 4)
         return info
+
+    def fetch_cpu_share(self) -> float | None:
+        """The sampled fetches' CPU time over their wall time less their wait for a core."""
+        running = self.fetch_wall_s - self.fetch_runq_s
+        if not self.fetch_samples or running <= 0:
+            return None
+        return min(max(self.fetch_cpu_s / running, 0.0), 1.0)
 
     def _restart_per_step(self, measured_steps: list[int]) -> float:
         """What ``persistent_workers=True`` would save per measured step: the wait above this
@@ -149,10 +173,14 @@ class DataLoaderProbe:
     steps_wanted = False  # on_step does nothing
 
     def __init__(
-        self, step_count: Callable[[], int], clock: Callable[[], float] = time.perf_counter
+        self,
+        step_count: Callable[[], int],
+        clock: Callable[[], float] = time.perf_counter,
+        thread_clock: ThreadClock | None = None,
     ) -> None:
         self._step_count = step_count
         self._clock = clock
+        self._thread_clock = thread_clock or ThreadClock()  # the fetching thread's counters
         self.loaders: dict[int, LoaderStats] = {}
         self.wait_by_step: dict[int, float] = {}
         self.first_fetch_t: float | None = None
@@ -195,6 +223,8 @@ class DataLoaderProbe:
 
         def __next__(it: Any) -> Any:
             step = probe._step_count()
+            sampled = probe._sampled(it)
+            cpu0 = probe._thread_clock.read() if sampled is not None else None  # before t0
             t0 = probe._clock()
             if probe.first_fetch_t is None:
                 probe.first_fetch_t = t0
@@ -204,7 +234,10 @@ class DataLoaderProbe:
                 batch = orig_next(it)
                 ok = True
             finally:
-                probe._record(it, step, probe._clock() - t0, ok, training)
+                dt = probe._clock() - t0
+                if sampled is not None and cpu0 is not None:
+                    probe._fetch_cpu(sampled, cpu0, dt)
+                probe._record(it, step, dt, ok, training)
             if _BATCH_LISTENERS:
                 probe._tell_listeners(it, batch, training)
             return batch
@@ -255,6 +288,7 @@ class DataLoaderProbe:
     def stop(self) -> None:
         if self._orig_next is None:
             return
+        self._thread_clock.close()
         from torch.utils.data import dataloader as dl
 
         torch_compat.dataloader_iter_base().__next__ = self._orig_next
@@ -355,6 +389,25 @@ class DataLoaderProbe:
         if stats is not None:
             stats.wait_s += dt
             stats.wait_by_step[step] = stats.wait_by_step.get(step, 0.0) + dt
+
+    def _sampled(self, it: Any) -> LoaderStats | None:
+        """The stats of ``it``'s loader when this fetch's CPU time is to be read (a 0-worker
+        loader's first :data:`FETCH_SAMPLES` fetches), else None."""
+        stats = self.loaders.get(getattr(it, "_gpuopt_loader_key", -1))
+        if stats is None or stats.num_workers or stats.fetch_samples >= FETCH_SAMPLES:
+            return None
+        return stats
+
+    def _fetch_cpu(self, stats: LoaderStats, before: tuple[int, int], dt: float) -> None:
+        """One sampled fetch of ``dt`` seconds: the thread's counters since ``before``."""
+        try:
+            cpu, runq = self._thread_clock.read()
+        except Exception:  # measuring must never break the user's loader
+            return
+        stats.fetch_samples += 1
+        stats.fetch_wall_s += dt
+        stats.fetch_cpu_s += max(cpu - before[0], 0) / 1e9
+        stats.fetch_runq_s += max(runq - before[1], 0) / 1e9
 
     def _record(self, it: Any, step: int, dt: float, ok: bool, training: bool = True) -> None:
         stats = self.loaders.get(getattr(it, "_gpuopt_loader_key", -1))

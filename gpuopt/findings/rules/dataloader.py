@@ -14,6 +14,14 @@ from 6.6 s to 8.4–8.9 s with one worker), and the estimate says so instead of 
 cores free, the step is also bounded by the CPU work it needs, ``(c·threads + f) / cores``.
 See docs/host-culprits.md.
 
+A loader that waits (I/O, a sleep) needs no core: its workers wait side by side and overlap
+the compute on any machine. The probe measures which kind a 0-worker loader is (its fetches' CPU
+time over their time not waiting for a core, ``fetch_cpu_share``); below
+:data:`WAITING_CPU_SHARE` the advice is workers whatever the free cores, up to
+:data:`MAX_WAITING_WORKERS`, estimated by the same overlap model with the CPU work the fetch
+does (its CPU share of the fetch, added to the compute when no core is free) in place of the
+whole fetch.
+
 Non-persistent workers start again at every epoch (a fork, or with ``spawn`` a new interpreter
 importing torch): when the probe's ``restart_s_per_step`` is at least half the loader's wait,
 the fix is ``persistent_workers=True`` alone, estimated by removing that wait (docs/profile.md).
@@ -37,6 +45,10 @@ from gpuopt.units import fmt_duration, fmt_frac
 _AMDAHL = "estimate: data wait fully overlapped with compute (Amdahl on the measured share)"
 # share of step time spent waiting on the DataLoader before we call it a bottleneck
 THRESHOLD = 0.10
+# a 0-worker fetch on a CPU less than this share of its time (not waiting for a core) waits: a
+# 2 ms sleep per sample measures 0.01-0.05, a 1.5 ms spin per sample 0.95-1.0
+WAITING_CPU_SHARE = 0.5
+MAX_WAITING_WORKERS = 16  # the most workers advised to a loader that waits (the sweep's largest)
 
 
 def _cpus(profile: Profile) -> int:
@@ -109,6 +121,56 @@ def cores_for_workers(profile: Profile) -> Cores:
     return Cores(usable, compute, float(others) if isinstance(others, (int, float)) else 0.0)
 
 
+def fetch_waits(loader: DataLoaderInfo) -> float | None:
+    """The 0-worker loader's fetch CPU share where it says the loader waits (I/O, a sleep), else
+    None (it computes, has workers, or was not measured)."""
+    cpu = given(loader.fetch_cpu_share)
+    if loader.num_workers == 0 and isinstance(cpu, (int, float)) and cpu < WAITING_CPU_SHARE:
+        return float(cpu)
+    return None
+
+
+def _computes(loader: DataLoaderInfo) -> str:
+    """`` (the loader computes: its fetch on a CPU 98% of its time)`` where measured."""
+    cpu = given(loader.fetch_cpu_share)
+    if loader.num_workers or not isinstance(cpu, (int, float)):
+        return ""
+    return f" (the loader computes: its fetch on a CPU {cpu:.0%} of its time)"
+
+
+def _waiting_advice(
+    loader: DataLoaderInfo, share: float, step_s: float, cores: Cores, cpu: float
+) -> tuple[_Advice, int]:
+    """A 0-worker loader that waits: workers overlap its waits with each other and with the
+    compute on any number of cores; the CPU work they add is the fetch's CPU share."""
+    wait_s = share * step_s
+    fetch = float(loader.wait_s_per_step or 0.0)
+    compute_s = max(step_s - wait_s, 1e-9)
+    k = min(max(math.ceil(fetch / compute_s * 1.2), 2), MAX_WAITING_WORKERS)
+    # the workers' CPU work: on a free core, or, with none, taken from the compute's cores
+    busy = cpu * fetch if cores.free < 1 else 0.0
+    where = "taken from the compute, no core free" if busy else "on a free core"
+    modelled = max(compute_s + busy, fetch / k) + max(wait_s - fetch, 0.0)
+    advice = _Advice(
+        changes=[f"num_workers={k}"],
+        est=step_s / max(modelled, 1e-9),
+        model=(
+            f"estimate: the loader waits (its fetch on a CPU {cpu:.0%} of its time) and waiting "
+            f"needs no core: with num_workers={k} a step takes max(compute + the workers' CPU "
+            f"work, batch time / {k}) ({cores.says()}; their CPU work {where}; overlap model "
+            "from the measured wait, the fetch's CPU share and the compute as measured; worker "
+            "start-up and batch transfer not modelled)"
+        ),
+        said=f"; the loader waits (its fetch on a CPU {cpu:.0%} of its time: I/O, a sleep)",
+        evidence={"fetch_cpu_share": round(cpu, 4)},
+    )
+    advice.notes.append(
+        "workers overlap a loader's waiting (I/O, sleeps) with each other and with the "
+        "compute, whatever the free cores"
+    )
+    return advice, k
+
+
 def _loader_advice(
     profile: Profile, loader: DataLoaderInfo, share: float, step_s: float, cores: Cores
 ) -> _Advice:
@@ -116,13 +178,20 @@ def _loader_advice(
     nw = loader.num_workers
     loader_wait = float(loader.wait_s_per_step or 0.0)
     free = int(cores.free)
+    waits = fetch_waits(loader)
+    if waits is not None:
+        return _with_knobs(profile, loader, *_waiting_advice(loader, share, step_s, cores, waits))
     advice = _Advice()
+    cpu = given(loader.fetch_cpu_share)
+    if isinstance(cpu, (int, float)) and not nw:
+        advice.evidence["fetch_cpu_share"] = round(float(cpu), 4)
     if free < 1:
         k = nw + 1
         advice.est = 1.0
         advice.model = (
             f"estimate: no gain expected on this machine: no core free for a worker while the "
-            f"step computes ({cores.says()}); a worker would take cores from the compute"
+            f"step computes ({cores.says()}){_computes(loader)}; a worker would take cores "
+            "from the compute"
         )
         advice.changes.append(f"num_workers={k}")
         advice.notes.append(
