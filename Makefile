@@ -44,5 +44,15 @@ gpu-check:
 ci-baseline: $(VENV)/.installed
 	$(VENV)/bin/gpuopt profile --quiet --force -o ci/baseline/sync_metrics --steps 40 examples/sync_metrics.py
 
+# the compatibility matrix (docs/compatibility.md): one venv per entry in .venv-matrix/, the suite
+# in each, a table of passed/failed/skipped; MATRIX="floors torch-2.14.1" runs those entries only,
+# PYTEST_ARGS="-q tests/test_cli_entry.py" a subset, OLDEST_TORCH the oldest torch supported
+OLDEST_TORCH ?= 2.4.1
+MATRIX ?=
+PYTEST_ARGS ?= -q
+.PHONY: test-matrix
+test-matrix:
+	OLDEST_TORCH=$(OLDEST_TORCH) PYTEST_ARGS="$(PYTEST_ARGS)" $(PYTHON) ci/test_matrix.py $(MATRIX)
+
 clean:
 	rm -rf $(VENV) gpuopt-runs .pytest_cache .mypy_cache .ruff_cache

@@ -47,6 +47,14 @@ def usage_line(exc: Any, command: str = "") -> str:
     return f"{named + ': ' if named else ''}{message}; see {where} --help"
 
 
+def parser_errors() -> tuple[Any, Any]:
+    """``(ClickException, UsageError)`` of the parser typer runs: click's up to typer 0.25, typer's
+    own copy of click from 0.26 on. Found in the class tree of the public ``typer.BadParameter``
+    (a UsageError in both), so no private module of typer's is imported."""
+    tree = {cls.__name__: cls for cls in typer.BadParameter.__mro__}
+    return tree["ClickException"], tree["UsageError"]
+
+
 class _Group(TyperGroup):
     """The ``gpuopt`` command group: every usage error of every command (an unknown command or
     option, a missing or bad value) ends as ``gpuopt: error: <reason>`` on one line with exit
@@ -60,21 +68,21 @@ class _Group(TyperGroup):
         standalone_mode: bool = True,
         **extra: Any,
     ) -> Any:
-        from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
-        from typer.exceptions import Abort
-
+        click_exception, usage_error = parser_errors()
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except NoArgsIsHelpError as exc:  # bare `gpuopt`: the help, as before
-            exc.show()
-            raise SystemExit(exc.exit_code) from None
-        except UsageError as exc:
+        except usage_error as exc:
+            # bare `gpuopt`: the help, as before (the class is known by name, as typer's own
+            # rich_utils knows it: it is exported by neither typer nor typer.core)
+            if type(exc).__name__ == "NoArgsIsHelpError":
+                exc.show()
+                raise SystemExit(exc.exit_code) from None
             given = list(args) if args is not None else sys.argv[1:]
             named = given[0] if given and given[0] in self.commands else ""
             fail(usage_line(exc, named))
-        except ClickException as exc:
+        except click_exception as exc:
             fail(str(exc.format_message()))
-        except Abort:
+        except typer.Abort:
             say("Aborted!")
             raise SystemExit(1) from None
         if not standalone_mode:

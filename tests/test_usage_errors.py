@@ -6,6 +6,7 @@ Both ways in are covered: typer's parser (in-process, and through the console en
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -17,10 +18,19 @@ from gpuopt.cli import app
 
 runner = CliRunner()
 
-USAGE_ERRORS = [
+# What the line holds: a text, or a pattern where typer's versions word the reason differently
+# (typer 0.29's pydantic: "input should be greater than or equal to 1"; click 8.3+, which typer
+# 0.24-0.25 run on: "no such option '--bogus'"; typer's own click copy: "no such option: --bogus").
+USAGE_ERRORS: list[tuple[list[str], str | re.Pattern[str]]] = [
     (["profile", "--steps", "0", "x.py"], "profile: invalid value for '--steps'"),
-    (["profile", "--steps", "-1", "x.py"], "-1 is not in the range"),
-    (["profile", "--steps", "abc", "x.py"], "'abc' is not a valid"),
+    (
+        ["profile", "--steps", "-1", "x.py"],
+        re.compile("-1 is not in the range|greater than or equal to 1"),
+    ),
+    (
+        ["profile", "--steps", "abc", "x.py"],
+        re.compile("'abc' is not a valid|unable to parse string"),
+    ),
     (["profile", "--warmup", "-2", "x.py"], "--warmup"),
     (["profile", "--window", "x", "x.py"], "--window"),
     (["profile", "--sample-interval", "inf", "x.py"], "inf is not a number of seconds"),
@@ -32,12 +42,12 @@ USAGE_ERRORS = [
     (["profile", "--master-port", "70000", "x.py"], "--master-port"),
     (["profile", "-o"], "option '-o' requires an argument"),
     (["frobnicate"], "no such command 'frobnicate'"),
-    (["--bogus"], "no such option: --bogus"),
+    (["--bogus"], re.compile("no such option(: | ')--bogus")),
     (["report"], "report: missing argument 'PATH...'"),
     (["report", "t.json", "-o"], "report: option '-o' requires an argument"),
     (["report", "t.json", "--format", "csv"], "'csv' is not one of"),
     (["report", "t.json", "--jobs", "0"], "--jobs"),
-    (["report", "t.json", "--bogus"], "no such option: --bogus"),
+    (["report", "t.json", "--bogus"], re.compile("no such option(: | ')--bogus")),
     (["check", "X"], "check: missing option '--baseline'"),
     (["check", "X", "--baseline"], "option '--baseline' requires an argument"),
     (["check", "X", "--baseline", "Y", "--format", "html"], "'html' is not one of"),
@@ -53,13 +63,18 @@ USAGE_ERRORS = [
 ]
 
 
-@pytest.mark.parametrize(("argv", "needle"), USAGE_ERRORS, ids=lambda a: " ".join(a))
-def test_every_usage_error_is_one_line_and_exit_2(argv: list[str], needle: str) -> None:
+@pytest.mark.parametrize(
+    ("argv", "needle"), USAGE_ERRORS, ids=lambda a: " ".join(a) if isinstance(a, list) else None
+)
+def test_every_usage_error_is_one_line_and_exit_2(
+    argv: list[str], needle: str | re.Pattern[str]
+) -> None:
     r = runner.invoke(app, argv)
     assert r.exit_code == 2, r.output
     lines = r.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("gpuopt: error: "), r.output
-    assert needle in lines[0], r.output
+    found = needle.search(lines[0]) if isinstance(needle, re.Pattern) else needle in lines[0]
+    assert found, r.output
     assert "Usage:" not in r.output and "Try '" not in r.output
 
 
