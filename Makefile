@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 RUN ?= gpuopt-runs/demo
 
-.PHONY: demo test lint bench gpu-check ci-baseline clean
+.PHONY: demo test test-fast lint bench gpu-check ci-baseline clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,7 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/gpuopt profile --force -o $(RUN) examples/slow_dataset.py
 	$(VENV)/bin/gpuopt report $(RUN) -o $(RUN)/report.html
 	@echo "HTML report: $(RUN)/report.html"
+	@echo "Next: source $(VENV)/bin/activate (puts gpuopt on the PATH), then gpuopt profile train.py"
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check gpuopt tests benchmarks examples
@@ -28,6 +29,10 @@ lint: $(VENV)/.installed
 
 test: $(VENV)/.installed lint
 	$(PY) -m pytest -q -n 2 --durations=15
+
+# the quick loop: the tests that start no process and are not marked slow (tests/conftest.py)
+test-fast: $(VENV)/.installed
+	$(PY) -m pytest -q -m "not slow"
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/bench_profile.py

@@ -483,7 +483,10 @@ def schedule(
     device_profile: str = typer.Option(
         "h100",
         "--device-profile",
-        help="Device cost model for the estimate (h100, a100, v100, ...).",
+        help=(
+            "Device cost model for the estimate: h100, a100-80gb, v100-16gb, v100-32gb (the "
+            "names --memory-for takes; a100 and v100 too)."
+        ),
     ),
     out: str | None = typer.Option(
         None,
@@ -603,7 +606,16 @@ def check(
         help="Also write JUnit XML here (one test case per gated metric).",
         metavar="FILE",
     ),
-    fmt: CheckFormat = typer.Option(CheckFormat.text, "--format", help="text, md or json."),
+    fmt: CheckFormat | None = typer.Option(
+        None, "--format", help="text, md or json (default: from -o's extension, else text)."
+    ),
+    output: str | None = typer.Option(
+        None,
+        "-o",
+        "--output",
+        help="Write the report to FILE instead of stdout (the exit code is the same).",
+        metavar="FILE",
+    ),
 ) -> None:
     from gpuopt.gate.command import CheckArgs, check_main
 
@@ -628,7 +640,8 @@ def check(
             strict=strict,
             config=str(_path(config, "--config")) if config is not None else None,
             junit=str(_path(junit, "--junit")) if junit is not None else None,
-            fmt=fmt.value,
+            fmt=fmt.value if fmt else None,
+            output=output,
         )
     )
     raise typer.Exit(code)

@@ -11,7 +11,8 @@ very functions the typer commands run:
   (:func:`gpuopt.runner.profile_command.run_profile`; everything after SCRIPT is the script's,
   as under typer);
 * ``gpuopt check CANDIDATE... --baseline BASELINE... [options]`` with its own options, each with
-  a value (``--allow`` and ``--baseline`` repeatable, the others at most once) or the flags
+  a value (``--allow`` and ``--baseline`` repeatable, the others, ``-o`` / ``--output`` counted
+  as one, at most once) or the flags
   ``--strict`` / ``--no-strict`` (:func:`gpuopt.gate.command.check_main`): a CI gate is
   started often, and its answer is a tenth of a second behind typer's import.
 
@@ -182,7 +183,16 @@ _CHECK_SETTINGS = (
     "--share-noise",
     "--gates",
 )
-_CHECK_VALUED = (*_CHECK_SETTINGS, "--baseline", "--allow", "--config", "--junit", "--format")
+_CHECK_VALUED = (
+    *_CHECK_SETTINGS,
+    "--baseline",
+    "--allow",
+    "--config",
+    "--junit",
+    "--format",
+    "-o",
+    "--output",
+)
 _CHECK_REPEATABLE = ("--baseline", "--allow")
 
 
@@ -198,7 +208,7 @@ def _check_options(argv: list[str]) -> tuple[list[str], dict[str, list[str]]] | 
         if arg in ("--strict", "--no-strict"):
             name, value = "--strict", "true" if arg == "--strict" else "false"
             i += 1
-        elif eq and name in _CHECK_VALUED:
+        elif eq and name in _CHECK_VALUED and name.startswith("--"):  # `-o=x` is "=x" to click
             i += 1
         elif arg in _CHECK_VALUED and i + 1 < len(argv):
             name, value = arg, argv[i + 1]
@@ -209,7 +219,7 @@ def _check_options(argv: list[str]) -> tuple[list[str], dict[str, list[str]]] | 
             paths.append(arg)
             i += 1
             continue
-        values = got.setdefault(name, [])
+        values = got.setdefault("--output" if name == "-o" else name, [])
         if (values and name not in _CHECK_REPEATABLE) or not value or value.startswith("-"):
             return None
         values.append(value)
@@ -229,8 +239,8 @@ def parse_check(argv: list[str]) -> CheckArgs | None:
     if ambiguous_baseline(argv[1:]):
         return None  # typer's command refuses it, with the reason
     paths, got = parsed
-    fmt = got.get("--format", ["text"])[0]
-    if not paths or "--baseline" not in got or fmt not in ("text", "md", "json"):
+    fmt = got.get("--format", [None])[0]
+    if not paths or "--baseline" not in got or fmt not in (None, "text", "md", "json"):
         return None
     from gpuopt.gate.command import CheckArgs
 
@@ -247,6 +257,7 @@ def parse_check(argv: list[str]) -> CheckArgs | None:
         config=one("--config"),
         junit=one("--junit"),
         fmt=fmt,
+        output=one("--output"),
     )
 
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import ast
 import importlib.util
+import inspect
 import os
+import re
 import signal
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -28,6 +32,68 @@ def pytest_configure(config: pytest.Config) -> None:
     processes see SIGINT as in a foreground run (exec resets a handled signal to its default)."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+# A test that starts a process (gpuopt as a user runs it, a script, a worker pool) takes seconds:
+# such a test is marked slow, so `make test-fast` (pytest -m "not slow") leaves it out.
+_STARTS_A_PROCESS = re.compile(
+    r"\b(run_gpuopt|subprocess\.|sys\.executable|Popen|ProcessPoolExecutor|multiprocessing)\b"
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``slow`` every test that starts a process: its own code, a fixture it uses, or a
+    function of its module that either calls (directly or through each other) does."""
+    spawning: dict[str, set[str]] = {}
+    for item in items:
+        if item.get_closest_marker("slow") or not isinstance(item, pytest.Function):
+            continue
+        module = item.module
+        if module.__name__ not in spawning:
+            spawning[module.__name__] = _spawning_names(module)
+        names = spawning[module.__name__]
+        fixtures = [d.func for defs in item._fixtureinfo.name2fixturedefs.values() for d in defs]
+        if any(_starts(f, names) for f in [item.function, *fixtures]):
+            item.add_marker(pytest.mark.slow)
+
+
+def _source(obj: Any) -> str:
+    try:
+        return inspect.getsource(obj)
+    except (OSError, TypeError):
+        return ""
+
+
+def _starts(func: Any, names: set[str]) -> bool:
+    text = _source(func)
+    if _STARTS_A_PROCESS.search(text):
+        return True
+    return bool(names) and any(re.search(rf"\b{re.escape(n)}\b", text) for n in names)
+
+
+def _spawning_names(module: ModuleType) -> set[str]:
+    """The module's top-level functions that start a process, directly or through another."""
+    try:
+        tree = ast.parse(_source(module))
+    except SyntaxError:
+        return set()
+    funcs = {
+        node.name: ast.get_source_segment(_source(module), node) or ""
+        for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and not node.name.startswith("test_")
+    }
+    found = {name for name, text in funcs.items() if _STARTS_A_PROCESS.search(text)}
+    grew = True
+    while grew:
+        more = {
+            name
+            for name, text in funcs.items()
+            if name not in found and any(re.search(rf"\b{n}\(", text) for n in found)
+        }
+        found |= more
+        grew = bool(more)
+    return found
 
 
 def run_gpuopt(

@@ -19,6 +19,7 @@ from gpuopt.aot.plan import Plan, PlanError
 CONTRACT_KEYS = {"nodes", "edges", "streams", "syncs", "num_streams", "order"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ZOO_NAMES)
 def test_scheduled_module_matches_eager(name: str) -> None:
     model, inputs, scheduled = scheduled_zoo(name)

@@ -80,6 +80,7 @@ def test_cpu_schedule_hands_back_one_stream_where_the_model_promises_too_little(
     assert any(n.startswith("one-stream graph, chosen by cost-model") for n in doc["notes"])
 
 
+@pytest.mark.slow
 def test_cpu_schedule_keeps_multi_stream_where_the_model_promises_enough() -> None:
     _, _, sm = _sched("nasnet_a_mobile")
     assert sm.plan.num_streams > 1 and sm.plan is sm.multi_stream_plan
@@ -147,6 +148,7 @@ def test_without_graphs_on_cuda_the_cost_model_decides(monkeypatch: pytest.Monke
 
 
 # -- the command says which --------------------------------------------------------------------
+@pytest.mark.slow
 def test_the_command_says_which_plan_runs_and_how_it_was_chosen(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -184,6 +186,7 @@ class _Event:
         self.log.append(("record", stream.name, self))
 
 
+@pytest.mark.slow
 def test_cuda_launch_switches_streams_only_between_runs_and_reuses_its_events(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

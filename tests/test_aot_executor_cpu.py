@@ -167,6 +167,7 @@ def test_launch_script_has_one_wait_per_sync_and_records_only_on_sync_sources() 
 
 
 # ---------------------------------------------------------------- captured models
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ZOO_NAMES)
 def test_zoo_plans_match_eager_in_random_interleavings(name: str) -> None:
     model, inputs, scheduled = scheduled_zoo(name)
@@ -182,6 +183,7 @@ def test_zoo_plans_match_eager_in_random_interleavings(name: str) -> None:
         assert len(orders) > 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["inception_v3", "nasnet_a_mobile"])
 def test_broken_zoo_plan_is_flagged(name: str) -> None:
     model, inputs, scheduled = scheduled_zoo(name)
@@ -194,6 +196,7 @@ def test_broken_zoo_plan_is_flagged(name: str) -> None:
         assert report.outputs is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["inception_v3", "nasnet_a_mobile"])
 def test_zoo_release_policy_frees_memory_without_hazards(name: str) -> None:
     _, inputs, scheduled = scheduled_zoo(name)
@@ -252,6 +255,7 @@ def test_outputs_survive_the_next_replay_check_on_cpu(name: str) -> None:
             assert_outputs_survive_the_next_call(bad, model, inputs[0], x2)
 
 
+@pytest.mark.slow
 def test_outputs_survive_check_refuses_an_input_insensitive_model() -> None:
     """On the small inception_v3 two random inputs give outputs ~1e-8 apart: the check says
     it cannot tell them apart instead of passing or failing on them."""

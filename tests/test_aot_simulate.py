@@ -8,6 +8,7 @@ import pytest
 from aot_support import ZOO_NAMES, scheduled_zoo
 
 from gpuopt.aot.costmodel import (
+    COST_MODEL_OF,
     H100,
     PROFILES,
     OpCost,
@@ -107,8 +108,29 @@ def test_profiles_are_selectable_and_distinct() -> None:
     assert get_profile("H100") is PROFILES["h100"]
     assert PROFILES["v100"].mem_bw < PROFILES["a100"].mem_bw < PROFILES["h100"].mem_bw
     assert PROFILES["v100"].tf32_flops == PROFILES["v100"].fp32_flops  # Volta has no TF32
-    with pytest.raises(ValueError, match="known: a100, h100, v100"):
+    with pytest.raises(ValueError, match="known: a100-80gb, h100, h100-80gb, v100-16gb"):
         get_profile("tpu")
+
+
+def test_schedule_and_memory_for_take_one_list_of_device_names() -> None:
+    """Every name --memory-for knows is a cost model's or refused as having none (never
+    unknown); every name schedule takes, old spellings included, is one --memory-for knows."""
+    from gpuopt.errors import GpuoptError
+    from gpuopt.memory.devices import DEVICES, device_memory
+
+    assert set(COST_MODEL_OF) <= set(DEVICES)
+    for name in DEVICES:
+        try:
+            get_profile(name.upper().replace("-", " "))
+        except ValueError as exc:
+            assert "no cost model for" in str(exc) and "unknown" not in str(exc), name
+    assert get_profile("a100-80gb") is get_profile("a100") is PROFILES["a100"]
+    assert get_profile("V100_32GB") is get_profile("v100-16gb") is PROFILES["v100"]
+    for name in [*PROFILES, *COST_MODEL_OF]:
+        try:
+            device_memory(name)
+        except GpuoptError as exc:
+            assert "which one?" in str(exc), name  # a100, v100: two cards' memory
 
 
 def test_estimate_on_a_fork_join_graph() -> None:

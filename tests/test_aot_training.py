@@ -18,6 +18,7 @@ def _train_pair(name: str, batch: int = 2):  # type: ignore[no-untyped-def]
     return model, copy.deepcopy(model), (x,)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["resnet_stage", "transformer_block"])
 def test_training_gradients_and_buffers_match_eager(name: str) -> None:
     model, ref, inputs = _train_pair(name)
@@ -41,6 +42,7 @@ def test_training_gradients_and_buffers_match_eager(name: str) -> None:
             assert torch.allclose(a.float(), b.float(), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_training_forward_is_multi_stream_and_backward_single_stream() -> None:
     model, _, inputs = _train_pair("transformer_block")
     with warnings.catch_warnings():
@@ -58,6 +60,7 @@ def test_training_forward_is_multi_stream_and_backward_single_stream() -> None:
     assert est.eager_s > est.multistream_s
 
 
+@pytest.mark.slow
 def test_training_rejects_other_shapes() -> None:
     model, _, inputs = _train_pair("transformer_block")
     with warnings.catch_warnings():
@@ -67,6 +70,7 @@ def test_training_rejects_other_shapes() -> None:
         sm(torch.randn(3, *inputs[0].shape[1:]))
 
 
+@pytest.mark.slow
 def test_training_forward_plan_is_chosen_by_the_cost_model() -> None:
     model, _, inputs = _train_pair("resnet_stage")
     with warnings.catch_warnings():

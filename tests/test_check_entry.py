@@ -38,6 +38,9 @@ ACCEPTED = [
         "1pt",
         "--format=md",
     ],
+    ["check", "c", "--baseline", "b", "-o", "gate.md"],
+    ["check", "c", "--baseline", "b", "--output=gate.json", "--format", "json"],
+    ["check", "c", "--output", "g.txt", "--baseline", "b", "--junit", "x.xml"],
 ]
 DECLINED = [
     ["check"],
@@ -53,6 +56,11 @@ DECLINED = [
     ["check", "c", "--baseline="],
     ["check", "c", "--baseline", "b", "--strict", "--strict"],
     ["check", "c", "--baseline", "b", "--gates", "a", "--gates", "b"],
+    ["check", "c", "--baseline", "b", "-o", "a.md", "--output", "b.md"],
+    ["check", "c", "--baseline", "b", "-o", "-"],
+    ["check", "c", "--baseline", "b", "-o=x.md"],
+    ["check", "c", "--baseline", "b", "-ox.md"],
+    ["check", "c", "--baseline", "b", "-o"],
     ["report", "c"],
 ]
 
@@ -149,3 +157,26 @@ def test_each_accepted_baseline_form_gives_the_sides_meant(monkeypatch: pytest.M
         assert (fast.candidate, fast.baseline) == (cand, base)
         slow = typer_parse(argv, monkeypatch)
         assert (slow.candidate, slow.baseline) == (cand, base)
+
+
+def test_checks_options_are_declared_alike_in_its_three_parsers() -> None:
+    """typer's command, the fast path and the ambiguity check each list the options that take a
+    value: an option added to one and not the others would parse differently."""
+    from gpuopt.gate.argv import VALUED
+
+    cmd = typer_command("check")
+    typer_valued = {
+        name
+        for param in cmd.params
+        if param.param_type_name == "option" and not getattr(param, "is_flag", False)
+        for name in param.opts
+    }
+    assert typer_valued == set(VALUED) == set(entry._CHECK_VALUED)
+    assert {"-o", "--output"} <= typer_valued
+
+
+def typer_command(name: str):  # type: ignore[no-untyped-def]
+    import typer.main
+
+    group = typer.main.get_command(app)
+    return group.commands[name]  # type: ignore[attr-defined]

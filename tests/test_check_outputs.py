@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_TRACES
+from conftest import SHARED_TRACES, run_gpuopt
 from gate_support import finding, noisy, run, write
 from typer.testing import CliRunner
 
@@ -192,3 +192,52 @@ def test_a_trace_against_a_profile_is_refused(pair: tuple[Path, Path]) -> None:
 def test_settings_default_to_the_contract() -> None:
     th, strict = resolve({}, [], None, Settings())
     assert th == Thresholds() and strict is False
+
+
+def test_o_writes_the_report_to_a_file_in_the_format_its_extension_asks(
+    pair: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """`check -o FILE` as `compare -o FILE`: the report written whole to FILE ("wrote FILE" on
+    stderr, nothing on stdout), its format from the extension unless --format says; the exit
+    code the gate's."""
+    base, cand = pair
+    out = tmp_path / "gate.md"
+    r = _check(str(cand), "--baseline", str(base), "-o", str(out))
+    assert r.exit_code == 1 and r.stdout == "" and f"wrote {out}" in r.stderr
+    assert out.read_text().startswith("### gpuopt check: ❌ regression")
+    r = _check(str(cand), "--baseline", str(base), "--output", str(out), "--format", "json")
+    assert r.exit_code == 1 and json.loads(out.read_text())["verdict"] == "regression"
+    txt = tmp_path / "gate.log"
+    r = _check(str(base), "--baseline", str(base), "-o", str(txt))
+    assert r.exit_code == 0 and txt.read_text().rstrip().endswith("PASS")
+    r = _check(str(base), "--baseline", str(base), "-o", "-")  # -: stdout, as compare takes it
+    assert r.exit_code == 0 and r.stdout.rstrip().endswith("PASS")
+
+
+def test_o_never_writes_over_an_input_or_the_junit_file(
+    pair: tuple[Path, Path], tmp_path: Path
+) -> None:
+    base, cand = pair
+    before = base.read_bytes()
+    junit = tmp_path / "gate.xml"
+    cases = {
+        ("-o", str(base)): "is an input of this command",
+        ("-o", str(tmp_path)): "is a directory",
+        ("-o", str(junit), "--junit", str(junit)): "--junit writes that file",
+        ("-o", ""): "-o '': an empty path",
+        ("-o", str(tmp_path / "gate.html")): "not 'html'",
+    }
+    for extra, message in cases.items():
+        r = _check(str(cand), "--baseline", str(base), *extra)
+        assert r.exit_code == 2, (extra, r.output)
+        (line,) = r.output.strip().splitlines()
+        assert line.startswith("gpuopt: error: ") and message in line, (extra, line)
+    assert base.read_bytes() == before and not junit.exists()
+
+
+def test_o_through_the_entry_points_fast_path(pair: tuple[Path, Path], tmp_path: Path) -> None:
+    base, cand = pair
+    out = tmp_path / "gate.json"
+    r = run_gpuopt("check", str(cand), "--baseline", str(base), "-o", str(out))
+    assert r.returncode == 1 and r.stdout == "" and f"wrote {out}" in r.stderr
+    assert json.loads(out.read_text())["verdict"] == "regression"

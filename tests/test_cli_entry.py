@@ -131,6 +131,8 @@ PROFILE_DECLINED = [
     ["profile", "--help"],
     ["profile", "-m", "mod"],
     ["profile", "--steps", "5", "t.py"],
+    ["profile", "--format", "html", "t.py"],  # typer's: the script's stdout goes to stderr
+    ["profile", "--format=json", "-o", "r", "t.py"],
     ["profile", "-o", "x"],
     ["profile", "--quiet", "--quiet", "t.py"],
     ["profile", "--force", "--force", "t.py"],

@@ -274,6 +274,7 @@ def _run(code: str) -> tuple[str, int]:
     return buf.getvalue(), calls
 
 
+@pytest.mark.slow
 def test_sync_rewrite_prints_exactly_the_same_with_fewer_reads() -> None:
     r = rewrite_syncs(LOOP, LOOP_LINES)
     assert not r.skipped, r.skipped
@@ -307,6 +308,7 @@ def test_sync_sum_starting_at_int_zero_read_by_a_division() -> None:
     assert _run(r.source)[0] == _run(code)[0]
 
 
+@pytest.mark.slow
 def test_sync_rewrite_inside_a_function() -> None:
     code = "def main():\n" + textwrap.indent(LOOP.split("torch.manual_seed(0)\n", 1)[1], "    ")
     code = LOOP.split("torch.manual_seed(0)\n", 1)[0] + "torch.manual_seed(0)\n" + code + "main()\n"
@@ -391,6 +393,7 @@ CORPUS = Path(__file__).resolve().parents[1] / "benchmarks" / "corpus" / "script
     ],
     ids=["vae", "word_language_model"],
 )
+@pytest.mark.slow
 def test_sync_rewrite_on_public_scripts(script: str, line: int, changed: dict[int, str]) -> None:
     before = (CORPUS / script).read_text()
     r = rewrite_syncs(before, [line], name=script)

@@ -259,6 +259,7 @@ for epoch in range(3):
 """
 
 
+@pytest.mark.slow
 def test_the_rewritten_script_trains_the_same_on_a_cpu(tmp_path: Path) -> None:
     r = rewrite_cuda_graphs(SCRIPT)
     assert r.changed and "def train_step(x, y):" in r.source

@@ -87,6 +87,7 @@ for step in range(60):
 )
 
 
+@pytest.mark.slow
 def test_reads_used_only_in_the_logging_branch_move_into_it() -> None:
     sites = [*lines_of(LOGGED, ".mean().item()"), *lines_of(LOGGED, ".tolist()")]
     r = rewrite_syncs(LOGGED, sites, name="train.py")
@@ -140,6 +141,7 @@ HISTORY = src(
 )
 
 
+@pytest.mark.slow
 def test_a_list_of_read_values_keeps_the_tensors_and_reads_them_where_used() -> None:
     line = lines_of(HISTORY, "history.append")[0]
     r = rewrite_syncs(HISTORY, [line])
@@ -395,6 +397,7 @@ def test_a_list_that_cannot_keep_tensors_says_why(code: str, reason: str) -> Non
         "closure",
     ],
 )
+@pytest.mark.slow
 def test_public_scripts_reads_left_alone_with_their_sites_reason(
     script: str, line: int, reason: str
 ) -> None:

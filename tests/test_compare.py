@@ -116,6 +116,31 @@ def test_html_escapes_every_string_and_loads_nothing(tmp_path: Path) -> None:
     )
 
 
+def test_html_draws_each_metric_as_a_pair_of_bars() -> None:
+    """Before and after, per metric: one group of bars per metric both runs measured, one bar a
+    run, the longer bar the larger value; names escaped; the chart is inline SVG."""
+    import re
+    from dataclasses import replace
+
+    a, b = run(noisy(0.100, seed=1), syncs=1.0), run(noisy(0.300, seed=2), syncs=3.0)
+    c = compare(["a", "b"], [a, b])
+    c.rows.append(replace(c.rows[0], metric="<b>odd</b> & name"))
+    page = render(c, "html")
+    svg = page[page.index("<svg") : page.index("</svg>")]
+    groups = re.findall(r'<g class="metric" data-metric="([^"]*)">(.*?)</g>', svg)
+    measured = [r for r in c.rows if r.numbers[0] is not None and r.numbers[1] is not None]
+    assert len(groups) == len(measured) >= 10
+    assert all(len(re.findall(r'<rect class="bar"', g)) == 2 for _, g in groups)
+    widths = {
+        name: [float(w) for w in re.findall(r'class="bar" x="\d+" y="\d+" width="([0-9.]+)"', g)]
+        for name, g in groups
+    }
+    assert widths["syncs per step"][0] < widths["syncs per step"][1]  # 1 against 3
+    assert widths["step time (median)"][0] < widths["step time (median)"][1]
+    assert "&lt;b&gt;odd&lt;/b&gt; &amp; name" in svg and "<b>" not in page
+    assert "B 3 (+2)" in svg  # the value and its change beside the bar
+
+
 def test_json_document(tmp_path: Path) -> None:
     a = write(tmp_path / "a.json", run(noisy(0.1, seed=1)))
     b = write(tmp_path / "b.json", run(noisy(0.1, seed=2)))

@@ -43,6 +43,7 @@ def _declared(specs: list[str]) -> set[str]:
     return {re.split(r"[<>=!~ \[;]", s, maxsplit=1)[0].strip().lower() for s in specs}
 
 
+@pytest.mark.slow
 def test_the_package_declares_exactly_what_it_imports() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert _imports(ROOT / "gpuopt") == _declared(project["dependencies"])

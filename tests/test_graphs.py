@@ -197,6 +197,7 @@ def _eager_run(data: list[Any]) -> tuple[list[float], nn.Module]:
     return [float(step(x, y).detach()) for x, y in data], model
 
 
+@pytest.mark.slow
 def test_captured_training_equals_eager_bit_for_bit(monkeypatch: pytest.MonkeyPatch) -> None:
     model, opt, data = _problem()
     want, ref = _eager_run(data)
@@ -217,6 +218,7 @@ def test_captured_training_equals_eager_bit_for_bit(monkeypatch: pytest.MonkeyPa
     )
 
 
+@pytest.mark.slow
 def test_gradients_come_back_after_an_eager_zero_grad(monkeypatch: pytest.MonkeyPatch) -> None:
     model, opt, data = _problem()
     want, _ = _eager_run(data)
@@ -237,6 +239,7 @@ def test_gradients_come_back_after_an_eager_zero_grad(monkeypatch: pytest.Monkey
     assert got == want and step.status.replays == 9
 
 
+@pytest.mark.slow
 def test_a_short_last_batch_and_a_new_learning_rate_get_their_own_graphs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -261,6 +264,7 @@ def test_a_short_last_batch_and_a_new_learning_rate_get_their_own_graphs(
     assert st.calls == 15 and st.replays + st.eager_calls + 3 == 15
 
 
+@pytest.mark.slow
 def test_a_host_read_in_the_step_is_refused_and_the_step_runs_eagerly(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -336,6 +340,7 @@ def test_a_failed_capture_falls_back_to_eager(monkeypatch: pytest.MonkeyPatch) -
     ]
 
 
+@pytest.mark.slow
 def test_outputs_of_replays_are_clones(monkeypatch: pytest.MonkeyPatch) -> None:
     model, opt, data = _problem()
 
@@ -402,6 +407,7 @@ def test_make_capturable_moves_the_step_count_to_the_device(meta_capturable: Non
     opt.step()  # and the capturable update runs
 
 
+@pytest.mark.slow
 def test_a_step_defined_again_each_epoch_is_the_same_captured_step(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

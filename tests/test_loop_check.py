@@ -8,6 +8,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pytest
 import torch
 
 from gpuopt.optimize.codemods.vectorize import rewrite_vectorize
@@ -48,6 +49,7 @@ SCRIPT = textwrap.dedent(
 ).lstrip()
 
 
+@pytest.mark.slow
 def test_child_run_checks_each_loop_on_its_own_inputs(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)

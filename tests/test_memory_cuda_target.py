@@ -141,6 +141,7 @@ def _transformer_step(batch: int) -> CapturedStep:
     return _record(model, torch.randn(batch, 32, 64), None, lambda out, _y: out.square().mean())
 
 
+@pytest.mark.slow
 def test_a_gpu_replay_keeps_no_attention_matrices_and_one_byte_dropout_masks() -> None:
     step = _transformer_step(8)
     cpu = replay(step, ReplayOptions(8, emulate_cuda=False, block=1))

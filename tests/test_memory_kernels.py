@@ -77,6 +77,7 @@ def test_the_workspace_formula_is_the_kernels(
     assert [n for _, _, n in got] == [kernels.onednn_lstm_workspace(steps, batch, inp, hidden)]
 
 
+@pytest.mark.slow
 @needs_onednn
 def test_the_workspace_formula_holds_at_432_shapes() -> None:
     """docs/memory.md's claim: every layer and direction of 432 LSTMs (steps, batch, input,
@@ -137,6 +138,7 @@ def _lstm_step(hidden: int, steps: int, batch: int) -> tuple[ReplayResult, int]:
     return _cpu(rec.step, rec.step.batch_size), truth  # the recorded shapes
 
 
+@pytest.mark.slow
 @needs_onednn
 @pytest.mark.parametrize(("hidden", "steps", "batch"), [(64, 12, 8), (200, 35, 20)])
 def test_a_two_layer_lstm_replay_matches_the_real_step(hidden: int, steps: int, batch: int) -> None:
@@ -237,6 +239,7 @@ def test_a_lookup_table_outside_any_module_counts_in_a_replay_of_the_cpu() -> No
 # -- a reduced loss's storage --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss_fn", [F.mse_loss, F.smooth_l1_loss])
 def test_a_reduced_loss_keeps_its_elementwise_buffer(loss_fn: Any) -> None:
     """``F.mse_loss(out, target)``'s 0-d result keeps the storage of the elementwise loss
@@ -269,6 +272,7 @@ def test_a_reduced_loss_keeps_its_elementwise_buffer(loss_fn: Any) -> None:
     assert any("reduced loss" in n for n in r.notes)
 
 
+@pytest.mark.slow
 def test_a_per_sample_loop_replays_at_the_same_shapes() -> None:
     """A list batch, one forward per sample, the losses summed (examples/ragged_steps.py's
     loop): against gpuopt's tracker over a real step of the same lengths (MemTracker refuses a
@@ -317,6 +321,7 @@ def test_a_per_sample_loop_replays_at_the_same_shapes() -> None:
 # -- zero_grad between the forward and the backward --------------------------------------------
 
 
+@pytest.mark.slow
 def test_zero_grad_between_forward_and_backward_frees_the_gradients() -> None:
     """``out = model(x); loss = ...; opt.zero_grad(); loss.backward()`` (pytorch/examples'
     ImageNet script): the forward runs with the last step's gradients, the backward without

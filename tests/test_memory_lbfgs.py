@@ -85,6 +85,7 @@ def _cpu(step: CapturedStep, **kw: Any) -> int:
     return replay(step, ReplayOptions(BATCH, emulate_cuda=False, block=1, **kw)).peak_bytes
 
 
+@pytest.mark.slow
 def test_the_closures_first_evaluation_is_the_program() -> None:
     step, _ = _train(lambda p: torch.optim.LBFGS(p, max_iter=5), steps=2)
     names = [step.entries[i].name for i in step.needed()]
@@ -101,6 +102,7 @@ def test_the_closures_first_evaluation_is_the_program() -> None:
     assert not _get_current_function_mode_stack()  # type: ignore[no-untyped-call]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("max_iter", "history", "steps"),
     [(20, 100, 2), (20, 10, 3), (6, 4, 4), (1, 100, 3)],
@@ -130,6 +132,7 @@ def test_the_history_counted_from_torchs_source() -> None:
     assert fifth.after_closure < sixth.after_closure == seventh.after_closure
 
 
+@pytest.mark.slow
 def test_the_prediction_says_which_step_it_is_for() -> None:
     step, _ = _train(lambda p: torch.optim.LBFGS(p, max_iter=20), steps=1)
     p = predict(PredictInput(step, 80 << 30, 0.1, 30.0))

@@ -244,6 +244,7 @@ def test_a_batch_size_written_into_a_call_is_replaced() -> None:
     assert _cpu(rec.step, 64, substitute_ints=True).peak_bytes > _cpu(rec.step, 32).peak_bytes
 
 
+@pytest.mark.slow
 def test_autocast_is_replayed() -> None:
     plain, mixed = StepRecorder(), StepRecorder()
     _train(plain, batch=256)

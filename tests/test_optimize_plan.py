@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from gpuopt.model.profile import Environment, Finding, Profile
 from gpuopt.optimize.plan import PlanInput, plan_fixes
 from gpuopt.optimize.sweep import SweepPoint, SweepResult
@@ -175,6 +177,7 @@ def test_aot_is_not_offered_for_training_where_the_step_cannot_be_captured() -> 
     assert "no AoT plan: cannot capture" in _fix(failed, "aot").reason  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow
 def test_aot_analysis_on_a_real_training_script(tmp_path: Path) -> None:
     from gpuopt.optimize.aot_check import run_aot_check
 

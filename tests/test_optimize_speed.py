@@ -255,6 +255,7 @@ def _measure_until_stop(
     return first, g, why
 
 
+@pytest.mark.slow
 def test_a_14x_gain_in_noisy_runs_is_measured_once_the_runs_are_long_enough(
     h200: dict[str, list[float]],
 ) -> None:

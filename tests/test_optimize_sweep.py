@@ -185,6 +185,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_run_sweep_stops_the_script_at_the_loader(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(SCRIPT)
     marker = tmp_path / "trained.txt"
@@ -202,6 +203,7 @@ def test_run_sweep_stops_the_script_at_the_loader(tmp_path: Path) -> None:
     assert "pin_memory not tried" in result.note or torch.cuda.is_available()
 
 
+@pytest.mark.slow
 def test_run_sweep_failures_are_one_line(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(SCRIPT)
     with pytest.raises(

@@ -153,6 +153,32 @@ def test_tables_sortable_with_numeric_keys() -> None:
     ]
 
 
+def test_table_cells_break_between_words_and_only_long_paths_anywhere() -> None:
+    """A cell's words are never cut ("SlowDatase t" in a narrow column): cells break between
+    words, a too-wide table scrolls in its box, and only a site or a word over 30 characters (a
+    path, a kernel's name) may break anywhere."""
+    from gpuopt.report.html import _CSS, _table_html
+    from gpuopt.report.section_types import Cell, Section
+
+    rule = re.search(r"th, td \{([^}]*)\}", _CSS)
+    assert rule is not None
+    assert "word-break:normal" in rule.group(1) and "overflow-wrap:normal" in rule.group(1)
+    assert "break-word" not in rule.group(1) and "anywhere" not in rule.group(1)
+    assert re.search(r"td\.site, td\.long \{[^}]*overflow-wrap:anywhere", _CSS)
+    assert re.search(r"\.tablewrap \{[^}]*overflow-x:auto", _CSS)
+    long_name = "void_at_native_vectorized_elementwise_kernel_float"
+    section = Section(
+        id="t",
+        title="t",
+        columns=["loop", "dataset", "kernel", "batch"],
+        rows=[[Cell("a.py:3", site="a.py:3"), Cell("SlowDataset"), Cell(long_name), Cell("16")]],
+        numeric_columns={3},
+    )
+    html = "".join(_table_html(section, None))
+    cells = re.findall(r"<td( class=\"(\w+)\")?[^>]*>", html)
+    assert [c[1] for c in cells] == ["site", "", "long", "num"]
+
+
 def test_ranks_chart_and_failed_run() -> None:
     out, _ = page(fixture("gpu_ranks"))
     ranks_svg = out[out.index('aria-label="step median and breakdown per rank"') :]

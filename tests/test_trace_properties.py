@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from trace_helpers import copy, cpu, impossible_numbers, kernel, launch, write_trace
@@ -142,6 +143,7 @@ def _sound(profile: Profile) -> None:
         assert get_renderer(fmt).render(profile)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(valid_traces())
 def test_valid_traces_give_possible_numbers(trace: dict[str, Any]) -> None:
@@ -308,6 +310,7 @@ def test_corrupted_traces_give_a_profile_or_one_line_error(
     _sound(profile)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(rank_events(ns=False, base=0.0), st.randoms(use_true_random=False))
 def test_negative_kernel_durations_always_warn(events: Events, rng: random.Random) -> None:
@@ -326,6 +329,7 @@ def test_negative_kernel_durations_always_warn(events: Events, rng: random.Rando
     assert any("negative duration" in w for w in profile.warnings)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(rank_events(ns=False, base=0.0), st.integers(2, 3))
 def test_a_trace_repeated_gives_the_numbers_of_once(events: Events, times: int) -> None:

@@ -116,14 +116,34 @@ V100 = DeviceProfile(
 )
 
 PROFILES: dict[str, DeviceProfile] = {p.name: p for p in (H100, A100, V100)}
+# The cost models under the names of gpuopt's one list of GPUs (gpuopt.memory.devices.DEVICES,
+# the names --memory-for takes); the models' own names, a100 and v100, stay accepted.
+COST_MODEL_OF: dict[str, str] = {
+    "h100": "h100",
+    "h100-80gb": "h100",
+    "a100-80gb": "a100",
+    "v100-16gb": "v100",
+    "v100-32gb": "v100",
+}
 
 
 def get_profile(name: str) -> DeviceProfile:
-    """A device profile by name (case-insensitive); ValueError naming the known ones."""
-    key = name.strip().lower()
-    if key not in PROFILES:
-        raise ValueError(f"unknown device profile {name!r}; known: {', '.join(sorted(PROFILES))}")
-    return PROFILES[key]
+    """A device profile by a name of the device list or its own name (``H100``, ``a100-80gb``,
+    ``a100``); ValueError naming the devices that have one."""
+    from gpuopt.memory.devices import DEVICES, device_key
+
+    key = device_key(name)
+    if key in PROFILES or key in COST_MODEL_OF:
+        return PROFILES[COST_MODEL_OF.get(key, key)]
+    names = ", ".join(sorted(COST_MODEL_OF))
+    if key in DEVICES:
+        raise ValueError(
+            f"no cost model for {name!r} ({DEVICES[key][1]}); gpuopt schedule estimates for: "
+            f"{names}"
+        )
+    raise ValueError(
+        f"unknown device profile {name!r}; known: {names} (also a100: the A100 80GB, and v100)"
+    )
 
 
 @dataclass(frozen=True)

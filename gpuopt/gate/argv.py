@@ -28,6 +28,8 @@ VALUED = (
     "--config",
     "--junit",
     "--format",
+    "-o",
+    "--output",
 )
 
 USAGE = "gpuopt check CANDIDATE... --baseline BASELINE [--baseline BASELINE]..."

@@ -1,7 +1,8 @@
 """``gpuopt check CANDIDATE... --baseline BASELINE...``: load both sides, gate, report, exit
 0/1/2.
 
-Besides stdout in the chosen format: ``--junit FILE`` writes JUnit XML; when
+Besides the report in the chosen format (on stdout, or with ``-o FILE`` written to that file,
+whole, as ``gpuopt compare -o`` writes): ``--junit FILE`` writes JUnit XML; when
 ``$GITHUB_STEP_SUMMARY`` is set the Markdown report is appended to that file; when
 ``$GITHUB_ACTIONS`` is ``true`` every regression is also a workflow annotation (``::error
 file=…,line=…::…``, on stderr, so stdout stays the report).
@@ -38,6 +39,7 @@ class CheckOptions:
     strict: bool = False
     fmt: str = "text"
     junit: Path | None = None
+    output: Path | None = None  # -o FILE: the report written there instead of stdout
     config: str | None = None  # where the settings came from, for the report
     config_path: Path | None = None  # the settings file read, an input like the runs
 
@@ -54,9 +56,13 @@ def run_check(opts: CheckOptions) -> CheckResult:
     """Load and gate; bad input raises GpuoptError (exit 2)."""
     if opts.fmt not in FORMATS:
         raise GpuoptError(f"gpuopt check prints {', '.join(FORMATS)}, not {opts.fmt!r}")
+    reads = [*opts.baseline, *opts.candidate, *filter(None, [opts.config_path])]
     if opts.junit is not None:
-        reads = [*opts.baseline, *opts.candidate]
-        check_output(opts.junit, [*reads, *filter(None, [opts.config_path])], "--junit")
+        check_output(opts.junit, reads, "--junit")
+    if opts.output is not None:
+        check_output(opts.output, reads, "-o")
+        if opts.junit is not None and opts.junit.resolve() == opts.output.resolve():
+            raise GpuoptError(f"-o {opts.output}: --junit writes that file; give each its own")
     base, cand = load_side(opts.baseline), load_side(opts.candidate)
     same_kind(base, cand)
     timed = timed_runs(base, cand)
@@ -106,7 +112,11 @@ def check_command(opts: CheckOptions) -> int:
     render = {"text": render_text, "md": render_markdown, "json": render_json}[opts.fmt]
     if opts.junit is not None:
         write_output(opts.junit, utf8(render_junit(result)))
-    write_stdout(render(result))
+    if opts.output is None:
+        write_stdout(render(result))
+    else:
+        write_output(opts.output, utf8(render(result)), "cannot write the report")
+        say(f"wrote {opts.output}")
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         _append(summary, render_markdown(result), [*opts.baseline, *opts.candidate])
@@ -129,7 +139,8 @@ class CheckArgs:
     strict: bool | None = None
     config: str | None = None
     junit: str | None = None
-    fmt: str = "text"
+    fmt: str | None = None  # None: from -o's extension, else text
+    output: str | None = None  # -o FILE; None or "-": stdout
 
 
 def check_main(args: CheckArgs) -> int:
@@ -137,20 +148,24 @@ def check_main(args: CheckArgs) -> int:
     Bad input or a bad setting ends with a one-line reason and exit code 2."""
     from gpuopt.errors import fail
     from gpuopt.gate.config import find_config, load_settings, resolve
+    from gpuopt.report import format_for_path
 
     try:
         config = Path(args.config) if args.config is not None else None
         settings = load_settings(config, Path.cwd())
         th, strict = resolve(args.flags, list(args.allow), args.strict, settings)
+        output = None if args.output in (None, "-") else nonempty(args.output, "-o")
+        wants_config = args.junit is not None or output is not None
         opts = CheckOptions(
             candidate=[Path(c) for c in args.candidate],
             baseline=[Path(b) for b in args.baseline],
             thresholds=th,
             strict=strict,
-            fmt=args.fmt,
+            fmt=args.fmt or format_for_path(output) or "text",
             junit=nonempty(args.junit, "--junit") if args.junit is not None else None,
+            output=output,
             config=settings.source,
-            config_path=config or (find_config(Path.cwd()) if args.junit else None),
+            config_path=config or (find_config(Path.cwd()) if wants_config else None),
         )
         return check_command(opts)
     except GpuoptError as exc:

@@ -141,8 +141,10 @@ _CSS = (
     "body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;"
     "color:#1d2330;background:#fbfbfc}table{border-collapse:collapse;margin:8px 0 20px}"
     "th,td{border-bottom:1px solid #e3e6eb;padding:4px 10px;text-align:right}"
-    "th:first-child,td:first-child{text-align:left;max-width:520px;overflow-wrap:anywhere}"
+    "th:first-child,td:first-child{text-align:left;max-width:520px;overflow-wrap:break-word}"
     ".up{color:#b3261e}.down{color:#1f7a3d}.muted{color:#5f6775}code{font-size:90%}"
+    ".tablewrap{overflow-x:auto}.chartbox{overflow-x:auto;margin:8px 0 20px}"
+    ".chart{display:block;max-width:100%;height:auto}"
 )
 
 
@@ -158,9 +160,31 @@ def _html_table(title: str, header: list[str], rows: list[Row], rank: bool = Fal
         cells = "".join(f"<td>{_esc(x)}</td>" for x in _cells(r))
         body.append(f"<tr><td>{_esc(name)}</td>{cells}</tr>")
     return (
-        f"<h2>{_esc(title)}</h2>\n<table><thead><tr>{head}</tr></thead><tbody>"
-        + "".join(body)
-        + "</tbody></table>"
+        f'<h2>{_esc(title)}</h2>\n<div class="tablewrap"><table><thead><tr>{head}</tr></thead>'
+        "<tbody>" + "".join(body) + "</tbody></table></div>"
+    )
+
+
+def _chart(c: Comparison) -> str:
+    """Every metric measured in the first run and another, as bars run by run."""
+    from gpuopt.report.svg import MetricBars, metric_bars
+
+    metrics = [
+        MetricBars(
+            r.metric,
+            list(r.numbers),
+            [r.values[0], *(f"{v} ({ch})" for v, ch in zip(r.values[1:], r.changes, strict=False))],
+        )
+        for r in c.rows
+        if r.numbers and r.numbers[0] is not None and any(v is not None for v in r.numbers[1:])
+    ]
+    chart = metric_bars(metrics, [_letter(i) for i in range(len(c.runs))])
+    if not chart:
+        return ""
+    return (
+        '<h2>Each metric, run by run</h2>\n<p class="muted">each metric on its own scale: its '
+        "largest value is the longest bar</p>\n"
+        f'<div class="chartbox">{chart}</div>'
     )
 
 
@@ -169,6 +193,9 @@ def render_html(c: Comparison) -> str:
     parts = ["<h1>gpuopt compare</h1>", "<ul>"]
     parts += [f"<li>{_esc(_run_line(i, c))}</li>" for i in range(len(c.runs))]
     parts.append("</ul>")
+    chart = _chart(c)
+    if chart:
+        parts.append(chart)
     for group in _GROUPS:
         rows = _table_rows(c.rows, group)
         if rows:

@@ -1,5 +1,8 @@
 """Device memory sizes: ``--memory-for h100``, ``--memory-for a100-40gb``, ``--memory-for 80GiB``.
 
+:data:`DEVICES` is gpuopt's one list of GPU names: ``gpuopt schedule --device-profile`` takes the
+same names for its cost models (:data:`gpuopt.aot.costmodel.COST_MODEL_OF`).
+
 The table holds the total memory the driver reports for each card (``nvidia-smi``'s "Total", in
 MiB, from NVIDIA's data sheets and common driver output; the H200 as gpuopt measured it on one,
 ../shared/gpu-h200/profile.json). A size is read with binary units for ``KiB``/``MiB``/``GiB``/
@@ -91,7 +94,8 @@ _UNITS = {
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
-def _key(name: str) -> str:
+def device_key(name: str) -> str:
+    """A device name as the table spells it: lower case, ``-`` for spaces and ``_``."""
     return re.sub(r"[\s_]+", "-", name.strip().lower())
 
 
@@ -109,7 +113,7 @@ def parse_size(text: str) -> int | None:
 def device_memory(spec: str) -> DeviceMemory:
     """The device ``--memory-for`` names, or a :class:`GpuoptError` (exit 2) saying what is
     accepted."""
-    key = _key(spec)
+    key = device_key(spec)
     if key in DEVICES:
         size, _ = DEVICES[key]
         return DeviceMemory(key, size, "table", capability_of(key))

@@ -160,12 +160,13 @@ _CSS = (
     "SFMono-Regular, Menlo, Consolas, monospace; }\n"
     "code { font:12.5px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }\n"
     "a { color:var(--accent); }\n"
-    "a.file { margin-left:4px; font-size:12px; text-decoration:none; }\n"
+    "a.file { margin-left:4px; font-size:12px; text-decoration:none; white-space:nowrap; }\n"
     ".tablewrap { overflow-x:auto; background:var(--card); border:1px solid var(--line); "
     "border-radius:8px; margin:8px 0 4px; }\n"
     "table { border-collapse:collapse; width:100%; font-size:13px; }\n"
     "th, td { padding:5px 10px; text-align:left; border-bottom:1px solid var(--line); "
-    "vertical-align:top; word-break:break-word; }\n"
+    "vertical-align:top; word-break:normal; overflow-wrap:normal; }\n"
+    "td.site, td.long { overflow-wrap:anywhere; min-width:14ch; }\n"
     "th { font-weight:600; color:var(--muted); background:rgba(127,127,127,.06); }\n"
     "td.num { white-space:nowrap; }\n"
     ".tablewrap.narrow { display:table; min-width:min(460px, 100%); } .tablewrap.narrow "
@@ -531,9 +532,23 @@ def _finding_card(i: int, f: Finding, notes: Footnotes, cwd: str | None) -> str:
     return "\n".join(parts)
 
 
+# A word this long (a path, a kernel's name) may break anywhere in a table cell: the others
+# break between words only, and a table too wide for the page scrolls sideways.
+_LONG_WORD = 30
+
+
+def _cell_class(cell: Cell, numeric: bool) -> str:
+    if numeric:
+        return "num"
+    if cell.site:
+        return "site"
+    return "long" if any(len(w) > _LONG_WORD for w in cell.text.split()) else ""
+
+
 def _cell_html(cell: Cell, numeric: bool, cwd: str | None) -> str:
     """A table cell: numbers right-aligned with their value to sort by, sites as links."""
-    cls = ' class="num"' if numeric else ""
+    name = _cell_class(cell, numeric)
+    cls = f' class="{name}"' if name else ""
     sort = (
         f' data-sort="{esc(cell.sort)}"'
         if isinstance(cell.sort, (int, float)) and not isinstance(cell.sort, bool)

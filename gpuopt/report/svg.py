@@ -437,3 +437,60 @@ def _rank_segments(
         )
         x += w
     return "".join(out)
+
+
+# --- runs side by side (gpuopt compare) ------------------------------------------------------
+
+RUN_COLORS = ("#8a94a6", "#3b6fd8", "#e08a00", "#a05195", "#2a9d5c", "#e4572e")
+
+
+@dataclass(frozen=True)
+class MetricBars:
+    """One metric across the runs: its name, and per run a number (None: not measured) and the
+    text to show for it."""
+
+    name: str
+    numbers: list[float | None]
+    shown: list[str]
+
+
+def metric_bars(metrics: list[MetricBars], runs: list[str], width: int = 900) -> str:
+    """One group of bars per metric, one bar per run, each metric on its own scale (its largest
+    value the longest bar): metrics of different units side by side, and which run is longer
+    at a glance. A run that did not measure the metric gets no bar."""
+    if not metrics or not runs:
+        return ""
+    label_w, bar_h, gap = 300, 13, 12
+    pw = width - label_w - 110
+    group_h = len(runs) * bar_h + gap
+    height = len(metrics) * group_h + 4
+    out = [_svg_open(width, height, "each metric, run by run")]
+    for i, m in enumerate(metrics):
+        y0 = 2 + i * group_h
+        out.append(f'<g class="metric" data-metric="{esc(m.name)}">')
+        out.append(
+            f'<text x="{label_w - 10}" y="{y0 + len(runs) * bar_h / 2 + 4:.1f}" '
+            f'text-anchor="end" {_TEXT}>{esc(_clip(m.name, 44))}<title>{esc(m.name)}</title>'
+            "</text>"
+        )
+        top = max((abs(v) for v in m.numbers if v is not None), default=0.0)
+        for j, (run, value, shown) in enumerate(zip(runs, m.numbers, m.shown, strict=False)):
+            if value is None:
+                continue
+            y = y0 + j * bar_h
+            length = abs(value) / top * pw if top > 0 else 0.0
+            color = RUN_COLORS[j % len(RUN_COLORS)]
+            out.append(
+                f'<rect class="bar" x="{label_w}" y="{y}" width="{length:.2f}" '
+                f'height="{bar_h - 2}" fill="{color}"><title>{esc(run)}: {esc(shown)}</title>'
+                "</rect>"
+                f'<text x="{label_w + length + 5:.1f}" y="{y + bar_h - 3}" font-size="11" '
+                f"{_TEXT}>{esc(run)} {esc(shown)}</text>"
+            )
+        out.append("</g>")
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _clip(name: str, most: int) -> str:
+    return name if len(name) <= most else name[: most - 1] + "…"

@@ -40,19 +40,42 @@ def write_and_show(
     profile: Profile, run_dir: RunDirectory, opts: ProfileOptions, note: str = ""
 ) -> int:
     """Write ``profile.json``, print the report (even when the write failed: the run's answer is
-    not lost to a full disk), say where the profile is. The exit code for the command."""
+    not lost to a full disk), say where the profile is. The exit code for the command. A script
+    that failed before its first step (a SyntaxError, an argparse error) gets one line on stderr
+    after its own traceback instead of a text report with nothing in it."""
     try:
         run_dir.write_profile(profile)
         unwritten = None
     except GpuoptError as exc:
         unwritten = exc
-    unshown = show_report(profile, opts.fmt) if not opts.quiet else None
+    early = early_end(profile) if not opts.quiet and opts.fmt == "text" else None
+    unshown = show_report(profile, opts.fmt) if not opts.quiet and early is None else None
     if unwritten is not None:
         raise unwritten
-    say(f"gpuopt: profile written to {run_dir.shown}/{PROFILE_NAME}{note}")
+    said = f"{early}; profile written to" if early else "profile written to"
+    say(f"gpuopt: {said} {run_dir.shown}/{PROFILE_NAME}{note}")
     if unshown is not None:
         raise unshown
     return profile.exit_code
+
+
+def early_end(profile: Profile) -> str | None:
+    """Why there is nothing to report, when the script failed before its first step and no
+    probe found anything (no finding, no memory or compile record), else None."""
+    from gpuopt.model.profile import RunError
+
+    if profile.status != "error" or profile.steps.count or profile.findings:
+        return None
+    if profile.memory or profile.compile:  # an OOM post-mortem, a compile: worth the report
+        return None
+    error = profile.error if isinstance(profile.error, RunError) else None
+    if error is None:
+        why = f"exit code {profile.exit_code}"
+    elif error.type == "SystemExit":
+        why = f"sys.exit({error.message})" if error.message.isdigit() else "sys.exit"
+    else:
+        why = error.type
+    return f"the script ended ({why}) before its first step, so nothing was measured"
 
 
 def show_report(profile: Profile, fmt: str) -> GpuoptError | None:

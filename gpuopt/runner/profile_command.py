@@ -19,6 +19,7 @@ from gpuopt.paths import default_run_dir
 from gpuopt.runner.finish import finish_profile, import_finish, write_and_show
 from gpuopt.runner.options import ProfileOptions
 from gpuopt.runner.run_dir import RunDirectory
+from gpuopt.runner.script_output import report_on_stdout, script_stdout_to_stderr
 from gpuopt.runner.target import Target, check_target
 
 if TYPE_CHECKING:
@@ -55,7 +56,8 @@ def profile_command(opts: ProfileOptions) -> int:
         return launch(opts, target)
     out = opts.out or default_run_dir(target.stem)
     run_dir = RunDirectory.prepare(out, force=opts.force, reads=target.files())
-    profile = measure(target, run_dir, opts)
+    with script_stdout_to_stderr(report_on_stdout(opts.fmt, opts.quiet)):
+        profile = measure(target, run_dir, opts)
     if not isinstance(profile, Profile):  # a child the script forked: its own exit, nothing else
         return profile.exit_code
     code = write_and_show(profile, run_dir, opts)

@@ -32,6 +32,7 @@ from gpuopt.paths import default_run_dir
 from gpuopt.runner.finish import write_and_show
 from gpuopt.runner.options import ProfileOptions
 from gpuopt.runner.run_dir import RunDirectory
+from gpuopt.runner.script_output import children_stdout
 from gpuopt.runner.target import Target
 
 _NNODES = re.compile(r"^\s*(\d+)\s*(?::\s*(\d+)\s*)?$")
@@ -149,7 +150,9 @@ def launch(opts: ProfileOptions, target: Target) -> int:
     # NCCL times each collective on the GPU only when asked before its groups are made
     env.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
     try:
-        proc = subprocess.run(torchrun_command(opts, target, run_dir.path), env=env)
+        # a document on stdout (--format json/md/html): the ranks' prints go to stderr
+        stdout = children_stdout(opts.fmt, opts.quiet)
+        proc = subprocess.run(torchrun_command(opts, target, run_dir.path), env=env, stdout=stdout)
     except KeyboardInterrupt:
         proc = subprocess.CompletedProcess([], 130)
     code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
