@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from msgspec import UNSET, UnsetType
+
 from gpuopt.errors import GpuoptError
 from gpuopt.model.optimize import FixResult, Gain, OptimizeDocument, Verification
 from gpuopt.model.records import TrainingRecord, given
@@ -54,12 +56,12 @@ def fill_results(
         settle = max((f.kind.settle_steps for f in measured), default=0)
         cands = [d for d in candidates if d.result.timed is not False]
         doc.gain = run_gain(timed(runs, "baseline"), cands, measured, settle)
-        if doc.gain.verdict != "slower" and all(_gpu_gain_unmeasured(f, doc) for f in measured):
-            doc.gain = gpu_gain_here()  # slower goes, its size shown: GPU-only or not
         if doc.gain.verdict == "slower" and not stopped:
             stopped = "slower"  # every fix dropped on its own run: no more runs were measured
-        if stopped and doc.gain.speedup is not None:
+        if stopped and isinstance(doc.gain.runs, list):  # both sides measured
             doc.gain.stopped = stopped
+        if doc.gain.verdict != "slower" and all(_gpu_gain_unmeasured(f, doc) for f in measured):
+            doc.gain = gpu_gain_here(doc.gain.stopped)  # slower goes, its size shown
         doc.speedup = doc.gain.speedup
         doc.verification = fix_verdict(baselines, candidates, measured)
         note = _output_note(baselines, candidates[0])
@@ -219,10 +221,13 @@ def _measured_part(
         out.reason = f"{out.reason}; {v.detail}" if out.reason else v.detail
 
 
-def gpu_gain_here() -> Gain:
+def gpu_gain_here(stopped: str | UnsetType = UNSET) -> Gain:
     """The gain of fixes whose gain is a GPU's, on a machine without one: whatever a CPU
-    measured, not printed (a CPU's time says nothing of the launches or syncs it saves)."""
-    return Gain(speedup=None, label="GPU-only gain, not measured here", verdict="not-measured")
+    measured, not printed (a CPU's time says nothing of the launches or syncs it saves);
+    ``stopped``: why the runs stopped all the same."""
+    out = Gain(speedup=None, label="GPU-only gain, not measured here", verdict="not-measured")
+    out.stopped = stopped
+    return out
 
 
 def _gpu_gain_unmeasured(fix: PlannedFix, doc: OptimizeDocument) -> bool:
