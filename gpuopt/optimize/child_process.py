@@ -12,7 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from gpuopt.errors import GpuoptError
+from gpuopt import debug
+from gpuopt.debug import PREFIX
+from gpuopt.errors import GpuoptError, say
 
 
 def run_child(
@@ -35,8 +37,13 @@ def run_child(
         )
     except subprocess.TimeoutExpired:
         raise GpuoptError(f"{what} took more than {timeout_s:.0f} s") from None
+    lines = proc.stderr.strip().splitlines()
+    for line in lines:  # the child's debug lines (GPUOPT_DEBUG), passed on as they came
+        if line.startswith(PREFIX):
+            say(line)
     if proc.returncode != 0 or not out_file.exists():
-        tail = proc.stderr.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
+        lines = [ln for ln in lines if not ln.startswith(PREFIX)]
+        tail = lines[-1:] or [f"exit code {proc.returncode}"]
         raise GpuoptError(f"{what} failed: {tail[0]}")
     return json.loads(out_file.read_text())
 
@@ -44,6 +51,8 @@ def run_child(
 def child_main(argv: list[str], child: Callable[[dict[str, Any]], int]) -> NoReturn:
     """The child side: run ``child`` on the spec, then leave at once — the half-run script's
     atexit handlers never run (it never trained)."""
+    debug.isolate()
+    debug.from_env()
     code = child(json.loads(Path(argv[0]).read_text()))
     sys.stdout.flush()
     sys.stderr.flush()
