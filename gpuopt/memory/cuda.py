@@ -15,6 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gpuopt.debug import logger
+
+log = logger(__name__)
+
 HISTORY_ENTRIES = 100_000  # allocation events kept while history is recorded
 
 
@@ -70,15 +74,16 @@ class CudaAllocator:
                 enabled="all", context="alloc", stacks="python", max_entries=HISTORY_ENTRIES
             )
             self._history = True
-        except Exception:  # an older torch: no history, sites unknown
+        except Exception as exc:  # an older torch: no history, sites unknown
+            log.debug("no allocator history (sites unknown): %s", exc)
             self._history = False
 
     def stop_history(self) -> None:
         if self._history:
             try:
                 self._torch.cuda.memory._record_memory_history(enabled=None)
-            except Exception:
-                pass
+            except Exception as exc:
+                log.debug("allocator history not stopped: %s", exc)
             self._history = False
 
     def snapshot(self) -> dict[str, Any]:
@@ -91,8 +96,8 @@ class CudaAllocator:
         try:
             c: Any = self._torch._C
             c._cuda_attach_out_of_memory_observer(observer)
-        except Exception:  # an older torch: the snapshot is taken when the run ends instead
-            pass
+        except Exception as exc:  # an older torch: the snapshot is taken when the run ends instead
+            log.debug("no out-of-memory observer (snapshot at the end instead): %s", exc)
 
 
 @dataclass

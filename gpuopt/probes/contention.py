@@ -19,6 +19,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from gpuopt.debug import logger
+
+log = logger(__name__)
+
 Snapshot = dict[int, tuple[int, int]]  # tid -> (ns on a CPU, ns waiting on a run queue)
 
 
@@ -28,7 +32,8 @@ def snapshot(pid: int | None = None) -> Snapshot | None:
     base = f"/proc/{pid or os.getpid()}/task"
     try:
         tids = os.listdir(base)
-    except OSError:
+    except OSError as exc:
+        log.debug_once("no thread list to read schedstat from: %s", exc)
         return None
     out: Snapshot = {}
     for tid in tids:
@@ -36,7 +41,8 @@ def snapshot(pid: int | None = None) -> Snapshot | None:
             with open(f"{base}/{tid}/schedstat", "rb") as fh:
                 fields = fh.read().split()
             out[int(tid)] = (int(fields[0]), int(fields[1]))
-        except (OSError, ValueError, IndexError):
+        except (OSError, ValueError, IndexError) as exc:
+            log.debug_once("a thread's schedstat not read: %s", exc)
             continue  # the thread ended meanwhile, or no schedstat
     return out or None
 

@@ -29,8 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuopt.debug import logger
 from gpuopt.model.profile import DataLoaderInfo
 from gpuopt.probes.protocol import RunContext
+
+log = logger(__name__)
 
 BatchListener = Callable[[Any], None]
 _BATCH_LISTENERS: list[BatchListener] = []
@@ -188,8 +191,8 @@ class DataLoaderProbe:
             try:
                 probe._register(it, loader)
                 probe._started(it, step, dt)
-            except Exception:  # measuring must never break the user's loader
-                pass
+            except Exception as exc:  # measuring must never break the user's loader
+                log.debug_once("a DataLoader iterator not measured: %s", exc, exc_info=True)
             return it
 
         def __next__(it: Any) -> Any:
@@ -224,8 +227,8 @@ class DataLoaderProbe:
             if getattr(loader, "_gpuopt_built_at", None) is None:
                 try:
                     loader._gpuopt_built_at = probe._construction_sites(sys._getframe(1))
-                except Exception:  # measuring must never break the user's loader
-                    pass
+                except Exception as exc:  # measuring must never break the user's loader
+                    log.debug_once("a DataLoader's construction site not found: %s", exc)
 
         __init__.__wrapped__ = orig  # type: ignore[attr-defined]
         cls.__init__ = __init__
@@ -246,8 +249,8 @@ class DataLoaderProbe:
             for fn in list(_BATCH_LISTENERS):
                 try:
                     fn(batch)
-                except Exception:
-                    pass
+                except Exception as exc:
+                    log.debug_once("a batch listener failed: %s", exc, exc_info=True)
         finally:
             _ORIGIN = None
 
@@ -308,8 +311,8 @@ class DataLoaderProbe:
             self.loaders[key] = stats
             try:
                 self._alive[key] = weakref.ref(loader)
-            except TypeError:
-                pass
+            except TypeError as exc:
+                log.debug("DataLoader %s not weakly referenced: %s", key, exc)
         stats.iterators += 1
 
     def _resolver_for_roots(self) -> Any:

@@ -25,11 +25,14 @@ import sys
 from pathlib import Path
 
 from gpuopt.atomic_write import write_atomic
+from gpuopt.debug import logger
 from gpuopt.errors import GpuoptError
 from gpuopt.model.document import empty_profile, encode
 from gpuopt.model.profile import Profile
 from gpuopt.paths import refuse_inputs, stat_or_none
 from gpuopt.probes.profiler_window import TRACE_NAME as WINDOW_TRACE_NAME
+
+log = logger(__name__)
 
 PROFILE_NAME = "profile.json"
 JOB_NAME = "gpuopt-job.txt"  # a multi-node job's name, in the run directory its nodes share
@@ -103,7 +106,8 @@ class RunDirectory:
         if out.is_dir() and not (out / PROFILE_NAME).exists():
             try:
                 same = marker.read_text(encoding="utf-8").strip() == job
-            except OSError:
+            except OSError as exc:
+                log.debug("%s not read (%s): another job's", marker, exc)
                 same = False
             if same:
                 return cls(out)
