@@ -24,16 +24,17 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     import logging
+    from pathlib import Path
 
 ENV = "GPUOPT_DEBUG"
 PREFIX = "gpuopt: debug: "
 ROOT = "gpuopt"
-# the frameworks whose versions a debug run names (looked up in the installed distributions'
-# metadata, never imported: importing transformers alone takes seconds)
+# the libraries whose versions a debug run names, besides torch (read from the installed
+# distributions' metadata, never imported: an import runs the package's own code)
 FRAMEWORKS = (
     "transformers",
     "accelerate",
@@ -49,6 +50,10 @@ _on = False  # this process writes debug lines
 _isolated = False  # this process is the gpuopt command: its records never reach the user's
 _ready = False  # the gpuopt logger has its NullHandler (logging is imported)
 _said: set[tuple[str, str]] = set()  # the messages debug_once has logged
+# the lines written before a run directory could keep them (at most EARLY_LINES), then the file
+EARLY_LINES = 10_000
+_early: list[str] = []
+_file: TextIO | None = None
 
 
 def wanted(environ: Any = None) -> bool:
@@ -81,10 +86,10 @@ class Log:
         run can reach once per op or per sample."""
         if not (_on or "logging" in sys.modules) or (self.name, msg) in _said:
             return
-        _said.add((self.name, msg))
-        _logging().getLogger(self.name).debug(
-            msg + " (said once)", *args, exc_info=exc_info, stacklevel=2
-        )
+        log = _logging().getLogger(self.name)
+        if log.isEnabledFor(10):  # logging.DEBUG: said once where someone listens
+            _said.add((self.name, msg))
+            log.debug(msg + " (said once)", *args, exc_info=exc_info, stacklevel=2)
 
     def enabled(self) -> bool:
         """Whether a debug record would be written somewhere (to skip building a costly one)."""
@@ -149,8 +154,12 @@ def enable() -> None:
 def disable() -> None:
     """Debug lines off again (tests, a notebook): the handler :func:`enable` added removed, the
     ``gpuopt`` logger as before, the environment variable unset."""
-    global _on
+    global _on, _file
     os.environ.pop(ENV, None)
+    _early.clear()
+    if _file is not None:
+        _file.close()
+        _file = None
     if not _on:
         return
     _on = False
@@ -159,6 +168,44 @@ def disable() -> None:
         root.removeHandler(h)
     root.setLevel(0)  # logging.NOTSET
     root.propagate = not _isolated
+
+
+def keep_in(directory: Path) -> Path | None:
+    """With debugging on: the debug lines so far, and every one from now on, also in
+    ``directory/debug.log`` (``debug-2.log``, ... when that name is taken: a file is only ever
+    created, never replaced). The file's path, or None (debugging off, or a file already kept)."""
+    global _file
+    if not _on or _file is not None:
+        return None
+    for n in range(1, 100):
+        path = directory / ("debug.log" if n == 1 else f"debug-{n}.log")
+        try:
+            fh = open(path, "x", encoding="utf-8")  # noqa: SIM115 - open while the process runs
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            logger(ROOT).debug("the debug lines not kept in %s: %s", path, exc)
+            return None
+        fh.write("".join(_early))
+        fh.flush()
+        _early.clear()
+        _file = fh
+        logger(ROOT).debug("these lines are also in %s", path)
+        return path
+    return None
+
+
+def _keep(text: str) -> None:
+    """A debug record's lines, for :func:`keep_in`'s file (kept in memory until there is one)."""
+    if _file is None:
+        if len(_early) < EARLY_LINES:
+            _early.append(text)
+        return
+    try:
+        _file.write(text)
+        _file.flush()
+    except (OSError, ValueError):  # a full disk, a closed file: the lines still go to stderr
+        pass
 
 
 def versions() -> list[str]:
@@ -231,19 +278,23 @@ def _stderr_handler() -> logging.Handler:
         gpuopt_debug = True  # what disable() removes
 
         def emit(self, record: logging.LogRecord) -> None:
-            err = sys.stderr if sys.stderr is not None else sys.__stderr__
-            if err is None:
-                return
             where = record.name[len(ROOT) + 1 :] if record.name.startswith(ROOT + ".") else ""
             head = PREFIX + (f"{where}: " if where else "")
             try:
                 text = self.format(record)
-                err.write("".join(f"{head}{line}\n" for line in text.splitlines() or [""]))
+            except Exception:  # arguments the message cannot take: logging's own report
+                self.handleError(record)
+                return
+            lines = "".join(f"{head}{line}\n" for line in text.splitlines() or [""])
+            _keep(lines)
+            err = sys.stderr if sys.stderr is not None else sys.__stderr__
+            if err is None:
+                return
+            try:
+                err.write(lines)
                 err.flush()
             except (OSError, ValueError):
                 pass
-            except Exception:  # arguments the message cannot take: logging's own report
-                self.handleError(record)
 
     handler = StderrLines()
     handler.setFormatter(logging.Formatter("%(message)s"))

@@ -85,9 +85,10 @@ def _profile(tmp_path: Path, name: str, *argv: str, env: dict[str, str] | None =
     return r.stderr
 
 
-def _said(stderr: str) -> list[str]:
-    """The debug lines that do not change from run to run (not the pid and argv line)."""
-    return [line for line in debug_lines(stderr) if "pid " not in line]
+def _said(stderr: str, run_dir: Path) -> list[str]:
+    """The debug lines that do not change from run to run: not the pid and argv line, and the
+    run directory's path said as DIR."""
+    return [line.replace(str(run_dir), "DIR") for line in debug_lines(stderr) if "pid " not in line]
 
 
 def test_a_probe_that_gives_up_is_reported_with_its_reason(tmp_path: Path) -> None:
@@ -110,14 +111,30 @@ def test_a_probe_that_gives_up_is_reported_with_its_reason(tmp_path: Path) -> No
     # the user's own logging is the user's: gpuopt's records never reach its handlers
     assert "USER train the script logs" in err
     assert "USER gpuopt" not in err
+    # the run directory keeps the same lines
+    assert (tmp_path / "a" / "debug.log").read_text().splitlines() == lines
+
+
+def test_the_run_directorys_debug_log_never_replaces_a_file(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "debug.log").write_text("the user's own file\n")
+    err = _profile(tmp_path, "a", "--debug", "profile")
+    assert (tmp_path / "a" / "debug.log").read_text() == "the user's own file\n"
+    kept = (tmp_path / "a" / "debug-2.log").read_text().splitlines()
+    assert (
+        kept == debug_lines(err)
+        and f"{PREFIX}runner.session: probe sampler: gave up at start" in kept
+    )
+    _profile(tmp_path, "b", "profile")
+    assert not any(p.name.startswith("debug") for p in (tmp_path / "b").iterdir())
 
 
 def test_the_variable_and_the_option_say_the_same(tmp_path: Path) -> None:
-    by_option = _said(_profile(tmp_path, "a", "--debug", "profile"))
-    by_variable = _said(_profile(tmp_path, "b", "profile", env={debug.ENV: "1"}))
-    by_command_option = _said(_profile(tmp_path, "c", "profile", "--debug"))
+    by_option = _said(_profile(tmp_path, "a", "--debug", "profile"), tmp_path / "a")
+    by_variable = _said(_profile(tmp_path, "b", "profile", env={debug.ENV: "1"}), tmp_path / "b")
+    by_command_option = _said(_profile(tmp_path, "c", "profile", "--debug"), tmp_path / "c")
     assert by_option == by_variable == by_command_option
-    assert len(by_option) > 10
+    assert len(by_option) > 10 and f"{PREFIX}these lines are also in DIR/debug.log" in by_option
 
 
 def test_without_debug_stderr_has_no_debug_line(tmp_path: Path) -> None:

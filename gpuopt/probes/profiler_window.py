@@ -126,7 +126,7 @@ class ProfilerWindow:
             elif index == self.start_step - 1 and self.written is None:
                 self._begin()
         except Exception as exc:
-            log.debug("probe profiler-window: gave up", exc_info=True)
+            log.debug("probe profiler-window: gave up at step %d", index, exc_info=True)
             self.errors.append(f"profiler window: {type(exc).__name__}: {exc}")
             self._prof = None
             self.enabled = False
@@ -136,7 +136,7 @@ class ProfilerWindow:
             if self._prof is not None:
                 self._end()
         except Exception as exc:
-            log.debug("probe profiler-window: gave up", exc_info=True)
+            log.debug("probe profiler-window: failed to end its window", exc_info=True)
             self.errors.append(f"profiler window: {type(exc).__name__}: {exc}")
             self._prof = None
         self._add_sites()
@@ -148,7 +148,7 @@ class ProfilerWindow:
         try:
             self.sites_added = annotate_trace(self.written, self.site_source())
         except Exception as exc:  # the trace stays as torch wrote it
-            log.debug("probe profiler-window: gave up", exc_info=True)
+            log.debug("probe profiler-window: user lines not added", exc_info=True)
             self.errors.append(
                 f"profiler window: user lines not added: {type(exc).__name__}: {exc}"
             )

@@ -24,15 +24,15 @@ import stat
 import sys
 from pathlib import Path
 
+from gpuopt import debug
 from gpuopt.atomic_write import write_atomic
-from gpuopt.debug import logger
 from gpuopt.errors import GpuoptError
 from gpuopt.model.document import empty_profile, encode
 from gpuopt.model.profile import Profile
 from gpuopt.paths import refuse_inputs, stat_or_none
 from gpuopt.probes.profiler_window import TRACE_NAME as WINDOW_TRACE_NAME
 
-log = logger(__name__)
+log = debug.logger(__name__)
 
 PROFILE_NAME = "profile.json"
 JOB_NAME = "gpuopt-job.txt"  # a multi-node job's name, in the run directory its nodes share
@@ -162,6 +162,8 @@ class RunDirectory:
             raise GpuoptError(
                 f"{self.shown}/{PROFILE_NAME}: cannot write the profile: {_reason(exc)}"
             ) from None
+        # --debug: its lines also in debug.log (debug-2.log, ... beside an earlier one)
+        debug.keep_in(self.path)
 
 
 def _earlier_run(out: Path) -> list[Path]:

@@ -157,6 +157,15 @@ class ProfileSession:
             if self.memory is not None:
                 self.memory.outcome = outcome  # an OOM's post-mortem needs how it ended
             self._stop()
+        log.debug(
+            "the script ended: %s, exit code %d, %d step(s) marked by %s%s; warnings: %s",
+            outcome.status,
+            outcome.exit_code,
+            self.steps.count,
+            self.steps.marker,
+            " (stopped by --steps)" if outcome.stopped_by_steps else "",
+            self.warnings,
+        )
         if not self.run_dir.owned():
             return ChildExit(outcome.exit_code)
         return self.record(outcome)
@@ -325,6 +334,7 @@ class ProfileSession:
         for p in reversed(self.started):
             try:
                 p.stop()
+                log.debug("probe %s: stopped", p.name)
             except Exception as exc:
                 self.warnings.append(f"probe {p.name} failed to stop: {type(exc).__name__}: {exc}")
                 log.debug("probe %s: failed to stop", p.name, exc_info=True)
