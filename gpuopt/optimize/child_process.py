@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from gpuopt import debug
-from gpuopt.debug import PREFIX
+from gpuopt.debug import PREFIX, logger
 from gpuopt.errors import GpuoptError, say
+
+log = logger(__name__)
 
 
 def run_child(
@@ -26,6 +28,7 @@ def run_child(
     out_file.unlink(missing_ok=True)
     spec_file = out_file.with_suffix(".spec.json")
     spec_file.write_text(json.dumps({**spec, "out": str(out_file)}))
+    log.debug("%s: python -m %s %s", what, module, spec_file)
     try:
         proc = subprocess.run(
             [sys.executable, "-m", module, str(spec_file)],

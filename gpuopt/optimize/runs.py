@@ -118,6 +118,7 @@ def run_once(launch: Launch, spec: RunSpec) -> Done:
     spec.dir.mkdir(parents=True, exist_ok=True)
     out_path, err_path = spec.dir / "stdout.txt", spec.dir / "stderr.txt"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    log.debug("run %s: %s (its stderr: %s)", spec.label, launch.command(spec), err_path)
     t0 = time.perf_counter()
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         try:

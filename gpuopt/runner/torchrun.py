@@ -26,12 +26,15 @@ import sys
 from pathlib import Path
 
 from gpuopt.assemble.rank_merge import merge_ranks
+from gpuopt.debug import logger
 from gpuopt.errors import GpuoptError
 from gpuopt.loading import rank_profiles
 from gpuopt.runner.finish import write_and_show
 from gpuopt.runner.options import ProfileOptions
 from gpuopt.runner.run_dir import RunDirectory, default_out_dir
 from gpuopt.runner.target import Target
+
+log = logger(__name__)
 
 _NNODES = re.compile(r"^\s*(\d+)\s*(?::\s*(\d+)\s*)?$")
 # what gpuopt sets itself: --torchrun-arg may not set it again
@@ -147,8 +150,10 @@ def launch(opts: ProfileOptions, target: Target) -> int:
     env.setdefault("OMP_NUM_THREADS", "1")
     # NCCL times each collective on the GPU only when asked before its groups are made
     env.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
+    command = torchrun_command(opts, target, run_dir.path)
+    log.debug("torchrun: %s", command)
     try:
-        proc = subprocess.run(torchrun_command(opts, target, run_dir.path), env=env)
+        proc = subprocess.run(command, env=env)
     except KeyboardInterrupt:
         proc = subprocess.CompletedProcess([], 130)
     code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
