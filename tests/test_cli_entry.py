@@ -3,6 +3,7 @@ as typer does, or leave the command line to typer."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -207,6 +208,7 @@ def test_a_leading_debug_is_taken_and_the_rest_parses_as_typer_parses_it(
     """``gpuopt --debug CMD ...``: the entry takes the global option, then the fast path parses
     what is left as typer parses the whole line."""
     monkeypatch.delenv(debug.ENV, raising=False)
+    monkeypatch.setattr(debug, "_isolated", debug._isolated)  # global_debug isolates: undone
     try:
         rest = entry.global_debug(argv)
         assert rest == argv[1:] and debug.enabled()
@@ -224,6 +226,7 @@ def test_a_leading_debug_is_taken_and_the_rest_parses_as_typer_parses_it(
         assert seen[0] == fast
     finally:
         debug.disable()
+        logging.getLogger("gpuopt").propagate = True
 
 
 MODULE_LINES = [

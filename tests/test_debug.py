@@ -36,6 +36,7 @@ def _debug_off(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv(debug.ENV, raising=False)
     debug.disable()
     monkeypatch.setattr(debug, "_isolated", False)
+    logging.getLogger("gpuopt").propagate = True  # as a library's, whatever ran before
     yield
     debug.disable()
     logging.getLogger("gpuopt").propagate = True
