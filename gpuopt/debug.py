@@ -54,6 +54,7 @@ _said: set[tuple[str, str]] = set()  # the messages debug_once has logged
 EARLY_LINES = 10_000
 _early: list[str] = []
 _file: TextIO | None = None
+_tag = ""  # which process of several wrote a line: "rank 1: " (torchrun's ranks)
 
 
 def wanted(environ: Any = None) -> bool:
@@ -149,6 +150,13 @@ def enable() -> None:
     log = logger(ROOT)
     for line in versions():
         log.debug("%s", line)
+
+
+def tag(name: str) -> None:
+    """Name this process in its debug lines (``gpuopt: debug: rank 1: ...``), for one process
+    of several that write to the same stderr."""
+    global _tag
+    _tag = f"{name}: " if name else ""
 
 
 def disable() -> None:
@@ -279,7 +287,7 @@ def _stderr_handler() -> logging.Handler:
 
         def emit(self, record: logging.LogRecord) -> None:
             where = record.name[len(ROOT) + 1 :] if record.name.startswith(ROOT + ".") else ""
-            head = PREFIX + (f"{where}: " if where else "")
+            head = PREFIX + _tag + (f"{where}: " if where else "")
             try:
                 text = self.format(record)
             except Exception:  # arguments the message cannot take: logging's own report

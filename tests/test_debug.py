@@ -39,6 +39,7 @@ def _debug_off(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     logging.getLogger("gpuopt").propagate = True  # as a library's, whatever ran before
     yield
     debug.disable()
+    debug.tag("")
     logging.getLogger("gpuopt").propagate = True
 
 
@@ -241,6 +242,14 @@ def test_debug_once_says_a_repeated_message_once(capsys: pytest.CaptureFixture[s
     assert debug_lines(capsys.readouterr().err) == [
         f"{PREFIX}tests.once: per-op failure 0 (said once)"
     ]
+
+
+def test_a_rank_names_itself(capsys: pytest.CaptureFixture[str]) -> None:
+    debug.tag("rank 1")
+    debug.enable()
+    capsys.readouterr()
+    debug.logger("gpuopt.tests.rank").debug("decided")
+    assert capsys.readouterr().err == f"{PREFIX}rank 1: tests.rank: decided\n"
 
 
 def test_a_traceback_is_one_prefixed_line_each(capsys: pytest.CaptureFixture[str]) -> None:
