@@ -6,6 +6,10 @@ import errno
 import os
 from pathlib import Path
 
+from gpuopt.debug import logger
+
+log = logger(__name__)
+
 
 def _read_umask() -> int:
     """The process's umask, read once at import (before any user code or thread runs): setting
@@ -53,16 +57,18 @@ def write_atomic(
     finally:
         try:
             os.unlink(tmp)
-        except OSError:
+        except FileNotFoundError:  # renamed into place: nothing left to remove
             pass
+        except OSError as exc:
+            log.debug("temporary %s not removed: %s", tmp, exc)
 
 
 def _keep(tmp: str, mode: int, uid: int, gid: int) -> None:
     """The replaced file's owner (where allowed: as root, or a group of one's own) and mode."""
     try:
         os.chown(tmp, uid, gid)
-    except OSError:
-        pass
+    except OSError as exc:
+        log.debug("%s's owner not kept: %s", tmp, exc)
     os.chmod(tmp, mode)
 
 
@@ -76,6 +82,7 @@ def _link_new(tmp: str, path: Path, data: bytes) -> None:
     except OSError as exc:
         if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
             raise
+        log.debug("no hard link here (%s): exclusive create instead", exc)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

@@ -143,15 +143,39 @@ class ScheduleFormat(str, Enum):
 
 def _version(value: bool) -> None:
     if value:
-        print(f"gpuopt {__version__}")
+        from gpuopt.debug import torch_build
+
+        # `gpuopt 0.1.0 (torch 2.13.0+cpu, CUDA none)`; torch missing or broken: said, exit 0
+        print(f"gpuopt {__version__} ({torch_build()})")
         raise typer.Exit()
+
+
+def _debug(value: bool) -> None:
+    if value:
+        from gpuopt.debug import enable
+
+        enable()
+
+
+_DEBUG_HELP = "Debug lines on stderr (gpuopt: debug: ...), as GPUOPT_DEBUG=1 does."
+
+
+def _debug_option() -> Any:
+    """``--debug``, taken by the group and by every command (``gpuopt --debug profile ...`` and
+    ``gpuopt profile --debug ...`` are the same)."""
+    return typer.Option(False, "--debug", callback=_debug, is_eager=True, help=_DEBUG_HELP)
 
 
 @app.callback()
 def _root(
     version: bool = typer.Option(
-        False, "--version", callback=_version, is_eager=True, help="Print the version."
+        False,
+        "--version",
+        callback=_version,
+        is_eager=True,
+        help="Print gpuopt's version, and torch's with its CUDA build.",
     ),
+    debug: bool = _debug_option(),
 ) -> None:
     """gpuopt: profile a training script, read its traces, and fix what leaves the GPU idle."""
 
@@ -321,6 +345,7 @@ def profile(
         help="Any other torchrun option, as one argument (--torchrun-arg=--log-dir=logs).",
         rich_help_panel=_TR,
     ),
+    debug: bool = _debug_option(),
 ) -> None:
     script, args = _script_args(
         script_and_args,
@@ -384,6 +409,7 @@ def run_command(
         help="The directory gpuopt optimize --apply wrote (its fixes.json).",
         metavar="DIR",
     ),
+    debug: bool = _debug_option(),
 ) -> None:
     script, args = _script_args(
         script_and_args,
@@ -450,6 +476,7 @@ def report(
         min=1,
         help="Worker processes for a folder of traces (default: one per core, as memory allows).",
     ),
+    debug: bool = _debug_option(),
 ) -> None:
     from gpuopt.report.command import run_report
 
@@ -504,6 +531,7 @@ def schedule(
         help="auto: the multi-stream plan only where it beats one stream (measured on a GPU, "
         "else by the cost model); multi or one: that plan.",
     ),
+    debug: bool = _debug_option(),
 ) -> None:
     from gpuopt.aot.command import schedule_command
 
@@ -616,6 +644,7 @@ def check(
         help="Write the report to FILE instead of stdout (the exit code is the same).",
         metavar="FILE",
     ),
+    debug: bool = _debug_option(),
 ) -> None:
     from gpuopt.gate.command import CheckArgs, check_main
 
@@ -686,6 +715,7 @@ def compare(
         help="Settings file (default: [tool.gpuopt.check] in the nearest pyproject.toml).",
         metavar="FILE",
     ),
+    debug: bool = _debug_option(),
 ) -> None:
     from gpuopt.gate.command import compare_command
 
@@ -780,6 +810,7 @@ def optimize(
         help="Every run predicts the step's memory on that GPU (--fix batch-size needs it "
         "without a GPU).",
     ),
+    debug: bool = _debug_option(),
 ) -> None:
     if nproc_per_node is not None and nproc_per_node > 1:
         fail("optimize runs one process so far; profile multi-rank runs with gpuopt profile")
@@ -829,6 +860,10 @@ def main() -> None:
     Commands that run user code (``profile``, ``schedule``) always exit normally, so the user's
     atexit handlers and finalizers run.
     """
+    from gpuopt import debug
+
+    debug.isolate()
+    debug.from_env()
     try:
         app()
     except SystemExit as exc:

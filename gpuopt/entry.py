@@ -16,6 +16,9 @@ very functions the typer commands run:
   ``--strict`` / ``--no-strict`` (:func:`gpuopt.gate.command.check_main`): a CI gate is
   started often, and its answer is a tenth of a second behind typer's import.
 
+A leading ``--debug`` (the global option, :func:`global_debug`) is taken here before them; a
+``--debug`` after the command's name goes to typer, as every option the fast paths do not know.
+
 The recognisers accept only those exact shapes with values they can check; anything else
 (``--help``, any other or a repeated option, a format that is not one of ours, a value that looks
 like an option) goes to typer, whose behaviour and messages stay the reference.
@@ -66,6 +69,24 @@ _PROFILE_VALUED = {
     "--max-restarts",
     "--torchrun-arg",
 }
+
+
+def global_debug(argv: list[str]) -> list[str]:
+    """The command line without its leading ``--debug`` (gpuopt's global option, before the
+    command's name), debugging turned on when it or ``GPUOPT_DEBUG`` asks for it; the fast
+    paths then run as without it. ``--debug`` after the command's name is that command's own
+    option, which typer takes."""
+    from gpuopt import debug
+
+    debug.isolate()
+    n = 0
+    while n < len(argv) and argv[n] == "--debug":
+        n += 1
+    if n:
+        debug.enable()
+    else:
+        debug.from_env()
+    return argv[n:]
 
 
 def module_args_after_module(argv: list[str]) -> list[str]:
@@ -282,7 +303,8 @@ def main() -> None:
     if sys.stderr is None:  # started with fd 2 closed (`2>&-`): Python's stand-in is None, and
         # print(file=None) would put gpuopt's messages on stdout; they go nowhere instead
         sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - for the process
-    argv = module_args_after_module(sys.argv[1:])
+    argv = global_debug(sys.argv[1:])
+    argv = module_args_after_module(argv)
     sys.argv[1:] = argv  # typer reads sys.argv
     prof = parse_profile(argv)
     if prof is not None:

@@ -5,6 +5,10 @@ from __future__ import annotations
 import sys
 from typing import NoReturn
 
+from gpuopt.debug import logger
+
+log = logger(__name__)
+
 
 class GpuoptError(Exception):
     """Bad input or usage: the CLI prints ``gpuopt: error: <message>`` and exits with 2.
@@ -34,8 +38,8 @@ def say(line: str) -> None:
     try:
         print(line, file=err)
         err.flush()
-    except (OSError, ValueError):
-        pass
+    except (OSError, ValueError) as exc:
+        log.debug("a line not written to stderr (%s): %s", exc, line)
 
 
 def fail(message: str) -> NoReturn:

@@ -20,11 +20,15 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpuopt.debug import logger
 from gpuopt.errors import GpuoptError
 from gpuopt.model.document import load_profile
 from gpuopt.model.profile import Profile
 from gpuopt.model.records import given
 from gpuopt.paths import regular_input
+
+log = logger(__name__)
+
 
 if TYPE_CHECKING:
     from gpuopt.assemble.trace_job import Progress
@@ -223,7 +227,8 @@ def _merge_job(paths: list[Path], ranks: list[tuple[str, Profile]]) -> Profile:
     for path in paths:
         try:
             codes.append(load_profile(path).exit_code)
-        except GpuoptError:
+        except GpuoptError as exc:
+            log.debug("%s: no exit code (%s)", path, exc)
             continue  # a node whose launcher wrote no merge: its ranks still count
     code = next((c for c in codes if c), 0)
     first = ranks[0][1]

@@ -31,9 +31,13 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from gpuopt.atomic_write import write_atomic
-from gpuopt.errors import GpuoptError
 
 # A trace or a summary: what a command reads in a folder of traces it is given.
+from gpuopt.debug import logger
+from gpuopt.errors import GpuoptError
+
+log = logger(__name__)
+
 _READ_SUFFIXES = (".json", ".json.gz")
 # Paths that name an open file or a device however they resolve: never renamed over.
 _PLAIN_ROOTS = ("/dev/", "/proc/")
@@ -130,7 +134,8 @@ def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
 def _inside(path: Path, directory: Path) -> bool:
     try:
         real, base = path.resolve(), directory.resolve()
-    except (OSError, RuntimeError):
+    except (OSError, RuntimeError) as exc:
+        log.debug("%s or %s not resolved (%s): taken as not inside", path, directory, exc)
         return False
     return base in real.parents
 
@@ -180,7 +185,8 @@ def _check_name_lengths(output: Path, option: str) -> None:
     """A name longer than the file system allows is refused now, not after the work."""
     try:
         limit = os.pathconf(_existing_parent(output), "PC_NAME_MAX")
-    except (OSError, ValueError):
+    except (OSError, ValueError) as exc:
+        log.debug("PC_NAME_MAX not read for %s (%s): 255 assumed", output, exc)
         limit = 255
     long = next((p for p in output.parts if len(os.fsencode(p)) > limit), None)
     if long is not None:
@@ -224,7 +230,8 @@ def _read_in(directory: Path, output: Path) -> bool:
         return output.name in ("optimize.json", "profile.json")
     try:
         top = output.resolve().parent == directory.resolve()
-    except (OSError, RuntimeError):
+    except (OSError, RuntimeError) as exc:
+        log.debug("%s or %s not resolved (%s): taken as elsewhere", output, directory, exc)
         return False
     return top and output.name.endswith(_READ_SUFFIXES)
 
@@ -333,11 +340,13 @@ def stdout_usable() -> bool:
         return False
     try:
         fd = out.fileno()
-    except (OSError, ValueError, AttributeError):  # a stream with no descriptor (captured)
+    except (OSError, ValueError, AttributeError) as exc:  # a stream with no fd (captured)
+        log.debug("stdout has no descriptor (%s): taken as open", exc)
         return True
     try:
         os.fstat(fd)
-    except OSError:
+    except OSError as exc:
+        log.debug("stdout's descriptor %d is closed: %s", fd, exc)
         return False
     return True
 
@@ -349,5 +358,5 @@ def discard_stdout() -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-    except (OSError, ValueError, AttributeError):
-        pass
+    except (OSError, ValueError, AttributeError) as exc:
+        log.debug("stdout not pointed at /dev/null: %s", exc)

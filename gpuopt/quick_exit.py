@@ -5,6 +5,10 @@ from __future__ import annotations
 import os
 import sys
 
+from gpuopt.debug import logger
+
+log = logger(__name__)
+
 
 def quick_exit(code: int) -> None:
     """Leave without the interpreter's teardown, once stdout and stderr are flushed.
@@ -18,7 +22,8 @@ def quick_exit(code: int) -> None:
         for stream in (sys.stdout, sys.stderr):
             if stream is not None:  # None: started with that descriptor closed (`>&-`)
                 stream.flush()
-    except (OSError, ValueError):
+    except (OSError, ValueError) as exc:
+        log.debug("a flush failed (%s): the interpreter's normal exit instead", exc)
         return
     os._exit(code)
 

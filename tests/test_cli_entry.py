@@ -3,6 +3,7 @@ as typer does, or leave the command line to typer."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ import gpuopt.entry as entry
 import gpuopt.quick_exit as quick_exit_module
 import gpuopt.report.command as command
 import gpuopt.runner.profile_command as runner_main
+from gpuopt import debug
 from gpuopt.cli import app
 from gpuopt.runner.options import ProfileOptions
 
@@ -48,6 +50,8 @@ DECLINED = [
     ["report", ""],
     ["report", "t.json", "--format="],
     ["report", "t.json", "-o="],
+    ["report", "t.json", "--debug"],
+    ["--debug", "report", "t.json"],
 ]
 
 
@@ -143,6 +147,8 @@ PROFILE_DECLINED = [
     ["profile", "-"],
     ["profile", ""],
     ["profile", "-otmp", "t.py"],
+    ["profile", "--debug", "t.py"],
+    ["--debug", "profile", "t.py"],
     ["report", "t.json", "x.py"],
 ]
 
@@ -191,6 +197,38 @@ def test_profile_fast_path_runs_the_script_without_typer(tmp_path: Path) -> None
     assert r.returncode == 3, r.stderr  # the script's exit code
     assert r.stdout.splitlines()[0] == "False ['-o', 'x']"
     assert (tmp_path / "run" / "profile.json").exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--debug", *a] for a in PROFILE_ACCEPTED] + [["--debug", *a] for a in ACCEPTED],
+    ids=" ".join,
+)
+def test_a_leading_debug_is_taken_and_the_rest_parses_as_typer_parses_it(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``gpuopt --debug CMD ...``: the entry takes the global option, then the fast path parses
+    what is left as typer parses the whole line."""
+    monkeypatch.delenv(debug.ENV, raising=False)
+    monkeypatch.setattr(debug, "_isolated", debug._isolated)  # global_debug isolates: undone
+    try:
+        rest = entry.global_debug(argv)
+        assert rest == argv[1:] and debug.enabled()
+        fast: Any = entry.parse_profile(rest)
+        if fast is None:
+            report = entry.parse_report(rest)
+            assert report is not None
+            path, fmt, output = report
+            fast = ([Path(path)], fmt, Path(output) if output else None)
+        seen: list[Any] = []
+        monkeypatch.setattr(runner_main, "run_profile", seen.append)
+        monkeypatch.setattr(command, "run_report", lambda *a, **kw: seen.append(a))
+        r = CliRunner().invoke(app, argv)
+        assert r.exit_code == 0 and len(seen) == 1, r.output
+        assert seen[0] == fast
+    finally:
+        debug.disable()
+        logging.getLogger("gpuopt").propagate = True
 
 
 MODULE_LINES = [

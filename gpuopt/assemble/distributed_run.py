@@ -10,8 +10,11 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
+from gpuopt.debug import logger
 from gpuopt.model.profile import CollectiveOp, DdpModel, DistributedRun
 from gpuopt.probes.collectives import CollectiveCapture, DdpCapture, Key, OpTotals
+
+log = logger(__name__)
 
 
 def step_collective_s(capture: CollectiveCapture) -> dict[int, float]:
@@ -130,7 +133,8 @@ def _per_step(total: int, n: int) -> int | float:
 def _int(v: object) -> int | None:
     try:
         return int(v) if v is not None else None  # type: ignore[call-overload]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError) as exc:
+        log.debug("%r is not an integer: %s", v, exc)
         return None
 
 

@@ -21,11 +21,14 @@ from gpuopt.assemble.host_summary import summarize
 from gpuopt.assemble.run_record import RunRecord
 from gpuopt.compile.events import CompileCapture
 from gpuopt.compile.summary import compile_record
+from gpuopt.debug import logger
 from gpuopt.errors import GpuoptError
 from gpuopt.model.document import empty_profile
 from gpuopt.model.profile import Breakdown, Dispatch, Profile, Steps
 from gpuopt.model.trace import TraceDetails
 from gpuopt.probes.recorder import RecorderCapture
+
+log = logger(__name__)
 
 
 @dataclass
@@ -92,6 +95,7 @@ def _add_compile(p: Profile, rec: RunRecord, measured: list[int]) -> list[str]:
     try:
         p.compile = compile_record(cap, len(rec.step_ends), measured, rec.t_end - rec.t_start)
     except Exception as exc:  # a summary that fails costs the compile key, never the profile
+        log.debug("probe compile: its summary failed", exc_info=True)
         return [*notes, f"probe compile could not report: {type(exc).__name__}: {exc}"]
     if p.compile is None and cap.calls:
         notes.append(_nothing_compiled(cap))
@@ -121,6 +125,7 @@ def _add_host_summary(p: Profile, capture: RecorderCapture) -> list[str]:
     try:
         host = summarize(capture, p.steps.series)
     except Exception as exc:
+        log.debug("probe recorder: its summary failed", exc_info=True)
         return [f"probe recorder could not report: {type(exc).__name__}: {exc}"]
     p.dispatch, p.transfers, p.syncs, p.loops = (
         host.dispatch,
@@ -222,5 +227,6 @@ def attach_window_traces(profile: Profile) -> list[str]:
         except GpuoptError as exc:
             warnings.append(f"profiler window trace not analysed: {exc}")
         except Exception as exc:  # a bug in an analysis must not lose the run's profile
+            log.debug("the profiler window trace not analysed", exc_info=True)
             warnings.append(f"profiler window trace not analysed: {type(exc).__name__}: {exc}")
     return warnings

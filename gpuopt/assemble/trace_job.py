@@ -22,6 +22,7 @@ import msgspec
 import numpy as np
 
 from gpuopt.assemble.rank_summary import summarise_file
+from gpuopt.debug import logger
 from gpuopt.errors import GpuoptError, NotATrace, say
 from gpuopt.model.summary import SUMMARY_SUFFIX, RankSummary, decode_summary
 from gpuopt.model.trace import Straggler
@@ -30,6 +31,9 @@ from gpuopt.trace.anomalies import clock_skew
 from gpuopt.trace.files import check_ranks, trace_files
 from gpuopt.trace.pieces import text_size
 from gpuopt.trace.ranks import straggler_of
+
+log = logger(__name__)
+
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -164,7 +168,8 @@ def default_jobs(files: list[Path]) -> int:
         return 1
     try:
         cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
+    except (AttributeError, OSError) as exc:
+        log.debug("sched_getaffinity failed (%s): cpu_count instead", exc)
         cores = os.cpu_count() or 1
     sizes = [text_size(f) for f in files]
     if sum(sizes) < POOL_MIN_TEXT_BYTES:
@@ -181,8 +186,8 @@ def _available_memory() -> int:
             for line in fh:
                 if line.startswith("MemAvailable:"):
                     return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
+    except (OSError, ValueError, IndexError) as exc:
+        log.debug("MemAvailable not read: %s", exc)
     return 0
 
 

@@ -11,7 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpuopt.debug import logger
 from gpuopt.model.profile import Finding, Profile
+
+log = logger(__name__)
 
 RuleFn = Callable[[Profile], list[Finding]]
 _SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2}
@@ -82,6 +85,7 @@ def evaluate(profile: Profile, only: set[str] | None = None) -> list[Finding]:
         try:
             found = r.fn(profile)
         except Exception as exc:
+            log.debug("rule %s failed", name, exc_info=True)
             profile.warnings.append(
                 f"rule {name} ({r.finding_id}) failed: {type(exc).__name__}: {exc}"
             )

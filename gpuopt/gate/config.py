@@ -27,9 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuopt.debug import logger
 from gpuopt.errors import GpuoptError
 from gpuopt.gate.check import Thresholds, parse_fraction, parse_gates
 from gpuopt.paths import regular_input
+
+log = logger(__name__)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -86,7 +89,8 @@ def find_config(start: Path) -> Path | None:
             continue
         try:
             raw = candidate.read_bytes()
-        except OSError:
+        except OSError as exc:
+            log.debug("%s not read: %s", candidate, exc)
             continue
         if b"gpuopt" in raw and _table(_parse(candidate)) is not None:
             return candidate

@@ -24,6 +24,10 @@ from typing import Any
 from gpuopt import torch_compat
 
 # ops whose output size is read from the device (a sync, and a shape a replay cannot change)
+from gpuopt.debug import logger
+
+log = logger(__name__)
+
 DATA_DEPENDENT = (
     "aten.nonzero",
     "aten.masked_select",
@@ -87,7 +91,8 @@ def _meta(t: Any, host_values: bool) -> TensorMeta:
     if host_values and device == "cpu" and t.dim() == 0 and not _is_fake(t):
         try:
             value = float(t.item())
-        except (RuntimeError, TypeError, ValueError):
+        except (RuntimeError, TypeError, ValueError) as exc:
+            log.debug_once("a scalar's value not read: %s", exc)
             value = None
     return TensorMeta(
         tuple(int(d) for d in t.shape), str(t.dtype).replace("torch.", ""), device, value

@@ -56,9 +56,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpuopt import torch_compat
+from gpuopt.debug import logger
 from gpuopt.graphs.observe import StepRecord, observed
 from gpuopt.graphs.optimizers import hyperparameters, make_capturable, params_of
 from gpuopt.graphs.verdict import Refusal, optimizer_refusals, step_refusals
+
+log = logger(__name__)
 
 WARMUP = 3  # eager steps before the capture: the first creates the optimizer's state
 OBSERVED = 2  # the last warm-up steps, observed and compared
@@ -410,7 +413,8 @@ def _autocast_state() -> tuple[Any, ...]:
 
     try:
         return (torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"))
-    except (TypeError, AttributeError, RuntimeError):  # an older torch
+    except (TypeError, AttributeError, RuntimeError) as exc:  # an older torch
+        log.debug_once("autocast state by the old API: %s", exc)
         return (torch.is_autocast_enabled(),)
 
 
@@ -500,8 +504,8 @@ def _report() -> None:
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump([asdict(s) for s in status_of()], fh, indent=1)
         os.replace(tmp, path)
-    except OSError:  # a report must never stop the training
-        pass
+    except OSError as exc:  # a report must never stop the training
+        log.debug("the graphs' status not written: %s", exc)
 
 
 __all__ = [

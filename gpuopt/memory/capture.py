@@ -31,6 +31,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuopt import torch_compat
+from gpuopt.debug import logger
+
+log = logger(__name__)
+
 
 if TYPE_CHECKING:
     from gpuopt.probes.sites import SiteResolver
@@ -240,7 +244,8 @@ def _autocast_state(leaves: list[Any]) -> tuple[str, Any] | None:
         try:
             if torch.is_autocast_enabled(device_type):
                 return device_type, torch.get_autocast_dtype(device_type)
-        except (TypeError, RuntimeError, AttributeError):  # older torch: no device argument
+        except (TypeError, RuntimeError, AttributeError) as exc:  # older torch: no device arg
+            log.debug_once("autocast state of %s not read: %s", device_type, exc)
             continue
     return None
 
@@ -699,7 +704,8 @@ class StepRecorder:
         try:
             frame, _, _ = resolver.locate(sys._getframe(2))
             return None if frame is None else resolver.site(frame.f_code, frame.f_lasti)
-        except Exception:  # a site is a nicety
+        except Exception as exc:  # a site is a nicety
+            log.debug_once("a captured op's site not found: %s", exc)
             return None
 
     def _leaf(self, t: Any) -> Ref | TensorSpec:

@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpuopt import torch_compat
+from gpuopt.debug import logger
+
+log = logger(__name__)
 
 HISTORY_ENTRIES = 100_000  # allocation events kept while history is recorded
 
@@ -72,15 +75,16 @@ class CudaAllocator:
                 enabled="all", context="alloc", stacks="python", max_entries=HISTORY_ENTRIES
             )
             self._history = True
-        except Exception:  # an older torch: no history, sites unknown
+        except Exception as exc:  # an older torch: no history, sites unknown
+            log.debug("no allocator history (sites unknown): %s", exc)
             self._history = False
 
     def stop_history(self) -> None:
         if self._history:
             try:
                 torch_compat.record_memory_history(enabled=None)
-            except Exception:
-                pass
+            except Exception as exc:
+                log.debug("allocator history not stopped: %s", exc)
             self._history = False
 
     def snapshot(self) -> dict[str, Any]:
@@ -92,8 +96,8 @@ class CudaAllocator:
 
         try:
             torch_compat.attach_oom_observer(observer)
-        except Exception:  # an older torch: the snapshot is taken when the run ends instead
-            pass
+        except Exception as exc:  # an older torch: the snapshot is taken when the run ends instead
+            log.debug("no out-of-memory observer (snapshot at the end instead): %s", exc)
 
 
 @dataclass

@@ -35,11 +35,15 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from gpuopt import torch_compat
+from gpuopt.debug import logger
 from gpuopt.memory import cuda_paths, kernels, lbfgs
 from gpuopt.memory.capture import CapturedStep, Entry, Ref, TensorSpec, tensor_leaves
 from gpuopt.memory.tracker import CUDA_BLOCK, StepTracker, rounded
 from gpuopt.model.records import MemoryByCategory, MemoryHolder
 from gpuopt.units import fmt_bytes
+
+log = logger(__name__)
+
 
 if TYPE_CHECKING:
     from gpuopt.probes.sites import SiteResolver
@@ -315,7 +319,8 @@ class _Run:
         defaults = {k: v for k, v in opt.defaults.items() if k not in ("params",)}
         try:
             return type(opt)(groups, **defaults)
-        except Exception:
+        except Exception as exc:
+            log.debug("%s not rebuilt with its defaults (%s)", type(opt).__name__, exc)
             try:
                 return type(opt)(groups)
             except Exception as exc:

@@ -25,7 +25,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuopt import torch_compat
+from gpuopt.debug import logger
 from gpuopt.model.records import MEMORY_CATEGORIES, MemoryByCategory, MemoryHolder
+
+log = logger(__name__)
+
 
 if TYPE_CHECKING:
     from gpuopt.probes.sites import SiteResolver
@@ -58,7 +62,8 @@ def _storages(t: Any) -> list[Any]:
             names, _ = t.__tensor_flatten__()
             return [s for n in names for s in _storages(getattr(t, n))]
         return [t.untyped_storage()]
-    except Exception:  # a tensor with no storage (sparse, nested ...): not counted
+    except Exception as exc:  # a tensor with no storage (sparse, nested ...): not counted
+        log.debug_once("a tensor's storage not counted: %s", exc)
         return []
 
 
@@ -206,8 +211,8 @@ class StepTracker:
         for h in self._handles:
             try:
                 h.remove()
-            except Exception:
-                pass
+            except Exception as exc:
+                log.debug("a hook not removed: %s", exc)
         self._handles.clear()
 
     def _enter_module(self, module: Any, args: Any) -> None:
@@ -277,7 +282,8 @@ class StepTracker:
             if frame is None:
                 return None
             return resolver.site(frame.f_code, frame.f_lasti)
-        except Exception:  # a site is a nicety: never fail an op for it
+        except Exception as exc:  # a site is a nicety: never fail an op for it
+            log.debug_once("an op's site not found: %s", exc)
             return None
 
     def _new(self, st: Any, group: Group) -> None:
@@ -287,7 +293,8 @@ class StepTracker:
         try:
             n = rounded(int(st.nbytes()), self.block)
             ref = weakref.ref(st, self._freed_callback(key))
-        except TypeError:  # a storage that cannot be weakly referenced: not counted
+        except TypeError as exc:  # a storage that cannot be weakly referenced: not counted
+            log.debug_once("a storage not counted: %s", exc)
             return
         self.live[key] = _Live(n, group, ref)
         self._count(group, n, 1)
@@ -303,7 +310,8 @@ class StepTracker:
     def _resized(self, live: _Live, st: Any) -> None:
         try:
             n = rounded(int(st.nbytes()), self.block)
-        except Exception:
+        except Exception as exc:
+            log.debug_once("a storage's new size not read: %s", exc)
             return
         if n != live.nbytes:
             self._count(live.group, n - live.nbytes, 0)

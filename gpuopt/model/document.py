@@ -16,9 +16,12 @@ from typing import Any
 
 import msgspec
 
+from gpuopt.debug import logger
 from gpuopt.errors import GpuoptError
 from gpuopt.model.profile import SCHEMA, Breakdown, Environment, Profile
 from gpuopt.paths import printable
+
+log = logger(__name__)
 
 SCHEMA_FAMILY = "gpuopt.profile"
 SCHEMA_VERSION = 1
@@ -60,13 +63,13 @@ def _plain(obj: object) -> object:
     if callable(tolist):
         try:
             return tolist()
-        except Exception:
-            pass
+        except Exception as exc:
+            log.debug("%s.tolist() failed: %s", type(obj).__name__, exc)
     if hasattr(obj, "__index__"):
         try:
             return int(obj)
-        except Exception:
-            pass
+        except Exception as exc:
+            log.debug("int() of a %s failed: %s", type(obj).__name__, exc)
     if isinstance(obj, (set, frozenset, tuple)):
         return list(obj)
     return str(obj)
@@ -101,7 +104,8 @@ def encode(profile: Profile) -> bytes:
     that byte escaped (``t\\xff.py``): JSON is UTF-8, and the run is not lost over a name."""
     try:
         raw = _encoder.encode(profile)
-    except UnicodeEncodeError:
+    except UnicodeEncodeError as exc:
+        log.debug("the profile holds text that is not UTF-8 (%s): escaped", exc)
         raw = _encoder.encode(_escaped(msgspec.to_builtins(profile)))
     return msgspec.json.format(raw, indent=2)
 

@@ -12,7 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from gpuopt.errors import GpuoptError
+from gpuopt import debug
+from gpuopt.debug import PREFIX, logger
+from gpuopt.errors import GpuoptError, say
+
+log = logger(__name__)
 
 
 def run_child(
@@ -24,6 +28,7 @@ def run_child(
     out_file.unlink(missing_ok=True)
     spec_file = out_file.with_suffix(".spec.json")
     spec_file.write_text(json.dumps({**spec, "out": str(out_file)}))
+    log.debug("%s: python -m %s %s", what, module, spec_file)
     try:
         proc = subprocess.run(
             [sys.executable, "-m", module, str(spec_file)],
@@ -35,8 +40,13 @@ def run_child(
         )
     except subprocess.TimeoutExpired:
         raise GpuoptError(f"{what} took more than {timeout_s:.0f} s") from None
+    lines = proc.stderr.strip().splitlines()
+    for line in lines:  # the child's debug lines (GPUOPT_DEBUG), passed on as they came
+        if line.startswith(PREFIX):
+            say(line)
     if proc.returncode != 0 or not out_file.exists():
-        tail = proc.stderr.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
+        lines = [ln for ln in lines if not ln.startswith(PREFIX)]
+        tail = lines[-1:] or [f"exit code {proc.returncode}"]
         raise GpuoptError(f"{what} failed: {tail[0]}")
     return json.loads(out_file.read_text())
 
@@ -44,6 +54,8 @@ def run_child(
 def child_main(argv: list[str], child: Callable[[dict[str, Any]], int]) -> NoReturn:
     """The child side: run ``child`` on the spec, then leave at once — the half-run script's
     atexit handlers never run (it never trained)."""
+    debug.isolate()
+    debug.from_env()
     code = child(json.loads(Path(argv[0]).read_text()))
     sys.stdout.flush()
     sys.stderr.flush()

@@ -38,8 +38,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from gpuopt.debug import logger
 from gpuopt.errors import GpuoptError
 from gpuopt.optimize.child_process import child_main, run_child
+
+log = logger(__name__)
 
 REL = 1e-4  # relative tolerance of float results, against the largest value's magnitude
 MAX_SAVED_BYTES = 256 << 20
@@ -393,6 +396,7 @@ class _Watch:
             result = check_rewrite(spec, frame.f_globals, frame.f_locals)
             result.inputs_file = self.save(spec, frame)
         except Exception as exc:  # a check that cannot run leaves the rewrite out
+            log.debug("loop check %s failed", spec.id, exc_info=True)
             tail = traceback.format_exception_only(type(exc), exc)[-1].strip()
             result = CheckResult(spec.id, spec.path, spec.line, "failed", f"check failed: {tail}")
         (self.out_dir / f"{spec.id}.json").write_text(json.dumps(asdict(result)))

@@ -13,6 +13,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gpuopt.debug import logger
 from gpuopt.model.optimize import LoaderSettings
 from gpuopt.model.profile import Finding, Profile
 from gpuopt.model.records import given
@@ -22,6 +23,8 @@ from gpuopt.optimize.codemods import Rewrite
 from gpuopt.optimize.loop_fixes import CHECKED, LoopPlan
 from gpuopt.optimize.sweep import PERSISTENT_NOTE, SweepResult
 from gpuopt.units import site_line
+
+log = logger(__name__)
 
 Codemod = Callable[[str, str], Rewrite]  # (text, name shown) -> what it did
 
@@ -279,7 +282,8 @@ def _zero_grad_lines(inp: PlanInput) -> list[int]:
 
     try:
         return find_zero_grad_false(inp.script_text)
-    except CodemodError:
+    except CodemodError as exc:
+        log.debug("zero_grad calls not read: %s", exc)
         return []
 
 

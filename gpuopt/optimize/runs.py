@@ -19,10 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from gpuopt.debug import PREFIX, logger
 from gpuopt.errors import GpuoptError
 from gpuopt.model.document import load_profile
 from gpuopt.model.optimize import RunResult
 from gpuopt.model.profile import Profile
+
+log = logger(__name__)
 
 
 @dataclass
@@ -115,6 +118,7 @@ def run_once(launch: Launch, spec: RunSpec) -> Done:
     spec.dir.mkdir(parents=True, exist_ok=True)
     out_path, err_path = spec.dir / "stdout.txt", spec.dir / "stderr.txt"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    log.debug("run %s: %s (its stderr: %s)", spec.label, launch.command(spec), err_path)
     t0 = time.perf_counter()
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         try:
@@ -136,7 +140,8 @@ def run_once(launch: Launch, spec: RunSpec) -> Done:
     profile: Profile | None = None
     try:
         profile = load_profile(spec.dir)
-    except GpuoptError:
+    except GpuoptError as exc:
+        log.debug("run %s: no profile: %s", spec.label, exc)
         profile = None
     shown = spec.dir.relative_to(spec.base) if spec.base is not None else spec.dir
     result = RunResult(label=spec.label, role=spec.role, dir=str(shown), fixes=list(spec.fixes))
@@ -177,5 +182,9 @@ def timed(runs: list[Done], role: str) -> list[Done]:
 
 
 def _tail(text: str, lines: int = 3) -> str:
-    kept = [ln for ln in text.strip().splitlines() if not ln.startswith("gpuopt: profile written")]
+    kept = [
+        ln
+        for ln in text.strip().splitlines()
+        if not ln.startswith(("gpuopt: profile written", PREFIX))  # PREFIX: --debug's lines
+    ]
     return "\n".join(kept[-lines:])

@@ -35,9 +35,12 @@ import msgspec
 
 from gpuopt import torch_compat
 from gpuopt.atomic_write import write_atomic
+from gpuopt.debug import logger
 from gpuopt.errors import GpuoptError
 from gpuopt.model.optimize import FIXES_SCHEMA, LoaderSettings, RuntimeFixes
 from gpuopt.paths import regular_input
+
+log = logger(__name__)
 
 FIXES_FILE = "fixes.json"
 
@@ -84,8 +87,8 @@ class Applied:
         for fn in reversed(self._undo):
             try:
                 fn()
-            except Exception:  # undoing must never hide how the run ended
-                pass
+            except Exception as exc:  # undoing must never hide how the run ended
+                log.debug("a fix not undone: %s", exc, exc_info=True)
         self._undo.clear()
 
 
@@ -205,6 +208,7 @@ def _checked(model: Any, inputs: tuple[Any, ...], names: list[str]) -> dict[str,
             out["rel_diff"] = diff / scale if diff is not None and scale > 0 else diff
     except Exception as exc:  # the check must not stop the run: its absence is the verdict
         out["error"] = f"{type(exc).__name__}: {exc}"
+        log.debug("the model transforms' check failed", exc_info=True)
         model.train(was_training)
         for name in names[len(done) :]:  # the run still gets every transform
             _TRANSFORMS[name](model, inputs)
@@ -341,7 +345,8 @@ def _knobs_for_caller(resolver: Any, wanted: dict[str, dict[str, int | bool]]) -
         if user is None:
             return {}
         return dict(wanted.get(resolver.site(user.f_code, user.f_lasti), {}))
-    except Exception:  # a patch must never break the user's DataLoader
+    except Exception as exc:  # a patch must never break the user's DataLoader
+        log.debug("a DataLoader's fixed settings not found: %s", exc, exc_info=True)
         return {}
 
 

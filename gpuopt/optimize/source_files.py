@@ -30,9 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuopt.atomic_write import write_atomic
+from gpuopt.debug import logger
 from gpuopt.errors import GpuoptError
 from gpuopt.optimize.codemods import CodemodError, Rewrite
 from gpuopt.paths import read_only, reason
+
+log = logger(__name__)
 
 BACKUP_SUFFIX = ".gpuopt-orig"
 _BOM = codecs.BOM_UTF8
@@ -69,7 +72,7 @@ def shown_path(path: Path, cwd: Path | None = None) -> str:
     base = Path(cwd or os.getcwd()).resolve()
     try:
         return str(path.resolve().relative_to(base))
-    except ValueError:
+    except ValueError:  # outside base: shown relative with ..
         return os.path.relpath(path.resolve(), base)
 
 
@@ -280,7 +283,7 @@ def _backup(sf: SourceFile) -> Path:
         try:
             write_atomic(backup, sf.raw, replace=False, keep=keep)
             return backup
-        except FileExistsError:
+        except FileExistsError:  # that backup name is taken: the next
             continue
         except OSError as exc:
             raise GpuoptError(
@@ -292,8 +295,8 @@ def _backup(sf: SourceFile) -> Path:
 def _remove_quietly(path: Path) -> None:
     try:
         path.unlink()
-    except OSError:
-        pass
+    except OSError as exc:
+        log.debug("%s not removed: %s", path, exc)
 
 
 def _so_far(done: list[str]) -> str:

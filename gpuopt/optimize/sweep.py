@@ -28,7 +28,10 @@ from typing import Any, NoReturn
 
 from gpuopt import torch_compat
 from gpuopt.atomic_write import write_atomic
+from gpuopt.debug import logger
 from gpuopt.optimize.child_process import child_main, run_child
+
+log = logger(__name__)
 
 MIN_GAIN = 1.10  # the best setting must beat the script's own by more than this
 WORKERS = (0, 2, 4, 8, 16)
@@ -192,7 +195,8 @@ def _same(a: Any, b: Any) -> bool:
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     try:
         return bool(a == b)
-    except Exception:
+    except Exception as exc:
+        log.debug("two batches not compared (%s): taken as different", exc)
         return False
 
 
@@ -285,14 +289,16 @@ def sweep_loader(
 def _epoch_batches(loader: Any) -> int | None:
     try:
         return len(loader)
-    except TypeError:  # an iterable dataset without a length
+    except TypeError as exc:  # an iterable dataset without a length
+        log.debug("the loader has no length: %s", exc)
         return None
 
 
 def _batches_for(loader: Any) -> int:
     try:
         return max(3, min(len(loader), 200))
-    except TypeError:  # an iterable dataset without a length
+    except TypeError as exc:  # an iterable dataset without a length
+        log.debug("the loader has no length (%s): 50 batches timed", exc)
         return 50
 
 
@@ -324,6 +330,7 @@ def _sweep_here(loader: Any, spec: dict[str, Any]) -> tuple[SweepResult | None, 
             _epoch_batches(loader),
         )
     except Exception as exc:  # the timing itself failed, not the script
+        log.debug("the DataLoader sweep's timing failed", exc_info=True)
         return None, f"timing it failed: {type(exc).__name__}: {' '.join(str(exc).split())}"
     if not cuda:
         result.note += "; pin_memory not tried (no CUDA device)"

@@ -13,6 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gpuopt.debug import logger
+
+log = logger(__name__)
+
 
 @dataclass
 class GpuSample:
@@ -64,7 +68,8 @@ class PynvmlBackend:
     def _try(self, fn: Callable[..., Any], *args: Any) -> Any:
         try:
             return fn(*args)
-        except self._nv.NVMLError:
+        except self._nv.NVMLError as exc:
+            log.debug_once("NVML %s failed: %s", getattr(fn, "__name__", fn), exc)
             return None
 
     def sample(self, index: int, pids: set[int]) -> GpuSample:
@@ -92,8 +97,8 @@ class PynvmlBackend:
     def close(self) -> None:
         try:
             self._nv.nvmlShutdown()
-        except Exception:
-            pass
+        except Exception as exc:
+            log.debug("nvmlShutdown failed: %s", exc)
 
 
 def _driver_may_exist() -> bool:
@@ -111,7 +116,8 @@ def open_nvml() -> tuple[NvmlBackend | None, str | None]:
         return None, "no NVIDIA driver (/dev/nvidiactl absent): GPU utilization not measured"
     try:
         import pynvml  # noqa: F401
-    except ImportError:
+    except ImportError as exc:
+        log.debug("pynvml not importable: %s", exc)
         return (
             None,
             "nvidia-ml-py is not installed: GPU utilization not measured "
@@ -120,6 +126,7 @@ def open_nvml() -> tuple[NvmlBackend | None, str | None]:
     try:
         backend = PynvmlBackend()
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        log.debug("NVML did not start: %s: %s", type(exc).__name__, exc)
         return None, f"no NVIDIA GPU/NVML ({type(exc).__name__}): GPU utilization not measured"
     if backend.device_count() == 0:
         backend.close()

@@ -21,6 +21,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gpuopt import torch_compat
+from gpuopt.debug import logger
+
+log = logger(__name__)
 
 HOST = "host"
 NCCL_WORK = "nccl-work"
@@ -79,8 +82,8 @@ class HostTimer:
                 on_done(timed)
 
             fut.add_done_callback(done)
-        except Exception:  # a backend without futures: the call's own time is all there is
-            pass
+        except Exception as exc:  # a backend without futures: the call's own time is all there is
+            log.debug_once("collective without a future (its call's time is all): %s", exc)
 
     def settle(self) -> None:
         pass
@@ -106,7 +109,8 @@ class NcclTimer:
         for work, timed, on_done, since in self.pending:
             try:
                 completed = bool(work.is_completed())
-            except Exception:
+            except Exception as exc:
+                log.debug_once("work.is_completed() failed: %s", exc)
                 completed = False
             if not completed:
                 if self.boundaries - since < NCCL_PENDING_STEPS:
@@ -114,7 +118,8 @@ class NcclTimer:
                 continue
             try:
                 ms = torch_compat.work_duration_ms(work)
-            except Exception:  # TORCH_NCCL_ENABLE_TIMING was not on when the group was made
+            except Exception as exc:  # TORCH_NCCL_ENABLE_TIMING was not on when the group was made
+                log.debug_once("NCCL's duration not read: %s", exc)
                 self.unavailable += 1
                 continue
             timed.device_s = max(ms, 0.0) / 1e3

@@ -46,10 +46,12 @@ from types import FrameType
 from typing import Any
 
 from gpuopt import torch_compat
+from gpuopt.debug import logger
 from gpuopt.probes.collective_timing import HOST, NcclTimer, Timed, WorkTimer, timer_for
 from gpuopt.probes.protocol import RunContext
 
-# torch.distributed's collectives and point-to-point calls, as the script calls them
+log = logger(__name__)
+
 COLLECTIVES = (
     "all_reduce",
     "all_reduce_coalesced",
@@ -189,9 +191,13 @@ def _copy_ddp(d: DdpCapture) -> DdpCapture:
 
 
 def _env_int(name: str) -> int | None:
+    value = os.environ.get(name)
+    if value is None:
+        return None
     try:
-        return int(os.environ[name])
-    except (KeyError, ValueError):
+        return int(value)
+    except ValueError:
+        log.debug("%s=%r is not an integer: taken as unset", name, value)
         return None
 
 
@@ -269,8 +275,8 @@ class CollectiveProbe:
             owner, name, original = self._undo.pop()
             try:
                 setattr(owner, name, original)
-            except Exception:
-                pass
+            except Exception as exc:
+                log.debug("%s.%s not restored: %s", owner, name, exc)
 
     def result(self) -> CollectiveCapture:
         """A copy of what was measured so far (a checkpoint reads it while the run goes on)."""
@@ -325,8 +331,8 @@ class CollectiveProbe:
         try:
             backend = str(dist.get_backend(group))
             size = int(dist.get_world_size(group))
-        except Exception:
-            pass
+        except Exception as exc:
+            log.debug_once("a group's backend or size not read: %s", exc)
         timer = self._timer_factory(backend)
         if backend is None:
             return backend, size, timer  # not initialised yet: asked again next time
@@ -349,7 +355,8 @@ class CollectiveProbe:
             call = _Call(name, args, kwargs, positions, sys._getframe(1))
             try:
                 call.prepare(probe)
-            except Exception:
+            except Exception as exc:
+                log.debug_once("collective %s not timed: %s", name, exc)
                 return original(*args, **kwargs)
             local.depth = 1
             t0 = probe.clock()
@@ -360,7 +367,8 @@ class CollectiveProbe:
             t1 = probe.clock()
             try:
                 return call.finish(probe, out, t0, t1)
-            except Exception:  # measuring must never break the script's collective
+            except Exception as exc:  # measuring must never break the script's collective
+                log.debug_once("collective %s: its timing not recorded: %s", name, exc)
                 return call.result(out)
 
         return wrapper
@@ -635,7 +643,8 @@ class CollectiveProbe:
             return
         try:
             data = torch_compat.ddp_logging_data(model)
-        except Exception:
+        except Exception as exc:
+            log.debug("DDP's logging data not read: %s", exc)
             return
         d.info.update(data)
 
@@ -694,7 +703,8 @@ def _positions(fn: Callable[..., Any]) -> dict[str, int]:
     """Positional index of the parameters the probe reads (``group``, ``async_op``)."""
     try:
         params = list(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError) as exc:
+        log.debug("no signature for %r: %s", fn, exc)
         return {}
     return {name: params.index(name) for name in ("group", "async_op") if name in params}
 
@@ -720,7 +730,8 @@ def _nbytes(x: Any) -> int:
     if callable(numel) and callable(size):
         try:
             return int(numel()) * int(size())
-        except Exception:
+        except Exception as exc:
+            log.debug_once("a collective's bytes not counted: %s", exc)
             return 0
     return 0
 
@@ -761,5 +772,6 @@ def _default_allreduce(group: Any, bucket: Any, held: set[int] | None) -> tuple[
 def _hostname() -> str | None:
     try:
         return socket.gethostname()
-    except OSError:
+    except OSError as exc:
+        log.debug("no host name: %s", exc)
         return None

@@ -52,10 +52,13 @@ from gpuopt.compile.events import (
 )
 from gpuopt.compile.reasons import RESUME_PREFIX, guard_location, split_message
 from gpuopt.compile.regions import Span, count_regions
+from gpuopt.debug import logger
 from gpuopt.probes.profiler_window import quiet_profiler
 from gpuopt.probes.protocol import RunContext
 from gpuopt.probes.sites import GPUOPT_DIR, USER, SiteResolver
 from gpuopt.torch_compat import DYNAMO_MODULE as DYNAMO
+
+log = logger(__name__)
 
 _STACK_ENTRY = re.compile(r"Line: (?P<line>\d+), Name: (?P<name>.*), Filename: (?P<file>.*)$")
 METRICS_LIMIT = 100_000  # Dynamo keeps its last 64 records; the tap keeps the run's
@@ -81,7 +84,8 @@ def script_compiles() -> bool:
         return False
     try:
         return frames_compiled() > FRAMES_AT_START[0]
-    except Exception:
+    except Exception as exc:
+        log.debug("Dynamo's frame count not read (%s): taken as compiling", exc)
         return True  # Dynamo is there and cannot be read: keep the recorder's mode out of it
 
 
@@ -122,6 +126,7 @@ class _MetricsTap(collections.deque):  # type: ignore[type-arg]
         try:
             self.sink(item)
         except Exception as exc:  # never let the probe break a compile; say it once
+            log.debug_once("a Dynamo compile record not read: %s", exc, exc_info=True)
             if not self.failed:
                 self.failed = f"compile records not read: {type(exc).__name__}: {exc}"
 
@@ -206,6 +211,7 @@ class CompileProbe:
             elif index == self.window_step - 1 and self._raw_frames and self._prof is None:
                 self._begin_window()
         except Exception as exc:
+            log.debug_once("probe compile: its window failed: %s", exc, exc_info=True)
             self.capture.errors.append(f"compile window: {type(exc).__name__}: {exc}")
             self._prof, self.window_step = None, None
 
@@ -213,8 +219,8 @@ class CompileProbe:
         if self._prof is not None:
             try:
                 self._prof.stop()
-            except Exception:
-                pass
+            except Exception as exc:
+                log.debug("the compile window's profiler did not stop: %s", exc)
             self._prof = None
         if self._finder is not None:
             self._finder.active = False
@@ -291,6 +297,7 @@ class CompileProbe:
                 and all(not self._frame(f, 0, "").user for f, _, _ in codes),
             )
         except Exception as exc:
+            log.debug("probe compile: a torch.compile call not noted", exc_info=True)
             self.capture.errors.append(f"torch.compile call not noted: {exc}")
             return None
         self.capture.calls.append(call)
@@ -325,6 +332,7 @@ class CompileProbe:
             pass  # the session reports it among the run's warnings (torch_compat)
         except Exception as exc:
             self.capture.notes.append(f"Dynamo's compile records not readable here ({exc})")
+            log.debug("probe compile: gave up on Dynamo's compile records", exc_info=True)
         try:
             translator = torch_compat.graph_break_translator()
             original = translator.log_graph_break
@@ -342,6 +350,7 @@ class CompileProbe:
             pass  # reported by the session, as above
         except Exception as exc:
             self.capture.notes.append(f"graph-break sites not readable here ({exc})")
+            log.debug("probe compile: gave up on graph-break sites", exc_info=True)
 
     def _detach(self) -> None:
         utils, self._utils = self._utils, None
@@ -390,6 +399,7 @@ class CompileProbe:
                 )
             )
         except Exception as exc:  # a break the probe cannot read is not the script's problem
+            log.debug_once("probe compile: a graph break not read: %s", exc, exc_info=True)
             self.capture.errors.append(f"graph break not read: {type(exc).__name__}: {exc}")
 
     # -- resolving ------------------------------------------------------------------------
@@ -535,7 +545,8 @@ def _spans(prof: Any) -> list[Span]:
             for e in events
             if e.device_type().name == "CPU"
         ]
-    except Exception:
+    except Exception as exc:
+        log.debug("kineto_results not read (%s): spans from prof.events()", exc)
         return [
             Span(e.name, e.time_range.start, e.time_range.end, int(e.thread)) for e in prof.events()
         ]

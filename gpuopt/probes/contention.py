@@ -25,6 +25,10 @@ import threading
 import time
 from dataclasses import dataclass
 
+from gpuopt.debug import logger
+
+log = logger(__name__)
+
 Snapshot = dict[int, tuple[int, int]]  # tid -> (ns on a CPU, ns waiting on a run queue)
 
 
@@ -34,7 +38,8 @@ def snapshot(pid: int | None = None) -> Snapshot | None:
     base = f"/proc/{pid or os.getpid()}/task"
     try:
         tids = os.listdir(base)
-    except OSError:
+    except OSError as exc:
+        log.debug_once("no thread list to read schedstat from: %s", exc)
         return None
     out: Snapshot = {}
     for tid in tids:
@@ -42,7 +47,8 @@ def snapshot(pid: int | None = None) -> Snapshot | None:
             with open(f"{base}/{tid}/schedstat", "rb") as fh:
                 fields = fh.read().split()
             out[int(tid)] = (int(fields[0]), int(fields[1]))
-        except (OSError, ValueError, IndexError):
+        except (OSError, ValueError, IndexError) as exc:
+            log.debug_once("a thread's schedstat not read: %s", exc)
             continue  # the thread ended meanwhile, or no schedstat
     return out or None
 

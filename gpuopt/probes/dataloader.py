@@ -36,11 +36,14 @@ from pathlib import Path
 from typing import Any
 
 from gpuopt import torch_compat
+from gpuopt.debug import logger
 from gpuopt.model.profile import DataLoaderInfo
 from gpuopt.probes.contention import ThreadClock
 from gpuopt.probes.protocol import RunContext
 
 FETCH_SAMPLES = 64  # fetches of a 0-worker loader whose CPU time is read (two reads of 8 µs each)
+log = logger(__name__)
+
 BatchListener = Callable[[Any], None]
 _BATCH_LISTENERS: list[BatchListener] = []
 
@@ -217,8 +220,8 @@ class DataLoaderProbe:
             try:
                 probe._register(it, loader)
                 probe._started(it, step, dt)
-            except Exception:  # measuring must never break the user's loader
-                pass
+            except Exception as exc:  # measuring must never break the user's loader
+                log.debug_once("a DataLoader iterator not measured: %s", exc, exc_info=True)
             return it
 
         def __next__(it: Any) -> Any:
@@ -258,8 +261,8 @@ class DataLoaderProbe:
             if getattr(loader, "_gpuopt_built_at", None) is None:
                 try:
                     loader._gpuopt_built_at = probe._construction_sites(sys._getframe(1))
-                except Exception:  # measuring must never break the user's loader
-                    pass
+                except Exception as exc:  # measuring must never break the user's loader
+                    log.debug_once("a DataLoader's construction site not found: %s", exc)
 
         __init__.__wrapped__ = orig  # type: ignore[attr-defined]
         cls.__init__ = __init__
@@ -280,8 +283,8 @@ class DataLoaderProbe:
             for fn in list(_BATCH_LISTENERS):
                 try:
                     fn(batch)
-                except Exception:
-                    pass
+                except Exception as exc:
+                    log.debug_once("a batch listener failed: %s", exc, exc_info=True)
         finally:
             _ORIGIN = None
 
@@ -343,8 +346,8 @@ class DataLoaderProbe:
             self.loaders[key] = stats
             try:
                 self._alive[key] = weakref.ref(loader)
-            except TypeError:
-                pass
+            except TypeError as exc:
+                log.debug("DataLoader %s not weakly referenced: %s", key, exc)
         stats.iterators += 1
 
     def _resolver_for_roots(self) -> Any:

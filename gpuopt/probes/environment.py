@@ -6,7 +6,10 @@ import os
 import platform
 import sys
 
+from gpuopt.debug import logger
 from gpuopt.model.profile import Environment, GpuInfo
+
+log = logger(__name__)
 
 
 def environment() -> Environment:
@@ -24,8 +27,8 @@ def environment() -> Environment:
     env.torch = str(version) if version is not None else None  # torch's is a str subclass
     try:
         env.torch_threads = int(torch.get_num_threads())
-    except Exception:
-        pass
+    except Exception as exc:
+        log.debug("torch.get_num_threads() failed: %s", exc)
     try:
         if torch.cuda.is_available():
             env.gpus = [
@@ -37,6 +40,6 @@ def environment() -> Environment:
             ]
             if torch.cuda.is_initialized():
                 env.device = "cuda"
-    except Exception:  # a broken driver must not lose the profile
-        pass
+    except Exception as exc:  # a broken driver must not lose the profile
+        log.debug("the GPUs not listed: %s: %s", type(exc).__name__, exc)
     return env

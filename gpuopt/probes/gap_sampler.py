@@ -34,7 +34,10 @@ from dataclasses import dataclass
 from types import CodeType
 from typing import Any
 
+from gpuopt.debug import logger
 from gpuopt.probes.recorder_counters import GAP_FLOOR_S
+
+log = logger(__name__)
 
 INTERVAL_S = 1e-3
 MAX_DEPTH = 48  # frames kept per sample, innermost first
@@ -106,6 +109,7 @@ class GapSampler:
                 if len(self.samples) >= MAX_SAMPLES:
                     return
         except Exception as exc:  # never disturb the run: stop sampling and say why
+            log.debug("gap sampler: gave up", exc_info=True)
             self.errors.append(f"gap sampler stopped: {type(exc).__name__}: {exc}")
 
     def look(self, now: float, last: float) -> GapSample | None:

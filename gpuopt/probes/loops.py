@@ -17,6 +17,11 @@ from dataclasses import dataclass
 from types import CodeType
 from typing import TYPE_CHECKING
 
+from gpuopt.debug import logger
+
+log = logger(__name__)
+
+
 if TYPE_CHECKING:
     from gpuopt.probes.sites import SiteResolver
 
@@ -68,7 +73,8 @@ class LoopIndex:
         self.scopes: list[tuple[int, Region]] = []  # (nesting level, span); id = index + 1
         try:
             tree = ast.parse(source)
-        except (SyntaxError, ValueError):
+        except (SyntaxError, ValueError) as exc:
+            log.debug("a source not parsed for its loops: %s", exc)
             return
         self._visit(tree, 0, 0)
 
@@ -99,7 +105,8 @@ class LoopIndex:
         try:
             with open(path, encoding="utf-8") as fh:
                 return cls(fh.read())
-        except (OSError, UnicodeDecodeError):
+        except (OSError, UnicodeDecodeError) as exc:
+            log.debug("%s not read for its loops: %s", path, exc)
             return cls("")
 
     def innermost(self, line: int, col: int | None) -> Loop | None:

@@ -24,6 +24,7 @@ from typing import Any
 
 from gpuopt import torch_compat
 from gpuopt.assemble.run_record import Outcome
+from gpuopt.debug import logger
 from gpuopt.defaults import MEMORY_BUDGET_S, MEMORY_MARGIN
 from gpuopt.memory import oom as oom_mod
 from gpuopt.memory.capture import CapturedStep, StepRecorder, optimizer_state_bytes
@@ -38,6 +39,8 @@ from gpuopt.model.records import (
     MemoryReport,
 )
 from gpuopt.probes.protocol import RunContext
+
+log = logger(__name__)
 
 STEP_PEAKS = 64  # steps whose own peak is read (then the run's peak alone)
 HISTORY_STEPS = 3  # steps with allocation history recorded (an OOM there has source lines)
@@ -124,6 +127,7 @@ class MemoryProbe:
         try:
             self._gpu_step(a, index)
         except Exception as exc:  # measuring must never break the run
+            log.debug_once("probe memory: a step not measured: %s", exc, exc_info=True)
             self._note(f"memory: step {index}: {type(exc).__name__}: {exc}")
 
     def _gpu_step(self, a: Allocator, index: int) -> None:
@@ -155,6 +159,7 @@ class MemoryProbe:
                 alloc, reserved = a.peaks()
                 self.run_peak = (max(self.run_peak[0], alloc), max(self.run_peak[1], reserved))
             except Exception as exc:
+                log.debug_once("probe memory: a peak not read: %s", exc, exc_info=True)
                 self._note(f"memory: {type(exc).__name__}: {exc}")
         step = self.recorder.step
         if step.optimizer is not None:
@@ -271,8 +276,8 @@ class MemoryProbe:
         m.batch_size = self.recorder.step.batch_size
         try:
             m.num_alloc_retries = self.allocator.retries()
-        except Exception:
-            pass
+        except Exception as exc:
+            log.debug("the allocator's retries not read: %s", exc)
         return m
 
     # -- predicted, and the post-mortem --------------------------------------------------------
@@ -283,8 +288,8 @@ class MemoryProbe:
         if a is not None:
             try:
                 return a.device_name(), a.capacity(), "device"
-            except Exception:
-                pass
+            except Exception as exc:
+                log.debug("the device's name and capacity not read: %s", exc)
         if self.oom is not None and self.oom.capacity_bytes:
             return None, int(self.oom.capacity_bytes), "message"
         return None, None, None
@@ -316,6 +321,7 @@ class MemoryProbe:
                 )
             )
         except Exception as exc:  # a prediction that fails must not lose the run's profile
+            log.debug("probe memory: the prediction failed", exc_info=True)
             self._note(f"memory: the prediction failed: {type(exc).__name__}: {exc}")
 
     def _complete_for_post_mortem(self, step: CapturedStep) -> None:
@@ -364,6 +370,7 @@ class MemoryProbe:
         try:
             self.snapshot = self.allocator.snapshot()
         except Exception as exc:
+            log.debug("probe memory: no snapshot at the OOM", exc_info=True)
             self._note(f"memory: no snapshot at the OOM: {type(exc).__name__}: {exc}")
 
     def _note(self, text: str) -> None:

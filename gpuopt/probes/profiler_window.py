@@ -38,9 +38,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuopt.debug import logger
 from gpuopt.model.trace import ProfilerWindowInfo
 from gpuopt.probes.protocol import RunContext
 from gpuopt.probes.window_sites import OpSites, annotate_trace
+
+log = logger(__name__)
 
 TRACE_NAME = "profiler-window.pt.trace.json.gz"
 # Kineto's and glog's native log lines (not the user's): "USDT:2026-11-26 16:52:20 28074:28074
@@ -123,6 +126,7 @@ class ProfilerWindow:
             elif index == self.start_step - 1 and self.written is None:
                 self._begin()
         except Exception as exc:
+            log.debug("probe profiler-window: gave up at step %d", index, exc_info=True)
             self.errors.append(f"profiler window: {type(exc).__name__}: {exc}")
             self._prof = None
             self.enabled = False
@@ -132,6 +136,7 @@ class ProfilerWindow:
             if self._prof is not None:
                 self._end()
         except Exception as exc:
+            log.debug("probe profiler-window: failed to end its window", exc_info=True)
             self.errors.append(f"profiler window: {type(exc).__name__}: {exc}")
             self._prof = None
         self._add_sites()
@@ -143,6 +148,7 @@ class ProfilerWindow:
         try:
             self.sites_added = annotate_trace(self.written, self.site_source())
         except Exception as exc:  # the trace stays as torch wrote it
+            log.debug("probe profiler-window: user lines not added", exc_info=True)
             self.errors.append(
                 f"profiler window: user lines not added: {type(exc).__name__}: {exc}"
             )
@@ -220,6 +226,7 @@ def request_cupti_teardown(environ: Any = None, cuda_version: str | None = None)
     try:
         major, minor = (int(x) for x in str(cuda_version).split(".")[:2])
     except ValueError:
+        log.debug("CUDA version %r not read: TEARDOWN_CUPTI left unset", cuda_version)
         return False
     if (major, minor) < (12, 6):
         return False
@@ -239,7 +246,8 @@ def quiet_profiler() -> Iterator[None]:
         try:
             sys.stderr.flush()
             saved = os.dup(2)
-        except (OSError, ValueError, AttributeError):  # no fd 2 (a closed or replaced stderr)
+        except (OSError, ValueError, AttributeError) as exc:  # no fd 2 (a closed or replaced)
+            log.debug("torch's teardown messages not hidden: no stderr fd (%s)", exc)
             yield
             return
         with tempfile.TemporaryFile() as tmp:
@@ -249,8 +257,8 @@ def quiet_profiler() -> Iterator[None]:
             finally:
                 try:
                     sys.stderr.flush()
-                except (OSError, ValueError, AttributeError):
-                    pass
+                except (OSError, ValueError, AttributeError) as exc:
+                    log.debug("stderr not flushed: %s", exc)
                 os.dup2(saved, 2)
                 os.close(saved)
                 tmp.seek(0)

@@ -28,6 +28,7 @@ from types import CodeType
 from typing import Any
 
 from gpuopt import torch_compat
+from gpuopt.debug import logger
 from gpuopt.model.records import Ragged
 from gpuopt.probes.gap_sampler import GapSample, GapSampler, recorder_codes
 from gpuopt.probes.protocol import RunContext
@@ -35,6 +36,8 @@ from gpuopt.probes.ragged import BatchShapeTracker, LoaderShapes, batch_shapes
 from gpuopt.probes.recorder_calibration import Calibration
 from gpuopt.probes.recorder_engine import RecorderEngine
 from gpuopt.probes.sites import SiteResolver
+
+log = logger(__name__)
 
 COMPILE_NOTE = (
     "recorder: the script compiles with torch.compile, so the recorder's window saw only "
@@ -122,6 +125,7 @@ class DispatchRecorder:
                 self._turn_on(self.engine)
                 self._sample(True)
         except Exception as exc:
+            log.debug("probe recorder: gave up", exc_info=True)
             self.errors.append(f"recorder could not start: {type(exc).__name__}: {exc}")
             self.enabled = False
 
@@ -151,6 +155,7 @@ class DispatchRecorder:
                 self.trying = True
                 self._turn_on(engine)
         except Exception as exc:
+            log.debug_once("probe recorder: step hook failed: %s", exc, exc_info=True)
             self.errors.append(f"recorder step hook failed: {type(exc).__name__}: {exc}")
             self.done = True
 
@@ -194,6 +199,7 @@ class DispatchRecorder:
             self._sample(False)
             self._remove_listener()
         except Exception as exc:
+            log.debug("probe recorder: stop failed", exc_info=True)
             self.errors.append(f"recorder stop failed: {type(exc).__name__}: {exc}")
 
     @property
@@ -265,6 +271,7 @@ class DispatchRecorder:
             if origin is not None:
                 self.per_loader.observe(origin, batch, self.next_step, shapes)
         except Exception as exc:
+            log.debug_once("probe recorder: batch shapes failed: %s", exc, exc_info=True)
             self.errors.append(f"batch shapes: {type(exc).__name__}: {exc}")
         finally:
             if recording:
@@ -297,5 +304,6 @@ def _accelerator_available(torch: Any) -> bool:
     accel = getattr(torch, "accelerator", None)
     try:
         return bool(accel is not None and accel.is_available())
-    except Exception:
+    except Exception as exc:
+        log.debug("torch.accelerator.is_available() failed: %s", exc)
         return False

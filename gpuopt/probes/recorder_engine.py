@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from gpuopt import torch_compat
+from gpuopt.debug import logger
 from gpuopt.probes.loops import LoopFinder
 from gpuopt.probes.op_classes import (
     API_ONLY_ON_CPU,
@@ -47,6 +48,8 @@ from gpuopt.probes.recorder_counters import (
     StepCounters,
 )
 from gpuopt.probes.sites import DATA, USER, SiteResolver
+
+log = logger(__name__)
 
 _SPECIAL = COPY | SCALAR_SYNC | DATA_DEP | BOOL_INDEX
 _perf = time.perf_counter
@@ -458,8 +461,8 @@ class RecorderEngine:
             if isinstance(a0, self._torch.Tensor):
                 try:
                     self.acc.signature = hash((self.acc.signature, func, a0.shape))
-                except TypeError:  # symbolic sizes (tracing) are not hashable: no signature
-                    pass
+                except TypeError as exc:  # symbolic sizes (tracing) are not hashable
+                    log.debug_once("no step signature for symbolic sizes: %s", exc)
         return ctx, timed, sync_entry
 
     def _count_op(self, ctx: _Ctx, flags: int, dt: float, gap: float) -> None:
@@ -717,6 +720,7 @@ class RecorderEngine:
     def _fail(self, exc: BaseException) -> None:
         """An internal error: stop recording (the user's run goes on) and say why."""
         self.errors.append(f"recorder stopped: {type(exc).__name__}: {exc}")
+        log.debug("probe recorder: gave up", exc_info=exc)
         self.recording = False
         self.busy = False
 
@@ -731,5 +735,6 @@ def _op_name(func: Any) -> str:
 def _is_pinned(t: Any) -> bool | None:
     try:
         return bool(t.is_pinned())
-    except Exception:
+    except Exception as exc:
+        log.debug_once("is_pinned() failed: %s", exc)
         return None

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gpuopt.debug import logger
 from gpuopt.defaults import SAMPLE_INTERVAL_S
 from gpuopt.model.profile import (
     CpuUtilization,
@@ -28,6 +29,8 @@ from gpuopt.model.profile import (
 from gpuopt.probes import contention
 from gpuopt.probes.accelerator import GpuSample, NvmlBackend
 from gpuopt.probes.protocol import RunContext
+
+log = logger(__name__)
 
 _CHILD_REFRESH_S = 1.0
 
@@ -66,13 +69,15 @@ class ProcessTreeCpu:
             pid = todo.pop()
             try:
                 tids = os.listdir(f"/proc/{pid}/task")
-            except OSError:
+            except OSError as exc:
+                log.debug_once("a process gone before its threads were read: %s", exc)
                 continue  # gone since its parent listed it
             for tid in tids:
                 try:
                     with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
                         kids = [int(k) for k in fh.read().split()]
-                except (OSError, ValueError):
+                except (OSError, ValueError) as exc:
+                    log.debug_once("a thread's children not read: %s", exc)
                     continue  # the thread ended meanwhile
                 todo += kids
                 for kid in kids:
@@ -80,7 +85,8 @@ class ProcessTreeCpu:
                     if proc is None:
                         try:
                             proc = ps.Process(kid)
-                        except ps.Error:
+                        except ps.Error as exc:
+                            log.debug_once("a child process gone before it was read: %s", exc)
                             continue
                     out.append(proc)
         return out
@@ -99,10 +105,10 @@ class ProcessTreeCpu:
                         self._procs[child.pid] = child
                         try:
                             child.cpu_percent(None)
-                        except ps.Error:
-                            pass
-            except ps.Error:
-                pass
+                        except ps.Error as exc:
+                            log.debug_once("a child's CPU time not read: %s", exc)
+            except ps.Error as exc:
+                log.debug_once("the process tree not read: %s", exc)
         cpu = 0.0
         rss = 0
         for pid, proc in list(self._procs.items()):
@@ -110,7 +116,8 @@ class ProcessTreeCpu:
                 with proc.oneshot():
                     cpu += proc.cpu_percent(None)
                     rss += proc.memory_info().rss
-            except ps.Error:
+            except ps.Error as exc:
+                log.debug("process %d no longer sampled: %s", pid, exc)
                 del self._procs[pid]
         return cpu, rss
 
@@ -258,6 +265,7 @@ class UtilizationSampler:
             self.tick()
         except Exception as exc:
             self.error = f"utilization sampler stopped: {type(exc).__name__}: {exc}"
+            log.debug("probe sampler: gave up", exc_info=True)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -265,6 +273,7 @@ class UtilizationSampler:
                 self.tick()
             except Exception as exc:  # sampling must never take the run down
                 self.error = f"utilization sampler stopped: {type(exc).__name__}: {exc}"
+                log.debug("probe sampler: gave up", exc_info=True)
                 return
             if self.after_tick is not None:
                 self.after_tick()

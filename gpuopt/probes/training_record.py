@@ -18,8 +18,11 @@ import hashlib
 import random
 from typing import Any
 
+from gpuopt.debug import logger
 from gpuopt.model.records import TrainingRecord
 from gpuopt.probes.protocol import RunContext
+
+log = logger(__name__)
 
 MAX_LOSSES = 1_000_000  # losses kept on the device at most (8 bytes each on a GPU)
 
@@ -35,7 +38,7 @@ def seed_everything(seed: int) -> None:
 
         np.random.seed(seed % 2**32)
     except ImportError:  # numpy is optional to the user's script
-        pass
+        log.debug("numpy not importable: not seeded")
 
 
 class TrainingRecorder:
@@ -88,8 +91,8 @@ class TrainingRecorder:
                 self._dropped += 1
                 return
             self._losses.append(tensor.detach().clone().reshape(()))
-        except Exception:  # recording must never break the user's backward
-            pass
+        except Exception as exc:  # recording must never break the user's backward
+            log.debug_once("a loss not kept: %s", exc, exc_info=True)
 
     def _stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         key = id(optimizer)

@@ -15,6 +15,11 @@ from gpuopt.defaults import SAMPLE_INTERVAL_S, WARMUP_STEPS, WINDOW_STEPS
 
 
 def main(argv: list[str] | None = None) -> int:
+    from gpuopt import debug
+
+    debug.isolate()
+    debug.tag(f"rank {os.environ.get('RANK', '0')}")  # the ranks share torchrun's stderr
+    debug.from_env()  # gpuopt --debug profile --nproc-per-node N: the launcher set it
     ap = argparse.ArgumentParser(prog="gpuopt-rank")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--warmup", type=int, default=WARMUP_STEPS)

@@ -24,12 +24,15 @@ import stat
 import sys
 from pathlib import Path
 
+from gpuopt import debug
 from gpuopt.atomic_write import write_atomic
 from gpuopt.errors import GpuoptError
 from gpuopt.model.document import empty_profile, encode
 from gpuopt.model.profile import Profile
 from gpuopt.paths import refuse_inputs, stat_or_none
 from gpuopt.probes.profiler_window import TRACE_NAME as WINDOW_TRACE_NAME
+
+log = debug.logger(__name__)
 
 PROFILE_NAME = "profile.json"
 JOB_NAME = "gpuopt-job.txt"  # a multi-node job's name, in the run directory its nodes share
@@ -82,7 +85,8 @@ class RunDirectory:
         if out.is_dir() and not (out / PROFILE_NAME).exists():
             try:
                 same = marker.read_text(encoding="utf-8").strip() == job
-            except OSError:
+            except OSError as exc:
+                log.debug("%s not read (%s): another job's", marker, exc)
                 same = False
             if same:
                 return cls(out)
@@ -137,6 +141,8 @@ class RunDirectory:
             raise GpuoptError(
                 f"{self.shown}/{PROFILE_NAME}: cannot write the profile: {_reason(exc)}"
             ) from None
+        # --debug: its lines also in debug.log (debug-2.log, ... beside an earlier one)
+        debug.keep_in(self.path)
 
 
 def _earlier_run(out: Path) -> list[Path]:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
-from gpuopt import torch_compat
+from gpuopt import debug, torch_compat
 from gpuopt.assemble.run_record import Outcome, RunRecord
 from gpuopt.errors import GpuoptError, say
 from gpuopt.model.profile import Profile, RunError
@@ -50,6 +50,7 @@ from gpuopt.runner.sources import overridden
 from gpuopt.runner.target import Target, run_target
 
 R = TypeVar("R")
+log = debug.logger(__name__)
 Finish = Callable[[RunRecord], Profile]
 
 CHECKPOINT_S = 2.0  # the least time between checkpoints of a running profile (seconds)
@@ -150,12 +151,21 @@ class ProfileSession:
             self._start_probes()
             outcome = self._run_target()
         except KeyboardInterrupt:  # Ctrl-C while gpuopt was starting, before the script ran
-            pass
+            log.debug("interrupted before the script ran")
         finally:
             self.t_end = self.clock()
             if self.memory is not None:
                 self.memory.outcome = outcome  # an OOM's post-mortem needs how it ended
             self._stop()
+        log.debug(
+            "the script ended: %s, exit code %d, %d step(s) marked by %s%s; warnings: %s",
+            outcome.status,
+            outcome.exit_code,
+            self.steps.count,
+            self.steps.marker,
+            " (stopped by --steps)" if outcome.stopped_by_steps else "",
+            self.warnings,
+        )
         if not self.run_dir.owned():
             return ChildExit(outcome.exit_code)
         return self.record(outcome)
@@ -222,9 +232,11 @@ class ProfileSession:
         self._copies = dict(fixes.sources)
         self.fixes_applied = [*fixes.fixes]
         self.warnings.extend(f"fixes: {n}" for n in applied.notes if "nothing to patch" in n)
+        log.debug("fixes from %s: %s; notes: %s", self.opts.fixes, fixes.fixes, applied.notes)
 
     def _start_probes(self) -> None:
         torch_compat.take_unavailable()  # the private torch names missing for this run, from now
+        debug.say_torch()
         self._apply_fixes()
         if self.opts.seed is not None and self.training is None:
             seed_everything(self.opts.seed)
@@ -260,12 +272,34 @@ class ProfileSession:
             probes.append(self.training)
         if self.collectives is not None:
             probes.append(self.collectives)
+        self._say_skipped()
         for p in [*probes, *(q for q in (self.recorder, self.window) if q is not None)]:
             try:
                 p.start(ctx)
                 self.started.append(p)
+                log.debug("probe %s: installed", p.name)
             except Exception as exc:
                 self.warnings.append(f"probe {p.name} could not start: {type(exc).__name__}: {exc}")
+                log.debug("probe %s: gave up at start", p.name, exc_info=True)
+
+    def _say_skipped(self) -> None:
+        """Debug lines: the probes this run goes without, and why."""
+        if not log.enabled():
+            return
+        o = self.opts
+        timed = "--measure-only (a timed run)"
+        no_window = "--window 0" if o.window <= 0 else "no CUDA device"
+        skipped: dict[str, tuple[object, str]] = {
+            "sampler": (self.sampler, timed),
+            "recorder": (self.recorder, "--window 0"),
+            "profiler-window": (self.window, timed if o.measure_only else no_window),
+            "memory": (self.memory, timed if o.measure_only else "no --memory-for, no CUDA device"),
+            "training": (self.training, "no --record-losses"),
+            "collectives": (self.collectives, "one process: no torchrun rank, no process group"),
+        }
+        for name, (probe, reason) in skipped.items():
+            if probe is None:
+                log.debug("probe %s: skipped: %s", name, reason)
 
     def _run_target(self) -> Outcome:
         for p in self.started:
@@ -301,8 +335,10 @@ class ProfileSession:
         for p in reversed(self.started):
             try:
                 p.stop()
+                log.debug("probe %s: stopped", p.name)
             except Exception as exc:
                 self.warnings.append(f"probe {p.name} failed to stop: {type(exc).__name__}: {exc}")
+                log.debug("probe %s: failed to stop", p.name, exc_info=True)
         if self._undo_fixes is not None:
             self._undo_fixes()
             self._undo_fixes = None
@@ -329,6 +365,7 @@ class ProfileSession:
             self.run_dir.write_profile(profile)
         except Exception as exc:  # a checkpoint that fails must not stop the run or the sampler
             self.checkpoint_error = f"{type(exc).__name__}: {exc}"  # tried again next tick
+            log.debug("checkpoint failed (tried again next tick)", exc_info=True)
             return
         self._checkpoints.written(now, self.clock(), len(record.step_ends))
         self.checkpoint_error = None
@@ -346,8 +383,8 @@ class ProfileSession:
                     self._write_at_exit(status, code)
                 except GpuoptError as exc:
                     say(f"gpuopt: error: {exc}")
-                except BaseException:  # the process is leaving: never stand in its way
-                    pass
+                except BaseException as exc:  # the process is leaving: never stand in its way
+                    log.debug("profile not written at os._exit: %r", exc, exc_info=True)
             real_exit(code)
 
         return _exit
@@ -386,8 +423,8 @@ class ProfileSession:
                 self._write_before_exec(name, path, argv)
             except GpuoptError as exc:
                 say(f"gpuopt: error: {exc}")
-            except BaseException:  # noqa: BLE001 - never stand in the exec's way
-                pass
+            except BaseException as exc:  # noqa: BLE001 - never stand in the exec's way
+                log.debug("profile not written before os.%s: %r", name, exc, exc_info=True)
             try:
                 real(path, argv, *rest)
             except BaseException as exc:
@@ -403,7 +440,8 @@ class ProfileSession:
     def _write_before_exec(self, name: str, path: Any, argv: Any) -> None:
         try:
             shown = " ".join(os.fsdecode(a) for a in argv) or os.fsdecode(path)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError) as exc:
+            log.debug("exec's argv not decoded (%s): shown as its path", exc)
             shown = repr(path)
         program = shown if len(shown) <= 200 else shown[:197] + "..."
         error = RunError(
@@ -431,6 +469,7 @@ class ProfileSession:
                 self.warnings.append(
                     f"probe {probe.name} could not report: {type(exc).__name__}: {exc}"
                 )
+            log.debug("probe %s: could not report", probe.name, exc_info=True)
             return None
 
     def _sampler(self) -> UtilizationSampler:
@@ -440,6 +479,8 @@ class ProfileSession:
         )
         if self.finish is not None:
             sampler.after_tick = self._checkpoint
+        if nvml_note:
+            log.debug("probe sampler: %s", nvml_note)
         if nvml_note and not self.opts.quiet:
             print(f"gpuopt: {nvml_note}", file=sys.stderr)
         return sampler
@@ -527,7 +568,8 @@ def _c_int(code: object) -> int | None:
     raise instead (not an integer, beyond a C int), as it then does in the script."""
     try:
         value = operator.index(code)  # type: ignore[arg-type]
-    except TypeError:
+    except TypeError as exc:
+        log.debug("os._exit(%r) will raise in the script: %s", code, exc)
         return None
     return value & 0xFF if -(1 << 31) <= value < 1 << 31 else None
 

@@ -25,11 +25,14 @@ from types import FrameType
 from typing import Any
 
 from gpuopt.assemble.run_record import Outcome
+from gpuopt.debug import logger
 from gpuopt.errors import GpuoptError, say
 from gpuopt.model.profile import RunError
 from gpuopt.probes.sites import GPUOPT_DIR
 from gpuopt.probes.steps import StopRun
 from gpuopt.runner.sources import source_for
+
+log = logger(__name__)
 
 
 class Terminated(BaseException):
@@ -81,7 +84,8 @@ def main_spec(path: str) -> ModuleSpec | None:
 def _is_zip(path: str) -> bool:
     try:
         return os.path.isfile(path) and zipfile.is_zipfile(path)
-    except OSError:
+    except OSError as exc:
+        log.debug("%s not read as a zip archive: %s", path, exc)
         return False
 
 
@@ -189,7 +193,8 @@ def run_target(target: Target) -> Outcome:
     prev_term: Any = None
     try:
         prev_term = signal.signal(signal.SIGTERM, _on_sigterm)
-    except ValueError:  # not the main thread (tests driving the runner from a thread)
+    except ValueError as exc:  # not the main thread (tests driving the runner from a thread)
+        log.debug("no SIGTERM handler (%s)", exc)
         prev_term = None
     try:
         if target.script is not None:
@@ -228,8 +233,8 @@ def run_target(target: Target) -> Outcome:
         if prev_term is not None:
             try:
                 signal.signal(signal.SIGTERM, prev_term)
-            except ValueError:
-                pass
+            except ValueError as exc:
+                log.debug("SIGTERM's handler not restored: %s", exc)
 
 
 def exit_status(code: int) -> int:
@@ -259,7 +264,8 @@ def safe_str(value: object) -> str:
     """``str(value)``, or what python prints when that raises."""
     try:
         return str(value)
-    except BaseException:  # noqa: BLE001 - a user's __str__ may raise anything
+    except BaseException as exc:  # noqa: BLE001 - a user's __str__ may raise anything
+        log.debug("str() of a %s failed: %r", type(value).__name__, exc)
         return "<exception str() failed>"
 
 
@@ -287,8 +293,8 @@ def print_user_traceback(exc: BaseException) -> None:
     try:
         sys.stderr.write("".join(te.format()))
         sys.stderr.flush()
-    except (OSError, ValueError, AttributeError):
-        pass
+    except (OSError, ValueError, AttributeError) as exc:
+        log.debug("the script's traceback not written: %s", exc)
 
 
 def _strip_ours(te: traceback.TracebackException, seen: set[int]) -> None:

@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 from gpuopt.assemble.rank_merge import merge_ranks
+from gpuopt.debug import logger
 from gpuopt.errors import GpuoptError
 from gpuopt.loading import rank_profiles
 from gpuopt.paths import default_run_dir
@@ -34,6 +35,8 @@ from gpuopt.runner.options import ProfileOptions
 from gpuopt.runner.run_dir import RunDirectory
 from gpuopt.runner.script_output import children_stdout
 from gpuopt.runner.target import Target
+
+log = logger(__name__)
 
 _NNODES = re.compile(r"^\s*(\d+)\s*(?::\s*(\d+)\s*)?$")
 # what gpuopt sets itself: --torchrun-arg may not set it again
@@ -149,10 +152,12 @@ def launch(opts: ProfileOptions, target: Target) -> int:
     env.setdefault("OMP_NUM_THREADS", "1")
     # NCCL times each collective on the GPU only when asked before its groups are made
     env.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
+    command = torchrun_command(opts, target, run_dir.path)
+    log.debug("torchrun: %s", command)
     try:
         # a document on stdout (--format json/md/html): the ranks' prints go to stderr
         stdout = children_stdout(opts.fmt, opts.quiet)
-        proc = subprocess.run(torchrun_command(opts, target, run_dir.path), env=env, stdout=stdout)
+        proc = subprocess.run(command, env=env, stdout=stdout)
     except KeyboardInterrupt:
         proc = subprocess.CompletedProcess([], 130)
     code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode

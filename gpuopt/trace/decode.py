@@ -31,6 +31,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from gpuopt.debug import logger
 from gpuopt.errors import GpuoptError, NotATrace
 from gpuopt.trace import decode_ahead, decode_worker, jsontext
 from gpuopt.trace import events as ev
@@ -43,6 +44,8 @@ from gpuopt.trace.pieces import (
     PieceStream,
     iter_blocks,
 )
+
+log = logger(__name__)
 
 _COLUMN_KEYS = (
     "ts",
@@ -191,6 +194,7 @@ def load_columns(path: Path) -> EventColumns:
     try:
         return _load_streaming(path)
     except Fallback:
+        log.debug("%s: the streaming decoder gave up: decoded whole", path)
         return _load_whole(path)
 
 

@@ -17,7 +17,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from gpuopt.debug import logger
 from gpuopt.trace import decode_worker, events
+
+log = logger(__name__)
 
 _started: tuple[tuple[int, int, int, int], decode_worker.DecodeHelper] | None = None
 
@@ -25,7 +28,8 @@ _started: tuple[tuple[int, int, int, int], decode_worker.DecodeHelper] | None = 
 def _identity(path: Path) -> tuple[int, int, int, int] | None:
     try:
         st = os.stat(path)
-    except OSError:
+    except OSError as exc:
+        log.debug("%s not stat'ed: %s", path, exc)
         return None
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 

@@ -45,14 +45,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-from gpuopt.trace import pieces as pieces_mod
-
 # Below this much JSON the helper saved under 0.02 s (5-8%) and added a second process's memory
 # (measured: docs/bench-trace.md); from ~25 MB up it saves 0.02-0.4 s. Forked early (before the
 # imports) it saved 5-32% of the whole run from 25 MB up in every benchmark run, while on the
 # 9.8 MB trace comparisons ranged from 12% faster to 24% slower and on 2.8 MB it did not pay: the
 # fork's copy-on-write faults and a helper decoding the whole file while the parent imports weigh
 # as much as the decoding it moves, on two vCPUs that give 1.1-2x one's throughput.
+from gpuopt.debug import logger
+from gpuopt.trace import pieces as pieces_mod
+
+log = logger(__name__)
+
 MIN_TEXT_BYTES = 16 << 20
 # The parent's share: a little over half, since the helper also decompresses the parent's half.
 PARENT_SHARE = 0.55
@@ -75,6 +78,7 @@ def wanted(path: Path, workers: int | None = None) -> bool:
             try:
                 workers = int(env)
             except ValueError:
+                log.debug("GPUOPT_TRACE_WORKERS=%r is not a number: ignored", env)
                 workers = None
     if workers is not None and workers <= 0:
         return False
@@ -86,7 +90,8 @@ def wanted(path: Path, workers: int | None = None) -> bool:
         return False
     try:
         cores = len(os.sched_getaffinity(0))
-    except OSError:
+    except OSError as exc:
+        log.debug("sched_getaffinity failed (%s): cpu_count instead", exc)
         cores = os.cpu_count() or 1
     return cores >= 2 and pieces_mod.text_size(path) >= MIN_TEXT_BYTES
 
@@ -121,12 +126,14 @@ class DecodeHelper:
         split = split_for(pieces_mod.text_size(path), early)
         try:
             fd = os.memfd_create("gpuopt-trace-helper", os.MFD_CLOEXEC)
-        except (OSError, AttributeError):
+        except (OSError, AttributeError) as exc:
+            log.debug("no decode helper: memfd_create failed: %s", exc)
             return None
         parent = os.getpid()
         try:
             pid = os.fork()
-        except OSError:
+        except OSError as exc:
+            log.debug("no decode helper: fork failed: %s", exc)
             os.close(fd)
             return None
         if (
@@ -155,7 +162,8 @@ class DecodeHelper:
                     with view[pos : pos + n] as frame:
                         out.append(read(frame))
                     pos += n
-        except (OSError, ValueError):
+        except (OSError, ValueError) as exc:
+            log.debug("the decode helper's output not read (%s): decoded here", exc)
             return []
         return out
 
@@ -164,8 +172,8 @@ class DecodeHelper:
         if not self._reaped:
             try:
                 os.kill(self.pid, signal.SIGKILL)
-            except OSError:
-                pass
+            except OSError as exc:
+                log.debug("the decode helper %d not killed: %s", self.pid, exc)
             self._wait()
         if self.fd >= 0:
             os.close(self.fd)
@@ -176,8 +184,8 @@ class DecodeHelper:
             return
         try:
             os.waitpid(self.pid, 0)
-        except ChildProcessError:
-            pass
+        except ChildProcessError as exc:
+            log.debug("the decode helper %d reaped already: %s", self.pid, exc)
         self._reaped = True
 
 
@@ -188,8 +196,8 @@ def _die_with(parent: int) -> None:  # pragma: no cover - child only
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    except (OSError, AttributeError) as exc:
+        log.debug("the decode helper's PR_SET_PDEATHSIG not set: %s", exc)
     if os.getppid() != parent:
         os._exit(1)
 
@@ -205,7 +213,7 @@ def _helper_main(path: Path, fd: int, split: int, frames: FrameWriter) -> None: 
                 out.write(_LEN.pack(len(frame)))
                 out.write(frame)
         code = 0
-    except BaseException:  # noqa: BLE001 - the parent redoes whatever the helper did not finish
-        pass
+    except BaseException as exc:  # noqa: BLE001 - the parent redoes what the helper did not finish
+        log.debug("the decode helper stopped: %r", exc, exc_info=True)
     finally:
         os._exit(code)

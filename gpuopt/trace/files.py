@@ -12,8 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from gpuopt.debug import logger
 from gpuopt.errors import GpuoptError
 from gpuopt.model.summary import SUMMARY_SUFFIX  # a rank summary, not a trace
+
+log = logger(__name__)
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 
@@ -45,7 +48,8 @@ def _runs_below(path: Path) -> str:
     """A hint when ``path`` holds run directories (``gpuopt report gpuopt-runs``)."""
     try:
         runs = sorted(p.parent.name for p in path.glob("*/profile.json"))
-    except OSError:
+    except OSError as exc:
+        log.debug("%s not listed: %s", path, exc)
         return ""
     if not runs:
         return ""

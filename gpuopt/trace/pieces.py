@@ -31,8 +31,11 @@ from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import BinaryIO, TypeVar, cast
 
+from gpuopt.debug import logger
 from gpuopt.errors import GpuoptError, NotATrace
 from gpuopt.trace import jsontext
+
+log = logger(__name__)
 
 try:  # Intel ISA-L's inflate: 2.4-3x zlib's speed on Kineto traces (docs/bench-trace.md), same API
     from isal import isal_zlib as zlib
@@ -158,7 +161,8 @@ def text_size(path: Path) -> int:
                 return size
             fh.seek(max(0, size - 4))
             isize = int.from_bytes(fh.read(4), "little")
-    except OSError:
+    except OSError as exc:
+        log.debug("%s: gzip size not read: %s", path, exc)
         return 0
     # ISIZE is the size modulo 2**32: add whole 4 GiB turns until it is at least the compressed
     # size.
@@ -328,6 +332,7 @@ class PieceJoiner:
         try:
             out = decode(self.start, end, data)
         except CutError:
+            log.debug("piece at %d cut mid-value: decoded with the whole document", self.start)
             self.failed()
             return None
         self.decoded()
