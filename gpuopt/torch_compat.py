@@ -20,12 +20,12 @@ Public names (``torch.compile``, ``torch.profiler``...) stay where they are used
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpuopt.debug import logger
 from gpuopt.errors import GpuoptError
 
 if TYPE_CHECKING:  # the classes gpuopt subclasses or checks against, typed as torch's own
@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # the classes gpuopt subclasses or checks against, typed as t
     from torch._subclasses.fake_tensor import FakeTensorMode as FakeTensorMode
     from torch.utils._python_dispatch import TorchDispatchMode as TorchDispatchMode
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 # Dynamo's package: its import costs over a second, so the compile probe hooks it when the
 # script imports it (an import hook watches for this name) rather than importing it itself.

@@ -353,3 +353,30 @@ def test_a_childs_debug_lines_are_passed_on_and_not_its_error(
 def test_an_optimize_runs_failure_tail_leaves_out_debug_lines() -> None:
     text = f"Traceback ...\nValueError: boom\n{PREFIX}runner.session: probe x: installed\n"
     assert runs._tail(text) == "Traceback ...\nValueError: boom"
+
+
+def _silent_handlers() -> list[str]:
+    """The broad ``except`` clauses in gpuopt whose whole body only leaves (``pass``,
+    ``continue``, ``break``, a bare ``return``): each swallows an error without a word."""
+    import ast
+
+    found = []
+    for path in sorted((ROOT / "gpuopt").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ExceptHandler):
+                continue
+            kinds = node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]
+            names = {k.id for k in kinds if isinstance(k, ast.Name)}
+            if node.type is not None and not names & {"Exception", "BaseException"}:
+                continue
+            leaves = (ast.Pass, ast.Continue, ast.Break)
+            if all(
+                isinstance(b, leaves) or (isinstance(b, ast.Return) and b.value is None)
+                for b in node.body
+            ):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return found
+
+
+def test_no_broad_except_swallows_without_a_debug_line() -> None:
+    assert _silent_handlers() == []

@@ -405,7 +405,8 @@ class DataLoaderProbe:
         """One sampled fetch of ``dt`` seconds: the thread's counters since ``before``."""
         try:
             cpu, runq = self._thread_clock.read()
-        except Exception:  # measuring must never break the user's loader
+        except Exception as exc:  # measuring must never break the user's loader
+            log.debug_once("a fetch's CPU time not read: %s", exc)
             return
         stats.fetch_samples += 1
         stats.fetch_wall_s += dt
