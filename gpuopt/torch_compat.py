@@ -364,10 +364,10 @@ def resolve(key: str) -> Any:
         except (ImportError, AttributeError) as exc:
             missing = Unavailable(key, torch_version())
             _missing[key] = missing
-            log.debug("torch_compat: %s (%s: %s)", missing, type(exc).__name__, exc)
+            log.debug("%s (%s: %s)", missing, type(exc).__name__, exc)
         else:
             _found[key] = value
-            log.debug("torch_compat: %s found (%s)", e.name, e.feature)
+            log.debug("%s found (%s)", e.name, e.feature)
             return value
     _noted.setdefault(key, str(missing))
     raise missing

@@ -335,5 +335,6 @@ def test_the_fetch_cpu_share_leaves_out_the_wait_for_a_core(tmp_path: Path) -> N
         probe.stop()
     (stats,) = probe.result().loaders
     assert stats.fetch_samples == FETCH_SAMPLES and stats.batches == FETCH_SAMPLES + 10
+    assert probe._sampling == 0  # the later fetches make no call into the sampling
     (info,) = probe.result().infos([0])
     assert given(info.fetch_cpu_share) == pytest.approx(1 / 3, abs=1e-4)

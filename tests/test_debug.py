@@ -153,8 +153,11 @@ def test_a_probe_without_the_private_name_it_reads_says_so(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A torch whose Dynamo has no ``_compilation_metrics`` (nor the graph-break hook): the
-    compile probe notes it in the profile and, under --debug, logs why with the traceback."""
+    compile probe gives them up, labelled for the run's warnings, and under --debug the lookup
+    says what it missed and why."""
     import importlib
+
+    from gpuopt import torch_compat
 
     real = importlib.import_module
 
@@ -163,20 +166,21 @@ def test_a_probe_without_the_private_name_it_reads_says_so(
             return types.ModuleType(name)  # a module without the names the probe reads
         return real(name, *args)
 
-    monkeypatch.setattr("gpuopt.probes.compile.importlib.import_module", import_module)
-    debug.enable()
-    capsys.readouterr()
-    probe = CompileProbe()
-    probe._attach()
-    lines = debug_lines(capsys.readouterr().err)
-    where = f"{PREFIX}probes.compile: "
-    assert f"{where}probe compile: gave up on Dynamo's compile records" in lines
-    assert f"{where}probe compile: gave up on graph-break sites" in lines
-    assert any(
-        line.startswith(f"{where}AttributeError: ") and "_compilation_metrics" in line
-        for line in lines
-    )
-    assert any("not readable here" in n for n in probe.capture.notes)  # as without --debug
+    monkeypatch.setattr("gpuopt.torch_compat.importlib.import_module", import_module)
+    torch_compat.reset()
+    try:
+        debug.enable()
+        capsys.readouterr()
+        CompileProbe()._attach()
+        lines = debug_lines(capsys.readouterr().err)
+        warnings = torch_compat.take_unavailable()
+    finally:
+        torch_compat.reset()
+    where = f"{PREFIX}torch_compat: compile probe"
+    for name in ("torch._dynamo.utils._compilation_metrics", "log_graph_break"):
+        (line,) = [x for x in lines if x.startswith(where) and name in x]
+        assert " not available on torch " in line and "(AttributeError: " in line
+        assert any(name in w and "not available on torch" in w for w in warnings)
 
 
 class _BrokenTorch(types.ModuleType):

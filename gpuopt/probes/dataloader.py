@@ -41,7 +41,7 @@ from gpuopt.model.profile import DataLoaderInfo
 from gpuopt.probes.contention import ThreadClock
 from gpuopt.probes.protocol import RunContext
 
-FETCH_SAMPLES = 64  # fetches of a 0-worker loader whose CPU time is read (two reads of 8 µs each)
+FETCH_SAMPLES = 16  # fetches of a 0-worker loader whose CPU time is read (two reads of 8 µs each)
 log = logger(__name__)
 
 BatchListener = Callable[[Any], None]
@@ -185,6 +185,9 @@ class DataLoaderProbe:
         self._clock = clock
         self._thread_clock = thread_clock or ThreadClock()  # the fetching thread's counters
         self.loaders: dict[int, LoaderStats] = {}
+        # 0-worker loaders whose fetches are still sampled: when none is, a fetch makes no
+        # call into the sampling (the per-step cost tests/test_profile_cost.py counts)
+        self._sampling = 0
         self.wait_by_step: dict[int, float] = {}
         self.first_fetch_t: float | None = None
         self._orig_next: Any = None
@@ -226,7 +229,7 @@ class DataLoaderProbe:
 
         def __next__(it: Any) -> Any:
             step = probe._step_count()
-            sampled = probe._sampled(it)
+            sampled = probe._sampled(it) if probe._sampling else None
             cpu0 = probe._thread_clock.read() if sampled is not None else None  # before t0
             t0 = probe._clock()
             if probe.first_fetch_t is None:
@@ -344,6 +347,7 @@ class DataLoaderProbe:
             if built:
                 stats.built_at, stats.built_via = built
             self.loaders[key] = stats
+            self._sampling += not stats.num_workers
             try:
                 self._alive[key] = weakref.ref(loader)
             except TypeError as exc:
@@ -409,6 +413,7 @@ class DataLoaderProbe:
             log.debug_once("a fetch's CPU time not read: %s", exc)
             return
         stats.fetch_samples += 1
+        self._sampling -= stats.fetch_samples == FETCH_SAMPLES
         stats.fetch_wall_s += dt
         stats.fetch_cpu_s += max(cpu - before[0], 0) / 1e9
         stats.fetch_runq_s += max(runq - before[1], 0) / 1e9
