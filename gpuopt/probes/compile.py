@@ -287,6 +287,11 @@ class CompileProbe:
                 library_code=bool(codes)
                 and all(not self._frame(f, 0, "").user for f, _, _ in codes),
             )
+            call.compiles_nothing = (
+                call.module_method
+                and call.library_code
+                and not torch_compat.module_compile_traces_torch_forward()
+            )
         except Exception as exc:
             self.capture.errors.append(f"torch.compile call not noted: {exc}")
             return None
