@@ -297,6 +297,14 @@ ENTRIES: dict[str, Entry] = {
         "memory probe's replay of compiled modules",
         "a torch.compile'd module is replayed through its compiled wrapper",
     ),
+    # read with check() only: its absence is older torch's behaviour, not a gap of gpuopt's
+    "compiled.wraps_call_impl": Entry(
+        "torch._dynamo.eval_frame",
+        "OptimizedModule._should_wrap_module_call_impl",
+        "compile probe's nothing-compiled warning",
+        "Module.compile() of torch's own module is said to compile nothing",
+        since=(2, 14),
+    ),
 }
 
 
@@ -609,6 +617,13 @@ def shutdown_workers(it: Any) -> None:
 
 def aot_module() -> Any:
     return resolve("functorch.aot_module")
+
+
+def module_compile_traces_torch_forward() -> bool:
+    """Whether ``Module.compile()`` of a module whose forward is torch's own (``nn.Linear``)
+    compiles it: torch 2.14's Dynamo wraps such a ``_call_impl`` in a frame it traces; older
+    torches skip torch's code and compile nothing. Imports Dynamo."""
+    return check("compiled.wraps_call_impl") is None
 
 
 def compiled_original(module: Any) -> Any:

@@ -16,11 +16,12 @@ import pytest
 import torch
 from conftest import ROOT, load_benchmark
 
+from gpuopt import torch_compat
 from gpuopt.compile.events import FrameRecord
 from gpuopt.memory.capture import StepRecorder
 from gpuopt.memory.cuda import RecordedAllocator
 from gpuopt.probes import steps as steps_mod
-from gpuopt.probes.compile import own_frames
+from gpuopt.probes.compile import CompileProbe, own_frames
 from gpuopt.probes.memory import MemoryProbe
 from gpuopt.probes.protocol import RunContext
 
@@ -121,8 +122,9 @@ def test_a_compiled_model_keeps_running_compiled_through_the_memory_probes_steps
     """The GPU side of the memory probe (a recorded allocator): step 0 recorded as a program,
     step 1 under the category tracker. The compiled model is compiled once, in step 0, and its
     graph runs in every step: no recompile when the recording ends or the tracker's hooks go, no
-    code marked to run eagerly. A compiled ``nn.Sequential`` (torch's own code: Dynamo compiles
-    none of it) stays uncompiled: its layers are not called through gpuopt's wrapper."""
+    code marked to run eagerly. A compiled ``nn.Sequential`` (torch's own code: Dynamo before
+    2.14 compiles none of it) stays uncompiled: its layers are not called through gpuopt's
+    wrapper; torch 2.14 compiles it once, in step 0, as a run without gpuopt does."""
     compiled: list[int] = []  # the step of each compile
     runs: list[int] = []  # the step of each run of a compiled graph
     step = [0]
@@ -160,9 +162,31 @@ def test_a_compiled_model_keeps_running_compiled_through_the_memory_probes_steps
         probe.stop()
     m = probe.result()
     assert m is not None and m.measured is not None and m.measured.tracked_step == 1
-    assert compiled == [0]
-    assert runs == [0, 1, 2, 3, 4]
+    # torch 2.14's Dynamo compiles the Sequential's Module.compile() too: one more graph a step
+    graphs = 2 if torch_compat.module_compile_traces_torch_forward() else 1
+    assert compiled == [0] * graphs
+    assert runs == [i for i in range(5) for _ in range(graphs)]
     assert "not named by module: the script compiles" in (m.note or "")
+
+
+def test_torchs_own_module_compiled_in_place_is_noted_as_compiling_nothing_where_it_does(
+    tmp_path: Path, dynamo: None
+) -> None:
+    """``Linear.compile()`` is noted as compiling nothing where Dynamo skips torch's code (before
+    torch 2.14) and not where it compiles it; ``Module.compile()`` of the script's own never."""
+    probe = CompileProbe()
+    probe.start(RunContext(script="t.py", user_roots=[Path(__file__).parent], out_dir=tmp_path))
+    try:
+        torch.nn.Linear(2, 2).compile(backend="eager")
+        _Net().compile(backend="eager")
+    finally:
+        probe.stop()
+    lin, net = probe.result().calls
+    assert (lin.target, net.target) == ("Linear", "_Net")
+    assert lin.module_method and net.module_method
+    assert lin.library_code and not net.library_code
+    assert lin.compiles_nothing is not torch_compat.module_compile_traces_torch_forward()
+    assert not net.compiles_nothing
 
 
 def test_frames_compiled_in_gpuopts_own_code_are_named() -> None:

@@ -105,7 +105,7 @@ def _add_compile(p: Profile, rec: RunRecord, measured: list[int]) -> list[str]:
 def _nothing_compiled(cap: CompileCapture) -> str:
     """Why a run that called torch.compile compiled nothing, as far as the calls say."""
     sites = ", ".join(dict.fromkeys(c.site or "?" for c in cap.calls))
-    torch_own = [c for c in cap.calls if c.module_method and c.library_code]
+    torch_own = [c for c in cap.calls if c.compiles_nothing]
     if torch_own:
         names = ", ".join(dict.fromkeys(f"{c.target}.compile()" for c in torch_own))
         return (

@@ -33,6 +33,8 @@ class CallRecord:
     codes: list[tuple[str, int, str]] = field(default_factory=list)
     module_method: bool = False  # Module.compile() (it compiles the module's _call_impl)
     library_code: bool = False  # every code object it compiles is torch's or a package's
+    # Module.compile() of torch's own module on a torch whose Dynamo skips it (before 2.14)
+    compiles_nothing: bool = False
 
 
 @dataclass

@@ -296,6 +296,11 @@ class CompileProbe:
                 library_code=bool(codes)
                 and all(not self._frame(f, 0, "").user for f, _, _ in codes),
             )
+            call.compiles_nothing = (
+                call.module_method
+                and call.library_code
+                and not torch_compat.module_compile_traces_torch_forward()
+            )
         except Exception as exc:
             log.debug("probe compile: a torch.compile call not noted", exc_info=True)
             self.capture.errors.append(f"torch.compile call not noted: {exc}")
