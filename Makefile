@@ -51,8 +51,8 @@ ci-baseline: $(VENV)/.installed
 
 # the compatibility matrix (docs/compatibility.md): one venv per entry in .venv-matrix/, the suite
 # in each, a table of passed/failed/skipped; MATRIX="floors torch-2.14.1" runs those entries only,
-# PYTEST_ARGS="-q tests/test_cli_entry.py" a subset, OLDEST_TORCH the oldest torch supported
-OLDEST_TORCH ?= 2.4.1
+# PYTEST_ARGS="-q tests/test_cli_entry.py" a subset, OLDEST_TORCH another oldest torch than pyproject.toml's
+OLDEST_TORCH ?=
 MATRIX ?=
 PYTEST_ARGS ?= -q
 .PHONY: test-matrix

@@ -1,9 +1,10 @@
 """The compatibility matrix: one venv per entry under .venv-matrix/NAME, the suite run in each,
 and a table of passed / failed / skipped per entry (docs/compatibility.md).
 
-Entries: ``torch-V`` for each torch version (the oldest supported, then the newest ones), every
-other dependency at its newest; ``floors``: every dependency at its floor (ci/floors.txt, which
-tests/test_dependencies.py keeps equal to pyproject.toml's lower bounds) with torch 2.13.0.
+Entries: ``torch-V`` for the oldest torch pyproject.toml supports and the newest installable,
+every other dependency at its newest; ``floors``: every dependency at its floor (ci/floors.txt,
+which tests/test_dependencies.py keeps equal to pyproject.toml's lower bounds) with the oldest
+torch.
 
     python3 ci/test_matrix.py                          # every entry, the whole suite
     python3 ci/test_matrix.py floors torch-2.14.1      # those entries only
@@ -30,10 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX_DIR = ROOT / ".venv-matrix"
 FLOORS = ROOT / "ci" / "floors.txt"
-FLOORS_TORCH = "2.13.0"
-NEWEST_TORCHES = ("2.13.0", "2.14.1")
-# torch wheels before 2.3 were built against numpy 1.x and fail to import numpy 2's arrays
-NUMPY_1_BEFORE = (2, 3)
+NEWEST_TORCH = "2.14.1"  # the newest the package index here serves
 
 
 @dataclass(frozen=True)
@@ -41,11 +39,10 @@ class Entry:
     name: str
     torch: str
     floors: bool = False
-    extra: tuple[str, ...] = ()  # more pins for this entry (e.g. numpy<2)
 
     def spec(self) -> str:
         """What the venv is built from: a new spec means a new venv."""
-        parts = [f"torch=={self.torch}", *self.extra]
+        parts = [f"torch=={self.torch}"]
         if self.floors:
             parts.append(FLOORS.read_text(encoding="utf-8"))
         return "\n".join(parts)
@@ -78,13 +75,23 @@ def floors_text() -> str:
     return head + "".join(p + "\n" for p in lower_bounds())
 
 
+def torch_floor(pyproject: Path = ROOT / "pyproject.toml") -> str:
+    """The oldest torch pyproject.toml supports, as a release ("2.13" -> "2.13.0")."""
+    import tomllib
+
+    for dep in tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"]:
+        found = re.match(r"torch\s*>=\s*([^,\s;]+)", dep)
+        if found:
+            version = found.group(1)
+            return version + ".0" * (2 - version.count("."))
+    raise SystemExit("pyproject.toml declares no torch lower bound")
+
+
 def entries(oldest_torch: str) -> list[Entry]:
-    found = []
-    for version in dict.fromkeys((oldest_torch, *NEWEST_TORCHES)):
-        major_minor = tuple(int(x) for x in version.split(".")[:2])
-        extra = ("numpy<2",) if major_minor < NUMPY_1_BEFORE else ()
-        found.append(Entry(f"torch-{version}", version, extra=extra))
-    found.append(Entry("floors", FLOORS_TORCH, floors=True))
+    """The oldest supported torch and the newest, each with the newest dependencies, and every
+    dependency at its floor with the oldest torch."""
+    found = [Entry(f"torch-{v}", v) for v in dict.fromkeys((oldest_torch, NEWEST_TORCH))]
+    found.append(Entry("floors", torch_floor(), floors=True))
     return found
 
 
@@ -110,7 +117,7 @@ def build(entry: Entry, rebuild: bool, torch_index: str = "") -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
     _pip(py, "--upgrade", "pip")
     index = ["--index-url", torch_index] if torch_index else []
-    _pip(py, *index, f"torch=={entry.torch}", *entry.extra)
+    _pip(py, *index, f"torch=={entry.torch}")
     if entry.floors:
         # the floors first, then gpuopt without its dependencies, then the dev tools held to
         # the floors (-c) so that none of them lifts a floor
@@ -118,7 +125,7 @@ def build(entry: Entry, rebuild: bool, torch_index: str = "") -> Path:
         _pip(py, "--no-deps", "-e", str(ROOT))
         _pip(py, "-c", str(FLOORS), *dev_tools())
     else:
-        constraints = [f"torch=={entry.torch}", *entry.extra]
+        constraints = [f"torch=={entry.torch}"]
         cfile = venv / "constraints.txt"
         cfile.write_text("".join(c + "\n" for c in constraints), encoding="utf-8")
         _pip(py, "-c", str(cfile), "-e", f"{ROOT}[dev]")
@@ -177,7 +184,11 @@ def table(rows: list[dict[str, object]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("names", nargs="*", help="entries to run (default: all)")
-    ap.add_argument("--oldest-torch", default=os.environ.get("OLDEST_TORCH", "2.4.1"))
+    ap.add_argument(
+        "--oldest-torch",
+        default=os.environ.get("OLDEST_TORCH") or torch_floor(),
+        help="the oldest torch entry's version (default: pyproject.toml's lower bound)",
+    )
     ap.add_argument(
         "--pytest-args",
         default=os.environ.get("PYTEST_ARGS", "-q"),

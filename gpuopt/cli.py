@@ -40,9 +40,10 @@ def usage_line(exc: Any, command: str = "") -> str:
     if message[:1].isupper() and not message[1:2].isupper():
         message = message[0].lower() + message[1:]
     ctx = getattr(exc, "ctx", None)
-    path = ctx.command_path if ctx is not None else "gpuopt"
-    prog, _, named = path.partition(" ")
-    named = named or command
+    # the program as the user typed it: "gpuopt", or "python -m gpuopt" (a name with spaces)
+    prog = ctx.find_root().command_path if ctx is not None else "gpuopt"
+    path = ctx.command_path if ctx is not None else prog
+    named = path[len(prog) :].strip() or command
     where = f"{prog} {named}" if named else prog
     return f"{named + ': ' if named else ''}{message}; see {where} --help"
 

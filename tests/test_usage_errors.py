@@ -86,6 +86,24 @@ def test_the_line_names_the_help_of_the_command_at_fault() -> None:
 
 
 @pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["--bogus"], "gpuopt: error: no such option: --bogus; see python -m gpuopt --help"),
+        (
+            ["check", "--bogus"],
+            "gpuopt: error: check: no such option: --bogus; see python -m gpuopt check --help",
+        ),
+    ],
+    ids=["group", "command"],
+)
+def test_python_m_gpuopt_is_named_whole(argv: list[str], line: str) -> None:
+    """The program's name has a space in it; the command at fault is what follows it."""
+    r = runner.invoke(app, argv, prog_name="python -m gpuopt")
+    assert r.exit_code == 2
+    assert r.output.strip().replace("no such option '--bogus'", "no such option: --bogus") == line
+
+
+@pytest.mark.parametrize(
     "argv",
     [
         ["profile", "--steps", "0", "x.py"],  # typer, through the console entry point
