@@ -1,8 +1,8 @@
 """The compatibility matrix: one venv per entry under .venv-matrix/NAME, the suite run in each,
 and a table of passed / failed / skipped per entry (docs/compatibility.md).
 
-Entries: ``torch-V`` for the oldest torch pyproject.toml supports and the newest installable,
-every other dependency at its newest; ``floors``: every dependency at its floor (ci/floors.txt,
+Entries: ``torch-V`` for the oldest torch pyproject.toml supports, CI's and the newest
+installable, every other dependency at its newest; ``floors``: every dependency at its floor (ci/floors.txt,
 which tests/test_dependencies.py keeps equal to pyproject.toml's lower bounds) with the oldest
 torch.
 
@@ -31,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX_DIR = ROOT / ".venv-matrix"
 FLOORS = ROOT / "ci" / "floors.txt"
+CI_TORCH = "2.13.0"  # the project venv's and CI's (Makefile TORCH_SPEC)
 NEWEST_TORCH = "2.14.1"  # the newest the package index here serves
 
 
@@ -88,9 +89,10 @@ def torch_floor(pyproject: Path = ROOT / "pyproject.toml") -> str:
 
 
 def entries(oldest_torch: str) -> list[Entry]:
-    """The oldest supported torch and the newest, each with the newest dependencies, and every
-    dependency at its floor with the oldest torch."""
-    found = [Entry(f"torch-{v}", v) for v in dict.fromkeys((oldest_torch, NEWEST_TORCH))]
+    """The oldest supported torch, CI's and the newest, each with the newest dependencies, and
+    every dependency at its floor with the oldest torch."""
+    versions = (oldest_torch, CI_TORCH, NEWEST_TORCH)
+    found = [Entry(f"torch-{v}", v) for v in dict.fromkeys(versions)]
     found.append(Entry("floors", torch_floor(), floors=True))
     return found
 

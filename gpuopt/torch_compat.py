@@ -158,7 +158,7 @@ ENTRIES: dict[str, Entry] = {
         "TorchDispatchMode._should_skip_dynamo",
         "dispatch recorder's Dynamo opt-out",
         "no effect: this torch does not wrap a mode's handler",
-        since=(2, 13),
+        since=(2, 11),
     ),
     "function.mode_stack": Entry(
         "torch.overrides",

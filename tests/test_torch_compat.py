@@ -154,3 +154,46 @@ def test_a_run_on_a_torch_with_every_name_has_no_such_warning(
         run_profile(opts)
     capsys.readouterr()
     assert not [w for w in load_profile(out).warnings if "not available on torch" in w]
+
+
+class _Translator210:
+    """Dynamo's graph-break log call as torch 2.10 has it (keyword ``user_stack``, no exception)."""
+
+    def log_graph_break(self, code_options: Any, reason: str = "", user_stack: Any = None) -> str:
+        return f"logged {reason}"
+
+
+class _Translator211:
+    """As torch 2.11 and later have it: the exception of the break is passed."""
+
+    def log_graph_break(self, code_options: Any, reason: str, exc: Any) -> str:
+        return f"logged {reason}"
+
+
+@pytest.mark.parametrize(
+    ("translator", "call", "breaks"),
+    [
+        (_Translator211, lambda t: t.log_graph_break({}, "why", RuntimeError("break")), 1),
+        (_Translator210, lambda t: t.log_graph_break({}, reason="why", user_stack=[]), 0),
+    ],
+    ids=["2.11", "2.10"],
+)
+def test_the_graph_break_hook_passes_every_form_of_the_call_through(
+    monkeypatch: pytest.MonkeyPatch, translator: type, call: Any, breaks: int
+) -> None:
+    """A graph break is recorded where the call carries its exception; an older form of the call
+    reaches Dynamo unchanged rather than failing the user's compile."""
+    from gpuopt.probes.compile import CompileProbe
+
+    monkeypatch.setattr(torch_compat, "graph_break_translator", lambda: translator)
+    probe = CompileProbe()
+    seen: list[Any] = []
+    monkeypatch.setattr(probe, "_on_break", lambda tr, exc: seen.append(exc))
+    dynamos = translator.log_graph_break
+    probe._attach()
+    try:
+        assert call(translator()) == "logged why"
+    finally:
+        probe._detach()
+    assert len(seen) == breaks
+    assert translator.log_graph_break is dynamos  # Dynamo's own again once the probe stops

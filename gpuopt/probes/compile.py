@@ -344,10 +344,12 @@ class CompileProbe:
             probe = self
 
             @functools.wraps(original)
-            def log_graph_break(tr: Any, code_options: Any, reason: str, exc: Any) -> Any:
-                if not getattr(exc, "logged", False):
+            def log_graph_break(tr: Any, *args: Any, **kwargs: Any) -> Any:
+                # (code_options, reason, exc) from torch 2.11; an older call passes through
+                exc = kwargs.get("exc", args[2] if len(args) > 2 else None)
+                if isinstance(exc, BaseException) and not getattr(exc, "logged", False):
                     probe._on_break(tr, exc)
-                return original(tr, code_options, reason, exc)
+                return original(tr, *args, **kwargs)
 
             translator.log_graph_break = log_graph_break
             self._translator, self._orig_log_break = translator, original
