@@ -2,9 +2,9 @@
 and a table of passed / failed / skipped per entry (docs/compatibility.md).
 
 Entries: ``torch-V`` for the oldest torch pyproject.toml supports, CI's and the newest
-installable, every other dependency at its newest; ``floors``: every dependency at its floor (ci/floors.txt,
-which tests/test_dependencies.py keeps equal to pyproject.toml's lower bounds) with the oldest
-torch.
+installable, every other dependency at its newest; ``floors``: every dependency at its floor
+(ci/floors.txt, which tests/test_dependencies.py keeps equal to pyproject.toml's lower bounds)
+with the oldest torch.
 
     python3 ci/test_matrix.py                          # every entry, the whole suite
     python3 ci/test_matrix.py floors torch-2.14.1      # those entries only
