@@ -112,7 +112,10 @@ def test_a_crashing_rank_is_named_and_the_others_profiles_written(tmp_path: Path
         "type": "RuntimeError",
         "message": "rank 1 failed: planted crash on rank 1 at step 4",
     }
-    assert [e["status"] for e in doc["ranks"]] == ["error", "error"]
+    # rank 0 fails on the dead peer, or torchrun stops it first (SIGTERM, then SIGKILL after
+    # its grace period: seen with torch 2.14.1 on a loaded 2-core machine); either way recorded
+    assert [e["status"] for e in doc["ranks"]][1] == "error"
+    assert doc["ranks"][0]["status"] in ("error", "interrupted")
     assert (out / "rank-0" / "profile.json").exists()
     assert _doc(out / "rank-0")["steps"]["count"] >= 3  # its steps before the crash are kept
     assert "RuntimeError: rank 1 failed: planted crash on rank 1 at step 4" in r.stdout

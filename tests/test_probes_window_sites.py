@@ -210,10 +210,13 @@ def test_quiet_profiler_drops_torchs_lines_and_keeps_the_others(
             )
             os.write(2, b"USDT:2026-11-26 16:52:20 1:1 SyncActivityProfilerHandler.cpp:59] x\n")
             os.write(2, b"W1126 16:52:20.123456 1 CuptiActivityApi.cpp:1] y\n")
+            # torch's CUDA build on a machine without a GPU
+            os.write(2, b"ERROR:2026-11-28 21:09:43 15628:15628 DeviceProperties.cpp:56] z\n")
             print("the user's own line", file=sys.stderr)
+            print("ERROR: the user's own error line", file=sys.stderr)
     err = capfd.readouterr().err
     assert not seen
-    assert err == "the user's own line\n"
+    assert err == "the user's own line\nERROR: the user's own error line\n"
 
 
 @pytest.mark.parametrize(

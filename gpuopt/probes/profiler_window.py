@@ -47,8 +47,13 @@ log = logger(__name__)
 
 TRACE_NAME = "profiler-window.pt.trace.json.gz"
 # Kineto's and glog's native log lines (not the user's): "USDT:2026-11-26 16:52:20 28074:28074
-# SyncActivityProfilerHandler.cpp:59] profiler_stop", "STAGE:...", "W1126 16:52:20.1 ... ]".
-_NATIVE_LOG = re.compile(rb"^(USDT:|STAGE:|\[?[IWEF]\d{4} \d\d:\d\d:\d\d)")
+# SyncActivityProfilerHandler.cpp:59] profiler_stop", "STAGE:...", "ERROR:2026-11-28 21:09:43
+# 15628:15628 DeviceProperties.cpp:56] gpuGetDeviceCount failed" (a CUDA build without a GPU),
+# "W1126 16:52:20.1 ... ]".
+_NATIVE_LOG = re.compile(
+    rb"^(USDT:|STAGE:|(INFO|WARNING|ERROR):\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ "
+    rb"|\[?[IWEF]\d{4} \d\d:\d\d:\d\d)"
+)
 TEARDOWN_ENV = "TEARDOWN_CUPTI"
 
 
