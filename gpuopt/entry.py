@@ -193,33 +193,15 @@ def parse_profile(argv: list[str]) -> ProfileOptions | None:
     return None
 
 
-# gpuopt check's options that take a value: the settings keys, then the others
-_CHECK_SETTINGS = (
-    "--max-step-time-regression",
-    "--max-data-wait-increase",
-    "--max-outside-ops-increase",
-    "--max-gpu-idle-increase",
-    "--min-gpu-util",
-    "--step-time-noise",
-    "--share-noise",
-    "--gates",
-)
-_CHECK_VALUED = (
-    *_CHECK_SETTINGS,
-    "--baseline",
-    "--allow",
-    "--config",
-    "--junit",
-    "--format",
-    "-o",
-    "--output",
-)
 _CHECK_REPEATABLE = ("--baseline", "--allow")
 
 
 def _check_options(argv: list[str]) -> tuple[list[str], dict[str, list[str]]] | None:
     """``(paths, {option: [values]})`` of a ``check`` command line, None for anything but
-    positional paths, options of ``_CHECK_VALUED`` with a plain value, and the strict flags."""
+    positional paths, options of :data:`gpuopt.gate.argv.VALUED` with a plain value, and the
+    strict flags."""
+    from gpuopt.gate.argv import VALUED
+
     paths: list[str] = []
     got: dict[str, list[str]] = {}
     i = 1
@@ -229,9 +211,9 @@ def _check_options(argv: list[str]) -> tuple[list[str], dict[str, list[str]]] | 
         if arg in ("--strict", "--no-strict"):
             name, value = "--strict", "true" if arg == "--strict" else "false"
             i += 1
-        elif eq and name in _CHECK_VALUED and name.startswith("--"):  # `-o=x` is "=x" to click
+        elif eq and name in VALUED and name.startswith("--"):  # `-o=x` is "=x" to click
             i += 1
-        elif arg in _CHECK_VALUED and i + 1 < len(argv):
+        elif arg in VALUED and i + 1 < len(argv):
             name, value = arg, argv[i + 1]
             i += 2
         elif arg.startswith("-") or not arg:
@@ -255,7 +237,7 @@ def parse_check(argv: list[str]) -> CheckArgs | None:
     parsed = _check_options(argv)
     if parsed is None:
         return None
-    from gpuopt.gate.argv import ambiguous_baseline
+    from gpuopt.gate.argv import SETTINGS, ambiguous_baseline
 
     if ambiguous_baseline(argv[1:]):
         return None  # typer's command refuses it, with the reason
@@ -272,7 +254,7 @@ def parse_check(argv: list[str]) -> CheckArgs | None:
     return CheckArgs(
         candidate=paths,
         baseline=got["--baseline"],
-        flags={name[2:]: one(name) for name in _CHECK_SETTINGS},
+        flags={name[2:]: one(name) for name in SETTINGS},
         allow=got.get("--allow", []),
         strict=None if strict is None else strict == "true",
         config=one("--config"),

@@ -13,8 +13,10 @@ Pure and import-light: the entry point's fast path and typer's command both call
 
 from __future__ import annotations
 
-# the options of ``gpuopt check`` that take a value (the next argument, or ``--opt=value``)
-VALUED = (
+# ``gpuopt check``'s threshold settings (each also a key of its settings file), then every
+# option that takes a value (the next argument, or ``--opt=value``); the entry point's fast
+# path reads both
+SETTINGS = (
     "--max-step-time-regression",
     "--max-data-wait-increase",
     "--max-outside-ops-increase",
@@ -23,6 +25,9 @@ VALUED = (
     "--step-time-noise",
     "--share-noise",
     "--gates",
+)
+VALUED = (
+    *SETTINGS,
     "--baseline",
     "--allow",
     "--config",
