@@ -141,6 +141,7 @@ def build_profile(ta: TraceJob) -> Profile:
         ranks=[rank_entry(ra) for ra in ta.ranks] if len(ta.ranks) > 1 else None,
         memory=None,  # a trace has no memory part gpuopt reads (yet)
         compile=None,  # Dynamo's breaks and recompiles are not in a trace (docs/compile.md)
+        framework=None,
         trace=_trace_details(ta),
         tables=trace_tables(ta),
         warnings=[*ta.warnings, *_warnings(ta)],

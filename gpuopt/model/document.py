@@ -46,10 +46,11 @@ CONTRACT_KEYS: tuple[str, ...] = (
     "ranks",
     "memory",
     "compile",
+    "framework",
 )
 # Contract keys added after documents were first written: a document without one (written by an
 # older gpuopt) is read, the key unset (null to a reader); every new document has it.
-ADDED_LATER: tuple[str, ...] = ("memory", "compile")
+ADDED_LATER: tuple[str, ...] = ("memory", "compile", "framework")
 
 
 def _plain(obj: object) -> object:
@@ -95,6 +96,7 @@ def empty_profile(script: str = "", argv: list[str] | None = None) -> Profile:
         environment=Environment(cpu_count=os.cpu_count() or 1),
         memory=None,
         compile=None,
+        framework=None,
     )
 
 

@@ -36,6 +36,7 @@ from gpuopt.model.records import (
     Evidence,
     EvidenceInterval,
     Finding,
+    Framework,
     GpuInfo,
     GpuRank,
     GpuSampleSummary,
@@ -172,6 +173,9 @@ class Profile(Record):
     # what torch.compile did (docs/compile.md); null where nothing was compiled (documents
     # gpuopt writes always have the key; older ones may not)
     compile: Compile | None | UnsetType = UNSET
+    # the training framework the run went through (docs/frameworks.md); null for a plain loop
+    # (documents gpuopt writes always have the key; older ones may not)
+    framework: Framework | None | UnsetType = UNSET
     # gpuopt's additions
     source: Source = "run"
     tables: list[Table] = field(default_factory=list)

@@ -813,6 +813,29 @@ class Recompile(Record):
     guard_site: str | UnsetType = UNSET  # the user's line the guard comes from, where Dynamo says
 
 
+class FrameworkPhase(Record):
+    """One phase of a framework's loop: ``name`` ``train``, ``validation``, ``sanity-check`` or
+    ``eval``; ``steps`` the steps (or batches) it ran."""
+
+    name: str
+    steps: int
+
+
+class Framework(Record):
+    """``framework``: the training framework the script ran through (docs/frameworks.md).
+    ``name`` the package (``transformers``, ``lightning``, ``accelerate``, ``timm`` ...),
+    ``version`` its version; ``entry`` the user's line that called into it (``trainer.train()``,
+    ``trainer.fit(...)``), None where no user line led there; ``phases`` the loop's phases with
+    their steps; ``python_share`` the measured steps' time in the framework's own Python (0-1),
+    None where it was not measured."""
+
+    name: str
+    version: str | None = None
+    entry: str | None = None
+    phases: list[FrameworkPhase] = field(default_factory=list)
+    python_share: float | None = None
+
+
 class CompiledFunction(Record):
     """One function handed to torch.compile as it ran: its frames (the function and the resume
     functions Dynamo made at its graph breaks), graphs, breaks and recompiles."""
