@@ -45,8 +45,10 @@ from types import CodeType
 from typing import Any
 
 from gpuopt.assemble.stretches import Stretches, recurring, same_stretches, stretches
+from gpuopt.debug import logger
 from gpuopt.model.profile import (
     Dispatch,
+    HandWrittenOp,
     Loop,
     OutsideSite,
     Ragged,
@@ -72,6 +74,8 @@ from gpuopt.probes.recorder_counters import (
 )
 from gpuopt.probes.recorder_engine import RecorderEngine
 from gpuopt.probes.sites import DATA, TRANSPARENT, USER, SiteResolver
+
+log = logger(__name__)
 
 LOOP_MIN_ITERATIONS = 2  # a loop that runs once per step is the training loop itself
 LOOP_MIN_OPS = 4
@@ -234,6 +238,9 @@ def summarize(capture: RecorderCapture, series: list[StepRecord]) -> HostSummary
         engine, total, cal, steps, (waits, colls), bound, first
     )
     dispatch.top_sites = _top_sites(total, sites, steps, wall, cal, scale)
+    hand_written = hand_written_ops(total, sites, steps, wall, (cal, scale))
+    if hand_written:
+        dispatch.hand_written_ops = hand_written
     dispatch.outside_ops_sites = _outside_sites(
         (capture.gap_samples, capture.gap_codes),
         sites,
@@ -713,6 +720,63 @@ def _top_sites(
         TopSite(site=site, ops_per_step=per_step(ops, steps, 1), time_share=_share(secs, wall))
         for site, (ops, secs) in ranked
     ]
+
+
+def _line_ops(
+    t: StepCounters, sites: _Sites, cal: Calibration, site_scale: float
+) -> dict[tuple[str, str], dict[int, list[float]]]:
+    """``{(file's path, as shown): {line: [ops, host seconds]}}`` over the user lines with ops."""
+    per_op, per_call = _per_event(t, cal)
+    out: dict[tuple[str, str], dict[int, list[float]]] = defaultdict(dict)
+    for (cid, lasti), st in t.sites.items():
+        if st[S_DATA] or not st[S_OPS]:
+            continue
+        code = sites.code(cid)
+        key = (sites.resolver.abspath(code.co_filename), sites.resolver.relpath(code))
+        line = sites.resolver.position(code, lasti)[0]
+        a = out[key].setdefault(line, [0, 0.0])
+        a[0] += st[S_OPS]
+        a[1] += _site_time(st, per_op, per_call) * site_scale
+    return out
+
+
+def hand_written_ops(
+    t: StepCounters,
+    sites: _Sites,
+    steps: int,
+    wall: float,
+    scaling: tuple[Calibration, float],
+) -> list[HandWrittenOp]:
+    """The hand-written op chains (a GELU, softmax, layer norm or attention written as several
+    ops: :mod:`gpuopt.optimize.codemods.hand_written`) on the user lines that issued ops in the
+    window, with those lines' ops and time; a file that cannot be read or parsed is skipped."""
+    from gpuopt.optimize.codemods import CodemodError
+    from gpuopt.optimize.codemods.hand_written import find_hand_written_ops
+
+    out: list[HandWrittenOp] = []
+    for (path, shown), lines in _line_ops(t, sites, *scaling).items():
+        try:
+            with open(path, encoding="utf-8") as f:
+                found = find_hand_written_ops(f.read(), shown)
+        except (OSError, UnicodeDecodeError, CodemodError) as exc:
+            log.debug("hand-written ops of %s not read: %s", shown, exc)
+            continue
+        for m in found:
+            here = [v for ln, v in lines.items() if m.line <= ln <= m.end_line]
+            if not here:
+                continue
+            ops, secs = sum(v[0] for v in here), sum(v[1] for v in here)
+            out.append(
+                HandWrittenOp(
+                    site=f"{shown}:{m.line}",
+                    kind=m.kind,
+                    code=m.code if len(m.code) <= 200 else m.code[:199] + "…",
+                    replacement=m.replacement,
+                    ops_per_step=per_step(ops, steps, 1),
+                    time_share=_share(secs, wall),
+                )
+            )
+    return sorted(out, key=lambda h: (-h.time_share, h.site))
 
 
 def _frame_label(resolver: SiteResolver, code: CodeType, lasti: int) -> str:

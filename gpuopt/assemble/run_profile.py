@@ -25,6 +25,7 @@ from gpuopt.debug import logger
 from gpuopt.errors import GpuoptError
 from gpuopt.model.document import empty_profile
 from gpuopt.model.profile import Breakdown, Dispatch, Profile, Steps
+from gpuopt.model.records import given
 from gpuopt.model.trace import TraceDetails
 from gpuopt.probes.recorder import RecorderCapture
 
@@ -69,6 +70,7 @@ def assemble_run(rec: RunRecord) -> Profile:
         reported += _add_host_summary(p, rec.recorder)
         if rec.training is None and not isinstance(p.ragged, UnsetType):
             p.ragged.samples = UNSET  # kept for the runs that record their training only
+        _loader_roles(p)
     if rec.window is not None:
         reported += rec.window.errors
         if rec.window.trace_file is not None:
@@ -136,6 +138,18 @@ def _add_host_summary(p: Profile, capture: RecorderCapture) -> list[str]:
     if host.ragged is not None:
         p.ragged = host.ragged
     return host.warnings
+
+
+def _loader_roles(p: Profile) -> None:
+    """Each loader of the batch-shape table takes the DataLoader probe's role (train: a step
+    followed its batches), by the loop that fetched them."""
+    ragged = given(p.ragged)
+    loaders = given(ragged.loaders) if ragged is not None else None
+    roles = {d.site: given(d.role) for d in given(p.dataloaders) or [] if d.site}
+    for entry in loaders or []:
+        role = roles.get(entry.site) if entry.site else None
+        if role is not None:
+            entry.role = role
 
 
 def _step_timeline(rec: RunRecord) -> _StepTimeline:

@@ -229,6 +229,18 @@ class TopSite(Record):
     time_share: float
 
 
+class HandWrittenOp(Record):
+    """A hand-written op chain torch has one op for (a GELU, softmax, layer norm or attention
+    written as elementwise ops), at a line whose ops the recorder counted in its window."""
+
+    site: str  # where the expression starts
+    kind: str  # gelu-tanh, gelu-erf, softmax, layer-norm, attention
+    code: str  # the expression as written, on one line
+    replacement: str | None  # torch's one op (None: the module cannot reach torch)
+    ops_per_step: Count  # ops the recorder counted on the expression's lines
+    time_share: float  # their host time (ops and the time before each), of the step
+
+
 class OutsideSite(Record):
     """Where the window's time outside tensor ops went (a sleep, a blocking read, Python work
     that issues no op), from the gap sampler: ``site`` is the user's line (where the fix goes),
@@ -288,6 +300,7 @@ class Dispatch(Record):
     calibrated_op_us: float | UnsetType = UNSET
     note: str | UnsetType = UNSET
     top_sites: list[TopSite] | UnsetType = UNSET
+    hand_written_ops: list[HandWrittenOp] | UnsetType = UNSET  # op chains torch has one op for
     # host_dispatch_share and op_time_share of each window step (findings' intervals)
     host_dispatch_share_steps: list[float] | UnsetType = UNSET
     op_time_share_steps: list[float] | UnsetType = UNSET

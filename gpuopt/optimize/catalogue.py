@@ -190,6 +190,16 @@ CATALOGUE: tuple[FixKind, ...] = (
 
 CATALOGUE += (
     FixKind(
+        "fused-ops",
+        "a hand-written GELU, softmax, layer norm or attention expression replaced by torch's "
+        "one op (F.gelu, torch.softmax, F.layer_norm, F.scaled_dot_product_attention)",
+        ("hand-written-op",),
+        runtime=False,
+        source=True,
+        # one op instead of a chain rounds differently (float32 outputs agree to ~1e-6)
+        tolerance=1e-3,
+    ),
+    FixKind(
         "batch-size",
         "the training DataLoader's batch_size raised to the one memory-headroom suggests (the "
         "GPU mostly empty, the step host-bound); the learning rate is left as it is",

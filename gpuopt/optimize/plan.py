@@ -274,6 +274,23 @@ def _plan_graph_breaks(kind: FixKind, inp: PlanInput) -> PlannedFix:
     return fix
 
 
+def _plan_fused_ops(kind: FixKind, inp: PlanInput) -> PlannedFix:
+    """The hand-written op chains the findings name, each replaced by torch's one op."""
+    from gpuopt.optimize.codemods.hand_written import rewrite_hand_written_ops
+
+    found = [f for f in _findings(inp.profile, kind.findings) if f.site]
+    fix = PlannedFix(kind, False, False, "", findings=[f.id for f in found])
+    fix.sites = sorted({f.site for f in found if f.site})
+    if not fix.sites:
+        fix.reason = "no hand-written op chain with a site in the profile"
+        return fix
+    fix.applicable = True
+    fix.reason = "hand-written op chains at " + ", ".join(fix.sites)
+    for path, lines in by_file(fix.sites).items():
+        fix.edits.append(SourceEdit(path, lines, _on_lines(rewrite_hand_written_ops, lines)))
+    return fix
+
+
 def _zero_grad_lines(inp: PlanInput) -> list[int]:
     if inp.script_text is None:
         return []
@@ -593,6 +610,7 @@ _PLANNERS: dict[str, Callable[[FixKind, PlanInput], PlannedFix]] = {
     "syncs": _plan_syncs,
     "graph-breaks": _plan_graph_breaks,
     "zero-grad": _plan_zero_grad,
+    "fused-ops": _plan_fused_ops,
     "cudnn-benchmark": _plan_cudnn,
     "amp": _plan_model,
     "channels-last": _plan_model,

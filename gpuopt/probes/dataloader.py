@@ -91,6 +91,8 @@ class LoaderStats:
     built_at: str | None = None
     built_via: str | None = None
     eval_batches: int = 0  # fetched with autograd off (torch.no_grad, inference_mode)
+    # batches after which a step was marked before any loader's next fetch: a training batch
+    stepped_batches: int = 0
     iterators: int = 0
     batches: int = 0
     wait_s: float = 0.0
@@ -104,8 +106,10 @@ class LoaderStats:
     fetch_cpu_s: float = 0.0
     fetch_runq_s: float = 0.0
 
-    def info(self, measured_steps: list[int]) -> DataLoaderInfo:
-        """The profile's entry for this loader; its wait averaged over ``measured_steps``."""
+    def info(self, measured_steps: list[int], stepped: bool = False) -> DataLoaderInfo:
+        """The profile's entry for this loader; its wait averaged over ``measured_steps``;
+        ``stepped``: the run marked steps, so a loader is labelled by whether a step followed
+        its batches (see :meth:`role`)."""
         per_step = [self.wait_by_step.get(i, 0.0) for i in measured_steps]
         info = DataLoaderInfo(
             site=self.site,
@@ -126,7 +130,7 @@ class LoaderStats:
             info.worker_restarts = len(self.restart_steps)
             info.restart_s_per_step = self._restart_per_step(measured_steps)
         if self.batches:
-            info.role = "eval" if self.eval_batches >= self.batches else "train"
+            info.role = self.role(stepped)
         if self.built_at is not None:
             info.built_at = self.built_at
         if self.built_via is not None:
@@ -135,6 +139,14 @@ class LoaderStats:
         if share is not None:
             info.fetch_cpu_share = round(share, 4)
         return info
+
+    def role(self, stepped: bool) -> str:
+        """``train`` when a step followed one of its batches (before any loader's next fetch),
+        else ``eval`` (batches looked at or evaluated, never trained on); in a run that marked no
+        step, ``eval`` when every batch was fetched with autograd off."""
+        if stepped:
+            return "train" if self.stepped_batches else "eval"
+        return "eval" if self.eval_batches >= self.batches else "train"
 
     def fetch_cpu_share(self) -> float | None:
         """The sampled fetches' CPU time over their wall time less their wait for a core."""
@@ -164,9 +176,10 @@ class DataLoaderWaits:
     loaders: list[LoaderStats]
     wait_by_step: dict[int, float]
     first_fetch_t: float | None  # clock time of the run's first next(), if any
+    stepped: bool = False  # the run marked at least one step
 
     def infos(self, measured_steps: list[int]) -> list[DataLoaderInfo]:
-        return [s.info(measured_steps) for s in self.loaders]
+        return [s.info(measured_steps, self.stepped) for s in self.loaders]
 
 
 class DataLoaderProbe:
@@ -198,6 +211,7 @@ class DataLoaderProbe:
         self._resolver: Any = None
         self._alive: dict[int, Any] = {}  # id(loader) -> weakref, so a reused id starts a new entry
         self._origins: dict[tuple[int, bool], BatchOrigin] = {}  # made once per loader and mode
+        self._last: tuple[LoaderStats, int] | None = None  # the last batch's loader and step
 
     # -- Probe interface -------------------------------------------------------------------
     def start(self, ctx: RunContext) -> None:
@@ -303,9 +317,19 @@ class DataLoaderProbe:
         self._orig_next = None
 
     def result(self) -> DataLoaderWaits:
+        steps = self._step_count()
+        self._followed(steps)
         return DataLoaderWaits(
-            list(self.loaders.values()), dict(self.wait_by_step), self.first_fetch_t
+            list(self.loaders.values()), dict(self.wait_by_step), self.first_fetch_t, steps > 0
         )
+
+    def _followed(self, step: int) -> None:
+        """A step was marked since the last batch (the step count is now ``step``): that batch
+        was trained on."""
+        last = self._last
+        if last is not None and step > last[1]:
+            last[0].stepped_batches += 1
+            self._last = None
 
     # -- internals -------------------------------------------------------------------------
     def _register(self, it: Any, loader: Any) -> None:
@@ -421,6 +445,9 @@ class DataLoaderProbe:
     def _record(self, it: Any, step: int, dt: float, ok: bool, training: bool = True) -> None:
         stats = self.loaders.get(getattr(it, "_gpuopt_loader_key", -1))
         self._wait(stats, step, dt)
+        self._followed(step)
         if stats is not None:
             stats.batches += ok
             stats.eval_batches += ok and not training
+            if ok:
+                self._last = (stats, step)

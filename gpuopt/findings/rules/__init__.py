@@ -14,6 +14,7 @@ MODULES = (
     "gpu_trace",
     "host_copies",
     "host_dispatch",
+    "host_fused",
     "host_loops",
     "host_ragged",
     "host_syncs",
