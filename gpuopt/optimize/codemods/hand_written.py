@@ -99,6 +99,13 @@ def _text(node: cst.BaseExpression) -> str:
     return text.replace("( ", "(").replace(" )", ")")
 
 
+def _atom(node: cst.BaseExpression) -> str:
+    """:func:`_text`, in parentheses unless it is a name, attribute, call or subscript."""
+    text = _text(node)
+    simple = (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
+    return text if isinstance(_bare(node), simple) else f"({text})"
+
+
 def _number(node: cst.BaseExpression) -> float | None:
     node = _bare(node)
     if isinstance(node, (cst.Integer, cst.Float)):
@@ -363,7 +370,7 @@ def _scaled_scores(node: cst.BaseExpression) -> tuple[cst.BaseExpression, str] |
     """``(q @ k^T, scale)`` of ``q @ k^T / d`` or ``q @ k^T * s`` (either order)."""
     div = _binop(node, cst.Divide)
     if div is not None:
-        return div.left, f"1 / {_text(div.right)}"
+        return div.left, f"1 / {_atom(div.right)}"
     factors = _factors(node)
     if len(factors) != 2:
         return None
@@ -424,8 +431,8 @@ def _layer_norm(node: cst.BaseExpression, names: Names) -> tuple[str, str] | Non
         var = _keepdim_call(var_node, "var")
         biased = var is not None and var[2] in ({"unbiased": "False"}, {"correction": "0"})
         if var is not None and biased and var[0] == x and var[1] == mean[1] == "-1":
-            fx = _text(centred.left)
-            return "layer-norm", f"{names.fn()}.layer_norm({fx}, {fx}.shape[-1:], eps={_text(eps)})"
+            fx, shape = _text(centred.left), f"{_atom(centred.left)}.shape[-1:]"
+            return "layer-norm", f"{names.fn()}.layer_norm({fx}, {shape}, eps={_text(eps)})"
     return None
 
 
