@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from gpuopt.optimize.codemods import Skipped
 from gpuopt.optimize.codemods.syncs import rewrite_syncs
 
 CORPUS = Path(__file__).resolve().parents[1] / "benchmarks" / "corpus" / "scripts"
@@ -453,3 +454,30 @@ def test_a_read_whose_tensor_changes_before_the_branch_is_taken_where_it_was() -
     r = rewrite_syncs(code, [4])
     assert "    total = out.sum().detach()\n    out.add_(1)\n" in r.source
     assert run(r.source)[0] == run(code)[0] == "15.0\n33.0\n"
+
+
+def test_the_same_name_in_two_functions_is_two_sums_each_with_its_own_line() -> None:
+    """``correct`` of a training function and of an evaluation function: each is judged on its
+    own reads, and a reason names a line of its own function."""
+    text = src(
+        """
+        def train(model, loader, opt):
+            correct = 0
+            for x, y in loader:
+                out = model(x)
+                correct += (out.argmax(1) == y).sum().item()
+            print(correct)
+
+
+        def test(model, loader):
+            correct = 0
+            for x, y in loader:
+                out = model(x)
+                correct += (out.argmax(1) == y).sum().item()
+                print(correct)
+            return correct
+        """
+    )
+    r = rewrite_syncs(text, [5, 13])
+    assert r.notes == ["line 5: correct accumulates on the device (read as int() at lines 6)"]
+    assert r.skipped == [Skipped(13, "correct is read every step (line 14): the sync would stay")]

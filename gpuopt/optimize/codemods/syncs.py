@@ -341,9 +341,10 @@ def rewrite_syncs(source: str, lines: Collection[int], name: str = "<source>") -
     plan = _Plan()
     cands = _candidates(collect, plan)
     analysis = _Analysis(wrapper)
-    by_acc: dict[str, list[_Candidate]] = {}
+    # one group per variable: the same name in two functions is two variables
+    by_acc: dict[tuple[int, str], list[_Candidate]] = {}
     for c in cands:
-        by_acc.setdefault(c.acc, []).append(c)
+        by_acc.setdefault((id(analysis.scope_of(c.stmt)), c.acc), []).append(c)
     for group in by_acc.values():
         targeted = {c.stmt for c in group}
         kinds = {c.kind for c in group}
