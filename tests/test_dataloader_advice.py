@@ -338,3 +338,41 @@ def test_the_fetch_cpu_share_leaves_out_the_wait_for_a_core(tmp_path: Path) -> N
     assert probe._sampling == 0  # the later fetches make no call into the sampling
     (info,) = probe.result().infos([0])
     assert given(info.fetch_cpu_share) == pytest.approx(1 / 3, abs=1e-4)
+
+
+def test_a_loader_is_a_training_loader_when_a_step_follows_its_batches(tmp_path: Path) -> None:
+    """The CIFAR-10 tutorial's shape: one test batch looked at with autograd on before the
+    training, the training loop (a step after each batch), the test loop under no_grad, and
+    a look at a batch after training. Only the loader whose batches a step followed trains."""
+    step = {"n": 0}
+    probe = DataLoaderProbe(step_count=lambda: step["n"])
+    probe.start(RunContext(script=str(HERE), user_roots=[HERE.parent], out_dir=tmp_path))
+    try:
+        train = DataLoader(TensorDataset(torch.arange(8.0)), batch_size=2)
+        test = DataLoader(TensorDataset(torch.arange(10.0)), batch_size=2)
+        peek = DataLoader(TensorDataset(torch.arange(4.0)), batch_size=2)
+        next(iter(test))  # a look at the test images, autograd on
+        for _ in train:
+            step["n"] += 1
+        with torch.no_grad():
+            for _ in test:
+                pass
+        next(iter(peek))  # after the last step: looked at, never trained on
+    finally:
+        probe.stop()
+    infos = probe.result().infos(list(range(4)))
+    # in the order they were first iterated: test (1 + 5 batches), train, peek
+    assert [(i.batches, given(i.role)) for i in infos] == [(6, "eval"), (4, "train"), (1, "eval")]
+
+
+def test_without_any_step_the_role_comes_from_autograd(tmp_path: Path) -> None:
+    probe = DataLoaderProbe(step_count=lambda: 0)
+    probe.start(RunContext(script=str(HERE), user_roots=[HERE.parent], out_dir=tmp_path))
+    try:
+        loader = DataLoader(TensorDataset(torch.arange(4.0)), batch_size=2)
+        list(loader)
+        with torch.no_grad():
+            list(DataLoader(TensorDataset(torch.arange(4.0)), batch_size=2))
+    finally:
+        probe.stop()
+    assert [given(i.role) for i in probe.result().infos([])] == ["train", "eval"]

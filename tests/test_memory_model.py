@@ -462,3 +462,17 @@ def test_the_oom_site_and_a_snapshots_holders() -> None:
         ("model.py:30", 8 * GiB, 2),
         (None, GiB, 1),
     ]
+
+
+def test_the_replay_counts_the_steps_flops_when_asked() -> None:
+    """Two linear layers at batch 32: the forward's two matmuls, the backward's three (the
+    input needs no gradient), 2 FLOPs a multiply-add; twice the batch, twice the FLOPs."""
+    rec = StepRecorder()
+    _train(rec)
+    at32 = _cpu(rec.step, 32, count_flops=True)
+    b = 32
+    forward = 2 * b * 64 * 256 + 2 * b * 256 * 10
+    backward = 2 * b * 64 * 256 + 2 * (2 * b * 256 * 10)
+    assert at32.flops == forward + backward
+    assert _cpu(rec.step, 64, count_flops=True).flops == 2 * at32.flops
+    assert _cpu(rec.step, 32).flops is None  # not asked: no mode in the replay

@@ -7,17 +7,18 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import torch
 from conftest import ROOT, SCRIPTS, marker_site, run_gpuopt
-from memory_builders import GiB, MiB, fragmented_run, headroom_run, oom_run
+from memory_builders import GiB, MiB, fragmented_run, headroom_run, oom_run, predicted
 
 import gpuopt
 from gpuopt.assemble.run_record import Outcome
 from gpuopt.findings.engine import evaluate
 from gpuopt.memory.cuda import RecordedAllocator
 from gpuopt.memory.devices import device_memory
-from gpuopt.model.records import RunError
+from gpuopt.model.records import MemoryPredicted, RunError
 from gpuopt.probes.memory import MemoryProbe
 from gpuopt.probes.protocol import RunContext
 from gpuopt.report import get_renderer
@@ -128,6 +129,45 @@ def test_no_headroom_finding_when_the_step_is_not_host_bound() -> None:
     p = headroom_run()
     p.dispatch.host_dispatch_share = 0.05
     assert "memory-headroom" not in _by_id(p)
+
+
+def _tiny_batch_cpu_run(flops: int, ops: float = 107) -> Any:
+    """The CIFAR-10 tutorial's shape: LeNet at batch 4 on a CPU (its measured dispatch share
+    small: the CPU's ops compute), memory predicted for an H100 (--memory-for h100)."""
+    p = headroom_run()
+    p.dispatch.host_dispatch_share = 0.02
+    p.dispatch.ops_per_step = ops
+    p.dispatch.measured_device = "cpu"
+    p.dispatch.view_ops_per_step = 20
+    assert p.memory is not None and p.memory.predicted is not None
+    p.memory = msgspec.structs.replace(
+        p.memory, device="h100", measured=None, capacity_bytes=81_559 * (1 << 20)
+    )
+    p.memory.predicted = msgspec.convert(
+        predicted(4, 65 * (1 << 20), 68_000, 1_118_005, step_flops=flops), MemoryPredicted
+    )
+    return p
+
+
+def test_headroom_on_a_cpu_run_predicted_dispatch_bound_on_the_device() -> None:
+    """12.8 MFLOP a step (LeNet at batch 4) is microseconds on an H100, 87 kernels' launches
+    hundreds: the device would idle most of the step, and the finding says so on a CPU run."""
+    f = _by_id(_tiny_batch_cpu_run(12_800_000))["memory-headroom"]
+    assert f.fix_params == {"batch_size": "32", "from_batch_size": "4", "max_batch_size": "1118005"}
+    assert f.evidence["host_share_source"] == "predicted"
+    assert f.evidence["predicted_host_us_per_step"] == pytest.approx(87 * 8.5 + 20 * 3.3, abs=0.2)
+    assert f.evidence["predicted_device_us_per_step"] < f.evidence["predicted_host_us_per_step"]
+    assert "predicted from this CPU run" in f.evidence["summary"]
+    assert "linear scaling rule" in f.fix and "√k for Adam" in f.fix
+
+
+def test_no_predicted_headroom_where_the_device_computes_longer_than_the_host_issues() -> None:
+    """The same ops with 1 TFLOP of math: the H100's FP32 units, not the host, bound the step."""
+    assert "memory-headroom" not in _by_id(_tiny_batch_cpu_run(10**12))
+    no_flops = _tiny_batch_cpu_run(0)
+    assert no_flops.memory is not None and no_flops.memory.predicted is not None
+    no_flops.memory.predicted.step_flops = msgspec.UNSET  # an older document: nothing predicted
+    assert "memory-headroom" not in _by_id(no_flops)
 
 
 def test_fragmentation_and_what_fills_the_memory() -> None:

@@ -260,3 +260,25 @@ def test_a_per_sample_loop_is_paddings_even_when_it_also_has_a_loop_indexing_fin
     profile = _profile(ragged, indexing, other)
     assert loop_sites(profile, "padding") == {"t.py": {15: code}}
     assert loop_sites(profile, "vectorize") == {"t.py": {30: "for c in range(C):"}}
+
+
+def test_fused_ops_rewrites_the_findings_chains_in_their_own_files() -> None:
+    """A hand-written chain in a module beside the script (minGPT's mingpt/model.py) is
+    rewritten there, by default (it keeps the training within its tolerance)."""
+    chain = Finding(
+        id="hand-written-op",
+        severity="medium",
+        title="t",
+        evidence={},
+        fix="f",
+        site="mingpt/model.py:27",
+    )
+    (fix,) = plan_fixes(PlanInput(_profile(chain), [], False, None, "train.py"))
+    assert fix.name == "fused-ops" and fix.selected and fix.kind.tolerance == 1e-3
+    assert [(e.path, e.lines) for e in fix.edits] == [("mingpt/model.py", [27])]
+    before = (
+        "import math\nimport torch\n" + "\n" * 24 + "y = 0.5 * x * (1.0 + torch.tanh(math.sqrt("
+        "2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))\n"
+    )
+    r = fix.edits[0].codemod(before, "mingpt/model.py")
+    assert r.source.endswith('y = torch.nn.functional.gelu(x, approximate="tanh")\n')

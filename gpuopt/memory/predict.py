@@ -100,7 +100,8 @@ def predict(inp: PredictInput) -> MemoryPredicted:
     b0 = step.batch_size
     try:
         first = inp.replayer(
-            step, ReplayOptions(b0, resolver=inp.resolver, capability=inp.capability)
+            step,
+            ReplayOptions(b0, resolver=inp.resolver, capability=inp.capability, count_flops=True),
         )
     except ReplayError as exc:
         return _failed(inp, str(exc), st)
@@ -216,6 +217,8 @@ def _record(
         cost_s=round(inp.clock() - st.t0, 3),
         notes=notes,
     )
+    if first.flops is not None:
+        p.step_flops = first.flops
     if checked:
         p.notes = [*notes, "replayed at batch " + ", ".join(str(b) for b in checked)]
     if line is not None and line.per_sample > 0 and first.peak_bytes and inp.capacity:

@@ -26,6 +26,7 @@ their size by :mod:`gpuopt.memory.kernels`.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from gpuopt import torch_compat
 from gpuopt.debug import logger
 from gpuopt.memory import cuda_paths, kernels, lbfgs
 from gpuopt.memory.capture import CapturedStep, Entry, Ref, TensorSpec, tensor_leaves
+from gpuopt.memory.flops import flop_mode
 from gpuopt.memory.tracker import CUDA_BLOCK, StepTracker, rounded
 from gpuopt.model.records import MemoryByCategory, MemoryHolder
 from gpuopt.units import fmt_bytes
@@ -64,6 +66,7 @@ class ReplayResult:
     seconds: float
     loss: str  # "recorded", "surrogate" or "none" (no backward)
     notes: list[str] = field(default_factory=list)
+    flops: int | None = None  # the step's FLOPs (matmuls, convolutions, attention), if counted
 
 
 @dataclass
@@ -82,6 +85,7 @@ class ReplayOptions:
     # LBFGS (whose step is modelled, not run: :mod:`gpuopt.memory.lbfgs`): the step of the run
     # the replay is for (1: the first); None: the first from which its memory stops growing
     lbfgs_step: int | None = None
+    count_flops: bool = False  # add up the step's FLOPs (ReplayResult.flops)
 
 
 def fake_device_for(step: CapturedStep) -> str | None:
@@ -104,6 +108,7 @@ def replay(step: CapturedStep, opts: ReplayOptions) -> ReplayResult:
     run = _Run(step, opts, fake_device_for(step) if opts.device == "auto" else opts.device)
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     workspaces = kernels.mode(lambda: run.tracker.phase, cuda_target=run.emulate)
+    counter = flop_mode() if opts.count_flops else contextlib.nullcontext()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -111,7 +116,7 @@ def replay(step: CapturedStep, opts: ReplayOptions) -> ReplayResult:
                 run.prepare()
                 run.tracker.install_hooks(run.fake_params())
                 try:
-                    with run.tracker.mode(), run.attention() as attn:
+                    with run.tracker.mode(), counter, run.attention() as attn:
                         run.execute(needed)
                 finally:
                     run.tracker.remove_hooks()
@@ -136,6 +141,7 @@ def replay(step: CapturedStep, opts: ReplayOptions) -> ReplayResult:
         seconds=time.perf_counter() - t0,
         loss=run.loss_mode,
         notes=run.notes,
+        flops=getattr(counter, "flops", None),
     )
 
 

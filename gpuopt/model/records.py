@@ -757,6 +757,9 @@ class MemoryPredicted(Record):
     device_model: str | UnsetType = UNSET  # how the target device was modelled
     cost_s: float | UnsetType = UNSET  # wall time the prediction took
     notes: list[str] | UnsetType = UNSET
+    # the replayed step's FLOPs at the script's batch (matmuls, convolutions, attention: what
+    # torch.utils.flop_counter's formulas count), for the time its math takes on the device
+    step_flops: int | UnsetType = UNSET
 
 
 class MemoryOom(Record):

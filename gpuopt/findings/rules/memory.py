@@ -18,13 +18,14 @@ the optimizer state that fill it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from gpuopt.findings.engine import rule
 from gpuopt.findings.estimates import at_least, severity_for_share
 from gpuopt.findings.measures import on_cpu_only, value
 from gpuopt.model.profile import Finding, MemoryByCategory, MemoryHolder, MemoryReport, Profile
 from gpuopt.model.records import given
-from gpuopt.units import fmt_bytes, fmt_count, fmt_frac
+from gpuopt.units import fmt_bytes, fmt_count, fmt_frac, fmt_us
 
 MIN_ROOM = 2.0  # headroom: at least twice the batch fits
 MIN_HOST_SHARE = 0.3  # ... and the host's launching / dispatching is at least 30% of the step
@@ -98,6 +99,60 @@ def _host_share(profile: Profile) -> float:
     return share
 
 
+@dataclass(frozen=True)
+class _OnDevice:
+    """A CPU run's step as the named GPU would run it (an estimate): the host's time issuing its
+    ops, the device's time running them, and the share of the step the device would idle."""
+
+    host_s: float
+    device_s: float
+    model: str
+
+    @property
+    def idle_share(self) -> float:
+        return max(0.0, 1.0 - self.device_s / self.host_s) if self.host_s > 0 else 0.0
+
+
+def _cost_model(device: str | None) -> Any:
+    """The named GPU's cost model (gpuopt.aot.costmodel); a card without one: the slowest
+    model (V100), which makes the device's time longer and the step less dispatch-bound."""
+    from gpuopt.aot.costmodel import PROFILES, get_profile
+
+    try:
+        return get_profile(device or "")
+    except ValueError:
+        return PROFILES["v100"]
+
+
+def _on_device(profile: Profile, m: MemoryReport) -> _OnDevice | None:
+    """On a CPU-only run with a device named (``--memory-for``): the recorded ops issued as
+    eager CUDA ops (dispatch and launch each, views dispatch only) against the device's time
+    for them: the replay's FLOPs at the FP32 peak, each kernel's shortest time and its gap, the
+    step's peak bytes read and written three times (forward, backward, optimizer) at the HBM
+    bandwidth, all at the model's efficiency."""
+    p = m.predicted
+    flops = given(p.step_flops) if p is not None else None
+    d = profile.dispatch
+    ops, views = value(d.ops_per_step), value(d.view_ops_per_step)
+    if not on_cpu_only(profile) or p is None or flops is None or not ops or not p.peak_bytes:
+        return None
+    dev = _cost_model(m.device)
+    kernels = max(ops - views, 0.0)
+    host = kernels * dev.eager_op_s + views * dev.eager_view_s
+    device = (
+        flops / (dev.fp32_flops * dev.efficiency)
+        + kernels * (dev.min_kernel_s + dev.stream_kernel_s)
+        + 3 * p.peak_bytes / (dev.mem_bw * dev.efficiency)
+    )
+    model = (
+        f"{fmt_count(ops)} ops a step issued eagerly on {dev.name} ({fmt_us(host * 1e6)} of "
+        f"host time) against {fmt_us(device * 1e6)} of device time ({flops / 1e6:,.1f} MFLOP "
+        "at FP32, each kernel's shortest time, the peak's bytes moved three times; the aot "
+        "cost model's figures)"
+    )
+    return _OnDevice(host, device, model)
+
+
 def _loader_site(profile: Profile) -> str | None:
     for d in given(profile.dataloaders) or []:
         if given(d.role) != "eval":
@@ -120,8 +175,19 @@ def memory_headroom(profile: Profile) -> list[Finding]:
     if m is None or fit is None or fit.max_batch < MIN_ROOM * fit.batch:
         return []
     share = _host_share(profile)
+    predicted = _on_device(profile, m)
+    if predicted is not None and predicted.idle_share > share:
+        share = predicted.idle_share
+    else:
+        predicted = None
     if share < MIN_HOST_SHARE:
         return []
+    return _headroom(profile, m, fit, share, predicted)
+
+
+def _headroom(
+    profile: Profile, m: MemoryReport, fit: _Fit, share: float, predicted: _OnDevice | None
+) -> list[Finding]:
     new = _suggested(fit.batch, fit.max_batch)
     k = new / fit.batch
     est = k / (share + k * (1 - share))
@@ -130,32 +196,44 @@ def memory_headroom(profile: Profile) -> list[Finding]:
         f"{where} is {fmt_frac(fit.peak / max(fit.usable, 1), 0)} full at batch {fit.batch} "
         f"and the step is host-bound: batch {fmt_count(new)} fits"
     )
+    summary = (
+        "host share measured on a CPU-only run, memory predicted for the GPU; "
+        if on_cpu_only(profile) and predicted is None
+        else ""
+    )
+    summary += (
+        f"peak {fmt_bytes(fit.peak)} of {fmt_bytes(fit.usable)} usable at batch "
+        f"{fit.batch} ({fit.source}); up to batch {fmt_count(fit.max_batch)} fits "
+        f"({fit.estimate}); "
+    )
+    if predicted is None:
+        summary += f"the host launches or dispatches ops {fmt_frac(share)} of the step"
+    else:
+        summary += (
+            f"predicted from this CPU run: the device would idle {fmt_frac(share)} of the step "
+            f"while the host issues ops ({predicted.model})"
+        )
+    evidence: dict[str, Any] = {
+        "summary": summary,
+        "batch_size": fit.batch,
+        "peak_bytes": fit.peak,
+        "usable_bytes": fit.usable,
+        "max_batch_size": fit.max_batch,
+        "suggested_batch_size": new,
+        "host_share": round(share, 4),
+        "source": fit.source,
+    }
+    if predicted is not None:
+        evidence["host_share_source"] = "predicted"
+        evidence["predicted_host_us_per_step"] = round(predicted.host_s * 1e6, 1)
+        evidence["predicted_device_us_per_step"] = round(predicted.device_s * 1e6, 1)
     return [
         Finding(
             id="memory-headroom",
             severity=at_least(severity_for_share(share), "low"),
             title=title,
             site=_loader_site(profile),
-            evidence={
-                "summary": (
-                    (
-                        "host share measured on a CPU-only run, memory predicted for the GPU; "
-                        if on_cpu_only(profile)
-                        else ""
-                    )
-                    + f"peak {fmt_bytes(fit.peak)} of {fmt_bytes(fit.usable)} usable at batch "
-                    f"{fit.batch} ({fit.source}); up to batch {fmt_count(fit.max_batch)} fits "
-                    f"({fit.estimate}); the host launches or dispatches ops "
-                    f"{fmt_frac(share)} of the step"
-                ),
-                "batch_size": fit.batch,
-                "peak_bytes": fit.peak,
-                "usable_bytes": fit.usable,
-                "max_batch_size": fit.max_batch,
-                "suggested_batch_size": new,
-                "host_share": round(share, 4),
-                "source": fit.source,
-            },
+            evidence=evidence,
             fix=(
                 f"Raise the batch size from {fit.batch} to {new} (up to {fmt_count(fit.max_batch)} "
                 f"fits): fewer, larger launches do the same work. This changes the training: "
@@ -166,6 +244,7 @@ def memory_headroom(profile: Profile) -> list[Finding]:
                 f"samples/s at {k:g}x the batch: the host's {fmt_frac(share)} of the step "
                 "assumed to stay the same time, the rest to grow with the batch "
                 f"(k / (s + k(1-s))); memory {fit.source}"
+                + ("; the host's share predicted for the device" if predicted else "")
             ),
             fix_params={
                 "batch_size": str(new),
