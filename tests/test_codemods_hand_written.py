@@ -17,7 +17,11 @@ from probes_support import ROOT, load, record, site
 
 from gpuopt.findings.engine import evaluate
 from gpuopt.model.profile import Profile
-from gpuopt.optimize.codemods.hand_written import find_hand_written_ops, rewrite_hand_written_ops
+from gpuopt.optimize.codemods.hand_written import (
+    find_hand_written_ops,
+    find_hand_written_ops_at,
+    rewrite_hand_written_ops,
+)
 
 HEAD = "import math\nimport torch\nimport torch.nn.functional as F\n\n"
 
@@ -118,6 +122,12 @@ def test_targeted_lines_spelled_out_functional_and_reasons() -> None:
     )
     found = find_hand_written_ops(text)
     assert [(m.line, m.end_line, m.kind) for m in found] == [(3, 5, "softmax"), (6, 6, "gelu-erf")]
+    # the profile's scan parses only the statements on the lines that issued ops
+    everywhere = range(1, text.count("\n") + 1)
+    assert find_hand_written_ops_at(text, everywhere) == found
+    assert find_hand_written_ops_at(text, [3]) == found[:1]  # the line of its exps
+    assert find_hand_written_ops_at(text, [4]) == []  # a line of arguments: no op named there
+    assert find_hand_written_ops_at(text, [2, 7]) == []
     r = rewrite_hand_written_ops(text, [4, 2])  # a line inside the softmax, a line with none
     assert "a = torch.softmax(s, dim=-1)\n" in r.source
     assert "torch.erf" in r.source  # not targeted

@@ -51,6 +51,16 @@ def _crafted() -> list[Profile]:
             "mean_op_us": 6.0,
             "step_time_us": 10000.0,
             "top_sites": [{"site": "m.py:7", "ops_per_step": 200, "time_share": 0.3}],
+            "hand_written_ops": [
+                {
+                    "site": "m.py:9",
+                    "kind": "gelu-tanh",
+                    "code": "0.5 * x * (1.0 + torch.tanh(...))",
+                    "replacement": 'F.gelu(x, approximate="tanh")',
+                    "ops_per_step": 32,
+                    "time_share": 0.1,
+                }
+            ],
         },
         "transfers": [
             {

@@ -326,3 +326,20 @@ def test_no_mode_of_the_memory_recorder_stays_under_the_recorders_window(tmp_pat
     assert modes[-1] == 0, modes  # after the window: nothing of gpuopt's left
     assert mem.recorder.step.complete and not mem.notes
     assert _get_current_function_mode_stack() == []  # type: ignore[no-untyped-call]
+
+
+def test_a_tiny_batch_on_a_cpu_run_is_said_for_the_named_gpu(tmp_path: Path) -> None:
+    """The CIFAR-10 tutorial's shape (LeNet at batch 4, a test batch looked at before training):
+    on this CPU, with --memory-for h100, memory-headroom names the training DataLoader, the
+    largest batch that fits and the learning-rate rule; the test loader is not the training one."""
+    script = SCRIPTS / "tiny_batch.py"
+    doc = _profile(tmp_path, "--memory-for", "h100", str(script.relative_to(ROOT)))
+    assert doc["memory"]["predicted"]["step_flops"] > 0
+    (f,) = [f for f in doc["findings"] if f["id"] == "memory-headroom"]
+    assert f["site"] == marker_site(script, "TRAIN-LOADER")
+    assert f["fix_params"]["from_batch_size"] == "4" and f["fix_params"]["batch_size"] == "32"
+    assert int(f["fix_params"]["max_batch_size"]) > 10_000
+    assert "linear scaling rule" in f["fix"]
+    roles = {d["site"]: d["role"] for d in doc["dataloaders"]}
+    assert roles[marker_site(script, "TRAIN-LOOP")] == "train"
+    assert roles[marker_site(script, "TEST-PEEK")] == "eval"

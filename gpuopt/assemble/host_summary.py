@@ -91,6 +91,8 @@ STEP_TIME_SOURCE = "the window's steps, recorder cost subtracted"
 # dispatch; the same bound as launch-bound's plausibility check (findings/rules/host_dispatch.py)
 NOT_DISPATCH_FACTOR = 50.0
 MAX_OUTSIDE_SITES = 5
+# a user file longer than this is not scanned for hand-written op chains
+MAX_SCANNED_CHARS = 500_000
 
 
 def outside_bound_s(cal: Calibration) -> float:
@@ -751,13 +753,16 @@ def hand_written_ops(
     ops: :mod:`gpuopt.optimize.codemods.hand_written`) on the user lines that issued ops in the
     window, with those lines' ops and time; a file that cannot be read or parsed is skipped."""
     from gpuopt.optimize.codemods import CodemodError
-    from gpuopt.optimize.codemods.hand_written import find_hand_written_ops
+    from gpuopt.optimize.codemods.hand_written import find_hand_written_ops_at
 
     out: list[HandWrittenOp] = []
     for (path, shown), lines in _line_ops(t, sites, *scaling).items():
         try:
             with open(path, encoding="utf-8") as f:
-                found = find_hand_written_ops(f.read(), shown)
+                text = f.read(MAX_SCANNED_CHARS + 1)
+            if len(text) > MAX_SCANNED_CHARS:
+                continue  # Python's own parse of it would cost the run's end a second
+            found = find_hand_written_ops_at(text, lines, shown)
         except (OSError, UnicodeDecodeError, CodemodError) as exc:
             log.debug("hand-written ops of %s not read: %s", shown, exc)
             continue

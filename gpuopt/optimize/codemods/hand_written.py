@@ -29,13 +29,26 @@ by ``gpuopt optimize`` within the fix's stated tolerance.
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import math
+import re
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import libcst as cst
 
-from gpuopt.optimize.codemods import PositionProvider, Rewrite, Skipped, code, on_lines, wrap
+from gpuopt.optimize.codemods import (
+    CodemodError,
+    MetadataWrapper,
+    PositionProvider,
+    Rewrite,
+    Skipped,
+    code,
+    on_lines,
+    parse,
+    wrap,
+)
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 GELU_CUBIC = 0.044715
@@ -506,12 +519,84 @@ class _Finder(cst.CSTVisitor):
         self._visit(node)
 
 
+# every pattern calls one of these: a module without any is not parsed (parsing costs ~40 µs a
+# line, and profiling scans every user file that issued ops)
+_TRIGGER = re.compile(r"tanh|erf|exp\b|softmax|\bvar\b")
+
+
 def find_hand_written_ops(source: str, name: str = "<source>") -> list[Match]:
     """Every hand-written op chain of the module, in source order (planning and profiling)."""
-    wrapper = wrap(source, name)
+    if not _TRIGGER.search(source):
+        return []
+    wrapper = MetadataWrapper(parse(source, name), unsafe_skip_copy=True)
     finder = _Finder(module_names(wrapper.module))
     wrapper.visit(finder)
     return finder.found
+
+
+def _ast_names(tree: ast.Module) -> Names:
+    """:func:`module_names` from Python's own parse of the module."""
+    torch, functional = False, None
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Import):
+            for a in stmt.names:
+                torch = torch or (a.name.split(".")[0] == "torch" and a.asname is None)
+                if a.name == "torch.nn.functional" and a.asname:
+                    functional = a.asname
+        elif isinstance(stmt, ast.ImportFrom) and stmt.module == "torch.nn":
+            for a in stmt.names:
+                if a.name == "functional":
+                    functional = a.asname or "functional"
+    return Names(torch, functional)
+
+
+def _snippet(lines: list[str], stmt: ast.stmt) -> str:
+    """The statement's lines, its first line's indentation taken off each (inside brackets or
+    after a backslash a line's indentation means nothing)."""
+    first = lines[stmt.lineno - 1]
+    indent = len(first) - len(first.lstrip())
+    out = []
+    for text in lines[stmt.lineno - 1 : (stmt.end_lineno or stmt.lineno)]:
+        lead = len(text) - len(text.lstrip(" \t"))
+        out.append(text[min(indent, lead) :])
+    return "".join(out)
+
+
+def find_hand_written_ops_at(
+    source: str, lines: Collection[int], name: str = "<source>"
+) -> list[Match]:
+    """The chains of :func:`find_hand_written_ops` that span one of ``lines`` (where a run
+    issued ops), each simple statement spanning such a line parsed alone: the profile's scan,
+    which parsing whole modules with libcst would make cost seconds at a run's end."""
+    text_lines = source.splitlines(keepends=True)
+    wanted = {
+        ln for ln in lines if 0 < ln <= len(text_lines) and _TRIGGER.search(text_lines[ln - 1])
+    }
+    if not wanted:
+        return []
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError) as exc:
+        raise CodemodError(f"{name}: cannot be parsed: {exc}") from None
+    names = _ast_names(tree)
+    stmts = {
+        (n.lineno, n.end_lineno or n.lineno): n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.stmt)
+        and not hasattr(n, "body")
+        and any(n.lineno <= ln <= (n.end_lineno or n.lineno) for ln in wanted)
+    }
+    found: list[Match] = []
+    for (start, _), stmt in sorted(stmts.items()):
+        finder = _Finder(names)
+        MetadataWrapper(parse(_snippet(text_lines, stmt), name), unsafe_skip_copy=True).visit(
+            finder
+        )
+        for m in finder.found:
+            found.append(
+                dataclasses.replace(m, line=m.line + start - 1, end_line=m.end_line + start - 1)
+            )
+    return found
 
 
 class _Replacer(cst.CSTTransformer):
@@ -581,4 +666,11 @@ def on_lines_range(match: Match, lines: Collection[int]) -> bool:
     return any(match.line <= ln <= match.end_line for ln in lines)
 
 
-__all__ = ["Match", "OPS", "WHAT", "find_hand_written_ops", "rewrite_hand_written_ops"]
+__all__ = [
+    "Match",
+    "OPS",
+    "WHAT",
+    "find_hand_written_ops",
+    "find_hand_written_ops_at",
+    "rewrite_hand_written_ops",
+]
