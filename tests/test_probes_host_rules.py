@@ -25,6 +25,7 @@ HOST_RULES = {
     "launch-bound",
     "loop-indexing",
     "ragged-batches",
+    "hand-written-op",
 }
 
 
