@@ -445,7 +445,10 @@ class DataLoaderProbe:
     def _record(self, it: Any, step: int, dt: float, ok: bool, training: bool = True) -> None:
         stats = self.loaders.get(getattr(it, "_gpuopt_loader_key", -1))
         self._wait(stats, step, dt)
-        self._followed(step)
+        last = self._last  # _followed(step), inline: no extra call per fetch
+        if last is not None and step > last[1]:
+            last[0].stepped_batches += 1
+            self._last = None
         if stats is not None:
             stats.batches += ok
             stats.eval_batches += ok and not training
