@@ -421,8 +421,9 @@ def ragged_loaders_section(profile: Profile) -> Section | None:
         "Batch shapes per DataLoader",
         ["loop", "role", "batches", "batch sizes", "shapes"],
         rows,
-        note="eval: every batch fetched with autograd off (torch.no_grad, inference_mode); "
-        "the ragged-batch statistics above count the training loaders only.",
+        note="train: an optimizer step followed its batches; eval: none did (an evaluation "
+        "loop, a batch looked at); the ragged-batch statistics above count the batches fetched "
+        "with autograd on.",
     )
 
 
