@@ -240,7 +240,12 @@ def summarize(capture: RecorderCapture, series: list[StepRecord]) -> HostSummary
         engine, total, cal, steps, (waits, colls), bound, first
     )
     dispatch.top_sites = _top_sites(total, sites, steps, wall, cal, scale)
-    hand_written = hand_written_ops(total, sites, steps, wall, (cal, scale))
+    try:
+        hand_written = hand_written_ops(total, sites, steps, wall, (cal, scale))
+    except Exception as exc:  # the scan reads the user's files: it never costs the summary
+        log.debug("hand-written op chains not scanned", exc_info=True)
+        warnings.append(f"hand-written op chains not scanned: {type(exc).__name__}: {exc}")
+        hand_written = []
     if hand_written:
         dispatch.hand_written_ops = hand_written
     dispatch.outside_ops_sites = _outside_sites(
@@ -736,6 +741,8 @@ def _line_ops(
         code = sites.code(cid)
         key = (sites.resolver.abspath(code.co_filename), sites.resolver.relpath(code))
         line = sites.resolver.position(code, lasti)[0]
+        if line is None:  # an instruction without a line (Python 3.11+ can have them)
+            continue
         a = out[key].setdefault(line, [0, 0.0])
         a[0] += st[S_OPS]
         a[1] += _site_time(st, per_op, per_call) * site_scale
