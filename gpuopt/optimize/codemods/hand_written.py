@@ -521,7 +521,7 @@ class _Finder(cst.CSTVisitor):
 
 # every pattern calls one of these: a module without any is not parsed (parsing costs ~40 µs a
 # line, and profiling scans every user file that issued ops)
-_TRIGGER = re.compile(r"tanh|erf|exp\b|softmax|\bvar\b")
+_TRIGGER = re.compile(r"\btanh\b|\berf\b|\bexp\b|softmax|\bvar\b")
 
 
 def find_hand_written_ops(source: str, name: str = "<source>") -> list[Match]:
