@@ -237,7 +237,9 @@ def _library_reads(doc: dict[str, object]) -> dict[str, float]:
 def test_the_hf_trainer_is_seen_through_and_its_knob_removes_its_reads(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     out = tmp_path / "run"
-    r = run_gpuopt("profile", "--quiet", "-o", str(out), "--steps", "8", str(HF_SCRIPT), "8")
+    r = run_gpuopt(
+        "profile", "--quiet", "-o", str(out), "--steps", "8", str(HF_SCRIPT), "8", timeout=900
+    )
     assert r.returncode == 0, r.stderr
     doc = json.loads((out / "profile.json").read_text())
     fw = doc["framework"]
@@ -261,7 +263,9 @@ def test_the_hf_trainer_is_seen_through_and_its_knob_removes_its_reads(tmp_path:
     )
     fixed.write_text(rewrite.source)
     after = tmp_path / "after"
-    r = run_gpuopt("profile", "--quiet", "-o", str(after), "--steps", "8", str(fixed), "8")
+    r = run_gpuopt(
+        "profile", "--quiet", "-o", str(after), "--steps", "8", str(fixed), "8", timeout=900
+    )
     assert r.returncode == 0, r.stderr
     doc = json.loads((after / "profile.json").read_text())
     assert _library_reads(doc) == {"transformers/masking_utils.py": 1}

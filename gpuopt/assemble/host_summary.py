@@ -748,18 +748,20 @@ def _top_sites(
 def _frame_label(resolver: SiteResolver, code: CodeType, lasti: int) -> str:
     """``json/decoder.py:353 (JSONDecoder.raw_decode)``: a frame outside the user's code; a
     frozen module's as Python names it (``<frozen importlib._bootstrap_external>:147``), never
-    as a file of the working directory; an installed package's from its package's folder."""
+    as a file of the working directory; a framework's from its package's folder
+    (``accelerate/optimizer.py``)."""
     import os
 
-    from gpuopt.frameworks.detect import package_path
+    from gpuopt.frameworks.detect import FrameworkFiles, package_path
 
     name = getattr(code, "co_qualname", code.co_name)
     line = resolver.position(code, lasti)[0]
     if code.co_filename.startswith("<"):
         return f"{code.co_filename}:{line} ({name})"
     path = resolver.abspath(code.co_filename)
-    short = package_path(path)
-    if short == path:
+    if FrameworkFiles().of(path) is not None:
+        short = package_path(path)
+    else:
         short = os.path.join(*path.split(os.sep)[-2:]) if os.sep in path else path
     return f"{short}:{line} ({name})"
 
