@@ -42,7 +42,8 @@ EXPECTED: dict[str, tuple[str, dict[str, float], str | None, bool]] = {
 
 def profile(script: Path, out: Path, steps: int) -> dict:
     cmd = [sys.executable, "-m", "gpuopt", "profile", "--quiet", "--force", "-o", str(out)]
-    subprocess.run([*cmd, "--steps", str(steps), str(script)], cwd=ROOT, check=True)
+    run = [*cmd, "--steps", str(steps), str(script)]
+    subprocess.run(run, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     return json.loads((out / "profile.json").read_text())
 
 

@@ -17,6 +17,7 @@ from gpuopt.findings.rules.host_syncs import sync_in_step
 from gpuopt.frameworks.detect import (
     FrameworkFiles,
     knob_for_read,
+    loader_origins,
     package_path,
     seen_on_stack,
     settings_sites,
@@ -24,7 +25,7 @@ from gpuopt.frameworks.detect import (
     specs,
 )
 from gpuopt.model.profile import Environment, Finding, Profile
-from gpuopt.model.records import Framework, Sync
+from gpuopt.model.records import DataLoaderInfo, Framework, Sync, given
 from gpuopt.optimize.codemods.framework_knobs import rewrite_framework_call
 from gpuopt.optimize.plan import PlanInput, plan_fixes
 
@@ -269,3 +270,43 @@ def test_the_hf_trainer_is_seen_through_and_its_knob_removes_its_reads(tmp_path:
     assert r.returncode == 0, r.stderr
     doc = json.loads((after / "profile.json").read_text())
     assert _library_reads(doc) == {"transformers/masking_utils.py": 1}
+
+
+def _loader(built_at: str) -> DataLoaderInfo:
+    return DataLoaderInfo(
+        site="t.py:63",
+        cls="DataLoader",
+        dataset="Blocks",
+        batch_size=8,
+        num_workers=0,
+        pin_memory=True,
+        persistent_workers=False,
+        prefetch_factor=None,
+        multiprocessing_context=None,
+        epochs=1,
+        batches=8,
+        wait_s_total=0.0,
+        wait_s_per_step=0.0,
+        built_at=built_at,
+    )
+
+
+def test_a_loader_the_trainer_builds_is_set_at_training_arguments() -> None:
+    fw = Framework(
+        name="transformers", entry="t.py:63", settings_at={"TrainingArguments": "t.py:45"}
+    )
+    trainer_built, own = _loader("t.py:63"), _loader("t.py:20")
+    loader_origins(fw, [trainer_built, own])
+    assert (trainer_built.built_at, trainer_built.built_via) == ("t.py:45", "t.py:63")
+    assert trainer_built.settings_call == "TrainingArguments"
+    assert own.built_at == "t.py:20" and given(own.settings_call) is None
+
+
+def test_a_frozen_module_is_named_as_python_names_it(tmp_path: Path) -> None:
+    from gpuopt.assemble.host_summary import _frame_label
+    from gpuopt.probes.sites import SiteResolver
+
+    code = compile("x = 1\n", "<frozen importlib._bootstrap_external>", "exec")
+    label = _frame_label(SiteResolver([tmp_path], cwd=str(tmp_path)), code, 0)
+    assert label.startswith("<frozen importlib._bootstrap_external>:")
+    assert label.endswith(" (<module>)") and str(tmp_path) not in label
