@@ -83,11 +83,12 @@ def knob_fixed(doc: dict, tmp: Path, steps: int) -> dict:
 
     (k,) = [f["evidence"]["knob"] for f in doc["findings"] if "knob" in f["evidence"]]
     path, line = k["site"].rsplit(":", 1)
-    fixed = tmp / Path(path).name
+    (tmp / "fixed-src").mkdir()
+    fixed = tmp / "fixed-src" / Path(path).name
     text = (ROOT / path).read_text()
     r = rewrite_framework_call(text, int(line), k["call"], {k["argument"]: k["value"]})
     fixed.write_text(r.source)
-    return profile(fixed, tmp / "fixed", steps)
+    return profile(fixed, tmp / "fixed-run", steps)
 
 
 def main() -> int:
@@ -103,7 +104,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         for name in EXPECTED:
-            doc = profile(CORPUS / name, tmp / name, steps)
+            doc = profile(CORPUS / name, tmp / f"{name}.run", steps)
             fw = doc["framework"] or {}
             misses = check(name, doc)
             failed += bool(misses)

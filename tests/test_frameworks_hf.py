@@ -25,7 +25,7 @@ from gpuopt.frameworks.detect import (
     specs,
 )
 from gpuopt.model.profile import Environment, Finding, Profile
-from gpuopt.model.records import DataLoaderInfo, Framework, Sync, given
+from gpuopt.model.records import DataLoaderInfo, Framework, FrameworkPhase, Sync, given
 from gpuopt.optimize.codemods.framework_knobs import rewrite_framework_call
 from gpuopt.optimize.plan import PlanInput, plan_fixes
 
@@ -272,8 +272,9 @@ def test_the_hf_trainer_is_seen_through_and_its_knob_removes_its_reads(tmp_path:
     assert _library_reads(doc) == {"transformers/masking_utils.py": 1}
 
 
-def _loader(built_at: str) -> DataLoaderInfo:
+def _loader(built_at: str, built_in: list[str] | None = None) -> DataLoaderInfo:
     return DataLoaderInfo(
+        built_in=built_in or [],
         site="t.py:63",
         cls="DataLoader",
         dataset="Blocks",
@@ -293,13 +294,19 @@ def _loader(built_at: str) -> DataLoaderInfo:
 
 def test_a_loader_the_trainer_builds_is_set_at_training_arguments() -> None:
     fw = Framework(
-        name="transformers", entry="t.py:63", settings_at={"TrainingArguments": "t.py:45"}
+        name="transformers",
+        entry="t.py:63",
+        settings_at={"TrainingArguments": "t.py:45"},
+        phases=[FrameworkPhase(name="train", steps=30)],
     )
     trainer_built, own = _loader("t.py:63"), _loader("t.py:20")
-    loader_origins(fw, [trainer_built, own])
+    evals = _loader("t.py:63", ["Trainer._get_dataloader", "Trainer.get_eval_dataloader"])
+    loader_origins(fw, [trainer_built, own, evals])
     assert (trainer_built.built_at, trainer_built.built_via) == ("t.py:45", "t.py:63")
     assert trainer_built.settings_call == "TrainingArguments"
     assert own.built_at == "t.py:20" and given(own.settings_call) is None
+    assert given(evals.role) == "eval" and given(trainer_built.role) is None
+    assert [(p.name, p.steps) for p in fw.phases] == [("train", 30), ("eval", 8)]
 
 
 def test_a_frozen_module_is_named_as_python_names_it(tmp_path: Path) -> None:

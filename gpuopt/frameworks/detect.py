@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from gpuopt.frameworks import FrameworkSpec, Knob
 
 if TYPE_CHECKING:
-    from gpuopt.model.records import DataLoaderInfo, Framework
+    from gpuopt.model.records import DataLoaderInfo, Framework, FrameworkPhase
 
 # the framework modules, outermost first: where a Trainer (transformers) runs on accelerate, the
 # outermost framework on the stack is the one the user called
@@ -241,19 +241,25 @@ def framework_record(
 ) -> Framework:
     """The document's ``framework`` from what the framework probe saw: the training phase's
     steps (the optimizer's), and the evaluation's batches (its DataLoaders', autograd off)."""
-    from gpuopt.model.records import Framework, FrameworkPhase, given
+    from gpuopt.model.records import Framework
 
-    phases = [FrameworkPhase(name="train", steps=train_steps)]
-    evals = [d for d in loaders or [] if given(d.role) == "eval"]
-    if evals:
-        phases.append(FrameworkPhase(name="eval", steps=sum(int(d.batches) for d in evals)))
     return Framework(
         name=seen.name,
         version=seen.version,
         entry=seen.entry,
-        phases=phases,
+        phases=_phases(train_steps, loaders or []),
         settings_at=dict(seen.settings_at),
     )
+
+
+def _phases(train_steps: int, loaders: list[DataLoaderInfo]) -> list[FrameworkPhase]:
+    from gpuopt.model.records import FrameworkPhase, given
+
+    phases = [FrameworkPhase(name="train", steps=train_steps)]
+    evals = [d for d in loaders if given(d.role) == "eval"]
+    if evals:
+        phases.append(FrameworkPhase(name="eval", steps=sum(int(d.batches) for d in evals)))
+    return phases
 
 
 LOADER_ARGUMENTS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
@@ -273,11 +279,22 @@ def loader_knobs(spec: FrameworkSpec) -> dict[str, Knob]:
 def loader_origins(fw: Framework, loaders: list[DataLoaderInfo]) -> None:
     """A DataLoader the framework built (inside ``trainer.train()``): its settings are the
     framework's, so ``built_at`` is the user's call that sets them (``TrainingArguments(...)``)
-    and ``built_via`` the user's line into the framework."""
+    and ``built_via`` the user's line into the framework. One built by an evaluation function
+    of the framework (``Trainer.get_eval_dataloader``, an entry whose name says eval, test or
+    predict) is an evaluation loader (``role: "eval"``), autograd on or off; the phases are
+    counted again."""
     from gpuopt.model.records import given
 
     spec = spec_named(fw.name)
-    knobs = loader_knobs(spec) if spec is not None else {}
+    if spec is None:
+        return
+    evals = {e for e in spec.entries if any(w in e.lower() for w in ("eval", "test", "predict"))}
+    for d in loaders:
+        if evals & set(given(d.built_in) or []):
+            d.role = "eval"
+    train = next((p.steps for p in fw.phases if p.name == "train"), 0)
+    fw.phases = _phases(train, loaders)
+    knobs = loader_knobs(spec)
     call = next(iter(knobs.values())).call if knobs else None
     site = fw.settings_at.get(call) if call is not None else None
     if call is None or site is None:

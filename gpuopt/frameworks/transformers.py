@@ -10,7 +10,15 @@ TA = "TrainingArguments"
 SPEC = FrameworkSpec(
     name="transformers",
     packages=("transformers",),
-    entries=("Trainer.train", "Trainer.evaluate", "Trainer.predict"),
+    # the Trainer's functions that build an evaluation loader end the entries: a DataLoader
+    # built in one of them is the eval phase's (detect.loader_origins)
+    entries=(
+        "Trainer.train",
+        "Trainer.evaluate",
+        "Trainer.predict",
+        "Trainer.get_eval_dataloader",
+        "Trainer.get_test_dataloader",
+    ),
     knobs=(
         Knob(
             TA,

@@ -485,6 +485,9 @@ class DataLoaderInfo(Record):
     # a loader a framework built (the HF Trainer's): the call whose arguments set it
     # ("TrainingArguments", at built_at; built_via the user's line into the framework)
     settings_call: str | UnsetType = UNSET
+    # the installed packages' functions that built it, innermost first (a framework's:
+    # "Trainer._get_dataloader", "Trainer.get_eval_dataloader")
+    built_in: list[str] | UnsetType = UNSET
     role: str | UnsetType = UNSET  # "eval": every batch fetched with autograd off; else "train"
     # epochs after the first that started non-persistent workers again, and their wait (iter()
     # and the first batch) beyond a batch's usual wait, per measured step
