@@ -3,8 +3,10 @@ accelerate ...), read from the stack at the first step boundaries (docs/framewor
 
 At a step boundary the stack runs from the user's line into the framework's loop and down to
 ``optimizer.step``; :func:`gpuopt.frameworks.detect.seen_on_stack` finds the outermost
-framework frame and the user's line that called it. Once seen (or after a few steps without a
-framework) the probe does nothing more.
+framework frame and the user's line that called it. The first :data:`LOOK_STEPS` boundaries are
+read and the last that saw a framework wins (the first steps of a loop may be marked by its
+backward, ``accelerator.backward(loss)``, before its ``optimizer.step()`` marks them); then the
+probe does nothing more.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ class FrameworkProbe:
         self._resolver = SiteResolver(ctx.user_roots)
 
     def on_step(self, index: int, t: float) -> None:
-        if self.seen is not None or self.looks >= LOOK_STEPS or self._resolver is None:
+        if self.looks >= LOOK_STEPS or self._resolver is None:
             return
         self.looks += 1
         try:
@@ -62,6 +64,9 @@ class FrameworkProbe:
             lambda f: resolver.site(f.f_code, f.f_lasti),
         )
         if seen is None:
+            return
+        if self.seen is not None and self.seen.name == seen.spec.name:
+            self.seen.entry, self.seen.function = seen.entry, seen.function
             return
         calls = {k.call for k in seen.spec.knobs}
         self.seen = FrameworkCapture(
