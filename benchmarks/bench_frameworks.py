@@ -32,7 +32,7 @@ EXPECTED: dict[str, tuple[str, dict[str, float], str | None, bool]] = {
     ),
     "hf_bert_classify.py": (
         "transformers",
-        {"transformers/trainer.py": 2},
+        {"transformers/trainer.py": 2, "transformers/masking_utils.py": 1},
         "logging_nan_inf_filter",
         True,
     ),

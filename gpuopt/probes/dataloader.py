@@ -42,7 +42,7 @@ from gpuopt.probes.contention import ThreadClock
 from gpuopt.probes.protocol import RunContext
 
 FETCH_SAMPLES = 16  # fetches of a 0-worker loader whose CPU time is read (two reads of 8 µs each)
-MAX_BUILT_IN = 8  # installed-package functions kept from the stack that built a DataLoader
+MAX_BUILT_IN = 16  # installed-package functions kept from the stack that built a DataLoader
 log = logger(__name__)
 
 BatchListener = Callable[[Any], None]
