@@ -317,3 +317,62 @@ def test_a_frozen_module_is_named_as_python_names_it(tmp_path: Path) -> None:
     label = _frame_label(SiteResolver([tmp_path], cwd=str(tmp_path)), code, 0)
     assert label.startswith("<frozen importlib._bootstrap_external>:")
     assert label.endswith(" (<module>)") and str(tmp_path) not in label
+
+
+FAKE_FRAMEWORK = """\
+import torch
+
+
+def check(loss):
+    if torch.isnan(loss):
+        return False
+    return True
+"""
+
+FAKE_SCRIPT = """\
+import torch
+import accelerate
+
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(16, 8)
+for step in range(10):
+    loss = model(x).pow(2).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    accelerate.check(loss.detach())  # framework call
+"""
+
+
+@pytest.mark.slow
+def test_a_frameworks_read_is_counted_on_a_cpu_run_without_the_framework(tmp_path: Path) -> None:
+    """A stand-in package named like a registered framework, installed outside the script's
+    folder: its read of the loss inside the step is counted, with its line and the script's."""
+    pkg = tmp_path / "site-packages" / "accelerate"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from accelerate.loop import check\n")
+    (pkg / "loop.py").write_text(FAKE_FRAMEWORK)
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    script = proj / "train.py"
+    script.write_text(FAKE_SCRIPT)
+    out = tmp_path / "run"
+    r = run_gpuopt(
+        "profile",
+        "--quiet",
+        "-o",
+        str(out),
+        "train.py",
+        cwd=proj,
+        env={"PYTHONPATH": str(tmp_path / "site-packages")},
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((out / "profile.json").read_text())
+    (read,) = [s for s in doc["syncs"] if s.get("library_site")]
+    assert read["library_site"] == "accelerate/loop.py:5"
+    assert read["site"] == "train.py:12" and read["framework"] == "accelerate"
+    assert read["count_per_step"] == 1 and read["would_block_on_gpu"] is True
+    # the steps end in the script's own loop, not inside the framework: a plain loop
+    assert doc["framework"] is None
