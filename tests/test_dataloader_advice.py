@@ -338,3 +338,18 @@ def test_the_fetch_cpu_share_leaves_out_the_wait_for_a_core(tmp_path: Path) -> N
     assert probe._sampling == 0  # the later fetches make no call into the sampling
     (info,) = probe.result().infos([0])
     assert given(info.fetch_cpu_share) == pytest.approx(1 / 3, abs=1e-4)
+
+
+def test_a_loader_the_trainer_builds_is_fixed_in_training_arguments() -> None:
+    from gpuopt.model.records import Framework
+
+    doc = _doc(built_at="train.py:45", built_via="train.py:63")
+    doc.dataloaders[0].settings_call = "TrainingArguments"  # type: ignore[index]
+    doc.framework = Framework(
+        name="transformers", entry="train.py:63", settings_at={"TrainingArguments": "train.py:45"}
+    )
+    f = _finding(doc)
+    assert f.site == "train.py:45"
+    assert f.fix.startswith("TrainingArguments(..., dataloader_num_workers=")
+    assert "DataLoader(" not in f.fix
+    assert "num_workers" in f.fix_params and f.evidence["settings_call"] == "TrainingArguments"
