@@ -376,3 +376,23 @@ def test_a_frameworks_read_is_counted_on_a_cpu_run_without_the_framework(tmp_pat
     assert read["count_per_step"] == 1 and read["would_block_on_gpu"] is True
     # the steps end in the script's own loop, not inside the framework: a plain loop
     assert doc["framework"] is None
+
+
+def test_an_opt_in_fix_asked_by_name_goes_through_the_trainers_setting() -> None:
+    profile = Profile(
+        environment=Environment(device="cpu"),
+        framework=Framework(name="transformers", settings_at={"TrainingArguments": "t.py:45"}),
+    )
+    fixes = {
+        f.name: f for f in plan_fixes(PlanInput(profile, ["amp", "compile"], False, None, "t.py"))
+    }
+    amp, compiled = fixes["amp"], fixes["compile"]
+    assert amp.selected and amp.settings == {"bf16": "True"} and not amp.model_transforms
+    assert compiled.selected and compiled.settings == {"torch_compile": "True"}
+    (edit,) = amp.edits
+    assert (edit.path, edit.lines) == ("t.py", [45])
+    rewritten = edit.codemod("\n" * 44 + "args = TrainingArguments(\n    'o',\n)\n", "t.py")
+    assert "bf16=True" in rewritten.source
+    plain = Profile(environment=Environment(device="cpu"))
+    (own,) = plan_fixes(PlanInput(plain, ["amp"], False, None, "t.py"))
+    assert own.model_transforms == ["bf16_autocast"]  # a plain loop: gpuopt's run-time form

@@ -79,7 +79,7 @@ SPEC = FrameworkSpec(
             TA,
             "torch_compile",
             "True",
-            "launch-bound",
+            "compile",
             "the Trainer wraps the model in torch.compile before training",
             changes_training=True,
         ),

@@ -155,6 +155,9 @@ def _plan_one(kind: FixKind, inp: PlanInput) -> PlannedFix:
         return _plan_cuda_graphs(kind, inp)
     if kind.gpu_only and not inp.cuda:
         return PlannedFix(kind, False, False, "GPU-only: this run had no CUDA device")
+    through = _through_framework(kind, inp)
+    if through is not None:
+        return through
     planner = _PLANNERS.get(kind.name)
     if planner is None:
         return PlannedFix(kind, False, False, "no planner")
@@ -305,6 +308,32 @@ def _plan_framework_knobs(kind: FixKind, inp: PlanInput) -> PlannedFix:
         if fix.edits
         else "no framework setting named by a finding can be set in the script"
     )
+    return fix
+
+
+def _through_framework(kind: FixKind, inp: PlanInput) -> PlannedFix | None:
+    """An opt-in fix asked by name on a script that trains through a framework with its own
+    setting for it (``--fix amp`` under the HF Trainer: ``TrainingArguments(bf16=True)``):
+    that setting, set where the script sets the framework's settings, in place of gpuopt's
+    run-time form. None where the framework has no such setting."""
+    fw = given(inp.profile.framework)
+    if not kind.opt_in or kind.name not in inp.chosen or fw is None:
+        return None
+    from gpuopt.frameworks.detect import spec_named
+
+    spec = spec_named(fw.name)
+    knob = next((k for k in spec.knobs if k.finding == kind.name), None) if spec else None
+    site = fw.settings_at.get(knob.call) if knob is not None else None
+    parsed = site_line(site) if site else None
+    if knob is None or parsed is None:
+        return None
+    settings = {knob.argument: knob.value}
+    fix = PlannedFix(kind, False, True, f"through {fw.name}: {knob.call}({knob.argument}=")
+    fix.reason += f"{knob.value}) at {site}, where the script sets it ({knob.evidence})"
+    fix.sites, fix.settings = [str(site)], dict(settings)
+    fix.edits = [
+        SourceEdit(parsed[0], [parsed[1]], _framework_codemod(parsed[1], knob.call, settings))
+    ]
     return fix
 
 
