@@ -376,3 +376,18 @@ def test_without_any_step_the_role_comes_from_autograd(tmp_path: Path) -> None:
     finally:
         probe.stop()
     assert [given(i.role) for i in probe.result().infos([])] == ["train", "eval"]
+
+
+def test_a_loader_the_trainer_builds_is_fixed_in_training_arguments() -> None:
+    from gpuopt.model.records import Framework
+
+    doc = _doc(built_at="train.py:45", built_via="train.py:63")
+    doc.dataloaders[0].settings_call = "TrainingArguments"  # type: ignore[index]
+    doc.framework = Framework(
+        name="transformers", entry="train.py:63", settings_at={"TrainingArguments": "train.py:45"}
+    )
+    f = _finding(doc)
+    assert f.site == "train.py:45"
+    assert f.fix.startswith("TrainingArguments(..., dataloader_num_workers=")
+    assert "DataLoader(" not in f.fix
+    assert "num_workers" in f.fix_params and f.evidence["settings_call"] == "TrainingArguments"

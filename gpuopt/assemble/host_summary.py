@@ -186,6 +186,30 @@ class _Sites:
             return None
         return self.resolver.relpath(code), loop.line, loop.kind
 
+    def library_site(self, cid: int, lasti: int) -> str:
+        """A framework's line as its package names it (``transformers/trainer.py:1914``)."""
+        from gpuopt.frameworks.detect import package_path
+
+        code = self.code(cid)
+        path = package_path(self.resolver.abspath(code.co_filename))
+        return f"{path}:{self.resolver.position(code, lasti)[0]}"
+
+    def add_library(self, sync: Sync, cid: int, lasti: int) -> None:
+        """A framework's read: its framework, line, function and the setting that removes it."""
+        from gpuopt.frameworks.detect import FrameworkFiles, knob_for_read
+
+        code = self.code(cid)
+        filename = self.resolver.abspath(code.co_filename)
+        spec = FrameworkFiles().of(filename)
+        line = self.resolver.position(code, lasti)[0]
+        sync.library_site = self.library_site(cid, lasti)
+        sync.library_function = str(getattr(code, "co_qualname", code.co_name))
+        if spec is not None:
+            sync.framework = spec.name
+            knob = knob_for_read(spec, filename, line)
+            if knob is not None:
+                sync.knob = knob.argument
+
     def scope_of(self, cid: int, lasti: int) -> tuple[str, str]:
         """``(path:line, kind)`` of what runs this instruction: its innermost loop's header, or
         else its function's ``def`` (the module's first line for module-level code)."""
@@ -582,11 +606,12 @@ def _transfers(t: StepCounters, sites: _Sites, steps: int, wall: float) -> list[
 
 def _syncs(t: StepCounters, sites: _Sites, steps: int, wall: float) -> list[Sync]:
     groups: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for (kind, cid, lasti, dev, api, op), (count, secs, idle) in t.syncs.items():
+    for (kind, cid, lasti, dev, api, op, lib), (count, secs, idle) in t.syncs.items():
         site = sites.site(cid, lasti)
         measured = "cpu" if dev == "cpu" else dev
+        lib_site = sites.library_site(*lib) if lib is not None else None
         g = groups.setdefault(
-            (kind, site, measured),
+            (kind, site, measured, lib_site),
             {
                 "kind": kind,
                 "site": site,
@@ -597,6 +622,7 @@ def _syncs(t: StepCounters, sites: _Sites, steps: int, wall: float) -> list[Sync
                 "api": set(),
                 "op": set(),
                 "scope": sites.scope_of(cid, lasti),
+                "lib": lib,
             },
         )
         g["count"] += count
@@ -604,28 +630,32 @@ def _syncs(t: StepCounters, sites: _Sites, steps: int, wall: float) -> list[Sync
         g["idle"] += idle
         g["api"].add(api)
         g["op"].add(op)
-    out = [
-        Sync(
-            kind=g["kind"],
-            site=g["site"],
-            count_per_step=per_step(g["count"], steps),
-            api=",".join(sorted(g["api"])),
-            op=",".join(sorted(g["op"])),
-            measured_device=g["measured"],
-            # Seen on a CPU-only run, where it cost nothing: it would block on a GPU (inferred).
-            # Entries measured on a device did block.
-            would_block_on_gpu=g["measured"] == "cpu",
-            time_us_per_step=_us(g["time"], steps),
-            idle_after_us_per_step=_us(g["idle"], steps),
-            time_share=_share(g["time"], wall),
-            idle_after_share=_share(g["idle"], wall),
-            scope=g["scope"][0],
-            scope_kind=g["scope"][1],
-        )
-        for g in groups.values()
-    ]
+    out = [_sync(g, sites, steps, wall) for g in groups.values()]
     out.sort(key=lambda e: (-e.count_per_step, e.site or "", e.kind))
     return out
+
+
+def _sync(g: dict[str, Any], sites: _Sites, steps: int, wall: float) -> Sync:
+    s = Sync(
+        kind=g["kind"],
+        site=g["site"],
+        count_per_step=per_step(g["count"], steps),
+        api=",".join(sorted(g["api"])),
+        op=",".join(sorted(g["op"])),
+        measured_device=g["measured"],
+        # Seen on a CPU-only run, where it cost nothing: it would block on a GPU (inferred).
+        # Entries measured on a device did block.
+        would_block_on_gpu=g["measured"] == "cpu",
+        time_us_per_step=_us(g["time"], steps),
+        idle_after_us_per_step=_us(g["idle"], steps),
+        time_share=_share(g["time"], wall),
+        idle_after_share=_share(g["idle"], wall),
+        scope=g["scope"][0],
+        scope_kind=g["scope"][1],
+    )
+    if g["lib"] is not None:
+        sites.add_library(s, *g["lib"])
+    return s
 
 
 def _loops(
@@ -792,33 +822,59 @@ def hand_written_ops(
 
 
 def _frame_label(resolver: SiteResolver, code: CodeType, lasti: int) -> str:
-    """``json/decoder.py:353 (JSONDecoder.raw_decode)``: a frame outside the user's code."""
+    """``json/decoder.py:353 (JSONDecoder.raw_decode)``: a frame outside the user's code; a
+    frozen module's as Python names it (``<frozen importlib._bootstrap_external>:147``), never
+    as a file of the working directory; a framework's from its package's folder
+    (``accelerate/optimizer.py``)."""
     import os
 
+    from gpuopt.frameworks.detect import FrameworkFiles, package_path
+
     name = getattr(code, "co_qualname", code.co_name)
+    line = resolver.position(code, lasti)[0]
+    if code.co_filename.startswith("<"):
+        return f"{code.co_filename}:{line} ({name})"
     path = resolver.abspath(code.co_filename)
-    short = os.path.join(*path.split(os.sep)[-2:]) if os.sep in path else path
-    return f"{short}:{resolver.position(code, lasti)[0]} ({name})"
+    if FrameworkFiles().of(path) is not None:
+        short = package_path(path)
+    else:
+        short = os.path.join(*path.split(os.sep)[-2:]) if os.sep in path else path
+    return f"{short}:{line} ({name})"
 
 
 def _sample_site(
     resolver: SiteResolver, sample: GapSample, codes: dict[int, CodeType]
 ) -> tuple[str, str] | None:
     """``(user site, innermost frame)`` of a sample; None for data loading (its wait is data
-    wait), gpuopt's own code, or a stack with no user frame."""
+    wait), gpuopt's own code, or a stack with no user frame. Where a framework's code lies
+    between (the HF Trainer, accelerate), the frame named is the framework's innermost, with
+    the frame it was running after it (``accelerate/optimizer.py:172 (AcceleratedOptimizer.step)
+    → <frozen importlib._bootstrap_external>:147 (_path_stat)``)."""
     stack = [(codes[cid], lasti) for cid, lasti in sample.stack if cid in codes]
     if not stack:
         return None
     cats = [resolver.classify(code) for code, _ in stack]
     if DATA in cats or cats[0] == TRANSPARENT:
         return None
-    for (code, lasti), cat in zip(stack, cats, strict=True):
+    for i, ((code, lasti), cat) in enumerate(zip(stack, cats, strict=True)):
         if cat == USER:
             site = resolver.site(code, lasti)
-            inner_code, inner_lasti = stack[0]
-            frame = site if cats[0] == USER else _frame_label(resolver, inner_code, inner_lasti)
+            if cats[0] == USER:
+                return site, site
+            frame = _frame_label(resolver, *stack[0])
+            fw = _framework_frame(stack[:i])
+            if fw is not None and fw != stack[0]:
+                frame = f"{_frame_label(resolver, *fw)} → {frame}"
             return site, frame
     return None
+
+
+def _framework_frame(stack: list[tuple[CodeType, int]]) -> tuple[CodeType, int] | None:
+    """The innermost frame of a framework's code in ``stack`` (innermost first)."""
+    from gpuopt.frameworks.detect import FrameworkFiles
+
+    files = FrameworkFiles()
+    return next((f for f in stack if files.of(f[0].co_filename) is not None), None)
 
 
 def _stretch_scale(samples: list[GapSample], lengths: dict[float, float]) -> dict[float, float]:

@@ -25,7 +25,7 @@ from gpuopt.debug import logger
 from gpuopt.errors import GpuoptError
 from gpuopt.model.document import empty_profile
 from gpuopt.model.profile import Breakdown, Dispatch, Profile, Steps
-from gpuopt.model.records import given
+from gpuopt.model.records import Framework, given
 from gpuopt.model.trace import TraceDetails
 from gpuopt.probes.recorder import RecorderCapture
 
@@ -79,6 +79,7 @@ def assemble_run(rec: RunRecord) -> Profile:
             p.trace = TraceDetails(profiler_window=rec.window.info)
     p.breakdown = _breakdown(rec, timeline, p.dispatch)
     p.compile = None  # the key is always there: null where nothing was compiled
+    p.framework = _framework(rec, p)
     if rec.compile is not None:
         reported += _add_compile(p, rec, timeline.measured)
     p.warnings = list(dict.fromkeys(reported)) + rec.warnings + timeline.warnings
@@ -87,6 +88,18 @@ def assemble_run(rec: RunRecord) -> Profile:
         unread = attach_window_traces(p)
         p.warnings.extend(unread)
     return p
+
+
+def _framework(rec: RunRecord, p: Profile) -> Framework | None:
+    """The ``framework`` key: null for a plain loop."""
+    if rec.framework is None:
+        return None
+    from gpuopt.frameworks.detect import framework_record, loader_origins
+
+    loaders = p.dataloaders if not isinstance(p.dataloaders, UnsetType) else None
+    fw = framework_record(rec.framework, len(rec.step_ends), loaders)
+    loader_origins(fw, loaders or [])
+    return fw
 
 
 def _add_compile(p: Profile, rec: RunRecord, measured: list[int]) -> list[str]:

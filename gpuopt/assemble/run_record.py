@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpuopt.compile.events import CompileCapture
+from gpuopt.frameworks.detect import FrameworkCapture
 from gpuopt.model.profile import (
     Environment,
     MemoryReport,
@@ -61,3 +62,4 @@ class RunRecord:
     collectives: CollectiveCapture | None = None  # one rank of several: its collectives
     memory: MemoryReport | None = None  # --memory-for, or a GPU: the memory probe's result
     compile: CompileCapture | None = None  # what torch.compile did (None: the probe failed)
+    framework: FrameworkCapture | None = None  # the training framework seen (None: a plain loop)

@@ -17,7 +17,8 @@ class Knob:
 
     ``call`` is where the user sets it (``TrainingArguments``, ``Trainer``, ``--workers`` for a
     command-line flag), ``argument`` the keyword (or flag), ``value`` the setting that removes the
-    cost, as source (``False``, ``4``); ``finding`` the finding id it answers;
+    cost, as source (``False``, ``4``); ``finding`` the finding id it answers, or the name of the
+    ``gpuopt optimize`` fix it is the framework's form of (``amp``, ``tf32``, ``compile``);
     ``changes_training`` is True for a knob that changes what is trained (precision,
     accumulation): applied only when asked by name; ``evidence`` one line: what it removes, and
     where that is seen (the framework's file and function, or a measurement)."""

@@ -221,6 +221,14 @@ class Sync(Record):
     # the shares of each recorded step (findings draw their interval from them; issue 30)
     time_share_steps: list[float] | UnsetType = UNSET
     idle_after_share_steps: list[float] | UnsetType = UNSET
+    # a read a training framework's code made (docs/frameworks.md): the framework, its line
+    # (``transformers/trainer.py:1914``) and function; ``site`` is then the user's line that led
+    # there (``trainer.train()``); ``knob`` the framework's setting that removes the read
+    # (``logging_nan_inf_filter``), where one does
+    framework: str | UnsetType = UNSET
+    library_site: str | UnsetType = UNSET
+    library_function: str | UnsetType = UNSET
+    knob: str | UnsetType = UNSET
 
 
 class TopSite(Record):
@@ -487,6 +495,12 @@ class DataLoaderInfo(Record):
     wait_s_per_step: float | None
     built_at: str | UnsetType = UNSET  # the DataLoader(...) call: where its settings are written
     built_via: str | UnsetType = UNSET  # the call of the factory that built it, if one did
+    # a loader a framework built (the HF Trainer's): the call whose arguments set it
+    # ("TrainingArguments", at built_at; built_via the user's line into the framework)
+    settings_call: str | UnsetType = UNSET
+    # the installed packages' functions that built it, innermost first (a framework's:
+    # "Trainer._get_dataloader", "Trainer.get_eval_dataloader")
+    built_in: list[str] | UnsetType = UNSET
     role: str | UnsetType = UNSET  # "eval": every batch fetched with autograd off; else "train"
     # epochs after the first that started non-persistent workers again, and their wait (iter()
     # and the first batch) beyond a batch's usual wait, per measured step
@@ -850,6 +864,9 @@ class Framework(Record):
     entry: str | None = None
     phases: list[FrameworkPhase] = field(default_factory=list)
     python_share: float | None = None
+    # where the user's code sets the framework's settings, by call: {"TrainingArguments":
+    # "train.py:44"} (the knobs findings name are changed there)
+    settings_at: dict[str, str] = field(default_factory=dict)
 
 
 class CompiledFunction(Record):

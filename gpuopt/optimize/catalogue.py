@@ -62,6 +62,17 @@ CATALOGUE: tuple[FixKind, ...] = (
         settle_steps=3,  # every run compiles first
     ),
     FixKind(
+        "framework-knobs",
+        "a training framework's own setting changed where the script sets it "
+        "(TrainingArguments(logging_nan_inf_filter=False)): the host reads the framework makes "
+        "every step, removed by the framework; a setting that changes the training (precision, "
+        "accumulation) only with --fix framework-knobs",
+        ("sync-in-step",),
+        runtime=False,
+        source=True,
+        gpu_gain=True,  # the reads it removes wait for a GPU; on a CPU they cost little
+    ),
+    FixKind(
         "zero-grad",
         "optimizer.zero_grad(set_to_none=True) where it is set to False",
         (),

@@ -116,6 +116,13 @@ def plan_fixes(inp: PlanInput) -> list[PlannedFix]:
         relevant = named or bool(found & set(kind.findings)) or _pattern_in_source(kind, inp)
         if kind.name in ("padding", "padding-batch") and not named:
             relevant = kind.name in inp.loops  # the ragged finding names such a loop / loader
+        if kind.name == "framework-knobs" and not named:  # a finding names a framework setting
+            relevant = any("knob" in f.evidence for f in inp.profile.findings)
+        if kind.name == "syncs" and not named and relevant:  # a framework's reads are not its
+            relevant = _pattern_in_source(kind, inp) or any(
+                f.id in kind.findings and "library_sites" not in f.evidence
+                for f in inp.profile.findings
+            )
         if not relevant and not (kind.opt_in and inp.cuda and not kind.findings):
             continue
         fix = _plan_one(kind, inp)
@@ -148,6 +155,9 @@ def _plan_one(kind: FixKind, inp: PlanInput) -> PlannedFix:
         return _plan_cuda_graphs(kind, inp)
     if kind.gpu_only and not inp.cuda:
         return PlannedFix(kind, False, False, "GPU-only: this run had no CUDA device")
+    through = _through_framework(kind, inp)
+    if through is not None:
+        return through
     planner = _PLANNERS.get(kind.name)
     if planner is None:
         return PlannedFix(kind, False, False, "no planner")
@@ -240,7 +250,8 @@ def _plan_copies(kind: FixKind, inp: PlanInput) -> PlannedFix:
 def _plan_syncs(kind: FixKind, inp: PlanInput) -> PlannedFix:
     from gpuopt.optimize.codemods.syncs import rewrite_syncs
 
-    found = _findings(inp.profile, kind.findings)
+    # a framework's own reads are changed through its setting (framework-knobs), never here
+    found = [f for f in _findings(inp.profile, kind.findings) if "library_sites" not in f.evidence]
     sites: list[str] = []
     for f in found:
         listed = f.evidence.get("sites")
@@ -254,6 +265,85 @@ def _plan_syncs(kind: FixKind, inp: PlanInput) -> PlannedFix:
     for path, lines in by_file(fix.sites).items():
         fix.edits.append(SourceEdit(path, lines, _on_lines(rewrite_syncs, lines)))
     return fix
+
+
+def _plan_framework_knobs(kind: FixKind, inp: PlanInput) -> PlannedFix:
+    """The settings the findings' ``evidence.knob`` name, each set on the user's call that sets
+    the framework's settings (``TrainingArguments(...)``); one that changes the training only
+    when the fix is named."""
+    found = [f for f in _findings(inp.profile, kind.findings) if "knob" in f.evidence]
+    fix = PlannedFix(kind, False, False, "", findings=[f.id for f in found])
+    calls: dict[tuple[str, str], dict[str, str]] = {}
+    for f in found:
+        knob = f.evidence["knob"]
+        site = knob.get("site") if isinstance(knob, dict) else None
+        if not isinstance(knob, dict) or not site:
+            fix.skipped.append(f"{f.site}: {f.title}: the script's settings call was not found")
+            continue
+        if knob.get("changes_training") and kind.name not in inp.chosen:
+            fix.notes.append(
+                f"{knob['call']}({knob['argument']}={knob['value']}) changes the training: "
+                f"ask for it with --fix {kind.name}"
+            )
+            continue
+        calls.setdefault((str(site), str(knob["call"])), {})[str(knob["argument"])] = str(
+            knob["value"]
+        )
+    for (site, call), settings in calls.items():
+        parsed = site_line(site)
+        if parsed is None:
+            continue
+        fix.sites.append(site)
+        fix.settings.update(settings)
+        fix.edits.append(
+            SourceEdit(parsed[0], [parsed[1]], _framework_codemod(parsed[1], call, settings))
+        )
+    fix.applicable = bool(fix.edits)
+    fix.reason = (
+        "the framework's own setting, where the script sets it: "
+        + "; ".join(
+            f"{call}({', '.join(f'{k}={v}' for k, v in s.items())}) at {site}"
+            for (site, call), s in calls.items()
+        )
+        if fix.edits
+        else "no framework setting named by a finding can be set in the script"
+    )
+    return fix
+
+
+def _through_framework(kind: FixKind, inp: PlanInput) -> PlannedFix | None:
+    """An opt-in fix asked by name on a script that trains through a framework with its own
+    setting for it (``--fix amp`` under the HF Trainer: ``TrainingArguments(bf16=True)``):
+    that setting, set where the script sets the framework's settings, in place of gpuopt's
+    run-time form. None where the framework has no such setting."""
+    fw = given(inp.profile.framework)
+    if not kind.opt_in or kind.name not in inp.chosen or fw is None:
+        return None
+    from gpuopt.frameworks.detect import spec_named
+
+    spec = spec_named(fw.name)
+    knob = next((k for k in spec.knobs if k.finding == kind.name), None) if spec else None
+    site = fw.settings_at.get(knob.call) if knob is not None else None
+    parsed = site_line(site) if site else None
+    if knob is None or parsed is None:
+        return None
+    settings = {knob.argument: knob.value}
+    fix = PlannedFix(kind, False, True, f"through {fw.name}: {knob.call}({knob.argument}=")
+    fix.reason += f"{knob.value}) at {site}, where the script sets it ({knob.evidence})"
+    fix.sites, fix.settings = [str(site)], dict(settings)
+    fix.edits = [
+        SourceEdit(parsed[0], [parsed[1]], _framework_codemod(parsed[1], knob.call, settings))
+    ]
+    return fix
+
+
+def _framework_codemod(line: int, call: str, settings: dict[str, str]) -> Codemod:
+    def run(text: str, name: str) -> Rewrite:
+        from gpuopt.optimize.codemods.framework_knobs import rewrite_framework_call
+
+        return rewrite_framework_call(text, line, call, settings, name=name)
+
+    return run
 
 
 def _plan_graph_breaks(kind: FixKind, inp: PlanInput) -> PlannedFix:
@@ -608,6 +698,7 @@ _PLANNERS: dict[str, Callable[[FixKind, PlanInput], PlannedFix]] = {
     "dataloader": _plan_dataloader,
     "pinned-copies": _plan_copies,
     "syncs": _plan_syncs,
+    "framework-knobs": _plan_framework_knobs,
     "graph-breaks": _plan_graph_breaks,
     "zero-grad": _plan_zero_grad,
     "fused-ops": _plan_fused_ops,

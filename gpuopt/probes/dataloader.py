@@ -42,6 +42,7 @@ from gpuopt.probes.contention import ThreadClock
 from gpuopt.probes.protocol import RunContext
 
 FETCH_SAMPLES = 16  # fetches of a 0-worker loader whose CPU time is read (two reads of 8 µs each)
+MAX_BUILT_IN = 16  # installed-package functions kept from the stack that built a DataLoader
 log = logger(__name__)
 
 BatchListener = Callable[[Any], None]
@@ -90,6 +91,7 @@ class LoaderStats:
     multiprocessing_context: str | None
     built_at: str | None = None
     built_via: str | None = None
+    built_in: list[str] = field(default_factory=list)
     eval_batches: int = 0  # fetched with autograd off (torch.no_grad, inference_mode)
     # batches after which a step was marked before any loader's next fetch: a training batch
     stepped_batches: int = 0
@@ -135,6 +137,8 @@ class LoaderStats:
             info.built_at = self.built_at
         if self.built_via is not None:
             info.built_via = self.built_via
+        if self.built_in:
+            info.built_in = list(self.built_in)
         share = self.fetch_cpu_share()
         if share is not None:
             info.fetch_cpu_share = round(share, 4)
@@ -369,7 +373,7 @@ class DataLoaderProbe:
             )
             built = getattr(loader, "_gpuopt_built_at", None)
             if built:
-                stats.built_at, stats.built_via = built
+                stats.built_at, stats.built_via, stats.built_in = built
             self.loaders[key] = stats
             self._sampling += not stats.num_workers
             try:
@@ -385,20 +389,30 @@ class DataLoaderProbe:
             self._resolver = SiteResolver(self._roots)
         return self._resolver
 
-    def _construction_sites(self, frame: Any) -> tuple[str | None, str | None]:
-        """``(built_at, built_via)``: the user line that calls ``DataLoader(...)``, and, when that
-        line is inside a factory function, the user line that called the factory (a function
-        named ``main`` or module-level code is the script itself, not a factory)."""
+    def _construction_sites(self, frame: Any) -> tuple[str | None, str | None, list[str]]:
+        """``(built_at, built_via, built_in)``: the user line that calls ``DataLoader(...)``, and,
+        when that line is inside a factory function, the user line that called the factory (a
+        function named ``main`` or module-level code is the script itself, not a factory);
+        ``built_in``: the functions of installed packages between (a framework's, such as the
+        HF Trainer's ``Trainer.get_eval_dataloader``), innermost first."""
+        from gpuopt.probes.sites import LIBRARY
+
         resolver = self._resolver_for_roots()
         user, _, _ = resolver.locate(frame)
+        built_in: list[str] = []
+        f = frame
+        while f is not None and f is not user and len(built_in) < MAX_BUILT_IN:
+            if resolver.classify(f.f_code) == LIBRARY:
+                built_in.append(str(getattr(f.f_code, "co_qualname", f.f_code.co_name)))
+            f = f.f_back
         if user is None:
-            return None, None
+            return None, None, built_in
         at = resolver.site(user.f_code, user.f_lasti)
         if user.f_code.co_name in ("<module>", "main"):
-            return at, None
+            return at, None, built_in
         caller, _, _ = resolver.locate(user.f_back)
         via = resolver.site(caller.f_code, caller.f_lasti) if caller is not None else None
-        return at, via
+        return at, via, built_in
 
     def _caller_site(self) -> str | None:
         """Where the user's code made this iterator (its ``for`` line), found with the

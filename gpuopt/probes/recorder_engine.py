@@ -47,7 +47,7 @@ from gpuopt.probes.recorder_counters import (
     Key,
     StepCounters,
 )
-from gpuopt.probes.sites import DATA, USER, SiteResolver
+from gpuopt.probes.sites import DATA, TRANSPARENT, USER, SiteResolver
 
 log = logger(__name__)
 
@@ -65,7 +65,7 @@ _ANCESTRY = 32  # frames looked up from the last op for the instruction still ru
 class _Ctx:
     """What the current Python-level tensor call is: its site, directness, sync kind."""
 
-    __slots__ = ("key", "stats", "via", "direct", "data", "kind", "func", "recorded")
+    __slots__ = ("key", "stats", "via", "direct", "data", "kind", "func", "recorded", "lib")
 
     def __init__(
         self,
@@ -85,6 +85,9 @@ class _Ctx:
         self.kind = kind
         self.func = func  # the Python API called (a str label for synchronize), named lazily
         self.recorded = False
+        # for a read a framework's code made: that framework frame's (id(code), lasti), else None;
+        # 0 until looked up
+        self.lib: tuple[int, int] | None | int = 0
 
     @property
     def api(self) -> str:
@@ -112,8 +115,11 @@ class RecorderEngine:
     """The modes and their counters; the probe turns it on and off around the window.
 
     ``cpu_only`` says whether the run has no accelerator: then syncs on CPU tensors are recorded
-    as "would block on a GPU" when the user's line called the API directly (not data loading,
-    not a library's internal ``.item()`` such as the optimizer's step counter).
+    as "would block on a GPU" when the user's line called the API directly, or when a training
+    framework's code did (the HF Trainer's ``torch.isnan(loss)``: the tensors a framework reads
+    inside the step are the model's, on the device in a GPU run) — not in data loading, not a
+    library's internal ``.item()`` such as the optimizer's step counter (a CPU tensor on a GPU
+    too). Every sync a framework's code made carries that frame (the framework's line).
     """
 
     def __init__(self, resolver: SiteResolver, cpu_only: bool) -> None:
@@ -155,6 +161,7 @@ class RecorderEngine:
         self._dispatch_mode: Any = None
         self._function_mode: Any = None
         self._patches: list[tuple[Any, str, Any]] = []
+        self._frameworks: Any = None  # gpuopt.frameworks.detect.FrameworkFiles, made on first use
 
     # -- on/off ------------------------------------------------------------------------
     def turn_on(
@@ -384,14 +391,45 @@ class RecorderEngine:
         self._add_sync(kind or "item", ctx, dev, "(" + ctx.api + ")")
 
     def _would_block(self, ctx: _Ctx) -> bool:
-        """A CPU-tensor sync counts only on a CPU-only run, called directly, outside data
-        loading."""
-        return self.cpu_only and ctx.direct and not ctx.data
+        """A CPU-tensor sync counts only on a CPU-only run, outside data loading, called
+        directly or by a framework's code."""
+        if not self.cpu_only or ctx.data:
+            return False
+        return ctx.direct or self._framework_frame(ctx) is not None
+
+    def _framework_frame(self, ctx: _Ctx) -> tuple[int, int] | None:
+        """The frame of a framework's code that made this call itself (``ctx.lib``, looked up
+        once per call): the first frame outwards from the op that is neither gpuopt's nor one
+        of torch's thin wrappers. A read torch's code makes (an optimizer's step counter, called
+        from accelerate's ``AcceleratedOptimizer.step``) is torch's, not the framework's."""
+        if not isinstance(ctx.lib, int):
+            return ctx.lib
+        ctx.lib = None
+        if ctx.direct:
+            return None
+        if self._frameworks is None:
+            from gpuopt.frameworks.detect import FrameworkFiles
+
+            self._frameworks = FrameworkFiles()
+        resolver = self.resolver
+        f: Any = sys._getframe(2)
+        while f is not None:
+            code = f.f_code
+            cat = resolver.cache.get(code.co_filename)
+            if cat is None:
+                cat = resolver.classify(code)
+            if cat != TRANSPARENT:
+                if self._frameworks.of(code.co_filename) is not None:
+                    resolver.codes[id(code)] = code
+                    ctx.lib = (id(code), f.f_lasti)
+                break
+            f = f.f_back
+        return ctx.lib
 
     def _add_sync(self, kind: str, ctx: _Ctx, dev: str, op: str) -> list[float]:
         ctx.recorded = True
         assert ctx.key is not None
-        key = (kind, ctx.key[0], ctx.key[1], dev, ctx.api, op)
+        key = (kind, ctx.key[0], ctx.key[1], dev, ctx.api, op, self._framework_frame(ctx))
         entry = self.acc.syncs.get(key)
         if entry is None:
             entry = self.acc.syncs[key] = [0, 0.0, 0.0]

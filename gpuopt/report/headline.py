@@ -76,6 +76,14 @@ def steps_summary(profile: Profile) -> str:
         parts.append("marked by " + " + ".join(f"{m}()" for m in marked))
     if profile.stopped_by_steps is True:
         parts.append("stopped by --steps")
+    fw = given(profile.framework)
+    if fw is not None:  # docs/frameworks.md
+        through = f"through {one_line(fw.name)} {one_line(fw.version or '')}".rstrip()
+        if fw.entry:
+            through += f" from {one_line(fw.entry)}"
+        evals = [p for p in fw.phases if p.name != "train"]
+        through += "".join(f", {one_line(p.name)} {fmt_count(p.steps)} batches" for p in evals)
+        parts.append(through)
     return " · ".join(parts)
 
 

@@ -138,6 +138,9 @@ def syncs_section(profile: Profile) -> Section | None:
     rows = []
     for e in items:
         row = [_scell(e.kind), _site(e.site)]
+        lib = given(e.library_site)
+        if lib:  # a framework's read: the user's line, then the framework's
+            row[1] = Cell(f"{row[1].text} → {lib}", sort=row[1].sort, site=row[1].site)
         if has_op:
             row.append(_scell(given(e.op)))
         row.append(_ncell(e.count_per_step))
@@ -188,6 +191,13 @@ def dataloaders_section(profile: Profile) -> Section | None:
     note = "wait/step: time the training loop spent in next() on this loader, per measured step."
     if built:
         note += " built at: the DataLoader(...) call, where its settings go."
+        calls = sorted({c for e in items if (c := given(e.settings_call))})
+        if calls:
+            note += (
+                f" A loader the framework builds: its settings go in the {', '.join(calls)}(...) "
+                "call (dataloader_num_workers, dataloader_pin_memory, "
+                "dataloader_persistent_workers, dataloader_prefetch_factor)."
+            )
     if any(r[len(headers) - 5].text == "ignored" for r in rows):
         note += " pinned ignored: pin_memory has no effect without an accelerator."
     return Section("dataloaders", "DataLoaders", headers, rows, note=note)

@@ -38,6 +38,7 @@ from gpuopt.probes.collectives import CollectiveProbe, wanted
 from gpuopt.probes.compile import CompileProbe
 from gpuopt.probes.dataloader import DataLoaderProbe
 from gpuopt.probes.environment import environment
+from gpuopt.probes.framework import FrameworkProbe
 from gpuopt.probes.memory import MemoryProbe
 from gpuopt.probes.profiler_window import ProfilerWindow
 from gpuopt.probes.protocol import Probe, RunContext
@@ -132,6 +133,7 @@ class ProfileSession:
         # one rank of several (torchrun): time in collectives per step
         self.collectives = CollectiveProbe(clock=clock) if rank is not None or wanted() else None
         self.compile_probe = CompileProbe()  # torch.compile: Dynamo's records (docs/compile.md)
+        self.framework_probe = FrameworkProbe()  # the HF Trainer, accelerate ...
         self.fixes_applied: list[str] = []  # --fixes DIR: the run-time fixes patched in
         self._undo_fixes: Callable[[], None] | None = None
         self._late_fix_notes: list[str] = []
@@ -198,6 +200,7 @@ class ProfileSession:
             if self.collectives
             else None,
             compile=self._result(self.compile_probe, self.compile_probe.result, full),
+            framework=self._result(self.framework_probe, self.framework_probe.result, full),
             utilization=self._result(self.sampler, self.sampler.result, full)
             if self.sampler
             else None,
@@ -264,6 +267,7 @@ class ProfileSession:
         if self.sampler is not None:
             probes.append(self.sampler)
         probes.append(self.compile_probe)
+        probes.append(self.framework_probe)
         # the memory probe first: it stops last, when no other probe's hooks or modes are on
         # (its replays run then)
         if self.memory is not None:

@@ -318,11 +318,50 @@ def data_wait_evidence(profile: Profile) -> EvidenceInterval | None:
     return share_interval(share, wait_shares(profile), "data_wait_share", drift_of(profile))
 
 
+def _through_framework(profile: Profile, found: Finding) -> None:
+    """A loader a framework built (``settings_call``): the fix is said in the framework's
+    settings, at the script's call that sets them (``TrainingArguments(...,
+    dataloader_num_workers=4)``); ``fix_params`` keep the DataLoader's names."""
+    from gpuopt.frameworks.detect import loader_knobs, spec_named
+
+    fw = given(profile.framework)
+    loaders = given(profile.dataloaders) or []
+    loader = next((d for d in loaders if found.site and given(d.built_at) == found.site), None)
+    call = given(loader.settings_call) if loader is not None else None
+    spec = spec_named(fw.name) if fw is not None else None
+    if call is None or spec is None or not found.fix_params:
+        return
+    knobs = loader_knobs(spec)
+    named = [
+        f"{knobs[k].argument}={v}" if k in knobs else f"{k}={v}"
+        for k, v in found.fix_params.items()
+    ]
+    found.fix = f"{call}(..., {', '.join(named)}) at {found.site}" + (
+        found.fix.split(")", 1)[1] if ")" in found.fix else ""
+    )
+    found.evidence["settings_call"] = call
+
+
 @rule(
     "dataloader-bound",
-    reads=("source", "breakdown", "dataloaders", "steps", "utilization", "environment"),
+    reads=(
+        "source",
+        "breakdown",
+        "dataloaders",
+        "steps",
+        "utilization",
+        "environment",
+        "framework",
+    ),
 )
 def dataloader_bound(profile: Profile) -> list[Finding]:
+    found = _dataloader_bound(profile)
+    for f in found:
+        _through_framework(profile, f)
+    return found
+
+
+def _dataloader_bound(profile: Profile) -> list[Finding]:
     if profile.source == "trace":
         return []  # traces have their own rule with the annotation evidence
     share = float(profile.breakdown.data_wait or 0.0)

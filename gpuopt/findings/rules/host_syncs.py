@@ -81,6 +81,12 @@ class _SiteSyncs:
     # per recorded step, summed over the group's entries
     time_steps: list[float] = field(default_factory=list)
     idle_steps: list[float] = field(default_factory=list)
+    # a framework's reads: the framework, its lines (-> calls per step), its function, and the
+    # setting that removes them
+    framework: str | None = None
+    library: dict[str, float] = field(default_factory=dict)
+    library_function: str | None = None
+    knob: str | None = None
 
     def add_steps(self, time: list[float], idle: list[float]) -> None:
         for mine, theirs in ((self.time_steps, time), (self.idle_steps, idle)):
@@ -96,8 +102,16 @@ def _group(profile: Profile) -> list[_SiteSyncs]:
     for e in profile.syncs:
         site = e.site or None
         scope = given(e.scope) or site
-        g = groups.setdefault(scope, _SiteSyncs(site, scope=given(e.scope)))
-        g.scope_kind = given(e.scope_kind)
+        library = given(e.library_site)
+        if library is not None:  # a framework's reads: one finding per framework function
+            key = f"{given(e.framework)}:{given(e.library_function)}:{given(e.knob)}"
+            g = groups.setdefault(key, _SiteSyncs(site))
+            g.framework, g.library_function = given(e.framework), given(e.library_function)
+            g.knob = given(e.knob)
+            g.library[library] = g.library.get(library, 0.0) + value(e.count_per_step)
+        else:
+            g = groups.setdefault(scope, _SiteSyncs(site, scope=given(e.scope)))
+            g.scope_kind = given(e.scope_kind)
         count = value(e.count_per_step)
         kind = e.kind or "item"
         g.count += count
@@ -129,7 +143,13 @@ def _line_no(site: str) -> int:
 
 
 def _where(g: _SiteSyncs) -> str:
-    """`` at train.py:237, :246, :258 (one loop, train.py:230)`` or `` at train.py:61``."""
+    """`` at train.py:237, :246, :258 (one loop, train.py:230)`` or `` at train.py:61``; a
+    framework's reads: `` in transformers' code at transformers/trainer.py:1911
+    (Trainer._run_epoch), reached from train.py:63``."""
+    if g.library:
+        lines = ", ".join(sorted(g.library))
+        via = f", reached from {', '.join(sorted(g.lines))}" if g.lines else ""
+        return f" in {_possessive(g.framework)} code at {lines} ({g.library_function}){via}"
     if not g.lines:
         return ""
     ordered = sorted(g.lines, key=_line_no)
@@ -235,9 +255,63 @@ def _finding(g: _SiteSyncs, drift: Drift) -> Finding:
     return f
 
 
-@rule("sync-in-step", reads=("source", "syncs", "dispatch", "steps", "utilization"))
+def _framework_fix(g: _SiteSyncs, profile: Profile, f: Finding) -> None:
+    """A framework's reads: the finding names the framework's lines, and the setting that
+    removes them where one does (``evidence.knob``), set where the user's code sets it."""
+    f.title = f.title.replace(" per step", f" per step in {_possessive(g.framework)} code", 1)
+    f.evidence["framework"] = g.framework
+    f.evidence["library_sites"] = dict(sorted(g.library.items()))
+    if g.lines:
+        f.evidence["via"] = sorted(g.lines)[0]
+    knob = _knob(g, profile)
+    if knob is None:
+        f.fix = (
+            f"These reads are {_possessive(g.framework)} own ({g.library_function}): no "
+            "setting of the framework removes them; on a GPU each one waits for the queued work. "
+            + _FIXES["item"].split(":")[0]
+            + " where your own code reads values back."
+        )
+        return
+    f.evidence["knob"] = knob
+    at = f" at {knob['site']}" if knob.get("site") else ""
+    f.fix = f"Set {knob['call']}({knob['argument']}={knob['value']}){at}: {knob['evidence']}."
+
+
+def _possessive(name: str | None) -> str:
+    return f"{name}'" if (name or "").endswith("s") else f"{name}'s"
+
+
+def _knob(g: _SiteSyncs, profile: Profile) -> dict[str, object] | None:
+    if g.knob is None or g.framework is None:
+        return None
+    from gpuopt.frameworks.detect import spec_named
+
+    spec = spec_named(g.framework)
+    k = next((k for k in spec.knobs if k.argument == g.knob), None) if spec else None
+    if k is None:
+        return None
+    fw = given(profile.framework)
+    site = fw.settings_at.get(k.call) if fw is not None else None
+    return {
+        "framework": g.framework,
+        "call": k.call,
+        "argument": k.argument,
+        "value": k.value,
+        "site": site,
+        "changes_training": k.changes_training,
+        "evidence": k.evidence,
+    }
+
+
+@rule("sync-in-step", reads=("source", "syncs", "dispatch", "steps", "utilization", "framework"))
 def sync_in_step(profile: Profile) -> list[Finding]:
     if from_trace(profile):
         return []
     drift = drift_of(profile)
-    return [_finding(g, drift) for g in _group(profile)[:MAX_FINDINGS]]
+    out = []
+    for g in _group(profile)[:MAX_FINDINGS]:
+        f = _finding(g, drift)
+        if g.library:
+            _framework_fix(g, profile, f)
+        out.append(f)
+    return out

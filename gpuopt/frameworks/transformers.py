@@ -1,0 +1,119 @@
+"""The Hugging Face ``Trainer`` (transformers): its code, the user's calls into its loop, and the
+``TrainingArguments`` settings gpuopt names (docs/frameworks.md)."""
+
+from __future__ import annotations
+
+from gpuopt.frameworks import FrameworkSpec, Knob
+
+TA = "TrainingArguments"
+
+SPEC = FrameworkSpec(
+    name="transformers",
+    packages=("transformers",),
+    # the Trainer's functions that build an evaluation loader end the entries: a DataLoader
+    # built in one of them is the eval phase's (detect.loader_origins)
+    entries=(
+        "Trainer.train",
+        "Trainer.evaluate",
+        "Trainer.predict",
+        "Trainer.get_eval_dataloader",
+        "Trainer.get_test_dataloader",
+    ),
+    knobs=(
+        Knob(
+            TA,
+            "logging_nan_inf_filter",
+            "False",
+            "sync-in-step",
+            "trainer.py's training loop reads torch.isnan(loss) or torch.isinf(loss) back to the "
+            "host every step while it is True (the default): two reads a step that wait for the "
+            "GPU",
+        ),
+        Knob(
+            TA,
+            "dataloader_num_workers",
+            "4",
+            "dataloader-bound",
+            "Trainer.get_train_dataloader builds its DataLoader with num_workers from it "
+            "(default 0: batches made in the training process, between steps)",
+        ),
+        Knob(
+            TA,
+            "dataloader_pin_memory",
+            "True",
+            "pageable-h2d",
+            "the Trainer's DataLoaders pin their batches with it (default True)",
+        ),
+        Knob(
+            TA,
+            "dataloader_persistent_workers",
+            "True",
+            "dataloader-bound",
+            "the Trainer's DataLoaders keep their workers across epochs with it (default False: "
+            "workers started again at every epoch)",
+        ),
+        Knob(
+            TA,
+            "dataloader_prefetch_factor",
+            "4",
+            "dataloader-bound",
+            "batches each worker prepares ahead (with dataloader_num_workers > 0)",
+        ),
+        Knob(
+            TA,
+            "bf16",
+            "True",
+            "amp",
+            "the Trainer runs the forward under bf16 autocast (accelerate's mixed_precision)",
+            changes_training=True,
+        ),
+        Knob(
+            TA,
+            "tf32",
+            "True",
+            "tf32",
+            "the Trainer sets torch.backends.cuda.matmul.allow_tf32 (Ampere or newer)",
+            changes_training=True,
+        ),
+        Knob(
+            TA,
+            "torch_compile",
+            "True",
+            "compile",
+            "the Trainer wraps the model in torch.compile before training",
+            changes_training=True,
+        ),
+        Knob(
+            TA,
+            "gradient_accumulation_steps",
+            "4",
+            "memory-headroom",
+            "the optimizer steps every N batches: a larger effective batch without the memory",
+            changes_training=True,
+        ),
+        Knob(
+            TA,
+            "logging_steps",
+            "100",
+            "sync-in-step",
+            "at each logging step the Trainer reads the accumulated loss and the gradient norm "
+            "back to the host (_maybe_log_save_evaluate)",
+        ),
+        Knob(
+            TA,
+            "eval_steps",
+            "500",
+            "eval-in-step",
+            "with eval_strategy='steps' the Trainer stops training for a full evaluation every "
+            "eval_steps steps",
+        ),
+    ),
+)
+
+# what the Trainer's DataLoader(...) arguments are called in TrainingArguments
+LOADER_KNOBS: dict[str, str] = {
+    "num_workers": "dataloader_num_workers",
+    "pin_memory": "dataloader_pin_memory",
+    "persistent_workers": "dataloader_persistent_workers",
+    "prefetch_factor": "dataloader_prefetch_factor",
+}

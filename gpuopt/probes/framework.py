@@ -1,0 +1,84 @@
+"""The framework probe: which training framework the steps run through (the HF ``Trainer``,
+accelerate ...), read from the stack at the first step boundaries (docs/frameworks.md).
+
+At a step boundary the stack runs from the user's line into the framework's loop and down to
+``optimizer.step``; :func:`gpuopt.frameworks.detect.seen_on_stack` finds the outermost
+framework frame and the user's line that called it. The first :data:`LOOK_STEPS` boundaries are
+read and the last that saw a framework wins (the first steps of a loop may be marked by its
+backward, ``accelerator.backward(loss)``, before its ``optimizer.step()`` marks them); then the
+probe does nothing more.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from gpuopt.debug import logger
+from gpuopt.frameworks.detect import FrameworkCapture
+from gpuopt.probes.protocol import RunContext
+
+log = logger(__name__)
+
+LOOK_STEPS = 3  # step boundaries looked at before a run counts as a plain loop
+
+
+class FrameworkProbe:
+    name = "framework"
+
+    def __init__(self) -> None:
+        self.seen: FrameworkCapture | None = None
+        self.looks = 0
+        self.errors: list[str] = []
+        self._resolver: Any = None
+
+    def start(self, ctx: RunContext) -> None:
+        from gpuopt.probes.sites import SiteResolver
+
+        self._resolver = SiteResolver(ctx.user_roots)
+
+    def on_step(self, index: int, t: float) -> None:
+        if self.looks >= LOOK_STEPS or self._resolver is None:
+            return
+        self.looks += 1
+        try:
+            self._look(sys._getframe(1))
+        except Exception as exc:  # measuring must never break the user's run
+            log.debug("probe framework: gave up", exc_info=True)
+            self.errors.append(f"framework probe: {type(exc).__name__}: {exc}")
+            self.looks = LOOK_STEPS
+
+    def _look(self, frame: Any) -> None:
+        from gpuopt.frameworks.detect import (
+            FrameworkFiles,
+            seen_on_stack,
+            settings_sites,
+            version_of,
+        )
+
+        resolver = self._resolver
+        seen = seen_on_stack(
+            frame,
+            FrameworkFiles(),
+            resolver.is_user_file,
+            lambda f: resolver.site(f.f_code, f.f_lasti),
+        )
+        if seen is None:
+            return
+        if self.seen is not None and self.seen.name == seen.spec.name:
+            self.seen.entry, self.seen.function = seen.entry, seen.function
+            return
+        calls = {k.call for k in seen.spec.knobs}
+        self.seen = FrameworkCapture(
+            name=seen.spec.name,
+            version=version_of(seen.spec),
+            entry=seen.entry,
+            function=seen.function,
+            settings_at=settings_sites(seen.user_files, calls, resolver.relfile),
+        )
+
+    def stop(self) -> None:
+        pass
+
+    def result(self) -> FrameworkCapture | None:
+        return self.seen
