@@ -1,0 +1,117 @@
+"""Faults a hostile user injects into the runner and the readers: numbers too large for their
+flags, documents nested too deeply, gzip bombs (docs/reliability.md lists each with its test)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+from typer.testing import CliRunner
+
+from gpuopt.cli import app
+from gpuopt.errors import GpuoptError
+from gpuopt.memory.devices import device_memory
+
+runner = CliRunner()
+HUGE = "9" * 160  # a 160-digit number: no float overflows on it, but no GPU or seed is that big
+
+
+@pytest.mark.parametrize(
+    "spec", [HUGE, HUGE + "GiB", "9" * 400, "9" * 400 + ".5GiB", "2048TiB"], ids=len
+)
+def test_a_memory_size_too_large_for_a_gpu_or_a_float_is_one_line(spec: str) -> None:
+    with pytest.raises(GpuoptError, match="too large for a GPU") as got:
+        device_memory(spec)
+    assert "\n" not in str(got.value) and len(str(got.value)) < 200  # the number is not repeated
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["profile", "--seed", HUGE, "x.py"],
+        ["profile", "--window", HUGE, "x.py"],  # hung building the window's set of steps
+        ["profile", "--nproc-per-node", HUGE, "x.py"],  # hung starting processes
+        ["optimize", "--seed", HUGE, "x.py"],
+        ["optimize", "--nproc-per-node", HUGE, "x.py"],
+    ],
+    ids=lambda a: " ".join(a[:2]),
+)
+def test_a_number_too_large_for_its_flag_is_one_line(argv: list[str]) -> None:
+    r = runner.invoke(app, argv)
+    assert r.exit_code == 2, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpuopt: error: "), r.output
+    assert argv[1] in lines[0]
+
+
+def test_memory_for_too_large_through_the_command_line(tmp_path: Path) -> None:
+    (tmp_path / "s.py").write_text("print('ran')\n")
+    for command in ("profile", "optimize"):
+        r = subprocess.run(
+            [sys.executable, "-m", "gpuopt", command, "--memory-for", HUGE + "GiB", "s.py"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=120,
+            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        )
+        assert r.returncode == 2, r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and "too large for a GPU" in lines[0], r.stderr
+        assert "ran" not in r.stdout
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+def _profile_text(tmp_path: Path) -> dict[str, object]:
+    from gpuopt.model.document import empty_profile, encode
+
+    doc: dict[str, object] = json.loads(encode(empty_profile("train.py", ["train.py"])))
+    return doc
+
+
+@pytest.mark.parametrize("key", ["argv", "warnings", "environment", "an_unknown_key"])
+def test_a_profile_nested_too_deeply_is_one_line(key: str, tmp_path: Path) -> None:
+    doc = _profile_text(tmp_path)
+    text = json.dumps(doc)
+    deep = _nested(100_000)
+    if key == "argv":
+        text = text.replace('"argv": ["train.py"]', f'"argv": ["train.py", {deep}]')
+    elif key == "an_unknown_key":
+        text = text[:-1] + f', "extra": {deep}}}'
+    else:
+        text = text.replace(f'"{key}": ', f'"{key}": {deep}, "x{key}": ', 1)
+    (tmp_path / "p.json").write_text(text)
+    r = runner.invoke(app, ["report", str(tmp_path / "p.json")])
+    assert r.exit_code == 2, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpuopt: error: "), r.output
+    assert "nested too deeply" in lines[0]
+
+
+def test_other_documents_nested_too_deeply_are_one_line(tmp_path: Path) -> None:
+    from gpuopt.model.summary import decode_summary
+    from gpuopt.optimize.report import load_optimize
+    from gpuopt.optimize.runtime import load_fixes
+
+    deep = _nested(100_000).encode()
+    summary = b'{"schema": "gpuopt.summary/1", "x": ' + deep + b"}"
+    with pytest.raises(GpuoptError, match="nested too deeply"):
+        decode_summary(summary, "s.summary.json")
+    (tmp_path / "optimize.json").write_bytes(b'{"x": ' + deep + b"}")
+    with pytest.raises(GpuoptError, match="nested too deeply"):
+        load_optimize(tmp_path / "optimize.json")
+    (tmp_path / "fixes.json").write_bytes(b'{"x": ' + deep + b"}")
+    with pytest.raises(GpuoptError, match="nested too deeply"):
+        load_fixes(tmp_path)
+    (tmp_path / "pyproject.toml").write_text("[tool.gpuopt.check]\nx = " + _nested(100_000))
+    r = runner.invoke(
+        app, ["check", "a", "--baseline", "b", "--config", str(tmp_path / "pyproject.toml")]
+    )
+    assert r.exit_code == 2 and "nested too deeply" in r.output, r.output
