@@ -4,6 +4,8 @@ flags, documents nested too deeply, gzip bombs (docs/reliability.md lists each w
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -115,3 +117,46 @@ def test_other_documents_nested_too_deeply_are_one_line(tmp_path: Path) -> None:
         app, ["check", "a", "--baseline", "b", "--config", str(tmp_path / "pyproject.toml")]
     )
     assert r.exit_code == 2 and "nested too deeply" in r.output, r.output
+
+
+FORK_AND_WAIT = """\
+import logging, os, sys, time
+import torch
+logging.basicConfig(level=logging.INFO)
+m = torch.nn.Linear(16, 16)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+for i in range(10):
+    m(torch.randn(4, 16)).sum().backward()
+    opt.step()
+    if i == 3:  # in the recorder's window (steps 2-4)
+        pid = os.fork()
+        if pid == 0:
+            for k in range(40):
+                logging.info("child %d", k)
+                time.sleep(0.01)
+            sys.exit(0)
+        os.waitpid(pid, 0)
+"""
+
+
+def test_a_forked_child_waited_for_makes_no_share_beyond_the_whole(tmp_path: Path) -> None:
+    """The parent's one wait for its child (0.4 s) in a window of sub-millisecond steps was
+    named at 399,869% of a step: a share is of a step at least as long as what is named in it."""
+    (tmp_path / "train.py").write_text(FORK_AND_WAIT)
+    r = subprocess.run(
+        [sys.executable, "-m", "gpuopt", "profile", "-o", "run", "train.py"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "run" / "profile.json").read_text())
+    sites = doc["dispatch"]["outside_ops_sites"]
+    assert any(s["site"] == "train.py:16" for s in sites), sites  # the wait is named, once
+    assert all(0.0 <= s["time_share"] <= 1.0 for s in sites), sites
+    assert sum(s["time_share"] for s in sites) <= 1.0 + 1e-3, sites
+    assert doc["steps"]["count"] == 10  # the parent's steps, none of the child's
+    shares = [float(x) for x in re.findall(r"(\d[\d,]*\.\d)%", r.stdout.replace(",", ""))]
+    assert shares and max(shares) <= 100.0, r.stdout

@@ -87,6 +87,8 @@ def test_the_script_ends_as_under_python_and_its_profile_is_kept(case: str, tmp_
     assert doc["steps"]["count"] == 3, doc["status"]  # not the placeholder: 0 steps, 137
     if case.startswith("exec"):
         assert doc["status"] == "ok" and doc["error"]["type"] == "exec"
+        # the program's code is the process's (7, 0): known to the parent only, never a wrong 0
+        assert doc["exit_code"] is None and "exit_code null" in doc["error"]["message"]
     else:
         assert doc["exit_code"] == plain.returncode
         assert doc["status"] == ("ok" if plain.returncode == 0 else "error")
