@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -160,3 +161,80 @@ def test_a_forked_child_waited_for_makes_no_share_beyond_the_whole(tmp_path: Pat
     assert doc["steps"]["count"] == 10  # the parent's steps, none of the child's
     shares = [float(x) for x in re.findall(r"(\d[\d,]*\.\d)%", r.stdout.replace(",", ""))]
     assert shares and max(shares) <= 100.0, r.stdout
+
+
+def _member(data: bytes) -> bytes:
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)  # one gzip member
+    return c.compress(data) + c.flush()
+
+
+EVENT = b'{"ph":"X","name":"a","ts":1,"dur":1,"pid":1,"tid":1}'
+
+
+def _bomb(path: Path, kind: str, mb: int = 512) -> None:
+    """``mb`` MB of text in a file of about ``mb`` KB: concatenated gzip members (legal, and
+    read as one stream), each 16 MB of one byte or of one event repeated, compressed once."""
+    if kind == "string":
+        head, chunk, tail = b'{"traceEvents":[\n{"ph":"X","name":"', b"a" * (16 << 20), b'"}]}'
+    else:
+        head, chunk = b'{"traceEvents":[\n', (EVENT + b",\n") * ((16 << 20) // (len(EVENT) + 2))
+        tail = EVENT + b"]}"
+    packed = _member(chunk)
+    with path.open("wb") as f:
+        f.write(_member(head))
+        for _ in range(mb // 16):
+            f.write(packed)
+        f.write(_member(tail))
+
+
+PEAK = (
+    "import resource, subprocess, sys\n"
+    "r = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+    "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+    "sys.stderr.write(r.stderr)\n"
+)
+
+
+@pytest.mark.parametrize("kind", ["string", "events"])
+def test_a_gzip_bomb_is_refused_in_bounded_memory(kind: str, tmp_path: Path) -> None:
+    """512 MB of text in a 0.5-1.6 MB file: one JSON string (it took 3.2 GB of memory and 32 s
+    at 1.5 GB), or one event repeated 10 million times. Refused with the sizes, one line, and
+    the peak memory of the whole command (its decode helper included) measured."""
+    bomb = tmp_path / "bomb.json.gz"
+    _bomb(bomb, kind)
+    assert bomb.stat().st_size < 2 << 20
+    r = subprocess.run(
+        [sys.executable, "-c", PEAK, sys.executable, "-m", "gpuopt", "report", str(bomb)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    code, peak_kb = (int(x) for x in r.stdout.split())
+    assert code == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpuopt: error: "), r.stderr
+    if kind == "string":
+        assert "one JSON string of 64+ MB" in lines[0]
+    else:
+        assert "gzip bomb: 128 MB of text" in lines[0]
+    assert peak_kb < 400 << 10, f"peak {peak_kb >> 10} MB"
+
+
+def test_a_trace_whose_first_event_starts_in_the_next_gzip_member_is_read(
+    tmp_path: Path,
+) -> None:
+    """The cutter looked for the first event in the block that held the key only; a gzip
+    member (or a 1 MB block) ending right after ``"traceEvents":[`` sent the trace to the
+    whole-document decoder, which now holds at most 64 MB."""
+    from gpuopt.trace.decode import _load_streaming
+
+    events = b",\n".join(
+        b'{"ph":"X","name":"op%d","cat":"cpu_op","ts":%d,"dur":5,"pid":1,"tid":1}' % (i, i * 10)
+        for i in range(20_000)
+    )
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(_member(b'{"traceEvents":[\n') + _member(events + b"\n]}"))
+    cols = _load_streaming(path, workers=0)  # no Fallback to the whole document
+    assert len(cols) == 20_000
