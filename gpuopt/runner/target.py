@@ -193,6 +193,7 @@ def run_target(target: Target) -> Outcome:
     unwind the script on purpose)."""
     saved_argv = sys.argv[:]
     saved_path0 = sys.path[0] if sys.path else None
+    handlers = signal_handlers()
     prev_term: Any = None
     try:
         prev_term = signal.signal(signal.SIGTERM, _on_sigterm)
@@ -208,7 +209,7 @@ def run_target(target: Target) -> Outcome:
             try:
                 run_script(target.script)
             finally:
-                defer_late_signals()
+                defer_late_signals(handlers)
         else:
             assert target.module is not None
             # runpy replaces argv[0] with the module's file, as python -m does
@@ -217,7 +218,7 @@ def run_target(target: Target) -> Outcome:
             try:
                 runpy.run_module(target.module, run_name="__main__", alter_sys=True)
             finally:
-                defer_late_signals()
+                defer_late_signals(handlers)
         return Outcome("ok", 0)
     except StopRun:
         return Outcome("ok", 0, stopped_by_steps=True)
@@ -249,23 +250,33 @@ def run_target(target: Target) -> Outcome:
 # The script's own signal handlers, wrapped once it has ended: signal -> the handler it set
 _late_handlers: dict[int, Any] = {}
 _late_errors: list[BaseException] = []
+_flush_at_exit: list[bool] = []
 
 
-def defer_late_signals() -> None:
-    """The script has ended: a signal handler of its own that fires now (torch's SIGCHLD
+def signal_handlers() -> dict[int, Any]:
+    """Every signal's Python-level handler now (to tell the script's own from those before)."""
+    out: dict[int, Any] = {}
+    for sig in signal.valid_signals():
+        try:
+            out[sig] = signal.getsignal(sig)
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def defer_late_signals(before: dict[int, Any]) -> None:
+    """The script has ended: a signal handler it set (one not in ``before``: torch's SIGCHLD
     handler, raising "DataLoader worker (pid N) is killed by signal" for a worker that died)
     must not raise into gpuopt writing the profile. Each still runs when its signal comes, as
     under python; what it raises is kept, and said by :func:`flush_late_signals` once the
     profile is written, as python says it while the process ends. A handler that fires before
     the wrap raises in the script, as under python inside its last lines."""
-    if _late_handlers or threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread():
         return
-    for sig in signal.valid_signals():
-        try:
-            handler = signal.getsignal(sig)
-        except (OSError, ValueError):
+    for sig, handler in signal_handlers().items():
+        if handler is before.get(sig) or not callable(handler):
             continue
-        if not callable(handler) or handler is signal.default_int_handler:
+        if handler is signal.default_int_handler or sig in _late_handlers:
             continue
         if getattr(handler, "__module__", "").startswith("gpuopt."):
             continue  # gpuopt's own (SIGTERM's while the script runs)
@@ -275,7 +286,8 @@ def defer_late_signals() -> None:
             log.debug("signal %s's handler not wrapped: %s", sig, exc)
             continue
         _late_handlers[sig] = handler
-    if _late_handlers:
+    if _late_handlers and not _flush_at_exit:
+        _flush_at_exit.append(True)
         atexit.register(flush_late_signals)  # for a caller that does not flush itself
 
 
@@ -302,7 +314,9 @@ def flush_late_signals() -> None:
             log.debug("signal %s's handler not restored: %s", sig, exc)
     _late_handlers.clear()
     while _late_errors:
-        print_user_traceback(_late_errors.pop(0))
+        exc = _late_errors.pop(0)
+        if not isinstance(exc, SystemExit):  # python's exit says nothing of a sys.exit
+            print_user_traceback(exc)
 
 
 def exit_status(code: int) -> int:
