@@ -314,9 +314,9 @@ def flush_late_signals() -> None:
             log.debug("signal %s's handler not restored: %s", sig, exc)
     _late_handlers.clear()
     while _late_errors:
-        exc = _late_errors.pop(0)
-        if not isinstance(exc, SystemExit):  # python's exit says nothing of a sys.exit
-            print_user_traceback(exc)
+        late = _late_errors.pop(0)
+        if not isinstance(late, SystemExit):  # python's exit says nothing of a sys.exit
+            print_user_traceback(late)
 
 
 def exit_status(code: int) -> int:
