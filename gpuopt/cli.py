@@ -20,10 +20,13 @@ from typer.core import TyperCommand, TyperGroup
 
 from gpuopt import __version__
 from gpuopt.defaults import (
+    NPROC_MAX,
     SAMPLE_INTERVAL_MAX_S,
     SAMPLE_INTERVAL_MIN_S,
     SAMPLE_INTERVAL_S,
+    SEED_MAX,
     WARMUP_STEPS,
+    WINDOW_MAX_STEPS,
     WINDOW_STEPS,
 )
 from gpuopt.errors import GpuoptError, fail, say
@@ -263,6 +266,7 @@ def profile(
         WINDOW_STEPS,
         "--window",
         min=0,
+        max=WINDOW_MAX_STEPS,
         help=(
             "Steps recorded in detail (ops, copies, syncs) after warm-up; 0 turns the recorder off."
         ),
@@ -274,7 +278,11 @@ def profile(
         help="Seconds between utilization samples (NVML itself averages over 1/6–1 s).",
     ),
     nproc_per_node: int | None = typer.Option(
-        None, "--nproc-per-node", min=1, help="Launch N processes through torchrun."
+        None,
+        "--nproc-per-node",
+        min=1,
+        max=NPROC_MAX,
+        help="Launch N processes through torchrun.",
     ),
     quiet: bool = typer.Option(False, "--quiet", help="No live progress and no terminal report."),
     fmt: ReportFormat = typer.Option(ReportFormat.text, "--format", help="Terminal report format."),
@@ -288,7 +296,11 @@ def profile(
         metavar="DIR",
     ),
     seed: int | None = typer.Option(
-        None, "--seed", min=0, help="Seed random, numpy and torch before the script runs."
+        None,
+        "--seed",
+        min=0,
+        max=SEED_MAX,
+        help="Seed random, numpy and torch before the script runs.",
     ),
     record_losses: bool = typer.Option(
         False,
@@ -752,7 +764,9 @@ def optimize(
     ),
     steps: int = typer.Option(30, "--steps", min=2, help="Training steps of every run."),
     warmup: int = typer.Option(2, "--warmup", min=0, help="Steps left out of the statistics."),
-    seed: int = typer.Option(0, "--seed", min=0, help="Seed of every run (random, numpy, torch)."),
+    seed: int = typer.Option(
+        0, "--seed", min=0, max=SEED_MAX, help="Seed of every run (random, numpy, torch)."
+    ),
     fix: list[str] = typer.Option(
         [],
         "--fix",
@@ -803,7 +817,11 @@ def optimize(
     quiet: bool = typer.Option(False, "--quiet", help="No progress and no report on stderr."),
     force: bool = typer.Option(False, "--force", help="Replace an earlier optimize run in -o DIR."),
     nproc_per_node: int | None = typer.Option(
-        None, "--nproc-per-node", min=1, help="Not yet: optimize runs one process."
+        None,
+        "--nproc-per-node",
+        min=1,
+        max=NPROC_MAX,
+        help="Not yet: optimize runs one process.",
     ),
     memory_for: str | None = typer.Option(
         None,

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 WARMUP_STEPS = 2  # --warmup: steps left out of the statistics
 WINDOW_STEPS = 3  # --window: steps the recorder (and, on a GPU, the profiler) records in detail
+# --window at most: the steps the window names are kept as a set (10**21 hung building it)
+WINDOW_MAX_STEPS = 100_000
 SAMPLE_INTERVAL_S = 0.2  # --sample-interval: seconds between utilization samples
 SAMPLE_INTERVAL_MIN_S = 0.005  # ... at least
 SAMPLE_INTERVAL_MAX_S = 3600.0  # ... at most (the sampler's sleep must be finite)
@@ -17,3 +19,7 @@ MEMORY_MARGIN = 0.10
 # --memory-for: the most wall time the fake-tensor replays of the step may take together (the
 # first one always runs; later ones only while the budget lasts)
 MEMORY_BUDGET_S = 30.0
+# --seed at most: torch.manual_seed takes a C long long (10**160 was a traceback)
+SEED_MAX = 2**63 - 1
+# --nproc-per-node at most: processes torchrun starts on one node (a huge count hung spawning)
+NPROC_MAX = 1024

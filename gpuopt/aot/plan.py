@@ -163,6 +163,8 @@ class Plan:
             doc = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise PlanError(f"{path}: cannot read plan: {exc}") from None
+        except RecursionError:
+            raise PlanError(f"{path}: cannot read plan: JSON nested too deeply") from None
         return cls.from_dict(doc)
 
     # ----------------------------------------------------------------- consistency

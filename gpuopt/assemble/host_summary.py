@@ -967,6 +967,9 @@ def _outside_sites(
         return []
     # scaled to the measured time, except where the cap left none of it: then the samples' own
     scale = min(1.0, outside_us / seen_us) if outside_us > 0 else 1.0
+    # A share is of a step at least as long as the time named in it: a one-off wait of 2.4 s (a
+    # child waited for) in a window of 0.6 ms steps, left whole by the cap, was 399,869%
+    share_of_us = max(step_us, seen_us * scale)
     ranked = sorted(by.items(), key=lambda kv: (-kv[1][0], kv[0]))[:MAX_OUTSIDE_SITES]
     out = []
     for (site, frame), (secs, n) in ranked:
@@ -976,7 +979,7 @@ def _outside_sites(
                 site=site,
                 frame=frame,
                 time_us_per_step=round(us, 1),
-                time_share=round(us / step_us, 4) if step_us > 0 else 0.0,
+                time_share=round(us / share_of_us, 4) if share_of_us > 0 else 0.0,
                 samples=int(n),
             )
         )

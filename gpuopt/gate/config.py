@@ -79,6 +79,8 @@ def _parse(path: Path) -> dict[str, Any]:
         raise GpuoptError(f"{path}: not a text file (expected TOML)") from None
     except tomllib.TOMLDecodeError as exc:
         raise GpuoptError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses into nested arrays and inline tables
+        raise GpuoptError(f"{path}: not valid TOML: nested too deeply") from None
 
 
 def find_config(start: Path) -> Path | None:

@@ -92,6 +92,9 @@ _UNITS = {
     "tb": 10**12,
 }
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+# No GPU has 1 PiB (the largest, an H200, has 141 GB): a size beyond it is a typo, and a number
+# of 309 digits or more is no float at all
+MAX_SIZE = 1 << 50
 
 
 def device_key(name: str) -> str:
@@ -107,7 +110,8 @@ def parse_size(text: str) -> int | None:
     unit = _UNITS.get(m.group(2).lower())
     if unit is None:
         return None
-    return int(float(m.group(1)) * unit)
+    value = float(m.group(1)) * unit  # inf beyond a float: refused as too large
+    return int(value) if value < MAX_SIZE else MAX_SIZE
 
 
 def device_memory(spec: str) -> DeviceMemory:
@@ -126,12 +130,23 @@ def device_memory(spec: str) -> DeviceMemory:
         size = given_size
         if size < MiB:
             raise GpuoptError(f"--memory-for {spec}: too small for a GPU (a size such as 80GiB)")
+        if size >= MAX_SIZE:
+            raise GpuoptError(
+                f"--memory-for {_short(spec)}: too large for a GPU (1 PiB or more; a size such "
+                "as 80GiB)"
+            )
         return DeviceMemory(spec.strip(), size, "size")
     known = ", ".join(sorted(DEVICES))
     raise GpuoptError(
-        f"--memory-for {spec}: not a device gpuopt knows or a size; give a size (80GiB, 40GB, "
-        f"24G) or one of: {known}"
+        f"--memory-for {_short(spec)}: not a device gpuopt knows or a size; give a size (80GiB, "
+        f"40GB, 24G) or one of: {known}"
     )
+
+
+def _short(text: str) -> str:
+    """``text`` as a message names it: at most 40 characters (a 160-digit size is not repeated)."""
+    text = text.strip()
+    return text if len(text) <= 40 else f"{text[:20]}...{text[-8:]} ({len(text)} characters)"
 
 
 def known_devices() -> list[tuple[str, int, str]]:

@@ -131,6 +131,8 @@ def decode(data: bytes | str, origin: str) -> Profile:
         raise GpuoptError(f"{origin}: not a gpuopt profile (not a JSON object)") from None
     except msgspec.DecodeError as exc:
         raise GpuoptError(f"{origin}: not valid JSON ({exc})") from None
+    except RecursionError:  # msgspec's own depth limit: an array in an array in ... (argv)
+        raise GpuoptError(f"{origin}: not a gpuopt profile (JSON nested too deeply)") from None
     raw_schema = top.get("schema")
     check_schema_version(msgspec.json.decode(raw_schema) if raw_schema else None, origin)
     missing = [k for k in CONTRACT_KEYS if k not in top and k not in ADDED_LATER]
@@ -140,6 +142,8 @@ def decode(data: bytes | str, origin: str) -> Profile:
         profile = profile_decoder.decode(data)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise GpuoptError(f"{origin}: invalid profile: {exc}") from None
+    except RecursionError:
+        raise GpuoptError(f"{origin}: invalid profile: JSON nested too deeply") from None
     problems = validate(profile)
     if problems:
         raise GpuoptError(f"{origin}: invalid profile: {problems[0]}")

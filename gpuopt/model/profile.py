@@ -155,7 +155,8 @@ class Profile(Record):
 
     schema: str = SCHEMA
     status: Status = "ok"
-    exit_code: int = 0
+    # None: not known to gpuopt (the script exec'd another program, whose code is the process's)
+    exit_code: int | None = 0
     script: str = ""
     argv: list[str] = field(default_factory=list)
     environment: Environment = field(default_factory=Environment)

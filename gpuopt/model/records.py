@@ -448,7 +448,7 @@ class RankEntry(Record):
     collective_wait_s_per_step: float | None | UnsetType = UNSET
     collective_comm_s_per_step: float | None | UnsetType = UNSET
     own_work_s_per_step: float | None | UnsetType = UNSET
-    exit_code: int | UnsetType = UNSET
+    exit_code: int | None | UnsetType = UNSET  # None: the rank exec'd another program
     error: RunError | UnsetType = UNSET  # how the rank failed (also: it wrote no profile)
     node_rank: int | None | UnsetType = UNSET  # torchrun's GROUP_RANK: the node it ran on
     local_rank: int | None | UnsetType = UNSET

@@ -83,6 +83,8 @@ def decode_summary(data: bytes, origin: str) -> RankSummary:
         raise GpuoptError(f"{origin}: not a gpuopt summary (not a JSON object)") from None
     except msgspec.DecodeError as exc:
         raise GpuoptError(f"{origin}: not valid JSON ({exc})") from None
+    except RecursionError:  # msgspec's own depth limit
+        raise GpuoptError(f"{origin}: not a gpuopt summary (JSON nested too deeply)") from None
     raw = top.get("schema")
     schema = msgspec.json.decode(raw) if raw is not None else None
     if not isinstance(schema, str) or schema.rpartition("/")[0] != SUMMARY_FAMILY:
@@ -99,6 +101,8 @@ def decode_summary(data: bytes, origin: str) -> RankSummary:
         return decoder.decode(data)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise GpuoptError(f"{origin}: invalid summary: {exc}") from None
+    except RecursionError:
+        raise GpuoptError(f"{origin}: invalid summary: JSON nested too deeply") from None
 
 
 def looks_like_summary(head: bytes) -> bool:

@@ -34,6 +34,8 @@ def load_optimize(path: Path) -> OptimizeDocument:
         doc = msgspec.json.decode(data, type=OptimizeDocument)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise GpuoptError(f"{path}: not a valid optimize.json: {exc}") from None
+    except RecursionError:  # msgspec's own depth limit
+        raise GpuoptError(f"{path}: not a valid optimize.json: nested too deeply") from None
     if doc.schema != OPTIMIZE_SCHEMA:
         raise GpuoptError(f"{path}: schema {doc.schema!r}; this gpuopt reads {OPTIMIZE_SCHEMA}")
     return doc

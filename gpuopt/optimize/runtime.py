@@ -66,6 +66,8 @@ def load_fixes(path: Path) -> RuntimeFixes:
         fixes = msgspec.json.decode(data, type=RuntimeFixes)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise GpuoptError(f"{p}: not a gpuopt fixes file: {exc}") from None
+    except RecursionError:  # msgspec's own depth limit
+        raise GpuoptError(f"{p}: not a gpuopt fixes file: JSON nested too deeply") from None
     if fixes.schema != FIXES_SCHEMA:
         raise GpuoptError(f"{p}: schema {fixes.schema!r}, this gpuopt reads {FIXES_SCHEMA!r}")
     return fixes

@@ -92,7 +92,7 @@ def header_facts(profile: Profile) -> list[tuple[str, str]]:
     facts: list[tuple[str, str]] = [
         ("script", one_line(profile.script) or MISSING),
         ("status", one_line(profile.status) or MISSING),
-        ("exit code", str(profile.exit_code)),
+        ("exit code", MISSING if profile.exit_code is None else str(profile.exit_code)),
         ("device", device_summary(profile)),
         ("steps", steps_summary(profile)),
         ("wall time", fmt_duration(given(profile.wall_s))),

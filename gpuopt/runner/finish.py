@@ -56,7 +56,8 @@ def write_and_show(
     say(f"gpuopt: {said} {run_dir.shown}/{PROFILE_NAME}{note}")
     if unshown is not None:
         raise unshown
-    return profile.exit_code
+    # None only in a profile written before an exec, and then this process never gets here
+    return profile.exit_code or 0
 
 
 def early_end(profile: Profile) -> str | None:

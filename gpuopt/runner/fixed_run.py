@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gpuopt.runner.target import Target, check_target, run_target
+from gpuopt.runner.target import Target, check_target, flush_late_signals, run_target
 
 
 def run_with_fixes(target: Target, fixes_dir: Path) -> int:
@@ -30,4 +30,5 @@ def run_with_fixes(target: Target, fixes_dir: Path) -> int:
         applied.undo()
     for note in applied.late_notes:
         print(f"gpuopt run: {note}", file=sys.stderr)
+    flush_late_signals()  # what the script's signal handlers raised once it had ended
     return outcome.exit_code

@@ -20,7 +20,7 @@ from gpuopt.runner.finish import finish_profile, import_finish, write_and_show
 from gpuopt.runner.options import ProfileOptions
 from gpuopt.runner.run_dir import RunDirectory
 from gpuopt.runner.script_output import report_on_stdout, script_stdout_to_stderr
-from gpuopt.runner.target import Target, check_target
+from gpuopt.runner.target import Target, check_target, flush_late_signals
 
 if TYPE_CHECKING:
     from gpuopt.runner.session import ChildExit
@@ -32,7 +32,9 @@ def run_profile(opts: ProfileOptions) -> NoReturn:
     try:
         code = profile_command(opts)
     except GpuoptError as exc:
+        flush_late_signals()
         fail(str(exc))
+    flush_late_signals()  # what the script's signal handlers raised once it had ended
     raise SystemExit(code)
 
 

@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         except GpuoptError as exc:
             print(f"gpuopt: error: rank {rank}: {exc}", file=sys.stderr)
             return 2
-    return profile.exit_code
+    # None only in a profile written before an exec, and then this process never gets here
+    return profile.exit_code or 0
 
 
 if __name__ == "__main__":

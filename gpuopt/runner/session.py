@@ -404,14 +404,18 @@ class ProfileSession:
         path = self._write_final(outcome)
         say(f"gpuopt: profile written to {path} (the script called os._exit)")
 
-    def _write_final(self, outcome: Outcome) -> Path | None:
+    def _write_final(self, outcome: Outcome, exit_code_known: bool = True) -> Path | None:
         """Stop measuring and write the profile now: the process is about to end or become
-        another program."""
+        another program (``exit_code_known`` False: its exit code, null in the profile, will be
+        that program's, which only the parent process sees)."""
         self.t_end = self.clock()
         steps_mod.uninstall()
         self._stop()
         assert self.finish is not None
-        return self.run_dir.write_profile(self.finish(self.record(outcome)))
+        profile = self.finish(self.record(outcome))
+        if not exit_code_known:
+            profile.exit_code = None
+        return self.run_dir.write_profile(profile)
 
     def _exec_hook(self, name: str, real: Callable[..., NoReturn]) -> Callable[..., NoReturn]:
         """``os.execv`` / ``os.execve`` while the script runs: the process is about to become
@@ -451,10 +455,10 @@ class ProfileSession:
         error = RunError(
             type="exec",
             message=f"the script replaced its process with `{program}` (os.{name}) after "
-            f"{self.steps.count} step(s); that program's exit code is the process's, not "
-            "known to gpuopt",
+            f"{self.steps.count} step(s); that program's exit code is the process's, known "
+            "only to the process that started it (exit_code null)",
         )
-        written = self._write_final(Outcome("ok", 0, error))
+        written = self._write_final(Outcome("ok", 0, error), exit_code_known=False)
         say(
             f"gpuopt: profile written to {written} (the script called os.{name}; "
             f"gpuopt report {self.run_dir.shown} shows it)"

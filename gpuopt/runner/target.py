@@ -8,6 +8,7 @@ spawn-started DataLoader workers re-import it as ``__mp_main__`` just as under p
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import io
 import os
@@ -15,9 +16,11 @@ import pkgutil
 import runpy
 import signal
 import sys
+import threading
 import traceback
 import types
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.machinery import ModuleSpec
 from pathlib import Path
@@ -190,6 +193,7 @@ def run_target(target: Target) -> Outcome:
     unwind the script on purpose)."""
     saved_argv = sys.argv[:]
     saved_path0 = sys.path[0] if sys.path else None
+    handlers = signal_handlers()
     prev_term: Any = None
     try:
         prev_term = signal.signal(signal.SIGTERM, _on_sigterm)
@@ -202,13 +206,19 @@ def run_target(target: Target) -> Outcome:
             entry = main_spec(target.script) is not None  # a directory or a zip: on the path
             absolute = os.path.abspath(target.script)
             sys.path[0] = absolute if entry else os.path.dirname(absolute)
-            run_script(target.script)
+            try:
+                run_script(target.script)
+            finally:
+                defer_late_signals(handlers)
         else:
             assert target.module is not None
             # runpy replaces argv[0] with the module's file, as python -m does
             sys.argv = [target.module, *target.args]
             sys.path[0] = os.getcwd()
-            runpy.run_module(target.module, run_name="__main__", alter_sys=True)
+            try:
+                runpy.run_module(target.module, run_name="__main__", alter_sys=True)
+            finally:
+                defer_late_signals(handlers)
         return Outcome("ok", 0)
     except StopRun:
         return Outcome("ok", 0, stopped_by_steps=True)
@@ -235,6 +245,78 @@ def run_target(target: Target) -> Outcome:
                 signal.signal(signal.SIGTERM, prev_term)
             except ValueError as exc:
                 log.debug("SIGTERM's handler not restored: %s", exc)
+
+
+# The script's own signal handlers, wrapped once it has ended: signal -> the handler it set
+_late_handlers: dict[int, Any] = {}
+_late_errors: list[BaseException] = []
+_flush_at_exit: list[bool] = []
+
+
+def signal_handlers() -> dict[int, Any]:
+    """Every signal's Python-level handler now (to tell the script's own from those before)."""
+    out: dict[int, Any] = {}
+    for sig in signal.valid_signals():
+        try:
+            out[sig] = signal.getsignal(sig)
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def defer_late_signals(before: dict[int, Any]) -> None:
+    """The script has ended: a signal handler it set (one not in ``before``: torch's SIGCHLD
+    handler, raising "DataLoader worker (pid N) is killed by signal" for a worker that died)
+    must not raise into gpuopt writing the profile. Each still runs when its signal comes, as
+    under python; what it raises is kept, and said by :func:`flush_late_signals` once the
+    profile is written, as python says it while the process ends. A handler that fires before
+    the wrap raises in the script, as under python inside its last lines."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig, handler in signal_handlers().items():
+        if handler is before.get(sig) or not callable(handler):
+            continue
+        if handler is signal.default_int_handler or sig in _late_handlers:
+            continue
+        if getattr(handler, "__module__", "").startswith("gpuopt."):
+            continue  # gpuopt's own (SIGTERM's while the script runs)
+        try:
+            signal.signal(sig, _kept(handler))
+        except (OSError, ValueError, RuntimeError) as exc:
+            log.debug("signal %s's handler not wrapped: %s", sig, exc)
+            continue
+        _late_handlers[sig] = handler
+    if _late_handlers and not _flush_at_exit:
+        _flush_at_exit.append(True)
+        atexit.register(flush_late_signals)  # for a caller that does not flush itself
+
+
+def _kept(handler: Callable[[int, FrameType | None], Any]) -> Callable[[int, Any], None]:
+    def late(signum: int, frame: Any) -> None:
+        handling = sys.exc_info()[1]  # gpuopt's own handling of how the script ended, if any
+        try:
+            handler(signum, frame)
+        except BaseException as exc:  # noqa: BLE001 - the script's handler's, said at the end
+            if handling is not None and exc.__context__ is handling:
+                exc.__context__ = None  # python raises it at its exit, outside any handling
+            _late_errors.append(exc)
+
+    return late
+
+
+def flush_late_signals() -> None:
+    """The script's handlers back in place; what they raised since the script ended printed as
+    python prints an error while the process ends (its traceback, the exit code unchanged)."""
+    for sig, handler in list(_late_handlers.items()):
+        try:
+            signal.signal(sig, handler)
+        except (OSError, ValueError, RuntimeError) as exc:
+            log.debug("signal %s's handler not restored: %s", sig, exc)
+    _late_handlers.clear()
+    while _late_errors:
+        late = _late_errors.pop(0)
+        if not isinstance(late, SystemExit):  # python's exit says nothing of a sys.exit
+            print_user_traceback(late)
 
 
 def exit_status(code: int) -> int:

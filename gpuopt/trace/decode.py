@@ -39,6 +39,7 @@ from gpuopt.trace.anomalies import repair_events
 from gpuopt.trace.columns import EventColumns
 from gpuopt.trace.pieces import (
     CHECK_FIRST,
+    WHOLE_LIMIT,
     Fallback,
     PieceJoiner,
     PieceStream,
@@ -306,11 +307,15 @@ def _load_whole(path: Path) -> EventColumns:
     valid beginning is refused after reading at most about twice the text before it."""
     data = bytearray()
     check_at = CHECK_FIRST
-    for block in iter_blocks(path):
+    blocks = iter_blocks(path)
+    for block in blocks:
         data += block
         if len(data) >= check_at:
             jsontext.check_prefix(path, data)
             check_at *= 2
+        if len(data) > WHOLE_LIMIT:
+            blocks.close()
+            raise GpuoptError(jsontext.too_long(path, data, WHOLE_LIMIT))
     try:
         doc = ev.DOC.decode(data)
     except msgspec.ValidationError as exc:

@@ -202,3 +202,23 @@ def _describe(head: bytes) -> str:
     if all(0x20 <= b < 0x7F or b in b"\t\r\n" for b in first):
         return repr(first.decode("ascii"))
     return f"the bytes {first[:8].hex(' ')} (binary data, not text)"
+
+
+def too_long(path: object, text: bytes | bytearray, limit: int) -> str:
+    """Why ``text`` (a valid beginning of JSON of ``limit`` bytes that no event boundary cuts) is
+    refused: it ends in one value longer than a trace holds, or its events are that long."""
+    mb = limit >> 20
+    last_quote = text.rfind(b'"')
+    run = len(text) - last_quote - 1
+    if run > limit // 4:  # no quote in the last quarter: one string, number or space that long
+        tail = bytes(text[-64:]).strip()
+        kind = "whitespace" if not tail else "number" if tail.isdigit() else "string"
+        return (
+            f"{path}: refused: its first {mb} MB of text end in one JSON {kind} of "
+            f"{run >> 20}+ MB (from byte {last_quote + 1}); a trace's longest string is a few KB"
+        )
+    return (
+        f"{path}: refused: its first {mb} MB of text cannot be read event by event (no "
+        "'traceEvents' array of objects, or an event of 16+ MB; a trace's longest is a few KB), "
+        f"and gpuopt holds at most {mb} MB of a document at once"
+    )

@@ -53,6 +53,15 @@ _SPACE = b" \t\r\n"
 _COMPACT_TRIES = 64
 HEADER_LIMIT = 64 << 20  # no "traceEvents" in this much text: not a trace
 PIECE_LIMIT = 16 << 20  # no event boundary in this much text: decode the whole document instead
+# Text the whole-document decoder holds (it is only for text the cutter cannot cut: a value of
+# more than PIECE_LIMIT): every real trace of ../shared/traces streams (the largest that does
+# not is a 21 KB summary; a trace's longest event is 7 KB, its longest string 5 KB)
+WHOLE_LIMIT = 64 << 20
+# Decompressed text per compressed byte past RATIO_FLOOR of text: refused as a gzip bomb. The 40
+# real traces of ../shared/traces compress 3-29:1 (mtia_rank_0: 86.9 MB from 2.97 MB); a run of
+# one byte, 1000:1. Below the floor, a small file of repeated events is read whatever its ratio.
+MAX_RATIO = 200
+RATIO_FLOOR = 128 << 20
 CHECK_FIRST = 1 << 20  # text read without a verdict is checked at this size, then at each doubling
 
 
@@ -98,6 +107,7 @@ def _plain_blocks(fh: BinaryIO, head: bytes) -> Iterator[bytes]:
 def _gunzip_blocks(path: Path, fh: BinaryIO, head: bytes) -> Iterator[bytes]:
     d = zlib.decompressobj(wbits=31)
     data = head
+    total = 0
     while True:
         if not data:
             data = fh.read(READ)
@@ -109,6 +119,9 @@ def _gunzip_blocks(path: Path, fh: BinaryIO, head: bytes) -> Iterator[bytes]:
             raise GpuoptError(f"{path}: corrupt gzip data ({exc})") from None
         data = d.unconsumed_tail
         if out:
+            total += len(out)
+            if total > RATIO_FLOOR:
+                _check_ratio(path, total, fh.tell() - len(data) - len(d.unused_data))
             yield out
         if d.eof:
             # Concatenated gzip members are legal; go on with the next one, if any.
@@ -127,6 +140,17 @@ def _gunzip_blocks(path: Path, fh: BinaryIO, head: bytes) -> Iterator[bytes]:
     if not d.eof:
         raise GpuoptError(
             f"{path}: truncated gzip file (the data ends before the gzip stream does)"
+        )
+
+
+def _check_ratio(path: Path, text: int, packed: int) -> None:
+    """Refuse a gzip bomb: ``text`` bytes decompressed from the first ``packed`` bytes of the
+    file, more than :data:`MAX_RATIO` to one."""
+    if text > MAX_RATIO * max(packed, 1):
+        raise GpuoptError(
+            f"{path}: refused as a gzip bomb: {text >> 20} MB of text from the first "
+            f"{packed / 1e6:.2f} MB of gzip ({text // max(packed, 1)}:1; traces compress "
+            f"at most about 30:1, gpuopt reads up to {MAX_RATIO}:1)"
         )
 
 
@@ -208,7 +232,7 @@ class PieceStream:
                 )
         if header_end < 0:
             raise Fallback
-        buf = bytes(buf)
+        buf = _through_first_event(self._blocks, buf, header_end + len(TRACE_EVENTS_KEY))
         # After the key: whitespace, ':', whitespace, '[', whitespace, the first event's '{'.
         m = _ARRAY_START_RE.match(buf, header_end + len(TRACE_EVENTS_KEY))
         if m is None:
@@ -258,6 +282,19 @@ class PieceStream:
     def close(self) -> None:
         """Stop early: close the file (a pass that reached the end has closed it already)."""
         self._blocks.close()
+
+
+def _through_first_event(blocks: Iterator[bytes], buf: bytes | bytearray, after_key: int) -> bytes:
+    """``buf`` with more blocks added while all it holds after the ``traceEvents`` key is the
+    ``:`` ``[`` and whitespace before the first event (a block, or a gzip member, may end
+    there: the first event is then in the next one)."""
+    while not buf[after_key:].strip(b" \t\r\n:["):
+        block = next(blocks, None)
+        if block is None:
+            break
+        buf = bytearray(buf)
+        buf += block
+    return bytes(buf)
 
 
 def compact_cut(buf: bytes) -> int:
