@@ -45,8 +45,8 @@ PERSISTENT_NOTE = (
 PERSISTENT_KEPT = (
     "persistent_workers=True keeps the workers from one epoch to the next, which the sweep "
     "timed faster; it draws one seed fewer per epoch from torch's generator, so from the second "
-    "epoch on the data order and dropout differ from the script's own: equivalent training, not "
-    "identical"
+    "epoch on whatever else draws from it (the data order, dropout) may differ from the "
+    "script's own: equivalent training, not identical"
 )
 
 
