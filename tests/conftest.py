@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import inspect
 import os
@@ -35,7 +36,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # A test that starts a process (gpuopt as a user runs it, a script, a worker pool) takes seconds:
-# such a test is marked slow, so `make test-fast` (pytest -m "not slow") leaves it out.
+# such a test is marked slow, so `make test-fast` (pytest -m "not slow") leaves it out. A test
+# that takes seconds without one (a model captured or replayed, a whole trace read, a search over
+# every module) says so itself: @pytest.mark.slow (over 1.4 s, at a load of 10, in --durations).
 _STARTS_A_PROCESS = re.compile(
     r"\b(run_gpuopt|subprocess\.|sys\.executable|Popen|ProcessPoolExecutor|multiprocessing)\b"
 )
@@ -57,7 +60,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
+@functools.cache
 def _source(obj: Any) -> str:
+    """Its source, read once (a parametrized test or a shared fixture is asked once per item)."""
     try:
         return inspect.getsource(obj)
     except (OSError, TypeError):
@@ -65,6 +70,11 @@ def _source(obj: Any) -> str:
 
 
 def _starts(func: Any, names: set[str]) -> bool:
+    return _starts_once(func, frozenset(names))
+
+
+@functools.cache
+def _starts_once(func: Any, names: frozenset[str]) -> bool:
     text = _source(func)
     if _STARTS_A_PROCESS.search(text):
         return True
@@ -73,12 +83,13 @@ def _starts(func: Any, names: set[str]) -> bool:
 
 def _spawning_names(module: ModuleType) -> set[str]:
     """The module's top-level functions that start a process, directly or through another."""
+    text = _source(module)
     try:
-        tree = ast.parse(_source(module))
+        tree = ast.parse(text)
     except SyntaxError:
         return set()
     funcs = {
-        node.name: ast.get_source_segment(_source(module), node) or ""
+        node.name: ast.get_source_segment(text, node) or ""
         for node in tree.body
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
         and not node.name.startswith("test_")

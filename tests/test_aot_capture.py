@@ -34,6 +34,7 @@ def test_scheduled_module_matches_eager(name: str) -> None:
     assert scheduled.plan.stats["capture_max_abs_diff"] == 0.0
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 @pytest.mark.parametrize("name", ZOO_NAMES)
 def test_plan_is_plain_json_data_with_the_contract_keys(name: str) -> None:
     _, _, scheduled = scheduled_zoo(name)
@@ -50,6 +51,7 @@ def test_plan_is_plain_json_data_with_the_contract_keys(name: str) -> None:
     assert all(pos[s] < pos[d] for s, d in doc["edges"])
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_zoo_graphs_have_concurrency_to_exploit() -> None:
     """The branchy models must get several streams; the plan is not trivially one stream."""
     for name, at_least in (("inception_v3", 3), ("nasnet_a_mobile", 4), ("transformer_block", 2)):
@@ -58,6 +60,7 @@ def test_zoo_graphs_have_concurrency_to_exploit() -> None:
         assert plan.syncs
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_plan_from_dict_rejects_inconsistent_documents() -> None:
     doc = scheduled_zoo("transformer_block")[2].plan.to_dict()
     bad = dict(doc, order=doc["order"][::-1])
@@ -72,6 +75,7 @@ def test_plan_from_dict_rejects_inconsistent_documents() -> None:
         Plan.from_dict([1, 2])  # type: ignore[arg-type]
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_static_shapes_are_enforced() -> None:
     _, inputs, scheduled = scheduled_zoo("transformer_block")
     x = inputs[0]
@@ -103,6 +107,7 @@ def _sched(model: nn.Module, inputs: tuple, **kw):  # type: ignore[no-untyped-de
         return schedule(model, inputs, **kw)
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_export_functionalizes_in_place_ops() -> None:
     torch.manual_seed(0)
     model, x = InPlace().eval(), torch.randn(1, 3, 6, 6)
@@ -179,6 +184,7 @@ def test_uncapturable_model_raises_capture_error() -> None:
         _sched(DataDependent(), (torch.randn(3),), capture="fx")
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_training_mode_batchnorm_updates_are_serialized_and_match() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU()).train()
@@ -208,6 +214,7 @@ def test_importing_gpuopt_aot_does_not_import_torch() -> None:
     assert out.stdout.strip() == "False"
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 @pytest.mark.parametrize("name", ZOO_NAMES)
 def test_zoo_kernels_sharing_a_stream_are_ordered(name: str) -> None:
     """Maximum logical concurrency on the real graphs: two kernels on one stream have a path

@@ -67,6 +67,7 @@ def test_by_estimate_says_it_is_an_estimate() -> None:
 
 
 # -- schedule on CPU: the cost model decides ---------------------------------------------------
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_cpu_schedule_hands_back_one_stream_where_the_model_promises_too_little() -> None:
     model, inputs, sm = _sched("resnet_stage")  # estimated 1.02x over one stream
     assert sm.plan.num_streams == 1 and sm.plan.syncs == [] and sm.plan.fork == []
@@ -87,6 +88,7 @@ def test_cpu_schedule_keeps_multi_stream_where_the_model_promises_enough() -> No
     assert sm.plan.choice["chosen"] == "multi-stream" and sm.plan.choice["by"] == "cost-model"
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_streams_asked_by_name_and_bad_values() -> None:
     _, _, one = _sched("transformer_block", streams="one")
     assert one.plan.num_streams == 1 and one.plan.choice["by"] == "asked"
@@ -109,6 +111,7 @@ def _cuda_leaves() -> list[Any]:
         return [torch.empty(2, 3, device="cuda")]
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 @pytest.mark.parametrize(("multi", "one", "chosen"), [(1.0, 2.0, 0), (2.0, 1.0, 1)])
 def test_on_cuda_the_choice_is_measured_and_the_chosen_graph_kept(
     monkeypatch: pytest.MonkeyPatch, multi: float, one: float, chosen: int
@@ -137,6 +140,7 @@ def test_on_cuda_the_choice_is_measured_and_the_chosen_graph_kept(
     assert got.num_streams == (plan.num_streams if chosen == 0 else 1)
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_without_graphs_on_cuda_the_cost_model_decides(monkeypatch: pytest.MonkeyPatch) -> None:
     sm = scheduled_zoo("resnet_stage")[2]
     monkeypatch.setattr(choice, "_captured", lambda *a: pytest.fail("nothing is captured"))

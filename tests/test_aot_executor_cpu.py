@@ -89,6 +89,7 @@ def test_every_single_sync_is_necessary() -> None:
         assert not StreamSimulator(broken, memory).run(seed=k).ok
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_missing_fork_is_flagged() -> None:
     plan, memory = _plan_with_syncs()
     broken = copy.deepcopy(plan)
@@ -241,6 +242,7 @@ class _NoCopyRunner(CudaPlanRunner):
         return self.static_outputs
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 @pytest.mark.parametrize("name", INPUT_SENSITIVE)
 def test_outputs_survive_the_next_replay_check_on_cpu(name: str) -> None:
     """tests/test_aot_cuda.py's check, run here on the runner's own replay logic: it passes on

@@ -161,6 +161,7 @@ def test_estimate_on_a_fork_join_graph() -> None:
     assert est.critical_path_share == pytest.approx(0.75)
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 @pytest.mark.parametrize("name", ZOO_NAMES)
 @pytest.mark.parametrize("profile", ["h100", "a100", "v100"])
 def test_zoo_estimates_are_ordered(name: str, profile: str) -> None:

@@ -110,6 +110,7 @@ def check_assignment(dag: Dag) -> None:
     assert set(sa.stream_of) == set(range(sa.num_streams)) or n == 0
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 @pytest.mark.parametrize("seed", range(60))
 def test_minimum_syncs_match_brute_force(seed: int) -> None:
     rng = random.Random(seed)

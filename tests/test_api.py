@@ -36,6 +36,7 @@ FRAMES = {
 }
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_load_a_trace_folder_and_its_frames(shared_traces: Path) -> None:
     p = gpuopt.load(shared_traces / "hta" / "trace_filter")
     assert isinstance(p, Profile) and p.source == "trace"

@@ -109,6 +109,7 @@ def test_dataloader_kwargs_splat_and_missing_call() -> None:
     ]
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_dataloader_rewrite_runs_and_gives_the_same_batches() -> None:
     before = src(
         """

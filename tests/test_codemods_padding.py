@@ -297,6 +297,7 @@ def _checked(change: Any, scope: dict[str, Any]) -> Any:
     return check_rewrite(spec, {"torch": torch, "F": F}, scope)
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_a_generator_of_per_sample_losses_becomes_one_padded_batch() -> None:
     r = rewrite_padding(GEN, [5])
     assert not r.skipped, r.skipped
@@ -314,6 +315,7 @@ def test_a_generator_of_per_sample_losses_becomes_one_padded_batch() -> None:
     assert result.verdict in ("exact", "tolerance"), result.detail  # loss and gradients
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_the_explicit_loop_with_sliced_samples_gets_the_same_batch() -> None:
     loop = src(
         """
@@ -330,6 +332,7 @@ def test_the_explicit_loop_with_sliced_samples_gets_the_same_batch() -> None:
     assert result.verdict in ("exact", "tolerance"), result.detail
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_a_stacked_list_of_losses_averaged() -> None:
     code = "import torch\nimport torch.nn.functional as F\n" + (
         "loss = torch.stack([F.cross_entropy(model(s[:-1]), s[1:]) for s in batch]).mean()\n"

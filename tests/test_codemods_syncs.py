@@ -408,6 +408,7 @@ def test_public_scripts_reads_left_alone_with_their_sites_reason(
     assert [s.line for s in r.skipped] == [line] and reason in r.skipped[0].reason, r.skipped
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_a_read_of_a_call_with_effects_moves_alone() -> None:
     """``val = criterion(out, y).item()``: the call may have effects, so it stays where it ran
     (detached: no graph kept until the branch); only the read moves into the branch."""

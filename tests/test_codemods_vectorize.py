@@ -652,6 +652,7 @@ def _memmap(tmp_path: Path, n: int = 5000) -> Any:
     return np.memmap(path, dtype=np.uint16, mode="r")
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_nanogpt_get_batch_becomes_one_fancy_index_gather(tmp_path: Path) -> None:
     import numpy as np
 

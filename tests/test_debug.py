@@ -382,5 +382,6 @@ def _silent_handlers() -> list[str]:
     return found
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_no_broad_except_swallows_without_a_debug_line() -> None:
     assert _silent_handlers() == []

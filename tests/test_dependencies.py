@@ -49,6 +49,7 @@ def test_the_package_declares_exactly_what_it_imports() -> None:
     assert _imports(ROOT / "gpuopt") == _declared(project["dependencies"])
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_the_tests_import_only_declared_packages() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     declared = _declared(project["dependencies"]) | _declared(
@@ -117,6 +118,7 @@ def test_an_upper_bound_says_why() -> None:
             assert "#" in line, f"an upper bound without its reason: {line.strip()}"
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_gpuopt_imports_no_private_module_of_a_dependency() -> None:
     """``typer._click``, ``rich._wrap``, ``pandas._libs``...: a private module can move or go in
     any release within the declared range (typer's ``_click`` exists from 0.26 only)."""

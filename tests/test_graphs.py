@@ -289,6 +289,7 @@ def test_a_host_read_in_the_step_is_refused_and_the_step_runs_eagerly(
     assert "is not captured" in str(w[0].message) and not FakeGraph.made
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_a_python_random_draw_in_the_step_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     model, opt, data = _problem()
 
@@ -303,6 +304,7 @@ def test_a_python_random_draw_in_the_step_is_refused(monkeypatch: pytest.MonkeyP
     assert "draws random numbers on the host (random)" in step.status.refusals[0]
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_a_capture_waits_while_another_dispatch_mode_is_on(monkeypatch: pytest.MonkeyPatch) -> None:
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -361,6 +363,7 @@ def test_outputs_of_replays_are_clones(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # -- without a CUDA device ---------------------------------------------------------------------
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_on_cpu_the_step_runs_as_written() -> None:
     model, opt, data = _problem()
     want, _ = _eager_run(data)
@@ -434,6 +437,7 @@ def test_a_step_defined_again_each_epoch_is_the_same_captured_step(
     assert other is not steps[0]  # another optimizer: another step
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_forward_aot_runs_nimbles_plan_inside_the_captured_step(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

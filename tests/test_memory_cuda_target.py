@@ -60,6 +60,7 @@ def test_the_cublas_workspace_is_sized_as_torch_sizes_it(
     assert kernels.cublas_workspace_bytes(capability, env) == expected
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_a_gpu_replay_holds_two_cublas_workspaces_a_cpu_replay_none() -> None:
     step = _mlp_step()
     cpu = replay(step, ReplayOptions(16, emulate_cuda=False, block=1))
@@ -181,6 +182,7 @@ def _lm_loss(out: Any, y: Any) -> Any:
     return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_a_time_major_model_takes_its_batch_from_dimension_1() -> None:
     ids = torch.randint(0, 100, (35, 20))
     step = _record(_WordLM(), ids, ids, _lm_loss)
@@ -223,6 +225,7 @@ def test_a_named_card_gives_its_compute_capability(name: str, expected: tuple[in
     assert device_memory("80GiB").capability is None
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_a_flattened_target_grows_with_the_batch() -> None:
     """word_language_model's targets are ``source[i+1:i+1+bptt].view(-1)``: (bptt x batch,)."""
     ids = torch.randint(0, 100, (35, 20))

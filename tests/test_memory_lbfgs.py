@@ -121,6 +121,7 @@ def test_lbfgs_replay_matches_each_real_step(max_iter: int, history: int, steps:
     assert _cpu(step) == _cpu(step, lbfgs_step=steady) >= _cpu(step, lbfgs_step=steps)
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_the_history_counted_from_torchs_source() -> None:
     """With torch's defaults: 19 pairs after the first step, 20 more each step, 100 at most;
     the parameters' flat size is what each vector costs."""
@@ -144,6 +145,7 @@ def test_the_prediction_says_which_step_it_is_for() -> None:
     )
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_another_optimizers_closure_is_recorded_too() -> None:
     """SGD.step(closure): the closure's forward and backward are the program, SGD's step is
     replayed as usual (it reads no values)."""

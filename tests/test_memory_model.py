@@ -61,6 +61,7 @@ def test_rounding_is_the_cuda_allocators() -> None:
     assert rounded(513, 1) == 513
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_tracker_agrees_with_torch_memtracker_on_a_real_step() -> None:
     """The same real CPU step under both: the same peak and the same split, byte for byte."""
     from torch.distributed._tools.mem_tracker import MemTracker
@@ -214,6 +215,7 @@ def _cpu(step: CapturedStep, batch: int | None, **kw: Any) -> ReplayResult:
     return replay(step, ReplayOptions(batch, emulate_cuda=False, block=1, **kw))
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_the_replay_matches_a_real_step_and_scales_with_the_batch() -> None:
     """The fake replay at the script's batch against torch's MemTracker over the script's own
     second step (optimizer state present): within 1%; twice the batch adds what the batch made."""
@@ -236,6 +238,7 @@ def test_the_replay_matches_a_real_step_and_scales_with_the_batch() -> None:
     assert abs(at32.peak_bytes - truth) / truth < 0.01
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_a_batch_size_written_into_a_call_is_replaced() -> None:
     rec = StepRecorder()
     _train(rec, view_with_batch=True)
@@ -297,6 +300,7 @@ def test_a_step_that_reads_values_cannot_be_replayed() -> None:
         _cpu(rec.step, 8)
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_the_cuda_model_counts_blocks_and_foreach_temporaries() -> None:
     rec = StepRecorder()
     _train(rec)

@@ -243,6 +243,7 @@ def test_the_gpu_side_measures_peaks_and_splits_one_step(tmp_path: Path) -> None
     assert probe.instrumented_steps() == {0, 1}
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_an_oom_on_the_gpu_lists_the_snapshots_holders(tmp_path: Path) -> None:
     here = str(Path(__file__))
     snap = {

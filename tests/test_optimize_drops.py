@@ -71,6 +71,7 @@ def _fix(name: str) -> PlannedFix:
     return PlannedFix(BY_NAME[name], True, True, "planned")
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_a_fix_whose_own_run_crashes_is_dropped_before_the_candidate(
     state: _State, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -262,6 +263,7 @@ def test_pairs_are_added_until_each_side_is_tight(
     assert state.doc.fixes == []  # (results are filled by _finish)
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_the_runs_cap_and_the_time_budget_stop_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -282,3 +282,18 @@ def test_fused_ops_rewrites_the_findings_chains_in_their_own_files() -> None:
     )
     r = fix.edits[0].codemod(before, "mingpt/model.py")
     assert r.source.endswith('y = torch.nn.functional.gelu(x, approximate="tanh")\n')
+
+
+def test_a_persistent_pick_is_applied_as_equivalent_training() -> None:
+    """The sweep found the script's own 2 workers faster kept (persistent_workers): the fix
+    sets it, says why, and is judged as equivalent training (later epochs draw other seeds)."""
+    own = SweepPoint(2, False, 2, False, 20, 0.2, 100.0, 0.3, 0.3)
+    kept = SweepPoint(2, True, 2, False, 20, 0.2, 100.0, 0.3, 0.01)
+    sweep = SweepResult("train.py:12", own, [own, kept], kept, 1.0, "the shortest epoch")
+    (fix,) = plan_fixes(PlanInput(_profile(DL), [], False, None, "train.py", sweep=sweep))
+    assert fix.selected and fix.applicable and fix.equivalent_only
+    assert fix.settings == {"num_workers": 2, "persistent_workers": True, "prefetch_factor": 2}
+    assert "persistent_workers=True" in fix.reason and "the shortest epoch" in fix.reason
+    assert "equivalent training, not identical" in fix.notes[-1]
+    (plain,) = plan_fixes(PlanInput(_profile(DL), [], False, None, "train.py", sweep=_sweep(4)))
+    assert not plain.equivalent_only

@@ -332,3 +332,96 @@ def test_slower_beyond_the_noise_is_still_slower() -> None:
     g = gain(base, [[3.0] * 12])
     assert isinstance(g.baseline_half_width, float) and g.baseline_half_width > 0.5
     assert g.verdict == "slower" and g.speedup is not None and g.speedup < 0.2
+
+
+# -- a DataLoader fix: the training's wall time, start-ups included ---------------------------
+def _epochs(startup: float, batch: float, epochs: int, per_epoch: int) -> list[float]:
+    """An epoch's steps: the first carries the workers starting, the rest the batch's pace."""
+    return ([startup + batch] + [batch] * (per_epoch - 1)) * epochs
+
+
+def test_a_dataloader_fix_is_measured_on_the_whole_training_not_its_settled_steps() -> None:
+    """0 workers: 30 ms a step. 2 workers: 5 ms a step, but 200 ms of start-up at each of the
+    run's 3 epochs of 10 steps. The median of settled steps sees 6x; the training takes
+    0.9 s against 0.75 s: 1.2x, which is what the whole-run statistic claims."""
+    base = [_epochs(0.0, 0.030, 3, 10) for _ in range(3)]
+    cand = [_epochs(0.200, 0.005, 3, 10) for _ in range(3)]
+    settled = gain(base, cand)
+    assert settled.speedup == pytest.approx(6.0, rel=0.01)
+    whole = gain(base, cand, whole=True)
+    assert whole.speedup == pytest.approx(sum(base[0]) / sum(cand[0]), rel=1e-3)
+    assert whole.speedup == pytest.approx(1.2, rel=1e-3)
+    assert isinstance(whole.statistic, str) and "first (workers starting)" in whole.statistic
+    assert "settled" in str(settled.statistic)
+
+
+def test_the_whole_run_statistic_lets_no_step_go_and_keeps_its_interval() -> None:
+    """Every step counts (no warm-up, no extreme step set apart): a run's level is its mean,
+    and the interval still holds the point estimate."""
+    rng = np.random.default_rng(3)
+    base = [list(0.030 * (1 + 0.05 * rng.standard_normal(30))) for _ in range(3)]
+    cand = [_epochs(0.3, 0.010, 1, 30) for _ in range(3)]
+    s = side(cand, whole=True)
+    assert s is not None and s.runs[0].warmup == 0 and s.runs[0].extreme == []
+    assert s.level == pytest.approx((0.3 + 30 * 0.010) / 30)
+    g = gain(base, cand, whole=True)
+    assert g.low is not None and g.high is not None and g.speedup is not None
+    assert g.low <= g.speedup <= g.high
+
+
+def test_the_dataloader_fix_is_the_one_measured_on_the_whole_run() -> None:
+    assert BY_NAME["dataloader"].whole_run
+    assert not any(k.whole_run for k in BY_NAME.values() if k.name != "dataloader")
+
+
+def _done(steps: list[float], role: str) -> Any:
+    from gpuopt.model.optimize import RunResult
+    from gpuopt.model.profile import Profile
+    from gpuopt.model.records import StepRecord, Steps
+    from gpuopt.optimize.runs import Done, run_step_times
+
+    series = [StepRecord(index=i, start_s=None, time_s=t) for i, t in enumerate(steps)]
+    profile = Profile(steps=Steps(count=len(steps), series=series))
+    result = RunResult(label=role, role=role, dir=role)  # type: ignore[arg-type]
+    result.step_s = run_step_times(profile)
+    return Done(result, profile, "", "")
+
+
+def test_run_gain_of_a_dataloader_fix_counts_each_runs_first_step_and_says_so() -> None:
+    """The first step (the workers starting at the first iter()) is left out of every other
+    fix's steps; a DataLoader fix's gain counts it, and its label says what it covers."""
+    from gpuopt.optimize.plan import PlannedFix
+    from gpuopt.optimize.results import run_gain
+    from gpuopt.optimize.speed import TRAINING_TIME
+
+    base = [_done([0.030] * 30, "baseline") for _ in range(3)]
+    cand = [_done([0.4] + [0.005] * 29, "candidate") for _ in range(3)]
+    loader = PlannedFix(BY_NAME["dataloader"], True, True, "")
+    zero_grad = PlannedFix(BY_NAME["zero-grad"], True, True, "")
+    whole = run_gain(base, cand, [loader])
+    assert whole.speedup == pytest.approx(0.9 / (0.4 + 29 * 0.005), rel=1e-3)
+    assert whole.verdict == "faster" and TRAINING_TIME in whole.label
+    steps = run_gain(base, cand, [zero_grad])  # the first step is not in step_s
+    assert steps.speedup == pytest.approx(6.0, rel=1e-3) and TRAINING_TIME not in steps.label
+
+
+def test_the_headline_says_a_whole_run_gain_counts_every_step() -> None:
+    """The steps/s shown are the runs' settled steps; beside a gain on the training's time the
+    headline says so, and sets no step apart (the statistic leaves none out)."""
+    from gpuopt.model.optimize import OptimizeDocument, RunResult
+    from gpuopt.optimize.render import headline
+
+    base = [[0.030] * 30 for _ in range(3)]
+    cand = [[0.4] + [0.005] * 29 for _ in range(3)]
+    runs = [
+        RunResult(label=f"{role} {i}", role=role, dir=".", steps_per_s=rate, warmup_steps=2)
+        for role, rate in (("baseline", 33.3), ("candidate", 200.0))
+        for i in range(3)
+    ]
+    lines = headline(OptimizeDocument(script="t.py", runs=runs, gain=gain(base, cand, whole=True)))
+    text = "\n".join(lines)
+    assert "(settled steps; the gain counts every step)" in text
+    assert "training time: every step" in text and "apart" not in text
+    lines = headline(OptimizeDocument(script="t.py", runs=runs, gain=gain(base, cand)))
+    assert "the gain counts every step" not in "\n".join(lines)
+    assert any(line.startswith("apart") for line in lines)

@@ -27,6 +27,7 @@ class Sleepy(Dataset[tuple[torch.Tensor, int]]):
         return torch.full((4,), float(i)), i
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_the_sweep_picks_the_fastest_setting_it_timed_and_checks_its_batches(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -35,7 +36,9 @@ def test_the_sweep_picks_the_fastest_setting_it_timed_and_checks_its_batches(
     machine is; the first batches with the chosen setting are compared for real."""
     rates = {0: 40.0, 4: 200.0}
 
-    def timed(loader: object, setting: dict[str, object], batches: int, budget: float) -> Any:
+    def timed(
+        loader: object, setting: dict[str, object], batches: int, budget: float, restart: bool
+    ) -> Any:
         n = int(str(setting["num_workers"]))
         return SweepPoint(
             n,
@@ -57,6 +60,7 @@ def test_the_sweep_picks_the_fastest_setting_it_timed_and_checks_its_batches(
     assert result.same_batches is True  # a deterministic Dataset: workers change nothing
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_the_sweep_times_each_setting_for_real_within_its_budget() -> None:
     """The measurement itself, with no claim on which setting this machine finds faster (that
     is the machine's, not the code's: benchmarks measure it)."""
@@ -82,6 +86,7 @@ def _no_workers(worker_id: int) -> None:
     raise RuntimeError("this Dataset cannot go to worker processes")
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_iterable_datasets_are_swept_and_failing_settings_left_out() -> None:
     settings = [s for s in candidate_settings(0, 2, False) if s["num_workers"] in (0, 2)]
     result = sweep_loader(DataLoader(Stream(), batch_size=4), settings, batches=5, budget_s=4.0)
@@ -90,6 +95,55 @@ def test_iterable_datasets_are_swept_and_failing_settings_left_out() -> None:
     result = sweep_loader(failing, settings, batches=5, budget_s=4.0)
     assert [p.num_workers for p in result.points] == [0] and result.best is result.baseline
     assert "num_workers=2 failed (RuntimeError)" in result.note
+
+
+def _point(workers: int, persistent: bool, restart_s: float) -> SweepPoint:
+    """A loader that waits: 100 batches/s with workers, 20 without; 0.3 s to its first batch."""
+    rate = 100.0 if workers else 20.0
+    return SweepPoint(workers, persistent, 2, False, 20, 20 / rate, rate, 0.3, restart_s)
+
+
+def test_a_kept_loader_wins_where_its_workers_restart_at_each_short_epoch() -> None:
+    """The script's own 2 workers start again at each epoch of 10 batches (0.3 s, as their
+    first start), kept they resume in 10 ms: the epoch takes 0.1 s against 0.39 s, and the
+    persistent setting is picked; where the restart is cheap the repeatable setting stays."""
+    own, kept = _point(2, False, 0.30), _point(2, True, 0.01)
+    pick, note = sweep_module._pick([own, kept], None, 10)
+    assert pick is kept and epoch_s(own, None, 10) / epoch_s(kept, None, 10) > 3
+    assert "against" in note
+    cheap_own, cheap_kept = _point(2, False, 0.011), _point(2, True, 0.010)
+    pick, note = sweep_module._pick([cheap_own, cheap_kept], None, 10)
+    assert pick is cheap_own and "no setting beat" in note
+    # a run with no second pass timed counts its first start-up at each epoch, as before
+    assert epoch_s(_point(2, False, 0.0), None, 10) == pytest.approx(0.3 + 9 / 100.0)
+
+
+def test_persistent_workers_are_tried_only_on_a_pick_with_workers() -> None:
+    timed = [
+        (_point(0, False, 0.0), {"num_workers": 0, "persistent_workers": False}),
+        (_point(4, False, 0.3), {"num_workers": 4, "persistent_workers": False}),
+    ]
+    variant = sweep_module._persistent_variant(timed, None, 10)
+    assert variant == {"num_workers": 4, "persistent_workers": True}
+    assert sweep_module._persistent_variant(timed[:1], None, 10) is None
+
+
+def _slow_start(worker_id: int) -> None:
+    time.sleep(0.25)  # a worker that takes a while to start (spawn, imports, opening files)
+
+
+@pytest.mark.slow  # starts worker processes at each setting, twice
+def test_the_sweep_keeps_the_workers_of_a_script_with_short_epochs() -> None:
+    """A script's own 2 workers, each taking 0.25 s to start, over epochs of 4 batches: timed
+    twice a setting (the second pass rebuilt, or kept with persistent_workers), the kept
+    loader's second pass starts without the wait, and the sweep picks it."""
+    loader = DataLoader(Sleepy(), batch_size=8, num_workers=2, worker_init_fn=_slow_start)
+    settings = candidate_settings(2, 2, False)[:1]
+    result = sweep_loader(loader, settings, 3, 20.0, "t.py:1", None, 4, epochs=True)
+    own, kept = result.points
+    assert (own.persistent_workers, kept.persistent_workers) == (False, True)
+    assert own.restart_s >= 0.25 and 0 < kept.restart_s < 0.25
+    assert result.best is kept and result.same_batches is True
 
 
 def test_candidate_settings_start_with_the_scripts_own_and_never_persist() -> None:

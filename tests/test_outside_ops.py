@@ -56,6 +56,7 @@ def test_a_sleep_is_other_at_its_line(tmp_path: Path) -> None:
     _named(_run(lambda x: mod["with_sleep"](x, 0.03), tmp_path), "SLEEP")
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_a_blocking_read_is_other_at_its_line(tmp_path: Path) -> None:
     mod = load(FILE)
     blob = tmp_path / "blob.bin"
@@ -63,6 +64,7 @@ def test_a_blocking_read_is_other_at_its_line(tmp_path: Path) -> None:
     _named(_run(lambda x: mod["with_read"](x, str(blob)), tmp_path), "READ")
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_a_pure_python_loop_is_other_at_its_line(tmp_path: Path) -> None:
     mod = load(FILE)
     _named(_run(lambda x: mod["with_loop"](x, 400_000), tmp_path), "LOOP")

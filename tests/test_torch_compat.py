@@ -56,6 +56,7 @@ def test_every_private_name_resolves_on_the_installed_torch() -> None:
     assert len(found) >= len(torch_compat.ENTRIES) - 1  # at most the CUDA build's one skipped
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_the_names_read_off_objects_are_there_too() -> None:
     import torch
 

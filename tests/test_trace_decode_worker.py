@@ -47,6 +47,7 @@ def _trace(tmp_path: Path, n: int = 3000) -> Path:
     return write_trace(tmp_path / "t.json.gz", events, traceName="after the events")
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_helper_and_parent_split_the_pieces_and_agree(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -68,6 +69,7 @@ def test_helper_and_parent_split_the_pieces_and_agree(
     assert seen["helper_pieces"] > 0  # the helper did decode part of the file
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_a_helper_that_fails_midway_is_redone_by_the_parent(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

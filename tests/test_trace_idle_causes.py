@@ -110,6 +110,7 @@ def test_user_site_skips_library_frames() -> None:
     assert user_site("<built-in method item>") is None
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_dataloader_workers_remove_the_dataloader_cause() -> None:
     """Same ResNet50 job: 0 DataLoader workers vs 4. The idle time blamed on the DataLoader must
     collapse with workers, and the 0-worker trace must name the user's line."""
@@ -174,6 +175,7 @@ def test_a_trace_without_compiled_regions_has_no_such_cause(tmp_path: Path) -> N
 TRACELENS = SHARED_TRACES / "tracelens" / "xdit_flux.1_aiter_sage" / "capture_trace_rank_0.json.gz"
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_the_compiled_diffusion_trace_credits_sync_its_own_time() -> None:
     """AMD TraceLens' xDiT Flux.1 capture trace (MIT): a 644 ms compiled region holds 8
     hipDeviceSynchronize calls (42.7 ms); sync was credited 584 ms of 626 ms idle."""

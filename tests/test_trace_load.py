@@ -71,6 +71,7 @@ def _one_line_events(n: int) -> list[dict[str, object]]:
     return events
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 @pytest.mark.parametrize(
     "layout", ["compact", "spaced", "first-event-on-a-new-line", "gz", "one-piece"]
 )
@@ -259,6 +260,7 @@ def test_cli_bad_input_exit_2_without_traceback(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_worker_processes_give_the_same_columns(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -40,6 +40,7 @@ def rank(ranks: list[RankSummary], r: int) -> RankSummary:
     return next(x for x in ranks if x.rank == r)
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 @pytest.mark.parametrize("name", SETS)
 def test_temporal_breakdown(name: str) -> None:
     ref, ta = _load(name)

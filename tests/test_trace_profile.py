@@ -76,6 +76,7 @@ def nw0() -> Profile:
     return analysed(NW0)
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_document_is_valid_and_complete(nw0: Profile) -> None:
     assert validate(nw0) == [] and nw0.source == "trace"
     assert nw0.gpu is not None
@@ -119,6 +120,7 @@ def test_findings_on_dataloader_bound_run(nw0: Profile) -> None:
     assert f["dataloader-bound"].source == "trace" and f["pageable-h2d"].source == "trace"
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_no_dataloader_finding_with_workers() -> None:
     doc = analysed(NW4)
     assert "dataloader-bound" not in {x.id for x in doc.findings}

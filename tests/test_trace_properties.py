@@ -285,6 +285,7 @@ CORRUPTIONS: dict[str, Corruption] = {
 }
 
 
+@pytest.mark.slow  # seconds of CPU: out of make test-fast
 @SETTINGS
 @given(
     rank_events(ns=False, base=1.7e15),

@@ -23,6 +23,9 @@ class FixKind:
     # changes the samples a step takes: gain in samples/s, training compared after the same
     # number of samples (never step for step)
     per_sample: bool = False
+    # what it saves falls at epoch starts too (workers starting): its gain is the training's wall
+    # time, every step of a run counted (gpuopt.optimize.speed, whole=True)
+    whole_run: bool = False
 
 
 CATALOGUE: tuple[FixKind, ...] = (
@@ -33,6 +36,7 @@ CATALOGUE: tuple[FixKind, ...] = (
         ("dataloader-bound",),
         runtime=True,
         source=True,
+        whole_run=True,
     ),
     FixKind(
         "pinned-copies",

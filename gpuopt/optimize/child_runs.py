@@ -38,11 +38,27 @@ def sweep_for(
     step = base.steps.time_s.median
     compute = step * (1.0 - base.breakdown.data_wait) if step else None
     need = 1.0 / compute if compute else None
+    epochs = _epochs_seen(base, finding.site)
     try:
-        sweep = run_sweep(opts.script, list(opts.args), finding.site, out / "sweep.json", need=need)
+        sweep = run_sweep(
+            opts.script,
+            list(opts.args),
+            finding.site,
+            out / "sweep.json",
+            need=need,
+            epochs=epochs > 1,
+        )
         return sweep, None
     except GpuoptError as exc:
         return None, str(exc)
+
+
+def _epochs_seen(base: Profile, site: str) -> int:
+    """How many times the run started the DataLoader built at ``site`` (its epochs)."""
+    from gpuopt.model.records import given
+
+    loaders = given(base.dataloaders) or []
+    return max((d.epochs for d in loaders if site in (given(d.built_at), d.site)), default=0)
 
 
 def aot_for(

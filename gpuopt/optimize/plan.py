@@ -21,7 +21,7 @@ from gpuopt.optimize.aot_check import AotSummary
 from gpuopt.optimize.catalogue import BY_NAME, CATALOGUE, FixKind
 from gpuopt.optimize.codemods import Rewrite
 from gpuopt.optimize.loop_fixes import CHECKED, LoopPlan
-from gpuopt.optimize.sweep import PERSISTENT_NOTE, SweepResult
+from gpuopt.optimize.sweep import PERSISTENT_KEPT, PERSISTENT_NOTE, SweepResult
 from gpuopt.units import site_line
 
 log = logger(__name__)
@@ -193,13 +193,16 @@ def _plan_dataloader(kind: FixKind, inp: PlanInput) -> PlannedFix:
     fix.loaders = [settings]
     fix.settings = dict(settings.knobs())
     fix.applicable = True
+    kept = ", persistent_workers=True" if best.persistent_workers else ""
     fix.reason = (
         f"the sweep timed the DataLoader alone: {best.batches_per_s:.1f} batches/s with "
-        f"num_workers={best.num_workers} against {inp.sweep.baseline.batches_per_s:.1f} with the "
-        f"script's num_workers={inp.sweep.baseline.num_workers} ({inp.sweep.speedup:.2f}x)"
+        f"num_workers={best.num_workers}{kept} against {inp.sweep.baseline.batches_per_s:.1f} "
+        f"with the script's num_workers={inp.sweep.baseline.num_workers} "
+        f"({inp.sweep.speedup:.2f}x; {inp.sweep.note})"
     )
     fix.edits = _loader_edits(site, settings)
-    fix.notes.append(PERSISTENT_NOTE)
+    fix.notes.append(PERSISTENT_KEPT if best.persistent_workers else PERSISTENT_NOTE)
+    fix.equivalent_only = best.persistent_workers
     if inp.sweep.same_batches is False:
         fix.equivalent_only = True
         fix.notes.append(

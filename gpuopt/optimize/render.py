@@ -6,6 +6,7 @@ from __future__ import annotations
 from gpuopt.model.optimize import FixResult, Gain, OptimizeDocument
 from gpuopt.model.records import given
 from gpuopt.optimize.measuring import how_sure
+from gpuopt.optimize.speed import WHOLE_STATISTIC
 
 
 def _steps_per_s(doc: OptimizeDocument, role: str) -> str:
@@ -74,15 +75,17 @@ def headline(doc: OptimizeDocument) -> list[str]:
     if doc.status == "error":
         lines.append("the baseline run failed: nothing was changed")
         return lines
+    whole = doc.gain is not None and doc.gain.statistic == WHOLE_STATISTIC
     lines.append(
         f"steps/s  baseline {_steps_per_s(doc, 'baseline')}   "
         f"candidate {_steps_per_s(doc, 'candidate')}"
+        + ("   (settled steps; the gain counts every step)" if whole else "")
     )
     if doc.status == "planned":
         lines.append("planned only (--no-measure, or nothing to apply): no candidate run")
     else:
         lines.append(f"gain     {_gain_text(doc.gain)}")
-        apart = _apart(doc)
+        apart = None if whole else _apart(doc)  # the training's time leaves no step apart
         if apart:
             lines.append(apart)
     if doc.verification is not None:

@@ -12,7 +12,7 @@ from gpuopt.errors import GpuoptError
 from gpuopt.model.optimize import FixResult, Gain, OptimizeDocument, Verification
 from gpuopt.model.records import TrainingRecord, given
 from gpuopt.optimize.plan import PlannedFix
-from gpuopt.optimize.runs import Done, timed
+from gpuopt.optimize.runs import Done, run_training_times, timed
 from gpuopt.optimize.source_files import SourceSet, unified_diff
 from gpuopt.optimize.speed import gain
 from gpuopt.optimize.verify import (
@@ -85,7 +85,15 @@ def run_gain(
     baselines: list[Done], candidates: list[Done], fixes: list[PlannedFix], skip: int = 0
 ) -> Gain:
     """Steps per second, or samples per second when a fix changes the samples a step takes;
-    from timed runs only (:func:`gpuopt.optimize.runs.timed`)."""
+    from timed runs only (:func:`gpuopt.optimize.runs.timed`). A fix whose saving falls at
+    epoch starts (the DataLoader's) is measured on the training's wall time: every step of
+    each run, the first included (its label says so)."""
+    if any(f.kind.whole_run for f in fixes) and not any(f.kind.per_sample for f in fixes):
+        return gain(
+            [_training_times(d) for d in baselines],
+            [_training_times(d) for d in candidates],
+            whole=True,
+        )
     if not any(f.kind.per_sample for f in fixes):
         return gain(
             [d.result.step_s for d in baselines], [d.result.step_s for d in candidates], skip=skip
@@ -98,6 +106,10 @@ def run_gain(
     if out.measurable:
         out.label += " (samples/s)"
     return out
+
+
+def _training_times(done: Done) -> list[float]:
+    return run_training_times(done.profile) if done.profile is not None else []
 
 
 def run_verdict(baselines: list[Done], cand: Done, fixes: list[PlannedFix]) -> Verification:

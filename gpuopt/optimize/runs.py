@@ -112,6 +112,14 @@ def run_step_times(profile: Profile) -> list[float]:
     ]
 
 
+def run_training_times(profile: Profile) -> list[float]:
+    """Every step of the run in seconds, the first included: it starts at the first
+    ``iter()``/``next()`` on a DataLoader (the workers starting), so that their sum is the
+    training's wall time from its first step to its last, epoch boundaries included (steps the
+    recorder slowed: none in a timed run, left out)."""
+    return [s.time_s for s in profile.steps.series if s.instrumented is not True and s.time_s > 0]
+
+
 def run_once(launch: Launch, spec: RunSpec) -> Done:
     """Run the script once under ``gpuopt profile``; never raises for the script's own failure
     (the result says how it ended), only when gpuopt itself cannot run it."""

@@ -42,6 +42,12 @@ PERSISTENT_NOTE = (
     "one seed fewer per epoch from torch's generator, so later epochs' data order and dropout "
     "would differ from the script's own: not applied (add it where repeatability does not matter)"
 )
+PERSISTENT_KEPT = (
+    "persistent_workers=True keeps the workers from one epoch to the next, which the sweep "
+    "timed faster; it draws one seed fewer per epoch from torch's generator, so from the second "
+    "epoch on whatever else draws from it (the data order, dropout) may differ from the "
+    "script's own: equivalent training, not identical"
+)
 
 
 @dataclass
@@ -54,6 +60,9 @@ class SweepPoint:
     seconds: float = 0.0
     batches_per_s: float = 0.0
     first_batch_s: float = 0.0
+    # a second pass's start-up: iter() again until its first batch, the loader kept (persistent
+    # workers resume) or its workers started again (0.0: not timed)
+    restart_s: float = 0.0
 
 
 @dataclass
@@ -72,10 +81,11 @@ def candidate_settings(
     current_workers: int, cpu_count: int, pin_memory: bool
 ) -> list[dict[str, Any]]:
     """The script's own setting first, then more workers (past the core count: waiting loaders
-    scale beyond it), with a deeper prefetch for the larger counts. Never ``persistent_workers``:
+    scale beyond it), with a deeper prefetch for the larger counts. No ``persistent_workers`` here:
     a persistent iterator draws its base seed from torch's generator once instead of once per
     epoch, which shifts every later draw of that generator (the next epoch's shuffle, dropout),
-    so training would no longer repeat the script's own run (PERSISTENT_NOTE)."""
+    so training would no longer repeat the script's own run (PERSISTENT_NOTE); it is tried only
+    where the script runs several epochs, on the pick (:func:`sweep_loader`)."""
     out: list[dict[str, Any]] = [
         {"num_workers": current_workers, "persistent_workers": False, "prefetch_factor": None}
     ]
@@ -129,7 +139,12 @@ def _default_batch_sampler(loader: Any) -> bool:
     return type(loader.batch_sampler) is BatchSampler and loader.batch_size is not None
 
 
-def time_setting(loader: Any, setting: dict[str, Any], batches: int, budget_s: float) -> SweepPoint:
+def time_setting(
+    loader: Any, setting: dict[str, Any], batches: int, budget_s: float, restart: bool = False
+) -> SweepPoint:
+    """The loader at ``setting`` timed alone: its first batch (the workers starting), then up to
+    ``batches`` more within ``budget_s``; with ``restart``, a second pass's start-up too
+    (:func:`_time_restart`)."""
     point = SweepPoint(
         setting["num_workers"],
         setting["persistent_workers"],
@@ -137,8 +152,8 @@ def time_setting(loader: Any, setting: dict[str, Any], batches: int, budget_s: f
         setting["pin_memory"],
     )
     dl = _loader_like(loader, setting)
-    it = iter(dl)
     t0 = time.perf_counter()
+    it = iter(dl)
     try:
         next(it)
         t1 = time.perf_counter()
@@ -155,12 +170,26 @@ def time_setting(loader: Any, setting: dict[str, Any], batches: int, budget_s: f
         point.seconds = time.perf_counter() - t1
         point.batches = n
         point.batches_per_s = n / point.seconds if point.seconds > 0 else 0.0
+        if restart:
+            it, point.restart_s = _time_restart(dl, it, setting["persistent_workers"])
     except StopIteration:
         pass
     finally:
         _shutdown(it)
         del it, dl
     return point
+
+
+def _time_restart(dl: Any, it: Any, persistent: bool) -> tuple[Any, float]:
+    """A new epoch's start-up: ``iter(dl)`` again until its first batch. Persistent workers are
+    kept and resume; others are shut down first and start again, as at each epoch of the
+    script."""
+    if not persistent:
+        _shutdown(it)
+    t0 = time.perf_counter()
+    it = iter(dl)
+    next(it)
+    return it, time.perf_counter() - t0
 
 
 def _shutdown(it: Any) -> None:
@@ -216,9 +245,11 @@ def batch_s(p: SweepPoint, need: float | None) -> float:
 
 
 def epoch_s(p: SweepPoint, need: float | None, batches: int) -> float:
-    """One epoch of ``batches`` with setting ``p``: its start-up (the first batch, workers
-    starting) and the rest at its pace in training (:func:`batch_s`)."""
-    return p.first_batch_s + max(batches - 1, 0) * batch_s(p, need)
+    """One epoch of ``batches`` with setting ``p``: its start-up (an epoch after the first's,
+    ``restart_s``, where it was timed: persistent workers resume, others start again; else the
+    first batch's) and the rest at its pace in training (:func:`batch_s`)."""
+    start = p.restart_s if p.restart_s > 0 else p.first_batch_s
+    return start + max(batches - 1, 0) * batch_s(p, need)
 
 
 def _pick(points: list[SweepPoint], need: float | None, batches: int) -> tuple[SweepPoint, str]:
@@ -232,7 +263,8 @@ def _pick(points: list[SweepPoint], need: float | None, batches: int) -> tuple[S
     if times[0] <= 0 or times[0] < best_t * MIN_GAIN:
         return base, f"no setting beat the script's own by more than {MIN_GAIN - 1:.0%}"
     near = [p for p, t in zip(points, times, strict=True) if t <= best_t * (1 + TIE)]
-    pick = min(near, key=lambda p: p.num_workers)
+    # persistent workers only where they beat the rest: without them training repeats exactly
+    pick = min(near, key=lambda p: (p.num_workers, p.persistent_workers))
     pace = (
         f", the training's compute {need:.0f} batches/s (0 workers: loading and compute take "
         "turns; workers: they overlap)"
@@ -253,6 +285,7 @@ def sweep_loader(
     site: str = "",
     need: float | None = None,
     epoch_batches: int | None = None,
+    epochs: bool = False,
 ) -> SweepResult:
     """Time ``loader``'s data at each setting (the first is the script's own) and pick one
     (:func:`_pick`); check that it gives the same first batches as the script's own setting.
@@ -260,21 +293,34 @@ def sweep_loader(
     Each setting gets an equal share of what is left of ``budget_s`` (so the workers' start-up
     of one comes out of the later ones); a setting other than the script's own whose loader
     fails (a Dataset that cannot go to worker processes) is left out and named in the note.
+    ``epochs``: the script starts the loader more than once (its profile saw a second epoch):
+    each setting's second pass is timed too, and the pick so far (the script's own setting when
+    nothing beat it) is tried last with ``persistent_workers=True`` (:func:`_persistent_variant`).
     """
     t_end = time.perf_counter() + budget_s
     timed: list[tuple[SweepPoint, dict[str, Any]]] = []
     failed: list[str] = []
+    slots = len(settings) + (1 if epochs else 0)
     for i, setting in enumerate(settings):
-        share = max(t_end - time.perf_counter(), 0.0) / (len(settings) - i)
+        share = max(t_end - time.perf_counter(), 0.0) / (slots - i)
         try:
-            timed.append((time_setting(loader, setting, batches, share), setting))
+            timed.append((time_setting(loader, setting, batches, share, epochs), setting))
         except Exception as exc:
             if i == 0:
                 raise
             failed.append(f"num_workers={setting['num_workers']} failed ({type(exc).__name__})")
+    span = epoch_batches or batches + 1
+    if epochs:
+        kept = _persistent_variant(timed, need, span)
+        if kept is not None:
+            share = max(t_end - time.perf_counter(), 0.0)
+            try:
+                timed.append((time_setting(loader, kept, batches, share, True), kept))
+            except Exception as exc:
+                failed.append(f"persistent_workers=True failed ({type(exc).__name__})")
     points = [p for p, _ in timed]
     base = points[0]
-    best, note = _pick(points, need, epoch_batches or batches + 1)
+    best, note = _pick(points, need, span)
     speedup = best.batches_per_s / base.batches_per_s if base.batches_per_s > 0 else 1.0
     note = "; ".join([note, *failed])
     result = SweepResult(site, base, points, best, round(speedup, 3), note)
@@ -284,6 +330,20 @@ def sweep_loader(
         b = _first_batches(loader, chosen, seed=0)
         result.same_batches = _same(a, b)
     return result
+
+
+def _persistent_variant(
+    timed: list[tuple[SweepPoint, dict[str, Any]]], need: float | None, span: int
+) -> dict[str, Any] | None:
+    """The setting picked so far with ``persistent_workers=True``: its workers kept from one
+    epoch to the next. None when the pick has no workers (nothing to keep)."""
+    if not timed:
+        return None
+    best, _ = _pick([p for p, _ in timed], need, span)
+    setting = next(s for p, s in timed if p is best)
+    if setting["num_workers"] == 0 or setting["persistent_workers"]:
+        return None
+    return dict(setting, persistent_workers=True)
 
 
 def _epoch_batches(loader: Any) -> int | None:
@@ -328,6 +388,7 @@ def _sweep_here(loader: Any, spec: dict[str, Any]) -> tuple[SweepResult | None, 
             spec["site"],
             spec.get("need"),
             _epoch_batches(loader),
+            bool(spec.get("epochs")),
         )
     except Exception as exc:  # the timing itself failed, not the script
         log.debug("the DataLoader sweep's timing failed", exc_info=True)
@@ -405,10 +466,19 @@ def run_sweep(
     budget_s: float = 20.0,
     timeout_s: float = 180.0,
     need: float | None = None,
+    epochs: bool = False,
 ) -> SweepResult:
     """Run the sweep in a child process; a one-line :class:`GpuoptError` when it cannot.
-    ``need``: the training's pace in batches/s when it never waits (1 / compute per step)."""
-    spec = {"script": script, "args": args, "site": site, "budget_s": budget_s, "need": need}
+    ``need``: the training's pace in batches/s when it never waits (1 / compute per step);
+    ``epochs``: the run started the loader more than once (persistent workers are tried)."""
+    spec = {
+        "script": script,
+        "args": args,
+        "site": site,
+        "budget_s": budget_s,
+        "need": need,
+        "epochs": epochs,
+    }
     raw = run_child("gpuopt.optimize.sweep", spec, out_file, timeout_s, "the DataLoader sweep")
     return _read(raw)
 

@@ -179,7 +179,7 @@ class DataLoaderWaits:
 
     loaders: list[LoaderStats]
     wait_by_step: dict[int, float]
-    first_fetch_t: float | None  # clock time of the run's first next(), if any
+    first_fetch_t: float | None  # clock time of the run's first iter() or next(), if any
     stepped: bool = False  # the run marked at least one step
 
     def infos(self, measured_steps: list[int]) -> list[DataLoaderInfo]:
@@ -236,6 +236,8 @@ class DataLoaderProbe:
             # iter(loader) starts the workers (non-persistent ones, every epoch): the step waits
             # on the DataLoader as it does in next()
             step, t0 = probe._step_count(), probe._clock()
+            if probe.first_fetch_t is None:  # the first step starts with its workers starting
+                probe.first_fetch_t = t0
             it = orig_get_iterator(loader, *args, **kwargs)
             dt = probe._clock() - t0
             try:

@@ -387,7 +387,7 @@ def _dataloader_bound(profile: Profile) -> list[Finding]:
             profile, loader, share, step_s, cores
         )
         summary = (
-            f"{fmt_frac(share, 0)} of step time waits on next() of {loader.cls}"
+            f"{fmt_frac(share)} of step time waits on next() of {loader.cls}"
             f"({loader.dataset}, num_workers={loader.num_workers}){_where(loader)}: "
             f"{fmt_duration(wait_s)} of {fmt_duration(step_s)} per step"
         )
@@ -396,7 +396,7 @@ def _dataloader_bound(profile: Profile) -> list[Finding]:
         site = given(loader.built_at) or loader.site
     else:
         summary = (
-            f"{fmt_frac(share, 0)} of step time waits on the DataLoader ({fmt_duration(wait_s)} "
+            f"{fmt_frac(share)} of step time waits on the DataLoader ({fmt_duration(wait_s)} "
             f"of {fmt_duration(step_s)} per step)"
         )
         advice = _Advice(changes=["num_workers=4"], est=speedup_if_removed(share))
