@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpuopt import torch_compat
+from gpuopt import own_ops, torch_compat
 from gpuopt.debug import logger
 
 log = logger(__name__)
@@ -81,6 +81,9 @@ class Entry:
     name: str  # the module's class or the function's name, for "what was replayed"
     outputs: int = 0  # tensor outputs
     site: str | None = None  # the user's line that made the call
+    # a module call's ``training`` flags, of ``target.modules()`` in order, as the call ran (a
+    # script that ends in ``model.eval()`` is replayed in the mode its training step ran in)
+    training: tuple[bool, ...] | None = None
 
 
 @dataclass
@@ -337,6 +340,12 @@ class StepRecorder:
         self._mode = _Calls()
         self._mode.__enter__()
         self._started = True
+        own_ops.listen(self)
+
+    def quiet(self, on: bool) -> bool:
+        """gpuopt's own calls (:mod:`gpuopt.own_ops`) are no calls of the program."""
+        before, self._busy = self._busy, on
+        return before
 
     def step_ended(self) -> None:
         """A step boundary of the run. The program is one training iteration: it ends once
@@ -381,6 +390,7 @@ class StepRecorder:
             return
         self.step.complete = True
         self.recording = False
+        own_ops.unlisten(self)
         self._pop_mode()
         self._keep.clear()
         self._made.clear()
@@ -399,6 +409,7 @@ class StepRecorder:
         if self.recording and not self.step.complete and self.boundaries:
             self._cut_to_first_boundary()
         self.recording = False
+        own_ops.unlisten(self)
         self._watch_grads = False
         self._pop_mode()
         self._restore_call()
@@ -550,6 +561,8 @@ class StepRecorder:
         if note and note not in self.step.notes:
             self.step.notes.append(note)
         entry = self._entry("module", target, args, kwargs, type(target).__name__)
+        if entry is not None:
+            entry.training = tuple(bool(m.training) for m in target.modules())
         out = self._inner(orig, module, args, kwargs)
         self._outputs(entry, out)
         return out

@@ -1,0 +1,55 @@
+"""Scripts of the shapes public training scripts have, each profiled whole: a loss recorder that
+changes nothing else measured, a memory replay in the mode of the recorded training step."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from conftest import ROOT, SCRIPTS, run_gpuopt
+
+TINY = SCRIPTS / "tiny_batch_eval.py"
+
+
+def _profile(out: Path, *args: str) -> dict[str, Any]:
+    r = run_gpuopt("profile", "--quiet", "--force", "-o", str(out), *args, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return dict(json.loads((out / "profile.json").read_text()))
+
+
+def _loops(doc: dict[str, Any]) -> list[tuple[str, float]]:
+    return [(e["site"], e["iterations_per_step"]) for e in doc["loops"]]
+
+
+def _findings(doc: dict[str, Any]) -> list[tuple[str, str | None]]:
+    return sorted((f["id"], f.get("site")) for f in doc["findings"])
+
+
+def test_recording_losses_changes_no_loop_and_no_finding(tmp_path: Path) -> None:
+    """The loss kept at each backward is gpuopt's own tensor calls: the recorder does not count
+    them as three more executions of ``loss.backward()`` (which made the training loop a loop of
+    four iterations a step, and at batch 4 a false ``ragged-batches``)."""
+    rel = str(TINY.relative_to(ROOT))
+    plain = _profile(tmp_path / "plain", rel)
+    recorded = _profile(tmp_path / "recorded", "--record-losses", rel)
+    assert _loops(recorded) == _loops(plain) == []
+    assert _findings(recorded) == _findings(plain)
+    assert "ragged-batches" not in {i for i, _ in _findings(recorded)}
+    assert recorded["dispatch"]["ops_per_step"] == plain["dispatch"]["ops_per_step"]
+    assert plain.get("training") is None
+    assert len(recorded["training"]["losses"]) == recorded["steps"]["count"] == 48
+
+
+def test_memory_is_replayed_in_the_mode_of_the_training_step(tmp_path: Path) -> None:
+    """The script ends in ``model.eval()``: its recorded step ran in training mode (dropout's
+    mask, the LSTM's training workspace), and is replayed so: the same prediction as the same
+    script without the evaluation at the end."""
+    rel = str(TINY.relative_to(ROOT))
+    ends_in_eval = _profile(tmp_path / "eval", "--memory-for", "h100", rel)
+    no_eval = _profile(tmp_path / "train", "--memory-for", "h100", rel, "--no-eval")
+    a, b = ends_in_eval["memory"]["predicted"], no_eval["memory"]["predicted"]
+    assert a["by_category"] == b["by_category"]
+    assert a["max_batch_size"] == b["max_batch_size"]
+    notes = a.get("notes") or []
+    assert any("LSTM reserve space" in n for n in notes) and any("dropout" in n for n in notes)
