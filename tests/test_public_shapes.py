@@ -1,5 +1,6 @@
-"""Scripts of the shapes public training scripts have, each profiled whole: a loss recorder that
-changes nothing else measured, a memory replay in the mode of the recorded training step."""
+"""Scripts of the shapes public training scripts have, each profiled whole: optimizers that step
+in turn, a loss recorder that changes nothing else measured, a memory replay in the mode of the
+recorded training step."""
 
 from __future__ import annotations
 
@@ -53,3 +54,21 @@ def test_memory_is_replayed_in_the_mode_of_the_training_step(tmp_path: Path) -> 
     assert a["max_batch_size"] == b["max_batch_size"]
     notes = a.get("notes") or []
     assert any("LSTM reserve space" in n for n in notes) and any("dropout" in n for n in notes)
+
+
+def test_every_optimizer_stepping_in_turn_counts_and_its_step_is_replayed(
+    tmp_path: Path,
+) -> None:
+    """Two layers, each trained six times by its own optimizer, in turn: twelve steps, each
+    ending at its optimizer's step; the memory probe records the first one although the layers
+    call ``forward`` themselves (no ``Module.__call__``): from the first torch call on a
+    parameter of an optimizer."""
+    script = SCRIPTS / "layers_in_turn.py"
+    doc = _profile(tmp_path / "run", "--memory-for", "h100", str(script.relative_to(ROOT)))
+    assert doc["steps"]["count"] == 12 and doc["steps"]["marker"] == "optimizer.step"
+    p = doc["memory"]["predicted"]
+    assert p is not None, doc["memory"]
+    assert p["batch_size"] == 256 and p["max_batch_size"] > 256
+    assert "1 backward(s), 1 optimizer step(s)" in p["replayed"]
+    assert p["by_category"]["activations"] > 0 and p["by_category"]["optimizer_state"] > 0
+    assert "no module call" not in (doc["memory"].get("note") or "")

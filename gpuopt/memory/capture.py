@@ -170,15 +170,19 @@ class CapturedStep:
 
     def model_input(self) -> tuple[Entry | None, TensorSpec | None]:
         """The first module call the replay runs, and its first tensor from outside that is not
-        a parameter (the batch); ``(None, None)`` without a module call."""
-        first = next(
-            (self.entries[i] for i in self.needed() if self.entries[i].kind == "module"), None
-        )
+        a parameter (the batch); ``(None, None)`` without a module call. A program that began at
+        a torch call on a parameter (a script that calls ``forward`` itself) whose first module
+        call takes no tensor from outside: the first call with one, and that tensor."""
+        needed = self.needed()
+        first = next((self.entries[i] for i in needed if self.entries[i].kind == "module"), None)
         if first is None:
             return None, None
-        specs = [
-            v for v in first.leaves if isinstance(v, TensorSpec) and v.shape and not v.is_parameter
-        ]
+        specs = _outside(first)
+        if not specs and self.entries[0].kind == "function":
+            for i in needed:
+                found = _outside(self.entries[i])
+                if found:
+                    return self.entries[i], found[0]
         return first, (specs[0] if specs else None)
 
     def describe(self) -> str:
@@ -193,6 +197,11 @@ class CapturedStep:
             f"{len(calls)} module call(s) ({shown}), {fns} torch call(s) between them, "
             f"{backwards} backward(s), {steps} optimizer step(s)"
         )
+
+
+def _outside(entry: Entry) -> list[TensorSpec]:
+    """The tensors of a call from outside the program, parameters and scalars left out."""
+    return [v for v in entry.leaves if isinstance(v, TensorSpec) and v.shape and not v.is_parameter]
 
 
 def tensor_leaves(obj: Any) -> list[Any]:
@@ -280,6 +289,8 @@ class StepRecorder:
         # says which one it steps); held until then
         self.optimizers: list[Any] = []
         self._orig_opt_init: Any = None
+        self._param_ids: set[int] = set()  # the parameters of the optimizers made so far
+        self._param_owners = 0  # how many of them those are
         self._orig_zero_grad: dict[Any, Any] = {}  # class -> its zero_grad, while recording
         self._stepped = False  # an optimizer stepped while the program was recorded
         self._stepped_ids: set[int] = set()
@@ -611,6 +622,13 @@ class StepRecorder:
                 torch.nn.Module.__call__ = wrapper  # type: ignore[method-assign]
 
     def on_function(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if not self.recording and self._starts_program(args, kwargs):
+            self.recording = True
+            self._busy = True  # reading the script's tensors is not the script's call
+            try:
+                self._note_held()
+            finally:
+                self._busy = False
         if not self.recording or self.depth > 0 or self._busy or self._in_step:
             return func(*args, **kwargs)
         if _is_backward(func):
@@ -621,6 +639,27 @@ class StepRecorder:
         out = func(*args, **kwargs)
         self._outputs(entry, out)
         return out
+
+    def _starts_program(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Before any module call: a torch call, with gradients on, on a parameter an optimizer
+        made so far holds, begins the program too (a script that calls its modules' ``forward``
+        itself: ``Module.__call__`` never runs)."""
+        if self.step.complete or self.step.entries or not self.optimizers:
+            return False
+        if self.depth > 0 or self._busy or self._in_step:
+            return False
+        import torch
+
+        if not torch.is_grad_enabled():
+            return False
+        if self._param_owners != len(self.optimizers):
+            self._param_owners = len(self.optimizers)
+            self._param_ids = {
+                id(p) for o in self.optimizers for g in o.param_groups for p in g["params"]
+            }
+        held = self._param_ids
+        values = (*args, *kwargs.values())
+        return any(isinstance(v, torch.Tensor) and id(v) in held for v in values)
 
     def _backward(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """A backward is an entry of the program: on the loss it was called on (a Ref, or None
