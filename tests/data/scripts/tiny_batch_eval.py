@@ -27,7 +27,7 @@ loader = DataLoader(data, batch_size=4, shuffle=True)
 model = Net()
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 loss_fn = nn.CrossEntropyLoss()
-for epoch in range(2):
+for _epoch in range(2):
     model.train()
     running = 0.0
     for x, y in loader:  # tiny: the training loop
