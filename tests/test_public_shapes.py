@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from conftest import ROOT, SCRIPTS, run_gpuopt
+from conftest import ROOT, SCRIPTS, marker_site, run_gpuopt
 
 TINY = SCRIPTS / "tiny_batch_eval.py"
 
@@ -72,3 +72,19 @@ def test_every_optimizer_stepping_in_turn_counts_and_its_step_is_replayed(
     assert "1 backward(s), 1 optimizer step(s)" in p["replayed"]
     assert p["by_category"]["activations"] > 0 and p["by_category"]["optimizer_state"] > 0
     assert "no module call" not in (doc["memory"].get("note") or "")
+
+
+def test_sampling_inside_the_loop_is_a_named_slow_step(tmp_path: Path) -> None:
+    """Every 20 iterations the script samples 3,000 tokens from its model: those steps (one in
+    the warm-up, two after it) are one ``slow-steps`` finding at the sampling line, labelled
+    sampling, not warm-up."""
+    script = SCRIPTS / "sampling_in_loop.py"
+    doc = _profile(tmp_path / "run", str(script.relative_to(ROOT)))
+    site = marker_site(script, "slow: sampling inside the loop")
+    found = [f for f in doc["findings"] if f["id"] == "slow-steps" and f["site"] == site]
+    assert len(found) == 1, [(f["id"], f.get("site")) for f in doc["findings"]]
+    ev = found[0]["evidence"]
+    assert {21, 41} <= set(ev["steps"]) and ev["kind"] == "sampling"
+    assert ev["excess_s"] > 0 and 0 < ev["share"] < 1
+    named = {s["index"]: s for s in doc["steps"]["slow"]}
+    assert named[21]["site"] == site and named[21]["samples"] >= 1

@@ -176,6 +176,8 @@ def _step_timeline(rec: RunRecord) -> _StepTimeline:
     )
     if rec.step_marker is not None:
         steps.marker = rec.step_marker
+    if rec.slow_steps is not None:
+        steps.slow = [s for s in rec.slow_steps if s.index < len(ends)]
     if 0 < len(ends) <= rec.warmup:
         warnings.append(
             f"only {len(ends)} step(s), not more than --warmup {rec.warmup}: statistics include "

@@ -9,6 +9,7 @@ from gpuopt.model.profile import (
     Environment,
     MemoryReport,
     RunError,
+    SlowStep,
     Status,
     TrainingRecord,
     Utilization,
@@ -61,3 +62,4 @@ class RunRecord:
     collectives: CollectiveCapture | None = None  # one rank of several: its collectives
     memory: MemoryReport | None = None  # --memory-for, or a GPU: the memory probe's result
     compile: CompileCapture | None = None  # what torch.compile did (None: the probe failed)
+    slow_steps: list[SlowStep] | None = None  # steps far slower than the others, named
