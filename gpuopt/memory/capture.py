@@ -641,9 +641,9 @@ class StepRecorder:
         return out
 
     def _starts_program(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-        """Before any module call: a torch call, with gradients on, on a parameter an optimizer
-        made so far holds, begins the program too (a script that calls its modules' ``forward``
-        itself: ``Module.__call__`` never runs)."""
+        """Before any module call: a torch call the user's code makes itself, with gradients
+        on, on a parameter an optimizer made so far holds, begins the program too (a script that
+        calls its modules' ``forward`` itself: ``Module.__call__`` never runs)."""
         if self.step.complete or self.step.entries or not self.optimizers:
             return False
         if self.depth > 0 or self._busy or self._in_step:
@@ -659,7 +659,19 @@ class StepRecorder:
             }
         held = self._param_ids
         values = (*args, *kwargs.values())
-        return any(isinstance(v, torch.Tensor) and id(v) in held for v in values)
+        if not any(isinstance(v, torch.Tensor) and id(v) in held for v in values):
+            return False
+        return self._called_by_user()
+
+    def _called_by_user(self) -> bool:
+        """The user's code made the call itself, outside data loading (``Module.to()`` reads
+        its parameters with gradients on, from torch's code)."""
+        resolver = self.resolver
+        if resolver is None:
+            return False
+        # 0: here, 1: _starts_program, 2: on_function, 3: the mode's handler, 4: its caller
+        frame, direct, data = resolver.locate(sys._getframe(4))
+        return frame is not None and direct and not data
 
     def _backward(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """A backward is an entry of the program: on the loss it was called on (a Ref, or None
