@@ -69,6 +69,7 @@ def test_every_optimizer_stepping_in_turn_counts_and_its_step_is_replayed(
     p = doc["memory"]["predicted"]
     assert p is not None, doc["memory"]
     assert p["batch_size"] == 256 and p["max_batch_size"] > 256
+    assert p["replayed"].startswith("2 module call(s) (ReLU),")  # no data loading, no .to()
     assert "1 backward(s), 1 optimizer step(s)" in p["replayed"]
     assert p["by_category"]["activations"] > 0 and p["by_category"]["optimizer_state"] > 0
     assert "no module call" not in (doc["memory"].get("note") or "")

@@ -33,7 +33,7 @@ class Layer(nn.Linear):
 torch.manual_seed(0)
 loader = DataLoader(TensorDataset(torch.randn(256, 64)), batch_size=256)
 (x,) = next(iter(loader))
-layers = [Layer(64, 48), Layer(48, 48)]
+layers = [Layer(64, 48).to("cpu"), Layer(48, 48).to("cpu")]
 h_pos, h_neg = x, x.flip(0)
 for layer in layers:
     h_pos, h_neg = layer.train(h_pos, h_neg)
