@@ -30,14 +30,23 @@ def _findings(doc: dict[str, Any]) -> list[tuple[str, str | None]]:
 def test_recording_losses_changes_no_loop_and_no_finding(tmp_path: Path) -> None:
     """The loss kept at each backward is gpuopt's own tensor calls: the recorder does not count
     them as three more executions of ``loss.backward()`` (which made the training loop a loop of
-    four iterations a step, and at batch 4 a false ``ragged-batches``)."""
+    four iterations a step, and at batch 4 a false ``ragged-batches``). The recorder's counts are
+    the same with and without the flag; of the findings, those that read the counts (a busy
+    machine may tip one that reads times)."""
     rel = str(TINY.relative_to(ROOT))
     plain = _profile(tmp_path / "plain", rel)
     recorded = _profile(tmp_path / "recorded", "--record-losses", rel)
     assert _loops(recorded) == _loops(plain) == []
-    assert _findings(recorded) == _findings(plain)
+    counted = {"ragged-batches", "loop-indexing"}
+    assert [f for f in _findings(recorded) if f[0] in counted] == [
+        f for f in _findings(plain) if f[0] in counted
+    ]
     assert "ragged-batches" not in {i for i, _ in _findings(recorded)}
-    assert recorded["dispatch"]["ops_per_step"] == plain["dispatch"]["ops_per_step"]
+    for key in ("ops_per_step", "torch_function_calls_per_step", "view_ops_per_step"):
+        assert recorded["dispatch"][key] == plain["dispatch"][key], key
+    assert [(s["site"], s["count_per_step"]) for s in recorded["syncs"]] == [
+        (s["site"], s["count_per_step"]) for s in plain["syncs"]
+    ]
     assert plain.get("training") is None
     assert len(recorded["training"]["losses"]) == recorded["steps"]["count"] == 48
 
