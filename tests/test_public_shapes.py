@@ -24,7 +24,9 @@ def _loops(doc: dict[str, Any]) -> list[tuple[str, float]]:
 
 
 def _findings(doc: dict[str, Any]) -> list[tuple[str, str | None]]:
-    return sorted((f["id"], f.get("site")) for f in doc["findings"])
+    return sorted(
+        ((f["id"], f.get("site")) for f in doc["findings"]), key=lambda f: (f[0], f[1] or "")
+    )
 
 
 def test_recording_losses_changes_no_loop_and_no_finding(tmp_path: Path) -> None:

@@ -47,6 +47,18 @@ def test_recurring_slow_steps_are_one_finding_with_their_period() -> None:
     assert f.severity == "high"  # 8.7 s above the median of 14.4 s of steps
 
 
+def test_steps_slow_at_the_usual_work_are_a_busy_machine() -> None:
+    """Slow steps whose samples show only the usual steps' frames (a loaded machine) are no
+    finding; a named step with work of its own is."""
+    busy = {
+        f"s{i}": SlowStep(index=i, site="t.py:3", samples=40, usual_samples=38) for i in (20, 30)
+    }
+    assert slow_steps(_run({20: 2.0, 30: 2.0}, **busy)) == []
+    busy["s30"] = SlowStep(index=30, site="t.py:3", samples=40, usual_samples=2)
+    (f,) = slow_steps(_run({20: 2.0, 30: 2.0}, **busy))
+    assert f.evidence["steps"] == [20, 30]
+
+
 def test_steps_a_probe_slowed_are_no_outliers() -> None:
     p = _run({2: 1.0, 3: 1.0})
     for r in p.steps.series[2:4]:
@@ -82,6 +94,7 @@ def test_the_sampler_names_the_line_that_called_the_new_work(tmp_path: Path) -> 
     sampler.stop()
     (step,) = sampler.result()
     assert step.index == 20 and step.kind == "sampling" and step.samples == 1
+    assert step.usual_samples == 0
     line = next(
         i
         for i, text in enumerate(Path(__file__).read_text().splitlines(), 1)

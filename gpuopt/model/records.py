@@ -98,7 +98,9 @@ class SlowStep(Record):
     show it doing (``gpuopt.probes.slow_steps``): the user's line its time went under, with
     that line's text, a label where the names on its stacks say one (``sampling``,
     ``evaluation``, ``checkpointing``), the innermost frames seen most (``file:line
-    (function)``), the samples taken in the step and how many of them were under the line."""
+    (function)``), the samples taken in the step and how many of them were under the line, and
+    how many showed only the frames of the usual steps (a step slowed by a busy machine, not by
+    work of its own)."""
 
     index: int
     site: str | None = None
@@ -107,6 +109,7 @@ class SlowStep(Record):
     calls: list[str] = field(default_factory=list)
     samples: int = 0
     at_site: int = 0
+    usual_samples: int = 0
 
 
 class Steps(Record):

@@ -185,38 +185,43 @@ class SlowStepSampler:
             sites: Counter[tuple[int, int]] = Counter()
             calls: Counter[str] = Counter()
             kinds: Counter[str] = Counter()
+            usual = 0
             for stack, n in stacks.items():
-                site, kind = self._site_of(stack, is_user)
+                site, kind, new = self._site_of(stack, is_user)
                 if site is not None:
                     sites[site] += n
                 if kind is not None:
                     kinds[kind] += n
+                usual += 0 if new else n
                 inner = next((fr for fr in stack if fr[0] not in own), None)
                 if inner is not None:
                     calls[self._where(resolver, inner)] += n
-            out.append(self._step(resolver, index, stacks, sites, calls, kinds))
+            step = self._step(resolver, index, stacks, sites, calls, kinds)
+            step.usual_samples = usual
+            out.append(step)
         return out
 
     def _site_of(
         self, stack: Stack, is_user: dict[int, bool]
-    ) -> tuple[tuple[int, int] | None, str | None]:
+    ) -> tuple[tuple[int, int] | None, str | None, bool]:
         """The user's line a sample of a slow step is under, and what it is doing: the line
         that called the outermost function the usual steps never ran whose name says what it
         does (``generate``, ``evaluate``, torch's ``save``); else the outermost user frame the
-        usual steps never showed; else the innermost user frame."""
+        usual steps never showed; else the innermost user frame. The last: whether the sample
+        showed work the usual steps never did (one of the first two)."""
         outer_first = stack[::-1]
         users: list[tuple[int, int]] = []
         for fr in outer_first:
             if fr not in self.usual:
                 kind = _kind(self.codes[fr[0]])
                 if kind is not None:
-                    return (users[-1] if users else None), kind
+                    return (users[-1] if users else None), kind, True
             if is_user.get(fr[0]):
                 users.append(fr)
         new = [fr for fr in users if fr not in self.usual]
         if new:
-            return new[0], None
-        return (users[-1] if users else None), None
+            return new[0], None, True
+        return (users[-1] if users else None), None, False
 
     def _step(
         self,

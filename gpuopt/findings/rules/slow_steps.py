@@ -5,8 +5,10 @@ longer) is an outlier; one only among the warm-up steps, and not seen again, is 
 others are work the loop does now and then (sampling from the model, an evaluation, a
 checkpoint): steps the recorder or the memory probe slowed are left out, and the outliers are
 grouped by the line the slow-step sampler named (``steps.slow``). A group is a finding when one of
-its steps is past the warm-up or it recurs: its line, what the stacks say it did, its steps and
-what they cost the run (their time above the median, of the steps' total).
+its steps is past the warm-up or it recurs, and its stack samples show work the usual steps
+never did (steps slow at the loop's usual work are a busy machine's): its line, what the stacks
+say it did, its steps and what they cost the run (their time above the median, of the steps'
+total).
 """
 
 from __future__ import annotations
@@ -70,10 +72,17 @@ def slow_steps(profile: Profile) -> list[Finding]:
     for site, steps in groups.items():
         if len(steps) < 2 and all(r.warmup for r in steps):
             continue  # one slow warm-up step: warm-up
+        if steps and all(_usual(named.get(r.index)) for r in steps):
+            continue  # slow doing the loop's usual work: a busy machine, not work of its own
         names = [named[r.index] for r in steps if r.index in named]
         out.append(_finding(site, steps, names, median, total))
     out.sort(key=lambda f: -float(f.evidence["excess_s"]))
     return out[:MAX_FINDINGS]
+
+
+def _usual(name: SlowStep | None) -> bool:
+    """A slow step whose stack samples showed, most of them, only the usual steps' frames."""
+    return name is not None and name.samples > 0 and 2 * name.usual_samples > name.samples
 
 
 def _what(names: list[SlowStep]) -> tuple[str | None, str | None, list[str], int, int]:
