@@ -153,10 +153,22 @@ def _crafted() -> list[Profile]:
             ],
         },
     }  # fmt: skip
+    slow = {  # a step far slower than the others, past the warm-up, named
+        "steps": {
+            "count": 12, "measured": 10, "warmup": 2,
+            "series": [
+                {"index": i, "start_s": None, "time_s": 2.0 if i == 9 else 0.05, "warmup": i < 2}
+                for i in range(12)
+            ],
+            "slow": [{"index": 9, "site": "t.py:40", "kind": "evaluation", "samples": 40,
+                      "at_site": 38}],
+        },
+    }  # fmt: skip
     return [
         msgspec.convert(doc, Profile),
         msgspec.convert(job, Profile),
         msgspec.convert(compiled, Profile),
+        msgspec.convert(slow, Profile),
         *memory_profiles(),
     ]
 

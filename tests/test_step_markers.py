@@ -52,6 +52,47 @@ def test_backward_marks_steps_until_an_optimizer_steps() -> None:
     assert sc.count == 5 and sc.marker == "gpuopt.step"
 
 
+def _steps_of(pattern: str) -> steps_mod.StepClock:
+    """A clock after the optimizer steps of ``pattern``, one letter per optimizer, a second
+    apart."""
+    clock = FakeClock(0.0)
+    sc = steps_mod.StepClock(clock=clock)
+    optimizers: dict[str, object] = {}
+    for name in pattern:
+        clock.advance(1)
+        sc.mark(steps_mod.OPTIMIZER, optimizer=optimizers.setdefault(name, object()))
+    return sc
+
+
+def test_optimizers_stepping_in_one_iteration_are_one_step() -> None:
+    assert _steps_of("DG" * 10).count == 10  # a GAN: the discriminator's steps mark
+    assert _steps_of("ABC" * 4).count == 4  # three optimizers over parts of one model
+    assert _steps_of("DDDDDG" * 3).count == 15  # five critic steps per generator step
+
+
+def test_optimizers_stepping_in_turn_each_count() -> None:
+    """Each layer trained by its own optimizer in turn (pytorch/examples'
+    mnist_forward_forward): 50 steps of one, then 50 of the other, are 100 steps; the first
+    step of the second phase ends at the time it ran."""
+    sc = _steps_of("A" * 50 + "B" * 50)
+    assert sc.count == 100 and sc.sources == {"optimizer.step"}
+    assert sc.ends == [float(t) for t in range(1, 101)]
+    assert _steps_of("A" * 5 + "B" * 5 + "A" * 5).count == 15
+    assert _steps_of("A" * 4 + "BC" * 3).count == 4 + 3  # a phase of two optimizers at once
+
+
+def test_a_step_of_a_new_phase_reaches_the_listeners_in_order() -> None:
+    clock = FakeClock(0.0)
+    sc = steps_mod.StepClock(clock=clock)
+    heard: list[tuple[int, float]] = []
+    sc.listeners.append(lambda i, t: heard.append((i, t)))
+    a, b = object(), object()
+    for opt in (a, a, b, b):
+        clock.advance(1)
+        sc.mark(steps_mod.OPTIMIZER, optimizer=opt)
+    assert heard == [(0, 1.0), (1, 2.0), (2, 3.0), (3, 4.0)]
+
+
 def test_backward_inside_an_optimizer_step_never_marks() -> None:
     sc = steps_mod.StepClock(clock=FakeClock())
     sc.optimizer_entered()  # LBFGS runs its closure, with backward, inside step()

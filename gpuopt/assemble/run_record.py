@@ -10,6 +10,7 @@ from gpuopt.model.profile import (
     Environment,
     MemoryReport,
     RunError,
+    SlowStep,
     Status,
     TrainingRecord,
     Utilization,
@@ -63,3 +64,4 @@ class RunRecord:
     memory: MemoryReport | None = None  # --memory-for, or a GPU: the memory probe's result
     compile: CompileCapture | None = None  # what torch.compile did (None: the probe failed)
     framework: FrameworkCapture | None = None  # the training framework seen (None: a plain loop)
+    slow_steps: list[SlowStep] | None = None  # steps far slower than the others, named

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpuopt import torch_compat
+from gpuopt import own_ops, torch_compat
 from gpuopt.debug import logger
 
 log = logger(__name__)
@@ -81,6 +81,9 @@ class Entry:
     name: str  # the module's class or the function's name, for "what was replayed"
     outputs: int = 0  # tensor outputs
     site: str | None = None  # the user's line that made the call
+    # a module call's ``training`` flags, of ``target.modules()`` in order, as the call ran (a
+    # script that ends in ``model.eval()`` is replayed in the mode its training step ran in)
+    training: tuple[bool, ...] | None = None
 
 
 @dataclass
@@ -167,15 +170,19 @@ class CapturedStep:
 
     def model_input(self) -> tuple[Entry | None, TensorSpec | None]:
         """The first module call the replay runs, and its first tensor from outside that is not
-        a parameter (the batch); ``(None, None)`` without a module call."""
-        first = next(
-            (self.entries[i] for i in self.needed() if self.entries[i].kind == "module"), None
-        )
+        a parameter (the batch); ``(None, None)`` without a module call. A program that began at
+        a torch call on a parameter (a script that calls ``forward`` itself) whose first module
+        call takes no tensor from outside: the first call with one, and that tensor."""
+        needed = self.needed()
+        first = next((self.entries[i] for i in needed if self.entries[i].kind == "module"), None)
         if first is None:
             return None, None
-        specs = [
-            v for v in first.leaves if isinstance(v, TensorSpec) and v.shape and not v.is_parameter
-        ]
+        specs = _outside(first)
+        if not specs and self.entries[0].kind == "function":
+            for i in needed:
+                found = _outside(self.entries[i])
+                if found:
+                    return self.entries[i], found[0]
         return first, (specs[0] if specs else None)
 
     def describe(self) -> str:
@@ -190,6 +197,11 @@ class CapturedStep:
             f"{len(calls)} module call(s) ({shown}), {fns} torch call(s) between them, "
             f"{backwards} backward(s), {steps} optimizer step(s)"
         )
+
+
+def _outside(entry: Entry) -> list[TensorSpec]:
+    """The tensors of a call from outside the program, parameters and scalars left out."""
+    return [v for v in entry.leaves if isinstance(v, TensorSpec) and v.shape and not v.is_parameter]
 
 
 def tensor_leaves(obj: Any) -> list[Any]:
@@ -277,6 +289,8 @@ class StepRecorder:
         # says which one it steps); held until then
         self.optimizers: list[Any] = []
         self._orig_opt_init: Any = None
+        self._param_ids: set[int] = set()  # the parameters of the optimizers made so far
+        self._param_owners = 0  # how many of them those are
         self._orig_zero_grad: dict[Any, Any] = {}  # class -> its zero_grad, while recording
         self._stepped = False  # an optimizer stepped while the program was recorded
         self._stepped_ids: set[int] = set()
@@ -337,6 +351,12 @@ class StepRecorder:
         self._mode = _Calls()
         self._mode.__enter__()
         self._started = True
+        own_ops.listen(self)
+
+    def quiet(self, on: bool) -> bool:
+        """gpuopt's own calls (:mod:`gpuopt.own_ops`) are no calls of the program."""
+        before, self._busy = self._busy, on
+        return before
 
     def step_ended(self) -> None:
         """A step boundary of the run. The program is one training iteration: it ends once
@@ -381,6 +401,7 @@ class StepRecorder:
             return
         self.step.complete = True
         self.recording = False
+        own_ops.unlisten(self)
         self._pop_mode()
         self._keep.clear()
         self._made.clear()
@@ -399,6 +420,7 @@ class StepRecorder:
         if self.recording and not self.step.complete and self.boundaries:
             self._cut_to_first_boundary()
         self.recording = False
+        own_ops.unlisten(self)
         self._watch_grads = False
         self._pop_mode()
         self._restore_call()
@@ -550,6 +572,8 @@ class StepRecorder:
         if note and note not in self.step.notes:
             self.step.notes.append(note)
         entry = self._entry("module", target, args, kwargs, type(target).__name__)
+        if entry is not None:
+            entry.training = tuple(bool(m.training) for m in target.modules())
         out = self._inner(orig, module, args, kwargs)
         self._outputs(entry, out)
         return out
@@ -598,6 +622,13 @@ class StepRecorder:
                 torch.nn.Module.__call__ = wrapper  # type: ignore[method-assign]
 
     def on_function(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if not self.recording and self._starts_program(args, kwargs):
+            self.recording = True
+            self._busy = True  # reading the script's tensors is not the script's call
+            try:
+                self._note_held()
+            finally:
+                self._busy = False
         if not self.recording or self.depth > 0 or self._busy or self._in_step:
             return func(*args, **kwargs)
         if _is_backward(func):
@@ -608,6 +639,39 @@ class StepRecorder:
         out = func(*args, **kwargs)
         self._outputs(entry, out)
         return out
+
+    def _starts_program(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Before any module call: a torch call the user's code makes itself, with gradients
+        on, on a parameter an optimizer made so far holds, begins the program too (a script that
+        calls its modules' ``forward`` itself: ``Module.__call__`` never runs)."""
+        if self.step.complete or self.step.entries or not self.optimizers:
+            return False
+        if self.depth > 0 or self._busy or self._in_step:
+            return False
+        import torch
+
+        if not torch.is_grad_enabled():
+            return False
+        if self._param_owners != len(self.optimizers):
+            self._param_owners = len(self.optimizers)
+            self._param_ids = {
+                id(p) for o in self.optimizers for g in o.param_groups for p in g["params"]
+            }
+        held = self._param_ids
+        values = (*args, *kwargs.values())
+        if not any(isinstance(v, torch.Tensor) and id(v) in held for v in values):
+            return False
+        return self._called_by_user()
+
+    def _called_by_user(self) -> bool:
+        """The user's code made the call itself, outside data loading (``Module.to()`` reads
+        its parameters with gradients on, from torch's code)."""
+        resolver = self.resolver
+        if resolver is None:
+            return False
+        # 0: here, 1: _starts_program, 2: on_function, 3: the mode's handler, 4: its caller
+        frame, direct, data = resolver.locate(sys._getframe(4))
+        return frame is not None and direct and not data
 
     def _backward(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """A backward is an entry of the program: on the loss it was called on (a Ref, or None

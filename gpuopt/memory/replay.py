@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from math import prod
 from typing import TYPE_CHECKING, Any
@@ -191,8 +192,6 @@ class _Run:
     def attention(self) -> Any:
         """On fake CPU tensors modelling a GPU, attention and dropout as CUDA runs them
         (:mod:`gpuopt.memory.cuda_paths`); elsewhere the calls as they are."""
-        import contextlib
-
         return cuda_paths.mode(self.opts.capability) if self.emulate else contextlib.nullcontext()
 
     def note_attention(self, routed: dict[str, int]) -> None:
@@ -538,11 +537,11 @@ class _Run:
         self.tracker.default_site = entry.site
         with torch.set_grad_enabled(entry.grad_enabled), self._autocast(entry):
             if entry.kind == "module":
-                return self._module(entry.target, args, kwargs)
+                with _training_flags(entry.target, entry.training):
+                    return self._module(entry.target, args, kwargs)
             return entry.target(*args, **kwargs)
 
     def _autocast(self, entry: Entry) -> Any:
-        import contextlib
 
         import torch
 
@@ -644,6 +643,24 @@ class _LbfgsModel:
         the new pair before the oldest is dropped, ``q`` and ``d`` while their last ones are."""
         extra = [self._flat() for _ in range(self.extra)]  # (under the replay's tracker)
         del extra
+
+
+@contextlib.contextmanager
+def _training_flags(module: Any, flags: tuple[bool, ...] | None) -> Iterator[None]:
+    """``module`` and its submodules in the ``training`` mode they were recorded in (dropout's
+    masks, an LSTM's training buffers), put back as they are now afterwards."""
+    mods = list(module.modules()) if flags is not None else []
+    if len(mods) != len(flags or ()):
+        yield  # the module changed since it was recorded: replayed as it is
+        return
+    now = [m.training for m in mods]
+    try:
+        for m, flag in zip(mods, flags or (), strict=True):
+            m.training = flag
+        yield
+    finally:
+        for m, flag in zip(mods, now, strict=True):
+            m.training = flag
 
 
 def _itemsize(dtype: Any) -> int:

@@ -93,6 +93,25 @@ class StepRecord(Record):
     collective_s: float | UnsetType = UNSET
 
 
+class SlowStep(Record):
+    """A step far slower than the steps before it, and what the training thread's stack samples
+    show it doing (``gpuopt.probes.slow_steps``): the user's line its time went under, with
+    that line's text, a label where the names on its stacks say one (``sampling``,
+    ``evaluation``, ``checkpointing``), the innermost frames seen most (``file:line
+    (function)``), the samples taken in the step and how many of them were under the line, and
+    how many showed only the frames of the usual steps (a step slowed by a busy machine, not by
+    work of its own)."""
+
+    index: int
+    site: str | None = None
+    code: str | None = None
+    kind: str | None = None
+    calls: list[str] = field(default_factory=list)
+    samples: int = 0
+    at_site: int = 0
+    usual_samples: int = 0
+
+
 class Steps(Record):
     count: int = 0
     measured: int = 0
@@ -103,6 +122,8 @@ class Steps(Record):
     series: list[StepRecord] = field(default_factory=list)
     # the step boundary the run used: "optimizer.step" / "loss.backward" / "gpuopt.step"
     marker: str | UnsetType = UNSET
+    # steps far slower than those before them, with what they did (a run's, not a trace's)
+    slow: list[SlowStep] | UnsetType = UNSET
 
 
 class Breakdown(Record):

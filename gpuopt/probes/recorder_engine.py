@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any
 
-from gpuopt import torch_compat
+from gpuopt import own_ops, torch_compat
 from gpuopt.debug import logger
 from gpuopt.probes.loops import LoopFinder
 from gpuopt.probes.op_classes import (
@@ -162,6 +162,7 @@ class RecorderEngine:
         self._function_mode: Any = None
         self._patches: list[tuple[Any, str, Any]] = []
         self._frameworks: Any = None  # gpuopt.frameworks.detect.FrameworkFiles, made on first use
+        self._quiet_since = 0.0
 
     # -- on/off ------------------------------------------------------------------------
     def turn_on(
@@ -235,6 +236,7 @@ class RecorderEngine:
         self._miss_mark = self.resolver.miss_s
         self.own_mark = 0.0
         self.step_start = self.last_exit = _perf()
+        own_ops.listen(self)
 
     def turn_off(self) -> None:
         """Take the modes off: the function mode wherever it is on its stack (a mode pushed later
@@ -242,6 +244,7 @@ class RecorderEngine:
         and has not exited yet is never popped: ours then stays below it, inert, and is retried at
         ``stop``)."""
         self.recording = False
+        own_ops.unlisten(self)
         self.via_callee.clear()  # frees the frames it held
 
         from gpuopt.probes.torch_modes import remove_function_mode
@@ -266,6 +269,17 @@ class RecorderEngine:
                     self.errors.append(note)
         finally:
             self._unpatch_synchronize()
+
+    def quiet(self, on: bool) -> bool:
+        """gpuopt's own calls (:mod:`gpuopt.own_ops`) pass through unrecorded while
+        ``on``; their time is the recorder's own, taken out of the gap around them."""
+        before = self.busy
+        if on and not before:
+            self._quiet_since = _perf()
+        elif not on and before:
+            self.acc.own_tf_s += _perf() - self._quiet_since
+        self.busy = on
+        return before
 
     def modes_installed(self) -> bool:
         return self._function_mode is not None or self._dispatch_mode is not None

@@ -2,9 +2,16 @@
 
 A training step ends at each ``optimizer.step()`` of any ``torch.optim.Optimizer`` (a global
 post-hook registered with torch), or at each ``gpuopt.step()`` for loops without an optimizer.
-With several optimizers (a GAN's generator and discriminator), only the optimizer that stepped
-first marks steps, so one iteration is one step. Once the script calls ``gpuopt.step()`` the
-explicit marks win and optimizer steps no longer count.
+With several optimizers, one of them marks steps at a time, so that a step is what a user counts
+as one: optimizers that step in the same iteration of the loop (a GAN's discriminator and
+generator, two optimizers over parts of one model) are one step, marked by the one that stepped
+first. Optimizers that step in turn (each layer trained by its own optimizer, one after the
+other; a pre-training phase, then fine-tuning with another) each count: when another optimizer
+steps twice with no step of the marking one in between, a new phase has begun, and it marks from
+then on. Its first step of the phase ended a step of its own: that step is counted when the
+second is seen, with the time it ended (the probes hear of both boundaries then).
+Once the script calls ``gpuopt.step()`` the explicit marks win and optimizer steps no longer
+count.
 
 Scripts that update parameters by hand (``param.data.add_(-lr * param.grad)``) step no
 optimizer: there the end of each backward pass (``loss.backward()``, i.e. every call of
@@ -51,7 +58,9 @@ class StepClock:
     sources: set[str] = field(default_factory=set)
     listeners: list[StepListener] = field(default_factory=list)
     marker: str | None = None  # what marked the last step
-    _first_optimizer: int | None = None
+    _first_optimizer: int | None = None  # the optimizer whose steps mark (id)
+    # other optimizers that stepped since the marking one last did: id -> the time of that step
+    _others: dict[int, float] = field(default_factory=dict)
     _explicit: bool = False
     _optimizer_depth: int = 0  # > 0 while an optimizer's step() runs
     stopping: bool = False
@@ -67,22 +76,38 @@ class StepClock:
             if self._optimizer_depth or self._first_optimizer is not None:
                 return
         elif optimizer is not None:
-            oid = id(optimizer)
-            if self._first_optimizer is None:
-                self._first_optimizer = oid
-                if self.marker == BACKWARD:
-                    # The iteration's boundary was already counted at its backward: this step
-                    # moves it (no extra step); optimizer steps mark from now on.
-                    self.marker = OPTIMIZER
-                    self.sources.discard(BACKWARD)
-                    self.sources.add(OPTIMIZER)
-                    return
-            elif oid != self._first_optimizer:
+            if not self._optimizer_marks(id(optimizer)):
                 return
         self._tick(source)
 
-    def _tick(self, source: str) -> None:
-        t = self.clock()
+    def _optimizer_marks(self, oid: int) -> bool:
+        """Whether this step of optimizer ``oid`` ends a step (see the module doc)."""
+        if self._first_optimizer is None:
+            self._first_optimizer = oid
+            if self.marker == BACKWARD:
+                # The iteration's boundary was already counted at its backward: this step
+                # moves it (no extra step); optimizer steps mark from now on.
+                self.marker = OPTIMIZER
+                self.sources.discard(BACKWARD)
+                self.sources.add(OPTIMIZER)
+                return False
+            return True
+        if oid == self._first_optimizer:
+            self._others.clear()
+            return True
+        first = self._others.get(oid)
+        if first is None:  # in the marking optimizer's iteration, so far
+            self._others[oid] = self.clock()
+            return False
+        # A second step with none of the marking optimizer's between: it marks from now on, and
+        # its first step of this phase ended a step of its own.
+        self._first_optimizer = oid
+        self._others.clear()
+        self._tick(OPTIMIZER, first)
+        return True
+
+    def _tick(self, source: str, at: float | None = None) -> None:
+        t = self.clock() if at is None else at
         index = len(self.ends)
         self.ends.append(t)
         self.sources.add(source)

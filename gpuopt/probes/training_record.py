@@ -20,6 +20,7 @@ from typing import Any
 
 from gpuopt.debug import logger
 from gpuopt.model.records import TrainingRecord
+from gpuopt.own_ops import own_ops
 from gpuopt.probes.protocol import RunContext
 
 log = logger(__name__)
@@ -85,12 +86,13 @@ class TrainingRecorder:
         if self._inside:  # a torch function mode re-enters Tensor.backward: one loss, kept once
             return
         try:
-            if tensor.numel() != 1:
-                return
-            if len(self._losses) >= MAX_LOSSES:
-                self._dropped += 1
-                return
-            self._losses.append(tensor.detach().clone().reshape(()))
+            with own_ops():  # not the script's calls: no other probe records them
+                if tensor.numel() != 1:
+                    return
+                if len(self._losses) >= MAX_LOSSES:
+                    self._dropped += 1
+                    return
+                self._losses.append(tensor.detach().clone().reshape(()))
         except Exception as exc:  # recording must never break the user's backward
             log.debug_once("a loss not kept: %s", exc, exc_info=True)
 

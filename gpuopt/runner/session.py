@@ -44,6 +44,7 @@ from gpuopt.probes.profiler_window import ProfilerWindow
 from gpuopt.probes.protocol import Probe, RunContext
 from gpuopt.probes.recorder import DispatchRecorder
 from gpuopt.probes.samplers import UtilizationSampler
+from gpuopt.probes.slow_steps import SlowStepSampler
 from gpuopt.probes.training_record import TrainingRecorder, seed_everything
 from gpuopt.runner.options import ProfileOptions
 from gpuopt.runner.run_dir import RunDirectory
@@ -130,6 +131,7 @@ class ProfileSession:
         self.window: ProfilerWindow | None = None
         self.memory: MemoryProbe | None = None  # --memory-for, or a GPU
         self.training = TrainingRecorder(opts.seed) if opts.record_losses else None
+        self.slow_steps: SlowStepSampler | None = None  # not in a timed run
         # one rank of several (torchrun): time in collectives per step
         self.collectives = CollectiveProbe(clock=clock) if rank is not None or wanted() else None
         self.compile_probe = CompileProbe()  # torch.compile: Dynamo's records (docs/compile.md)
@@ -201,6 +203,9 @@ class ProfileSession:
             else None,
             compile=self._result(self.compile_probe, self.compile_probe.result, full),
             framework=self._result(self.framework_probe, self.framework_probe.result, full),
+            slow_steps=self._result(self.slow_steps, self.slow_steps.result, full)
+            if self.slow_steps and full
+            else None,
             utilization=self._result(self.sampler, self.sampler.result, full)
             if self.sampler
             else None,
@@ -274,6 +279,9 @@ class ProfileSession:
             probes.insert(0, self.memory)
         if self.training is not None:
             probes.append(self.training)
+        if not self.opts.measure_only:
+            self.slow_steps = SlowStepSampler()
+            probes.append(self.slow_steps)
         if self.collectives is not None:
             probes.append(self.collectives)
         self._say_skipped()

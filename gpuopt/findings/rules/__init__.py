@@ -19,6 +19,7 @@ MODULES = (
     "host_ragged",
     "host_syncs",
     "memory",
+    "slow_steps",
 )
 
 for _name in MODULES:

@@ -1,0 +1,275 @@
+"""What a step far slower than the others did: the training thread's stack, sampled all run.
+
+A step many times the median step, late in the run or recurring (a script that samples 500
+tokens from its model every 500 iterations, evaluates, saves a checkpoint), is no warm-up and no
+noise: it is work the loop does now and then. The recorder's window sees a few early steps only,
+so this probe looks at the training thread's Python stack every :data:`INTERVAL_S` for the
+whole run (a daemon thread; a look is a walk of the stack under the GIL, a few microseconds) and
+keeps the samples of a step only when the step ends far slower than the median of the steps
+before it (:data:`SLOW_FACTOR`, :data:`MIN_EXCESS_S`); the early steps' samples wait until the
+end, when there is a median to judge them by. The frames of the samples of steps near the
+median (:data:`USUAL_FACTOR`) are remembered as the loop's usual ones. A sample of a slow step
+is named by the user's line that called the outermost function the usual steps never ran whose
+name says what it does (``generate``/``sample``: sampling; ``eval``/``valid``/``test``:
+evaluation; torch's ``serialization``, ``save``: checkpointing), else by the outermost frame of
+the user's code the usual steps never showed (the line in the loop that called the new work).
+Nothing here judges what is an outlier of the run: ``findings/rules/slow_steps.py`` does, from
+the step times.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import threading
+import time
+from collections import Counter, deque
+from types import CodeType
+from typing import Any
+
+from gpuopt.debug import logger
+from gpuopt.model.records import SlowStep
+from gpuopt.probes.protocol import RunContext
+
+log = logger(__name__)
+
+INTERVAL_S = 0.05  # between looks at the stack: an 8 s step gets ~160 samples, a 0.5 s one ~10
+# A step this many times the median of the recent ones keeps its samples (the rule flags one
+# of 4x the run's median: kept looser, a busy machine's slower steps still named) ...
+SLOW_FACTOR = 2.0
+MIN_EXCESS_S = 0.1  # ... and at least this much longer than that median (two looks or more)
+USUAL_FACTOR = 1.5  # a step at most this many times the median shows the loop's usual frames
+RECENT = 101  # steps the running median is taken over
+EARLY = 8  # the first steps, judged at the end by the median of the run
+MAX_KEPT = 32  # slow steps whose samples are kept (the longest)
+MAX_DEPTH = 64  # frames kept per sample, innermost first
+MAX_USUAL = 100_000  # frames remembered as the usual steps' ones
+
+Stack = tuple[tuple[int, int], ...]  # (id(code), lasti), innermost first
+
+_KINDS = (
+    ("checkpointing", ("serialization.py", "save", "checkpoint")),
+    ("sampling", ("generate", "sample", "decode")),
+    ("evaluation", ("eval", "valid", "test", "estimate_loss", "accuracy")),
+)
+
+
+class SlowStepSampler:
+    """The probe (see the module doc)."""
+
+    name = "slow-steps"
+
+    def __init__(self, interval_s: float = INTERVAL_S) -> None:
+        self.interval_s = interval_s
+        self.codes: dict[int, CodeType] = {}
+        self.usual: set[tuple[int, int]] = set()
+        self.kept: dict[int, tuple[float, Counter[Stack]]] = {}  # index -> (seconds, stacks)
+        self.errors: list[str] = []
+        self._current: list[Stack] = []
+        self._recent: deque[float] = deque(maxlen=RECENT)
+        self._early: list[tuple[int, float, list[Stack]]] = []
+        self._stacks: dict[Stack, Stack] = {}
+        self._last_t: float | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._tid = 0
+        self._roots: list[Any] = []
+        self._final: list[SlowStep] | None = None
+
+    # -- Probe interface -------------------------------------------------------------------
+    def start(self, ctx: RunContext) -> None:
+        self._roots = list(ctx.user_roots)
+        self._last_t = (ctx.clock or time.perf_counter)()  # the step clock's times
+        self._tid = threading.get_ident()
+        self._thread = threading.Thread(target=self._run, name="gpuopt-slow-steps", daemon=True)
+        self._thread.start()
+
+    def on_step(self, index: int, t: float) -> None:
+        samples, self._current = self._current, []
+        last, self._last_t = self._last_t, t
+        if last is None:
+            return
+        seconds = t - last
+        if index == 0:  # the first step: imports, first calls, allocations; not judged
+            return
+        if index < EARLY:
+            self._early.append((index, seconds, samples))
+        else:
+            self._judge(index, seconds, samples, list(self._recent))
+        self._recent.append(seconds)
+
+    def stop(self) -> None:
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=1.0)
+        self._thread = None
+        times = [s for _, s, _ in self._early] + list(self._recent)
+        for index, seconds, samples in self._early:
+            self._judge(index, seconds, samples, times)
+        self._early.clear()
+        try:
+            self._final = self._named()
+        except Exception as exc:  # naming reads the user's files: never lose the run for it
+            log.debug("slow steps: not named", exc_info=True)
+            self.errors.append(f"slow steps not named: {type(exc).__name__}: {exc}")
+            self._final = []
+
+    def result(self) -> list[SlowStep]:
+        return list(self._final or [])
+
+    # -- sampling ----------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self.interval_s):
+                self.look()
+        except Exception as exc:  # never disturb the run: stop sampling and say why
+            log.debug("slow steps: the sampler gave up", exc_info=True)
+            self.errors.append(f"slow-step sampler stopped: {type(exc).__name__}: {exc}")
+
+    def look(self) -> None:
+        """One sample of the training thread's stack, into the running step's."""
+        frame = sys._current_frames().get(self._tid)
+        stack: list[tuple[int, int]] = []
+        codes = self.codes
+        f = frame
+        while f is not None and len(stack) < MAX_DEPTH:
+            code = f.f_code
+            stack.append((id(code), f.f_lasti))
+            if id(code) not in codes:
+                codes[id(code)] = code
+            f = f.f_back
+        if stack:
+            key = tuple(stack)
+            self._current.append(self._stacks.setdefault(key, key))
+
+    # -- judging -----------------------------------------------------------------------------
+    def _judge(self, index: int, seconds: float, samples: list[Stack], times: list[float]) -> None:
+        """Keep a slow step's samples; note a usual one's frames; neither for one between."""
+        if len(times) < 3:
+            return
+        median = statistics.median(times)
+        if seconds >= SLOW_FACTOR * median and seconds - median >= MIN_EXCESS_S:
+            self._keep(index, seconds, samples)
+        elif seconds <= USUAL_FACTOR * median:
+            self._usual(samples)
+
+    def _keep(self, index: int, seconds: float, samples: list[Stack]) -> None:
+        if not samples:
+            return
+        if len(self.kept) >= MAX_KEPT:
+            shortest = min(self.kept, key=lambda i: self.kept[i][0])
+            if self.kept[shortest][0] >= seconds:
+                return
+            del self.kept[shortest]
+        self.kept[index] = (seconds, Counter(samples))
+
+    def _usual(self, samples: list[Stack]) -> None:
+        if len(self.usual) >= MAX_USUAL:
+            return
+        for stack in set(samples):
+            self.usual.update(stack)
+
+    # -- naming ------------------------------------------------------------------------------
+    def _named(self) -> list[SlowStep]:
+        if not self.kept:
+            return []
+        from gpuopt.probes.sites import GPUOPT_DIR, USER, SiteResolver
+
+        resolver = SiteResolver(self._roots)
+        is_user = {cid: resolver.classify(code) == USER for cid, code in self.codes.items()}
+        own = {cid for cid, code in self.codes.items() if code.co_filename.startswith(GPUOPT_DIR)}
+        out: list[SlowStep] = []
+        for index in sorted(self.kept):
+            _, stacks = self.kept[index]
+            sites: Counter[tuple[int, int]] = Counter()
+            calls: Counter[str] = Counter()
+            kinds: Counter[str] = Counter()
+            usual = 0
+            for stack, n in stacks.items():
+                site, kind, new = self._site_of(stack, is_user)
+                if site is not None:
+                    sites[site] += n
+                if kind is not None:
+                    kinds[kind] += n
+                usual += 0 if new else n
+                inner = next((fr for fr in stack if fr[0] not in own), None)
+                if inner is not None:
+                    calls[self._where(resolver, inner)] += n
+            step = self._step(resolver, index, stacks, sites, calls, kinds)
+            step.usual_samples = usual
+            out.append(step)
+        return out
+
+    def _site_of(
+        self, stack: Stack, is_user: dict[int, bool]
+    ) -> tuple[tuple[int, int] | None, str | None, bool]:
+        """The user's line a sample of a slow step is under, and what it is doing: the line
+        that called the outermost function the usual steps never ran whose name says what it
+        does (``generate``, ``evaluate``, torch's ``save``); else the outermost user frame the
+        usual steps never showed; else the innermost user frame. The last: whether the sample
+        showed work the usual steps never did (one of the first two)."""
+        outer_first = stack[::-1]
+        users: list[tuple[int, int]] = []
+        for fr in outer_first:
+            if fr not in self.usual:
+                kind = _kind(self.codes[fr[0]])
+                if kind is not None:
+                    return (users[-1] if users else None), kind, True
+            if is_user.get(fr[0]):
+                users.append(fr)
+        new = [fr for fr in users if fr not in self.usual]
+        if new:
+            return new[0], None, True
+        return (users[-1] if users else None), None, False
+
+    def _step(
+        self,
+        resolver: Any,
+        index: int,
+        stacks: Counter[Stack],
+        sites: Counter[tuple[int, int]],
+        calls: Counter[str],
+        kinds: Counter[str],
+    ) -> SlowStep:
+        total = sum(stacks.values())
+        step = SlowStep(index=index, samples=total, calls=[c for c, _ in calls.most_common(3)])
+        if sites:
+            (cid, lasti), n = sites.most_common(1)[0]
+            code = self.codes[cid]
+            line = resolver.position(code, lasti)[0]
+            step.site = f"{resolver.relpath(code)}:{line}"
+            step.code = _source_line(resolver.abspath(code.co_filename), line)
+            step.at_site = n
+        if kinds:
+            kind, n = kinds.most_common(1)[0]
+            if 2 * n >= total:
+                step.kind = kind
+        return step
+
+    def _where(self, resolver: Any, frame: tuple[int, int]) -> str:
+        """The innermost frame, ``file:line (function)``, a library's file from its package."""
+        code = self.codes[frame[0]]
+        path = resolver.relpath(code)
+        for marker in ("/site-packages/", "/dist-packages/"):
+            if marker in path:
+                path = path.split(marker, 1)[1]
+        return f"{path}:{resolver.position(code, frame[1])[0]} ({code.co_name})"
+
+
+def _kind(code: CodeType) -> str | None:
+    """What a function does, from its name or its file's (see the module doc)."""
+    file, func = code.co_filename.rsplit("/", 1)[-1], code.co_name.lower()
+    for kind, words in _KINDS:
+        if any(w in func or w == file for w in words):
+            return kind
+    return None
+
+
+def _source_line(path: str, line: int) -> str | None:
+    import linecache
+
+    text = linecache.getline(path, line).strip()
+    if not text:
+        return None
+    return text if len(text) <= 120 else text[:117] + "..."

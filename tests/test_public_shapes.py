@@ -1,0 +1,102 @@
+"""Scripts of the shapes public training scripts have, each profiled whole: optimizers that step
+in turn, a loss recorder that changes nothing else measured, a memory replay in the mode of the
+recorded training step."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from conftest import ROOT, SCRIPTS, marker_site, run_gpuopt
+
+TINY = SCRIPTS / "tiny_batch_eval.py"
+
+
+def _profile(out: Path, *args: str) -> dict[str, Any]:
+    r = run_gpuopt("profile", "--quiet", "--force", "-o", str(out), *args, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return dict(json.loads((out / "profile.json").read_text()))
+
+
+def _loops(doc: dict[str, Any]) -> list[tuple[str, float]]:
+    return [(e["site"], e["iterations_per_step"]) for e in doc["loops"]]
+
+
+def _findings(doc: dict[str, Any]) -> list[tuple[str, str | None]]:
+    return sorted(
+        ((f["id"], f.get("site")) for f in doc["findings"]), key=lambda f: (f[0], f[1] or "")
+    )
+
+
+def test_recording_losses_changes_no_loop_and_no_finding(tmp_path: Path) -> None:
+    """The loss kept at each backward is gpuopt's own tensor calls: the recorder does not count
+    them as three more executions of ``loss.backward()`` (which made the training loop a loop of
+    four iterations a step, and at batch 4 a false ``ragged-batches``). The recorder's counts are
+    the same with and without the flag; of the findings, those that read the counts (a busy
+    machine may tip one that reads times)."""
+    rel = str(TINY.relative_to(ROOT))
+    plain = _profile(tmp_path / "plain", rel)
+    recorded = _profile(tmp_path / "recorded", "--record-losses", rel)
+    assert _loops(recorded) == _loops(plain) == []
+    counted = {"ragged-batches", "loop-indexing"}
+    assert [f for f in _findings(recorded) if f[0] in counted] == [
+        f for f in _findings(plain) if f[0] in counted
+    ]
+    assert "ragged-batches" not in {i for i, _ in _findings(recorded)}
+    for key in ("ops_per_step", "torch_function_calls_per_step", "view_ops_per_step"):
+        assert recorded["dispatch"][key] == plain["dispatch"][key], key
+    assert [(s["site"], s["count_per_step"]) for s in recorded["syncs"]] == [
+        (s["site"], s["count_per_step"]) for s in plain["syncs"]
+    ]
+    assert plain.get("training") is None
+    assert len(recorded["training"]["losses"]) == recorded["steps"]["count"] == 48
+
+
+def test_memory_is_replayed_in_the_mode_of_the_training_step(tmp_path: Path) -> None:
+    """The script ends in ``model.eval()``: its recorded step ran in training mode (dropout's
+    mask, the LSTM's training workspace), and is replayed so: the same prediction as the same
+    script without the evaluation at the end."""
+    rel = str(TINY.relative_to(ROOT))
+    ends_in_eval = _profile(tmp_path / "eval", "--memory-for", "h100", rel)
+    no_eval = _profile(tmp_path / "train", "--memory-for", "h100", rel, "--no-eval")
+    a, b = ends_in_eval["memory"]["predicted"], no_eval["memory"]["predicted"]
+    assert a["by_category"] == b["by_category"]
+    assert a["max_batch_size"] == b["max_batch_size"]
+    notes = a.get("notes") or []
+    assert any("LSTM reserve space" in n for n in notes) and any("dropout" in n for n in notes)
+
+
+def test_every_optimizer_stepping_in_turn_counts_and_its_step_is_replayed(
+    tmp_path: Path,
+) -> None:
+    """Two layers, each trained six times by its own optimizer, in turn: twelve steps, each
+    ending at its optimizer's step; the memory probe records the first one although the layers
+    call ``forward`` themselves (no ``Module.__call__``): from the first torch call on a
+    parameter of an optimizer."""
+    script = SCRIPTS / "layers_in_turn.py"
+    doc = _profile(tmp_path / "run", "--memory-for", "h100", str(script.relative_to(ROOT)))
+    assert doc["steps"]["count"] == 12 and doc["steps"]["marker"] == "optimizer.step"
+    p = doc["memory"]["predicted"]
+    assert p is not None, doc["memory"]
+    assert p["batch_size"] == 256 and p["max_batch_size"] > 256
+    assert p["replayed"].startswith("2 module call(s) (ReLU),")  # no data loading, no .to()
+    assert "1 backward(s), 1 optimizer step(s)" in p["replayed"]
+    assert p["by_category"]["activations"] > 0 and p["by_category"]["optimizer_state"] > 0
+    assert "no module call" not in (doc["memory"].get("note") or "")
+
+
+def test_sampling_inside_the_loop_is_a_named_slow_step(tmp_path: Path) -> None:
+    """Every 20 iterations the script samples 3,000 tokens from its model: those steps (one in
+    the warm-up, two after it) are one ``slow-steps`` finding at the sampling line, labelled
+    sampling, not warm-up."""
+    script = SCRIPTS / "sampling_in_loop.py"
+    doc = _profile(tmp_path / "run", str(script.relative_to(ROOT)))
+    site = marker_site(script, "slow: sampling inside the loop")
+    found = [f for f in doc["findings"] if f["id"] == "slow-steps" and f["site"] == site]
+    assert len(found) == 1, [(f["id"], f.get("site")) for f in doc["findings"]]
+    ev = found[0]["evidence"]
+    assert {21, 41} <= set(ev["steps"]) and ev["kind"] == "sampling"
+    assert ev["excess_s"] > 0 and 0 < ev["share"] < 1
+    named = {s["index"]: s for s in doc["steps"]["slow"]}
+    assert named[21]["site"] == site and named[21]["samples"] >= 1

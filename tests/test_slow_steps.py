@@ -1,0 +1,113 @@
+"""``slow-steps``: a step many times the median, late or recurring, named by the stack samples
+of the slow-step sampler (gpuopt.probes.slow_steps) and judged by its rule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpuopt.findings.rules.slow_steps import slow_steps
+from gpuopt.model.document import empty_profile
+from gpuopt.model.profile import Profile
+from gpuopt.model.records import SlowStep, StepRecord
+from gpuopt.probes.protocol import RunContext
+from gpuopt.probes.slow_steps import SlowStepSampler
+
+HERE = Path(__file__).resolve().parent
+
+
+def _run(times: dict[int, float], count: int = 60, warmup: int = 2, **slow: SlowStep) -> Profile:
+    p = empty_profile("train.py")
+    p.steps.series = [
+        StepRecord(index=i, start_s=None, time_s=times.get(i, 0.1), warmup=i < warmup)
+        for i in range(count)
+    ]
+    p.steps.slow = list(slow.values())
+    return p
+
+
+def test_a_slow_warm_up_step_alone_is_warm_up() -> None:
+    assert slow_steps(_run({0: 5.0, 1: 3.0})) == []
+
+
+def test_a_late_slow_step_is_named_with_its_cost() -> None:
+    named = SlowStep(index=40, site="train.py:9", code="torch.save(m, p)", kind="checkpointing")
+    (f,) = slow_steps(_run({40: 2.1}, s=named))
+    assert f.id == "slow-steps" and f.site == "train.py:9"
+    assert f.evidence["steps"] == [40] and f.evidence["kind"] == "checkpointing"
+    assert f.evidence["excess_s"] == 2.0 and f.evidence["median_s"] == 0.1
+    assert f.evidence["share"] == round(2.0 / (59 * 0.1 + 2.1), 4)
+    assert "async_save" in f.fix and "torch.save(m, p)" in f.summary
+
+
+def test_recurring_slow_steps_are_one_finding_with_their_period() -> None:
+    times = {1: 3.0, 21: 3.0, 41: 3.0}
+    named = {f"s{i}": SlowStep(index=i, site="t.py:5", kind="sampling") for i in times}
+    (f,) = slow_steps(_run(times, **named))
+    assert f.evidence["steps"] == [1, 21, 41] and f.evidence["every_steps"] == 20
+    assert f.severity == "high"  # 8.7 s above the median of 14.4 s of steps
+
+
+def test_steps_slow_at_the_usual_work_are_a_busy_machine() -> None:
+    """Slow steps whose samples show only the usual steps' frames (a loaded machine) are no
+    finding; a named step with work of its own is."""
+    busy = {
+        f"s{i}": SlowStep(index=i, site="t.py:3", samples=40, usual_samples=38) for i in (20, 30)
+    }
+    assert slow_steps(_run({20: 2.0, 30: 2.0}, **busy)) == []
+    busy["s30"] = SlowStep(index=30, site="t.py:3", samples=40, usual_samples=2)
+    (f,) = slow_steps(_run({20: 2.0, 30: 2.0}, **busy))
+    assert f.evidence["steps"] == [20, 30]
+
+
+def test_steps_a_probe_slowed_are_no_outliers() -> None:
+    p = _run({2: 1.0, 3: 1.0})
+    for r in p.steps.series[2:4]:
+        r.instrumented = True
+    assert slow_steps(p) == []
+
+
+def generate(sampler: SlowStepSampler) -> None:
+    sampler.look()
+
+
+def _loop_body(sampler: SlowStepSampler, slow: bool) -> None:
+    if slow:
+        generate(sampler)  # the line the slow step is named by
+    else:
+        sampler.look()
+
+
+def test_the_sampler_names_the_line_that_called_the_new_work(tmp_path: Path) -> None:
+    """The usual steps' frames are known; a slow step's samples under ``generate`` are named by
+    the line that called it, labelled sampling; a usual step keeps nothing."""
+    import threading
+
+    sampler = SlowStepSampler()
+    sampler._tid = threading.get_ident()  # sampled from this thread, no sampling thread
+    sampler._roots = [HERE]
+    t = 0.0
+    for index in range(30):
+        slow = index == 20
+        _loop_body(sampler, slow)
+        t += 1.0 if slow else 0.1
+        sampler.on_step(index, t)
+    sampler.stop()
+    (step,) = sampler.result()
+    assert step.index == 20 and step.kind == "sampling" and step.samples == 1
+    assert step.usual_samples == 0
+    line = next(
+        i
+        for i, text in enumerate(Path(__file__).read_text().splitlines(), 1)
+        if "# the line the slow step" in text
+    )
+    assert step.site is not None and step.site.endswith(f"test_slow_steps.py:{line}")
+    assert step.code == "generate(sampler)  # the line the slow step is named by"
+
+
+def test_a_run_without_slow_steps_names_nothing() -> None:
+    sampler = SlowStepSampler()
+    sampler.start(RunContext(script="x.py", user_roots=[HERE], out_dir=HERE))
+    for index in range(10):
+        sampler.on_step(index, 0.1 * (index + 1))
+    sampler.stop()
+    assert sampler.result() == []
