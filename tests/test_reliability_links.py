@@ -168,3 +168,23 @@ def test_a_profile_run_directory_whose_profile_links_to_the_script_is_refused(
     assert r.exit_code == 2, r.output
     assert "is an input of this command" in _one_line(r.output)
     assert script.read_text() == "print('hi')\n"
+
+
+@pytest.mark.parametrize("kind", ["symbolic", "hard"])
+def test_optimize_never_writes_its_document_over_the_baseline_it_plans_from(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpuopt.model.document import empty_profile
+    from gpuopt.runner.run_dir import RunDirectory
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("x = 1\n")
+    RunDirectory(tmp_path / "base").write_profile(empty_profile("train.py"))
+    before = (tmp_path / "base" / "profile.json").read_bytes()
+    (tmp_path / "o").mkdir()
+    _link(kind)(tmp_path / "base" / "profile.json", tmp_path / "o" / "optimize.json")
+    argv = ["optimize", "--baseline", "base", "--no-measure", "--force", "-o", "o", "train.py"]
+    r = runner.invoke(app, argv)
+    assert r.exit_code == 2, r.output
+    assert "base/profile.json" in _one_line(r.output)
+    assert (tmp_path / "base" / "profile.json").read_bytes() == before

@@ -139,7 +139,7 @@ def _out_dir(opts: OptimizeOptions, stem: str, now: _dt.datetime | None = None) 
         raise GpuoptError(
             f"{out}: holds an earlier gpuopt optimize run; pass --force to replace it"
         )
-    reads = [Path(opts.script)] if opts.script is not None else []
+    reads = [Path(p) for p in (opts.script, opts.baseline) if p is not None]
     for name in (OPTIMIZE_FILE, "fixes.json"):  # never the script, whatever it is called
         refuse_inputs(out / name, reads, "-o")
     try:
