@@ -219,7 +219,7 @@ import os, signal, subprocess, sys, time
 sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
 with open("pids.txt", "w") as fh:
     fh.write(f"{os.getpid()} {sleeper.pid}\\n")
-os.kill(os.getppid(), signal.SIGTERM)  # gpuopt optimize, which started this run
+os.kill(os.getppid(), getattr(signal, sys.argv[1]))  # gpuopt optimize, which started this run
 time.sleep(600)
 """
 
@@ -244,15 +244,19 @@ def _wait_gone(pids: list[int]) -> list[int]:
     return [p for p in pids if _running(p)]
 
 
-def test_sigterm_during_a_run_ends_the_runs_and_leaves_the_script(tmp_path: Path) -> None:
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_a_signal_during_a_run_ends_the_runs_and_leaves_the_script(
+    signame: str, tmp_path: Path
+) -> None:
     """SIGTERM while a run went on left its ``gpuopt profile`` child (and what that started)
     running after gpuopt returned. Each run is a session of its own, killed whole and reaped;
-    the script is untouched, nothing is left beside it, and gpuopt ends by SIGTERM."""
+    the script is untouched, nothing is left beside it, and gpuopt ends by the signal (SIGTERM)
+    or as Ctrl-C ends a command (130)."""
     script = tmp_path / "train.py"
     script.write_text(KILLS_ITS_OPTIMIZE)
     r = subprocess.run(
         [sys.executable, "-m", "gpuopt", "optimize", "--write", "--steps", "2", "--quiet"]
-        + ["-o", "o", "train.py"],
+        + ["-o", "o", "train.py", signame],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -261,7 +265,7 @@ def test_sigterm_during_a_run_ends_the_runs_and_leaves_the_script(tmp_path: Path
     )
     pids = [int(p) for p in (tmp_path / "pids.txt").read_text().split()]
     try:
-        assert r.returncode == -signal.SIGTERM, r.stderr
+        assert r.returncode == (-signal.SIGTERM if signame == "SIGTERM" else 130), r.stderr
         assert "Traceback" not in r.stderr, r.stderr
         assert _wait_gone(pids) == []
         assert script.read_text() == KILLS_ITS_OPTIMIZE
