@@ -1,11 +1,14 @@
-"""Writing a file so that a reader never sees half of it: a temporary file, then a rename."""
+"""Writing a file so that a reader never sees half of it: a temporary file, then a rename; never
+over one of the command's inputs (:mod:`gpuopt.inputs`), checked right before the write."""
 
 from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable
 from pathlib import Path
 
+from gpuopt import inputs
 from gpuopt.debug import logger
 
 log = logger(__name__)
@@ -33,12 +36,19 @@ def write_atomic(
     data: bytes,
     replace: bool = True,
     keep: tuple[int, int, int] | None = None,
+    over_input: bool = False,
+    before_replace: Callable[[], None] | None = None,
 ) -> None:
     """Write via a temporary file in the same directory, then rename it over ``path``; with
     ``replace=False`` the file is put in place only if ``path`` does not exist yet (else
     :class:`FileExistsError`), still whole or not at all. ``keep``: the (mode, uid, gid) the
     file gets (the file it replaces had them; the owner only where this process may set it),
-    else the usual mode for a new file."""
+    else the usual mode for a new file. ``path`` resolving to one of the command's inputs is a
+    :class:`~gpuopt.errors.GpuoptError`, unless ``over_input`` (``optimize --write``, whose
+    output is its input). ``before_replace``: called once the temporary file is whole, right
+    before the rename; what it raises leaves ``path`` as it was and removes the temporary."""
+    if not over_input:
+        inputs.refuse(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     import tempfile  # here, not at the top: `gpuopt report` to stdout never needs it
 
@@ -50,6 +60,8 @@ def write_atomic(
             os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file the usual mode
         else:
             _keep(tmp, *keep)
+        if before_replace is not None:
+            before_replace()
         if replace:
             os.replace(tmp, path)
         else:

@@ -18,7 +18,7 @@ from typing import Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from gpuopt import __version__
+from gpuopt import __version__, inputs
 from gpuopt.defaults import (
     NPROC_MAX,
     SAMPLE_INTERVAL_MAX_S,
@@ -73,6 +73,7 @@ class _Group(TyperGroup):
         **extra: Any,
     ) -> Any:
         click_exception, usage_error = parser_errors()
+        inputs.clear()  # a command's inputs are its own: none left from an earlier one
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except usage_error as exc:

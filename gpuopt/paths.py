@@ -6,9 +6,10 @@ through (docs/reliability.md).
   end (``/dev/zero``).
 * An **output** is checked before the command does its work (:func:`check_output`): not empty
   (``''`` would be the working directory), not a directory, not too long for the file system,
-  not read-only, and never one of the command's own inputs (the same file by any spelling, a
-  hard link included) nor a file the command reads inside an input directory (its
-  ``profile.json``, a trace).
+  not read-only, and never one of the command's own inputs by what both resolve to (the same
+  file by any spelling, a symbolic or a hard link) nor a file the command reads inside an input
+  directory (its ``profile.json``, a trace): :mod:`gpuopt.inputs`, which every write checks
+  again.
 * It is then written by :func:`write_output`, which decides by what the path is *now*: a
   regular file, or a path that does not exist yet, is written whole or not at all (a temporary
   file in the same directory, then a rename; an existing file keeps its mode and owner, and a
@@ -30,15 +31,13 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from gpuopt import inputs
 from gpuopt.atomic_write import write_atomic
-
-# A trace or a summary: what a command reads in a folder of traces it is given.
 from gpuopt.debug import logger
 from gpuopt.errors import GpuoptError
 
 log = logger(__name__)
 
-_READ_SUFFIXES = (".json", ".json.gz")
 # Paths that name an open file or a device however they resolve: never renamed over.
 _PLAIN_ROOTS = ("/dev/", "/proc/")
 
@@ -127,19 +126,6 @@ def nonempty(value: str, option: str) -> Path:
     return Path(value)
 
 
-def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
-    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
-
-
-def _inside(path: Path, directory: Path) -> bool:
-    try:
-        real, base = path.resolve(), directory.resolve()
-    except (OSError, RuntimeError) as exc:
-        log.debug("%s or %s not resolved (%s): taken as not inside", path, directory, exc)
-        return False
-    return base in real.parents
-
-
 def check_output(output: Path, reads: Iterable[Path], option: str = "-o") -> None:
     """Refuse, before any work, an output path that cannot be written or would write over what
     the command reads (``reads``: its inputs, files or directories). One line each."""
@@ -159,16 +145,16 @@ def check_output(output: Path, reads: Iterable[Path], option: str = "-o") -> Non
         )
     if st is not None and stat.S_ISREG(st.st_mode):
         read_only(output, st)
-    refuse_inputs(output, reads, option, st)
+    refuse_inputs(output, reads, option)
 
 
-def refuse_inputs(
-    output: Path, reads: Iterable[Path], option: str = "-o", st: os.stat_result | None = None
-) -> None:
-    """Refuse an output that is one of ``reads`` (or a file they hold that is read)."""
-    st = st if st is not None else stat_or_none(output)
-    for path in reads:
-        _not_an_input(output, st, path, option)
+def refuse_inputs(output: Path, reads: Iterable[Path], option: str = "-o") -> None:
+    """Refuse an output that is one of ``reads`` (or a file they hold that is read), by what
+    both resolve to (:mod:`gpuopt.inputs`); ``reads`` become the command's declared inputs,
+    which every write checks again."""
+    reads = list(reads)
+    inputs.declare(reads)
+    inputs.refuse(output, reads, option)
 
 
 def read_only(path: Path, st: os.stat_result, shown: str = "") -> None:
@@ -201,39 +187,6 @@ def _existing_parent(path: Path) -> str:
         if os.path.isdir(p):
             return str(p)
     return "."
-
-
-def _not_an_input(output: Path, st: os.stat_result | None, path: Path, option: str) -> None:
-    src = stat_or_none(path)
-    if src is None or st is None:
-        return
-    if _same_file(st, src):
-        raise GpuoptError(
-            f"{_shown(output)}: is an input of this command ({_shown(path)}); give another {option}"
-        )
-    if stat.S_ISDIR(src.st_mode) and stat.S_ISREG(st.st_mode) and _read_in(path, output):
-        raise GpuoptError(
-            f"{_shown(output)}: is an input of this command (read in {_shown(path)}); give "
-            f"another {option}"
-        )
-
-
-def _read_in(directory: Path, output: Path) -> bool:
-    """Whether reading ``directory`` reads the existing file ``output``: a run directory's
-    ``profile.json`` (its ranks' too), an optimize directory's ``optimize.json``, a folder of
-    traces' ``*.json`` / ``*.json.gz`` (not in subfolders)."""
-    if not _inside(output, directory):
-        return False
-    if (directory / "profile.json").exists():
-        return output.name == "profile.json"
-    if (directory / "optimize.json").exists():
-        return output.name in ("optimize.json", "profile.json")
-    try:
-        top = output.resolve().parent == directory.resolve()
-    except (OSError, RuntimeError) as exc:
-        log.debug("%s or %s not resolved (%s): taken as elsewhere", output, directory, exc)
-        return False
-    return top and output.name.endswith(_READ_SUFFIXES)
 
 
 def plain(path: Path, st: os.stat_result | None) -> bool:

@@ -178,7 +178,7 @@ def test_write_refuses_a_file_changed_since_it_was_read(tmp_path: Path) -> None:
     sources = SourceSet(cwd=tmp_path)
     sources.rewrite("train.py", _upper)
     src.write_text("x = 1\ny = 3\n")  # the user edits meanwhile
-    with pytest.raises(GpuoptError, match="changed since gpuopt read it"):
+    with pytest.raises(GpuoptError, match="changed while optimize ran"):
         write_in_place(sources.changed())
     assert src.read_text() == "x = 1\ny = 3\n"
     assert not (tmp_path / f"train.py{BACKUP_SUFFIX}").exists()

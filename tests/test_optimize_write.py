@@ -1,5 +1,5 @@
 """``gpuopt optimize --write`` and ``--diff`` treat a user's source as sacred
-(docs/reliability.md): a backup never replaces a file, a file changed since gpuopt read it is
+(docs/reliability.md): a backup never replaces a file, a file changed while optimize ran is
 never rewritten (checked right before writing, against the text planned and measured), a UTF-8
 byte-order mark and the mode bits are kept, a read-only file is refused whoever runs gpuopt, and
 the diff applies with ``patch -p0`` and ``git apply`` whatever the file is called."""
@@ -94,7 +94,7 @@ def test_a_file_changed_between_the_check_and_the_rename_is_not_written(
         return made
 
     monkeypatch.setattr(source_files, "_backup", backup_then_edit)
-    with pytest.raises(GpuoptError, match="changed since gpuopt read it"):
+    with pytest.raises(GpuoptError, match="changed while optimize ran"):
         write_in_place(sources.changed())
     assert src.read_text() == "x = 1  # edited meanwhile\n"
     assert not (tmp_path / f"train.py{BACKUP_SUFFIX}").exists()  # its backup taken back
@@ -112,7 +112,7 @@ def test_every_source_set_of_a_command_starts_from_the_first_read(tmp_path: Path
     later = SourceSet(cwd=tmp_path, reads=reads)
     later.rewrite("train.py", _bump)
     assert later.changed()[0].new == "x = 2\n"  # from the text read, not the edited one
-    with pytest.raises(GpuoptError, match="changed since gpuopt read it"):
+    with pytest.raises(GpuoptError, match="changed while optimize ran"):
         write_in_place(later.changed())
     assert src.read_text() == "x = 1\nz = 9\n"
 
@@ -144,7 +144,7 @@ def test_optimize_refuses_a_script_edited_while_it_ran(
     r = runner.invoke(app, [*OPTIMIZE, "--write", "-o", "o", "train.py"])
     assert r.exit_code == 2, r.output
     errors = [line for line in r.output.splitlines() if line.startswith("gpuopt: error:")]
-    assert len(errors) == 1 and "train.py: changed since gpuopt read it" in errors[0]
+    assert len(errors) == 1 and "train.py: changed while optimize ran" in errors[0]
     assert (planned / "train.py").read_text().endswith("print('added by the user')\n")
     assert not list(planned.glob(f"*{BACKUP_SUFFIX}*"))
 

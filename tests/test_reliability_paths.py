@@ -453,4 +453,4 @@ def test_a_report_written_into_the_run_directory_can_be_written_again(tmp_path: 
         assert r.exit_code == 0, r.output
     r = runner.invoke(app, ["report", str(run_dir), "-o", str(run_dir / "profile.json")])
     assert r.exit_code == 2
-    _one_line(r.output, "is an input of this command (read in")
+    _one_line(r.output, "is an input of this command", "read in")

@@ -119,7 +119,8 @@ def check_command(opts: CheckOptions) -> int:
         say(f"wrote {opts.output}")
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
-        _append(summary, render_markdown(result), [*opts.baseline, *opts.candidate])
+        reads = [*opts.baseline, *opts.candidate, *filter(None, [opts.config_path])]
+        _append(summary, render_markdown(result), reads)
     if os.environ.get("GITHUB_ACTIONS") == "true":
         for line in github_annotations(result, Path.cwd()):
             print(line, file=sys.stderr)

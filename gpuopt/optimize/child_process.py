@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 from gpuopt import debug
 from gpuopt.debug import PREFIX, logger
 from gpuopt.errors import GpuoptError, say
+from gpuopt.optimize import interrupts
 
 log = logger(__name__)
 
@@ -29,17 +30,16 @@ def run_child(
     spec_file = out_file.with_suffix(".spec.json")
     spec_file.write_text(json.dumps({**spec, "out": str(out_file)}))
     log.debug("%s: python -m %s %s", what, module, spec_file)
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", module, str(spec_file)],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise GpuoptError(f"{what} took more than {timeout_s:.0f} s") from None
+    proc = interrupts.run(
+        [sys.executable, "-m", module, str(spec_file)],
+        timeout_s,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    if proc is None:
+        raise GpuoptError(f"{what} took more than {timeout_s:.0f} s")
     lines = proc.stderr.strip().splitlines()
     for line in lines:  # the child's debug lines (GPUOPT_DEBUG), passed on as they came
         if line.startswith(PREFIX):

@@ -27,6 +27,7 @@ from gpuopt.errors import GpuoptError, say
 from gpuopt.model.document import load_profile
 from gpuopt.model.optimize import Gain, OptimizeDocument, RunResult, RuntimeFixes
 from gpuopt.model.profile import Profile
+from gpuopt.optimize import interrupts
 from gpuopt.optimize.catalogue import BY_NAME
 from gpuopt.optimize.measuring import DEFAULT_TIME_BUDGET_S, Budget, keep_or_drop, predicted_s
 from gpuopt.optimize.options import OptimizeOptions
@@ -35,9 +36,12 @@ from gpuopt.optimize.progress import Phases
 from gpuopt.optimize.runs import Done, Launch, RunSpec, run_once, timed
 from gpuopt.optimize.runtime import encode_fixes
 from gpuopt.optimize.source_files import (
+    SourceFile,
     SourceSet,
     changed_on_disk,
+    check_replaceable,
     check_writable,
+    shown_path,
     unified_diff,
     write_in_place,
     write_private_copies,
@@ -61,6 +65,7 @@ class _State:
     budget: Budget = field(default_factory=lambda: Budget(DEFAULT_TIME_BUDGET_S))
     stopped: str = ""  # why the measuring stopped (measuring.stop_reason)
     measured_alone: bool = False  # each fix ran alone (ablation)
+    writes: list[SourceFile] = field(default_factory=list)  # --write: the files to replace
 
     @property
     def extend(self) -> bool:
@@ -70,24 +75,24 @@ class _State:
 
 def optimize_command(opts: OptimizeOptions) -> int:
     """Run it all; returns the exit code (0 when it finished, the script's code when the baseline
-    failed)."""
+    failed). SIGTERM unwinds it as Ctrl-C does: the runs in progress ended, temporary files
+    removed, a file being written left whole (:mod:`gpuopt.optimize.interrupts`)."""
+    with interrupts.terminate_unwinds():
+        return _optimize_command(opts)
+
+
+def _optimize_command(opts: OptimizeOptions) -> int:
     from gpuopt.runner.target import Target, check_target
 
     target = Target(opts.script, opts.module, list(opts.args))
     check_target(target)
-    unknown = [f for f in opts.fixes if f not in BY_NAME]
-    if unknown:
-        raise GpuoptError(
-            f"unknown fix {unknown[0]!r}; fixes: {', '.join(BY_NAME)} (see gpuopt optimize --help)"
-        )
+    _check_flags(opts)
+    if opts.write:  # the script's file checked now, not after the runs
+        _check_script_writable(opts)
     out = _out_dir(opts, target.stem)
     launch = Launch(opts.script, opts.module, opts.args, opts.steps, opts.warmup, opts.seed)
     launch.timeout_s = opts.timeout_s
-    if opts.memory_for is not None:
-        from gpuopt.memory.devices import device_memory
-
-        device_memory(opts.memory_for)  # refused before anything runs, with a one-line reason
-        launch.memory_for = opts.memory_for
+    launch.memory_for = opts.memory_for
     doc = OptimizeDocument(script=target.display, argv=list(opts.args), steps=opts.steps)
     doc.seed = opts.seed
     limit = opts.time_budget_s if opts.time_budget_s is not None else DEFAULT_TIME_BUDGET_S
@@ -96,6 +101,30 @@ def optimize_command(opts: OptimizeOptions) -> int:
         st = _State(opts, out, launch, phases, doc)
         st.budget = Budget(limit, st.t0)
         return _optimize(st)
+
+
+def _check_flags(opts: OptimizeOptions) -> None:
+    """Every flag refused, with its one-line reason, before anything is made or run."""
+    unknown = [f for f in opts.fixes if f not in BY_NAME]
+    if unknown:
+        raise GpuoptError(
+            f"unknown fix {unknown[0]!r}; fixes: {', '.join(BY_NAME)} (see gpuopt optimize --help)"
+        )
+    if opts.memory_for is not None:
+        from gpuopt.memory.devices import device_memory
+
+        device_memory(opts.memory_for)
+
+
+def _check_script_writable(opts: OptimizeOptions) -> None:
+    """``--write``: the script's file must take its new text (see
+    :func:`~gpuopt.optimize.source_files.check_replaceable`): known before the first run. The other
+    files the fixes change are checked once they are planned."""
+    from gpuopt.runner.target import main_file
+
+    main = main_file(opts.script) if opts.script is not None else None
+    if main is not None:
+        check_replaceable(Path(main), shown_path(Path(main)))
 
 
 def _out_dir(opts: OptimizeOptions, stem: str, now: _dt.datetime | None = None) -> Path:
@@ -110,7 +139,7 @@ def _out_dir(opts: OptimizeOptions, stem: str, now: _dt.datetime | None = None) 
         raise GpuoptError(
             f"{out}: holds an earlier gpuopt optimize run; pass --force to replace it"
         )
-    reads = [Path(opts.script)] if opts.script is not None else []
+    reads = [Path(p) for p in (opts.script, opts.baseline) if p is not None]
     for name in (OPTIMIZE_FILE, "fixes.json"):  # never the script, whatever it is called
         refuse_inputs(out / name, reads, "-o")
     try:
@@ -129,7 +158,8 @@ def _optimize(st: _State) -> int:
     fixes = _plan(st, base)
     chosen = [f for f in fixes if f.selected]
     if st.opts.write:  # refused now, not after every run: a read-only file, a changed one
-        check_writable(_sources(st, chosen).changed())
+        st.writes = _sources(st, chosen).changed()
+        check_writable(st.writes)
     if not st.opts.measure or not chosen:
         if not chosen:
             st.doc.warnings.append(
@@ -205,6 +235,8 @@ def _baseline_failed(st: _State) -> int:
 
 
 def _run(st: _State, spec: RunSpec) -> Done:
+    if st.writes:  # --write: a file changed meanwhile is said before the run, not after all
+        check_writable(st.writes)
     spec.base = st.dir
     st.phases.run(spec.label)
     done = run_once(st.launch, spec)
@@ -530,6 +562,8 @@ def _finish(st: _State, fixes: list[PlannedFix], kept: list[PlannedFix]) -> int:
     st.doc.cost_s = round(time.perf_counter() - st.t0, 2)
     _write_doc(st)
     st.phases.close()
+    if st.opts.write:  # refused in one line, before the report
+        check_writable(sources.changed())
     _tell(st, sources, kept)
     return 0
 
@@ -545,8 +579,7 @@ def _tell(st: _State, sources: SourceSet, kept: list[PlannedFix]) -> None:
     if not st.opts.quiet:
         print(render_text(st.doc), file=sys.stderr)
     if st.opts.write:
-        for line in write_in_place(sources.changed()):
-            print(f"gpuopt: {line}", file=sys.stderr)
+        write_in_place(sources.changed(), lambda line: say(f"gpuopt: {line}"))
     elif st.doc.diff and st.opts.diff:
         for shown in changed_on_disk(sources.changed()):
             say(

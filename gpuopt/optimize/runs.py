@@ -19,11 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from gpuopt import inputs
 from gpuopt.debug import PREFIX, logger
 from gpuopt.errors import GpuoptError
 from gpuopt.model.document import load_profile
 from gpuopt.model.optimize import RunResult
 from gpuopt.model.profile import Profile
+from gpuopt.optimize import interrupts
 
 log = logger(__name__)
 
@@ -125,23 +127,21 @@ def run_once(launch: Launch, spec: RunSpec) -> Done:
     (the result says how it ended), only when gpuopt itself cannot run it."""
     spec.dir.mkdir(parents=True, exist_ok=True)
     out_path, err_path = spec.dir / "stdout.txt", spec.dir / "stderr.txt"
+    for path in (out_path, err_path):  # a link left there to the script is not written through
+        inputs.refuse(path)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     log.debug("run %s: %s (its stderr: %s)", spec.label, launch.command(spec), err_path)
     t0 = time.perf_counter()
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        try:
-            proc = subprocess.run(
-                launch.command(spec),
-                stdout=out,
-                stderr=err,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                timeout=launch.timeout_s,
-                check=False,
-            )
-            code = proc.returncode
-        except subprocess.TimeoutExpired:
-            code = 124
+        proc = interrupts.run(
+            launch.command(spec),
+            launch.timeout_s,
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+        code = 124 if proc is None else proc.returncode
     wall = time.perf_counter() - t0
     stdout = out_path.read_text(errors="replace")
     stderr_tail = _tail(err_path.read_text(errors="replace"))

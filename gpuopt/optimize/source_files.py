@@ -2,11 +2,13 @@
 one unified diff, run from private copies, or (``--write`` only) written back in place.
 
 A user's source is sacred: nothing here writes a user's file except :func:`write_in_place`, which
-refuses a file that changed since it was read (checked again right before each file is
-replaced), or that its mode bits make read-only (whoever runs gpuopt, root included); keeps a
-backup of each file under a name no file has (``X.gpuopt-orig``, else ``X.gpuopt-orig.2``, ...:
-a backup never replaces a file); writes a temporary file and renames it over the original (its
-mode and owner kept), so a file is never left half-written; and keeps a UTF-8 byte-order mark.
+refuses a file whose content changed since it was read (checked once its temporary is written and
+again right before the rename), or that its mode bits or its directory's make read-only
+(whoever runs gpuopt, root included); keeps a backup of each file under a name no file has
+(``X.gpuopt-orig``, else ``X.gpuopt-orig.2``, ...: a backup never replaces a file); writes a
+temporary file and renames it over the original (its mode and owner kept), so a file is never
+left half-written, with SIGINT and SIGTERM held meanwhile (a signal leaves it as it was or as
+rewritten); and keeps a UTF-8 byte-order mark.
 
 Each file is read once per :class:`SourceSet`, and a command that builds several (one per run,
 one for the diff) shares their reads (``reads``): the text planned, the text measured in the
@@ -32,12 +34,14 @@ from pathlib import Path
 from gpuopt.atomic_write import write_atomic
 from gpuopt.debug import logger
 from gpuopt.errors import GpuoptError
+from gpuopt.optimize import interrupts
 from gpuopt.optimize.codemods import CodemodError, Rewrite
 from gpuopt.paths import read_only, reason
 
 log = logger(__name__)
 
 BACKUP_SUFFIX = ".gpuopt-orig"
+MAX_BACKUPS = 999  # X.gpuopt-orig, X.gpuopt-orig.2, ... X.gpuopt-orig.999
 _BOM = codecs.BOM_UTF8
 
 
@@ -198,37 +202,56 @@ def write_private_copies(files: list[SourceFile], into: Path) -> dict[str, str]:
     out: dict[str, str] = {}
     for i, sf in enumerate(sorted(files, key=lambda f: f.shown)):
         copy = into / f"{i:02d}-{sf.path.name}"
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        copy.write_bytes(sf.new_bytes())
+        write_atomic(copy, sf.new_bytes())  # a link left there is replaced, never written through
         out[str(sf.path)] = str(copy)
     return out
 
 
-def write_in_place(files: list[SourceFile]) -> list[str]:
+def write_in_place(files: list[SourceFile], each: Callable[[str], None] | None = None) -> list[str]:
     """``--write``: every changed file replaced by its new text, each with a backup beside it.
 
-    All files are checked first (unchanged since read, writable by their mode bits and by this
-    user, in a directory that takes the temporary file and the backup): if any fails, nothing
-    is written. Each file is checked again right before it is replaced. Returns one line per
-    file written."""
+    All files are checked first (:func:`check_writable`): if any fails, nothing is written.
+    Each file is then replaced whole (:func:`_replace`), with SIGINT and SIGTERM held until the
+    last one is done: a signal never leaves a file between its two texts, nor a backup beside a
+    file not rewritten. Returns one line per file written, each also given to ``each`` as soon
+    as it is written (said before a signal held meanwhile ends the process)."""
     check_writable(files)
     done: list[str] = []
-    for sf in files:
-        backup = _backup(sf)
-        try:
-            _unchanged(sf)  # again, now: another process may have written it meanwhile
-        except GpuoptError as exc:
-            _remove_quietly(backup)
-            raise GpuoptError(f"{exc}{_so_far(done)}") from None
-        st = sf.path.stat()
-        try:
-            write_atomic(
-                sf.path, sf.new_bytes(), keep=(stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
-            )
-        except OSError as exc:
-            raise GpuoptError(f"{sf.shown}: cannot write: {reason(exc)}{_so_far(done)}") from None
-        done.append(f"{sf.shown}: written (backup {Path(sf.shown).with_name(backup.name)})")
+    with interrupts.deferred():
+        for sf in files:
+            try:
+                backup = _replace(sf)
+            except GpuoptError as exc:
+                raise GpuoptError(f"{exc}{_so_far(done)}") from None
+            done.append(f"{sf.shown}: written (backup {Path(sf.shown).with_name(backup.name)})")
+            if each is not None:
+                each(done[-1])
     return done
+
+
+def _replace(sf: SourceFile) -> Path:
+    """One file replaced by its new text; its backup's path. The new text goes to a temporary
+    file beside it; then the file is checked (its content, against what gpuopt read), its
+    backup made, the file checked again, and only then renamed over: an edit up to that moment
+    is refused and kept, and the backup taken back."""
+    made: list[Path] = []
+
+    def ready() -> None:
+        _unchanged(sf)  # the temporary is whole: has the file moved meanwhile?
+        made.append(_backup(sf))
+        _unchanged(sf)  # again, right before the rename
+
+    try:
+        st = sf.path.stat()
+        keep = (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
+        write_atomic(sf.path, sf.new_bytes(), keep=keep, over_input=True, before_replace=ready)
+    except OSError as exc:
+        _remove_all(made)
+        raise GpuoptError(f"{sf.shown}: cannot write: {reason(exc)}") from None
+    except BaseException:
+        _remove_all(made)
+        raise
+    return made[0]
 
 
 def changed_on_disk(files: list[SourceFile]) -> list[str]:
@@ -244,42 +267,76 @@ def changed_on_disk(files: list[SourceFile]) -> list[str]:
 
 
 def check_writable(files: list[SourceFile]) -> None:
-    """Refuse (one line) unless every file can be written in place: unchanged since read,
-    writable by its mode bits and by this user, in a directory that takes the backup."""
+    """Refuse (one line) unless every file can be written in place: unchanged since read, and
+    :func:`check_replaceable` passes."""
     for sf in files:
         _unchanged(sf)
-        try:
-            read_only(sf.path, sf.path.stat(), sf.shown)
-        except GpuoptError as exc:
-            raise GpuoptError(f"{exc}; nothing was written") from None
-        if not os.access(sf.path.parent, os.W_OK | os.X_OK):
-            raise GpuoptError(
-                f"{sf.shown}: its directory is not writable (the backup and the new text go "
-                "there); nothing was written"
-            )
+        check_replaceable(sf.path, sf.shown)
+
+
+def check_replaceable(path: Path, shown: str) -> None:
+    """Refuse (one line) a file ``--write`` could not replace: read-only by its mode bits or for
+    this user, in a directory that its mode bits or this user cannot write (the backup and the
+    temporary go there; root included, as for the file: a directory made read-only says not
+    to), or with every backup name taken. Checked before any run, for the script, and once the
+    fixes are planned, for every file they change."""
+    real = Path(os.path.realpath(path))
+    try:
+        read_only(real, real.stat(), shown)
+        folder = real.parent.stat()
+    except GpuoptError as exc:
+        raise GpuoptError(f"{exc}; nothing was written") from None
+    except OSError as exc:
+        raise GpuoptError(f"{shown}: cannot read: {reason(exc)}; nothing was written") from None
+    if not folder.st_mode & 0o222 or not os.access(real.parent, os.W_OK | os.X_OK):
+        raise GpuoptError(
+            f"{shown}: its directory is not writable (mode {stat.S_IMODE(folder.st_mode):04o}; "
+            "the backup and the new text go there); nothing was written"
+        )
+    if _free_backup(real) is None:
+        raise GpuoptError(
+            f"{shown_path(_backup_name(real, 1))}: {MAX_BACKUPS} backups there already; remove "
+            "some; nothing was written"
+        )
 
 
 def _unchanged(sf: SourceFile) -> None:
+    """Refuse a file whose content (its hash) is no longer the one gpuopt read."""
     try:
         now = sf.path.read_bytes()
     except OSError as exc:
-        raise GpuoptError(f"{sf.shown}: cannot read: {reason(exc)}; not written") from None
-    if now != sf.raw:
         raise GpuoptError(
-            f"{sf.shown}: changed since gpuopt read it (the fixes were planned and measured on "
-            "the text it read); not written: run gpuopt optimize again"
+            f"{sf.shown}: cannot read it any more ({reason(exc)}): changed while optimize ran; "
+            "not written"
+        ) from None
+    if _digest(now) != sf.digest:
+        raise GpuoptError(
+            f"{sf.shown}: changed while optimize ran, since gpuopt read it (the fixes were "
+            "planned and measured on the text it read); not written: run gpuopt optimize again"
         )
+
+
+def _backup_name(path: Path, n: int) -> Path:
+    base = path.with_name(path.name + BACKUP_SUFFIX)
+    return base if n == 1 else base.with_name(f"{base.name}.{n}")
+
+
+def _free_backup(path: Path) -> Path | None:
+    """The first backup name no file has (None: all taken)."""
+    return next(
+        (b for n in range(1, MAX_BACKUPS + 1) if not os.path.lexists(b := _backup_name(path, n))),
+        None,
+    )
 
 
 def _backup(sf: SourceFile) -> Path:
     """The file's bytes as read, under the first free name of ``X.gpuopt-orig``,
     ``X.gpuopt-orig.2``, ...: made whole, never over an existing file (a user's own, or the
     backup of an earlier --write)."""
-    base = sf.path.with_name(sf.path.name + BACKUP_SUFFIX)
     st = sf.path.stat()
     keep = (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)  # a private file stays private
-    for n in range(1, 1000):
-        backup = base if n == 1 else base.with_name(f"{base.name}.{n}")
+    for n in range(1, MAX_BACKUPS + 1):
+        backup = _backup_name(sf.path, n)
         try:
             write_atomic(backup, sf.raw, replace=False, keep=keep)
             return backup
@@ -289,7 +346,15 @@ def _backup(sf: SourceFile) -> Path:
             raise GpuoptError(
                 f"{shown_path(backup)}: cannot write the backup: {reason(exc)}; nothing was written"
             ) from None
-    raise GpuoptError(f"{shown_path(base)}: 999 backups there already; nothing was written")
+    raise GpuoptError(
+        f"{shown_path(_backup_name(sf.path, 1))}: {MAX_BACKUPS} backups there already; remove "
+        "some; nothing was written"
+    )
+
+
+def _remove_all(paths: list[Path]) -> None:
+    for p in paths:
+        _remove_quietly(p)
 
 
 def _remove_quietly(path: Path) -> None:

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuopt import inputs
 from gpuopt.atomic_write import write_atomic
 from gpuopt.errors import GpuoptError, fail
 from gpuopt.paths import check_output, regular_input, utf8, write_stdout
@@ -85,6 +86,7 @@ def write_summaries(paths: list[Path], output: Path | None, jobs: int | None) ->
         raise GpuoptError("-o '': name a folder for the summaries, e.g. -o summaries")
     if output.exists() and not output.is_dir():
         raise GpuoptError(f"{output}: not a folder; -o takes a folder with --summary-only")
+    inputs.declare(paths)  # no summary is written over a trace read (gpuopt.inputs)
     if output.resolve() == paths[0].resolve():
         raise GpuoptError(
             f"{output}: is the folder of traces this reads; write the summaries to a folder "
