@@ -6,11 +6,11 @@ GPU is still running earlier steps' work, some of it queued before the trace beg
 that start at the host step then hold the backlog: in a DDP ResNet trace (MI300) the first
 measured step was 49.06 ms for a 16.80 ms host step and the next began 32.2 ms after its own.
 
-Here a GPU is *behind* when every measured step launched GPU work and that work started at or
-after its host step's end. Its steps are then measured on the GPU by the work each launched
-(joined by correlation id, launch → GPU event): a step runs from its first GPU work to the next
-step's first GPU work (the last one to the end of its own work); their median is the GPU's
-steady cadence, which the host, running ahead, can only keep up with by waiting.
+Here a GPU is *behind* when two or more steps are measured, every one launched GPU work, and
+that work started at or after its host step's end. Its steps are then measured on the GPU by the
+work each launched (joined by correlation id, launch → GPU event): a step runs from its first GPU
+work to the next step's first GPU work (the last one to the end of its own work); their median is
+the GPU's steady cadence, which the host, running ahead, can only keep up with by waiting.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ def gpu_windows(v: RankView) -> tuple[FloatArray, FloatArray] | None:
     """The steps' windows on the GPU where it runs behind the host (see the module), else None:
     from each step's first GPU work to the next one's, the last to the end of its own work."""
     first, last = launched_spans(v)
-    if first.size == 0 or not np.isfinite(first).all():
-        return None
+    if first.size < 2 or not np.isfinite(first).all():
+        return None  # a cadence needs two steps (one step's work may just start after it ends)
     host_end = np.array([s.end for s in v.steps])
     if (first < host_end).any() or (np.diff(first) < 0).any():
         return None
