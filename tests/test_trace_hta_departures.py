@@ -10,7 +10,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from conftest import SHARED_TRACES
+from conftest import DATA, SHARED_TRACES
 from trace_helpers import cpu, kernel, launch, write_trace
 
 from gpuopt.assemble.trace_job import summarise_traces
@@ -18,6 +18,7 @@ from gpuopt.assemble.trace_profile import profile_from_traces
 from gpuopt.errors import GpuoptError
 from gpuopt.model.summary import RankSummary
 
+RESNET = DATA / "public" / "tracelens" / "resnet_act_checkpoint.cut.json.gz"
 FLUX = SHARED_TRACES / "tracelens" / "xdit_flux.1_aiter_sage" / "capture_trace_rank_0.json.gz"
 
 
@@ -101,6 +102,24 @@ def test_a_gpu_behind_the_host_is_measured_by_what_each_step_launched(tmp_path: 
         "measured by the GPU work each one launched: 19.00 ms a step on the GPU (median), "
         "16.00 ms on the host"
     ) in p.warnings
+
+
+def test_the_resnet_trace_s_steps_are_the_gpu_s_cadence() -> None:
+    """TraceLens' DDP ResNet trace (MI300, cut: tests/data/public/tracelens/README.md). With
+    windows from the host steps, step 15 was 49.06 ms for a 16.80 ms host step and step 16
+    began 32.2 ms after its own (median 34.0 ms, 2.08x the host's 16.37 ms)."""
+    ra = _one(RESNET)
+    lag = ra.trace.gpu_lag
+    assert not isinstance(lag, msgspec.UnsetType)
+    assert (lag.steps, lag.queued_before) == (2, 968)
+    assert (lag.lag_min_us, lag.lag_max_us) == (30_082, 32_242)
+    assert (lag.gpu_step_us, lag.host_step_us) == (18_981, 16_374)
+    assert [(s.step, s.dur_us) for s in ra.trace.steps] == [(15, 18_980), (16, 18_982)]
+    assert all(s.cpu_op_us < 1_000 for s in ra.trace.steps)  # was 25.3 ms in one, 0.5 in the next
+    assert ra.warnings[-1].startswith(
+        "the GPU runs behind the host: each step's GPU work started 30.1-32.2 ms after its "
+        "host step began; 968 GPU events were queued before the trace began"
+    )
 
 
 def test_a_gpu_that_keeps_up_keeps_the_host_steps(tmp_path: Path) -> None:
