@@ -182,4 +182,10 @@ def test_the_compiled_diffusion_trace_credits_sync_its_own_time() -> None:
     ra = summarise_traces(TRACELENS, jobs=1)[0]
     ic = ra.trace.idle_causes
     assert ic.by_cause.sync <= 42_700
-    assert ic.sites[0].op == "CUDAGraphNode.record (dynamo_timed)"
+    # the 559 ms CUDAGraphNode.record annotation around it all is a container: the
+    # Inductor-generated Python inside it is what ran (it took 546 ms as cpu_op before)
+    assert ic.by_cause.cpu_op < 0.1 * ic.idle_us
+    top = ic.sites[0]
+    assert (top.cause, top.op) == ("python", "python") and top.site is not None
+    assert top.site.startswith("/tmp/torchinductor_root/") and top.idle_us > 0.75 * ic.idle_us
+    assert all(s.op != "CUDAGraphNode.record (dynamo_timed)" for s in ic.sites)

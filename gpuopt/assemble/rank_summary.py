@@ -18,6 +18,7 @@ from gpuopt.model.summary import RankSummary
 from gpuopt.trace.analysis import RankAnalysis, analyze_columns, time_range
 from gpuopt.trace.decode import load_columns
 from gpuopt.trace.files import rank_of
+from gpuopt.trace.gpu_lag import lag_warning
 from gpuopt.trace.prepare import count_step_names
 from gpuopt.trace.ranks import comm_starts
 
@@ -50,7 +51,7 @@ def summarise(
         comm_starts_us=comm_starts(ra.view).tolist(),
         first_us=None if span is None else span[0],
         last_us=None if span is None else span[1],
-        warnings=list(ra.view.notes),
+        warnings=[*ra.view.notes, *([] if ra.gpu_lag is None else [lag_warning(ra.gpu_lag)])],
         load_s=load_s,
         analyze_s=analyze_s,
     )

@@ -28,7 +28,7 @@ from gpuopt.model.summary import SUMMARY_SUFFIX, RankSummary, decode_summary
 from gpuopt.model.trace import Straggler
 from gpuopt.trace.analysis import skew_warning
 from gpuopt.trace.anomalies import clock_skew
-from gpuopt.trace.files import check_ranks, trace_files
+from gpuopt.trace.files import check_ranks, subfolder_note, trace_files
 from gpuopt.trace.pieces import text_size
 from gpuopt.trace.ranks import straggler_of
 
@@ -118,6 +118,12 @@ def summarise_traces(
     workers = default_jobs(files) if jobs is None else max(1, min(jobs, len(files)))
     outcomes = _summarise(files, [None] * len(files), workers, progress)
     sums, files = _without_others(path, files, outcomes, skipped)
+    below = subfolder_note(path)
+    if below is not None:
+        if skipped is None:
+            say(f"gpuopt: {path}: {below}")
+        else:
+            skipped.append(below)
     ranks = check_ranks(path, [f.name for f in files], [s.rank_in_file for s in sums])
     for s, r in zip(sums, ranks, strict=True):
         s.rank = s.trace.rank = r

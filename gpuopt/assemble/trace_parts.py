@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from msgspec import UnsetType
+from msgspec import UNSET, UnsetType
 
 from gpuopt.model.profile import Breakdown, GpuRank, IdleSplit, LaunchBrief, MemcpyTotals, RankEntry
 from gpuopt.model.summary import RankSummary
@@ -192,4 +192,5 @@ def trace_rank(ra: RankAnalysis) -> TraceRank:
         steps=ra.step_overview,
         profiler_steps=[s.number for s in v.steps],
         dropped_last_step=v.dropped_last_step.number if v.dropped_last_step else None,
+        gpu_lag=UNSET if ra.gpu_lag is None else ra.gpu_lag,
     )

@@ -299,9 +299,36 @@ def _warnings(ta: TraceJob) -> list[str]:
                 f"rank {ra.rank}: no GPU events (kernels, copies, sets on a stream) in the "
                 "trace: GPU metrics are empty"
             )
-        elif not ra.trace.profiler_steps:
+            continue
+        if not ra.trace.profiler_steps:
             out.append(
                 f"rank {ra.rank}: no ProfilerStep annotations: the breakdown covers the whole "
                 "trace as one window"
             )
+        short = _short_gpu_span(ra)
+        if short is not None:
+            out.append(short)
     return out
+
+
+# GPU utilization is of the GPU's own span (first to last GPU event, HTA's): below this share
+# of the measured window, the headline describes a small part of the time the breakdown covers.
+SHORT_SPAN_SHARE = 0.5
+
+
+def _short_gpu_span(ra: RankSummary) -> str | None:
+    """Why a rank's GPU utilization and its compute share disagree: its GPU work spans a small
+    part of the measured time (an inference capture: 100% busy for 0.09 ms of a 13 s step)."""
+    t = ra.trace.temporal
+    window = sum(r.dur_us for r in ra.trace.steps)
+    if t is None or t.utilization is None or window <= 0 or t.span_us >= SHORT_SPAN_SHARE * window:
+        return None
+    return (
+        f"rank {ra.rank}: the GPU's work spans {_ms(t.span_us)} of the {_ms(window)} measured "
+        f"({100 * t.span_us / window:.1f}%): its utilization, {100 * t.utilization:.1f}%, is of "
+        f"that span; over the measured time the GPU was busy {100 * t.busy_us / window:.1f}%"
+    )
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1e3:.3g} ms" if us < 1e6 else f"{us / 1e6:.3g} s"

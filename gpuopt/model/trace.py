@@ -231,6 +231,18 @@ class StepOverview(TraceRecord):
     other_us: float
 
 
+class GpuLag(TraceRecord):
+    """A GPU that runs behind the host: every step's GPU work started only after its host step
+    had ended. Steps are then measured on the GPU, by the work each one launched."""
+
+    steps: int  # the steps compared
+    lag_min_us: float  # each step's first GPU work − its host step's start, least and most
+    lag_max_us: float
+    queued_before: int  # GPU events whose launch precedes the trace, run before the steps' work
+    gpu_step_us: float  # median time from one step's first GPU work to the next's
+    host_step_us: float  # median host step (the ProfilerStep annotation)
+
+
 class TraceRank(TraceRecord):
     rank: int
     file: str
@@ -253,6 +265,7 @@ class TraceRank(TraceRecord):
     steps: list[StepOverview]
     profiler_steps: list[int]
     dropped_last_step: int | None
+    gpu_lag: GpuLag | UnsetType = UNSET  # only where the GPU runs behind the host
 
 
 class Straggler(TraceRecord):

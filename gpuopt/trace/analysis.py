@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from gpuopt.model.trace import (
     DeviceInfo,
+    GpuLag,
     IdleCauses,
     KernelStat,
     LaunchStats,
@@ -54,6 +55,7 @@ class RankAnalysis:
     idle_causes: IdleCauses = field(default_factory=IdleCauses)
     # per step_overview row: collective time with no other GPU work running (steps.py)
     exposed_collective_us: list[float] = field(default_factory=list)
+    gpu_lag: GpuLag | None = None  # where the GPU runs behind the host
 
     @property
     def has_gpu(self) -> bool:
@@ -97,7 +99,7 @@ def skew_warning(ranks: list[int], gap_us: float) -> str:
 
 def analyze_view(view: RankView, file: str = "") -> RankAnalysis:
     """Every analysis of one rank (pure: reads the view, returns data)."""
-    from gpuopt.trace import idle_causes, steps
+    from gpuopt.trace import gpu_lag, idle_causes, steps
 
     syncs = memory.sync_calls(view)
     return RankAnalysis(
@@ -122,6 +124,7 @@ def analyze_view(view: RankView, file: str = "") -> RankAnalysis:
         host_ops=cpu_ops.host_ops(view),
         step_overview=steps.step_overview(view),
         idle_causes=idle_causes.idle_causes(view, syncs),
+        gpu_lag=gpu_lag.gpu_lag(view),
     )
 
 

@@ -1,10 +1,11 @@
 """Which files make up a trace, and which rank each one is.
 
-A path is one trace file, or a folder of per-rank traces (``*.json`` / ``*.json.gz``, not
-recursive, gpuopt's own ``profile.json`` ignored). A file's rank is ``distributedInfo.rank``;
-a single file without it is rank 0. In a folder every file must name a distinct rank: a folder
-mixing files with and without rank info, or two files claiming one rank, is refused (those are
-different runs, and averaging them would report numbers no run had).
+A path is one trace file, or a folder of per-rank traces (``*.json`` / ``*.json.gz``, gpuopt's
+own ``profile.json`` ignored; not recursive: subfolders holding traces are named, not read). A
+file's rank is ``distributedInfo.rank``; a single file without it is rank 0. In a folder every
+file must name a distinct rank: a folder mixing files with and without rank info, or two files
+claiming one rank, is refused (those are different runs, and averaging them would report
+numbers no run had).
 """
 
 from __future__ import annotations
@@ -26,22 +27,63 @@ def trace_files(path: Path) -> list[Path]:
         raise GpuoptError(f"{path}: no such file or directory")
     if path.is_file():
         return [path]
-    files = sorted(
-        p
-        for p in path.iterdir()
-        if p.is_file()
-        and p.name.endswith(TRACE_SUFFIXES)
-        and p.name != "profile.json"
-        and not p.name.endswith(SUMMARY_SUFFIX)
-        and not p.name.startswith(".")
-    )
+    files = _traces_in(path)
     if not files:
+        below = _subfolders_with_traces(path)
+        hint = f"; traces in its subfolders: {_named(path, below)}" if below else ""
         raise GpuoptError(
             f"{path}: nothing to report: looked for a run directory's profile.json and for "
             f"PyTorch profiler traces (*.json, *.json.gz, not in subfolders); found neither"
-            f"{_runs_below(path)}"
+            f"{_runs_below(path) or hint}"
         )
     return files
+
+
+def _traces_in(folder: Path) -> list[Path]:
+    """The trace files directly in ``folder`` (not a run's profile.json, not a summary)."""
+    try:
+        return sorted(
+            p
+            for p in folder.iterdir()
+            if p.is_file()
+            and p.name.endswith(TRACE_SUFFIXES)
+            and p.name != "profile.json"
+            and not p.name.endswith(SUMMARY_SUFFIX)
+            and not p.name.startswith(".")
+        )
+    except OSError as exc:
+        log.debug("%s not listed: %s", folder, exc)
+        return []
+
+
+def _subfolders_with_traces(path: Path) -> list[Path]:
+    """The subfolders of ``path`` (one level down) that hold trace files themselves."""
+    try:
+        subs = sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
+    except OSError as exc:
+        log.debug("%s not listed: %s", path, exc)
+        return []
+    return [d for d in subs if _traces_in(d)]
+
+
+def _named(path: Path, folders: list[Path]) -> str:
+    named = ", ".join(str(path / d.name) for d in folders[:3])
+    return named + (" ..." if len(folders) > 3 else "")
+
+
+def subfolder_note(path: Path) -> str | None:
+    """A note when a folder of traces also has subfolders of traces, which are not read (a
+    folder is one job's per-rank traces: another folder is another run or job)."""
+    if not path.is_dir():
+        return None
+    below = _subfolders_with_traces(path)
+    if not below:
+        return None
+    n = sum(len(_traces_in(d)) for d in below)
+    return (
+        f"{n} trace file{'s' if n > 1 else ''} in subfolders not read (a folder is one job's "
+        f"per-rank traces; report a subfolder on its own): {_named(path, below)}"
+    )
 
 
 def _runs_below(path: Path) -> str:

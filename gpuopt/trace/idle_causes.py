@@ -13,17 +13,19 @@ activity in this order:
                      ``aten::_local_scalar_dense``, ``aten::to``...);
 3. ``optimizer``   – inside ``Optimizer.step``/``zero_grad``;
 4. ``launch``      – inside a CUDA runtime call (launch overhead);
-5. ``cpu_op``      – inside any other PyTorch op or user annotation;
+5. ``cpu_op``      – inside any other PyTorch op;
 6. ``python``      – inside Python code only (recorded with ``with_stack``);
 7. ``compiled_region`` – inside a torch.compile'd region (``Torch-Compiled Region``, a compiled
                      graph's call) with nothing inside it recorded at that moment;
+   ``cpu_op`` again – inside a user annotation (``record_function``) with nothing else inside
+                     it recorded at that moment, credited to the innermost annotation;
 8. ``untraced``    – nothing recorded on the thread (plain Python between ops when stacks were
                      not recorded, or the process doing something the profiler does not see).
 
-A compiled region is a container, never a cause by itself: it encloses everything a compiled
-function does (a ``Torch-Compiled Region: 0/0`` span can cover a whole diffusion step), so an
-idle moment inside it goes to what ran inside at that moment, and a sync inside it is credited
-with its own span, not the region's.
+A compiled region or a user annotation is a container, never a cause by itself: it encloses
+whatever ran inside it (a ``Torch-Compiled Region: 0/0`` span can cover a whole diffusion step, a
+``record_function("model_inference")`` a whole run), so an idle moment inside it goes to what ran
+inside at that moment, and a sync inside it is credited with its own span, not the container's.
 
 Per step, per rank and per call site (op name, and the user's Python frame where the trace has
 stacks), summed in µs.
@@ -47,6 +49,10 @@ from gpuopt.trace.prepare import RankView
 from gpuopt.trace.steps import OP_CATS, RUNTIME_CATS, is_dataloader, step_windows
 
 CAUSES = IDLE_CAUSES
+# User annotations (record_function): containers, credited to cpu_op only for the moments with
+# nothing else recorded inside them, after every other cause but untraced.
+ANNOTATION_CATS = ("user_annotation",)
+ANNOTATION_LAYER = "annotation"
 _UNTRACED = CAUSES.index("untraced")
 TOP_SITES = 15
 # Idle µs credited to (cause, op name, the user's site).
@@ -73,6 +79,7 @@ class _HostKinds:
     python: BoolArray
     op: BoolArray
     compiled: BoolArray  # torch.compile's containers: its regions and graph calls (by name)
+    annotation: BoolArray  # user annotations (record_function), containers too (by category)
 
     @classmethod
     def of(cls, v: RankView) -> _HostKinds:
@@ -86,6 +93,7 @@ class _HostKinds:
             python=_cat_table(v, ("python_function",)),
             op=_cat_table(v, OP_CATS),
             compiled=_name_table(v, is_compiled_container),
+            annotation=_cat_table(v, ANNOTATION_CATS),
         )
 
 
@@ -130,31 +138,85 @@ def _launching_threads(v: RankView, gap_ends: FloatArray) -> IntArray:
     return np.where(rt >= 0, v.ev.thread[np.maximum(rt, 0)], main_thread)
 
 
+Layer = tuple[str, IntArray, iv.Intervals]  # (cause or ANNOTATION_LAYER, events, their time)
+
+
 def _thread_layers(
     v: RankView, ops: ThreadOps, kinds: _HostKinds, sync_calls: list[int]
-) -> list[tuple[str, IntArray]]:
-    """Per cause in priority order (untraced aside), the thread's events that make it up."""
+) -> list[Layer]:
+    """Per cause in priority order (untraced aside), the thread's events that make it up and
+    the time they cover. The containers (compiled regions, user annotations) come last, each
+    covering only the moments where it is the innermost container."""
     idx = ops.index
     cats, codes = v.ev.cat[idx], v.ev.name[idx]
     cat_py = kinds.python[cats]
-    compiled = kinds.compiled[codes]
-    cat_op = kinds.op[cats] & ~cat_py & ~compiled
+    compiled = kinds.compiled[codes] & ~kinds.runtime[cats]
     not_step = ~kinds.step[codes]
-    return [
+    annotation = kinds.annotation[cats] & ~compiled & not_step
+    cat_op = kinds.op[cats] & ~cat_py & ~compiled & ~annotation
+    plain = [
         ("dataloader", idx[kinds.dataloader[codes] & not_step]),
         ("sync", _sync_ops(v, ops, sync_calls, kinds.compiled)),
         ("optimizer", idx[kinds.optimizer[codes]]),
         ("launch", idx[kinds.runtime[cats]]),
         ("cpu_op", idx[cat_op & not_step]),
         ("python", idx[cat_py & ~compiled]),
-        ("compiled_region", idx[compiled & ~kinds.runtime[cats]]),
     ]
+    layers = [(c, e, iv.merge(v.ts[e], v.end[e])) for c, e in plain]
+    containers = idx[compiled | annotation]
+    in_region, in_annotation = _innermost_containers(v, containers, kinds.compiled)
+    layers.append(("compiled_region", idx[compiled], in_region))
+    layers.append((ANNOTATION_LAYER, idx[annotation], in_annotation))
+    return layers
+
+
+def _innermost_containers(
+    v: RankView, containers: IntArray, compiled: BoolArray
+) -> tuple[iv.Intervals, iv.Intervals]:
+    """The time where the innermost of ``containers`` (one thread's, in start order, longer
+    first) is a compiled region, and where it is a user annotation."""
+    seg_s, seg_e, owner = _innermost(v.ts[containers], v.end[containers])
+    region = compiled[v.ev.name[containers]][owner]
+    return iv.merge(seg_s[region], seg_e[region]), iv.merge(seg_s[~region], seg_e[~region])
+
+
+def _innermost(ts: FloatArray, end: FloatArray) -> tuple[FloatArray, FloatArray, IntArray]:
+    """Intervals in start order (longer first; nested, as a thread's records are) cut into
+    segments, each owned by the innermost interval open then: the latest started that has not
+    ended. The segments cover the intervals' union once."""
+    starts: list[float] = []
+    ends: list[float] = []
+    owners: list[int] = []
+    t_end = end.tolist()
+
+    def emit(t0: float, t1: float, k: int) -> None:
+        if t1 > t0:
+            starts.append(t0)
+            ends.append(t1)
+            owners.append(k)
+
+    stack: list[int] = []  # the intervals open at the sweep's time, innermost last
+    at = -np.inf
+    for k, t0 in enumerate(ts.tolist()):
+        while stack and t_end[stack[-1]] <= t0:
+            top = stack.pop()
+            emit(at, t_end[top], top)
+            at = max(at, t_end[top])
+        if stack:
+            emit(at, t0, stack[-1])
+        at = t0
+        stack.append(k)
+    while stack:
+        top = stack.pop()
+        emit(at, t_end[top], top)
+        at = max(at, t_end[top])
+    return np.array(starts), np.array(ends), np.array(owners, dtype=np.int64)
 
 
 def _credit_thread(
     v: RankView,
     ops: ThreadOps,
-    layers: list[tuple[str, IntArray]],
+    layers: list[Layer],
     gaps: iv.Intervals,
     sites: SiteTimes,
 ) -> FloatArray:
@@ -162,10 +224,13 @@ def _credit_thread(
     what no layer covers is untraced. The sites of the credited events are added to ``sites``."""
     out = np.zeros((gaps[0].size, len(CAUSES)))
     remaining = iv.merge(*gaps)
-    for cause, events in layers:
-        part, remaining = iv.split(remaining, iv.merge(v.ts[events], v.end[events]))
-        out[:, CAUSES.index(cause)] = iv.covered_in_windows(part, gaps[0], gaps[1])
-        if part[0].size and cause != "launch":
+    for layer, events, covers in layers:
+        cause = "cpu_op" if layer == ANNOTATION_LAYER else layer
+        part, remaining = iv.split(remaining, covers)
+        out[:, CAUSES.index(cause)] += iv.covered_in_windows(part, gaps[0], gaps[1])
+        if part[0].size and layer in (ANNOTATION_LAYER, "python"):
+            _add_innermost_sites(v, ops, cause, part, events, sites)
+        elif part[0].size and cause != "launch":
             _add_sites(v, ops, cause, part, events, sites)
     out[:, _UNTRACED] = iv.covered_in_windows(remaining, gaps[0], gaps[1])
     return out
@@ -287,13 +352,45 @@ def _add_sites(
     covered = iv.covered_in_windows(part, v.ts[cand], v.end[cand])
     hit_mask = covered > 0
     hit = cand[hit_mask]
-    if cause == "python":
-        for j, us in zip(hit.tolist(), covered[hit_mask].tolist(), strict=True):
-            name = v.name(j)
-            site = user_site(name)
-            sites[(cause, name if site is None else "python", site)] += us
-        return
     for j, us, site in zip(
         hit.tolist(), covered[hit_mask].tolist(), sites_for(v, ops, hit), strict=True
     ):
         sites[(cause, v.name(j), site)] += us
+
+
+def _add_innermost_sites(
+    v: RankView, ops: ThreadOps, cause: str, part: iv.Intervals, events: IntArray, sites: SiteTimes
+) -> None:
+    """Credit the idle time in ``part`` to the innermost of ``events`` (in start order, longer
+    first) covering it. A Python frame is named by the innermost user frame that is it or
+    encloses it (``python`` and its site), else by itself."""
+    covered = iv.covered_in_windows(part, v.ts[events], v.end[events])
+    ev = events[covered > 0]  # an event that covers some of it, and so do the events around it
+    if ev.size == 0:
+        return
+    seg_s, seg_e, owner = _innermost(v.ts[ev], v.end[ev])
+    own = np.bincount(owner, weights=iv.covered_in_windows(part, seg_s, seg_e), minlength=ev.size)
+    hit = np.flatnonzero(own > 0)
+    if cause == "python":
+        site_of = _frame_sites(v, ev)
+        for k in hit.tolist():
+            name, site = v.name(int(ev[k])), site_of[k]
+            sites[(cause, name if site is None else "python", site)] += float(own[k])
+        return
+    for k, site in zip(hit.tolist(), sites_for(v, ops, ev[hit]), strict=True):
+        sites[(cause, v.name(int(ev[k])), site)] += float(own[k])
+
+
+def _frame_sites(v: RankView, frames: IntArray) -> list[str | None]:
+    """Per Python frame (in start order, longer first): the innermost user frame
+    (``file.py:line``) that is it or encloses it."""
+    out: list[str | None] = []
+    stack: list[int] = []  # the frames enclosing the current one, innermost last
+    ends = v.end[frames].tolist()
+    for k, (j, t0) in enumerate(zip(frames.tolist(), v.ts[frames].tolist(), strict=True)):
+        while stack and ends[stack[-1]] <= t0:
+            stack.pop()
+        site = user_site(v.name(j))
+        out.append(site if site is not None or not stack else out[stack[-1]])
+        stack.append(k)
+    return out

@@ -85,8 +85,8 @@ def launch_stats(
     """All CPU-launch ↔ GPU-event pairs (joined on correlation id, many-to-many as in HTA)."""
     is_launch = v.ev.has_name(lambda n: n in names)
     in_set = member(v.ev.correlation, v.ev.correlation[is_launch])
-    cpu = np.flatnonzero(in_set & (v.ev.stream == -1))
-    gpu = np.flatnonzero(in_set & (v.ev.stream != -1))
+    cpu = np.flatnonzero(in_set & ~v.on_stream)
+    gpu = np.flatnonzero(in_set & v.on_stream)
     # inner join on correlation
     cc, gc = v.ev.correlation[cpu], v.ev.correlation[gpu]
     co, go = np.argsort(cc, kind="stable"), np.argsort(gc, kind="stable")

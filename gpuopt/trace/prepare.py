@@ -8,7 +8,10 @@ we (docs/trace-metrics.md says where and why we differ):
   (pytorch/pytorch#122425: events that overlap by a fraction of a µs). An event that holds no
   whole µs ends at its rounded start (zero length), where HTA gives it a negative length.
 * "GPU events" are the events with a ``stream`` (kernels, memcpy, memset, CUDA syncs); GPU
-  *kernels* additionally have a correlation id (or are ``Event Sync``/``Context Sync``).
+  *kernels* additionally have a correlation id (or are ``Event Sync``/``Context Sync``). Where we
+  depart from HTA: an event of a host category (:data:`HOST_CATS`: ops, annotations, Python
+  frames, runtime and driver calls) is never a GPU event, whatever its args say (Inductor's
+  host-side ``cpu_op`` record of a Triton launch carries an integer ``stream``).
 * With two or more ``ProfilerStep#N`` annotations, the last step is dropped (it is usually cut
   off by the profiler): CPU events starting at or after its start, and GPU events launched by them.
 * Steps are the host's ``ProfilerStep#N`` annotations only. A GPU-side annotation of the same name
@@ -73,11 +76,14 @@ class RankView:
     ts: FloatArray
     end: FloatArray
     dur: FloatArray
-    on_stream: BoolArray  # stream != -1: HTA's "GPU events"
+    on_stream: BoolArray  # a GPU event: on a stream, not of a host category (HOST_CATS)
     gpu_kernel: BoolArray  # HTA's GPUKernelFilter
     ktype: IntArray  # kernel type per event (meaningful where on_stream)
     runtime_index: IntArray  # for GPU events: index of the launching CPU event, else -1
     steps: list[Step] = field(default_factory=list)  # profiler steps kept
+    # starts of the GPU events whose launch is not in the trace (queued before it began), sorted;
+    # taken before the last-step rule, which drops them
+    unlaunched_ts: FloatArray = field(default_factory=lambda: np.zeros(0))
     dropped_last_step: Step | None = None
     events_total: int = 0
     source: str = ""
@@ -91,22 +97,54 @@ class RankView:
         return self.ev.names[int(self.ev.name[i])]
 
 
+# Host-side categories: never GPU work, whatever their args say.
+HOST_CATS = (
+    "cpu_op",
+    "Operator",
+    "user_annotation",
+    "python_function",
+    "cuda_runtime",
+    "cuda_driver",
+    "Runtime",
+    "mtia_runtime",
+    "overhead",
+    "cpu_instant_event",
+)
+
+
+def gpu_events(cols: EventColumns) -> tuple[BoolArray, BoolArray]:
+    """Per event: is it a GPU event (on a stream, not of a :data:`HOST_CATS` category), and a
+    GPU kernel (a GPU event with a correlation id, or a sync event on the device)."""
+    host = cols.has_cat(HOST_CATS)
+    on_stream = (cols.stream != -1) & ~host
+    is_sync = cols.has_name(lambda n: n in SYNC_EVENT_NAMES)
+    gpu_kernel = (((cols.stream >= 0) & (cols.correlation >= 0)) | is_sync) & ~host
+    return on_stream, gpu_kernel
+
+
 def count_step_names(cols: EventColumns) -> set[str]:
-    return {n for n in cols.names if "ProfilerStep" in n}
+    """The names of the host's ``ProfilerStep`` annotations (HTA's last-step rule counts them;
+    a GPU-side annotation of another step number is not a step)."""
+    if not any("ProfilerStep" in n for n in cols.names):
+        return set()
+    on_stream, gpu_kernel = gpu_events(cols)
+    codes = np.unique(cols.name[step_annotations(cols, gpu_kernel, on_stream)])
+    return {cols.names[int(c)] for c in codes}
 
 
 GPU_ANNOTATION_CATS = ("gpu_user_annotation",)
 
 
-def step_annotations(cols: EventColumns, gpu_kernel: BoolArray) -> BoolArray:
-    """Mask of the host's ``ProfilerStep`` annotations: not a GPU event, not on a stream, not a
-    GPU-side annotation (``gpu_user_annotation``)."""
+def step_annotations(cols: EventColumns, gpu_kernel: BoolArray, on_stream: BoolArray) -> BoolArray:
+    """Mask of the host's ``ProfilerStep`` annotations: not a GPU event, not a GPU-side
+    annotation (``gpu_user_annotation``)."""
     if not len(cols):
         return np.zeros(0, dtype=bool)
     names_step = np.array([("ProfilerStep" in n) for n in cols.names] or [False], dtype=bool)
     on_gpu = np.array([c in GPU_ANNOTATION_CATS for c in cols.cats] or [False], dtype=bool)
-    host: BoolArray = cols.stream == -1
-    return np.asarray(names_step[cols.name] & ~on_gpu[cols.cat] & ~gpu_kernel & host, dtype=bool)
+    return np.asarray(
+        names_step[cols.name] & ~on_gpu[cols.cat] & ~gpu_kernel & ~on_stream, dtype=bool
+    )
 
 
 def build_view(rank: int, cols: EventColumns, filter_last_step: bool, source: str = "") -> RankView:
@@ -116,11 +154,10 @@ def build_view(rank: int, cols: EventColumns, filter_last_step: bool, source: st
     if cols.fractional_ts:
         ts = np.ceil(ts)
         end = np.maximum(np.floor(end), ts)  # less than a whole µs: zero length, not negative
-    on_stream = cols.stream != -1
-    is_sync = cols.has_name(lambda n: n in SYNC_EVENT_NAMES)
-    gpu_kernel = ((cols.stream >= 0) & (cols.correlation >= 0)) | is_sync
-
-    is_step_evt = step_annotations(cols, gpu_kernel)
+    on_stream, gpu_kernel = gpu_events(cols)
+    is_step_evt = step_annotations(cols, gpu_kernel, on_stream)
+    launchers = cols.correlation[~gpu_kernel & (cols.correlation != -1)]
+    unlaunched_ts = np.sort(ts[on_stream & ~member(cols.correlation, launchers)])
     keep = np.ones(len(cols), dtype=bool)
     dropped: Step | None = None
     if filter_last_step and is_step_evt.any():
@@ -169,6 +206,7 @@ def build_view(rank: int, cols: EventColumns, filter_last_step: bool, source: st
         ktype=ktype,
         runtime_index=runtime_index,
         steps=sorted(uniq.values(), key=lambda s: s.start),
+        unlaunched_ts=unlaunched_ts,
         dropped_last_step=dropped,
         events_total=cols.total_events,
         source=source,

@@ -3,11 +3,12 @@
 The straggler is found from the collectives themselves (as HTA's "late start of communication
 kernels"): the n-th communication kernel of every rank is the same collective, and it cannot
 finish before the last rank arrives. For each collective, each rank's lateness = its start −
-the earliest rank's start. The rank with the largest mean lateness makes the others wait; the
-wait it causes is the mean over collectives of (its start − the other ranks' starts). Each
-rank's own wait (``Straggler.wait_us``) is, over the collectives, the last rank's start − its
-own: what the ``straggler-rank`` rule subtracts from a rank's step time to get its own work.
-Kineto timestamps are wall-clock µs, so ranks on synchronised hosts are comparable.
+the earliest rank's start. The rank with the largest mean lateness makes the others wait (where
+two or more ranks share it, as identical ranks do, there is no straggler); the wait it causes
+is the mean over collectives of (its start − the other ranks' starts). Each rank's own wait
+(``Straggler.wait_us``) is, over the collectives, the last rank's start − its own: what the
+``straggler-rank`` rule subtracts from a rank's step time to get its own work. Kineto
+timestamps are wall-clock µs, so ranks on synchronised hosts are comparable.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def straggler_of(ranks: list[int], starts: list[FloatArray]) -> Straggler | None
     """The rank whose late arrival at collectives the others wait for, from each rank's sorted
     communication-kernel starts (:func:`comm_starts`; ``starts`` in the order of ``ranks``), what
     a rank summary keeps of its trace (None: fewer than two ranks, or a rank without
-    communication kernels)."""
+    communication kernels, or a tie: no rank later than every other, as in identical ranks)."""
     if len(ranks) < 2:
         return None
     n = min(s.size for s in starts)
@@ -51,6 +52,8 @@ def straggler_of(ranks: list[int], starts: list[FloatArray]) -> Straggler | None
     late = mat - mat.min(axis=0)
     mean_late = late.mean(axis=1)
     worst = int(mean_late.argmax())
+    if mean_late[worst] <= 0 or int((mean_late == mean_late[worst]).sum()) > 1:
+        return None  # a tie is no straggler
     others = np.delete(np.arange(len(ranks)), worst)
     caused = (mat[worst] - mat[others]).clip(min=0).mean()
     return Straggler(

@@ -7,7 +7,9 @@ contract's ``breakdown.sync`` needs.)
 
 Step windows: a ``ProfilerStep#N`` annotation starts a step on the CPU; the step ends when both
 its CPU annotation and the GPU work it launched have ended (the GPU runs behind the host), and the
-next step starts no earlier than that, so windows never overlap and add up to wall time.
+next step starts no earlier than that, so windows never overlap and add up to wall time. Where the
+GPU runs a step or more behind (each step's GPU work starts after its host step has ended), the
+windows are the steps' GPU work instead (:mod:`gpuopt.trace.gpu_lag`).
 Host activity counts only on the training threads: the thread of the step annotations and the
 threads that launched GPU work (not, e.g., a pin-memory thread that is always busy).
 """
@@ -22,6 +24,7 @@ from gpuopt.model.trace import StepOverview
 from gpuopt.trace import intervals as iv
 from gpuopt.trace.array_stats import code_mask, unique
 from gpuopt.trace.columns import FloatArray
+from gpuopt.trace.gpu_lag import gpu_windows, launched_spans
 from gpuopt.trace.memory import SYNC_APIS
 from gpuopt.trace.prepare import COMMUNICATION, MEMORY, RankView
 
@@ -91,16 +94,16 @@ def training_threads(v: RankView) -> np.ndarray:
 
 
 def step_windows(v: RankView) -> tuple[np.ndarray, np.ndarray]:
+    """The profiler steps' windows (see the module); where the GPU runs behind the host, the
+    steps' windows on the GPU (:func:`gpuopt.trace.gpu_lag.gpu_windows`)."""
     if not v.steps:
         return np.zeros(0), np.zeros(0)
+    behind = gpu_windows(v)
+    if behind is not None:
+        return behind
     starts = np.array([s.start for s in v.steps])
     ends = np.array([s.end for s in v.steps])
-    g = np.flatnonzero(v.on_stream & (v.runtime_index >= 0))
-    launch_ts = v.ts[v.runtime_index[g]]
-    k = np.searchsorted(starts, launch_ts, side="right") - 1
-    ok = (k >= 0) & (launch_ts < ends[np.maximum(k, 0)])
-    gpu_end = np.full(starts.size, -np.inf)
-    np.maximum.at(gpu_end, k[ok], v.end[g][ok])
+    _, gpu_end = launched_spans(v)
     out_s, out_e = starts.copy(), np.maximum(ends, gpu_end)
     for i in range(1, starts.size):
         out_s[i] = max(out_s[i], out_e[i - 1])
