@@ -203,9 +203,8 @@ def _step_timeline(rec: RunRecord) -> _StepTimeline:
     )
     if rec.step_marker is not None:
         steps.marker = rec.step_marker
-    slow = [s for s in rec.slow_steps or [] if s.index < len(ends)]
-    if slow:  # the key only where a step was far slower than the others
-        steps.slow = slow
+    if rec.slow_steps is not None:  # the key wherever the stack sampler ran: [] for none slow
+        steps.slow = [s for s in rec.slow_steps if s.index < len(ends)]
     if 0 < len(ends) <= rec.warmup:
         warnings.append(
             f"only {len(ends)} step(s), not more than --warmup {rec.warmup}: statistics include "
