@@ -17,6 +17,7 @@ from msgspec import UNSET, UnsetType
 
 from gpuopt.assemble import step_stats
 from gpuopt.assemble.distributed_run import distributed_record, step_collective_s
+from gpuopt.assemble.framework_run import framework_record
 from gpuopt.assemble.host_summary import summarize
 from gpuopt.assemble.run_record import RunRecord
 from gpuopt.compile.events import CompileCapture
@@ -25,6 +26,7 @@ from gpuopt.debug import logger
 from gpuopt.errors import GpuoptError
 from gpuopt.model.document import empty_profile
 from gpuopt.model.profile import Breakdown, Dispatch, Profile, Steps
+from gpuopt.model.records import Framework
 from gpuopt.model.trace import TraceDetails
 from gpuopt.probes.recorder import RecorderCapture
 
@@ -76,6 +78,7 @@ def assemble_run(rec: RunRecord) -> Profile:
         if rec.window.info is not None:
             p.trace = TraceDetails(profiler_window=rec.window.info)
     p.breakdown = _breakdown(rec, timeline, p.dispatch)
+    p.framework = _framework(rec, p, reported)
     p.compile = None  # the key is always there: null where nothing was compiled
     if rec.compile is not None:
         reported += _add_compile(p, rec, timeline.measured)
@@ -85,6 +88,16 @@ def assemble_run(rec: RunRecord) -> Profile:
         unread = attach_window_traces(p)
         p.warnings.extend(unread)
     return p
+
+
+def _framework(rec: RunRecord, p: Profile, reported: list[str]) -> Framework | None:
+    """The ``framework`` key (None for a plain loop); a summary that fails costs its key."""
+    try:
+        return framework_record(rec, p)
+    except Exception as exc:
+        log.debug("the framework's summary failed", exc_info=True)
+        reported.append(f"the framework could not be summarised: {type(exc).__name__}: {exc}")
+        return None
 
 
 def _add_compile(p: Profile, rec: RunRecord, measured: list[int]) -> list[str]:

@@ -13,6 +13,7 @@ from gpuopt.model.profile import (
     TrainingRecord,
     Utilization,
 )
+from gpuopt.model.records import Framework
 from gpuopt.probes.collectives import CollectiveCapture
 from gpuopt.probes.dataloader import DataLoaderWaits
 from gpuopt.probes.profiler_window import WindowResult
@@ -61,3 +62,5 @@ class RunRecord:
     collectives: CollectiveCapture | None = None  # one rank of several: its collectives
     memory: MemoryReport | None = None  # --memory-for, or a GPU: the memory probe's result
     compile: CompileCapture | None = None  # what torch.compile did (None: the probe failed)
+    # the framework the run imported (gpuopt.frameworks.frames.recognise), its name and version
+    framework: Framework | None = None

@@ -827,13 +827,16 @@ class Framework(Record):
     ``version`` its version; ``entry`` the user's line that called into it (``trainer.train()``,
     ``trainer.fit(...)``), None where no user line led there; ``phases`` the loop's phases with
     their steps; ``python_share`` the measured steps' time in the framework's own Python (0-1),
-    None where it was not measured."""
+    None where it was not measured; ``knobs_site`` the ``Trainer(...)`` call (the object the
+    framework's knobs are set on) in the entry's file."""
 
     name: str
     version: str | None = None
     entry: str | None = None
     phases: list[FrameworkPhase] = field(default_factory=list)
     python_share: float | None = None
+    # the user's line of the call its knobs are set in (``Trainer(...)``), where found
+    knobs_site: str | None | UnsetType = UNSET
 
 
 class CompiledFunction(Record):

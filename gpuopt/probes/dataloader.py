@@ -164,6 +164,8 @@ class DataLoaderWaits:
     loaders: list[LoaderStats]
     wait_by_step: dict[int, float]
     first_fetch_t: float | None  # clock time of the run's first next(), if any
+    # batches by a framework's loop phase (train, validation, sanity-check: gpuopt.frameworks)
+    phases: dict[str, int] = field(default_factory=dict)
 
     def infos(self, measured_steps: list[int]) -> list[DataLoaderInfo]:
         return [s.info(measured_steps) for s in self.loaders]
@@ -198,6 +200,7 @@ class DataLoaderProbe:
         self._resolver: Any = None
         self._alive: dict[int, Any] = {}  # id(loader) -> weakref, so a reused id starts a new entry
         self._origins: dict[tuple[int, bool], BatchOrigin] = {}  # made once per loader and mode
+        self.phases: dict[str, int] = {}  # batches by a framework loop's phase
 
     # -- Probe interface -------------------------------------------------------------------
     def start(self, ctx: RunContext) -> None:
@@ -223,6 +226,7 @@ class DataLoaderProbe:
             try:
                 probe._register(it, loader)
                 probe._started(it, step, dt)
+                it._gpuopt_phase = probe._phase(sys._getframe(1))
             except Exception as exc:  # measuring must never break the user's loader
                 log.debug_once("a DataLoader iterator not measured: %s", exc, exc_info=True)
             return it
@@ -304,7 +308,10 @@ class DataLoaderProbe:
 
     def result(self) -> DataLoaderWaits:
         return DataLoaderWaits(
-            list(self.loaders.values()), dict(self.wait_by_step), self.first_fetch_t
+            list(self.loaders.values()),
+            dict(self.wait_by_step),
+            self.first_fetch_t,
+            dict(self.phases),
         )
 
     # -- internals -------------------------------------------------------------------------
@@ -418,7 +425,18 @@ class DataLoaderProbe:
         stats.fetch_cpu_s += max(cpu - before[0], 0) / 1e9
         stats.fetch_runq_s += max(runq - before[1], 0) / 1e9
 
+    def _phase(self, frame: Any) -> str | None:
+        """The framework loop's phase an iterator starts in (None without a framework)."""
+        from gpuopt.frameworks.frames import SPEC_PACKAGES, Phases
+
+        if not SPEC_PACKAGES.intersection(sys.modules):
+            return None
+        return Phases(sys.modules).phase(frame)
+
     def _record(self, it: Any, step: int, dt: float, ok: bool, training: bool = True) -> None:
+        phase = getattr(it, "_gpuopt_phase", None)
+        if phase is not None and ok:
+            self.phases[phase] = self.phases.get(phase, 0) + 1
         stats = self.loaders.get(getattr(it, "_gpuopt_loader_key", -1))
         self._wait(stats, step, dt)
         if stats is not None:

@@ -33,6 +33,7 @@ from gpuopt import debug, torch_compat
 from gpuopt.assemble.run_record import Outcome, RunRecord
 from gpuopt.errors import GpuoptError, say
 from gpuopt.model.profile import Profile, RunError
+from gpuopt.model.records import Framework
 from gpuopt.probes import steps as steps_mod
 from gpuopt.probes.collectives import CollectiveProbe, wanted
 from gpuopt.probes.compile import CompileProbe
@@ -210,6 +211,7 @@ class ProfileSession:
             memory=self._result(self.memory, self.memory.result, full) if self.memory else None,
             sampler_error=self.sampler.error if self.sampler else None,
             warnings=self._warnings(full),
+            framework=_framework(),
         )
 
     def _warnings(self, full: bool) -> list[str]:
@@ -581,3 +583,15 @@ def _execs(argv: object) -> bool:
         return False
     first = argv[0]
     return isinstance(first, (str, bytes, os.PathLike)) and bool(os.fspath(first))
+
+
+def _framework() -> Framework | None:
+    """The framework the script imported, if any (gpuopt.frameworks); never fails the run."""
+    from gpuopt.frameworks.frames import recognise
+
+    try:
+        found: Framework | None = recognise(sys.modules)
+    except Exception:  # a framework's module that misbehaves costs the key, never the run
+        log.debug("framework not recognised", exc_info=True)
+        return None
+    return found
