@@ -36,7 +36,8 @@ KNOBS = (
         finding="framework-bound",
         evidence=(
             "the progress bar refreshes its metrics each batch "
-            "(lightning/pytorch/callbacks/progress/tqdm_progress.py on_train_batch_end)"
+            "(lightning/pytorch/callbacks/progress/tqdm_progress.py on_train_batch_end): "
+            "0.71 of the autoencoder's 5.40 ms CPU a step (benchmarks/frameworks)"
         ),
     ),
     Knob(
@@ -86,7 +87,7 @@ PHASES = (
 
 # the knobs that take Python out of every step (the framework-bound finding's fix, planned by
 # `gpuopt optimize`); the others are named where they apply
-STEP_KNOBS = ("log_every_n_steps", "enable_progress_bar")
+STEP_KNOBS = ("enable_progress_bar",)
 
 # the phases whose batches are no training step (the memory probe records a training iteration)
 EVALUATION = ("sanity-check", "validation", "predict")

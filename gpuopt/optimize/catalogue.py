@@ -62,6 +62,14 @@ CATALOGUE: tuple[FixKind, ...] = (
         settle_steps=3,  # every run compiles first
     ),
     FixKind(
+        "framework-knobs",
+        "the training framework's own settings that take Python out of every step, set where "
+        "the script sets them (Lightning: Trainer(enable_progress_bar=False))",
+        ("framework-bound",),
+        runtime=False,
+        source=True,
+    ),
+    FixKind(
         "zero-grad",
         "optimizer.zero_grad(set_to_none=True) where it is set to False",
         (),

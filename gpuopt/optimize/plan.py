@@ -274,6 +274,38 @@ def _plan_graph_breaks(kind: FixKind, inp: PlanInput) -> PlannedFix:
     return fix
 
 
+def _plan_framework_knobs(kind: FixKind, inp: PlanInput) -> PlannedFix:
+    """The framework's knobs the framework-bound finding names, set at its settings call
+    (``Trainer(...)``); a framework whose knobs are command-line flags (timm's ``train.py``)
+    gets the flags to add, printed."""
+    from gpuopt.optimize.codemods.framework_knobs import rewrite_call_keywords
+
+    found = _findings(inp.profile, kind.findings)
+    fix = PlannedFix(kind, False, False, "", findings=[f.id for f in found])
+    params = dict(given(found[0].fix_params) or {}) if found else {}
+    callee = params.pop("call", None)
+    framework = params.pop("framework", "the framework")
+    parsed = site_line(found[0].site) if found and found[0].site else None
+    if callee is None or parsed is None or not params:
+        fix.reason = f"{framework}: no settings call to rewrite ({found[0].fix if found else ''})"
+        return fix
+    path, line = parsed
+    settings = dict(params)
+    fix.sites = [f"{path}:{line}"]
+    fix.settings = dict(settings)
+    fix.applicable = True
+    shown = ", ".join(f"{k}={v}" for k, v in settings.items())
+    share = given(found[0].evidence.get("python_share"))
+    part = f"{float(share):.0%}" if isinstance(share, float | int) else "much"
+    fix.reason = f"{part} of the step is {framework}'s own Python: {callee}({shown})"
+
+    def codemod(text: str, name: str) -> Rewrite:
+        return rewrite_call_keywords(text, [line], callee, settings, name=name)
+
+    fix.edits = [SourceEdit(path, [line], codemod)]
+    return fix
+
+
 def _zero_grad_lines(inp: PlanInput) -> list[int]:
     if inp.script_text is None:
         return []
@@ -593,6 +625,7 @@ _PLANNERS: dict[str, Callable[[FixKind, PlanInput], PlannedFix]] = {
     "syncs": _plan_syncs,
     "graph-breaks": _plan_graph_breaks,
     "zero-grad": _plan_zero_grad,
+    "framework-knobs": _plan_framework_knobs,
     "cudnn-benchmark": _plan_cudnn,
     "amp": _plan_model,
     "channels-last": _plan_model,
