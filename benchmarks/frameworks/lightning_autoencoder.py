@@ -40,10 +40,10 @@ def main() -> None:
     labels = torch.randint(0, 10, (6000,))
     train = DataLoader(TensorDataset(images[:5000], labels[:5000]), batch_size=32, shuffle=True)
     val = DataLoader(TensorDataset(images[5000:], labels[5000:]), batch_size=32)
-    trainer = L.Trainer(
+    trainer = L.Trainer(  # trainer
         max_steps=60, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False
     )
-    trainer.fit(LitAutoEncoder(), train, val)
+    trainer.fit(LitAutoEncoder(), train, val)  # fit
 
 
 if __name__ == "__main__":
