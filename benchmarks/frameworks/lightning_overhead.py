@@ -48,7 +48,6 @@ def plain(steps: int) -> float:
 
 def lightning(steps: int, **settings: object) -> float:
     import lightning as L
-
     from lightning_autoencoder import LitAutoEncoder
 
     trainer = L.Trainer(
