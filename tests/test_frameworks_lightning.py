@@ -90,14 +90,10 @@ def test_recognise_reads_sys_modules_without_importing() -> None:
     class Mod:
         __version__ = "2.6.6"
 
-    class Main:
-        def train_one_epoch(self) -> None: ...
-        def validate(self) -> None: ...
-
     assert lightning.recognise({"lightning": Mod()}) == Framework(name="lightning", version="2.6.6")
     assert lightning.recognise({}) is None
-    assert timm.recognise({"timm": Mod()}) is None  # timm imported by a script of its own
-    found = timm.recognise({"timm": Mod(), "__main__": Main()})
+    assert timm.recognise({"timm": Mod()}) is None  # a timm model in a loop of the script's own
+    found = timm.recognise({"timm": Mod(), **dict.fromkeys(timm.SCRIPT_PACKAGES, Mod())})
     assert found is not None and found.name == "timm"
 
 

@@ -67,18 +67,16 @@ STEP_KNOBS: tuple[str, ...] = ()  # train.py's per-step Python is the script's o
 
 CALLS: tuple[str, ...] = ()  # its knobs are flags on the command line
 
-# the script is timm's train.py when its module defines these and timm is imported
-SCRIPT_FUNCTIONS = ("train_one_epoch", "validate")
+# train.py imports these (a script that builds a timm model alone does not)
+SCRIPT_PACKAGES = ("timm.data", "timm.loss", "timm.optim", "timm.scheduler")
 
 
 def recognise(modules: Mapping[str, Any]) -> Framework | None:
-    """The ``framework`` record where the script is timm's ``train.py`` (its ``__main__``
-    defines :data:`SCRIPT_FUNCTIONS` and timm is imported), else None."""
+    """The ``framework`` record where the script is timm's ``train.py`` or built like it (it
+    imported :data:`SCRIPT_PACKAGES`: timm's data, loss, optimizer and scheduler factories),
+    else None (a script that only builds a timm model trains in its own loop)."""
     timm = modules.get("timm")
-    main = modules.get("__main__")
-    if timm is None or main is None:
-        return None
-    if not all(callable(getattr(main, f, None)) for f in SCRIPT_FUNCTIONS):
+    if timm is None or not all(m in modules for m in SCRIPT_PACKAGES):
         return None
     version = getattr(timm, "__version__", None)
     return Framework(name=NAME, version=str(version) if version else None)
