@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""ImageNet Training Script
+""" ImageNet Training Script
 
 This is intended to be a lean and easily modifiable ImageNet training script that reproduces ImageNet
 training results with some of the latest networks and training techniques. It favours canonical PyTorch
@@ -14,7 +14,6 @@ NVIDIA CUDA specific speedups adopted from NVIDIA Apex examples
 
 Hacked together by / Copyright 2020 Ross Wightman (https://github.com/rwightman)
 """
-
 import argparse
 import copy
 import importlib
@@ -33,22 +32,10 @@ import torchvision.utils
 import yaml
 
 from timm import utils
-from timm.data import (
-    create_dataset,
-    create_loader,
-    create_naflex_loader,
-    resolve_data_config,
-    Mixup,
-    FastCollateMixup,
-    AugMixDataset,
-)
+from timm.data import create_dataset, create_loader, create_naflex_loader, resolve_data_config, \
+    Mixup, FastCollateMixup, AugMixDataset
 from timm.layers import convert_splitbn_model, convert_sync_batchnorm, set_fast_norm
-from timm.loss import (
-    JsdCrossEntropy,
-    SoftTargetCrossEntropy,
-    BinaryCrossEntropy,
-    LabelSmoothingCrossEntropy,
-)
+from timm.loss import JsdCrossEntropy, SoftTargetCrossEntropy, BinaryCrossEntropy, LabelSmoothingCrossEntropy
 from timm.models import create_model, safe_model_name
 from timm.optim import create_optimizer_v2, optimizer_kwargs
 from timm.scheduler import create_scheduler_v2, scheduler_kwargs
@@ -65,978 +52,399 @@ from timm.task import (
 
 try:
     import wandb
-
     has_wandb = True
 except ImportError:
     has_wandb = False
 
 try:
     from functorch.compile import memory_efficient_fusion
-
     has_functorch = True
 except ImportError as e:
     has_functorch = False
 
-has_compile = hasattr(torch, "compile")
+has_compile = hasattr(torch, 'compile')
 
 
-_logger = logging.getLogger("train")
+_logger = logging.getLogger('train')
 
 
 # The first arg parser parses out only the --config argument, this argument is used to
 # load a yaml file containing key-values that override the defaults for the main parser below
-config_parser = parser = argparse.ArgumentParser(description="Training Config", add_help=False)
-parser.add_argument(
-    "-c",
-    "--config",
-    default="",
-    type=str,
-    metavar="FILE",
-    help="YAML config file specifying default arguments",
-)
+config_parser = parser = argparse.ArgumentParser(description='Training Config', add_help=False)
+parser.add_argument('-c', '--config', default='', type=str, metavar='FILE',
+                    help='YAML config file specifying default arguments')
 
 
-parser = argparse.ArgumentParser(description="PyTorch ImageNet Training")
+parser = argparse.ArgumentParser(description='PyTorch ImageNet Training')
 
 # Dataset parameters
-group = parser.add_argument_group("Dataset parameters")
+group = parser.add_argument_group('Dataset parameters')
 # Keep this argument outside the dataset group because it is positional.
-parser.add_argument(
-    "data",
-    nargs="?",
-    metavar="DIR",
-    const=None,
-    help="path to dataset (positional is *deprecated*, use --data-dir)",
-)
-group.add_argument("--data-dir", metavar="DIR", help="path to dataset (root dir)")
-group.add_argument(
-    "--dataset",
-    metavar="NAME",
-    default="",
-    help='dataset type + name ("<type>/<name>") (default: ImageFolder or ImageTar if empty)',
-)
-group.add_argument(
-    "--train-split", metavar="NAME", default="train", help="dataset train split (default: train)"
-)
-group.add_argument(
-    "--val-split",
-    metavar="NAME",
-    default="validation",
-    help="dataset validation split (default: validation)",
-)
-group.add_argument(
-    "--train-num-samples",
-    default=None,
-    type=int,
-    metavar="N",
-    help="Manually specify num samples in train split, for IterableDatasets.",
-)
-group.add_argument(
-    "--val-num-samples",
-    default=None,
-    type=int,
-    metavar="N",
-    help="Manually specify num samples in validation split, for IterableDatasets.",
-)
-group.add_argument(
-    "--dataset-download",
-    action="store_true",
-    default=False,
-    help="Allow download of dataset for torch/ and tfds/ datasets that support it.",
-)
-group.add_argument(
-    "--class-map",
-    default="",
-    type=str,
-    metavar="FILENAME",
-    help='path to class to idx mapping file (default: "")',
-)
-group.add_argument(
-    "--input-img-mode",
-    default=None,
-    type=str,
-    help="Dataset image conversion mode for input images.",
-)
-group.add_argument("--input-key", default=None, type=str, help="Dataset key for input images.")
-group.add_argument("--target-key", default=None, type=str, help="Dataset key for target labels.")
-group.add_argument(
-    "--dataset-trust-remote-code",
-    action="store_true",
-    default=False,
-    help="Allow huggingface dataset import to execute code downloaded from the dataset's repo.",
-)
+parser.add_argument('data', nargs='?', metavar='DIR', const=None,
+                    help='path to dataset (positional is *deprecated*, use --data-dir)')
+group.add_argument('--data-dir', metavar='DIR',
+                    help='path to dataset (root dir)')
+group.add_argument('--dataset', metavar='NAME', default='',
+                    help='dataset type + name ("<type>/<name>") (default: ImageFolder or ImageTar if empty)')
+group.add_argument('--train-split', metavar='NAME', default='train',
+                   help='dataset train split (default: train)')
+group.add_argument('--val-split', metavar='NAME', default='validation',
+                   help='dataset validation split (default: validation)')
+group.add_argument('--train-num-samples', default=None, type=int,
+                    metavar='N', help='Manually specify num samples in train split, for IterableDatasets.')
+group.add_argument('--val-num-samples', default=None, type=int,
+                    metavar='N', help='Manually specify num samples in validation split, for IterableDatasets.')
+group.add_argument('--dataset-download', action='store_true', default=False,
+                   help='Allow download of dataset for torch/ and tfds/ datasets that support it.')
+group.add_argument('--class-map', default='', type=str, metavar='FILENAME',
+                   help='path to class to idx mapping file (default: "")')
+group.add_argument('--input-img-mode', default=None, type=str,
+                   help='Dataset image conversion mode for input images.')
+group.add_argument('--input-key', default=None, type=str,
+                   help='Dataset key for input images.')
+group.add_argument('--target-key', default=None, type=str,
+                   help='Dataset key for target labels.')
+group.add_argument('--dataset-trust-remote-code', action='store_true', default=False,
+                   help='Allow huggingface dataset import to execute code downloaded from the dataset\'s repo.')
 
 # Model parameters
-group = parser.add_argument_group("Model parameters")
-group.add_argument(
-    "--model",
-    default="resnet50",
-    type=str,
-    metavar="MODEL",
-    help='Name of model to train (default: "resnet50")',
-)
-group.add_argument(
-    "--pretrained",
-    action="store_true",
-    default=False,
-    help="Start with pretrained version of specified network (if avail)",
-)
-group.add_argument(
-    "--pretrained-path",
-    default=None,
-    type=str,
-    help="Load this checkpoint as if they were the pretrained weights (with adaptation).",
-)
-group.add_argument(
-    "--initial-checkpoint",
-    default="",
-    type=str,
-    metavar="PATH",
-    help="Load this checkpoint into model after initialization (default: none)",
-)
-group.add_argument(
-    "--resume",
-    default="",
-    type=str,
-    metavar="PATH",
-    help="Resume full model and optimizer state from checkpoint (default: none)",
-)
-group.add_argument(
-    "--no-resume-opt",
-    action="store_true",
-    default=False,
-    help="prevent resume of optimizer state when resuming model",
-)
-group.add_argument(
-    "--num-classes",
-    type=int,
-    default=None,
-    metavar="N",
-    help="number of label classes (Model default if None)",
-)
-group.add_argument(
-    "--gp",
-    default=None,
-    type=str,
-    metavar="POOL",
-    help="Global pool type, one of (fast, avg, max, avgmax, avgmaxc). Model default if None.",
-)
-group.add_argument(
-    "--img-size",
-    type=int,
-    default=None,
-    metavar="N",
-    help="Image size (default: None => model default)",
-)
-group.add_argument(
-    "--in-chans",
-    type=int,
-    default=None,
-    metavar="N",
-    help="Image input channels (default: None => 3)",
-)
-group.add_argument(
-    "--input-size",
-    default=None,
-    nargs=3,
-    type=int,
-    metavar="N",
-    help="Input all image dimensions (d h w, e.g. --input-size 3 224 224), uses model default if empty",
-)
-group.add_argument(
-    "--crop-pct",
-    default=None,
-    type=float,
-    metavar="N",
-    help="Input image center crop percent (for validation only)",
-)
-group.add_argument(
-    "--mean",
-    type=float,
-    nargs="+",
-    default=None,
-    metavar="MEAN",
-    help="Override mean pixel value of dataset",
-)
-group.add_argument(
-    "--std",
-    type=float,
-    nargs="+",
-    default=None,
-    metavar="STD",
-    help="Override std deviation of dataset",
-)
-group.add_argument(
-    "--interpolation",
-    default="",
-    type=str,
-    metavar="NAME",
-    help="Image resize interpolation type (overrides model)",
-)
-group.add_argument(
-    "-b",
-    "--batch-size",
-    type=int,
-    default=128,
-    metavar="N",
-    help="Input batch size for training (default: 128)",
-)
-group.add_argument(
-    "-vb",
-    "--validation-batch-size",
-    type=int,
-    default=None,
-    metavar="N",
-    help="Validation batch size override (default: None)",
-)
-group.add_argument(
-    "--channels-last", action="store_true", default=False, help="Use channels_last memory layout"
-)
-group.add_argument(
-    "--fuser", default="", type=str, help="Select jit fuser. One of ('', 'te', 'old', 'nvfuser')"
-)
-group.add_argument(
-    "--grad-accum-steps",
-    type=int,
-    default=1,
-    metavar="N",
-    help="The number of steps to accumulate gradients (default: 1)",
-)
-group.add_argument(
-    "--grad-checkpointing",
-    action="store_true",
-    default=False,
-    help="Enable gradient checkpointing through model blocks/stages",
-)
-group.add_argument(
-    "--fast-norm", default=False, action="store_true", help="enable experimental fast-norm"
-)
-group.add_argument("--model-kwargs", nargs="*", default={}, action=utils.ParseKwargs)
-group.add_argument("--head-init-scale", default=None, type=float, help="Head initialization scale")
-group.add_argument(
-    "--head-init-bias", default=None, type=float, help="Head initialization bias value"
-)
-group.add_argument(
-    "--torchcompile-mode", type=str, default=None, help="torch.compile mode (default: None)."
-)
+group = parser.add_argument_group('Model parameters')
+group.add_argument('--model', default='resnet50', type=str, metavar='MODEL',
+                   help='Name of model to train (default: "resnet50")')
+group.add_argument('--pretrained', action='store_true', default=False,
+                   help='Start with pretrained version of specified network (if avail)')
+group.add_argument('--pretrained-path', default=None, type=str,
+                   help='Load this checkpoint as if they were the pretrained weights (with adaptation).')
+group.add_argument('--initial-checkpoint', default='', type=str, metavar='PATH',
+                   help='Load this checkpoint into model after initialization (default: none)')
+group.add_argument('--resume', default='', type=str, metavar='PATH',
+                   help='Resume full model and optimizer state from checkpoint (default: none)')
+group.add_argument('--no-resume-opt', action='store_true', default=False,
+                   help='prevent resume of optimizer state when resuming model')
+group.add_argument('--num-classes', type=int, default=None, metavar='N',
+                   help='number of label classes (Model default if None)')
+group.add_argument('--gp', default=None, type=str, metavar='POOL',
+                   help='Global pool type, one of (fast, avg, max, avgmax, avgmaxc). Model default if None.')
+group.add_argument('--img-size', type=int, default=None, metavar='N',
+                   help='Image size (default: None => model default)')
+group.add_argument('--in-chans', type=int, default=None, metavar='N',
+                   help='Image input channels (default: None => 3)')
+group.add_argument('--input-size', default=None, nargs=3, type=int, metavar='N',
+                   help='Input all image dimensions (d h w, e.g. --input-size 3 224 224), uses model default if empty')
+group.add_argument('--crop-pct', default=None, type=float,
+                   metavar='N', help='Input image center crop percent (for validation only)')
+group.add_argument('--mean', type=float, nargs='+', default=None, metavar='MEAN',
+                   help='Override mean pixel value of dataset')
+group.add_argument('--std', type=float, nargs='+', default=None, metavar='STD',
+                   help='Override std deviation of dataset')
+group.add_argument('--interpolation', default='', type=str, metavar='NAME',
+                   help='Image resize interpolation type (overrides model)')
+group.add_argument('-b', '--batch-size', type=int, default=128, metavar='N',
+                   help='Input batch size for training (default: 128)')
+group.add_argument('-vb', '--validation-batch-size', type=int, default=None, metavar='N',
+                   help='Validation batch size override (default: None)')
+group.add_argument('--channels-last', action='store_true', default=False,
+                   help='Use channels_last memory layout')
+group.add_argument('--fuser', default='', type=str,
+                   help="Select jit fuser. One of ('', 'te', 'old', 'nvfuser')")
+group.add_argument('--grad-accum-steps', type=int, default=1, metavar='N',
+                   help='The number of steps to accumulate gradients (default: 1)')
+group.add_argument('--grad-checkpointing', action='store_true', default=False,
+                   help='Enable gradient checkpointing through model blocks/stages')
+group.add_argument('--fast-norm', default=False, action='store_true',
+                   help='enable experimental fast-norm')
+group.add_argument('--model-kwargs', nargs='*', default={}, action=utils.ParseKwargs)
+group.add_argument('--head-init-scale', default=None, type=float,
+                   help='Head initialization scale')
+group.add_argument('--head-init-bias', default=None, type=float,
+                   help='Head initialization bias value')
+group.add_argument('--torchcompile-mode', type=str, default=None,
+                    help="torch.compile mode (default: None).")
 
 # scripting / codegen
 scripting_group = group.add_mutually_exclusive_group()
-scripting_group.add_argument(
-    "--torchscript", dest="torchscript", action="store_true", help="torch.jit.script the full model"
-)
-scripting_group.add_argument(
-    "--torchcompile",
-    nargs="?",
-    type=str,
-    default=None,
-    const="inductor",
-    help="Enable compilation w/ specified backend (default: inductor).",
-)
+scripting_group.add_argument('--torchscript', dest='torchscript', action='store_true',
+                             help='torch.jit.script the full model')
+scripting_group.add_argument('--torchcompile', nargs='?', type=str, default=None, const='inductor',
+                             help="Enable compilation w/ specified backend (default: inductor).")
 
 # Device & distributed
-group = parser.add_argument_group("Device parameters")
-group.add_argument("--device", default="cuda", type=str, help="Device (accelerator) to use.")
-group.add_argument(
-    "--amp", action="store_true", default=False, help="use AMP for mixed precision training"
-)
-group.add_argument(
-    "--amp-dtype", default="float16", type=str, help="lower precision AMP dtype (default: float16)"
-)
-group.add_argument(
-    "--model-dtype",
-    default=None,
-    type=str,
-    help="Model dtype override (non-AMP) (default: float32)",
-)
-group.add_argument(
-    "--no-ddp-bb",
-    action="store_true",
-    default=False,
-    help="Force broadcast buffers for native DDP to off.",
-)
-group.add_argument(
-    "--synchronize-step",
-    action="store_true",
-    default=False,
-    help="torch.cuda.synchronize() end of each step",
-)
+group = parser.add_argument_group('Device parameters')
+group.add_argument('--device', default='cuda', type=str,
+                    help="Device (accelerator) to use.")
+group.add_argument('--amp', action='store_true', default=False,
+                   help='use AMP for mixed precision training')
+group.add_argument('--amp-dtype', default='float16', type=str,
+                   help='lower precision AMP dtype (default: float16)')
+group.add_argument('--model-dtype', default=None, type=str,
+                   help='Model dtype override (non-AMP) (default: float32)')
+group.add_argument('--no-ddp-bb', action='store_true', default=False,
+                   help='Force broadcast buffers for native DDP to off.')
+group.add_argument('--synchronize-step', action='store_true', default=False,
+                   help='torch.cuda.synchronize() end of each step')
 group.add_argument("--local_rank", default=0, type=int)
-group.add_argument(
-    "--device-modules",
-    default=None,
-    type=str,
-    nargs="+",
-    help="Python imports for device backend modules.",
-)
+group.add_argument('--device-modules', default=None, type=str, nargs='+',
+                    help="Python imports for device backend modules.")
 
 # Optimizer parameters
-group = parser.add_argument_group("Optimizer parameters")
-group.add_argument(
-    "--opt", default="sgd", type=str, metavar="OPTIMIZER", help='Optimizer (default: "sgd")'
-)
-group.add_argument(
-    "--opt-eps",
-    default=None,
-    type=float,
-    metavar="EPSILON",
-    help="Optimizer Epsilon (default: None, use opt default)",
-)
-group.add_argument(
-    "--opt-betas",
-    default=None,
-    type=float,
-    nargs="+",
-    metavar="BETA",
-    help="Optimizer Betas (default: None, use opt default)",
-)
-group.add_argument(
-    "--momentum", type=float, default=0.9, metavar="M", help="Optimizer momentum (default: 0.9)"
-)
-group.add_argument("--weight-decay", type=float, default=2e-5, help="weight decay (default: 2e-5)")
-group.add_argument(
-    "--clip-grad",
-    type=float,
-    default=None,
-    metavar="NORM",
-    help="Clip gradient norm (default: None, no clipping)",
-)
-group.add_argument(
-    "--clip-mode",
-    type=str,
-    default="norm",
-    help='Gradient clipping mode. One of ("norm", "value", "agc")',
-)
-group.add_argument(
-    "--layer-decay", type=float, default=None, help="layer-wise learning rate decay (default: None)"
-)
-group.add_argument(
-    "--layer-decay-min-scale",
-    type=float,
-    default=0,
-    help="layer-wise lr decay minimum scale clamp (default: 0)",
-)
-group.add_argument(
-    "--layer-decay-no-opt-scale",
-    type=float,
-    default=None,
-    help="layer-wise lr decay no optimization scale (default: None)",
-)
-group.add_argument("--opt-kwargs", nargs="*", default={}, action=utils.ParseKwargs)
+group = parser.add_argument_group('Optimizer parameters')
+group.add_argument('--opt', default='sgd', type=str, metavar='OPTIMIZER',
+                   help='Optimizer (default: "sgd")')
+group.add_argument('--opt-eps', default=None, type=float, metavar='EPSILON',
+                   help='Optimizer Epsilon (default: None, use opt default)')
+group.add_argument('--opt-betas', default=None, type=float, nargs='+', metavar='BETA',
+                   help='Optimizer Betas (default: None, use opt default)')
+group.add_argument('--momentum', type=float, default=0.9, metavar='M',
+                   help='Optimizer momentum (default: 0.9)')
+group.add_argument('--weight-decay', type=float, default=2e-5,
+                   help='weight decay (default: 2e-5)')
+group.add_argument('--clip-grad', type=float, default=None, metavar='NORM',
+                   help='Clip gradient norm (default: None, no clipping)')
+group.add_argument('--clip-mode', type=str, default='norm',
+                   help='Gradient clipping mode. One of ("norm", "value", "agc")')
+group.add_argument('--layer-decay', type=float, default=None,
+                   help='layer-wise learning rate decay (default: None)')
+group.add_argument('--layer-decay-min-scale', type=float, default=0,
+                   help='layer-wise lr decay minimum scale clamp (default: 0)')
+group.add_argument('--layer-decay-no-opt-scale', type=float, default=None,
+                   help='layer-wise lr decay no optimization scale (default: None)')
+group.add_argument('--opt-kwargs', nargs='*', default={}, action=utils.ParseKwargs)
 
 # Learning rate schedule parameters
-group = parser.add_argument_group("Learning rate schedule parameters")
-group.add_argument(
-    "--sched",
-    type=str,
-    default="cosine",
-    metavar="SCHEDULER",
-    help='LR scheduler (default: "cosine"',
-)
-group.add_argument(
-    "--sched-on-updates",
-    action="store_true",
-    default=False,
-    help="Apply LR scheduler step on update instead of epoch end.",
-)
-group.add_argument(
-    "--lr",
-    type=float,
-    default=None,
-    metavar="LR",
-    help="learning rate, overrides lr-base if set (default: None)",
-)
-group.add_argument(
-    "--lr-base",
-    type=float,
-    default=0.1,
-    metavar="LR",
-    help="base learning rate: lr = lr_base * global_batch_size / base_size",
-)
-group.add_argument(
-    "--lr-base-size",
-    type=int,
-    default=256,
-    metavar="DIV",
-    help="base learning rate batch size (divisor, default: 256).",
-)
-group.add_argument(
-    "--lr-base-scale",
-    type=str,
-    default="",
-    metavar="SCALE",
-    help='base learning rate vs batch_size scaling ("linear", "sqrt", based on opt if empty)',
-)
-group.add_argument(
-    "--lr-noise",
-    type=float,
-    nargs="+",
-    default=None,
-    metavar="pct, pct",
-    help="learning rate noise on/off epoch percentages",
-)
-group.add_argument(
-    "--lr-noise-pct",
-    type=float,
-    default=0.67,
-    metavar="PERCENT",
-    help="learning rate noise limit percent (default: 0.67)",
-)
-group.add_argument(
-    "--lr-noise-std",
-    type=float,
-    default=1.0,
-    metavar="STDDEV",
-    help="learning rate noise std-dev (default: 1.0)",
-)
-group.add_argument(
-    "--lr-cycle-mul",
-    type=float,
-    default=1.0,
-    metavar="MULT",
-    help="learning rate cycle len multiplier (default: 1.0)",
-)
-group.add_argument(
-    "--lr-cycle-decay",
-    type=float,
-    default=0.5,
-    metavar="MULT",
-    help="amount to decay each learning rate cycle (default: 0.5)",
-)
-group.add_argument(
-    "--lr-cycle-limit",
-    type=int,
-    default=1,
-    metavar="N",
-    help="learning rate cycle limit, cycles enabled if > 1",
-)
-group.add_argument(
-    "--lr-k-decay",
-    type=float,
-    default=1.0,
-    help="learning rate k-decay for cosine/poly (default: 1.0)",
-)
-group.add_argument(
-    "--warmup-lr",
-    type=float,
-    default=1e-5,
-    metavar="LR",
-    help="warmup learning rate (default: 1e-5)",
-)
-group.add_argument(
-    "--min-lr",
-    type=float,
-    default=0,
-    metavar="LR",
-    help="lower lr bound for cyclic schedulers that hit 0 (default: 0)",
-)
-group.add_argument(
-    "--epochs", type=int, default=300, metavar="N", help="number of epochs to train (default: 300)"
-)
-group.add_argument(
-    "--epoch-repeats",
-    type=float,
-    default=0.0,
-    metavar="N",
-    help="epoch repeat multiplier (number of times to repeat dataset epoch per train epoch).",
-)
-group.add_argument(
-    "--start-epoch",
-    default=None,
-    type=int,
-    metavar="N",
-    help="manual epoch number (useful on restarts)",
-)
-group.add_argument(
-    "--decay-milestones",
-    default=[90, 180, 270],
-    type=int,
-    nargs="+",
-    metavar="MILESTONES",
-    help="list of decay epoch indices for multistep lr. must be increasing",
-)
-group.add_argument(
-    "--decay-epochs", type=float, default=90, metavar="N", help="epoch interval to decay LR"
-)
-group.add_argument(
-    "--warmup-epochs",
-    type=int,
-    default=5,
-    metavar="N",
-    help="epochs to warmup LR, if scheduler supports",
-)
-(
-    group.add_argument(
-        "--warmup-prefix",
-        action="store_true",
-        default=False,
-        help="Exclude warmup period from decay schedule.",
-    ),
-)
-group.add_argument(
-    "--cooldown-epochs",
-    type=int,
-    default=0,
-    metavar="N",
-    help="epochs to cooldown LR at min_lr, after cyclic schedule ends",
-)
-group.add_argument(
-    "--patience-epochs",
-    type=int,
-    default=10,
-    metavar="N",
-    help="patience epochs for Plateau LR scheduler (default: 10)",
-)
-group.add_argument(
-    "--decay-rate",
-    "--dr",
-    type=float,
-    default=0.1,
-    metavar="RATE",
-    help="LR decay rate (default: 0.1)",
-)
+group = parser.add_argument_group('Learning rate schedule parameters')
+group.add_argument('--sched', type=str, default='cosine', metavar='SCHEDULER',
+                   help='LR scheduler (default: "cosine"')
+group.add_argument('--sched-on-updates', action='store_true', default=False,
+                   help='Apply LR scheduler step on update instead of epoch end.')
+group.add_argument('--lr', type=float, default=None, metavar='LR',
+                   help='learning rate, overrides lr-base if set (default: None)')
+group.add_argument('--lr-base', type=float, default=0.1, metavar='LR',
+                   help='base learning rate: lr = lr_base * global_batch_size / base_size')
+group.add_argument('--lr-base-size', type=int, default=256, metavar='DIV',
+                   help='base learning rate batch size (divisor, default: 256).')
+group.add_argument('--lr-base-scale', type=str, default='', metavar='SCALE',
+                   help='base learning rate vs batch_size scaling ("linear", "sqrt", based on opt if empty)')
+group.add_argument('--lr-noise', type=float, nargs='+', default=None, metavar='pct, pct',
+                   help='learning rate noise on/off epoch percentages')
+group.add_argument('--lr-noise-pct', type=float, default=0.67, metavar='PERCENT',
+                   help='learning rate noise limit percent (default: 0.67)')
+group.add_argument('--lr-noise-std', type=float, default=1.0, metavar='STDDEV',
+                   help='learning rate noise std-dev (default: 1.0)')
+group.add_argument('--lr-cycle-mul', type=float, default=1.0, metavar='MULT',
+                   help='learning rate cycle len multiplier (default: 1.0)')
+group.add_argument('--lr-cycle-decay', type=float, default=0.5, metavar='MULT',
+                   help='amount to decay each learning rate cycle (default: 0.5)')
+group.add_argument('--lr-cycle-limit', type=int, default=1, metavar='N',
+                   help='learning rate cycle limit, cycles enabled if > 1')
+group.add_argument('--lr-k-decay', type=float, default=1.0,
+                   help='learning rate k-decay for cosine/poly (default: 1.0)')
+group.add_argument('--warmup-lr', type=float, default=1e-5, metavar='LR',
+                   help='warmup learning rate (default: 1e-5)')
+group.add_argument('--min-lr', type=float, default=0, metavar='LR',
+                   help='lower lr bound for cyclic schedulers that hit 0 (default: 0)')
+group.add_argument('--epochs', type=int, default=300, metavar='N',
+                   help='number of epochs to train (default: 300)')
+group.add_argument('--epoch-repeats', type=float, default=0., metavar='N',
+                   help='epoch repeat multiplier (number of times to repeat dataset epoch per train epoch).')
+group.add_argument('--start-epoch', default=None, type=int, metavar='N',
+                   help='manual epoch number (useful on restarts)')
+group.add_argument('--decay-milestones', default=[90, 180, 270], type=int, nargs='+', metavar="MILESTONES",
+                   help='list of decay epoch indices for multistep lr. must be increasing')
+group.add_argument('--decay-epochs', type=float, default=90, metavar='N',
+                   help='epoch interval to decay LR')
+group.add_argument('--warmup-epochs', type=int, default=5, metavar='N',
+                   help='epochs to warmup LR, if scheduler supports')
+group.add_argument('--warmup-prefix', action='store_true', default=False,
+                   help='Exclude warmup period from decay schedule.'),
+group.add_argument('--cooldown-epochs', type=int, default=0, metavar='N',
+                   help='epochs to cooldown LR at min_lr, after cyclic schedule ends')
+group.add_argument('--patience-epochs', type=int, default=10, metavar='N',
+                   help='patience epochs for Plateau LR scheduler (default: 10)')
+group.add_argument('--decay-rate', '--dr', type=float, default=0.1, metavar='RATE',
+                   help='LR decay rate (default: 0.1)')
 
 # Augmentation & regularization parameters
-group = parser.add_argument_group("Augmentation and regularization parameters")
-group.add_argument(
-    "--no-aug",
-    action="store_true",
-    default=False,
-    help="Disable all training augmentation, override other train aug args",
-)
-(group.add_argument("--train-crop-mode", type=str, default=None, help="Crop-mode in train"),)
-group.add_argument(
-    "--scale",
-    type=float,
-    nargs="+",
-    default=[0.08, 1.0],
-    metavar="PCT",
-    help="Random resize scale (default: 0.08 1.0)",
-)
-group.add_argument(
-    "--ratio",
-    type=float,
-    nargs="+",
-    default=[3.0 / 4.0, 4.0 / 3.0],
-    metavar="RATIO",
-    help="Random resize aspect ratio (default: 0.75 1.33)",
-)
-group.add_argument(
-    "--hflip", type=float, default=0.5, help="Horizontal flip training aug probability"
-)
-group.add_argument(
-    "--vflip", type=float, default=0.0, help="Vertical flip training aug probability"
-)
-group.add_argument(
-    "--color-jitter",
-    type=float,
-    default=0.4,
-    metavar="PCT",
-    help="Color jitter factor (default: 0.4)",
-)
-group.add_argument(
-    "--color-jitter-prob",
-    type=float,
-    default=None,
-    metavar="PCT",
-    help="Probability of applying any color jitter.",
-)
-group.add_argument(
-    "--grayscale-prob",
-    type=float,
-    default=None,
-    metavar="PCT",
-    help="Probability of applying random grayscale conversion.",
-)
-group.add_argument(
-    "--gaussian-blur-prob",
-    type=float,
-    default=None,
-    metavar="PCT",
-    help="Probability of applying gaussian blur.",
-)
-(
-    group.add_argument(
-        "--aa",
-        type=str,
-        default=None,
-        metavar="NAME",
-        help='Use AutoAugment policy. "v0" or "original". (default: None)',
-    ),
-)
-group.add_argument(
-    "--aug-repeats",
-    type=float,
-    default=0,
-    help="Number of augmentation repetitions (distributed training only) (default: 0)",
-)
-group.add_argument(
-    "--aug-splits",
-    type=int,
-    default=0,
-    help="Number of augmentation splits (default: 0, valid: 0 or >=2)",
-)
-group.add_argument(
-    "--jsd-loss",
-    action="store_true",
-    default=False,
-    help="Enable Jensen-Shannon Divergence + CE loss. Use with `--aug-splits`.",
-)
-group.add_argument(
-    "--bce-loss", action="store_true", default=False, help="Enable BCE loss w/ Mixup/CutMix use."
-)
-group.add_argument(
-    "--bce-sum", action="store_true", default=False, help="Sum over classes when using BCE loss."
-)
-group.add_argument(
-    "--bce-target-thresh",
-    type=float,
-    default=None,
-    help="Threshold for binarizing softened BCE targets (default: None, disabled).",
-)
-group.add_argument(
-    "--bce-pos-weight", type=float, default=None, help="Positive weighting for BCE loss."
-)
-group.add_argument(
-    "--reprob", type=float, default=0.0, metavar="PCT", help="Random erase prob (default: 0.)"
-)
-group.add_argument(
-    "--remode", type=str, default="pixel", help='Random erase mode (default: "pixel")'
-)
-group.add_argument("--recount", type=int, default=1, help="Random erase count (default: 1)")
-group.add_argument(
-    "--resplit",
-    action="store_true",
-    default=False,
-    help="Do not random erase first (clean) augmentation split",
-)
-group.add_argument(
-    "--mixup", type=float, default=0.0, help="mixup alpha, mixup enabled if > 0. (default: 0.)"
-)
-group.add_argument(
-    "--cutmix", type=float, default=0.0, help="cutmix alpha, cutmix enabled if > 0. (default: 0.)"
-)
-group.add_argument(
-    "--cutmix-minmax",
-    type=float,
-    nargs="+",
-    default=None,
-    help="cutmix min/max ratio, overrides alpha and enables cutmix if set (default: None)",
-)
-group.add_argument(
-    "--mixup-prob",
-    type=float,
-    default=1.0,
-    help="Probability of performing mixup or cutmix when either/both is enabled",
-)
-group.add_argument(
-    "--mixup-switch-prob",
-    type=float,
-    default=0.5,
-    help="Probability of switching to cutmix when both mixup and cutmix enabled",
-)
-group.add_argument(
-    "--mixup-mode",
-    type=str,
-    default="batch",
-    help='How to apply mixup/cutmix params. Per "batch", "pair", or "elem"',
-)
-group.add_argument(
-    "--mixup-off-epoch",
-    default=0,
-    type=int,
-    metavar="N",
-    help="Turn off mixup after this epoch, disabled if 0 (default: 0)",
-)
-group.add_argument("--smoothing", type=float, default=0.1, help="Label smoothing (default: 0.1)")
-group.add_argument(
-    "--train-interpolation",
-    type=str,
-    default="random",
-    help='Training interpolation (random, bilinear, bicubic default: "random")',
-)
-group.add_argument(
-    "--drop", type=float, default=0.0, metavar="PCT", help="Dropout rate (default: 0.)"
-)
-group.add_argument(
-    "--drop-connect",
-    type=float,
-    default=None,
-    metavar="PCT",
-    help="Drop connect rate, DEPRECATED, use drop-path (default: None)",
-)
-group.add_argument(
-    "--drop-path", type=float, default=None, metavar="PCT", help="Drop path rate (default: None)"
-)
-group.add_argument(
-    "--drop-block", type=float, default=None, metavar="PCT", help="Drop block rate (default: None)"
-)
+group = parser.add_argument_group('Augmentation and regularization parameters')
+group.add_argument('--no-aug', action='store_true', default=False,
+                   help='Disable all training augmentation, override other train aug args')
+group.add_argument('--train-crop-mode', type=str, default=None,
+                   help='Crop-mode in train'),
+group.add_argument('--scale', type=float, nargs='+', default=[0.08, 1.0], metavar='PCT',
+                   help='Random resize scale (default: 0.08 1.0)')
+group.add_argument('--ratio', type=float, nargs='+', default=[3. / 4., 4. / 3.], metavar='RATIO',
+                   help='Random resize aspect ratio (default: 0.75 1.33)')
+group.add_argument('--hflip', type=float, default=0.5,
+                   help='Horizontal flip training aug probability')
+group.add_argument('--vflip', type=float, default=0.,
+                   help='Vertical flip training aug probability')
+group.add_argument('--color-jitter', type=float, default=0.4, metavar='PCT',
+                   help='Color jitter factor (default: 0.4)')
+group.add_argument('--color-jitter-prob', type=float, default=None, metavar='PCT',
+                   help='Probability of applying any color jitter.')
+group.add_argument('--grayscale-prob', type=float, default=None, metavar='PCT',
+                   help='Probability of applying random grayscale conversion.')
+group.add_argument('--gaussian-blur-prob', type=float, default=None, metavar='PCT',
+                   help='Probability of applying gaussian blur.')
+group.add_argument('--aa', type=str, default=None, metavar='NAME',
+                   help='Use AutoAugment policy. "v0" or "original". (default: None)'),
+group.add_argument('--aug-repeats', type=float, default=0,
+                   help='Number of augmentation repetitions (distributed training only) (default: 0)')
+group.add_argument('--aug-splits', type=int, default=0,
+                   help='Number of augmentation splits (default: 0, valid: 0 or >=2)')
+group.add_argument('--jsd-loss', action='store_true', default=False,
+                   help='Enable Jensen-Shannon Divergence + CE loss. Use with `--aug-splits`.')
+group.add_argument('--bce-loss', action='store_true', default=False,
+                   help='Enable BCE loss w/ Mixup/CutMix use.')
+group.add_argument('--bce-sum', action='store_true', default=False,
+                   help='Sum over classes when using BCE loss.')
+group.add_argument('--bce-target-thresh', type=float, default=None,
+                   help='Threshold for binarizing softened BCE targets (default: None, disabled).')
+group.add_argument('--bce-pos-weight', type=float, default=None,
+                   help='Positive weighting for BCE loss.')
+group.add_argument('--reprob', type=float, default=0., metavar='PCT',
+                   help='Random erase prob (default: 0.)')
+group.add_argument('--remode', type=str, default='pixel',
+                   help='Random erase mode (default: "pixel")')
+group.add_argument('--recount', type=int, default=1,
+                   help='Random erase count (default: 1)')
+group.add_argument('--resplit', action='store_true', default=False,
+                   help='Do not random erase first (clean) augmentation split')
+group.add_argument('--mixup', type=float, default=0.0,
+                   help='mixup alpha, mixup enabled if > 0. (default: 0.)')
+group.add_argument('--cutmix', type=float, default=0.0,
+                   help='cutmix alpha, cutmix enabled if > 0. (default: 0.)')
+group.add_argument('--cutmix-minmax', type=float, nargs='+', default=None,
+                   help='cutmix min/max ratio, overrides alpha and enables cutmix if set (default: None)')
+group.add_argument('--mixup-prob', type=float, default=1.0,
+                   help='Probability of performing mixup or cutmix when either/both is enabled')
+group.add_argument('--mixup-switch-prob', type=float, default=0.5,
+                   help='Probability of switching to cutmix when both mixup and cutmix enabled')
+group.add_argument('--mixup-mode', type=str, default='batch',
+                   help='How to apply mixup/cutmix params. Per "batch", "pair", or "elem"')
+group.add_argument('--mixup-off-epoch', default=0, type=int, metavar='N',
+                   help='Turn off mixup after this epoch, disabled if 0 (default: 0)')
+group.add_argument('--smoothing', type=float, default=0.1,
+                   help='Label smoothing (default: 0.1)')
+group.add_argument('--train-interpolation', type=str, default='random',
+                   help='Training interpolation (random, bilinear, bicubic default: "random")')
+group.add_argument('--drop', type=float, default=0.0, metavar='PCT',
+                   help='Dropout rate (default: 0.)')
+group.add_argument('--drop-connect', type=float, default=None, metavar='PCT',
+                   help='Drop connect rate, DEPRECATED, use drop-path (default: None)')
+group.add_argument('--drop-path', type=float, default=None, metavar='PCT',
+                   help='Drop path rate (default: None)')
+group.add_argument('--drop-block', type=float, default=None, metavar='PCT',
+                   help='Drop block rate (default: None)')
 
 # Batch norm parameters (only works with gen_efficientnet based models currently)
-group = parser.add_argument_group(
-    "Batch norm parameters", "Only works with gen_efficientnet based models currently."
-)
-group.add_argument(
-    "--bn-momentum", type=float, default=None, help="BatchNorm momentum override (if not None)"
-)
-group.add_argument(
-    "--bn-eps", type=float, default=None, help="BatchNorm epsilon override (if not None)"
-)
-group.add_argument("--sync-bn", action="store_true", help="Enable synchronized BatchNorm.")
-group.add_argument(
-    "--dist-bn",
-    type=str,
-    default="reduce",
-    help='Distribute BatchNorm stats between nodes after each epoch ("broadcast", "reduce", or "")',
-)
-group.add_argument(
-    "--split-bn", action="store_true", help="Enable separate BN layers per augmentation split."
-)
+group = parser.add_argument_group('Batch norm parameters', 'Only works with gen_efficientnet based models currently.')
+group.add_argument('--bn-momentum', type=float, default=None,
+                   help='BatchNorm momentum override (if not None)')
+group.add_argument('--bn-eps', type=float, default=None,
+                   help='BatchNorm epsilon override (if not None)')
+group.add_argument('--sync-bn', action='store_true',
+                   help='Enable synchronized BatchNorm.')
+group.add_argument('--dist-bn', type=str, default='reduce',
+                   help='Distribute BatchNorm stats between nodes after each epoch ("broadcast", "reduce", or "")')
+group.add_argument('--split-bn', action='store_true',
+                   help='Enable separate BN layers per augmentation split.')
 
 # Model Exponential Moving Average
-group = parser.add_argument_group("Model exponential moving average parameters")
-group.add_argument(
-    "--model-ema",
-    action="store_true",
-    default=False,
-    help="Enable tracking moving average of model weights.",
-)
-group.add_argument(
-    "--model-ema-force-cpu",
-    action="store_true",
-    default=False,
-    help="Force ema to be tracked on CPU, rank=0 node only. Disables EMA validation.",
-)
-group.add_argument(
-    "--model-ema-decay",
-    type=float,
-    default=0.9998,
-    help="Decay factor for model weights moving average (default: 0.9998)",
-)
-group.add_argument(
-    "--model-ema-warmup", action="store_true", help="Enable warmup for model EMA decay."
-)
+group = parser.add_argument_group('Model exponential moving average parameters')
+group.add_argument('--model-ema', action='store_true', default=False,
+                   help='Enable tracking moving average of model weights.')
+group.add_argument('--model-ema-force-cpu', action='store_true', default=False,
+                   help='Force ema to be tracked on CPU, rank=0 node only. Disables EMA validation.')
+group.add_argument('--model-ema-decay', type=float, default=0.9998,
+                   help='Decay factor for model weights moving average (default: 0.9998)')
+group.add_argument('--model-ema-warmup', action='store_true',
+                   help='Enable warmup for model EMA decay.')
 
 # Misc
-group = parser.add_argument_group("Miscellaneous parameters")
-group.add_argument("--seed", type=int, default=42, metavar="S", help="random seed (default: 42)")
-group.add_argument(
-    "--worker-seeding", type=str, default="all", help="worker seed mode (default: all)"
-)
-group.add_argument(
-    "--log-interval",
-    type=int,
-    default=50,
-    metavar="N",
-    help="how many batches to wait before logging training status",
-)
-group.add_argument(
-    "--val-interval",
-    type=int,
-    default=1,
-    metavar="N",
-    help="how many epochs between validation and checkpointing",
-)
-group.add_argument(
-    "--recovery-interval",
-    type=int,
-    default=0,
-    metavar="N",
-    help="how many batches to wait before writing recovery checkpoint",
-)
-group.add_argument(
-    "--checkpoint-hist",
-    type=int,
-    default=10,
-    metavar="N",
-    help="number of checkpoints to keep (default: 10)",
-)
-group.add_argument(
-    "-j",
-    "--workers",
-    type=int,
-    default=4,
-    metavar="N",
-    help="how many training processes to use (default: 4)",
-)
-group.add_argument(
-    "--save-images",
-    action="store_true",
-    default=False,
-    help="save images of input batches every log interval for debugging",
-)
-group.add_argument(
-    "--pin-mem",
-    action="store_true",
-    default=False,
-    help="Pin CPU memory in DataLoader for more efficient (sometimes) transfer to GPU.",
-)
-group.add_argument(
-    "--no-prefetcher", action="store_true", default=False, help="disable fast prefetcher"
-)
-group.add_argument(
-    "--output",
-    default="",
-    type=str,
-    metavar="PATH",
-    help="path to output folder (default: none, current dir)",
-)
-group.add_argument(
-    "--experiment",
-    default="",
-    type=str,
-    metavar="NAME",
-    help="name of train experiment, name of sub-folder for output",
-)
-group.add_argument(
-    "--eval-metric",
-    default="top1",
-    type=str,
-    metavar="EVAL_METRIC",
-    help='Best metric (default: "top1"',
-)
-group.add_argument(
-    "--tta",
-    type=int,
-    default=0,
-    metavar="N",
-    help="Test/inference time augmentation (oversampling) factor. 0=None (default: 0)",
-)
-group.add_argument(
-    "--use-multi-epochs-loader",
-    action="store_true",
-    default=False,
-    help="use the multi-epochs-loader to save time at the beginning of every epoch",
-)
-group.add_argument(
-    "--log-wandb",
-    action="store_true",
-    default=False,
-    help="log training and validation metrics to wandb",
-)
-group.add_argument("--wandb-project", default=None, type=str, help="wandb project name")
-group.add_argument("--wandb-tags", default=[], type=str, nargs="+", help="wandb tags")
-group.add_argument(
-    "--wandb-resume-id",
-    default="",
-    type=str,
-    metavar="ID",
-    help="If resuming a run, the id of the run in wandb",
-)
+group = parser.add_argument_group('Miscellaneous parameters')
+group.add_argument('--seed', type=int, default=42, metavar='S',
+                   help='random seed (default: 42)')
+group.add_argument('--worker-seeding', type=str, default='all',
+                   help='worker seed mode (default: all)')
+group.add_argument('--log-interval', type=int, default=50, metavar='N',
+                   help='how many batches to wait before logging training status')
+group.add_argument('--val-interval', type=int, default=1, metavar='N',
+                   help='how many epochs between validation and checkpointing')
+group.add_argument('--recovery-interval', type=int, default=0, metavar='N',
+                   help='how many batches to wait before writing recovery checkpoint')
+group.add_argument('--checkpoint-hist', type=int, default=10, metavar='N',
+                   help='number of checkpoints to keep (default: 10)')
+group.add_argument('-j', '--workers', type=int, default=4, metavar='N',
+                   help='how many training processes to use (default: 4)')
+group.add_argument('--save-images', action='store_true', default=False,
+                   help='save images of input batches every log interval for debugging')
+group.add_argument('--pin-mem', action='store_true', default=False,
+                   help='Pin CPU memory in DataLoader for more efficient (sometimes) transfer to GPU.')
+group.add_argument('--no-prefetcher', action='store_true', default=False,
+                   help='disable fast prefetcher')
+group.add_argument('--output', default='', type=str, metavar='PATH',
+                   help='path to output folder (default: none, current dir)')
+group.add_argument('--experiment', default='', type=str, metavar='NAME',
+                   help='name of train experiment, name of sub-folder for output')
+group.add_argument('--eval-metric', default='top1', type=str, metavar='EVAL_METRIC',
+                   help='Best metric (default: "top1"')
+group.add_argument('--tta', type=int, default=0, metavar='N',
+                   help='Test/inference time augmentation (oversampling) factor. 0=None (default: 0)')
+group.add_argument('--use-multi-epochs-loader', action='store_true', default=False,
+                   help='use the multi-epochs-loader to save time at the beginning of every epoch')
+group.add_argument('--log-wandb', action='store_true', default=False,
+                   help='log training and validation metrics to wandb')
+group.add_argument('--wandb-project', default=None, type=str,
+                   help='wandb project name')
+group.add_argument('--wandb-tags', default=[], type=str, nargs='+',
+                   help='wandb tags')
+group.add_argument('--wandb-resume-id', default='', type=str, metavar='ID',
+                   help='If resuming a run, the id of the run in wandb')
 
 # NaFlex scheduled loader arguments
-group.add_argument(
-    "--naflex-loader",
-    action="store_true",
-    default=False,
-    help="Use NaFlex loader (Requires NaFlex compatible model)",
-)
-group.add_argument(
-    "--naflex-train-seq-lens",
-    type=int,
-    nargs="+",
-    default=[128, 256, 576, 784, 1024],
-    help="Sequence lengths to use for NaFlex loader",
-)
-group.add_argument(
-    "--naflex-max-seq-len",
-    type=int,
-    default=576,
-    help="Fixed maximum sequence length for NaFlex loader (validation)",
-)
-group.add_argument(
-    "--naflex-patch-sizes",
-    type=int,
-    nargs="+",
-    default=None,
-    help="List of patch sizes for variable patch size training (e.g., 8 12 16 24 32)",
-)
-group.add_argument(
-    "--naflex-patch-size-probs",
-    type=float,
-    nargs="+",
-    default=None,
-    help="Probabilities for each patch size (must sum to 1.0, uniform if not specified)",
-)
-group.add_argument(
-    "--naflex-loss-scale",
-    default="linear",
-    type=str,
-    help='Scale loss (gradient) by batch_size ("none", "sqrt", or "linear")',
-)
-group.add_argument(
-    "--naflex-patchify-channels-first",
-    action="store_true",
-    default=False,
-    help="Emit NaFlex patches in C-P-P (channels-first) flat layout instead of the default "
-    "P-P-C (channels-last). Use for models that consume HF/Gemma4-style C-P-P patches.",
-)
+group.add_argument('--naflex-loader', action='store_true', default=False,
+                   help='Use NaFlex loader (Requires NaFlex compatible model)')
+group.add_argument('--naflex-train-seq-lens', type=int, nargs='+', default=[128, 256, 576, 784, 1024],
+                   help='Sequence lengths to use for NaFlex loader')
+group.add_argument('--naflex-max-seq-len', type=int, default=576,
+                   help='Fixed maximum sequence length for NaFlex loader (validation)')
+group.add_argument('--naflex-patch-sizes', type=int, nargs='+', default=None,
+                   help='List of patch sizes for variable patch size training (e.g., 8 12 16 24 32)')
+group.add_argument('--naflex-patch-size-probs', type=float, nargs='+', default=None,
+                   help='Probabilities for each patch size (must sum to 1.0, uniform if not specified)')
+group.add_argument('--naflex-loss-scale', default='linear', type=str,
+                   help='Scale loss (gradient) by batch_size ("none", "sqrt", or "linear")')
+group.add_argument('--naflex-patchify-channels-first', action='store_true', default=False,
+                   help='Emit NaFlex patches in C-P-P (channels-first) flat layout instead of the default '
+                        'P-P-C (channels-last). Use for models that consume HF/Gemma4-style C-P-P patches.')
 
 # Knowledge Distillation parameters
-parser.add_argument(
-    "--kd-model-name",
-    default=None,
-    type=str,
-    help="Name of teacher model for knowledge distillation",
-)
-parser.add_argument(
-    "--kd-distill-type",
-    default="logit",
-    type=str,
-    choices=["logit", "feature", "token"],
-    help='Type of distillation: "logit" for output distillation, "feature" for intermediate features, "token" for models with distillation heads (default: logit)',
-)
-parser.add_argument(
-    "--kd-loss-type",
-    default="kl",
-    type=str,
-    help='Loss function for logit distillation (default: kl). Currently only "kl" supported, reserved for future extensions.',
-)
-parser.add_argument(
-    "--distill-loss-weight",
-    default=None,
-    type=float,
-    help="Weight for distillation loss. If both weights specified: loss = task_weight * task + distill_weight * distill. "
-    "If only task_weight: loss = task_weight * task + (1-task_weight) * distill. Default: 1.0 if only this specified.",
-)
-parser.add_argument(
-    "--task-loss-weight",
-    default=None,
-    type=float,
-    help="Weight for task (classification) loss. See --distill-loss-weight for weighting modes. Default: 1.0 if unspecified.",
-)
-parser.add_argument(
-    "--kd-temperature",
-    default=4.0,
-    type=float,
-    help="Temperature for softmax in distillation (default: 4.0, typical range: 1-4)",
-)
-parser.add_argument(
-    "--kd-student-feature-dim",
-    default=None,
-    type=int,
-    help="Student model feature dimension (auto-detected from model.head_hidden_size or model.num_features if not specified)",
-)
-parser.add_argument(
-    "--kd-teacher-feature-dim",
-    default=None,
-    type=int,
-    help="Teacher model feature dimension (auto-detected from model.head_hidden_size or model.num_features if not specified)",
-)
-parser.add_argument(
-    "--kd-token-distill-type",
-    default="soft",
-    type=str,
-    choices=["soft", "hard"],
-    help='Token distillation type: "soft" for KL-div with temperature, "hard" for CE with teacher argmax (default: soft)',
-)
+parser.add_argument('--kd-model-name', default=None, type=str,
+                    help='Name of teacher model for knowledge distillation')
+parser.add_argument('--kd-distill-type', default='logit', type=str, choices=['logit', 'feature', 'token'],
+                    help='Type of distillation: "logit" for output distillation, "feature" for intermediate features, "token" for models with distillation heads (default: logit)')
+parser.add_argument('--kd-loss-type', default='kl', type=str,
+                    help='Loss function for logit distillation (default: kl). Currently only "kl" supported, reserved for future extensions.')
+parser.add_argument('--distill-loss-weight', default=None, type=float,
+                    help='Weight for distillation loss. If both weights specified: loss = task_weight * task + distill_weight * distill. '
+                         'If only task_weight: loss = task_weight * task + (1-task_weight) * distill. Default: 1.0 if only this specified.')
+parser.add_argument('--task-loss-weight', default=None, type=float,
+                    help='Weight for task (classification) loss. See --distill-loss-weight for weighting modes. Default: 1.0 if unspecified.')
+parser.add_argument('--kd-temperature', default=4.0, type=float,
+                    help='Temperature for softmax in distillation (default: 4.0, typical range: 1-4)')
+parser.add_argument('--kd-student-feature-dim', default=None, type=int,
+                    help='Student model feature dimension (auto-detected from model.head_hidden_size or model.num_features if not specified)')
+parser.add_argument('--kd-teacher-feature-dim', default=None, type=int,
+                    help='Teacher model feature dimension (auto-detected from model.head_hidden_size or model.num_features if not specified)')
+parser.add_argument('--kd-token-distill-type', default='soft', type=str, choices=['soft', 'hard'],
+                    help='Token distillation type: "soft" for KL-div with temperature, "hard" for CE with teacher argmax (default: soft)')
 
 
 def _parse_args():
     # Do we have a config file to parse?
     args_config, remaining = config_parser.parse_known_args()
     if args_config.config:
-        with open(args_config.config, "r") as f:
+        with open(args_config.config, 'r') as f:
             cfg = yaml.safe_load(f)
             parser.set_defaults(**cfg)
 
@@ -1066,30 +474,25 @@ def main():
     device = utils.init_distributed_device(args)
     if args.distributed:
         _logger.info(
-            "Training in distributed mode with multiple processes, 1 device per process."
-            f"Process {args.rank}, total {args.world_size}, device {args.device}."
-        )
+            'Training in distributed mode with multiple processes, 1 device per process.'
+            f'Process {args.rank}, total {args.world_size}, device {args.device}.')
     else:
-        _logger.info(f"Training with a single process on 1 device ({args.device}).")
+        _logger.info(f'Training with a single process on 1 device ({args.device}).')
     assert args.rank >= 0
 
     model_dtype = None
     if args.model_dtype:
-        assert args.model_dtype in ("float32", "float16", "bfloat16")
+        assert args.model_dtype in ('float32', 'float16', 'bfloat16')
         model_dtype = getattr(torch, args.model_dtype)
         if model_dtype == torch.float16:
-            _logger.warning(
-                "float16 is not recommended for training, for half precision bfloat16 is recommended."
-            )
+            _logger.warning('float16 is not recommended for training, for half precision bfloat16 is recommended.')
 
     # resolve AMP arguments based on PyTorch availability
     amp_dtype = torch.float16
     if args.amp:
-        assert model_dtype is None or model_dtype == torch.float32, (
-            "float32 model dtype must be used with AMP"
-        )
-        assert args.amp_dtype in ("float16", "bfloat16")
-        if args.amp_dtype == "bfloat16":
+        assert model_dtype is None or model_dtype == torch.float32, 'float32 model dtype must be used with AMP'
+        assert args.amp_dtype in ('float16', 'bfloat16')
+        if args.amp_dtype == 'bfloat16':
             amp_dtype = torch.bfloat16
 
     utils.random_seed(args.seed, args.rank)
@@ -1108,7 +511,7 @@ def main():
     factory_kwargs = {}
     if args.pretrained_path:
         # merge with pretrained_cfg of model, 'file' has priority over 'url' and 'hf_hub'.
-        factory_kwargs["pretrained_cfg_overlay"] = dict(
+        factory_kwargs['pretrained_cfg_overlay'] = dict(
             file=args.pretrained_path,
             num_classes=-1,  # force head adaptation
         )
@@ -1137,12 +540,8 @@ def main():
         nn.init.constant_(model.get_classifier().bias, args.head_init_bias)
 
     if args.num_classes is None:
-        assert hasattr(model, "num_classes"), (
-            "Model must have `num_classes` attr if not set on cmd line/config."
-        )
-        args.num_classes = (
-            model.num_classes
-        )  # FIXME handle model default vs config num_classes more elegantly
+        assert hasattr(model, 'num_classes'), 'Model must have `num_classes` attr if not set on cmd line/config.'
+        args.num_classes = model.num_classes  # FIXME handle model default vs config num_classes more elegantly
 
     if args.grad_checkpointing:
         model.set_grad_checkpointing(enable=True)
@@ -1152,15 +551,14 @@ def main():
 
     if utils.is_primary(args):
         _logger.info(
-            f"Model {safe_model_name(args.model)} created, param count:{sum([m.numel() for m in model.parameters()])}"
-        )
+            f'Model {safe_model_name(args.model)} created, param count:{sum([m.numel() for m in model.parameters()])}')
 
     data_config = resolve_data_config(vars(args), model=model, verbose=utils.is_primary(args))
 
     # setup augmentation batch splits for contrastive loss or split bn
     num_aug_splits = 0
     if args.aug_splits > 0:
-        assert args.aug_splits > 1, "A split of 1 makes no sense"
+        assert args.aug_splits > 1, 'A split of 1 makes no sense'
         num_aug_splits = args.aug_splits
 
     # enable split bn (separate bn stats per batch-portion)
@@ -1175,25 +573,24 @@ def main():
 
     # setup synchronized BatchNorm for distributed training
     if args.distributed and args.sync_bn:
-        args.dist_bn = ""  # disable dist_bn when sync BN active
+        args.dist_bn = ''  # disable dist_bn when sync BN active
         assert not args.split_bn
         model = convert_sync_batchnorm(model)
         if utils.is_primary(args):
             _logger.info(
-                "Converted model to use Synchronized BatchNorm. WARNING: You may have issues if using "
-                "zero initialized BN layers (enabled by default for ResNets) while sync-bn enabled."
-            )
+                'Converted model to use Synchronized BatchNorm. WARNING: You may have issues if using '
+                'zero initialized BN layers (enabled by default for ResNets) while sync-bn enabled.')
 
     model_patch_size = None
     if args.naflex_loader:
         # NaFlex-compatible models expose a ``get_patch_size()`` method returning a 2-tuple.
         # Extract here before mutating the model.
-        if hasattr(model, "get_patch_size"):
+        if hasattr(model, 'get_patch_size'):
             model_patch_size = model.get_patch_size()
 
     if args.torchscript:
         assert not args.torchcompile
-        assert not args.sync_bn, "Cannot use SyncBatchNorm with torchscripted model"
+        assert not args.sync_bn, 'Cannot use SyncBatchNorm with torchscripted model'
         model = torch.jit.script(model)
 
     if not args.lr:
@@ -1201,35 +598,34 @@ def main():
         batch_ratio = global_batch_size / args.lr_base_size
         if not args.lr_base_scale:
             on = args.opt.lower()
-            args.lr_base_scale = "sqrt" if any([o in on for o in ("ada", "lamb")]) else "linear"
-        if args.lr_base_scale == "sqrt":
-            batch_ratio = batch_ratio**0.5
+            args.lr_base_scale = 'sqrt' if any([o in on for o in ('ada', 'lamb')]) else 'linear'
+        if args.lr_base_scale == 'sqrt':
+            batch_ratio = batch_ratio ** 0.5
         args.lr = args.lr_base * batch_ratio
         if utils.is_primary(args):
             _logger.info(
-                f"Learning rate ({args.lr}) calculated from base learning rate ({args.lr_base}) "
-                f"and effective global batch size ({global_batch_size}) with {args.lr_base_scale} scaling."
-            )
+                f'Learning rate ({args.lr}) calculated from base learning rate ({args.lr_base}) '
+                f'and effective global batch size ({global_batch_size}) with {args.lr_base_scale} scaling.')
 
     # setup automatic mixed-precision (AMP) loss scaling and op casting
     amp_autocast = suppress  # do nothing
     loss_scaler = None
     if args.amp:
         amp_autocast = partial(torch.autocast, device_type=device.type, dtype=amp_dtype)
-        if device.type in ("cuda",) and amp_dtype == torch.float16:
+        if device.type in ('cuda',) and amp_dtype == torch.float16:
             # loss scaler only used for float16 (half) dtype, bfloat16 does not need it
             loss_scaler = NativeScaler(device=device.type)
         if utils.is_primary(args):
-            _logger.info("Using native Torch AMP. Training in mixed precision.")
+            _logger.info('Using native Torch AMP. Training in mixed precision.')
     else:
         if utils.is_primary(args):
-            _logger.info(f"AMP not enabled. Training in {model_dtype or torch.float32}.")
+            _logger.info(f'AMP not enabled. Training in {model_dtype or torch.float32}.')
 
     # create the train and eval datasets
     if args.data and not args.data_dir:
         args.data_dir = args.data
     if args.input_img_mode is None:
-        input_img_mode = "RGB" if data_config["input_size"][0] == 3 else "L"
+        input_img_mode = 'RGB' if data_config['input_size'][0] == 3 else 'L'
     else:
         input_img_mode = args.input_img_mode
 
@@ -1270,12 +666,12 @@ def main():
     # create data loaders w/ augmentation pipeline
     train_interpolation = args.train_interpolation
     if args.no_aug or not train_interpolation:
-        train_interpolation = data_config["interpolation"]
-
+        train_interpolation = data_config['interpolation']
+        
     # Check if we should use the NaFlex scheduled loader
     common_loader_kwargs = dict(
-        mean=data_config["mean"],
-        std=data_config["std"],
+        mean=data_config['mean'],
+        std=data_config['std'],
         pin_memory=args.pin_mem,
         img_dtype=model_dtype or torch.float32,
         device=device,
@@ -1310,7 +706,7 @@ def main():
 
     mixup_fn = None
     mixup_args = {}
-    mixup_active = args.mixup > 0 or args.cutmix > 0.0 or args.cutmix_minmax is not None
+    mixup_active = args.mixup > 0 or args.cutmix > 0. or args.cutmix_minmax is not None
     if mixup_active:
         mixup_args = dict(
             mixup_alpha=args.mixup,
@@ -1320,21 +716,20 @@ def main():
             switch_prob=args.mixup_switch_prob,
             mode=args.mixup_mode,
             label_smoothing=args.smoothing,
-            num_classes=args.num_classes,
+            num_classes=args.num_classes
         )
 
     naflex_mode = False
     if args.naflex_loader:
         if utils.is_primary(args):
-            _logger.info("Using NaFlex loader")
+            _logger.info('Using NaFlex loader')
 
-        assert num_aug_splits <= 1, "Augmentation splits not supported in NaFlex mode"
+        assert num_aug_splits <= 1, 'Augmentation splits not supported in NaFlex mode'
         naflex_mixup_fn = None
         if mixup_active:
             from timm.data import NaFlexMixup
-
-            mixup_args.pop("mode")  # not supported
-            mixup_args.pop("cutmix_minmax")  # not supported
+            mixup_args.pop('mode')  # not supported
+            mixup_args.pop('cutmix_minmax')  # not supported
             naflex_mixup_fn = NaFlexMixup(**mixup_args)
 
         # Check if we have model's patch size for NaFlex mode
@@ -1342,28 +737,24 @@ def main():
             # Fallback to default
             model_patch_size = (16, 16)
             if utils.is_primary(args):
-                _logger.warning(
-                    f"Could not determine model patch size, using default: {model_patch_size}"
-                )
+                _logger.warning(f'Could not determine model patch size, using default: {model_patch_size}')
 
         # Configure patch sizes for NaFlex loader
         patch_loader_kwargs = {}
         if args.naflex_patch_sizes:
             # Variable patch size mode
-            patch_loader_kwargs["patch_size_choices"] = args.naflex_patch_sizes
+            patch_loader_kwargs['patch_size_choices'] = args.naflex_patch_sizes
             if args.naflex_patch_size_probs:
                 if len(args.naflex_patch_size_probs) != len(args.naflex_patch_sizes):
-                    parser.error(
-                        "--naflex-patch-size-probs must have same length as --naflex-patch-sizes"
-                    )
-                patch_loader_kwargs["patch_size_choice_probs"] = args.naflex_patch_size_probs
+                    parser.error('--naflex-patch-size-probs must have same length as --naflex-patch-sizes')
+                patch_loader_kwargs['patch_size_choice_probs'] = args.naflex_patch_size_probs
             if utils.is_primary(args):
-                _logger.info(f"Using variable patch sizes: {args.naflex_patch_sizes}")
+                _logger.info(f'Using variable patch sizes: {args.naflex_patch_sizes}')
         else:
             # Single patch size mode - use model's patch size
-            patch_loader_kwargs["patch_size"] = model_patch_size
+            patch_loader_kwargs['patch_size'] = model_patch_size
             if utils.is_primary(args):
-                _logger.info(f"Using model patch size: {model_patch_size}")
+                _logger.info(f'Using model patch size: {model_patch_size}')
 
         naflex_mode = True
         loader_train = create_naflex_loader(
@@ -1382,9 +773,7 @@ def main():
         collate_fn = None
         if mixup_active:
             if args.prefetcher:
-                assert (
-                    not num_aug_splits
-                )  # collate conflict (need to support de-interleaving in collate mixup)
+                assert not num_aug_splits  # collate conflict (need to support de-interleaving in collate mixup)
                 collate_fn = FastCollateMixup(**mixup_args)
             else:
                 mixup_fn = Mixup(**mixup_args)
@@ -1396,7 +785,7 @@ def main():
         # Use standard loader
         loader_train = create_loader(
             dataset_train,
-            input_size=data_config["input_size"],
+            input_size=data_config['input_size'],
             collate_fn=collate_fn,
             use_multi_epochs_loader=args.use_multi_epochs_loader,
             **common_loader_kwargs,
@@ -1407,16 +796,16 @@ def main():
     if args.val_split:
         assert dataset_eval is not None
         eval_workers = args.workers
-        if args.distributed and ("tfds" in args.dataset or "wds" in args.dataset):
+        if args.distributed and ('tfds' in args.dataset or 'wds' in args.dataset):
             # FIXME reduces validation padding issues when using TFDS, WDS w/ workers and distributed training
             eval_workers = min(2, args.workers)
 
         eval_loader_kwargs = dict(
             batch_size=args.validation_batch_size or args.batch_size,
             is_training=False,
-            interpolation=data_config["interpolation"],
+            interpolation=data_config['interpolation'],
             num_workers=eval_workers,
-            crop_pct=data_config["crop_pct"],
+            crop_pct=data_config['crop_pct'],
         )
 
         if args.naflex_loader:
@@ -1427,13 +816,13 @@ def main():
                 max_seq_len=args.naflex_max_seq_len,
                 patchify_channels_last=not args.naflex_patchify_channels_first,
                 **common_loader_kwargs,
-                **eval_loader_kwargs,
+                **eval_loader_kwargs
             )
         else:
             # Use standard loader
             loader_eval = create_loader(
                 dataset_eval,
-                input_size=data_config["input_size"],
+                input_size=data_config['input_size'],
                 **common_loader_kwargs,
                 **eval_loader_kwargs,
             )
@@ -1470,7 +859,7 @@ def main():
     # Setup training task (classification or distillation)
     if args.kd_model_name is not None:
         # Create distillation task (teacher created internally from model name)
-        if args.kd_distill_type == "logit":
+        if args.kd_distill_type == 'logit':
             task = LogitDistillationTask(
                 student_model=model,
                 teacher_model=args.kd_model_name,
@@ -1483,7 +872,7 @@ def main():
                 dtype=model_dtype,
                 verbose=utils.is_primary(args),
             )
-        elif args.kd_distill_type == "feature":
+        elif args.kd_distill_type == 'feature':
             task = FeatureDistillationTask(
                 student_model=model,
                 teacher_model=args.kd_model_name,
@@ -1496,7 +885,7 @@ def main():
                 dtype=model_dtype,
                 verbose=utils.is_primary(args),
             )
-        elif args.kd_distill_type == "token":
+        elif args.kd_distill_type == 'token':
             task = TokenDistillationTask(
                 student_model=model,
                 teacher_model=args.kd_model_name,
@@ -1531,9 +920,11 @@ def main():
     )
     if utils.is_primary(args):
         defaults = copy.deepcopy(optimizer.defaults)
-        defaults["weight_decay"] = args.weight_decay  # this isn't stored in optimizer.defaults
-        defaults = ", ".join([f"{k}: {v}" for k, v in defaults.items()])
-        logging.info(f"Created {type(optimizer).__name__} ({args.opt}) optimizer: {defaults}")
+        defaults['weight_decay'] = args.weight_decay  # this isn't stored in optimizer.defaults
+        defaults = ', '.join([f'{k}: {v}' for k, v in defaults.items()])
+        logging.info(
+            f'Created {type(optimizer).__name__} ({args.opt}) optimizer: {defaults}'
+        )
 
     # optionally resume from a checkpoint
     resume_epoch = None
@@ -1552,7 +943,7 @@ def main():
         task.setup_ema(
             decay=args.model_ema_decay,
             use_warmup=args.model_ema_warmup,
-            device="cpu" if args.model_ema_force_cpu else None,
+            device='cpu' if args.model_ema_force_cpu else None,
         )
         if args.resume:
             load_task_ema_checkpoint(task, args.resume)
@@ -1560,9 +951,7 @@ def main():
     # Compile task components before DDP wrapping. This keeps DDP out of the
     # compiled graph while preserving a compiled model reference for validation.
     if args.torchcompile:
-        assert has_compile, (
-            "A version of torch w/ torch.compile() is required for --compile, possibly a nightly."
-        )
+        assert has_compile, 'A version of torch w/ torch.compile() is required for --compile, possibly a nightly.'
         if utils.is_primary(args):
             _logger.info(
                 f"Compiling task components with backend={args.torchcompile}, mode={args.torchcompile_mode}"
@@ -1584,8 +973,8 @@ def main():
         model = task.get_trainable_module()
 
     # setup checkpoint saver and eval metric tracking
-    eval_metric = args.eval_metric if loader_eval is not None else "loss"
-    decreasing_metric = eval_metric == "loss"
+    eval_metric = args.eval_metric if loader_eval is not None else 'loss'
+    decreasing_metric = eval_metric == 'loss'
     best_metric = None
     best_epoch = None
     saver = None
@@ -1594,14 +983,12 @@ def main():
         if args.experiment:
             exp_name = args.experiment
         else:
-            exp_name = "-".join(
-                [
-                    datetime.now().strftime("%Y%m%d-%H%M%S"),
-                    safe_model_name(args.model),
-                    str(data_config["input_size"][-1]),
-                ]
-            )
-        output_dir = utils.get_outdir(args.output if args.output else "./output/train", exp_name)
+            exp_name = '-'.join([
+                datetime.now().strftime("%Y%m%d-%H%M%S"),
+                safe_model_name(args.model),
+                str(data_config['input_size'][-1])
+            ])
+        output_dir = utils.get_outdir(args.output if args.output else './output/train', exp_name)
         saver = utils.CheckpointSaver(
             model=model,
             optimizer=optimizer,
@@ -1613,7 +1000,7 @@ def main():
             max_history=args.checkpoint_hist,
             task=task,
         )
-        with open(os.path.join(output_dir, "args.yaml"), "w") as f:
+        with open(os.path.join(output_dir, 'args.yaml'), 'w') as f:
             f.write(args_text)
 
         if args.log_wandb:
@@ -1630,8 +1017,7 @@ def main():
             else:
                 _logger.warning(
                     "You've requested to log metrics to wandb but package not found. "
-                    "Metrics not being logged to wandb, try `pip install wandb`"
-                )
+                    "Metrics not being logged to wandb, try `pip install wandb`")
 
     # setup learning rate schedule and starting epoch
     updates_per_epoch = (len(loader_train) + args.grad_accum_steps - 1) // args.grad_accum_steps
@@ -1654,22 +1040,19 @@ def main():
 
     if utils.is_primary(args):
         if args.warmup_prefix:
-            sched_explain = "(warmup_epochs + epochs + cooldown_epochs). Warmup added to total when warmup_prefix=True"
+            sched_explain = '(warmup_epochs + epochs + cooldown_epochs). Warmup added to total when warmup_prefix=True'
         else:
-            sched_explain = (
-                "(epochs + cooldown_epochs). Warmup within epochs when warmup_prefix=False"
-            )
+            sched_explain = '(epochs + cooldown_epochs). Warmup within epochs when warmup_prefix=False'
         _logger.info(
-            f"Scheduled epochs: {num_epochs} {sched_explain}. "
-            f"LR stepped per {'epoch' if lr_scheduler.t_in_epochs else 'update'}."
-        )
+            f'Scheduled epochs: {num_epochs} {sched_explain}. '
+            f'LR stepped per {"epoch" if lr_scheduler.t_in_epochs else "update"}.')
 
     results = []
     try:
         for epoch in range(start_epoch, num_epochs):
-            if hasattr(dataset_train, "set_epoch"):
+            if hasattr(dataset_train, 'set_epoch'):
                 dataset_train.set_epoch(epoch)
-            elif args.distributed and hasattr(loader_train.sampler, "set_epoch"):
+            elif args.distributed and hasattr(loader_train.sampler, 'set_epoch'):
                 loader_train.sampler.set_epoch(epoch)
 
             train_metrics = train_one_epoch(
@@ -1691,10 +1074,10 @@ def main():
                 naflex_mode=naflex_mode,
             )
 
-            if args.distributed and args.dist_bn in ("broadcast", "reduce"):
+            if args.distributed and args.dist_bn in ('broadcast', 'reduce'):
                 if utils.is_primary(args):
                     _logger.info("Distributing BatchNorm running means and vars")
-                utils.distribute_bn(model, args.world_size, args.dist_bn == "reduce")
+                utils.distribute_bn(model, args.world_size, args.dist_bn == 'reduce')
 
             epoch_p_1 = epoch + 1
             if epoch_p_1 % args.val_interval != 0 and epoch_p_1 != num_epochs:
@@ -1721,8 +1104,8 @@ def main():
 
                 ema_model = task.get_trainable_module(ema=True)
                 if ema_model is not None and not args.model_ema_force_cpu:
-                    if args.distributed and args.dist_bn in ("broadcast", "reduce"):
-                        utils.distribute_bn(ema_model, args.world_size, args.dist_bn == "reduce")
+                    if args.distributed and args.dist_bn in ('broadcast', 'reduce'):
+                        utils.distribute_bn(ema_model, args.world_size, args.dist_bn == 'reduce')
 
                     ema_eval_metrics = validate(
                         task.get_eval_model(ema=True),
@@ -1731,19 +1114,19 @@ def main():
                         args,
                         device=device,
                         amp_autocast=amp_autocast,
-                        log_suffix=" (EMA)",
+                        log_suffix=' (EMA)',
                     )
                     eval_metrics = ema_eval_metrics
             else:
                 eval_metrics = None
 
             if output_dir is not None:
-                lrs = [param_group["lr"] for param_group in optimizer.param_groups]
+                lrs = [param_group['lr'] for param_group in optimizer.param_groups]
                 utils.update_summary(
                     epoch,
                     train_metrics,
                     eval_metrics,
-                    filename=os.path.join(output_dir, "summary.csv"),
+                    filename=os.path.join(output_dir, 'summary.csv'),
                     lr=sum(lrs) / len(lrs),
                     write_header=best_metric is None,
                     log_wandb=args.log_wandb and has_wandb,
@@ -1763,11 +1146,11 @@ def main():
                 lr_scheduler.step(epoch_p_1, latest_metric)
 
             latest_results = {
-                "epoch": epoch,
-                "train": train_metrics,
+                'epoch': epoch,
+                'train': train_metrics,
             }
             if eval_metrics is not None:
-                latest_results["validation"] = eval_metrics
+                latest_results['validation'] = eval_metrics
             results.append(latest_results)
 
     except KeyboardInterrupt:
@@ -1778,35 +1161,35 @@ def main():
 
     if best_metric is not None:
         # log best metric as tracked by checkpoint saver
-        _logger.info("*** Best metric: {0} (epoch {1})".format(best_metric, best_epoch))
+        _logger.info('*** Best metric: {0} (epoch {1})'.format(best_metric, best_epoch))
 
     if utils.is_primary(args):
         # for parsable results display, dump top-10 summaries to avoid excess console spam
         display_results = sorted(
             results,
-            key=lambda x: x.get("validation", x.get("train")).get(eval_metric, 0),
+            key=lambda x: x.get('validation', x.get('train')).get(eval_metric, 0),
             reverse=decreasing_metric,
         )
-        print(f"--result\n{json.dumps(display_results[-10:], indent=4)}")
+        print(f'--result\n{json.dumps(display_results[-10:], indent=4)}')
 
 
 def train_one_epoch(
-    epoch,
-    model,
-    loader,
-    optimizer,
-    args,
-    task=None,
-    device=torch.device("cuda"),
-    lr_scheduler=None,
-    saver=None,
-    output_dir=None,
-    amp_autocast=suppress,
-    loss_scaler=None,
-    model_dtype=None,
-    mixup_fn=None,
-    num_updates_total=None,
-    naflex_mode=False,
+        epoch,
+        model,
+        loader,
+        optimizer,
+        args,
+        task=None,
+        device=torch.device('cuda'),
+        lr_scheduler=None,
+        saver=None,
+        output_dir=None,
+        amp_autocast=suppress,
+        loss_scaler=None,
+        model_dtype=None,
+        mixup_fn=None,
+        num_updates_total=None,
+        naflex_mode=False,
 ):
     if args.mixup_off_epoch and epoch >= args.mixup_off_epoch:
         if args.prefetcher and loader.mixup_enabled:
@@ -1814,8 +1197,8 @@ def train_one_epoch(
         elif mixup_fn is not None:
             mixup_fn.mixup_enabled = False
 
-    second_order = hasattr(optimizer, "is_second_order") and optimizer.is_second_order
-    has_no_sync = args.distributed and hasattr(task.get_trainable_module(), "no_sync")
+    second_order = hasattr(optimizer, 'is_second_order') and optimizer.is_second_order
+    has_no_sync = args.distributed and hasattr(task.get_trainable_module(), 'no_sync')
     update_time_m = utils.AverageMeter()
     data_time_m = utils.AverageMeter()
     losses_m = utils.AverageMeter()
@@ -1854,7 +1237,7 @@ def train_one_epoch(
             with amp_autocast():
                 # Task handles the complete forward pass and loss computation
                 result = task(input, target)
-                _loss = result["loss"]
+                _loss = result['loss']
 
             if accum_steps > 1:
                 _loss /= accum_steps
@@ -1863,7 +1246,7 @@ def train_one_epoch(
         def _backward(_loss):
             clip_parameters = None
             if args.clip_grad is not None:
-                clip_parameters = task.get_clip_parameters(exclude_head="agc" in args.clip_mode)
+                clip_parameters = task.get_clip_parameters(exclude_head='agc' in args.clip_mode)
             if loss_scaler is not None:
                 loss_scaler(
                     _loss,
@@ -1887,21 +1270,21 @@ def train_one_epoch(
 
         if naflex_mode:
             assert isinstance(input, dict)
-            batch_size = input["patches"].shape[0]
+            batch_size = input['patches'].shape[0]
 
             # scale gradient vs the minimum batch size (for max seq len)
-            if not args.naflex_loss_scale or args.naflex_loss_scale == "none":
+            if not args.naflex_loss_scale or args.naflex_loss_scale == 'none':
                 local_scale = 1.0
             else:
-                local_scale = batch_size / args.batch_size
-                if local_scale == "sqrt":
-                    local_scale = local_scale**0.5
+                local_scale = (batch_size / args.batch_size)
+                if local_scale == 'sqrt':
+                    local_scale = local_scale ** 0.5
 
             if args.distributed:
                 # scale gradient btw distributed ranks, each one can have different batch size
                 global_batch_size = utils.reduce_tensor(
                     torch.tensor(batch_size, device=device, dtype=torch.float32),
-                    1,  # SUM
+                    1 # SUM
                 )
                 dist_scale = args.world_size * batch_size / global_batch_size
             else:
@@ -1946,9 +1329,9 @@ def train_one_epoch(
         task.update_ema(step=num_updates)
 
         if args.synchronize_step:
-            if device.type == "cuda":
+            if device.type == 'cuda':
                 torch.cuda.synchronize()
-            elif device.type == "npu":
+            elif device.type == 'npu':
                 torch.npu.synchronize()
         time_now = time.time()
 
@@ -1956,7 +1339,7 @@ def train_one_epoch(
         update_start_time = time_now
 
         if update_idx % args.log_interval == 0 or last_batch:
-            lrl = [param_group["lr"] for param_group in optimizer.param_groups]
+            lrl = [param_group['lr'] for param_group in optimizer.param_groups]
             lr = sum(lrl) / len(lrl)
 
             loss_avg, loss_now = losses_m.avg, losses_m.val
@@ -1967,28 +1350,25 @@ def train_one_epoch(
 
             if utils.is_primary(args):
                 _logger.info(
-                    f"Train: {epoch} [{update_idx:>4d}/{updates_per_epoch} "
-                    f"({100.0 * (update_idx + 1) / updates_per_epoch:>3.0f}%)]  "
-                    f"Loss: {loss_now:#.3g} ({loss_avg:#.3g})  "
-                    f"Time: {update_time_m.val:.3f}s, {update_sample_count / update_time_m.val:>7.2f}/s  "
-                    f"({update_time_m.avg:.3f}s, {update_sample_count / update_time_m.avg:>7.2f}/s)  "
-                    f"LR: {lr:.3e}  "
-                    f"Data: {data_time_m.val:.3f} ({data_time_m.avg:.3f})"
+                    f'Train: {epoch} [{update_idx:>4d}/{updates_per_epoch} '
+                    f'({100. * (update_idx + 1) / updates_per_epoch:>3.0f}%)]  '
+                    f'Loss: {loss_now:#.3g} ({loss_avg:#.3g})  '
+                    f'Time: {update_time_m.val:.3f}s, {update_sample_count / update_time_m.val:>7.2f}/s  '
+                    f'({update_time_m.avg:.3f}s, {update_sample_count / update_time_m.avg:>7.2f}/s)  '
+                    f'LR: {lr:.3e}  '
+                    f'Data: {data_time_m.val:.3f} ({data_time_m.avg:.3f})'
                 )
 
                 if args.save_images and output_dir:
                     torchvision.utils.save_image(
                         input,
-                        os.path.join(output_dir, "train-batch-%d.jpg" % batch_idx),
+                        os.path.join(output_dir, 'train-batch-%d.jpg' % batch_idx),
                         padding=0,
-                        normalize=True,
+                        normalize=True
                     )
 
-        if (
-            saver is not None
-            and args.recovery_interval
-            and ((update_idx + 1) % args.recovery_interval == 0)
-        ):
+        if saver is not None and args.recovery_interval and (
+                (update_idx + 1) % args.recovery_interval == 0):
             saver.save_recovery(epoch, batch_idx=update_idx)
 
         if lr_scheduler is not None:
@@ -1998,7 +1378,7 @@ def train_one_epoch(
         data_start_time = time.time()
         # end for
 
-    if hasattr(optimizer, "sync_lookahead"):
+    if hasattr(optimizer, 'sync_lookahead'):
         optimizer.sync_lookahead()
 
     loss_avg = losses_m.avg
@@ -2006,18 +1386,18 @@ def train_one_epoch(
         # synchronize avg loss, each process keeps its own running avg
         loss_avg = torch.tensor([loss_avg], device=device, dtype=torch.float32)
         loss_avg = utils.reduce_tensor(loss_avg, args.world_size).item()
-    return OrderedDict([("loss", loss_avg)])
+    return OrderedDict([('loss', loss_avg)])
 
 
 def validate(
-    model,
-    loader,
-    loss_fn,
-    args,
-    device=torch.device("cuda"),
-    amp_autocast=suppress,
-    model_dtype=None,
-    log_suffix="",
+        model,
+        loader,
+        loss_fn,
+        args,
+        device=torch.device('cuda'),
+        amp_autocast=suppress,
+        model_dtype=None,
+        log_suffix=''
 ):
     batch_time_m = utils.AverageMeter()
     losses_m = utils.AverageMeter()
@@ -2046,7 +1426,7 @@ def validate(
                 reduce_factor = args.tta
                 if reduce_factor > 1:
                     output = output.unfold(0, reduce_factor, reduce_factor).mean(dim=2)
-                    target = target[0 : target.size(0) : reduce_factor]
+                    target = target[0:target.size(0):reduce_factor]
 
                 loss = loss_fn(output, target)
             acc1, acc5 = utils.accuracy(output, target, topk=(1, 5))
@@ -2058,7 +1438,7 @@ def validate(
             else:
                 reduced_loss = loss.data
 
-            if device.type == "cuda":
+            if device.type == 'cuda':
                 torch.cuda.synchronize()
             elif device.type == "npu":
                 torch.npu.synchronize()
@@ -2071,19 +1451,19 @@ def validate(
             batch_time_m.update(time.time() - end)
             end = time.time()
             if utils.is_primary(args) and (last_batch or batch_idx % args.log_interval == 0):
-                log_name = "Test" + log_suffix
+                log_name = 'Test' + log_suffix
                 _logger.info(
-                    f"{log_name}: [{batch_idx:>4d}/{last_idx}]  "
-                    f"Time: {batch_time_m.val:.3f} ({batch_time_m.avg:.3f})  "
-                    f"Loss: {losses_m.val:>7.3f} ({losses_m.avg:>6.3f})  "
-                    f"Acc@1: {top1_m.val:>7.3f} ({top1_m.avg:>7.3f})  "
-                    f"Acc@5: {top5_m.val:>7.3f} ({top5_m.avg:>7.3f})"
+                    f'{log_name}: [{batch_idx:>4d}/{last_idx}]  '
+                    f'Time: {batch_time_m.val:.3f} ({batch_time_m.avg:.3f})  '
+                    f'Loss: {losses_m.val:>7.3f} ({losses_m.avg:>6.3f})  '
+                    f'Acc@1: {top1_m.val:>7.3f} ({top1_m.avg:>7.3f})  '
+                    f'Acc@5: {top5_m.val:>7.3f} ({top5_m.avg:>7.3f})'
                 )
 
-    metrics = OrderedDict([("loss", losses_m.avg), ("top1", top1_m.avg), ("top5", top5_m.avg)])
+    metrics = OrderedDict([('loss', losses_m.avg), ('top1', top1_m.avg), ('top5', top5_m.avg)])
 
     return metrics
 
 
-if __name__ == "__main__":
+if __name__ == '__main__':
     main()
