@@ -209,3 +209,34 @@ def test_lightning_run_records_phases_and_the_training_steps_memory(tmp_path: Pa
     assert predicted["batch_size"] == 32
     assert predicted["replayed"].startswith("2 module call(s)")
     assert all(g["bytes"] < 1 << 20 for g in predicted["largest"])
+
+
+TIMM = ROOT / "benchmarks" / "frameworks" / "timm" / "train.py"
+
+
+def test_timm_train_py_run_has_phases_and_one_per_sample_figure(tmp_path: Path) -> None:
+    if importlib.util.find_spec("timm") is None:
+        pytest.skip("timm is not installed")
+    from conftest import load_benchmark
+
+    data = load_benchmark("frameworks/timm_data").write(tmp_path / "data", per_class=8)
+    out = tmp_path / "run"
+    flags = ["--data-dir", str(data), "--model", "resnet18", "--num-classes", "2"]
+    flags += ["--img-size", "32", "-b", "4", "--epochs", "1", "--workers", "1"]
+    flags += ["--device", "cpu", "--output", str(tmp_path / "out")]
+    args = ("profile", "--quiet", "--memory-for", "h100", "-o", str(out), str(TIMM), *flags)
+    r = run_gpuopt(*args, env={**_env(), "HF_HUB_OFFLINE": "1"}, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads((out / "profile.json").read_text())
+    fw = doc["framework"]
+    assert fw["name"] == "timm"
+    assert fw["phases"] == [{"name": "train", "steps": 4}, {"name": "validation", "steps": 1}]
+    predicted = doc["memory"]["predicted"]
+    assert predicted["batch_size"] == 4
+    from gpuopt.units import fmt_bytes
+
+    # the per-sample figure is the one "what limits it" states, and it prices the largest batch
+    per = predicted["bytes_per_sample"]
+    assert f"{fmt_bytes(per)} a sample" in predicted["limit"]
+    best = predicted["max_batch_size"]
+    assert predicted["fixed_bytes"] + per * best <= 0.9 * 79.6 * 2**30 * 1.01
