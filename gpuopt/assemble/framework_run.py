@@ -46,7 +46,7 @@ def framework_record(rec: RunRecord, p: Profile) -> Framework | None:
 def knobs_site(cwd: str, name: str, entry: str | None) -> str | None:
     """The framework's settings call (``Trainer(...)``) in the entry's file, as ``file:line``:
     the last one before the entry's line, else the first; None where there is none."""
-    calls = next((getattr(m, "CALLS", ()) for m in spec_modules() if m.NAME == name), ())
+    calls = next((getattr(m, "CALLS", ()) for m in spec_modules() if m.SPEC.name == name), ())
     if not calls or not entry or ":" not in entry:
         return None
     file, _, line = entry.rpartition(":")

@@ -16,7 +16,8 @@ from typing import Any
 
 from gpuopt.frameworks import FrameworkSpec
 
-# the framework modules this file reads (each declares SPEC, PHASES, EVALUATION)
+# the framework modules this file reads: each declares SPEC, and may declare PHASES and
+# EVALUATION (its loop's phases), CALLS (its settings call), STEP_KNOBS and recognise(modules)
 SPEC_MODULES = ("gpuopt.frameworks.lightning", "gpuopt.frameworks.timm")
 
 USER = "user"
@@ -129,8 +130,8 @@ class Phases:
         self.evaluation: set[str] = set()
         for mod in spec_modules():
             if any(pkg in modules for pkg in mod.SPEC.packages):
-                self.table += list(mod.PHASES)
-                self.evaluation |= set(mod.EVALUATION)
+                self.table += list(getattr(mod, "PHASES", ()))
+                self.evaluation |= set(getattr(mod, "EVALUATION", ()))
 
     def phase(self, frame: FrameType | None) -> str | None:
         return phase_of(frame, self.table) if self.table else None
@@ -143,7 +144,7 @@ def recognise(modules: Mapping[str, Any]) -> Any:
     """The run's ``framework`` record (:class:`~gpuopt.model.records.Framework`) from the first
     spec module that recognises it, else None."""
     for mod in spec_modules():
-        found = mod.recognise(modules)
+        found = mod.recognise(modules) if hasattr(mod, "recognise") else None
         if found is not None:
             return found
     return None
