@@ -773,9 +773,9 @@ def optimize(
         "--fix",
         help=(
             "A fix to use (repeatable; default: every safe fix the findings call for): "
-            "dataloader, pinned-copies, syncs, framework-knobs, graph-breaks, zero-grad, "
-            "cudnn-benchmark, "
-            "vectorize, padding, cuda-graphs (on a GPU); asked by name: aot; opt-in: amp, tf32, "
+            "dataloader, pinned-copies, syncs, graph-breaks, framework-knobs, zero-grad, "
+            "cudnn-benchmark, vectorize, padding, cuda-graphs (on a GPU); asked by name: aot; "
+            "opt-in: amp, tf32, "
             "channels-last, compile, padding-batch, batch-size."
         ),
     ),

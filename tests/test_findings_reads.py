@@ -164,11 +164,23 @@ def _crafted() -> list[Profile]:
                       "at_site": 38}],
         },
     }  # fmt: skip
+    lightning = {
+        "dispatch": {"between_ops_us_per_step": 7580.0, "step_time_us": 13000.0},
+        "framework": {
+            "name": "lightning",
+            "version": "2.6.6",
+            "entry": "t.py:45",
+            "phases": [{"name": "train", "steps": 60}],
+            "python_share": 0.49,
+            "knobs_site": "t.py:43",
+        },
+    }
     return [
         msgspec.convert(doc, Profile),
         msgspec.convert(job, Profile),
         msgspec.convert(compiled, Profile),
         msgspec.convert(slow, Profile),
+        msgspec.convert(lightning, Profile),
         *memory_profiles(),
     ]
 

@@ -17,6 +17,7 @@ from msgspec import UNSET, UnsetType
 
 from gpuopt.assemble import step_stats
 from gpuopt.assemble.distributed_run import distributed_record, step_collective_s
+from gpuopt.assemble.framework_run import framework_record
 from gpuopt.assemble.host_summary import summarize
 from gpuopt.assemble.run_record import RunRecord
 from gpuopt.compile.events import CompileCapture
@@ -79,7 +80,7 @@ def assemble_run(rec: RunRecord) -> Profile:
             p.trace = TraceDetails(profiler_window=rec.window.info)
     p.breakdown = _breakdown(rec, timeline, p.dispatch)
     p.compile = None  # the key is always there: null where nothing was compiled
-    p.framework = _framework(rec, p)
+    p.framework = _framework(rec, p, reported)
     if rec.compile is not None:
         reported += _add_compile(p, rec, timeline.measured)
     p.warnings = list(dict.fromkeys(reported)) + rec.warnings + timeline.warnings
@@ -90,16 +91,14 @@ def assemble_run(rec: RunRecord) -> Profile:
     return p
 
 
-def _framework(rec: RunRecord, p: Profile) -> Framework | None:
-    """The ``framework`` key: null for a plain loop."""
-    if rec.framework is None:
+def _framework(rec: RunRecord, p: Profile, reported: list[str]) -> Framework | None:
+    """The ``framework`` key (None for a plain loop); a summary that fails costs its key."""
+    try:
+        return framework_record(rec, p)
+    except Exception as exc:
+        log.debug("the framework's summary failed", exc_info=True)
+        reported.append(f"the framework could not be summarised: {type(exc).__name__}: {exc}")
         return None
-    from gpuopt.frameworks.detect import framework_record, loader_origins
-
-    loaders = p.dataloaders if not isinstance(p.dataloaders, UnsetType) else None
-    fw = framework_record(rec.framework, len(rec.step_ends), loaders)
-    loader_origins(fw, loaders or [])
-    return fw
 
 
 def _add_compile(p: Profile, rec: RunRecord, measured: list[int]) -> list[str]:

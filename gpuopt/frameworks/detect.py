@@ -15,10 +15,10 @@ import importlib
 import linecache
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpuopt.frameworks import FrameworkSpec, Knob
 
@@ -26,10 +26,13 @@ if TYPE_CHECKING:
     from gpuopt.model.records import DataLoaderInfo, Framework, FrameworkPhase
 
 # the framework modules, outermost first: where a Trainer (transformers) runs on accelerate, the
-# outermost framework on the stack is the one the user called
+# outermost framework on the stack is the one the user called; gpuopt.frameworks.frames reads
+# the same list (phases, whose code a frame is)
 REGISTRY: tuple[str, ...] = (
     "gpuopt.frameworks.transformers",
     "gpuopt.frameworks.accelerate",
+    "gpuopt.frameworks.lightning",  # runs on none of these; before timm, recognised first
+    "gpuopt.frameworks.timm",
 )
 
 
@@ -37,6 +40,18 @@ REGISTRY: tuple[str, ...] = (
 def specs() -> tuple[FrameworkSpec, ...]:
     """Every registered framework's spec (each module imported once, on first use)."""
     return tuple(importlib.import_module(m).SPEC for m in REGISTRY)
+
+
+def recognised(modules: Mapping[str, Any]) -> FrameworkCapture | None:
+    """The framework a run imported, for a run whose step boundaries had no framework code on
+    the stack (timm's ``train.py`` steps its optimizer itself): the first registered module's
+    ``recognise(modules)`` that finds one (its name and version), else None."""
+    for name in REGISTRY:
+        found = getattr(importlib.import_module(name), "recognise", None)
+        fw = found(modules) if found is not None else None
+        if fw is not None:
+            return FrameworkCapture(name=fw.name, version=fw.version, entry=None, function="")
+    return None
 
 
 def spec_named(name: str) -> FrameworkSpec | None:

@@ -559,7 +559,7 @@ class StepRecorder:
         if self._watch_grads and next(module.parameters(), None) is not None:
             self._check_grads(args, kwargs)  # (a Dataset's transforms: modules without parameters)
         if not self.recording and not self.step.complete and not self.step.entries:
-            if next(module.parameters(), None) is not None:
+            if next(module.parameters(), None) is not None and not _evaluating():
                 self.recording = True
                 self._busy = True  # reading the script's tensors is not the script's call
                 try:
@@ -825,6 +825,19 @@ class StepRecorder:
                 "recurrent and attention layers are time-major (batch_first=False)"
             )
         self.step.batch_size, self.step.batch_dim = shape[dim], dim
+
+
+def _evaluating() -> bool:
+    """Whether the module call in progress is a framework's evaluation batch (Lightning's
+    validation sanity check, its validation loop; timm's ``validate``): no training iteration,
+    so the recording does not start there (a sanity check's batch recorded as the step counted
+    the whole dataset it indexes as GPU memory)."""
+    from gpuopt.frameworks.frames import SPEC_PACKAGES, Phases
+
+    if not SPEC_PACKAGES.intersection(sys.modules):
+        return False
+
+    return Phases(sys.modules).evaluating(sys._getframe(2))
 
 
 def time_major(model: Any) -> bool:

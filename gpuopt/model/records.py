@@ -878,7 +878,8 @@ class Framework(Record):
     ``version`` its version; ``entry`` the user's line that called into it (``trainer.train()``,
     ``trainer.fit(...)``), None where no user line led there; ``phases`` the loop's phases with
     their steps; ``python_share`` the measured steps' time in the framework's own Python (0-1),
-    None where it was not measured."""
+    None where it was not measured; ``knobs_site`` the ``Trainer(...)`` call (the object the
+    framework's knobs are set on) in the entry's file."""
 
     name: str
     version: str | None = None
@@ -888,6 +889,9 @@ class Framework(Record):
     # where the user's code sets the framework's settings, by call: {"TrainingArguments":
     # "train.py:44"} (the knobs findings name are changed there)
     settings_at: dict[str, str] = field(default_factory=dict)
+    # the user's line of the call the framework-bound finding's knobs are set in (Lightning's
+    # ``Trainer(...)``: the last one before the entry), where found; also in settings_at
+    knobs_site: str | None | UnsetType = UNSET
 
 
 class CompiledFunction(Record):

@@ -68,13 +68,14 @@ CATALOGUE: tuple[FixKind, ...] = (
     FixKind(
         "framework-knobs",
         "a training framework's own setting changed where the script sets it "
-        "(TrainingArguments(logging_nan_inf_filter=False)): the host reads the framework makes "
-        "every step, removed by the framework; a setting that changes the training (precision, "
-        "accumulation) only with --fix framework-knobs",
-        ("sync-in-step",),
+        "(TrainingArguments(logging_nan_inf_filter=False), Lightning's "
+        "Trainer(enable_progress_bar=False)): the host reads the framework makes every step, or "
+        "Python it runs every step, removed by the framework; a setting that changes the "
+        "training (precision, accumulation) only with --fix framework-knobs",
+        ("sync-in-step", "framework-bound"),
         runtime=False,
         source=True,
-        gpu_gain=True,  # the reads it removes wait for a GPU; on a CPU they cost little
+        gpu_gain=True,  # the reads it removes wait for a GPU: on a CPU kept unless slower
     ),
     FixKind(
         "zero-grad",

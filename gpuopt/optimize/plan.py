@@ -117,7 +117,9 @@ def plan_fixes(inp: PlanInput) -> list[PlannedFix]:
         if kind.name in ("padding", "padding-batch") and not named:
             relevant = kind.name in inp.loops  # the ragged finding names such a loop / loader
         if kind.name == "framework-knobs" and not named:  # a finding names a framework setting
-            relevant = any("knob" in f.evidence for f in inp.profile.findings)
+            relevant = any(
+                "knob" in f.evidence or f.id == "framework-bound" for f in inp.profile.findings
+            )
         if kind.name == "syncs" and not named and relevant:  # a framework's reads are not its
             relevant = _pattern_in_source(kind, inp) or any(
                 f.id in kind.findings and "library_sites" not in f.evidence
@@ -271,27 +273,23 @@ def _plan_syncs(kind: FixKind, inp: PlanInput) -> PlannedFix:
 
 
 def _plan_framework_knobs(kind: FixKind, inp: PlanInput) -> PlannedFix:
-    """The settings the findings' ``evidence.knob`` name, each set on the user's call that sets
-    the framework's settings (``TrainingArguments(...)``); one that changes the training only
-    when the fix is named."""
-    found = [f for f in _findings(inp.profile, kind.findings) if "knob" in f.evidence]
+    """The framework's settings the findings name, each set on the user's call that sets the
+    framework's settings: a finding's ``evidence.knob`` (``TrainingArguments(...)``), one that
+    changes the training only when the fix is named; the ``framework-bound`` finding's
+    ``fix_params`` at its site (``Trainer(enable_progress_bar=False)``). A framework whose knobs
+    are command-line flags (timm's ``train.py``) gets no edit: the finding's fix names them."""
+    found = [
+        f
+        for f in _findings(inp.profile, kind.findings)
+        if "knob" in f.evidence or f.id == "framework-bound"
+    ]
     fix = PlannedFix(kind, False, False, "", findings=[f.id for f in found])
     calls: dict[tuple[str, str], dict[str, str]] = {}
     for f in found:
-        knob = f.evidence["knob"]
-        site = knob.get("site") if isinstance(knob, dict) else None
-        if not isinstance(knob, dict) or not site:
-            fix.skipped.append(f"{f.site}: {f.title}: the script's settings call was not found")
-            continue
-        if knob.get("changes_training") and kind.name not in inp.chosen:
-            fix.notes.append(
-                f"{knob['call']}({knob['argument']}={knob['value']}) changes the training: "
-                f"ask for it with --fix {kind.name}"
-            )
-            continue
-        calls.setdefault((str(site), str(knob["call"])), {})[str(knob["argument"])] = str(
-            knob["value"]
-        )
+        if f.id == "framework-bound":
+            _bound_settings(f, fix, calls)
+        else:
+            _knob_setting(f, kind, inp, fix, calls)
     for (site, call), settings in calls.items():
         parsed = site_line(site)
         if parsed is None:
@@ -310,8 +308,45 @@ def _plan_framework_knobs(kind: FixKind, inp: PlanInput) -> PlannedFix:
         )
         if fix.edits
         else "no framework setting named by a finding can be set in the script"
+        + "".join(f"; {note}" for note in fix.skipped)
     )
     return fix
+
+
+def _knob_setting(
+    f: Finding,
+    kind: FixKind,
+    inp: PlanInput,
+    fix: PlannedFix,
+    calls: dict[tuple[str, str], dict[str, str]],
+) -> None:
+    """A finding's ``evidence.knob``, added to ``calls`` by its settings call's site."""
+    knob = f.evidence["knob"]
+    site = knob.get("site") if isinstance(knob, dict) else None
+    if not isinstance(knob, dict) or not site:
+        fix.skipped.append(f"{f.site}: {f.title}: the script's settings call was not found")
+        return
+    if knob.get("changes_training") and kind.name not in inp.chosen:
+        fix.notes.append(
+            f"{knob['call']}({knob['argument']}={knob['value']}) changes the training: "
+            f"ask for it with --fix {kind.name}"
+        )
+        return
+    calls.setdefault((str(site), str(knob["call"])), {})[str(knob["argument"])] = str(knob["value"])
+
+
+def _bound_settings(
+    f: Finding, fix: PlannedFix, calls: dict[tuple[str, str], dict[str, str]]
+) -> None:
+    """The framework-bound finding's knobs (its ``fix_params`` past ``call`` and ``framework``),
+    added to ``calls`` at its site, the settings call (``Trainer(...)``)."""
+    params = dict(given(f.fix_params) or {})
+    callee = params.pop("call", None)
+    framework = params.pop("framework", "the framework")
+    if callee is None or not f.site or not params:
+        fix.skipped.append(f"{framework}: no settings call to rewrite ({f.fix})")
+        return
+    calls.setdefault((f.site, callee), {}).update(params)
 
 
 def _through_framework(kind: FixKind, inp: PlanInput) -> PlannedFix | None:

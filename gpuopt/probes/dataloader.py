@@ -181,6 +181,8 @@ class DataLoaderWaits:
     wait_by_step: dict[int, float]
     first_fetch_t: float | None  # clock time of the run's first iter() or next(), if any
     stepped: bool = False  # the run marked at least one step
+    # batches by a framework's loop phase (train, validation, sanity-check: gpuopt.frameworks)
+    phases: dict[str, int] = field(default_factory=dict)
 
     def infos(self, measured_steps: list[int]) -> list[DataLoaderInfo]:
         return [s.info(measured_steps, self.stepped) for s in self.loaders]
@@ -216,6 +218,7 @@ class DataLoaderProbe:
         self._alive: dict[int, Any] = {}  # id(loader) -> weakref, so a reused id starts a new entry
         self._origins: dict[tuple[int, bool], BatchOrigin] = {}  # made once per loader and mode
         self._last: tuple[LoaderStats, int] | None = None  # the last batch's loader and step
+        self.phases: dict[str, int] = {}  # batches by a framework loop's phase
 
     # -- Probe interface -------------------------------------------------------------------
     def start(self, ctx: RunContext) -> None:
@@ -243,6 +246,7 @@ class DataLoaderProbe:
             try:
                 probe._register(it, loader)
                 probe._started(it, step, dt)
+                it._gpuopt_phase = probe._phase(sys._getframe(1))
             except Exception as exc:  # measuring must never break the user's loader
                 log.debug_once("a DataLoader iterator not measured: %s", exc, exc_info=True)
             return it
@@ -326,7 +330,11 @@ class DataLoaderProbe:
         steps = self._step_count()
         self._followed(steps)
         return DataLoaderWaits(
-            list(self.loaders.values()), dict(self.wait_by_step), self.first_fetch_t, steps > 0
+            list(self.loaders.values()),
+            dict(self.wait_by_step),
+            self.first_fetch_t,
+            steps > 0,
+            dict(self.phases),
         )
 
     def _followed(self, step: int) -> None:
@@ -458,7 +466,18 @@ class DataLoaderProbe:
         stats.fetch_cpu_s += max(cpu - before[0], 0) / 1e9
         stats.fetch_runq_s += max(runq - before[1], 0) / 1e9
 
+    def _phase(self, frame: Any) -> str | None:
+        """The framework loop's phase an iterator starts in (None without a framework)."""
+        from gpuopt.frameworks.frames import SPEC_PACKAGES, Phases
+
+        if not SPEC_PACKAGES.intersection(sys.modules):
+            return None
+        return Phases(sys.modules).phase(frame)
+
     def _record(self, it: Any, step: int, dt: float, ok: bool, training: bool = True) -> None:
+        phase = getattr(it, "_gpuopt_phase", None)
+        if phase is not None and ok:
+            self.phases[phase] = self.phases.get(phase, 0) + 1
         stats = self.loaders.get(getattr(it, "_gpuopt_loader_key", -1))
         self._wait(stats, step, dt)
         last = self._last  # _followed(step), inline: no extra call per fetch

@@ -81,4 +81,15 @@ class FrameworkProbe:
         pass
 
     def result(self) -> FrameworkCapture | None:
-        return self.seen
+        """What the stack showed; else the framework the run imported, where a spec recognises
+        it from ``sys.modules`` (a framework's script that steps its optimizer itself)."""
+        if self.seen is not None:
+            return self.seen
+        from gpuopt.frameworks.detect import recognised
+
+        try:
+            return recognised(sys.modules)
+        except Exception as exc:  # a spec that misbehaves costs the key, never the run
+            log.debug("probe framework: not recognised", exc_info=True)
+            self.errors.append(f"framework probe: {type(exc).__name__}: {exc}")
+            return None

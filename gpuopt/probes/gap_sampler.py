@@ -75,6 +75,11 @@ class GapSampler:
         self.codes: dict[int, CodeType] = {}  # every code object a stack refers to
         self._stacks: dict[Stack, Stack] = {}  # each distinct stack once
         self.errors: list[str] = []
+        # every look in Python outside an op, stretch of any length, with the time since the
+        # previous look: whose code the step's Python is (gpuopt.frameworks.frames); on where
+        # the run imported a framework (a plain loop's sampler looks as it always did)
+        self.python_too = False
+        self.python: dict[Stack, float] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._tid = 0
@@ -86,6 +91,9 @@ class GapSampler:
             return
         self._tid = threading.get_ident()
         self._first_step = int(self.engine.steps_done)
+        from gpuopt.frameworks.frames import SPEC_PACKAGES
+
+        self.python_too = bool(SPEC_PACKAGES.intersection(sys.modules))
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="gpuopt-gap-sampler", daemon=True)
         self._thread.start()
@@ -119,7 +127,7 @@ class GapSampler:
             return None
         since = engine.last_exit
         age = now - since
-        if age < GAP_FLOOR_S:
+        if age < GAP_FLOOR_S and not self.python_too:
             return None
         frame = sys._current_frames().get(self._tid)
         stack: list[tuple[int, int]] = []
@@ -137,12 +145,16 @@ class GapSampler:
             f = f.f_back
         if not stack:
             return None
-        key = tuple(stack)
+        key = self._stacks.setdefault(tuple(stack), tuple(stack))
+        if self.python_too:
+            self.python[key] = self.python.get(key, 0.0) + (now - last)
+        if age < GAP_FLOOR_S:
+            return None
         sample = GapSample(
             step=int(engine.steps_done) - self._first_step,
             seconds=min(now - last, age),
             age=age,
-            stack=self._stacks.setdefault(key, key),
+            stack=key,
             since=since,
         )
         self.samples.append(sample)

@@ -62,6 +62,9 @@ class RecorderCapture:
     # code objects their stacks refer to (by id)
     gap_samples: list[GapSample] = field(default_factory=list)
     gap_codes: dict[int, CodeType] = field(default_factory=dict)
+    # the sampler's looks in Python outside ops, any stretch (a framework's run only): seconds
+    # by stack (gpuopt.frameworks.frames splits them by whose code runs)
+    gap_python: dict[tuple[tuple[int, int], ...], float] = field(default_factory=dict)
     # the run ended before the window: its last warm-up step, recorded in case, stands for it
     from_warmup: bool = False
 
@@ -237,6 +240,7 @@ class DispatchRecorder:
             + (self.sampler.errors if self.sampler is not None else []),
             gap_samples=list(self.sampler.samples) if self.sampler is not None else [],
             gap_codes=dict(self.sampler.codes) if self.sampler is not None else {},
+            gap_python=dict(self.sampler.python) if self.sampler is not None else {},
             from_warmup=self.from_warmup,
         )
 

@@ -11,6 +11,7 @@ MODULES = (
     "compile",
     "dataloader",
     "distributed",
+    "framework",
     "gpu_trace",
     "host_copies",
     "host_dispatch",

@@ -1,0 +1,82 @@
+"""timm's ``train.py`` (pytorch-image-models): its package, the script's phases, its flags
+(docs/frameworks.md#timm). ``train.py`` is the user's script (run as it is, or copied); its knobs
+are command-line flags, so a fix is the flag to add, printed, never a rewrite.
+
+Checked with timm 1.0.31's ``train.py``: ``train_one_epoch`` runs the training batches,
+``validate`` the evaluation ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gpuopt.frameworks import FrameworkSpec, Knob
+from gpuopt.model.records import Framework
+
+NAME = "timm"
+
+KNOBS = (
+    Knob(
+        call="--workers",
+        argument="--workers",
+        value="4",
+        finding="dataloader-bound",
+        evidence="train.py's loader decodes and augments in the training process with 0 workers",
+    ),
+    Knob(
+        call="--pin-mem",
+        argument="--pin-mem",
+        value="",
+        finding="dataloader-bound",
+        evidence="pinned host batches copy to the GPU asynchronously (timm.data.create_loader)",
+    ),
+    Knob(
+        call="--channels-last",
+        argument="--channels-last",
+        value="",
+        finding="framework-bound",
+        evidence="convolutions in channels-last layout use the GPU's faster NHWC kernels",
+    ),
+    Knob(
+        call="--amp",
+        argument="--amp",
+        value="",
+        finding="framework-bound",
+        evidence="autocast to float16/bfloat16: tensor cores on the GPU",
+        changes_training=True,
+    ),
+)
+
+SPEC = FrameworkSpec(
+    name=NAME,
+    packages=("timm",),
+    entries=("train_one_epoch",),
+    knobs=KNOBS,
+)
+
+# (phase, file, function): the script's own functions (train.py is the user's file)
+PHASES = (
+    ("validation", "train.py", "validate"),
+    ("train", "train.py", "train_one_epoch"),
+)
+
+EVALUATION = ("validation",)
+
+STEP_KNOBS: tuple[str, ...] = ()  # train.py's per-step Python is the script's own
+
+CALLS: tuple[str, ...] = ()  # its knobs are flags on the command line
+
+# train.py imports these (a script that builds a timm model alone does not)
+SCRIPT_PACKAGES = ("timm.data", "timm.loss", "timm.optim", "timm.scheduler")
+
+
+def recognise(modules: Mapping[str, Any]) -> Framework | None:
+    """The ``framework`` record where the script is timm's ``train.py`` or built like it (it
+    imported :data:`SCRIPT_PACKAGES`: timm's data, loss, optimizer and scheduler factories),
+    else None (a script that only builds a timm model trains in its own loop)."""
+    timm = modules.get("timm")
+    if timm is None or not all(m in modules for m in SCRIPT_PACKAGES):
+        return None
+    version = getattr(timm, "__version__", None)
+    return Framework(name=NAME, version=str(version) if version else None)
