@@ -30,6 +30,14 @@ FixMode = Literal["runtime", "source", "suggestion"]
 __all__ = ["TrainingRecord"]
 
 
+# what a whole-run gain covers, said beside its size
+TRAINING_TIME = "training time: every step, workers' start-up at each epoch included"
+WHOLE_STATISTIC = (
+    "each run's training wall time per step: the mean of every step, the first (workers "
+    "starting) and epoch boundaries included, geometric mean over the runs"
+)
+
+
 class LoaderSettings(Record):
     """DataLoader arguments to use for the loader built at ``site`` (None: leave as is)."""
 

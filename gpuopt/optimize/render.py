@@ -3,10 +3,9 @@ over the document; nothing here runs or measures anything."""
 
 from __future__ import annotations
 
-from gpuopt.model.optimize import FixResult, Gain, OptimizeDocument
+from gpuopt.model.optimize import WHOLE_STATISTIC, FixResult, Gain, OptimizeDocument
 from gpuopt.model.records import given
 from gpuopt.optimize.measuring import how_sure
-from gpuopt.optimize.speed import WHOLE_STATISTIC
 
 
 def _steps_per_s(doc: OptimizeDocument, role: str) -> str:

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuopt.model.optimize import Gain
+from gpuopt.model.optimize import TRAINING_TIME, WHOLE_STATISTIC, Gain
 from gpuopt.optimize.measuring import TIGHT
 from gpuopt.optimize.step_series import SplitRun, split_run
 
@@ -134,14 +134,6 @@ def bootstrap_levels(
     kept = np.where(mask, values, np.nan)
     medians = np.nanmean(kept, axis=2) if mean else np.nanmedian(kept, axis=2)  # (RESAMPLES, k)
     return np.asarray(np.exp(np.log(np.maximum(medians, 1e-12)).mean(axis=1)))
-
-
-# what a whole-run gain covers, said beside its size
-TRAINING_TIME = "training time: every step, workers' start-up at each epoch included"
-WHOLE_STATISTIC = (
-    "each run's training wall time per step: the mean of every step, the first (workers "
-    "starting) and epoch boundaries included, geometric mean over the runs"
-)
 
 
 def compare(base: Side, cand: Side, whole: bool = False) -> Gain:

@@ -70,6 +70,7 @@ class SlowStepSampler:
         self._early: list[tuple[int, float, list[Stack]]] = []
         self._stacks: dict[Stack, Stack] = {}
         self._last_t: float | None = None
+        self._ends: deque[tuple[int, float, list[Stack]]] = deque()  # steps ended, not yet judged
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._tid = 0
@@ -85,7 +86,18 @@ class SlowStepSampler:
         self._thread.start()
 
     def on_step(self, index: int, t: float) -> None:
-        samples, self._current = self._current, []
+        """The same few calls every step (a slow step costs the training thread nothing more):
+        the step is judged on the sampler's thread, at its next look."""
+        samples = self._current
+        self._current = []
+        self._ends.append((index, t, samples))
+
+    def _drain(self) -> None:
+        ends = self._ends
+        while ends:
+            self._ended(*ends.popleft())
+
+    def _ended(self, index: int, t: float, samples: list[Stack]) -> None:
         last, self._last_t = self._last_t, t
         if last is None:
             return
@@ -104,6 +116,7 @@ class SlowStepSampler:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=1.0)
         self._thread = None
+        self._drain()
         times = [s for _, s, _ in self._early] + list(self._recent)
         for index, seconds, samples in self._early:
             self._judge(index, seconds, samples, times)
@@ -122,6 +135,7 @@ class SlowStepSampler:
     def _run(self) -> None:
         try:
             while not self._stop.wait(self.interval_s):
+                self._drain()
                 self.look()
         except Exception as exc:  # never disturb the run: stop sampling and say why
             log.debug("slow steps: the sampler gave up", exc_info=True)
