@@ -52,8 +52,6 @@ from gpuopt.optimize.codemods import (
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 GELU_CUBIC = 0.044715
-# ops torch dispatches for each hand-written form (one step of the recorder counts them)
-OPS = {"gelu-tanh": 8, "gelu-erf": 5, "softmax": 4, "layer-norm": 6, "attention": 5}
 WHAT = {
     "gelu-tanh": "GELU (tanh approximation) written as elementwise ops",
     "gelu-erf": "GELU written as elementwise ops",
@@ -668,7 +666,6 @@ def on_lines_range(match: Match, lines: Collection[int]) -> bool:
 
 __all__ = [
     "Match",
-    "OPS",
     "WHAT",
     "find_hand_written_ops",
     "find_hand_written_ops_at",
