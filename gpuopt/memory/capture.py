@@ -560,12 +560,7 @@ class StepRecorder:
             self._check_grads(args, kwargs)  # (a Dataset's transforms: modules without parameters)
         if not self.recording and not self.step.complete and not self.step.entries:
             if next(module.parameters(), None) is not None and not _evaluating():
-                self.recording = True
-                self._busy = True  # reading the script's tensors is not the script's call
-                try:
-                    self._note_held()
-                finally:
-                    self._busy = False
+                self._start_recording()
         if not self.recording:
             return self._inner(orig, module, args, kwargs)
         target, note = unwrap(module)
@@ -621,14 +616,17 @@ class StepRecorder:
             if torch.nn.Module.__dict__.get("__call__") is self._orig_call:
                 torch.nn.Module.__call__ = wrapper  # type: ignore[method-assign]
 
+    def _start_recording(self) -> None:
+        self.recording = True
+        self._busy = True  # reading the script's tensors is not the script's call
+        try:
+            self._note_held()
+        finally:
+            self._busy = False
+
     def on_function(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if not self.recording and self._starts_program(args, kwargs):
-            self.recording = True
-            self._busy = True  # reading the script's tensors is not the script's call
-            try:
-                self._note_held()
-            finally:
-                self._busy = False
+            self._start_recording()
         if not self.recording or self.depth > 0 or self._busy or self._in_step:
             return func(*args, **kwargs)
         if _is_backward(func):
