@@ -16,14 +16,13 @@ from msgspec import UnsetType
 
 from gpuopt.assemble.run_record import RunRecord
 from gpuopt.frameworks.detect import framework_record as detected
-from gpuopt.frameworks.detect import loader_origins
+from gpuopt.frameworks.detect import loader_origins, specs
 from gpuopt.frameworks.frames import (
     Owners,
     call_line,
     framework_dirs,
     python_split,
     spec_modules,
-    specs,
 )
 from gpuopt.model.profile import Profile
 from gpuopt.model.records import Framework, FrameworkPhase

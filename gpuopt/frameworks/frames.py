@@ -37,10 +37,6 @@ def spec_modules() -> list[Any]:
 SPEC_PACKAGES = frozenset(pkg for m in spec_modules() for pkg in m.SPEC.packages)
 
 
-def specs() -> list[FrameworkSpec]:
-    return [m.SPEC for m in spec_modules()]
-
-
 def package_dir(module: ModuleType) -> str | None:
     """The directory of an imported package (with a trailing separator), None for a module
     without a file."""
