@@ -257,3 +257,26 @@ def test_everything_after_the_module_is_the_modules(
 def test_the_script_form_is_left_alone() -> None:
     argv = ["profile", "--steps", "2", "t.py", "-m", "x", "--help"]
     assert entry.module_args_after_module(argv) == argv
+
+
+def test_a_trace_report_imports_only_what_it_uses(tmp_path: Path) -> None:
+    """``gpuopt report TRACE`` pays every import at every start: not numpy's masked arrays
+    (``np.unique`` and friends import them on first call, 15-20 ms), nor the optimize report's
+    renderers (html, statistics, random) for an input that is no optimize result."""
+    trace = ROOT / "tests" / "data" / "shared" / "traces" / "hta" / "trace_filter"
+    trace = trace / "sampled_rank-0.json.gz"  # two ProfilerStep names: the last-step rule runs
+    code = (
+        "import sys\n"
+        "import gpuopt.entry as e\n"
+        "e.quick_exit = lambda code: print('exit', code)\n"
+        f"sys.argv = ['gpuopt', 'report', {str(trace)!r}, '-o', {str(tmp_path / 'r.json')!r}]\n"
+        "e.main()\n"
+        "print(sorted(m for m in ('numpy.ma', 'gpuopt.optimize.report', 'statistics', 'html')"
+        " if m in sys.modules))\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:2] == ["exit 0", "[]"]
+    assert (tmp_path / "r.json").read_text().startswith("{")

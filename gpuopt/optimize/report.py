@@ -13,17 +13,6 @@ from gpuopt.errors import GpuoptError
 from gpuopt.model.optimize import OPTIMIZE_SCHEMA, OptimizeDocument
 from gpuopt.optimize.render import detail_lines, headline, render_markdown, render_text
 
-OPTIMIZE_FILE = "optimize.json"
-
-
-def optimize_file(path: Path) -> Path | None:
-    """The ``optimize.json`` that ``path`` names (the file, or a directory holding it and no
-    ``profile.json``), else None."""
-    if path.is_dir():
-        p = path / OPTIMIZE_FILE
-        return p if p.is_file() and not (path / "profile.json").exists() else None
-    return path if path.name == OPTIMIZE_FILE else None
-
 
 def load_optimize(path: Path) -> OptimizeDocument:
     try:

@@ -155,11 +155,13 @@ def progress_bar(what: str) -> Iterator[Progress | None]:
 
 def _optimize_report(path: Path, fmt: str, output: Path | None) -> bool:
     """A ``gpuopt optimize`` directory (or its ``optimize.json``): rendered, True; else False."""
-    from gpuopt.optimize.report import load_optimize, optimize_file, render
+    from gpuopt.optimize.found import optimize_file
 
     found = optimize_file(path)
     if found is None:
         return False
+    from gpuopt.optimize.report import load_optimize, render
+
     write_output(render(load_optimize(found), fmt), output)
     return True
 
@@ -167,10 +169,12 @@ def _optimize_report(path: Path, fmt: str, output: Path | None) -> bool:
 def _rendered(path: Path, fmt: str, jobs: int | None) -> str:
     """One input's report as text: a gpuopt optimize directory, or any profile or trace."""
     from gpuopt.loading import load
-    from gpuopt.optimize.report import load_optimize, optimize_file, render
+    from gpuopt.optimize.found import optimize_file
 
     found = optimize_file(path)
     if found is not None:
+        from gpuopt.optimize.report import load_optimize, render
+
         return render(load_optimize(found), fmt)
     return get_renderer(fmt).render(load(path, jobs))
 
@@ -211,7 +215,7 @@ def reports_command(
 
 def _html_page(paths: list[Path]) -> str:
     from gpuopt.loading import load
-    from gpuopt.optimize.report import optimize_file
+    from gpuopt.optimize.found import optimize_file
     from gpuopt.report.html import HtmlRenderer
 
     for path in paths:

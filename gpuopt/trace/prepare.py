@@ -128,7 +128,7 @@ def count_step_names(cols: EventColumns) -> set[str]:
     if not any("ProfilerStep" in n for n in cols.names):
         return set()
     on_stream, gpu_kernel = gpu_events(cols)
-    codes = np.unique(cols.name[step_annotations(cols, gpu_kernel, on_stream)])
+    codes = unique(cols.name[step_annotations(cols, gpu_kernel, on_stream)])
     return {cols.names[int(c)] for c in codes}
 
 

@@ -17,8 +17,6 @@ Every ``est_speedup`` is an estimate and names its model.
 
 from __future__ import annotations
 
-import statistics
-
 import msgspec
 
 from gpuopt.findings.engine import rule
@@ -94,6 +92,8 @@ def straggler_from_ranks(profile: Profile) -> list[Finding]:
     entries = [e for e in profile.ranks or [] if _own(e) is not None and _step_s(e)]
     if len(entries) < 2:
         return []
+    import statistics  # here, not at the top: 5-10 ms of every report's start
+
     slow = max(entries, key=lambda e: _own(e) or 0.0)
     others = [e for e in entries if e is not slow]
     extra = (_own(slow) or 0.0) - statistics.median(_own(e) or 0.0 for e in others)
@@ -167,6 +167,8 @@ def exposed_communication(profile: Profile) -> list[Finding]:
     ]
     if len(comm) < 2:
         return []
+    import statistics
+
     comm_s = statistics.fmean(c for c, _ in comm)
     share = statistics.fmean(c / s for c, s in comm)
     if share < EXPOSED_SHARE:
@@ -288,6 +290,8 @@ def gradient_accumulation_sync(profile: Profile) -> list[Finding]:
         for e in profile.ranks or []
         if isinstance(v := given(e.collective_comm_s_per_step), (int, float))
     ]
+    import statistics
+
     cost = statistics.fmean(comm) if comm else (ddp.exposed_s_per_step or 0.0)
     saved = cost * (syncs - 1) / syncs
     share = min(saved / step, 0.99) if step > 0 else 0.0
@@ -330,6 +334,8 @@ def small_buckets(profile: Profile) -> list[Finding]:
     if share_of_comm < LATENCY_SHARE:
         return []
     cap_mb = (ddp.bucket_cap_bytes or 25 * 2**20) / 2**20
+    import statistics
+
     median_bytes = statistics.median(ddp.bucket_bytes)
     new_cap = max(25.0, cap_mb * 4)
     exposed_share = 0.0

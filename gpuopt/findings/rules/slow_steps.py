@@ -13,8 +13,6 @@ total).
 
 from __future__ import annotations
 
-import statistics
-
 from gpuopt.findings.engine import rule
 from gpuopt.findings.estimates import severity_for_share, speedup_if_removed
 from gpuopt.model.profile import Finding, Profile
@@ -44,6 +42,8 @@ def _outliers(series: list[StepRecord]) -> tuple[float, list[StepRecord]] | None
     measured = [r.time_s for r in series if not r.warmup and not given(r.instrumented)]
     if len(measured) < MIN_MEASURED:
         return None
+    import statistics  # here, not at the top: 5-10 ms of every report's start
+
     median = statistics.median(measured)
     out = [
         r
@@ -153,4 +153,6 @@ def _period(indices: list[int]) -> int | None:
     gaps = [b - a for a, b in zip(indices, indices[1:], strict=False)]
     if not gaps or max(gaps) - min(gaps) > 1:
         return None
+    import statistics
+
     return round(statistics.median(gaps))
