@@ -352,10 +352,11 @@ def _add_sites(
     covered = iv.covered_in_windows(part, v.ts[cand], v.end[cand])
     hit_mask = covered > 0
     hit = cand[hit_mask]
-    for j, us, site in zip(
-        hit.tolist(), covered[hit_mask].tolist(), sites_for(v, ops, hit), strict=True
+    names = v.ev.names
+    for code, us, site in zip(
+        v.ev.name[hit].tolist(), covered[hit_mask].tolist(), sites_for(v, ops, hit), strict=True
     ):
-        sites[(cause, v.name(j), site)] += us
+        sites[(cause, names[code], site)] += us
 
 
 def _add_innermost_sites(
@@ -371,14 +372,15 @@ def _add_innermost_sites(
     seg_s, seg_e, owner = _innermost(v.ts[ev], v.end[ev])
     own = np.bincount(owner, weights=iv.covered_in_windows(part, seg_s, seg_e), minlength=ev.size)
     hit = np.flatnonzero(own > 0)
+    names, codes, own_us = v.ev.names, v.ev.name[ev[hit]].tolist(), own[hit].tolist()
     if cause == "python":
         site_of = _frame_sites(v, ev)
-        for k in hit.tolist():
-            name, site = v.name(int(ev[k])), site_of[k]
-            sites[(cause, name if site is None else "python", site)] += float(own[k])
+        for k, code, us in zip(hit.tolist(), codes, own_us, strict=True):
+            site = site_of[k]
+            sites[(cause, names[code] if site is None else "python", site)] += us
         return
-    for k, site in zip(hit.tolist(), sites_for(v, ops, ev[hit]), strict=True):
-        sites[(cause, v.name(int(ev[k])), site)] += float(own[k])
+    for code, us, site in zip(codes, own_us, sites_for(v, ops, ev[hit]), strict=True):
+        sites[(cause, names[code], site)] += us
 
 
 def _frame_sites(v: RankView, frames: IntArray) -> list[str | None]:
@@ -387,10 +389,13 @@ def _frame_sites(v: RankView, frames: IntArray) -> list[str | None]:
     out: list[str | None] = []
     stack: list[int] = []  # the frames enclosing the current one, innermost last
     ends = v.end[frames].tolist()
-    for k, (j, t0) in enumerate(zip(frames.tolist(), v.ts[frames].tolist(), strict=True)):
+    # each name's own site, looked up once per name: a trace has ~100x more frames than names
+    codes = v.ev.name[frames]
+    own_site = {c: user_site(v.ev.names[c]) for c in unique(codes).tolist()}
+    for k, (code, t0) in enumerate(zip(codes.tolist(), v.ts[frames].tolist(), strict=True)):
         while stack and ends[stack[-1]] <= t0:
             stack.pop()
-        site = user_site(v.name(j))
+        site = own_site[code]
         out.append(site if site is not None or not stack else out[stack[-1]])
         stack.append(k)
     return out
