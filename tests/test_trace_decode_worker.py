@@ -145,6 +145,24 @@ def test_when_a_helper_is_wanted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert not decode_worker.wanted(small)
 
 
+@pytest.mark.parametrize(("load", "threshold"), [(0.3, 16 << 20), (2.0, 8 << 20), (9.0, 8 << 20)])
+def test_a_busy_machine_forks_the_helper_for_smaller_files(
+    monkeypatch: pytest.MonkeyPatch, load: float, threshold: int
+) -> None:
+    """With every core busy the helper brings its own share of them, so it pays from less
+    JSON."""
+    monkeypatch.setattr(decode_worker.os, "getloadavg", lambda: (load, load, load))
+    assert decode_worker.min_text_bytes(2) == threshold
+
+
+def test_no_load_average_counts_as_idle(monkeypatch: pytest.MonkeyPatch) -> None:
+    def unavailable() -> tuple[float, float, float]:
+        raise OSError("no load average")
+
+    monkeypatch.setattr(decode_worker.os, "getloadavg", unavailable)
+    assert decode_worker.min_text_bytes(2) == decode_worker.MIN_TEXT_BYTES
+
+
 def test_text_size_reads_the_gzip_trailer(tmp_path: Path) -> None:
     p = _trace(tmp_path, n=200)
     import gzip

@@ -36,7 +36,7 @@ def _identity(path: Path) -> tuple[int, int, int, int] | None:
 
 def start(path: Path) -> bool:
     """Fork a helper for ``path`` now, if one is worth it (:func:`decode_worker.wanted`: the same
-    size threshold as the helper forked after the imports, :data:`decode_worker.MIN_TEXT_BYTES`)."""
+    size threshold as the helper forked after the imports, :func:`decode_worker.min_text_bytes`)."""
     global _started
     discard()
     ident = _identity(path)

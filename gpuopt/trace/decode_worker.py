@@ -27,7 +27,8 @@ Safe by construction:
   A helper never reports errors: the parent meets the same bad input and reports it.
 * Frames are msgpack (plain data: numbers, strings, raw column bytes); nothing is unpickled.
 * Only forked from a single-threaded parent, on Linux (``fork`` and ``memfd``), with two or more
-  usable cores, for files with at least :data:`MIN_TEXT_BYTES` of JSON text. The environment
+  usable cores, for files with at least :data:`MIN_TEXT_BYTES` of JSON text
+  (:data:`BUSY_MIN_TEXT_BYTES` while the load average is at or above the cores). The environment
   variable ``GPUOPT_TRACE_WORKERS`` overrides: ``0`` never, a positive number always.
 * The helper ends with ``os._exit``: no atexit handlers, no flushing of the parent's buffers. It
   dies with its parent (``PR_SET_PDEATHSIG``), even when the parent is killed outright.
@@ -57,6 +58,11 @@ from gpuopt.trace import pieces as pieces_mod
 log = logger(__name__)
 
 MIN_TEXT_BYTES = 16 << 20
+# On a busy machine (1-minute load average at or above the usable cores) the scheduler shares the
+# cores among runnable processes, so a helper brings its own share: at a load of 4 on top of others'
+# (2 vCPUs) it took 0.84x the wall time on 9.8 MB of JSON, 0.87x on 15.4 MB, 0.90x on 25.8 MB
+# (medians of 10 alternating runs each, docs/bench-trace.md).
+BUSY_MIN_TEXT_BYTES = 8 << 20
 # The parent's share: a little over half, since the helper also decompresses the parent's half.
 PARENT_SHARE = 0.55
 # How much JSON a helper forked before the parent's imports decodes while the parent imports numpy
@@ -93,7 +99,17 @@ def wanted(path: Path, workers: int | None = None) -> bool:
     except OSError as exc:
         log.debug("sched_getaffinity failed (%s): cpu_count instead", exc)
         cores = os.cpu_count() or 1
-    return cores >= 2 and pieces_mod.text_size(path) >= MIN_TEXT_BYTES
+    return cores >= 2 and pieces_mod.text_size(path) >= min_text_bytes(cores)
+
+
+def min_text_bytes(cores: int) -> int:
+    """The least JSON a helper is forked for: :data:`BUSY_MIN_TEXT_BYTES` while the cores are
+    busy (load average), else :data:`MIN_TEXT_BYTES`."""
+    try:
+        busy = os.getloadavg()[0] >= cores
+    except OSError:  # no load average on this system
+        busy = False
+    return BUSY_MIN_TEXT_BYTES if busy else MIN_TEXT_BYTES
 
 
 def split_for(text_bytes: int, early: bool) -> int:
