@@ -427,13 +427,13 @@ def print_parity(rows: list[dict]) -> None:
         print(f"| {r['trace']} | {cells} | {hs} | {gs} | {max(diffs):.2f}{note} |")
         lag = r.get("gpu_lag")
         if lag:
+            hta_busy, ours = busy.split(" | ")
             departures.append(
                 f"| {r['trace']} | GPU behind the host: {lag['queued_before']} GPU events "
                 f"queued before the trace, lag {lag['lag_min_us'] / 1e3:.1f}–"
-                f"{lag['lag_max_us'] / 1e3:.1f} ms; steps measured by what each launched | "
-                f"steps by the host annotation (median {lag['host_step_us'] / 1e3:.2f} ms); "
-                f"{busy.replace(' | ', ' | steps at the GPU cadence ')} "
-                f"({lag['gpu_step_us'] / 1e3:.2f} ms) |"
+                f"{lag['lag_max_us'] / 1e3:.1f} ms | steps from the host annotation (median "
+                f"{lag['host_step_us'] / 1e3:.2f} ms): {hta_busy} | steps by what each "
+                f"launched (the GPU's cadence, {lag['gpu_step_us'] / 1e3:.2f} ms): {ours} |"
             )
     if departures:
         print("\n| trace | departure | HTA | gpuopt (right) |\n|---|---|---|---|")
