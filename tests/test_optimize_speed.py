@@ -469,3 +469,23 @@ def test_pairs_of_runs_claim_nothing_the_pairs_do_not_agree_on() -> None:
     assert wide.verdict == "not-measured" and "the runs' pairs" in wide.label
     one = gain(_flat([0.05]), _flat([0.03]), whole=True)
     assert "pairs of runs" not in str(one.statistic)
+
+
+def test_an_undecided_gain_on_the_pairs_gets_more_pairs_within_the_budget() -> None:
+    """Eight pairs that hold both no gain and 1.7x: pairs go on to twelve a side, the budget
+    permitting; a decided one, or one of settled steps, stops at eight."""
+    from gpuopt.optimize.measuring import MAX_UNDECIDED_RUNS
+
+    base = [0.127, 0.082, 0.182, 0.130, 0.064, 0.103, 0.175, 0.145]  # a busy machine's 8 pairs
+    ratios = (1.16, 1.7, 2.18, 1.85, 0.51, 0.99, 1.31, 1.4)
+    cand = [b / r for b, r in zip(base, ratios, strict=True)]
+    open_ = gain(_flat(base), _flat(cand), whole=True)
+    assert open_.verdict == "no-gain" and open_.low is not None and open_.low < 1.03
+    assert stop_reason(open_, (8, 8), True, True) is None
+    assert stop_reason(open_, (8, 8), True, False) == "time budget"
+    cap = (MAX_UNDECIDED_RUNS, MAX_UNDECIDED_RUNS)
+    assert stop_reason(open_, cap, True, True) == "runs cap"
+    busy = gain(_flat(BUSY_BASELINES), _flat(BUSY_CANDIDATES), whole=True)
+    assert busy.verdict == "faster" and stop_reason(busy, (8, 8), True, True) == "runs cap"
+    settled = gain(_flat(base), _flat(cand))
+    assert stop_reason(settled, (8, 8), True, True) == "runs cap"

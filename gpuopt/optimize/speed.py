@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuopt.model.optimize import TRAINING_TIME, WHOLE_STATISTIC, Gain
+from gpuopt.model.optimize import PAIRED, TRAINING_TIME, WHOLE_STATISTIC, Gain
 from gpuopt.optimize.measuring import TIGHT
 from gpuopt.optimize.step_series import SplitRun, split_run
 
@@ -60,10 +60,6 @@ MIN_STEPS = 3  # settled steps a side needs, in all, to be measured at all
 NOISY = 0.5
 # Student's t at 95% one-sided (the 90% interval's ends) for 1..10 degrees of freedom; 1.8 past
 # 10 (it is 1.81 at 10, 1.70 at 30): the pairs' interval for as few pairs as optimize times
-PAIRED = (
-    "; the speedup and its interval from the pairs of runs timed in turn (each baseline run over "
-    "the candidate run next to it; Student's t, 90%)"
-)
 T90 = (6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812)
 
 
