@@ -35,8 +35,7 @@ def sweep_for(
     from gpuopt.optimize.sweep import run_sweep
 
     phases.phase(f"sweeping DataLoader settings at {finding.site}")
-    step = base.steps.time_s.median
-    compute = step * (1.0 - base.breakdown.data_wait) if step else None
+    compute = compute_s(base)
     need = 1.0 / compute if compute else None
     epochs = _epochs_seen(base, finding.site)
     try:
@@ -51,6 +50,23 @@ def sweep_for(
         return sweep, None
     except GpuoptError as exc:
         return None, str(exc)
+
+
+def compute_s(base: Profile) -> float | None:
+    """The training's compute a step on a core of its own: the median step less its data wait,
+    less the share its threads waited for a core (``utilization.cpu.run_delay_share``, the
+    kernel's count). A busy machine stretches the compute's wall time, not a sleeping loader's
+    wait: from the wall clock, the sweep's pick moved with the neighbours' load (the longer the
+    compute, the less the loading it overlaps seems worth); from this it does not. None: no
+    steps."""
+    from gpuopt.model.records import given
+
+    step = base.steps.time_s.median
+    if not step:
+        return None
+    delay = given(base.utilization.cpu.run_delay_share)
+    busy = float(delay) if isinstance(delay, (int, float)) and 0.0 <= delay < 1.0 else 0.0
+    return step * (1.0 - base.breakdown.data_wait) * (1.0 - busy)
 
 
 def _epochs_seen(base: Profile, site: str) -> int:

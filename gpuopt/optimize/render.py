@@ -74,7 +74,7 @@ def headline(doc: OptimizeDocument) -> list[str]:
     if doc.status == "error":
         lines.append("the baseline run failed: nothing was changed")
         return lines
-    whole = doc.gain is not None and doc.gain.statistic == WHOLE_STATISTIC
+    whole = doc.gain is not None and str(doc.gain.statistic).startswith(WHOLE_STATISTIC)
     lines.append(
         f"steps/s  baseline {_steps_per_s(doc, 'baseline')}   "
         f"candidate {_steps_per_s(doc, 'candidate')}"

@@ -15,8 +15,13 @@ DataLoader's): a run's level is the mean of *every* step, the first one (the wor
 and the epoch boundaries (the workers starting again) included, no warm-up left out and no step
 set apart: the run's training time from its first step to its last, per step, which is what a
 user's clock shows of the training (a median of settled steps leaves the start-ups out: it read
-4.4-8.7x for a DataLoader fix that ran 1.0-1.7x faster timed outside). Its interval draws the
-runs alone (two runs or more: a run's steps are not alike, one start-up an epoch).
+4.4-8.7x for a DataLoader fix that ran 1.0-1.7x faster timed outside). With two runs a side or
+more its speedup and interval come from the **pairs of runs** (:func:`paired`): the baseline
+and candidate runs alternate, so each baseline run over the candidate run timed next to it; the
+geometric mean of those ratios, and Student's t interval (90%) of it. A neighbour's load that
+comes and goes weighs on both runs of a pair and leaves their ratio, and the pairs' own spread
+is in the interval: such a gain need only clear :data:`MIN_EFFECT` (not the noise too), and is
+too noisy only when its interval is wider than ±:data:`NOISY` and not clear of it.
 
 **The interval.** A hierarchical bootstrap of each side (2,000 resamples): the runs drawn with
 replacement, then each drawn run's settled steps with replacement, each drawn run's median
@@ -42,7 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuopt.model.optimize import TRAINING_TIME, WHOLE_STATISTIC, Gain
+from gpuopt.model.optimize import PAIRED, TRAINING_TIME, WHOLE_STATISTIC, Gain
 from gpuopt.optimize.measuring import TIGHT
 from gpuopt.optimize.step_series import SplitRun, split_run
 
@@ -53,6 +58,9 @@ MIN_EFFECT = 0.03  # a gain or a loss under 3% is never claimed, however quiet t
 MIN_STEPS = 3  # settled steps a side needs, in all, to be measured at all
 # a side whose 90% interval is wider than ±50% of its level: a 1.5x gain or none fit in it alike
 NOISY = 0.5
+# Student's t at 95% one-sided (the 90% interval's ends) for 1..10 degrees of freedom; 1.8 past
+# 10 (it is 1.81 at 10, 1.70 at 30): the pairs' interval for as few pairs as optimize times
+T90 = (6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812)
 
 
 @dataclass(frozen=True)
@@ -136,14 +144,39 @@ def bootstrap_levels(
     return np.asarray(np.exp(np.log(np.maximum(medians, 1e-12)).mean(axis=1)))
 
 
+def paired(base: Side, cand: Side) -> tuple[float, float, float] | None:
+    """The training's time as the runs' pairs measure it: each baseline run over the candidate
+    run timed next to it (they alternate, so a load that comes and goes weighs on both runs of
+    a pair and leaves their ratio), and Student's t interval (90%) of those ratios' geometric
+    mean — (speedup, low, high); None with fewer than two pairs."""
+    pairs = [
+        np.log(b.level / c.level)
+        for b, c in zip(base.runs, cand.runs, strict=False)
+        if b.level and c.level
+    ]
+    if len(pairs) < 2:
+        return None
+    mean = float(np.mean(pairs))
+    half = T90[min(len(pairs) - 2, len(T90) - 1)] * float(np.std(pairs, ddof=1))
+    half /= float(np.sqrt(len(pairs)))
+    return float(np.exp(mean)), float(np.exp(mean - half)), float(np.exp(mean + half))
+
+
 def compare(base: Side, cand: Side, whole: bool = False) -> Gain:
-    """The candidate's gain over the baseline, with its interval, noise and verdict."""
+    """The candidate's gain over the baseline, with its interval, noise and verdict. On the
+    training's time (``whole``) with two runs a side or more, the runs' pairs measure it
+    (:func:`paired`): their interval holds the runs' spread, so a gain need only clear
+    :data:`MIN_EFFECT`."""
     speedup = round(base.level / cand.level, 4)  # the label says what the document holds
     tail = (1 - LEVEL) / 2 * 100
     ratios = base.levels / np.maximum(cand.levels, 1e-12)
     low, high = (float(x) for x in np.percentile(ratios, [tail, 100 - tail]))
     noise = base.spread
     floor = max(noise, MIN_EFFECT)
+    pairs = paired(base, cand) if whole else None
+    if pairs is not None:
+        speedup, low, high = round(pairs[0], 4), pairs[1], pairs[2]
+        floor = MIN_EFFECT
     out = Gain(
         speedup=speedup,
         low=round(low, 4),
@@ -156,7 +189,7 @@ def compare(base: Side, cand: Side, whole: bool = False) -> Gain:
     out.candidate_half_width = round(cand.half_width, 4)
     out.runs = [len(base.runs), len(cand.runs)]
     out.statistic = (
-        WHOLE_STATISTIC
+        WHOLE_STATISTIC + (PAIRED if pairs is not None else "")
         if whole
         else (
             "each run's median settled step (warm-up detected per run, left out), geometric mean "
@@ -169,6 +202,10 @@ def compare(base: Side, cand: Side, whole: bool = False) -> Gain:
         for name, one in (("baseline", base), ("candidate", cand))
         if one.half_width > NOISY
     ]
+    if pairs is not None:  # the pairs' interval, not each side's, is what the verdict reads:
+        # one clear of 1 + MIN_EFFECT is a gain however wide (no gain does not fit in it)
+        width = (high - low) / 2 / speedup
+        noisy = [f"the runs' pairs ±{width:.0%}"] if width > NOISY and low <= 1 + floor else []
     if high < 1.0 and speedup < 1.0 / (1.0 + floor):
         out.verdict, out.measurable = "slower", True
         out.label = f"{1 / speedup:.2f}x slower" + covers
