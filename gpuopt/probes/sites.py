@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+import sysconfig
 import time
 from pathlib import Path
 from types import CodeType, FrameType
@@ -41,6 +42,12 @@ GPUOPT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _norm_dir(p: str) -> str:
     return os.path.join(os.path.realpath(p), "")
+
+
+# the standard library's folders: never the user's code, even under a user root (a run from /)
+_STDLIB = tuple(
+    {_norm_dir(p) for k, p in sysconfig.get_paths().items() if k in ("stdlib", "platstdlib")}
+)
 
 
 class SiteResolver:
@@ -140,6 +147,8 @@ class SiteResolver:
             return TRANSPARENT
         sep = os.sep
         if f"{sep}site-packages{sep}" in path or f"{sep}dist-packages{sep}" in path:
+            return LIBRARY
+        if path.startswith(_STDLIB):  # Python's own modules, whatever folder holds them
             return LIBRARY
         if path.startswith(self._roots):
             return USER
