@@ -97,7 +97,7 @@ def test_user_roots_take_the_working_directory_a_script_lies_below(
 
 def test_the_standard_library_is_never_user_code_under_a_wide_root() -> None:
     """A run from ``/`` (a container's working directory) makes ``/`` a user root: Python's own
-    modules stay library code; a file elsewhere under it is the user's."""
+    modules and scripts stay library code; a file elsewhere under it is the user's."""
     import json
     import sysconfig
 
@@ -105,3 +105,6 @@ def test_the_standard_library_is_never_user_code_under_a_wide_root() -> None:
     assert Path(json.__file__).resolve().is_relative_to(Path(sysconfig.get_paths()["stdlib"]))
     assert wide.classify(_code_in(Path(json.__file__))) == LIBRARY
     assert wide.classify(_code_in(Path("/srv/project/train.py"))) == USER
+    # the console script that started gpuopt (a venv's bin/gpuopt, under a project's root)
+    scripts = Path(sysconfig.get_paths()["scripts"])
+    assert wide.classify(_code_in(scripts / "gpuopt")) == LIBRARY

@@ -44,10 +44,18 @@ def _norm_dir(p: str) -> str:
     return os.path.join(os.path.realpath(p), "")
 
 
-# the standard library's folders: never the user's code, even under a user root (a run from /)
-_STDLIB = tuple(
-    {_norm_dir(p) for k, p in sysconfig.get_paths().items() if k in ("stdlib", "platstdlib")}
-)
+def _installed_dirs() -> tuple[str, ...]:
+    """Python's own folders (the standard library, the packages' and the scripts' folders,
+    a virtual environment whole): never the user's code, even under a user root (a run from
+    a project's root holding its ``.venv``, or from ``/``)."""
+    keys = ("stdlib", "platstdlib", "purelib", "platlib", "scripts")
+    dirs = {_norm_dir(p) for k, p in sysconfig.get_paths().items() if k in keys}
+    if sys.prefix != sys.base_prefix:  # a virtual environment: its bin/ and lib/ alike
+        dirs.add(_norm_dir(sys.prefix))
+    return tuple(sorted(dirs))
+
+
+_INSTALLED = _installed_dirs()
 
 
 class SiteResolver:
@@ -148,7 +156,7 @@ class SiteResolver:
         sep = os.sep
         if f"{sep}site-packages{sep}" in path or f"{sep}dist-packages{sep}" in path:
             return LIBRARY
-        if path.startswith(_STDLIB):  # Python's own modules, whatever folder holds them
+        if path.startswith(_INSTALLED):  # Python's own files, whatever folder holds them
             return LIBRARY
         if path.startswith(self._roots):
             return USER
