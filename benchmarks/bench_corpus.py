@@ -54,16 +54,21 @@ from typing import Any
 import corpus_data
 from corpus_fixes import FindingFix, counts, coverage
 from corpus_judge import ScriptExpect, Verdict, judge, load_expectations
+from corpus_sources import Missing, load_sources, materialize
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 CORPUS = HERE / "corpus"
 SCRIPTS = CORPUS / "scripts"
 EXPECT = CORPUS / "expect.toml"
+SOURCES = CORPUS / "sources.toml"
 SHIM = CORPUS / "shim"
 CACHE = CORPUS / ".cache"
 SITE = CACHE / "site"
 WORK = CACHE / "work"
+FETCHED = CACHE / "sources"
+# where sources.toml's repositories have their git snapshots (DIR/OWNER+NAME/...): --snapshots
+SNAPSHOTS = Path(os.environ.get("GPUOPT_CORPUS_SNAPSHOTS", "/work/.mirror"))
 
 # What the corpus's scripts import beyond torch and numpy, pinned; installed without
 # dependencies (numpy and torch are the venv's own). torchvision 0.28 is the one for torch 2.13.
@@ -80,6 +85,8 @@ PACKAGES = (
     "six==1.17.0",
 )
 MNIST_TRAIN, MNIST_TEST = 2000, 500
+CIFAR_TRAIN, CIFAR_TEST = 2000, 400
+CHARS = 100_000  # chargpt's input.txt
 WIKITEXT_TRAIN_LINES, WIKITEXT_EVAL_LINES = 800, 100
 # time_sequence_prediction/generate_sine_wave.py makes 100 waves of 1,000 points; 2 LBFGS steps
 # of train.py on them take 300 s here. The same generator, run with these sizes, keeps its maths.
@@ -102,24 +109,52 @@ def setup_packages(gpuopt: Path) -> None:
     marker.write_text(want)
 
 
-def run_env(expect: ScriptExpect) -> dict[str, str]:
+def run_env(expect: ScriptExpect, cwd: Path) -> dict[str, str]:
     env = dict(os.environ)
-    paths = [str(SHIM), str(SITE), *filter(None, [env.get("PYTHONPATH")])]
+    own = [str(cwd / p) for p in expect.pythonpath]
+    paths = [*own, str(SHIM), str(SITE), *filter(None, [env.get("PYTHONPATH")])]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env["MPLBACKEND"] = "Agg"
     env.update(expect.env)
     return env
 
 
-def prepare(expect: ScriptExpect, gpuopt: Path) -> Path:
+def script_of(expect: ScriptExpect) -> Path:
+    """The script a run starts: under benchmarks/corpus/scripts, or its source's copy in the
+    folder it runs in."""
+    if expect.source is None:
+        return SCRIPTS / expect.path
+    return WORK / expect.name / "cwd" / expect.path
+
+
+def copy_source(expect: ScriptExpect, cwd: Path, snapshots: Path) -> None:
+    """The source's files (sources.toml), checked and copied from its snapshot once, into the
+    run's folder afresh: the script runs from its repository's root, as its README runs it."""
+    import shutil
+
+    assert expect.source is not None
+    sources = load_sources(SOURCES)
+    if expect.source not in sources:
+        raise SystemExit(f"expect.toml: {expect.name}: no source {expect.source!r} in {SOURCES}")
+    fetched = materialize(sources[expect.source], snapshots, FETCHED / expect.source)
+    shutil.copytree(fetched, cwd, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".source"))
+
+
+def prepare(expect: ScriptExpect, gpuopt: Path, snapshots: Path = SNAPSHOTS) -> Path:
     """A fresh working folder for the script with its data; returns the folder to run in."""
     base = WORK / expect.name
     cwd = base / "cwd"
     cwd.mkdir(parents=True, exist_ok=True)
-    if expect.data == "mnist":  # the scripts read '../data' from where they run
-        if not (base / "data" / "MNIST" / "raw" / corpus_data.MNIST_FILES[0]).exists():
-            corpus_data.write_mnist(base / "data", MNIST_TRAIN, MNIST_TEST)
-        (cwd / "results").mkdir(exist_ok=True)  # vae saves its images there
+    if expect.source is not None:
+        copy_source(expect, cwd, snapshots)
+    prepare_data(expect, base, cwd, gpuopt)
+    return cwd
+
+
+def prepare_data(expect: ScriptExpect, base: Path, cwd: Path, gpuopt: Path) -> None:
+    """The data ``expect.data`` names, where the script reads it (README: Data)."""
+    if expect.data in ("mnist", "cifar10", "chars"):
+        prepare_images_or_chars(expect.data, base, cwd)
     elif expect.data == "wikitext":
         if not (cwd / "data" / "test.txt").exists():
             corpus_data.write_wikitext(cwd / "data", WIKITEXT_TRAIN_LINES, WIKITEXT_EVAL_LINES)
@@ -137,7 +172,20 @@ def prepare(expect: ScriptExpect, gpuopt: Path) -> Path:
             generate_sine(SCRIPTS / Path(expect.path).parent / "generate_sine_wave.py", cwd, gpuopt)
     elif expect.data != "none":
         raise SystemExit(f"expect.toml: {expect.name}: unknown data {expect.data!r}")
-    return cwd
+
+
+def prepare_images_or_chars(data: str, base: Path, cwd: Path) -> None:
+    if data == "mnist":  # the scripts read '../data' from where they run ('./data': one)
+        if not (base / "data" / "MNIST" / "raw" / corpus_data.MNIST_FILES[0]).exists():
+            corpus_data.write_mnist(base / "data", MNIST_TRAIN, MNIST_TEST)
+        (cwd / "results").mkdir(exist_ok=True)  # vae saves its images there
+        if not (cwd / "data").exists():
+            (cwd / "data").symlink_to(Path("..") / "data")
+    elif data == "cifar10":  # torchvision's CIFAR10(root='./data')
+        if not (cwd / "data" / "cifar-10-batches-py" / "batches.meta").exists():
+            corpus_data.write_cifar10(cwd / "data", CIFAR_TRAIN, CIFAR_TEST)
+    elif not (cwd / "input.txt").exists():  # minGPT's chargpt reads input.txt where it runs
+        (cwd / "input.txt").write_text(corpus_data.play_text(CHARS), encoding="utf-8")
 
 
 def generate_sine(generator: Path, cwd: Path, gpuopt: Path) -> None:
@@ -149,16 +197,18 @@ def generate_sine(generator: Path, cwd: Path, gpuopt: Path) -> None:
     subprocess.run([str(python_of(gpuopt)), "-c", source], cwd=cwd, check=True)
 
 
-def profile_one(expect: ScriptExpect, gpuopt: Path) -> tuple[dict[str, Any] | None, dict]:
+def profile_one(
+    expect: ScriptExpect, gpuopt: Path, snapshots: Path = SNAPSHOTS
+) -> tuple[dict[str, Any] | None, dict]:
     """Run gpuopt on one script; (its profile.json or None, facts about the run)."""
-    cwd = prepare(expect, gpuopt)
+    cwd = prepare(expect, gpuopt, snapshots)
     run_dir = cwd.parent / "run"
-    script = SCRIPTS / expect.path
+    script = script_of(expect)
     cmd = [str(gpuopt), "profile", "--force", "--quiet", "-o", str(run_dir)]
     cmd += [*expect.gpuopt_args, str(script), *expect.args]
     t0 = time.perf_counter()
     proc = subprocess.run(
-        cmd, cwd=cwd, env=run_env(expect), capture_output=True, text=True, check=False
+        cmd, cwd=cwd, env=run_env(expect, cwd), capture_output=True, text=True, check=False
     )
     wall = time.perf_counter() - t0
     (cwd.parent / "stdout.txt").write_text(proc.stdout)
@@ -181,17 +231,19 @@ def profile_one(expect: ScriptExpect, gpuopt: Path) -> tuple[dict[str, Any] | No
     return json.loads(path.read_text()), facts
 
 
-def optimize_one(expect: ScriptExpect, gpuopt: Path) -> tuple[list[FindingFix] | None, dict]:
+def optimize_one(
+    expect: ScriptExpect, gpuopt: Path, snapshots: Path = SNAPSHOTS
+) -> tuple[list[FindingFix] | None, dict]:
     """``gpuopt optimize --no-measure`` on one script (plan, loop checks, no candidate runs):
     each baseline finding with the fix applied to it, or why none was."""
-    cwd = prepare(expect, gpuopt)
+    cwd = prepare(expect, gpuopt, snapshots)
     run_dir = cwd.parent / "optimize"
-    script = SCRIPTS / expect.path
+    script = script_of(expect)
     cmd = [str(gpuopt), "optimize", "--no-measure", "--force", "--quiet", "-o", str(run_dir)]
     cmd += [*expect.gpuopt_args, str(script), *expect.args]
     t0 = time.perf_counter()
     proc = subprocess.run(
-        cmd, cwd=cwd, env=run_env(expect), capture_output=True, text=True, check=False
+        cmd, cwd=cwd, env=run_env(expect, cwd), capture_output=True, text=True, check=False
     )
     facts = {
         "command": " ".join(["gpuopt", *cmd[1:]]),
@@ -232,7 +284,11 @@ def run_optimize(chosen: list[ScriptExpect], gpuopt: Path, args: argparse.Namesp
     records = []
     for e in chosen:
         print(f"== {e.name} (optimize): {' '.join(e.args)}", file=sys.stderr, flush=True)
-        found, facts = optimize_one(e, gpuopt)
+        try:
+            found, facts = optimize_one(e, gpuopt, args.snapshots)
+        except Missing as exc:
+            print(f"   not set up: {exc}", file=sys.stderr, flush=True)
+            continue
         print(f"   {facts['wall_s']} s, exit {facts['returncode']}", file=sys.stderr, flush=True)
         results.append((e.name, found))
         records.append(
@@ -363,6 +419,12 @@ def main() -> None:
     ap.add_argument("--markdown", type=Path, help="also write the table as Markdown here")
     ap.add_argument("--setup-only", action="store_true", help="install packages, make data, stop")
     ap.add_argument(
+        "--snapshots",
+        type=Path,
+        default=SNAPSHOTS,
+        help="folder of git snapshots of sources.toml's repositories (OWNER+NAME/...)",
+    )
+    ap.add_argument(
         "--optimize",
         action="store_true",
         help="run gpuopt optimize --no-measure instead: which findings get an applied fix",
@@ -379,7 +441,10 @@ def main() -> None:
     setup_packages(gpuopt)
     if args.setup_only:
         for e in chosen:
-            prepare(e, gpuopt)
+            try:
+                prepare(e, gpuopt, args.snapshots)
+            except Missing as exc:
+                print(f"{e.name}: not set up: {exc}", file=sys.stderr)
         return
     if args.optimize:
         run_optimize(chosen, gpuopt, args)
@@ -387,8 +452,12 @@ def main() -> None:
     verdicts, records = [], []
     for e in chosen:
         print(f"== {e.name}: {' '.join(e.args)}", file=sys.stderr, flush=True)
-        profile, facts = profile_one(e, gpuopt)
-        script_dir = str((SCRIPTS / e.path).parent)
+        try:
+            profile, facts = profile_one(e, gpuopt, args.snapshots)
+        except Missing as exc:
+            print(f"   not set up: {exc}", file=sys.stderr, flush=True)
+            continue
+        script_dir = str(script_of(e).parent if e.source is None else WORK / e.name / "cwd")
         v = judge(e, profile, script_dir) if profile is not None else missing_run(e, facts)
         print(f"   {facts['wall_s']} s, exit {facts['returncode']}", file=sys.stderr, flush=True)
         verdicts.append(v)

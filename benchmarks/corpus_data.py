@@ -115,3 +115,44 @@ def write_shakespeare_char(folder: Path, prepare: Path, python: str, chars: int 
     )
     subprocess.run([python, "-c", run], cwd=folder, check=True, capture_output=True)
     return folder
+
+
+CIFAR10_TRAIN_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))
+CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer")
+CIFAR10_CLASSES += ("dog", "frog", "horse", "ship", "truck")
+
+
+def cifar_image(label: int, rng: random.Random) -> bytes:
+    """A 3x32x32 image (CIFAR's layout: the red plane, green, blue) a classifier can learn: the
+    label's colour in a square whose place depends on the label, noise elsewhere."""
+    pixels = bytearray(rng.randrange(0, 64) for _ in range(3 * 32 * 32))
+    top, left = 4 + 2 * (label % 5), 4 + 8 * (label // 5)
+    for ch in range(3):
+        level = 80 + 60 * ((label + ch) % 3)
+        for r in range(top, top + 8):
+            for c in range(left, left + 8):
+                pixels[ch * 1024 + r * 32 + c] = level + rng.randrange(0, 30)
+    return bytes(pixels)
+
+
+def write_cifar10(root: Path, n_train: int, n_test: int, seed: int = 0) -> Path:
+    """CIFAR-10's python version (``root/cifar-10-batches-py``: five training batches, a test
+    batch, ``batches.meta``), pickled as the real files are, ``n_train`` images split across the
+    five batches. torchvision checks the real files' MD5 sums: the corpus's shim lets it take
+    these (``CORPUS_CIFAR10_AS_IS``)."""
+    import pickle
+
+    import numpy as np
+
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    per_batch = n_train // len(CIFAR10_TRAIN_BATCHES)
+    for name, count in [(b, per_batch) for b in CIFAR10_TRAIN_BATCHES] + [("test_batch", n_test)]:
+        labels = [rng.randrange(10) for _ in range(count)]
+        data = np.frombuffer(b"".join(cifar_image(y, rng) for y in labels), dtype=np.uint8)
+        batch = {"batch_label": name, "labels": labels, "data": data.reshape(count, 3072)}
+        (folder / name).write_bytes(pickle.dumps(batch))
+    meta = {"label_names": list(CIFAR10_CLASSES), "num_cases_per_batch": per_batch}
+    (folder / "batches.meta").write_bytes(pickle.dumps(meta))
+    return folder

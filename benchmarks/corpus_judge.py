@@ -77,10 +77,10 @@ class FindingExpect:
 @dataclass(frozen=True)
 class ScriptExpect:
     name: str
-    path: str  # the script, relative to benchmarks/corpus/scripts
+    path: str  # the script, relative to benchmarks/corpus/scripts, or to its source's root
     args: tuple[str, ...]
     gpuopt_args: tuple[str, ...] = ()
-    data: str = "none"  # what the harness prepares: none | mnist | wikitext | sine
+    data: str = "none"  # what the harness prepares: none | mnist | wikitext | sine | ... (README)
     env: dict[str, str] = field(default_factory=dict)
     exit_code: int = 0
     trains: bool = True
@@ -93,6 +93,15 @@ class ScriptExpect:
     # the run ends before the recorder can see a complete step after warm-up: the right answer
     # is to say so (dispatch.note "too few steps") and report nothing per step
     too_few_steps: bool = False
+    # a source of benchmarks/corpus/sources.toml: the script is that repository's, copied into
+    # the folder it runs in (sites then relative to it); None: benchmarks/corpus/scripts
+    source: str | None = None
+    pythonpath: tuple[str, ...] = ()  # folders of the run's folder put on PYTHONPATH
+    # the Python loops the recorder may report per step (None: not judged; (): none at all)
+    loop_sites: tuple[SitePattern, ...] | None = None
+    # a --memory-for run: the training step replayed, its prediction's notes holding each of
+    # these (None: not judged)
+    replay_notes: tuple[str, ...] | None = None
 
 
 def _patterns(raw: list[str]) -> tuple[SitePattern, ...]:
@@ -137,6 +146,10 @@ def parse_expectations(text: str) -> list[ScriptExpect]:
                     tuple(raw["ragged_batch_sizes"]) if "ragged_batch_sizes" in raw else None
                 ),
                 too_few_steps=bool(raw.get("too_few_steps", False)),
+                source=raw.get("source"),
+                pythonpath=tuple(raw.get("pythonpath", [])),
+                loop_sites=_patterns(raw["loop_sites"]) if "loop_sites" in raw else None,
+                replay_notes=tuple(raw["replay_notes"]) if "replay_notes" in raw else None,
             )
         )
     names = [s.name for s in out]
@@ -179,6 +192,8 @@ class Verdict:
     missing_findings: tuple[str, ...]  # required expectations no finding matched
     notes: tuple[str, ...]
     ragged_ok: bool = True  # the ragged-batch statistics are the training loader's alone
+    loops_ok: bool = True  # no per-step loop the expectation rules out
+    memory_ok: bool = True  # the training step replayed as expected (replay_notes)
 
     @property
     def false_highs(self) -> tuple[FindingVerdict, ...]:
@@ -208,8 +223,11 @@ class Verdict:
 
     @property
     def all_right(self) -> bool:
-        """Issue 14's bar, and every finding right, none missing, the ragged table clean."""
-        return self.passed and self.findings_right and self.ragged_ok
+        """Issue 14's bar, and every finding right, none missing, the ragged table clean, the
+        loops and the memory replay as expected."""
+        return (
+            self.passed and self.findings_right and self.ragged_ok and self.loops_ok
+        ) and self.memory_ok
 
 
 def relative_site(site: str | None, script_dir: str) -> str | None:
@@ -291,6 +309,26 @@ def _ragged_ok(expect: ScriptExpect, profile: dict[str, Any]) -> tuple[bool, str
     return True, ""
 
 
+def _loops_ok(expect: ScriptExpect, profile: dict[str, Any], script_dir: str) -> tuple[bool, str]:
+    if expect.loop_sites is None:
+        return True, ""
+    sites = [relative_site(e.get("site"), script_dir) for e in profile.get("loops") or []]
+    other = [s for s in sites if not any(p.matches(s) for p in expect.loop_sites)]
+    return (False, f"loops not expected: {', '.join(map(str, other))}") if other else (True, "")
+
+
+def _memory_ok(expect: ScriptExpect, profile: dict[str, Any]) -> tuple[bool, str]:
+    if expect.replay_notes is None:
+        return True, ""
+    memory = profile.get("memory") or {}
+    predicted = memory.get("predicted")
+    if not predicted:
+        return False, f"no memory prediction: {memory.get('note') or memory.get('status')}"
+    notes = " ".join(predicted.get("notes") or [])
+    lacking = [n for n in expect.replay_notes if n not in notes]
+    return (False, f"replay notes lack {lacking}") if lacking else (True, "")
+
+
 def judge(expect: ScriptExpect, profile: dict[str, Any], script_dir: str) -> Verdict:
     """How ``profile`` (a profile.json document of ``expect``'s run) measures up."""
     notes = []
@@ -314,8 +352,9 @@ def judge(expect: ScriptExpect, profile: dict[str, Any], script_dir: str) -> Ver
     missing = tuple(str(p) for p in expect.sync_sites if str(p) not in found)
     findings, missing_findings = _judge_findings(expect, profile.get("findings") or [], script_dir)
     ragged_ok, why = _ragged_ok(expect, profile)
-    if why:
-        notes.append(why)
+    loops_ok, why_loops = _loops_ok(expect, profile, script_dir)
+    memory_ok, why_memory = _memory_ok(expect, profile)
+    notes += [w for w in (why, why_loops, why_memory) if w]
     return Verdict(
         name=expect.name,
         status=status,
@@ -332,4 +371,6 @@ def judge(expect: ScriptExpect, profile: dict[str, Any], script_dir: str) -> Ver
         missing_findings=tuple(missing_findings),
         notes=tuple(notes),
         ragged_ok=ragged_ok,
+        loops_ok=loops_ok,
+        memory_ok=memory_ok,
     )

@@ -85,25 +85,40 @@ def _judge(profile: dict[str, Any], name: str = "demo") -> Any:
     return cj.judge(_expects()[name], profile, SCRIPT_DIR)
 
 
+DATA = {"none", "mnist", "wikitext", "sine", "shakespeare_char", "cifar10", "chars"}
+
+
 def test_expect_toml_parses_and_names_scripts_and_lines_that_exist() -> None:
+    """Each script and each file a site names exists: in benchmarks/corpus/scripts, or (a
+    script of sources.toml) in its source's file list, its lines checked where the source's
+    files were copied here (bench_corpus's set-up)."""
     expects = cj.load_expectations(CORPUS / "expect.toml")
-    assert len(expects) >= 7
+    sources = load_benchmark("corpus_sources").load_sources(CORPUS / "sources.toml")
+    assert len(expects) >= 11
     known_ids = {r.finding_id for r in registered_rules().values()}
     for e in expects:
-        script = CORPUS / "scripts" / e.path
-        assert script.is_file(), e.path
-        assert e.data in {"none", "mnist", "wikitext", "sine", "shakespeare_char"}, e.name
-        patterns = [*e.sync_sites, *e.periodic_sync_sites]
+        assert e.data in DATA, e.name
+        patterns = [*e.sync_sites, *e.periodic_sync_sites, *(e.loop_sites or ())]
         patterns += [f.site for f in e.findings if f.site is not None]
+        if e.source is None:
+            script = CORPUS / "scripts" / e.path
+            assert script.is_file(), e.path
+            files = {p.file: script.parent / p.file for p in patterns}
+        else:
+            listed = sources[e.source].files
+            assert e.path in listed, f"{e.name}: {e.path} not in sources.toml"
+            assert all(p.file in listed for p in patterns), e.name
+            fetched = CORPUS / ".cache" / "sources" / e.source
+            files = {p.file: fetched / p.file for p in patterns if (fetched / p.file).is_file()}
         for p in patterns:
-            source = script.parent / p.file
-            assert source.is_file(), f"{e.name}: {p}"
-            assert p.last <= len(source.read_text().splitlines()), f"{e.name}: {p}"
+            if p.file in files:
+                assert files[p.file].is_file(), f"{e.name}: {p}"
+                assert p.last <= len(files[p.file].read_text().splitlines()), f"{e.name}: {p}"
         for f in e.findings:
             assert f.id in known_ids, f"{e.name}: {f.id} is no finding gpuopt has"
-    assert {"mnist", "vae", "dcgan", "imagenet", "regression", "nanogpt"} <= {
-        e.name for e in expects
-    }
+    names = {e.name for e in expects}
+    assert {"mnist", "vae", "dcgan", "imagenet", "regression", "nanogpt"} <= names
+    assert {"mnist_forward_forward", "mnist_rnn", "chargpt", "cifar10_tutorial"} <= names
 
 
 def test_a_profile_that_meets_every_expectation_passes_and_is_all_right() -> None:
@@ -205,3 +220,32 @@ def test_an_unknown_severity_is_refused() -> None:
     bad = '[[script]]\nname="a"\npath="a.py"\n[[script.finding]]\nid="x"\nseverity=["huge"]\n'
     with pytest.raises(ValueError, match="severities"):
         cj.parse_expectations(bad)
+
+
+LOOPS_AND_MEMORY = """
+[[script]]
+name = "demo"
+path = "demo/main.py"
+args = []
+loop_sites = ["model.py:20"]
+replay_notes = ["LSTM reserve space"]
+"""
+
+
+def test_a_loop_the_expectation_rules_out_and_a_replay_without_its_notes_are_flagged() -> None:
+    """Recording the losses made the training loop a 4-iteration loop in the step; a replay in
+    evaluation mode lacks the LSTM's training workspace: both make a run not all right."""
+    (e,) = cj.parse_expectations(LOOPS_AND_MEMORY)
+    lstm = "cuDNN's LSTM reserve space (its measured size) modelled for 1 call(s)"
+    memory = {"predicted": {"notes": [lstm]}}
+    loop = {"site": f"{SCRIPT_DIR}/model.py:20", "iterations_per_step": 3}
+    good = cj.judge(e, _profile(loops=[loop], memory=memory), SCRIPT_DIR)
+    assert good.loops_ok and good.memory_ok and good.all_right
+    extra = {"site": f"{SCRIPT_DIR}/main.py:45", "iterations_per_step": 4}
+    v = cj.judge(e, _profile(loops=[loop, extra], memory=memory), SCRIPT_DIR)
+    assert not v.loops_ok and v.passed and not v.all_right
+    assert "main.py:45" in " ".join(v.notes)
+    v = cj.judge(e, _profile(memory={"predicted": {"notes": ["usable: 71.7 GiB"]}}), SCRIPT_DIR)
+    assert not v.memory_ok and not v.all_right
+    v = cj.judge(e, _profile(memory={"note": "no module call was recorded"}), SCRIPT_DIR)
+    assert not v.memory_ok and "no module call" in " ".join(v.notes)

@@ -70,3 +70,41 @@ def test_first_sight_cost_is_accounted(resolver: SiteResolver) -> None:
     before = resolver.miss_s
     resolver.classify(compile("x = 1", str(PLANTED / "fresh.py"), "exec"))
     assert resolver.miss_s > before
+
+
+def test_user_roots_take_the_working_directory_a_script_lies_below(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``python projects/chargpt/chargpt.py`` from a project's root: the project's own packages
+    (``mingpt/model.py``, imported from that root) are the user's code, not only the script's
+    folder. A script in the working directory, or outside it, keeps its folder alone."""
+    from gpuopt.runner.target import Target
+
+    script = tmp_path / "projects" / "chargpt" / "chargpt.py"
+    script.parent.mkdir(parents=True)
+    script.write_text("")
+    monkeypatch.chdir(tmp_path)
+    here = tmp_path.resolve()
+    assert Target("projects/chargpt/chargpt.py", None, []).user_roots() == [script.parent, here]
+    assert Target(None, "pkg.train", []).user_roots() == [here]
+    monkeypatch.chdir(script.parent)
+    assert Target("chargpt.py", None, []).user_roots() == [script.parent]
+    monkeypatch.chdir(tmp_path / "projects" / "chargpt")
+    other = tmp_path / "other.py"
+    other.write_text("")
+    assert Target(str(other), None, []).user_roots() == [here]
+
+
+def test_the_standard_library_is_never_user_code_under_a_wide_root() -> None:
+    """A run from ``/`` (a container's working directory) makes ``/`` a user root: Python's own
+    modules and scripts stay library code; a file elsewhere under it is the user's."""
+    import json
+    import sysconfig
+
+    wide = SiteResolver(["/"])
+    assert Path(json.__file__).resolve().is_relative_to(Path(sysconfig.get_paths()["stdlib"]))
+    assert wide.classify(_code_in(Path(json.__file__))) == LIBRARY
+    assert wide.classify(_code_in(Path("/srv/project/train.py"))) == USER
+    # the console script that started gpuopt (a venv's bin/gpuopt, under a project's root)
+    scripts = Path(sysconfig.get_paths()["scripts"])
+    assert wide.classify(_code_in(scripts / "gpuopt")) == LIBRARY

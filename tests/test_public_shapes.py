@@ -104,3 +104,53 @@ def test_sampling_inside_the_loop_is_a_named_slow_step(tmp_path: Path) -> None:
     named = {s["index"]: s for s in doc["steps"]["slow"]}
     step = min(sampled)
     assert named[step]["site"] == site and named[step]["samples"] >= 1
+
+
+ACT = """import math
+
+import torch
+from torch import nn
+
+
+class NewGELU(nn.Module):
+    def forward(self, x):
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+"""  # noqa: E501 (minGPT's line as it is)
+
+TRAIN = """import torch
+from torch import nn
+
+from tinylib.act import NewGELU
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(64, 256), NewGELU(), nn.Linear(256, 64))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for _ in range(12):
+    x = torch.randn(32, 64)
+    loss = (model(x) - x).pow(2).mean()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_project_package_beside_the_script_is_the_users_code(tmp_path: Path) -> None:
+    """minGPT's layout: the model in the project's package (``mingpt/model.py``), the script in
+    ``projects/chargpt/``, run from the project's root with the package importable from there.
+    The hand-written GELU in the package is found at its line, not left as library code."""
+    proj = tmp_path / "proj"
+    (proj / "tinylib").mkdir(parents=True)
+    (proj / "tinylib" / "__init__.py").write_text("")
+    (proj / "tinylib" / "act.py").write_text(ACT)
+    (proj / "projects" / "run").mkdir(parents=True)
+    (proj / "projects" / "run" / "train.py").write_text(TRAIN)
+    out = tmp_path / "out"
+    r = run_gpuopt(
+        "profile", "--quiet", "-o", str(out), "projects/run/train.py",
+        cwd=proj, env={"PYTHONPATH": str(proj)}, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((out / "profile.json").read_text())
+    found = [f for f in doc["findings"] if f["id"] == "hand-written-op"]
+    assert [f["site"] for f in found] == ["tinylib/act.py:9"], doc["findings"]
+    assert found[0]["evidence"]["replacement"].endswith('gelu(x, approximate="tanh")')

@@ -111,3 +111,22 @@ def test_a_run_without_slow_steps_names_nothing() -> None:
         sampler.on_step(index, 0.1 * (index + 1))
     sampler.stop()
     assert sampler.result() == []
+
+
+def test_a_busy_stretch_is_judged_on_its_samples_pooled_and_unsampled_steps_say_nothing() -> None:
+    """A loaded machine slows 30 steps 60x at their usual work: the sampler keeps the longest
+    (most of each one's samples usual, one step caught in 2 looks of 5), the rest unnamed. No
+    finding: the pooled samples are the usual work's, and an outlier the sampler kept nothing
+    of shows no work of its own."""
+    times = {i: 0.7 for i in range(20, 50)}
+    kept = {
+        f"s{i}": SlowStep(index=i, site="t.py:8", samples=13, usual_samples=12)
+        for i in range(20, 30)
+    }
+    kept["s30"] = SlowStep(index=30, site="t.py:8", samples=5, usual_samples=2)
+    assert slow_steps(_run(times, count=300, **kept)) == []
+    # without the sampler (no steps.slow at all) the outliers are still reported, unnamed
+    p = _run(times, count=300)
+    p.steps.slow = None
+    (f,) = slow_steps(p)
+    assert f.site is None and len(f.evidence["steps"]) == 30

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+import sysconfig
 import time
 from pathlib import Path
 from types import CodeType, FrameType
@@ -41,6 +42,20 @@ GPUOPT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _norm_dir(p: str) -> str:
     return os.path.join(os.path.realpath(p), "")
+
+
+def _installed_dirs() -> tuple[str, ...]:
+    """Python's own folders (the standard library, the packages' and the scripts' folders,
+    a virtual environment whole): never the user's code, even under a user root (a run from
+    a project's root holding its ``.venv``, or from ``/``)."""
+    keys = ("stdlib", "platstdlib", "purelib", "platlib", "scripts")
+    dirs = {_norm_dir(p) for k, p in sysconfig.get_paths().items() if k in keys}
+    if sys.prefix != sys.base_prefix:  # a virtual environment: its bin/ and lib/ alike
+        dirs.add(_norm_dir(sys.prefix))
+    return tuple(sorted(dirs))
+
+
+_INSTALLED = _installed_dirs()
 
 
 class SiteResolver:
@@ -140,6 +155,8 @@ class SiteResolver:
             return TRANSPARENT
         sep = os.sep
         if f"{sep}site-packages{sep}" in path or f"{sep}dist-packages{sep}" in path:
+            return LIBRARY
+        if path.startswith(_INSTALLED):  # Python's own files, whatever folder holds them
             return LIBRARY
         if path.startswith(self._roots):
             return USER

@@ -65,12 +65,17 @@ class Target:
         return [Path(self.script)] if self.script is not None else []
 
     def user_roots(self) -> list[Path]:
-        """Directories whose files are the user's code (for sites)."""
-        if self.script is not None:
-            if os.path.isdir(self.script):  # python DIR: its __main__.py and what it imports
-                return [Path(self.script).resolve()]
-            return [Path(self.script).resolve().parent]
-        return [Path.cwd().resolve()]
+        """Directories whose files are the user's code (for sites): the script's folder (a
+        directory run as a script: itself; ``-m``: the working directory) and, when the script
+        lies below the working directory, that directory too: a project's script run from the
+        project's root (``python projects/chargpt/chargpt.py``) imports the project's own
+        packages from there (``mingpt/model.py``), and those are the user's code as much."""
+        cwd = Path.cwd().resolve()
+        if self.script is None:
+            return [cwd]
+        path = Path(self.script).resolve()
+        root = path if os.path.isdir(self.script) else path.parent
+        return [root, cwd] if root != cwd and root.is_relative_to(cwd) else [root]
 
 
 def main_spec(path: str) -> ModuleSpec | None:

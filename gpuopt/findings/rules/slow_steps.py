@@ -5,10 +5,11 @@ longer) is an outlier; one only among the warm-up steps, and not seen again, is 
 others are work the loop does now and then (sampling from the model, an evaluation, a
 checkpoint): steps the recorder or the memory probe slowed are left out, and the outliers are
 grouped by the line the slow-step sampler named (``steps.slow``). A group is a finding when one of
-its steps is past the warm-up or it recurs, and its stack samples show work the usual steps
-never did (steps slow at the loop's usual work are a busy machine's): its line, what the stacks
-say it did, its steps and what they cost the run (their time above the median, of the steps'
-total).
+its steps is past the warm-up or it recurs, and its stack samples, pooled, show work the usual
+steps never did (steps slow at the loop's usual work are a busy machine's; where the sampler ran,
+an outlier it kept no sample of shows nothing of its own and is left out): its line, what the
+stacks say it did, its steps and what they cost the run (their time above the median, of the
+steps' total).
 """
 
 from __future__ import annotations
@@ -62,17 +63,20 @@ def slow_steps(profile: Profile) -> list[Finding]:
     if found is None or not found[1]:
         return []
     median, outliers = found
-    named = {s.index: s for s in given(profile.steps.slow) or []}
+    sampled = given(profile.steps.slow)
+    named = {s.index: s for s in sampled or []}
     groups: dict[str | None, list[StepRecord]] = {}
     for r in outliers:
         s = named.get(r.index)
+        if s is None and sampled is not None:
+            continue  # the sampler ran and kept nothing of it: no sign of work of its own
         groups.setdefault(s.site if s is not None else None, []).append(r)
     total = sum(r.time_s for r in profile.steps.series)
     out: list[Finding] = []
     for site, steps in groups.items():
         if len(steps) < 2 and all(r.warmup for r in steps):
             continue  # one slow warm-up step: warm-up
-        if steps and all(_usual(named.get(r.index)) for r in steps):
+        if _usual([named[r.index] for r in steps if r.index in named]):
             continue  # slow doing the loop's usual work: a busy machine, not work of its own
         names = [named[r.index] for r in steps if r.index in named]
         out.append(_finding(site, steps, names, median, total))
@@ -80,9 +84,12 @@ def slow_steps(profile: Profile) -> list[Finding]:
     return out[:MAX_FINDINGS]
 
 
-def _usual(name: SlowStep | None) -> bool:
-    """A slow step whose stack samples showed, most of them, only the usual steps' frames."""
-    return name is not None and name.samples > 0 and 2 * name.usual_samples > name.samples
+def _usual(names: list[SlowStep]) -> bool:
+    """Slow steps whose stack samples, pooled, showed most of them only the usual steps' frames
+    (pooled: one step of a busy stretch caught in 2 looks of 5 does not make the stretch work
+    of its own)."""
+    samples = sum(n.samples for n in names)
+    return samples > 0 and 2 * sum(n.usual_samples for n in names) > samples
 
 
 def _what(names: list[SlowStep]) -> tuple[str | None, str | None, list[str], int, int]:
