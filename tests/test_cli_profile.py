@@ -227,3 +227,28 @@ def test_nproc_per_node_launches_ranks_through_torchrun(tmp_path: Path) -> None:
     ]
     for k in (0, 1):
         assert json.loads((out / f"rank-{k}" / "profile.json").read_text())["rank"] == k
+
+
+HOLD = """\
+import os, signal, sys
+from gpuopt.runner.held_sigterm import held_sigterm
+from gpuopt.runner.target import Target, run_target
+with held_sigterm():
+    os.kill(os.getpid(), signal.SIGTERM)
+    outcome = run_target(Target(sys.argv[1], None, []))
+    print(outcome.status, outcome.exit_code, outcome.error.type, flush=True)
+print("not reached")
+"""
+
+
+def test_a_sigterm_outside_the_script_waits_for_the_profile(tmp_path: Path) -> None:
+    """SIGTERM before the script starts or after it ended (torchrun's to every rank once one
+    failed) ends the process only once gpuopt's block is done, and a script not yet started does
+    not start."""
+    script = tmp_path / "s.py"
+    script.write_text("print('the script ran')\n")
+    r = subprocess.run(
+        [sys.executable, "-c", HOLD, str(script)], cwd=ROOT, capture_output=True, text=True
+    )
+    assert r.returncode == -signal.SIGTERM, r.stderr
+    assert r.stdout == "interrupted 143 SIGTERM\n"

@@ -116,8 +116,12 @@ def test_a_crashing_rank_is_named_and_the_others_profiles_written(tmp_path: Path
     # its grace period: seen with torch 2.14.1 on a loaded 2-core machine); either way recorded
     assert [e["status"] for e in doc["ranks"]][1] == "error"
     assert doc["ranks"][0]["status"] in ("error", "interrupted")
-    assert (out / "rank-0" / "profile.json").exists()
-    assert _doc(out / "rank-0")["steps"]["count"] >= 3  # its steps before the crash are kept
+    # rank 0's own profile, written after its script ended (the SIGTERM waits for it), not the
+    # last checkpoint of its running profile (which may hold fewer steps: one every 2 s)
+    rank0 = _doc(out / "rank-0")
+    assert rank0["error"]["type"] in ("RuntimeError", "SIGTERM"), rank0["error"]
+    # rank 1 finished step 3's all-reduce, so rank 0 had finished steps 0-2: they are kept
+    assert rank0["steps"]["count"] >= 3
     assert "RuntimeError: rank 1 failed: planted crash on rank 1 at step 4" in r.stdout
 
 

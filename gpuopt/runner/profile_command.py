@@ -7,9 +7,6 @@ One way through: check the target → prepare the run directory → the measurin
 from __future__ import annotations
 
 import math
-import os
-import signal
-import sys
 from typing import TYPE_CHECKING, NoReturn
 
 from gpuopt.defaults import SAMPLE_INTERVAL_MAX_S, SAMPLE_INTERVAL_MIN_S
@@ -17,6 +14,7 @@ from gpuopt.errors import GpuoptError, fail
 from gpuopt.model.profile import Profile, RunError
 from gpuopt.paths import default_run_dir
 from gpuopt.runner.finish import finish_profile, import_finish, write_and_show
+from gpuopt.runner.held_sigterm import end_by_sigterm, held_sigterm
 from gpuopt.runner.options import ProfileOptions
 from gpuopt.runner.run_dir import RunDirectory
 from gpuopt.runner.script_output import report_on_stdout, script_stdout_to_stderr
@@ -58,11 +56,12 @@ def profile_command(opts: ProfileOptions) -> int:
         return launch(opts, target)
     out = opts.out or default_run_dir(target.stem)
     run_dir = RunDirectory.prepare(out, force=opts.force, reads=target.files())
-    with script_stdout_to_stderr(report_on_stdout(opts.fmt, opts.quiet)):
-        profile = measure(target, run_dir, opts)
-    if not isinstance(profile, Profile):  # a child the script forked: its own exit, nothing else
-        return profile.exit_code
-    code = write_and_show(profile, run_dir, opts)
+    with held_sigterm():  # a SIGTERM outside the script waits for the profile
+        with script_stdout_to_stderr(report_on_stdout(opts.fmt, opts.quiet)):
+            profile = measure(target, run_dir, opts)
+        if not isinstance(profile, Profile):  # a child the script forked: its own exit only
+            return profile.exit_code
+        code = write_and_show(profile, run_dir, opts)
     if isinstance(profile.error, RunError) and profile.error.type == "SIGTERM":
         end_by_sigterm()
     return code
@@ -76,15 +75,6 @@ def check_interval(seconds: float) -> None:
             f"--sample-interval {seconds}: give a number of seconds from {SAMPLE_INTERVAL_MIN_S} "
             f"to {SAMPLE_INTERVAL_MAX_S:g}"
         )
-
-
-def end_by_sigterm() -> None:
-    """End as the script would have without gpuopt, now that the profile is written: killed by
-    SIGTERM (``$?`` 143 in a shell, -15 to ``subprocess``; a supervisor sees the signal)."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def measure(

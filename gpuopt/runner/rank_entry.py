@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
     from gpuopt.errors import GpuoptError
     from gpuopt.model.profile import Profile
+    from gpuopt.runner.held_sigterm import held_sigterm
     from gpuopt.runner.options import ProfileOptions
     from gpuopt.runner.profile_command import measure
     from gpuopt.runner.run_dir import RunDirectory
@@ -60,13 +61,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     # the launcher refused or cleared an earlier run's ranks already
     run_dir = RunDirectory.prepare(ns.out / f"rank-{rank}", force=True)
-    profile = measure(Target(ns.script, ns.module, args), run_dir, opts, rank=rank)
-    if isinstance(profile, Profile):
-        try:
-            run_dir.write_profile(profile)
-        except GpuoptError as exc:
-            print(f"gpuopt: error: rank {rank}: {exc}", file=sys.stderr)
-            return 2
+    # torchrun sends SIGTERM to every rank once one fails: it waits for this rank's profile
+    with held_sigterm():
+        profile = measure(Target(ns.script, ns.module, args), run_dir, opts, rank=rank)
+        if isinstance(profile, Profile):
+            try:
+                run_dir.write_profile(profile)
+            except GpuoptError as exc:
+                print(f"gpuopt: error: rank {rank}: {exc}", file=sys.stderr)
+                return 2
     # None only in a profile written before an exec, and then this process never gets here
     return profile.exit_code or 0
 

@@ -33,6 +33,7 @@ from gpuopt.errors import GpuoptError, say
 from gpuopt.model.profile import RunError
 from gpuopt.probes.sites import GPUOPT_DIR
 from gpuopt.probes.steps import StopRun
+from gpuopt.runner.held_sigterm import sigterm_pending
 from gpuopt.runner.sources import source_for
 
 log = logger(__name__)
@@ -206,6 +207,8 @@ def run_target(target: Target) -> Outcome:
         log.debug("no SIGTERM handler (%s)", exc)
         prev_term = None
     try:
+        if sigterm_pending():  # came while gpuopt was starting: the script does not start
+            raise Terminated
         if target.script is not None:
             sys.argv = [target.script, *target.args]
             entry = main_spec(target.script) is not None  # a directory or a zip: on the path

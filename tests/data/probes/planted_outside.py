@@ -14,8 +14,11 @@ def tiny_ops(x: torch.Tensor) -> torch.Tensor:
 
 
 def with_sleep(x: torch.Tensor, seconds: float) -> torch.Tensor:
+    """Sleep ``seconds``, or twice as long as the ops took if longer: a loaded machine slows the
+    ops (recorded one by one) and not the sleep, and the sleep stays most of the step."""
+    t0 = time.perf_counter()
     x = tiny_ops(x)
-    time.sleep(seconds)  # SLEEP
+    time.sleep(max(seconds, 2 * (time.perf_counter() - t0)))  # SLEEP
     return x.sum()
 
 
