@@ -120,7 +120,11 @@ def bootstrap_ratio_ci(
     ]
 
 
-def measure(name: str, pairs: int, pin: str | None, bindir: Path, baseline: Path | None) -> dict:
+def measure(
+    name: str, pairs: int, pin: str | None, bindir: Path, baseline: Path | None, save: Path
+) -> dict:
+    """``pairs`` alternated pairs; what is measured so far is written to ``save`` after each
+    pair (a call cut at its time limit keeps its pairs)."""
     args, _, _, _ = WORKLOADS[name]
     with tempfile.TemporaryDirectory() as tmp:
         sides = {
@@ -137,24 +141,26 @@ def measure(name: str, pairs: int, pin: str | None, bindir: Path, baseline: Path
         for cmd in sides.values():  # warm the page cache
             run_once(cmd)
         runs: dict[str, list[dict[str, float]]] = {k: [] for k in sides}
-        costs: list[dict] = []
+        out = {
+            "workload": name,
+            "pairs": 0,
+            "pin": pin,
+            "date": str(dt.date.today()),
+            "load_before": load_before,
+            "load_after": loadavg(),
+            "runs": runs,
+            "own_costs": [],
+        }
         for i in range(pairs):
             for k in list(sides) if i % 2 == 0 else list(sides)[::-1]:
                 runs[k].append(run_once(sides[k]))
                 if k == "gpuopt":
                     cost = own_cost(Path(tmp) / "run")
                     if cost:
-                        costs.append(cost)
-    return {
-        "workload": name,
-        "pairs": pairs,
-        "pin": pin,
-        "date": str(dt.date.today()),
-        "load_before": load_before,
-        "load_after": loadavg(),
-        "runs": runs,
-        "own_costs": costs,
-    }
+                        out["own_costs"].append(cost)
+            out["pairs"], out["load_after"] = i + 1, loadavg()
+            save.write_text(json.dumps(out, indent=1))
+    return out
 
 
 def summary(r: dict, side: str, measure_key: str) -> dict:
@@ -280,9 +286,8 @@ def main() -> None:
             baseline = revision_venv(a.baseline_rev, reuse=a.installed)
         WORK.mkdir(parents=True, exist_ok=True)
         for name in names:
-            r = measure(name, a.pairs, a.pin, bindir, baseline)
             tag = f"pin{a.pin}" if a.pin is not None else "unpinned"
-            (WORK / f"{name}-{tag}.json").write_text(json.dumps(r, indent=1))
+            measure(name, a.pairs, a.pin, bindir, baseline, WORK / f"{name}-{tag}.json")
             print(f"{name} ({tag}): done", file=sys.stderr)
     render(a.out)
 
