@@ -2,6 +2,7 @@
 
     python benchmarks/bench_profile.py --workloads step2ms --pin 1 [--pairs 10] [--baseline-rev REV]
     python benchmarks/bench_profile.py --render   # only the doc, from every part measured so far
+    python benchmarks/bench_profile.py --accuracy  # data-wait accuracy and commands' start-up
 
 Four workloads of ``benchmarks/workloads/`` (targets from the project's overhead goals):
 
@@ -48,6 +49,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 WORK = HERE / ".work" / "bench_profile"
 W = HERE / "workloads"
+PLANTED = ROOT / "tests" / "data" / "scripts" / "planted_stall.py"
 # name: (script and arguments, what it is, the measure ("step" or "wall"), the target ratio)
 WORKLOADS: dict[str, tuple[list[str], str, str, float]] = {
     "step2ms": (
@@ -233,9 +235,64 @@ def section(name: str, parts: list[dict]) -> list[str]:
     return [*lines, "", *(x for e in extra for x in (e, "")), ""]
 
 
+def accuracy(runs: int, bindir: Path) -> dict:
+    """``breakdown.data_wait`` against the planted-stall script's own measure of its blocked
+    time in ``next(loader)``; and the start-up of commands that never import torch."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(runs):
+            truth_f, out = Path(tmp) / f"truth{i}.json", Path(tmp) / f"run{i}"
+            subprocess.run(
+                [str(bindir / "gpuopt"), "profile", "--quiet", "-o", str(out), str(PLANTED)]
+                + [str(truth_f)],
+                check=True,
+                cwd=ROOT,
+                capture_output=True,
+            )
+            truth = json.loads(truth_f.read_text())["data_wait"]
+            got = json.loads((out / "profile.json").read_text())["breakdown"]["data_wait"]
+            rows.append((truth, got))
+        cmds = {
+            "gpuopt --help": [str(bindir / "gpuopt"), "--help"],
+            "gpuopt report RUN --format json": [
+                str(bindir / "gpuopt"), "report", f"{tmp}/run0", "--format", "json"
+            ],
+            "gpuopt report RUN (text)": [str(bindir / "gpuopt"), "report", f"{tmp}/run0"],
+        }  # fmt: skip
+        start = {
+            k: statistics.median(run_once(c)["wall_s"] for _ in range(5)) for k, c in cmds.items()
+        }
+    return {"date": str(dt.date.today()), "load": loadavg(), "rows": rows, "start": start}
+
+
+def accuracy_lines(acc: dict) -> list[str]:
+    rows = acc["rows"]
+    worst = max(abs(g - t) for t, g in rows)
+    lines = [
+        "### Data-wait accuracy and start-up",
+        "",
+        "The planted-stall script (`tests/data/scripts/planted_stall.py`) measures its own "
+        f"blocked time in `next(loader)`; {len(rows)} runs, {acc['date']}, load {acc['load']}. "
+        "Command: `python benchmarks/bench_profile.py --accuracy`.",
+        "",
+        "| run | ground truth data_wait | gpuopt breakdown.data_wait | error |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {i} | {t:.4f} | {g:.4f} | {abs(g - t):.4f} |" for i, (t, g) in enumerate(rows)]
+    lines += ["", f"Max absolute error: **{worst:.4f}** (target ±0.03).", ""]
+    lines += [
+        "Start-up (whole process, median of 5; target < 0.5 s, torch never imported):",
+        "",
+        "| command | seconds |",
+        "|---|---|",
+    ]
+    lines += [f"| `{k}` | {v:.3f} |" for k, v in acc["start"].items()]
+    return [*lines, ""]
+
+
 def render(out: Path) -> None:
     parts: dict[str, list[dict]] = {}
-    for f in sorted(WORK.glob("*.json")):
+    for f in sorted(WORK.glob("*-*.json")):
         r = json.loads(f.read_text())
         parts.setdefault(r["workload"], []).append(r)
     lines = [
@@ -253,6 +310,9 @@ def render(out: Path) -> None:
     for name in WORKLOADS:
         if name in parts:
             lines += section(name, sorted(parts[name], key=lambda r: str(r["pin"])))
+    acc = WORK / "accuracy.json"
+    if acc.exists():
+        lines += accuracy_lines(json.loads(acc.read_text()))
     out.write_text("\n".join(lines).rstrip("\n") + "\n")
     print("\n".join(lines))
 
@@ -269,13 +329,18 @@ def main() -> None:
         "--render", action="store_true", help="only write the doc from the parts measured so far"
     )
     ap.add_argument(
+        "--accuracy",
+        action="store_true",
+        help="only the data-wait accuracy (planted-stall script) and the start-up of commands",
+    )
+    ap.add_argument(
         "--installed",
         action="store_true",
         help="use the user-like installs as they are (built by a call before, outside the lock)",
     )
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "bench-profile.md")
     a = ap.parse_args()
-    names = [] if a.render else [w for w in a.workloads.split(",") if w]
+    names = [] if a.render or a.accuracy else [w for w in a.workloads.split(",") if w]
     unknown = set(names) - set(WORKLOADS)
     if unknown:
         raise SystemExit(f"unknown workloads: {sorted(unknown)}")
@@ -289,6 +354,10 @@ def main() -> None:
             tag = f"pin{a.pin}" if a.pin is not None else "unpinned"
             measure(name, a.pairs, a.pin, bindir, baseline, WORK / f"{name}-{tag}.json")
             print(f"{name} ({tag}): done", file=sys.stderr)
+    if a.accuracy:
+        bindir = USER_VENV / "bin" if a.installed else user_venv()
+        WORK.mkdir(parents=True, exist_ok=True)
+        (WORK / "accuracy.json").write_text(json.dumps(accuracy(5, bindir), indent=1))
     render(a.out)
 
 

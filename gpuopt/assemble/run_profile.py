@@ -93,11 +93,12 @@ def assemble_run(rec: RunRecord) -> Profile:
     return p
 
 
-def _overhead(rec: RunRecord, timeline: _StepTimeline) -> Overhead:
-    assert rec.spent is not None
-    return overhead_record(
-        rec.spent, timeline.times, rec.instrumented, timeline.steps.time_s.median
-    )
+def _overhead(rec: RunRecord, timeline: _StepTimeline) -> Overhead | UnsetType:
+    """gpuopt's own costs; unset where the session measured none (a record built elsewhere)."""
+    if rec.spent is None:
+        return UNSET
+    usual = timeline.steps.time_s.median
+    return overhead_record(rec.spent, timeline.times, rec.instrumented, usual)
 
 
 def _framework(rec: RunRecord, p: Profile, reported: list[str]) -> Framework | None:
