@@ -1,30 +1,30 @@
-"""Foundation numbers: overhead of `gpuopt profile` on the script's own step clock and on the
-whole process, and data-wait accuracy.
+"""`gpuopt profile`'s overhead on runs shaped like users' (docs/bench-profile.md).
 
-    python benchmarks/bench_profile.py [--pairs 7] [--step-pairs 11] [--out docs/bench-profile.md]
-    python benchmarks/bench_profile.py --steps-only [--step-pairs 11] [--baseline-rev REV]
+    python benchmarks/bench_profile.py --workloads step2ms --pin 1 [--pairs 10] [--baseline-rev REV]
+    python benchmarks/bench_profile.py --render   # only the doc, from every part measured so far
+    python benchmarks/bench_profile.py --accuracy  # data-wait accuracy and commands' start-up
 
-Step overhead (issue 24; targets ≤ 1.03× at 2-5 ms steps, ≤ 1.01× at ≥ 50 ms steps): each
-workload prints its own median step (``STEP_MEDIAN_MS``, after 10 warm-up steps, loader wait
-included) and its main thread's median CPU time per step; plain ``python W`` and ``gpuopt
-profile --quiet W`` run in alternated pairs (the order flips every pair) and the ratio reported
-is the median of the per-pair ratios of those medians:
+Four workloads of ``benchmarks/workloads/`` (targets from the project's overhead goals):
 
-* ``dispatch``: ``workloads/dispatch_step.py``, 300 steps of 268 tiny-tensor ops (2-5 ms): what
-  a short GPU step is on its host, one intra-op thread;
-* ``long``: ``workloads/train_cpu.py --width 1536``, 120 steps of ≥ 50 ms.
+* ``step2ms``: ``user_loader_step.py``, a ~2 ms dispatch-bound step (a per-class mask loop, a
+  DataLoader over a TensorDataset, ``loss.item()`` every step, one intra-op thread); the measure
+  is the script's own median step (``STEP_MEDIAN_MS``); target ≤ 1.03×;
+* ``whole5s``: ``user_whole_run.py``, a ~5 s whole run (a small conv net, 400 steps, a
+  DataLoader over an in-memory Dataset); the measure is the process's wall time; ≤ 1.03×;
+* ``lightning``: ``user_lightning.py``, a Lightning loop of 60 steps of 2-3 ms; the process's
+  wall time (and the script's own median step beside it); ≤ 1.05×;
+* ``long``: ``user_long_step.py``, a ≥ 50 ms step; the script's own median step; ≤ 1.01×.
 
-With ``--baseline-rev REV`` a third side, gpuopt at git revision REV installed the same way, runs
-in the same alternation, so a change is timed side by side with what it changed.
+Each side runs as a whole process: plain ``python W`` and ``gpuopt profile W`` (the default
+run a user types, its terminal report included, written to a pipe), and with ``--baseline-rev``
+gpuopt at another git revision, in alternated pairs (the order flips every pair). The ratio is
+the ratio of the medians (gpuopt's over plain's) with a 90% bootstrap interval (pairs resampled).
+``--pin CORE`` runs every side under ``taskset -c CORE``. Each call measures what it is given
+and stores it in ``benchmarks/.work/bench_profile/`` (one file per workload and pinning), so a
+long benchmark is split into calls of a few minutes; ``--render`` writes the doc from them.
 
-Overhead: wall time of `gpuopt profile workloads/train_cpu.py` over plain
-`python workloads/train_cpu.py` (200 steps), both as whole processes, in alternating pairs (the
-order flips every pair so drift hits both sides); the ratio reported is the median of the
-per-pair ratios. Accuracy: the planted-stall script measures its own blocked time in
-next(loader); gpuopt's `breakdown.data_wait` is compared with it, over several runs.
-
-gpuopt runs as a user has it: the console script of a wheel install (installed.py), and the plain
-side runs that install's ``python``, so both start the same interpreter with the same packages.
+gpuopt runs as a user has it: the console script of a wheel install (installed.py), and the
+plain side runs that install's ``python``, so both start the same interpreter and packages.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ import os
 import platform
 import random
 import re
-import resource
 import statistics
 import subprocess
 import sys
@@ -44,84 +43,40 @@ import tempfile
 import time
 from pathlib import Path
 
-from installed import revision_venv, user_venv
+from installed import USER_VENV, revision_venv, user_venv
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-WORKLOAD = HERE / "workloads" / "train_cpu.py"
-DISPATCH = HERE / "workloads" / "dispatch_step.py"
-# name: (script, its arguments, what it is, the target ratio)
-STEP_WORKLOADS = {
-    "dispatch": (DISPATCH, ["--steps", "300"], "300 steps of 268 tiny-tensor ops (2-5 ms)", 1.03),
-    "long": (WORKLOAD, ["--steps", "120", "--width", "1536"], "120 MLP steps of ≥ 50 ms", 1.01),
-}
+WORK = HERE / ".work" / "bench_profile"
+W = HERE / "workloads"
 PLANTED = ROOT / "tests" / "data" / "scripts" / "planted_stall.py"
-BIN = Path(sys.executable).parent  # replaced by the user-like install's bin folder in main()
-PIN: str | None = None  # --pin CORE
-
-
-def gpuopt(*args: str) -> list[str]:
-    return [str(BIN / "gpuopt"), *args]
-
-
-def timed(cmd: list[str]) -> float:
-    return timed_parts(cmd)[0]
-
-
-def timed_parts(cmd: list[str]) -> tuple[float, float, tuple[float, float, float] | None]:
-    """Wall and CPU seconds, and (before loop, loop, after loop) seconds where the script prints
-    ``LOOP_START``/``LOOP_END`` wall-clock stamps (the workload does)."""
-    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0, w0 = time.perf_counter(), time.time()
-    p = subprocess.run(
-        cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT
-    )
-    wall, w1 = time.perf_counter() - t0, time.time()
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    stamps = dict(re.findall(r"^(LOOP_START|LOOP_END) ([0-9.]+)$", p.stderr, re.MULTILINE))
-    parts = None
-    if len(stamps) == 2:
-        start, end = float(stamps["LOOP_START"]), float(stamps["LOOP_END"])
-        parts = (start - w0, end - start, w1 - end)
-    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime), parts
-
-
-def overhead(pairs: int, extra: list[str]) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        plain_cmd = [str(BIN / "python"), str(WORKLOAD)]
-        prof_cmd = gpuopt("profile", "-o", str(Path(tmp) / "run"), *extra, str(WORKLOAD))
-        timed(plain_cmd)  # warm the page cache for both
-        timed(prof_cmd)
-        plain, prof, ratios, cpu_ratios, parts = [], [], [], [], []
-        for i in range(pairs):
-            if i % 2 == 0:
-                a, ac, ap = timed_parts(plain_cmd)
-                b, bc, bp = timed_parts(prof_cmd)
-            else:
-                b, bc, bp = timed_parts(prof_cmd)
-                a, ac, ap = timed_parts(plain_cmd)
-            plain.append(a)
-            prof.append(b)
-            ratios.append(b / a)
-            cpu_ratios.append(bc / ac)
-            if ap and bp:
-                parts.append({"plain": ap, "gpuopt": bp})
-        doc = json.loads((Path(tmp) / "run" / "profile.json").read_text())
-    return {
-        "pairs": pairs,
-        "args": extra,
-        "plain_s": plain,
-        "gpuopt_s": prof,
-        "ratios": ratios,
-        "median_ratio": statistics.median(ratios),
-        "cpu_ratios": cpu_ratios,
-        "median_cpu_ratio": statistics.median(cpu_ratios),
-        "ratio_ci90": bootstrap_median_ci(ratios),
-        "parts": parts,
-        **split_parts(parts),
-        "steps_seen": doc["steps"]["count"],
-        "median_step_ms": doc["steps"]["time_s"]["median"] * 1e3,
-    }
+# name: (script and arguments, what it is, the measure ("step" or "wall"), the target ratio)
+WORKLOADS: dict[str, tuple[list[str], str, str, float]] = {
+    "step2ms": (
+        [str(W / "user_loader_step.py")],
+        "~2 ms dispatch-bound step, DataLoader over a TensorDataset, `.item()` every step",
+        "step",
+        1.03,
+    ),
+    "whole5s": (
+        [str(W / "user_whole_run.py")],
+        "~5 s whole run: small conv net, 400 steps, DataLoader over an in-memory Dataset",
+        "wall",
+        1.03,
+    ),
+    "lightning": (
+        [str(W / "user_lightning.py")],
+        "Lightning autoencoder, 60 steps of 2-3 ms",
+        "wall",
+        1.05,
+    ),
+    "long": (
+        [str(W / "user_long_step.py")],
+        "≥ 50 ms step: a wider conv net, 30 steps",
+        "step",
+        1.01,
+    ),
+}
 
 
 def loadavg() -> str:
@@ -131,306 +86,279 @@ def loadavg() -> str:
         return "n/a"
 
 
-def own_step(cmd: list[str]) -> tuple[float, float]:
-    """The script's own median step and its main thread's median CPU time per step (ms)."""
-    p = subprocess.run(
-        cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT
-    )
-    got = dict(re.findall(r"^(STEP_MEDIAN_MS|STEP_CPU_MEDIAN_MS) ([0-9.]+)$", p.stderr, re.M))
-    return float(got["STEP_MEDIAN_MS"]), float(got["STEP_CPU_MEDIAN_MS"])
-
-
-def step_overhead(name: str, pairs: int, baseline: Path | None = None) -> dict:
-    """Plain python vs `gpuopt profile --quiet` (and the baseline revision's), alternated, on the
-    script's own median step."""
-    script, args, _, _ = STEP_WORKLOADS[name]
-    with tempfile.TemporaryDirectory() as tmp:
-        sides = {
-            "plain": [str(BIN / "python"), str(script), *args],
-            "gpuopt": gpuopt(
-                "profile", "--quiet", "--force", "-o", f"{tmp}/run", str(script), *args
-            ),
-        }
-        if baseline is not None:
-            sides["baseline"] = [
-                str(baseline / "gpuopt"), "profile", "--quiet", "--force", "-o", f"{tmp}/base",
-                str(script), *args,
-            ]  # fmt: skip
-        if PIN is not None:  # every side on one core: the VM's per-process speed swings stay out
-            sides = {k: ["taskset", "-c", PIN, *cmd] for k, cmd in sides.items()}
-        load_before = loadavg()
-        for cmd in sides.values():  # warm the page cache
-            own_step(cmd)
-        wall: dict[str, list[float]] = {k: [] for k in sides}
-        cpu: dict[str, list[float]] = {k: [] for k in sides}
-        for i in range(pairs):
-            order = list(sides) if i % 2 == 0 else list(sides)[::-1]
-            for k in order:
-                w, c = own_step(sides[k])
-                wall[k].append(w)
-                cpu[k].append(c)
-        doc = json.loads((Path(tmp) / "run" / "profile.json").read_text())
-    out: dict = {
-        "workload": name,
-        "pairs": pairs,
-        "load_before": load_before,
-        "load_after": loadavg(),
-        "wall_ms": wall,
-        "cpu_ms": cpu,
-        "ops_per_step": (doc.get("dispatch") or {}).get("ops_per_step"),
-    }
-    for k in sides:
-        if k == "plain":
-            continue
-        ratios = [b / a for a, b in zip(wall["plain"], wall[k], strict=True)]
-        cpu_ratios = [b / a for a, b in zip(cpu["plain"], cpu[k], strict=True)]
-        out[k] = {
-            "ratios": ratios,
-            "median_ratio": statistics.median(ratios),
-            "ratio_ci90": bootstrap_median_ci(ratios),
-            "cpu_ratios": cpu_ratios,
-            "median_cpu_ratio": statistics.median(cpu_ratios),
-            "extra_us_per_step": statistics.median(
-                (b - a) * 1e3 for a, b in zip(wall["plain"], wall[k], strict=True)
-            ),
-            "extra_cpu_us_per_step": statistics.median(
-                (b - a) * 1e3 for a, b in zip(cpu["plain"], cpu[k], strict=True)
-            ),
-        }
+def run_once(cmd: list[str]) -> dict[str, float]:
+    """One whole process: its wall time, the script's own median step, gpuopt's own cost."""
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    got = dict(re.findall(r"^(STEP_MEDIAN_MS) ([0-9.]+)$", p.stderr, re.M))
+    out = {"wall_s": wall, "step_ms": float(got.get("STEP_MEDIAN_MS", "nan"))}
     return out
 
 
-def step_lines(results: list[dict], cmd: str) -> list[str]:
-    lines = [
-        "### Step overhead: the script's own median step, plain python vs `gpuopt profile --quiet`",
-        "",
-        f"Command: `{cmd}` · {dt.date.today()} · {platform.machine()}, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}, torch {__import__('torch').__version__} (CPU)",
-        "",
-        "| workload | sides | pairs | load avg before / after | plain median step | "
-        "median of pair ratios (wall) | 90% interval | target | CPU-time ratio | "
-        "extra per step (wall / CPU) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in results:
-        _, _, what, target = STEP_WORKLOADS[r["workload"]]
-        for side in ("gpuopt", "baseline"):
-            if side not in r:
-                continue
-            x = r[side]
-            lo, hi = x["ratio_ci90"]
-            label = "this tree" if side == "gpuopt" else "baseline revision"
-            lines.append(
-                f"| {r['workload']}: {what} | {label} | {r['pairs']} | {r['load_before']} / "
-                f"{r['load_after']} | {statistics.median(r['wall_ms']['plain']):.3f} ms | "
-                f"**{x['median_ratio']:.3f}×** | {lo:.3f}–{hi:.3f} | ≤ {target:.2f}× | "
-                f"{x['median_cpu_ratio']:.3f}× | {x['extra_us_per_step']:.0f} / "
-                f"{x['extra_cpu_us_per_step']:.0f} µs |"
-            )
-    for r in results:
-        for side in ("gpuopt", "baseline"):
-            if side in r:
-                lines += [
-                    "",
-                    f"Pair ratios ({r['workload']}, {side}, wall): "
-                    + ", ".join(f"{x:.3f}" for x in r[side]["ratios"]),
-                ]
-    ops = next((r["ops_per_step"] for r in results if r["workload"] == "dispatch"), None)
-    if ops:
-        lines += ["", f"Ops per step of the dispatch workload (gpuopt's recorder): {ops}."]
-    return lines
+def own_cost(run_dir: Path) -> dict | None:
+    try:
+        return json.loads((run_dir / "profile.json").read_text()).get("overhead")
+    except (OSError, ValueError):
+        return None
 
 
-def bootstrap_median_ci(
-    xs: list[float], level: float = 0.90, draws: int = 4000
+def bootstrap_ratio_ci(
+    plain: list[float], other: list[float], level: float = 0.90, draws: int = 4000
 ) -> tuple[float, float]:
-    """Percentile bootstrap interval of the median (seeded: the same pairs give the same
-    interval)."""
+    """Percentile bootstrap interval of median(other) / median(plain), the pairs resampled
+    together (seeded: the same pairs give the same interval)."""
     rng = random.Random(0)
-    meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(draws))
-    lo = meds[int((1 - level) / 2 * draws)]
-    hi = meds[min(draws - 1, int((1 + level) / 2 * draws))]
-    return lo, hi
+    n = len(plain)
+    ratios = []
+    for _ in range(draws):
+        idx = [rng.randrange(n) for _ in range(n)]
+        ratios.append(
+            statistics.median(other[i] for i in idx) / statistics.median(plain[i] for i in idx)
+        )
+    ratios.sort()
+    return ratios[int((1 - level) / 2 * draws)], ratios[
+        min(draws - 1, int((1 + level) / 2 * draws))
+    ]
 
 
-def split_parts(parts: list[dict]) -> dict:
-    """Per pair: gpuopt's extra seconds before and after the loop (fixed costs) and its loop-time
-    ratio (per-step cost); medians over the pairs. Far less noisy than the whole-run ratio: the
-    loop's own ±10% swings cancel out of the fixed parts, and the fixed parts out of the loop."""
-    if not parts:
-        return {}
-    before = [p["gpuopt"][0] - p["plain"][0] for p in parts]
-    after = [p["gpuopt"][2] - p["plain"][2] for p in parts]
-    loop = [p["gpuopt"][1] / p["plain"][1] for p in parts]
+def measure(
+    name: str, pairs: int, pin: str | None, bindir: Path, baseline: Path | None, save: Path
+) -> dict:
+    """``pairs`` alternated pairs; what is measured so far is written to ``save`` after each
+    pair (a call cut at its time limit keeps its pairs)."""
+    args, _, _, _ = WORKLOADS[name]
+    with tempfile.TemporaryDirectory() as tmp:
+        sides = {
+            "plain": [str(bindir / "python"), *args],
+            "gpuopt": [str(bindir / "gpuopt"), "profile", "--force", "-o", f"{tmp}/run", *args],
+        }
+        if baseline is not None:
+            sides["baseline"] = [
+                str(baseline / "gpuopt"), "profile", "--force", "-o", f"{tmp}/base", *args
+            ]  # fmt: skip
+        if pin is not None:
+            sides = {k: ["taskset", "-c", pin, *cmd] for k, cmd in sides.items()}
+        load_before = loadavg()
+        for cmd in sides.values():  # warm the page cache
+            run_once(cmd)
+        runs: dict[str, list[dict[str, float]]] = {k: [] for k in sides}
+        out = {
+            "workload": name,
+            "pairs": 0,
+            "pin": pin,
+            "date": str(dt.date.today()),
+            "load_before": load_before,
+            "load_after": loadavg(),
+            "runs": runs,
+            "own_costs": [],
+        }
+        for i in range(pairs):
+            for k in list(sides) if i % 2 == 0 else list(sides)[::-1]:
+                runs[k].append(run_once(sides[k]))
+                if k == "gpuopt":
+                    cost = own_cost(Path(tmp) / "run")
+                    if cost:
+                        out["own_costs"].append(cost)
+            out["pairs"], out["load_after"] = i + 1, loadavg()
+            save.write_text(json.dumps(out, indent=1))
+    return out
+
+
+def summary(r: dict, side: str, measure_key: str) -> dict:
+    plain = [x[measure_key] for x in r["runs"]["plain"]]
+    other = [x[measure_key] for x in r["runs"][side]]
+    lo, hi = bootstrap_ratio_ci(plain, other)
     return {
-        "extra_before_loop_s": statistics.median(before),
-        "extra_after_loop_s": statistics.median(after),
-        "loop_ratio": statistics.median(loop),
-        "plain_loop_s": statistics.median(p["plain"][1] for p in parts),
-        "plain_outside_loop_s": statistics.median(p["plain"][0] + p["plain"][2] for p in parts),
+        "plain": statistics.median(plain),
+        "other": statistics.median(other),
+        "ratio": statistics.median(other) / statistics.median(plain),
+        "ci": (lo, hi),
+        "pair_ratios": [b / a for a, b in zip(plain, other, strict=True)],
     }
 
 
-def start_time(runs: int) -> dict:
-    """Whole-process time of `gpuopt --help` and `gpuopt report RUN --format json` (no torch)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        run = Path(tmp) / "run"
-        subprocess.run(
-            gpuopt("profile", "--quiet", "--steps", "5", "-o", str(run), str(WORKLOAD)),
-            check=True,
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        cmds = {
-            "gpuopt --help": gpuopt("--help"),
-            "gpuopt report RUN --format json": gpuopt("report", str(run), "--format", "json"),
-            "gpuopt report RUN (text)": gpuopt("report", str(run)),
-        }
-        return {
-            name: statistics.median(timed(cmd) for _ in range(runs)) for name, cmd in cmds.items()
-        }
+def _fmt(key: str, v: float) -> str:
+    return f"{v:.3f} ms" if key == "step_ms" else f"{v:.3f} s"
 
 
-def accuracy(runs: int) -> dict:
-    errors = []
+def section(name: str, parts: list[dict]) -> list[str]:
+    args, what, metric, target = WORKLOADS[name]
+    key = "step_ms" if metric == "step" else "wall_s"
+    label = "the script's own median step" if metric == "step" else "the process's wall time"
+    cmd = f"python benchmarks/bench_profile.py --workloads {name} [--pin 1]"
+    lines = [
+        f"### {name}: {what}",
+        "",
+        f"`benchmarks/workloads/{Path(args[0]).name}`; measure: {label}; target ≤ {target:.2f}×. "
+        f"Command: `{cmd}` (each configuration its own call, under the quiet lock).",
+        "",
+        "| pinned | side | pairs | date | load avg before / after | plain median | "
+        "side median | **ratio of medians** | 90% interval | met |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    extra: list[str] = []
+    for r in parts:
+        sides = [s for s in ("gpuopt", "baseline") if s in r["runs"]]
+        for side in sides:
+            s = summary(r, side, key)
+            lo, hi = s["ci"]
+            pin = f"core {r['pin']}" if r["pin"] is not None else "no"
+            label_side = "this tree" if side == "gpuopt" else "before (baseline revision)"
+            met = "yes" if s["ratio"] <= target else f"no (+{(s['ratio'] - target) * 100:.1f} pts)"
+            lines.append(
+                f"| {pin} | {label_side} | {r['pairs']} | {r['date']} | {r['load_before']} / "
+                f"{r['load_after']} | {_fmt(key, s['plain'])} | {_fmt(key, s['other'])} | "
+                f"**{s['ratio']:.3f}×** | {lo:.3f}–{hi:.3f} | {met} |"
+            )
+            extra.append(
+                f"Pair ratios ({pin}, {label_side}): "
+                + ", ".join(f"{x:.3f}" for x in s["pair_ratios"])
+            )
+        if name == "lightning" or metric == "wall":
+            s = summary(r, "gpuopt", "step_ms")
+            extra.append(
+                f"The script's own median step ({'pinned' if r['pin'] else 'unpinned'}): plain "
+                f"{s['plain']:.3f} ms, gpuopt {s['other']:.3f} ms ({s['ratio']:.3f}×)."
+            )
+        costs = r.get("own_costs") or []
+        if costs:
+            med = {k: statistics.median(c[k] for c in costs) for k in costs[0]}
+            extra.append(
+                f"gpuopt's own cost as its documents say (`overhead`, medians of {len(costs)} "
+                f"runs, {'pinned' if r['pin'] else 'unpinned'}): start {med['start_s']:.3f} s, "
+                f"{med['per_step_s'] * 1e6:.1f} µs a step over {med['steps']:.0f} steps, "
+                f"sampling threads {med['threads_s']:.3f} s CPU, windows {med['windows_s']:.3f} s "
+                f"({med['window_steps']:.0f} steps), end {med['end_s']:.3f} s; total "
+                f"{med['total_s']:.3f} s = {med['share'] * 100:.1f}% of the run."
+            )
+    return [*lines, "", *(x for e in extra for x in (e, "")), ""]
+
+
+def accuracy(runs: int, bindir: Path) -> dict:
+    """``breakdown.data_wait`` against the planted-stall script's own measure of its blocked
+    time in ``next(loader)``; and the start-up of commands that never import torch."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(runs):
-            truth_f = Path(tmp) / f"truth{i}.json"
-            out = Path(tmp) / f"run{i}"
+            truth_f, out = Path(tmp) / f"truth{i}.json", Path(tmp) / f"run{i}"
             subprocess.run(
-                gpuopt("profile", "--quiet", "-o", str(out), str(PLANTED), str(truth_f)),
+                [str(bindir / "gpuopt"), "profile", "--quiet", "-o", str(out), str(PLANTED)]
+                + [str(truth_f)],
                 check=True,
                 cwd=ROOT,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+                capture_output=True,
             )
             truth = json.loads(truth_f.read_text())["data_wait"]
             got = json.loads((out / "profile.json").read_text())["breakdown"]["data_wait"]
             rows.append((truth, got))
-            errors.append(abs(got - truth))
-    return {"runs": runs, "rows": rows, "max_abs_error": max(errors)}
+        cmds = {
+            "gpuopt --help": [str(bindir / "gpuopt"), "--help"],
+            "gpuopt report RUN --format json": [
+                str(bindir / "gpuopt"), "report", f"{tmp}/run0", "--format", "json"
+            ],
+            "gpuopt report RUN (text)": [str(bindir / "gpuopt"), "report", f"{tmp}/run0"],
+        }  # fmt: skip
+        start = {
+            k: statistics.median(run_once(c)["wall_s"] for _ in range(5)) for k, c in cmds.items()
+        }
+    return {"date": str(dt.date.today()), "load": loadavg(), "rows": rows, "start": start}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--pairs", type=int, default=7)
-    ap.add_argument("--accuracy-runs", type=int, default=5)
-    ap.add_argument("--without-recorder", action="store_true", help="also measure with --window 0")
-    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "bench-profile.md")
-    ap.add_argument("--step-pairs", type=int, default=11, help="pairs per step workload")
-    ap.add_argument(
-        "--steps-only", action="store_true", help="only the step overhead (the script's clock)"
-    )
-    ap.add_argument("--workloads", default="dispatch,long", help="step workloads to run")
-    ap.add_argument("--baseline-rev", help="also time gpuopt at this git revision, alternated")
-    ap.add_argument(
-        "--pin",
-        metavar="CORE",
-        help="run every side on this core (taskset -c CORE): on a 2-vCPU VM a process's speed "
-        "depends on where it runs, by up to 2x from one run to the next",
-    )
-    a = ap.parse_args()
-    global BIN, PIN
-    PIN = a.pin
-    BIN = user_venv()  # a wheel install, as a user has it (see installed.py)
-    cmd = "python benchmarks/bench_profile.py " + " ".join(sys.argv[1:])
-    baseline = revision_venv(a.baseline_rev) if a.baseline_rev else None
-    steps = [step_overhead(w, a.step_pairs, baseline) for w in a.workloads.split(",") if w]
-    (HERE / ".work").mkdir(exist_ok=True)
-    (HERE / ".work" / "bench_profile_steps.json").write_text(json.dumps(steps, indent=1))
-    if a.steps_only:
-        text = "\n".join(step_lines(steps, cmd.strip())) + "\n"
-        a.out.write_text(text)
-        print(text)
-        return
-    ov = overhead(a.pairs, [])
-    ov_norec = overhead(a.pairs, ["--window", "0"]) if a.without_recorder else None
-    acc = accuracy(a.accuracy_runs)
-    st = start_time(5)
+def accuracy_lines(acc: dict) -> list[str]:
+    rows = acc["rows"]
+    worst = max(abs(g - t) for t, g in rows)
     lines = [
-        "## `gpuopt profile`: overhead and data-wait accuracy",
+        "### Data-wait accuracy and start-up",
         "",
-        f"Command: `{cmd.strip()}` · {dt.date.today()} · {platform.machine()}, "
-        f"{os.cpu_count()} cores, "
-        f"Python {platform.python_version()}, torch {__import__('torch').__version__} (CPU)",
-        "",
-        f"Workload: `benchmarks/workloads/train_cpu.py`, {ov['steps_seen']} steps, median step "
-        f"{ov['median_step_ms']:.1f} ms under gpuopt, torch with one intra-op thread "
-        "(the host side of a GPU job; see the workload's docstring). "
-        f"Whole-process wall time, {a.pairs} alternating pairs.",
-        "",
-        "| configuration | plain python median (s) | gpuopt median (s) "
-        "| median of pair ratios (wall) | target | median of pair ratios (CPU time) |",
-        "|---|---|---|---|---|---|",
-    ]
-    configs = [("default (recorder window on)", ov)] + (
-        [("--window 0 (recorder off)", ov_norec)] if ov_norec else []
-    )
-    for name, r in configs:
-        lines.append(
-            f"| {name} | {statistics.median(r['plain_s']):.3f} "
-            f"| {statistics.median(r['gpuopt_s']):.3f} | "
-            f"**{r['median_ratio']:.3f}×** | ≤ 1.03× | {r['median_cpu_ratio']:.3f}× |"
-        )
-    lo, hi = ov["ratio_ci90"]
-    lines += ["", f"90% bootstrap interval of the median pair ratio (default): {lo:.3f}–{hi:.3f}."]
-    if ov.get("parts"):
-        fixed = ov["extra_before_loop_s"] + ov["extra_after_loop_s"]
-        model = (ov["plain_outside_loop_s"] + fixed + ov["plain_loop_s"] * ov["loop_ratio"]) / (
-            ov["plain_outside_loop_s"] + ov["plain_loop_s"]
-        )
-        lines += [
-            "",
-            "Where the time goes (medians over the pairs; "
-            "the workload stamps its loop's start and end):",
-            "",
-            "| part | plain python | gpuopt − plain |",
-            "|---|---|---|",
-            "| before the loop (interpreter, imports, set-up) + after it (exit) "
-            f"| {ov['plain_outside_loop_s']:.3f} s | "
-            f"+{ov['extra_before_loop_s']:.3f} s before, +{ov['extra_after_loop_s']:.3f} s after |",
-            f"| the 200-step loop | {ov['plain_loop_s']:.3f} s | ×{ov['loop_ratio']:.3f} |",
-            "",
-            f"Whole run from these parts: **{model:.3f}×** "
-            f"(fixed +{fixed:.3f} s, loop ×{ov['loop_ratio']:.3f}).",
-        ]
-    lines += [
-        "",
-        "Pair ratios (default, wall): " + ", ".join(f"{x:.3f}" for x in ov["ratios"]),
-        "",
-        "Pair ratios (default, CPU time of the process tree): "
-        + ", ".join(f"{x:.3f}" for x in ov["cpu_ratios"]),
-        "",
-        "Accuracy: planted-stall script (`tests/data/scripts/planted_stall.py`) "
-        "measuring its own blocked time in "
-        f"`next(loader)`; {acc['runs']} runs.",
+        "The planted-stall script (`tests/data/scripts/planted_stall.py`) measures its own "
+        f"blocked time in `next(loader)`; {len(rows)} runs, {acc['date']}, load {acc['load']}. "
+        "Command: `python benchmarks/bench_profile.py --accuracy`.",
         "",
         "| run | ground truth data_wait | gpuopt breakdown.data_wait | error |",
         "|---|---|---|---|",
     ]
-    for i, (t, g) in enumerate(acc["rows"]):
-        lines.append(f"| {i} | {t:.4f} | {g:.4f} | {abs(g - t):.4f} |")
-    lines += ["", f"Max absolute error: **{acc['max_abs_error']:.4f}** (target ±0.03).", ""]
+    lines += [f"| {i} | {t:.4f} | {g:.4f} | {abs(g - t):.4f} |" for i, (t, g) in enumerate(rows)]
+    lines += ["", f"Max absolute error: **{worst:.4f}** (target ±0.03).", ""]
     lines += [
         "Start-up (whole process, median of 5; target < 0.5 s, torch never imported):",
         "",
         "| command | seconds |",
         "|---|---|",
     ]
-    lines += [f"| `{k}` | {v:.3f} |" for k, v in st.items()]
-    lines.append("")
-    lines += step_lines(steps, cmd.strip()) + [""]
-    a.out.write_text("\n".join(lines))
+    lines += [f"| `{k}` | {v:.3f} |" for k, v in acc["start"].items()]
+    return [*lines, ""]
+
+
+def render(out: Path) -> None:
+    parts: dict[str, list[dict]] = {}
+    for f in sorted(WORK.glob("*-*.json")):
+        r = json.loads(f.read_text())
+        parts.setdefault(r["workload"], []).append(r)
+    lines = [
+        "## `gpuopt profile`: its overhead on runs shaped like users'",
+        "",
+        f"{platform.machine()}, {os.cpu_count()} vCPUs (this project's shared VM, where other "
+        "work runs beside a benchmark: the load averages say how busy it was), Python "
+        f"{platform.python_version()}, torch {__import__('torch').__version__} (CPU). Each side "
+        "is a whole process: plain `python W` and `gpuopt profile W` (the default run, its "
+        "terminal report included), alternated pair by pair (the order flips every pair); the "
+        "ratio is gpuopt's median over plain's, its 90% interval a bootstrap over the pairs. "
+        "Pinned: every side under `taskset -c 1`. `benchmarks/bench_profile.py` says how.",
+        "",
+    ]
+    for name in WORKLOADS:
+        if name in parts:
+            lines += section(name, sorted(parts[name], key=lambda r: str(r["pin"])))
+    acc = WORK / "accuracy.json"
+    if acc.exists():
+        lines += accuracy_lines(json.loads(acc.read_text()))
+    out.write_text("\n".join(lines).rstrip("\n") + "\n")
     print("\n".join(lines))
-    (HERE / ".work").mkdir(exist_ok=True)
-    (HERE / ".work" / "bench_profile.json").write_text(
-        json.dumps(
-            {"overhead": ov, "overhead_no_recorder": ov_norec, "accuracy": acc, "start_time": st},
-            indent=1,
-        )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument(
+        "--workloads", default=",".join(WORKLOADS), help="comma-separated: " + ", ".join(WORKLOADS)
     )
+    ap.add_argument("--pairs", type=int, default=10)
+    ap.add_argument("--pin", metavar="CORE", help="run every side under taskset -c CORE")
+    ap.add_argument("--baseline-rev", help="also time gpuopt at this git revision, alternated")
+    ap.add_argument(
+        "--render", action="store_true", help="only write the doc from the parts measured so far"
+    )
+    ap.add_argument(
+        "--accuracy",
+        action="store_true",
+        help="only the data-wait accuracy (planted-stall script) and the start-up of commands",
+    )
+    ap.add_argument(
+        "--installed",
+        action="store_true",
+        help="use the user-like installs as they are (built by a call before, outside the lock)",
+    )
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "bench-profile.md")
+    a = ap.parse_args()
+    names = [] if a.render or a.accuracy else [w for w in a.workloads.split(",") if w]
+    unknown = set(names) - set(WORKLOADS)
+    if unknown:
+        raise SystemExit(f"unknown workloads: {sorted(unknown)}")
+    if names:
+        bindir = USER_VENV / "bin" if a.installed else user_venv()  # as a user has it
+        baseline = None
+        if a.baseline_rev:
+            baseline = revision_venv(a.baseline_rev, reuse=a.installed)
+        WORK.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            tag = f"pin{a.pin}" if a.pin is not None else "unpinned"
+            measure(name, a.pairs, a.pin, bindir, baseline, WORK / f"{name}-{tag}.json")
+            print(f"{name} ({tag}): done", file=sys.stderr)
+    if a.accuracy:
+        bindir = USER_VENV / "bin" if a.installed else user_venv()
+        WORK.mkdir(parents=True, exist_ok=True)
+        (WORK / "accuracy.json").write_text(json.dumps(accuracy(5, bindir), indent=1))
+    render(a.out)
 
 
 if __name__ == "__main__":

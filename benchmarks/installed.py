@@ -74,18 +74,22 @@ def user_venv(src_root: Path = ROOT, venv: Path = USER_VENV) -> Path:
     return py.parent
 
 
-def revision_venv(rev: str) -> Path:
+def revision_venv(rev: str, reuse: bool = False) -> Path:
     """A user-like install of git revision ``rev`` (``git archive``, no worktree), for timing a
-    change side by side with what it changed; returns the venv's bin folder."""
+    change side by side with what it changed; returns the venv's bin folder (``reuse``: the one
+    built before, as it is, where there is one)."""
     sha = subprocess.run(
         ["git", "rev-parse", "--short", rev], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.strip()
+    built = ROOT / "benchmarks" / ".work" / f"user-venv-{sha}"
+    if reuse and (built / "bin" / "gpuopt").exists():
+        return built / "bin"
     with tempfile.TemporaryDirectory() as tmp:
         archive = subprocess.run(
             ["git", "archive", "--format=tar", sha], cwd=ROOT, capture_output=True, check=True
         ).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        return user_venv(Path(tmp), ROOT / "benchmarks" / ".work" / f"user-venv-{sha}")
+        return user_venv(Path(tmp), built)
 
 
 if __name__ == "__main__":

@@ -32,9 +32,13 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import TYPE_CHECKING, NoReturn
 
 from gpuopt.quick_exit import exit_quickly_on, quick_exit
+
+# gpuopt's first line in the process: a profile's start-up cost counts from here
+STARTED_AT = time.perf_counter()
 
 if TYPE_CHECKING:
     from collections.abc import Callable

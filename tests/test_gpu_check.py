@@ -38,8 +38,8 @@ def test_budgets_fit_the_total() -> None:
     ]
     got = gc.budgets(names, 195.0)
     assert sum(got) == pytest.approx(195.0)
-    assert got[1] / got[0] == pytest.approx(75 / 10)  # scaled together
-    assert gc.budgets(names[:2], 195.0) == [10.0, 75.0]  # room enough: as preferred
+    assert got[1] / got[0] == pytest.approx(100 / 10)  # scaled together
+    assert gc.budgets(names[:2], 195.0) == [10.0, 100.0]  # room enough: as preferred
 
 
 def test_a_check_past_its_budget_is_stopped_and_keeps_what_it_printed(
@@ -105,7 +105,7 @@ def test_a_check_that_cannot_fit_is_not_started_and_its_time_goes_to_the_others(
     assert sum(v for v in short.values() if v is not None) == pytest.approx(195.0)
     roomy = dict(zip(names, gc.plan(names, 600.0), strict=True))
     assert (roomy["check_optimize.py"] or 0) >= gc.NEEDS["check_optimize.py"]
-    assert roomy["check_profile.py"] == 75.0  # as preferred
+    assert roomy["check_profile.py"] == 100.0  # as preferred
 
 
 def test_the_runner_says_how_to_run_a_check_it_skipped(tmp_path: Path) -> None:

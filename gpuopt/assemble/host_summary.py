@@ -38,7 +38,7 @@ time: its op returns, then the rank waits).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import median
 from types import CodeType
@@ -789,20 +789,9 @@ def hand_written_ops(
     """The hand-written op chains (a GELU, softmax, layer norm or attention written as several
     ops: :mod:`gpuopt.optimize.codemods.hand_written`) on the user lines that issued ops in the
     window, with those lines' ops and time; a file that cannot be read or parsed is skipped."""
-    from gpuopt.optimize.codemods import CodemodError
-    from gpuopt.optimize.codemods.hand_written import find_hand_written_ops_at
-
     out: list[HandWrittenOp] = []
     for (path, shown), lines in _line_ops(t, sites, *scaling).items():
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read(MAX_SCANNED_CHARS + 1)
-            if len(text) > MAX_SCANNED_CHARS:
-                continue  # Python's own parse of it would cost the run's end a second
-            found = find_hand_written_ops_at(text, lines, shown)
-        except (OSError, UnicodeDecodeError, CodemodError) as exc:
-            log.debug("hand-written ops of %s not read: %s", shown, exc)
-            continue
+        found = _chains_in(path, shown, lines)
         for m in found:
             here = [v for ln, v in lines.items() if m.line <= ln <= m.end_line]
             if not here:
@@ -819,6 +808,31 @@ def hand_written_ops(
                 )
             )
     return sorted(out, key=lambda h: (-h.time_share, h.site))
+
+
+def _chains_in(path: str, shown: str, lines: Mapping[int, Any]) -> list[Any]:
+    """The hand-written op chains of one file on ``lines``; none for a file too long, unread or
+    unparsed. libcst (0.35 s to import) is loaded only when a line holds a trigger word."""
+    from gpuopt.optimize.hand_written_trigger import trigger_lines
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read(MAX_SCANNED_CHARS + 1)
+    except (OSError, UnicodeDecodeError) as exc:
+        log.debug("hand-written ops of %s not read: %s", shown, exc)
+        return []
+    if len(text) > MAX_SCANNED_CHARS:
+        return []  # Python's own parse of it would cost the run's end a second
+    if not trigger_lines(text.splitlines(), lines):
+        return []
+    from gpuopt.optimize.codemods import CodemodError
+    from gpuopt.optimize.codemods.hand_written import find_hand_written_ops_at
+
+    try:
+        return find_hand_written_ops_at(text, lines, shown)
+    except CodemodError as exc:
+        log.debug("hand-written ops of %s not read: %s", shown, exc)
+        return []
 
 
 def _frame_label(resolver: SiteResolver, code: CodeType, lasti: int) -> str:

@@ -19,13 +19,14 @@ from gpuopt.assemble import step_stats
 from gpuopt.assemble.distributed_run import distributed_record, step_collective_s
 from gpuopt.assemble.framework_run import framework_record
 from gpuopt.assemble.host_summary import summarize
+from gpuopt.assemble.overhead import overhead_record
 from gpuopt.assemble.run_record import RunRecord
 from gpuopt.compile.events import CompileCapture
 from gpuopt.compile.summary import compile_record
 from gpuopt.debug import logger
 from gpuopt.errors import GpuoptError
 from gpuopt.model.document import empty_profile
-from gpuopt.model.profile import Breakdown, Dispatch, Profile, Steps
+from gpuopt.model.profile import Breakdown, Dispatch, Overhead, Profile, Steps
 from gpuopt.model.records import Framework, given
 from gpuopt.model.trace import TraceDetails
 from gpuopt.probes.recorder import RecorderCapture
@@ -79,6 +80,7 @@ def assemble_run(rec: RunRecord) -> Profile:
         if rec.window.info is not None:
             p.trace = TraceDetails(profiler_window=rec.window.info)
     p.breakdown = _breakdown(rec, timeline, p.dispatch)
+    p.overhead = _overhead(rec, timeline)
     p.compile = None  # the key is always there: null where nothing was compiled
     p.framework = _framework(rec, p, reported)
     if rec.compile is not None:
@@ -89,6 +91,14 @@ def assemble_run(rec: RunRecord) -> Profile:
         unread = attach_window_traces(p)
         p.warnings.extend(unread)
     return p
+
+
+def _overhead(rec: RunRecord, timeline: _StepTimeline) -> Overhead | UnsetType:
+    """gpuopt's own costs; unset where the session measured none (a record built elsewhere)."""
+    if rec.spent is None:
+        return UNSET
+    usual = timeline.steps.time_s.median
+    return overhead_record(rec.spent, timeline.times, rec.instrumented, usual)
 
 
 def _framework(rec: RunRecord, p: Profile, reported: list[str]) -> Framework | None:

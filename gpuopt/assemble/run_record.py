@@ -17,6 +17,7 @@ from gpuopt.model.profile import (
 )
 from gpuopt.probes.collectives import CollectiveCapture
 from gpuopt.probes.dataloader import DataLoaderWaits
+from gpuopt.probes.own_cost import Spent
 from gpuopt.probes.profiler_window import WindowResult
 from gpuopt.probes.recorder import RecorderCapture
 
@@ -65,3 +66,4 @@ class RunRecord:
     compile: CompileCapture | None = None  # what torch.compile did (None: the probe failed)
     framework: FrameworkCapture | None = None  # the training framework seen (None: a plain loop)
     slow_steps: list[SlowStep] | None = None  # steps far slower than the others, named
+    spent: Spent | None = None  # gpuopt's own costs (the ``overhead`` key)

@@ -55,6 +55,7 @@ from gpuopt.model.records import (
     MemoryPredicted,
     MemoryReport,
     OutsideSite,
+    Overhead,
     Ragged,
     RaggedLoader,
     RankEntry,
@@ -144,6 +145,7 @@ __all__ = [
     "Table",
     "Timeline",
     "HandWrittenOp",
+    "Overhead",
     "TopSite",
     "TrainingRecord",
     "Transfer",
@@ -201,6 +203,8 @@ class Profile(Record):
     fixes_applied: list[str] | UnsetType = UNSET  # --fixes DIR: the run-time fixes patched in
     # multi-rank runs: this rank's collectives and DDP buckets (a merged document: the job's)
     distributed: DistributedRun | UnsetType = UNSET
+    # what gpuopt itself cost the run (a `gpuopt profile` run's document)
+    overhead: Overhead | UnsetType = UNSET
 
     def frames(self) -> dict[str, pd.DataFrame]:
         """The document as pandas DataFrames: ``steps`` (one row per step), ``breakdown``,

@@ -894,6 +894,31 @@ class Framework(Record):
     knobs_site: str | None | UnsetType = UNSET
 
 
+class Overhead(Record):
+    """``overhead``: what gpuopt itself cost this run, measured (seconds). ``start_s`` gpuopt's
+    code before the script's first line (torch's import left out: the script pays it without
+    gpuopt too); ``steps_s`` gpuopt's code on the training thread at the steps outside its
+    windows (the DataLoader wrapper, the batch shapes, the step clock and its listeners), over
+    ``steps`` steps, ``per_step_s`` a step on average; ``threads_s`` the CPU time of gpuopt's
+    sampling threads (time the script's threads can lose where cores or the GIL are short);
+    ``windows_s`` the time the recording windows' ``window_steps`` steps took beyond the
+    median measured step; ``end_s`` from the script's end to this document built (the probes
+    stopped, the memory replay, the assembly, the findings; writing and showing it come
+    after); ``total_s`` their sum; ``share`` that sum over the run's wall time with gpuopt's
+    start and end."""
+
+    start_s: float
+    steps_s: float
+    steps: int
+    per_step_s: float
+    threads_s: float
+    windows_s: float
+    window_steps: int
+    end_s: float
+    total_s: float
+    share: float
+
+
 class CompiledFunction(Record):
     """One function handed to torch.compile as it ran: its frames (the function and the resume
     functions Dynamo made at its graph breaks), graphs, breaks and recompiles."""

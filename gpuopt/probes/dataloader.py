@@ -38,6 +38,7 @@ from typing import Any
 from gpuopt import torch_compat
 from gpuopt.debug import logger
 from gpuopt.model.profile import DataLoaderInfo
+from gpuopt.probes import own_cost
 from gpuopt.probes.contention import ThreadClock
 from gpuopt.probes.protocol import RunContext
 
@@ -252,6 +253,7 @@ class DataLoaderProbe:
             return it
 
         def __next__(it: Any) -> Any:
+            entered = own_cost.clock()
             step = probe._step_count()
             sampled = probe._sampled(it) if probe._sampling else None
             cpu0 = probe._thread_clock.read() if sampled is not None else None  # before t0
@@ -270,6 +272,8 @@ class DataLoaderProbe:
                 probe._record(it, step, dt, ok, training)
             if _BATCH_LISTENERS:
                 probe._tell_listeners(it, batch, training)
+            # gpuopt's own part of the fetch (no call: each call here costs every batch)
+            own_cost.spent += own_cost.clock() - entered - dt
             return batch
 
         _get_iterator.__wrapped__ = orig_get_iterator  # type: ignore[attr-defined]

@@ -28,6 +28,7 @@ from gpuopt.model.profile import (
 )
 from gpuopt.probes import contention
 from gpuopt.probes.accelerator import GpuSample, NvmlBackend
+from gpuopt.probes.own_cost import ThreadTime
 from gpuopt.probes.protocol import RunContext
 
 log = logger(__name__)
@@ -155,6 +156,7 @@ class UtilizationSampler:
         # called from the sampling thread after every tick (the session's checkpoints)
         self.after_tick: Callable[[], None] | None = None
         self.sched0: contention.Snapshot | None = None  # the threads' run delay at start
+        self.cpu_time = ThreadTime()  # the sampling thread's own CPU seconds
 
     # -- Probe interface -------------------------------------------------------------------
     def start(self, ctx: RunContext | None = None, thread: bool = True) -> None:
@@ -277,6 +279,7 @@ class UtilizationSampler:
                 return
             if self.after_tick is not None:
                 self.after_tick()
+            self.cpu_time.read()
 
     def latest(self) -> tuple[float | None, float | None]:
         """(CPU %, GPU %) of the last sample, for the live progress line."""

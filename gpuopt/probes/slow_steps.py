@@ -29,6 +29,7 @@ from typing import Any
 
 from gpuopt.debug import logger
 from gpuopt.model.records import SlowStep
+from gpuopt.probes.own_cost import ThreadTime
 from gpuopt.probes.protocol import RunContext
 
 log = logger(__name__)
@@ -76,6 +77,7 @@ class SlowStepSampler:
         self._tid = 0
         self._roots: list[Any] = []
         self._final: list[SlowStep] | None = None
+        self.cpu_time = ThreadTime()  # the sampling thread's own CPU seconds
 
     # -- Probe interface -------------------------------------------------------------------
     def start(self, ctx: RunContext) -> None:
@@ -137,6 +139,7 @@ class SlowStepSampler:
             while not self._stop.wait(self.interval_s):
                 self._drain()
                 self.look()
+                self.cpu_time.read()
         except Exception as exc:  # never disturb the run: stop sampling and say why
             log.debug("slow steps: the sampler gave up", exc_info=True)
             self.errors.append(f"slow-step sampler stopped: {type(exc).__name__}: {exc}")

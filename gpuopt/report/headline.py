@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuopt.model.records import given
-from gpuopt.units import MISSING, fmt_bytes, fmt_count, fmt_duration, num, one_line
+from gpuopt.units import MISSING, fmt_bytes, fmt_count, fmt_duration, fmt_frac, num, one_line
 
 if TYPE_CHECKING:
     from gpuopt.model.profile import Breakdown, GpuInfo, Profile
@@ -203,3 +203,19 @@ def step_series(profile: Profile) -> list[StepSplit]:
 
 def warnings_list(profile: Profile) -> list[str]:
     return [one_line(w) for w in profile.warnings if one_line(w)]
+
+
+def overhead_line(profile: Profile) -> str | None:
+    """What gpuopt itself cost the run (the ``overhead`` key), one line; None without the key."""
+    from gpuopt.model.profile import Overhead
+
+    o = profile.overhead
+    if not isinstance(o, Overhead):
+        return None
+    return (
+        f"gpuopt's own cost this run: {fmt_duration(o.total_s)} ({fmt_frac(o.share)} of it): "
+        f"start {fmt_duration(o.start_s)}, {fmt_duration(o.per_step_s)} a step over "
+        f"{fmt_count(o.steps)} steps, sampling threads {fmt_duration(o.threads_s)} of CPU, "
+        f"{fmt_count(o.window_steps)} recorded steps {fmt_duration(o.windows_s)}, "
+        f"end {fmt_duration(o.end_s)} (measured)"
+    )

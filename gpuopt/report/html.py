@@ -420,8 +420,10 @@ class HtmlRenderer(Renderer):
 
     def footer(self, profile: Profile) -> str:
         schema = one_line(profile.schema) or MISSING
+        cost = h.overhead_line(profile)
+        own = f"{esc(cost)} · " if cost else ""
         return (
-            f"<footer>gpuopt {esc(__version__)} · document schema {esc(schema)} · "
+            f"<footer>{own}gpuopt {esc(__version__)} · document schema {esc(schema)} · "
             "all numbers are measured unless marked est. (estimate) · "
             "this page loads nothing from the network</footer>"
         )

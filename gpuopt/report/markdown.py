@@ -68,6 +68,9 @@ class MarkdownRenderer(Renderer):
         warnings = h.warnings_list(profile)
         if warnings:
             lines += ["### Warnings", ""] + [f"- ⚠️ {md(w)}" for w in warnings] + [""]
+        cost = h.overhead_line(profile)
+        if cost:
+            lines += [f"<sub>{md(cost)}</sub>", ""]
         return "\n".join(lines).rstrip("\n") + "\n"
 
     def header(self, profile: Profile) -> list[str]:

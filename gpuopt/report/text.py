@@ -135,6 +135,9 @@ class TextRenderer(Renderer):
                 t.append(printable(w) + "\n")
             t.rstrip()
             out.append(Padding(t, (1, 0, 0, 0)))
+        cost = h.overhead_line(profile)
+        if cost:
+            out.append(Padding(Text(printable(cost), style="dim"), (1, 0, 0, 0)))
         return out
 
     def header(self, profile: Profile) -> RenderableType:

@@ -82,10 +82,14 @@ def measure(
 ) -> Profile | ChildExit:
     """One instrumented run of ``target`` into ``run_dir``: its Profile, not yet written (the
     session writes its placeholder and checkpoints while the script runs)."""
+    from gpuopt.assemble.overhead import with_end
     from gpuopt.runner.session import ChildExit, ProfileSession
 
     import_finish()
-    result = ProfileSession(target, run_dir, opts, rank=rank, finish=finish_profile).run()
+    session = ProfileSession(target, run_dir, opts, rank=rank, finish=finish_profile)
+    result = session.run()
     if isinstance(result, ChildExit):
         return result
-    return finish_profile(result)
+    profile = finish_profile(result)
+    with_end(profile, session.clock() - session.t_end)  # the session's clock: perf_counter
+    return profile

@@ -33,6 +33,7 @@ from gpuopt import debug, torch_compat
 from gpuopt.assemble.run_record import Outcome, RunRecord
 from gpuopt.errors import GpuoptError, say
 from gpuopt.model.profile import Profile, RunError
+from gpuopt.probes import own_cost
 from gpuopt.probes import steps as steps_mod
 from gpuopt.probes.collectives import CollectiveProbe, wanted
 from gpuopt.probes.compile import CompileProbe
@@ -125,7 +126,8 @@ class ProfileSession:
         self.cwd = os.getcwd()
         self.started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         self.steps = steps_mod.StepClock(clock=clock, max_steps=opts.steps)
-        self.loader_probe = DataLoaderProbe(step_count=lambda: self.steps.count, clock=clock)
+        # the step count as one C call per batch (no lambda, no property)
+        self.loader_probe = DataLoaderProbe(step_count=self.steps.ends.__len__, clock=clock)
         self.sampler: UtilizationSampler | None = None
         self.recorder: DispatchRecorder | None = None
         self.window: ProfilerWindow | None = None
@@ -146,8 +148,15 @@ class ProfileSession:
         self._ending = False
         self._stopped = False
         self.checkpoint_error: str | None = None  # the last checkpoint's failure, if it failed
+        entry = sys.modules.get("gpuopt.entry")
+        # gpuopt's first line in this process (its console script's), else this session's start
+        self.started_at_clock: float = getattr(entry, "STARTED_AT", None) or time.perf_counter()
+        self.torch_import_s = 0.0  # torch's import, when gpuopt's start-up did it
+        self.script_started: float | None = None  # when the script's first line ran
 
     def run(self) -> RunRecord | ChildExit:
+        own_cost.reset()
+        self._import_torch()
         self.run_dir.claim(self.target.display, list(self.target.args), self.rank)
         self.t_start = self.clock()
         outcome = _BEFORE_START
@@ -218,6 +227,31 @@ class ProfileSession:
             memory=self._result(self.memory, self.memory.result, full) if self.memory else None,
             sampler_error=self.sampler.error if self.sampler else None,
             warnings=self._warnings(full),
+            spent=self.spent(),
+        )
+
+    def _import_torch(self) -> None:
+        """Import torch now, timed: the script pays its import without gpuopt too, so it is no
+        part of gpuopt's start-up cost."""
+        if "torch" in sys.modules:
+            return
+        t0 = time.perf_counter()
+        import torch  # noqa: F401
+
+        self.torch_import_s = time.perf_counter() - t0
+
+    def spent(self) -> own_cost.Spent:
+        """gpuopt's own costs so far (``overhead``, :mod:`gpuopt.probes.own_cost`)."""
+        started = self.script_started if self.script_started is not None else time.perf_counter()
+        threads = sum(
+            p.cpu_time.seconds
+            for p in (self.sampler, self.slow_steps)
+            if p is not None and p in self.started
+        )
+        return own_cost.Spent(
+            start_s=max(started - self.started_at_clock - self.torch_import_s, 0.0),
+            step_costs=list(own_cost.step_costs),
+            threads_s=threads,
         )
 
     def _warnings(self, full: bool) -> list[str]:
@@ -332,6 +366,7 @@ class ProfileSession:
         os.execve = self._exec_hook("execve", real_execve)
         try:
             with overridden(self._copies):
+                self.script_started = time.perf_counter()
                 return run_target(self.target)
         finally:
             os._exit, os.execv, os.execve = real_exit, real_execv, real_execve

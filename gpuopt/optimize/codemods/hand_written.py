@@ -32,7 +32,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import math
-import re
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
@@ -49,6 +48,7 @@ from gpuopt.optimize.codemods import (
     parse,
     wrap,
 )
+from gpuopt.optimize.hand_written_trigger import TRIGGER, trigger_lines
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 GELU_CUBIC = 0.044715
@@ -517,14 +517,9 @@ class _Finder(cst.CSTVisitor):
         self._visit(node)
 
 
-# every pattern calls one of these: a module without any is not parsed (parsing costs ~40 µs a
-# line, and profiling scans every user file that issued ops)
-_TRIGGER = re.compile(r"\btanh\b|\berf\b|\bexp\b|softmax|\bvar\b")
-
-
 def find_hand_written_ops(source: str, name: str = "<source>") -> list[Match]:
     """Every hand-written op chain of the module, in source order (planning and profiling)."""
-    if not _TRIGGER.search(source):
+    if not TRIGGER.search(source):  # a module without any of its words is not parsed
         return []
     wrapper = MetadataWrapper(parse(source, name), unsafe_skip_copy=True)
     finder = _Finder(module_names(wrapper.module))
@@ -567,9 +562,7 @@ def find_hand_written_ops_at(
     issued ops), each simple statement spanning such a line parsed alone: the profile's scan,
     which parsing whole modules with libcst would make cost seconds at a run's end."""
     text_lines = source.splitlines(keepends=True)
-    wanted = {
-        ln for ln in lines if 0 < ln <= len(text_lines) and _TRIGGER.search(text_lines[ln - 1])
-    }
+    wanted = trigger_lines(text_lines, lines)
     if not wanted:
         return []
     try:
