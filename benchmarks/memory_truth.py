@@ -13,7 +13,9 @@ replay's error. It also times the replays the user pays for (``--memory-for h100
 OUT.json. MemTracker refuses a step that calls a root module twice (a GAN's discriminator on
 real and fake images, LBFGS's closure evaluated up to ``max_iter`` times in one step): there
 gpuopt's own tracker measures the real step instead (said in ``truth_by``), LBFGS's history
-lists included. LBFGS's memory grows with its history, step by step: the replay here models the
+lists included. A LightningModule's step runs inside its optimizer's ``step(closure)``: there
+the real step is measured from its next ``training_step``, the LightningModule named to the
+tracker (its children are the modules the step calls). LBFGS's memory grows with its history, step by step: the replay here models the
 step measured (``truth_step``, the second), where ``--memory-for`` models one with a full
 history.
 """
@@ -166,10 +168,10 @@ class Truth:
             from gpuopt.memory.tracker import StepTracker
 
             self.by = (
-                "gpuopt's tracker (the optimizer took a closure, LBFGS's or Lightning's, which "
-                "it may evaluate many times in a step: MemTracker refuses a module called again)"
-                if step.closure
-                else "gpuopt's tracker (a module is called twice: MemTracker refuses)"
+                "gpuopt's tracker (a module is called twice: MemTracker refuses)"
+                if len(calls) != len(set(calls))
+                else "gpuopt's tracker (the optimizer evaluates its closure many times in a "
+                "step: MemTracker refuses a module called again)"
             )
             t = StepTracker(block=1, auto_phase=True)
             params = [p for m in modules for p in m.parameters()]
