@@ -15,9 +15,9 @@ real and fake images, LBFGS's closure evaluated up to ``max_iter`` times in one 
 gpuopt's own tracker measures the real step instead (said in ``truth_by``), LBFGS's history
 lists included. A LightningModule's step runs inside its optimizer's ``step(closure)``: there
 the real step is measured from its next ``training_step``, the LightningModule named to the
-tracker (its children are the modules the step calls). LBFGS's memory grows with its history, step by step: the replay here models the
-step measured (``truth_step``, the second), where ``--memory-for`` models one with a full
-history.
+tracker (its children are the modules the step calls). LBFGS's memory grows with its history,
+step by step: the replay here models the step measured (``truth_step``, the second), where
+``--memory-for`` models one with a full history.
 """
 
 from __future__ import annotations
