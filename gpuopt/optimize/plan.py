@@ -394,7 +394,7 @@ def _framework_flag(kind: FixKind, inp: PlanInput) -> str | None:
     ``--amp``): the flag, said (gpuopt does not rewrite a command line)."""
     fw = given(inp.profile.framework)
     knob = framework_knob(fw.name, kind.name) if fw is not None else None
-    if knob is None or not knob.argument.startswith("-"):
+    if fw is None or knob is None or not knob.argument.startswith("-"):
         return None
     value = f" {knob.value}" if knob.value else ""
     return (

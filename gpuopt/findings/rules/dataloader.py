@@ -369,7 +369,7 @@ def _through_flags(profile: Profile, found: Finding) -> None:
 
     fw = given(profile.framework)
     flags = getattr(spec_module(fw.name), "LOADER_FLAGS", None) if fw is not None else None
-    if not flags or not found.fix_params:
+    if fw is None or not flags or not found.fix_params:
         return
     named: list[str] = []
     for arg, value in found.fix_params.items():
