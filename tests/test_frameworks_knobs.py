@@ -197,3 +197,14 @@ def test_lightnings_logged_value_reads_name_the_users_self_log() -> None:
     ]
     (f,) = [f for f in sync_in_step(p) if f.evidence.get("framework") == "lightning"]
     assert "prog_bar=False" in f.fix and "no setting of the framework" not in f.fix
+
+
+@pytest.mark.parametrize("name", ["detect", "frames", "no_such", "../x", ""])
+def test_a_documents_unknown_framework_name_has_no_spec(name: str) -> None:
+    from gpuopt.findings.rules.framework import spec_module
+
+    assert spec_module(name) is None
+    p = empty_profile("t.py", [])
+    p.framework = Framework(name=name, python_share=0.5)
+    (f,) = framework_bound(p)  # still said, in general words, never a crash
+    assert "larger batch" in f.fix and f.fix_params == {"framework": name}

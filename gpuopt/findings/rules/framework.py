@@ -31,9 +31,12 @@ def spec_module(name: str) -> Any:
     if not name.isidentifier():
         return None
     try:
-        return importlib.import_module(f"gpuopt.frameworks.{name}")
+        mod = importlib.import_module(f"gpuopt.frameworks.{name}")
     except ImportError:
         return None
+    # a document's name may be any string: only a module declaring that framework's spec
+    spec = getattr(mod, "SPEC", None)
+    return mod if getattr(spec, "name", None) == name else None
 
 
 def step_knobs(name: str) -> tuple[str, dict[str, str]]:
