@@ -2,7 +2,7 @@
 (docs/frameworks.md#timm). ``train.py`` is the user's script (run as it is, or copied); its knobs
 are command-line flags, so a fix is the flag to add, printed, never a rewrite.
 
-Checked with timm 1.0.31's ``train.py``: ``train_one_epoch`` runs the training batches,
+Checked with timm 1.0.28's ``train.py``: ``train_one_epoch`` runs the training batches,
 ``validate`` the evaluation ones.
 """
 
