@@ -173,7 +173,7 @@ def test_check_frameworks_dry_run_times_both_settings_of_the_hf_trainer() -> Non
         pytest.skip("transformers is not installed")
     r = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "gpu" / "check_frameworks.py"),
-         "--budget", "30"],
+         "--budget", "55"],
         capture_output=True, text=True, timeout=300, cwd=ROOT,
         env={**os.environ, "GPUOPT_GPU_CHECK_DRY_RUN": "1", "OMP_NUM_THREADS": "1"},
     )  # fmt: skip

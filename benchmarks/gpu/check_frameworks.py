@@ -164,13 +164,19 @@ def pairs(budget: Budget, steps: int, warm: int) -> list[tuple[float, float]]:
         deadline = time.time() + max(budget.left() - keep, 5.0)
         cmd = [sys.executable, "-c", _DRIVER, str(SCRIPT), str(after), str(steps), str(warm)]
         cmd += [str(deadline), "5"]
-        r = subprocess.run(
-            cmd, cwd=ROOT, env=env(), capture_output=True, text=True,
-            timeout=max(budget.left() - 2.0, 5.0), check=False,
-        )  # fmt: skip
-    got = [ln.split()[1:] for ln in r.stdout.splitlines() if ln.startswith("PAIR")]
+        try:
+            r = subprocess.run(
+                cmd, cwd=ROOT, env=env(), capture_output=True, text=True,
+                timeout=max(budget.left() - 2.0, 5.0), check=False,
+            )  # fmt: skip
+            out, why = r.stdout, (r.stderr.strip().splitlines() or ["?"])[-1]
+        except subprocess.TimeoutExpired as exc:  # the pairs printed so far count
+            done = exc.stdout or ""
+            out = done.decode() if isinstance(done, bytes) else done
+            why = "stopped at the budget"
+    got = [ln.split()[1:] for ln in out.splitlines() if ln.startswith("PAIR")]
     if not got:
-        say(f"- timing pairs: none finished ({(r.stderr.strip().splitlines() or ['?'])[-1]})")
+        say(f"- timing pairs: none finished ({why})")
     return [(float(a), float(b)) for a, b in got]
 
 
@@ -216,7 +222,7 @@ def main() -> int:
         return 0
     import transformers
 
-    steps, warm = (12, 4) if dry_run() else (120, 20)
+    steps, warm = (8, 3) if dry_run() else (120, 20)
     say(
         f"**HF Trainer, logging_nan_inf_filter** (transformers {transformers.__version__}; "
         f"hf_clm_gpt2.py: GPT-2 2x64, batch 8, {steps} steps, the {steps - warm} after "
