@@ -4,9 +4,11 @@ A framework runs hooks, a closure, logging and a progress bar around the user's 
 for a small model that Python is a large part of the step (a Lightning autoencoder as in its basic
 examples: the same 202-213 aten ops a step, 1.12 ms CPU in a plain loop, 2.65 ms under Lightning:
 57% of the step its Python). ``framework.python_share`` is that part, as the recorder's window
-measured it (docs/frameworks.md); the finding names the framework's knobs that take Python out
-of every step and where they are set (the ``Trainer(...)`` call), and a larger batch, which
-spreads the per-step cost over more samples.
+measured it (docs/frameworks.md); the finding says it in the framework's own words and names
+its knobs that take Python out of every step, where they are set (Lightning's ``Trainer(...)``,
+the HF Trainer's ``TrainingArguments(...)`` call), and its advice past them (a larger batch,
+which spreads the per-step cost over more samples): ``STEP_KNOBS``, ``BOUND_PARTS`` and
+``BOUND_ADVICE`` in the framework's module of :mod:`gpuopt.frameworks`.
 """
 
 from __future__ import annotations
