@@ -13,9 +13,11 @@ replay's error. It also times the replays the user pays for (``--memory-for h100
 OUT.json. MemTracker refuses a step that calls a root module twice (a GAN's discriminator on
 real and fake images, LBFGS's closure evaluated up to ``max_iter`` times in one step): there
 gpuopt's own tracker measures the real step instead (said in ``truth_by``), LBFGS's history
-lists included. LBFGS's memory grows with its history, step by step: the replay here models the
-step measured (``truth_step``, the second), where ``--memory-for`` models one with a full
-history.
+lists included. A LightningModule's step runs inside its optimizer's ``step(closure)``: there
+the real step is measured from its next ``training_step``, the LightningModule named to the
+tracker (its children are the modules the step calls). LBFGS's memory grows with its history,
+step by step: the replay here models the step measured (``truth_step``, the second), where
+``--memory-for`` models one with a full history.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ class Truth:
         self.steps_ended = index + 1
         try:
             self.recorder.step_ended()
+            if self.recorder.step.complete and self.tracker is None and self.peak is None:
+                self._arm_lightning()
             if self.tracker is not None and not self.opts and self.peak is None:
                 self._read()  # no optimizer: the window is one step
                 self._at_next_call(lambda inputs: self.stop(), with_parameters=False)
@@ -76,6 +80,34 @@ class Truth:
                 self.error = f"{type(exc).__name__}: {exc}"
 
         self.recorder.at_next_call = start
+
+    def _arm_lightning(self) -> None:
+        """A LightningModule's step runs inside its optimizer's ``step(closure)``, where the
+        recorder's next-call hook never fires (and no global optimizer hook can be registered
+        from an optimizer's pre-hook): the truth starts as the LightningModule's next
+        ``training_step`` does (Lightning looks the hook up on the instance each batch), outside
+        any module call. The tracked modules are the LightningModule's own."""
+        trainer = _lightning_trainer(sys._getframe(1))
+        module = getattr(trainer, "lightning_module", None) if trainer is not None else None
+        if module is None or "training_step" in vars(module):
+            return
+        self.recorder.at_next_call = None
+        orig = module.training_step
+        truth = self
+
+        def training_step(*args: Any, **kwargs: Any) -> Any:
+            del module.training_step  # once: the class's method from now on
+            import torch
+
+            flat = [*args, *kwargs.values()]
+            flat += [w for v in flat if isinstance(v, (list, tuple)) for w in v]
+            try:
+                truth._start([v for v in flat if isinstance(v, torch.Tensor)], root=module)
+            except Exception as exc:
+                truth.error = f"{type(exc).__name__}: {exc}"
+            return orig(*args, **kwargs)
+
+        module.training_step = training_step
 
     def _at_next_call(self, fn: Any, with_parameters: bool = True) -> None:
         import torch
@@ -121,24 +153,25 @@ class Truth:
             f = f.f_back
         return list(found.values())
 
-    def _start(self, inputs: list[Any]) -> None:
+    def _start(self, inputs: list[Any], root: Any = None) -> None:
         inputs = self._batch_tensors(inputs)
         step = self.recorder.step
-        modules = step.modules()
+        # a LightningModule's modules: its training_step calls its children (it is no call)
+        modules = [root] if root is not None else step.modules()
         opts = {id(e.target): e.target for e in step.entries if e.kind == "step"}
         if step.optimizer is not None:
             opts[id(step.optimizer)] = step.optimizer
         self.opts = opts
         calls = [id(e.target) for e in step.entries if e.kind == "module"]
         self.step_no = self.steps_ended + 1
-        if len(calls) != len(set(calls)) or step.closure:
+        if len(calls) != len(set(calls)) or (step.closure and root is None):
             from gpuopt.memory.tracker import StepTracker
 
             self.by = (
-                "gpuopt's tracker (the optimizer evaluates its closure many times in a step: "
-                "MemTracker refuses a module called again)"
-                if step.closure
-                else "gpuopt's tracker (a module is called twice: MemTracker refuses)"
+                "gpuopt's tracker (a module is called twice: MemTracker refuses)"
+                if len(calls) != len(set(calls))
+                else "gpuopt's tracker (the optimizer evaluates its closure many times in a "
+                "step: MemTracker refuses a module called again)"
             )
             t = StepTracker(block=1, auto_phase=True)
             params = [p for m in modules for p in m.parameters()]
@@ -223,6 +256,18 @@ class Truth:
             t.remove_hooks()
         else:
             t.__exit__(None, None, None)
+
+
+def _lightning_trainer(frame: Any) -> Any:
+    """Lightning's ``Trainer`` running the step (a ``self`` on the stack), else None."""
+    if "lightning" not in sys.modules and "pytorch_lightning" not in sys.modules:
+        return None
+    while frame is not None:
+        me = frame.f_locals.get("self")
+        if type(me).__name__ == "Trainer" and hasattr(me, "lightning_module"):
+            return me
+        frame = frame.f_back
+    return None
 
 
 def main() -> int:

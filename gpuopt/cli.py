@@ -776,7 +776,8 @@ def optimize(
             "dataloader, pinned-copies, syncs, graph-breaks, framework-knobs, zero-grad, "
             "cudnn-benchmark, vectorize, padding, cuda-graphs (on a GPU); asked by name: aot; "
             "opt-in: amp, tf32, "
-            "channels-last, compile, padding-batch, batch-size."
+            "channels-last, compile, padding-batch, batch-size, accumulation (through a "
+            "training framework's setting)."
         ),
     ),
     amp_dtype: str = typer.Option(

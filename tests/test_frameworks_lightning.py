@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -209,6 +210,55 @@ def test_lightning_run_records_phases_and_the_training_steps_memory(tmp_path: Pa
     assert predicted["batch_size"] == 32
     assert predicted["replayed"].startswith("2 module call(s)")
     assert all(g["bytes"] < 1 << 20 for g in predicted["largest"])
+
+
+GAN = ROOT / "benchmarks" / "frameworks" / "lightning_gan.py"
+
+
+def test_a_manual_optimization_gan_is_one_step_a_batch(tmp_path: Path) -> None:
+    """Two optimizers stepped by hand in one training_step: Lightning's global_step counts 40
+    optimizer steps, the script's 20 batches are gpuopt's 20 steps, and the recorded iteration
+    is the whole batch (both halves of the GAN)."""
+    if importlib.util.find_spec("lightning") is None:
+        pytest.skip("lightning is not installed")
+    out = tmp_path / "run"
+    args = ("profile", "--quiet", "--memory-for", "h100", "-o", str(out), str(GAN))
+    r = run_gpuopt(*args, env=_env(), timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads((out / "profile.json").read_text())
+    assert doc["steps"]["count"] == 20
+    fw = doc["framework"]
+    assert fw["name"] == "lightning" and fw["phases"] == [{"name": "train", "steps": 20}]
+    assert fw["entry"] == marker_site(GAN, "fit")
+    assert fw["knobs_site"] == marker_site(GAN, "trainer")
+    predicted = doc["memory"]["predicted"]
+    assert predicted["batch_size"] == 64
+    assert predicted["replayed"].startswith("4 module call(s)")
+    assert "2 backward(s), 2 optimizer step(s)" in predicted["replayed"]
+    # the losses logged to the progress bar each step: Lightning's reads, the user's self.log
+    (read,) = [f for f in doc["findings"] if f["evidence"].get("framework") == "lightning"]
+    assert "prog_bar=False" in read["fix"]
+
+
+@pytest.mark.parametrize("script", [SCRIPT, GAN], ids=["autoencoder", "gan"])
+def test_the_training_steps_memory_is_within_5_percent_of_the_real_step(
+    tmp_path: Path, script: Path
+) -> None:
+    """benchmarks/memory_truth.py on a LightningModule: the real second step measured (torch's
+    MemTracker over the LightningModule from its training_step; gpuopt's tracker for the GAN,
+    whose discriminator is called three times) against the recorded step's replay."""
+    if importlib.util.find_spec("lightning") is None:
+        pytest.skip("lightning is not installed")
+    out = tmp_path / "truth.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "memory_truth.py"), str(out), str(script)]
+    r = subprocess.run(
+        cmd, cwd=ROOT, env={**os.environ, **_env()}, capture_output=True, text=True, timeout=600
+    )
+    assert out.exists(), r.stderr[-2000:]
+    truth = json.loads(out.read_text())
+    assert truth["truth_error"] == "" and truth["truth_peak"]
+    assert truth["truth_by"].startswith("torch MemTracker" if script == SCRIPT else "gpuopt's")
+    assert abs(truth["fake_peak"] / truth["truth_peak"] - 1) < 0.05
 
 
 TIMM = ROOT / "benchmarks" / "frameworks" / "timm" / "train.py"

@@ -4,6 +4,8 @@ with what it printed kept, and a whole dry run (every check's logic on the CPU, 
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -149,3 +151,32 @@ def test_check_profile_parts_rotates_three_sides_and_reports_each(
     out = capsys.readouterr().out
     assert "profile overhead, --measure-only** (" in out and "**1.100×**" in out
     assert "**profile overhead** (" in out and "**1.500×**" in out
+
+
+def test_check_frameworks_says_why_it_skips_without_transformers_or_wheels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a GPU machine without transformers and without .whl/frameworks the check skips with
+    the command that fills the folder (never a traceback)."""
+    cf = load_benchmark("gpu/check_frameworks")
+    monkeypatch.setattr(cf, "missing", lambda: ["transformers"])
+    monkeypatch.setattr(cf, "WHEELS", tmp_path / "none")
+    why = cf.bring_frameworks()
+    assert why is not None and "transformers not importable" in why
+    assert "prepare_wheels.sh" in why
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the dry run is the CPU's")
+def test_check_frameworks_dry_run_times_both_settings_of_the_hf_trainer() -> None:
+    if importlib.util.find_spec("transformers") is None:
+        pytest.skip("transformers is not installed")
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu" / "check_frameworks.py"),
+         "--budget", "55"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+        env={**os.environ, "GPUOPT_GPU_CHECK_DRY_RUN": "1", "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "logging_nan_inf_filter=False (medians;" in r.stdout
+    assert "gpuopt profile: not run" in r.stdout  # a small budget: the pairs alone

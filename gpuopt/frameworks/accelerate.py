@@ -29,3 +29,13 @@ SPEC = FrameworkSpec(
         ),
     ),
 )
+
+# the framework-bound finding's words: what its per-step Python is, and the advice (accelerate
+# has no setting that removes it)
+BOUND_PARTS = "its optimizer, backward and DataLoader wrappers"
+BOUND_ADVICE = (
+    "gather and log metrics (accelerator.gather_for_metrics, accelerator.log) every N steps, "
+    "not every step",
+    "a larger batch in the script's DataLoader(...) spreads accelerate's fixed cost per step "
+    "(AcceleratedOptimizer.step, the prepared DataLoader's batch move) over more samples",
+)

@@ -58,8 +58,17 @@ KNOBS = (
         call="Trainer",
         argument="precision",
         value='"bf16-mixed"',
-        finding="framework-bound",
+        finding="amp",
         evidence="bfloat16 autocast: tensor cores on an Ampere or later GPU",
+        changes_training=True,
+    ),
+    Knob(
+        call="Trainer",
+        argument="accumulate_grad_batches",
+        value="4",
+        finding="accumulation",
+        evidence="the optimizer steps every N batches (loops/optimization/automatic.py): a "
+        "larger effective batch without its memory",
         changes_training=True,
     ),
 )
@@ -88,6 +97,25 @@ PHASES = (
 # the knobs that take Python out of every step (the framework-bound finding's fix, planned by
 # `gpuopt optimize`); the others are named where they apply
 STEP_KNOBS = ("enable_progress_bar",)
+
+# the framework-bound finding's words: what its per-step Python is, and the advice past the knobs
+BOUND_PARTS = "hooks, closure, logging, progress bar"
+BOUND_ADVICE = (
+    "log fewer values a step (self.log(..., on_step=False) where an epoch's mean will do; with "
+    "a logger on, Trainer(log_every_n_steps=50) or more)",
+    "a larger batch (the DataLoader's batch_size in *_dataloader() or the script) spreads "
+    "Lightning's fixed cost per step over more samples",
+)
+
+# reads no Trainer setting removes, by the function that makes them: what the user's code does
+# that causes them (lightning/pytorch/trainer/connectors/logger_connector/result.py metrics())
+READ_ADVICE = {
+    "convert_tensors_to_scalars": (
+        "Lightning turns every value logged with self.log(..., prog_bar=True) into a Python "
+        "number each step (and, at a logging step, every logged value): log per-step values "
+        "with prog_bar=False, or on_step=False where an epoch's mean will do"
+    ),
+}
 
 # the phases whose batches are no training step (the memory probe records a training iteration)
 EVALUATION = ("sanity-check", "validation", "predict")

@@ -2,7 +2,7 @@
 (docs/frameworks.md#timm). ``train.py`` is the user's script (run as it is, or copied); its knobs
 are command-line flags, so a fix is the flag to add, printed, never a rewrite.
 
-Checked with timm 1.0.31's ``train.py``: ``train_one_epoch`` runs the training batches,
+Checked with timm 1.0.28's ``train.py``: ``train_one_epoch`` runs the training batches,
 ``validate`` the evaluation ones.
 """
 
@@ -35,14 +35,14 @@ KNOBS = (
         call="--channels-last",
         argument="--channels-last",
         value="",
-        finding="framework-bound",
+        finding="channels-last",
         evidence="convolutions in channels-last layout use the GPU's faster NHWC kernels",
     ),
     Knob(
         call="--amp",
         argument="--amp",
         value="",
-        finding="framework-bound",
+        finding="amp",
         evidence="autocast to float16/bfloat16: tensor cores on the GPU",
         changes_training=True,
     ),
@@ -65,7 +65,19 @@ EVALUATION = ("validation",)
 
 STEP_KNOBS: tuple[str, ...] = ()  # train.py's per-step Python is the script's own
 
+# the framework-bound finding's words: what its per-step Python is, and the advice
+BOUND_PARTS = "its model, loss, optimizer and scheduler code"
+BOUND_ADVICE = (
+    "a larger batch on the command line (-b / --batch-size) spreads the fixed cost per step "
+    "over more samples",
+    "log less often (a larger --log-interval)",
+)
+
 CALLS: tuple[str, ...] = ()  # its knobs are flags on the command line
+
+# the flags train.py builds its DataLoader from (timm.data.create_loader), by the DataLoader
+# argument each sets; persistent workers are create_loader's default
+LOADER_FLAGS = {"num_workers": "--workers", "pin_memory": "--pin-mem"}
 
 # train.py imports these (a script that builds a timm model alone does not)
 SCRIPT_PACKAGES = ("timm.data", "timm.loss", "timm.optim", "timm.scheduler")

@@ -87,7 +87,7 @@ SPEC = FrameworkSpec(
             TA,
             "gradient_accumulation_steps",
             "4",
-            "memory-headroom",
+            "accumulation",
             "the optimizer steps every N batches: a larger effective batch without the memory",
             changes_training=True,
         ),
@@ -98,6 +98,14 @@ SPEC = FrameworkSpec(
             "sync-in-step",
             "at each logging step the Trainer reads the accumulated loss and the gradient norm "
             "back to the host (_maybe_log_save_evaluate)",
+        ),
+        Knob(
+            TA,
+            "disable_tqdm",
+            "True",
+            "framework-bound",
+            "the Trainer's ProgressCallback (trainer_callback.py on_step_end) updates its tqdm "
+            "bar every step",
         ),
         Knob(
             TA,
@@ -117,3 +125,15 @@ LOADER_KNOBS: dict[str, str] = {
     "persistent_workers": "dataloader_persistent_workers",
     "prefetch_factor": "dataloader_prefetch_factor",
 }
+
+# the knobs that take Python out of every step (the framework-bound finding's fix)
+STEP_KNOBS = ("disable_tqdm",)
+
+# the framework-bound finding's words: what its per-step Python is, and the advice past the knobs
+BOUND_PARTS = "the Trainer's loop, callbacks, logging, progress bar"
+BOUND_ADVICE = (
+    "log less often: a larger TrainingArguments(logging_steps=...) (each logging step reads the "
+    "loss and the gradient norm back to the host and runs every callback's on_log)",
+    "a larger TrainingArguments(per_device_train_batch_size=...) spreads the Trainer's fixed "
+    "cost per step over more samples",
+)

@@ -229,5 +229,21 @@ CATALOGUE += (
     ),
 )
 
+CATALOGUE += (
+    FixKind(
+        "accumulation",
+        "gradient accumulation through the training framework's own setting "
+        "(TrainingArguments(gradient_accumulation_steps=4), Lightning's "
+        "Trainer(accumulate_grad_batches=4)): the optimizer steps every 4 batches",
+        ("activation-memory",),
+        runtime=False,
+        source=True,
+        opt_in=True,
+        expected="a larger effective batch without its memory: with a smaller batch, the step's "
+        "activations shrink; changes the optimisation (an optimizer step every N batches)",
+        per_sample=True,
+    ),
+)
+
 BY_NAME: dict[str, FixKind] = {k.name: k for k in CATALOGUE}
 NAMES: tuple[str, ...] = tuple(BY_NAME)

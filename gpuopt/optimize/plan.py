@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpuopt.debug import logger
+from gpuopt.frameworks import Knob
 from gpuopt.model.optimize import LoaderSettings
 from gpuopt.model.profile import Finding, Profile
 from gpuopt.model.records import given
@@ -163,7 +164,11 @@ def _plan_one(kind: FixKind, inp: PlanInput) -> PlannedFix:
     planner = _PLANNERS.get(kind.name)
     if planner is None:
         return PlannedFix(kind, False, False, "no planner")
-    return planner(kind, inp)
+    fix = planner(kind, inp)
+    flag = _framework_flag(kind, inp)
+    if flag is not None:
+        fix.notes.append(flag)
+    return fix
 
 
 def _findings(profile: Profile, ids: tuple[str, ...]) -> list[Finding]:
@@ -326,10 +331,11 @@ def _knob_setting(
     if not isinstance(knob, dict) or not site:
         fix.skipped.append(f"{f.site}: {f.title}: the script's settings call was not found")
         return
-    if knob.get("changes_training") and kind.name not in inp.chosen:
+    named_by = str(knob.get("finding", "")) if knob.get("finding") in BY_NAME else kind.name
+    if knob.get("changes_training") and named_by not in inp.chosen:
         fix.notes.append(
             f"{knob['call']}({knob['argument']}={knob['value']}) changes the training: "
-            f"ask for it with --fix {kind.name}"
+            f"ask for it with --fix {named_by}"
         )
         return
     calls.setdefault((str(site), str(knob["call"])), {})[str(knob["argument"])] = str(knob["value"])
@@ -355,12 +361,9 @@ def _through_framework(kind: FixKind, inp: PlanInput) -> PlannedFix | None:
     that setting, set where the script sets the framework's settings, in place of gpuopt's
     run-time form. None where the framework has no such setting."""
     fw = given(inp.profile.framework)
-    if not kind.opt_in or kind.name not in inp.chosen or fw is None:
+    if not kind.opt_in or fw is None:
         return None
-    from gpuopt.frameworks.detect import spec_named
-
-    spec = spec_named(fw.name)
-    knob = next((k for k in spec.knobs if k.finding == kind.name), None) if spec else None
+    knob = framework_knob(fw.name, kind.name)
     site = fw.settings_at.get(knob.call) if knob is not None else None
     parsed = site_line(site) if site else None
     if knob is None or parsed is None:
@@ -368,11 +371,49 @@ def _through_framework(kind: FixKind, inp: PlanInput) -> PlannedFix | None:
     settings = {knob.argument: knob.value}
     fix = PlannedFix(kind, False, True, f"through {fw.name}: {knob.call}({knob.argument}=")
     fix.reason += f"{knob.value}) at {site}, where the script sets it ({knob.evidence})"
+    if kind.name not in inp.chosen:
+        fix.reason += f"; it changes the training: only with --fix {kind.name}"
     fix.sites, fix.settings = [str(site)], dict(settings)
     fix.edits = [
         SourceEdit(parsed[0], [parsed[1]], _framework_codemod(parsed[1], knob.call, settings))
     ]
     return fix
+
+
+def framework_knob(framework: str, fix: str) -> Knob | None:
+    """The framework's own setting that is the fix ``fix`` (its knob whose ``finding`` names
+    the fix: ``amp`` under the HF Trainer is ``TrainingArguments(bf16=True)``), else None."""
+    from gpuopt.frameworks.detect import spec_named
+
+    spec = spec_named(framework)
+    return next((k for k in spec.knobs if k.finding == fix), None) if spec else None
+
+
+def _framework_flag(kind: FixKind, inp: PlanInput) -> str | None:
+    """A framework whose setting for the fix is a command-line flag (timm's ``train.py``:
+    ``--amp``): the flag, said (gpuopt does not rewrite a command line)."""
+    fw = given(inp.profile.framework)
+    knob = framework_knob(fw.name, kind.name) if fw is not None else None
+    if fw is None or knob is None or not knob.argument.startswith("-"):
+        return None
+    value = f" {knob.value}" if knob.value else ""
+    return (
+        f"{fw.name}'s own form of it is the flag {knob.argument}{value} on the command line "
+        f"({knob.evidence}); gpuopt does not rewrite a command line"
+    )
+
+
+def _plan_accumulation(kind: FixKind, inp: PlanInput) -> PlannedFix:
+    """Gradient accumulation has no form outside a framework's setting (planned through it by
+    :func:`_through_framework`): a plain loop's accumulation is a change of its loop."""
+    return PlannedFix(
+        kind,
+        False,
+        False,
+        "only through a training framework's own setting (TrainingArguments("
+        "gradient_accumulation_steps=...), Lightning's Trainer(accumulate_grad_batches=...)): "
+        "this run's script sets none",
+    )
 
 
 def _framework_codemod(line: int, call: str, settings: dict[str, str]) -> Codemod:
@@ -729,6 +770,7 @@ def _plan_batch_size(kind: FixKind, inp: PlanInput) -> PlannedFix:
 
 
 _PLANNERS: dict[str, Callable[[FixKind, PlanInput], PlannedFix]] = {
+    "accumulation": _plan_accumulation,
     "batch-size": _plan_batch_size,
     "vectorize": _plan_loops,
     "padding": _plan_loops,

@@ -358,7 +358,36 @@ def dataloader_bound(profile: Profile) -> list[Finding]:
     found = _dataloader_bound(profile)
     for f in found:
         _through_framework(profile, f)
+        _through_flags(profile, f)
     return found
+
+
+def _through_flags(profile: Profile, found: Finding) -> None:
+    """A framework whose loader settings are command-line flags (timm's ``train.py``:
+    ``LOADER_FLAGS``): the fix is the flags to add to the command line, never a source line."""
+    from gpuopt.findings.rules.framework import spec_module
+
+    fw = given(profile.framework)
+    flags = getattr(spec_module(fw.name), "LOADER_FLAGS", None) if fw is not None else None
+    if fw is None or not flags or not found.fix_params:
+        return
+    named: list[str] = []
+    for arg, value in found.fix_params.items():
+        flag = flags.get(arg)
+        if flag is not None:
+            named.append(flag if value == "True" else f"{flag} {value}")
+    pin = flags.get("pin_memory")
+    if not named:
+        return
+    later = f"; on a GPU {pin} too (pinned batches copy asynchronously)" if pin else ""
+    if profile.environment.device == "cuda" or pin in named:
+        later = ""
+    found.fix = (
+        f"Add {' '.join(named)} to the command line ({fw.name}'s own flags: the script builds "
+        f"its DataLoader from them){later}."
+    )
+    found.evidence["settings_call"] = "command line"
+    found.evidence["flags"] = named
 
 
 def _dataloader_bound(profile: Profile) -> list[Finding]:

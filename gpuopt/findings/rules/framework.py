@@ -4,9 +4,11 @@ A framework runs hooks, a closure, logging and a progress bar around the user's 
 for a small model that Python is a large part of the step (a Lightning autoencoder as in its basic
 examples: the same 202-213 aten ops a step, 1.12 ms CPU in a plain loop, 2.65 ms under Lightning:
 57% of the step its Python). ``framework.python_share`` is that part, as the recorder's window
-measured it (docs/frameworks.md); the finding names the framework's knobs that take Python out
-of every step and where they are set (the ``Trainer(...)`` call), and a larger batch, which
-spreads the per-step cost over more samples.
+measured it (docs/frameworks.md); the finding says it in the framework's own words and names
+its knobs that take Python out of every step, where they are set (Lightning's ``Trainer(...)``,
+the HF Trainer's ``TrainingArguments(...)`` call), and its advice past them (a larger batch,
+which spreads the per-step cost over more samples): ``STEP_KNOBS``, ``BOUND_PARTS`` and
+``BOUND_ADVICE`` in the framework's module of :mod:`gpuopt.frameworks`.
 """
 
 from __future__ import annotations
@@ -28,37 +30,62 @@ REMOVED = 0.23
 
 def spec_module(name: str) -> Any:
     """The framework's module in gpuopt.frameworks (None for a framework gpuopt has no spec of)."""
+    if not name.isidentifier():
+        return None
     try:
-        return importlib.import_module(f"gpuopt.frameworks.{name}")
+        mod = importlib.import_module(f"gpuopt.frameworks.{name}")
     except ImportError:
         return None
+    # a document's name may be any string: only a module declaring that framework's spec
+    spec = getattr(mod, "SPEC", None)
+    return mod if getattr(spec, "name", None) == name else None
 
 
-def step_knobs(name: str) -> dict[str, str]:
-    """The knobs (argument → value) that take Python out of every step, none that changes what
-    is trained."""
+def step_knobs(name: str) -> tuple[str, dict[str, str]]:
+    """The settings call and the knobs (argument → value) that take Python out of every step,
+    none that changes what is trained (``("Trainer", {"enable_progress_bar": "False"})``)."""
     mod = spec_module(name)
     if mod is None:
-        return {}
+        return "", {}
     wanted = set(getattr(mod, "STEP_KNOBS", ()))
-    return {
-        k.argument: k.value
-        for k in mod.SPEC.knobs
-        if k.argument in wanted and not k.changes_training
-    }
+    knobs = [k for k in mod.SPEC.knobs if k.argument in wanted and not k.changes_training]
+    call = knobs[0].call if knobs else ""
+    return call, {k.argument: k.value for k in knobs if k.call == call}
 
 
-def _fix(fw: Framework, knobs: dict[str, str], site: str | None) -> str:
+def knob_said(fw: Framework, fix: str) -> str | None:
+    """The framework's own setting that is the ``gpuopt optimize`` fix ``fix``, as a user
+    writes it and where (``TrainingArguments(bf16=True) at train.py:45``, ``the flag --amp on the
+    command line``), else None."""
+    mod = spec_module(fw.name)
+    knob = next((k for k in mod.SPEC.knobs if k.finding == fix), None) if mod else None
+    if knob is None:
+        return None
+    if knob.argument.startswith("-"):
+        value = f" {knob.value}" if knob.value else ""
+        return f"the flag {knob.argument}{value} on the command line"
+    site = fw.settings_at.get(knob.call)
+    return f"{knob.call}({knob.argument}={knob.value})" + (f" at {site}" if site else "")
+
+
+def _bound_text(name: str) -> tuple[str, tuple[str, ...]]:
+    """The framework's own words for its per-step Python (``BOUND_PARTS``) and its advice
+    beyond the knobs (``BOUND_ADVICE``), from its spec module."""
+    mod = spec_module(name)
+    parts = getattr(mod, "BOUND_PARTS", "its loop's per-step Python")
+    return str(parts), tuple(getattr(mod, "BOUND_ADVICE", ()))
+
+
+def _fix(fw: Framework, call: str, knobs: dict[str, str], site: str | None) -> str:
     where = f" at {site}" if site else ""
     parts = []
     if knobs:
         args = ", ".join(f"{k}={v}" for k, v in knobs.items())
-        parts.append(f"Set Trainer({args}){where}")
-    if fw.name == "lightning":
-        parts.append(
-            "log fewer values a step (self.log(..., on_step=False) where an epoch's mean will do)"
-        )
-    parts.append("a larger batch spreads the framework's fixed cost per step over more samples")
+        parts.append(f"Set {call}({args}){where}")
+    advice = _bound_text(fw.name)[1]
+    parts += list(advice) or [
+        "a larger batch spreads the framework's fixed cost per step over more samples"
+    ]
     return "; ".join(parts) + "."
 
 
@@ -70,19 +97,20 @@ def framework_bound(profile: Profile) -> list[Finding]:
     share = float(fw.python_share)
     if share < MIN_SHARE:
         return []
+    call, knobs = step_knobs(fw.name)
     knobs_site = fw.knobs_site if isinstance(fw.knobs_site, str) else None
+    knobs_site = knobs_site or (fw.settings_at.get(call) if call else None)
     site = knobs_site or fw.entry
-    knobs = step_knobs(fw.name)
     between = given(profile.dispatch.between_ops_us_per_step)
     params: dict[str, str] = {"framework": fw.name}
     if knobs and knobs_site:
-        params.update(call="Trainer", **knobs)
+        params.update(call=call, **knobs)
     return [
         Finding(
             id="framework-bound",
             severity=severity_for_share(share),
-            title=f"{fmt_frac(share)} of the step is {fw.name}'s own Python (hooks, closure, "
-            "logging, progress bar)",
+            title=f"{fmt_frac(share)} of the step is {fw.name}'s own Python "
+            f"({_bound_text(fw.name)[0]})",
             site=site,
             evidence={
                 "summary": (
@@ -95,7 +123,7 @@ def framework_bound(profile: Profile) -> list[Finding]:
                 "between_ops_us_per_step": between if between is not None else 0.0,
                 "entry": fw.entry or "",
             },
-            fix=_fix(fw, knobs, site),
+            fix=_fix(fw, call, knobs, site),
             fix_params=params,
             est_speedup=speedup_if_removed(share, keep=1.0 - REMOVED),
             estimate_model=(

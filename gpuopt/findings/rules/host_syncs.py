@@ -264,6 +264,13 @@ def _framework_fix(g: _SiteSyncs, profile: Profile, f: Finding) -> None:
     if g.lines:
         f.evidence["via"] = sorted(g.lines)[0]
     knob = _knob(g, profile)
+    advice = _read_advice(g)
+    if knob is None and advice:
+        f.fix = (
+            f"These reads are {_possessive(g.framework)} own ({g.library_function}): {advice}; "
+            "on a GPU each one waits for the queued work."
+        )
+        return
     if knob is None:
         f.fix = (
             f"These reads are {_possessive(g.framework)} own ({g.library_function}): no "
@@ -275,6 +282,16 @@ def _framework_fix(g: _SiteSyncs, profile: Profile, f: Finding) -> None:
     f.evidence["knob"] = knob
     at = f" at {knob['site']}" if knob.get("site") else ""
     f.fix = f"Set {knob['call']}({knob['argument']}={knob['value']}){at}: {knob['evidence']}."
+
+
+def _read_advice(g: _SiteSyncs) -> str | None:
+    """The framework's advice for reads no setting removes, by the function that makes them
+    (its spec module's ``READ_ADVICE``: the user's own calls that cause them)."""
+    from gpuopt.findings.rules.framework import spec_module
+
+    table = getattr(spec_module(g.framework or ""), "READ_ADVICE", {})
+    func = g.library_function or ""
+    return next((v for k, v in table.items() if k in func), None)
 
 
 def _possessive(name: str | None) -> str:

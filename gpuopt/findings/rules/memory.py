@@ -342,7 +342,32 @@ def _own(split: MemoryByCategory, peak: int) -> int:
     return own if own > 0 else max(peak, 1)
 
 
-@rule("activation-memory", reads=("memory",))
+def _through_framework(profile: Profile) -> str:
+    """On a framework run: the framework's own settings for bf16 and gradient accumulation,
+    where the script sets them; both change the training (``gpuopt optimize`` applies them only
+    when named)."""
+    from gpuopt.findings.rules.framework import knob_said
+
+    fw = given(profile.framework)
+    if fw is None:
+        return ""
+    said = []
+    amp = knob_said(fw, "amp")
+    if amp:
+        said.append(
+            f"bf16 under {fw.name} is {amp} (its gain is a GPU's; changes the training: "
+            "gpuopt optimize --fix amp)"
+        )
+    acc = knob_said(fw, "accumulation")
+    if acc:
+        said.append(
+            f"a smaller batch with {acc} keeps the effective batch (changes the training: "
+            "gpuopt optimize --fix accumulation)"
+        )
+    return (" " + "; ".join(said) + ".") if said else ""
+
+
+@rule("activation-memory", reads=("memory", "framework"))
 def activation_memory(profile: Profile) -> list[Finding]:
     m = given(profile.memory)
     bound = _memory_bound(m) if m is not None else None
@@ -375,7 +400,8 @@ def activation_memory(profile: Profile) -> list[Finding]:
                 "use_reentrant=False) — their activations are made again in the backward (about "
                 "one more forward of them: ~+20-30% step time for the whole model); bf16 autocast "
                 "halves what is kept."
-            ),
+            )
+            + _through_framework(profile),
             fix_params={"modules": ", ".join(h.module or "" for h in top)},
         )
     ]
