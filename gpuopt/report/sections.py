@@ -313,6 +313,9 @@ def dispatch_section(profile: Profile) -> Section | None:
     note = one_line(given(d.note))
     if source:
         note = f"step time: {source}. {note}" if note else f"step time: {source}"
+    if num(d.data_wait_us_per_step) is not None and num(d.window_steps):
+        scope = "these figures are of the recorded steps; the run's data wait is the breakdown's"
+        note = f"{scope}. {note}" if note else scope
     return Section(
         "dispatch",
         "Op dispatch (host side, per step)",
