@@ -257,3 +257,27 @@ def test_a_fix_that_changes_the_batches_is_compared_after_the_same_samples() -> 
     assert v.max_loss_diff == 2.5
     assert per_sample_times([0.4, 0.8], 4.0) == [0.1, 0.2]
     assert compare_by_samples(base, cand, 1.0, None).detail.endswith("batch sizes unknown")
+
+
+def test_a_step_that_accumulates_batches_takes_all_their_samples() -> None:
+    """Samples a step are the training batches' samples over the steps they were fetched in: a
+    run accumulating 4 batches of 32 a step takes 128 a step (it read "32 samples a step instead
+    of 32" and priced each sample 4x too dear); one batch a step is its batch size."""
+    from typing import Any
+
+    import msgspec
+    from profile_builders import ragged
+
+    from gpuopt.model.optimize import RunResult
+    from gpuopt.model.profile import Profile
+    from gpuopt.model.records import Ragged
+    from gpuopt.optimize.runs import Done
+
+    def done(**keys: Any) -> Done:
+        rec = msgspec.convert(ragged(**keys), Ragged)
+        result = RunResult(label="candidate 1", role="candidate", dir="c")
+        return Done(result, Profile(ragged=rec), "", "")
+
+    assert done(batches=120, steps_observed=30, samples=3840).samples_per_step() == 128.0
+    assert done(batches=30, steps_observed=30, samples=960).samples_per_step() == 32.0
+    assert done(batches=30, steps_observed=30).samples_per_step() is None

@@ -83,14 +83,14 @@ class Done:
     dir: Path | None = None  # the run directory (its other files: transform_check.json)
 
     def samples_per_step(self) -> float | None:
-        """The mean samples per training batch (its ``ragged`` record), if known."""
+        """The mean samples per step (its ``ragged`` record), if known."""
         from gpuopt.model.records import given
         from gpuopt.optimize.verify import samples_per_step
 
         ragged = given(self.profile.ragged) if self.profile is not None else None
         if ragged is None:
             return None
-        return samples_per_step(given(ragged.samples), ragged.batches)
+        return samples_per_step(given(ragged.samples), ragged.steps_observed)
 
     def transform_check(self) -> dict[str, object] | None:
         """What the model transforms' check wrote in this run, if it ran."""

@@ -219,9 +219,10 @@ def _first_difference(
 
 
 # -- fixes that change the samples a step takes (padding-batch) ---------------------------------
-def samples_per_step(ragged_samples: int | None, ragged_batches: int) -> float | None:
-    """A run's mean samples per training batch, from its ``ragged`` record."""
-    return ragged_samples / ragged_batches if ragged_samples and ragged_batches else None
+def samples_per_step(ragged_samples: int | None, ragged_steps: int) -> float | None:
+    """A run's mean samples per step, from its ``ragged`` record: the training batches' samples
+    over the steps they were fetched in, so a step that accumulates 4 batches takes 4 of them."""
+    return ragged_samples / ragged_steps if ragged_samples and ragged_steps else None
 
 
 def per_sample_times(step_s: Sequence[float], samples: float | None) -> list[float]:
