@@ -53,6 +53,7 @@ from dataclasses import dataclass
 
 from gpuopt.findings.estimates import severity_for_share
 from gpuopt.model.profile import EvidenceInterval, Profile, Severity
+from gpuopt.student_t import t95
 from gpuopt.units import num
 
 LEVEL = 0.90
@@ -185,12 +186,12 @@ def recorder_model(profile: Profile, ops_per_step: float | None) -> Model | None
     return Model(half, why)
 
 
-# Student-t 95th percentiles for 1..9 degrees of freedom (a 90% two-sided interval); more: Z
-_T95 = (6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833)
+# Student's t up to this many degrees of freedom (a 90% two-sided interval); more: Z
+T_MAX_DF = 9
 
 
 def _t95(df: int) -> float:
-    return _T95[df - 1] if 1 <= df <= len(_T95) else Z
+    return t95(df, Z) if df <= T_MAX_DF else Z
 
 
 def share_interval(

@@ -50,6 +50,7 @@ import numpy as np
 from gpuopt.model.optimize import PAIRED, TRAINING_TIME, WHOLE_STATISTIC, Gain
 from gpuopt.optimize.measuring import TIGHT
 from gpuopt.optimize.step_series import SplitRun, split_run
+from gpuopt.student_t import T95, t95
 
 RESAMPLES = 2000
 LEVEL = 0.90  # two-sided: the 5th and 95th percentiles
@@ -58,9 +59,6 @@ MIN_EFFECT = 0.03  # a gain or a loss under 3% is never claimed, however quiet t
 MIN_STEPS = 3  # settled steps a side needs, in all, to be measured at all
 # a side whose 90% interval is wider than ±50% of its level: a 1.5x gain or none fit in it alike
 NOISY = 0.5
-# Student's t at 95% one-sided (the 90% interval's ends) for 1..10 degrees of freedom; 1.8 past
-# 10 (it is 1.81 at 10, 1.70 at 30): the pairs' interval for as few pairs as optimize times
-T90 = (6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812)
 
 
 @dataclass(frozen=True)
@@ -157,7 +155,9 @@ def paired(base: Side, cand: Side) -> tuple[float, float, float] | None:
     if len(pairs) < 2:
         return None
     mean = float(np.mean(pairs))
-    half = T90[min(len(pairs) - 2, len(T90) - 1)] * float(np.std(pairs, ddof=1))
+    # past the table's 10 degrees of freedom its last value (1.81; 1.70 at 30): as few pairs as
+    # optimize times
+    half = t95(min(len(pairs) - 1, len(T95)), 0.0) * float(np.std(pairs, ddof=1))
     half /= float(np.sqrt(len(pairs)))
     return float(np.exp(mean)), float(np.exp(mean - half)), float(np.exp(mean + half))
 

@@ -112,7 +112,7 @@ class StepClock:
         t = self.clock() if at is None else at
         index = len(self.ends)
         self.ends.append(t)
-        if source not in self.sources:
+        if source not in self.sources:  # a test, not a call: set.add each step is a call more
             self.sources.add(source)
         self.marker = source
         heard = own_cost.clock()
