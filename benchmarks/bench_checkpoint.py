@@ -21,12 +21,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpuopt.assemble.run_record import Outcome
+from gpuopt.model.outcome import Outcome
 from gpuopt.runner.finish import finish_profile
 from gpuopt.runner.options import ProfileOptions
 from gpuopt.runner.run_dir import RunDirectory
 from gpuopt.runner.session import CHECKPOINT_S, CHECKPOINT_SHARE, ChildExit, ProfileSession
-from gpuopt.runner.target import Target
+from gpuopt.script.target import Target
 
 HERE = Path(__file__).resolve().parent
 

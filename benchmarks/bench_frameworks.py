@@ -156,7 +156,7 @@ def memory_cell(doc: dict, truth: dict | None) -> str:
 
 def knob_fixed(doc: dict, tmp: Path, steps: int) -> dict:
     """The HF script with the knob the finding names set by the codemod, profiled again."""
-    from gpuopt.optimize.codemods.framework_knobs import rewrite_framework_call
+    from gpuopt.fixes.framework_knobs import rewrite_framework_call
 
     (k,) = [f["evidence"]["knob"] for f in doc["findings"] if "knob" in f["evidence"]]
     path, line = k["site"].rsplit(":", 1)

@@ -124,7 +124,7 @@ def run_interleaved(copy: Path, iters: int, skip: int) -> dict[str, object]:
 
 
 def make_copies(snapshots: Path) -> dict[str, Path]:
-    from gpuopt.optimize.codemods.hand_written import rewrite_hand_written_ops
+    from gpuopt.fixes.fused_ops import rewrite_hand_written_ops
 
     src = materialize(load_sources(HERE / "corpus" / "sources.toml")["mingpt"], snapshots,
                       CACHE / "sources" / "mingpt")  # fmt: skip

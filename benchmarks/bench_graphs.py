@@ -139,7 +139,7 @@ def choices() -> None:
 
 
 def corpus() -> None:
-    from gpuopt.optimize.codemods.cuda_graphs import rewrite_cuda_graphs
+    from gpuopt.fixes.whole_step.codemod import rewrite_cuda_graphs
 
     print("## 4. The corpus: training steps captured or refused (static analysis)\n")
     print("| script | captured | refused, with the reason |")

@@ -18,7 +18,7 @@ the claimed gain within ±15% of the outside gain on every workload.
 * for a run-time fix (``amp``: the model's forward under autocast after the first step, fp16's
   GradScaler patches), the ``fixes.json`` of optimize's own candidate run
   (``out/runs/candidate-1/fixes/``), patched in by
-  :func:`gpuopt.optimize.runtime.apply_fixes` — the function ``gpuopt run --fixes DIR`` and
+  :func:`gpuopt.fixes.runtime.apply_fixes` — the function ``gpuopt run --fixes DIR`` and
   optimize's candidate runs call — before the script starts, as ``gpuopt run --fixes`` does
   (``out_dir=None``: no transform check written). Nothing else of gpuopt's is imported or
   installed on that side: no step clock, no loss record, no probe, no seeding; the only gpuopt
@@ -64,7 +64,7 @@ _CLOCK = (  # the script's own run in plain python; only the step clock (and a r
     "path, skip, fixes, *args = sys.argv[1:]\n"
     "if fixes != '-':\n"
     "    from pathlib import Path\n"
-    "    from gpuopt.optimize.runtime import apply_fixes, load_fixes\n"
+    "    from gpuopt.fixes.runtime import apply_fixes, load_fixes\n"
     "    apply_fixes(load_fixes(Path(fixes)), [Path(path).resolve().parent], out_dir=None)\n"
     "sys.argv = [path, *args]\n"
     "try:\n"

@@ -37,7 +37,7 @@ from gpuopt.assemble.host_summary import summarize  # noqa: E402
 from gpuopt.probes.protocol import RunContext  # noqa: E402
 from gpuopt.probes.recorder import DispatchRecorder  # noqa: E402
 from gpuopt.probes.recorder_engine import RecorderEngine  # noqa: E402
-from gpuopt.probes.sites import SiteResolver  # noqa: E402
+from gpuopt.sites import SiteResolver  # noqa: E402
 
 
 class _EmptyFunction(TorchFunctionMode):

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gpuopt.optimize.codemods.vectorize import rewrite_vectorize
+from gpuopt.fixes.loops.vectorize import rewrite_vectorize
 
 
 @dataclass

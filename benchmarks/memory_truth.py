@@ -279,12 +279,12 @@ def main() -> int:
     from gpuopt.memory.predict import PredictInput, predict
     from gpuopt.memory.replay import ReplayError, ReplayOptions, replay
     from gpuopt.probes import steps as steps_mod
-    from gpuopt.runner.target import Target, run_target
+    from gpuopt.script.target import Target, run_target
 
     torch.manual_seed(0)
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    from gpuopt.probes.sites import SiteResolver
+    from gpuopt.sites import SiteResolver
 
     recorder = StepRecorder(resolver=SiteResolver([Path(script).resolve().parent]))
     truth = Truth(recorder, script)

@@ -1,6 +1,6 @@
 """``python -m gpuopt`` is the same as ``gpuopt``."""
 
-from gpuopt.entry import main
+from gpuopt.commands.entry import main
 
 if __name__ == "__main__":
     main()

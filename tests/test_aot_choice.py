@@ -15,7 +15,7 @@ import torch
 from aot_support import scheduled_zoo
 
 from gpuopt.aot import choice, schedule, zoo
-from gpuopt.aot.command import schedule_command
+from gpuopt.commands.schedule import schedule_command
 
 
 def _sched(name: str, **kw: Any) -> Any:

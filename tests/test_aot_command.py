@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuopt.aot.command import schedule_command
+from gpuopt.commands.schedule import schedule_command
 from gpuopt.errors import GpuoptError
 
 MODEL_SRC = textwrap.dedent(

@@ -10,7 +10,8 @@ from trace_helpers import cpu, write_trace
 
 import gpuopt.assemble.run_profile as run_profile
 from gpuopt.assemble.run_profile import assemble_run
-from gpuopt.assemble.run_record import Outcome, RunRecord
+from gpuopt.assemble.run_record import RunRecord
+from gpuopt.model.outcome import Outcome
 from gpuopt.model.profile import Environment
 from gpuopt.model.trace import ProfilerWindowInfo
 from gpuopt.probes.dataloader import DataLoaderWaits

@@ -12,9 +12,9 @@ from conftest import ROOT
 from gate_support import run, write
 from typer.testing import CliRunner
 
-import gpuopt.entry as entry
-import gpuopt.gate.command as command
-from gpuopt.cli import app
+import gpuopt.commands.check as command
+import gpuopt.commands.entry as entry
+from gpuopt.commands.cli import app
 
 ACCEPTED = [
     ["check", "c", "--baseline", "b"],
@@ -104,12 +104,12 @@ def test_fast_path_gates_without_typer(tmp_path: Path) -> None:
         )
 
     # as the console script runs it: the gate's exit code, the process ended by quick_exit
-    r = python(f"import sys\nimport gpuopt.entry as e\nsys.argv = {argv!r}\ne.main()\n")
+    r = python(f"import sys\nimport gpuopt.commands.entry as e\nsys.argv = {argv!r}\ne.main()\n")
     assert r.returncode == 1, r.stderr
     assert r.stdout.rstrip().endswith("REGRESSION: syncs per step")
     # where quick_exit cannot end the process, the code is still the gate's; typer never loaded
     r = python(
-        "import sys\nimport gpuopt.entry as e\ne.quick_exit = lambda code: None\n"
+        "import sys\nimport gpuopt.commands.entry as e\ne.quick_exit = lambda code: None\n"
         f"sys.argv = {argv!r}\n"
         "try:\n    e.main()\nexcept SystemExit as exc:\n    print('exit', exc.code)\n"
         "print('typer' in sys.modules)\n"
@@ -162,7 +162,7 @@ def test_each_accepted_baseline_form_gives_the_sides_meant(monkeypatch: pytest.M
 def test_checks_options_are_declared_alike_in_its_three_parsers() -> None:
     """typer's command, the fast path and the ambiguity check each list the options that take a
     value: an option added to one and not the others would parse differently."""
-    from gpuopt.gate.argv import VALUED
+    from gpuopt.commands.check_argv import VALUED
 
     cmd = typer_command("check")
     typer_valued = {

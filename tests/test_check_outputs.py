@@ -13,7 +13,7 @@ from conftest import SHARED_TRACES, run_gpuopt
 from gate_support import finding, noisy, run, write
 from typer.testing import CliRunner
 
-from gpuopt.cli import app
+from gpuopt.commands.cli import app
 from gpuopt.gate.check import Thresholds, evaluate
 from gpuopt.gate.config import Settings, find_config, load_settings, resolve
 from gpuopt.gate.output import CheckResult, github_annotations, render_junit, render_markdown

@@ -17,7 +17,7 @@ from conftest import ROOT
 from gate_support import run, write
 from typer.testing import CliRunner
 
-from gpuopt.cli import app
+from gpuopt.commands.cli import app
 from gpuopt.model.document import load_profile
 
 ACTION = ROOT / "action.yml"

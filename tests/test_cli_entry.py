@@ -13,12 +13,12 @@ import pytest
 from conftest import ROOT
 from typer.testing import CliRunner
 
-import gpuopt.entry as entry
-import gpuopt.quick_exit as quick_exit_module
-import gpuopt.report.command as command
-import gpuopt.runner.profile_command as runner_main
+import gpuopt.commands.entry as entry
+import gpuopt.commands.profile as runner_main
+import gpuopt.commands.quick_exit as quick_exit_module
+import gpuopt.commands.report as command
 from gpuopt import debug
-from gpuopt.cli import app
+from gpuopt.commands.cli import app
 from gpuopt.runner.options import ProfileOptions
 
 ACCEPTED = [
@@ -84,7 +84,7 @@ def test_fast_path_runs_the_report_without_typer(tmp_path: Path) -> None:
     out = tmp_path / "r.md"
     code = (
         "import sys\n"
-        "import gpuopt.entry as e\n"
+        "import gpuopt.commands.entry as e\n"
         "e.quick_exit = lambda code: print('exit', code)\n"
         f"sys.argv = ['gpuopt', 'report', {str(trace)!r}, '-o', {str(out)!r}]\n"
         "e.main()\n"
@@ -267,12 +267,12 @@ def test_a_trace_report_imports_only_what_it_uses(tmp_path: Path) -> None:
     trace = trace / "sampled_rank-0.json.gz"  # two ProfilerStep names: the last-step rule runs
     code = (
         "import sys\n"
-        "import gpuopt.entry as e\n"
+        "import gpuopt.commands.entry as e\n"
         "e.quick_exit = lambda code: print('exit', code)\n"
         f"sys.argv = ['gpuopt', 'report', {str(trace)!r}, '-o', {str(tmp_path / 'r.json')!r}]\n"
         "e.main()\n"
-        "print(sorted(m for m in ('numpy.ma', 'gpuopt.optimize.report', 'statistics', 'html')"
-        " if m in sys.modules))\n"
+        "print(sorted(m for m in ('numpy.ma', 'gpuopt.optimize.output.report', 'statistics',"
+        " 'html') if m in sys.modules))\n"
     )
     r = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60

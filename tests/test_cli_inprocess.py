@@ -11,7 +11,7 @@ import pytest
 from conftest import ROOT
 from typer.testing import CliRunner
 
-from gpuopt.cli import app
+from gpuopt.commands.cli import app
 from gpuopt.errors import GpuoptError
 from gpuopt.model.document import SCHEMA, empty_profile, encode, load_profile, validate
 from gpuopt.runner.run_dir import RunDirectory
@@ -40,7 +40,7 @@ def test_help_and_report_do_not_import_torch(tmp_path: Path) -> None:
     code = (
         "import sys\n"
         "from typer.testing import CliRunner\n"
-        "from gpuopt.cli import app\n"
+        "from gpuopt.commands.cli import app\n"
         "r = CliRunner().invoke(app, ['--help'])\n"
         "assert r.exit_code == 0\n"
         f"r = CliRunner().invoke(app, ['report', {str(tmp_path)!r}, '--format', 'json'])\n"

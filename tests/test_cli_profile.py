@@ -49,7 +49,8 @@ def test_uncaught_exception_prints_the_scripts_traceback_only(tmp_path: Path) ->
     assert "Traceback (most recent call last)" in r.stderr
     assert 'raises.py", line 5, in broken_step' in r.stderr
     assert "ValueError: planted failure after 5 steps" in r.stderr
-    assert "gpuopt/runner" not in r.stderr and "runpy" not in r.stderr
+    assert "gpuopt/script" not in r.stderr and "gpuopt/runner" not in r.stderr
+    assert "runpy" not in r.stderr
     doc = _profile(tmp_path)
     assert doc["status"] == "error" and doc["exit_code"] == 1
     assert doc["error"] == {"type": "ValueError", "message": "planted failure after 5 steps"}
@@ -231,8 +232,8 @@ def test_nproc_per_node_launches_ranks_through_torchrun(tmp_path: Path) -> None:
 
 HOLD = """\
 import os, signal, sys
-from gpuopt.runner.held_sigterm import held_sigterm
-from gpuopt.runner.target import Target, run_target
+from gpuopt.script.held_sigterm import held_sigterm
+from gpuopt.script.target import Target, run_target
 with held_sigterm():
     os.kill(os.getpid(), signal.SIGTERM)
     outcome = run_target(Target(sys.argv[1], None, []))

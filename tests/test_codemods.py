@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpuopt.optimize.codemods import CodemodError
-from gpuopt.optimize.codemods.backend_flags import rewrite_backend_flags
-from gpuopt.optimize.codemods.copies import rewrite_copies
-from gpuopt.optimize.codemods.dataloader import rewrite_dataloader
-from gpuopt.optimize.codemods.syncs import rewrite_syncs
-from gpuopt.optimize.codemods.zero_grad import find_zero_grad_false, rewrite_zero_grad
+from gpuopt.fixes.backend_flags import rewrite_backend_flags
+from gpuopt.fixes.dataloader.codemod import rewrite_dataloader
+from gpuopt.fixes.pinned_copies import rewrite_copies
+from gpuopt.fixes.syncs.codemod import rewrite_syncs
+from gpuopt.fixes.zero_grad import find_zero_grad_false, rewrite_zero_grad
+from gpuopt.source import CodemodError
 
 W2 = {"num_workers": 2, "prefetch_factor": 4}
 
@@ -408,7 +408,7 @@ def test_sync_rewrite_on_public_scripts(script: str, line: int, changed: dict[in
 
 # -- model setup (compile, channels-last) ------------------------------------------------------
 def test_model_statement_goes_after_the_optimizer_once() -> None:
-    from gpuopt.optimize.codemods.model_setup import (
+    from gpuopt.fixes.model_transforms.codemod import (
         channels_last_statement,
         compile_statement,
         rewrite_after_optimizer,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuopt.optimize.codemods.cuda_graphs import rewrite_cuda_graphs
+from gpuopt.fixes.whole_step.codemod import rewrite_cuda_graphs
 
 BEFORE = """\
 import torch

@@ -7,10 +7,10 @@ import textwrap
 
 import pytest
 
+from gpuopt.fixes.graph_breaks import rewrite_graph_breaks
+from gpuopt.fixes.plan import PlanInput, plan_fixes
 from gpuopt.model.document import empty_profile
 from gpuopt.model.profile import Finding
-from gpuopt.optimize.codemods.graph_breaks import rewrite_graph_breaks
-from gpuopt.optimize.plan import PlanInput, plan_fixes
 
 
 def _src(text: str) -> str:

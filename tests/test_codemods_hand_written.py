@@ -16,12 +16,9 @@ import torch
 from probes_support import ROOT, load, record, site
 
 from gpuopt.findings.engine import evaluate
+from gpuopt.fixes.fused_ops import rewrite_hand_written_ops
 from gpuopt.model.profile import Profile
-from gpuopt.optimize.codemods.hand_written import (
-    find_hand_written_ops,
-    find_hand_written_ops_at,
-    rewrite_hand_written_ops,
-)
+from gpuopt.source.hand_written import find_hand_written_ops, find_hand_written_ops_at
 
 HEAD = "import math\nimport torch\nimport torch.nn.functional as F\n\n"
 

@@ -12,9 +12,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gpuopt.optimize.codemods.padding import rewrite_padding
-from gpuopt.optimize.codemods.padding_batch import rewrite_padding_batch
-from gpuopt.optimize.loop_check import CheckSpec, check_rewrite
+from gpuopt.fixes.loops.check import CheckSpec, check_rewrite
+from gpuopt.fixes.loops.padding import rewrite_padding
+from gpuopt.fixes.loops.padding_batch import rewrite_padding_batch
 
 
 def src(text: str) -> str:

@@ -11,11 +11,11 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from gpuopt.optimize.codemods import CodemodError, Rewrite, Skipped
-from gpuopt.optimize.codemods.backend_flags import rewrite_backend_flags
-from gpuopt.optimize.codemods.copies import rewrite_copies
-from gpuopt.optimize.codemods.dataloader import rewrite_dataloader
-from gpuopt.optimize.codemods.zero_grad import find_zero_grad_false, rewrite_zero_grad
+from gpuopt.fixes.backend_flags import rewrite_backend_flags
+from gpuopt.fixes.dataloader.codemod import rewrite_dataloader
+from gpuopt.fixes.pinned_copies import rewrite_copies
+from gpuopt.fixes.zero_grad import find_zero_grad_false, rewrite_zero_grad
+from gpuopt.source import CodemodError, Rewrite, Skipped
 
 W4 = {"num_workers": 4, "persistent_workers": True}
 
@@ -555,7 +555,7 @@ def test_unparsable_source_is_a_one_line_error(codemod: Callable[[str], Rewrite]
 def test_from_import_goes_after_the_imports(before: str, after: str) -> None:
     import libcst as cst
 
-    from gpuopt.optimize.codemods.imports import add_from_import
+    from gpuopt.source.imports import add_from_import
 
     assert add_from_import(cst.parse_module(before), "gpuopt.batching", ["pad_collate"]).code == (
         after

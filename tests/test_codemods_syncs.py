@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpuopt.optimize.codemods import Skipped
-from gpuopt.optimize.codemods.syncs import rewrite_syncs
+from gpuopt.fixes.syncs.codemod import rewrite_syncs
+from gpuopt.source import Skipped
 
 CORPUS = Path(__file__).resolve().parents[1] / "benchmarks" / "corpus" / "scripts"
 

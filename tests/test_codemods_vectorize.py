@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import torch
 
-from gpuopt.optimize.codemods import CodemodError
-from gpuopt.optimize.codemods.vectorize import LoopChange, rewrite_vectorize
-from gpuopt.optimize.loop_check import CheckSpec, check_rewrite
+from gpuopt.fixes.loops.check import CheckSpec, check_rewrite
+from gpuopt.fixes.loops.vectorize import LoopChange, rewrite_vectorize
+from gpuopt.source import CodemodError
 
 
 def src(text: str) -> str:

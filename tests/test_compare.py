@@ -13,7 +13,7 @@ from gate_support import finding, loaded, noisy, run, write
 from typer.testing import CliRunner
 
 from gpuopt.assemble.step_stats import breakdown
-from gpuopt.cli import app
+from gpuopt.commands.cli import app
 from gpuopt.gate.check import DATA_WAIT_DRIFT, ONE_RUN_DRIFT, Thresholds, data_wait_gate
 from gpuopt.gate.check import step_time_gate as step_gate
 from gpuopt.gate.compare import NO_INTERVAL_BUSY, compare, finding_changes

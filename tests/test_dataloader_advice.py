@@ -22,7 +22,7 @@ from gpuopt.model.profile import Breakdown, DataLoaderInfo, Profile, StepTimes
 from gpuopt.model.records import given
 from gpuopt.probes.dataloader import FETCH_SAMPLES, DataLoaderProbe
 from gpuopt.probes.protocol import RunContext
-from gpuopt.probes.sites import GPUOPT_DIR
+from gpuopt.sites import GPUOPT_DIR
 
 HERE = Path(__file__).resolve()
 

@@ -16,15 +16,15 @@ from conftest import ROOT
 from typer.testing import CliRunner
 
 import gpuopt
-import gpuopt.entry as entry
-import gpuopt.report.command as report_command
+import gpuopt.commands.entry as entry
+import gpuopt.commands.report as report_command
 from gpuopt import debug
-from gpuopt.cli import app
+from gpuopt.commands.cli import app
 from gpuopt.errors import GpuoptError
-from gpuopt.optimize import runs
-from gpuopt.optimize.child_process import run_child
+from gpuopt.optimize.run import runs
 from gpuopt.probes import environment
 from gpuopt.probes.compile import CompileProbe
+from gpuopt.script.child_process import run_child
 
 PREFIX = "gpuopt: debug: "
 
@@ -59,7 +59,7 @@ def start(self, ctx):
 
 samplers.UtilizationSampler.start = start
 sys.argv = ["gpuopt", *sys.argv[1:]]
-from gpuopt.entry import main
+from gpuopt.commands.entry import main
 main()
 """
 

@@ -18,7 +18,7 @@ from gpuopt.probes.recorder import RecorderCapture
 from gpuopt.probes.recorder_calibration import Calibration
 from gpuopt.probes.recorder_counters import StepCounters
 from gpuopt.probes.recorder_engine import RecorderEngine
-from gpuopt.probes.sites import SiteResolver
+from gpuopt.sites import SiteResolver
 
 FREE = Calibration(
     function_entry_us=0.0,

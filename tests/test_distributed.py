@@ -38,8 +38,8 @@ from gpuopt.probes.collectives import CollectiveProbe
 from gpuopt.probes.protocol import RunContext
 from gpuopt.runner.options import ProfileOptions, TorchrunOptions
 from gpuopt.runner.run_dir import RunDirectory
-from gpuopt.runner.target import Target
 from gpuopt.runner.torchrun import check_torchrun, torchrun_command
+from gpuopt.script.target import Target
 
 # -- timers ----------------------------------------------------------------------------------
 
@@ -559,7 +559,7 @@ def test_report_merges_the_directories_of_one_jobs_nodes(
 ) -> None:
     import json
 
-    from gpuopt.report.command import report_command
+    from gpuopt.commands.report import report_command
 
     a, b = tmp_path / "node0", tmp_path / "node1"
     _write_rank(a, _rank(0, [0.1, 0.025, 0.025], [0.05, 0.022, 0.021], world=2, node=0,

@@ -176,8 +176,8 @@ def test_fixes_seed_and_losses_reach_every_rank(tmp_path: Path) -> None:
     process (they were dropped on the way to the ranks)."""
     import torch
 
+    from gpuopt.fixes.runtime import encode_fixes
     from gpuopt.model.optimize import LoaderSettings, RuntimeFixes
-    from gpuopt.optimize.runtime import encode_fixes
 
     (tmp_path / "train.py").write_text(RANKS_TRAIN)
     (tmp_path / "fx").mkdir()

@@ -14,6 +14,8 @@ import pytest
 from conftest import ROOT, run_gpuopt
 
 from gpuopt.findings.rules.host_syncs import sync_in_step
+from gpuopt.fixes.framework_knobs import rewrite_framework_call
+from gpuopt.fixes.plan import PlanInput, plan_fixes
 from gpuopt.frameworks.detect import (
     FrameworkFiles,
     knob_for_read,
@@ -26,8 +28,6 @@ from gpuopt.frameworks.detect import (
 )
 from gpuopt.model.profile import Environment, Finding, Profile
 from gpuopt.model.records import DataLoaderInfo, Framework, FrameworkPhase, Sync, given
-from gpuopt.optimize.codemods.framework_knobs import rewrite_framework_call
-from gpuopt.optimize.plan import PlanInput, plan_fixes
 
 HF_SCRIPT = ROOT / "benchmarks" / "frameworks" / "hf_clm_gpt2.py"
 
@@ -311,7 +311,7 @@ def test_a_loader_the_trainer_builds_is_set_at_training_arguments() -> None:
 
 def test_a_frozen_module_is_named_as_python_names_it(tmp_path: Path) -> None:
     from gpuopt.assemble.host_summary import _frame_label
-    from gpuopt.probes.sites import SiteResolver
+    from gpuopt.sites import SiteResolver
 
     code = compile("x = 1\n", "<frozen importlib._bootstrap_external>", "exec")
     label = _frame_label(SiteResolver([tmp_path], cwd=str(tmp_path)), code, 0)

@@ -13,10 +13,10 @@ from gate_support import run
 from gpuopt.findings.engine import evaluate as findings_of
 from gpuopt.findings.rules.framework import framework_bound
 from gpuopt.findings.rules.host_syncs import sync_in_step
+from gpuopt.fixes.plan import PlanInput, plan_fixes
 from gpuopt.model.document import empty_profile
 from gpuopt.model.profile import DataLoaderInfo, Finding, Profile
 from gpuopt.model.records import Framework, FrameworkPhase, Sync
-from gpuopt.optimize.plan import PlanInput, plan_fixes
 
 SETTINGS = {
     "transformers": {"TrainingArguments": "t.py:45"},

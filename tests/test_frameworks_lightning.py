@@ -18,11 +18,11 @@ import pytest
 from conftest import ROOT, marker_site, run_gpuopt
 
 from gpuopt.findings.rules.framework import framework_bound
+from gpuopt.fixes.framework_knobs import rewrite_call_keywords
+from gpuopt.fixes.plan import PlanInput, plan_fixes
 from gpuopt.frameworks import frames, lightning, timm
 from gpuopt.model.document import empty_profile
 from gpuopt.model.records import Framework, FrameworkPhase
-from gpuopt.optimize.codemods.framework_knobs import rewrite_call_keywords
-from gpuopt.optimize.plan import PlanInput, plan_fixes
 
 SCRIPT = ROOT / "benchmarks" / "frameworks" / "lightning_autoencoder.py"
 SHIM = ROOT / "benchmarks" / "corpus" / "shim"

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpuopt.optimize.codemods.vectorize import rewrite_vectorize
-from gpuopt.optimize.loop_check import (
+from gpuopt.fixes.loops.check import (
     CheckSpec,
     Verdict,
     compare,
     load_results,
     run_loop_checks,
 )
+from gpuopt.fixes.loops.vectorize import rewrite_vectorize
 
 SCRIPT = textwrap.dedent(
     """

@@ -1,8 +1,8 @@
-"""fp16's loss scaling put around a plain training loop (gpuopt.optimize.loss_scaling): the scale
-is a power of two, so with no autocast the training is bit for bit the plain one — which proves
-the loss is scaled and the gradients unscaled exactly once, also through clip_grad_norm_; a step
-the scaler skips still runs the optimizer's step hooks and changes nothing; several optimizers
-are refused."""
+"""fp16's loss scaling put around a plain training loop
+(gpuopt.fixes.model_transforms.loss_scaling): the scale is a power of two, so with no autocast
+the training is bit for bit the plain one — which proves the loss is scaled and the gradients
+unscaled exactly once, also through clip_grad_norm_; a step the scaler skips still runs the
+optimizer's step hooks and changes nothing; several optimizers are refused."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from gpuopt.optimize.loss_scaling import LossScaling, initial_scale
+from gpuopt.fixes.model_transforms.loss_scaling import LossScaling, initial_scale
 
 
 @pytest.fixture()

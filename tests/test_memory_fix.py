@@ -11,9 +11,9 @@ from conftest import ROOT, SCRIPTS, marker_site, run_gpuopt
 from memory_builders import headroom_run
 
 from gpuopt.findings.engine import add_findings
+from gpuopt.fixes.plan import PlanInput, plan_fixes
 from gpuopt.model.document import encode
 from gpuopt.model.optimize import LoaderSettings, RuntimeFixes
-from gpuopt.optimize.plan import PlanInput, plan_fixes
 
 SCRIPT = SCRIPTS / "memory_small_batch.py"
 REL = str(SCRIPT.relative_to(ROOT))

@@ -14,7 +14,7 @@ from torch.nn import functional as F
 from gpuopt.memory import kernels
 from gpuopt.memory.capture import CapturedStep, StepRecorder
 from gpuopt.memory.replay import ReplayOptions, ReplayResult, replay
-from gpuopt.probes.sites import SiteResolver
+from gpuopt.sites import SiteResolver
 
 HERE = Path(__file__).resolve().parent
 LIMIT = 0.05  # issue 28: the replay within 5% of the real CPU step

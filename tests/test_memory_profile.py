@@ -14,10 +14,10 @@ from conftest import ROOT, SCRIPTS, marker_site, run_gpuopt
 from memory_builders import GiB, MiB, fragmented_run, headroom_run, oom_run, predicted
 
 import gpuopt
-from gpuopt.assemble.run_record import Outcome
 from gpuopt.findings.engine import evaluate
 from gpuopt.memory.cuda import RecordedAllocator
 from gpuopt.memory.devices import device_memory
+from gpuopt.model.outcome import Outcome
 from gpuopt.model.records import MemoryPredicted, RunError
 from gpuopt.probes.memory import MemoryProbe
 from gpuopt.probes.protocol import RunContext

@@ -15,11 +15,11 @@ import pytest
 from conftest import ROOT, run_gpuopt
 from typer.testing import CliRunner
 
-import gpuopt.optimize.results as results_module
-import gpuopt.optimize.sweep as sweep_module
-from gpuopt.cli import app
+import gpuopt.fixes.dataloader.sweep as sweep_module
+import gpuopt.optimize.output.results as results_module
+from gpuopt.commands.cli import app
+from gpuopt.fixes.dataloader.sweep import SweepPoint, SweepResult
 from gpuopt.model.optimize import Gain, OptimizeDocument
-from gpuopt.optimize.sweep import SweepPoint, SweepResult
 
 pytestmark = pytest.mark.slow
 

@@ -12,17 +12,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpuopt.commands import optimize as command
+from gpuopt.commands.optimize import OptimizeOptions, _ablation, _candidates, _State
+from gpuopt.fixes.catalogue import BY_NAME
+from gpuopt.fixes.plan import PlannedFix
 from gpuopt.model.optimize import OptimizeDocument, RunResult
 from gpuopt.model.profile import Profile
 from gpuopt.model.records import TrainingRecord
-from gpuopt.optimize import command
-from gpuopt.optimize.catalogue import BY_NAME
-from gpuopt.optimize.command import OptimizeOptions, _ablation, _candidates, _State
-from gpuopt.optimize.measuring import MAX_TIMED_RUNS, Budget
-from gpuopt.optimize.plan import PlannedFix
-from gpuopt.optimize.progress import Phases
-from gpuopt.optimize.results import run_gain
-from gpuopt.optimize.runs import Done, Launch, RunSpec, timed
+from gpuopt.optimize.measure.policy import MAX_TIMED_RUNS, Budget
+from gpuopt.optimize.output.results import run_gain
+from gpuopt.optimize.run.progress import Phases
+from gpuopt.optimize.run.runs import Done, Launch, RunSpec, timed
 
 LOSSES = [2.0, 1.5, 1.2]
 
@@ -198,7 +198,7 @@ def test_a_dropped_slower_fix_still_shows_what_it_measured(
     """The 7.5x AoT case in small, its runs 15% apart: far slower, so measured to three runs a
     side (the candidate's own run-to-run spread in its interval), not further, then dropped —
     and the report's gain is the slowdown that was measured, with why it stopped."""
-    from gpuopt.optimize.results import fill_results
+    from gpuopt.optimize.output.results import fill_results
 
     labels = _seeded_runs(state, monkeypatch, (0.1, 0.75), _scattered)
     aot = _fix("aot")
@@ -372,8 +372,8 @@ def test_a_gpu_only_fix_on_a_cpu_prints_no_measured_gain(
     neither the headline nor its row prints that gain, with or without --quick; its note says
     why, without a CPU's number."""
     from gpuopt.model.records import Environment
-    from gpuopt.optimize.render import render_text
-    from gpuopt.optimize.results import fill_results
+    from gpuopt.optimize.output.render import render_text
+    from gpuopt.optimize.output.results import fill_results
 
     def fake(launch: Launch, spec: RunSpec) -> Done:
         return _done(spec, step_s=0.1 / 1.39 if spec.role == "candidate" else 0.1)

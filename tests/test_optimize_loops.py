@@ -16,8 +16,8 @@ import pytest
 from conftest import ROOT, run_gpuopt
 from typer.testing import CliRunner
 
-import gpuopt.optimize.results as results_module
-from gpuopt.cli import app
+import gpuopt.optimize.output.results as results_module
+from gpuopt.commands.cli import app
 from gpuopt.model.optimize import Gain, OptimizeDocument
 
 pytestmark = pytest.mark.slow

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from gpuopt.fixes.dataloader.sweep import SweepPoint, SweepResult
+from gpuopt.fixes.plan import PlanInput, plan_fixes
 from gpuopt.model.profile import Environment, Finding, Profile
-from gpuopt.optimize.plan import PlanInput, plan_fixes
-from gpuopt.optimize.sweep import SweepPoint, SweepResult
 
 
 def _profile(*findings: Finding, device: str = "cpu") -> Profile:
@@ -105,7 +105,7 @@ LAUNCH = Finding(id="launch-bound", severity="high", title="t", evidence={}, fix
 
 
 def _aot(est_over_graph: float, proven: bool = True) -> object:
-    from gpuopt.optimize.aot_check import AotSummary
+    from gpuopt.fixes.whole_step.aot_check import AotSummary
 
     return AotSummary("Net", "8x3", 40, 3, 5, proven, 0.0, True, 1.8, est_over_graph)
 
@@ -179,7 +179,7 @@ def test_aot_is_not_offered_for_training_where_the_step_cannot_be_captured() -> 
 
 @pytest.mark.slow
 def test_aot_analysis_on_a_real_training_script(tmp_path: Path) -> None:
-    from gpuopt.optimize.aot_check import run_aot_check
+    from gpuopt.fixes.whole_step.aot_check import run_aot_check
 
     script = Path(__file__).resolve().parents[1] / "examples" / "sync_metrics.py"
     summary = run_aot_check(str(script), [], tmp_path / "aot.json")
@@ -196,9 +196,9 @@ TWO_LOOPS = (
 
 
 def _loop_plan(verdicts: dict[int, str]) -> object:
-    from gpuopt.optimize.codemods.vectorize import rewrite_vectorize
-    from gpuopt.optimize.loop_check import CheckResult
-    from gpuopt.optimize.loop_fixes import LoopPlan
+    from gpuopt.fixes.loops.check import CheckResult
+    from gpuopt.fixes.loops.plan import LoopPlan
+    from gpuopt.fixes.loops.vectorize import rewrite_vectorize
 
     plan = LoopPlan("vectorize")
     plan.texts["a.py"] = TWO_LOOPS
@@ -244,7 +244,7 @@ def test_padding_fixes_are_listed_only_with_a_loop_or_loader_to_change() -> None
 
 
 def test_a_per_sample_loop_is_paddings_even_when_it_also_has_a_loop_indexing_finding() -> None:
-    from gpuopt.optimize.loop_fixes import loop_sites
+    from gpuopt.fixes.loops.plan import loop_sites
 
     code = "loss = sum(F.cross_entropy(model(s[:-1]), s[1:]) for s in batch)"
     evidence: dict[str, object] = {"iterations_per_step": 16.0, "code": code}

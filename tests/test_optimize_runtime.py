@@ -13,12 +13,12 @@ import torch
 from conftest import run_gpuopt
 
 from gpuopt.errors import GpuoptError
+from gpuopt.fixes.runtime import apply_fixes, encode_fixes, load_fixes
 from gpuopt.model.optimize import LoaderSettings, RuntimeFixes
-from gpuopt.optimize.runtime import apply_fixes, encode_fixes, load_fixes
 from gpuopt.probes.protocol import RunContext
 from gpuopt.probes.training_record import TrainingRecorder
-from gpuopt.runner.sources import overridden
-from gpuopt.runner.target import Target, run_target
+from gpuopt.script.sources import overridden
+from gpuopt.script.target import Target, run_target
 
 TRAIN = textwrap.dedent(
     """\

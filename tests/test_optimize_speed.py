@@ -12,17 +12,17 @@ import numpy as np
 import pytest
 from conftest import H200_DIR
 
+from gpuopt.fixes.catalogue import BY_NAME
 from gpuopt.model.optimize import Gain
-from gpuopt.optimize.catalogue import BY_NAME
-from gpuopt.optimize.measuring import (
+from gpuopt.optimize.measure.policy import (
     MAX_TIMED_RUNS,
     far_slower,
     how_sure,
     keep_or_drop,
     stop_reason,
 )
-from gpuopt.optimize.speed import gain, side
-from gpuopt.optimize.step_series import split_run
+from gpuopt.optimize.measure.speed import gain, side
+from gpuopt.optimize.measure.step_series import split_run
 
 H200 = H200_DIR / "optimize.json"
 OWN_CLOCK = 1.41  # the vectorize diff timed by the script's own clock on the H200
@@ -378,7 +378,7 @@ def _done(steps: list[float], role: str) -> Any:
     from gpuopt.model.optimize import RunResult
     from gpuopt.model.profile import Profile
     from gpuopt.model.records import StepRecord, Steps
-    from gpuopt.optimize.runs import Done, run_step_times
+    from gpuopt.optimize.run.runs import Done, run_step_times
 
     series = [StepRecord(index=i, start_s=None, time_s=t) for i, t in enumerate(steps)]
     profile = Profile(steps=Steps(count=len(steps), series=series))
@@ -390,9 +390,9 @@ def _done(steps: list[float], role: str) -> Any:
 def test_run_gain_of_a_dataloader_fix_counts_each_runs_first_step_and_says_so() -> None:
     """The first step (the workers starting at the first iter()) is left out of every other
     fix's steps; a DataLoader fix's gain counts it, and its label says what it covers."""
-    from gpuopt.optimize.plan import PlannedFix
-    from gpuopt.optimize.results import run_gain
-    from gpuopt.optimize.speed import TRAINING_TIME
+    from gpuopt.fixes.plan import PlannedFix
+    from gpuopt.optimize.measure.speed import TRAINING_TIME
+    from gpuopt.optimize.output.results import run_gain
 
     base = [_done([0.030] * 30, "baseline") for _ in range(3)]
     cand = [_done([0.4] + [0.005] * 29, "candidate") for _ in range(3)]
@@ -409,7 +409,7 @@ def test_the_headline_says_a_whole_run_gain_counts_every_step() -> None:
     """The steps/s shown are the runs' settled steps; beside a gain on the training's time the
     headline says so, and sets no step apart (the statistic leaves none out)."""
     from gpuopt.model.optimize import OptimizeDocument, RunResult
-    from gpuopt.optimize.render import headline
+    from gpuopt.optimize.output.render import headline
 
     base = [[0.030] * 30 for _ in range(3)]
     cand = [[0.4] + [0.005] * 29 for _ in range(3)]
@@ -474,7 +474,7 @@ def test_pairs_of_runs_claim_nothing_the_pairs_do_not_agree_on() -> None:
 def test_an_undecided_gain_on_the_pairs_gets_more_pairs_within_the_budget() -> None:
     """Eight pairs that hold both no gain and 1.7x: pairs go on to twelve a side, the budget
     permitting; a decided one, or one of settled steps, stops at eight."""
-    from gpuopt.optimize.measuring import MAX_UNDECIDED_RUNS
+    from gpuopt.optimize.measure.policy import MAX_UNDECIDED_RUNS
 
     base = [0.127, 0.082, 0.182, 0.130, 0.064, 0.103, 0.175, 0.145]  # a busy machine's 8 pairs
     ratios = (1.16, 1.7, 2.18, 1.85, 0.51, 0.99, 1.31, 1.4)

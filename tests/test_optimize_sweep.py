@@ -13,9 +13,15 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-import gpuopt.optimize.sweep as sweep_module
+import gpuopt.fixes.dataloader.sweep as sweep_module
 from gpuopt.errors import GpuoptError
-from gpuopt.optimize.sweep import SweepPoint, candidate_settings, epoch_s, run_sweep, sweep_loader
+from gpuopt.fixes.dataloader.sweep import (
+    SweepPoint,
+    candidate_settings,
+    epoch_s,
+    run_sweep,
+    sweep_loader,
+)
 
 
 class Sleepy(Dataset[tuple[torch.Tensor, int]]):
@@ -238,7 +244,7 @@ def test_the_trainings_compute_is_its_time_on_a_core_not_the_busy_machines_wall_
     core): from the wall clock, 0 workers and 2 came within 24% of each other, and a busier
     machine pushes that under the 10% a setting must gain; from the time on a core the pick and
     its margin are a quiet machine's. Without schedstat, the wall clock."""
-    from gpuopt.optimize.child_runs import compute_s
+    from gpuopt.optimize.run.analyses import compute_s
 
     busy = _profile(0.168662, 0.250212, 0.7665)
     assert compute_s(busy) == pytest.approx(0.168662 * 0.749788 * 0.2335, rel=1e-6)

@@ -11,16 +11,16 @@ import pytest
 
 from gpuopt.errors import GpuoptError
 from gpuopt.model.records import TrainingRecord
-from gpuopt.optimize.codemods import Rewrite
-from gpuopt.optimize.source_files import (
+from gpuopt.optimize.measure.speed import gain
+from gpuopt.optimize.measure.verify import ROUNDING, compare_training
+from gpuopt.optimize.output.source_files import (
     BACKUP_SUFFIX,
     SourceSet,
     unified_diff,
     write_in_place,
     write_private_copies,
 )
-from gpuopt.optimize.speed import gain
-from gpuopt.optimize.verify import ROUNDING, compare_training
+from gpuopt.source import Rewrite
 
 
 def rec(losses: list[float], digest: str = "d") -> TrainingRecord:
@@ -213,7 +213,7 @@ def test_unreadable_and_non_utf8_files_are_one_line(tmp_path: Path) -> None:
 
 
 def test_a_transform_that_keeps_the_models_numbers_is_within_tolerance() -> None:
-    from gpuopt.optimize.verify import with_transform_check
+    from gpuopt.optimize.measure.verify import with_transform_check
 
     failed = compare_training(rec([2.30, 1.49]), rec([2.30, 1.49]), rec([2.29, 1.45], "x"), 1e-3)
     assert failed.verified == "failed" and failed.loss_scale == 2.30
@@ -245,7 +245,7 @@ def test_write_refuses_a_file_it_cannot_write(tmp_path: Path) -> None:
 
 
 def test_a_fix_that_changes_the_batches_is_compared_after_the_same_samples() -> None:
-    from gpuopt.optimize.verify import compare_by_samples, per_sample_times
+    from gpuopt.optimize.measure.verify import compare_by_samples, per_sample_times
 
     base = TrainingRecord(losses=[float(v) for v in range(10, 0, -1)])  # 10 steps of 1 sample
     cand = TrainingRecord(losses=[5.0, 2.0, 1.5, 1.0])  # 4 steps of 4 samples
@@ -271,7 +271,7 @@ def test_a_step_that_accumulates_batches_takes_all_their_samples() -> None:
     from gpuopt.model.optimize import RunResult
     from gpuopt.model.profile import Profile
     from gpuopt.model.records import Ragged
-    from gpuopt.optimize.runs import Done
+    from gpuopt.optimize.run.runs import Done
 
     def done(**keys: Any) -> Done:
         rec = msgspec.convert(ragged(**keys), Ragged)

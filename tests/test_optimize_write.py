@@ -17,13 +17,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-import gpuopt.optimize.results as results_module
-import gpuopt.optimize.source_files as source_files
-from gpuopt.cli import app
+import gpuopt.optimize.output.results as results_module
+import gpuopt.optimize.output.source_files as source_files
+from gpuopt.commands.cli import app
 from gpuopt.errors import GpuoptError
 from gpuopt.model.document import empty_profile
-from gpuopt.optimize.codemods import Rewrite
-from gpuopt.optimize.source_files import (
+from gpuopt.optimize.output.source_files import (
     BACKUP_SUFFIX,
     SourceSet,
     diff_name,
@@ -32,6 +31,7 @@ from gpuopt.optimize.source_files import (
     write_in_place,
 )
 from gpuopt.runner.run_dir import RunDirectory
+from gpuopt.source import Rewrite
 
 runner = CliRunner()
 SCRIPT = """\

@@ -9,7 +9,7 @@ import torch
 from probes_support import PLANTED, ROOT, load, record, site
 
 from gpuopt.probes.recorder import RecorderEngine
-from gpuopt.probes.sites import SiteResolver
+from gpuopt.sites import SiteResolver
 
 pytestmark = pytest.mark.skipif(
     torch.cuda.is_available(),

@@ -10,7 +10,7 @@ import torch
 from probes_support import PLANTED, ROOT
 
 import gpuopt
-from gpuopt.probes.sites import DATA, LIBRARY, TRANSPARENT, USER, SiteResolver
+from gpuopt.sites import DATA, LIBRARY, TRANSPARENT, USER, SiteResolver
 
 
 @pytest.fixture
@@ -78,7 +78,7 @@ def test_user_roots_take_the_working_directory_a_script_lies_below(
     """``python projects/chargpt/chargpt.py`` from a project's root: the project's own packages
     (``mingpt/model.py``, imported from that root) are the user's code, not only the script's
     folder. A script in the working directory, or outside it, keeps its folder alone."""
-    from gpuopt.runner.target import Target
+    from gpuopt.script.target import Target
 
     script = tmp_path / "projects" / "chargpt" / "chargpt.py"
     script.parent.mkdir(parents=True)

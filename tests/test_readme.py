@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from conftest import ROOT
 
-from gpuopt.cli import app
+from gpuopt.commands.cli import app
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 ACTIVATE = "source .venv/bin/activate"

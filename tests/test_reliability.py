@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 from conftest import ROOT, SCRIPTS, run_gpuopt
 
+from gpuopt.commands.profile import run_profile
 from gpuopt.errors import GpuoptError
 from gpuopt.model.document import load_profile
 from gpuopt.paths import default_run_dir
 from gpuopt.probes.samplers import UtilizationSampler
 from gpuopt.runner import run_dir as run_dir_module
 from gpuopt.runner.options import ProfileOptions
-from gpuopt.runner.profile_command import run_profile
 from gpuopt.runner.run_dir import RunDirectory
 from gpuopt.runner.session import CHECKPOINT_S, CHECKPOINT_SHARE, CheckpointSchedule
 
@@ -125,7 +125,7 @@ def test_two_optimize_runs_started_in_one_second_get_a_folder_each(
     """Without -o, optimize's folder comes from the same function as profile's: the second run
     of the second takes ``-2`` instead of failing "another gpuopt run started writing here;
     pick another -o DIR" (the user gave no -o)."""
-    from gpuopt.optimize.command import OptimizeOptions, _out_dir
+    from gpuopt.commands.optimize import OptimizeOptions, _out_dir
 
     monkeypatch.chdir(tmp_path)
     now = dt.datetime(2026, 11, 23, 12, 0, 0)

@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 
 from gpuopt import inputs
 from gpuopt.atomic_write import write_atomic
-from gpuopt.cli import app
+from gpuopt.commands.cli import app
 from gpuopt.errors import GpuoptError
-from gpuopt.optimize.source_files import SourceFile, write_private_copies
+from gpuopt.optimize.output.source_files import SourceFile, write_private_copies
 from gpuopt.paths import write_output
 
 runner = CliRunner()

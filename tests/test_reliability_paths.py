@@ -21,7 +21,7 @@ from gate_support import noisy, run, write
 from trace_helpers import cpu, write_trace
 from typer.testing import CliRunner
 
-from gpuopt.cli import app
+from gpuopt.commands.cli import app
 from gpuopt.errors import GpuoptError
 from gpuopt.paths import check_output, write_output
 

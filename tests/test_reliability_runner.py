@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT
 from typer.testing import CliRunner
 
-from gpuopt.cli import app
+from gpuopt.commands.cli import app
 from gpuopt.errors import GpuoptError
 from gpuopt.memory.devices import device_memory
 
@@ -99,9 +99,9 @@ def test_a_profile_nested_too_deeply_is_one_line(key: str, tmp_path: Path) -> No
 
 
 def test_other_documents_nested_too_deeply_are_one_line(tmp_path: Path) -> None:
+    from gpuopt.fixes.runtime import load_fixes
     from gpuopt.model.summary import decode_summary
-    from gpuopt.optimize.report import load_optimize
-    from gpuopt.optimize.runtime import load_fixes
+    from gpuopt.optimize.output.report import load_optimize
 
     deep = _nested(100_000).encode()
     summary = b'{"schema": "gpuopt.summary/1", "x": ' + deep + b"}"

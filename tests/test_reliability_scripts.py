@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from conftest import ROOT
 
-from gpuopt.probes.sites import GPUOPT_DIR
-from gpuopt.runner.target import exit_outcome, exit_status
+from gpuopt.script.target import exit_outcome, exit_status
+from gpuopt.sites import GPUOPT_DIR
 
 STEPS = "import gpuopt\nfor _ in range(3):\n    gpuopt.step()\n"
 

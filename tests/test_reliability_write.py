@@ -22,14 +22,19 @@ import pytest
 from typer.testing import CliRunner
 
 import gpuopt.atomic_write as atomic_write
-import gpuopt.optimize.command as command_module
-import gpuopt.optimize.source_files as source_files
-from gpuopt.cli import app
+import gpuopt.commands.optimize as command_module
+import gpuopt.optimize.output.source_files as source_files
+from gpuopt.commands.cli import app
 from gpuopt.errors import GpuoptError
 from gpuopt.model.document import empty_profile
-from gpuopt.optimize.codemods import Rewrite
-from gpuopt.optimize.source_files import BACKUP_SUFFIX, MAX_BACKUPS, SourceSet, write_in_place
+from gpuopt.optimize.output.source_files import (
+    BACKUP_SUFFIX,
+    MAX_BACKUPS,
+    SourceSet,
+    write_in_place,
+)
 from gpuopt.runner.run_dir import RunDirectory
+from gpuopt.source import Rewrite
 
 runner = CliRunner()
 SCRIPT = """\
@@ -142,7 +147,7 @@ def test_the_content_is_compared_not_the_size_or_the_time(tmp_path: Path) -> Non
 DRIVER = """\
 import os, signal, sys
 import gpuopt.atomic_write as atomic_write
-import gpuopt.optimize.source_files as source_files
+import gpuopt.optimize.output.source_files as source_files
 
 moment, signame, script = sys.argv[1], sys.argv[2], os.path.realpath("train.py")
 sig = getattr(signal, signame)
@@ -179,7 +184,7 @@ def replace(src, dst):
 
 atomic_write._keep, source_files._backup, os.replace = keep, backup, replace
 sys.argv = ["gpuopt", *sys.argv[3:]]
-from gpuopt.cli import main
+from gpuopt.commands.cli import main
 
 main()
 """
@@ -361,7 +366,7 @@ def test_a_script_changed_between_two_runs_is_said_before_the_next(
     """Truncated while the first run went on: the next run is not started (it measured the
     changed file, and every run after it would have been spent for a refusal)."""
     from gpuopt.model.optimize import RunResult
-    from gpuopt.optimize.runs import Done
+    from gpuopt.optimize.run.runs import Done
 
     started: list[str] = []
 

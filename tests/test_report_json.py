@@ -12,7 +12,7 @@ from msgspec.structs import replace
 from report_fixtures import NAMES, fixture, fixture_path
 from typer.testing import CliRunner
 
-from gpuopt.cli import app
+from gpuopt.commands.cli import app
 from gpuopt.model.document import CONTRACT_KEYS as REQUIRED_KEYS
 from gpuopt.model.document import decode, encode, load_profile
 from gpuopt.report.jsonfmt import JsonRenderer

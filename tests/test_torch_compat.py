@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from gpuopt import torch_compat
+from gpuopt.commands.profile import run_profile
 from gpuopt.model.document import load_profile
 from gpuopt.report import get_renderer
 from gpuopt.runner.options import ProfileOptions
-from gpuopt.runner.profile_command import run_profile
 
 METRICS = "dynamo.compilation_metrics"
 

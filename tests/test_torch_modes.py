@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
 
-from gpuopt.probes.torch_modes import remove_function_mode
+from gpuopt.torch_modes import remove_function_mode
 
 
 class Counting(TorchFunctionMode):

@@ -295,7 +295,7 @@ def test_the_early_path_imports_no_numpy() -> None:
 
     code = (
         "import sys\n"
-        "import gpuopt.entry, gpuopt.report.command, gpuopt.loading, gpuopt.assemble\n"
+        "import gpuopt.commands.entry, gpuopt.commands.report, gpuopt.loading, gpuopt.assemble\n"
         "import gpuopt.trace.decode_ahead\n"
         "print(sorted(m for m in sys.modules if m == 'numpy' or m.startswith('numpy.')))\n"
     )

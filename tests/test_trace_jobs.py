@@ -17,12 +17,12 @@ from conftest import SHARED_TRACES
 from trace_helpers import cpu, kernel, launch, write_trace
 
 from gpuopt.assemble.trace_profile import profile_from_traces
+from gpuopt.commands.report import report_command
 from gpuopt.errors import GpuoptError
 from gpuopt.loading import load, load_paths
 from gpuopt.model.document import encode
 from gpuopt.model.profile import Profile
 from gpuopt.model.summary import SUMMARY_SCHEMA, decode_summary
-from gpuopt.report.command import report_command
 
 
 def _rank(rank: int, late: float, steps: int = 3) -> list[dict[str, Any]]:

@@ -2,7 +2,7 @@
 exit code 2 (typer's own is three: Usage, Try, Error); ``--help`` still shows the help.
 
 Both ways in are covered: typer's parser (in-process, and through the console entry point), and
-``gpuopt.entry``'s fast paths, which parse the commonest command lines without typer."""
+``gpuopt.commands.entry``'s fast paths, which parse the commonest command lines without typer."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT
 from typer.testing import CliRunner
 
-from gpuopt.cli import app
+from gpuopt.commands.cli import app
 
 runner = CliRunner()
 

@@ -23,7 +23,7 @@ def main() -> None:
     if "nvml" in parts:
         cls._open_nvml = lambda self: (None, None)
     sys.argv = ["gpuopt", *sys.argv[2:]]
-    from gpuopt.entry import main as gpuopt_main
+    from gpuopt.commands.entry import main as gpuopt_main
 
     gpuopt_main()
 

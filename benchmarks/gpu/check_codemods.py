@@ -71,7 +71,7 @@ def say(line: str) -> None:
 
 
 def forms() -> dict[str, Any]:
-    from gpuopt.optimize.codemods.vectorize import rewrite_vectorize
+    from gpuopt.fixes.loops.vectorize import rewrite_vectorize
 
     text = "import torch\n" + LOOP
     out = {"loop": compile(text, "<loop>", "exec")}
@@ -112,7 +112,7 @@ def timed(torch: Any, code: Any) -> float:
 
 
 def sync_forms() -> tuple[str, str, list[str]]:
-    from gpuopt.optimize.codemods.syncs import rewrite_syncs
+    from gpuopt.fixes.syncs.codemod import rewrite_syncs
 
     lines = [
         i

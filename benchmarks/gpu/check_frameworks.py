@@ -145,7 +145,7 @@ def env() -> dict[str, str]:
 def fixed_copy(work: Path) -> Path:
     """The script with ``logging_nan_inf_filter=False`` set on its ``TrainingArguments(...)``
     call by gpuopt's own codemod (the fix ``gpuopt optimize`` plans)."""
-    from gpuopt.optimize.codemods.framework_knobs import rewrite_framework_call
+    from gpuopt.fixes.framework_knobs import rewrite_framework_call
 
     text = SCRIPT.read_text()
     line = next(i for i, t in enumerate(text.splitlines(), 1) if "TrainingArguments(" in t)

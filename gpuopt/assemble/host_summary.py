@@ -73,7 +73,7 @@ from gpuopt.probes.recorder_counters import (
     StepCounters,
 )
 from gpuopt.probes.recorder_engine import RecorderEngine
-from gpuopt.probes.sites import DATA, TRANSPARENT, USER, SiteResolver
+from gpuopt.sites import DATA, TRANSPARENT, USER, SiteResolver
 
 log = logger(__name__)
 
@@ -787,7 +787,7 @@ def hand_written_ops(
     scaling: tuple[Calibration, float],
 ) -> list[HandWrittenOp]:
     """The hand-written op chains (a GELU, softmax, layer norm or attention written as several
-    ops: :mod:`gpuopt.optimize.codemods.hand_written`) on the user lines that issued ops in the
+    ops: :mod:`gpuopt.fixes.fused_ops`) on the user lines that issued ops in the
     window, with those lines' ops and time; a file that cannot be read or parsed is skipped."""
     out: list[HandWrittenOp] = []
     for (path, shown), lines in _line_ops(t, sites, *scaling).items():
@@ -813,7 +813,7 @@ def hand_written_ops(
 def _chains_in(path: str, shown: str, lines: Mapping[int, Any]) -> list[Any]:
     """The hand-written op chains of one file on ``lines``; none for a file too long, unread or
     unparsed. libcst (0.35 s to import) is loaded only when a line holds a trigger word."""
-    from gpuopt.optimize.hand_written_trigger import trigger_lines
+    from gpuopt.source.hand_written_trigger import trigger_lines
 
     try:
         with open(path, encoding="utf-8") as f:
@@ -825,8 +825,8 @@ def _chains_in(path: str, shown: str, lines: Mapping[int, Any]) -> list[Any]:
         return []  # Python's own parse of it would cost the run's end a second
     if not trigger_lines(text.splitlines(), lines):
         return []
-    from gpuopt.optimize.codemods import CodemodError
-    from gpuopt.optimize.codemods.hand_written import find_hand_written_ops_at
+    from gpuopt.source import CodemodError
+    from gpuopt.source.hand_written import find_hand_written_ops_at
 
     try:
         return find_hand_written_ops_at(text, lines, shown)

@@ -6,12 +6,11 @@ from dataclasses import dataclass, field
 
 from gpuopt.compile.events import CompileCapture
 from gpuopt.frameworks.detect import FrameworkCapture
+from gpuopt.model.outcome import Outcome
 from gpuopt.model.profile import (
     Environment,
     MemoryReport,
-    RunError,
     SlowStep,
-    Status,
     TrainingRecord,
     Utilization,
 )
@@ -20,19 +19,6 @@ from gpuopt.probes.dataloader import DataLoaderWaits
 from gpuopt.probes.own_cost import Spent
 from gpuopt.probes.profiler_window import WindowResult
 from gpuopt.probes.recorder import RecorderCapture
-
-
-@dataclass
-class Outcome:
-    """How the user's code ended."""
-
-    status: Status
-    exit_code: int
-    error: RunError | None = None
-    stopped_by_steps: bool = False
-    # the script's exception: its traceback's (file, line) pairs, outermost first (no frames
-    # kept: their locals would stay alive)
-    error_frames: list[tuple[str, int]] = field(default_factory=list)
 
 
 @dataclass

@@ -21,7 +21,7 @@ the user's line where one is known:
 
 What it cannot see: Python side effects that are not random draws (a counter in the model's
 ``forward``, a list it appends to) run once at capture. The codemod refuses those it can see in
-the step's own statements (:mod:`gpuopt.optimize.codemods.cuda_graphs`).
+the step's own statements (:mod:`gpuopt.fixes.whole_step.codemod`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 optimizer's update, one ``cudaGraphLaunch`` a step instead of hundreds of kernel launches.
 
 ``graphed_step`` wraps a function holding one step (what ``gpuopt optimize --fix cuda-graphs``
-writes into a script: :mod:`gpuopt.optimize.codemods.cuda_graphs`)::
+writes into a script: :mod:`gpuopt.fixes.whole_step.codemod`)::
 
     @graphed_step(optimizers=[opt], modules=[model])
     def train_step(x, y):

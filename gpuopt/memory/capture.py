@@ -37,7 +37,7 @@ log = logger(__name__)
 
 
 if TYPE_CHECKING:
-    from gpuopt.probes.sites import SiteResolver
+    from gpuopt.sites import SiteResolver
 
 MAX_ENTRIES = 20_000  # calls recorded at most (a longer step is cut: its program is incomplete)
 # step boundaries (backward passes, gpuopt.step()) the recording waits for an optimizer's step:
@@ -440,7 +440,7 @@ class StepRecorder:
         mode = self._mode
         if mode is None:
             return
-        from gpuopt.probes.torch_modes import remove_function_mode
+        from gpuopt.torch_modes import remove_function_mode
 
         remove_function_mode(mode)
         self._mode = None

@@ -22,7 +22,7 @@ from gpuopt.memory.fit import Line, budget, limit_text, line_through, max_batch,
 from gpuopt.memory.replay import ReplayError, ReplayOptions, ReplayResult, fake_device_for, replay
 from gpuopt.memory.tracker import CUDA_BLOCK
 from gpuopt.model.records import MemoryPoint, MemoryPredicted
-from gpuopt.probes.sites import SiteResolver
+from gpuopt.sites import SiteResolver
 from gpuopt.units import fmt_bytes
 
 MAX_CHECKS = 3  # replays at the predicted batch size (the first check and two corrections)

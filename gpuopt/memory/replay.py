@@ -49,7 +49,7 @@ log = logger(__name__)
 
 
 if TYPE_CHECKING:
-    from gpuopt.probes.sites import SiteResolver
+    from gpuopt.sites import SiteResolver
 
 
 class ReplayError(Exception):

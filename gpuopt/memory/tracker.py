@@ -32,7 +32,7 @@ log = logger(__name__)
 
 
 if TYPE_CHECKING:
-    from gpuopt.probes.sites import SiteResolver
+    from gpuopt.sites import SiteResolver
 
 CUDA_BLOCK = 512  # the CUDA caching allocator rounds every block up to a multiple of this
 LARGEST = 8  # groups kept in ``largest``

@@ -36,7 +36,8 @@ WHOLE_STATISTIC = (
     "each run's training wall time per step: the mean of every step, the first (workers "
     "starting) and epoch boundaries included, geometric mean over the runs"
 )
-# appended to WHOLE_STATISTIC where the runs' pairs measured the gain (gpuopt.optimize.speed)
+# appended to WHOLE_STATISTIC where the runs' pairs measured the gain
+# (gpuopt.optimize.measure.speed)
 PAIRED = (
     "; the speedup and its interval from the pairs of runs timed in turn (each baseline run over "
     "the candidate run next to it; Student's t, 90%)"

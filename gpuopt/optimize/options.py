@@ -1,5 +1,5 @@
-"""``gpuopt optimize``'s options, as the command line gives them (:mod:`gpuopt.optimize.command`
-runs them; :mod:`gpuopt.optimize.child_runs` reads them too)."""
+"""``gpuopt optimize``'s options, as the command line gives them (:mod:`gpuopt.commands.optimize`
+runs them; :mod:`gpuopt.optimize.run.analyses` reads them too)."""
 
 from __future__ import annotations
 

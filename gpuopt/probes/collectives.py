@@ -471,7 +471,7 @@ class CollectiveProbe:
 
     def _site(self, frame: FrameType) -> str | None:
         if self._resolver is None:
-            from gpuopt.probes.sites import SiteResolver
+            from gpuopt.sites import SiteResolver
 
             self._resolver = SiteResolver(self._roots)
         user, _, _ = self._resolver.locate(frame)

@@ -55,7 +55,7 @@ from gpuopt.compile.regions import Span, count_regions
 from gpuopt.debug import logger
 from gpuopt.probes.profiler_window import quiet_profiler
 from gpuopt.probes.protocol import RunContext
-from gpuopt.probes.sites import GPUOPT_DIR, USER, SiteResolver
+from gpuopt.sites import GPUOPT_DIR, USER, SiteResolver
 from gpuopt.torch_compat import DYNAMO_MODULE as DYNAMO
 
 log = logger(__name__)

@@ -397,7 +397,7 @@ class DataLoaderProbe:
         stats.iterators += 1
 
     def _resolver_for_roots(self) -> Any:
-        from gpuopt.probes.sites import SiteResolver
+        from gpuopt.sites import SiteResolver
 
         if self._resolver is None:
             self._resolver = SiteResolver(self._roots)
@@ -409,7 +409,7 @@ class DataLoaderProbe:
         function named ``main`` or module-level code is the script itself, not a factory);
         ``built_in``: the functions of installed packages between (a framework's, such as the
         HF Trainer's ``Trainer.get_eval_dataloader``), innermost first."""
-        from gpuopt.probes.sites import LIBRARY
+        from gpuopt.sites import LIBRARY
 
         resolver = self._resolver_for_roots()
         user, _, _ = resolver.locate(frame)

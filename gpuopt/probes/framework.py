@@ -33,7 +33,7 @@ class FrameworkProbe:
         self._resolver: Any = None
 
     def start(self, ctx: RunContext) -> None:
-        from gpuopt.probes.sites import SiteResolver
+        from gpuopt.sites import SiteResolver
 
         self._resolver = SiteResolver(ctx.user_roots)
 

@@ -23,7 +23,7 @@ log = logger(__name__)
 
 
 if TYPE_CHECKING:
-    from gpuopt.probes.sites import SiteResolver
+    from gpuopt.sites import SiteResolver
 
 # A region of source: (start_line, start_col, end_line, end_col); columns are 0-based offsets.
 Region = tuple[int, int, int, int]

@@ -23,7 +23,6 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuopt import torch_compat
-from gpuopt.assemble.run_record import Outcome
 from gpuopt.debug import logger
 from gpuopt.defaults import MEMORY_BUDGET_S, MEMORY_MARGIN
 from gpuopt.memory import oom as oom_mod
@@ -31,6 +30,7 @@ from gpuopt.memory.capture import CapturedStep, StepRecorder, optimizer_state_by
 from gpuopt.memory.cuda import Allocator
 from gpuopt.memory.devices import DeviceMemory
 from gpuopt.memory.tracker import StepTracker
+from gpuopt.model.outcome import Outcome
 from gpuopt.model.records import (
     MemoryByCategory,
     MemoryMeasured,
@@ -86,7 +86,7 @@ class MemoryProbe:
 
     # -- the probe protocol -------------------------------------------------------------------
     def start(self, ctx: RunContext) -> None:
-        from gpuopt.probes.sites import SiteResolver
+        from gpuopt.sites import SiteResolver
 
         self.resolver = SiteResolver(ctx.user_roots)
         self.recorder.resolver = self.resolver

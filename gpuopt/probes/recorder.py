@@ -35,7 +35,7 @@ from gpuopt.probes.protocol import RunContext
 from gpuopt.probes.ragged import BatchShapeTracker, LoaderShapes, batch_shapes
 from gpuopt.probes.recorder_calibration import Calibration
 from gpuopt.probes.recorder_engine import RecorderEngine
-from gpuopt.probes.sites import SiteResolver
+from gpuopt.sites import SiteResolver
 
 log = logger(__name__)
 

@@ -104,7 +104,7 @@ def calibrate(n: int = _N, reps: int = _REPS) -> Calibration:
     import torch
 
     from gpuopt.probes.recorder_engine import RecorderEngine
-    from gpuopt.probes.sites import SiteResolver
+    from gpuopt.sites import SiteResolver
 
     x = torch.ones(4, 4)
     resolver = SiteResolver([], extra_user_files=(__file__,))

@@ -47,7 +47,7 @@ from gpuopt.probes.recorder_counters import (
     Key,
     StepCounters,
 )
-from gpuopt.probes.sites import DATA, TRANSPARENT, USER, SiteResolver
+from gpuopt.sites import DATA, TRANSPARENT, USER, SiteResolver
 
 log = logger(__name__)
 
@@ -247,7 +247,7 @@ class RecorderEngine:
         own_ops.unlisten(self)
         self.via_callee.clear()  # frees the frames it held
 
-        from gpuopt.probes.torch_modes import remove_function_mode
+        from gpuopt.torch_modes import remove_function_mode
 
         try:
             fmode: Any = self._function_mode

@@ -191,7 +191,7 @@ class SlowStepSampler:
     def _named(self) -> list[SlowStep]:
         if not self.kept:
             return []
-        from gpuopt.probes.sites import GPUOPT_DIR, USER, SiteResolver
+        from gpuopt.sites import GPUOPT_DIR, USER, SiteResolver
 
         resolver = SiteResolver(self._roots)
         is_user = {cid: resolver.classify(code) == USER for cid, code in self.codes.items()}

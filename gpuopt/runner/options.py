@@ -1,4 +1,5 @@
-"""``gpuopt profile``'s options, as both entry paths (typer's and gpuopt.entry's) build them."""
+"""``gpuopt profile``'s options, as both entry paths (typer's and gpuopt.commands.entry's)
+build them."""
 
 from __future__ import annotations
 

@@ -37,11 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
     from gpuopt.errors import GpuoptError
     from gpuopt.model.profile import Profile
-    from gpuopt.runner.held_sigterm import held_sigterm
+    from gpuopt.runner.measure import measure
     from gpuopt.runner.options import ProfileOptions
-    from gpuopt.runner.profile_command import measure
     from gpuopt.runner.run_dir import RunDirectory
-    from gpuopt.runner.target import Target
+    from gpuopt.script.held_sigterm import held_sigterm
+    from gpuopt.script.target import Target
 
     rank = int(os.environ.get("RANK", "0"))
     opts = ProfileOptions(

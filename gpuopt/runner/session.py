@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 from gpuopt import debug, torch_compat
-from gpuopt.assemble.run_record import Outcome, RunRecord
+from gpuopt.assemble.run_record import RunRecord
 from gpuopt.errors import GpuoptError, say
+from gpuopt.model.outcome import Outcome
 from gpuopt.model.profile import Profile, RunError
 from gpuopt.probes import own_cost
 from gpuopt.probes import steps as steps_mod
@@ -49,8 +50,8 @@ from gpuopt.probes.slow_steps import SlowStepSampler
 from gpuopt.probes.training_record import TrainingRecorder, seed_everything
 from gpuopt.runner.options import ProfileOptions
 from gpuopt.runner.run_dir import RunDirectory
-from gpuopt.runner.sources import overridden
-from gpuopt.runner.target import Target, run_target
+from gpuopt.script.sources import overridden
+from gpuopt.script.target import Target, run_target
 
 R = TypeVar("R")
 log = debug.logger(__name__)
@@ -148,7 +149,7 @@ class ProfileSession:
         self._ending = False
         self._stopped = False
         self.checkpoint_error: str | None = None  # the last checkpoint's failure, if it failed
-        entry = sys.modules.get("gpuopt.entry")
+        entry = sys.modules.get("gpuopt.commands.entry")
         # gpuopt's first line in this process (its console script's), else this session's start
         self.started_at_clock: float = getattr(entry, "STARTED_AT", None) or time.perf_counter()
         self.torch_import_s = 0.0  # torch's import, when gpuopt's start-up did it
@@ -265,7 +266,7 @@ class ProfileSession:
         """``--fixes DIR``: patch the run-time fixes in, and note the rewritten copies to run."""
         if self.opts.fixes is None:
             return
-        from gpuopt.optimize.runtime import apply_fixes, load_fixes
+        from gpuopt.fixes.runtime import apply_fixes, load_fixes
 
         fixes = load_fixes(self.opts.fixes)
         applied = apply_fixes(fixes, self.target.user_roots(), self.run_dir.path)

@@ -34,7 +34,7 @@ from gpuopt.runner.finish import write_and_show
 from gpuopt.runner.options import ProfileOptions
 from gpuopt.runner.run_dir import RunDirectory
 from gpuopt.runner.script_output import children_stdout
-from gpuopt.runner.target import Target
+from gpuopt.script.target import Target
 
 log = logger(__name__)
 

@@ -4,7 +4,7 @@ torch has one op for it.
 Each elementwise op of the chain is its own kernel: it reads and writes the whole tensor and, on
 a GPU, costs a launch; torch's one op reads the input once (``F.gelu(x, approximate="tanh")`` for
 minGPT's 8-op ``NewGELU``, measured 1.21x faster a training step on a 2-core CPU).
-The chains are found in the source by their shape (:mod:`gpuopt.optimize.codemods.hand_written`:
+The chains are found in the source by their shape (:mod:`gpuopt.fixes.fused_ops`:
 the same expression on every operand, so ordinary arithmetic never matches), on the lines whose
 ops the recorder counted in its window (``dispatch.hand_written_ops``): a chain the steps never
 ran is not reported.

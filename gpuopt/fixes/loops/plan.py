@@ -1,0 +1,180 @@
+"""The loop fixes before planning: which loops the findings name, what each codemod makes of them
+on the files as they are, and the check of every rewrite on the inputs of the real run.
+
+``vectorize`` takes the ``loop-indexing`` findings' loops, ``padding`` the per-sample loops of
+the ``ragged-batches`` findings (a loop that runs once per sample of the batch); both rewrites
+are checked in one child run (:mod:`gpuopt.fixes.loops.check`), results in
+``DIR/loops/``. ``padding-batch`` takes the training DataLoader that ran at batch size 1 with
+variable-size samples, and the loop over it; it has no snippet to check (it changes the
+batches themselves).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpuopt.errors import GpuoptError
+from gpuopt.fixes.loops.check import CheckResult, CheckSpec, run_loop_checks
+from gpuopt.fixes.loops.vectorize import LoopRewrite
+from gpuopt.model.profile import Profile
+from gpuopt.model.records import given
+from gpuopt.source import CodemodError, Rewrite
+from gpuopt.units import site_line
+
+CHECKED = ("exact", "tolerance")
+
+
+@dataclass
+class LoopPlan:
+    """One loop fix's rewrites, per file (as the sites name it), on the files' text as read."""
+
+    fix: str
+    texts: dict[str, str] = field(default_factory=dict)
+    anchors: dict[str, dict[int, str]] = field(default_factory=dict)
+    rewrites: dict[str, Rewrite] = field(default_factory=dict)
+    results: dict[str, CheckResult] = field(default_factory=dict)  # change id -> result
+    lines: dict[str, list[int]] = field(default_factory=dict)  # padding-batch: loader, loop
+    error: str | None = None
+    cuda: bool = False  # the baseline ran on a CUDA device: the forms written for one
+
+    def codemod(self, text: str, lines: list[int], name: str, anchors: dict[int, str]) -> Rewrite:
+        """This fix's codemod on ``text`` (the same forms the check ran)."""
+        from gpuopt.fixes.loops.padding import rewrite_padding
+        from gpuopt.fixes.loops.vectorize import rewrite_vectorize
+
+        if self.fix == "vectorize":
+            return rewrite_vectorize(text, lines, name=name, anchors=anchors, cuda=self.cuda)
+        return rewrite_padding(text, lines, name=name, anchors=anchors)
+
+    def change_id(self, path: str, line: int) -> str:
+        stem = re.sub(r"[^A-Za-z0-9_]+", "_", Path(path).stem)
+        return f"{self.fix}-{stem}-{line}"
+
+    def result(self, path: str, line: int) -> CheckResult | None:
+        return self.results.get(self.change_id(path, line))
+
+
+MIN_ITERATIONS = 8  # as the loop-indexing rule counts a loop
+
+
+def loop_sites(profile: Profile, fix: str) -> dict[str, dict[int, str]]:
+    """path → {line: the loop header's text} of the loops a fix takes from the profile:
+    ``vectorize`` every loop of the ``loop-indexing`` findings and every other Python loop the
+    profile lists (at least 8 iterations a step: a loop of small ops without indexing ops, such
+    as a per-class mask comparison, has no finding of its own) but the per-sample loops (a
+    ``loop-indexing`` finding at the site of a per-sample loop included), which are
+    ``padding``'s; ``padding`` the per-sample loops of the ``ragged-batches`` findings."""
+    out: dict[str, dict[int, str]] = {}
+    per_sample = {
+        f.site for f in profile.findings if f.id == "ragged-batches" and "batch_size" in f.evidence
+    }
+    if fix == "vectorize":
+        for loop in profile.loops:
+            parsed = site_line(loop.site) if loop.site not in per_sample else None
+            if parsed is not None and float(loop.iterations_per_step) >= MIN_ITERATIONS:
+                code = given(loop.code)
+                out.setdefault(parsed[0], {})[parsed[1]] = code or ""
+    for f in profile.findings:
+        wanted = (fix == "vectorize" and f.id == "loop-indexing" and f.site not in per_sample) or (
+            fix == "padding" and f.id == "ragged-batches" and "iterations_per_step" in f.evidence
+        )
+        parsed = site_line(f.site) if wanted and f.site else None
+        if parsed is not None:
+            code = f.evidence.get("code")
+            out.setdefault(parsed[0], {})[parsed[1]] = code if isinstance(code, str) else ""
+    return out
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GpuoptError(f"{path}: cannot read: {exc}") from None
+
+
+def analyse(profile: Profile, fix: str) -> LoopPlan:
+    """Each file's loops through the fix's codemod (nothing written)."""
+    plan = LoopPlan(fix, cuda=profile.environment.device == "cuda")
+    for path, lines in loop_sites(profile, fix).items():
+        try:
+            text = _read(path)
+            plan.rewrites[path] = plan.codemod(text, sorted(lines), path, {})
+        except (GpuoptError, CodemodError) as exc:
+            plan.error = str(exc)
+            continue
+        plan.texts[path], plan.anchors[path] = text, lines
+    return plan
+
+
+def specs(plan: LoopPlan) -> list[CheckSpec]:
+    out = []
+    for path, rw in plan.rewrites.items():
+        assert isinstance(rw, LoopRewrite)
+        for c in rw.changes:
+            out.append(
+                CheckSpec(
+                    id=plan.change_id(path, c.line),
+                    path=str(Path(path).resolve()),
+                    line=c.line,
+                    capture_line=c.capture_line,
+                    old=c.old,
+                    new=c.new,
+                    reads=c.reads,
+                    writes=c.writes,
+                    preconditions=c.preconditions,
+                    kind="training" if plan.fix == "padding" else "values",
+                    modules=c.modules,
+                )
+            )
+    return out
+
+
+def check(plans: list[LoopPlan], script: str, args: list[str], out_dir: Path, steps: int) -> None:
+    """Run every plan's checks in one child run; a failure to run is each plan's ``error``."""
+    todo = {s.id: (p, s) for p in plans for s in specs(p)}
+    if not todo:
+        return
+    try:
+        results = run_loop_checks(script, args, [s for _, s in todo.values()], out_dir, steps=steps)
+    except GpuoptError as exc:
+        for p in plans:
+            p.error = p.error or str(exc)
+        return
+    for key, (p, _) in todo.items():
+        p.results[key] = results[key]
+
+
+def padding_batch_plan(profile: Profile, batch_size: int) -> LoopPlan | None:
+    """The DataLoader that ran at batch size 1 with variable-size samples (training), and the
+    loop over it, through the padding-batch codemod; None when the profile shows none."""
+    from gpuopt.fixes.loops.padding_batch import rewrite_padding_batch
+
+    ragged = given(profile.ragged)
+    if ragged is None or not ragged.batch_size_1_variable:
+        return None
+    plan = LoopPlan("padding-batch")
+    for d in given(profile.dataloaders) or []:
+        built, site = given(d.built_at), d.site
+        if given(d.role) == "eval" or not built or not site:
+            continue
+        a, b = site_line(built), site_line(site)
+        if a is None or b is None or a[0] != b[0]:
+            continue
+        try:
+            text = _read(a[0])
+            rw = rewrite_padding_batch(text, a[1], b[1], batch_size, name=a[0])
+        except (GpuoptError, CodemodError) as exc:
+            plan.error = str(exc)
+            continue
+        lines = text.splitlines()
+        plan.texts[a[0]] = text
+        plan.anchors[a[0]] = {n: lines[n - 1].strip() for n in (a[1], b[1]) if n <= len(lines)}
+        plan.rewrites[a[0]] = rw
+        plan.lines[a[0]] = [a[1], b[1]]
+        break
+    return plan
+
+
+__all__ = ["CHECKED", "LoopPlan", "analyse", "check", "loop_sites", "padding_batch_plan"]

@@ -1,0 +1,1 @@
+"""The model transforms: amp, channels-last, compile."""

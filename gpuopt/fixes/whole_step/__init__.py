@@ -1,0 +1,1 @@
+"""The whole-step fixes: cuda-graphs and aot."""

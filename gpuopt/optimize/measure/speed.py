@@ -1,0 +1,252 @@
+"""Faster, slower, or not measurable: the gain of a candidate over the baseline from the step
+times of their timed runs. Pure functions; the resampling is seeded, so the same runs always
+give the same verdict.
+
+**The statistic.** Each run's steps are split (:mod:`gpuopt.optimize.measure.step_series`): its
+warm-up, detected from the series, is left out and shown apart, like the extreme steps, which the
+statistic does not let decide. A run's level is the median of its settled steps; a side's
+*level* the geometric mean of its runs' levels (each run weighs the same: when runs differ more
+than steps do, this is what more runs make surer); the speedup is the baseline's level over the
+candidate's (steps per second, candidate over baseline) — the point estimate the interval is
+built around.
+
+**The training's wall time** (``whole=True``, a fix whose saving falls at epoch starts: the
+DataLoader's): a run's level is the mean of *every* step, the first one (the workers starting)
+and the epoch boundaries (the workers starting again) included, no warm-up left out and no step
+set apart: the run's training time from its first step to its last, per step, which is what a
+user's clock shows of the training (a median of settled steps leaves the start-ups out: it read
+4.4-8.7x for a DataLoader fix that ran 1.0-1.7x faster timed outside). With two runs a side or
+more its speedup and interval come from the **pairs of runs** (:func:`paired`): the baseline
+and candidate runs alternate, so each baseline run over the candidate run timed next to it; the
+geometric mean of those ratios, and Student's t interval (90%) of it. A neighbour's load that
+comes and goes weighs on both runs of a pair and leaves their ratio, and the pairs' own spread
+is in the interval: such a gain need only clear :data:`MIN_EFFECT` (not the noise too), and is
+too noisy only when its interval is wider than ±:data:`NOISY` and not clear of it.
+
+**The interval.** A hierarchical bootstrap of each side (2,000 resamples): the runs drawn with
+replacement, then each drawn run's settled steps with replacement, each drawn run's median
+taken and their geometric mean; the ratio's interval is the 5th to 95th percentile of the
+baseline's resampled levels over the candidate's. A side is *tight* when its own interval is
+within ±:data:`~gpuopt.optimize.measure.policy.TIGHT` of its level.
+
+**The noise** is the baseline's run-to-run spread: the standard deviation of its runs' levels
+over their mean (with a single baseline run, unknown: 0) — what one run's level may be off by,
+however many runs there are. **The verdict**: *faster* when the interval's low
+end clears ``1 + max(noise, MIN_EFFECT)``; *slower* when the whole interval is below 1 and the
+speedup below ``1 / (1 + max(noise, MIN_EFFECT))`` — a bound below 1 whatever the noise, so a fix
+that measured slower is always found slower; otherwise *no measurable gain*. **Too noisy**: short
+of slower, when a side's own interval is wider than ±:data:`NOISY` of its level there is no
+speedup and no verdict (``speedup`` None, ``verdict`` "not-measured", the label "too noisy to
+measure (baseline ±111%)"): such an interval is not a measurement, faster or not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpuopt.model.optimize import PAIRED, TRAINING_TIME, WHOLE_STATISTIC, Gain
+from gpuopt.optimize.measure.policy import TIGHT
+from gpuopt.optimize.measure.step_series import SplitRun, split_run
+from gpuopt.student_t import T95, t95
+
+RESAMPLES = 2000
+LEVEL = 0.90  # two-sided: the 5th and 95th percentiles
+SEED = 0
+MIN_EFFECT = 0.03  # a gain or a loss under 3% is never claimed, however quiet the runs
+MIN_STEPS = 3  # settled steps a side needs, in all, to be measured at all
+# a side whose 90% interval is wider than ±50% of its level: a 1.5x gain or none fit in it alike
+NOISY = 0.5
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side's timed runs, split, with its level and the interval of that level."""
+
+    runs: list[SplitRun]
+    level: float  # the geometric mean of its runs' settled medians (seconds a step)
+    low: float
+    high: float
+    levels: np.ndarray  # the bootstrap's resampled levels (for the ratio's interval)
+
+    @property
+    def half_width(self) -> float:
+        """The interval's half width relative to the level (0.05: ±5%)."""
+        return (self.high - self.low) / 2 / self.level if self.level > 0 else float("inf")
+
+    @property
+    def tight(self) -> bool:
+        return self.half_width <= TIGHT
+
+    @property
+    def spread(self) -> float:
+        """Run-to-run noise: the standard deviation of the runs' levels over their mean (0: one
+        run). Not their range, which grows with the runs: more runs must make a gain surer."""
+        levels = [r.level for r in self.runs if r.level]
+        if len(levels) < 2:
+            return 0.0
+        return float(np.std(levels, ddof=1) / np.mean(levels))
+
+
+def side(runs: Sequence[Sequence[float]], min_warmup: int = 0, whole: bool = False) -> Side | None:
+    """A side from its runs' step times (seconds); None when it has fewer than
+    :data:`MIN_STEPS` settled steps in all. ``whole``: each run's level is the mean of all its
+    steps (the training's wall time per step), not the median of its settled ones."""
+    split = [_whole_run(r) if whole else split_run(r, min_warmup) for r in runs if len(r) > 0]
+    split = [s for s in split if s.settled]
+    if sum(len(s.settled) for s in split) < MIN_STEPS:
+        return None
+    level = _geomean([s.level for s in split if s.level])
+    levels = bootstrap_levels([s.settled for s in split], mean=whole)
+    tail = (1 - LEVEL) / 2 * 100
+    low, high = np.percentile(levels, [tail, 100 - tail])
+    return Side(split, level, float(low), float(high), levels)
+
+
+def _whole_run(steps: Sequence[float]) -> SplitRun:
+    """Every step counts: no warm-up, no step set apart; the level is their mean."""
+    return SplitRun(0, list(steps), float(np.mean(steps)) if len(steps) else None)
+
+
+def _geomean(values: Sequence[float]) -> float:
+    return float(np.exp(np.mean(np.log(np.asarray(values, dtype=float)))))
+
+
+def bootstrap_levels(
+    runs: Sequence[Sequence[float]], seed: int = SEED, mean: bool = False
+) -> np.ndarray:
+    """:data:`RESAMPLES` resampled levels: runs drawn with replacement, then each drawn run's
+    steps with replacement; each drawn run's median, and their geometric mean. ``mean``: each
+    run's mean, and with two runs or more the runs alone are drawn — a run's steps are not
+    alike (one start-up an epoch), so drawing them would put the start-up in a resample 0 to 4
+    times where every run has it once: only the runs' spread is the level's doubt."""
+    rng = np.random.default_rng(seed)
+    k = len(runs)
+    if mean and k >= 2:
+        means = np.log(np.maximum([float(np.mean(r)) for r in runs], 1e-12))
+        return np.asarray(np.exp(means[rng.integers(0, k, size=(RESAMPLES, k))].mean(axis=1)))
+    width = max(len(r) for r in runs)
+    table = np.full((k, width), np.nan)
+    for i, r in enumerate(runs):
+        table[i, : len(r)] = r
+    lengths = np.array([len(r) for r in runs])
+    picked = rng.integers(0, k, size=(RESAMPLES, k))  # which run fills each slot
+    u = rng.random((RESAMPLES, k, width))
+    steps = np.floor(u * lengths[picked][:, :, None]).astype(int)
+    values = table[picked[:, :, None], steps]
+    mask = np.arange(width)[None, None, :] < lengths[picked][:, :, None]
+    kept = np.where(mask, values, np.nan)
+    medians = np.nanmean(kept, axis=2) if mean else np.nanmedian(kept, axis=2)  # (RESAMPLES, k)
+    return np.asarray(np.exp(np.log(np.maximum(medians, 1e-12)).mean(axis=1)))
+
+
+def paired(base: Side, cand: Side) -> tuple[float, float, float] | None:
+    """The training's time as the runs' pairs measure it: each baseline run over the candidate
+    run timed next to it (they alternate, so a load that comes and goes weighs on both runs of
+    a pair and leaves their ratio), and Student's t interval (90%) of those ratios' geometric
+    mean — (speedup, low, high); None with fewer than two pairs."""
+    pairs = [
+        np.log(b.level / c.level)
+        for b, c in zip(base.runs, cand.runs, strict=False)
+        if b.level and c.level
+    ]
+    if len(pairs) < 2:
+        return None
+    mean = float(np.mean(pairs))
+    # past the table's 10 degrees of freedom its last value (1.81; 1.70 at 30): as few pairs as
+    # optimize times
+    half = t95(min(len(pairs) - 1, len(T95)), 0.0) * float(np.std(pairs, ddof=1))
+    half /= float(np.sqrt(len(pairs)))
+    return float(np.exp(mean)), float(np.exp(mean - half)), float(np.exp(mean + half))
+
+
+def compare(base: Side, cand: Side, whole: bool = False) -> Gain:
+    """The candidate's gain over the baseline, with its interval, noise and verdict. On the
+    training's time (``whole``) with two runs a side or more, the runs' pairs measure it
+    (:func:`paired`): their interval holds the runs' spread, so a gain need only clear
+    :data:`MIN_EFFECT`."""
+    speedup = round(base.level / cand.level, 4)  # the label says what the document holds
+    tail = (1 - LEVEL) / 2 * 100
+    ratios = base.levels / np.maximum(cand.levels, 1e-12)
+    low, high = (float(x) for x in np.percentile(ratios, [tail, 100 - tail]))
+    noise = base.spread
+    floor = max(noise, MIN_EFFECT)
+    pairs = paired(base, cand) if whole else None
+    if pairs is not None:
+        speedup, low, high = round(pairs[0], 4), pairs[1], pairs[2]
+        floor = MIN_EFFECT
+    out = Gain(
+        speedup=speedup,
+        low=round(low, 4),
+        high=round(high, 4),
+        noise=round(noise, 4),
+    )
+    out.baseline_level_s = round(base.level, 7)
+    out.candidate_level_s = round(cand.level, 7)
+    out.baseline_half_width = round(base.half_width, 4)
+    out.candidate_half_width = round(cand.half_width, 4)
+    out.runs = [len(base.runs), len(cand.runs)]
+    out.statistic = (
+        WHOLE_STATISTIC + (PAIRED if pairs is not None else "")
+        if whole
+        else (
+            "each run's median settled step (warm-up detected per run, left out), geometric mean "
+            "over the runs"
+        )
+    )
+    covers = f" ({TRAINING_TIME})" if whole else ""
+    noisy = [
+        f"{name} ±{one.half_width:.0%}"
+        for name, one in (("baseline", base), ("candidate", cand))
+        if one.half_width > NOISY
+    ]
+    if pairs is not None:  # the pairs' interval, not each side's, is what the verdict reads:
+        # one clear of 1 + MIN_EFFECT is a gain however wide (no gain does not fit in it)
+        width = (high - low) / 2 / speedup
+        noisy = [f"the runs' pairs ±{width:.0%}"] if width > NOISY and low <= 1 + floor else []
+    if high < 1.0 and speedup < 1.0 / (1.0 + floor):
+        out.verdict, out.measurable = "slower", True
+        out.label = f"{1 / speedup:.2f}x slower" + covers
+    elif noisy:
+        out.speedup, out.low, out.high = None, None, None
+        out.verdict = "not-measured"
+        out.label = f"too noisy to measure ({', '.join(noisy)})"
+    elif low > 1.0 + floor:
+        out.verdict, out.measurable = "faster", True
+        out.label = f"{speedup:.2f}x faster" + covers
+    else:
+        out.verdict = "no-gain"
+        out.label = "no measurable gain"
+    return out
+
+
+def gain(
+    baseline_runs: Sequence[Sequence[float]],
+    candidate_runs: Sequence[Sequence[float]],
+    skip: int = 0,
+    whole: bool = False,
+) -> Gain:
+    """Candidate over baseline from per-step times (seconds) of each side's timed runs;
+    ``skip``: steps left out at least at the start of every run, on both sides (a fix that
+    compiles first is measured once it has); ``whole``: the training's wall time per step
+    (every step of each run, its first included), not the settled steps' median."""
+    base, cand = side(baseline_runs, skip, whole), side(candidate_runs, skip, whole)
+    if base is None or cand is None:
+        return Gain(
+            speedup=None,
+            label=f"not measured: fewer than {MIN_STEPS} settled steps",
+            verdict="not-measured",
+        )
+    return compare(base, cand, whole)
+
+
+def sides_tight(
+    baseline_runs: Sequence[Sequence[float]],
+    candidate_runs: Sequence[Sequence[float]],
+    skip: int = 0,
+) -> tuple[bool, bool]:
+    """Whether each side's interval is within ±:data:`TIGHT` (a side not measured: not)."""
+    base, cand = side(baseline_runs, skip), side(candidate_runs, skip)
+    return (base is not None and base.tight, cand is not None and cand.tight)
