@@ -2,8 +2,8 @@
 
 Heavy imports (torch, pandas) happen inside the commands that need them, never at module level:
 ``gpuopt --help`` and ``gpuopt report`` must start in well under half a second. The console entry
-point (:mod:`gpuopt.entry`) runs the plainest ``report`` and ``profile`` command lines itself,
-without importing typer, through the same functions these commands call.
+point (:mod:`gpuopt.entry`) runs the plainest ``report``, ``profile`` and ``check`` command lines
+itself, without importing typer, through the same functions these commands call.
 """
 
 from __future__ import annotations

@@ -5,10 +5,10 @@ A run whose machine slowed it is *disturbed*. Where the run measured its threads
 (``utilization.cpu.run_delay_share``, :mod:`gpuopt.probes.contention`), that is the test: its
 threads waited at least :data:`RUN_DELAY_BUSY` of their runnable time while other processes kept
 at least :data:`OTHERS_MIN` core busy (a run whose own threads outnumber the cores waits on a quiet
-machine too: that is its code, the same on both sides). Other processes' busy cores alone missed
-the load that slows a multi-threaded step (issue 30: an identical rerun 40% slower, not flagged),
-and flagged neighbours on cores the run did not need. Runs without it (older documents, other
-systems) keep the earlier test: other processes kept at least :data:`BUSY_CORES` busy (the mean
+machine too: that is its code, the same on both sides). Other processes' busy cores alone miss
+the load that slows a multi-threaded step (an identical rerun 40% slower, not flagged), and flag
+neighbours on cores the run did not need. Runs without it (older documents, other systems) get
+the test by busy cores: other processes kept at least :data:`BUSY_CORES` busy (the mean
 over the run's samples) and the machine was full (the run's own busy cores plus the others'
 within half a core of all cores). Its step times measure the neighbours as much as the code: on
 this project's 2-core machine a neighbour's test suite makes the same training step 1.4-3.4×
