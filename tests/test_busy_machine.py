@@ -1,4 +1,4 @@
-"""Busy-machine detection that holds (issue 30): the run's threads' measured wait for a core
+"""Busy-machine detection that holds: the run's threads' measured wait for a core
 decides whether the machine slowed it; a change far beyond what that load explains fails anyway,
 with the note that the machine was busy."""
 

@@ -1,4 +1,4 @@
-"""Dispatch shares come from the recorded steps only (issue 14): a run whose step time drifts
+"""Dispatch shares come from the recorded steps only: a run whose step time drifts
 after the window (a neighbour's load rising) must not turn the difference into dispatch
 overhead, and a dispatch finding with an implausible host time per op does not fire."""
 

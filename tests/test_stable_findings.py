@@ -1,4 +1,4 @@
-"""Findings that do not flicker (issue 30): a rule with per-step evidence draws an interval; its
+"""Findings that do not flicker: a rule with per-step evidence draws an interval; its
 severity comes from the lower bound; within noise of its threshold or of HIGH's it is borderline
 and never HIGH; gpuopt check fails on a new HIGH finding only when the evidence clearly moved."""
 
