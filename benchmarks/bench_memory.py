@@ -1,4 +1,4 @@
-"""Issue 28's accuracy table: the fake-tensor replay of a script's step against the real step.
+"""The memory model's accuracy: the fake-tensor replay of a script's step against the real step.
 
     python benchmarks/bench_memory.py [--only NAME ...] [--markdown FILE] [--json FILE]
 

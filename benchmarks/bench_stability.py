@@ -1,4 +1,4 @@
-"""Findings that do not flicker (issue 30): N identical runs of every example and corpus script.
+"""Findings that do not flicker: N identical runs of every example and corpus script.
 
     python benchmarks/bench_stability.py [--runs 20] [--only NAME ...] [--gpuopt PATH]
                                          [--json FILE] [--markdown FILE]
