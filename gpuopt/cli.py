@@ -228,8 +228,8 @@ def _paths(values: list[str], what: str) -> list[Path]:
 
 
 def _sample_interval(value: float) -> float:
-    """``--sample-interval``: a finite number of seconds the sampler can sleep (inf overflowed
-    its sleep, nan made it spin)."""
+    """``--sample-interval``: a finite number of seconds the sampler can sleep (inf overflows
+    its sleep, nan makes it spin)."""
     if not math.isfinite(value) or not SAMPLE_INTERVAL_MIN_S <= value <= SAMPLE_INTERVAL_MAX_S:
         raise typer.BadParameter(
             f"{value} is not a number of seconds from {SAMPLE_INTERVAL_MIN_S} to "

@@ -34,7 +34,7 @@ from gpuopt.units import fmt_bytes, fmt_duration
 MIN_STEPS = 8  # measured steps per side, for an interval
 # Below this median step time, run-to-run drift dwarfs the default floor: 20 runs of
 # examples/sync_metrics.py (0.25 ms steps) had medians with a 6.6% standard deviation and a heavy
-# tail (291 and 316 µs among ~250): identical code failed 1 of 10 pairs at one run a side and 1 of
+# tail (291 and 316 µs among ~250): identical code fails 1 of 10 pairs at one run a side and 1 of
 # 10 at 2 + 1 (the drift then measured from one pair of runs); at 2 + 2, 0 of 10. The 25 ms steps
 # of slow_dataset.py: 0.4%
 SHORT_STEP_S = 1e-3

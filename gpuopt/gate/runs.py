@@ -47,8 +47,7 @@ OTHERS_MIN = 0.25  # ... while other processes kept at least a quarter of a core
 # bandwidth and the core's other hardware thread shared with the neighbour. Measured by
 # benchmarks/bench_check.py's loaded identical runs of a one-thread step (docs/benchmarks.md):
 # index_loops under one spinning neighbour ran 3.97x slower at a 20.5% wait, its interval's low
-# end 1.99x, 1.58 times 1 / (1 - wait), and failed under the 1.5 this was; the largest of 61 such
-# runs (one neighbour 40, two 21) needed 1.58
+# end 1.99x, 1.58 times 1 / (1 - wait): the most of 61 such runs (one neighbour 40, two 21)
 CONTENTION_MARGIN = 2.0
 # a run that kept more than this many cores busy of its own ran its ops on several threads
 PARALLEL_CORES = 1.25
