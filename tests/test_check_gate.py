@@ -374,7 +374,7 @@ def test_a_stall_no_sample_named_is_not_time_outside_ops() -> None:
 
 
 def _named_by_step(shares: list[float]):  # type: ignore[no-untyped-def]
-    """A run whose window steps had ``shares`` of a 100 ms step named outside ops (this wave's
+    """A run whose window steps had ``shares`` of a 100 ms step named outside ops (current
     documents: the named time by step), their mean in the older per-step value."""
     p = _outside(statistics.fmean(shares))
     d = p.dispatch
