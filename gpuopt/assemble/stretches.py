@@ -5,7 +5,7 @@ The recorder measures every stretch between two model ops of at least ``GAP_FLOO
 (``StepCounters.gaps``, by when it began) and how many model ops of its step ran before it
 (``StepCounters.gap_ops``). The gap sampler looks at the training thread once a millisecond, and
 less often while the thread holds the GIL, so it can see a stretch in only some steps
-(bench_check: a 1.5 ms sleep after every step of ``examples/index_loops.py`` was seen in one
+(bench_check: a 1.5 ms sleep after every step of ``examples/index_loops.py`` is seen in one
 window step of three in 3 of 20 runs). A step's code runs its ops in the same order every step,
 so a stretch after the same number of ops in a step with as many ops is the same code: it is
 named at the line the sampler saw there, for its measured length. Steps with another number of
