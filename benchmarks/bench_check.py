@@ -1,4 +1,4 @@
-"""``gpuopt check``: false alarms, detection, the busy-machine detector, and speed (issues 16, 30).
+"""``gpuopt check``: false alarms, detection, the busy-machine detector, and speed.
 
 Accuracy, by default on four scripts: the bundled ``examples/slow_dataset.py`` (a DataLoader's
 wait) and ``examples/index_loops.py`` (Python loops of small ops), and two scripts of the

@@ -1,4 +1,4 @@
-"""What the compile probe costs (issue 29, docs/compile.md), each part measured on its own.
+"""What the compile probe costs (docs/compile.md), each part measured on its own.
 
 The probe has four costs, none of them on a compiled step's own path:
 

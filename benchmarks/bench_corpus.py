@@ -1,4 +1,4 @@
-"""Issue 14's acceptance harness: gpuopt on a corpus of real training scripts, judged by hand.
+"""The corpus harness: gpuopt on a corpus of real training scripts, judged by hand.
 
     python benchmarks/bench_corpus.py [--gpuopt PATH] [--only NAME ...] [--json FILE]
                                       [--markdown FILE] [--setup-only]
@@ -29,7 +29,7 @@ imagenet ``--dummy``, regression makes its own.
 ``--gpuopt`` (default: this checkout's .venv/bin/gpuopt) picks the gpuopt to judge, so the same
 corpus re-runs against any branch's venv.
 
-``--optimize`` (issue 26) runs ``gpuopt optimize --no-measure`` on each script instead (the
+``--optimize`` runs ``gpuopt optimize --no-measure`` on each script instead (the
 baseline run, the DataLoader sweep when it is called for, the loop checks; no candidate runs)
 and says, for each finding of the baseline, whether a fix was applied to it, refused with a
 reason, or whether no fix exists (corpus_fixes.coverage); JSON in .cache/fixes.json unless

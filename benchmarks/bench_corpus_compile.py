@@ -1,4 +1,4 @@
-"""The real-script corpus with ``model.compile()`` added (issue 29): what gpuopt's compile view
+"""The real-script corpus with ``model.compile()`` added: what gpuopt's compile view
 finds in scripts nobody here wrote, run once each.
 
 Each script of benchmarks/corpus (pytorch/examples, unchanged) is copied with its folder into

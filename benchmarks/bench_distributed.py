@@ -1,4 +1,4 @@
-"""Distributed runs on CPU with gloo (issue 18): is a planted straggler found and named in every
+"""Distributed runs on CPU with gloo: is a planted straggler found and named in every
 run, how close is the measured wait to the planted one, is a crashing rank named, do two
 simulated nodes merge, and what does gpuopt cost a DDP job (and does it train the same)?
 

@@ -1,4 +1,4 @@
-"""gpuopt's estimates against measured outcomes (issue 14).
+"""gpuopt's estimates against measured outcomes.
 
 For each case: ``gpuopt profile`` it and read the finding's ``est_speedup``, ``estimate_model``
 and ``fix_params``; then apply the fix (through the script's own arguments, or a patched copy of
@@ -197,8 +197,8 @@ _KINDS = (
         "pageable-h2d / blocking copies",
         "no: pinned memory needs CUDA (GPU-only, not measured here)",
     ),
-    ("loop-indexing", "not yet: needs the vectorising rewrite (issue 17) to apply the fix"),
-    ("ragged-batches", "not yet: needs bucketing/padding applied (issue 17)"),
+    ("loop-indexing", "not yet: the vectorize fix's gains (bench_vectorize.py) not set against it"),
+    ("ragged-batches", "not yet: likewise (padding, padding-batch: bench_padding.py)"),
 )
 
 

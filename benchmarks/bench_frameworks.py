@@ -45,7 +45,7 @@ class Expect:
     steps: int | None = None  # gpuopt's steps (None: --steps)
 
 
-LIMIT = 0.05  # the replay's error on the real step the issue allows
+LIMIT = 0.05  # the replay's error on the real step the bar allows
 
 EXPECTED: dict[str, Expect] = {
     "hf_clm_gpt2.py": Expect(

@@ -1,4 +1,4 @@
-"""Whole-step CUDA graphs and AoT on training (issues 25/26): what a CPU can measure.
+"""Whole-step CUDA graphs and AoT on training: what a CPU can measure.
 
     python benchmarks/bench_graphs.py [--repeats N] [--skip-zoo]
 

@@ -1,4 +1,4 @@
-"""Issue 28's accuracy table: the fake-tensor replay of a script's step against the real step.
+"""The memory model's accuracy: the fake-tensor replay of a script's step against the real step.
 
     python benchmarks/bench_memory.py [--only NAME ...] [--markdown FILE] [--json FILE]
 
@@ -8,7 +8,7 @@ For each of the project's examples, the memory test script and the public corpus
 real on the CPU with torch's MemTracker (gpuopt's own tracker where MemTracker refuses the
 step), replays the recorded first step under fake tensors at the same batch size with the CPU's
 rules, and times what ``--memory-for h100`` costs. The table says how far the replay's peak is
-from the real one (the issue asks for within 5%), what was replayed, and the cost; memory is
+from the real one (the bar: within 5%), what was replayed, and the cost; memory is
 counted, not timed, so the load of the machine changes the times only.
 
 The corpus needs bench_corpus.py's set-up (``python benchmarks/bench_corpus.py --setup-only``);
@@ -31,7 +31,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 TIMEOUT_S = 600
-LIMIT = 0.05  # the issue's bound on the replay's error
+LIMIT = 0.05  # the bar on the replay's error
 
 # (name, script, args): the project's own scripts that train
 OWN: tuple[tuple[str, str, tuple[str, ...]], ...] = (

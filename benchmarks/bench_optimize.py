@@ -1,4 +1,4 @@
-"""Does ``gpuopt optimize`` claim the gain the user gets? (issue 25)
+"""Does ``gpuopt optimize`` claim the gain the user gets?
 
     python benchmarks/bench_optimize.py [--pairs 5] [--time-budget S] [--only NAME] [--markdown F]
     python benchmarks/bench_optimize.py --cost     # optimize's own cost on 5 and 500 ms steps

@@ -1,4 +1,4 @@
-"""Padding-based batching on a long-tailed length distribution (issue 17): the per-sample loop,
+"""Padding-based batching on a long-tailed length distribution: the per-sample loop,
 strength (a) (the same batches, padded, masked loss) and strength (b) (length-bucketed, padded
 batches), in samples per second, with the padding waste and the masked loss checked against the
 per-sample loss.

@@ -1,4 +1,4 @@
-"""Findings that do not flicker (issue 30): N identical runs of every example and corpus script.
+"""Findings that do not flicker: N identical runs of every example and corpus script.
 
     python benchmarks/bench_stability.py [--runs 20] [--only NAME ...] [--gpuopt PATH]
                                          [--json FILE] [--markdown FILE]
@@ -10,7 +10,7 @@ rotating), so a neighbour's load falls on all targets alike. For every finding i
 each run's status is the highest severity of its findings of that id that are not borderline,
 "borderline" when all of them are, or "absent". The majority status is the target's answer; a
 **flip** is a run whose status differs from it, a **HIGH flip** a run that is HIGH where the
-majority is not, or not HIGH where it is. The issue's bar: 0 HIGH flips.
+majority is not, or not HIGH where it is. The bar: 0 HIGH flips.
 
 It also reports each target's run-to-run drift of the median step time (the standard deviation of
 the log of the runs' medians, all runs and the runs gpuopt check takes as quiet), the measurement

@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "benchmarks" / ".work"
 SHARED = ROOT.parent / "shared" / "traces"
 HTA_VENV = WORK / "hta-venv-pandas2"
-# HTA 0.5.0's best-working set-up: with pandas 3 it crashes on some traces and is slower (issue 18)
+# HTA 0.5.0's best-working set-up: with pandas 3 it crashes on some traces and is slower
 HTA_SPEC = ["HolisticTraceAnalysis==0.5.0", "pandas>=2.2,<3"]
 REAL = [
     "hta/df_index_resolver/df_index_resolver.json.gz",

@@ -1,5 +1,5 @@
 """Benchmark: ``gpuopt report`` on a folder of many per-rank traces, in worker processes and one
-rank after another; ``--summary-only`` and the merge of the summaries (issue 18).
+rank after another; ``--summary-only`` and the merge of the summaries.
 
 The ranks: the shared multi-rank traces (``hta/trace_filter``: 2 ranks of a 128-rank job,
 ~1.7 MB of JSON each) as they are, and synthetic N-rank folders built from them in a temporary

@@ -1,5 +1,5 @@
 """Every vectorize pattern, the loop as written against the codemod's own rewrite of it, timed
-side by side (issue 17).
+side by side.
 
     python benchmarks/bench_vectorize.py [--pairs 21] [--threads 1] [--json FILE]
 

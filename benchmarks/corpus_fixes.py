@@ -1,4 +1,4 @@
-"""Which findings of a corpus script come with an applied fix (issue 26): a pure function of the
+"""Which findings of a corpus script come with an applied fix: a pure function of the
 baseline's ``profile.json`` and ``gpuopt optimize``'s ``optimize.json`` (dicts, the public
 schemas), run by ``bench_corpus.py --optimize``.
 

@@ -2,9 +2,10 @@
 
 ``judge(expect, profile, script_dir)`` reads a ``profile.json`` document (a dict, as the public
 schema ``gpuopt.profile/1`` has it: docs/contract.md) and says, for one script of the corpus,
-what issue 14 asks: did the run end as expected, were steps found in a script that trains (by
-the expected marker), did the recorded window fall inside training, was every per-step sync site
-found, and is each finding right. Nothing here runs a script or reads a file but expect.toml.
+what the corpus's bar asks: did the run end as expected, were steps found in a script that
+trains (by the expected marker), did the recorded window fall inside training, was every
+per-step sync site found, and is each finding right. Nothing here runs a script or reads a file
+but expect.toml.
 
 A *site pattern* is ``FILE:LINE`` or ``FILE:FIRST-LAST`` (a statement over several lines), with
 FILE relative to the script's folder; a site outside that folder never matches.
@@ -205,7 +206,7 @@ class Verdict:
 
     @property
     def passed(self) -> bool:
-        """Issue 14's bar: the run ended as expected, steps found where the script trains (by the
+        """The corpus's bar: the run ended as expected, steps found where the script trains (by the
         right marker, with the recorded window inside them), every per-step sync site found,
         no false HIGH finding."""
         return (
@@ -223,7 +224,7 @@ class Verdict:
 
     @property
     def all_right(self) -> bool:
-        """Issue 14's bar, and every finding right, none missing, the ragged table clean, the
+        """The corpus's bar, and every finding right, none missing, the ragged table clean, the
         loops and the memory replay as expected."""
         return (
             self.passed and self.findings_right and self.ragged_ok and self.loops_ok

@@ -1,5 +1,5 @@
 """A recommendation-style training step whose helpers index tensors element by element in Python
-loops (issue 17's example of the vectorize patterns besides per-class masks):
+loops (the vectorize patterns besides per-class masks):
 
 - an embedding lookup row by row through an index tensor (a gather),
 - a histogram of the items seen, one ``+= 1`` per item (a scatter-add),

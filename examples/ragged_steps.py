@@ -1,4 +1,4 @@
-"""Variable-length sequences trained two ways that leave a GPU idle (issue 17's examples).
+"""Variable-length sequences trained two ways that leave a GPU idle.
 
 - ``--mode loop`` (default): the collate function returns the samples as lists (they cannot be
   stacked), and each step loops over them, one forward per sample, summing their losses.

@@ -19,7 +19,7 @@ MEMORY_MARGIN = 0.10
 # --memory-for: the most wall time the fake-tensor replays of the step may take together (the
 # first one always runs; later ones only while the budget lasts)
 MEMORY_BUDGET_S = 30.0
-# --seed at most: torch.manual_seed takes a C long long (10**160 was a traceback)
+# --seed at most: torch.manual_seed takes a C long long (a larger seed raises inside torch)
 SEED_MAX = 2**63 - 1
-# --nproc-per-node at most: processes torchrun starts on one node (a huge count hung spawning)
+# --nproc-per-node at most: processes torchrun starts on one node (a huge count hangs spawning)
 NPROC_MAX = 1024

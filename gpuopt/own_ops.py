@@ -3,8 +3,8 @@
 ``--record-losses`` keeps a copy of each loss at its ``backward()`` (``detach``, ``clone``,
 ``reshape``): three tensor calls made from gpuopt's code while the user's line runs. Seen by the
 dispatch recorder they would count as the user's own calls of that line (three more executions
-of ``loss.backward()`` a step, which made the training loop look like a loop of four iterations
-a step) and by the memory probe's program recorder as calls of the step. A probe whose modes
+of ``loss.backward()`` a step, making the training loop look like a loop of four iterations a
+step) and by the memory probe's program recorder as calls of the step. A probe whose modes
 record the script's calls registers itself here while it records; :func:`own_ops` tells each
 one, for the duration of gpuopt's own calls, to let them through unrecorded.
 """

@@ -13,7 +13,7 @@ noise_of = _bench.noise_of  # type: ignore[attr-defined]
 @pytest.mark.parametrize(
     ("est", "measured", "noise", "expect"),
     [
-        (1.96, 0.77, 0.05, "over-estimate (measured slowdown)"),  # the VAE
+        (1.96, 0.77, 0.05, "over-estimate (measured slowdown)"),  # the corpus VAE
         (1.0, 0.83, 0.05, "right (measured slowdown)"),  # "no gain expected": none came
         (1.0, 0.97, 0.05, "right (no measurable gain)"),
         (1.5, 1.6, 0.05, "right (measured gain)"),  # conservative

@@ -1,4 +1,4 @@
-"""Busy-machine detection that holds (issue 30): the run's threads' measured wait for a core
+"""Busy-machine detection that holds: the run's threads' measured wait for a core
 decides whether the machine slowed it; a change far beyond what that load explains fails anyway,
 with the note that the machine was busy."""
 
@@ -31,7 +31,7 @@ def _runs(*profiles: Profile) -> list[Run]:
     ("other", "wait", "busy"),
     [
         (0.9, 0.30, True),  # a neighbour, and the run's threads waited 30% for a core
-        (0.4, 0.12, True),  # the issue's case: less than half a core of others, still slowed
+        (0.4, 0.12, True),  # less than half a core of others, still slowed
         (1.5, 0.01, False),  # a neighbour on a core the run did not need: it waited 1%
         (0.05, 0.25, False),  # its own threads outnumber the cores: the same on both sides
     ],
@@ -47,7 +47,7 @@ def test_without_a_measured_wait_the_earlier_rule_holds() -> None:
 
 
 def test_a_slowdown_the_load_explains_is_inconclusive_one_far_beyond_it_fails() -> None:
-    """The issue's pair on a neighbour's load: an identical rerun 40% slower (its threads
+    """A pair on a neighbour's load: an identical rerun 40% slower (its threads
     waited 30% for a core) is inconclusive; a copy slowed 6.4x (+538%) fails, and says the
     machine was busy."""
     base = loaded(run(noisy(0.01368, seed=1)), 0.1, run_delay=0.01)

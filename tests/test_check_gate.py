@@ -1,4 +1,4 @@
-"""gpuopt check (issue 16): the gates over two sides of runs, the noise model, busy machines,
+"""gpuopt check: the gates over two sides of runs, the noise model, busy machines,
 per-rank GPU gates and the command's exit codes. Synthetic runs with known per-step times: no
 test depends on this machine's speed."""
 
@@ -42,8 +42,8 @@ def test_identical_distributions_pass_and_a_planted_10_percent_fails() -> None:
 
 
 def test_one_run_a_side_uses_the_measured_drift_and_is_never_a_guessed_regression() -> None:
-    """Issue 30: identical runs on a 2-core VM differ by 10-15%; one run a side cannot estimate
-    that, and the 1% floor made a +13.6% identical pair a regression. Without a drift given,
+    """Identical runs on a 2-core VM differ by 10-15%; one run a side cannot estimate that, and
+    a 1% floor makes a +13.6% identical pair a regression. Without a drift given,
     one run a side assumes the drift of this kind of machine: a change within it is
     inconclusive ("run 2+ a side"), one far beyond it still fails, and three runs a side measure
     the drift themselves."""
@@ -347,7 +347,7 @@ def _outside(named: float, unnamed: float = 0.0, site: str = "train.py:31"):  # 
 
 
 def test_time_outside_ops_is_a_share_within_each_run() -> None:
-    """Issue 30: a planted sleep of 25% of a step cannot be told from the VM's 30% run-to-run
+    """A planted sleep of 25% of a step cannot be told from the VM's 30% run-to-run
     drift of step time with one run a side; its share of each run's own steps can. Identical
     windows pass, a 20pt rise fails naming the line, a rise within the threshold passes."""
     base = _outside(0.0)
@@ -374,7 +374,7 @@ def test_a_stall_no_sample_named_is_not_time_outside_ops() -> None:
 
 
 def _named_by_step(shares: list[float]):  # type: ignore[no-untyped-def]
-    """A run whose window steps had ``shares`` of a 100 ms step named outside ops (this wave's
+    """A run whose window steps had ``shares`` of a 100 ms step named outside ops (current
     documents: the named time by step), their mean in the older per-step value."""
     p = _outside(statistics.fmean(shares))
     d = p.dispatch
@@ -384,11 +384,11 @@ def _named_by_step(shares: list[float]):  # type: ignore[no-untyped-def]
 
 
 def test_a_stall_in_one_window_step_is_not_a_change_in_every_step() -> None:
-    """bench_check, issue 30: a quiet identical pair of index_loops failed this gate, its
-    candidate's threads waiting 7.3% of their time for a core (every other quiet run of 200:
-    at most 1.3%). The window's steps, 22x longer with the recorder (143 ms for 6.5 ms), gather
+    """bench_check: by the window steps' mean a quiet identical pair of index_loops fails this
+    gate, its candidate's threads waiting 7.3% of their time for a core (every other quiet run of
+    200: at most 1.3%). The window's steps, 22x longer with the recorder (143 ms for 6.5 ms), gather
     a stall (a collection, the process descheduled) that the sampler names for its length, and
-    that length is read against the step without the recorder: one stalled step of three made
+    that length is read against the step without the recorder: one stalled step of three makes
     a third of a step's stall per step. A regression is in every step: the gate reads the
     steps' median, a planted sleep in every step still fails, a stall in one step passes."""
     th = Thresholds()
@@ -414,13 +414,13 @@ def _window(step_s: float, named_s: float):  # type: ignore[no-untyped-def]
 
 
 def test_time_outside_ops_is_read_against_the_baseline_step() -> None:
-    """bench_check, issue 30: a planted sleep of a quarter of vae's step was inconclusive in 2
-    quiet pairs of 20, the VM running the candidate 1.2-1.9x slower, so the sleep's share of the
-    candidate's own step fell to ~12pt. The sleep is a fixed time: against the baseline's step it
-    is 25pt whatever the machine did to the candidate's ops. The same yardstick passes an
-    op-side speed-up that leaves the Python work as it was (its share of the shorter step rose
-    13pt), and Python work that slowed with the machine (1.5x, 30% of the baseline's step) is
-    within the step's one-run drift."""
+    """bench_check: read against each run's own step, a planted sleep of a quarter of vae's step
+    is inconclusive in 2 quiet pairs of 20, the VM running the candidate 1.2-1.9x slower, so the
+    sleep's share of the candidate's own step falls to ~12pt. The sleep is a fixed time: against
+    the baseline's step it is 25pt whatever the machine did to the candidate's ops. The same
+    yardstick passes an op-side speed-up that leaves the Python work as it was (its share of the
+    shorter step rises 13pt), and Python work that slowed with the machine (1.5x, 30% of the
+    baseline's step) is within the step's one-run drift."""
     th = Thresholds()
     gate = _gate(evaluate(_window(0.020, 0.0), _window(0.043, 0.005), th), OUTSIDE)
     assert gate.verdict == "fail" and gate.change == "+25.0pt", gate

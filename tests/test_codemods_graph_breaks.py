@@ -1,4 +1,4 @@
-"""``--fix graph-breaks``: a logging line inside a compiled function moved to its end (issue 29).
+"""``--fix graph-breaks``: a logging line inside a compiled function moved to its end.
 Before/after pairs, the lines left alone with their reasons, idempotency, and the plan."""
 
 from __future__ import annotations

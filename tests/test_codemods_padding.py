@@ -262,7 +262,7 @@ def test_batch_size_one_keeps_the_calls_layout(call: str, after: str) -> None:
     assert after + "\nfor epoch in range(3):" in r.source
 
 
-# -- per-sample losses written as a comprehension, samples sliced (issue 26) -------------------
+# -- per-sample losses written as a comprehension, samples sliced ------------------------------
 GEN = src(
     """
     import torch.nn.functional as F

@@ -1,4 +1,4 @@
-"""The ``syncs`` fix beyond sums (issue 26): a read used only in a logging branch moves into it,
+"""The ``syncs`` fix beyond sums: a read used only in a logging branch moves into it,
 a list of read values keeps the tensors, a sum continued over lines is found by its read's line —
 each on before/after pairs, run old and new on the same inputs (the printed output identical
 byte for byte, the reads counted) — and every read left alone gets the reason of its own site,

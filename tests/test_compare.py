@@ -1,4 +1,4 @@
-"""gpuopt compare (issue 16) and gpuopt report with several paths: side by side, changes with
+"""gpuopt compare and gpuopt report with several paths: side by side, changes with
 intervals, findings new / gone / changed / moved, per-rank rows, kernels of traces; HTML that
 escapes every string and loads nothing; bad input in one line."""
 

@@ -1,7 +1,6 @@
 """Whether a run compiles decides whether the recorder keeps its torch-function mode. Dynamo being
 imported is not enough: torch's own Optimizer.__init__ imports it (so does MemTracker), and a run
-with an optimizer once lost the recorder's Python-level view (every sync's API, its calls) after
-the merge of issues 28 and 29."""
+with an optimizer would lose the recorder's Python-level view (every sync's API, its calls)."""
 
 from __future__ import annotations
 

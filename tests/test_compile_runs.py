@@ -1,4 +1,4 @@
-"""torch.compile seen through, as a user runs it (issue 29): `gpuopt profile` of planted scripts
+"""torch.compile seen through, as a user runs it: `gpuopt profile` of planted scripts
 that compile, each break and recompile at its exact line with its reason, and nothing reported
 where there is nothing.
 

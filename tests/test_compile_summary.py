@@ -1,4 +1,4 @@
-"""The pure parts of the compile view (issue 29): Dynamo's texts read, one step's profiler spans
+"""The pure parts of the compile view: Dynamo's texts read, one step's profiler spans
 counted, the capture grouped into the document's ``compile`` key, and the rules on it."""
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """torch.compile under gpuopt's other probes: the memory probe's hooks stay out of the script's
-compiled code (issue 29's GPU check found them in it on an H200: Dynamo compiled gpuopt's own
-``__torch_function__`` and ``on_function``, graph breaks with no user line, a recompile of every
-frame when the recording ended, and, in the tracked step, the compiled code marked to run
-eagerly for the rest of the run), and the GPU check's report of a break or recompile with no
-user line (docs/compile.md)."""
+compiled code (where they get in, Dynamo compiles gpuopt's own ``__torch_function__`` and
+``on_function``: graph breaks with no user line, a recompile of every frame when the recording
+ends, and, in the tracked step, the compiled code marked to run eagerly for the rest of the
+run), and the GPU check's report of a break or recompile with no user line (docs/compile.md)."""
 
 from __future__ import annotations
 

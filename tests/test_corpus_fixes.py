@@ -1,4 +1,4 @@
-"""Which corpus findings come with an applied fix (benchmarks/corpus_fixes.py, issue 26): a pure
+"""Which corpus findings come with an applied fix (benchmarks/corpus_fixes.py): a pure
 function of a baseline profile and an optimize document, on small synthetic documents."""
 
 from __future__ import annotations

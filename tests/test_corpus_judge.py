@@ -1,4 +1,4 @@
-"""The real-script corpus's expectations and judge (issue 14), without running a script:
+"""The real-script corpus's expectations and judge, without running a script:
 benchmarks/corpus/expect.toml parses and names what exists, and benchmarks/corpus_judge.judge
 gives the right verdicts on small synthetic profiles (a recorded run's document, changed)."""
 
@@ -140,7 +140,7 @@ def test_a_high_finding_the_expectation_does_not_allow_is_a_false_high() -> None
 def test_an_unlisted_finding_is_unexpected_and_a_high_one_fails_the_bar() -> None:
     low = _judge(_profile(findings=[_finding("launch-bound", "low", 30)]))
     assert low.findings[0].verdict == "unexpected"
-    assert low.passed and not low.all_right  # only a HIGH one fails issue 14's bar
+    assert low.passed and not low.all_right  # only a HIGH one fails the corpus's bar
     high = _judge(_profile(findings=[_finding("launch-bound", "high", 30)]))
     assert not high.passed and len(high.false_highs) == 1
 

@@ -69,7 +69,7 @@ def test_a_public_script_of_these_shapes_meets_its_expectation(
 ) -> None:
     """Two optimizers in turn, evaluation at the end, sampling inside the loop with a
     hand-written GELU, a batch of 4: each run as bench_corpus runs it and judged. Held to
-    issue 14's bar (no false HIGH, steps by the right marker, syncs found), every required
+    the corpus's bar (no false HIGH, steps by the right marker, syncs found), every required
     finding at its line, the loops, the ragged table and the memory replay as expected; a
     LOW finding a busy machine adds is not judged here (bench_corpus reports it)."""
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # bench_corpus imports its modules

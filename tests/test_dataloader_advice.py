@@ -1,4 +1,4 @@
-"""The dataloader-bound finding on real scripts' shapes (issue 14): where the fix goes (the
+"""The dataloader-bound finding on real scripts' shapes: where the fix goes (the
 DataLoader(...) call, through a factory) beside where the time is lost (the loop), and an
 estimate that counts the cores a worker could use."""
 

@@ -1,4 +1,4 @@
-"""Dispatch shares come from the recorded steps only (issue 14): a run whose step time drifts
+"""Dispatch shares come from the recorded steps only: a run whose step time drifts
 after the window (a neighbour's load rising) must not turn the difference into dispatch
 overhead, and a dispatch finding with an implausible host time per op does not fire."""
 
@@ -148,7 +148,7 @@ def _dispatch(step_time_us: float, calibrated: float | None = 1.5) -> dict[str, 
 
 
 def test_launch_bound_with_implausible_host_time_per_op_does_not_fire() -> None:
-    """The issue's report: 575 small ops "taking 49% of the step" at 2.4 ms per op, 1,600
+    """A reported case: 575 small ops "taking 49% of the step" at 2.4 ms per op, 1,600
     times a trivial op call: not dispatch overhead."""
     implausible = msgspec.convert({"dispatch": _dispatch(2.8e6)}, Profile)
     assert evaluate(implausible, only={"launch-bound"}) == []

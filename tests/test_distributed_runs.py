@@ -18,7 +18,7 @@ import pytest
 from conftest import ROOT, SCRIPTS, marker_site, run_gpuopt
 
 STRAGGLER = SCRIPTS / "ddp_straggler.py"
-# The other ranks' collective wait against the planted sleep: the issue's bar, within 20%, is
+# The other ranks' collective wait against the planted sleep: the bar, within 20%, is
 # benchmarks/bench_distributed.py's (0.918-1.133 measured, docs/benchmarks.md); a test on a
 # loaded 2-core machine (4 ranks beside another test) read 0.80 once, its ranks' own compute
 # slowed by the contention and their wait shortened by as much. The test keeps what must hold

@@ -119,7 +119,7 @@ def _crafted() -> list[Profile]:
             },
         },
     }
-    # a compiled run (issue 29): a print break, a size recompile in a measured step, and more
+    # a compiled run: a print break, a size recompile in a measured step, and more
     # than half of a short run spent compiling
     compiled = {
         "wall_s": 10.0,

@@ -130,7 +130,7 @@ _TIMING_LISTS = {
     ".utilization.timeline.gpu_memory_bytes",
 }
 # Lists whose length follows the run's timing: the heaviest lines, and the lines the gap sampler
-# saw outside tensor ops (issue 30)
+# saw outside tensor ops
 # steps.slow: a busy machine slows some steps (its entries say so; the finding leaves them out)
 _SAMPLED_LISTS = {".dispatch.top_sites", ".dispatch.outside_ops_sites", ".steps.slow"}
 # Paths whose values must be the recorded ones (lists: element by element).

@@ -22,7 +22,7 @@ def _runner() -> ModuleType:
     return load_benchmark("gpu/gpu_check")
 
 
-def test_checks_of_this_issue_first_then_every_other_by_name() -> None:
+def test_the_preferred_checks_first_then_every_other_by_name() -> None:
     gc = _runner()
     names = [p.name for p in gc.checks()]
     assert names[:3] == ["check_nvml.py", "check_profile.py", "check_aot.py"]

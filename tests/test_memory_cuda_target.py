@@ -1,7 +1,7 @@
 """What a replay for a CUDA GPU models that a CPU run does not show (gpuopt/memory/kernels.py,
-cuda_paths.py, capture.time_major), each found missing on an H200 (docs/gpu-validation.md,
-2026-11-27): the cuBLAS workspaces, cuDNN's LSTM without a flat weight buffer, attention and
-dropout as CUDA runs them, the batch dimension of a time-major model."""
+cuda_paths.py, capture.time_major), each measured on an H200 (docs/gpu-validation.md): the
+cuBLAS workspaces, cuDNN's LSTM without a flat weight buffer, attention and dropout as CUDA runs
+them, the batch dimension of a time-major model."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from gpuopt.memory.replay import ReplayOptions, ReplayResult, replay
 from gpuopt.sites import SiteResolver
 
 HERE = Path(__file__).resolve().parent
-LIMIT = 0.05  # issue 28: the replay within 5% of the real CPU step
+LIMIT = 0.05  # the replay within 5% of the real CPU step
 
 needs_onednn = pytest.mark.skipif(
     not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN (mkldnn)"

@@ -1,4 +1,4 @@
-"""Time named right (issue 30): time in the step that issues no tensor op — a sleep, a blocking
+"""Time named right: time in the step that issues no tensor op — a sleep, a blocking
 read, a pure-Python loop — is "other", named at its line by the gap sampler, and never dispatch:
 launch-bound does not take it (it once reported a 10 ms sleep as 54.7% of HIGH launch-bound, at
 the next op's line)."""
@@ -166,7 +166,7 @@ def test_recorder_codes_cover_the_modes_and_the_sync_wrapper() -> None:
 
 
 def test_gpuopt_profile_names_a_sleep_in_the_step_other_at_its_line(tmp_path: Path) -> None:
-    """The issue's case through the whole pipeline: a 20 ms sleep in a step of ~200 small ops."""
+    """A sleep through the whole pipeline: a 20 ms sleep in a step of ~200 small ops."""
     import json
 
     from conftest import SCRIPTS, marker_site, run_gpuopt
@@ -186,8 +186,8 @@ def test_gpuopt_profile_names_a_sleep_in_the_step_other_at_its_line(tmp_path: Pa
 def test_a_stretch_the_sampler_saw_in_one_step_is_named_in_every_step(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """bench_check (issue 30): a 1.5 ms sleep planted after every step of index_loops was seen in
-    one window step of three in 3 of 20 runs, and the gate read a third of it. The stretch after
+    """bench_check: a 1.5 ms sleep planted after every step of index_loops is seen in
+    one window step of three in 3 of 20 runs, a third of it by the steps' samples. The stretch after
     as many ops in a step of as many ops is the same code: named in every step for its measured
     length. Here the sampler stops after its first sample."""
     from gpuopt.probes import gap_sampler
@@ -234,9 +234,9 @@ def test_the_same_stretch_is_one_at_the_same_place_in_a_step_of_as_many_ops() ->
 
 
 def test_stalls_each_at_their_own_place_are_named_but_not_compared(tmp_path: Path) -> None:
-    """bench_check (issue 30): in an identical index_loops run the machine slowed, the sampler
-    named 1-4 ms stalls inside the loops, each at its own place, in two window steps of three;
-    the steps' median read 12.3% of the step and ``gpuopt check`` failed the pair. The report
+    """bench_check: in an identical index_loops run the machine slows, the sampler names
+    1-4 ms stalls inside the loops, each at its own place, in two window steps of three; counted,
+    the steps' median reads 12.3% of the step and ``gpuopt check`` would fail the pair. The report
     still names the time at its line; the steps the gate compares keep only stretches that
     recur at their place."""
     mod = load(FILE)

@@ -98,7 +98,7 @@ def _measured_steps(path: Path) -> int:
 
 def test_a_complete_window_keeps_all_its_steps_for_the_trace_analyses(tmp_path: Path) -> None:
     """The trace analyses drop a trace's last ProfilerStep (HTA's rule: the profiler usually cuts
-    it off); on an H200 the window's three steps were measured as two. A window whose last step
+    it off), which would read a window of three steps as two. A window whose last step
     ended adds an empty step for the rule to drop."""
     doc = _drive(ProfilerWindow(require_cuda=False), tmp_path, steps=7, window_steps=3)
     assert doc["trace"]["profiler_window"]["steps"] == 3

@@ -86,7 +86,7 @@ def evaluate(doc: dict) -> list[dict]:
 def _run_loader(
     tmp_path: Path, loader, step_fn, steps: int, window_start: int = 1, window_steps: int = 2
 ) -> dict:  # type: ignore[no-untyped-def]
-    """The lead's DataLoader probe (which calls the batch listeners) and the recorder together."""
+    """The DataLoader probe (which calls the batch listeners) and the recorder together."""
     count = {"n": 0}
     dl_probe = DataLoaderProbe(step_count=lambda: count["n"])
     rec = DispatchRecorder()

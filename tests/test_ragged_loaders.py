@@ -1,5 +1,5 @@
-"""Ragged-batch statistics per DataLoader, evaluation loaders told apart (issue 14: mnist's
-statistics held the test loader's batch size 500 beside the training batches)."""
+"""Ragged-batch statistics per DataLoader, evaluation loaders told apart (mnist's
+test loader's batch size 500 stays out of the training batches' statistics)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The recorder's calibration is a minimum over repetitions of each setup, interleaved: a slow
 stretch of the machine during a few consecutive repetitions does not set a setup's minimum
-(issue 30: back to back, the trivial op call read 2.23 and 2.44 µs for ~1.15 in 2 of 20
-examples/ragged_steps runs, and launch-bound's lower bound doubled to HIGH)."""
+(back to back, the trivial op call can read 2.23 and 2.44 µs for ~1.15, as in 2 of 20
+examples/ragged_steps runs, which doubles launch-bound's lower bound to HIGH)."""
 
 from __future__ import annotations
 

@@ -78,8 +78,8 @@ CASES = {
 def test_an_output_linked_to_an_input_is_refused_and_the_input_kept(
     case: str, kind: str, world: dict[str, Path], tmp_path: Path
 ) -> None:
-    """``ln -s run/profile.json alias.json; gpuopt report run -o alias.json`` rewrote the run's
-    profile (rc 0); a hard link was replaced by the rename, silently no longer a link."""
+    """``ln -s run/profile.json alias.json; gpuopt report run -o alias.json`` must not rewrite the
+    run's profile, nor the rename replace a hard link: refused in one line, the input kept."""
     argv, target, suffix = CASES[case]
     out = tmp_path / f"alias{suffix}"
     _link(kind)(tmp_path / target, out)

@@ -302,9 +302,8 @@ def writable_again(tmp_path: Path) -> Iterator[None]:
 def test_a_write_that_cannot_be_done_is_refused_before_any_run(
     case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_runs: None, writable_again: None
 ) -> None:
-    """A directory of mode 0555 was written anyway as root (a read-only file is refused, root
-    included: the directory is honoured the same way); 999 backups were found only after every
-    run. Each is one line, before the baseline run."""
+    """A directory of mode 0555 is honoured as root too (as a read-only file is), and 999 backups
+    are found before any run. Each is one line, before the baseline run."""
     monkeypatch.chdir(tmp_path)
     if case == "999 backups":
         (tmp_path / "train.py").write_text(SCRIPT)

@@ -1,4 +1,4 @@
-"""Findings that do not flicker (issue 30): a rule with per-step evidence draws an interval; its
+"""Findings that do not flicker: a rule with per-step evidence draws an interval; its
 severity comes from the lower bound; within noise of its threshold or of HIGH's it is borderline
 and never HIGH; gpuopt check fails on a new HIGH finding only when the evidence clearly moved."""
 
@@ -74,8 +74,8 @@ def _dispatch(profile: Profile, per_step: list[float]) -> Profile:
 
 
 def test_launch_bound_at_its_threshold_is_borderline_never_high() -> None:
-    """The issue's flicker: a share near launch-bound's 30% fired HIGH in 1 of 8 identical runs.
-    Now such a finding is borderline MEDIUM; HIGH needs the whole interval above 30%."""
+    """A share near launch-bound's 30% (HIGH in 1 of 8 identical runs of a GPT trainer by its
+    point value) is a borderline MEDIUM finding; HIGH needs the whole interval above 30%."""
     (f,) = findings_of(_dispatch(run([0.01] * 12), [0.29, 0.33, 0.31]), only={"launch-bound"})
     assert f.severity != "high" and f.borderline is True
     (g,) = findings_of(_dispatch(run([0.01] * 12), [0.62, 0.64, 0.63]), only={"launch-bound"})
@@ -140,9 +140,9 @@ def _finding_gates(base: list[Profile], cand: list[Profile]) -> list[str]:
 
 def test_identical_runs_near_the_threshold_never_fail_the_gate() -> None:
     """Twenty runs of one step whose dispatch share wanders around launch-bound's 30% and HIGH's
-    boundary (the issue's GPT trainer): the findings differ from run to run (absent, borderline,
-    HIGH), yet no pair, either way round, fails on a new HIGH finding. The old gate compared
-    labels: every pair where one run drew HIGH and the other did not failed."""
+    boundary (as a GPT trainer's does): the findings differ from run to run (absent, borderline,
+    HIGH), yet no pair, either way round, fails on a new HIGH finding (a gate on the labels would
+    fail every pair where one run drew HIGH and the other did not)."""
     rng = random.Random(7)
     runs = [
         _with_findings(_dispatch(run([0.01] * 12), [0.35 + rng.gauss(0, 0.025) for _ in range(3)]))

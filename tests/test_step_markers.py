@@ -1,5 +1,5 @@
 """Step boundaries on scripts without an optimizer, LBFGS closures and runs too short for the
-recorder's window (issue 14): the marker used, the warm-up used, and nothing reported per step
+recorder's window: the marker used, the warm-up used, and nothing reported per step
 that ran outside training steps."""
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ def test_gpuopt_steps_leaves_a_recorded_step_after_warmup(tmp_path: Path) -> Non
 @pytest.mark.parametrize("fmt", ["text", "md"])
 def test_too_few_steps_are_recorded_at_the_last_warm_up_step(tmp_path: Path, fmt: str) -> None:
     """The script's own `--steps 2` ends training before the window (after --warmup 2) saw a
-    step: its last warm-up step, recorded in case, stands for the window (issue 26: the
+    step: its last warm-up step, recorded in case, stands for the window (the
     closure's syncs are found); what ran after the last boundary (the prediction loop) is still
     not reported per step."""
     r = run_gpuopt(

@@ -1,5 +1,5 @@
-"""sync-in-step: one finding per loop (or function) citing every sync line in it (issue 14:
-pytorch/examples dcgan got four near-identical findings for one loop body)."""
+"""sync-in-step: one finding per loop (or function) citing every sync line in it (pytorch/examples
+dcgan's loop body: one finding, not four near-identical ones)."""
 
 from __future__ import annotations
 

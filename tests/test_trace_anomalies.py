@@ -1,4 +1,4 @@
-"""Damaged and hostile traces (issue 13): each anomaly is repaired with a one-line warning or
+"""Damaged and hostile traces: each anomaly is repaired with a one-line warning or
 refused with a one-line error (docs/trace-metrics.md, "Damaged traces"), and no profile holds an
 impossible number."""
 
@@ -152,7 +152,7 @@ def test_clock_skew_between_ranks_leaves_out_the_straggler(tmp_path: Path) -> No
 def test_submicrosecond_memsets_in_a_ns_trace_keep_non_compute_non_negative(
     tmp_path: Path,
 ) -> None:
-    # issue 18: 22 memsets shorter than 1 µs gave an H100 trace a non-compute share of -0.034%
+    # 22 memsets shorter than 1 µs, rounded inward, give an H100 trace a non-compute share -0.034%
     ev = [launch(0.5, 1.25, corr=1), kernel("gemm", 10.5, 100.0, corr=1)]
     for i in range(22):
         ev += [

@@ -139,7 +139,7 @@ def test_a_gpu_that_keeps_up_keeps_the_host_steps(tmp_path: Path) -> None:
 
 def test_one_step_whose_work_runs_after_it_is_no_lag(tmp_path: Path) -> None:
     """HTA's trace_compare fixture: the one measured step launches its kernel in its last µs,
-    which runs 57 ms later: a step, not a cadence (it was measured as 4 µs of GPU work)."""
+    which runs 57 ms later: a step, not a cadence (not 4 µs of GPU work)."""
     t = _one(SHARED_TRACES / "hta" / "trace_compare" / "base" / "base.json.gz").trace
     assert t.gpu_lag is msgspec.UNSET
     assert [(s.step, s.dur_us) for s in t.steps] == [(1009, 157_408)]

@@ -126,7 +126,7 @@ def test_dataloader_workers_remove_the_dataloader_cause() -> None:
 
 
 def _compiled(tmp_path: Path) -> Path:
-    """A compiled step (issue 29, modelled on a compiled diffusion trace): one
+    """A compiled step (modelled on a compiled diffusion trace): one
     ``Torch-Compiled Region: 0/0`` CPU op [0, 1000) encloses everything.
 
     Gap [110,300): a hipDeviceSynchronize [120,150) inside the region → 30 µs sync (its own

@@ -1,4 +1,4 @@
-"""Large jobs from traces (issue 18): a folder of ranks analysed in worker processes, per-rank
+"""Large jobs from traces: a folder of ranks analysed in worker processes, per-rank
 summaries (``--summary-only``, ``gpuopt.summary/1``) merged later into the same profile, and bad
 input among many ranks as one line."""
 
@@ -229,7 +229,7 @@ def _gloo_rank(extra_us: float, rank: int) -> list[dict[str, Any]]:
 
 
 def test_collectives_and_the_straggler_of_a_cpu_only_gloo_job(tmp_path: Path) -> None:
-    # no NCCL kernel anywhere: the collectives are the host's c10d ops (issue 18)
+    # no NCCL kernel anywhere: the collectives are the host's c10d ops
     job = tmp_path / "gloo"
     job.mkdir()
     write_trace(job / "r0.json", _gloo_rank(0, 0), 0)

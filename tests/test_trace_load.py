@@ -78,8 +78,8 @@ def _one_line_events(n: int) -> list[dict[str, object]]:
 def test_one_line_json_streams_in_pieces_whatever_the_layout(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str
 ) -> None:
-    # issue 18: a trace written as one line of JSON took the whole-document path (1.8x the
-    # memory); it is now cut into pieces too, and every wrong guess is joined with the next piece
+    # a trace written as one line of JSON is cut into pieces too (the whole-document path takes
+    # 1.8x the memory), and every wrong guess is joined with the next piece
     events = _one_line_events(1500)
     doc = {"schemaVersion": 1, "traceEvents": events, "traceName": "after the events"}
     sep = (",", ":") if layout == "compact" else (", ", ": ")

@@ -1,4 +1,4 @@
-"""Property-based tests of the trace reader (issue 13), with hypothesis.
+"""Property-based tests of the trace reader, with hypothesis.
 
 * Random *valid* traces (CPU ops on one or two threads, launches of kernels, copies and sets on
   one to three streams, optional ProfilerStep annotations, µs or ns resolution, one rank or two)

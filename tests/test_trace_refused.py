@@ -1,4 +1,4 @@
-"""Input that is not a trace, or not one gpuopt can read (issue 13): refused with a one-line
+"""Input that is not a trace, or not one gpuopt can read: refused with a one-line
 error that says what is wrong (docs/trace-metrics.md, "Damaged traces"), never a traceback, and
 decided from the first bytes where it can be: a huge file of garbage costs a bounded read."""
 

@@ -4,7 +4,7 @@ printed as they come, the dry run, and running gpuopt from the source tree.
 A script here runs as ``python3 benchmarks/gpu/check_<topic>.py [--budget S]`` from a source
 tree, gpuopt not installed (msgspec, isal and libcst from ``.whl/``: docs/gpu-validation.md). The
 runner (``gpu_check.py``) sets ``GPUOPT_GPU_CHECK_DRY_RUN=1`` for its CPU dry run: the scripts
-of this issue then run their logic on the CPU with tiny sizes instead of skipping.
+that read it then run their logic on the CPU with tiny sizes instead of skipping.
 """
 
 from __future__ import annotations

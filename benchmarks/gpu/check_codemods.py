@@ -1,4 +1,4 @@
-"""GPU check of the codemods' CUDA forms (issue 26), run by `make gpu-check` (one script a topic).
+"""GPU check of the codemods' CUDA forms, run by `make gpu-check` (one script a topic).
 
     python3 benchmarks/gpu/check_codemods.py [--budget SECONDS]
 
@@ -192,7 +192,7 @@ def main() -> int:
         say("skipped: no CUDA device")
         return 0
     t0 = time.perf_counter()
-    say(f"### codemods (issue 26) — {torch.cuda.get_device_name(0)}, torch {torch.__version__}")
+    say(f"### codemods — {torch.cuda.get_device_name(0)}, torch {torch.__version__}")
     say("")
     try:
         check_syncs(torch, args.budget * 0.3)

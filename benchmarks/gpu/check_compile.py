@@ -1,4 +1,4 @@
-"""GPU check of the compile view (issue 29, docs/compile.md), for `make gpu-check`.
+"""GPU check of the compile view (docs/compile.md), for `make gpu-check`.
 
 `gpuopt profile` of a small CUDA training script that compiles its model with three planted graph
 breaks (a print, an .item(), a data-dependent if) and a sequence length that changes once:
@@ -141,9 +141,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         say("skipped: no CUDA device")
         return 0
-    say(
-        f"### compile view (issue 29) on {torch.cuda.get_device_name(0)}, torch {torch.__version__}"
-    )
+    say(f"### compile view on {torch.cuda.get_device_name(0)}, torch {torch.__version__}")
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "compiled_train.py"
         script.write_text(SCRIPT)

@@ -1,4 +1,4 @@
-"""GPU check of whole-step CUDA graphs and of AoT on training and inference (issues 25/26).
+"""GPU check of whole-step CUDA graphs and of AoT on training and inference.
 
     python3 benchmarks/gpu/check_graphs.py [--budget SECONDS]
 

@@ -1,4 +1,4 @@
-"""GPU check for issue 28 (memory): the fake-tensor prediction against the CUDA allocator.
+"""GPU check of the memory model: the fake-tensor prediction against the CUDA allocator.
 
     python3 benchmarks/gpu/check_memory.py [--budget SECONDS]
 
@@ -9,7 +9,7 @@ the step run once to make the optimizer's state, then measured: torch.cuda.max_m
 over the second step), and the prediction gpuopt makes of it — the first step recorded, replayed
 under fake tensors on the GPU's device (what ``gpuopt profile --memory-for`` does on a GPU
 machine) and on fake CPU tensors modelled as CUDA (what it does on a machine without one).
-Issue 28 asks for within 10%. Then ``gpuopt profile --memory-for h100`` of a small CUDA script,
+The bar is within 10%. Then ``gpuopt profile --memory-for h100`` of a small CUDA script,
 measured and predicted side by side in its document. Prints Markdown lines as it goes; without a
 CUDA device it prints one line and exits 0.
 """

@@ -9,14 +9,14 @@ Runs from the source tree, gpuopt not installed: torch, numpy, pandas, typer, ri
 networkx and nvidia-ml-py come with the machine; msgspec, isal and libcst, when not importable,
 are installed from the wheels in ``.whl/`` (``benchmarks/gpu/prepare_wheels.sh`` fills it) into
 a temporary folder put on PYTHONPATH. Every ``benchmarks/gpu/check_*.py`` runs in its own process
-with ``--budget SECONDS`` and is stopped at its budget plus a few seconds; this issue's own checks
+with ``--budget SECONDS`` and is stopped at its budget plus a few seconds; the preferred checks
 come first (``check_nvml``, ``check_profile``, ``check_aot``, their preferred budgets in
 :data:`PREFERRED`), then the others in name order, 40 s each preferred, all scaled down to fit
 the total; what is left at the end runs ``tests/test_aot_cuda.py``. The exact command for a lent
 GPU machine is in docs/gpu-validation.md.
 
-``--dry-run`` runs the same plan on the CPU: this issue's checks run their logic with tiny
-sizes (``GPUOPT_GPU_CHECK_DRY_RUN=1``), the others say they skip; it writes only to ``--doc``
+``--dry-run`` runs the same plan on the CPU: the checks that read ``GPUOPT_GPU_CHECK_DRY_RUN=1``
+run their logic with tiny sizes, the others say they skip; it writes only to ``--doc``
 when given (tests/test_gpu_check.py runs it).
 """
 
@@ -50,9 +50,9 @@ PREFERRED = {"check_nvml.py": 10.0, "check_profile.py": 100.0, "check_aot.py": 4
 DEFAULT_S = 40.0
 # more than the default, not run first: the memory check's six model/batch rows and its replays
 MORE = {"check_memory.py": 70.0, "check_optimize.py": 185.0}
-# the least a check needs to measure anything (an H200, 2026-11-27): optimize's fewest runs took
-# 172 s; with less it is not started (its time goes to the others), and the line says how to
-# run it alone
+# the least a check needs to measure anything: optimize's fewest runs take 172 s on an H200
+# (docs/gpu-validation.md); with less it is not started (its time goes to the others), and the
+# line says how to run it alone
 NEEDS = {"check_optimize.py": 180.0}
 AOT_TESTS_MIN_S = 30.0
 
@@ -111,7 +111,7 @@ def bring_wheels() -> str | None:
 
 
 def checks() -> list[Path]:
-    """This issue's checks first (in :data:`PREFERRED`'s order), then every other one by name."""
+    """The preferred checks first (in :data:`PREFERRED`'s order), then every other one by name."""
     found = sorted(HERE.glob("check_*.py"))
     first = [HERE / n for n in PREFERRED if (HERE / n).exists()]
     return first + [p for p in found if p.name not in PREFERRED]

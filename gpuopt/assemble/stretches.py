@@ -4,21 +4,20 @@ every step, where the gap sampler looked into it in only some.
 The recorder measures every stretch between two model ops of at least ``GAP_FLOOR_S``
 (``StepCounters.gaps``, by when it began) and how many model ops of its step ran before it
 (``StepCounters.gap_ops``). The gap sampler looks at the training thread once a millisecond, and
-less often while the thread holds the GIL: a 1.5 ms ``time.sleep`` planted after every step of
-``examples/index_loops.py`` was seen in one window step of three in 3 of 20 runs (bench_check,
-issue 30), and ``gpuopt check`` read the step's named time as a third of it. A step's code runs
-its ops in the same order every step, so a stretch after the same number of ops in a step with
-as many ops is the same code: it is named at the line the sampler saw there, for its measured
-length. Steps with another number of ops (ragged batches, a data-dependent loop) are left as the
-sampler saw them; a stall in one step (a collection, the process descheduled) sits where the
-other steps have no long stretch, and stays in its step.
+less often while the thread holds the GIL, so it can see a stretch in only some steps
+(bench_check: a 1.5 ms sleep after every step of ``examples/index_loops.py`` is seen in one
+window step of three in 3 of 20 runs). A step's code runs its ops in the same order every step,
+so a stretch after the same number of ops in a step with as many ops is the same code: it is
+named at the line the sampler saw there, for its measured length. Steps with another number of
+ops (ragged batches, a data-dependent loop) are left as the sampler saw them; a stall in one step
+(a collection, the process descheduled) sits where the other steps have no long stretch, and
+stays in its step.
 
-A stall also stays out of what ``gpuopt check`` compares (:func:`recurring`): the recorder
-stretches index_loops' 7 ms step to 130-240 ms, and in a run slowed by the machine the sampler
-named 1-4 ms stalls inside its loops, each at its own place, in two window steps of three
-(12.3% of the step where the gate's median of the steps had read 0): an identical pair failed
-the outside-ops gate (bench_check, issue 30). A regression (a sleep, a blocking read, a loop
-without ops) is the same stretch in every step.
+A stall also stays out of what ``gpuopt check`` compares (:func:`recurring`): on a slowed machine
+the sampler names 1-4 ms stalls inside a loop, each at its own place, in some window steps only
+(bench_check: 12.3% of index_loops' step in two window steps of three, against 0 in the steps'
+median), which would fail the outside-ops gate on identical code. A regression (a sleep, a
+blocking read, a loop without ops) is the same stretch in every step.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Heavy imports (torch, pandas) happen inside the commands that need them, never at module level:
 ``gpuopt --help`` and ``gpuopt report`` must start in well under half a second. The console entry
-point (:mod:`gpuopt.commands.entry`) runs the plainest ``report`` and ``profile`` command lines
-itself, without importing typer, through the same functions these commands call.
+point (:mod:`gpuopt.commands.entry`) runs the plainest ``report``, ``profile`` and ``check``
+command lines itself, without importing typer, through the same functions these commands call.
 """
 
 from __future__ import annotations
@@ -228,8 +228,8 @@ def _paths(values: list[str], what: str) -> list[Path]:
 
 
 def _sample_interval(value: float) -> float:
-    """``--sample-interval``: a finite number of seconds the sampler can sleep (inf overflowed
-    its sleep, nan made it spin)."""
+    """``--sample-interval``: a finite number of seconds the sampler can sleep (inf overflows
+    its sleep, nan makes it spin)."""
     if not math.isfinite(value) or not SAMPLE_INTERVAL_MIN_S <= value <= SAMPLE_INTERVAL_MAX_S:
         raise typer.BadParameter(
             f"{value} is not a number of seconds from {SAMPLE_INTERVAL_MIN_S} to "

@@ -1,9 +1,9 @@
-"""The console entry point (``gpuopt``, ``python -m gpuopt``), with two fast paths.
+"""The console entry point (``gpuopt``, ``python -m gpuopt``), with three fast paths.
 
 Importing typer (with the standard-library modules it pulls in) and building the click command
 take 25-30 ms. That is a tenth of ``gpuopt report`` on a 25-35 MB trace (docs/bench-trace.md) and
 part of the fixed cost ``gpuopt profile`` adds to a training run (docs/bench-profile.md). So the
-two command shapes people type most are recognised here, before typer is imported, and run the
+three command shapes started most often are recognised here, before typer is imported, and run the
 very functions the typer commands run:
 
 * ``gpuopt report PATH [--format F] [-o FILE]`` (:func:`gpuopt.commands.report.run_report`);

@@ -616,10 +616,10 @@ def _plan_cuda_graphs(kind: FixKind, inp: PlanInput) -> PlannedFix:
 def _plan_aot(kind: FixKind, inp: PlanInput) -> PlannedFix:
     """``--fix aot`` on a training script: the whole step captured in one CUDA graph (the
     cuda-graphs rewrite), the model's forward through Nimble's multi-stream plan where the cost
-    model promises enough over one stream and the plan's CPU proof passed. The per-part graphs
-    it replayed before (a copy of every parameter and saved activation a step, the backward's
-    capture in the measured steps) were 7.5x slower on an H200: where the step cannot be
-    captured whole, it is not offered, with the reason."""
+    model promises enough over one stream and the plan's CPU proof passed. Per-part graphs (a
+    copy of every parameter and saved activation a step, the backward's capture in the measured
+    steps) are 7.5x slower on an H200 (docs/optimize.md): where the step cannot be captured
+    whole, it is not offered, with the reason."""
     from gpuopt.aot.choice import MIN_ESTIMATED_GAIN
 
     if "aot" not in inp.chosen:

@@ -116,10 +116,9 @@ def apply_fixes(
     return applied
 
 
-# applied in this order; "aot" replaces the forward, so it comes last. optimize no longer plans
-# "aot" as a run-time transform (its per-part graphs copied every parameter and saved activation
-# a step: the fix is now the whole step captured, a source form); a fixes.json written before
-# still runs with it
+# applied in this order; "aot" replaces the forward, so it comes last. optimize never plans "aot"
+# as a run-time transform (its per-part graphs copy every parameter and saved activation a step:
+# the aot fix captures the whole step, in the source); a fixes.json that lists it still runs it
 MODEL_TRANSFORMS = ("bf16_autocast", "fp16_autocast", "channels_last", "compile", "aot")
 
 

@@ -34,32 +34,30 @@ from gpuopt.units import fmt_bytes, fmt_duration
 MIN_STEPS = 8  # measured steps per side, for an interval
 # Below this median step time, run-to-run drift dwarfs the default floor: 20 runs of
 # examples/sync_metrics.py (0.25 ms steps) had medians with a 6.6% standard deviation and a heavy
-# tail (291 and 316 µs among ~250): identical code failed 1 of 10 pairs at one run a side and 1 of
+# tail (291 and 316 µs among ~250): identical code fails 1 of 10 pairs at one run a side and 1 of
 # 10 at 2 + 1 (the drift then measured from one pair of runs); at 2 + 2, 0 of 10. The 25 ms steps
 # of slow_dataset.py: 0.4%
 SHORT_STEP_S = 1e-3
 # With one run a side the run-to-run drift cannot be estimated from the runs; unless the user
 # gave theirs (--step-time-noise, or the config), the interval uses the drift of this kind of
 # machine: the largest standard deviation of the log median step time over quiet identical runs
-# of the bundled examples and corpus scripts (steps of 1 ms or more) on the project's 2-core VM,
-# as benchmarks/bench_stability.py prints it: 28.5% on 2026-11-26 (6 quiet runs of each of 6
-# examples and 4 corpus scripts, load 1.0-2.6; examples/ragged_steps' 3.8 ms step; 1.6-28.5% by
-# script: docs/benchmarks.md, issue 30). Rounded up to 30%.
+# of the bundled examples and corpus scripts (steps of 1 ms or more) on the project's 2-core VM.
+# benchmarks/bench_stability.py's step-time sd: 1.6-28.5% by script, the most for
+# examples/ragged_steps.py (docs/benchmarks.md); rounded up to 30%.
 ONE_RUN_DRIFT = 0.30
 # the gates a check can run (``--gates``): timed ones, then those counted exactly
 GATE_GROUPS = ("step-time", "data-wait", "outside-ops", "gpu", "counters", "findings")
 # The run-to-run drift (sd) of the share of a step outside tensor ops named at a line, over quiet
-# identical runs, the floor of the outside-ops gate with fewer than three runs in all:
-# benchmarks/bench_stability.py's "named" column, at most 0.4pt over 20 runs each of 5 scripts
-# (2026-11-27, docs/benchmarks.md, issue 30), then 2.0pt in a later round of 20 (index_loops: 0
-# in most runs, up to 7.4% in one, a Python stretch of the indexing loop the sampler caught): a
-# tail of single spikes, so 3pt, as the data-wait gate's, where a 7.4pt rise at one run a side
-# stays within noise and a planted sleep of a quarter of the step does not.
+# identical runs, the floor of the outside-ops gate with fewer than three runs in all.
+# benchmarks/bench_stability.py's "named" column: at most 2.0pt over 20 runs each of 5 scripts,
+# a tail of single spikes (index_loops: 0 in most runs, 7.4% in one). 3pt, as the data-wait
+# gate's: a 7.4pt rise at one run a side stays within noise, a planted sleep of a quarter of the
+# step does not.
 OUTSIDE_OPS_DRIFT = 0.03
 # The run-to-run drift (sd) of a run's mean data-wait share over quiet identical runs, the floor of
 # the data-wait gate with fewer than three runs in all: bench_stability's evidence sd of
-# `dataloader-bound`, 1.6-2.7pt (slow_dataset, io_loader, corpus vae; 20 runs each, 2026-11-27),
-# rounded up. With the 1pt floor an identical vae pair failed at one run a side (bench_check).
+# `dataloader-bound`, 1.6-2.7pt (slow_dataset, io_loader, corpus vae; 20 runs each), rounded up:
+# with a 1pt floor an identical vae pair fails at one run a side (bench_check).
 DATA_WAIT_DRIFT = 0.03
 
 
@@ -320,8 +318,8 @@ def outside_ops_gate(
     a planted 25% sleep is a fixed time, which the machine's run-to-run drift of step time (30%
     on this project's VM) neither hides nor dilutes. Named time, not all of it: a stretch the
     sampler could not look into (the process descheduled, a collection holding the GIL) stays
-    unnamed, and in identical runs the unnamed part reached 24-34% of a window where most runs
-    read 0 (bench_stability, issue 30). Its drift floor with fewer than three runs in all:
+    unnamed, and in identical runs the unnamed part reaches 24-34% of a window where most runs
+    read 0 (bench_stability). Its drift floor with fewer than three runs in all:
     :data:`OUTSIDE_OPS_DRIFT`, and the baseline's named time times the step's one-run drift (the
     named time of Python work slows with the machine); the data's own with more. The
     candidate's line where the time went is named. A busy side leaves it inconclusive."""

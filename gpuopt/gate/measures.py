@@ -60,7 +60,7 @@ def outside_ops_named(p: Profile) -> float | None:
     if steps and step:
         return min(statistics.median(steps) / step, 1.0)
     if named is not None and step:
-        return min(named / step, 1.0)  # the samples' own time (documents from this wave on)
+        return min(named / step, 1.0)  # the named time's mean (documents without it by step)
     return min(sum(float(s.time_share) for s in given(d.outside_ops_sites) or []), 1.0)
 
 

@@ -5,10 +5,10 @@ A run whose machine slowed it is *disturbed*. Where the run measured its threads
 (``utilization.cpu.run_delay_share``, :mod:`gpuopt.probes.contention`), that is the test: its
 threads waited at least :data:`RUN_DELAY_BUSY` of their runnable time while other processes kept
 at least :data:`OTHERS_MIN` core busy (a run whose own threads outnumber the cores waits on a quiet
-machine too: that is its code, the same on both sides). Other processes' busy cores alone missed
-the load that slows a multi-threaded step (issue 30: an identical rerun 40% slower, not flagged),
-and flagged neighbours on cores the run did not need. Runs without it (older documents, other
-systems) keep the earlier test: other processes kept at least :data:`BUSY_CORES` busy (the mean
+machine too: that is its code, the same on both sides). Other processes' busy cores alone miss
+the load that slows a multi-threaded step (an identical rerun 40% slower, not flagged), and flag
+neighbours on cores the run did not need. Runs without it (older documents, other systems) get
+the test by busy cores: other processes kept at least :data:`BUSY_CORES` busy (the mean
 over the run's samples) and the machine was full (the run's own busy cores plus the others'
 within half a core of all cores). Its step times measure the neighbours as much as the code: on
 this project's 2-core machine a neighbour's test suite makes the same training step 1.4-3.4×
@@ -47,8 +47,7 @@ OTHERS_MIN = 0.25  # ... while other processes kept at least a quarter of a core
 # bandwidth and the core's other hardware thread shared with the neighbour. Measured by
 # benchmarks/bench_check.py's loaded identical runs of a one-thread step (docs/benchmarks.md):
 # index_loops under one spinning neighbour ran 3.97x slower at a 20.5% wait, its interval's low
-# end 1.99x, 1.58 times 1 / (1 - wait), and failed under the 1.5 this was; the largest of 61 such
-# runs (one neighbour 40, two 21) needed 1.58
+# end 1.99x, 1.58 times 1 / (1 - wait): the most of 61 such runs (one neighbour 40, two 21)
 CONTENTION_MARGIN = 2.0
 # a run that kept more than this many cores busy of its own ran its ops on several threads
 PARALLEL_CORES = 1.25

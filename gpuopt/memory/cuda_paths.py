@@ -7,13 +7,13 @@ and its output are made and kept for the backward — four tensors of batch × h
 layer. On a CUDA GPU the same call runs a fused kernel (flash attention for fp16/bf16,
 memory-efficient attention for fp32 or with a mask) that keeps the output and a
 (batch, heads, L) log-sum-exp only. A replay on fake CPU tensors that models a GPU would count
-the CPU's matrices (measured on an H200: a 6-layer Transformer at batch 16 was predicted 48%
-over the GPU's peak).
+the CPU's matrices (48% over the GPU's peak for a 6-layer Transformer at batch 16, measured on an
+H200).
 
 **Dropout**: on the CPU ``F.dropout`` makes a float noise tensor (4 bytes an element) that the
 product keeps for the backward; on a CUDA GPU it is the fused ``native_dropout``, which keeps a
 boolean mask (1 byte). A Transformer layer's three dropouts at batch 4 × 256 tokens: 54 MiB over
-six layers, what a replay on the CPU counted over the same step's replay on an H200.
+six layers, what a replay on the CPU counts over the same step's replay on an H200.
 
 :func:`mode` routes the attention call to the fused op CUDA would choose,
 by torch's own rules (``sdp_utils``): flash for fp16/bf16 without a mask on compute capability

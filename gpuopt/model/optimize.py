@@ -93,7 +93,7 @@ class RunResult(Record):
     step_s: list[float] = field(default_factory=list)  # measured steps' times
     steps_per_s: float | None = None  # 1 / median step time
     wall_s: float | None = None
-    # issue 25: a timed run (--measure-only: no recorder, profiler window, sampler) counts in
+    # a timed run (--measure-only: no recorder, profiler window, sampler) counts in
     # the gains; the profiling run (baseline 1) does not
     timed: bool | UnsetType = UNSET
     warmup_steps: int | UnsetType = UNSET  # leading steps before the run settled (detected)
@@ -112,7 +112,7 @@ class Gain(Record):
     noise: float | None = None  # the baseline's own run-to-run spread, as a ratio - 1
     measurable: bool = False  # outside both the interval and the run-to-run spread
     label: str = ""  # "1.84x faster", "no measurable gain", "GPU-only, not measured here"
-    # issue 25: how it was measured and how sure it is
+    # how it was measured and how sure it is
     verdict: GainVerdict | UnsetType = UNSET  # faster, slower, no-gain, not-measured
     statistic: str | UnsetType = UNSET  # what the speedup is a ratio of
     baseline_level_s: float | UnsetType = UNSET  # the baseline's level: its settled steps' median
@@ -157,7 +157,7 @@ class Verification(Record):
     max_loss_diff: float | None = None
     steps_compared: int = 0
     loss_scale: float | None = None  # the largest baseline loss (differences are relative to it)
-    bound: Bound | UnsetType = UNSET  # issue 25: which bound decided
+    bound: Bound | UnsetType = UNSET  # which bound decided the verdict
     baseline_runs: int | UnsetType = UNSET  # the baseline runs the floor came from
 
 
@@ -179,5 +179,5 @@ class OptimizeDocument(Record):
     runs: list[RunResult] = field(default_factory=list)
     diff: str = ""  # every source change, one unified diff
     cost_s: float | None = None  # what optimize itself took, wall clock
-    time_budget_s: float | UnsetType = UNSET  # issue 25: the measuring's time cap
+    time_budget_s: float | UnsetType = UNSET  # the measuring's time cap (--time-budget)
     warnings: list[str] = field(default_factory=list)

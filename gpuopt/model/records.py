@@ -165,8 +165,8 @@ class CpuUtilization(Record):
     cores_busy_mean: float | None | UnsetType = UNSET
     # cores kept busy by other processes on the machine (not this run's tree), mean over samples
     other_cores_busy_mean: float | None | UnsetType = UNSET
-    # issue 30 (gpuopt.probes.contention): the training process's threads' wait for a core, as
-    # a share of their runnable time, and as threads waiting on average; absent without schedstat
+    # the training process's threads' wait for a core (gpuopt.probes.contention), as a share of
+    # their runnable time, and as threads waiting on average; absent without schedstat
     run_delay_share: float | UnsetType = UNSET
     run_delay_cores: float | UnsetType = UNSET
 
@@ -218,7 +218,7 @@ class Transfer(Record):
     time_us_per_step: float | None | UnsetType = UNSET
     time_share: float | UnsetType = UNSET
     bandwidth_gbps: float | None | UnsetType = UNSET
-    # time_share of each recorded step (findings draw their interval from them; issue 30)
+    # time_share of each recorded step (findings draw their interval from them)
     time_share_steps: list[float] | UnsetType = UNSET
 
 
@@ -239,7 +239,7 @@ class Sync(Record):
     # the innermost loop (its header line) or else the function (its def line) the site runs in
     scope: str | UnsetType = UNSET
     scope_kind: str | UnsetType = UNSET  # for, while, comprehension, function, module
-    # the shares of each recorded step (findings draw their interval from them; issue 30)
+    # the shares of each recorded step (findings draw their interval from them)
     time_share_steps: list[float] | UnsetType = UNSET
     idle_after_share_steps: list[float] | UnsetType = UNSET
     # a read a training framework's code made (docs/frameworks.md): the framework, its line
@@ -364,7 +364,7 @@ class Loop(Record):
     time_us_per_step: float | UnsetType = UNSET
     time_share: float | UnsetType = UNSET
     through: list[str] | UnsetType = UNSET  # the helper lines that issue the loop's ops
-    # time_share of each recorded step (findings draw their interval from them; issue 30)
+    # time_share of each recorded step (findings draw their interval from them)
     time_share_steps: list[float] | UnsetType = UNSET
 
 
@@ -398,7 +398,7 @@ class Finding(Record):
     estimate_model: str | None = None
     source: str | UnsetType = UNSET  # "trace": found in a Kineto trace
     fix_params: dict[str, str] | UnsetType = UNSET  # the knobs and values of the fix
-    # issue 30: the main evidence's interval, where the rule has per-step values; a finding
+    # the main evidence's interval, where the rule has per-step values; a finding
     # within noise of its threshold or of HIGH's is borderline, and never HIGH
     interval: EvidenceInterval | UnsetType = UNSET
     borderline: bool | UnsetType = UNSET

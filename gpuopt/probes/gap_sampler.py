@@ -9,8 +9,8 @@ thread is in such a stretch: in no op and in no recorder code, at least
 :data:`~gpuopt.probes.recorder_counters.GAP_FLOOR_S` after the last op ended. Each sample weighs
 the time since the sampler's previous look (at most the stretch's age), and carries when its
 stretch began (``since``): where the recorder measured that stretch (``StepCounters.gaps``),
-the assembly names it for its whole length, which looks every millisecond undercount (a 1.7 ms
-sleep was named for a third of it).
+the assembly names it for its whole length, which looks every millisecond undercount (by the
+samples alone a 1.7 ms sleep is named for a third of it).
 
 Samples keep the stack as ``(id(code), lasti)`` pairs, innermost first (the sampler keeps the code
 objects alive in ``codes``; a stack seen again is the same tuple, so a long sleep's thousands of

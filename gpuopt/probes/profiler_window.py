@@ -199,8 +199,8 @@ class ProfilerWindow:
         """Stop the profiler and write its trace. ``complete``: the window's last step ended
         (else the run ended inside it). Trace analyses drop a trace's last ``ProfilerStep``
         (HTA's rule, gpuopt.trace.prepare: the profiler usually cuts it off), so a complete
-        window ends with an empty step of its own for them to drop: on an H200 the window's
-        three steps were measured as two. A step the run's end cut off stays the last one."""
+        window ends with an empty step of its own for them to drop (else a window of three
+        steps reads as two). A step the run's end cut off stays the last one."""
         from torch.profiler import record_function
 
         prof, self._prof = self._prof, None

@@ -46,7 +46,7 @@ def no_findings_message(profile: Profile) -> str:
 
 
 def evidence_summary(finding: Finding) -> str:
-    """The evidence's summary, and, for a borderline finding, that it is one (issue 30)."""
+    """The evidence's summary, and, for a borderline finding, that it is one."""
     summary = one_line(finding.evidence.get("summary"))
     note = borderline_note(finding)
     return f"{summary}; {note}" if summary and note else summary or note

@@ -28,7 +28,7 @@ def finish_profile(record: RunRecord) -> Profile:
 def import_finish() -> None:
     """Import what :func:`finish_profile` runs (the assembly and every rule module) now. Called
     before the script starts: the session's first checkpoint runs it from the sampling thread, and
-    importing there took 20-30 ms of the GIL in the middle of one of the script's steps (a 26 ms
+    importing there takes 20-30 ms of the GIL in the middle of one of the script's steps (a 26 ms
     step among 1 ms ones in a measured window). The same imports the run's end needs anyway."""
     from gpuopt.assemble.run_profile import assemble_run  # noqa: F401
     from gpuopt.findings.engine import registered_rules

@@ -12,8 +12,8 @@ Two starts, both for files of at least :data:`MIN_TEXT_BYTES` of JSON.
 file, before numpy is imported: the helper runs only numpy-free code (:mod:`gpuopt.trace.events`),
 so it decodes while the parent imports, and its share grows by :data:`EARLY_TEXT_BYTES`, what it
 decodes in that time (:func:`split_for`). Otherwise (a folder of ranks, ``gpuopt profile``'s
-window) the loader forks it after the imports. (A first version forked before the imports with a
-helper that imported numpy too: both processes then imported at once, each slower, and it lost.)
+window) the loader forks it after the imports. (A helper that imported numpy too would import
+at the same time as the parent, each slower: the early helper stays numpy-free.)
 
 Measured (docs/bench-trace.md): on this project's 2-vCPU machines two busy processes get between
 1.1x and 2x the throughput of one, changing from minute to minute, so the helper saves far less
@@ -66,10 +66,9 @@ BUSY_MIN_TEXT_BYTES = 8 << 20
 # The parent's share: a little over half, since the helper also decompresses the parent's half.
 PARENT_SHARE = 0.55
 # How much JSON a helper forked before the parent's imports decodes while the parent imports numpy
-# and the analyses. Was 12 MB (0.10-0.14 s at ~100 MB/s); timed with the parent's steps (issue 18),
-# the helper was done before the parent's imports and its own share in every run, the parent the
-# critical path. 28 MB, side by side with 12 on an idle machine (farm-bench, 10 pairs): 0.94x the
-# wall time on a 25.8 MB trace (the helper decodes all of it), 0.91x on 53.7 MB; 40 MB: no better.
+# and the analyses: at 12 MB the helper finished first and the parent was the critical path. 28 MB
+# against 12 on an idle machine (10 pairs, docs/bench-trace.md): 0.94x the wall time on a 25.8 MB
+# trace (the helper decodes all of it), 0.91x on 53.7 MB; 40 MB: no better.
 EARLY_TEXT_BYTES = 28 << 20
 _LEN = struct.Struct("<Q")
 T = TypeVar("T")

@@ -23,8 +23,8 @@ from gpuopt.model.records import Framework, given
 from gpuopt.units import fmt_frac
 
 MIN_SHARE = 0.2  # a fifth of the step in the framework's Python
-# the part of the framework's Python its knobs remove: enable_progress_bar=False took 0.71 of
-# the autoencoder's 3.11 ms CPU of Lightning Python a step (benchmarks/frameworks, 2026-11-28)
+# the part of the framework's Python its knobs remove: enable_progress_bar=False takes 0.71 of
+# the autoencoder's 3.11 ms CPU of Lightning Python a step (benchmarks/bench_frameworks.py)
 REMOVED = 0.23
 
 

@@ -13,27 +13,28 @@ and at least :data:`MIN_IMPLAUSIBLE_US`), the time between ops is not dispatch (
 between ops, or a step that does something else) and the finding does not fire.
 
 Time outside tensor ops (a ``time.sleep``, a blocking read, a Python loop without ops: any
-stretch between two ops longer than that same bound) was once part of ``host_dispatch_share``:
-a 10 ms sleep in a 23 ms step of 226 small ops was 44 µs "per op", under the per-op bound, and
-became a HIGH finding at the next op's line. The recorder now measures those stretches and the
-assembly leaves them out of ``host_dispatch_share`` (``dispatch.outside_ops_*``: "other", named
-at its lines). The share's interval comes from each recorded step's value
+stretch between two ops longer than that same bound) is not part of ``host_dispatch_share``:
+counted there, a 10 ms sleep in a 23 ms step of 226 small ops reads 44 µs "per op", under the
+per-op bound, and makes a HIGH finding at the next op's line. The recorder measures those
+stretches and the assembly leaves them out of ``host_dispatch_share`` (``dispatch.outside_ops_*``:
+"other", named at its lines). The share's interval comes from each recorded step's value
 (``host_dispatch_share_steps``): a share within noise of 30% or 25% is borderline, never HIGH
 (:mod:`gpuopt.findings.evidence`).
 
 Each step's share is what is left of its tiny ops' time after the recorder's per-op cost estimate
 is taken out, and where the recorder costs 20× the op that subtraction can leave nothing: in 2 of
-20 identical runs of ``examples/index_loops.py`` one window step read 0% (the others 36-54%), the
-interval spanned 0-100% and a HIGH finding became a borderline LOW one. The step's op count gives
-a floor that no subtraction touches (:func:`dispatch_floor`): each tiny op costs the host at least
-what the cheapest op call costs without the recorder (``calibrated_op_us``, the best of the
-calibration's repeats), so the share is at least tiny ops × that over the unrecorded steps' median
-(4,900 × 1.1 µs of a 7.3 ms step: 74%). The interval's low end (and the value) are raised to it.
+20 identical runs of ``examples/index_loops.py`` one window step reads 0% (the others 36-54%),
+the interval spans 0-100% and a HIGH finding turns into a borderline LOW one. The step's op count
+gives a floor that no subtraction touches (:func:`dispatch_floor`): each tiny op costs the host at
+least what the cheapest op call costs without the recorder (``calibrated_op_us``, the best of the
+calibration's repeats), so the share is at least tiny ops × that over the unrecorded steps'
+median (4,900 × 1.1 µs of a 7.3 ms step: 74%). The interval's low end (and the value) are raised
+to it.
 
 The share's interval also covers the recorder's own error (:func:`~gpuopt.findings.evidence.
 recorder_model`, as at a loop's site): in ``examples/ragged_steps.py`` (473 ops a step, the
 recorder's window 5-6 steps long, its estimate off by 40-70%) the share read 36-98% in identical
-runs and the finding was absent in 1 of 20 whose majority was HIGH. Such a step is borderline,
+runs and the finding is absent in 1 of 20 whose majority is HIGH. Such a step is borderline,
 never HIGH, unless its recorder-free floor clears HIGH on its own.
 """
 
@@ -66,9 +67,9 @@ MIN_IMPLAUSIBLE_US = 100.0  # ... and never below 100 µs per op (eager Python p
 # The run-to-run drift (sd) of the dispatch share over quiet identical runs, larger than other
 # shares' SHARE_DRIFT: bench_stability's evidence sd of `launch-bound`, 3.6pt (segmentation_loops,
 # its share 0.14-0.33 in identical runs around the 30% threshold) and 5.9pt (index_loops) in
-# 20 runs each, 2026-11-27 (docs/benchmarks.md, issue 30): 3.6pt rounded up (index_loops sits far
-# above HIGH, where a wider interval changes nothing). With the 2pt of other shares, three
-# window steps at 0.33-0.35 made a HIGH finding in 2 of 20 runs whose majority had none.
+# 20 runs each: 3.6pt rounded up (index_loops sits far above HIGH, where a wider interval changes
+# nothing). With the 2pt of other shares, three window steps at 0.33-0.35 make a HIGH finding in
+# 2 of 20 runs whose majority has none.
 DISPATCH_DRIFT = 0.04
 
 

@@ -17,8 +17,8 @@ still :func:`undecided`), or the next pair would end past the time budget
 
 A candidate found **slower** is measured by the same rule: it will be dropped, but the size
 printed ("1.26x slower") must be one the runs support, and two runs a side leave it as wide as
-two runs make it (the syncs fix on a CPU once read "1.26x slower [0.67-0.95]" from two runs a
-side where the same change timed outside gpuopt was 1.05x slower). Two exceptions:
+two runs make it (the syncs fix on a CPU can read "1.26x slower [0.67-0.95]" from two runs a
+side where the same change timed outside gpuopt is 1.05x slower). Two exceptions:
 
 * a single candidate run a little slower (not :func:`clearly_slower`) is run once more before
   anything else, ``--quick`` too (a neighbour's burst in one run);

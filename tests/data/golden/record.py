@@ -1,8 +1,8 @@
 """Records the documents and renderings that tests/test_golden.py compares gpuopt against.
 
-Recorded once with the code *before* a refactor that must not change what users see (issue 12:
-the typed profile document), and re-recorded only on purpose, when an output is meant to change
-(say why in the commit). Nothing here is hand-made: every file is gpuopt's own output.
+The recordings are what users see; they are re-recorded only on purpose, when an output is meant
+to change (say why in the commit), so a refactor that changes them fails tests/test_golden.py.
+Nothing here is hand-made: every file is gpuopt's own output.
 
     python tests/data/golden/record.py   # from the repository root
     python tests/data/golden/record.py runs ddp_gloo   # only these runs
@@ -63,7 +63,7 @@ RUNS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("raises", ("tests/data/scripts/raises.py",)),
     ("ddp_gloo", ("--nproc-per-node", "2", "tests/data/scripts/ddp_gloo.py")),
     # a planted straggler (rank 1 sleeps 20 ms a step), two micro-batches per optimizer step
-    # each all-reducing (no no_sync): straggler-rank and gradient-accumulation-sync (issue 18)
+    # each all-reducing (no no_sync): straggler-rank and gradient-accumulation-sync
     (
         "ddp_straggler",
         (

@@ -1,4 +1,4 @@
-"""A training loop of small ops with a time.sleep in every step (issue 30): the sleep is "other"
+"""A training loop of small ops with a time.sleep in every step: the sleep is "other"
 at its own line, never launch-bound."""
 
 import time
