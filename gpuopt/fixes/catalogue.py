@@ -1,5 +1,6 @@
 """The fixes ``gpuopt optimize`` knows, by name (the contract's ``--fix NAME``), with what each one
-is for and how it can reach a run. Pure data: the planning is :mod:`gpuopt.fixes.plan`."""
+is for and how it can reach a run. Pure data: each fix plans itself in its module or folder of
+:mod:`gpuopt.fixes`, and :data:`gpuopt.fixes.plan.PLANNERS` names each fix's planner."""
 
 from __future__ import annotations
 

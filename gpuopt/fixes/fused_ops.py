@@ -33,6 +33,15 @@ from collections.abc import Collection
 
 import libcst as cst
 
+from gpuopt.fixes.catalogue import FixKind
+from gpuopt.fixes.planned import (
+    PlanInput,
+    PlannedFix,
+    SourceEdit,
+    by_file,
+    findings_named,
+    for_lines,
+)
 from gpuopt.source import (
     PositionProvider,
     Rewrite,
@@ -131,6 +140,22 @@ def on_lines_range(match: Match, lines: Collection[int]) -> bool:
     return any(match.line <= ln <= match.end_line for ln in lines)
 
 
+def plan(kind: FixKind, inp: PlanInput) -> PlannedFix:
+    """The hand-written op chains the findings name, each replaced by torch's one op."""
+    found = [f for f in findings_named(inp.profile, kind.findings) if f.site]
+    fix = PlannedFix(kind, False, False, "", findings=[f.id for f in found])
+    fix.sites = sorted({f.site for f in found if f.site})
+    if not fix.sites:
+        fix.reason = "no hand-written op chain with a site in the profile"
+        return fix
+    fix.applicable = True
+    fix.reason = "hand-written op chains at " + ", ".join(fix.sites)
+    for path, lines in by_file(fix.sites).items():
+        fix.edits.append(SourceEdit(path, lines, for_lines(rewrite_hand_written_ops, lines)))
+    return fix
+
+
 __all__ = [
+    "plan",
     "rewrite_hand_written_ops",
 ]

@@ -34,6 +34,15 @@ from dataclasses import dataclass
 import libcst as cst
 import libcst.matchers as m
 
+from gpuopt.fixes.catalogue import FixKind
+from gpuopt.fixes.planned import (
+    PlanInput,
+    PlannedFix,
+    SourceEdit,
+    by_file,
+    findings_named,
+    for_lines,
+)
 from gpuopt.source import PositionProvider, Rewrite, Skipped, wrap
 
 MOVABLE_KINDS = ("print", "logging", "item", "tolist")  # graph-break kinds this fix moves
@@ -314,3 +323,19 @@ def rewrite_graph_breaks(source: str, lines: Collection[int], name: str = "<sour
 
 def _uses_item(node: cst.CSTNode) -> bool:
     return bool(m.findall(node, m.Call(func=m.Attribute(attr=m.Name("item") | m.Name("tolist")))))
+
+
+def plan(kind: FixKind, inp: PlanInput) -> PlannedFix:
+    """Graph breaks at a print, a logging call or an .item() read: moved to the end of their
+    compiled function (:func:`rewrite_graph_breaks`)."""
+    found = findings_named(inp.profile, kind.findings)
+    movable = [f for f in found if f.evidence.get("kind") in MOVABLE_KINDS and f.site]
+    fix = PlannedFix(kind, False, bool(movable), "", findings=[f.id for f in found])
+    fix.sites = sorted({f.site for f in movable if f.site})
+    if not movable:
+        fix.reason = "no graph break at a print, logging call or .item() with a site"
+        return fix
+    fix.reason = "graph breaks at logging lines: " + ", ".join(fix.sites)
+    for path, lines in by_file(fix.sites).items():
+        fix.edits.append(SourceEdit(path, lines, for_lines(rewrite_graph_breaks, lines)))
+    return fix

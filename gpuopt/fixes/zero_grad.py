@@ -22,7 +22,11 @@ from dataclasses import dataclass
 import libcst as cst
 import libcst.matchers as m
 
+from gpuopt.debug import logger
+from gpuopt.fixes.catalogue import FixKind
+from gpuopt.fixes.planned import PlanInput, PlannedFix, SourceEdit, for_lines
 from gpuopt.source import (
+    CodemodError,
     PositionProvider,
     Rewrite,
     Skipped,
@@ -31,6 +35,8 @@ from gpuopt.source import (
     on_lines,
     wrap,
 )
+
+log = logger(__name__)
 
 _FALSE = m.Name("False")
 _TRUE = m.Name("True")
@@ -178,3 +184,28 @@ def rewrite_zero_grad(
     setter = _Setter(lines)
     new = wrap(source, name).visit(setter)
     return Rewrite(new.code, setter.notes, skipped)
+
+
+def zero_grad_lines(inp: PlanInput) -> list[int]:
+    """The script's ``zero_grad(set_to_none=False)`` lines (none for ``-m MODULE``, or a
+    script libcst cannot read)."""
+    if inp.script_text is None:
+        return []
+    try:
+        return find_zero_grad_false(inp.script_text)
+    except CodemodError as exc:
+        log.debug("zero_grad calls not read: %s", exc)
+        return []
+
+
+def plan(kind: FixKind, inp: PlanInput) -> PlannedFix:
+    lines = zero_grad_lines(inp)
+    fix = PlannedFix(kind, False, bool(lines), "")
+    if not lines or inp.script_path is None:
+        fix.reason = "no zero_grad(set_to_none=False) in the script"
+        return fix
+    path = inp.script_path
+    fix.sites = [f"{path}:{n}" for n in lines]
+    fix.reason = "gradients are zero-filled every step instead of freed"
+    fix.edits = [SourceEdit(path, lines, for_lines(rewrite_zero_grad, lines))]
+    return fix
