@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuopt.fixes.catalogue import CATALOGUE, NAMES
+from gpuopt.fixes.catalogue import CATALOGUE, NAMES, PLANNERS
 from gpuopt.fixes.dataloader.sweep import SweepPoint, SweepResult
-from gpuopt.fixes.plan import PLANNERS, PlanInput, plan_fixes
+from gpuopt.fixes.plan import PlanInput, plan_fixes
 from gpuopt.model.profile import Environment, Finding, Profile
 
 

@@ -15,11 +15,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuopt.findings.rules.memory import LR_RULE
-from gpuopt.fixes.catalogue import FixKind
 from gpuopt.fixes.dataloader.plan import loader_edits
+from gpuopt.fixes.kind import FixKind
 from gpuopt.fixes.planned import PlanInput, PlannedFix, findings_named
 from gpuopt.model.optimize import LoaderSettings
 from gpuopt.model.profile import Profile
+
+KIND = FixKind(
+    "batch-size",
+    "the training DataLoader's batch_size raised to the one memory-headroom suggests (the "
+    "GPU mostly empty, the step host-bound); the learning rate is left as it is",
+    ("memory-headroom",),
+    runtime=True,
+    source=True,
+    opt_in=True,
+    expected="more samples per second where the step is launch- or dispatch-bound; changes "
+    "the optimisation (batch size, steps per epoch, the learning rate's right value)",
+    per_sample=True,
+)
 
 FINDING = "memory-headroom"
 NO_FINDING = (

@@ -13,6 +13,9 @@ On the targeted lines, each call of one of the named callees (``Trainer(...)``,
   splat may carry, is left, with the reason (a :class:`Skipped`).
 
 A targeted line with no such call is a :class:`Skipped` too.
+
+Its plan (:func:`plan`): the settings the findings name, at the script's settings call;
+:func:`plan_accumulation` refuses ``accumulation`` outside a framework's own setting.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from collections.abc import Collection, Mapping
 
 import libcst as cst
 
-from gpuopt.fixes.catalogue import BY_NAME, FixKind
+from gpuopt.fixes.kind import FixKind
 from gpuopt.fixes.planned import Codemod, PlanInput, PlannedFix, SourceEdit, findings_named
 from gpuopt.model.profile import Finding
 from gpuopt.model.records import given
@@ -36,6 +39,33 @@ from gpuopt.source import (
     wrap,
 )
 from gpuopt.units import site_line
+
+KIND = FixKind(
+    "framework-knobs",
+    "a training framework's own setting changed where the script sets it "
+    "(TrainingArguments(logging_nan_inf_filter=False), Lightning's "
+    "Trainer(enable_progress_bar=False)): the host reads the framework makes every step, or "
+    "Python it runs every step, removed by the framework; a setting that changes the "
+    "training (precision, accumulation) only with --fix framework-knobs",
+    ("sync-in-step", "framework-bound"),
+    runtime=False,
+    source=True,
+    gpu_gain=True,  # the reads it removes wait for a GPU: on a CPU kept unless slower
+)
+
+ACCUMULATION = FixKind(
+    "accumulation",
+    "gradient accumulation through the training framework's own setting "
+    "(TrainingArguments(gradient_accumulation_steps=4), Lightning's "
+    "Trainer(accumulate_grad_batches=4)): the optimizer steps every 4 batches",
+    ("activation-memory",),
+    runtime=False,
+    source=True,
+    opt_in=True,
+    expected="a larger effective batch without its memory: with a smaller batch, the step's "
+    "activations shrink; changes the optimisation (an optimizer step every N batches)",
+    per_sample=True,
+)
 
 
 def _name(func: cst.BaseExpression) -> str | None:
@@ -121,12 +151,13 @@ def rewrite_framework_call(
     return rewrite_call_keywords(source, [line], call, settings, name=name)
 
 
-def plan(kind: FixKind, inp: PlanInput) -> PlannedFix:
+def plan(kind: FixKind, inp: PlanInput, *, fixes: Collection[str]) -> PlannedFix:
     """The framework's settings the findings name, each set on the user's call that sets the
     framework's settings: a finding's ``evidence.knob`` (``TrainingArguments(...)``), one that
     changes the training only when the fix is named; the ``framework-bound`` finding's
     ``fix_params`` at its site (``Trainer(enable_progress_bar=False)``). A framework whose knobs
-    are command-line flags (timm's ``train.py``) gets no edit: the finding's fix names them."""
+    are command-line flags (timm's ``train.py``) gets no edit: the finding's fix names them.
+    ``fixes``: every fix's name (a knob that is another fix's own form is asked by its name)."""
     found = [
         f
         for f in findings_named(inp.profile, kind.findings)
@@ -138,7 +169,7 @@ def plan(kind: FixKind, inp: PlanInput) -> PlannedFix:
         if f.id == "framework-bound":
             _bound_settings(f, fix, calls)
         else:
-            _knob_setting(f, kind, inp, fix, calls)
+            _knob_setting(f, kind, inp, fix, calls, fixes)
     for (site, call), settings in calls.items():
         parsed = site_line(site)
         if parsed is None:
@@ -168,6 +199,7 @@ def _knob_setting(
     inp: PlanInput,
     fix: PlannedFix,
     calls: dict[tuple[str, str], dict[str, str]],
+    fixes: Collection[str],
 ) -> None:
     """A finding's ``evidence.knob``, added to ``calls`` by its settings call's site."""
     knob = f.evidence["knob"]
@@ -175,7 +207,7 @@ def _knob_setting(
     if not isinstance(knob, dict) or not site:
         fix.skipped.append(f"{f.site}: {f.title}: the script's settings call was not found")
         return
-    named_by = str(knob.get("finding", "")) if knob.get("finding") in BY_NAME else kind.name
+    named_by = str(knob.get("finding", "")) if knob.get("finding") in fixes else kind.name
     if knob.get("changes_training") and named_by not in inp.chosen:
         fix.notes.append(
             f"{knob['call']}({knob['argument']}={knob['value']}) changes the training: "

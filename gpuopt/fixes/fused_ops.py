@@ -25,6 +25,8 @@ alias of ``torch.nn.functional`` where it has one, else ``torch.nn.functional`` 
 Equal outputs: each replacement computes the same function; float32 results agree to rounding
 (the tests check ``rtol=1e-5, atol=1e-6`` on random inputs), the training they drive is compared
 by ``gpuopt optimize`` within the fix's stated tolerance.
+
+Its plan (:func:`plan`): the chains the ``hand-written-op`` findings name.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from collections.abc import Collection
 
 import libcst as cst
 
-from gpuopt.fixes.catalogue import FixKind
+from gpuopt.fixes.kind import FixKind
 from gpuopt.fixes.planned import (
     PlanInput,
     PlannedFix,
@@ -56,6 +58,17 @@ from gpuopt.source.hand_written import (
     find_hand_written_ops,
     match_expression,
     module_names,
+)
+
+KIND = FixKind(
+    "fused-ops",
+    "a hand-written GELU, softmax, layer norm or attention expression replaced by torch's "
+    "one op (F.gelu, torch.softmax, F.layer_norm, F.scaled_dot_product_attention)",
+    ("hand-written-op",),
+    runtime=False,
+    source=True,
+    # one op instead of a chain rounds differently (float32 outputs agree to ~1e-6)
+    tolerance=1e-3,
 )
 
 # -- reading expressions --------------------------------------------------------------------------
@@ -156,6 +169,7 @@ def plan(kind: FixKind, inp: PlanInput) -> PlannedFix:
 
 
 __all__ = [
+    "KIND",
     "plan",
     "rewrite_hand_written_ops",
 ]

@@ -24,6 +24,9 @@ What Python cannot show is not seen: a function that changes a tensor it is give
 
 Every other targeted line is left alone with its reason (:class:`Skipped`). Idempotent: a moved
 line sits just before the ``return``, where there is nothing left to jump over.
+
+Its plan (:func:`plan`): the graph breaks of the findings at a print, a logging call or an
+``.item()`` read.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from dataclasses import dataclass
 import libcst as cst
 import libcst.matchers as m
 
-from gpuopt.fixes.catalogue import FixKind
+from gpuopt.fixes.kind import FixKind
 from gpuopt.fixes.planned import (
     PlanInput,
     PlannedFix,
@@ -44,6 +47,17 @@ from gpuopt.fixes.planned import (
     for_lines,
 )
 from gpuopt.source import PositionProvider, Rewrite, Skipped, wrap
+
+KIND = FixKind(
+    "graph-breaks",
+    "a print, logging call or .item() read inside a torch.compile'd function moved to the "
+    "end of the function, before its return: the graph break falls after the tensor work",
+    ("graph-break",),
+    runtime=False,
+    source=True,
+    tolerance=1e-3,  # one graph instead of two: the backend may fuse (and round) differently
+    settle_steps=3,  # every run compiles first
+)
 
 MOVABLE_KINDS = ("print", "logging", "item", "tolist")  # graph-break kinds this fix moves
 _LOGGING_ROOTS = ("logging", "logger", "log", "LOGGER", "LOG", "_logger", "_log", "wandb")

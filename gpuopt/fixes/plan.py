@@ -7,55 +7,21 @@ fix that is not opt-in. Opt-in fixes (they change numerics or the optimisation) 
 their reason, never applied silently.
 
 Each fix plans itself (``plan(kind, inp)`` in its module or folder, on the types of
-:mod:`gpuopt.fixes.planned`); :data:`PLANNERS` names each fix's planner. What stays here is
-what no one fix decides: which fixes are relevant and selected, the one whole-step capture, and
-an opt-in fix asked by name on a script whose training framework has its own setting for it.
+:mod:`gpuopt.fixes.planned`); :mod:`gpuopt.fixes.catalogue` lists every fix with its planner.
+What stays here is what no one fix decides: which fixes are relevant and selected, the one
+whole-step capture, and an opt-in fix asked by name on a script whose training framework has its
+own setting for it.
 """
 
 from __future__ import annotations
 
-from gpuopt.fixes import (
-    batch_size,
-    framework_knobs,
-    fused_ops,
-    graph_breaks,
-    zero_grad,
-)
-from gpuopt.fixes.backend_flags import plan as backend_flags
-from gpuopt.fixes.catalogue import BY_NAME, CATALOGUE, FixKind
-from gpuopt.fixes.dataloader import plan as dataloader
-from gpuopt.fixes.loops import plan as loops
-from gpuopt.fixes.model_transforms import plan as model_transforms
-from gpuopt.fixes.pinned_copies import plan as pinned_copies
-from gpuopt.fixes.planned import PlanInput, PlannedFix, Planner, SourceEdit
-from gpuopt.fixes.syncs import plan as syncs
-from gpuopt.fixes.whole_step import plan as whole_step
+from gpuopt.fixes import framework_knobs, zero_grad
+from gpuopt.fixes.catalogue import BY_NAME, CATALOGUE, PLANNERS
+from gpuopt.fixes.kind import FixKind
+from gpuopt.fixes.planned import PlanInput, PlannedFix, SourceEdit
 from gpuopt.frameworks import Knob
 from gpuopt.model.records import given
 from gpuopt.units import site_line
-
-# each fix's planner, by the catalogue's name
-PLANNERS: dict[str, Planner] = {
-    "accumulation": framework_knobs.plan_accumulation,
-    "batch-size": batch_size.plan,
-    "vectorize": loops.plan,
-    "padding": loops.plan,
-    "padding-batch": loops.plan_padding_batch,
-    "dataloader": dataloader.plan,
-    "pinned-copies": pinned_copies.plan,
-    "syncs": syncs.plan,
-    "framework-knobs": framework_knobs.plan,
-    "graph-breaks": graph_breaks.plan,
-    "zero-grad": zero_grad.plan,
-    "fused-ops": fused_ops.plan,
-    "cudnn-benchmark": backend_flags.plan_cudnn,
-    "amp": model_transforms.plan,
-    "channels-last": model_transforms.plan,
-    "compile": model_transforms.plan,
-    "tf32": backend_flags.plan_tf32,
-    "cuda-graphs": whole_step.plan_cuda_graphs,
-    "aot": whole_step.plan_aot,
-}
 
 
 def plan_fixes(inp: PlanInput) -> list[PlannedFix]:
@@ -171,4 +137,4 @@ def _framework_flag(kind: FixKind, inp: PlanInput) -> str | None:
     )
 
 
-__all__ = ["BY_NAME", "PLANNERS", "PlanInput", "PlannedFix", "SourceEdit", "plan_fixes"]
+__all__ = ["BY_NAME", "PlanInput", "PlannedFix", "SourceEdit", "plan_fixes"]

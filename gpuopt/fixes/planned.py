@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gpuopt.fixes.catalogue import FixKind
+from gpuopt.fixes.kind import FixKind
 from gpuopt.model.optimize import LoaderSettings
 from gpuopt.model.profile import Finding, Profile
 from gpuopt.units import site_line

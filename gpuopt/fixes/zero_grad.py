@@ -12,6 +12,9 @@ p.grad is None`` would change branch). So when the module reads any ``.grad`` at
 ``torch.autograd.grad``), every call is left alone and each gets a :class:`Skipped` naming the
 first line that reads one. A targeted line with no ``zero_grad`` call, or whose ``set_to_none``
 comes from an expression, is reported too.
+
+Its plan (:func:`plan`): the script's ``zero_grad(set_to_none=False)`` calls, found in its
+source (the fix has no finding).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from gpuopt.debug import logger
-from gpuopt.fixes.catalogue import FixKind
+from gpuopt.fixes.kind import FixKind
 from gpuopt.fixes.planned import PlanInput, PlannedFix, SourceEdit, for_lines
 from gpuopt.source import (
     CodemodError,
@@ -34,6 +37,14 @@ from gpuopt.source import (
     keyword,
     on_lines,
     wrap,
+)
+
+KIND = FixKind(
+    "zero-grad",
+    "optimizer.zero_grad(set_to_none=True) where it is set to False",
+    (),
+    runtime=False,
+    source=True,
 )
 
 log = logger(__name__)

@@ -6,10 +6,32 @@ from __future__ import annotations
 
 import functools
 
-from gpuopt.fixes.catalogue import FixKind
+from gpuopt.fixes.kind import FixKind
 from gpuopt.fixes.planned import PlanInput, PlannedFix, Planner, SourceEdit
 from gpuopt.model.records import given
 from gpuopt.source import Rewrite
+
+CUDNN_BENCHMARK = FixKind(
+    "cudnn-benchmark",
+    "torch.backends.cudnn.benchmark = True for static input shapes",
+    (),
+    runtime=True,
+    source=True,
+    gpu_only=True,
+)
+
+TF32 = FixKind(
+    "tf32",
+    "TF32 matmuls and convolutions (torch.backends.cuda.matmul.allow_tf32 and "
+    "torch.backends.cudnn.allow_tf32)",
+    (),
+    runtime=True,
+    source=True,
+    opt_in=True,
+    gpu_only=True,
+    expected="float32 matmuls on Ampere or newer up to several times faster; ~1e-3 relative error",
+    tolerance=1e-2,
+)
 
 
 def _flags_codemod(text: str, name: str, flags: dict[str, bool]) -> Rewrite:
@@ -45,4 +67,10 @@ plan_tf32 = flags_planner(
 )
 
 
-__all__ = ["flags_planner", "plan_cudnn", "plan_tf32"]
+__all__ = [
+    "CUDNN_BENCHMARK",
+    "TF32",
+    "flags_planner",
+    "plan_cudnn",
+    "plan_tf32",
+]

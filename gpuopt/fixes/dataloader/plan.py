@@ -4,12 +4,22 @@ and as a source edit of that call."""
 
 from __future__ import annotations
 
-from gpuopt.fixes.catalogue import FixKind
 from gpuopt.fixes.dataloader.sweep import PERSISTENT_KEPT, PERSISTENT_NOTE
+from gpuopt.fixes.kind import FixKind
 from gpuopt.fixes.planned import PlanInput, PlannedFix, SourceEdit, findings_named
 from gpuopt.model.optimize import LoaderSettings
 from gpuopt.source import Rewrite
 from gpuopt.units import site_line
+
+KIND = FixKind(
+    "dataloader",
+    "DataLoader num_workers / persistent_workers / prefetch_factor (pin_memory with a GPU), "
+    "chosen by a sweep that times the DataLoader alone",
+    ("dataloader-bound",),
+    runtime=True,
+    source=True,
+    whole_run=True,
+)
 
 
 def plan(kind: FixKind, inp: PlanInput) -> PlannedFix:
@@ -70,4 +80,8 @@ def loader_edits(site: str, settings: LoaderSettings) -> list[SourceEdit]:
     return [SourceEdit(parsed[0], [parsed[1]], codemod)]
 
 
-__all__ = ["loader_edits", "plan"]
+__all__ = [
+    "KIND",
+    "loader_edits",
+    "plan",
+]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuopt.errors import GpuoptError
-from gpuopt.fixes.catalogue import FixKind
+from gpuopt.fixes.kind import FixKind
 from gpuopt.fixes.loops.check import CheckResult, CheckSpec, run_loop_checks
 from gpuopt.fixes.loops.vectorize import LoopRewrite
 from gpuopt.fixes.planned import Codemod, PlanInput, PlannedFix, SourceEdit, findings_named
@@ -28,6 +28,40 @@ from gpuopt.model.profile import Profile
 from gpuopt.model.records import given
 from gpuopt.source import CodemodError, Rewrite
 from gpuopt.units import site_line
+
+VECTORIZE = FixKind(
+    "vectorize",
+    "Python loops of tiny indexing ops rewritten as vectorized torch code, each rewrite "
+    "checked on the inputs of the loop's first run",
+    ("loop-indexing",),
+    runtime=False,
+    source=True,
+    tolerance=1e-3,  # sums and vmapped ops may round differently; masks and gathers exact
+)
+
+PADDING = FixKind(
+    "padding",
+    "a per-sample loop over a ragged list batch as one padded batch with a masked loss "
+    "(gpuopt.batching), checked on the recorded batch: same loss and gradients up to float "
+    "rounding",
+    ("ragged-batches",),
+    runtime=False,
+    source=True,
+    tolerance=1e-3,  # batched matmuls and masked sums round differently
+)
+
+PADDING_BATCH = FixKind(
+    "padding-batch",
+    "a batch-size-1 DataLoader of ragged samples as padded, length-bucketed batches of 16 "
+    "with the loss masked (gpuopt.batching)",
+    ("ragged-batches",),
+    runtime=False,
+    source=True,
+    opt_in=True,
+    expected="more samples per second: one padded batch instead of 16 single-sample steps; "
+    "changes the optimisation (batch size, steps per epoch)",
+    per_sample=True,
+)
 
 CHECKED = ("exact", "tolerance")
 
@@ -277,6 +311,9 @@ def plan_padding_batch(kind: FixKind, inp: PlanInput) -> PlannedFix:
 __all__ = [
     "CHECKED",
     "LoopPlan",
+    "PADDING",
+    "PADDING_BATCH",
+    "VECTORIZE",
     "analyse",
     "check",
     "loop_sites",

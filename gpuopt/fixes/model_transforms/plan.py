@@ -8,9 +8,49 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from gpuopt.fixes.catalogue import FixKind
+from gpuopt.fixes.kind import FixKind
 from gpuopt.fixes.planned import PlanInput, PlannedFix, SourceEdit
 from gpuopt.source import Rewrite
+
+AMP = FixKind(
+    "amp",
+    "the model's forward under bf16 autocast, its outputs back in float32 (no GradScaler "
+    "needed with bf16; --amp-dtype fp16: fp16 autocast with the loss scaled)",
+    (),
+    runtime=True,
+    source=False,
+    opt_in=True,
+    expected="tensor-core math: often 1.5-3x on compute-bound steps of recent GPUs; on a "
+    "CPU only where it has bf16 units",
+    tolerance=5e-2,
+    transform="bf16_autocast",
+)
+
+CHANNELS_LAST = FixKind(
+    "channels-last",
+    "the model's parameters in channels_last memory format (convolutional models)",
+    (),
+    runtime=True,
+    source=True,
+    opt_in=True,
+    expected="convolutions with tensor cores avoid layout transposes: often 1.1-1.3x on a GPU",
+    tolerance=1e-3,
+    transform="channels_last",
+)
+
+COMPILE = FixKind(
+    "compile",
+    "model.compile() (torch.compile in place: the module keeps its class and state_dict)",
+    ("launch-bound",),
+    runtime=True,
+    source=True,
+    opt_in=True,
+    expected="fewer, fused kernels: helps launch-bound steps most; compiling takes seconds "
+    "to minutes first, left out of its measure",
+    tolerance=1e-3,
+    settle_steps=3,
+    transform="compile",
+)
 
 
 def plan(kind: FixKind, inp: PlanInput) -> PlannedFix:
@@ -58,4 +98,9 @@ def _after_optimizer(text: str, name: str, make: Callable[[str], str]) -> Rewrit
     return rewrite_after_optimizer(text, make, name=name)
 
 
-__all__ = ["plan"]
+__all__ = [
+    "AMP",
+    "CHANNELS_LAST",
+    "COMPILE",
+    "plan",
+]

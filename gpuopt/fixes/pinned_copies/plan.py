@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from gpuopt.fixes.catalogue import FixKind
 from gpuopt.fixes.dataloader.plan import loader_edits
+from gpuopt.fixes.kind import FixKind
 from gpuopt.fixes.planned import (
     PlanInput,
     PlannedFix,
@@ -15,6 +15,15 @@ from gpuopt.fixes.planned import (
 )
 from gpuopt.model.optimize import LoaderSettings
 from gpuopt.model.records import given
+
+KIND = FixKind(
+    "pinned-copies",
+    "pinned host memory and non_blocking=True host-to-device copies",
+    ("pageable-h2d", "blocking-h2d"),
+    runtime=True,
+    source=True,
+    gpu_only=True,
+)
 
 
 def plan(kind: FixKind, inp: PlanInput) -> PlannedFix:
@@ -41,4 +50,7 @@ def plan(kind: FixKind, inp: PlanInput) -> PlannedFix:
     return fix
 
 
-__all__ = ["plan"]
+__all__ = [
+    "KIND",
+    "plan",
+]

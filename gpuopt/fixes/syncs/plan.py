@@ -3,7 +3,7 @@ own reads excepted: those are framework-knobs'), each file's lines through the s
 
 from __future__ import annotations
 
-from gpuopt.fixes.catalogue import FixKind
+from gpuopt.fixes.kind import FixKind
 from gpuopt.fixes.planned import (
     PlanInput,
     PlannedFix,
@@ -11,6 +11,15 @@ from gpuopt.fixes.planned import (
     by_file,
     findings_named,
     for_lines,
+)
+
+KIND = FixKind(
+    "syncs",
+    "per-step .item() / float() reads accumulated on the device, read where the script uses them",
+    ("sync-in-step",),
+    runtime=False,
+    source=True,
+    gpu_gain=True,
 )
 
 
@@ -36,4 +45,7 @@ def plan(kind: FixKind, inp: PlanInput) -> PlannedFix:
     return fix
 
 
-__all__ = ["plan"]
+__all__ = [
+    "KIND",
+    "plan",
+]

@@ -5,9 +5,40 @@ and the plan's CPU proof (:mod:`gpuopt.fixes.whole_step.aot_check`) passed."""
 
 from __future__ import annotations
 
-from gpuopt.fixes.catalogue import FixKind
+from gpuopt.fixes.kind import FixKind
 from gpuopt.fixes.planned import PlanInput, PlannedFix, SourceEdit, findings_named
 from gpuopt.source import Rewrite
+
+CUDA_GRAPHS = FixKind(
+    "cuda-graphs",
+    "the whole training step (forward, backward, optimizer) captured in one CUDA graph and "
+    "replayed (gpuopt.graphs.graphed_step: static inputs, capturable optimizers, warm-up on "
+    "a side stream)",
+    ("launch-bound",),
+    runtime=False,
+    source=True,
+    gpu_only=True,
+    gpu_gain=True,  # the rewritten step runs as written on a CPU: checked there, not timed
+    expected="one graph launch a step instead of every kernel's: helps launch-bound steps "
+    "most; GPU-only",
+    tolerance=1e-3,  # capturable optimizers compute the bias correction on the device
+    settle_steps=3,  # the warm-up steps before the capture, and the capture's own
+)
+
+AOT = FixKind(
+    "aot",
+    "on a training script: the whole step captured in one CUDA graph (as cuda-graphs), the "
+    "model's forward through Nimble's multi-stream plan where the cost model promises it",
+    ("launch-bound",),
+    runtime=False,
+    source=True,
+    gpu_only=True,
+    gpu_gain=True,
+    expected="Nimble's multi-stream plan of the model inside the captured step: its "
+    "estimated gain is a model's, GPU-only",
+    tolerance=1e-3,
+    settle_steps=4,  # one more warm-up step: the first backward plans its graph
+)
 
 
 def _whole_step(
@@ -117,4 +148,9 @@ def plan_aot(kind: FixKind, inp: PlanInput) -> PlannedFix:
     return fix
 
 
-__all__ = ["plan_aot", "plan_cuda_graphs"]
+__all__ = [
+    "AOT",
+    "CUDA_GRAPHS",
+    "plan_aot",
+    "plan_cuda_graphs",
+]
