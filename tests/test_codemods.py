@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpuopt.fixes.backend_flags import rewrite_backend_flags
+from gpuopt.fixes.backend_flags.codemod import rewrite_backend_flags
 from gpuopt.fixes.dataloader.codemod import rewrite_dataloader
-from gpuopt.fixes.pinned_copies import rewrite_copies
+from gpuopt.fixes.pinned_copies.codemod import rewrite_copies
 from gpuopt.fixes.syncs.codemod import rewrite_syncs
 from gpuopt.fixes.zero_grad import find_zero_grad_false, rewrite_zero_grad
 from gpuopt.source import CodemodError

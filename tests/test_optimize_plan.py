@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuopt.fixes.catalogue import CATALOGUE, NAMES, PLANNERS
 from gpuopt.fixes.dataloader.sweep import SweepPoint, SweepResult
 from gpuopt.fixes.plan import PlanInput, plan_fixes
 from gpuopt.model.profile import Environment, Finding, Profile
@@ -297,3 +298,12 @@ def test_a_persistent_pick_is_applied_as_equivalent_training() -> None:
     assert "equivalent training, not identical" in fix.notes[-1]
     (plain,) = plan_fixes(PlanInput(_profile(DL), [], False, None, "train.py", sweep=_sweep(4)))
     assert not plain.equivalent_only
+
+
+def test_every_fix_of_the_catalogue_has_its_planner() -> None:
+    """Each fix plans itself in its module or folder; a catalogue name missing from the planners
+    would be planned as "no planner", never applied."""
+    assert set(PLANNERS) == set(NAMES)
+    inp = PlanInput(_profile(), [], cuda=True, script_text=None, script_path=None)
+    for kind in CATALOGUE:
+        assert PLANNERS[kind.name](kind, inp).kind is kind

@@ -13,7 +13,8 @@ import torch
 from conftest import run_gpuopt
 
 from gpuopt.errors import GpuoptError
-from gpuopt.fixes.runtime import apply_fixes, encode_fixes, load_fixes
+from gpuopt.fixes.catalogue import CATALOGUE
+from gpuopt.fixes.runtime import MODEL_TRANSFORMS, apply_fixes, encode_fixes, load_fixes
 from gpuopt.model.optimize import LoaderSettings, RuntimeFixes
 from gpuopt.probes.protocol import RunContext
 from gpuopt.probes.training_record import TrainingRecorder
@@ -314,3 +315,8 @@ def test_fp16_amp_scales_the_loss_and_keeps_the_training(tmp_path: Path) -> None
         assert float(norm_b) == pytest.approx(float(norm_a), rel=5e-2)  # unscaled: x 65536 not
     check = json.loads((tmp_path / "q" / "transform_check.json").read_text())
     assert check["transforms"] == ["fp16_autocast"] and check["rel_diff"] < 5e-2
+
+
+def test_every_model_transform_of_the_catalogue_has_its_run_time_form() -> None:
+    wanted = {k.transform for k in CATALOGUE if k.transform} | {"fp16_autocast"}  # --amp-dtype
+    assert wanted <= set(MODEL_TRANSFORMS)

@@ -306,7 +306,7 @@ def _sources(
     """The user's files with the source forms of ``fixes`` applied (in memory), from the text
     first read (``st.reads``). For a run (``run``), a model transform comes from its run-time
     form alone: applied after the first step, it is checked there on the model's own batch
-    (runtime.TRANSFORM_CHECK)."""
+    (:data:`gpuopt.fixes.model_transforms.runtime.TRANSFORM_CHECK`)."""
     sources = SourceSet(reads=st.reads)
     for fix in fixes:
         if (runtime_only and fix.has_runtime) or (run and fix.kind.transform):

@@ -13,6 +13,9 @@ On the targeted lines, each call of one of the named callees (``Trainer(...)``,
   splat may carry, is left, with the reason (a :class:`Skipped`).
 
 A targeted line with no such call is a :class:`Skipped` too.
+
+Its plan (:func:`plan`): the settings the findings name, at the script's settings call;
+:func:`plan_accumulation` refuses ``accumulation`` outside a framework's own setting.
 """
 
 from __future__ import annotations
@@ -21,6 +24,10 @@ from collections.abc import Collection, Mapping
 
 import libcst as cst
 
+from gpuopt.fixes.kind import FixKind
+from gpuopt.fixes.planned import Codemod, PlanInput, PlannedFix, SourceEdit, findings_named
+from gpuopt.model.profile import Finding
+from gpuopt.model.records import given
 from gpuopt.source import (
     PositionProvider,
     Rewrite,
@@ -30,6 +37,34 @@ from gpuopt.source import (
     is_literal,
     keyword,
     wrap,
+)
+from gpuopt.units import site_line
+
+KIND = FixKind(
+    "framework-knobs",
+    "a training framework's own setting changed where the script sets it "
+    "(TrainingArguments(logging_nan_inf_filter=False), Lightning's "
+    "Trainer(enable_progress_bar=False)): the host reads the framework makes every step, or "
+    "Python it runs every step, removed by the framework; a setting that changes the "
+    "training (precision, accumulation) only with --fix framework-knobs",
+    ("sync-in-step", "framework-bound"),
+    runtime=False,
+    source=True,
+    gpu_gain=True,  # the reads it removes wait for a GPU: on a CPU kept unless slower
+)
+
+ACCUMULATION = FixKind(
+    "accumulation",
+    "gradient accumulation through the training framework's own setting "
+    "(TrainingArguments(gradient_accumulation_steps=4), Lightning's "
+    "Trainer(accumulate_grad_batches=4)): the optimizer steps every 4 batches",
+    ("activation-memory",),
+    runtime=False,
+    source=True,
+    opt_in=True,
+    expected="a larger effective batch without its memory: with a smaller batch, the step's "
+    "activations shrink; changes the optimisation (an optimizer step every N batches)",
+    per_sample=True,
 )
 
 
@@ -114,3 +149,103 @@ def rewrite_framework_call(
 ) -> Rewrite:
     """Set ``settings`` (keyword -> value as source) on the ``call(...)`` on ``line``."""
     return rewrite_call_keywords(source, [line], call, settings, name=name)
+
+
+def plan(kind: FixKind, inp: PlanInput, *, fixes: Collection[str]) -> PlannedFix:
+    """The framework's settings the findings name, each set on the user's call that sets the
+    framework's settings: a finding's ``evidence.knob`` (``TrainingArguments(...)``), one that
+    changes the training only when the fix is named; the ``framework-bound`` finding's
+    ``fix_params`` at its site (``Trainer(enable_progress_bar=False)``). A framework whose knobs
+    are command-line flags (timm's ``train.py``) gets no edit: the finding's fix names them.
+    ``fixes``: every fix's name (a knob that is another fix's own form is asked by its name)."""
+    found = [
+        f
+        for f in findings_named(inp.profile, kind.findings)
+        if "knob" in f.evidence or f.id == "framework-bound"
+    ]
+    fix = PlannedFix(kind, False, False, "", findings=[f.id for f in found])
+    calls: dict[tuple[str, str], dict[str, str]] = {}
+    for f in found:
+        if f.id == "framework-bound":
+            _bound_settings(f, fix, calls)
+        else:
+            _knob_setting(f, kind, inp, fix, calls, fixes)
+    for (site, call), settings in calls.items():
+        parsed = site_line(site)
+        if parsed is None:
+            continue
+        fix.sites.append(site)
+        fix.settings.update(settings)
+        fix.edits.append(
+            SourceEdit(parsed[0], [parsed[1]], framework_codemod(parsed[1], call, settings))
+        )
+    fix.applicable = bool(fix.edits)
+    fix.reason = (
+        "the framework's own setting, where the script sets it: "
+        + "; ".join(
+            f"{call}({', '.join(f'{k}={v}' for k, v in s.items())}) at {site}"
+            for (site, call), s in calls.items()
+        )
+        if fix.edits
+        else "no framework setting named by a finding can be set in the script"
+        + "".join(f"; {note}" for note in fix.skipped)
+    )
+    return fix
+
+
+def _knob_setting(
+    f: Finding,
+    kind: FixKind,
+    inp: PlanInput,
+    fix: PlannedFix,
+    calls: dict[tuple[str, str], dict[str, str]],
+    fixes: Collection[str],
+) -> None:
+    """A finding's ``evidence.knob``, added to ``calls`` by its settings call's site."""
+    knob = f.evidence["knob"]
+    site = knob.get("site") if isinstance(knob, dict) else None
+    if not isinstance(knob, dict) or not site:
+        fix.skipped.append(f"{f.site}: {f.title}: the script's settings call was not found")
+        return
+    named_by = str(knob.get("finding", "")) if knob.get("finding") in fixes else kind.name
+    if knob.get("changes_training") and named_by not in inp.chosen:
+        fix.notes.append(
+            f"{knob['call']}({knob['argument']}={knob['value']}) changes the training: "
+            f"ask for it with --fix {named_by}"
+        )
+        return
+    calls.setdefault((str(site), str(knob["call"])), {})[str(knob["argument"])] = str(knob["value"])
+
+
+def _bound_settings(
+    f: Finding, fix: PlannedFix, calls: dict[tuple[str, str], dict[str, str]]
+) -> None:
+    """The framework-bound finding's knobs (its ``fix_params`` past ``call`` and ``framework``),
+    added to ``calls`` at its site, the settings call (``Trainer(...)``)."""
+    params = dict(given(f.fix_params) or {})
+    callee = params.pop("call", None)
+    framework = params.pop("framework", "the framework")
+    if callee is None or not f.site or not params:
+        fix.skipped.append(f"{framework}: no settings call to rewrite ({f.fix})")
+        return
+    calls.setdefault((f.site, callee), {}).update(params)
+
+
+def framework_codemod(line: int, call: str, settings: dict[str, str]) -> Codemod:
+    def run(text: str, name: str) -> Rewrite:
+        return rewrite_framework_call(text, line, call, settings, name=name)
+
+    return run
+
+
+def plan_accumulation(kind: FixKind, inp: PlanInput) -> PlannedFix:
+    """Gradient accumulation has no form outside a framework's setting (planned through it by
+    :func:`gpuopt.fixes.plan.plan_fixes`): a plain loop's accumulation is a change of its loop."""
+    return PlannedFix(
+        kind,
+        False,
+        False,
+        "only through a training framework's own setting (TrainingArguments("
+        "gradient_accumulation_steps=...), Lightning's Trainer(accumulate_grad_batches=...)): "
+        "this run's script sets none",
+    )

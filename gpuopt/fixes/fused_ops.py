@@ -25,6 +25,8 @@ alias of ``torch.nn.functional`` where it has one, else ``torch.nn.functional`` 
 Equal outputs: each replacement computes the same function; float32 results agree to rounding
 (the tests check ``rtol=1e-5, atol=1e-6`` on random inputs), the training they drive is compared
 by ``gpuopt optimize`` within the fix's stated tolerance.
+
+Its plan (:func:`plan`): the chains the ``hand-written-op`` findings name.
 """
 
 from __future__ import annotations
@@ -33,6 +35,15 @@ from collections.abc import Collection
 
 import libcst as cst
 
+from gpuopt.fixes.kind import FixKind
+from gpuopt.fixes.planned import (
+    PlanInput,
+    PlannedFix,
+    SourceEdit,
+    by_file,
+    findings_named,
+    for_lines,
+)
 from gpuopt.source import (
     PositionProvider,
     Rewrite,
@@ -47,6 +58,17 @@ from gpuopt.source.hand_written import (
     find_hand_written_ops,
     match_expression,
     module_names,
+)
+
+KIND = FixKind(
+    "fused-ops",
+    "a hand-written GELU, softmax, layer norm or attention expression replaced by torch's "
+    "one op (F.gelu, torch.softmax, F.layer_norm, F.scaled_dot_product_attention)",
+    ("hand-written-op",),
+    runtime=False,
+    source=True,
+    # one op instead of a chain rounds differently (float32 outputs agree to ~1e-6)
+    tolerance=1e-3,
 )
 
 # -- reading expressions --------------------------------------------------------------------------
@@ -131,6 +153,23 @@ def on_lines_range(match: Match, lines: Collection[int]) -> bool:
     return any(match.line <= ln <= match.end_line for ln in lines)
 
 
+def plan(kind: FixKind, inp: PlanInput) -> PlannedFix:
+    """The hand-written op chains the findings name, each replaced by torch's one op."""
+    found = [f for f in findings_named(inp.profile, kind.findings) if f.site]
+    fix = PlannedFix(kind, False, False, "", findings=[f.id for f in found])
+    fix.sites = sorted({f.site for f in found if f.site})
+    if not fix.sites:
+        fix.reason = "no hand-written op chain with a site in the profile"
+        return fix
+    fix.applicable = True
+    fix.reason = "hand-written op chains at " + ", ".join(fix.sites)
+    for path, lines in by_file(fix.sites).items():
+        fix.edits.append(SourceEdit(path, lines, for_lines(rewrite_hand_written_ops, lines)))
+    return fix
+
+
 __all__ = [
+    "KIND",
+    "plan",
     "rewrite_hand_written_ops",
 ]

@@ -24,6 +24,9 @@ What Python cannot show is not seen: a function that changes a tensor it is give
 
 Every other targeted line is left alone with its reason (:class:`Skipped`). Idempotent: a moved
 line sits just before the ``return``, where there is nothing left to jump over.
+
+Its plan (:func:`plan`): the graph breaks of the findings at a print, a logging call or an
+``.item()`` read.
 """
 
 from __future__ import annotations
@@ -34,7 +37,27 @@ from dataclasses import dataclass
 import libcst as cst
 import libcst.matchers as m
 
+from gpuopt.fixes.kind import FixKind
+from gpuopt.fixes.planned import (
+    PlanInput,
+    PlannedFix,
+    SourceEdit,
+    by_file,
+    findings_named,
+    for_lines,
+)
 from gpuopt.source import PositionProvider, Rewrite, Skipped, wrap
+
+KIND = FixKind(
+    "graph-breaks",
+    "a print, logging call or .item() read inside a torch.compile'd function moved to the "
+    "end of the function, before its return: the graph break falls after the tensor work",
+    ("graph-break",),
+    runtime=False,
+    source=True,
+    tolerance=1e-3,  # one graph instead of two: the backend may fuse (and round) differently
+    settle_steps=3,  # every run compiles first
+)
 
 MOVABLE_KINDS = ("print", "logging", "item", "tolist")  # graph-break kinds this fix moves
 _LOGGING_ROOTS = ("logging", "logger", "log", "LOGGER", "LOG", "_logger", "_log", "wandb")
@@ -314,3 +337,19 @@ def rewrite_graph_breaks(source: str, lines: Collection[int], name: str = "<sour
 
 def _uses_item(node: cst.CSTNode) -> bool:
     return bool(m.findall(node, m.Call(func=m.Attribute(attr=m.Name("item") | m.Name("tolist")))))
+
+
+def plan(kind: FixKind, inp: PlanInput) -> PlannedFix:
+    """Graph breaks at a print, a logging call or an .item() read: moved to the end of their
+    compiled function (:func:`rewrite_graph_breaks`)."""
+    found = findings_named(inp.profile, kind.findings)
+    movable = [f for f in found if f.evidence.get("kind") in MOVABLE_KINDS and f.site]
+    fix = PlannedFix(kind, False, bool(movable), "", findings=[f.id for f in found])
+    fix.sites = sorted({f.site for f in movable if f.site})
+    if not movable:
+        fix.reason = "no graph break at a print, logging call or .item() with a site"
+        return fix
+    fix.reason = "graph breaks at logging lines: " + ", ".join(fix.sites)
+    for path, lines in by_file(fix.sites).items():
+        fix.edits.append(SourceEdit(path, lines, for_lines(rewrite_graph_breaks, lines)))
+    return fix

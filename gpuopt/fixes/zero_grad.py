@@ -12,6 +12,9 @@ p.grad is None`` would change branch). So when the module reads any ``.grad`` at
 ``torch.autograd.grad``), every call is left alone and each gets a :class:`Skipped` naming the
 first line that reads one. A targeted line with no ``zero_grad`` call, or whose ``set_to_none``
 comes from an expression, is reported too.
+
+Its plan (:func:`plan`): the script's ``zero_grad(set_to_none=False)`` calls, found in its
+source (the fix has no finding).
 """
 
 from __future__ import annotations
@@ -22,7 +25,11 @@ from dataclasses import dataclass
 import libcst as cst
 import libcst.matchers as m
 
+from gpuopt.debug import logger
+from gpuopt.fixes.kind import FixKind
+from gpuopt.fixes.planned import PlanInput, PlannedFix, SourceEdit, for_lines
 from gpuopt.source import (
+    CodemodError,
     PositionProvider,
     Rewrite,
     Skipped,
@@ -31,6 +38,16 @@ from gpuopt.source import (
     on_lines,
     wrap,
 )
+
+KIND = FixKind(
+    "zero-grad",
+    "optimizer.zero_grad(set_to_none=True) where it is set to False",
+    (),
+    runtime=False,
+    source=True,
+)
+
+log = logger(__name__)
 
 _FALSE = m.Name("False")
 _TRUE = m.Name("True")
@@ -178,3 +195,28 @@ def rewrite_zero_grad(
     setter = _Setter(lines)
     new = wrap(source, name).visit(setter)
     return Rewrite(new.code, setter.notes, skipped)
+
+
+def zero_grad_lines(inp: PlanInput) -> list[int]:
+    """The script's ``zero_grad(set_to_none=False)`` lines (none for ``-m MODULE``, or a
+    script libcst cannot read)."""
+    if inp.script_text is None:
+        return []
+    try:
+        return find_zero_grad_false(inp.script_text)
+    except CodemodError as exc:
+        log.debug("zero_grad calls not read: %s", exc)
+        return []
+
+
+def plan(kind: FixKind, inp: PlanInput) -> PlannedFix:
+    lines = zero_grad_lines(inp)
+    fix = PlannedFix(kind, False, bool(lines), "")
+    if not lines or inp.script_path is None:
+        fix.reason = "no zero_grad(set_to_none=False) in the script"
+        return fix
+    path = inp.script_path
+    fix.sites = [f"{path}:{n}" for n in lines]
+    fix.reason = "gradients are zero-filled every step instead of freed"
+    fix.edits = [SourceEdit(path, lines, for_lines(rewrite_zero_grad, lines))]
+    return fix

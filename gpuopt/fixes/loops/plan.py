@@ -1,5 +1,8 @@
-"""The loop fixes before planning: which loops the findings name, what each codemod makes of them
-on the files as they are, and the check of every rewrite on the inputs of the real run.
+"""The loop fixes' plans (``vectorize``, ``padding``, ``padding-batch``). Before planning: which
+loops the findings name, what each codemod makes of them on the files as they are, and the check
+of every rewrite on the inputs of the real run (:func:`analyse`, :func:`check`,
+:func:`padding_batch_plan`); then each fix's plan from those (:func:`plan`,
+:func:`plan_padding_batch`).
 
 ``vectorize`` takes the ``loop-indexing`` findings' loops, ``padding`` the per-sample loops of
 the ``ragged-batches`` findings (a loop that runs once per sample of the batch); both rewrites
@@ -11,17 +14,54 @@ batches themselves).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuopt.errors import GpuoptError
+from gpuopt.fixes.kind import FixKind
 from gpuopt.fixes.loops.check import CheckResult, CheckSpec, run_loop_checks
 from gpuopt.fixes.loops.vectorize import LoopRewrite
+from gpuopt.fixes.planned import Codemod, PlanInput, PlannedFix, SourceEdit, findings_named
 from gpuopt.model.profile import Profile
 from gpuopt.model.records import given
 from gpuopt.source import CodemodError, Rewrite
 from gpuopt.units import site_line
+
+VECTORIZE = FixKind(
+    "vectorize",
+    "Python loops of tiny indexing ops rewritten as vectorized torch code, each rewrite "
+    "checked on the inputs of the loop's first run",
+    ("loop-indexing",),
+    runtime=False,
+    source=True,
+    tolerance=1e-3,  # sums and vmapped ops may round differently; masks and gathers exact
+)
+
+PADDING = FixKind(
+    "padding",
+    "a per-sample loop over a ragged list batch as one padded batch with a masked loss "
+    "(gpuopt.batching), checked on the recorded batch: same loss and gradients up to float "
+    "rounding",
+    ("ragged-batches",),
+    runtime=False,
+    source=True,
+    tolerance=1e-3,  # batched matmuls and masked sums round differently
+)
+
+PADDING_BATCH = FixKind(
+    "padding-batch",
+    "a batch-size-1 DataLoader of ragged samples as padded, length-bucketed batches of 16 "
+    "with the loss masked (gpuopt.batching)",
+    ("ragged-batches",),
+    runtime=False,
+    source=True,
+    opt_in=True,
+    expected="more samples per second: one padded batch instead of 16 single-sample steps; "
+    "changes the optimisation (batch size, steps per epoch)",
+    per_sample=True,
+)
 
 CHECKED = ("exact", "tolerance")
 
@@ -177,4 +217,107 @@ def padding_batch_plan(profile: Profile, batch_size: int) -> LoopPlan | None:
     return plan
 
 
-__all__ = ["CHECKED", "LoopPlan", "analyse", "check", "loop_sites", "padding_batch_plan"]
+def _loop_codemod(plan: LoopPlan, lines: list[int], anchors: dict[int, str]) -> Codemod:
+    def run(text: str, name: str) -> Rewrite:
+        return plan.codemod(text, lines, name, anchors)
+
+    return run
+
+
+def plan(kind: FixKind, inp: PlanInput) -> PlannedFix:
+    """``vectorize`` / ``padding``: the loops whose rewrite passed its check on the run's own
+    inputs; every other loop named by a finding is listed with why it was left alone."""
+    found = findings_named(inp.profile, kind.findings)
+    plan = inp.loops.get(kind.name)
+    fix = PlannedFix(kind, False, False, "", findings=[f.id for f in found])
+    if plan is None or not plan.rewrites:
+        why = plan.error if plan is not None and plan.error else None
+        fix.reason = why or (
+            "no loop of the findings to rewrite"
+            if kind.name == "vectorize"
+            else "no per-sample loop inside the step in the findings"
+        )
+        return fix
+    checked = 0
+    for path, rewrite in plan.rewrites.items():
+        fix.skipped += [f"{path}:{s.line}: {s.reason}" for s in rewrite.skipped]
+        ok: list[int] = []
+        for change in getattr(rewrite, "changes", []):
+            result = plan.result(path, change.line)
+            fix.sites.append(f"{path}:{change.line}")
+            if result is not None and result.verdict in CHECKED:
+                ok.append(change.line)
+                fix.notes.append(f"{path}:{change.line}: {change.pattern}: {result.says()}")
+                continue
+            says = result.says() if result is not None else f"not checked ({plan.error})"
+            fix.skipped.append(f"{path}:{change.line}: {change.pattern} rewrite not used: {says}")
+        if ok:
+            checked += len(ok)
+            anchors = plan.anchors.get(path, {})
+            fix.edits.append(SourceEdit(path, ok, _loop_codemod(plan, ok, anchors)))
+    fix.applicable = bool(fix.edits)
+    fix.reason = (
+        f"{checked} loop(s) rewritten, each checked on the inputs of its first run in the "
+        "script (old and new code side by side)"
+        if checked
+        else "no loop could be rewritten safely: see what was left alone and why"
+    )
+    return fix
+
+
+def _padding_batch(
+    text: str, name: str, loader: int, loop: int, anchors: dict[int, str], size: int
+) -> Rewrite:
+    from gpuopt.fixes.loops.padding_batch import rewrite_padding_batch
+
+    return rewrite_padding_batch(text, loader, loop, size, name=name, anchors=anchors)
+
+
+def plan_padding_batch(kind: FixKind, inp: PlanInput) -> PlannedFix:
+    """The opt-in padding-batch: its diff is always shown when the profile calls for it."""
+    from gpuopt.fixes.loops.padding_batch import DEFAULT_BATCH
+
+    found = findings_named(inp.profile, kind.findings)
+    plan = inp.loops.get(kind.name)
+    fix = PlannedFix(kind, False, False, "", findings=[f.id for f in found])
+    if plan is None or not plan.rewrites:
+        fix.reason = (plan.error if plan is not None else None) or (
+            "no training DataLoader ran at batch size 1 with variable-size samples"
+        )
+        return fix
+    for path, rewrite in plan.rewrites.items():
+        fix.skipped += [f"{path}:{s.line}: {s.reason}" for s in rewrite.skipped]
+        if not rewrite.changed:
+            continue
+        loader, loop = plan.lines[path]
+        anchors = plan.anchors.get(path, {})
+        fix.sites += [f"{path}:{loader}", f"{path}:{loop}"]
+
+        codemod = functools.partial(
+            _padding_batch, loader=loader, loop=loop, anchors=anchors, size=DEFAULT_BATCH
+        )
+        fix.edits.append(SourceEdit(path, [loader, loop], codemod))
+    fix.applicable = bool(fix.edits)
+    fix.settings = {"batch_size": DEFAULT_BATCH}
+    fix.reason = (
+        f"opt-in: {kind.what}; changes the optimisation, so it is compared on the loss after "
+        "the same number of samples, never step for step"
+        if fix.applicable
+        else "the DataLoader or its loop is not one gpuopt rewrites: see what was left alone"
+    )
+    return fix
+
+
+__all__ = [
+    "CHECKED",
+    "LoopPlan",
+    "PADDING",
+    "PADDING_BATCH",
+    "VECTORIZE",
+    "analyse",
+    "check",
+    "loop_sites",
+    "padding_batch_plan",
+    "plan",
+    "plan_padding_batch",
+]

@@ -1,7 +1,7 @@
 """``--fix aot``: Nimble's plan for the script's own model, its CPU proof of equal outputs, and
 the modelled gain over one stream — an estimate, never a measurement. The fix itself is the
-whole step captured in one CUDA graph (:func:`gpuopt.fixes.plan._plan_aot`); this decides
-whether its forward goes through Nimble's multi-stream plan (:mod:`gpuopt.aot.choice`).
+whole step captured in one CUDA graph (:func:`gpuopt.fixes.whole_step.plan.plan_aot`); this
+decides whether its forward goes through Nimble's multi-stream plan (:mod:`gpuopt.aot.choice`).
 
 The script runs in a child process (``python -m gpuopt.fixes.whole_step.aot_check SPEC.json``) as
 ``python SCRIPT ARGS`` would, until its first ``optimizer.step()``. Meanwhile every outermost

@@ -46,7 +46,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from statistics import median
 
-from gpuopt.fixes.catalogue import FixKind
+from gpuopt.fixes.kind import FixKind
 from gpuopt.model.optimize import PAIRED, Gain
 
 DEFAULT_TIME_BUDGET_S = 300.0  # optimize's measuring stops adding runs past this (seconds)
