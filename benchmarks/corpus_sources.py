@@ -106,6 +106,14 @@ def _is(path: Path, blob: str) -> bool:
     return path.is_file() and blob_id(path) == blob
 
 
+def _replace(out: Path) -> Path:
+    """``out``'s folder made and any older file there removed (nothing is made before a file
+    is had: a missing source leaves no empty folder)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.unlink(missing_ok=True)
+    return out
+
+
 def materialize(src: Source, snapshots: Path, dest: Path, shared: Path | None = None) -> Path:
     """Put ``src``'s files under ``dest`` (each at :meth:`Source.local`), each checked against
     its blob id: kept where already there, linked to ``shared``'s copy where that is the blob,
@@ -115,16 +123,14 @@ def materialize(src: Source, snapshots: Path, dest: Path, shared: Path | None = 
         out = dest / src.local(path)
         if _is(out, blob):
             continue
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.unlink(missing_ok=True)
         if shared is not None and _is(shared / src.local(path), blob):
-            out.symlink_to((shared / src.local(path)).resolve())
+            _replace(out).symlink_to((shared / src.local(path)).resolve())
             continue
         gdir = gdir or git_dir(snapshots, src.repo)
         at = _git(gdir, "rev-parse", f"{src.commit}:{path}").decode().strip()
         if at != blob:
             raise Missing(f"{src.repo}@{src.commit[:12]}:{path} is blob {at}, not {blob}")
-        out.write_bytes(_git(gdir, "cat-file", "blob", blob))
+        _replace(out).write_bytes(_git(gdir, "cat-file", "blob", blob))
     return dest
 
 

@@ -33,11 +33,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     public_data.setup()
 
 
-def public_file(path: Path) -> Path:
-    """``path``, a public file put in place at set-up (tests/public_data.py); the test is skipped
-    where it is not there."""
+def public_file(path: Path, how: str = "python tests/public_data.py") -> Path:
+    """``path``, a public file put in place at set-up (``how``); the test is skipped where it is
+    not there."""
     if not path.exists():
-        pytest.skip(f"{path.relative_to(ROOT)} is not set up (python tests/public_data.py)")
+        pytest.skip(f"{path.relative_to(ROOT)} is not set up ({how}: its snapshot is missing)")
     return path
 
 
@@ -70,7 +70,7 @@ def corpus_script(rel: str) -> Path:
     """A public script of the corpus (benchmarks/corpus/sources.toml's scripts tree, as
     bench_corpus sets it up: ``mnist/main.py``, ``nanogpt/train.py``); the test is skipped
     where its repository's snapshot is not here."""
-    return public_file(_corpus_scripts() / rel)
+    return public_file(_corpus_scripts() / rel, "python benchmarks/bench_corpus.py --setup-only")
 
 
 def pytest_configure(config: pytest.Config) -> None:

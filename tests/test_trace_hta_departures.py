@@ -5,7 +5,6 @@ cases seen on public traces (AMD TraceLens' test traces, MIT)."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import msgspec
@@ -257,7 +256,8 @@ def test_identical_ranks_have_no_straggler(tmp_path: Path) -> None:
 def test_a_subfolder_of_traces_is_named_not_read(tmp_path: Path) -> None:
     top = tmp_path / "xdit_flux.1"
     (top / "capture_traces").mkdir(parents=True)
-    shutil.copy(FLUX, top / "capture_traces" / "capture_trace_rank_0.json.gz")
+    capture = [launch(5, 3, corr=1), kernel("k", 10, 5, 1)]  # as TraceLens' capture_traces/ hold
+    write_trace(top / "capture_traces" / "capture_trace_rank_0.json", capture)
     with pytest.raises(GpuoptError, match=r"traces in its subfolders: .*capture_traces$"):
         profile_from_traces(top)
     write_trace(top / "profile_trace_rank_0.json", [launch(5, 3, corr=1), kernel("k", 10, 5, 1)])
