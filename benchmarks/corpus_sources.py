@@ -106,12 +106,18 @@ def _is(path: Path, blob: str) -> bool:
     return path.is_file() and blob_id(path) == blob
 
 
-def _replace(out: Path) -> Path:
-    """``out``'s folder made and any older file there removed (nothing is made before a file
-    is had: a missing source leaves no empty folder)."""
+def _put(out: Path, data: bytes | None = None, link: Path | None = None) -> None:
+    """``out`` written as ``data``, or made a link to ``link``, in one step (a temporary name
+    renamed over it: several test processes may set the same file up at once). Its folder is
+    made only here, so a source that is not had leaves no empty folder."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.unlink(missing_ok=True)
-    return out
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    if link is not None:
+        tmp.symlink_to(link)
+    else:
+        tmp.write_bytes(data or b"")
+    os.replace(tmp, out)
 
 
 def materialize(src: Source, snapshots: Path, dest: Path, shared: Path | None = None) -> Path:
@@ -124,13 +130,13 @@ def materialize(src: Source, snapshots: Path, dest: Path, shared: Path | None = 
         if _is(out, blob):
             continue
         if shared is not None and _is(shared / src.local(path), blob):
-            _replace(out).symlink_to((shared / src.local(path)).resolve())
+            _put(out, link=(shared / src.local(path)).resolve())
             continue
         gdir = gdir or git_dir(snapshots, src.repo)
         at = _git(gdir, "rev-parse", f"{src.commit}:{path}").decode().strip()
         if at != blob:
             raise Missing(f"{src.repo}@{src.commit[:12]}:{path} is blob {at}, not {blob}")
-        _replace(out).write_bytes(_git(gdir, "cat-file", "blob", blob))
+        _put(out, data=_git(gdir, "cat-file", "blob", blob))
     return dest
 
 
