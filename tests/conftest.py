@@ -20,8 +20,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
 SCRIPTS = DATA / "scripts"
-# The recorded traces and H200 measurements the tests read (tests/data/shared/README.md): gpuopt's
-# own are committed; public ones are put in place at set-up (tests/public_data.py), or missing.
+# The recorded traces and H200 measurements the tests read (tests/data/shared/README.md): copies of
+# the project's reference folder, committed; the fetched public ones (tests/data/public.toml) are
+# put in place at set-up (tests/public_data.py), or missing.
 SHARED_TRACES = DATA / "shared" / "traces"
 H200_DIR = DATA / "shared" / "gpu-h200"
 
@@ -195,8 +196,7 @@ def load_benchmark(name: str) -> ModuleType:
 
 @pytest.fixture
 def shared_traces() -> Path:
-    """The recorded traces (tests/data/shared/README.md); skipped where the public ones (HTA's,
-    Kineto's) are not set up."""
+    """The recorded traces: part of the repository, so a missing folder fails the test."""
     for folder in ("hta", "kineto_tb_plugin"):
-        public_file(SHARED_TRACES / folder)
+        assert (SHARED_TRACES / folder).is_dir(), f"{SHARED_TRACES / folder} is missing"
     return SHARED_TRACES
