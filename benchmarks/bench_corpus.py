@@ -3,8 +3,11 @@
     python benchmarks/bench_corpus.py [--gpuopt PATH] [--only NAME ...] [--json FILE]
                                       [--markdown FILE] [--setup-only]
 
-The corpus is benchmarks/corpus/scripts/ (pytorch/examples, vendored unchanged: corpus/README.md
-says from where). For each script of benchmarks/corpus/expect.toml this runs
+The corpus is public code, not kept in this repository: set-up copies it byte for byte from local
+git snapshots of its repositories (benchmarks/corpus/sources.toml, corpus_sources.py) into
+benchmarks/corpus/.cache/ (git-ignored): pytorch/examples' and nanoGPT's scripts into
+.cache/scripts/, the others into the folder each runs in (corpus/README.md says from where).
+For each script of benchmarks/corpus/expect.toml this runs
 
     gpuopt profile --force -o RUN [GPUOPT_ARGS] SCRIPT ARGS
 
@@ -54,12 +57,11 @@ from typing import Any
 import corpus_data
 from corpus_fixes import FindingFix, counts, coverage
 from corpus_judge import ScriptExpect, Verdict, judge, load_expectations
-from corpus_sources import Missing, load_sources, materialize
+from corpus_sources import SNAPSHOTS, Missing, load_sources, materialize, scripts_tree
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 CORPUS = HERE / "corpus"
-SCRIPTS = CORPUS / "scripts"
 EXPECT = CORPUS / "expect.toml"
 SOURCES = CORPUS / "sources.toml"
 SHIM = CORPUS / "shim"
@@ -67,8 +69,8 @@ CACHE = CORPUS / ".cache"
 SITE = CACHE / "site"
 WORK = CACHE / "work"
 FETCHED = CACHE / "sources"
-# where sources.toml's repositories have their git snapshots (DIR/OWNER+NAME/...): --snapshots
-SNAPSHOTS = Path(os.environ.get("GPUOPT_CORPUS_SNAPSHOTS", "/work/.mirror"))
+# the scripts expect.toml names without a source (sources.toml's `scripts`), made by setup_scripts
+SCRIPTS = CACHE / "scripts"
 
 # What the corpus's scripts import beyond torch and numpy, pinned; installed without
 # dependencies (numpy and torch are the venv's own). torchvision 0.28 is the one for torch 2.13.
@@ -119,9 +121,14 @@ def run_env(expect: ScriptExpect, cwd: Path) -> dict[str, str]:
     return env
 
 
+def setup_scripts(snapshots: Path = SNAPSHOTS) -> dict[str, str]:
+    """Copy the scripts tree into SCRIPTS from the snapshots; returns what is missing (source
+    name -> why)."""
+    return scripts_tree(load_sources(SOURCES), snapshots, SCRIPTS)
+
+
 def script_of(expect: ScriptExpect) -> Path:
-    """The script a run starts: under benchmarks/corpus/scripts, or its source's copy in the
-    folder it runs in."""
+    """The script a run starts: under SCRIPTS, or its source's copy in the folder it runs in."""
     if expect.source is None:
         return SCRIPTS / expect.path
     return WORK / expect.name / "cwd" / expect.path
@@ -137,7 +144,7 @@ def copy_source(expect: ScriptExpect, cwd: Path, snapshots: Path) -> None:
     if expect.source not in sources:
         raise SystemExit(f"expect.toml: {expect.name}: no source {expect.source!r} in {SOURCES}")
     fetched = materialize(sources[expect.source], snapshots, FETCHED / expect.source)
-    shutil.copytree(fetched, cwd, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".source"))
+    shutil.copytree(fetched, cwd, dirs_exist_ok=True)
 
 
 def prepare(expect: ScriptExpect, gpuopt: Path, snapshots: Path = SNAPSHOTS) -> Path:
@@ -147,6 +154,10 @@ def prepare(expect: ScriptExpect, gpuopt: Path, snapshots: Path = SNAPSHOTS) -> 
     cwd.mkdir(parents=True, exist_ok=True)
     if expect.source is not None:
         copy_source(expect, cwd, snapshots)
+    else:
+        missing = setup_scripts(snapshots)
+        if not (SCRIPTS / expect.path).is_file():
+            raise Missing("; ".join(missing.values()) or f"{expect.path}: in no source's scripts")
     prepare_data(expect, base, cwd, gpuopt)
     return cwd
 

@@ -138,7 +138,7 @@ def make_copies(snapshots: Path) -> dict[str, Path]:
     for name, model in (("hand", text), ("fused", rewrite.source)):
         dest = WORK / name
         shutil.rmtree(dest, ignore_errors=True)
-        shutil.copytree(src, dest, ignore=shutil.ignore_patterns(".source"))
+        shutil.copytree(src, dest)
         (dest / "mingpt" / "model.py").write_text(model)
         (dest / "input.txt").write_text(corpus_data.play_text(100_000), encoding="utf-8")
         copies[name] = dest

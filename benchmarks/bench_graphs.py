@@ -139,12 +139,16 @@ def choices() -> None:
 
 
 def corpus() -> None:
+    import bench_corpus as bc
+
     from gpuopt.fixes.whole_step.codemod import rewrite_cuda_graphs
 
+    for name, why in bc.setup_scripts().items():
+        print(f"(corpus source {name} skipped: {why})\n")
     print("## 4. The corpus: training steps captured or refused (static analysis)\n")
     print("| script | captured | refused, with the reason |")
     print("|---|---|---|")
-    for path in sorted((ROOT / "benchmarks" / "corpus" / "scripts").glob("*/*.py")):
+    for path in sorted(bc.SCRIPTS.glob("*/*.py")):
         r = rewrite_cuda_graphs(path.read_text(), name=path.name)
         if not r.changed and not r.skipped:
             continue

@@ -61,10 +61,11 @@ REAL = [
     "hta/negative_queue_length_values_check/rank0.json.gz",
     "hta/nccl_parser_config/nccl_data.json.gz",
     "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
-    # AMD TraceLens' xDiT Flux.1 capture (MIT): the repository's own copy (tests/data/shared)
+    # AMD TraceLens' xDiT Flux.1 capture (MIT): set up by tests/public_data.py (tests/data/shared)
     "tracelens/xdit_flux.1_aiter_sage/capture_trace_rank_0.json.gz",
 ]
-# Where REAL's paths are looked up, in order: ../shared/traces, then the repository's copy.
+# Where REAL's paths are looked up, in order: ../shared/traces, then the copies tests/public_data.py
+# sets up from snapshots (git-ignored).
 LOCAL = ROOT / "tests" / "data" / "shared" / "traces"
 # Parity only (--parity): small traces HTA's own tests use, each with something the big ones lack
 PARITY_ONLY = [
@@ -74,8 +75,8 @@ PARITY_ONLY = [
     "hta/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz",
     "hta/trace_filter/sampled_rank-0.json.gz",
 ]
-# and a piece of TraceLens' DDP ResNet trace whose GPU runs behind the host.
-RESNET_CUT = ROOT / "tests" / "data" / "public" / "tracelens" / "resnet_act_checkpoint.cut.json.gz"
+# and TraceLens' DDP ResNet trace whose GPU runs behind the host (set up by tests/public_data.py)
+RESNET = ROOT / "tests" / "data" / "public" / "tracelens" / "resnet_act_checkpoint.json.gz"
 SEED = "kineto_tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
 
 _RUNNER = (
@@ -290,8 +291,7 @@ def text_mb(trace: Path) -> float:
 
 
 def real_traces(names: list[str] = REAL) -> list[Path]:
-    """The traces of ``names`` that are here (../shared/traces first, then the repository's
-    copy)."""
+    """The traces of ``names`` that are here (../shared/traces first, then the set-up copies)."""
     out = []
     for r in names:
         found = next((base / r for base in (SHARED, LOCAL) if (base / r).exists()), None)
@@ -635,7 +635,7 @@ def main() -> None:
     if args.parity:
         extra = [
             t
-            for t in [*real_traces(PARITY_ONLY), RESNET_CUT]
+            for t in [*real_traces(PARITY_ONLY), *[r for r in (RESNET,) if r.exists()]]
             if not args.only or any(o in str(t) for o in args.only)
         ]
         real = [t for t in traces if WORK not in t.parents]  # not the generated ones

@@ -78,7 +78,7 @@ class FindingExpect:
 @dataclass(frozen=True)
 class ScriptExpect:
     name: str
-    path: str  # the script, relative to benchmarks/corpus/scripts, or to its source's root
+    path: str  # the script, relative to the scripts tree (.cache/scripts), or to its source's root
     args: tuple[str, ...]
     gpuopt_args: tuple[str, ...] = ()
     data: str = "none"  # what the harness prepares: none | mnist | wikitext | sine | ... (README)
@@ -95,7 +95,7 @@ class ScriptExpect:
     # is to say so (dispatch.note "too few steps") and report nothing per step
     too_few_steps: bool = False
     # a source of benchmarks/corpus/sources.toml: the script is that repository's, copied into
-    # the folder it runs in (sites then relative to it); None: benchmarks/corpus/scripts
+    # the folder it runs in (sites then relative to it); None: the scripts tree (.cache/scripts)
     source: str | None = None
     pythonpath: tuple[str, ...] = ()  # folders of the run's folder put on PYTHONPATH
     # the Python loops the recorder may report per step (None: not judged; (): none at all)

@@ -20,10 +20,58 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
 SCRIPTS = DATA / "scripts"
-# Copies of the recorded traces and H200 measurements the tests read (tests/data/shared/README.md:
-# their origin and licences), so that a plain clone runs every test.
+# The recorded traces and H200 measurements the tests read (tests/data/shared/README.md): copies of
+# the project's reference folder, committed; the fetched public ones (tests/data/public.toml) are
+# put in place at set-up (tests/public_data.py), or missing.
 SHARED_TRACES = DATA / "shared" / "traces"
 H200_DIR = DATA / "shared" / "gpu-h200"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The public data files (tests/data/public.toml) in place, where they can be had here."""
+    import public_data
+
+    public_data.setup()
+
+
+def public_file(path: Path, how: str = "python tests/public_data.py") -> Path:
+    """``path``, a public file put in place at set-up (``how``); the test is skipped where it is
+    not there."""
+    if not path.exists():
+        pytest.skip(f"{path.relative_to(ROOT)} is not set up ({how}: its snapshot is missing)")
+    return path
+
+
+@functools.cache
+def _corpus_scripts() -> Path:
+    import public_data
+
+    cs = public_data.corpus_sources()
+    dest = ROOT / "benchmarks" / "corpus" / ".cache" / "scripts"
+    sources = cs.load_sources(ROOT / "benchmarks" / "corpus" / "sources.toml")
+    cs.scripts_tree(sources, cs.SNAPSHOTS, dest)
+    return dest
+
+
+def corpus_source(name: str) -> Path:
+    """The folder of sources.toml's source ``name`` (benchmarks/corpus/.cache/sources/NAME, as
+    ``python benchmarks/corpus_sources.py NAME`` sets it up); skipped without its snapshot."""
+    import public_data
+
+    cs = public_data.corpus_sources()
+    src = cs.load_sources(ROOT / "benchmarks" / "corpus" / "sources.toml")[name]
+    dest = ROOT / "benchmarks" / "corpus" / ".cache" / "sources" / name
+    try:
+        return Path(cs.materialize(src, cs.SNAPSHOTS, dest))
+    except cs.Missing as exc:
+        pytest.skip(f"{name}: {exc}")
+
+
+def corpus_script(rel: str) -> Path:
+    """A public script of the corpus (benchmarks/corpus/sources.toml's scripts tree, as
+    bench_corpus sets it up: ``mnist/main.py``, ``nanogpt/train.py``); the test is skipped
+    where its repository's snapshot is not here."""
+    return public_file(_corpus_scripts() / rel, "python benchmarks/bench_corpus.py --setup-only")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -149,5 +197,6 @@ def load_benchmark(name: str) -> ModuleType:
 @pytest.fixture
 def shared_traces() -> Path:
     """The recorded traces: part of the repository, so a missing folder fails the test."""
-    assert SHARED_TRACES.is_dir(), f"{SHARED_TRACES} is missing (tests/data/shared/README.md)"
+    for folder in ("hta", "kineto_tb_plugin"):
+        assert (SHARED_TRACES / folder).is_dir(), f"{SHARED_TRACES / folder} is missing"
     return SHARED_TRACES

@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_TRACES, run_gpuopt
+from conftest import SHARED_TRACES, public_file, run_gpuopt
 from gate_support import finding, noisy, run, write
 from typer.testing import CliRunner
 
@@ -184,7 +184,7 @@ def test_an_unknown_format_is_a_usage_error(pair: tuple[Path, Path]) -> None:
 
 
 def test_a_trace_against_a_profile_is_refused(pair: tuple[Path, Path]) -> None:
-    trace = SHARED_TRACES / "hta" / "trace_compare" / "base" / "base.json.gz"
+    trace = public_file(SHARED_TRACES / "hta" / "trace_compare" / "base" / "base.json.gz")
     r = _check(str(trace), "--baseline", str(pair[0]))
     assert r.exit_code == 2 and "compare like with like" in r.output
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, SHARED_TRACES, public_file
 from typer.testing import CliRunner
 
 import gpuopt.commands.entry as entry
@@ -263,8 +263,8 @@ def test_a_trace_report_imports_only_what_it_uses(tmp_path: Path) -> None:
     """``gpuopt report TRACE`` pays every import at every start: not numpy's masked arrays
     (``np.unique`` and friends import them on first call, 15-20 ms), nor the optimize report's
     renderers (html, statistics, random) for an input that is no optimize result."""
-    trace = ROOT / "tests" / "data" / "shared" / "traces" / "hta" / "trace_filter"
-    trace = trace / "sampled_rank-0.json.gz"  # two ProfilerStep names: the last-step rule runs
+    trace = SHARED_TRACES / "hta" / "trace_filter" / "sampled_rank-0.json.gz"
+    trace = public_file(trace)  # two ProfilerStep names: the last-step rule runs
     code = (
         "import sys\n"
         "import gpuopt.commands.entry as e\n"

@@ -7,10 +7,10 @@ from __future__ import annotations
 import contextlib
 import io
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import corpus_script
 
 from gpuopt.fixes.backend_flags.codemod import rewrite_backend_flags
 from gpuopt.fixes.dataloader.codemod import rewrite_dataloader
@@ -368,8 +368,7 @@ def test_sync_rewrite_leaves_unsafe_lines_with_a_reason(code: str, line: int, re
     assert [s.line for s in r.skipped] == [line] and reason in r.skipped[0].reason
 
 
-# -- on public scripts nobody here wrote (pytorch/examples, vendored unchanged) ---------------
-CORPUS = Path(__file__).resolve().parents[1] / "benchmarks" / "corpus" / "scripts"
+# -- on public scripts nobody here wrote (pytorch/examples, set up from a snapshot) -----------
 
 
 @pytest.mark.parametrize(
@@ -396,7 +395,7 @@ CORPUS = Path(__file__).resolve().parents[1] / "benchmarks" / "corpus" / "script
 )
 @pytest.mark.slow
 def test_sync_rewrite_on_public_scripts(script: str, line: int, changed: dict[int, str]) -> None:
-    before = (CORPUS / script).read_text()
+    before = corpus_script(script).read_text()
     r = rewrite_syncs(before, [line], name=script)
     assert not r.skipped, r.skipped
     old, new = before.splitlines(), r.source.splitlines()

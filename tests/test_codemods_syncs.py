@@ -10,15 +10,13 @@ from __future__ import annotations
 import contextlib
 import io
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import corpus_script
 
 from gpuopt.fixes.syncs.codemod import rewrite_syncs
 from gpuopt.source import Skipped
-
-CORPUS = Path(__file__).resolve().parents[1] / "benchmarks" / "corpus" / "scripts"
 
 
 def src(text: str) -> str:
@@ -351,6 +349,104 @@ def test_a_list_that_cannot_keep_tensors_says_why(code: str, reason: str) -> Non
     assert len(r.skipped) == 1 and reason in r.skipped[0].reason, r.skipped
 
 
+# -- reads left alone with the reason of their own site ------------------------------------------
+# gpuopt's own script with the read sites of the corpus's public ones (below): a stop test, a
+# target computed with a read, a value printed every step, a meter, a logging branch, a closure.
+READ_SITES = """\
+import torch
+
+torch.manual_seed(0)
+w_true, b_true = torch.randn(3, 1), torch.randn(1)
+
+
+def target(x):
+    return x.mm(w_true) + b_true.item()
+
+
+def batch(n=16):
+    x = torch.randn(n, 3)
+    return x, target(x)
+
+
+class Meter:
+    def update(self, value, n):
+        self.last = value * n
+
+
+model = torch.nn.Linear(3, 1)
+critic = torch.nn.Linear(1, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+meter = Meter()
+for step in range(200):
+    x, y = batch()
+    out = model(x)
+    loss = torch.nn.functional.mse_loss(out, y)
+    err = loss.item()
+    d_real = critic(out).mean().item()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    meter.update(loss.item(), x.size(0))
+    print(f"[{step}] D(x): {d_real:.4f} loss {critic(y).mean().item():.4f}")
+    if step % 10 == 0:
+        print(f"step {step}: {loss.item():.4f}")
+    if err < 1e-3:
+        break
+
+lbfgs = torch.optim.LBFGS(model.parameters(), lr=0.5)
+for step in range(3):
+    x, y = batch()
+
+    def closure():
+        lbfgs.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        print("loss:", loss.item())
+        loss.backward()
+        return loss
+
+    lbfgs.step(closure)
+"""
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        (
+            29,
+            "`err` is the loop's stop test at line 38 (`if err < 1e-3: break`): it is needed "
+            "every step; read every N steps, training would stop at another step",
+        ),
+        (
+            8,
+            "the value read here is computed with at once at line 8 (`x.mm(w_true) + "
+            "b_true.item()`): kept a tensor, it could change that result's dtype or shape",
+        ),
+        (30, "`d_real` is printed at line 35 every step"),
+        (35, "the value read here is printed at line 35 every step"),
+        (
+            34,
+            "the value read here is passed to `meter.update(...)` at line 34, which gpuopt "
+            "does not follow",
+        ),
+        (
+            37,
+            "the value read here is printed at line 37; it already runs only in the branch `if "
+            "step % 10 == 0:` (line 36), and syncs as often as that branch",
+        ),
+        (
+            48,
+            "the value read here is printed at line 48 at every call of `closure()`, a function "
+            "the loop at line 42 defines (an optimizer may call it several times a step)",
+        ),
+    ],
+    ids=["stop", "target", "printed-name", "printed", "meter", "branch", "closure"],
+)
+def test_reads_left_alone_with_their_sites_reason(line: int, reason: str) -> None:
+    r = rewrite_syncs(READ_SITES, [line], name="train.py")
+    assert r.source == READ_SITES
+    assert [s.line for s in r.skipped] == [line] and reason in r.skipped[0].reason, r.skipped
+
+
 # -- public scripts: each read left alone with the reason of its own site ----------------------
 @pytest.mark.parametrize(
     ("script", "line", "reason"),
@@ -402,7 +498,7 @@ def test_a_list_that_cannot_keep_tensors_says_why(code: str, reason: str) -> Non
 def test_public_scripts_reads_left_alone_with_their_sites_reason(
     script: str, line: int, reason: str
 ) -> None:
-    before = (CORPUS / script).read_text()
+    before = corpus_script(script).read_text()
     r = rewrite_syncs(before, [line], name=script)
     assert r.source == before
     assert [s.line for s in r.skipped] == [line] and reason in r.skipped[0].reason, r.skipped

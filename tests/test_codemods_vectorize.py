@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from conftest import corpus_script, public_file
 
 from gpuopt.fixes.loops.check import CheckSpec, check_rewrite
 from gpuopt.fixes.loops.vectorize import LoopChange, rewrite_vectorize
@@ -493,30 +494,56 @@ def test_unparsable_source_is_a_codemod_error() -> None:
         rewrite_vectorize("for i in range(3)\n    pass\n", [1], name="bad.py")
 
 
-PUBLIC = Path(__file__).parent / "data" / "public" / "transunet" / "utils.py"
+DATA = Path(__file__).parent / "data"
 
 
-def test_transunet_dice_loss_one_hot_loop_is_vectorized_and_its_class_loop_left_alone() -> None:
-    """TransUNet's DiceLoss (Apache-2.0, vendored unchanged): code nobody here wrote."""
-    text = PUBLIC.read_text()
-    r = rewrite_vectorize(text, [15, 40])
+def _dice_rewritten(text: str, lines: list[int], names: dict[str, str]) -> Any:
+    """The per-class Dice loss in ``text`` (its masks loop and class loop at ``lines``): the
+    masks loop rewritten into one comparison, the class loop left alone for its ``.item()``,
+    and the rewrite exact on labels of 9 classes. ``names``: its class, count, labels, list."""
+    r = rewrite_vectorize(text, lines)
+    cls, n, x, out = (names[k] for k in ("class", "n", "labels", "list"))
+    var = "i" if cls == "DiceLoss" else "c"
     assert r.notes == [
-        "line 15: class-masks: the masks appended to tensor_list for every `i` in one comparison"
+        f"line {lines[0]}: class-masks: the masks appended to {out} for every `{var}` in one "
+        "comparison"
     ]
-    assert "            tensor_list.append(temp_prob.unsqueeze(1))\n" not in r.source
     assert (
-        "        if self.n_classes > 0:\n"
-        "            i = torch.arange(self.n_classes, device=input_tensor.device)\n"
-        "            tensor_list.extend((input_tensor == i.view(-1, *[1] * input_tensor.dim()))"
+        f"        if self.{n} > 0:\n"
+        f"            {var} = torch.arange(self.{n}, device={x}.device)\n"
+        f"            {out}.extend(({x} == {var}.view(-1, *[1] * {x}.dim()))"
         ".unsqueeze(2).unbind(0))\n"
     ) in r.source
     (left,) = r.skipped
-    assert left.line == 40 and "reads a tensor to Python or the host" in left.reason
+    assert left.line == lines[1] and "reads a tensor to Python or the host" in left.reason
     ns: dict[str, Any] = {}
-    exec(compile(text, str(PUBLIC), "exec"), ns)
+    exec(compile(text, "dice.py", "exec"), ns)
     labels = torch.randint(0, 9, (2, 8, 8)).float()
-    scope = {"self": ns["DiceLoss"](9), "input_tensor": labels, "tensor_list": []}
+    scope = {"self": ns[cls](9), x: labels, out: []}
     assert run_side_by_side(r.changes[0], scope)[0] == "exact"
+    return r
+
+
+def test_a_dice_loss_one_hot_loop_is_vectorized_and_its_class_loop_left_alone() -> None:
+    """gpuopt's own per-class Dice loss (tests/data/dice/dice.py)."""
+    text = (DATA / "dice" / "dice.py").read_text()
+    names = {"class": "ClassDice", "n": "classes", "labels": "labels", "list": "per_class"}
+    r = _dice_rewritten(text, [16, 33], names)
+    assert "            per_class.append(hit.unsqueeze(1))\n" not in r.source
+
+
+def test_transunet_dice_loss_one_hot_loop_is_vectorized_and_its_class_loop_left_alone() -> None:
+    """TransUNet's DiceLoss (Apache-2.0, set up from its snapshot: tests/data/public.toml): code
+    nobody here wrote. The rest of its utils.py (medpy, SimpleITK) is blanked, lines kept."""
+    upstream = public_file(DATA / "public" / "transunet" / "utils.py").read_text().splitlines()
+    start = upstream.index("class DiceLoss(nn.Module):")
+    end = next(i for i in range(start + 1, len(upstream)) if upstream[i].startswith("def "))
+    kept = ["import torch", "import torch.nn as nn"] + [""] * (start - 2) + upstream[start:end]
+    masks = upstream.index("        for i in range(self.n_classes):", start) + 1
+    items = upstream.index("        for i in range(0, self.n_classes):", start) + 1
+    names = {"class": "DiceLoss", "n": "n_classes", "labels": "input_tensor", "list": "tensor_list"}
+    r = _dice_rewritten("\n".join(kept) + "\n", [masks, items], names)
+    assert "            tensor_list.append(temp_prob.unsqueeze(1))\n" not in r.source
 
 
 def test_the_loop_variable_as_a_value_goes_through_vmap() -> None:
@@ -641,7 +668,6 @@ def test_class_masks_on_cuda_refuse_what_out_would_resize() -> None:
 
 
 # -- numpy windows gathered one sample at a time (nanoGPT's get_batch) ------------------------
-NANOGPT = "benchmarks/corpus/scripts/nanogpt/train.py"
 
 
 def _memmap(tmp_path: Path, n: int = 5000) -> Any:
@@ -652,12 +678,50 @@ def _memmap(tmp_path: Path, n: int = 5000) -> Any:
     return np.memmap(path, dtype=np.uint16, mode="r")
 
 
+WINDOWS = """\
+import numpy as np
+import torch
+
+def windows(toks, at, w):
+    inputs = torch.stack([torch.from_numpy((toks[s:s+w]).astype(np.int64)) for s in at])
+    targets = torch.stack([torch.from_numpy((toks[s+1:s+1+w]).astype(np.int64)) for s in at])
+    return inputs, targets
+"""
+
+
+def test_token_windows_of_a_memmap_become_one_gather_each(tmp_path: Path) -> None:
+    """gpuopt's own batch builder in a language-model trainer's shape (nanoGPT's get_batch):
+    input and target windows of a token memmap, one sample at a time."""
+    import numpy as np
+
+    r = rewrite_vectorize(WINDOWS, [5, 6], name="train.py")
+    assert not r.skipped, r.skipped
+    old, new = WINDOWS.splitlines(), r.source.splitlines()
+    diff = {n: b for n, (a, b) in enumerate(zip(old, new, strict=True), 1) if a != b}
+    assert diff == {
+        5: "    inputs = torch.from_numpy((toks[np.asarray(at)[:, None] + np.arange(w)])"
+        ".astype(np.int64))",
+        6: "    targets = torch.from_numpy((toks[np.asarray(at)[:, None]+1 + np.arange(w)])"
+        ".astype(np.int64))",
+    }
+    assert [c.pattern for c in r.changes] == ["numpy-gathers", "numpy-gathers"]
+    tokens = _memmap(tmp_path)
+    starts = torch.randint(len(tokens) - 64, (12,), generator=g)
+    for change in r.changes:
+        spec = CheckSpec(
+            "t", "t.py", change.line, change.capture_line, change.old, change.new,
+            change.reads, change.writes,
+        )  # fmt: skip
+        inputs = {"toks": tokens, "at": starts, "w": 64}
+        result = check_rewrite(spec, {"torch": torch, "np": np}, inputs)
+        assert result.verdict == "exact", result.detail
+
+
 @pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_nanogpt_get_batch_becomes_one_fancy_index_gather(tmp_path: Path) -> None:
     import numpy as np
 
-    root = Path(__file__).resolve().parents[1]
-    before = (root / NANOGPT).read_text()
+    before = corpus_script("nanogpt/train.py").read_text()
     r = rewrite_vectorize(before, [124, 125], name="train.py")
     assert not r.skipped, r.skipped
     old, new = before.splitlines(), r.source.splitlines()

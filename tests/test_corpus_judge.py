@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import gzip
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -88,10 +89,22 @@ def _judge(profile: dict[str, Any], name: str = "demo") -> Any:
 DATA = {"none", "mnist", "wikitext", "sine", "shakespeare_char", "cifar10", "chars"}
 
 
+def _in_scripts_tree(sources: dict[str, Any], path: str) -> tuple[Any, str]:
+    """The source whose ``scripts`` folder holds ``path`` of the scripts tree, and its upstream
+    path."""
+    for src in sources.values():
+        if src.scripts is None:
+            continue
+        prefix = "" if src.scripts == "." else f"{src.scripts}/"
+        if path.startswith(prefix) and path.removeprefix(prefix) in src.files:
+            return src, path.removeprefix(prefix)
+    raise AssertionError(f"{path}: in no source's scripts (sources.toml)")
+
+
 def test_expect_toml_parses_and_names_scripts_and_lines_that_exist() -> None:
-    """Each script and each file a site names exists: in benchmarks/corpus/scripts, or (a
-    script of sources.toml) in its source's file list, its lines checked where the source's
-    files were copied here (bench_corpus's set-up)."""
+    """Each script and each file a site names is in its source's file list (sources.toml: the
+    scripts tree, or the source the script names), its lines checked where the source's files
+    were copied here (bench_corpus's set-up)."""
     expects = cj.load_expectations(CORPUS / "expect.toml")
     sources = load_benchmark("corpus_sources").load_sources(CORPUS / "sources.toml")
     assert len(expects) >= 11
@@ -101,15 +114,17 @@ def test_expect_toml_parses_and_names_scripts_and_lines_that_exist() -> None:
         patterns = [*e.sync_sites, *e.periodic_sync_sites, *(e.loop_sites or ())]
         patterns += [f.site for f in e.findings if f.site is not None]
         if e.source is None:
-            script = CORPUS / "scripts" / e.path
-            assert script.is_file(), e.path
-            files = {p.file: script.parent / p.file for p in patterns}
+            src, path = _in_scripts_tree(sources, e.path)
+            folder = str(Path(path).parent).removeprefix(".")
+            listed = {str(Path(folder) / p.file) for p in patterns}
+            assert listed <= set(src.files), f"{e.name}: {listed - set(src.files)}"
+            fetched = CORPUS / ".cache" / "scripts" / Path(e.path).parent
         else:
             listed = sources[e.source].files
             assert e.path in listed, f"{e.name}: {e.path} not in sources.toml"
             assert all(p.file in listed for p in patterns), e.name
             fetched = CORPUS / ".cache" / "sources" / e.source
-            files = {p.file: fetched / p.file for p in patterns if (fetched / p.file).is_file()}
+        files = {p.file: fetched / p.file for p in patterns if (fetched / p.file).is_file()}
         for p in patterns:
             if p.file in files:
                 assert files[p.file].is_file(), f"{e.name}: {p}"

@@ -86,3 +86,30 @@ def test_a_public_script_of_these_shapes_meets_its_expectation(
     v = bench.judge(e, profile, str(bench.WORK / name / "cwd"))
     assert v.passed, v
     assert v.missing_findings == () and v.loops_ok and v.ragged_ok and v.memory_ok, v
+
+
+def test_a_file_in_the_reference_folder_is_linked_and_a_missing_one_makes_nothing(
+    tmp_path: Path,
+) -> None:
+    """Placed at INTO/PATH less STRIP (or its own ``to``); linked where the reference folder
+    holds the same blob, copied from the snapshot where it does not; without a snapshot,
+    Missing and no folder left behind."""
+    snapshots, commit = _snapshot(tmp_path)
+    repo = snapshots / "someone+lib"
+    blobs = {p: _git(repo, "rev-parse", f"{commit}:{p}") for p in ("LICENSE", "pkg/train.py")}
+    src = cs.Source(
+        "lib", "someone/lib", commit, "MIT", blobs, into="traces/lib", strip="pkg/",
+        to={"LICENSE": "COPYING-LICENSE"},
+    )  # fmt: skip
+    ref = tmp_path / "ref"
+    (ref / "traces" / "lib").mkdir(parents=True)
+    (ref / "traces" / "lib" / "train.py").write_bytes(b"print('hi')\r\n")
+    out = cs.materialize(src, snapshots, tmp_path / "data", shared=ref)
+    linked = out / "traces" / "lib" / "train.py"
+    assert linked.is_symlink() and linked.resolve() == ref / "traces" / "lib" / "train.py"
+    copied = out / "traces" / "lib" / "COPYING-LICENSE"
+    assert not copied.is_symlink() and copied.read_text() == "MIT\n"
+    gone = cs.Source("lib", "other/lib", commit, "MIT", blobs, into="x")
+    with pytest.raises(cs.Missing, match="no snapshot of other/lib"):
+        cs.materialize(gone, snapshots, tmp_path / "empty")
+    assert not (tmp_path / "empty").exists()

@@ -261,20 +261,20 @@ def test_the_training_steps_memory_is_within_5_percent_of_the_real_step(
     assert abs(truth["fake_peak"] / truth["truth_peak"] - 1) < 0.05
 
 
-TIMM = ROOT / "benchmarks" / "frameworks" / "timm" / "train.py"
-
-
 def test_timm_train_py_run_has_phases_and_one_per_sample_figure(tmp_path: Path) -> None:
+    """timm v1.0.28's own train.py (sources.toml's ``timm``, set up from its snapshot)."""
     if importlib.util.find_spec("timm") is None:
         pytest.skip("timm is not installed")
-    from conftest import load_benchmark
+    from conftest import corpus_source, load_benchmark
+
+    train = corpus_source("timm") / "train.py"
 
     data = load_benchmark("frameworks/timm_data").write(tmp_path / "data", per_class=8)
     out = tmp_path / "run"
     flags = ["--data-dir", str(data), "--model", "resnet18", "--num-classes", "2"]
     flags += ["--img-size", "32", "-b", "4", "--epochs", "1", "--workers", "1"]
     flags += ["--device", "cpu", "--output", str(tmp_path / "out")]
-    args = ("profile", "--quiet", "--memory-for", "h100", "-o", str(out), str(TIMM), *flags)
+    args = ("profile", "--quiet", "--memory-for", "h100", "-o", str(out), str(train), *flags)
     r = run_gpuopt(*args, env={**_env(), "HF_HUB_OFFLINE": "1"}, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     doc = json.loads((out / "profile.json").read_text())

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from conftest import ROOT, run_gpuopt
+from conftest import DATA, ROOT, public_file, run_gpuopt
 from typer.testing import CliRunner
 
 import gpuopt.optimize.output.results as results_module
@@ -117,11 +117,10 @@ def test_padding_batch_is_a_suggestion_with_its_diff_unless_named(
     assert doc.gain is not None and doc.gain.speedup is not None
 
 
-def test_public_script_transunet_dice_loss(tmp_path: Path) -> None:
-    """TransUNet's own DiceLoss (tests/data/public/transunet, Apache-2.0) in a tiny training:
-    its one-hot loop is rewritten and checked bit for bit, its class loop left alone (.item())."""
-    work = tmp_path / "transunet"
-    shutil.copytree(ROOT / "tests" / "data" / "public" / "transunet", work)
+def _dice_optimized(work: Path, module: str, masks_line: int, item_line: int) -> str:
+    """``gpuopt optimize --fix vectorize`` on train_dice.py in ``work`` (its Dice loss in
+    ``module``): the one-hot loop at ``masks_line`` rewritten and checked bit for bit, the class
+    loop at ``item_line`` left alone (.item()), the report saying so in every format."""
     r = run_gpuopt(
         "optimize", "--quick", "--steps", "12", "--fix", "vectorize", "-o", "out",
         "train_dice.py",
@@ -130,13 +129,44 @@ def test_public_script_transunet_dice_loss(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     doc = _doc(work / "out")
     (fix,) = [f for f in doc.fixes if f.id == "vectorize"]
-    assert "+            i = torch.arange(self.n_classes, device=input_tensor.device)" in fix.diff
-    assert any("utils.py:15: class-masks: checked" in n and "bit for bit" in n for n in fix.notes)
-    assert any(s.startswith("utils.py:40:") and ".item()" in s for s in fix.skipped)
+    assert f"{module}:{masks_line}: class-masks: checked" in " ".join(fix.notes), fix.notes
+    assert any("bit for bit" in n for n in fix.notes if f"{module}:{masks_line}:" in n)
+    assert any(s.startswith(f"{module}:{item_line}:") and ".item()" in s for s in fix.skipped)
     for fmt in ("md", "html"):  # the report says why a loop was left alone, in every format
         shown = run_gpuopt("report", "out", "--format", fmt, cwd=work)
-        assert shown.returncode == 0 and "vectorize: left alone: utils.py:40:" in shown.stdout
+        assert shown.returncode == 0
+        assert f"vectorize: left alone: {module}:{item_line}:" in shown.stdout
     if fix.applied:
         assert fix.verified == "exact", fix.reason
     else:  # measurably slower in this run: a timing verdict, never a changed training
         assert "slower in the training run" in fix.reason, fix.reason
+    return fix.diff
+
+
+def test_a_per_class_dice_loss_has_its_mask_loop_vectorized(tmp_path: Path) -> None:
+    """gpuopt's own per-class Dice loss (tests/data/dice) in a tiny training: its one-hot loop
+    is rewritten and checked bit for bit, its class loop left alone (.item())."""
+    work = tmp_path / "dice"
+    shutil.copytree(ROOT / "tests" / "data" / "dice", work)
+    diff = _dice_optimized(work, "dice.py", 16, 33)
+    assert "+            c = torch.arange(self.classes, device=labels.device)" in diff
+
+
+def test_public_script_transunet_dice_loss(tmp_path: Path) -> None:
+    """TransUNet's own DiceLoss (Beckschen/TransUNet utils.py, Apache-2.0, set up from its
+    snapshot: tests/data/public.toml) in the same training: its lines kept where they are, the
+    rest of utils.py (medpy, SimpleITK) blanked."""
+    upstream = public_file(DATA / "public" / "transunet" / "utils.py").read_text().splitlines()
+    start = upstream.index("class DiceLoss(nn.Module):")
+    end = next(i for i in range(start + 1, len(upstream)) if upstream[i].startswith("def "))
+    kept = ["import torch", "import torch.nn as nn"] + [""] * (start - 2) + upstream[start:end]
+    work = tmp_path / "transunet"
+    work.mkdir()
+    (work / "utils.py").write_text("\n".join(kept) + "\n")
+    driver = (DATA / "dice" / "train_dice.py").read_text()
+    driver = driver.replace("from dice import ClassDice as DiceLoss", "from utils import DiceLoss")
+    (work / "train_dice.py").write_text(driver)
+    masks = upstream.index("        for i in range(self.n_classes):", start) + 1
+    items = upstream.index("        for i in range(0, self.n_classes):", start) + 1
+    diff = _dice_optimized(work, "utils.py", masks, items)
+    assert "+            i = torch.arange(self.n_classes, device=input_tensor.device)" in diff

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SHARED_TRACES
+from conftest import SHARED_TRACES, public_file
 from trace_helpers import kernel, launch, write_trace
 
 from gpuopt.trace import decode, decode_ahead, decode_worker, events, pieces
@@ -174,7 +174,7 @@ def test_text_size_reads_the_gzip_trailer(tmp_path: Path) -> None:
 
 
 def test_recorded_trace_same_with_and_without_helper() -> None:
-    p = SHARED_TRACES / "hta" / "nccl_parser_config" / "nccl_data.json.gz"
+    p = public_file(SHARED_TRACES / "hta" / "nccl_parser_config" / "nccl_data.json.gz")
     assert identical(decode._load_streaming(p, workers=0), decode._load_streaming(p, workers=1))
 
 

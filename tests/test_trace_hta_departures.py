@@ -5,12 +5,11 @@ cases seen on public traces (AMD TraceLens' test traces, MIT)."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import msgspec
 import pytest
-from conftest import DATA, SHARED_TRACES
+from conftest import DATA, SHARED_TRACES, public_file
 from trace_helpers import cpu, kernel, launch, write_trace
 
 from gpuopt.assemble.trace_job import summarise_traces
@@ -18,7 +17,7 @@ from gpuopt.assemble.trace_profile import profile_from_traces
 from gpuopt.errors import GpuoptError
 from gpuopt.model.summary import RankSummary
 
-RESNET = DATA / "public" / "tracelens" / "resnet_act_checkpoint.cut.json.gz"
+RESNET = DATA / "public" / "tracelens" / "resnet_act_checkpoint.json.gz"
 FLUX = SHARED_TRACES / "tracelens" / "xdit_flux.1_aiter_sage" / "capture_trace_rank_0.json.gz"
 
 
@@ -56,7 +55,7 @@ def test_a_host_record_with_a_stream_arg_is_not_gpu_work(tmp_path: Path) -> None
 def test_the_flux_capture_trace_counts_only_its_kernels() -> None:
     """TraceLens' xDiT Flux.1 capture (MIT): 1063 Inductor host records with a stream arg; HTA's
     busy share 12.37%, the GPU's own 9.79%."""
-    t = _one(FLUX).trace
+    t = _one(public_file(FLUX)).trace
     assert t.temporal is not None and t.temporal.utilization is not None
     assert 100 * t.temporal.utilization == pytest.approx(9.79, abs=0.01)
     assert all(not k.name.startswith("triton_") or k.count <= 152 for k in t.top_kernels)
@@ -104,11 +103,63 @@ def test_a_gpu_behind_the_host_is_measured_by_what_each_step_launched(tmp_path: 
     ) in p.warnings
 
 
+def _checkpointed_ddp(tmp_path: Path) -> Path:
+    """gpuopt's own trace in the shape of a DDP ResNet with activation checkpointing that runs
+    behind its host (as AMD TraceLens' MI300 trace does): 40 kernels queued before the trace
+    keep the GPU busy for its first 30 ms; each 16 ms host step launches its forward (8 convs),
+    under ``CheckpointFunctionBackward`` the same forward again (recomputed) and its backward
+    (8 convs), and an all-reduce: 20.8 ms of GPU work, run only after the earlier work."""
+    ev: list[dict[str, object]] = []
+    ev += [kernel("queued_conv", 750 * i, 750, corr=50_000 + i) for i in range(40)]
+    gpu_at, corr = 30_000.0, 1
+
+    def run(host: float, name: str, dur: float, stream: int = 7) -> None:
+        nonlocal gpu_at, corr
+        ev.append(launch(host, 20, corr=corr))
+        ev.append(kernel(name, gpu_at, dur, corr=corr, stream=stream))
+        gpu_at += dur
+        corr += 1
+
+    for n, host in ((15, 0.0), (16, 16_000.0), (17, 32_000.0)):
+        ev.append(cpu(f"ProfilerStep#{n}", host, 16_000, cat="user_annotation"))
+        ev.append(cpu("aten::conv2d", host + 100, 3_000))
+        for j in range(8):
+            run(host + 150 + 350 * j, "conv_fwd", 700)
+        ev.append(cpu("CheckpointFunctionBackward", host + 4_000, 9_000))
+        for j in range(8):  # recompute, then the backward
+            run(host + 4_100 + 500 * j, "conv_fwd", 700)
+            run(host + 4_300 + 500 * j, "conv_bwd", 1_000)
+        ev.append(cpu("nccl:all_reduce", host + 14_000, 500, cat="user_annotation"))
+        run(host + 14_100, "ncclDevKernel_AllReduce", 1_600, stream=9)
+    return write_trace(tmp_path / "checkpointed.json", ev)
+
+
+def test_a_checkpointed_ddp_trace_s_steps_are_the_gpu_s_cadence(tmp_path: Path) -> None:
+    """Host windows would make step 15 50.8 ms (its host start to its GPU work's end) and push
+    step 16; measured by the GPU work each step launched, both are 20.8 ms."""
+    ra = _one(_checkpointed_ddp(tmp_path))
+    lag = ra.trace.gpu_lag
+    assert not isinstance(lag, msgspec.UnsetType)
+    assert (lag.steps, lag.queued_before) == (2, 40)
+    assert (lag.lag_min_us, lag.lag_max_us) == (30_000, 34_800)
+    assert (lag.gpu_step_us, lag.host_step_us) == (20_800, 16_000)
+    assert [(s.step, s.dur_us) for s in ra.trace.steps] == [(15, 20_800), (16, 20_800)]
+    busy = [s.kernel_us + s.communication_us for s in ra.trace.steps]
+    assert busy == pytest.approx([s.dur_us for s in ra.trace.steps])  # the GPU is never idle
+    counts = {k.name: k.count for k in ra.trace.top_kernels}
+    assert counts["conv_fwd"] == 2 * counts["conv_bwd"]  # the forward, and its recompute
+    assert ra.warnings[-1].startswith(
+        "the GPU runs behind the host: each step's GPU work started 30.0-34.8 ms after its "
+        "host step began; 40 GPU events were queued before the trace began"
+    )
+
+
 def test_the_resnet_trace_s_steps_are_the_gpu_s_cadence() -> None:
-    """TraceLens' DDP ResNet trace (MI300, cut: tests/data/public/tracelens/README.md). With
-    windows from the host steps, step 15 was 49.06 ms for a 16.80 ms host step and step 16
-    began 32.2 ms after its own (median 34.0 ms, 2.08x the host's 16.37 ms)."""
-    ra = _one(RESNET)
+    """TraceLens' DDP ResNet trace (MI300X, rank 0 of 8, three profiler steps; set up from its
+    snapshot: tests/data/public.toml). With windows from the host steps, step 15 was 49.06 ms
+    for a 16.80 ms host step and step 16 began 32.2 ms after its own (median 34.0 ms, 2.08x the
+    host's 16.37 ms)."""
+    ra = _one(public_file(RESNET))
     lag = ra.trace.gpu_lag
     assert not isinstance(lag, msgspec.UnsetType)
     assert (lag.steps, lag.queued_before) == (2, 968)
@@ -205,7 +256,8 @@ def test_identical_ranks_have_no_straggler(tmp_path: Path) -> None:
 def test_a_subfolder_of_traces_is_named_not_read(tmp_path: Path) -> None:
     top = tmp_path / "xdit_flux.1"
     (top / "capture_traces").mkdir(parents=True)
-    shutil.copy(FLUX, top / "capture_traces" / "capture_trace_rank_0.json.gz")
+    capture = [launch(5, 3, corr=1), kernel("k", 10, 5, 1)]  # as TraceLens' capture_traces/ hold
+    write_trace(top / "capture_traces" / "capture_trace_rank_0.json", capture)
     with pytest.raises(GpuoptError, match=r"traces in its subfolders: .*capture_traces$"):
         profile_from_traces(top)
     write_trace(top / "profile_trace_rank_0.json", [launch(5, 3, corr=1), kernel("k", 10, 5, 1)])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_TRACES
+from conftest import SHARED_TRACES, public_file
 from trace_helpers import cpu, kernel, launch, write_trace
 
 from gpuopt.assemble.trace_job import summarise_traces
@@ -114,7 +114,7 @@ def test_user_site_skips_library_frames() -> None:
 def test_dataloader_workers_remove_the_dataloader_cause() -> None:
     """Same ResNet50 job: 0 DataLoader workers vs 4. The idle time blamed on the DataLoader must
     collapse with workers, and the 0-worker trace must name the user's line."""
-    base = SHARED_TRACES / "kineto_tb_plugin" / "samples"
+    base = public_file(SHARED_TRACES / "kineto_tb_plugin" / "samples")
     nw0 = summarise_traces(next((base / "resnet50_num_workers_0").glob("*.gz")), jobs=1)[0]
     nw4 = summarise_traces(next((base / "resnet50_num_workers_4").glob("*.gz")), jobs=1)[0]
     d0 = nw0.trace.idle_causes.by_cause.dataloader
@@ -179,7 +179,7 @@ TRACELENS = SHARED_TRACES / "tracelens" / "xdit_flux.1_aiter_sage" / "capture_tr
 def test_the_compiled_diffusion_trace_credits_sync_its_own_time() -> None:
     """AMD TraceLens' xDiT Flux.1 capture trace (MIT): a 644 ms compiled region holds 8
     hipDeviceSynchronize calls (42.7 ms); sync was credited 584 ms of 626 ms idle."""
-    ra = summarise_traces(TRACELENS, jobs=1)[0]
+    ra = summarise_traces(public_file(TRACELENS), jobs=1)[0]
     ic = ra.trace.idle_causes
     assert ic.by_cause.sync <= 42_700
     # the 559 ms CUDAGraphNode.record annotation around it all is a container: the

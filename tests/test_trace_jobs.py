@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from conftest import SHARED_TRACES
+from conftest import SHARED_TRACES, public_file
 from trace_helpers import cpu, kernel, launch, write_trace
 
 from gpuopt.assemble.trace_profile import profile_from_traces
@@ -202,7 +202,7 @@ def test_the_command_line_summarises_and_merges(tmp_path: Path) -> None:
 
 
 def test_the_shared_two_rank_traces_merge_from_summaries(tmp_path: Path) -> None:
-    folder = SHARED_TRACES / "hta" / "trace_filter"
+    folder = public_file(SHARED_TRACES / "hta" / "trace_filter")
     out = tmp_path / "s"
     report_command(folder, None, out, summary_only=True)
     assert sum(f.stat().st_size for f in out.iterdir()) < 100_000  # small: ~16 kB a rank

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import SHARED_TRACES
+from conftest import SHARED_TRACES, public_file
 
 from gpuopt.assemble.trace_job import summarise_traces
 from gpuopt.model.summary import RankSummary
@@ -28,7 +28,7 @@ def _load(name: str) -> tuple[dict, list[RankSummary]]:
         ref = json.loads((REF / name / "summary.json").read_text())
         files = list(ref["files"].values())
         path = SHARED_TRACES / files[0] if len(files) == 1 else (SHARED_TRACES / files[0]).parent
-        _CACHE[name] = (ref, summarise_traces(path, jobs=1))
+        _CACHE[name] = (ref, summarise_traces(public_file(path), jobs=1))
     return _CACHE[name]
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from conftest import SHARED_TRACES
+from conftest import SHARED_TRACES, public_file
 from trace_helpers import cpu, kernel, launch, write_trace
 
 from gpuopt.assemble.trace_profile import (
@@ -73,7 +73,7 @@ def _window_trace(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def nw0() -> Profile:
-    return analysed(NW0)
+    return analysed(public_file(NW0))
 
 
 @pytest.mark.slow  # seconds of CPU: out of make test-fast
@@ -122,12 +122,12 @@ def test_findings_on_dataloader_bound_run(nw0: Profile) -> None:
 
 @pytest.mark.slow  # seconds of CPU: out of make test-fast
 def test_no_dataloader_finding_with_workers() -> None:
-    doc = analysed(NW4)
+    doc = analysed(public_file(NW4))
     assert "dataloader-bound" not in {x.id for x in doc.findings}
 
 
 def test_two_ranks_give_ranks_and_straggler() -> None:
-    doc = analysed(SHARED_TRACES / "hta" / "trace_filter")
+    doc = analysed(public_file(SHARED_TRACES / "hta" / "trace_filter"))
     assert validate(doc) == []
     assert doc.ranks is not None and doc.gpu is not None
     assert [r.rank for r in doc.ranks] == [0, 1] and [g.rank for g in doc.gpu] == [0, 1]
@@ -151,7 +151,7 @@ def test_two_ranks_give_ranks_and_straggler() -> None:
     ],
 )
 def test_traces_hta_cannot_read_still_get_a_report(rel: str) -> None:
-    doc = analysed(SHARED_TRACES / rel)
+    doc = analysed(public_file(SHARED_TRACES / rel))
     assert validate(doc) == []
 
 
@@ -159,7 +159,7 @@ def test_traces_hta_cannot_read_still_get_a_report(rel: str) -> None:
 def test_the_typed_profile_is_what_its_json_reads_back(rel: str) -> None:
     """Built in memory, the profile holds exactly what its JSON says (no numpy numbers, NaN,
     tuples or keys the document would lose), so ``report`` shows what ``--format json`` writes."""
-    doc = analysed(SHARED_TRACES / rel)
+    doc = analysed(public_file(SHARED_TRACES / rel))
     assert decode(encode(doc), rel) == doc
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import H200_DIR, SHARED_TRACES
+from conftest import H200_DIR, SHARED_TRACES, public_file
 from trace_helpers import cpu, kernel, launch, write_trace
 
 from gpuopt.assemble.trace_profile import profile_from_traces
@@ -78,7 +78,7 @@ def test_the_h200_profiler_window_has_its_cpu_steps() -> None:
 def test_no_recorded_trace_takes_a_step_from_the_gpu() -> None:
     """Every recorded trace with a GPU-side ProfilerStep (the AMD MI250 one) keeps its host
     steps; its step times are the host annotations' (step 1: 9.29 ms there, HTA's one step)."""
-    amd = SHARED_TRACES / "hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    amd = public_file(SHARED_TRACES / "hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz")
     view = build_view(0, load_columns(amd), filter_last_step=True)
     cats = load_columns(amd)
     host_threads = {

@@ -10,9 +10,9 @@ Nothing here is hand-made: every file is gpuopt's own output.
 What it writes (all gzip-compressed, to keep the repository small):
 
 * ``traces/<name>.json.gz``: ``gpuopt report TRACE --format json`` of every trace and trace folder
-  under tests/data/shared/traces (timing keys ``trace.load_s``/``trace.analyze_s`` set to 0), run
-  from this folder, where ``../shared/traces/<rel>`` is the input's path (a document names its
-  input as given);
+  under tests/data/shared/traces (the public ones put in place by tests/public_data.py; timing
+  keys ``trace.load_s``/``trace.analyze_s`` set to 0), run from this folder, where
+  ``../shared/traces/<rel>`` is the input's path (a document names its input as given);
   ``traces/errors.json``: the one-line message of inputs gpuopt refuses;
 * ``render/<doc>.<fmt>.gz``: text, md and html renderings of the hand-made report fixtures
   (tests/data/report) and of some recorded trace documents;
@@ -90,7 +90,7 @@ def trace_inputs() -> list[str]:
         for p in SHARED.rglob("*.json*")
         if "reference" not in p.parts and p.name.endswith((".json", ".json.gz"))
     )
-    return files + list(TRACE_FOLDERS)
+    return files + [f for f in TRACE_FOLDERS if (SHARED / f).is_dir()]
 
 
 def trace_arg(rel: str) -> str:

@@ -1,9 +1,9 @@
-"""gpuopt's driver (not TransUNet's code): a tiny segmentation training with TransUNet's own
-DiceLoss (utils.py beside it), combined as TransUNet's trainer.py does: loss = 0.5 * CE +
-0.5 * Dice(softmax), 9 classes (Synapse)."""
+"""A tiny segmentation training (gpuopt's own) with a per-class Dice loss: loss = 0.5 * CE +
+0.5 * Dice(softmax), 9 classes. The loss is dice.py's ClassDice; the public-script test runs the
+same loop on TransUNet's DiceLoss (tests/test_optimize_loops.py)."""
 import torch
+from dice import ClassDice as DiceLoss
 from torch import nn
-from utils import DiceLoss
 
 NUM_CLASSES = 9
 torch.manual_seed(0)
@@ -11,7 +11,7 @@ model = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, NUM
 ce_loss = nn.CrossEntropyLoss()
 dice_loss = DiceLoss(NUM_CLASSES)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-for step in range(40):
+for _ in range(40):
     image_batch = torch.randn(4, 1, 32, 32)
     label_batch = torch.randint(0, NUM_CLASSES, (4, 32, 32)).float()
     outputs = model(image_batch)
