@@ -174,3 +174,34 @@ def test_a_project_package_beside_the_script_is_the_users_code(tmp_path: Path) -
     found = [f for f in doc["findings"] if f["id"] == "hand-written-op"]
     assert [f["site"] for f in found] == ["tinylib/act.py:9"], doc["findings"]
     assert found[0]["evidence"]["replacement"].endswith('gelu(x, approximate="tanh")')
+
+
+def test_an_editable_project_run_from_its_own_folder_is_the_users_code(tmp_path: Path) -> None:
+    """minGPT's layout installed with ``pip install -e .`` (the ``__editable__`` finder and its
+    ``.pth``, built by hand) and run as ``cd projects/run && python train.py``: the package is
+    imported from two folders up, outside the script's folder and the working directory. The
+    hand-written GELU in it is found at its line, not left as library code."""
+    from editable_support import install_editable
+
+    proj = tmp_path / "proj"
+    (proj / "tinylib").mkdir(parents=True)
+    (proj / "tinylib" / "__init__.py").write_text("")
+    (proj / "tinylib" / "act.py").write_text(ACT)
+    run = proj / "projects" / "run"
+    run.mkdir(parents=True)
+    (run / "train.py").write_text(TRAIN)
+    site_dir = tmp_path / "env" / "site-packages"
+    install_editable(proj, "tinylib", site_dir)
+    boot = tmp_path / "boot"  # Python reads the folder's .pth files at start-up, as a venv's
+    boot.mkdir()
+    (boot / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({str(site_dir)!r})\n")
+    out = tmp_path / "out"
+    r = run_gpuopt(
+        "profile", "--quiet", "-o", str(out), "train.py",
+        cwd=run, env={"PYTHONPATH": str(boot)}, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((out / "profile.json").read_text())
+    found = [f for f in doc["findings"] if f["id"] == "hand-written-op"]
+    act = (proj / "tinylib" / "act.py").resolve()
+    assert [f["site"] for f in found] == [f"{act}:9"], doc["findings"]
