@@ -8,9 +8,9 @@ whole run (a daemon thread; a look is a walk of the stack under the GIL, 10-30 m
 more often where the steps are short (half the median step, down to :data:`MIN_INTERVAL_S`: a
 step four times a 4 ms median still gets a look or more), and keeps the samples of a step only
 when the step ends far slower than the median of the steps before it (:data:`SLOW_FACTOR`, and
-a look's time longer); the early steps' samples wait until the end, when there is a median to
-judge them by. The frames of the samples of steps near the
-median (:data:`USUAL_FACTOR`) are remembered as the loop's usual ones. A sample of a slow step
+:data:`MIN_INTERVAL_S` longer); the early steps' samples wait until the end, when there is a
+median to judge them by. The frames of the samples of steps near the median
+(:data:`USUAL_FACTOR`) are remembered as the loop's usual ones. A sample of a slow step
 is named by the user's line that called the outermost function the usual steps never ran whose
 name says what it does (``generate``/``sample``: sampling; ``eval``/``valid``/``test``:
 evaluation; torch's ``serialization``, ``save``: checkpointing), else by the outermost frame of
@@ -40,7 +40,7 @@ INTERVAL_S = 0.05  # between looks at the stack: an 8 s step gets ~160 samples, 
 # ... or half the median step where that is shorter, down to this: 100 looks a second, 30 us each
 # on this loaded 2-core machine (0.3% of a core)
 MIN_INTERVAL_S = 0.01
-# A step this many times the median of the recent ones, and a look's time longer, keeps its
+# A step this many times the median of the recent ones, and MIN_INTERVAL_S longer, keeps its
 # samples (the rule flags one of 4x the run's median: kept looser, a busy machine's slower steps
 # still named)
 SLOW_FACTOR = 2.0
@@ -172,7 +172,7 @@ class SlowStepSampler:
         if len(times) < 3:
             return
         median = statistics.median(times)
-        self.interval_s = max(MIN_INTERVAL_S, min(self.max_interval_s, median / 2))
+        self.interval_s = min(self.max_interval_s, max(MIN_INTERVAL_S, median / 2))
         if seconds >= SLOW_FACTOR * median and seconds - median >= MIN_INTERVAL_S:
             self._keep(index, seconds, samples)
         elif seconds <= USUAL_FACTOR * median:
