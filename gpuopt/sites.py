@@ -58,6 +58,77 @@ def _installed_dirs() -> tuple[str, ...]:
 _INSTALLED = _installed_dirs()
 
 
+def editable_roots() -> list[Path]:
+    """The source folders of the projects installed in editable mode into this Python
+    (``pip install -e .``: its ``*.dist-info/direct_url.json`` says ``"editable": true`` and
+    the folder as a ``file://`` url, whether an ``__editable__`` finder or a ``.pth`` file puts it
+    on the path; ``setup.py develop``: an ``*.egg-link`` file, the folder on its first line):
+    the user's own code wherever the script runs from (``cd projects/chargpt && python
+    chargpt.py`` imports ``mingpt/`` from two folders up). Not a folder inside Python's own
+    (``pip install -e git+...`` checks out under the environment) nor gpuopt's own project."""
+    out: list[Path] = []
+    for site_dir in _site_dirs():
+        try:
+            entries = list(os.scandir(site_dir))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.startswith("gpuopt-"):
+                continue  # gpuopt's own project: the tool, not the user's code
+            root = _editable_source(entry.path)
+            if root is None or root in out:
+                continue
+            norm = _norm_dir(str(root))
+            if norm.startswith(_INSTALLED) or _norm_dir(GPUOPT_DIR).startswith(norm):
+                continue  # the environment's own checkout, or the folder gpuopt runs from
+            out.append(root)
+    return out
+
+
+def _site_dirs() -> list[str]:
+    """The folders installed packages are read from: Python's, and any on ``sys.path`` named
+    like one (a ``.pth`` file may add another environment's)."""
+    import site
+
+    dirs = [*site.getsitepackages(), *sys.path]
+    if site.ENABLE_USER_SITE:
+        dirs.append(site.getusersitepackages())
+    seen: list[str] = []
+    for d in dirs:
+        if (
+            os.path.basename(d.rstrip(os.sep)) in ("site-packages", "dist-packages")
+            and d not in seen
+        ):
+            seen.append(d)
+    return seen
+
+
+def _editable_source(path: str) -> Path | None:
+    """The source folder an installed distribution's metadata names, when it is editable."""
+    import json
+    from urllib.parse import unquote, urlparse
+
+    if path.endswith(".egg-link"):
+        try:
+            with open(path, encoding="utf-8") as f:
+                first = f.readline().strip()
+        except (OSError, UnicodeDecodeError):
+            return None
+        return Path(first).resolve() if first and os.path.isdir(first) else None
+    if not path.endswith(".dist-info"):
+        return None
+    try:
+        with open(os.path.join(path, "direct_url.json"), encoding="utf-8") as f:
+            info = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(info, dict) or not (info.get("dir_info") or {}).get("editable"):
+        return None
+    url = urlparse(str(info.get("url", "")))
+    folder = unquote(url.path)
+    return Path(folder).resolve() if url.scheme == "file" and os.path.isdir(folder) else None
+
+
 class SiteResolver:
     """Classifies code objects and finds the first user frame on the stack.
 

@@ -108,3 +108,51 @@ def test_the_standard_library_is_never_user_code_under_a_wide_root() -> None:
     # the console script that started gpuopt (a venv's bin/gpuopt, under a project's root)
     scripts = Path(sysconfig.get_paths()["scripts"])
     assert wide.classify(_code_in(scripts / "gpuopt")) == LIBRARY
+
+
+def test_an_editable_project_run_from_its_own_folder_is_the_users_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """minGPT installed with ``pip install -e .`` and run as ``cd projects/chargpt && python
+    chargpt.py``: its package is imported through the ``__editable__`` finder from two folders
+    up, outside the script's folder and the working directory. The project's folder is a user
+    root, and the package's lines are the user's; a project installed from a folder but not
+    editable is not."""
+    import importlib
+    import json
+    import site
+
+    from editable_support import install_editable
+
+    from gpuopt.script.target import Target
+
+    proj = tmp_path / "proj"
+    (proj / "tinylib").mkdir(parents=True)
+    (proj / "tinylib" / "__init__.py").write_text("")
+    (proj / "tinylib" / "act.py").write_text("def gelu(x):\n    return x * 0.5\n")
+    run = proj / "projects" / "run"
+    run.mkdir(parents=True)
+    (run / "train.py").write_text("")
+    site_dir = tmp_path / "env" / "lib" / "site-packages"
+    install_editable(proj, "tinylib", site_dir)
+    plain = site_dir / "other-1.0.dist-info"  # pip install ./other: not editable
+    plain.mkdir()
+    url = {"dir_info": {}, "url": (tmp_path / "other").as_uri()}
+    (tmp_path / "other").mkdir()
+    (plain / "direct_url.json").write_text(json.dumps(url))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    site.addsitedir(str(site_dir))  # what Python does at start-up: the .pth installs the finder
+    try:
+        act = importlib.import_module("tinylib.act")
+    finally:
+        sys.modules.pop("tinylib", None)
+        sys.modules.pop("tinylib.act", None)
+    assert Path(act.__file__).resolve() == (proj / "tinylib" / "act.py").resolve()
+    monkeypatch.chdir(run)
+    roots = Target("train.py", None, []).user_roots()
+    assert roots == [run.resolve(), proj.resolve()]
+    resolver = SiteResolver(roots)
+    assert resolver.classify(act.gelu.__code__) == USER
+    assert resolver.site(act.gelu.__code__, 0).endswith("tinylib/act.py:1")
+    assert resolver.classify(_code_in(tmp_path / "other" / "x.py")) == LIBRARY

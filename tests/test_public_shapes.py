@@ -13,8 +13,8 @@ from conftest import ROOT, SCRIPTS, marker_site, run_gpuopt
 TINY = SCRIPTS / "tiny_batch_eval.py"
 
 
-def _profile(out: Path, *args: str) -> dict[str, Any]:
-    r = run_gpuopt("profile", "--quiet", "--force", "-o", str(out), *args, timeout=300)
+def _profile(out: Path, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    r = run_gpuopt("profile", "--quiet", "--force", "-o", str(out), *args, timeout=300, env=env)
     assert r.returncode == 0, r.stderr
     return dict(json.loads((out / "profile.json").read_text()))
 
@@ -106,6 +106,26 @@ def test_sampling_inside_the_loop_is_a_named_slow_step(tmp_path: Path) -> None:
     assert named[step]["site"] == site and named[step]["samples"] >= 1
 
 
+def test_sampling_between_short_steps_costs_the_run_what_it_takes(tmp_path: Path) -> None:
+    """Steps of a few milliseconds, 100 tokens sampled every 5 iterations: each sampling step is
+    tens of milliseconds above the median (far under the 0.1 s an unsampled outlier needs; a look
+    every 50 ms would miss many) and the 60 of them half the loop. One finding at the sampling
+    line, HIGH, its steps the sampling ones (most of the 60: one the sampler saw only in its
+    training part is named elsewhere; a look that lands as the step ends may name the next one
+    too), every 5 steps."""
+    script = SCRIPTS / "sampling_short_steps.py"
+    doc = _profile(tmp_path / "run", str(script.relative_to(ROOT)), env={"OMP_NUM_THREADS": "1"})
+    site = marker_site(script, "slow: sampling every 5 iterations")
+    found = [f for f in doc["findings"] if f["id"] == "slow-steps"]
+    assert [f["site"] for f in found] == [site], [(f["id"], f.get("site")) for f in found]
+    ev = found[0]["evidence"]
+    sampling = set(range(1, 300, 5))
+    steps = set(ev["steps"])
+    assert len(steps & sampling) >= 45 and len(steps - sampling) <= 2, ev["steps"]
+    assert ev["kind"] == "sampling" and ev["every_steps"] == 5
+    assert found[0]["severity"] == "high" and ev["share"] >= 0.25
+
+
 ACT = """import math
 
 import torch
@@ -154,3 +174,34 @@ def test_a_project_package_beside_the_script_is_the_users_code(tmp_path: Path) -
     found = [f for f in doc["findings"] if f["id"] == "hand-written-op"]
     assert [f["site"] for f in found] == ["tinylib/act.py:9"], doc["findings"]
     assert found[0]["evidence"]["replacement"].endswith('gelu(x, approximate="tanh")')
+
+
+def test_an_editable_project_run_from_its_own_folder_is_the_users_code(tmp_path: Path) -> None:
+    """minGPT's layout installed with ``pip install -e .`` (the ``__editable__`` finder and its
+    ``.pth``, built by hand) and run as ``cd projects/run && python train.py``: the package is
+    imported from two folders up, outside the script's folder and the working directory. The
+    hand-written GELU in it is found at its line, not left as library code."""
+    from editable_support import install_editable
+
+    proj = tmp_path / "proj"
+    (proj / "tinylib").mkdir(parents=True)
+    (proj / "tinylib" / "__init__.py").write_text("")
+    (proj / "tinylib" / "act.py").write_text(ACT)
+    run = proj / "projects" / "run"
+    run.mkdir(parents=True)
+    (run / "train.py").write_text(TRAIN)
+    site_dir = tmp_path / "env" / "site-packages"
+    install_editable(proj, "tinylib", site_dir)
+    boot = tmp_path / "boot"  # Python reads the folder's .pth files at start-up, as a venv's
+    boot.mkdir()
+    (boot / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({str(site_dir)!r})\n")
+    out = tmp_path / "out"
+    r = run_gpuopt(
+        "profile", "--quiet", "-o", str(out), "train.py",
+        cwd=run, env={"PYTHONPATH": str(boot)}, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((out / "profile.json").read_text())
+    found = [f for f in doc["findings"] if f["id"] == "hand-written-op"]
+    act = (proj / "tinylib" / "act.py").resolve()
+    assert [f["site"] for f in found] == [f"{act}:9"], doc["findings"]

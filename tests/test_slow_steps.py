@@ -35,7 +35,8 @@ def test_a_late_slow_step_is_named_with_its_cost() -> None:
     assert f.id == "slow-steps" and f.site == "train.py:9"
     assert f.evidence["steps"] == [40] and f.evidence["kind"] == "checkpointing"
     assert f.evidence["excess_s"] == 2.0 and f.evidence["median_s"] == 0.1
-    assert f.evidence["share"] == round(2.0 / (59 * 0.1 + 2.1), 4)
+    # of the loop's time: the steps after the first (the script's start-up)
+    assert f.evidence["share"] == round(2.0 / (58 * 0.1 + 2.1), 4)
     assert "async_save" in f.fix and "torch.save(m, p)" in f.summary
 
 
@@ -130,3 +131,54 @@ def test_a_busy_stretch_is_judged_on_its_samples_pooled_and_unsampled_steps_say_
     p.steps.slow = None
     (f,) = slow_steps(p)
     assert f.site is None and len(f.evidence["steps"]) == 30
+
+
+def test_short_steps_cost_the_run_their_time_above_the_median_named_or_not() -> None:
+    """Steps of 4 ms, every 5th 40 ms (sampling): 0.036 s above the median each, too little for
+    an unsampled outlier, and the 60 of them 64% of the loop. The sampler named 20 at the line,
+    10 more between 2x and 4x the median at it too, and none of the rest (shorter than a look
+    apart, or past the samples it keeps): one HIGH finding over the 60, every 5 steps. A step off
+    the recurrence that it named nothing of stays out; one it named elsewhere, alone, is no
+    finding."""
+    times = {i: 0.04 for i in range(1, 300, 5)}
+    times.update({i: 0.015 for i in range(101, 150, 5)})  # 3.75x: named, joins
+    times[3] = times[7] = 0.04  # off the recurrence: unnamed, and named at another line
+    named = {
+        f"s{i}": SlowStep(index=i, site="t.py:5", kind="sampling", samples=2)
+        for i in range(1, 300, 15)
+    }
+    named.update({f"j{i}": SlowStep(index=i, site="t.py:5", samples=1) for i in range(101, 150, 5)})
+    named["o"] = SlowStep(index=7, site="t.py:9", samples=1)
+    p = _run(times, count=300, warmup=2, **named)
+    p.steps.series = [
+        StepRecord(index=r.index, start_s=None, time_s=times.get(r.index, 0.004), warmup=r.warmup)
+        for r in p.steps.series
+    ]
+    (f,) = slow_steps(p)
+    assert f.site == "t.py:5" and f.evidence["steps"] == list(range(1, 300, 5))
+    assert f.evidence["every_steps"] == 5 and f.evidence["kind"] == "sampling"
+    excess = 50 * 0.036 + 10 * 0.011
+    loop = 299 * 0.004 + excess + 2 * 0.036
+    assert f.evidence["share"] == round(excess / loop, 4) and f.severity == "high"
+
+
+def test_the_sampler_looks_more_often_where_the_steps_are_short() -> None:
+    """Half the median step between looks, from 50 ms down to 10 ms: a step four times a 4 ms
+    median still gets a look; a slow step 10 ms above the median keeps its samples."""
+    import threading
+
+    sampler = SlowStepSampler()
+    sampler._tid = threading.get_ident()
+    sampler._roots = [HERE]
+    assert sampler.interval_s == 0.05
+    t = 0.0
+    for index in range(30):
+        slow = index == 20
+        _loop_body(sampler, slow)
+        t += 0.016 if slow else 0.004
+        sampler.on_step(index, t)
+    sampler._drain()
+    assert sampler.interval_s == 0.01
+    sampler.stop()
+    (step,) = sampler.result()
+    assert step.index == 20 and step.kind == "sampling"

@@ -4,11 +4,13 @@ A step many times the median step, late in the run or recurring (a script that s
 tokens from its model every 500 iterations, evaluates, saves a checkpoint), is no warm-up and no
 noise: it is work the loop does now and then. The recorder's window sees a few early steps only,
 so this probe looks at the training thread's Python stack every :data:`INTERVAL_S` for the
-whole run (a daemon thread; a look is a walk of the stack under the GIL, a few microseconds) and
-keeps the samples of a step only when the step ends far slower than the median of the steps
-before it (:data:`SLOW_FACTOR`, :data:`MIN_EXCESS_S`); the early steps' samples wait until the
-end, when there is a median to judge them by. The frames of the samples of steps near the
-median (:data:`USUAL_FACTOR`) are remembered as the loop's usual ones. A sample of a slow step
+whole run (a daemon thread; a look is a walk of the stack under the GIL, 10-30 microseconds),
+more often where the steps are short (half the median step, down to :data:`MIN_INTERVAL_S`: a
+step four times a 4 ms median still gets a look or more), and keeps the samples of a step only
+when the step ends far slower than the median of the steps before it (:data:`SLOW_FACTOR`, and
+:data:`MIN_INTERVAL_S` longer); the early steps' samples wait until the end, when there is a
+median to judge them by. The frames of the samples of steps near the median
+(:data:`USUAL_FACTOR`) are remembered as the loop's usual ones. A sample of a slow step
 is named by the user's line that called the outermost function the usual steps never ran whose
 name says what it does (``generate``/``sample``: sampling; ``eval``/``valid``/``test``:
 evaluation; torch's ``serialization``, ``save``: checkpointing), else by the outermost frame of
@@ -35,14 +37,17 @@ from gpuopt.probes.protocol import RunContext
 log = logger(__name__)
 
 INTERVAL_S = 0.05  # between looks at the stack: an 8 s step gets ~160 samples, a 0.5 s one ~10
-# A step this many times the median of the recent ones keeps its samples (the rule flags one
-# of 4x the run's median: kept looser, a busy machine's slower steps still named) ...
+# ... or half the median step where that is shorter, down to this: 100 looks a second, 30 us each
+# on this loaded 2-core machine (0.3% of a core)
+MIN_INTERVAL_S = 0.01
+# A step this many times the median of the recent ones, and MIN_INTERVAL_S longer, keeps its
+# samples (the rule flags one of 4x the run's median: kept looser, a busy machine's slower steps
+# still named)
 SLOW_FACTOR = 2.0
-MIN_EXCESS_S = 0.1  # ... and at least this much longer than that median (two looks or more)
 USUAL_FACTOR = 1.5  # a step at most this many times the median shows the loop's usual frames
 RECENT = 101  # steps the running median is taken over
 EARLY = 8  # the first steps, judged at the end by the median of the run
-MAX_KEPT = 32  # slow steps whose samples are kept (the longest)
+MAX_KEPT = 256  # slow steps whose samples are kept (the longest; the rest by their period)
 MAX_DEPTH = 64  # frames kept per sample, innermost first
 MAX_USUAL = 100_000  # frames remembered as the usual steps' ones
 
@@ -61,7 +66,8 @@ class SlowStepSampler:
     name = "slow-steps"
 
     def __init__(self, interval_s: float = INTERVAL_S) -> None:
-        self.interval_s = interval_s
+        self.interval_s = interval_s  # between looks now: shorter where the steps are short
+        self.max_interval_s = interval_s
         self.codes: dict[int, CodeType] = {}
         self.usual: set[tuple[int, int]] = set()
         self.kept: dict[int, tuple[float, Counter[Stack]]] = {}  # index -> (seconds, stacks)
@@ -166,7 +172,8 @@ class SlowStepSampler:
         if len(times) < 3:
             return
         median = statistics.median(times)
-        if seconds >= SLOW_FACTOR * median and seconds - median >= MIN_EXCESS_S:
+        self.interval_s = min(self.max_interval_s, max(MIN_INTERVAL_S, median / 2))
+        if seconds >= SLOW_FACTOR * median and seconds - median >= MIN_INTERVAL_S:
             self._keep(index, seconds, samples)
         elif seconds <= USUAL_FACTOR * median:
             self._usual(samples)

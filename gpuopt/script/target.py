@@ -70,13 +70,19 @@ class Target:
         directory run as a script: itself; ``-m``: the working directory) and, when the script
         lies below the working directory, that directory too: a project's script run from the
         project's root (``python projects/chargpt/chargpt.py``) imports the project's own
-        packages from there (``mingpt/model.py``), and those are the user's code as much."""
+        packages from there (``mingpt/model.py``), and those are the user's code as much; and
+        the source folders of the projects installed in editable mode (``pip install -e .``),
+        wherever the script runs from (``cd projects/chargpt && python chargpt.py``)."""
+        from gpuopt.sites import editable_roots
+
         cwd = Path.cwd().resolve()
         if self.script is None:
-            return [cwd]
-        path = Path(self.script).resolve()
-        root = path if os.path.isdir(self.script) else path.parent
-        return [root, cwd] if root != cwd and root.is_relative_to(cwd) else [root]
+            roots = [cwd]
+        else:
+            path = Path(self.script).resolve()
+            root = path if os.path.isdir(self.script) else path.parent
+            roots = [root, cwd] if root != cwd and root.is_relative_to(cwd) else [root]
+        return roots + [r for r in editable_roots() if r not in roots]
 
 
 def main_spec(path: str) -> ModuleSpec | None:
