@@ -27,6 +27,17 @@ import pytest
 ROOT = Path(os.environ.get("GPUOPT_ROOT") or Path(__file__).resolve().parents[1])
 PKG = ROOT / "gpuopt"
 
+
+def _sources(folder: Path) -> list[Path]:
+    """The Python files under ``folder`` but those in hidden folders (``.cache``: public code put
+    in place at set-up, never committed; ``.venv``)."""
+    return sorted(
+        p
+        for p in folder.rglob("*.py")
+        if not any(x.startswith(".") for x in p.relative_to(folder).parts)
+    )
+
+
 # The floors, ground first: a room may import its own floor's rooms only where no cycle forms
 # (checked apart) and any room below. A top-level module is a room of its own. A room not
 # listed fails test_every_room_has_a_floor, so a new room is placed on purpose.
@@ -302,9 +313,7 @@ def test_every_gpuopt_import_names_something_that_exists() -> None:
     """After a move: no import of a module or a name that is not there (mypy would say it too,
     but only of gpuopt/; this reads tests/, benchmarks/ and examples/ as well)."""
     missing = []
-    files = [
-        p for d in ("gpuopt", "tests", "benchmarks", "examples") for p in (ROOT / d).rglob("*.py")
-    ]
+    files = [p for d in ("gpuopt", "tests", "benchmarks", "examples") for p in _sources(ROOT / d)]
     for f in files:
         if "corpus" in f.parts or "public" in f.parts:
             continue
@@ -345,7 +354,7 @@ def test_module_strings_name_modules_that_exist() -> None:
     pattern = re.compile(r"[\"'](?:-m )?(gpuopt(?:\.[A-Za-z_]\w*)+)(?=[\"':])")
     missing = []
     for d in ("gpuopt", "tests", "benchmarks"):
-        for f in sorted((ROOT / d).rglob("*.py")):
+        for f in _sources(ROOT / d):
             if f.name == "test_architecture.py":
                 continue  # its own docstring names an example
             for i, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
@@ -372,13 +381,10 @@ DISTRIBUTION = {
 
 
 def _third_party(folder: Path) -> dict[str, str]:
-    local = {p.stem for p in folder.rglob("*.py")} | {
-        p.name for p in folder.rglob("*") if p.is_dir()
-    }
+    """The third-party imports of ``folder``'s own files, each with the file that makes it."""
+    local = {p.stem for p in _sources(folder)} | {p.name for p in folder.rglob("*") if p.is_dir()}
     found: dict[str, str] = {}
-    for f in sorted(folder.rglob("*.py")):
-        if "corpus" in f.parts and "scripts" in f.parts or "timm" in f.parts:
-            continue  # vendored scripts: their own imports, never run by the suite (README there)
+    for f in _sources(folder):
         try:
             tree = ast.parse(f.read_text(encoding="utf-8"))
         except SyntaxError:
