@@ -731,7 +731,7 @@ def compare(
     ),
     debug: bool = _debug_option(),
 ) -> None:
-    from gpuopt.commands.check import compare_command
+    from gpuopt.commands.compare import compare_command
 
     global _quick_exit
     _quick_exit = True  # runs no user code: see main()
