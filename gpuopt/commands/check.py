@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpuopt.errors import GpuoptError, say
 from gpuopt.gate.check import Thresholds, evaluate, exit_code
@@ -26,6 +28,7 @@ from gpuopt.gate.output import (
     render_text,
 )
 from gpuopt.gate.runs import environment_notes, load_side, same_kind, timed_runs
+from gpuopt.gate.settings import SETTINGS
 from gpuopt.paths import check_output, nonempty, utf8, write_output, write_stdout
 
 FORMATS = ("text", "md", "json")
@@ -142,6 +145,28 @@ class CheckArgs:
     junit: str | None = None
     fmt: str | None = None  # None: from -o's extension, else text
     output: str | None = None  # -o FILE; None or "-": stdout
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> CheckArgs:
+        """The arguments of a command line's values (by the ``dest`` of
+        :data:`gpuopt.commands.options.CHECK`'s declarations: typer's command's, or the entry
+        point's fast path's), its paths already refused when empty."""
+
+        def path(value: str | None) -> str | None:
+            return None if value is None else str(Path(value))
+
+        flags = {s.key: values[s.field] for s in SETTINGS}
+        return cls(
+            candidate=[str(Path(c)) for c in values["candidate"]],
+            baseline=[str(Path(b)) for b in values["baseline"]],
+            flags={**flags, "gates": values["gates"]},
+            allow=list(values["allow"]),
+            strict=values["strict"],
+            config=path(values["config"]),
+            junit=path(values["junit"]),
+            fmt=values["fmt"],
+            output=values["output"],
+        )
 
 
 def check_main(args: CheckArgs) -> int:
