@@ -27,6 +27,7 @@ def parse_check(argv: list[str]) -> command.CheckArgs | None:
     assert values == entry.parse_fast(argv, CHECK)
     return command.CheckArgs.from_values(values)
 
+
 ACCEPTED = [
     ["check", "c", "--baseline", "b"],
     ["check", "c1", "c2", "--baseline", "b1", "--baseline=b2", "--format", "json"],
