@@ -10,6 +10,8 @@ WARMUP_STEPS = 2  # --warmup: steps left out of the statistics
 WINDOW_STEPS = 3  # --window: steps the recorder (and, on a GPU, the profiler) records in detail
 # --window at most: the steps the window names are kept as a set (10**21 hung building it)
 WINDOW_MAX_STEPS = 100_000
+OPTIMIZE_STEPS = 30  # gpuopt optimize --steps: training steps of every run
+OPTIMIZE_SEED = 0  # gpuopt optimize --seed: every run's
 SAMPLE_INTERVAL_S = 0.2  # --sample-interval: seconds between utilization samples
 SAMPLE_INTERVAL_MIN_S = 0.005  # ... at least
 SAMPLE_INTERVAL_MAX_S = 3600.0  # ... at most (the sampler's sleep must be finite)

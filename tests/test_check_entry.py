@@ -15,6 +15,18 @@ from typer.testing import CliRunner
 import gpuopt.commands.check as command
 import gpuopt.commands.entry as entry
 from gpuopt.commands.cli import app
+from gpuopt.commands.options import CHECK
+
+
+def parse_check(argv: list[str]) -> command.CheckArgs | None:
+    """The arguments the fast path runs ``check_main`` with, None where typer takes the line."""
+    got = entry.fast_command(argv)
+    if got is None or got[0] != "check":
+        return None
+    values = got[1]
+    assert values == entry.parse_fast(argv, CHECK)
+    return command.CheckArgs.from_values(values)
+
 
 ACCEPTED = [
     ["check", "c", "--baseline", "b"],
@@ -83,14 +95,14 @@ def typer_parse(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> command.Che
 def test_accepted_command_lines_parse_as_typer_parses_them(
     argv: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fast = entry.parse_check(argv)
+    fast = parse_check(argv)
     assert fast is not None
     assert fast == typer_parse(argv, monkeypatch)
 
 
 @pytest.mark.parametrize("argv", DECLINED, ids=lambda a: " ".join(a))
 def test_anything_else_goes_to_typer(argv: list[str]) -> None:
-    assert entry.parse_check(argv) is None
+    assert parse_check(argv) is None
 
 
 def test_fast_path_gates_without_typer(tmp_path: Path) -> None:
@@ -131,7 +143,7 @@ def test_a_bare_path_after_a_baseline_is_refused_not_made_a_candidate(
 ) -> None:
     """`--baseline B1 B2` once made B2 a candidate without a word; now the fast path leaves it
     to typer's command, which refuses it: one line, exit 2, naming both ways to write it."""
-    assert entry.parse_check(argv) is None
+    assert parse_check(argv) is None
     called: list[object] = []
     monkeypatch.setattr(command, "check_main", lambda args: called.append(args) or 0)
     r = CliRunner().invoke(app, argv)
@@ -152,17 +164,17 @@ def test_each_accepted_baseline_form_gives_the_sides_meant(monkeypatch: pytest.M
     }
     for args, (cand, base) in forms.items():
         argv = ["check", *args]
-        fast = entry.parse_check(argv)
+        fast = parse_check(argv)
         assert fast is not None, argv
         assert (fast.candidate, fast.baseline) == (cand, base)
         slow = typer_parse(argv, monkeypatch)
         assert (slow.candidate, slow.baseline) == (cand, base)
 
 
-def test_checks_options_are_declared_alike_in_its_three_parsers() -> None:
-    """typer's command, the fast path and the ambiguity check each list the options that take a
-    value: an option added to one and not the others would parse differently."""
-    from gpuopt.commands.check_argv import VALUED
+def test_the_ambiguity_check_reads_the_options_that_take_a_value_from_the_declaration() -> None:
+    """typer's command and the ambiguity check agree on which options take a value: an option
+    added to the declaration is skipped with its value by both."""
+    from gpuopt.commands.check_argv import ambiguous_baseline
 
     cmd = typer_command("check")
     typer_valued = {
@@ -171,8 +183,11 @@ def test_checks_options_are_declared_alike_in_its_three_parsers() -> None:
         if param.param_type_name == "option" and not getattr(param, "is_flag", False)
         for name in param.opts
     }
-    assert typer_valued == set(VALUED)  # the fast path parses with VALUED itself
-    assert {"-o", "--output"} <= typer_valued
+    assert typer_valued == set(CHECK.valued())
+    assert {"-o", "--output", "--gates", "--max-step-time-regression"} <= typer_valued
+    for flag in sorted(typer_valued):
+        assert ambiguous_baseline(["c", flag, "v", "--baseline", "b"]) is None, flag
+        assert ambiguous_baseline(["--baseline", "b", "c", flag, "v"]) is None, flag
 
 
 def typer_command(name: str):  # type: ignore[no-untyped-def]

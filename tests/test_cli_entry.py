@@ -1,5 +1,5 @@
-"""The entry point's fast paths for `gpuopt report` and `gpuopt profile`: they must parse exactly
-as typer does, or leave the command line to typer."""
+"""The entry point's fast path for `gpuopt report` and `gpuopt profile`: it must parse exactly as
+typer does, or leave the command line to typer."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import gpuopt.commands.quick_exit as quick_exit_module
 import gpuopt.commands.report as command
 from gpuopt import debug
 from gpuopt.commands.cli import app
+from gpuopt.commands.options import PROFILE, REPORT
 from gpuopt.runner.options import ProfileOptions
 
 ACCEPTED = [
@@ -29,6 +30,8 @@ ACCEPTED = [
     ["report", "t.json", "--format=html"],
     ["report", "t.json", "--output=x.html"],
     ["report", "runs/a b/", "-o", "x", "--format", "text"],
+    ["report", "a", "b"],
+    ["report", "a", "-f", "md", "b"],
 ]
 DECLINED = [
     [],
@@ -40,7 +43,6 @@ DECLINED = [
     ["report", "t.json", "--format", "JSON"],
     ["report", "t.json", "--format", "csv"],
     ["report", "t.json", "-f"],
-    ["report", "a", "b"],
     ["report", "t.json", "-o", "-"],
     ["report", "-"],
     ["report", "t.json", "-fjson"],
@@ -57,26 +59,34 @@ DECLINED = [
 
 def typer_parse(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
     seen: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(command, "run_report", lambda *a, **kw: seen.append(a))
+    monkeypatch.setattr(command, "run_report", lambda *a, **kw: seen.append((*a, kw)))
     r = CliRunner().invoke(app, argv)
     assert r.exit_code == 0 and len(seen) == 1, r.output
     return seen[0]
+
+
+def fast_call(values: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
+    """What the fast path calls run_report with, for its values."""
+    seen: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(command, "run_report", lambda *a, **kw: seen.append((*a, kw)))
+    command.report_values(values)
+    (call,) = seen
+    return call
 
 
 @pytest.mark.parametrize("argv", ACCEPTED, ids=" ".join)
 def test_accepted_command_lines_parse_as_typer_parses_them(
     argv: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fast = entry.parse_report(argv)
+    fast = entry.parse_fast(argv, REPORT)
     assert fast is not None
-    path, fmt, output = fast
-    got = typer_parse(argv, monkeypatch)
-    assert got == ([Path(path)], fmt, Path(output) if output else None)
+    assert entry.fast_command(argv) == ("report", fast)
+    assert fast_call(fast, monkeypatch) == typer_parse(argv, monkeypatch)
 
 
 @pytest.mark.parametrize("argv", DECLINED, ids=lambda a: " ".join(a) or "(empty)")
 def test_anything_else_goes_to_typer(argv: list[str]) -> None:
-    assert entry.parse_report(argv) is None
+    assert entry.parse_fast(argv, REPORT) is None
 
 
 def test_fast_path_runs_the_report_without_typer(tmp_path: Path) -> None:
@@ -113,7 +123,7 @@ def test_interrupt_and_bad_input_exit_codes(
         entry.main()
     assert ei.value.code == 2 and "no such file" in capsys.readouterr().err
 
-    def interrupted(*_: Any) -> None:
+    def interrupted(*_: Any, **__: Any) -> None:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(command, "run_report", interrupted)
@@ -157,18 +167,19 @@ PROFILE_DECLINED = [
 def test_accepted_profile_command_lines_give_typers_options(
     argv: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fast = entry.parse_profile(argv)
+    fast = entry.parse_fast(argv, PROFILE)
     assert fast is not None
+    assert entry.fast_command(argv) == ("profile", fast)
     seen: list[ProfileOptions] = []
     monkeypatch.setattr(runner_main, "run_profile", seen.append)
     r = CliRunner().invoke(app, argv)
     assert r.exit_code == 0 and len(seen) == 1, r.output
-    assert seen[0] == fast
+    assert seen[0] == ProfileOptions.from_values(fast)
 
 
 @pytest.mark.parametrize("argv", PROFILE_DECLINED, ids=lambda a: " ".join(a))
 def test_any_other_profile_command_line_goes_to_typer(argv: list[str]) -> None:
-    assert entry.parse_profile(argv) is None
+    assert entry.parse_fast(argv, PROFILE) is None
 
 
 def test_profile_fast_path_runs_the_script_without_typer(tmp_path: Path) -> None:
@@ -214,15 +225,17 @@ def test_a_leading_debug_is_taken_and_the_rest_parses_as_typer_parses_it(
     try:
         rest = entry.global_debug(argv)
         assert rest == argv[1:] and debug.enabled()
-        fast: Any = entry.parse_profile(rest)
-        if fast is None:
-            report = entry.parse_report(rest)
-            assert report is not None
-            path, fmt, output = report
-            fast = ([Path(path)], fmt, Path(output) if output else None)
+        got = entry.fast_command(rest)
+        assert got is not None
+        name, values = got
         seen: list[Any] = []
         monkeypatch.setattr(runner_main, "run_profile", seen.append)
-        monkeypatch.setattr(command, "run_report", lambda *a, **kw: seen.append(a))
+        monkeypatch.setattr(command, "run_report", lambda *a, **kw: seen.append((*a, kw)))
+        if name == "profile":
+            fast: Any = ProfileOptions.from_values(values)
+        else:
+            command.report_values(values)
+            fast = seen.pop()
         r = CliRunner().invoke(app, argv)
         assert r.exit_code == 0 and len(seen) == 1, r.output
         assert seen[0] == fast

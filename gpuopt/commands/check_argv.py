@@ -13,29 +13,7 @@ Pure and import-light: the entry point's fast path and typer's command both call
 
 from __future__ import annotations
 
-# ``gpuopt check``'s threshold settings (each also a key of its settings file), then every
-# option that takes a value (the next argument, or ``--opt=value``); the entry point's fast
-# path reads both
-SETTINGS = (
-    "--max-step-time-regression",
-    "--max-data-wait-increase",
-    "--max-outside-ops-increase",
-    "--max-gpu-idle-increase",
-    "--min-gpu-util",
-    "--step-time-noise",
-    "--share-noise",
-    "--gates",
-)
-VALUED = (
-    *SETTINGS,
-    "--baseline",
-    "--allow",
-    "--config",
-    "--junit",
-    "--format",
-    "-o",
-    "--output",
-)
+from gpuopt.commands.options import CHECK
 
 USAGE = "gpuopt check CANDIDATE... --baseline BASELINE [--baseline BASELINE]..."
 
@@ -43,6 +21,7 @@ USAGE = "gpuopt check CANDIDATE... --baseline BASELINE [--baseline BASELINE]..."
 def ambiguous_baseline(args: list[str]) -> str | None:
     """Why ``args`` (what follows ``check``) is refused, or None. A bare path that directly
     follows ``--baseline PATH`` is ambiguous when the command has another bare path."""
+    valued = CHECK.valued()
     bare: list[str] = []
     adjacent: list[tuple[str, str]] = []  # (the bare path, the baseline it follows)
     after: str | None = None  # the baseline path just read, while nothing else came since
@@ -55,7 +34,7 @@ def ambiguous_baseline(args: list[str]) -> str | None:
         name, eq, value = arg.partition("=")
         if arg.startswith("-") and len(arg) > 1:
             after = None
-            if name in VALUED and not eq and i + 1 < len(args):
+            if name in valued and not eq and i + 1 < len(args):
                 i += 1
                 value = args[i]
             if name == "--baseline":

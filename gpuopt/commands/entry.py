@@ -1,28 +1,29 @@
-"""The console entry point (``gpuopt``, ``python -m gpuopt``), with three fast paths.
+"""The console entry point (``gpuopt``, ``python -m gpuopt``), with a fast path.
 
 Importing typer (with the standard-library modules it pulls in) and building the click command
 take 25-30 ms. That is a tenth of ``gpuopt report`` on a 25-35 MB trace (docs/bench-trace.md) and
 part of the fixed cost ``gpuopt profile`` adds to a training run (docs/bench-profile.md). So the
-three command shapes started most often are recognised here, before typer is imported, and run the
-very functions the typer commands run:
+command lines people type most are parsed here, before typer is imported, with the commands' own
+declarations (:mod:`gpuopt.commands.options`), and run through the very functions the typer
+commands run with the same values:
 
-* ``gpuopt report PATH [--format F] [-o FILE]`` (:func:`gpuopt.commands.report.run_report`);
+* ``gpuopt report PATH... [--format F] [-o FILE]``
+  (:func:`gpuopt.commands.report.report_values`);
 * ``gpuopt profile [-o DIR] [--quiet] [--force] SCRIPT [ARGS...]``
-  (:func:`gpuopt.commands.profile.run_profile`; everything after SCRIPT is the script's,
-  as under typer);
-* ``gpuopt check CANDIDATE... --baseline BASELINE... [options]`` with its own options, each with
-  a value (``--allow`` and ``--baseline`` repeatable, the others, ``-o`` / ``--output`` counted
-  as one, at most once) or the flags
-  ``--strict`` / ``--no-strict`` (:func:`gpuopt.commands.check.check_main`): a CI gate is
-  started often, and its answer is a tenth of a second behind typer's import.
+  (:meth:`gpuopt.runner.options.ProfileOptions.from_values`; everything after SCRIPT is the
+  script's, as under typer);
+* ``gpuopt check CANDIDATE... --baseline BASELINE... [options]`` with every option of its own
+  but ``--debug`` (:func:`gpuopt.commands.check.check_main`): a CI gate is started often, and its
+  answer is a tenth of a second behind typer's import.
 
-A leading ``--debug`` (the global option, :func:`global_debug`) is taken here before them; a
-``--debug`` after the command's name goes to typer, as every option the fast paths do not know.
+A declaration's ``fast`` says which options the fast path takes. A leading ``--debug`` (the
+global option, :func:`global_debug`) is taken here before them; a ``--debug`` after the command's
+name goes to typer, as every option the fast path does not take.
 
-The recognisers accept only those exact shapes with values they can check; anything else
-(``--help``, any other or a repeated option, a format that is not one of ours, a value that looks
-like an option) goes to typer, whose behaviour and messages stay the reference.
-tests/test_cli_entry.py checks that typer parses every accepted command line the same way.
+:func:`parse_fast` accepts only command lines whose values it can check as typer would; anything
+else (``--help``, any other or a repeated option, a choice not listed, a value that looks like an
+option) goes to typer, whose behaviour and messages stay the reference. tests/test_cli_entry.py
+and tests/test_check_entry.py check that typer gives the same values for every accepted line.
 
 Commands that run no user code end with ``os._exit`` once stdout and stderr are flushed (see
 :func:`gpuopt.commands.quick_exit.quick_exit`).
@@ -43,36 +44,7 @@ STARTED_AT = time.perf_counter()
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from gpuopt.commands.check import CheckArgs
-    from gpuopt.runner.options import ProfileOptions
-
-_OPTIONS = {"--format": "format", "-f": "format", "-o": "output", "--output": "output"}
-# gpuopt profile's options that take a value (the module's own arguments start after -m MODULE).
-_PROFILE_VALUED = {
-    "-o",
-    "--out",
-    "--steps",
-    "--warmup",
-    "--window",
-    "--sample-interval",
-    "--nproc-per-node",
-    "--format",
-    "--fixes",
-    "--seed",
-    "--memory-for",
-    "--fix",
-    "--baseline",
-    "--time-budget",
-    "--nnodes",
-    "--node-rank",
-    "--rdzv-backend",
-    "--rdzv-endpoint",
-    "--rdzv-id",
-    "--master-addr",
-    "--master-port",
-    "--max-restarts",
-    "--torchrun-arg",
-}
+    from gpuopt.commands.options import Command, Opt
 
 
 def global_debug(argv: list[str]) -> list[str]:
@@ -98,6 +70,9 @@ def module_args_after_module(argv: list[str]) -> list[str]:
     the module name is the module's own (``--help`` included), as with ``python -m MODULE``."""
     if not argv or argv[0] not in ("profile", "optimize", "run"):
         return argv
+    from gpuopt.commands.options import COMMANDS
+
+    valued = COMMANDS[argv[0]].valued()
     i = 1
     while i < len(argv):
         arg = argv[i]
@@ -108,7 +83,7 @@ def module_args_after_module(argv: list[str]) -> list[str]:
         elif arg.startswith("-m") and not arg.startswith("--"):
             end = i + 1  # -mMODULE
         else:
-            i += 2 if arg in _PROFILE_VALUED else 1
+            i += 2 if arg in valued else 1
             continue
         if end < len(argv) and argv[end] != "--":
             return [*argv[:end], "--", *argv[end:]]
@@ -116,156 +91,83 @@ def module_args_after_module(argv: list[str]) -> list[str]:
     return argv
 
 
-def parse_report(argv: list[str]) -> tuple[str, str | None, str | None] | None:
-    """``(path, format, output)`` when ``argv`` (without the program name) is a plain ``report``
-    command line, else None (typer takes it)."""
-    if not argv or argv[0] != "report":
+def _fast_value(opt: Opt, value: str) -> bool:
+    """Whether the fast path takes ``value`` for ``opt`` as typer would: plain text (never empty,
+    nor what looks like an option), one of its choices where it has them."""
+    return bool(value) and not value.startswith("-") and (not opt.choices or value in opt.choices)
+
+
+def _fast_option(argv: list[str], i: int, flags: dict[str, Opt]) -> tuple[Opt, object, int] | None:
+    """``(option, value, index after it)`` of the option at ``argv[i]``, None where the fast path
+    does not take it."""
+    arg = argv[i]
+    name, eq, text = arg.partition("=")
+    opt = flags.get(name if eq else arg)
+    if opt is None or not opt.fast:
         return None
-    from gpuopt.report import FORMATS  # the report command imports it anyway
-
-    path: str | None = None
-    got: dict[str, str] = {}
-    i = 1
-    while i < len(argv):
-        arg = argv[i]
-        name, eq, value = arg.partition("=")
-        if eq and name in ("--format", "--output"):
-            i += 1
-        elif arg in _OPTIONS:
-            if i + 1 >= len(argv):
-                return None
-            name, value = arg, argv[i + 1]
-            i += 2
-        elif arg.startswith("-") or path is not None or not arg:
-            return None
-        else:
-            path = arg
-            i += 1
-            continue
-        key = _OPTIONS[name]
-        if (
-            key in got
-            or not value
-            or value.startswith("-")
-            or (key == "format" and value not in FORMATS)
-        ):
-            return None
-        got[key] = value
-    if path is None:
-        return None
-    return path, got.get("format"), got.get("output")
-
-
-def parse_profile(argv: list[str]) -> ProfileOptions | None:
-    """The options when ``argv`` is a plain ``profile`` command line (``-o DIR``, ``--quiet``,
-    ``--force``, each at most once, then SCRIPT), else None (typer takes it)."""
-    if not argv or argv[0] != "profile":
-        return None
-    from pathlib import Path
-
-    from gpuopt.runner.options import ProfileOptions
-
-    out: str | None = None
-    flags: set[str] = set()
-    i = 1
-    while i < len(argv):
-        arg = argv[i]
-        if arg in ("--quiet", "--force") and arg not in flags:
-            flags.add(arg)
-            i += 1
-            continue
-        name, eq, value = arg.partition("=")
-        if eq and name == "--out":
-            i += 1
-        elif arg in ("-o", "--out") and i + 1 < len(argv):
-            value = argv[i + 1]
-            i += 2
-        elif arg.startswith("-") or not arg:
-            return None
-        else:  # the script; the rest is its own
-            return ProfileOptions(
-                script=arg,
-                module=None,
-                args=argv[i + 1 :],
-                out=Path(out) if out else None,
-                quiet="--quiet" in flags,
-                force="--force" in flags,
-            )
-        if out is not None or not value or value.startswith("-"):
-            return None
-        out = value
+    if opt.kind == "flag" and not eq:
+        return opt, True, i + 1
+    if opt.kind == "switch" and not eq:
+        return opt, arg == opt.flags[0], i + 1
+    if opt.takes_value and eq and name.startswith("--"):  # `-o=x` is "=x" to click
+        return (opt, text, i + 1) if _fast_value(opt, text) else None
+    if opt.takes_value and not eq and i + 1 < len(argv) and _fast_value(opt, argv[i + 1]):
+        return opt, argv[i + 1], i + 2
     return None
 
 
-_CHECK_REPEATABLE = ("--baseline", "--allow")
-
-
-def _check_options(argv: list[str]) -> tuple[list[str], dict[str, list[str]]] | None:
-    """``(paths, {option: [values]})`` of a ``check`` command line, None for anything but
-    positional paths, options of :data:`gpuopt.commands.check_argv.VALUED` with a plain value, and
-    the strict flags."""
-    from gpuopt.commands.check_argv import VALUED
-
-    paths: list[str] = []
-    got: dict[str, list[str]] = {}
+def parse_fast(argv: list[str], decl: Command) -> dict[str, object] | None:
+    """The values typer's command would give (by each declaration's ``dest``) when ``argv``
+    (without the program name) is a plain ``decl`` command line: its arguments, and only options
+    declared ``fast``, each at most once unless repeatable. Anything else is None, and typer
+    takes it (``--help``, an unknown or repeated option, a choice not listed, a value that looks
+    like an option, a missing argument or required option)."""
+    if not argv or argv[0] != decl.name:
+        return None
+    flags = decl.by_flag()
+    given: dict[str, list[object]] = {}  # each option given (by dest): its values
+    positional: list[str] = []
     i = 1
     while i < len(argv):
         arg = argv[i]
-        name, eq, value = arg.partition("=")
-        if arg in ("--strict", "--no-strict"):
-            name, value = "--strict", "true" if arg == "--strict" else "false"
-            i += 1
-        elif eq and name in VALUED and name.startswith("--"):  # `-o=x` is "=x" to click
-            i += 1
-        elif arg in VALUED and i + 1 < len(argv):
-            name, value = arg, argv[i + 1]
-            i += 2
-        elif arg.startswith("-") or not arg:
-            return None
-        else:
-            paths.append(arg)
+        if not arg.startswith("-") and arg:
+            if not decl.interspersed:  # the script: the rest is its own
+                positional += argv[i:]
+                break
+            positional.append(arg)
             i += 1
             continue
-        values = got.setdefault("--output" if name == "-o" else name, [])
-        if (values and name not in _CHECK_REPEATABLE) or not value or value.startswith("-"):
+        got = _fast_option(argv, i, flags)
+        if got is None:
             return None
-        values.append(value)
-    return paths, got
+        opt, value, i = got
+        seen = given.setdefault(opt.dest, [])
+        if seen and opt.kind != "repeat":
+            return None  # given twice
+        seen.append(value)
+    values = decl.defaults()
+    for opt in decl.options:
+        if opt.dest in given:
+            values[opt.dest] = given[opt.dest] if opt.kind == "repeat" else given[opt.dest][0]
+    return _with_arguments(decl, values, positional, given)
 
 
-def parse_check(argv: list[str]) -> CheckArgs | None:
-    """The arguments when ``argv`` is a plain ``check`` command line, else None (typer takes
-    it: ``--help``, an unknown or repeated option, a format that is not one of ours, ...)."""
-    if not argv or argv[0] != "check":
+def _with_arguments(
+    decl: Command, values: dict[str, object], positional: list[str], given: dict[str, list[object]]
+) -> dict[str, object] | None:
+    """``values`` with the positional arguments, or None where an argument or a required option
+    is missing, or more arguments came than the command takes."""
+    from gpuopt.commands.options import REQUIRED
+
+    if any(o.default is REQUIRED and o.dest not in given for o in decl.options):
         return None
-    parsed = _check_options(argv)
-    if parsed is None:
+    if len(decl.args) != 1 or not positional:
         return None
-    from gpuopt.commands.check_argv import SETTINGS, ambiguous_baseline
-
-    if ambiguous_baseline(argv[1:]):
-        return None  # typer's command refuses it, with the reason
-    paths, got = parsed
-    fmt = got.get("--format", [None])[0]
-    if not paths or "--baseline" not in got or fmt not in (None, "text", "md", "json"):
+    (arg,) = decl.args
+    if not arg.many and len(positional) > 1:
         return None
-    from gpuopt.commands.check import CheckArgs
-
-    def one(name: str) -> str | None:
-        return got[name][0] if name in got else None
-
-    strict = one("--strict")
-    return CheckArgs(
-        candidate=paths,
-        baseline=got["--baseline"],
-        flags={name[2:]: one(name) for name in SETTINGS},
-        allow=got.get("--allow", []),
-        strict=None if strict is None else strict == "true",
-        config=one("--config"),
-        junit=one("--junit"),
-        fmt=fmt,
-        output=one("--output"),
-    )
+    values[arg.dest] = positional if arg.many else positional[0]
+    return values
 
 
 def _quickly(command: Callable[[], int]) -> int:
@@ -285,6 +187,23 @@ def _quickly(command: Callable[[], int]) -> int:
     return code
 
 
+def fast_command(argv: list[str]) -> tuple[str, dict[str, object]] | None:
+    """``(command, values)`` where the fast path runs ``argv``, else None (typer takes it)."""
+    from gpuopt.commands.options import CHECK, PROFILE, REPORT
+
+    for decl in (PROFILE, CHECK, REPORT):
+        values = parse_fast(argv, decl)
+        if values is None:
+            continue
+        if decl is CHECK:
+            from gpuopt.commands.check_argv import ambiguous_baseline
+
+            if ambiguous_baseline(argv[1:]):
+                return None  # typer's command refuses it, with the reason
+        return decl.name, values
+    return None
+
+
 def main() -> None:
     if sys.stderr is None:  # started with fd 2 closed (`2>&-`): Python's stand-in is None, and
         # print(file=None) would put gpuopt's messages on stdout; they go nowhere instead
@@ -292,39 +211,35 @@ def main() -> None:
     argv = global_debug(sys.argv[1:])
     argv = module_args_after_module(argv)
     sys.argv[1:] = argv  # typer reads sys.argv
-    prof = parse_profile(argv)
-    if prof is not None:
-        _profile(prof)
-    check = parse_check(argv)
-    if check is not None:
-        from gpuopt.commands.check import check_main
-
-        raise SystemExit(_quickly(lambda: check_main(check)))
-    fast = parse_report(argv)
+    fast = fast_command(argv)
     if fast is None:
         from gpuopt.commands.cli import main as typer_main
 
         typer_main()
         return
-    from pathlib import Path
+    command, values = fast
+    if command == "profile":
+        _profile(values)
+    if command == "check":
+        from gpuopt.commands.check import CheckArgs, check_main
 
-    from gpuopt.commands.report import run_report
-
-    path, fmt, output = fast
+        raise SystemExit(_quickly(lambda: check_main(CheckArgs.from_values(values))))
+    from gpuopt.commands.report import report_values
 
     def report() -> int:
-        run_report(Path(path), fmt, Path(output) if output else None)
+        report_values(values)
         return 0
 
     _quickly(report)
 
 
-def _profile(opts: ProfileOptions) -> NoReturn:
+def _profile(values: dict[str, object]) -> NoReturn:
     """Runs user code: a normal exit (atexit handlers, finalizers), never :func:`quick_exit`."""
     from gpuopt.commands.profile import run_profile
+    from gpuopt.runner.options import ProfileOptions
 
     try:
-        run_profile(opts)
+        run_profile(ProfileOptions.from_values(values))
     except KeyboardInterrupt:  # outside the script (the runner handles it inside): as typer ends
         raise SystemExit(130) from None
 

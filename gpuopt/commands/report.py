@@ -5,7 +5,7 @@ summaries into a typed Profile (:func:`gpuopt.loading.load_paths`), then render 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -241,3 +241,17 @@ def run_report(
         reports_command(paths, fmt, output, summary_only, jobs)
     except GpuoptError as exc:
         fail(str(exc))
+
+
+def report_values(values: Mapping[str, Any]) -> None:
+    """:func:`run_report` of a command line's values (by the ``dest`` of
+    :data:`gpuopt.commands.options.REPORT`'s declarations: typer's command's, or the entry point's
+    fast path's), its paths already refused when empty; ``-o -`` is stdout."""
+    output = values["output"]
+    run_report(
+        [Path(p) for p in values["paths"]],
+        values["fmt"],
+        Path(output) if output not in (None, "-") else None,
+        summary_only=values["summary_only"],
+        jobs=values["jobs"],
+    )

@@ -30,6 +30,7 @@ from typing import Any
 from gpuopt.debug import logger
 from gpuopt.errors import GpuoptError
 from gpuopt.gate.check import Thresholds, parse_fraction, parse_gates
+from gpuopt.gate.settings import SETTINGS
 from gpuopt.paths import regular_input
 
 log = logger(__name__)
@@ -40,15 +41,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 # key → (Thresholds field, unit)
-FRACTIONS = {
-    "max-step-time-regression": ("max_step_time_regression", "%"),
-    "max-data-wait-increase": ("max_data_wait_increase", "pt"),
-    "max-outside-ops-increase": ("max_outside_ops_increase", "pt"),
-    "max-gpu-idle-increase": ("max_gpu_idle_increase", "pt"),
-    "min-gpu-util": ("min_gpu_util", "%"),
-    "step-time-noise": ("step_time_noise", "%"),
-    "share-noise": ("share_noise", "pt"),
-}
+FRACTIONS = {s.key: (s.field, s.unit) for s in SETTINGS}
 KEYS = (*FRACTIONS, "allow", "strict", "gates")
 
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DEFAULT_STEPS = 30
-DEFAULT_SEED = 0
+from gpuopt.defaults import OPTIMIZE_SEED, OPTIMIZE_STEPS
 
 
 @dataclass
@@ -16,9 +15,9 @@ class OptimizeOptions:
     module: str | None
     args: list[str]
     out: Path | None = None
-    steps: int = DEFAULT_STEPS
+    steps: int = OPTIMIZE_STEPS
     warmup: int = 2
-    seed: int = DEFAULT_SEED
+    seed: int = OPTIMIZE_SEED
     fixes: list[str] = field(default_factory=list)
     amp_dtype: str = "auto"  # --fix amp: bf16, fp16 (loss-scaled), auto (bf16 where supported)
     apply: bool = False

@@ -3,8 +3,10 @@ build them."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gpuopt.defaults import SAMPLE_INTERVAL_S, WARMUP_STEPS, WINDOW_STEPS
 
@@ -51,6 +53,23 @@ class TorchrunOptions:
         return f"master {self.master_addr or '127.0.0.1'}:{self.master_port or 29500}"
 
 
+def split_script(
+    script_and_args: list[str] | None, module: str | None
+) -> tuple[str | None, list[str]]:
+    """``(SCRIPT, its arguments)`` of the command line's positional arguments, a leading ``--``
+    dropped; with ``-m MODULE`` they are all the module's: ``(None, arguments)``."""
+    args = list(script_and_args or [])
+    if args[:1] == ["--"]:
+        args = args[1:]
+    if module is not None or not args:
+        return None, args
+    return args[0], args[1:]
+
+
+def _path(value: str | None) -> Path | None:
+    return None if value is None else Path(value)
+
+
 @dataclass
 class ProfileOptions:
     script: str | None
@@ -73,6 +92,43 @@ class ProfileOptions:
     measure_only: bool = False
     memory_for: str | None = None  # --memory-for DEVICE|SIZE: predict memory for that device
     torchrun: TorchrunOptions = field(default_factory=TorchrunOptions)
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> ProfileOptions:
+        """The options of a command line's values (by the ``dest`` of
+        :data:`gpuopt.commands.options.PROFILE`'s declarations: typer's command's, or the entry
+        point's fast path's), its paths already refused when empty."""
+        script, args = split_script(values["script_and_args"], values["module"])
+        return cls(
+            script=script,
+            module=values["module"],
+            args=args,
+            out=_path(values["out"]),
+            steps=values["steps"],
+            warmup=values["warmup"],
+            window=values["window"],
+            sample_interval=values["sample_interval"],
+            nproc_per_node=values["nproc_per_node"],
+            quiet=values["quiet"],
+            fmt=values["fmt"],
+            force=values["force"],
+            fixes=_path(values["fixes"]),
+            seed=values["seed"],
+            record_losses=values["record_losses"],
+            measure_only=values["measure_only"],
+            memory_for=values["memory_for"],
+            torchrun=TorchrunOptions(
+                nnodes=values["nnodes"],
+                node_rank=values["node_rank"],
+                rdzv_backend=values["rdzv_backend"],
+                rdzv_endpoint=values["rdzv_endpoint"],
+                rdzv_id=values["rdzv_id"],
+                master_addr=values["master_addr"],
+                master_port=values["master_port"],
+                max_restarts=values["max_restarts"],
+                extra=list(values["torchrun_arg"] or []),
+            ),
+        )
 
     @property
     def launches(self) -> bool:
