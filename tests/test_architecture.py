@@ -371,12 +371,18 @@ DISTRIBUTION = {
 }
 
 
+def _own_files(folder: Path, pattern: str) -> list[Path]:
+    """``folder``'s files, without benchmarks/.work (git-ignored: the venvs and traces the
+    benchmarks build there, HTA's included, are not the project's code)."""
+    return [p for p in folder.rglob(pattern) if ".work" not in p.relative_to(folder).parts]
+
+
 def _third_party(folder: Path) -> dict[str, str]:
-    local = {p.stem for p in folder.rglob("*.py")} | {
-        p.name for p in folder.rglob("*") if p.is_dir()
+    local = {p.stem for p in _own_files(folder, "*.py")} | {
+        p.name for p in _own_files(folder, "*") if p.is_dir()
     }
     found: dict[str, str] = {}
-    for f in sorted(folder.rglob("*.py")):
+    for f in sorted(_own_files(folder, "*.py")):
         if "corpus" in f.parts and "scripts" in f.parts or "timm" in f.parts:
             continue  # vendored scripts: their own imports, never run by the suite (README there)
         try:
