@@ -184,32 +184,37 @@ def _innermost(ts: FloatArray, end: FloatArray) -> tuple[FloatArray, FloatArray,
     """Intervals in start order (longer first; nested, as a thread's records are) cut into
     segments, each owned by the innermost interval open then: the latest started that has not
     ended. The segments cover the intervals' union once."""
+    # segments as flat lists, appended inline: a function call per segment (46,036 on the
+    # Flux.1 capture) cost more than the appends
     starts: list[float] = []
     ends: list[float] = []
     owners: list[int] = []
     t_end = end.tolist()
-
-    def emit(t0: float, t1: float, k: int) -> None:
-        if t1 > t0:
-            starts.append(t0)
-            ends.append(t1)
-            owners.append(k)
-
     stack: list[int] = []  # the intervals open at the sweep's time, innermost last
     at = -np.inf
     for k, t0 in enumerate(ts.tolist()):
         while stack and t_end[stack[-1]] <= t0:
             top = stack.pop()
-            emit(at, t_end[top], top)
-            at = max(at, t_end[top])
-        if stack:
-            emit(at, t0, stack[-1])
+            t1 = t_end[top]
+            if t1 > at:
+                starts.append(at)
+                ends.append(t1)
+                owners.append(top)
+                at = t1
+        if stack and t0 > at:
+            starts.append(at)
+            ends.append(t0)
+            owners.append(stack[-1])
         at = t0
         stack.append(k)
     while stack:
         top = stack.pop()
-        emit(at, t_end[top], top)
-        at = max(at, t_end[top])
+        t1 = t_end[top]
+        if t1 > at:
+            starts.append(at)
+            ends.append(t1)
+            owners.append(top)
+            at = t1
     return np.array(starts), np.array(ends), np.array(owners, dtype=np.int64)
 
 
