@@ -55,7 +55,6 @@ FLOORS: list[set[str]] = [
         "sites",
         "torch_modes",
         "stats",
-        "student_t",
     },
     {"model"},  # the document's types
     {"trace", "compile", "frameworks", "source", "batching"},  # pure readers of what was measured

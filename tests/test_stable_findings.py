@@ -5,14 +5,16 @@ and never HIGH; gpuopt check fails on a new HIGH finding only when the evidence 
 from __future__ import annotations
 
 import itertools
+import math
 import random
+import statistics
 from pathlib import Path
 
 import pytest
 from gate_support import run
 
 from gpuopt.findings.engine import evaluate as findings_of
-from gpuopt.findings.evidence import SHARE_DRIFT, judge, measure, share_interval
+from gpuopt.findings.evidence import SHARE_DRIFT, Drift, judge, measure, share_interval
 from gpuopt.gate.check import Thresholds, evaluate
 from gpuopt.model.profile import Finding, Profile
 from gpuopt.report.findings import evidence_summary
@@ -26,6 +28,17 @@ def test_the_interval_combines_the_steps_spread_and_the_drift() -> None:
     spread = share_interval(0.4, [0.3, 0.5, 0.4], "x")  # 3 steps: a wide Student-t interval
     assert spread.low < 0.3 and spread.high > 0.5 and spread.steps == 3
     assert share_interval(0.99, [0.99, 0.99], "x").high == 1.0  # clipped
+
+
+@pytest.mark.parametrize(
+    ("n", "t"), [(3, 2.919986), (11, 1.812461), (31, 1.697261), (61, 1.670649)]
+)
+def test_the_steps_part_is_students_t_at_every_number_of_steps(n: int, t: float) -> None:
+    """Over 11 steps or more too: the normal's 1.645 there would make the interval too narrow."""
+    steps = [0.3 + 0.1 * (i % 2) for i in range(n)]
+    sd = statistics.stdev(steps)
+    iv = share_interval(0.35, steps, "x", Drift(0.0))
+    assert (iv.high - iv.low) / 2 == pytest.approx(t * sd / math.sqrt(n), abs=1e-4)
 
 
 @pytest.mark.parametrize(
@@ -74,8 +87,8 @@ def _dispatch(profile: Profile, per_step: list[float]) -> Profile:
 
 
 def test_launch_bound_at_its_threshold_is_borderline_never_high() -> None:
-    """A share near launch-bound's 30% (HIGH in 1 of 8 identical runs of a GPT trainer by its
-    point value) is a borderline MEDIUM finding; HIGH needs the whole interval above 30%."""
+    """A share near launch-bound's 30% is borderline MEDIUM, so identical runs do not flicker
+    between HIGH and not; HIGH needs the whole interval above 30%."""
     (f,) = findings_of(_dispatch(run([0.01] * 12), [0.29, 0.33, 0.31]), only={"launch-bound"})
     assert f.severity != "high" and f.borderline is True
     (g,) = findings_of(_dispatch(run([0.01] * 12), [0.62, 0.64, 0.63]), only={"launch-bound"})
@@ -140,9 +153,9 @@ def _finding_gates(base: list[Profile], cand: list[Profile]) -> list[str]:
 
 def test_identical_runs_near_the_threshold_never_fail_the_gate() -> None:
     """Twenty runs of one step whose dispatch share wanders around launch-bound's 30% and HIGH's
-    boundary (as a GPT trainer's does): the findings differ from run to run (absent, borderline,
-    HIGH), yet no pair, either way round, fails on a new HIGH finding (a gate on the labels would
-    fail every pair where one run drew HIGH and the other did not)."""
+    boundary: the findings differ from run to run (absent, borderline, HIGH), yet no pair, either
+    way round, fails on a new HIGH finding (a gate that compared labels would fail every pair
+    where one run drew HIGH and the other did not)."""
     rng = random.Random(7)
     runs = [
         _with_findings(_dispatch(run([0.01] * 12), [0.35 + rng.gauss(0, 0.025) for _ in range(3)]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 
 from gpuopt.model.profile import Breakdown, StepRecord, StepTimes
+from gpuopt.stats.quantiles import quantile_sorted
 
 
 def step_times(start: float, ends: list[float]) -> list[float]:
@@ -17,24 +18,14 @@ def step_times(start: float, ends: list[float]) -> list[float]:
     return out
 
 
-def quantile(sorted_xs: list[float], q: float) -> float:
-    """Linear-interpolated quantile (numpy's default), on an already sorted list."""
-    if not sorted_xs:
-        raise ValueError("empty")
-    pos = (len(sorted_xs) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_xs) - 1)
-    return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
-
-
 def time_stats(xs: list[float]) -> StepTimes:
     if not xs:
         return StepTimes()
     s = sorted(xs)
     return StepTimes(
         median=statistics.median(s),
-        p10=quantile(s, 0.10),
-        p90=quantile(s, 0.90),
+        p10=quantile_sorted(s, 0.10),
+        p90=quantile_sorted(s, 0.90),
         mean=statistics.fmean(s),
     )
 

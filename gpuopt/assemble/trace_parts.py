@@ -16,9 +16,9 @@ from msgspec import UNSET, UnsetType
 from gpuopt.model.profile import Breakdown, GpuRank, IdleSplit, LaunchBrief, MemcpyTotals, RankEntry
 from gpuopt.model.summary import RankSummary
 from gpuopt.model.trace import StepOverview, SyncCallTotals, TraceRank
+from gpuopt.stats.quantiles import median
 from gpuopt.trace import kernels
 from gpuopt.trace.analysis import RankAnalysis
-from gpuopt.trace.array_stats import median
 from gpuopt.trace.idle import idle_totals
 
 

@@ -52,7 +52,7 @@ from gpuopt.model.profile import (
 )
 from gpuopt.model.summary import RankSummary
 from gpuopt.model.trace import SyncCall, TraceDetails
-from gpuopt.trace.array_stats import median, percentile
+from gpuopt.stats.quantiles import median, percentile
 
 HTA_NOTE = (
     "Definitions follow Holistic Trace Analysis 0.5 (docs/trace-metrics.md): the last profiler "

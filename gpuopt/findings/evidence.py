@@ -2,47 +2,36 @@
 
 A share of step time measured on one run is a noisy number: the per-step values it comes from
 vary within the run, and a second run of the same code lands elsewhere (its neighbours' load, its
-caches). A rule that compares the point value with a threshold then fires in some runs of
-identical code and not in others, and a gate that fails on "new HIGH finding" fails at random
-(issue 30: ``launch-bound`` in 1 of 8 identical runs). So a rule that has per-step values of its
-evidence draws an interval around it, and the policy is:
+caches). A rule that compared the point value with its threshold would fire in some runs of
+identical code and not in others, and a gate that fails on "new HIGH finding" would fail at
+random. So a rule that has per-step values of its evidence draws an interval around it, and the
+policy is:
 
-* the finding is reported when the value reaches the rule's threshold (as before);
+* the finding is reported when the value reaches the rule's threshold;
 * its severity comes from the interval's **lower bound**, on the shared scale
   (:func:`~gpuopt.findings.estimates.severity_for_share`);
 * it is **borderline** when the interval reaches below the rule's threshold, or straddles the
   HIGH boundary: a borderline finding is never HIGH (at most MEDIUM), and says so.
 
-The interval (90%, two-sided) combines the within-run variation of the per-step values (a Student-t
-interval of their mean: three recorded steps give a wide one) with a run-to-run drift
-(:func:`drift_of`), as ``gpuopt check``'s intervals do: :data:`SHARE_DRIFT` on a quiet machine, more
-on a busy one. On a machine whose neighbours held the cores, identical runs' shares moved far more
-than their steps' spread says (``benchmarks/bench_stability.py`` under a load of 5-15 on 2 cores: a
-data-wait share of 16%, 29% and 36% in three runs of ``examples/io_loader.py``, a loop's share
-22-58% in ``examples/index_loops.py``): the steps of one run share the neighbour's load of that
-moment. So the drift grows with the run's measured wait for a core
-(``utilization.cpu.run_delay_share``) while other processes kept the cores busy: :data:`BUSY_DRIFT`
-per unit of that wait, times the others' busy cores up to one. ``gpuopt check`` compares findings by
-these intervals: a HIGH finding absent from the baseline fails only when its interval lies above the
-baseline's evidence.
+The interval (90%, two-sided) adds up to three parts in quadrature:
 
-A share the recorder measured at one site carries one more error: the recorder's own cost, which
-the assembly subtracts from the site's time with a per-op estimate. Where a site's ops are tiny
-that cost is many times the site's own time (``examples/index_loops.py``: the window's steps are
-12-25× the unrecorded ones), and the estimate misses the window's observed cost (its steps' time
-less the unrecorded steps' median) by 20-95% (200 runs of 10 scripts, bench_stability): what is
-left of the site's time is mostly the estimate's error, and a loop's share read 26-83% in identical
-runs. So such an interval also covers that error (:func:`recorder_model`): the run's own measured
-miss (at least :data:`RECORDER_ERR_FLOOR`) times the recorder's estimated cost at the site as a
-share of the step, or, where larger, the whole of what the window cost beyond the estimate (its
-steps' time less the unrecorded steps' median less the estimate, over the step), since where that
-missed cost lands is not measured and it can all land at one site (examples/ragged_steps.py: a
-per-sample loop that takes 48% of the step by a hand-placed clock read 82-100%, HIGH in 18 of 20
-identical runs, before the lines' times were scaled into the step; examples/index_loops.py's
-lines, scaled, read 42-46% for a true 26% and 4-15% for another true 26%). A loop of tiny ops
-is then borderline, never HIGH, whatever its point share; a loop of few, large ops keeps a narrow
-interval. ``launch-bound``'s dispatch share, measured through the same recorder, carries the
-same error.
+* the within-run variation of the per-step values: Student's t interval of their mean, with the
+  exact quantile at every number of steps (:func:`~gpuopt.stats.t.t_quantile`: three steps give
+  a wide one);
+* a run-to-run drift (:func:`drift_of`), a normal term as in ``gpuopt check``'s intervals:
+  :data:`SHARE_DRIFT` on a quiet machine, plus :data:`BUSY_DRIFT` per unit of the run's threads'
+  wait for a core (``utilization.cpu.run_delay_share``) times the other processes' busy cores
+  (at most one). The steps of one run share the neighbours' load of that moment, so on a busy
+  machine identical runs' shares move far more than their steps' spread says;
+* for a share the recorder measured at one site (a loop's lines, ``launch-bound``'s dispatch
+  share), the error of the recorder's own cost, which the assembly subtracts from the site's
+  time with a per-op estimate (:func:`recorder_model`). Where a site's ops are tiny that cost is
+  many times the site's own time, and what is left of it is mostly the estimate's error: a loop
+  of tiny ops is borderline, never HIGH, whatever its point share; a loop of few, large ops
+  keeps a narrow interval.
+
+``gpuopt check`` compares findings by these intervals: a HIGH finding absent from the baseline
+fails only when its interval lies above the baseline's evidence.
 """
 
 from __future__ import annotations
@@ -53,24 +42,21 @@ from dataclasses import dataclass
 
 from gpuopt.findings.estimates import severity_for_share
 from gpuopt.model.profile import EvidenceInterval, Profile, Severity
-from gpuopt.student_t import t95
+from gpuopt.stats.bootstrap import LEVEL
+from gpuopt.stats.t import Z90, t_quantile
 from gpuopt.units import num
 
-LEVEL = 0.90
-Z = 1.6448536269514722  # the normal's 95th percentile: a 90% two-sided interval
 HIGH_SHARE = 0.25  # severity_for_share's HIGH boundary
 # The run-to-run drift of a share of step time on a quiet machine (standard deviation, in points
-# as a fraction), added to every interval's within-run part. benchmarks/bench_stability.py's
-# "evidence sd" column measures it over identical runs; its quiet run is the lead's to record
-# (docs/benchmarks.md, issue 30). Under load slow_dataset's data-wait share moved 36-40%.
+# as a fraction): benchmarks/bench_stability.py's "evidence sd" column over identical runs
 SHARE_DRIFT = 0.02
 # The drift added per unit of the run's threads' wait for a core (a share of their runnable time),
-# scaled by other processes' busy cores (at most 1): 21pt more at an 85% wait, where the
-# bench_stability runs above spread by up to 18pt (sd)
+# scaled by other processes' busy cores (at most 1): 21pt more at an 85% wait, where identical
+# runs under a load of 5-15 on 2 cores spread by up to 18pt (sd, bench_stability)
 BUSY_DRIFT = 0.25
 # The least relative error assumed of the recorder's per-op cost estimate in a window (its run's
-# own measured miss counts when larger): benchmarks/bench_stability.py's "recorder miss" column
-# (docs/benchmarks.md, issue 30)
+# own measured miss counts when larger): it missed by 20-95% over 200 runs of 10 scripts
+# (benchmarks/bench_stability.py's "recorder miss" column)
 RECORDER_ERR_FLOOR = 0.10
 
 
@@ -155,11 +141,9 @@ def recorder_model(profile: Profile, ops_per_step: float | None) -> Model | None
     :data:`RECORDER_ERR_FLOOR`) times the recorder's estimated cost at the site's
     ``ops_per_step`` as a share of the unrecorded step, and the whole of what the window cost
     beyond its estimate (:func:`recorder_missed`): where that missed cost lands is not measured,
-    and it can all have landed at one site (examples/ragged_steps.py: a per-sample loop that
-    takes 48% of the step timed by hand read 82-100%, with a miss of 44-71% at a cost of 0.4-0.6
-    steps; examples/index_loops.py's ``counts[ids[i]] += 1`` read 62% for a true 26%, its
-    neighbouring loops nearly right; the lines' times scaled into the step since, the same loop
-    reads 42-46%). None where the run did not measure the recorder's cost."""
+    and it can all land at one site (examples/ragged_steps.py: a miss of 44-71% at a cost of
+    0.4-0.6 steps, in a per-sample loop that takes 48% of the step). None where the run did not
+    measure the recorder's cost."""
     per_op = num(profile.dispatch.recorder_overhead_us_per_op)
     real = num(profile.steps.time_s.median)
     if per_op is None or real is None or real <= 0 or not ops_per_step:
@@ -186,14 +170,6 @@ def recorder_model(profile: Profile, ops_per_step: float | None) -> Model | None
     return Model(half, why)
 
 
-# Student's t up to this many degrees of freedom (a 90% two-sided interval); more: Z
-T_MAX_DF = 9
-
-
-def _t95(df: int) -> float:
-    return t95(df, Z) if df <= T_MAX_DF else Z
-
-
 def share_interval(
     value: float,
     per_step: Sequence[float],
@@ -208,10 +184,12 @@ def share_interval(
     drift = drift or Drift()
     xs = [float(x) for x in per_step if x is not None and math.isfinite(float(x))]
     n = len(xs)
-    import statistics  # 5-10 ms to import, and only a few rules' evidence needs it
+    within = 0.0
+    if n >= 2:
+        import statistics  # 5-10 ms to import, and only a few rules' evidence needs it
 
-    within = _t95(n - 1) * statistics.stdev(xs) / math.sqrt(n) if n >= 2 else 0.0
-    half = math.hypot(within, Z * drift.value, model.half if model else 0.0)
+        within = t_quantile((1 + LEVEL) / 2, n - 1) * statistics.stdev(xs) / math.sqrt(n)
+    half = math.hypot(within, Z90 * drift.value, model.half if model else 0.0)
     size = f"a {drift.value * 100:.0f}pt run-to-run drift" + (
         f" ({drift.busy})" if drift.busy else ""
     )

@@ -28,9 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-RESAMPLES = 2000
-LEVEL = 0.90  # two-sided: the 5th and 95th percentiles
-SEED = 0
+from gpuopt.stats.bootstrap import LEVEL, RESAMPLES, SEED, resample, tail_percentiles
+from gpuopt.stats.quantiles import median_last_axis
 
 
 @dataclass(frozen=True)
@@ -95,30 +94,10 @@ class Interval:
         return f"{within} and {drift}"
 
 
-def _median(x: np.ndarray) -> np.ndarray:
-    """The median over the last axis (as ``np.median``, which imports ``numpy.ma``: +8 ms)."""
-    s = np.sort(x, axis=-1)
-    n = s.shape[-1]
-    mid = n // 2
-    return np.asarray(s[..., mid] if n % 2 else (s[..., mid - 1] + s[..., mid]) / 2)
-
-
-def _percentiles(x: np.ndarray, qs: tuple[float, float]) -> tuple[float, float]:
-    """Percentiles of a 1-D array, interpolated linearly as ``np.percentile`` does."""
-    s = np.sort(x)
-    out = []
-    for q in qs:
-        pos = q / 100 * (len(s) - 1)
-        lo = int(np.floor(pos))
-        hi = min(lo + 1, len(s) - 1)
-        out.append(float(s[lo] + (s[hi] - s[lo]) * (pos - lo)))
-    return out[0], out[1]
-
-
 def _statistic(x: np.ndarray, median: bool, log: bool, w: np.ndarray | None = None) -> np.ndarray:
     """The statistic over the last axis (a mean weighted by ``w`` where given)."""
     if median:
-        s = _median(x)
+        s = median_last_axis(x)
     elif w is not None:
         s = np.asarray(np.sum(x * w, axis=-1) / np.maximum(np.sum(w, axis=-1), 1e-300))
     else:
@@ -134,7 +113,7 @@ def _run_replicates(
         x = np.asarray(run.units, dtype=float)
         w = np.asarray(run.weights, dtype=float) if run.weights and not median else None
         value = float(_statistic(x, median, log, w))
-        idx = rng.integers(0, len(x), size=(RESAMPLES, len(x)))
+        idx = resample(len(x), rng)
         return value, _statistic(x[idx], median, log, None if w is None else w[idx])
     if run.value is None:
         raise ValueError("a run without units needs a value")
@@ -164,8 +143,7 @@ def _side_means(
 
 
 def _interval(estimate: float, diffs: np.ndarray, log: bool) -> tuple[float, float, float]:
-    tail = (1 - LEVEL) / 2 * 100
-    low, high = _percentiles(diffs, (tail, 100 - tail))
+    low, high = tail_percentiles(diffs, LEVEL, numpy_lerp=False)
     if log:
         return float(np.exp(estimate)), float(np.exp(low)), float(np.exp(high))
     return estimate, low, high

@@ -1,12 +1,11 @@
-"""Small numpy helpers the trace analyses share, written for speed on one-shot runs.
+"""Small numpy set helpers the trace analyses share, written for speed on one-shot runs.
 
-Why not ``np.unique`` / ``np.median`` / ``np.percentile`` / ``np.isin``: with numpy 2.x the first
-three check for masked arrays and so import ``numpy.ma`` on their first call (15-20 ms, more than
-some whole analyses), and ``np.isin`` sorts *both* arrays (an argsort of every event) where the
-analyses only ask "is this id in that set". ``gpuopt report TRACE`` runs once per process, so
-these costs are paid on every report. The helpers give the same results (the same floats) for
-what the analyses pass: integer codes and ids to the set functions (they do not merge NaNs, which
-never occur there), 1-d float samples to ``median``/``percentile``.
+Why not ``np.unique`` / ``np.isin``: with numpy 2.x the first checks for masked arrays and so
+imports ``numpy.ma`` on its first call (15-20 ms, more than some whole analyses), and ``np.isin``
+sorts *both* arrays (an argsort of every event) where the analyses only ask "is this id in that
+set". ``gpuopt report TRACE`` runs once per process, so these costs are paid on every report. The
+helpers give the same results for what the analyses pass: integer codes and ids (they do not
+merge NaNs, which never occur there). Medians and percentiles: :mod:`gpuopt.stats.quantiles`.
 """
 
 from __future__ import annotations
@@ -68,31 +67,3 @@ def code_mask(codes: IntArray, wanted: npt.NDArray[Any] | list[int], n_codes: in
     table = np.zeros(max(n_codes, 1), dtype=bool)
     table[np.asarray(wanted, dtype=np.int64)] = True
     return table[codes]
-
-
-def median(x: npt.ArrayLike) -> float:
-    """``np.median`` of a non-empty 1-d sequence (which imports ``numpy.ma`` to check for masked
-    input): the middle value, or the mean of the two middle ones; NaN if any value is NaN."""
-    s = np.sort(np.asarray(x, dtype=np.float64), axis=None)
-    if np.isnan(s[-1]):
-        return float("nan")
-    h = s.size // 2
-    return float(s[h]) if s.size % 2 else float((s[h - 1] + s[h]) / 2)
-
-
-def percentile(x: npt.ArrayLike, p: float) -> float:
-    """``np.percentile(x, p)`` (default "linear" method) of a non-empty 1-d sequence, with the same
-    arithmetic (so the same float); ``np.percentile`` imports ``numpy.ma`` via ``np.unique``."""
-    s = np.sort(np.asarray(x, dtype=np.float64), axis=None)
-    if np.isnan(s[-1]):
-        return float("nan")
-    virtual = (s.size - 1) * (p / 100)
-    if virtual >= s.size - 1:  # at or past the last value: numpy interpolates it with itself
-        lo = hi = -1
-    else:
-        lo = int(np.floor(virtual))
-        hi = lo + 1
-    t = virtual - lo
-    a, b = float(s[lo]), float(s[hi])
-    diff = b - a
-    return b - diff * (1 - t) if t >= 0.5 else a + diff * t

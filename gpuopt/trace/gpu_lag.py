@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpuopt.model.trace import GpuLag
-from gpuopt.trace.array_stats import median
+from gpuopt.stats.quantiles import median
 from gpuopt.trace.columns import FloatArray
 from gpuopt.trace.prepare import RankView
 

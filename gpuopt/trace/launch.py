@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuopt.model.trace import Distribution, LaunchStats
-from gpuopt.trace.array_stats import median, member, percentile
+from gpuopt.stats.quantiles import median, percentile
+from gpuopt.trace.array_stats import member
 from gpuopt.trace.columns import FloatArray, IntArray
 from gpuopt.trace.prepare import RankView
 

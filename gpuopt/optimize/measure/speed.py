@@ -14,8 +14,8 @@ built around.
 DataLoader's): a run's level is the mean of *every* step, the first one (the workers starting)
 and the epoch boundaries (the workers starting again) included, no warm-up left out and no step
 set apart: the run's training time from its first step to its last, per step, which is what a
-user's clock shows of the training (a median of settled steps leaves the start-ups out: it read
-4.4-8.7x for a DataLoader fix that ran 1.0-1.7x faster timed outside). With two runs a side or
+user's clock shows of the training (a median of settled steps leaves the start-ups out and
+overstates such a fix: 4.4-8.7x for one 1.0-1.7x faster timed outside). With two runs a side or
 more its speedup and interval come from the **pairs of runs** (:func:`paired`): the baseline
 and candidate runs alternate, so each baseline run over the candidate run timed next to it; the
 geometric mean of those ratios, and Student's t interval (90%) of it. A neighbour's load that
@@ -23,7 +23,8 @@ comes and goes weighs on both runs of a pair and leaves their ratio, and the pai
 is in the interval: such a gain need only clear :data:`MIN_EFFECT` (not the noise too), and is
 too noisy only when its interval is wider than ±:data:`NOISY` and not clear of it.
 
-**The interval.** A hierarchical bootstrap of each side (2,000 resamples): the runs drawn with
+**The interval.** A hierarchical bootstrap of each side
+(:func:`~gpuopt.stats.bootstrap.hierarchical_levels`, 2,000 resamples): the runs drawn with
 replacement, then each drawn run's settled steps with replacement, each drawn run's median
 taken and their geometric mean; the ratio's interval is the 5th to 95th percentile of the
 baseline's resampled levels over the candidate's. A side is *tight* when its own interval is
@@ -50,11 +51,9 @@ import numpy as np
 from gpuopt.model.optimize import PAIRED, TRAINING_TIME, WHOLE_STATISTIC, Gain
 from gpuopt.optimize.measure.policy import TIGHT
 from gpuopt.optimize.measure.step_series import SplitRun, split_run
-from gpuopt.student_t import T95, t95
+from gpuopt.stats.bootstrap import LEVEL, hierarchical_levels, tail_percentiles
+from gpuopt.stats.t import t_quantile
 
-RESAMPLES = 2000
-LEVEL = 0.90  # two-sided: the 5th and 95th percentiles
-SEED = 0
 MIN_EFFECT = 0.03  # a gain or a loss under 3% is never claimed, however quiet the runs
 MIN_STEPS = 3  # settled steps a side needs, in all, to be measured at all
 # a side whose 90% interval is wider than ±50% of its level: a 1.5x gain or none fit in it alike
@@ -99,10 +98,9 @@ def side(runs: Sequence[Sequence[float]], min_warmup: int = 0, whole: bool = Fal
     if sum(len(s.settled) for s in split) < MIN_STEPS:
         return None
     level = _geomean([s.level for s in split if s.level])
-    levels = bootstrap_levels([s.settled for s in split], mean=whole)
-    tail = (1 - LEVEL) / 2 * 100
-    low, high = np.percentile(levels, [tail, 100 - tail])
-    return Side(split, level, float(low), float(high), levels)
+    levels = hierarchical_levels([s.settled for s in split], mean=whole)
+    low, high = tail_percentiles(levels, LEVEL)
+    return Side(split, level, low, high, levels)
 
 
 def _whole_run(steps: Sequence[float]) -> SplitRun:
@@ -112,34 +110,6 @@ def _whole_run(steps: Sequence[float]) -> SplitRun:
 
 def _geomean(values: Sequence[float]) -> float:
     return float(np.exp(np.mean(np.log(np.asarray(values, dtype=float)))))
-
-
-def bootstrap_levels(
-    runs: Sequence[Sequence[float]], seed: int = SEED, mean: bool = False
-) -> np.ndarray:
-    """:data:`RESAMPLES` resampled levels: runs drawn with replacement, then each drawn run's
-    steps with replacement; each drawn run's median, and their geometric mean. ``mean``: each
-    run's mean, and with two runs or more the runs alone are drawn — a run's steps are not
-    alike (one start-up an epoch), so drawing them would put the start-up in a resample 0 to 4
-    times where every run has it once: only the runs' spread is the level's doubt."""
-    rng = np.random.default_rng(seed)
-    k = len(runs)
-    if mean and k >= 2:
-        means = np.log(np.maximum([float(np.mean(r)) for r in runs], 1e-12))
-        return np.asarray(np.exp(means[rng.integers(0, k, size=(RESAMPLES, k))].mean(axis=1)))
-    width = max(len(r) for r in runs)
-    table = np.full((k, width), np.nan)
-    for i, r in enumerate(runs):
-        table[i, : len(r)] = r
-    lengths = np.array([len(r) for r in runs])
-    picked = rng.integers(0, k, size=(RESAMPLES, k))  # which run fills each slot
-    u = rng.random((RESAMPLES, k, width))
-    steps = np.floor(u * lengths[picked][:, :, None]).astype(int)
-    values = table[picked[:, :, None], steps]
-    mask = np.arange(width)[None, None, :] < lengths[picked][:, :, None]
-    kept = np.where(mask, values, np.nan)
-    medians = np.nanmean(kept, axis=2) if mean else np.nanmedian(kept, axis=2)  # (RESAMPLES, k)
-    return np.asarray(np.exp(np.log(np.maximum(medians, 1e-12)).mean(axis=1)))
 
 
 def paired(base: Side, cand: Side) -> tuple[float, float, float] | None:
@@ -155,9 +125,7 @@ def paired(base: Side, cand: Side) -> tuple[float, float, float] | None:
     if len(pairs) < 2:
         return None
     mean = float(np.mean(pairs))
-    # past the table's 10 degrees of freedom its last value (1.81; 1.70 at 30): as few pairs as
-    # optimize times
-    half = t95(min(len(pairs) - 1, len(T95)), 0.0) * float(np.std(pairs, ddof=1))
+    half = t_quantile((1 + LEVEL) / 2, len(pairs) - 1) * float(np.std(pairs, ddof=1))
     half /= float(np.sqrt(len(pairs)))
     return float(np.exp(mean)), float(np.exp(mean - half)), float(np.exp(mean + half))
 
@@ -168,9 +136,8 @@ def compare(base: Side, cand: Side, whole: bool = False) -> Gain:
     (:func:`paired`): their interval holds the runs' spread, so a gain need only clear
     :data:`MIN_EFFECT`."""
     speedup = round(base.level / cand.level, 4)  # the label says what the document holds
-    tail = (1 - LEVEL) / 2 * 100
     ratios = base.levels / np.maximum(cand.levels, 1e-12)
-    low, high = (float(x) for x in np.percentile(ratios, [tail, 100 - tail]))
+    low, high = tail_percentiles(ratios, LEVEL)
     noise = base.spread
     floor = max(noise, MIN_EFFECT)
     pairs = paired(base, cand) if whole else None
