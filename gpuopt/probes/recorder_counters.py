@@ -61,8 +61,7 @@ class StepCounters:
         # where each of those stretches sat in its step, by the same key: the model ops before it
         # (the step's last stretch: all of them). A step's code runs its ops in
         # the same order every step, so the stretch at the same place in another step is the
-        # same code: named there too where the sampler missed it (a 1.5 ms sleep, looked at once
-        # a millisecond, was seen in one step of three)
+        # same code: named there too where the sampler, looking once a millisecond, missed it
         self.gap_ops: dict[float, int] = {}
 
     def merge(self, other: StepCounters) -> None:
