@@ -1,8 +1,8 @@
 """The recorder's counters: what one step (or the whole window) measured, in plain containers.
 
-Lists and dicts, not objects: the recorder's hot path increments them in place. Shared by the
-engine that fills them (:mod:`gpuopt.probes.recorder_engine`) and the summary that reads them
-(:mod:`gpuopt.assemble.host_summary`).
+Lists and dicts, not objects: the recorder's hot path increments them in place. The engine
+(:mod:`gpuopt.probes.recorder_engine`) fills them and, once the window has closed, copies them
+into typed records (:mod:`gpuopt.probes.recorder_snapshot`) that the summary reads.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@
   (``_local_scalar_dense``, data-dependent sizes, blocking device-to-host copies), indexing ops.
 
 ``torch.cuda.synchronize`` and ``Stream``/``Event.synchronize`` are wrapped while it is on.
-Counters (:mod:`gpuopt.probes.recorder_counters`) are kept per step and merged when a step ends.
+Counters (:mod:`gpuopt.probes.recorder_counters`) are kept per step and merged when a step ends;
+:meth:`RecorderEngine.snapshot` hands them over as typed records once the window has closed.
 The probe that turns the engine on and off is :class:`gpuopt.probes.recorder.DispatchRecorder`.
 """
 
