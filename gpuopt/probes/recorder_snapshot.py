@@ -102,7 +102,7 @@ class StepSnapshot:
     setup_s: float = 0.0  # the recorder's first-sight classification of code objects
     own_tf_s: float = 0.0  # the recorder's own time in its __torch_function__ handler
     own_dispatch_s: float = 0.0  # and in its dispatch handler
-    wall_s: float = 0.0
+    wall_s: float = 0.0  # the step's wall time, the recorder's cost in it
     signature: int = 0  # hash of the step's (op, first input shape) sequence
     # each stretch without a model op of at least GAP_FLOOR_S: its seconds, and the model ops
     # of its step before it, by when it began
