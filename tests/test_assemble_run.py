@@ -61,7 +61,7 @@ def test_a_recorder_summary_that_fails_costs_its_parts_not_the_profile(
         enabled=True,
         off=False,
         window_start=2,
-        engine=None,
+        snapshot=None,
         calibration=None,
         unfinished=False,
         next_step=6,

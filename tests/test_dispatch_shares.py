@@ -52,7 +52,7 @@ def _capture(walls: list[float], window_start: int, next_step: int) -> RecorderC
         enabled=True,
         off=False,
         window_start=window_start,
-        engine=engine,
+        snapshot=engine.snapshot(),
         calibration=FREE,
         next_step=next_step,
         shapes=None,
@@ -186,17 +186,13 @@ def test_lines_times_add_up_to_at_most_the_step_they_share() -> None:
     capped step could not be told from the recorder's cost. The lines are scaled into the step's
     host time; a step whose lines fit is left as it is."""
     from gpuopt.assemble.host_summary import _site_scale
-    from gpuopt.probes.recorder_counters import S_DATA, S_OPS, S_TIME
+    from gpuopt.probes.recorder_snapshot import SiteCounts, StepSnapshot
 
-    c = StepCounters()
-    c.dispatch_events = 200
-    for i, secs in enumerate((0.004, 0.002, 0.001)):
-        stats = [0] * (S_DATA + 1)
-        stats[S_OPS], stats[S_TIME] = 50, secs
-        c.sites[(i, 0)] = stats
-    data = [0] * (S_DATA + 1)
-    data[S_OPS], data[S_TIME], data[S_DATA] = 50, 0.5, True  # data loading: never a line's
-    c.sites[(9, 0)] = data
+    sites = {
+        (i, 0): SiteCounts(ops=50, time_s=secs) for i, secs in enumerate((0.004, 0.002, 0.001))
+    }
+    sites[(9, 0)] = SiteCounts(ops=50, time_s=0.5, data=True)  # data loading: never a line's
+    c = StepSnapshot(sites=sites, dispatch_events=200)
     assert _site_scale(c, FREE, 0.0035) == pytest.approx(0.5)
     assert _site_scale(c, FREE, 0.010) == 1.0
 

@@ -19,8 +19,8 @@ from gpuopt.findings.engine import evaluate
 from gpuopt.model.profile import Profile
 from gpuopt.probes.gap_sampler import GapSampler, recorder_codes
 from gpuopt.probes.recorder import DispatchRecorder
-from gpuopt.probes.recorder_counters import StepCounters
 from gpuopt.probes.recorder_engine import RecorderEngine
+from gpuopt.probes.recorder_snapshot import StepSnapshot
 
 FILE = "planted_outside.py"
 
@@ -201,14 +201,13 @@ def test_a_stretch_the_sampler_saw_in_one_step_is_named_in_every_step(
     assert len(steps) == 3 and min(steps) >= 25_000, steps  # each step's 30 ms sleep
 
 
-def _step(ops: int, gaps: dict[float, tuple[float, int]]) -> StepCounters:
+def _step(ops: int, gaps: dict[float, tuple[float, int]]) -> StepSnapshot:
     """A window step of ``ops`` model ops, its stretches by start: ``(seconds, ops before)``."""
-    acc = StepCounters()
-    acc.ops = ops
-    for start, (length, before) in gaps.items():
-        acc.gaps[start] = length
-        acc.gap_ops[start] = before
-    return acc
+    return StepSnapshot(
+        ops=ops,
+        gaps={start: length for start, (length, _) in gaps.items()},
+        gap_ops={start: before for start, (_, before) in gaps.items()},
+    )
 
 
 def test_the_same_stretch_is_one_at_the_same_place_in_a_step_of_as_many_ops() -> None:

@@ -83,10 +83,9 @@ def python_share(rec: RunRecord, p: Profile, name: str) -> float | None:
     step = getattr(dispatch, "step_time_us", None)
     if not isinstance(between, float | int) or not isinstance(step, float | int) or step <= 0:
         return None
-    engine = cap.engine
-    resolver = getattr(engine, "resolver", None)
-    if resolver is None:
+    if cap.snapshot is None:
         return None
+    resolver = cap.snapshot.resolver
     import sys
 
     import torch

@@ -1,5 +1,6 @@
 """Turn the recorder's result into the Profile's ``transfers``, ``syncs``, ``dispatch``,
-``loops`` and ``ragged``.
+``loops`` and ``ragged``. It reads the window's counters from the recorder's typed snapshot
+(:class:`~gpuopt.probes.recorder_snapshot.RecorderSnapshot`), never the live engine.
 
 Everything is per step (window totals divided by the steps recorded) and each site is the user's
 line as ``"<path relative to cwd>:<line>"``.
@@ -26,7 +27,7 @@ Python and framework work around each op: dispatch) and stretches without any te
 than issuing one takes (a ``time.sleep``, a blocking read, a Python loop that issues no op:
 :data:`NOT_DISPATCH_FACTOR` times a calibrated trivial op call, at least
 :data:`~gpuopt.probes.recorder_counters.GAP_FLOOR_S`). The recorder measures every such stretch
-(``StepCounters.gaps``); less the step's data wait outside data-loading ops and its collective wait
+(``StepSnapshot.gaps``); less the step's data wait outside data-loading ops and its collective wait
 (which also fall between ops), they are ``outside_ops``, named by the gap sampler's lines
 (:mod:`gpuopt.probes.gap_sampler`), and never counted in ``host_dispatch_share``.
 ``between_ops_step_share`` is over the whole step. On one rank of several, the time the step was
@@ -61,18 +62,8 @@ from gpuopt.probes.gap_sampler import GapSample, Stack
 from gpuopt.probes.loops import LoopFinder
 from gpuopt.probes.recorder import RecorderCapture
 from gpuopt.probes.recorder_calibration import Calibration
-from gpuopt.probes.recorder_counters import (
-    GAP_FLOOR_S,
-    S_DATA,
-    S_EXEC,
-    S_INDEX,
-    S_OPS,
-    S_TF,
-    S_TIME,
-    SMALL_OP_US,
-    StepCounters,
-)
-from gpuopt.probes.recorder_engine import RecorderEngine
+from gpuopt.probes.recorder_counters import GAP_FLOOR_S, SMALL_OP_US
+from gpuopt.probes.recorder_snapshot import RecorderSnapshot, SiteCounts, StepSnapshot
 from gpuopt.sites import DATA, TRANSPARENT, USER, SiteResolver
 
 log = logger(__name__)
@@ -159,14 +150,15 @@ def _waits(series: list[StepRecord], window: list[int]) -> list[float | None]:
 
 
 class _Sites:
-    """Positions, sites and loops for ``(code, lasti)`` keys, each computed once."""
+    """Positions, sites and loops for the snapshot's ``(id(code), lasti)`` keys."""
 
-    def __init__(self, resolver: SiteResolver, loops: LoopFinder) -> None:
-        self.resolver = resolver
-        self.loops = loops
+    def __init__(self, snapshot: RecorderSnapshot) -> None:
+        self.resolver = snapshot.resolver
+        self.codes = snapshot.codes
+        self.loops = LoopFinder(snapshot.resolver)
 
     def code(self, cid: int) -> CodeType:
-        return self.resolver.codes[cid]
+        return self.codes[cid]
 
     def site(self, cid: int, lasti: int) -> str:
         return self.resolver.site(self.code(cid), lasti)
@@ -236,14 +228,14 @@ class HostSummary:
 def summarize(capture: RecorderCapture, series: list[StepRecord]) -> HostSummary:
     """The Profile parts from a stopped recorder and the run's steps."""
     warnings = list(dict.fromkeys(capture.errors))
-    engine = capture.engine
-    if not capture.enabled or engine is None:
+    snap = capture.snapshot
+    if not capture.enabled or snap is None:
         note = "recorder off (--window 0)" if capture.off else "recorder did not run"
         return HostSummary(
             Dispatch(window_steps=0, note=note), ragged=capture.shapes, warnings=warnings
         )
     ragged = capture.shapes
-    steps = engine.steps_done
+    steps = snap.steps_done
     if steps == 0 or capture.calibration is None:
         note = _no_step_note(capture)
         return HostSummary(Dispatch(window_steps=0, note=note), ragged=ragged, warnings=warnings)
@@ -255,14 +247,13 @@ def summarize(capture: RecorderCapture, series: list[StepRecord]) -> HostSummary
             f"its last warm-up step (step {first}), recorded in case, stands for it"
         )
     indices = list(range(first, first + steps))
-    total = engine.total
-    sites = _Sites(engine.resolver, engine.loops)
+    total = snap.total
+    sites = _Sites(snap)
     waits = _waits(series, indices)
     colls = _collectives(series, indices)
     bound = _near_bound(series, indices)
-    dispatch, wall, (scale, scales), walls = _dispatch(
-        engine, total, cal, steps, (waits, colls), bound, first
-    )
+    parts = _dispatch(snap, cal, (waits, colls), bound, first)
+    dispatch, wall, scale = parts.dispatch, parts.wall, parts.scale
     dispatch.top_sites = _top_sites(total, sites, steps, wall, cal, scale)
     try:
         hand_written = hand_written_ops(total, sites, steps, wall, (cal, scale))
@@ -277,12 +268,12 @@ def summarize(capture: RecorderCapture, series: list[StepRecord]) -> HostSummary
         sites,
         dispatch,
         outside_bound_s(cal),
-        stretches(engine.step_counters),
+        stretches(snap.steps),
     )
     if ragged is not None:
-        ragged.step_signatures_distinct = len({c.signature for c in engine.step_counters})
-        ragged.step_signatures_steps = len(engine.step_counters)
-    each = list(zip(engine.step_counters, walls, scales, strict=True))
+        ragged.step_signatures_distinct = len({c.signature for c in snap.steps})
+        ragged.step_signatures_steps = len(snap.steps)
+    each = list(zip(snap.steps, parts.walls, parts.scales, strict=True))
     transfers = _transfers(total, sites, steps, wall)
     _per_step(transfers, [_transfers(c, sites, 1, w) for c, w, _ in each], _transfer_key)
     syncs = _syncs(total, sites, steps, wall)
@@ -345,13 +336,32 @@ def _no_step_note(capture: RecorderCapture) -> str:
     )
 
 
+@dataclass(frozen=True)
+class StepSplit:
+    """Where one recorded step's time went (seconds, the recorder's cost removed)."""
+
+    overhead: float  # the recorder's cost in the step
+    capped: bool  # the step's time was capped at its unrecorded neighbours'
+    wall: float  # the step's time
+    op_time: float  # inside aten op calls
+    small_time: float  # of it, in ops shorter than SMALL_OP_US
+    h2d: float  # in host-to-device copies
+    data: float  # data wait
+    sync_calls: float  # in synchronize calls
+    coll: float  # blocked in collectives
+    between: float  # between ops, not waiting
+    outside: float  # of it, stretches without ops longer than dispatch takes
+    not_waiting: float  # the step less its waits (data, syncs, copies, collectives)
+    host: float  # op time and time between ops
+
+
 def _split(
-    t: StepCounters,
+    t: StepSnapshot,
     cal: Calibration,
     wait: float | None,
     bound: tuple[float, float] | None,
     coll: float = 0.0,
-) -> dict[str, float]:
+) -> StepSplit:
     """Where the time of one recorded step ``t`` went, from that step, the recorder's cost
     removed. ``wait``: the DataLoader probe's wait in that step. ``bound``: step time and data
     wait of the unrecorded steps nearest the window: the recorder slows a step by more than its
@@ -367,8 +377,8 @@ def _split(
     measured op by op, stands, and the collective time is what is left of the step."""
     inflation = cal.inflation_us * 1e-6
     op_time = max(t.op_s - t.ops * inflation, 0.0)
-    sync_calls = sum(v[1] for k, v in t.syncs.items() if k[0] == "synchronize")
-    h2d = sum(v[1] for k, v in t.transfers.items() if k[0] == "h2d")
+    sync_calls = sum(v.seconds for k, v in t.syncs.items() if k.kind == "synchronize")
+    h2d = sum(v.seconds for k, v in t.transfers.items() if k.direction == "h2d")
     overhead = _overhead(t, cal)
     per_op, _ = _per_event(t, cal)
     own = max(t.wall_s - overhead, 1e-9)
@@ -378,9 +388,9 @@ def _split(
         data = max(data, wait - data_cost)
     wall = own
     # a cost model that took away more than the time outside the ops and syncs took time the
-    # step spent in them (a calibration the machine disturbed: 2 index_loops runs of 46 read
-    # 15-18 µs per dispatch entry, 6 in the rest, and a step of 0 µs): no recorder-free step
-    # was measured, and the neighbours, where there are some, say what it was
+    # step spent in them (a calibration the machine disturbed reads the dispatch entry several
+    # times too dear, and the step comes out at 0 µs): no recorder-free step was measured, and
+    # the neighbours, where there are some, say what it was
     short = own < max(op_time + sync_calls, 1e-9)
     capped = bound is not None and (own > bound[0] or short)
     if bound is not None and capped:
@@ -404,42 +414,42 @@ def _split(
     long_gaps = sum(g for g in t.gaps.values() if g >= bound_s)
     data_between = max(data - max(t.data_s - data_cost, 0.0), 0.0)
     outside = min(max(long_gaps - data_between - coll, 0.0), between)
-    return {
-        "overhead": overhead,
-        "capped": float(capped),
-        "wall": wall,
-        "op_time": op_time,
-        "small_time": min(max(t.small_s - t.small_ops * inflation, 0.0), op_time),
-        "h2d": h2d,
-        "data": data,
-        "sync_calls": sync_calls,
-        "coll": coll,
-        "between": between,
-        "outside": outside,
-        "not_waiting": max(wall - data - t.sync_s - h2d - coll, op_time + between, 1e-9),
-        "host": op_time + between,
-    }
+    return StepSplit(
+        overhead=overhead,
+        capped=capped,
+        wall=wall,
+        op_time=op_time,
+        small_time=min(max(t.small_s - t.small_ops * inflation, 0.0), op_time),
+        h2d=h2d,
+        data=data,
+        sync_calls=sync_calls,
+        coll=coll,
+        between=between,
+        outside=outside,
+        not_waiting=max(wall - data - t.sync_s - h2d - coll, op_time + between, 1e-9),
+        host=op_time + between,
+    )
 
 
-def _site_time(st: list[Any], per_op: float, per_call: float) -> float:
+def _site_time(st: SiteCounts, per_op: float, per_call: float) -> float:
     """A line's host time (its ops and the time before each), its recorder cost estimate out."""
-    return max(float(st[S_TIME] - st[S_OPS] * per_op - st[S_TF] * per_call), 0.0)
+    return max(float(st.time_s - st.ops * per_op - st.torch_function_calls * per_call), 0.0)
 
 
-def _site_scale(t: StepCounters, cal: Calibration, host: float) -> float:
+def _site_scale(t: StepSnapshot, cal: Calibration, host: float) -> float:
     """The factor that makes the lines' host times add up to at most ``host``, the host time
     the step's split left between its waits (:func:`_split`). Where the recorder cost more
     than its per-call model says, what the model missed stays in the lines' times, and the cap
-    of :func:`_split` takes it out of the step but not out of them: examples/ragged_steps.py's
-    lines summed to 1.3-1.9 steps, and its per-sample loop, 48% of the step by a hand-placed
-    clock, read 72-100%. Scaled, each line keeps its part of the step (the loop 44-59%); where the
-    model covered the cost the lines add up to the step and nothing changes."""
+    of :func:`_split` takes it out of the step but not out of them: unscaled, the lines could
+    add up to more than the step. Scaled, each line keeps its part of the step; where the model
+    covered the cost the lines add up to the step and nothing changes (measured on
+    examples/ragged_steps.py: CHANGELOG.md)."""
     per_op, per_call = _per_event(t, cal)
-    lines = sum(_site_time(st, per_op, per_call) for st in t.sites.values() if not st[S_DATA])
+    lines = sum(_site_time(st, per_op, per_call) for st in t.sites.values() if not st.data)
     return min(1.0, host / lines) if lines > 0 else 1.0
 
 
-def _overhead(t: StepCounters, cal: Calibration) -> float:
+def _overhead(t: StepSnapshot, cal: Calibration) -> float:
     """Seconds the recorder added to ``t``: its handlers' own time (measured on every call; it
     includes the first-sight classification) plus the price of entering the modes (calibrated)."""
     entries = (
@@ -450,27 +460,35 @@ def _overhead(t: StepCounters, cal: Calibration) -> float:
     return t.own_tf_s + t.own_dispatch_s + entries
 
 
-def _per_event(t: StepCounters, cal: Calibration) -> tuple[float, float]:
+def _per_event(t: StepSnapshot, cal: Calibration) -> tuple[float, float]:
     """Mean recorder seconds per recorded op and per recorded Python call, for per-site times."""
     per_op = t.own_dispatch_s / max(t.dispatch_events, 1) + cal.dispatch_entry_us * 1e-6
     per_call = t.own_tf_s / max(t.tf_events, 1) + cal.function_entry_us * 1e-6
     return per_op, per_call
 
 
+@dataclass(frozen=True)
+class DispatchParts:
+    """The ``dispatch`` record and what the other parts of the summary share with it."""
+
+    dispatch: Dispatch
+    wall: float  # the window's step time (seconds, all its steps): the other shares' whole
+    scale: float  # the factor that scales the lines' host times into the window's
+    scales: list[float]  # and into each recorded step's (:func:`_site_scale`)
+    walls: list[float]  # each recorded step's time
+
+
 def _dispatch(
-    engine: RecorderEngine,
-    t: StepCounters,
+    snap: RecorderSnapshot,
     cal: Calibration,
-    steps: int,
     waiting: tuple[list[float | None], list[float]],
     bound: tuple[float, float] | None,
     window_start: int,
-) -> tuple[Dispatch, float, tuple[float, list[float]], list[float]]:
-    """The ``dispatch`` record, the window's total step time (for the other shares), both from
-    the recorded steps (``waiting``: the DataLoader probe's wait in each of them, and the time
-    each was blocked in collectives; ``bound``: the
-    cap of :func:`_split`), the factor that scales the lines' host times into the window's and
-    into each step's (:func:`_site_scale`), and each recorded step's time."""
+) -> DispatchParts:
+    """The ``dispatch`` record and its parts, from the recorded steps (``waiting``: the
+    DataLoader probe's wait in each of them, and the time each was blocked in collectives;
+    ``bound``: the cap of :func:`_split`)."""
+    t, steps = snap.total, snap.steps_done
     waits, colls = waiting
     per = [
         _split(
@@ -480,19 +498,22 @@ def _dispatch(
             bound,
             colls[i] if i < len(colls) else 0.0,
         )
-        for i, c in enumerate(engine.step_counters)
+        for i, c in enumerate(snap.steps)
     ]
-    capped = int(sum(p["capped"] for p in per))
+    capped = sum(p.capped for p in per)
     # Shares are medians over the window's steps: one step slowed by the machine (a preempted
     # op, the recorder's first sight of the code) does not decide them. Times per step are means.
-    between_share = median([_share(p["between"], p["not_waiting"]) for p in per]) if per else 0.0
-    host_steps = [_share(p["between"] - p["outside"] + p["small_time"], p["wall"]) for p in per]
+    between_share = median([_share(p.between, p.not_waiting) for p in per]) if per else 0.0
+    host_steps = [_share(p.between - p.outside + p.small_time, p.wall) for p in per]
     host_share = median(host_steps) if per else 0.0
-    outside = sum(p["outside"] for p in per)
-    wall, op_time, h2d_time, data_wait, sync_calls, overhead = (
-        sum(p[k] for p in per) for k in ("wall", "op_time", "h2d", "data", "sync_calls", "overhead")
-    )
-    coll = sum(p["coll"] for p in per)
+    outside = sum(p.outside for p in per)
+    wall = sum(p.wall for p in per)
+    op_time = sum(p.op_time for p in per)
+    h2d_time = sum(p.h2d for p in per)
+    data_wait = sum(p.data for p in per)
+    sync_calls = sum(p.sync_calls for p in per)
+    overhead = sum(p.overhead for p in per)
+    coll = sum(p.coll for p in per)
     # the window's split adds up
     between = max(wall - data_wait - sync_calls - coll - op_time, 0.0)
     out = Dispatch(
@@ -525,7 +546,7 @@ def _dispatch(
         window_start=window_start,
         window_steps=steps,
         window_partial=False,
-        measured_device="cpu" if engine.cpu_only else "accelerator",
+        measured_device="cpu" if snap.cpu_only else "accelerator",
         recorder_overhead_us_per_op=round(overhead / max(t.dispatch_events, 1) * 1e6, 2),
         recorder_own_us_per_op=round(
             (t.own_tf_s + t.own_dispatch_s) / max(t.dispatch_events, 1) * 1e6, 2
@@ -539,51 +560,50 @@ def _dispatch(
         calibrated_op_us=round(cal.op_us_without_recorder, 2),
         note=TIME_NOTE,
         host_dispatch_share_steps=host_steps,
-        op_time_share_steps=[_share(p["op_time"], p["wall"]) for p in per],
+        op_time_share_steps=[_share(p.op_time, p.wall) for p in per],
         outside_ops_us_per_step=_us(outside, steps),
         outside_ops_share=_share(outside, wall),
         outside_ops_min_us=round(outside_bound_s(cal) * 1e6, 1),
-        outside_ops_share_steps=[_share(p["outside"], p["wall"]) for p in per],
+        outside_ops_share_steps=[_share(p.outside, p.wall) for p in per],
     )
     if coll > 0 or any(c > 0 for c in colls):
         # the window saw collectives: said even where the split left none of their wait (ops
         # measured as the whole step on a loaded machine), so the key does not come and go
         out.collective_us_per_step = _us(coll, steps)
-    scales = [
-        _site_scale(c, cal, p["host"]) for c, p in zip(engine.step_counters, per, strict=True)
-    ]
-    return out, wall, (_site_scale(t, cal, op_time + between), scales), [p["wall"] for p in per]
+    return DispatchParts(
+        dispatch=out,
+        wall=wall,
+        scale=_site_scale(t, cal, op_time + between),
+        scales=[_site_scale(c, cal, p.host) for c, p in zip(snap.steps, per, strict=True)],
+        walls=[p.wall for p in per],
+    )
 
 
-def _transfers(t: StepCounters, sites: _Sites, steps: int, wall: float) -> list[Transfer]:
+def _transfers(t: StepSnapshot, sites: _Sites, steps: int, wall: float) -> list[Transfer]:
     groups: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for (direction, cid, lasti, pinned, non_blocking, src, dst, api), (
-        count,
-        secs,
-        nbytes,
-    ) in t.transfers.items():
-        site = sites.site(cid, lasti)
+    for k, v in t.transfers.items():
+        site = sites.site(k.code, k.lasti)
         g = groups.setdefault(
-            (direction, site, pinned, non_blocking),
+            (k.direction, site, k.pinned, k.non_blocking),
             {
-                "direction": direction,
+                "direction": k.direction,
                 "site": site,
                 "count": 0,
                 "bytes": 0,
                 "time": 0.0,
-                "pinned": pinned,
-                "non_blocking": non_blocking,
+                "pinned": k.pinned,
+                "non_blocking": k.non_blocking,
                 "src": set(),
                 "dst": set(),
                 "api": set(),
             },
         )
-        g["count"] += count
-        g["bytes"] += nbytes
-        g["time"] += secs
-        g["src"].add(src)
-        g["dst"].add(dst)
-        g["api"].add(api)
+        g["count"] += v.count
+        g["bytes"] += v.bytes
+        g["time"] += v.seconds
+        g["src"].add(k.src)
+        g["dst"].add(k.dst)
+        g["api"].add(k.api)
     out = [
         Transfer(
             direction=g["direction"],
@@ -604,16 +624,16 @@ def _transfers(t: StepCounters, sites: _Sites, steps: int, wall: float) -> list[
     return out
 
 
-def _syncs(t: StepCounters, sites: _Sites, steps: int, wall: float) -> list[Sync]:
+def _syncs(t: StepSnapshot, sites: _Sites, steps: int, wall: float) -> list[Sync]:
     groups: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for (kind, cid, lasti, dev, api, op, lib), (count, secs, idle) in t.syncs.items():
-        site = sites.site(cid, lasti)
-        measured = "cpu" if dev == "cpu" else dev
-        lib_site = sites.library_site(*lib) if lib is not None else None
+    for k, v in t.syncs.items():
+        site = sites.site(k.code, k.lasti)
+        measured = "cpu" if k.device == "cpu" else k.device
+        lib_site = sites.library_site(*k.lib) if k.lib is not None else None
         g = groups.setdefault(
-            (kind, site, measured, lib_site),
+            (k.kind, site, measured, lib_site),
             {
-                "kind": kind,
+                "kind": k.kind,
                 "site": site,
                 "count": 0,
                 "time": 0.0,
@@ -621,15 +641,15 @@ def _syncs(t: StepCounters, sites: _Sites, steps: int, wall: float) -> list[Sync
                 "measured": measured,
                 "api": set(),
                 "op": set(),
-                "scope": sites.scope_of(cid, lasti),
-                "lib": lib,
+                "scope": sites.scope_of(k.code, k.lasti),
+                "lib": k.lib,
             },
         )
-        g["count"] += count
-        g["time"] += secs
-        g["idle"] += idle
-        g["api"].add(api)
-        g["op"].add(op)
+        g["count"] += v.count
+        g["time"] += v.seconds
+        g["idle"] += v.idle_s
+        g["api"].add(k.api)
+        g["op"].add(k.op)
     out = [_sync(g, sites, steps, wall) for g in groups.values()]
     out.sort(key=lambda e: (-e.count_per_step, e.site or "", e.kind))
     return out
@@ -659,7 +679,7 @@ def _sync(g: dict[str, Any], sites: _Sites, steps: int, wall: float) -> Sync:
 
 
 def _loops(
-    t: StepCounters,
+    t: StepSnapshot,
     sites: _Sites,
     steps: int,
     wall: float,
@@ -671,7 +691,7 @@ def _loops(
     )
     per_op, per_call = _per_event(t, cal)
 
-    def add(at: tuple[int, int], st: list[Any], iterations: int) -> dict[str, Any] | None:
+    def add(at: tuple[int, int], st: SiteCounts, iterations: int) -> dict[str, Any] | None:
         """Count ``st`` in the loop running instruction ``at``, if one does."""
         found = sites.loop_of(*at)
         if found is None:
@@ -681,8 +701,8 @@ def _loops(
         g["kind"] = kind
         if not g.get("code"):
             g["code"] = sites.source_line(sites.code(at[0]), line)
-        g["ops"] += st[S_OPS]
-        g["index"] += st[S_INDEX]
+        g["ops"] += st.ops
+        g["index"] += st.index_ops
         g["time"] += _site_time(st, per_op, per_call) * site_scale
         g["iters"] = max(g["iters"], iterations)
         return g
@@ -692,11 +712,11 @@ def _loops(
     repeated = {
         sites.code(cid).co_filename
         for (cid, _), st in t.sites.items()
-        if not st[S_DATA] and st[S_EXEC] >= LOOP_MIN_ITERATIONS * steps
+        if not st.data and st.executions >= LOOP_MIN_ITERATIONS * steps
     }
     for key, st in t.sites.items():
-        if not st[S_DATA] and sites.code(key[0]).co_filename in repeated:
-            add(key, st, st[S_EXEC])
+        if not st.data and sites.code(key[0]).co_filename in repeated:
+            add(key, st, st.executions)
     # Ops issued in user helpers that a loop calls: counted in the caller's loop when that line
     # made at least LOOP_MIN_ITERATIONS calls per step (a training loop calling forward() once
     # per step does not qualify); each call is one iteration. (Data-loading ops have no caller.)
@@ -736,7 +756,7 @@ def _loops(
 
 
 def _top_sites(
-    t: StepCounters,
+    t: StepSnapshot,
     sites: _Sites,
     steps: int,
     wall: float,
@@ -747,10 +767,10 @@ def _top_sites(
     per_op, per_call = _per_event(t, cal)
     agg: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
     for (cid, lasti), st in t.sites.items():
-        if st[S_DATA] or not st[S_OPS]:
+        if st.data or not st.ops:
             continue
         a = agg[sites.site(cid, lasti)]
-        a[0] += st[S_OPS]
+        a[0] += st.ops
         a[1] += _site_time(st, per_op, per_call) * site_scale
     ranked = sorted(agg.items(), key=lambda kv: (-kv[1][1], kv[0]))[:5]
     return [
@@ -760,13 +780,13 @@ def _top_sites(
 
 
 def _line_ops(
-    t: StepCounters, sites: _Sites, cal: Calibration, site_scale: float
+    t: StepSnapshot, sites: _Sites, cal: Calibration, site_scale: float
 ) -> dict[tuple[str, str], dict[int, list[float]]]:
     """``{(file's path, as shown): {line: [ops, host seconds]}}`` over the user lines with ops."""
     per_op, per_call = _per_event(t, cal)
     out: dict[tuple[str, str], dict[int, list[float]]] = defaultdict(dict)
     for (cid, lasti), st in t.sites.items():
-        if st[S_DATA] or not st[S_OPS]:
+        if st.data or not st.ops:
             continue
         code = sites.code(cid)
         key = (sites.resolver.abspath(code.co_filename), sites.resolver.relpath(code))
@@ -774,13 +794,13 @@ def _line_ops(
         if line is None:  # an instruction without a line (Python 3.11+ can have them)
             continue
         a = out[key].setdefault(line, [0, 0.0])
-        a[0] += st[S_OPS]
+        a[0] += st.ops
         a[1] += _site_time(st, per_op, per_call) * site_scale
     return out
 
 
 def hand_written_ops(
-    t: StepCounters,
+    t: StepSnapshot,
     sites: _Sites,
     steps: int,
     wall: float,
@@ -894,8 +914,8 @@ def _framework_frame(stack: list[tuple[CodeType, int]]) -> tuple[CodeType, int] 
 def _stretch_scale(samples: list[GapSample], lengths: dict[float, float]) -> dict[float, float]:
     """For each stretch the samples looked into whose length the recorder measured (``lengths``,
     by when it began), the factor that brings its samples' seconds up to that length: samples
-    every millisecond miss the stretch's start and the tail after the last look (a planted
-    1.7 ms sleep was named for a third of it). Never below 1."""
+    every millisecond miss the stretch's start and the tail after the last look, so a stretch of
+    a few milliseconds would be named for a fraction of it. Never below 1."""
     seen: dict[float, float] = defaultdict(float)
     for sample in samples:
         if sample.since in lengths:
@@ -913,7 +933,7 @@ def _named_outside(
     """The seconds (and sample counts) by (user line, frame) of the stretches without ops the
     samples looked into, those shorter than ``bound_s`` left out: real time in which the
     training thread ran no op and no recorder code, so no share of the recorder's cost is in it.
-    A stretch whose length the recorder measured (``found``: :attr:`StepCounters.gaps`)
+    A stretch whose length the recorder measured (``found``: :attr:`StepSnapshot.gaps`)
     counts for all of it, shared among its samples' lines; another, for its samples' own time;
     and the same stretch in the steps where no sample looked into it, for its length
     (:func:`~gpuopt.assemble.stretches.same_stretches`). ``per_step`` gets the seconds of the
@@ -962,9 +982,9 @@ def _outside_sites(
     the GIL) stays unnamed; the lines' sum is at most the measured time, or, where the cap on the
     window's steps left none of it, the named stretches' own time.
     ``dispatch.outside_ops_named_us_per_step`` gets the named time, uncapped: where the
-    recorder's cap on a step of tiny ops took the time between ops, a planted 3 ms sleep left
-    nothing of the measured time and was named only there (``gpuopt check``'s outside-ops gate
-    reads it)."""
+    recorder's cap on a step of tiny ops took the time between ops, a stretch without ops can
+    leave nothing of the measured time and be named only there (``gpuopt check``'s outside-ops
+    gate reads it)."""
     steps = int(dispatch.window_steps or 0)
     if steps <= 0:
         return []
@@ -981,8 +1001,8 @@ def _outside_sites(
         return []
     # scaled to the measured time, except where the cap left none of it: then the samples' own
     scale = min(1.0, outside_us / seen_us) if outside_us > 0 else 1.0
-    # A share is of a step at least as long as the time named in it: a one-off wait of 2.4 s (a
-    # child waited for) in a window of 0.6 ms steps, left whole by the cap, was 399,869%
+    # A share is of a step at least as long as the time named in it: a one-off wait of seconds
+    # in a window of sub-millisecond steps, left whole by the cap, stays at most the whole step
     share_of_us = max(step_us, seen_us * scale)
     ranked = sorted(by.items(), key=lambda kv: (-kv[1][0], kv[0]))[:MAX_OUTSIDE_SITES]
     out = []

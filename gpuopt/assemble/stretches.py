@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from gpuopt.probes.recorder_counters import StepCounters
+from gpuopt.probes.recorder_snapshot import StepSnapshot
 
 Place = tuple[int, int]  # (model ops before the stretch, model ops in its step)
 
@@ -41,7 +41,7 @@ class Stretches:
     ops: list[int] = field(default_factory=list)  # model ops in each window step
 
 
-def stretches(steps: Sequence[StepCounters]) -> Stretches:
+def stretches(steps: Sequence[StepSnapshot]) -> Stretches:
     """The stretches of the window's steps (``steps[i]``: window step ``i``)."""
     out = Stretches()
     for i, acc in enumerate(steps):

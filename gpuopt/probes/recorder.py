@@ -35,6 +35,7 @@ from gpuopt.probes.protocol import RunContext
 from gpuopt.probes.ragged import BatchShapeTracker, LoaderShapes, batch_shapes
 from gpuopt.probes.recorder_calibration import Calibration
 from gpuopt.probes.recorder_engine import RecorderEngine
+from gpuopt.probes.recorder_snapshot import RecorderSnapshot
 from gpuopt.sites import SiteResolver
 
 log = logger(__name__)
@@ -52,7 +53,7 @@ class RecorderCapture:
     enabled: bool  # the recorder ran (it may still have recorded no step)
     off: bool  # turned off by the user (--window 0)
     window_start: int
-    engine: RecorderEngine | None
+    snapshot: RecorderSnapshot | None  # the window's counters (None: no engine ran)
     calibration: Calibration | None  # calibrate()d when the window recorded a step
     unfinished: bool  # the window was on when the run ended and recorded no complete step
     next_step: int  # steps the run finished
@@ -230,7 +231,7 @@ class DispatchRecorder:
             enabled=ran,
             off=self.shapes_only or (ctx is not None and ctx.window_steps <= 0),
             window_start=(ctx.window_start - int(self.from_warmup)) if ctx is not None else 0,
-            engine=engine,
+            snapshot=engine.snapshot() if engine is not None else None,
             calibration=calibration,
             unfinished=self.unfinished,
             next_step=self.next_step,

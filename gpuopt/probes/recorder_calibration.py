@@ -17,12 +17,11 @@ user's code, so it is measured here, at the end of every run, in the same proces
   without and with the recorder: the simplest per-op cost, for reference.
 
 Each is the minimum over a few repetitions of a loop of cheap CPU calls, timed with and without
-the layer side by side, the setups' repetitions interleaved: with three back-to-back repetitions
-a setup, a slow stretch of those milliseconds (the other vCPU of a hyperthread pair busy) doubled
-every minimum of a setup — the trivial op call read 2.23 and 2.44 µs for 1.12-1.16 in 2 of 20
-examples/ragged_steps runs (launch-bound's lower bound doubled: HIGH), the dispatch entry 2.5x in
-2 of 46 examples/index_loops runs (issue 30). It runs after the user's code has finished, so it
-never disturbs the steps it corrects, and costs a few tens of milliseconds.
+the layer side by side, the setups' repetitions interleaved: a slow stretch of those
+milliseconds (the other vCPU of a hyperthread pair busy) then slows every setup alike, where
+back-to-back repetitions of one setup would double all of its minimums. It runs after the
+user's code has finished, so it never disturbs the steps it corrects, and costs a few tens of
+milliseconds.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The recorder's counters: what one step (or the whole window) measured, in plain containers.
 
-Lists and dicts, not objects: the recorder's hot path increments them in place. Shared by the
-engine that fills them (:mod:`gpuopt.probes.recorder_engine`) and the summary that reads them
-(:mod:`gpuopt.assemble.host_summary`).
+Lists and dicts, not objects: the recorder's hot path increments them in place. The engine
+(:mod:`gpuopt.probes.recorder_engine`) fills them and, once the window has closed, copies them
+into typed records (:mod:`gpuopt.probes.recorder_snapshot`) that the summary reads.
 """
 
 from __future__ import annotations
@@ -61,8 +61,7 @@ class StepCounters:
         # where each of those stretches sat in its step, by the same key: the model ops before it
         # (the step's last stretch: all of them). A step's code runs its ops in
         # the same order every step, so the stretch at the same place in another step is the
-        # same code: named there too where the sampler missed it (a 1.5 ms sleep, looked at once
-        # a millisecond, was seen in one step of three)
+        # same code: named there too where the sampler, looking once a millisecond, missed it
         self.gap_ops: dict[float, int] = {}
 
     def merge(self, other: StepCounters) -> None:

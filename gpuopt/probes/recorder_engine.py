@@ -8,7 +8,8 @@
   (``_local_scalar_dense``, data-dependent sizes, blocking device-to-host copies), indexing ops.
 
 ``torch.cuda.synchronize`` and ``Stream``/``Event.synchronize`` are wrapped while it is on.
-Counters (:mod:`gpuopt.probes.recorder_counters`) are kept per step and merged when a step ends.
+Counters (:mod:`gpuopt.probes.recorder_counters`) are kept per step and merged when a step ends;
+:meth:`RecorderEngine.snapshot` hands them over as typed records once the window has closed.
 The probe that turns the engine on and off is :class:`gpuopt.probes.recorder.DispatchRecorder`.
 """
 
@@ -47,6 +48,7 @@ from gpuopt.probes.recorder_counters import (
     Key,
     StepCounters,
 )
+from gpuopt.probes.recorder_snapshot import RecorderSnapshot, step_snapshot
 from gpuopt.sites import DATA, TRANSPARENT, USER, SiteResolver
 
 log = logger(__name__)
@@ -194,7 +196,7 @@ class RecorderEngine:
                 # A compiled function keeps running compiled under the recorder (Dynamo turns the
                 # mode off while compiling, on for the compiled code): with the default (False),
                 # Dynamo marks a compiled function's code to run eagerly for the rest of the run
-                # when it meets the mode (issue 29, docs/compile.md).
+                # when it meets the mode (docs/compile.md).
                 return True
 
             def __torch_dispatch__(
@@ -309,6 +311,18 @@ class RecorderEngine:
             merged = self.total.syncs.get(pending[1])
             self.pending_idle = (merged, *pending[1:]) if merged is not None else None
         self.step_start = self.last_exit = _perf()
+
+    def snapshot(self) -> RecorderSnapshot:
+        """The window's counters as typed, frozen records (the summary's input), copied once the
+        window has closed: the hot path keeps counting into its lists until then."""
+        return RecorderSnapshot(
+            steps_done=self.steps_done,
+            total=step_snapshot(self.total),
+            steps=tuple(step_snapshot(c) for c in self.step_counters),
+            cpu_only=self.cpu_only,
+            resolver=self.resolver,
+            codes=dict(self.resolver.codes),
+        )
 
     def op_sites(self) -> list[tuple[str, str | None]]:
         """The last recorded step's ops in the order they ran: ``(aten name, the user's frame
