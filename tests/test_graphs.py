@@ -286,7 +286,8 @@ def test_a_host_read_in_the_step_is_refused_and_the_step_runs_eagerly(
         "reads a device value on the host (`aten._local_scalar_dense` at test_graphs.py:"
         in step.status.refusals[0]
     )
-    assert "is not captured" in str(w[0].message) and not FakeGraph.made
+    # torch may warn first (a scalar read of a tensor that requires grad, once a process)
+    assert any("is not captured" in str(x.message) for x in w) and not FakeGraph.made
 
 
 @pytest.mark.slow  # seconds of CPU: out of make test-fast
