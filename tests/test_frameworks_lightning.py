@@ -236,7 +236,9 @@ def test_a_manual_optimization_gan_is_one_step_a_batch(tmp_path: Path) -> None:
     assert predicted["replayed"].startswith("4 module call(s)")
     assert "2 backward(s), 2 optimizer step(s)" in predicted["replayed"]
     # the losses logged to the progress bar each step: Lightning's reads, the user's self.log
-    (read,) = [f for f in doc["findings"] if f["evidence"].get("framework") == "lightning"]
+    # (a loaded machine may add framework-bound: Lightning's own Python, a share of the step)
+    lightning = [f for f in doc["findings"] if f["evidence"].get("framework") == "lightning"]
+    (read,) = [f for f in lightning if f["id"] == "sync-in-step"]
     assert "prog_bar=False" in read["fix"]
 
 
