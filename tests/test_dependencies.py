@@ -26,10 +26,16 @@ DISTRIBUTION = {
 TOOLS = {"ruff", "mypy", "pytest-xdist"}
 
 
+# public files put in place at set-up (tests/data/public.toml), never committed: their imports are
+# their project's, not this one's
+PUBLIC = ROOT / "tests" / "data" / "public"
+
+
 def _imports(folder: Path) -> set[str]:
-    local = {p.stem for p in folder.rglob("*.py")}
+    files = [p for p in folder.rglob("*.py") if not p.is_relative_to(PUBLIC)]
+    local = {p.stem for p in files}
     found: set[str] = set()
-    for f in folder.rglob("*.py"):
+    for f in files:
         for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 found |= {a.name.split(".")[0] for a in node.names}

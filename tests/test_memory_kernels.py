@@ -354,3 +354,16 @@ def test_zero_grad_between_forward_and_backward_frees_the_gradients() -> None:
     truth = _real_peak(model, opt, x, step=lambda: one(x))
     r = _cpu(rec.step, rec.step.batch_size)
     assert abs(r.peak_bytes - truth) / truth < LIMIT, (r.peak_bytes, truth)
+
+
+def test_a_script_that_turned_the_cycle_collector_off_replays_the_same() -> None:
+    """``gc.disable()`` in the user's script: the replay's objects held in reference cycles are
+    still freed as in a real step (the replay runs with the collector on, then leaves it off)."""
+    import gc
+
+    gc.disable()
+    try:
+        test_a_per_sample_loop_replays_at_the_same_shapes()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -230,13 +230,16 @@ def main() -> None:
     # off, peak memory stays within 1 MB and CPU time is 1-3% lower (docs/bench-trace.md). Off
     # for the process and for the decode helper it forks.
     gc.disable()
-    from gpuopt.commands.report import report_values
+    try:
+        from gpuopt.commands.report import report_values
 
-    def report() -> int:
-        report_values(values)
-        return 0
+        def report() -> int:
+            report_values(values)
+            return 0
 
-    _quickly(report)
+        _quickly(report)
+    finally:  # reached only where the process goes on (a caller in the same process)
+        gc.enable()
 
 
 def _profile(values: dict[str, object]) -> NoReturn:
