@@ -55,6 +55,7 @@ FLOORS: list[set[str]] = [
         "sites",
         "torch_modes",
         "stats",
+        "hand_written_trigger",
     },
     {"model"},  # the document's types
     {"trace", "compile", "frameworks", "source", "batching"},  # pure readers of what was measured

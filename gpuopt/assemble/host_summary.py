@@ -833,7 +833,7 @@ def hand_written_ops(
 def _chains_in(path: str, shown: str, lines: Mapping[int, Any]) -> list[Any]:
     """The hand-written op chains of one file on ``lines``; none for a file too long, unread or
     unparsed. libcst (0.35 s to import) is loaded only when a line holds a trigger word."""
-    from gpuopt.source.hand_written_trigger import trigger_lines
+    from gpuopt.hand_written_trigger import trigger_lines
 
     try:
         with open(path, encoding="utf-8") as f:

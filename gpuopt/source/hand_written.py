@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from gpuopt.hand_written_trigger import TRIGGER, trigger_lines
 from gpuopt.source import (
     CodemodError,
     MetadataWrapper,
@@ -20,7 +21,6 @@ from gpuopt.source import (
     code,
     parse,
 )
-from gpuopt.source.hand_written_trigger import TRIGGER, trigger_lines
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
