@@ -370,14 +370,7 @@ def test_module_strings_name_modules_that_exist() -> None:
 
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
-DISTRIBUTION = {
-    "pynvml": "nvidia-ml-py",
-    "functorch": "torch",
-    "markdown_it": "markdown-it-py",
-    "yaml": "pyyaml",
-    "sklearn": "scikit-learn",
-    "PIL": "pillow",
-}
+from test_dependencies import DISTRIBUTION  # noqa: E402 - import name -> distribution, one map
 
 
 def _third_party(folder: Path) -> dict[str, str]:

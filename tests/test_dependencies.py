@@ -21,6 +21,8 @@ DISTRIBUTION = {
     "functorch": "torch",
     "markdown_it": "markdown-it-py",
     "yaml": "pyyaml",
+    "sklearn": "scikit-learn",
+    "PIL": "pillow",
 }
 # distributions a declared one brings along and that are used only as a tool, never imported
 TOOLS = {"ruff", "mypy", "pytest-xdist"}
