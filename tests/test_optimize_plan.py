@@ -49,6 +49,11 @@ def test_dataloader_fix_takes_the_sweeps_setting_and_both_forms() -> None:
     assert fix.loaders[0].site == "train.py:12" and fix.has_runtime
     assert [(e.path, e.lines) for e in fix.edits] == [("train.py", [12])]
     assert "persistent_workers=True would" in fix.notes[0]
+    assert fix.expected_gain is None  # the sweep estimated no epoch gain (its default 1.0)
+    sweep = _sweep(4)
+    sweep.epoch_gain = 2.4
+    (fix,) = plan_fixes(PlanInput(_profile(DL), [], False, None, "train.py", sweep=sweep))
+    assert fix.expected_gain == 2.4
 
 
 def test_dataloader_fix_without_a_faster_setting_is_not_applied() -> None:

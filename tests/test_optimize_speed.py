@@ -13,12 +13,13 @@ import pytest
 from conftest import H200_DIR
 
 from gpuopt.fixes.catalogue import BY_NAME
-from gpuopt.model.optimize import Gain
+from gpuopt.model.optimize import PAIRED, WHOLE_STATISTIC, Gain
 from gpuopt.optimize.measure.policy import (
     MAX_TIMED_RUNS,
     far_slower,
     how_sure,
     keep_or_drop,
+    kept_on_estimate,
     stop_reason,
 )
 from gpuopt.optimize.measure.speed import gain, side
@@ -489,3 +490,42 @@ def test_an_undecided_gain_on_the_pairs_gets_more_pairs_within_the_budget() -> N
     assert busy.verdict == "faster" and stop_reason(busy, (8, 8), True, True) == "runs cap"
     settled = gain(_flat(base), _flat(cand))
     assert stop_reason(settled, (8, 8), True, True) == "runs cap"
+
+
+def _paired(speedup: float, low: float, high: float, verdict: str) -> Gain:
+    g = Gain(speedup=speedup, low=low, high=high, noise=0.3)
+    g.statistic, g.verdict, g.runs = WHOLE_STATISTIC + PAIRED, verdict, [8, 8]
+    g.label = "no measurable gain" if verdict == "no-gain" else "too noisy to measure"
+    return g
+
+
+def test_a_loader_fix_the_training_could_not_decide_stays_on_the_sweeps_estimate() -> None:
+    """examples/io_loader.py beside two busy loops: the sweep timed the loader alone at 2.0x
+    (epoch est. 1.76x), the training's pairs read 1.21x [0.94-1.55] (the time budget stopped
+    them) or 'too noisy to measure (the runs' pairs ±54%)'. Undecided, not no gain: the fix
+    stays, its note says the estimate is one and what it rests on."""
+    kind = BY_NAME["dataloader"]
+    undecided_g = _paired(1.21, 0.94, 1.55, "no-gain")
+    noisy = Gain(speedup=None, low=None, high=None, noise=0.5)
+    noisy.verdict, noisy.label = "not-measured", "too noisy to measure (the runs' pairs ±54%)"
+    for g in (undecided_g, noisy):
+        assert kept_on_estimate(g, 1.76)
+        fate = keep_or_drop(kind, g, on_gpu=False, named=False, expected=1.76)
+        assert fate.drop is None and fate.note is not None
+        assert fate.note.startswith("the training runs could not decide (")
+        assert "est. 1.76x on an epoch (an estimate:" in fate.note
+        # without an estimate, or a small one, the fix goes as before
+        assert keep_or_drop(kind, g, on_gpu=False, named=False).drop is not None
+        assert keep_or_drop(kind, g, on_gpu=False, named=False, expected=1.3).drop is not None
+
+
+def test_a_measured_no_gain_or_slowdown_is_not_overruled_by_an_estimate() -> None:
+    """A tight no-gain (the interval's high end within 1.03) and a slowdown drop the fix
+    whatever the sweep estimated."""
+    kind = BY_NAME["dataloader"]
+    tight_none = _paired(1.0, 0.98, 1.02, "no-gain")
+    assert not kept_on_estimate(tight_none, 3.0)
+    assert keep_or_drop(kind, tight_none, False, False, expected=3.0).drop is not None
+    slower = _paired(0.7, 0.6, 0.8, "slower")
+    slower.label = "1.43x slower"
+    assert keep_or_drop(kind, slower, False, False, expected=3.0).drop is not None

@@ -64,6 +64,10 @@ def test_the_sweep_picks_the_fastest_setting_it_timed_and_checks_its_batches(
     assert [p.num_workers for p in result.points] == [0, 4]
     assert result.best.num_workers == 4 and result.speedup == 5.0
     assert result.same_batches is True  # a deterministic Dataset: workers change nothing
+    # the training's estimated gain: the epochs of 13 batches (12 + 1), no compute pace given
+    own, four = result.points
+    assert result.epoch_gain == round(epoch_s(own, None, 13) / epoch_s(four, None, 13), 3)
+    assert result.epoch_gain == pytest.approx((0.05 + 12 / 40) / (0.05 + 12 / 200), rel=1e-3)
 
 
 @pytest.mark.slow  # seconds of CPU: out of make test-fast

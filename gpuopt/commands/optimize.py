@@ -453,7 +453,7 @@ def _settle(st: _State, kept: list[PlannedFix]) -> list[PlannedFix]:
     for fix in kept:
         g = _alone_gain(st, fix) if st.measured_alone and len(kept) > 1 else None
         g = g or whole
-        fate = keep_or_drop(fix.kind, g, _on_gpu(st), fix.name in named)
+        fate = keep_or_drop(fix.kind, g, _on_gpu(st), fix.name in named, fix.expected_gain)
         if fate.drop is None and whole.verdict == "slower":
             fate = keep_or_drop(fix.kind, whole, _on_gpu(st), fix.name in named)
         if fate.drop is not None:

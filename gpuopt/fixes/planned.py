@@ -52,6 +52,9 @@ class PlannedFix:
     skipped: list[str] = field(default_factory=list)  # "path:line: why it was left alone"
     # the fix makes the training equivalent, not identical (a Dataset's random draws in workers)
     equivalent_only: bool = False
+    # the training's gain as estimated from a measurement outside it (the DataLoader sweep's
+    # epochs); None: no such estimate
+    expected_gain: float | None = None
 
     @property
     def name(self) -> str:

@@ -55,6 +55,7 @@ def plan(kind: FixKind, inp: PlanInput) -> PlannedFix:
         f"({inp.sweep.speedup:.2f}x; {inp.sweep.note})"
     )
     fix.edits = loader_edits(site, settings)
+    fix.expected_gain = inp.sweep.epoch_gain if inp.sweep.epoch_gain > 1.0 else None
     fix.notes.append(PERSISTENT_KEPT if best.persistent_workers else PERSISTENT_NOTE)
     fix.equivalent_only = best.persistent_workers
     if inp.sweep.same_batches is False:

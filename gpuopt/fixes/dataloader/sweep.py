@@ -75,6 +75,9 @@ class SweepResult:
     note: str = ""
     same_batches: bool | None = None  # None: not checked
     cpu_count: int = field(default_factory=lambda: os.cpu_count() or 1)
+    # the script's setting's epoch over the pick's, by :func:`epoch_s` (an estimate of the
+    # training's gain from the loader timed alone and the profile's compute pace)
+    epoch_gain: float = 1.0
 
 
 def candidate_settings(
@@ -324,6 +327,9 @@ def sweep_loader(
     speedup = best.batches_per_s / base.batches_per_s if base.batches_per_s > 0 else 1.0
     note = "; ".join([note, *failed])
     result = SweepResult(site, base, points, best, round(speedup, 3), note)
+    best_epoch = epoch_s(best, need, span)
+    if best is not base and 0 < best_epoch < float("inf"):
+        result.epoch_gain = round(epoch_s(base, need, span) / best_epoch, 3)
     if best is not base:
         chosen = next(s for p, s in timed if p is best)
         a = _first_batches(loader, settings[0], seed=0)

@@ -35,8 +35,10 @@ its interval: :func:`how_sure` says so.
 **Which fixes stay.** A fix measured slower (its own runs: alone, or the candidate when it is the
 only one) is dropped, "N× slower". A fix measured faster stays. A fix with no measurable gain
 stays only when its gain is GPU-only and the run had no GPU (on a GPU, GPU-only fixes are
-measured like any other), or when the user asked for it by name (``--fix NAME``); otherwise it
-is dropped, with what it measured.
+measured like any other), when the training runs could not decide and a measurement outside
+them estimates a large gain (:func:`kept_on_estimate`: the DataLoader sweep's, said as an
+estimate), or when the user asked for it by name (``--fix NAME``); otherwise it is dropped,
+with what it measured.
 """
 
 from __future__ import annotations
@@ -58,6 +60,9 @@ TIGHT = 0.05  # a side is measured well enough when its interval is within ±5% 
 MIN_RUNS_TIGHT = 3  # timed runs a side before its interval can be called tight
 CLEAR_SLOWDOWN = 0.25  # slower than 1 / 1.25 in one candidate run: no second run to confirm it
 FAR_SLOWER = 2.0  # an interval wholly below 1 / 2: sized from MIN_RUNS_TIGHT runs a side at most
+# an estimated gain that keeps a fix its training runs could not decide: examples/io_loader.py's
+# sweep estimated 1.76-3.47x in 5 optimize runs and training gained 0.70-1.69 times the estimate
+EXPECTED_KEEP = 1.5
 
 
 @dataclass
@@ -178,8 +183,12 @@ class Keep:
     note: str | None = None
 
 
-def keep_or_drop(kind: FixKind, g: Gain, on_gpu: bool, named: bool) -> Keep:
-    """Whether a fix stays, from the gain of its own runs."""
+def keep_or_drop(
+    kind: FixKind, g: Gain, on_gpu: bool, named: bool, expected: float | None = None
+) -> Keep:
+    """Whether a fix stays, from the gain of its own runs. ``expected``: the training's gain
+    estimated from a measurement outside it (the DataLoader sweep's), which keeps a fix whose
+    training runs could not decide (:func:`kept_on_estimate`)."""
     shown = _shown(g)
     if g.verdict == "slower":
         return Keep(f"{g.label} in the training run ({shown})")
@@ -188,12 +197,31 @@ def keep_or_drop(kind: FixKind, g: Gain, on_gpu: bool, named: bool) -> Keep:
     if g.verdict == "faster":
         return Keep(None)
     why = g.label if g.verdict == "not-measured" else f"no measurable gain ({shown})"
+    if kept_on_estimate(g, expected):
+        return Keep(
+            None,
+            f"the training runs could not decide ({why}); kept on the sweep's timing of the "
+            f"loader alone: est. {expected:.2f}x on an epoch (an estimate: the loader's pace "
+            "timed alone, taking turns with the profile's compute at 0 workers, overlapping it "
+            "with workers)",
+        )
     if named:
         return Keep(None, f"kept as asked (--fix {kind.name}): {why}")
     return Keep(
         f"{why}; a fix stays only with a measured gain, or when asked for by name "
         f"(--fix {kind.name})"
     )
+
+
+def kept_on_estimate(g: Gain, expected: float | None) -> bool:
+    """A fix whose training runs could not decide — too noisy, or a gain on the runs' pairs
+    still :func:`undecided` — stays when a measurement outside the training estimates at least
+    :data:`EXPECTED_KEEP`. A busy machine stretches the training's compute and its bursts swamp
+    the pairs, while the sweep times the loader on the CPU it used; a tight no-gain (the
+    interval's high end within 1.03) still drops the fix."""
+    if expected is None or expected < EXPECTED_KEEP:
+        return False
+    return g.verdict == "not-measured" or undecided(g)
 
 
 def _shown(g: Gain) -> str:
