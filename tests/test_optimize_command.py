@@ -172,6 +172,36 @@ def test_apply_keeps_the_dataloader_fix_at_run_time(
     assert prof["dataloaders"][0]["num_workers"] == 4
 
 
+def test_a_loader_fix_too_noisy_to_measure_is_kept_on_the_sweeps_estimate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A busy machine: the training runs cannot decide ("too noisy to measure") while the sweep
+    timed the loader alone and estimated 2x on an epoch. The fix is applied, its note says the
+    estimate is one, and the headline's gain stays unmeasured."""
+    script = _copy(tmp_path, "io_loader.py")
+    args = ["--samples", "320", "--epochs", "1", "--wait-ms", "5"]
+    monkeypatch.chdir(tmp_path)
+
+    def swept(*a: object, **kw: object) -> SweepResult:
+        out = _swept(str(a[2]))
+        out.epoch_gain = 2.0
+        return out
+
+    noisy = Gain(None, None, None, noise=0.5, label="too noisy to measure (the runs' pairs ±54%)")
+    noisy.verdict = "not-measured"
+    monkeypatch.setattr(sweep_module, "run_sweep", swept)
+    monkeypatch.setattr(results_module, "gain", lambda *a, **kw: noisy)
+    r = CliRunner().invoke(app, ["optimize", "--apply", "--quick", "-o", "o", script.name, *args])
+    assert r.exit_code == 0, r.output
+    doc = _doc(tmp_path / "o")
+    (dl,) = [f for f in doc.fixes if f.id == "dataloader"]
+    assert dl.applied and dl.verified == "exact"
+    assert any("kept on the sweep's timing of the loader alone: est. 2.00x" in n for n in dl.notes)
+    assert doc.speedup is None
+    fixes = json.loads((tmp_path / "o" / "fixes.json").read_text())
+    assert fixes["loaders"][0]["site"] == "io_loader.py:40"
+
+
 def test_a_fix_measured_slower_is_dropped_whatever_the_machine(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
