@@ -269,6 +269,14 @@ class PieceStream:
             yield offset, offset + cut, memoryview(pending)[:cut]
             offset += cut
             pending = pending[cut:]
+        # The last block's events but the last one are a piece too, decoded as the others are
+        # (by the helper where there is one); the tail keeps one event. A file of less than a
+        # block has no piece: its tail is all of it, as before.
+        cut = self._cut(pending) if offset > self._offset else 0
+        if cut > 0:
+            yield offset, offset + cut, memoryview(pending)[:cut]
+            offset += cut
+            pending = pending[cut:]
         self.tail, self.tail_offset = pending, offset
 
     def _cut(self, buf: bytes) -> int:
