@@ -231,6 +231,7 @@ def main() -> None:
     # for the process and for the decode helper it forks.
     gc.disable()
     try:
+        _decode_early(values)
         from gpuopt.commands.report import report_values
 
         def report() -> int:
@@ -240,6 +241,26 @@ def main() -> None:
         _quickly(report)
     finally:  # reached only where the process goes on (a caller in the same process)
         gc.enable()
+        if "gpuopt.trace.decode_ahead" in sys.modules:
+            sys.modules["gpuopt.trace.decode_ahead"].discard()
+
+
+def _decode_early(values: dict[str, object]) -> None:
+    """``gpuopt report TRACE`` of one trace file: fork its decode helper before the report's
+    modules are imported (:mod:`gpuopt.trace.decode_ahead`), so that it decodes while they are;
+    the loader claims it. Decided from the name alone: anything that is not a large trace file
+    gets no helper, or one that is stopped unclaimed."""
+    paths = values["paths"]
+    if values["summary_only"] or not isinstance(paths, list) or len(paths) != 1:
+        return
+    name = str(paths[0])
+    if not name.endswith((".json.gz", ".json")) or name.endswith((".summary.json", "profile.json")):
+        return
+    from pathlib import Path
+
+    from gpuopt.trace import decode_ahead
+
+    decode_ahead.start(Path(name))
 
 
 def _profile(values: dict[str, object]) -> NoReturn:
