@@ -252,6 +252,11 @@ class PieceStream:
         self._offset = start
         self.tail, self.tail_offset = b"", -1
 
+    @property
+    def first_offset(self) -> int:
+        """Where the first piece begins (the tail, in a file of less than a block)."""
+        return self._offset
+
     def pieces(self) -> Iterator[tuple[int, int, memoryview]]:
         """``(offset, end, text)``: the text from ``offset`` to ``end``, whole events each followed
         by its ``,`` (:func:`as_array` makes it a JSON array)."""
