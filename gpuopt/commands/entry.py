@@ -230,6 +230,7 @@ def main() -> None:
     # off, peak memory stays within 1 MB and CPU time is 1-3% lower (docs/bench-trace.md). Off
     # for the process and for the decode helper it forks.
     gc.disable()
+    blas = _one_blas_thread()
     try:
         _decode_early(values)
         from gpuopt.commands.report import report_values
@@ -241,8 +242,25 @@ def main() -> None:
         _quickly(report)
     finally:  # reached only where the process goes on (a caller in the same process)
         gc.enable()
+        if blas:
+            os.environ.pop(BLAS_THREADS, None)
         if "gpuopt.trace.decode_ahead" in sys.modules:
             sys.modules["gpuopt.trace.decode_ahead"].discard()
+
+
+# numpy's OpenBLAS starts a thread per core when numpy is imported; the thread spins for work a
+# report never gives it (no linear algebra): `import numpy` took 0.12-0.16 s of CPU instead of
+# 0.07-0.08 s (docs/bench-trace.md), taken from the decode helper on a 2-vCPU machine.
+BLAS_THREADS = "OPENBLAS_NUM_THREADS"
+
+
+def _one_blas_thread() -> bool:
+    """One OpenBLAS thread for the report's process, unless the environment names a number
+    (honoured as it is); True where it was set here, to be removed after the command."""
+    if BLAS_THREADS in os.environ:
+        return False
+    os.environ[BLAS_THREADS] = "1"
+    return True
 
 
 def _decode_early(values: dict[str, object]) -> None:
