@@ -249,8 +249,8 @@ def main() -> None:
 
 
 # numpy's OpenBLAS starts a thread per core when numpy is imported; the thread spins for work a
-# report never gives it (no linear algebra): `import numpy` took 0.12-0.16 s of CPU instead of
-# 0.07-0.08 s (docs/bench-trace.md), taken from the decode helper on a 2-vCPU machine.
+# report never gives it (no linear algebra): `import numpy` took 125 ms of CPU instead of 90
+# (docs/bench-trace.md), taken from the decode helper on a 2-vCPU machine.
 BLAS_THREADS = "OPENBLAS_NUM_THREADS"
 
 
