@@ -146,9 +146,18 @@ def load(path: Path | str, jobs: int | None = None, progress: Progress | None = 
     # decoding begins in a helper while the next lines import numpy and the analyses
     decode_ahead.start(path)
     try:
+        _import_analyses()
         return _from_traces(path)
     finally:
         decode_ahead.discard()
+
+
+def _import_analyses() -> None:
+    """Import what the report of a trace imports on first use (the idle causes, the findings
+    rules) now, while a decode helper decodes: after the decoding they would wait on the
+    imports."""
+    import gpuopt.findings.rules  # noqa: F401
+    import gpuopt.trace.idle_causes  # noqa: F401
 
 
 def _from_traces(path: Path, jobs: int | None = None, progress: Progress | None = None) -> Profile:

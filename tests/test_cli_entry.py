@@ -4,6 +4,7 @@ typer does, or leave the command line to typer."""
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -293,3 +294,33 @@ def test_a_trace_report_imports_only_what_it_uses(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert r.stdout.split("\n")[:2] == ["exit 0", "[]"]
     assert (tmp_path / "r.json").read_text().startswith("{")
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="threads counted in /proc")
+@pytest.mark.parametrize("preset", [None, "2"])
+def test_a_report_runs_numpy_with_one_blas_thread(tmp_path: Path, preset: str | None) -> None:
+    """OpenBLAS's threads (one per core, started when numpy is imported) would spin beside the
+    report: one is asked for while the report runs, and the variable is gone after it; a number
+    the environment names is kept."""
+    trace = public_file(SHARED_TRACES / "hta" / "trace_filter" / "sampled_rank-0.json.gz")
+    code = (
+        "import os, sys\n"
+        "import gpuopt.commands.entry as e\n"
+        "e.quick_exit = lambda code: print('exit', code)\n"
+        f"sys.argv = ['gpuopt', 'report', {str(trace)!r}, '-o', {str(tmp_path / 'r.json')!r}]\n"
+        "e.main()\n"
+        "assert 'numpy' in sys.modules\n"
+        "print(len(os.listdir('/proc/self/task')), os.environ.get('OPENBLAS_NUM_THREADS'))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if preset is not None:
+        env["OPENBLAS_NUM_THREADS"] = preset
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=60
+    )
+    assert r.returncode == 0, r.stderr
+    threads, value = r.stdout.split("\n")[1].split()
+    if preset is None:
+        assert (threads, value) == ("1", "None")
+    else:
+        assert value == preset

@@ -288,6 +288,41 @@ def test_an_early_helper_for_another_or_changed_file_is_not_used(
     assert not decode_ahead.start(p) and decode_ahead._started is None
 
 
+def test_the_entry_point_forks_the_helper_and_the_loader_keeps_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``gpuopt report TRACE`` forks the helper in its entry point; the loader's own start for
+    the same file keeps that helper (one fork) and claims it. Anything else gets none."""
+    from gpuopt.commands import entry
+
+    p = _trace(tmp_path)
+    monkeypatch.setenv("GPUOPT_TRACE_WORKERS", "1")
+
+    def values(*paths: str, summary_only: bool = False) -> dict[str, object]:
+        return {"paths": list(paths), "summary_only": summary_only}
+
+    entry._decode_early(values(str(p)))
+    assert decode_ahead._started is not None
+    h = decode_ahead._started[1]
+    assert decode_ahead.start(p) and decode_ahead._started[1] is h  # kept, not forked again
+    assert decode_ahead.claim(p) is h
+    h.close()
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    profile = tmp_path / "profile.json"
+    profile.write_bytes(p.read_bytes())
+    for args in (
+        values(str(p), str(p)),
+        values(str(p), summary_only=True),
+        values(str(profile)),
+        values(str(fifo)),  # never opened: it would block
+        values(str(tmp_path)),
+    ):
+        entry._decode_early(args)
+        assert decode_ahead._started is None, args
+    assert not decode_ahead.start(fifo)
+
+
 def test_the_early_path_imports_no_numpy() -> None:
     """What the early helper runs must not import numpy: that is the import it overlaps."""
     import subprocess

@@ -53,6 +53,29 @@ def test_streaming_and_whole_decode_agree_on_many_pieces(
     assert streamed.metadata["traceName"] == "after the events"  # key after traceEvents is kept
 
 
+@pytest.mark.parametrize("indent", [2, None])
+def test_the_last_block_is_cut_too_and_the_tail_keeps_one_event(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, indent: int | None
+) -> None:
+    # the tail is decoded by the parent after the helper's pieces: it holds one event, whatever
+    # the layout; a trace of less than a block is all tail, as before
+    events = [launch(i * 20, 3, corr=i) for i in range(2000)]
+    p = write_trace(tmp_path / "t.json.gz", events, indent=indent)
+    monkeypatch.setattr(pieces, "BLOCK", 4096)
+    stream = pieces.PieceStream(p)
+    got = [(offset, end, bytes(text)) for offset, end, text in stream.pieces()]
+    assert all(a[1] == b[0] for a, b in zip(got, got[1:], strict=False))
+    assert stream.tail_offset == got[-1][1]
+    events_in_pieces = sum(len(json.loads(pieces.as_array(text))) for _, _, text in got)
+    tail = json.loads(b'{"traceEvents":[' + stream.tail)
+    assert len(tail["traceEvents"]) == 1 and events_in_pieces == 1999
+    assert tail["traceEvents"][0]["args"]["correlation"] == 1999
+    small = write_trace(tmp_path / "s.json", events[:5], indent=indent)
+    stream = pieces.PieceStream(small)
+    assert list(stream.pieces()) == [] and stream.tail_offset > 0
+    assert len(json.loads(b'{"traceEvents":[' + stream.tail)["traceEvents"]) == 5
+
+
 def _one_line_events(n: int) -> list[dict[str, object]]:
     """Events whose strings and nested values hold what a guessed cut cuts at: ``},{`` and
     ``}, {`` inside names and call stacks, arrays of objects inside ``args``."""

@@ -230,7 +230,9 @@ def main() -> None:
     # off, peak memory stays within 1 MB and CPU time is 1-3% lower (docs/bench-trace.md). Off
     # for the process and for the decode helper it forks.
     gc.disable()
+    blas = _one_blas_thread()
     try:
+        _decode_early(values)
         from gpuopt.commands.report import report_values
 
         def report() -> int:
@@ -240,6 +242,43 @@ def main() -> None:
         _quickly(report)
     finally:  # reached only where the process goes on (a caller in the same process)
         gc.enable()
+        if blas:
+            os.environ.pop(BLAS_THREADS, None)
+        if "gpuopt.trace.decode_ahead" in sys.modules:
+            sys.modules["gpuopt.trace.decode_ahead"].discard()
+
+
+# numpy's OpenBLAS starts a thread per core when numpy is imported; the thread spins for work a
+# report never gives it (no linear algebra): `import numpy` took 125 ms of CPU instead of 90
+# (docs/bench-trace.md), taken from the decode helper on a 2-vCPU machine.
+BLAS_THREADS = "OPENBLAS_NUM_THREADS"
+
+
+def _one_blas_thread() -> bool:
+    """One OpenBLAS thread for the report's process, unless the environment names a number
+    (honoured as it is); True where it was set here, to be removed after the command."""
+    if BLAS_THREADS in os.environ:
+        return False
+    os.environ[BLAS_THREADS] = "1"
+    return True
+
+
+def _decode_early(values: dict[str, object]) -> None:
+    """``gpuopt report TRACE`` of one trace file: fork its decode helper before the report's
+    modules are imported (:mod:`gpuopt.trace.decode_ahead`), so that it decodes while they are;
+    the loader claims it. Decided from the name alone: anything that is not a large trace file
+    gets no helper, or one that is stopped unclaimed."""
+    paths = values["paths"]
+    if values["summary_only"] or not isinstance(paths, list) or len(paths) != 1:
+        return
+    name = str(paths[0])
+    if not name.endswith((".json.gz", ".json")) or name.endswith((".summary.json", "profile.json")):
+        return
+    from pathlib import Path
+
+    from gpuopt.trace import decode_ahead
+
+    decode_ahead.start(Path(name))
 
 
 def _profile(values: dict[str, object]) -> NoReturn:

@@ -221,18 +221,8 @@ def _load_streaming(path: Path, workers: int | None = None) -> EventColumns:
         stream = PieceStream(path)
         meta_doc = _decode_header(stream.header)
         parts: list[dict[str, Any]] = []
-        stop = -1  # where the parent stopped and the helper's pieces must begin
-        for offset, end, text in stream.pieces():
-            if helper is not None and offset >= helper.split:
-                if not joiner.held:
-                    stop = offset
-                    stream.close()
-                    break
-                helper.close()  # a piece before the split waits for text past it: go on alone
-                helper = None
-            part = joiner.feed(offset, end, text, _decode_piece)
-            if part is not None:
-                parts.append(part)
+        # where the parent stopped and the helper's pieces must begin
+        stop, helper = _parent_pieces(stream, helper, joiner, parts)
         if stop < 0:
             # the parent reached the end itself: the helper had nothing to do
             tail = joiner.text() + stream.tail if joiner.held else stream.tail
@@ -262,6 +252,32 @@ def _load_streaming(path: Path, workers: int | None = None) -> EventColumns:
         if v is not None:
             meta[k] = v
     return _finish(path, builder, meta, has_events_key=True)
+
+
+def _parent_pieces(
+    stream: PieceStream,
+    helper: decode_worker.DecodeHelper | None,
+    joiner: PieceJoiner,
+    parts: list[dict[str, Any]],
+) -> tuple[int, decode_worker.DecodeHelper | None]:
+    """Decode here, into ``parts``, the pieces before the helper's split (every piece without a
+    helper). Returns where the parent stopped (-1: at the end, the helper had nothing to do) and
+    the helper still to be read (None: none, or stopped because a piece before the split waits
+    for text past it)."""
+    if helper is not None and helper.split <= stream.first_offset:
+        stream.close()  # the helper decodes every piece: none is cut here
+        return stream.first_offset, helper
+    for offset, end, text in stream.pieces():
+        if helper is not None and offset >= helper.split:
+            if not joiner.held:
+                stream.close()
+                return offset, helper
+            helper.close()  # a piece before the split waits for text past it: go on alone
+            helper = None
+        part = joiner.feed(offset, end, text, _decode_piece)
+        if part is not None:
+            parts.append(part)
+    return -1, helper
 
 
 def _decode_piece(_start: int, _end: int, data: bytes) -> dict[str, Any]:

@@ -3,9 +3,12 @@
 Why: ``gpuopt report TRACE`` spends 0.10-0.14 s (on this project's 2-core machines) importing
 numpy and its analysis modules before it could start decoding, one after the other.
 :func:`start` forks the decode helper (:mod:`gpuopt.trace.decode_worker`) as soon as the command
-knows its input is a trace file; the helper runs only numpy-free code
-(:mod:`gpuopt.trace.events`), so it decodes while the parent imports. :func:`claim`, called by the
-loader, hands the running helper over; anything not claimed is stopped by :func:`discard`.
+knows its input is a trace file: the command line's entry point does, for one path named like a
+trace (:mod:`gpuopt.commands.entry`), before the report's own modules and the loader's (the
+model, the renderers) are imported; the loader does for any other caller. The helper runs only
+numpy-free code (:mod:`gpuopt.trace.events`), so it decodes while the parent imports.
+:func:`claim`, called by the loader, hands the running helper over; anything not claimed is
+stopped by :func:`discard`.
 
 Same safety as the helper itself: the parent checks that the frames cover the text without a gap
 and decodes alone otherwise; bad input is reported by the parent; ``GPUOPT_TRACE_WORKERS=0`` turns
@@ -15,6 +18,7 @@ it off. This module imports msgspec (the helper needs it) but never numpy.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from gpuopt.debug import logger
@@ -26,20 +30,27 @@ _started: tuple[tuple[int, int, int, int], decode_worker.DecodeHelper] | None = 
 
 
 def _identity(path: Path) -> tuple[int, int, int, int] | None:
+    """A regular file's device, inode, size and mtime; None for anything else."""
     try:
         st = os.stat(path)
     except OSError as exc:
         log.debug("%s not stat'ed: %s", path, exc)
+        return None
+    if not stat.S_ISREG(st.st_mode):
         return None
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def start(path: Path) -> bool:
     """Fork a helper for ``path`` now, if one is worth it (:func:`decode_worker.wanted`: the same
-    size threshold as the helper forked after the imports, :func:`decode_worker.min_text_bytes`)."""
+    size threshold as the helper forked after the imports, :func:`decode_worker.min_text_bytes`);
+    a helper forked for this very file already (by the command's entry point) is kept. Only for
+    a regular file: a FIFO or a device is never opened here."""
     global _started
-    discard()
     ident = _identity(path)
+    if _started is not None and ident is not None and _started[0] == ident:
+        return True
+    discard()
     if ident is None or not decode_worker.wanted(path):
         return False
     h = decode_worker.DecodeHelper.start(path, events.helper_frames, early=True)

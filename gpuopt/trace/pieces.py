@@ -252,6 +252,11 @@ class PieceStream:
         self._offset = start
         self.tail, self.tail_offset = b"", -1
 
+    @property
+    def first_offset(self) -> int:
+        """Where the first piece begins (the tail, in a file of less than a block)."""
+        return self._offset
+
     def pieces(self) -> Iterator[tuple[int, int, memoryview]]:
         """``(offset, end, text)``: the text from ``offset`` to ``end``, whole events each followed
         by its ``,`` (:func:`as_array` makes it a JSON array)."""
@@ -266,6 +271,14 @@ class PieceStream:
                 if len(pending) > PIECE_LIMIT:  # no event boundary: not this layout, or garbage
                     raise Fallback
                 continue
+            yield offset, offset + cut, memoryview(pending)[:cut]
+            offset += cut
+            pending = pending[cut:]
+        # The last block's events but the last one are a piece too, decoded as the others are
+        # (by the helper where there is one); the tail keeps one event. A file of less than a
+        # block has no piece: its tail is all of it, as before.
+        cut = self._cut(pending) if offset > self._offset else 0
+        if cut > 0:
             yield offset, offset + cut, memoryview(pending)[:cut]
             offset += cut
             pending = pending[cut:]
