@@ -43,6 +43,8 @@ _PLAIN_ROOTS = ("/dev/", "/proc/")
 
 
 RUNS_ROOT = Path("gpuopt-runs")  # where a command writes when not given -o
+# the GPU profiler window's trace in a run directory (gpuopt.probes.profiler_window writes it)
+WINDOW_TRACE_NAME = "profiler-window.pt.trace.json.gz"
 
 
 def default_run_dir(name: str, now: _dt.datetime | None = None) -> Path:

@@ -22,8 +22,9 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from msgspec import Struct
 
 from gpuopt.debug import logger
 from gpuopt.errors import GpuoptError
@@ -55,8 +56,7 @@ TRANSPARENT_TORCH_FILES = (
 )
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(Struct, frozen=True):
     """One private torch name: ``module`` imported, then ``attr`` (dotted, may be empty) read."""
 
     module: str

@@ -111,13 +111,13 @@ def test_a_cost_model_that_took_the_whole_step_gives_way_to_the_neighbours() -> 
     entry (6 µs in the rest), the model took more than the recorded step, and the step read 0 µs
     (op time and host dispatch 100% of nothing). A recorder-free step is at least the time in its
     ops: the unrecorded neighbours say what it was; without them, its ops' time."""
-    import dataclasses
+    import msgspec
 
     times = [0.05, 0.02] + [0.03] * 3 + [0.010] * 35
-    greedy = dataclasses.replace(FREE, dispatch_entry_us=60.0)  # 575 x 60 µs: 34.5 ms of 30
+    greedy = msgspec.structs.replace(FREE, dispatch_entry_us=60.0)  # 575 x 60 µs: 34.5 ms of 30
     d = summarize(_capture([0.030] * 3, window_start=2, next_step=40), _series(times)).dispatch
     bad = summarize(
-        dataclasses.replace(
+        msgspec.structs.replace(
             _capture([0.030] * 3, window_start=2, next_step=40), calibration=greedy
         ),
         _series(times),
@@ -126,7 +126,9 @@ def test_a_cost_model_that_took_the_whole_step_gives_way_to_the_neighbours() -> 
     assert bad.step_time_capped_steps == 3
     assert bad.op_time_us_per_step == pytest.approx(9000.0)
     alone = summarize(
-        dataclasses.replace(_capture([0.030] * 3, window_start=2, next_step=5), calibration=greedy),
+        msgspec.structs.replace(
+            _capture([0.030] * 3, window_start=2, next_step=5), calibration=greedy
+        ),
         _series([0.05, 0.02] + [0.03] * 3),  # no unrecorded step to bound it
     ).dispatch
     assert alone.step_time_us == pytest.approx(9000.0)  # its ops' time, not 0

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from gpuopt.probes.recorder_counters import S_EXEC, S_INDEX, S_OPS, S_TF, S_TIME, StepCounters
@@ -65,7 +63,7 @@ def test_the_snapshot_is_a_copy_the_engine_cannot_change() -> None:
     c.gaps[2.0] = 0.5
     c.ops += 1
     assert s.sites[(11, 2)].ops == 7 and 2.0 not in s.gaps and s.ops == 7
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError):  # frozen
         s.ops = 8  # type: ignore[misc]
 
 

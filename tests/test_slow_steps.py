@@ -182,3 +182,26 @@ def test_the_sampler_looks_more_often_where_the_steps_are_short() -> None:
     sampler.stop()
     (step,) = sampler.result()
     assert step.index == 20 and step.kind == "sampling"
+
+
+def test_the_running_median_is_the_recent_steps_median() -> None:
+    """The recent steps are kept in order as they come and go: each step is judged by the
+    median ``statistics.median`` gives of the steps before it (the last 101)."""
+    import random
+    import statistics
+
+    from gpuopt.probes import slow_steps
+
+    sampler = SlowStepSampler()
+    rng = random.Random(0)
+    t = 0.0
+    for index in range(400):
+        t += rng.choice([0.004, 0.0045, 0.005, 0.02])
+        sampler.on_step(index, t)
+        if index % 7 == 0:
+            sampler._drain()
+            assert sampler._recent_sorted == sorted(sampler._recent)
+            got = slow_steps._median(sampler._recent_sorted)
+            n = len(sampler._recent)
+            assert got == (statistics.median(sampler._recent) if n >= 3 else None)
+    assert len(sampler._recent) == slow_steps.RECENT

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 from gpuopt.debug import logger
 from gpuopt.model.profile import CollectiveOp, DdpModel, DistributedRun
-from gpuopt.probes.collectives import CollectiveCapture, DdpCapture, Key, OpTotals
+
+if TYPE_CHECKING:  # imported where a run has collectives: a single process never does
+    from gpuopt.probes.collectives import CollectiveCapture, DdpCapture, Key, OpTotals
 
 log = logger(__name__)
 
@@ -48,6 +51,8 @@ def distributed_record(capture: CollectiveCapture, measured: list[int]) -> Distr
 
 def collective_ops(capture: CollectiveCapture, measured: list[int]) -> list[CollectiveOp]:
     """Every kind of collective seen in the measured steps, most blocked time first."""
+    from gpuopt.probes.collectives import OpTotals
+
     n = len(measured)
     totals: dict[Key, OpTotals] = defaultdict(OpTotals)
     for i in measured:

@@ -40,10 +40,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from statistics import median
 from types import CodeType
 from typing import Any
+
+from msgspec import Struct, field
 
 from gpuopt.assemble.stretches import Stretches, recurring, same_stretches, stretches
 from gpuopt.debug import logger
@@ -213,8 +214,7 @@ class _Sites:
         return f"{self.resolver.relpath(code)}:{code.co_firstlineno}", kind
 
 
-@dataclass
-class HostSummary:
+class HostSummary(Struct):
     """The Profile parts the recorder measures."""
 
     dispatch: Dispatch
@@ -336,8 +336,7 @@ def _no_step_note(capture: RecorderCapture) -> str:
     )
 
 
-@dataclass(frozen=True)
-class StepSplit:
+class StepSplit(Struct, frozen=True):
     """Where one recorded step's time went (seconds, the recorder's cost removed)."""
 
     overhead: float  # the recorder's cost in the step
@@ -467,8 +466,7 @@ def _per_event(t: StepSnapshot, cal: Calibration) -> tuple[float, float]:
     return per_op, per_call
 
 
-@dataclass(frozen=True)
-class DispatchParts:
+class DispatchParts(Struct, frozen=True):
     """The ``dispatch`` record and what the other parts of the summary share with it."""
 
     dispatch: Dispatch

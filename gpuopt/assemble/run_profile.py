@@ -10,10 +10,9 @@ records) whenever other steps remain.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from msgspec import UNSET, UnsetType
+from msgspec import UNSET, Struct, UnsetType, field
 
 from gpuopt.assemble import step_stats
 from gpuopt.assemble.distributed_run import distributed_record, step_collective_s
@@ -34,8 +33,7 @@ from gpuopt.probes.recorder import RecorderCapture
 log = logger(__name__)
 
 
-@dataclass
-class _StepTimeline:
+class _StepTimeline(Struct):
     steps: Steps
     times: list[float]
     measured: list[int]

@@ -2,27 +2,29 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from gpuopt.compile.events import CompileCapture
-from gpuopt.frameworks.detect import FrameworkCapture
-from gpuopt.model.outcome import Outcome
-from gpuopt.model.profile import (
-    Environment,
-    MemoryReport,
-    SlowStep,
-    TrainingRecord,
-    Utilization,
-)
-from gpuopt.probes.collectives import CollectiveCapture
-from gpuopt.probes.dataloader import DataLoaderWaits
-from gpuopt.probes.own_cost import Spent
-from gpuopt.probes.profiler_window import WindowResult
-from gpuopt.probes.recorder import RecorderCapture
+from msgspec import Struct, field
+
+if TYPE_CHECKING:  # the probes' types: a run imports the modules of the probes it has, only
+    from gpuopt.compile.events import CompileCapture
+    from gpuopt.frameworks.detect import FrameworkCapture
+    from gpuopt.model.outcome import Outcome
+    from gpuopt.model.profile import (
+        Environment,
+        MemoryReport,
+        SlowStep,
+        TrainingRecord,
+        Utilization,
+    )
+    from gpuopt.probes.collectives import CollectiveCapture
+    from gpuopt.probes.dataloader import DataLoaderWaits
+    from gpuopt.probes.own_cost import Spent
+    from gpuopt.probes.profiler_window import WindowResult
+    from gpuopt.probes.recorder import RecorderCapture
 
 
-@dataclass
-class RunRecord:
+class RunRecord(Struct):
     """One run: who ran, how it ended, and each probe's result (times are the session clock's)."""
 
     script: str  # as the user gave it, or "-m module"

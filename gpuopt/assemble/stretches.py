@@ -24,15 +24,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+
+from msgspec import Struct, field
 
 from gpuopt.probes.recorder_snapshot import StepSnapshot
 
 Place = tuple[int, int]  # (model ops before the stretch, model ops in its step)
 
 
-@dataclass
-class Stretches:
+class Stretches(Struct):
     """Every recorded stretch by when it began: its seconds, its window step and its place."""
 
     lengths: dict[float, float] = field(default_factory=dict)

@@ -6,11 +6,10 @@ every site of the document); ``user`` says whether a frame lies in the user's ow
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 
 
-@dataclass(frozen=True)
-class Frame:
+class Frame(Struct, frozen=True):
     """One frame of a stack: its site, function name, and whether it is the user's code."""
 
     site: str
@@ -18,8 +17,7 @@ class Frame:
     user: bool
 
 
-@dataclass
-class CallRecord:
+class CallRecord(Struct):
     """A ``torch.compile`` / ``Module.compile`` call as the script wrote it."""
 
     site: str | None  # the user's line that called it
@@ -37,8 +35,7 @@ class CallRecord:
     compiles_nothing: bool = False
 
 
-@dataclass
-class FrameRecord:
+class FrameRecord(Struct):
     """One compile of one frame (Dynamo's CompilationMetrics record, the fields gpuopt reads)."""
 
     compile_id: str  # "F/A": frame F, attempt A (A > 0: a recompile)
@@ -69,8 +66,7 @@ class FrameRecord:
         return int(tail) if tail.isdigit() else 0
 
 
-@dataclass
-class BreakRecord:
+class BreakRecord(Struct):
     """One graph break Dynamo logged while compiling: its type, explanation and the user stack."""
 
     compile_id: str
@@ -83,8 +79,7 @@ class BreakRecord:
     code: str | None = None  # the source line at the innermost user frame
 
 
-@dataclass
-class WindowCounts:
+class WindowCounts(Struct):
     """One step's compiled regions, counted from a CPU profile of it (:mod:`regions`)."""
 
     step: int
@@ -95,8 +90,7 @@ class WindowCounts:
     note: str | None = None
 
 
-@dataclass
-class CompileCapture:
+class CompileCapture(Struct):
     """Everything the probe saw; ``steps``: how many steps the run had."""
 
     calls: list[CallRecord] = field(default_factory=list)

@@ -12,7 +12,8 @@ a graph's ops from the eager ones, and says so.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 REGION_PREFIX = "Torch-Compiled Region"
 _GRAPH_NAMES = ("CompiledFunction", "CompiledFunctionBackward")
@@ -20,8 +21,7 @@ _GRAPH_PREFIX = "## Call CompiledFxGraph"
 _OP_PREFIXES = ("aten::", "prims::", "c10d::")
 
 
-@dataclass(frozen=True)
-class Span:
+class Span(Struct, frozen=True):
     """One profiler event: name, start and end (any unit), thread."""
 
     name: str
@@ -30,8 +30,7 @@ class Span:
     thread: int
 
 
-@dataclass
-class RegionCounts:
+class RegionCounts(Struct):
     regions: int = 0
     graph_calls: int = 0
     eager_ops: int = 0

@@ -11,7 +11,8 @@ recompiles are grouped by the user's line and the cause.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+
+from msgspec import Struct, field
 
 from gpuopt.compile.events import BreakRecord, CallRecord, CompileCapture, FrameRecord
 from gpuopt.compile.reasons import break_kind, failed_guard, first_line, resumed_function
@@ -26,8 +27,7 @@ from gpuopt.model.records import (
 MAX_HINTS = 3
 
 
-@dataclass
-class _Function:
+class _Function(Struct):
     """A function as compiled: its root frame's identity and everything that belongs to it."""
 
     name: str

@@ -9,7 +9,8 @@ so the same rules serve ``profile``, ``report TRACE`` and re-rendering an old ru
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from gpuopt.debug import logger
 from gpuopt.model.profile import Finding, Profile
@@ -20,8 +21,7 @@ RuleFn = Callable[[Profile], list[Finding]]
 _SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2}
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(Struct, frozen=True):
     """A registered rule: the finding id it produces and the Profile fields it reads."""
 
     finding_id: str

@@ -38,7 +38,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from gpuopt.findings.estimates import severity_for_share
 from gpuopt.model.profile import EvidenceInterval, Profile, Severity
@@ -60,8 +61,7 @@ BUSY_DRIFT = 0.25
 RECORDER_ERR_FLOOR = 0.10
 
 
-@dataclass(frozen=True)
-class Drift:
+class Drift(Struct, frozen=True):
     """The run-to-run drift a finding's interval assumes, and why (for ``covers``)."""
 
     value: float = SHARE_DRIFT
@@ -89,8 +89,7 @@ def drift_of(profile: Profile, quiet: float = SHARE_DRIFT) -> Drift:
     return Drift(quiet + extra, why)
 
 
-@dataclass(frozen=True)
-class Model:
+class Model(Struct, frozen=True):
     """An error of the measurement itself, added to an interval: its half-width (share points)
     and what it is (for ``covers``)."""
 
@@ -211,8 +210,7 @@ def share_interval(
     )
 
 
-@dataclass(frozen=True)
-class Judged:
+class Judged(Struct, frozen=True):
     """What the policy makes of an interval: the severity, and whether it is borderline."""
 
     severity: Severity

@@ -8,11 +8,10 @@ against what the run's stacks and ``sys.modules`` show.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 
 
-@dataclass(frozen=True)
-class Knob:
+class Knob(Struct, frozen=True):
     """A framework setting that removes a cost a finding names.
 
     ``call`` is where the user sets it (``TrainingArguments``, ``Trainer``, ``--workers`` for a
@@ -31,8 +30,7 @@ class Knob:
     changes_training: bool = False
 
 
-@dataclass(frozen=True)
-class FrameworkSpec:
+class FrameworkSpec(Struct, frozen=True):
     """One framework: ``name`` as the document's ``framework.name`` says it; ``packages`` the
     top-level packages whose frames are the framework's own code; ``entries`` the calls through
     which a user's line enters its loop (``Trainer.train``, ``Trainer.fit``); ``knobs`` what it

@@ -16,9 +16,10 @@ import linecache
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from types import FrameType
 from typing import TYPE_CHECKING, Any
+
+from msgspec import Struct, field
 
 from gpuopt.frameworks import FrameworkSpec, Knob
 
@@ -93,8 +94,7 @@ class FrameworkFiles:
         return found
 
 
-@dataclass
-class FrameworkCapture:
+class FrameworkCapture(Struct):
     """What the probe saw: the framework's name, version, the user's line that entered it, the
     framework function it entered and where the user's code sets the framework's settings
     (``{"TrainingArguments": "train.py:44"}``)."""
@@ -106,8 +106,7 @@ class FrameworkCapture:
     settings_at: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass
-class Seen:
+class Seen(Struct):
     """A framework seen on the stack at a step boundary."""
 
     spec: FrameworkSpec

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from msgspec import Struct, field
 
 from gpuopt import own_ops, torch_compat
 from gpuopt.debug import logger
@@ -45,8 +46,7 @@ MAX_ENTRIES = 20_000  # calls recorded at most (a longer step is cut: its progra
 MAX_BOUNDARIES = 4
 
 
-@dataclass(frozen=True)
-class TensorSpec:
+class TensorSpec(Struct, frozen=True):
     """A tensor from outside the program: what a fake one needs (no data)."""
 
     shape: tuple[int, ...]
@@ -58,16 +58,14 @@ class TensorSpec:
     is_parameter: bool = False
 
 
-@dataclass(frozen=True)
-class Ref:
+class Ref(Struct, frozen=True):
     """A tensor made by an earlier entry of the program: its ``leaf``-th tensor output."""
 
     entry: int
     leaf: int
 
 
-@dataclass
-class Entry:
+class Entry(Struct):
     """One call of the program."""
 
     kind: str  # "module", "function", "backward" (of ``leaves[0]``), "step" (an optimizer's) or
@@ -86,8 +84,7 @@ class Entry:
     training: tuple[bool, ...] | None = None
 
 
-@dataclass
-class CapturedStep:
+class CapturedStep(Struct):
     """The first step as a program, with what its replay needs."""
 
     entries: list[Entry] = field(default_factory=list)

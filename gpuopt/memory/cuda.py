@@ -12,8 +12,9 @@ allocation through its out-of-memory observer. GPU-only: ``make gpu-check`` runs
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from msgspec import Struct, field
 
 from gpuopt import torch_compat
 from gpuopt.debug import logger
@@ -100,8 +101,7 @@ class CudaAllocator:
             log.debug("no out-of-memory observer (snapshot at the end instead): %s", exc)
 
 
-@dataclass
-class RecordedAllocator:
+class RecordedAllocator(Struct):
     """A scripted allocator for tests: ``peak_by_step[i]`` is what :meth:`peaks` reports after
     the ``i+1``-th reset (the probe resets once at its start, then after each step's read), the
     snapshot is given; nothing runs on a device."""

@@ -13,15 +13,15 @@ MiB, from NVIDIA's data sheets and common driver output; the H200 as gpuopt meas
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from gpuopt.errors import GpuoptError
 
 MiB = 1 << 20
 
 
-@dataclass(frozen=True)
-class DeviceMemory:
+class DeviceMemory(Struct, frozen=True):
     """What a prediction is made for: a name and the device's total memory in bytes."""
 
     name: str

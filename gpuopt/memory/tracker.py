@@ -21,8 +21,9 @@ from __future__ import annotations
 import sys
 import weakref
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from msgspec import Struct
 
 from gpuopt import torch_compat
 from gpuopt.debug import logger
@@ -40,8 +41,7 @@ LARGEST = 8  # groups kept in ``largest``
 Group = tuple[str, str | None, str | None]  # (category, module, site)
 
 
-@dataclass
-class _Live:
+class _Live(Struct):
     nbytes: int
     group: Group
     ref: Any  # weakref.ref to the storage (keeps the callback alive)

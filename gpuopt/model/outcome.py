@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 
 from gpuopt.model.profile import (
     RunError,
@@ -10,8 +10,7 @@ from gpuopt.model.profile import (
 )
 
 
-@dataclass
-class Outcome:
+class Outcome(Struct):
     """How the user's code ended."""
 
     status: Status

@@ -10,16 +10,16 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
+
+from msgspec import Struct
 
 from gpuopt.debug import logger
 
 log = logger(__name__)
 
 
-@dataclass
-class GpuSample:
+class GpuSample(Struct):
     """One reading of one GPU. ``None`` where the driver does not report the value."""
 
     index: int

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
+
+from msgspec import Struct
 
 from gpuopt import torch_compat
 from gpuopt.debug import logger
@@ -31,8 +32,7 @@ NCCL_WORK = "nccl-work"
 NCCL_PENDING_STEPS = 64
 
 
-@dataclass
-class Timed:
+class Timed(Struct):
     """One collective call's times: clock seconds, except ``device_s`` (the GPU's own)."""
 
     t_launch: float

@@ -40,15 +40,17 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
+
+from msgspec import Struct, field
 
 from gpuopt import torch_compat
 from gpuopt.debug import logger
 from gpuopt.probes.collective_timing import HOST, NcclTimer, Timed, WorkTimer, timer_for
 from gpuopt.probes.protocol import RunContext
+from gpuopt.probes.ranks import env_int
 
 log = logger(__name__)
 
@@ -89,8 +91,7 @@ MAX_PENDING_WORKS = 100_000  # async works awaiting wait() or completion, tracke
 Key = tuple[str, str, "str | None", "str | None", "int | None", str]
 
 
-@dataclass
-class OpTotals:
+class OpTotals(Struct):
     """One kind of collective in one step."""
 
     calls: int = 0
@@ -100,8 +101,7 @@ class OpTotals:
     blocked_s: float = 0.0
 
 
-@dataclass
-class DdpStep:
+class DdpStep(Struct):
     """One DDP model in one step."""
 
     rounds: int = 0  # gradient all-reduce rounds (one per backward outside no_sync())
@@ -112,14 +112,12 @@ class DdpStep:
     bucket_spans: dict[int, list[float]] = field(default_factory=dict)
 
 
-@dataclass
-class StepCollectives:
+class StepCollectives(Struct):
     by_key: dict[Key, OpTotals] = field(default_factory=dict)
     blocked_s: float = 0.0  # explicit calls' blocked time + DDP's exposed time
 
 
-@dataclass
-class DdpCapture:
+class DdpCapture(Struct):
     """One DistributedDataParallel model as the probe saw it."""
 
     site: str | None
@@ -146,8 +144,7 @@ class DdpCapture:
         return st
 
 
-@dataclass
-class CollectiveCapture:
+class CollectiveCapture(Struct):
     """What the probe measured, for the assembly."""
 
     rank: int | None
@@ -188,22 +185,6 @@ def _copy_ddp(d: DdpCapture) -> DdpCapture:
         info=dict(d.info),
         static_graph=d.static_graph,
     )
-
-
-def _env_int(name: str) -> int | None:
-    value = os.environ.get(name)
-    if value is None:
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        log.debug("%s=%r is not an integer: taken as unset", name, value)
-        return None
-
-
-def wanted() -> bool:
-    """Whether this process is one rank of several (torchrun's environment says so)."""
-    return (_env_int("WORLD_SIZE") or 1) > 1
 
 
 class CollectiveProbe:
@@ -286,14 +267,14 @@ class CollectiveProbe:
             }
             ddp = [_copy_ddp(d) for d in self.ddp]
         return CollectiveCapture(
-            rank=_env_int("RANK"),
-            world_size=_env_int("WORLD_SIZE"),
-            local_rank=_env_int("LOCAL_RANK"),
-            local_world_size=_env_int("LOCAL_WORLD_SIZE"),
-            node_rank=_env_int("GROUP_RANK"),
+            rank=env_int("RANK"),
+            world_size=env_int("WORLD_SIZE"),
+            local_rank=env_int("LOCAL_RANK"),
+            local_world_size=env_int("LOCAL_WORLD_SIZE"),
+            node_rank=env_int("GROUP_RANK"),
             hostname=_hostname(),
             job_id=os.environ.get("TORCHELASTIC_RUN_ID"),
-            restart=_env_int("TORCHELASTIC_RESTART_COUNT"),
+            restart=env_int("TORCHELASTIC_RESTART_COUNT"),
             backend=self.backend,
             source=self.source,
             steps=steps,
@@ -649,8 +630,7 @@ class CollectiveProbe:
         d.info.update(data)
 
 
-@dataclass
-class _Call:
+class _Call(Struct):
     """One explicit collective call being measured."""
 
     name: str

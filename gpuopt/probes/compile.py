@@ -39,7 +39,7 @@ import sys
 import time
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuopt import torch_compat
 from gpuopt.compile.events import (
@@ -51,12 +51,13 @@ from gpuopt.compile.events import (
     WindowCounts,
 )
 from gpuopt.compile.reasons import RESUME_PREFIX, guard_location, split_message
-from gpuopt.compile.regions import Span, count_regions
 from gpuopt.debug import logger
-from gpuopt.probes.profiler_window import quiet_profiler
 from gpuopt.probes.protocol import RunContext
 from gpuopt.sites import GPUOPT_DIR, USER, SiteResolver
 from gpuopt.torch_compat import DYNAMO_MODULE as DYNAMO
+
+if TYPE_CHECKING:  # the step profiled on the CPU: only where something was compiled
+    from gpuopt.compile.regions import Span
 
 log = logger(__name__)
 
@@ -479,11 +480,16 @@ class CompileProbe:
             self.capture.notes.append("ops left eager not counted: another profiler was on")
             self.window_step = None
             return
+        from gpuopt.probes.profiler_window import quiet_profiler
+
         with quiet_profiler():  # Kineto's "USDT: ... profiler_start" is not the user's
             self._prof = profile(activities=[ProfilerActivity.CPU])
             self._prof.start()
 
     def _end_window(self, index: int) -> None:
+        from gpuopt.compile.regions import count_regions
+        from gpuopt.probes.profiler_window import quiet_profiler
+
         prof, self._prof = self._prof, None
         with quiet_profiler():
             prof.stop()
@@ -540,6 +546,8 @@ def _def_line(filename: str, first: int) -> int:
 
 def _spans(prof: Any) -> list[Span]:
     """The CPU events of a finished ``torch.profiler`` run as spans (µs)."""
+    from gpuopt.compile.regions import Span
+
     try:
         events = prof.profiler.kineto_results.events()
         return [

@@ -23,7 +23,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from gpuopt.debug import logger
 
@@ -53,8 +54,7 @@ def snapshot(pid: int | None = None) -> Snapshot | None:
     return out or None
 
 
-@dataclass(frozen=True)
-class RunDelay:
+class RunDelay(Struct, frozen=True):
     """The threads' time on a CPU and waiting for one, between two snapshots, in seconds."""
 
     cpu_s: float

@@ -31,9 +31,10 @@ import sys
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct, field
 
 from gpuopt import torch_compat
 from gpuopt.debug import logger
@@ -50,8 +51,7 @@ BatchListener = Callable[[Any], None]
 _BATCH_LISTENERS: list[BatchListener] = []
 
 
-@dataclass(frozen=True)
-class BatchOrigin:
+class BatchOrigin(Struct, frozen=True):
     """Where the batch a listener is seeing came from (:func:`batch_origin`)."""
 
     loader: int  # the probe's key of its DataLoader
@@ -77,8 +77,7 @@ def remove_batch_listener(fn: BatchListener) -> None:
         _BATCH_LISTENERS.remove(fn)
 
 
-@dataclass
-class LoaderStats:
+class LoaderStats(Struct):
     """One DataLoader's settings (read once, when its first iterator is made) and waits."""
 
     site: str | None
@@ -173,8 +172,7 @@ class LoaderStats:
         return sum(max(waits[i] - usual, 0.0) for i in hit if i in waits) / len(waits)
 
 
-@dataclass
-class DataLoaderWaits:
+class DataLoaderWaits(Struct):
     """The DataLoader probe's result: every loader seen, and the wait of each step (seconds,
     all loaders together; a ``next()`` counts towards the step in progress when it started)."""
 

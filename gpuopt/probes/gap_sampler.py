@@ -30,9 +30,10 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from types import CodeType
 from typing import Any
+
+from msgspec import Struct
 
 from gpuopt.debug import logger
 from gpuopt.probes.recorder_counters import GAP_FLOOR_S
@@ -46,8 +47,7 @@ MAX_SAMPLES = 20_000  # a window of very long steps stops adding samples here
 Stack = tuple[tuple[int, int], ...]  # (id(code), lasti), innermost first
 
 
-@dataclass(frozen=True)
-class GapSample:
+class GapSample(Struct, frozen=True):
     """One look at the training thread in a stretch without tensor ops."""
 
     step: int  # the window step it fell in (0 = the window's first)

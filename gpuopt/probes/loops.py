@@ -13,9 +13,10 @@ closure defined in the training loop runs ~20 times per step, inside ``optimizer
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 from types import CodeType
 from typing import TYPE_CHECKING
+
+from msgspec import Struct
 
 from gpuopt.debug import logger
 
@@ -29,8 +30,7 @@ if TYPE_CHECKING:
 Region = tuple[int, int, int, int]
 
 
-@dataclass(frozen=True)
-class Loop:
+class Loop(Struct, frozen=True):
     line: int  # the loop's header line: where a finding points
     kind: str  # "for", "while" or "comprehension"
     depth: int  # nesting depth in the file (outermost 0); the innermost match wins

@@ -14,7 +14,8 @@ command.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 clock = time.perf_counter
 spent = 0.0  # seconds of gpuopt's code in the running step so far
@@ -28,8 +29,7 @@ def reset() -> None:
     step_costs.clear()
 
 
-@dataclass
-class Spent:
+class Spent(Struct):
     """A run's own costs as the session measured them (the assembly makes ``overhead`` of it)."""
 
     start_s: float  # gpuopt's code before the script's first line, torch's import left out

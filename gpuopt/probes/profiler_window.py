@@ -34,18 +34,20 @@ import sys
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from msgspec import Struct
+
 from gpuopt.debug import logger
 from gpuopt.model.trace import ProfilerWindowInfo
+from gpuopt.paths import WINDOW_TRACE_NAME
 from gpuopt.probes.protocol import RunContext
 from gpuopt.probes.window_sites import OpSites, annotate_trace
 
 log = logger(__name__)
 
-TRACE_NAME = "profiler-window.pt.trace.json.gz"
+TRACE_NAME = WINDOW_TRACE_NAME
 # Kineto's and glog's native log lines (not the user's): "USDT:2026-11-26 16:52:20 28074:28074
 # SyncActivityProfilerHandler.cpp:59] profiler_stop", "STAGE:...", "ERROR:2026-11-28 21:09:43
 # 15628:15628 DeviceProperties.cpp:56] gpuGetDeviceCount failed" (a CUDA build without a GPU),
@@ -57,8 +59,7 @@ _NATIVE_LOG = re.compile(
 TEARDOWN_ENV = "TEARDOWN_CUPTI"
 
 
-@dataclass
-class WindowResult:
+class WindowResult(Struct):
     """The profiler window's result: the profile's ``trace.profiler_window``, the trace file
     written (None if none) and errors met on the way (they become warnings)."""
 

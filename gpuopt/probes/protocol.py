@@ -11,15 +11,15 @@ idle: the whole run's overhead budget is 3%.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+
+from msgspec import Struct, field
 
 from gpuopt.defaults import WARMUP_STEPS, WINDOW_STEPS
 
 
-@dataclass
-class RunContext:
+class RunContext(Struct):
     """What a probe may know about the run."""
 
     script: str  # the script path as the user gave it, or "-m module"

@@ -23,9 +23,10 @@ Costs: a recorded op costs several microseconds of Python (measured by
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from types import CodeType
 from typing import Any
+
+from msgspec import Struct, field
 
 from gpuopt import torch_compat
 from gpuopt.debug import logger
@@ -46,8 +47,7 @@ COMPILE_NOTE = (
 )
 
 
-@dataclass
-class RecorderCapture:
+class RecorderCapture(Struct):
     """What the dispatch recorder hands back when the run ends (``DispatchRecorder.result()``)."""
 
     enabled: bool  # the recorder ran (it may still have recorded no step)

@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 _N = 100
 _REPS = 7
@@ -81,8 +82,7 @@ def _empty_modes() -> tuple[type, type]:
     return EmptyFunction, EmptyDispatch
 
 
-@dataclass(frozen=True)
-class Calibration:
+class Calibration(Struct, frozen=True):
     """The recorder's per-call costs in microseconds (see the module docstring)."""
 
     function_entry_us: float

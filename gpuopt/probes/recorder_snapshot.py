@@ -8,9 +8,10 @@ once, when the window has closed. :mod:`gpuopt.assemble.host_summary` reads only
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from types import CodeType
 from typing import Any, NamedTuple
+
+from msgspec import Struct, field
 
 from gpuopt.probes.recorder_counters import (
     S_DATA,
@@ -25,8 +26,7 @@ from gpuopt.probes.recorder_counters import (
 from gpuopt.sites import SiteResolver
 
 
-@dataclass(frozen=True, slots=True)
-class SiteCounts:
+class SiteCounts(Struct, frozen=True):
     """One instruction's counters (or one pair of an op's line and the loop line calling it)."""
 
     ops: int = 0  # model ops issued there
@@ -49,8 +49,7 @@ class SyncKey(NamedTuple):
     lib: Key | None  # the framework's frame that made the call, if one did
 
 
-@dataclass(frozen=True, slots=True)
-class SyncCounts:
+class SyncCounts(Struct, frozen=True):
     count: int = 0
     seconds: float = 0.0  # host time blocked in the sync
     idle_s: float = 0.0  # host time after it until the next model op (data loading excluded)
@@ -69,15 +68,13 @@ class TransferKey(NamedTuple):
     api: str
 
 
-@dataclass(frozen=True, slots=True)
-class TransferCounts:
+class TransferCounts(Struct, frozen=True):
     count: int = 0
     seconds: float = 0.0
     bytes: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class StepSnapshot:
+class StepSnapshot(Struct, frozen=True):
     """One recorded step's counters, or the window's total (the steps' sum)."""
 
     sites: Mapping[Key, SiteCounts] = field(default_factory=dict)
@@ -110,8 +107,7 @@ class StepSnapshot:
     gap_ops: Mapping[float, int] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class RecorderSnapshot:
+class RecorderSnapshot(Struct, frozen=True):
     """The window: its steps' counters and what resolves the code objects they name."""
 
     steps_done: int

@@ -21,7 +21,7 @@ the step times.
 
 from __future__ import annotations
 
-import statistics
+import bisect
 import sys
 import threading
 import time
@@ -74,6 +74,9 @@ class SlowStepSampler:
         self.errors: list[str] = []
         self._current: list[Stack] = []
         self._recent: deque[float] = deque(maxlen=RECENT)
+        # the same times in order: each step's median without sorting the recent ones again
+        # (a step judged on the sampler's thread, up to 100 a second on short steps)
+        self._recent_sorted: list[float] = []
         self._early: list[tuple[int, float, list[Stack]]] = []
         self._stacks: dict[Stack, Stack] = {}
         self._last_t: float | None = None
@@ -115,8 +118,12 @@ class SlowStepSampler:
         if index < EARLY:
             self._early.append((index, seconds, samples))
         else:
-            self._judge(index, seconds, samples, list(self._recent))
-        self._recent.append(seconds)
+            self._judge(index, seconds, samples, _median(self._recent_sorted))
+        recent, ordered = self._recent, self._recent_sorted
+        if len(recent) == recent.maxlen:
+            del ordered[bisect.bisect_left(ordered, recent[0])]
+        recent.append(seconds)
+        bisect.insort(ordered, seconds)
 
     def stop(self) -> None:
         self._stop.set()
@@ -125,9 +132,9 @@ class SlowStepSampler:
             thread.join(timeout=1.0)
         self._thread = None
         self._drain()
-        times = [s for _, s, _ in self._early] + list(self._recent)
+        median = _median(sorted([s for _, s, _ in self._early] + list(self._recent)))
         for index, seconds, samples in self._early:
-            self._judge(index, seconds, samples, times)
+            self._judge(index, seconds, samples, median)
         self._early.clear()
         try:
             self._final = self._named()
@@ -167,11 +174,13 @@ class SlowStepSampler:
             self._current.append(self._stacks.setdefault(key, key))
 
     # -- judging -----------------------------------------------------------------------------
-    def _judge(self, index: int, seconds: float, samples: list[Stack], times: list[float]) -> None:
-        """Keep a slow step's samples; note a usual one's frames; neither for one between."""
-        if len(times) < 3:
+    def _judge(
+        self, index: int, seconds: float, samples: list[Stack], median: float | None
+    ) -> None:
+        """Keep a slow step's samples; note a usual one's frames; neither for one between
+        (``median``: of the steps it is judged by; None below 3 of them)."""
+        if median is None:
             return
-        median = statistics.median(times)
         self.interval_s = min(self.max_interval_s, max(MIN_INTERVAL_S, median / 2))
         if seconds >= SLOW_FACTOR * median and seconds - median >= MIN_INTERVAL_S:
             self._keep(index, seconds, samples)
@@ -201,8 +210,11 @@ class SlowStepSampler:
         from gpuopt.sites import GPUOPT_DIR, USER, SiteResolver
 
         resolver = SiteResolver(self._roots)
-        is_user = {cid: resolver.classify(code) == USER for cid, code in self.codes.items()}
-        own = {cid for cid, code in self.codes.items() if code.co_filename.startswith(GPUOPT_DIR)}
+        # the code objects of the kept steps' samples only (every step's are in self.codes)
+        seen = {fr[0] for _, stacks in self.kept.values() for stack in stacks for fr in stack}
+        codes = self.codes
+        is_user = {cid: resolver.classify(codes[cid]) == USER for cid in seen}
+        own = {cid for cid in seen if codes[cid].co_filename.startswith(GPUOPT_DIR)}
         out: list[SlowStep] = []
         for index in sorted(self.kept):
             _, stacks = self.kept[index]
@@ -279,6 +291,15 @@ class SlowStepSampler:
             if marker in path:
                 path = path.split(marker, 1)[1]
         return f"{path}:{resolver.position(code, frame[1])[0]} ({code.co_name})"
+
+
+def _median(ordered: list[float]) -> float | None:
+    """The median of times in ascending order (as ``statistics.median``); None below 3."""
+    n = len(ordered)
+    if n < 3:
+        return None
+    mid = n // 2
+    return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def _kind(code: CodeType) -> str | None:

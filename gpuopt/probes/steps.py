@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 from gpuopt.probes import own_cost
 
@@ -50,8 +51,7 @@ class StopRun(BaseException):
     """
 
 
-@dataclass
-class StepClock:
+class StepClock(Struct):
     """Collects step end times and tells listeners; raises :class:`StopRun` after ``max_steps``."""
 
     clock: Callable[[], float] = time.perf_counter

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from msgspec import Struct, field
 
 from gpuopt.model.records import given
 from gpuopt.report.headline import no_steps
@@ -126,8 +127,7 @@ def _fmt_evidence_dict(key: str, value: dict[Any, Any]) -> str:
     return ", ".join(shown) + (", …" if len(parts) > 5 else "")
 
 
-@dataclass
-class Footnotes:
+class Footnotes(Struct):
     """Numbers the estimate models so each distinct model is explained once (text and md)."""
 
     models: list[str] = field(default_factory=list)

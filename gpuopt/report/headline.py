@@ -10,8 +10,9 @@ does not have (None, NaN) as :data:`~gpuopt.units.MISSING`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from msgspec import Struct
 
 from gpuopt.model.records import given
 from gpuopt.units import MISSING, fmt_bytes, fmt_count, fmt_duration, fmt_frac, num, one_line
@@ -152,8 +153,7 @@ def breakdown_items(breakdown: Breakdown | None) -> list[tuple[str, str, float]]
     return items if sum(v for _, _, v in items) > 0 else []
 
 
-@dataclass(frozen=True)
-class StepSplit:
+class StepSplit(Struct, frozen=True):
     """One step's time split into the measured parts; ``rest_s`` is the step time they do not
     explain (compute and other), never negative."""
 

@@ -3,11 +3,10 @@ tables themselves are built in :mod:`gpuopt.report.sections` and its siblings)."
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 
 
-@dataclass(frozen=True)
-class Cell:
+class Cell(Struct, frozen=True):
     """One table cell: the display text (plain, unescaped), a sort key, and whether it is a site
     (a link in HTML) or a number (right-aligned)."""
 
@@ -17,8 +16,7 @@ class Cell:
     numeric: bool = False
 
 
-@dataclass
-class Section:
+class Section(Struct):
     """A table every format shows: ``id`` is stable (HTML anchors, tests)."""
 
     id: str

@@ -5,8 +5,9 @@ and the notes that say how it was sampled or why a metric was not measured."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from msgspec import Struct
 
 from gpuopt.model.records import given
 from gpuopt.units import fmt_duration, num, one_line
@@ -15,8 +16,7 @@ if TYPE_CHECKING:
     from gpuopt.model.profile import Profile
 
 
-@dataclass
-class TimelineView:
+class TimelineView(Struct):
     """Utilization samples over time. ``series`` values are PERCENT (0–100), None where a
     sample is missing; ``memory`` values are bytes. Only series with at least one sample."""
 

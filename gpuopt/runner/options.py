@@ -4,15 +4,15 @@ build them."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct, field
 
 from gpuopt.defaults import SAMPLE_INTERVAL_S, WARMUP_STEPS, WINDOW_STEPS
 
 
-@dataclass
-class TorchrunOptions:
+class TorchrunOptions(Struct):
     """torchrun's own options, passed through as given (docs/distributed.md)."""
 
     nnodes: str | None = None  # N or MIN:MAX
@@ -70,8 +70,7 @@ def _path(value: str | None) -> Path | None:
     return None if value is None else Path(value)
 
 
-@dataclass
-class ProfileOptions:
+class ProfileOptions(Struct):
     script: str | None
     module: str | None
     args: list[str]

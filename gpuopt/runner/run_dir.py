@@ -29,8 +29,7 @@ from gpuopt.atomic_write import write_atomic
 from gpuopt.errors import GpuoptError
 from gpuopt.model.document import empty_profile, encode
 from gpuopt.model.profile import Profile
-from gpuopt.paths import refuse_inputs, stat_or_none
-from gpuopt.probes.profiler_window import TRACE_NAME as WINDOW_TRACE_NAME
+from gpuopt.paths import WINDOW_TRACE_NAME, refuse_inputs, stat_or_none
 
 log = debug.logger(__name__)
 

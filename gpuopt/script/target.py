@@ -21,11 +21,12 @@ import traceback
 import types
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import FrameType
 from typing import Any
+
+from msgspec import Struct
 
 from gpuopt.debug import logger
 from gpuopt.errors import GpuoptError, say
@@ -43,8 +44,7 @@ class Terminated(BaseException):
     """SIGTERM arrived: unwind the script like Ctrl-C does, so the profile is still written."""
 
 
-@dataclass
-class Target:
+class Target(Struct):
     """What to run: a script path or a module name, and its arguments."""
 
     script: str | None

@@ -30,10 +30,9 @@ the fix is ``persistent_workers=True`` alone, estimated by removing that wait (d
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
-from msgspec import UnsetType
+from msgspec import Struct, UnsetType, field
 
 from gpuopt.findings.engine import rule
 from gpuopt.findings.estimates import speedup_if_removed
@@ -81,8 +80,7 @@ def suggest_workers(current: int, wait_s: float, step_s: float, cpus: int) -> tu
     return needed, False
 
 
-@dataclass
-class _Advice:
+class _Advice(Struct):
     """What the finding says about one loader: the changes, notes and the estimate."""
 
     changes: list[str] = field(default_factory=list)
@@ -93,8 +91,7 @@ class _Advice:
     evidence: dict[str, Any] = field(default_factory=dict)  # added to its evidence
 
 
-@dataclass(frozen=True)
-class Cores:
+class Cores(Struct, frozen=True):
     """The cores a DataLoader worker could run on, and what the count was made of."""
 
     usable: int  # the run's usable cores (affinity)

@@ -9,7 +9,7 @@ combination).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 
 from gpuopt.findings.engine import rule
 from gpuopt.findings.estimates import speedup_if_removed
@@ -26,8 +26,7 @@ MANY_COPIES = 8  # this many copies per step at one line: batch them into one
 _STAND_IN = "meta"
 
 
-@dataclass
-class _SiteCopies:
+class _SiteCopies(Struct):
     """The host→device copies of one site, summed per step."""
 
     count: float = 0.0

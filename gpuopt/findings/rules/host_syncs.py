@@ -14,7 +14,7 @@ findings. Documents without ``syncs[].scope`` (written before it existed) group 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 
 from gpuopt.findings.engine import rule
 from gpuopt.findings.estimates import at_least, severity_for_share, speedup_if_removed
@@ -62,8 +62,7 @@ _FIXES: dict[str, str] = {
 }
 
 
-@dataclass
-class _SiteSyncs:
+class _SiteSyncs(Struct):
     """The syncs of one loop or function (or one site, without scopes), summed per step."""
 
     site: str | None  # the group's heaviest line (the finding's site)
@@ -164,8 +163,7 @@ def _where(g: _SiteSyncs) -> str:
     return f" at {lines} ({what}, {g.scope})" if g.scope else f" at {lines}"
 
 
-@dataclass
-class _Verdict:
+class _Verdict(Struct):
     severity: Severity
     where: str
     est: float | None

@@ -17,8 +17,9 @@ the optimizer state that fill it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 from gpuopt.findings.engine import rule
 from gpuopt.findings.estimates import at_least, severity_for_share
@@ -41,8 +42,7 @@ LR_RULE = (
 )
 
 
-@dataclass(frozen=True)
-class _Fit:
+class _Fit(Struct, frozen=True):
     """What the rules read of ``memory``: the batch, the peak, the largest batch that fits."""
 
     batch: int
@@ -99,8 +99,7 @@ def _host_share(profile: Profile) -> float:
     return share
 
 
-@dataclass(frozen=True)
-class _OnDevice:
+class _OnDevice(Struct, frozen=True):
     """A CPU run's step as the named GPU would run it (an estimate): the host's time issuing its
     ops, the device's time running them, and the share of the step the device would idle."""
 
