@@ -57,7 +57,8 @@ def _one_per_sample_figure(doc: dict[str, Any], report: str) -> None:
     predicted = doc["memory"]["predicted"]
     per = predicted["bytes_per_sample"]
     assert f"{fmt_bytes(per)} a sample" in predicted["limit"]
-    assert set(re.findall(r"(\d[\d.,]* [KMGT]?i?B) a sample", report)) == {fmt_bytes(per)}
+    text = " ".join(report.split())  # the report's lines wrap where the terminal is narrow
+    assert set(re.findall(r"(\d[\d.,]* [KMGT]?i?B) a sample", text)) == {fmt_bytes(per)}
     capacity = doc["memory"]["capacity_bytes"]
     assert predicted["fixed_bytes"] + per * predicted["max_batch_size"] <= 0.9 * capacity * 1.01
 
