@@ -30,6 +30,17 @@ lint: $(VENV)/.installed
 test: $(VENV)/.installed lint
 	$(PY) -m pytest -q -n 2 --durations=15
 
+# the vision stack in a venv of its own, for the tests that run gpuopt on timm
+# (tests/test_frameworks_timm.py, skipped without it; .ci/run builds it, make test does not):
+# PyPI's torchvision is built for a CUDA torch and fails to import beside .venv's CPU torch 2.13.0,
+# so this venv holds torch 2.14.1's CUDA build (about 5.5 GB; it runs on the CPU) and torchvision 0.29.1
+VISION_VENV := .venv-vision
+$(VISION_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VISION_VENV)
+	$(VISION_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VISION_VENV)/bin/python -m pip install -q torch==2.14.1 -e '.[frameworks-vision]'
+	touch $@
+
 # the quick loop: the tests that start no process and are not marked slow (tests/conftest.py)
 test-fast: $(VENV)/.installed
 	$(PY) -m pytest -q -m "not slow"
@@ -60,4 +71,4 @@ test-matrix:
 	OLDEST_TORCH=$(OLDEST_TORCH) PYTEST_ARGS="$(PYTEST_ARGS)" $(PYTHON) ci/test_matrix.py $(MATRIX)
 
 clean:
-	rm -rf $(VENV) gpuopt-runs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VISION_VENV) gpuopt-runs .pytest_cache .mypy_cache .ruff_cache

@@ -9,8 +9,8 @@ table (docs/benchmarks.md).
     python benchmarks/bench_frameworks.py [--steps N] [--only SCRIPT ...]
 
 Needs the `frameworks` extra (transformers, accelerate, datasets, lightning); a script whose
-framework is not installed gets a row saying so. timm's train.py (the `frameworks-vision`
-extra) is checked by tests/test_frameworks_lightning.py.
+framework is not installed gets a row saying so. timm's train.py and timm_train.py (the
+`frameworks-vision` extra, in .venv-vision) are checked by tests/test_frameworks_timm.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Lightning and timm seen through (gpuopt.frameworks): whose code a frame is, the loop's phase,
-the Trainer(...) call, the framework-bound finding, its codemod and plan; and, with Lightning
-installed, a profile of a LightningModule: its framework key, its phases and the memory of its
-training step (not of the validation sanity check)."""
+"""Lightning seen through (gpuopt.frameworks; timm: tests/test_frameworks_timm.py): whose code a
+frame is, the loop's phase, the Trainer(...) call, the framework-bound finding, its codemod and
+plan; and, with Lightning installed, a profile of a LightningModule: its framework key, its
+phases and the memory of its training step (not of the validation sanity check)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from conftest import ROOT, marker_site, run_gpuopt
 from gpuopt.findings.rules.framework import framework_bound
 from gpuopt.fixes.framework_knobs import rewrite_call_keywords
 from gpuopt.fixes.plan import PlanInput, plan_fixes
-from gpuopt.frameworks import frames, lightning, timm
+from gpuopt.frameworks import frames, lightning
 from gpuopt.model.document import empty_profile
 from gpuopt.model.records import Framework, FrameworkPhase
 
@@ -93,9 +93,6 @@ def test_recognise_reads_sys_modules_without_importing() -> None:
 
     assert lightning.recognise({"lightning": Mod()}) == Framework(name="lightning", version="2.6.6")
     assert lightning.recognise({}) is None
-    assert timm.recognise({"timm": Mod()}) is None  # a timm model in a loop of the script's own
-    found = timm.recognise({"timm": Mod(), **dict.fromkeys(timm.SCRIPT_PACKAGES, Mod())})
-    assert found is not None and found.name == "timm"
 
 
 def test_codemod_sets_replaces_and_refuses_on_the_trainer_line() -> None:
@@ -261,34 +258,3 @@ def test_the_training_steps_memory_is_within_5_percent_of_the_real_step(
     assert truth["truth_error"] == "" and truth["truth_peak"]
     assert truth["truth_by"].startswith("torch MemTracker" if script == SCRIPT else "gpuopt's")
     assert abs(truth["fake_peak"] / truth["truth_peak"] - 1) < 0.05
-
-
-def test_timm_train_py_run_has_phases_and_one_per_sample_figure(tmp_path: Path) -> None:
-    """timm v1.0.28's own train.py (sources.toml's ``timm``, set up from its snapshot)."""
-    if importlib.util.find_spec("timm") is None:
-        pytest.skip("timm is not installed")
-    from conftest import corpus_source, load_benchmark
-
-    train = corpus_source("timm") / "train.py"
-
-    data = load_benchmark("frameworks/timm_data").write(tmp_path / "data", per_class=8)
-    out = tmp_path / "run"
-    flags = ["--data-dir", str(data), "--model", "resnet18", "--num-classes", "2"]
-    flags += ["--img-size", "32", "-b", "4", "--epochs", "1", "--workers", "1"]
-    flags += ["--device", "cpu", "--output", str(tmp_path / "out")]
-    args = ("profile", "--quiet", "--memory-for", "h100", "-o", str(out), str(train), *flags)
-    r = run_gpuopt(*args, env={**_env(), "HF_HUB_OFFLINE": "1"}, timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:]
-    doc = json.loads((out / "profile.json").read_text())
-    fw = doc["framework"]
-    assert fw["name"] == "timm"
-    assert fw["phases"] == [{"name": "train", "steps": 4}, {"name": "validation", "steps": 1}]
-    predicted = doc["memory"]["predicted"]
-    assert predicted["batch_size"] == 4
-    from gpuopt.units import fmt_bytes
-
-    # the per-sample figure is the one "what limits it" states, and it prices the largest batch
-    per = predicted["bytes_per_sample"]
-    assert f"{fmt_bytes(per)} a sample" in predicted["limit"]
-    best = predicted["max_batch_size"]
-    assert predicted["fixed_bytes"] + per * best <= 0.9 * 79.6 * 2**30 * 1.01

@@ -1,7 +1,8 @@
 """A tiny image folder for timm's train.py, offline: ``train/`` and ``validation/``, two classes
-of random 64x64 RGB PNGs (seeded), written under the folder given.
+of random 64x64 RGB PNGs (seeded), written under the folder given (24 a class for training, a
+quarter of that for validation, unless a number is given).
 
-    python benchmarks/frameworks/timm_data.py /tmp/timm-data
+    python benchmarks/frameworks/timm_data.py /tmp/timm-data [PER_CLASS]
 """
 
 from __future__ import annotations
@@ -26,4 +27,4 @@ def write(root: Path, per_class: int = 24, size: int = 64) -> Path:
 
 
 if __name__ == "__main__":
-    print(write(Path(sys.argv[1])))
+    print(write(Path(sys.argv[1]), *(int(n) for n in sys.argv[2:3])))

@@ -8,6 +8,7 @@ Checked with timm 1.0.28's ``train.py``: ``train_one_epoch`` runs the training b
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Mapping
 from typing import Any
 
@@ -82,13 +83,31 @@ LOADER_FLAGS = {"num_workers": "--workers", "pin_memory": "--pin-mem"}
 # train.py imports these (a script that builds a timm model alone does not)
 SCRIPT_PACKAGES = ("timm.data", "timm.loss", "timm.optim", "timm.scheduler")
 
+# the flags gpuopt's advice names (KNOBS): train.py's command line takes them, a script of one's
+# own built from timm's factories in a loop of its own does not
+SCRIPT_FLAGS = frozenset(k.argument for k in KNOBS)
+
 
 def recognise(modules: Mapping[str, Any]) -> Framework | None:
-    """The ``framework`` record where the script is timm's ``train.py`` or built like it (it
-    imported :data:`SCRIPT_PACKAGES`: timm's data, loss, optimizer and scheduler factories),
-    else None (a script that only builds a timm model trains in its own loop)."""
+    """The ``framework`` record where the script is timm's ``train.py`` or a copy of it: it
+    imported :data:`SCRIPT_PACKAGES` (timm's data, loss, optimizer and scheduler factories) and
+    its command line (an argument parser among the globals of ``modules["__main__"]``, the
+    script's module) takes :data:`SCRIPT_FLAGS`, the flags gpuopt's fixes name; else None: a
+    script built from timm's library trains in a loop of its own, and has none of those flags."""
     timm = modules.get("timm")
     if timm is None or not all(m in modules for m in SCRIPT_PACKAGES):
         return None
+    if not SCRIPT_FLAGS <= _command_line(modules.get("__main__")):
+        return None
     version = getattr(timm, "__version__", None)
     return Framework(name=NAME, version=str(version) if version else None)
+
+
+def _command_line(main: Any) -> set[str]:
+    """The option strings of the argument parsers among the module's globals (``train.py``'s
+    ``parser``; an argument group's options are its parser's)."""
+    found: set[str] = set()
+    for value in list(getattr(main, "__dict__", {}).values()):
+        if isinstance(value, argparse.ArgumentParser):
+            found |= set(getattr(value, "_option_string_actions", {}))
+    return found

@@ -31,6 +31,7 @@ class FrameworkProbe:
         self.looks = 0
         self.errors: list[str] = []
         self._resolver: Any = None
+        self._main: Any = None  # the script's module, as sys.modules held it at a step
 
     def start(self, ctx: RunContext) -> None:
         from gpuopt.sites import SiteResolver
@@ -41,6 +42,7 @@ class FrameworkProbe:
         if self.looks >= LOOK_STEPS or self._resolver is None:
             return
         self.looks += 1
+        self._main = sys.modules.get("__main__")
         try:
             self._look(sys._getframe(1))
         except Exception as exc:  # measuring must never break the user's run
@@ -82,13 +84,17 @@ class FrameworkProbe:
 
     def result(self) -> FrameworkCapture | None:
         """What the stack showed; else the framework the run imported, where a spec recognises
-        it from ``sys.modules`` (a framework's script that steps its optimizer itself)."""
+        it from ``sys.modules`` (a framework's script that steps its optimizer itself), with the
+        script's module as ``__main__`` (the run has put gpuopt's own back by now)."""
         if self.seen is not None:
             return self.seen
+        from collections import ChainMap
+
         from gpuopt.frameworks.detect import recognised
 
+        main: dict[str, Any] = {"__main__": self._main} if self._main is not None else {}
         try:
-            return recognised(sys.modules)
+            return recognised(ChainMap(main, sys.modules))
         except Exception as exc:  # a spec that misbehaves costs the key, never the run
             log.debug("probe framework: not recognised", exc_info=True)
             self.errors.append(f"framework probe: {type(exc).__name__}: {exc}")
