@@ -52,6 +52,9 @@ class PlannedFix:
     skipped: list[str] = field(default_factory=list)  # "path:line: why it was left alone"
     # the fix makes the training equivalent, not identical (a Dataset's random draws in workers)
     equivalent_only: bool = False
+    # its runs take this many micro-batches an optimizer step (gradient accumulation): their
+    # losses are summed per step before they are compared with the baseline's
+    micro_batches: int = 0
 
     @property
     def name(self) -> str:

@@ -179,8 +179,12 @@ class Keep:
 
 
 def keep_or_drop(kind: FixKind, g: Gain, on_gpu: bool, named: bool) -> Keep:
-    """Whether a fix stays, from the gain of its own runs."""
+    """Whether a fix stays, from the gain of its own runs. A fix judged by the memory it frees
+    stays whatever its speed (a slower step that fits is its point): its samples/s are its cost,
+    shown beside its memory; the memory decides later (:mod:`gpuopt.optimize.measure.memory`)."""
     shown = _shown(g)
+    if kind.judged_by_memory:
+        return Keep(None)
     if g.verdict == "slower":
         return Keep(f"{g.label} in the training run ({shown})")
     if (kind.gpu_only or kind.gpu_gain) and not on_gpu:
