@@ -181,6 +181,18 @@ def test_k_is_the_fewest_micro_batches_that_fit_else_the_default() -> None:
     assert choose_micro_batches(32, _predicted(95, 20)).k == 2  # 16 fits
     assert choose_micro_batches(32, _predicted(95, 10)).k == 4  # 8 fits, 16 does not
     assert choose_micro_batches(6, None).k == 3  # the largest divisor up to the default
+    measured = MemoryReport(  # on a GPU: the activations scaled with the batch
+        device="gpu",
+        capacity_bytes=80 * MiB,
+        measured=MemoryMeasured(
+            peak_allocated_bytes=90 * MiB,
+            peak_reserved_bytes=90 * MiB,
+            by_category=MemoryByCategory(activations=64 * MiB),
+            batch_size=32,
+        ),
+    )
+    on_gpu = choose_micro_batches(32, measured)  # 26 MiB fixed, 2 MiB a sample: 23 fit
+    assert on_gpu.k == 2 and "up to batch 23 fits" in on_gpu.why and "measured" in on_gpu.why
     none = choose_micro_batches(32, _predicted(99, 4))
     assert none.k is None and "accumulation alone cannot make it fit" in none.why
 

@@ -58,17 +58,19 @@ def test_a_looks_weight_is_the_threads_cpu_time_not_the_wall_clock() -> None:
     assert sampler.samples == []  # no gap samples: the recorder's window has its own sampler
 
 
-def test_the_sampled_steps_are_counted_and_the_switch_interval_restored() -> None:
+def test_every_other_step_is_sampled_and_the_switch_interval_restored() -> None:
     before = sys.getswitchinterval()
     fp = FrameworkPython()
     fp.begin()
     try:
         assert fp.running and abs(sys.getswitchinterval() - min(before, SWITCH_S)) < 1e-9
-        for i in range(5, 5 + STEPS + 3):
+        fp.on_step(5)  # sampled; the next one not
+        assert abs(sys.getswitchinterval() - before) < 1e-9
+        for i in range(6, 6 + 2 * STEPS):
             fp.on_step(i)
     finally:
         fp.end()
-    assert fp.steps == list(range(5, 5 + STEPS)) and not fp.running
+    assert fp.steps == list(range(5, 5 + 2 * STEPS, 2)) and not fp.running
     assert sys.getswitchinterval() == before
     fp.end()  # idempotent
     assert sys.getswitchinterval() == before

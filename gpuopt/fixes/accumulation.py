@@ -230,7 +230,6 @@ class Form:
     accumulation: int
     sites: list[str]
     edits: Edits
-    writes: str  # how the user would write it: "TrainingArguments(...)"
 
 
 def hf_form(profile: Profile, fw: Framework) -> Form:
@@ -248,7 +247,7 @@ def hf_form(profile: Profile, fw: Framework) -> Form:
         codemod = framework_codemod(line, "TrainingArguments", settings)
         return [SourceEdit(path, [line], codemod)], {k: int(v) for k, v in settings.items()}
 
-    return Form(batch, acc, [f"{path}:{line}"], edits, "TrainingArguments(...)")
+    return Form(batch, acc, [f"{path}:{line}"], edits)
 
 
 def _train_loader_site(profile: Profile) -> str | None:
@@ -283,7 +282,7 @@ def lightning_form(profile: Profile, fw: Framework) -> Form:
         return both, {"batch_size": micro, "accumulate_grad_batches": steps}
 
     sites = [f"{l_path}:{l_line}", f"{t_path}:{t_line}"]
-    return Form(batch, acc, sites, edits, "DataLoader(batch_size=...) and Trainer(...)")
+    return Form(batch, acc, sites, edits)
 
 
 FORMS: dict[str, Callable[[Profile, Framework], Form]] = {

@@ -89,6 +89,8 @@ class GapSampler:
         self.cpu_total = 0.0  # the sampled thread's CPU seconds over the looks
         self._cpu_clock: int | None = None
         self._cpu_last = 0.0
+        self._go = threading.Event()  # cleared: paused (no look, no wake-up) until resumed
+        self._go.set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._tid = 0
@@ -113,6 +115,7 @@ class GapSampler:
         if thread is None:
             return
         self._stop.set()
+        self._go.set()
         if thread is not threading.current_thread():
             thread.join(timeout=1.0)
         self._thread = None
@@ -121,6 +124,12 @@ class GapSampler:
         last = time.perf_counter()
         try:
             while not self._stop.wait(self.interval_s):
+                if not self._go.is_set():  # paused: the thread's CPU meanwhile is no look's
+                    self._go.wait()
+                    if self._cpu_clock is not None:
+                        self._cpu_last = time.clock_gettime(self._cpu_clock)
+                    last = time.perf_counter()
+                    continue
                 now = time.perf_counter()
                 self.look(now, last)
                 last = now
@@ -173,6 +182,13 @@ class GapSampler:
         )
         self.samples.append(sample)
         return sample
+
+    def pause(self) -> None:
+        """No looks until :meth:`resume` (the thread blocks: no wake-ups in between)."""
+        self._go.clear()
+
+    def resume(self) -> None:
+        self._go.set()
 
     def _cpu_since(self) -> float:
         """The sampled thread's CPU seconds since the last look, with ``python`` (one per look
