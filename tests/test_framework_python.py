@@ -107,3 +107,11 @@ def test_the_share_is_the_frameworks_cpu_over_the_threads(monkeypatch: Any) -> N
     assert framework_run.python_share(rec, "lightning") == 0.5  # type: ignore[arg-type]
     cap.python_cpu = {}
     assert framework_run.python_share(rec, "lightning") is None  # type: ignore[arg-type]
+
+
+def test_a_plain_loop_that_imported_a_framework_is_not_sampled() -> None:
+    """Imported is not enough (a test session, a script that uses one of its helpers): the
+    step boundary's stack must hold the framework's code."""
+    from gpuopt.probes.recorder import _through_framework
+
+    assert not _through_framework(sys._getframe())

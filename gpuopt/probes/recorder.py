@@ -25,7 +25,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import CodeType
+from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any
 
 from gpuopt import torch_compat
@@ -276,13 +276,16 @@ class DispatchRecorder:
         return list(self.python.steps) if self.python is not None else []
 
     def _python_after(self) -> None:
-        """On a framework's run, not compiling: the framework's Python sampled from the step
-        after the window's last (gpuopt.probes.framework_python)."""
+        """On a run whose step goes through a framework's code (a framework imported is not
+        enough), not compiling: the framework's Python sampled from the step after the
+        window's last (gpuopt.probes.framework_python)."""
         from gpuopt.frameworks.frames import SPEC_PACKAGES
         from gpuopt.probes.compile import script_compiles
         from gpuopt.probes.framework_python import FrameworkPython
 
-        if SPEC_PACKAGES.intersection(sys.modules) and not script_compiles():
+        if not SPEC_PACKAGES.intersection(sys.modules) or script_compiles():
+            return
+        if _through_framework(sys._getframe(2)):
             self.python = FrameworkPython()
             self.python.begin()
 
@@ -353,3 +356,16 @@ def _accelerator_available(torch: Any) -> bool:
     except Exception as exc:
         log.debug("torch.accelerator.is_available() failed: %s", exc)
         return False
+
+
+def _through_framework(frame: FrameType | None) -> bool:
+    """A framework's code is on the stack of this step boundary (its loop called the step)."""
+    from gpuopt.frameworks.detect import FrameworkFiles
+
+    files = FrameworkFiles()
+    f = frame
+    while f is not None:
+        if files.of(f.f_code.co_filename) is not None:
+            return True
+        f = f.f_back
+    return False
