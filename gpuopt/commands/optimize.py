@@ -519,9 +519,8 @@ def _judge(st: _State, kept: list[PlannedFix], c1: Done) -> dict[str, str]:
         if own is c1:  # the only fix: measured on with the candidate runs, sized, then judged
             continue
         g = run_gain(bases, [own], [fix], skip=fix.kind.settle_steps)
-        if (
-            clearly_slower(g) and not fix.kind.judged_by_memory
-        ):  # a little slower in one run: judged once measured more
+        # a little slower in one run: judged once measured more; a memory fix never for speed
+        if clearly_slower(g) and not fix.kind.judged_by_memory:
             fate = keep_or_drop(fix.kind, g, _on_gpu(st), fix.name in st.opts.fixes)
             out[fix.name] = fate.drop or g.label
     return out
