@@ -32,29 +32,36 @@ class _Always:
 
 
 def test_a_looks_weight_is_the_threads_cpu_time_not_the_wall_clock() -> None:
-    """A thread that sleeps three quarters of the time and spins the rest: by the wall clock
-    the spin would be a quarter of the looks' time; by the thread's CPU time it is nearly all."""
+    """A thread that sleeps two thirds of the time and spins the rest: by the wall clock the
+    spin would be a third of the looks' time; by the thread's CPU time it is nearly all (a
+    look late at a spin's end gives its CPU to the sleep that follows: on a loaded machine the
+    sampling thread waits for a core, so the bound leaves room for that)."""
     sampler = GapSampler(_Always(), frozenset(), interval_s=2e-4, python=True)
     ready = threading.Event()
 
     def work() -> None:
         sampler.start()  # samples the calling thread
         ready.set()
-        for _ in range(4):
-            _spin(0.02)
-            _sleep(0.06)
+        for _ in range(3):
+            _spin(0.04)
+            _sleep(0.08)
         sampler.stop()
 
-    t = threading.Thread(target=work)
-    t.start()
-    t.join(timeout=30)
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_S)  # as gpuopt.probes.framework_python samples
+    try:
+        t = threading.Thread(target=work)
+        t.start()
+        t.join(timeout=30)
+    finally:
+        sys.setswitchinterval(switch)
     assert ready.is_set() and sampler.cpu_total > 0
     by_function: dict[str, float] = {}
     for stack, cpu in sampler.python.items():
         name = sampler.codes[stack[0][0]].co_name
         by_function[name] = by_function.get(name, 0.0) + cpu
     spun = by_function.get("_spin", 0.0)
-    assert spun / sampler.cpu_total > 0.8, by_function
+    assert spun / sampler.cpu_total > 0.6, by_function
     assert sampler.samples == []  # no gap samples: the recorder's window has its own sampler
 
 
