@@ -5,6 +5,7 @@ their fix is named, the memory findings naming them, and Lightning's logged-valu
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -139,29 +140,29 @@ def test_amp_named_goes_through_the_frameworks_precision(name: str, setting: dic
     assert amp.model_transforms == [] and amp.edits[0].path == "t.py"
 
 
-@pytest.mark.parametrize(
-    ("name", "setting"),
-    [
-        ("lightning", {"accumulate_grad_batches": "4"}),
-        ("transformers", {"gradient_accumulation_steps": "4"}),
-    ],
-)
-def test_accumulation_is_the_frameworks_setting_and_only_when_named(
-    name: str, setting: dict
+def test_accumulation_is_planned_by_its_own_fix_and_only_when_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Not the one knob the framework route sets: both settings, by the fix's own planner
+    (tests/test_codemods_accumulation.py holds its forms)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("\n" * 44 + "args = TrainingArguments(output_dir='o')\n")
     memory = Finding(id="activation-memory", severity="medium", title="t", evidence={}, fix="f")
-    listed = _planned(name, [], [memory])["accumulation"]
+    listed = _planned("transformers", [], [memory])["accumulation"]
     assert listed.applicable and not listed.selected
     assert "only with --fix accumulation" in listed.reason
-    named = _planned(name, ["accumulation"])["accumulation"]
-    assert named.selected and named.settings == setting
+    named = _planned("transformers", ["accumulation"])["accumulation"]
+    assert named.selected and named.settings == {
+        "per_device_train_batch_size": 2,
+        "gradient_accumulation_steps": 4,
+    }
     plain = Profile(findings=[memory])
     (none,) = [
         f
         for f in plan_fixes(PlanInput(plain, ["accumulation"], False, None, "t.py"))
         if f.name == "accumulation"
     ]
-    assert not none.applicable and "framework's own setting" in none.reason
+    assert not none.applicable and "framework's own settings" in none.reason
 
 
 def test_timms_own_flag_is_said_beside_gpuopts_form() -> None:

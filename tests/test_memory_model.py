@@ -205,6 +205,35 @@ def test_gradient_accumulation_is_replayed_micro_step_by_micro_step() -> None:
     assert r.split.gradients == sum(p.numel() * 4 for p in model.parameters())
 
 
+def test_a_batch_fetched_between_micro_batches_is_no_call_of_the_step() -> None:
+    """Gradient accumulation fetches the next micro-batch inside the recorded iteration: the
+    DataLoader's indexing and stacking make the batch, an input of the program, and the dataset
+    they index is no tensor of the step (recorded, a 5000-image dataset counted 15 MiB)."""
+    from pathlib import Path
+
+    from gpuopt.sites import SiteResolver
+
+    data = torch.utils.data.TensorDataset(torch.randn(2000, 64), torch.randint(0, 10, (2000,)))
+    batches = iter(torch.utils.data.DataLoader(data, batch_size=16))
+    rec = StepRecorder()
+    rec.resolver = SiteResolver([Path(__file__).parent])
+    model = _Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    rec.start()
+    try:
+        for _ in range(2):
+            x, y = next(batches)
+            F.cross_entropy(model(x), y).backward()
+        opt.step()
+        rec.step_ended()
+    finally:
+        rec.stop()
+    names = [rec.step.entries[i].name for i in rec.step.needed()]
+    assert names.count("backward") == 2 and "stack" not in names and "__getitem__" not in names
+    r = _cpu(rec.step, 16)
+    assert r.peak_bytes < 2000 * 64 * 4  # the dataset's 512 KB are not in the step
+
+
 def test_gradients_kept_through_the_forward_are_noticed() -> None:
     rec = StepRecorder()
     _train(rec, set_to_none=False)

@@ -3,9 +3,9 @@
 run imported): its name and version, the user's line into it and the calls that set its settings
 (:func:`gpuopt.frameworks.detect.framework_record`), its loop's phases (batches by phase, counted
 by the DataLoader probe, where the framework declares phases; else the optimizer's steps and the
-evaluation loaders' batches), the share of the step in its own Python (the recorder window's gap
-sampler, split by whose code each look was in) and its settings call before the entry
-(``knobs_site``)."""
+evaluation loaders' batches), the share of the step's CPU time in its own code (the steps after
+the recorder's window, sampled: :mod:`gpuopt.probes.framework_python`) and its settings call
+before the entry (``knobs_site``)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def framework_record(rec: RunRecord, p: Profile) -> Framework | None:
         training = [s for s in rec.loaders.loaders if s.batches > s.eval_batches]
         if training:
             out.entry = max(training, key=lambda s: s.batches).site
-    out.python_share = python_share(rec, p, out.name)
+    out.python_share = python_share(rec, out.name)
     found = knobs_site(rec.cwd, out.name, out.entry)
     if found is not None:
         out.knobs_site, call = found
@@ -70,20 +70,13 @@ def knobs_site(cwd: str, name: str, entry: str | None) -> tuple[str, str] | None
     return None if found is None else (f"{file}:{found}", calls[0])
 
 
-def python_share(rec: RunRecord, p: Profile, name: str) -> float | None:
-    """The measured step's share in the framework's own Python: the recorder's time between ops
-    per step (Python and dispatch, exact) times the framework's part of the sampler's looks in
-    Python outside ops, over the step time. None where the window recorded no step or the
-    sampler saw no Python."""
+def python_share(rec: RunRecord, name: str) -> float | None:
+    """The framework's share of the training thread's CPU time in the steps sampled after the
+    recorder's window (:mod:`gpuopt.probes.framework_python`): the CPU time of the looks whose
+    stack's innermost frame owned by a framework, the user or torch is the framework's, over
+    all of it. None where no step was sampled."""
     cap = rec.recorder
-    dispatch = p.dispatch
-    if cap is None or not cap.gap_python or dispatch is None:
-        return None
-    between = getattr(dispatch, "between_ops_us_per_step", None)
-    step = getattr(dispatch, "step_time_us", None)
-    if not isinstance(between, float | int) or not isinstance(step, float | int) or step <= 0:
-        return None
-    if cap.snapshot is None:
+    if cap is None or not cap.python_cpu or cap.python_cpu_s <= 0 or cap.snapshot is None:
         return None
     resolver = cap.snapshot.resolver
     import sys
@@ -95,8 +88,5 @@ def python_share(rec: RunRecord, p: Profile, name: str) -> float | None:
         os.path.join(os.path.dirname(os.path.realpath(torch.__file__)), ""),
         resolver.is_user_file,
     )
-    split = python_split(cap.gap_python, cap.gap_codes, owners)
-    total = sum(split.values())
-    if total <= 0:
-        return None
-    return round(min(1.0, between / step) * split.get(name, 0.0) / total, 4)
+    split = python_split(cap.python_cpu, cap.python_codes, owners)
+    return round(min(1.0, split.get(name, 0.0) / cap.python_cpu_s), 4)

@@ -176,6 +176,7 @@ def _optimize(st: _State) -> int:
         return _baseline_failed(st)
     kept = _ablation(st, chosen)
     kept = _candidates(st, kept)
+    kept = _memory(st, kept)
     return _finish(st, fixes, kept)
 
 
@@ -518,10 +519,39 @@ def _judge(st: _State, kept: list[PlannedFix], c1: Done) -> dict[str, str]:
         if own is c1:  # the only fix: measured on with the candidate runs, sized, then judged
             continue
         g = run_gain(bases, [own], [fix], skip=fix.kind.settle_steps)
-        if clearly_slower(g):  # a little slower in one run: judged once measured more
+        # a little slower in one run: judged once measured more; a memory fix never for speed
+        if clearly_slower(g) and not fix.kind.judged_by_memory:
             fate = keep_or_drop(fix.kind, g, _on_gpu(st), fix.name in st.opts.fixes)
             out[fix.name] = fate.drop or g.label
     return out
+
+
+def _memory(st: _State, kept: list[PlannedFix]) -> list[PlannedFix]:
+    """A fix judged by the memory it frees (``accumulation``): one more candidate run, not timed,
+    with the baseline profile's memory probe (measured on a GPU, predicted with --memory-for);
+    its step's peak against the baseline's (:mod:`gpuopt.optimize.measure.memory`). A fix whose
+    peak grew goes; one that frees none stays as asked (it is opt-in: always named), its
+    verdict said; without a peak on the baseline's side there is no run and no verdict."""
+    from gpuopt.optimize.measure.memory import memory_change, step_peak
+    from gpuopt.optimize.output.results import MEMORY_RUN
+
+    judged = [f for f in kept if f.kind.judged_by_memory]
+    if not judged or step_peak(st.doc.baseline) is None:
+        return kept
+    st.phases.total += 1
+    spec = _spec(st, MEMORY_RUN, "candidate", kept)
+    spec.timed = False
+    done = _run(st, spec)
+    if _crashed(done):
+        for f in judged:
+            _drop(st, f, f"its memory run failed: {_why(done)}")
+        return [f for f in kept if f not in judged]
+    change = memory_change(st.doc.baseline, done.profile)
+    if change.verdict != "more":  # no gain: kept as asked, as a named fix without a speed gain
+        return kept
+    for f in judged:
+        _drop(st, f, change.label)
+    return [f for f in kept if f not in judged]
 
 
 def _on_gpu(st: _State) -> bool:

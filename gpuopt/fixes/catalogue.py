@@ -5,7 +5,14 @@ folder plus one line in :data:`FIXES`."""
 
 from __future__ import annotations
 
-from gpuopt.fixes import batch_size, framework_knobs, fused_ops, graph_breaks, zero_grad
+from gpuopt.fixes import (
+    accumulation,
+    batch_size,
+    framework_knobs,
+    fused_ops,
+    graph_breaks,
+    zero_grad,
+)
 from gpuopt.fixes.backend_flags import plan as backend_flags
 from gpuopt.fixes.dataloader import plan as dataloader
 from gpuopt.fixes.kind import FixKind
@@ -42,7 +49,7 @@ FIXES: tuple[tuple[FixKind, Planner], ...] = (
     (loops.PADDING_BATCH, loops.plan_padding_batch),
     (fused_ops.KIND, fused_ops.plan),
     (batch_size.KIND, batch_size.plan),
-    (framework_knobs.ACCUMULATION, framework_knobs.plan_accumulation),
+    (accumulation.KIND, accumulation.plan),
 )
 
 CATALOGUE: tuple[FixKind, ...] = tuple(kind for kind, _ in FIXES)

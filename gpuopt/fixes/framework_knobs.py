@@ -15,7 +15,7 @@ On the targeted lines, each call of one of the named callees (``Trainer(...)``,
 A targeted line with no such call is a :class:`Skipped` too.
 
 Its plan (:func:`plan`): the settings the findings name, at the script's settings call;
-:func:`plan_accumulation` refuses ``accumulation`` outside a framework's own setting.
+``accumulation`` sets two of these together (:mod:`gpuopt.fixes.accumulation`).
 """
 
 from __future__ import annotations
@@ -51,20 +51,6 @@ KIND = FixKind(
     runtime=False,
     source=True,
     gpu_gain=True,  # the reads it removes wait for a GPU: on a CPU kept unless slower
-)
-
-ACCUMULATION = FixKind(
-    "accumulation",
-    "gradient accumulation through the training framework's own setting "
-    "(TrainingArguments(gradient_accumulation_steps=4), Lightning's "
-    "Trainer(accumulate_grad_batches=4)): the optimizer steps every 4 batches",
-    ("activation-memory",),
-    runtime=False,
-    source=True,
-    opt_in=True,
-    expected="a larger effective batch without its memory: with a smaller batch, the step's "
-    "activations shrink; changes the optimisation (an optimizer step every N batches)",
-    per_sample=True,
 )
 
 
@@ -236,16 +222,3 @@ def framework_codemod(line: int, call: str, settings: dict[str, str]) -> Codemod
         return rewrite_framework_call(text, line, call, settings, name=name)
 
     return run
-
-
-def plan_accumulation(kind: FixKind, inp: PlanInput) -> PlannedFix:
-    """Gradient accumulation has no form outside a framework's setting (planned through it by
-    :func:`gpuopt.fixes.plan.plan_fixes`): a plain loop's accumulation is a change of its loop."""
-    return PlannedFix(
-        kind,
-        False,
-        False,
-        "only through a training framework's own setting (TrainingArguments("
-        "gradient_accumulation_steps=...), Lightning's Trainer(accumulate_grad_batches=...)): "
-        "this run's script sets none",
-    )

@@ -27,6 +27,12 @@ class FixKind:
     # what it saves falls at epoch starts too (workers starting): its gain is the training's wall
     # time, every step of a run counted (gpuopt.optimize.measure.speed, whole=True)
     whole_run: bool = False
+    # judged by the memory it frees (the step's peak before and after,
+    # gpuopt.optimize.measure.memory), its samples/s a cost: never dropped for being slower
+    judged_by_memory: bool = False
+    # plans its framework's settings itself (several set together), not through the one knob
+    # gpuopt.fixes.plan sets for an opt-in fix
+    own_framework_form: bool = False
 
 
 __all__ = ["FixKind"]

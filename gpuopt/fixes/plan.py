@@ -72,7 +72,7 @@ def _plan_one(kind: FixKind, inp: PlanInput) -> PlannedFix:
         return PLANNERS[kind.name](kind, inp)
     if kind.gpu_only and not inp.cuda:
         return PlannedFix(kind, False, False, "GPU-only: this run had no CUDA device")
-    through = _through_framework(kind, inp)
+    through = None if kind.own_framework_form else _through_framework(kind, inp)
     if through is not None:
         return through
     planner = PLANNERS.get(kind.name)

@@ -55,6 +55,9 @@ class PlannedFix:
     # the training's gain as estimated from a measurement outside it (the DataLoader sweep's
     # epochs); None: no such estimate
     expected_gain: float | None = None
+    # its runs take this many micro-batches an optimizer step (gradient accumulation): their
+    # losses are summed per step before they are compared with the baseline's
+    micro_batches: int = 0
 
     @property
     def name(self) -> str:

@@ -143,8 +143,8 @@ def python_split(
     codes: Mapping[int, Any],
     owners: Owners,
 ) -> dict[str, float]:
-    """The sampled Python time outside ops (seconds by stack of ``(id(code), lasti)``, innermost
-    first; ``codes`` by id) by who owns it: a framework's name, USER, TORCH or OTHER."""
+    """The sampled time (seconds by stack of ``(id(code), lasti)``, innermost first; ``codes``
+    by id) by who owns it: a framework's name, USER, TORCH or OTHER."""
     out: dict[str, float] = {}
     for stack, seconds in python.items():
         names = [codes[cid].co_filename for cid, _ in stack if cid in codes]

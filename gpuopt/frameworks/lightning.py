@@ -67,8 +67,9 @@ KNOBS = (
         argument="accumulate_grad_batches",
         value="4",
         finding="accumulation",
-        evidence="the optimizer steps every N batches (loops/optimization/automatic.py): a "
-        "larger effective batch without its memory",
+        evidence="the optimizer steps every N batches (loops/optimization/automatic.py): with "
+        "the DataLoader's batch_size divided by N, the same effective batch from N micro-batches, "
+        "about 1/N of the activations (gpuopt optimize --fix accumulation sets both)",
         changes_training=True,
     ),
 )

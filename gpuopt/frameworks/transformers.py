@@ -88,7 +88,9 @@ SPEC = FrameworkSpec(
             "gradient_accumulation_steps",
             "4",
             "accumulation",
-            "the optimizer steps every N batches: a larger effective batch without the memory",
+            "the optimizer steps every N batches: with per_device_train_batch_size divided by N, "
+            "the same effective batch from N micro-batches, about 1/N of the activations "
+            "(gpuopt optimize --fix accumulation sets both)",
             changes_training=True,
         ),
         Knob(

@@ -629,6 +629,8 @@ class StepRecorder:
         if _is_backward(func):
             self._backward(args, kwargs)
             return func(*args, **kwargs)
+        if self._loading():
+            return func(*args, **kwargs)
         name = getattr(func, "__name__", None) or type(func).__name__
         entry = self._entry("function", func, args, kwargs, name)
         out = func(*args, **kwargs)
@@ -657,6 +659,16 @@ class StepRecorder:
         if not any(isinstance(v, torch.Tensor) and id(v) in held for v in values):
             return False
         return self._called_by_user()
+
+    def _loading(self) -> bool:
+        """The call makes a batch (a DataLoader's fetch between the micro-batches of gradient
+        accumulation: its dataset indexed, its samples stacked): the batch is the program's
+        input, from outside, and the dataset it indexes is no tensor of the step."""
+        resolver = self.resolver
+        if resolver is None:
+            return False
+        # 0: here, 1: on_function, 2: the mode's handler, 3: its caller
+        return bool(resolver.locate(sys._getframe(3))[2])
 
     def _called_by_user(self) -> bool:
         """The user's code made the call itself, outside data loading (``Module.to()`` reads

@@ -21,6 +21,9 @@ FIXES_SCHEMA = "gpuopt.fixes/1"
 
 Verified = Literal["exact", "tolerance", "not-comparable", "failed", "not-run"]
 GainVerdict = Literal["faster", "slower", "no-gain", "not-measured"]
+# a memory fix's verdict: its peak now within the usable memory where the baseline's was not;
+# lower; about the same; higher; no peak on one side (a CPU run without --memory-for measures none)
+MemoryVerdict = Literal["fits", "frees", "no-gain", "more", "not-measured"]
 # what decided a "tolerance" (or "exact") verdict: identical; the losses within float rounding;
 # within the script's own run-to-run difference; within the fix's stated tolerance; the model's
 # outputs checked (a model transform); compared after the same samples (other batches)
@@ -126,6 +129,21 @@ class Gain(Record):
     stopped: str | UnsetType = UNSET
 
 
+class MemoryChange(Record):
+    """What a fix judged by memory (``accumulation``) did to the step's peak: the baseline's
+    profile against the candidate's memory run, the same source on both sides (``measured`` on
+    a GPU, else ``predicted`` under fake tensors for ``device``)."""
+
+    verdict: MemoryVerdict
+    label: str  # "peak 1.20 GiB -> 412 MiB (-66%), predicted for h100"
+    before_bytes: int | None = None
+    after_bytes: int | None = None
+    freed_share: float | None = None  # (before - after) / before
+    usable_bytes: int | None = None  # the device's memory less the margin (None: no budget)
+    source: str = ""  # "measured" or "predicted"
+    device: str | None = None
+
+
 class FixResult(Record):
     """One fix: how it reached the run, what it changed, whether it held, what it bought."""
 
@@ -146,6 +164,9 @@ class FixResult(Record):
     gpu_only: bool = False
     expected: str = ""  # a suggestion's expected effect, said as an expectation
     notes: list[str] = field(default_factory=list)  # what else the user should know
+    # a fix judged by the memory it frees: the step's peak before and after (its gain_detail is
+    # then the samples/s it costs)
+    memory: MemoryChange | UnsetType = UNSET
 
 
 class Verification(Record):

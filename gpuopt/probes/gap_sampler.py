@@ -67,7 +67,13 @@ class GapSampler:
     sampled.
     """
 
-    def __init__(self, engine: Any, skip: frozenset[int], interval_s: float = INTERVAL_S):
+    def __init__(
+        self,
+        engine: Any,
+        skip: frozenset[int],
+        interval_s: float = INTERVAL_S,
+        python: bool = False,
+    ):
         self.engine = engine
         self.skip = skip
         self.interval_s = interval_s
@@ -75,11 +81,16 @@ class GapSampler:
         self.codes: dict[int, CodeType] = {}  # every code object a stack refers to
         self._stacks: dict[Stack, Stack] = {}  # each distinct stack once
         self.errors: list[str] = []
-        # every look in Python outside an op, stretch of any length, with the time since the
-        # previous look: whose code the step's Python is (gpuopt.frameworks.frames); on where
-        # the run imported a framework (a plain loop's sampler looks as it always did)
-        self.python_too = False
+        # ``python`` (gpuopt.probes.framework_python): every look, in an op or not, by stack,
+        # weighing the CPU time the sampled thread used since the previous look (its thread CPU
+        # clock): whose code a step's CPU time is (gpuopt.frameworks.frames); no gap samples
+        self.python_too = python
         self.python: dict[Stack, float] = {}
+        self.cpu_total = 0.0  # the sampled thread's CPU seconds over the looks
+        self._cpu_clock: int | None = None
+        self._cpu_last = 0.0
+        self._go = threading.Event()  # cleared: paused (no look, no wake-up) until resumed
+        self._go.set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._tid = 0
@@ -91,9 +102,10 @@ class GapSampler:
             return
         self._tid = threading.get_ident()
         self._first_step = int(self.engine.steps_done)
-        from gpuopt.frameworks.frames import SPEC_PACKAGES
-
-        self.python_too = bool(SPEC_PACKAGES.intersection(sys.modules))
+        clock_of = getattr(time, "pthread_getcpuclockid", None)  # not on every platform
+        if self.python_too and clock_of is not None:
+            self._cpu_clock = clock_of(self._tid)
+            self._cpu_last = time.clock_gettime(self._cpu_clock)
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="gpuopt-gap-sampler", daemon=True)
         self._thread.start()
@@ -103,6 +115,7 @@ class GapSampler:
         if thread is None:
             return
         self._stop.set()
+        self._go.set()
         if thread is not threading.current_thread():
             thread.join(timeout=1.0)
         self._thread = None
@@ -111,6 +124,12 @@ class GapSampler:
         last = time.perf_counter()
         try:
             while not self._stop.wait(self.interval_s):
+                if not self._go.is_set():  # paused: the thread's CPU meanwhile is no look's
+                    self._go.wait()
+                    if self._cpu_clock is not None:
+                        self._cpu_last = time.clock_gettime(self._cpu_clock)
+                    last = time.perf_counter()
+                    continue
                 now = time.perf_counter()
                 self.look(now, last)
                 last = now
@@ -123,7 +142,10 @@ class GapSampler:
     def look(self, now: float, last: float) -> GapSample | None:
         """One look at the thread (``last``: the previous look's time); the sample kept, if any."""
         engine = self.engine
-        if not engine.recording or engine.busy:
+        if not engine.recording:
+            return None
+        cpu = self._cpu_since()
+        if engine.busy:
             return None
         since = engine.last_exit
         age = now - since
@@ -147,7 +169,8 @@ class GapSampler:
             return None
         key = self._stacks.setdefault(tuple(stack), tuple(stack))
         if self.python_too:
-            self.python[key] = self.python.get(key, 0.0) + (now - last)
+            self.python[key] = self.python.get(key, 0.0) + cpu
+            return None
         if age < GAP_FLOOR_S:
             return None
         sample = GapSample(
@@ -159,6 +182,26 @@ class GapSampler:
         )
         self.samples.append(sample)
         return sample
+
+    def pause(self) -> None:
+        """No looks until :meth:`resume` (the thread blocks: no wake-ups in between)."""
+        self._go.clear()
+
+    def resume(self) -> None:
+        self._go.set()
+
+    def _cpu_since(self) -> float:
+        """The sampled thread's CPU seconds since the last look, with ``python`` (one per look
+        where the platform has no thread CPU clock); else 0."""
+        if not self.python_too:
+            return 0.0
+        if self._cpu_clock is None:
+            self.cpu_total += 1.0
+            return 1.0
+        now = time.clock_gettime(self._cpu_clock)
+        spent, self._cpu_last = max(now - self._cpu_last, 0.0), now
+        self.cpu_total += spent
+        return spent
 
 
 def recorder_codes(*owners: Any) -> frozenset[int]:

@@ -22,9 +22,10 @@ Costs: a recorded op costs several microseconds of Python (measured by
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
-from types import CodeType
-from typing import Any
+from types import CodeType, FrameType
+from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct, field
 
@@ -38,6 +39,9 @@ from gpuopt.probes.recorder_calibration import Calibration
 from gpuopt.probes.recorder_engine import RecorderEngine
 from gpuopt.probes.recorder_snapshot import RecorderSnapshot
 from gpuopt.sites import SiteResolver
+
+if TYPE_CHECKING:
+    from gpuopt.probes.framework_python import FrameworkPython
 
 log = logger(__name__)
 
@@ -63,9 +67,13 @@ class RecorderCapture(Struct):
     # code objects their stacks refer to (by id)
     gap_samples: list[GapSample] = field(default_factory=list)
     gap_codes: dict[int, CodeType] = field(default_factory=dict)
-    # the sampler's looks in Python outside ops, any stretch (a framework's run only): seconds
-    # by stack (gpuopt.frameworks.frames splits them by whose code runs)
-    gap_python: dict[tuple[tuple[int, int], ...], float] = field(default_factory=dict)
+    # a framework's run, the steps after the window (gpuopt.probes.framework_python): the
+    # training thread's CPU seconds by stack (gpuopt.frameworks.frames splits them by whose code
+    # runs), the code objects they refer to, its CPU seconds in all, and the steps sampled
+    python_cpu: dict[tuple[tuple[int, int], ...], float] = field(default_factory=dict)
+    python_codes: dict[int, CodeType] = field(default_factory=dict)
+    python_cpu_s: float = 0.0
+    python_steps: list[int] = field(default_factory=list)
     # the run ended before the window: its last warm-up step, recorded in case, stands for it
     from_warmup: bool = False
 
@@ -108,6 +116,7 @@ class DispatchRecorder:
         self.trying = False  # the engine is recording the last warm-up step, in case
         self.warmup_engine: RecorderEngine | None = None  # that step, recorded
         self.from_warmup = False
+        self.python: FrameworkPython | None = None  # a framework's Python, after the window
 
     # -- Probe interface ---------------------------------------------------------------
     def start(self, ctx: RunContext) -> None:
@@ -135,6 +144,8 @@ class DispatchRecorder:
 
     def on_step(self, index: int, t: float) -> None:
         self.next_step = index + 1
+        if self.python is not None:
+            self.python.on_step(index)
         engine = self.engine
         if not self.enabled or self.done or engine is None or self.ctx is None:
             return
@@ -149,6 +160,7 @@ class DispatchRecorder:
                     engine.turn_off()
                     self._sample(False)
                     self.done = True
+                    self._python_after()
                 elif not engine.modes_installed() and start - 1 <= index < last:
                     self._turn_on(engine)
                     self._sample(True)
@@ -201,6 +213,9 @@ class DispatchRecorder:
                 if self.engine.steps_done == 0 and warm is not None and warm.steps_done > 0:
                     self.engine, self.from_warmup, self.unfinished = warm, True, False
             self._sample(False)
+            if self.python is not None:
+                self.python.end()
+                self.errors += self.python.errors
             self._remove_listener()
         except Exception as exc:
             log.debug("probe recorder: stop failed", exc_info=True)
@@ -241,9 +256,38 @@ class DispatchRecorder:
             + (self.sampler.errors if self.sampler is not None else []),
             gap_samples=list(self.sampler.samples) if self.sampler is not None else [],
             gap_codes=dict(self.sampler.codes) if self.sampler is not None else {},
-            gap_python=dict(self.sampler.python) if self.sampler is not None else {},
+            **self._python_fields(),
             from_warmup=self.from_warmup,
         )
+
+    def _python_fields(self) -> dict[str, Any]:
+        sampler = self.python.sampler if self.python is not None else None
+        if self.python is None or sampler is None:
+            return {}
+        return {
+            "python_cpu": dict(sampler.python),
+            "python_codes": dict(sampler.codes),
+            "python_cpu_s": sampler.cpu_total,
+            "python_steps": list(self.python.steps),
+        }
+
+    def python_steps(self) -> list[int]:
+        """The steps the framework's Python was sampled in (instrumented: left out)."""
+        return list(self.python.steps) if self.python is not None else []
+
+    def _python_after(self) -> None:
+        """On a run whose step goes through a framework's code (a framework imported is not
+        enough), not compiling: the framework's Python sampled from the step after the
+        window's last (gpuopt.probes.framework_python)."""
+        from gpuopt.frameworks.frames import SPEC_PACKAGES
+        from gpuopt.probes.compile import script_compiles
+        from gpuopt.probes.framework_python import FrameworkPython
+
+        if not SPEC_PACKAGES.intersection(sys.modules) or script_compiles():
+            return
+        if _through_framework(sys._getframe(2)):
+            self.python = FrameworkPython()
+            self.python.begin()
 
     def _sample(self, on: bool) -> None:
         """Start (the calling thread: the training's) or stop the gap sampler with the window."""
@@ -312,3 +356,16 @@ def _accelerator_available(torch: Any) -> bool:
     except Exception as exc:
         log.debug("torch.accelerator.is_available() failed: %s", exc)
         return False
+
+
+def _through_framework(frame: FrameType | None) -> bool:
+    """A framework's code is on the stack of this step boundary (its loop called the step)."""
+    from gpuopt.frameworks.detect import FrameworkFiles
+
+    files = FrameworkFiles()
+    f = frame
+    while f is not None:
+        if files.of(f.f_code.co_filename) is not None:
+            return True
+        f = f.f_back
+    return False

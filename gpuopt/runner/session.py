@@ -611,7 +611,8 @@ class ProfileSession:
         return w0 + w + (w if self.window is not None else 0)
 
     def _instrumented_steps(self) -> set[int]:
-        """Steps the recorder or the profiler window slowed down: left out of the statistics
+        """Steps the recorder (its window, and on a framework's run the steps after it whose
+        Python it samples) or the profiler window slowed down: left out of the statistics
         (their own measurements come from those probes), like warm-up steps."""
         w0, w = self.opts.warmup_used, self.opts.window
         out: set[int] = set()
@@ -619,6 +620,7 @@ class ProfileSession:
             return out
         if self.recorder is not None and self.recorder in self.started:
             out.update(range(w0, w0 + w))
+            out.update(self.recorder.python_steps())  # a framework's Python, sampled after it
             if self.recorder.warmup_used:  # its last warm-up step, recorded, stands for it
                 out.add(w0 - 1)
         if self.window is not None and self.window in self.started:

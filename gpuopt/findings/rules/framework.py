@@ -3,12 +3,13 @@
 A framework runs hooks, a closure, logging and a progress bar around the user's training step;
 for a small model that Python is a large part of the step (a Lightning autoencoder as in its basic
 examples: the same 202-213 aten ops a step, 1.12 ms CPU in a plain loop, 2.65 ms under Lightning:
-57% of the step its Python). ``framework.python_share`` is that part, as the recorder's window
-measured it (docs/frameworks.md); the finding says it in the framework's own words and names
-its knobs that take Python out of every step, where they are set (Lightning's ``Trainer(...)``,
-the HF Trainer's ``TrainingArguments(...)`` call), and its advice past them (a larger batch,
-which spreads the per-step cost over more samples): ``STEP_KNOBS``, ``BOUND_PARTS`` and
-``BOUND_ADVICE`` in the framework's module of :mod:`gpuopt.frameworks`.
+57% of the step its Python). ``framework.python_share`` is that part: the framework's share of
+the training thread's CPU time, sampled over 20 steps (docs/frameworks.md); the finding says it
+in the framework's own words and names its knobs that take Python out of every step, where they
+are set (Lightning's ``Trainer(...)``, the HF Trainer's ``TrainingArguments(...)`` call), and its
+advice past them (a larger batch, which spreads the per-step cost over more samples):
+``STEP_KNOBS``, ``BOUND_PARTS`` and ``BOUND_ADVICE`` in the framework's module of
+:mod:`gpuopt.frameworks`.
 """
 
 from __future__ import annotations
@@ -116,7 +117,8 @@ def framework_bound(profile: Profile) -> list[Finding]:
                 "summary": (
                     f"{fw.name} {fw.version or ''}: {fmt_frac(share)} of the step in its own "
                     "Python, the rest the script's code, torch's ops and their dispatch "
-                    "(the recorder's time between ops split by whose code the sampler saw)"
+                    "(the training thread's CPU time over 20 steps, split by whose code the "
+                    "sampler saw)"
                 ).replace("  ", " "),
                 "python_share": share,
                 "framework": fw.name,

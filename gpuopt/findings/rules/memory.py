@@ -360,8 +360,9 @@ def _through_framework(profile: Profile) -> str:
     acc = knob_said(fw, "accumulation")
     if acc:
         said.append(
-            f"a smaller batch with {acc} keeps the effective batch (changes the training: "
-            "gpuopt optimize --fix accumulation)"
+            f"the batch divided by N with {acc} keeps the effective batch and about 1/N of "
+            "the activations (gpuopt optimize --fix accumulation sets both, judged by the "
+            "memory it frees)"
         )
     return (" " + "; ".join(said) + ".") if said else ""
 

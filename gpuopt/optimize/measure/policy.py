@@ -186,10 +186,14 @@ class Keep:
 def keep_or_drop(
     kind: FixKind, g: Gain, on_gpu: bool, named: bool, expected: float | None = None
 ) -> Keep:
-    """Whether a fix stays, from the gain of its own runs. ``expected``: the training's gain
-    estimated from a measurement outside it (the DataLoader sweep's), which keeps a fix whose
-    training runs could not decide (:func:`kept_on_estimate`)."""
+    """Whether a fix stays, from the gain of its own runs. A fix judged by the memory it frees
+    stays whatever its speed (a slower step that fits is its point): its samples/s are its cost,
+    shown beside its memory; the memory decides later (:mod:`gpuopt.optimize.measure.memory`).
+    ``expected``: the training's gain estimated from a measurement outside it (the DataLoader
+    sweep's), which keeps a fix whose training runs could not decide (:func:`kept_on_estimate`)."""
     shown = _shown(g)
+    if kind.judged_by_memory:
+        return Keep(None)
     if g.verdict == "slower":
         return Keep(f"{g.label} in the training run ({shown})")
     if (kind.gpu_only or kind.gpu_gain) and not on_gpu:

@@ -271,3 +271,57 @@ def compare_by_samples(
     )
     out.bound = "samples"
     return out
+
+
+# -- gradient accumulation (the same samples a step, in micro-batches) ------------------------
+def per_step_losses(losses: Sequence[float], micro: int, divided: bool = True) -> list[float]:
+    """A run's losses with ``micro`` backward passes a step, one per step: each step's
+    micro-batch losses summed where the framework divides each by ``micro`` before its backward
+    (Lightning), averaged where it does not (the HF Trainer, for a model that takes the loss's
+    keyword arguments): either way the step's loss over its whole batch. A last step short of
+    ``micro`` losses is left out."""
+    n = len(losses) // micro
+    scale = 1.0 if divided else 1.0 / micro
+    return [sum(losses[i * micro : (i + 1) * micro]) * scale for i in range(n)]
+
+
+def compare_accumulated(
+    base: TrainingRecord | None,
+    again: Sequence[TrainingRecord | None],
+    cand: TrainingRecord | None,
+    micro: int,
+    tolerance: float | None,
+) -> Verification:
+    """A candidate that takes each step's batch in ``micro`` micro-batches against the baseline:
+    its per-step losses (:func:`per_step_losses`) against the baseline's, step for step, after
+    the same samples, over the steps both made (backward passes mark steps until the first
+    optimizer step: the candidate makes ``micro - 1`` fewer optimizer steps). Whether the
+    framework divided the recorded losses is read from the first step, where both start from
+    the same parameters on the same samples: the reading closer to the baseline's first loss."""
+    if base is None or cand is None or not base.losses or not cand.losses:
+        return compare_training(base, again, cand, tolerance)
+    summed = per_step_losses(cand.losses, micro)
+    averaged = per_step_losses(cand.losses, micro, divided=False)
+    first = base.losses[0]
+    divided = not averaged or abs(summed[0] - first) <= abs(averaged[0] - first)
+    steps = summed if divided else averaged
+    n = min(len(steps), len(base.losses))
+    cut = [
+        TrainingRecord(
+            losses=list(r.losses[:n]), param_digest=r.param_digest, param_norm=r.param_norm
+        )
+        for r in (base, *[a for a in again if a is not None])
+    ]
+    grouped = TrainingRecord(
+        losses=steps[:n], param_digest=cand.param_digest, param_norm=cand.param_norm
+    )
+    out = compare_training(cut[0], cut[1:], grouped, tolerance)
+    if out.verified == "failed" and out.max_loss_diff == 0.0:  # the parameters alone differ:
+        out.verified, out.bound = "tolerance", "rounding"  # another order of the same sums
+        out.detail = "the per-step losses identical; the parameters differ at float rounding"
+    how = "summed (each divided by the framework)" if divided else "averaged"
+    out.detail = (
+        f"{micro} micro-batches a step, their losses {how} per step, compared after the same "
+        f"samples over {n} steps: {out.detail}"
+    )
+    return out

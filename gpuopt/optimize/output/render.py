@@ -53,11 +53,14 @@ def _apart(doc: OptimizeDocument) -> str | None:
 
 def _fix_gain(f: FixResult) -> str:
     g = given(f.gain_detail)
-    if g is None:
-        return "—"
-    if g.speedup is None or not g.measurable:
-        return g.label or "—"
-    return f"{g.speedup:.2f}x"
+    memory = given(f.memory)
+    measured = g is not None and g.speedup is not None and g.measurable
+    speed = f"{g.speedup:.2f}x" if measured and g is not None else "—" if g is None else g.label
+    if memory is None:
+        return speed or "—"
+    freed = memory.freed_share
+    peak = f"peak {-freed:+.0%}" if freed is not None else "memory not measured"
+    return f"{peak}, samples/s {speed or 'not measured'}"
 
 
 def _fix_rows(doc: OptimizeDocument) -> list[tuple[str, str, str, str, str, str]]:
@@ -128,6 +131,11 @@ def detail_lines(doc: OptimizeDocument) -> list[str]:
         out += [f"{tag}: {line}" for line in f.changes]
         out += [f"{f.id}: left alone: {line}" for line in f.skipped]
         out += [f"{f.id}: note: {line}" for line in (f.notes if f.applied or planned else [])]
+        memory = given(f.memory)
+        if memory is not None and f.applied:
+            g = given(f.gain_detail)
+            cost = _gain_text(g) if g is not None else "not measured"
+            out.append(f"{f.id}: memory: {memory.label}; samples/s, its cost: {cost}")
     return out
 
 

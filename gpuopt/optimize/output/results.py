@@ -10,10 +10,11 @@ from msgspec import UNSET, UnsetType
 
 from gpuopt.errors import GpuoptError
 from gpuopt.fixes.plan import PlannedFix
-from gpuopt.model.optimize import FixResult, Gain, OptimizeDocument, Verification
+from gpuopt.model.optimize import FixResult, Gain, MemoryChange, OptimizeDocument, Verification
 from gpuopt.model.records import TrainingRecord, given
 from gpuopt.optimize.measure.speed import gain
 from gpuopt.optimize.measure.verify import (
+    compare_accumulated,
     compare_by_samples,
     compare_training,
     per_sample_times,
@@ -95,9 +96,12 @@ def run_gain(
             whole=True,
         )
     if not any(f.kind.per_sample for f in fixes):
-        return gain(
+        out = gain(
             [d.result.step_s for d in baselines], [d.result.step_s for d in candidates], skip=skip
         )
+        if out.measurable and any(f.micro_batches > 1 for f in fixes):
+            out.label += " (samples/s: the same samples a step)"
+        return out
     out = gain(
         [per_sample_times(d.result.step_s, d.samples_per_step()) for d in baselines],
         [per_sample_times(d.result.step_s, d.samples_per_step()) for d in candidates],
@@ -117,10 +121,13 @@ def run_verdict(baselines: list[Done], cand: Done, fixes: list[PlannedFix]) -> V
     floor (after the same number of samples when a fix changes the batches: never step for
     step)."""
     b1 = baselines[0] if baselines else None
+    others = [_training(d) for d in baselines[1:]]
+    micro = max((f.micro_batches for f in fixes), default=0)
+    if micro > 1:
+        return compare_accumulated(_training(b1), others, _training(cand), micro, _tolerance(fixes))
     if any(f.kind.per_sample for f in fixes):
         base_k = b1.samples_per_step() if b1 is not None else None
         return compare_by_samples(_training(b1), _training(cand), base_k, cand.samples_per_step())
-    others = [_training(d) for d in baselines[1:]]
     v = compare_training(_training(b1), others, _training(cand), _tolerance(fixes))
     if any(f.kind.transform for f in fixes):
         v = with_transform_check(v, cand.transform_check(), _tolerance(fixes))
@@ -223,6 +230,8 @@ def _measured_part(
         v = doc.verification or Verification(verified="not-run", detail="")
     if _gpu_gain_unmeasured(fix, doc):
         g = gpu_gain_here()
+    if fix.kind.judged_by_memory:
+        out.memory = _memory_change(runs, doc)
     out.gain_detail = g
     out.gain = g.speedup if g.measurable else None
     out.verified = v.verified
@@ -231,6 +240,17 @@ def _measured_part(
         v = Verification(verified="not-comparable", detail=fix.notes[-1])
     if v.verified not in ("exact", "not-run") and v.detail:
         out.reason = f"{out.reason}; {v.detail}" if out.reason else v.detail
+
+
+MEMORY_RUN = "candidate memory"  # gpuopt.commands.optimize's run of a fix judged by memory
+
+
+def _memory_change(runs: list[Done], doc: OptimizeDocument) -> MemoryChange:
+    """The step's peak in the baseline's profile against the candidate's memory run."""
+    from gpuopt.optimize.measure.memory import memory_change
+
+    run = next((d for d in runs if d.result.label == MEMORY_RUN), None)
+    return memory_change(doc.baseline, run.profile if run is not None else None)
 
 
 def gpu_gain_here(stopped: str | UnsetType = UNSET) -> Gain:

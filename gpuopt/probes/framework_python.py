@@ -1,0 +1,106 @@
+"""How much of a step's CPU time a training framework spends in its own code: sampled over
+ordinary steps.
+
+On a run that imported a framework (gpuopt.frameworks), once the recorder's window has ended,
+the training thread's stack is looked at every :data:`INTERVAL_S` in every other step, for
+:data:`STEPS` steps (fewer where the run ends first). Each look weighs the CPU time the training
+thread used since the previous look (its thread CPU clock, read from the sampling thread), and
+goes to the innermost
+frame of its stack that is a framework's, the user's or torch's (``gpuopt.frameworks.frames``):
+an op's time to the code that called it. The framework's CPU time over the thread's is its share
+(``gpuopt.assemble.framework_run.python_share``).
+
+Why not the recorder's window, as before: there the recorder's own work on every op took most of
+the time (the Lightning autoencoder's 2.6 ms step took 11-25 ms recorded), so its three steps
+held 7-23 looks in Python, and with the window's time between ops (calibrated, on a loaded
+machine from 0 to 41% of the step) the share read 0.00-0.28 run to run. Here each look is cheap
+for the run (no recorder), there are a few hundred, and CPU time leaves out the time the thread
+waited for a core or for the GIL: a busy machine stretches the wall clock, not the split. The
+interpreter hands the GIL over every :data:`SWITCH_S` while sampling (instead of every 5 ms) so
+that a look is not held back to the moment the thread enters an op. The sampling thread's
+cost falls on these steps: they are instrumented, left out of the run's statistics; the steps in
+between, the sampling thread blocked, stay in them.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from gpuopt.debug import logger
+from gpuopt.probes.gap_sampler import GapSampler
+
+log = logger(__name__)
+
+STEPS = 20  # steps sampled: a few hundred looks on a 5 ms step
+INTERVAL_S = 2e-4  # between looks
+SWITCH_S = 1e-4  # the interpreter's switch interval while sampling (its default: 5 ms)
+
+
+class _Flag:
+    """What the gap sampler reads of the recorder's engine, for steps the recorder does not
+    record: looking or not (``recording``), never inside an op (a look's owner is its
+    stack's)."""
+
+    recording = False
+    busy = False
+    last_exit = 0.0
+    steps_done = 0
+
+
+class FrameworkPython:
+    """The sampling (see the module doc): :meth:`begin` at a step boundary, :meth:`on_step`
+    at each, :meth:`end` at the run's end at the latest. Every other step is sampled, the
+    sampling thread blocked in between: half the steps after the window stay in the run's
+    statistics, however soon it ends."""
+
+    def __init__(self, steps: int = STEPS) -> None:
+        self.wanted = steps
+        self.sampler: GapSampler | None = None  # kept after the end: its looks are the result
+        self.steps: list[int] = []  # the steps sampled (instrumented)
+        self.running = False
+        self._flag = _Flag()
+        self._switch: float | None = None
+        self.errors: list[str] = []
+
+    def begin(self) -> None:
+        """Sample from now on (called from the training thread, at a step boundary)."""
+        try:
+            self.sampler = GapSampler(self._flag, frozenset(), INTERVAL_S, python=True)
+            self._sampling(True)
+            self.sampler.start()
+            self.running = True
+        except Exception as exc:  # measuring must never break the run
+            log.debug("framework python: not sampled", exc_info=True)
+            self.errors.append(f"framework CPU share not sampled: {type(exc).__name__}: {exc}")
+            self.sampler = None
+            self.end()
+
+    def _sampling(self, on: bool) -> None:
+        """Look during the next step (the switch interval lowered), or not (restored)."""
+        self._flag.recording = on
+        if on and self._switch is None:
+            self._switch = sys.getswitchinterval()
+            sys.setswitchinterval(min(self._switch, SWITCH_S))
+        elif not on and self._switch is not None:
+            sys.setswitchinterval(self._switch)
+            self._switch = None
+        if self.sampler is not None:
+            (self.sampler.resume if on else self.sampler.pause)()
+
+    def on_step(self, index: int) -> None:
+        if not self.running:
+            return
+        if self._flag.recording:
+            self.steps.append(index)
+        if len(self.steps) >= self.wanted:
+            self.end()
+            return
+        self._sampling(not self._flag.recording)
+
+    def end(self) -> None:
+        """Stop sampling (at the last step sampled, or the run's end); idempotent."""
+        self.running = False
+        self._sampling(False)
+        if self.sampler is not None:
+            self.sampler.stop()
+            self.errors += [e for e in self.sampler.errors if e not in self.errors]
