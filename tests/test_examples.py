@@ -41,8 +41,13 @@ def test_slow_dataset_is_dataloader_bound(tmp_path: Path) -> None:
         # 2 cores, torch computing on both: no core for a worker, no gain expected here
         if doc["environment"]["torch_threads"] >= doc["utilization"]["cpu_count"]:
             assert f["est_speedup"] == 1.0
-    if share > 0.5:  # the largest share: the first finding
-        assert doc["findings"][0]["id"] == "dataloader-bound"
+    if share > 0.5:  # the largest share: the first finding, unless it estimates no gain
+        first, loader_est = doc["findings"][0], by_id["dataloader-bound"]["est_speedup"]
+        # findings rank by estimated gain: with no core free for a worker the loader's is 1.0x,
+        # and a finding with any gain (a busy machine's slow step) may come first
+        assert first["id"] == "dataloader-bound" or (
+            loader_est == 1.0 and (first["est_speedup"] or 1.0) > 1.0
+        ), [(f["id"], f["est_speedup"], f["title"]) for f in doc["findings"]]
 
 
 def test_segmentation_loops_points_at_the_loop_and_the_syncs(tmp_path: Path) -> None:
