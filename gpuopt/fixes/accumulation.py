@@ -250,17 +250,10 @@ def hf_form(profile: Profile, fw: Framework) -> Form:
     return Form(batch, acc, [f"{path}:{line}"], edits)
 
 
-def _train_loader_site(profile: Profile) -> str | None:
-    for d in given(profile.dataloaders) or []:
-        if given(d.role) != "eval":
-            return given(d.built_at) or d.site
-    return None
-
-
 def lightning_form(profile: Profile, fw: Framework) -> Form:
     t_path, t_line, trainer = _call(fw.settings_at.get("Trainer"), "Trainer")
     acc = int_argument(trainer, "accumulate_grad_batches", 1)
-    site = _train_loader_site(profile)
+    site = profile.train_loader_site()
     if site is None:
         raise Refused("the training DataLoader(...) was not seen built in the script's files")
     l_path, l_line, loader = _call(site, "DataLoader")

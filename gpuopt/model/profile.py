@@ -81,6 +81,7 @@ from gpuopt.model.records import (
     TrainingRecord,
     Transfer,
     Utilization,
+    given,
 )
 from gpuopt.model.trace import TraceDetails
 
@@ -205,6 +206,14 @@ class Profile(Record):
     distributed: DistributedRun | UnsetType = UNSET
     # what gpuopt itself cost the run (a `gpuopt profile` run's document)
     overhead: Overhead | UnsetType = UNSET
+
+    def train_loader_site(self) -> str | None:
+        """The first training DataLoader's line: where the script built it, else where it was
+        iterated; None without one (an "eval" loader fetches with autograd off)."""
+        for d in given(self.dataloaders) or []:
+            if given(d.role) != "eval":
+                return given(d.built_at) or d.site
+        return None
 
     def frames(self) -> dict[str, pd.DataFrame]:
         """The document as pandas DataFrames: ``steps`` (one row per step), ``breakdown``,

@@ -152,13 +152,6 @@ def _on_device(profile: Profile, m: MemoryReport) -> _OnDevice | None:
     return _OnDevice(host, device, model)
 
 
-def _loader_site(profile: Profile) -> str | None:
-    for d in given(profile.dataloaders) or []:
-        if given(d.role) != "eval":
-            return given(d.built_at) or d.site
-    return None
-
-
 def _suggested(batch: int, max_batch: int) -> int:
     """The script's batch times the largest power of two that fits (at most MAX_FACTOR)."""
     k = 1
@@ -231,7 +224,7 @@ def _headroom(
             id="memory-headroom",
             severity=at_least(severity_for_share(share), "low"),
             title=title,
-            site=_loader_site(profile),
+            site=profile.train_loader_site(),
             evidence=evidence,
             fix=(
                 f"Raise the batch size from {fit.batch} to {new} (up to {fmt_count(fit.max_batch)} "
