@@ -220,9 +220,9 @@ def keep_or_drop(
 def kept_on_estimate(g: Gain, expected: float | None) -> bool:
     """A fix whose training runs could not decide — too noisy, or a gain on the runs' pairs
     still :func:`undecided` — stays when a measurement outside the training estimates at least
-    :data:`EXPECTED_KEEP`. A busy machine stretches the training's compute and its bursts swamp
-    the pairs, while the sweep times the loader on the CPU it used; a tight no-gain (the
-    interval's high end within 1.03) still drops the fix."""
+    :data:`EXPECTED_KEEP`. On a busy machine the runs with workers scatter (beside two busy
+    loops some took 10-20x the others' time), while the sweep times the loader on the CPU it
+    used; a tight no-gain (the interval's high end within 1.03) still drops the fix."""
     if expected is None or expected < EXPECTED_KEEP:
         return False
     return g.verdict == "not-measured" or undecided(g)
