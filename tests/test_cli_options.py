@@ -31,6 +31,36 @@ def plain(value: Any) -> Any:
     return list(value) if isinstance(value, (list, tuple)) else value
 
 
+# typer 0.29 describes an option's type on the option (``type_descriptor``, ``min``, ``max``,
+# ``bare_type()``); earlier typers, down to the declared floor 0.24, keep click's ``type``
+
+
+def choices(param: Any) -> tuple[Any, ...]:
+    described = getattr(param, "type_descriptor", None) or param.type
+    return tuple(getattr(described, "choices", None) or ())
+
+
+def bounds(param: Any) -> tuple[Any, Any]:
+    if hasattr(param, "min"):
+        return param.min, param.max
+    return getattr(param.type, "min", None), getattr(param.type, "max", None)
+
+
+CLICK_TYPES = {
+    "IntParamType": "int",
+    "IntRange": "int",
+    "FloatParamType": "float",
+    "FloatRange": "float",
+}
+
+
+def bare_type(param: Any) -> str:
+    if hasattr(param, "bare_type"):
+        return str(param.bare_type())
+    name = CLICK_TYPES.get(type(param.type).__name__, "str")
+    return f"list[{name}]" if param.multiple else name
+
+
 def declared_default(opt: Opt) -> Any:
     if opt.default is REQUIRED:
         return None  # click: no default, the option required
@@ -58,8 +88,8 @@ def test_every_typer_command_is_its_declaration(name: str) -> None:
             p.hidden,
             p.help,
             p.metavar,
-            tuple(plain(c) for c in p.type_descriptor.choices or ()),
-            (p.min, p.max),
+            tuple(plain(c) for c in choices(p)),
+            bounds(p),
             p.rich_help_panel,
         )
         for p in options
@@ -92,7 +122,7 @@ def test_each_options_type_is_the_declarations() -> None:
         for opt in decl.options:
             if opt.kind in ("value", "repeat") and not opt.choices:
                 want = f"list[{opt.type}]" if opt.kind == "repeat" else opt.type
-                assert params[opt.dest].bare_type() == want, (name, opt.dest)
+                assert bare_type(params[opt.dest]) == want, (name, opt.dest)
 
 
 def test_checks_settings_are_one_table_for_the_file_and_the_command_line() -> None:
@@ -212,3 +242,14 @@ def test_the_module_form_skips_each_commands_own_valued_options() -> None:
         for flag in sorted(COMMANDS[name].valued() - {"-m"}):
             argv = [name, flag, "-m", "-m", "pkg", "--help"]
             assert entry.module_args_after_module(argv) == [*argv[:-1], "--", "--help"], argv
+
+
+def test_fix_help_names_every_fix_of_the_catalogue_in_its_group() -> None:
+    from gpuopt.fixes.catalogue import CATALOGUE
+
+    (fix,) = (opt for opt in COMMANDS["optimize"].options if opt.dest == "fix")
+    default, _, rest = fix.help.partition("asked by name:")
+    by_name, _, opt_in = rest.partition("opt-in:")
+    for kind in CATALOGUE:
+        group = opt_in if kind.opt_in else by_name if kind.name == "aot" else default
+        assert f" {kind.name}" in group.replace("\n", " "), kind.name

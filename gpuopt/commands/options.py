@@ -543,9 +543,9 @@ OPTIMIZE = Command(
             default=(),
             help="A fix to use (repeatable; default: every safe fix the findings call for): "
             "dataloader, pinned-copies, syncs, graph-breaks, framework-knobs, zero-grad, "
-            "cudnn-benchmark, vectorize, padding, cuda-graphs (on a GPU); asked by name: aot; "
-            "opt-in: amp, tf32, channels-last, compile, padding-batch, batch-size, accumulation "
-            "(through a training framework's setting).",
+            "cudnn-benchmark, vectorize, padding, fused-ops, cuda-graphs (on a GPU); "
+            "asked by name: aot; opt-in: amp, tf32, channels-last, compile, padding-batch, "
+            "batch-size, accumulation (through a training framework's setting).",
         ),
         Opt(
             "amp_dtype",
