@@ -13,13 +13,15 @@ an op's time to the code that called it. The framework's CPU time over the threa
 Why not the recorder's window, as before: there the recorder's own work on every op took most of
 the time (the Lightning autoencoder's 2.6 ms step took 11-25 ms recorded), so its three steps
 held 7-23 looks in Python, and with the window's time between ops (calibrated, on a loaded
-machine from 0 to 41% of the step) the share read 0.00-0.28 run to run. Here each look is cheap
-for the run (no recorder), there are a few hundred, and CPU time leaves out the time the thread
-waited for a core or for the GIL: a busy machine stretches the wall clock, not the split. The
-interpreter hands the GIL over every :data:`SWITCH_S` while sampling (instead of every 5 ms) so
-that a look is not held back to the moment the thread enters an op. The sampling thread's
-cost falls on these steps: they are instrumented, left out of the run's statistics; the steps in
-between, the sampling thread blocked, stay in them.
+machine from 0 to 41% of the step) the share read 0.00-0.28 run to run. Here a look costs the
+run no recorder, only the wake-up and the GIL handed over and back (50-100 us: a look every
+:data:`INTERVAL_S` adds a few % to a sampled step), there are tens to hundreds of them, and CPU
+time leaves out the time the thread waited for a core or for the GIL: a busy machine stretches
+the wall clock, not the split. The interpreter hands the GIL over every :data:`SWITCH_S` while
+sampling (instead of every 5 ms) so that a look is not held back to the moment the thread enters
+an op. The sampling thread's cost falls on these steps: they are instrumented, left out of the
+run's statistics, and what they took beyond the median step is the ``overhead`` key's
+``windows_s``; the steps in between, the sampling thread blocked, stay in them.
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ from gpuopt.probes.gap_sampler import GapSampler
 
 log = logger(__name__)
 
-STEPS = 20  # steps sampled: a few hundred looks on a 5 ms step
-INTERVAL_S = 2e-4  # between looks
+STEPS = 40  # steps sampled at most: ~70 looks on a 60-step Lightning run of 2.5 ms steps
+# between looks: each costs the training thread 50-100 us (a wake-up, the GIL handed over and
+# back), +4-8% of a 2 ms step's CPU at 1 ms, +34-38% at 0.2 ms (pinned, load 5)
+INTERVAL_S = 1e-3
 SWITCH_S = 1e-4  # the interpreter's switch interval while sampling (its default: 5 ms)
 
 
