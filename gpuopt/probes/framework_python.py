@@ -1,13 +1,15 @@
 """How much of a step's CPU time a training framework spends in its own code: sampled over
 ordinary steps.
 
-On a run that imported a framework (gpuopt.frameworks), once the recorder's window has ended,
-the training thread's stack is looked at every :data:`INTERVAL_S` in every other step, for
-:data:`STEPS` steps (fewer where the run ends first). Each look weighs the CPU time the training
-thread used since the previous look (its thread CPU clock, read from the sampling thread), and
-goes to the innermost
-frame of its stack that is a framework's, the user's or torch's (``gpuopt.frameworks.frames``):
-an op's time to the code that called it. The framework's CPU time over the thread's is its share
+On a run that imported a framework (gpuopt.frameworks), once the recorder's window has ended
+and :data:`CLEAN` steps more have passed unsampled, the training thread's stack is looked at
+every :data:`INTERVAL_S` for :data:`STEPS` steps in a row (fewer where the run ends first): the
+clean steps stay in the run's statistics however soon it ends, and the sampled ones, with the
+window's, are under half of a 60-step run's. Each look weighs the CPU time the training thread
+used since the previous look (its thread CPU clock, read from the sampling thread), and goes to
+the innermost frame of its stack that is a framework's, the user's or torch's
+(``gpuopt.frameworks.frames``): an op's time to the code that called it. The framework's CPU
+time over the thread's is its share
 (``gpuopt.assemble.framework_run.python_share``).
 
 Why not the recorder's window, as before: there the recorder's own work on every op took most of
@@ -21,7 +23,7 @@ the wall clock, not the split. The interpreter hands the GIL over every :data:`S
 sampling (instead of every 5 ms) so that a look is not held back to the moment the thread enters
 an op. The sampling thread's cost falls on these steps: they are instrumented, left out of the
 run's statistics, and what they took beyond the median step is the ``overhead`` key's
-``windows_s``; the steps in between, the sampling thread blocked, stay in them.
+``windows_s``; before and after them the sampling thread is blocked.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from gpuopt.probes.gap_sampler import GapSampler
 
 log = logger(__name__)
 
-STEPS = 40  # steps sampled at most: ~70 looks on a 60-step Lightning run of 2.5 ms steps
+STEPS = 20  # steps sampled at most: under half of a 60-step Lightning run's
+CLEAN = 10  # steps after the window before the sampled ones
 # between looks: each costs the training thread 50-100 us (a wake-up, the GIL handed over and
 # back), +4-8% of a 2 ms step's CPU at 1 ms, +34-38% at 0.2 ms (pinned, load 5)
 INTERVAL_S = 1e-3
@@ -53,12 +56,12 @@ class _Flag:
 
 class FrameworkPython:
     """The sampling (see the module doc): :meth:`begin` at a step boundary, :meth:`on_step`
-    at each, :meth:`end` at the run's end at the latest. Every other step is sampled, the
-    sampling thread blocked in between: half the steps after the window stay in the run's
-    statistics, however soon it ends."""
+    at each, :meth:`end` at the run's end at the latest. The sampling thread is blocked over
+    the ``clean`` steps first, then looks over ``steps`` steps in a row."""
 
-    def __init__(self, steps: int = STEPS) -> None:
+    def __init__(self, steps: int = STEPS, clean: int = CLEAN) -> None:
         self.wanted = steps
+        self.clean = clean  # steps still to pass before sampling
         self.sampler: GapSampler | None = None  # kept after the end: its looks are the result
         self.steps: list[int] = []  # the steps sampled (instrumented)
         self.running = False
@@ -70,7 +73,7 @@ class FrameworkPython:
         """Sample from now on (called from the training thread, at a step boundary)."""
         try:
             self.sampler = GapSampler(self._flag, frozenset(), INTERVAL_S, python=True)
-            self._sampling(True)
+            self._sampling(self.clean <= 0)  # blocked until the clean steps have passed
             self.sampler.start()
             self.running = True
         except Exception as exc:  # measuring must never break the run
@@ -94,12 +97,14 @@ class FrameworkPython:
     def on_step(self, index: int) -> None:
         if not self.running:
             return
-        if self._flag.recording:
-            self.steps.append(index)
+        if not self._flag.recording:
+            self.clean -= 1
+            if self.clean <= 0:
+                self._sampling(True)  # the next step is the first sampled
+            return
+        self.steps.append(index)
         if len(self.steps) >= self.wanted:
             self.end()
-            return
-        self._sampling(not self._flag.recording)
 
     def end(self) -> None:
         """Stop sampling (at the last step sampled, or the run's end); idempotent."""
