@@ -30,6 +30,7 @@ import sys
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from types import CodeType
 from typing import Any
 
@@ -86,7 +87,7 @@ class SlowStepSampler:
         self._stacks: dict[Stack, Stack] = {}
         self._last_t: float | None = None
         self._median: float | None = None  # of the recent steps, once there are enough
-        self._clock: Any = time.perf_counter  # the step clock's
+        self._clock: Callable[[], float] = time.perf_counter  # the step clock's
         self._ends: deque[tuple[int, float, list[Stack]]] = deque()  # steps ended, not yet judged
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
