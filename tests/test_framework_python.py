@@ -1,7 +1,8 @@
 """``framework.python_share`` on a CPU-time basis (gpuopt.probes.framework_python): each look at
 the training thread weighs the CPU time the thread used since the previous one, so a thread's
 waits (a sleep, a core or the GIL another thread holds) weigh nothing; the steps sampled are
-counted and left out of the run's statistics; the switch interval comes back."""
+counted and left out of the run's statistics, in a row after the clean ones; the switch
+interval comes back."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import threading
 import time
 from typing import Any
 
-from gpuopt.probes.framework_python import STEPS, SWITCH_S, FrameworkPython
+from gpuopt.probes.framework_python import CLEAN, STEPS, SWITCH_S, FrameworkPython
 from gpuopt.probes.gap_sampler import GapSampler
 
 
@@ -65,19 +66,24 @@ def test_a_looks_weight_is_the_threads_cpu_time_not_the_wall_clock() -> None:
     assert sampler.samples == []  # no gap samples: the recorder's window has its own sampler
 
 
-def test_every_other_step_is_sampled_and_the_switch_interval_restored() -> None:
+def test_steps_in_a_row_after_the_clean_ones_are_sampled_and_the_switch_interval_restored() -> None:
+    """The CLEAN steps after the window are not sampled (the interval untouched), then STEPS in
+    a row are; the interval comes back at the end."""
     before = sys.getswitchinterval()
     fp = FrameworkPython()
     fp.begin()
     try:
-        assert fp.running and abs(sys.getswitchinterval() - min(before, SWITCH_S)) < 1e-9
-        fp.on_step(5)  # sampled; the next one not
-        assert abs(sys.getswitchinterval() - before) < 1e-9
-        for i in range(6, 6 + 2 * STEPS):
+        assert fp.running and sys.getswitchinterval() == before
+        for i in range(5, 5 + CLEAN - 1):
+            fp.on_step(i)
+        assert sys.getswitchinterval() == before and fp.steps == []
+        fp.on_step(5 + CLEAN - 1)  # the last clean step: the next one is sampled
+        assert abs(sys.getswitchinterval() - min(before, SWITCH_S)) < 1e-9
+        for i in range(5 + CLEAN, 5 + CLEAN + STEPS + 3):
             fp.on_step(i)
     finally:
         fp.end()
-    assert fp.steps == list(range(5, 5 + 2 * STEPS, 2)) and not fp.running
+    assert fp.steps == list(range(5 + CLEAN, 5 + CLEAN + STEPS)) and not fp.running
     assert sys.getswitchinterval() == before
     fp.end()  # idempotent
     assert sys.getswitchinterval() == before

@@ -205,3 +205,27 @@ def test_the_running_median_is_the_recent_steps_median() -> None:
             n = len(sampler._recent)
             assert got == (statistics.median(sampler._recent) if n >= 3 else None)
     assert len(sampler._recent) == slow_steps.RECENT
+
+
+def test_the_sampler_waits_until_the_running_step_would_be_slow() -> None:
+    """While the running step is younger than what makes a step slow (twice the median, and
+    MIN_INTERVAL_S more), the next look waits until then, at most INTERVAL_S; past it, the
+    looks come at the usual pace (half the median, from INTERVAL_S down to MIN_INTERVAL_S)."""
+    from gpuopt.probes import slow_steps
+
+    for step_s, first_wait in ((0.004, 0.012), (0.2, slow_steps.INTERVAL_S)):
+        sampler = SlowStepSampler()
+        now = [0.0]
+        sampler._clock = lambda now=now: now[0]
+        sampler._last_t = 0.0
+        assert sampler._wait() == slow_steps.INTERVAL_S  # no median yet
+        t = 0.0
+        for index in range(30):
+            t += step_s
+            sampler.on_step(index, t)
+        now[0] = t + 0.002
+        slow_at = max(slow_steps.SLOW_FACTOR * step_s, step_s + slow_steps.MIN_INTERVAL_S)
+        assert abs(sampler._wait() - min(slow_at - 0.002, first_wait)) < 1e-9
+        now[0] = t + slow_at + 1e-6  # the running step is slow now
+        assert sampler._wait() == sampler.interval_s
+        assert sampler.interval_s == max(slow_steps.MIN_INTERVAL_S, min(step_s / 2, 0.05))

@@ -11,10 +11,17 @@ def overhead_record(
     spent: Spent, step_times: list[float], instrumented: set[int], usual: float | None
 ) -> Overhead:
     """Without the end, which only the command can time (:func:`with_end`). ``usual``: the
-    median measured step. A window's steps count beyond it; the work gpuopt's listeners do at a
-    window's last step boundary falls in the next step's time, and counts with the window."""
+    median measured step. A window's steps count beyond it. The work gpuopt's listeners do at a
+    step boundary falls in the next step's time: at a window's last, it counts with the window;
+    at the boundary before a window's step (a window turned on, 1-7 ms), that step's excess holds
+    it already: the step before counts as costing nothing (its own part, tens of us, with it)."""
     costs = [max(c, 0.0) for c in spent.step_costs]  # a test's fake clocks can make one < 0
-    outside = [c for i, c in enumerate(costs) if i not in instrumented]
+    timed = len(step_times)
+    outside = [
+        0.0 if i + 1 in instrumented and i + 1 < timed else c
+        for i, c in enumerate(costs)
+        if i not in instrumented
+    ]
     windows = sorted(i for i in instrumented if 0 < i < len(step_times))
     window_s = 0.0
     if usual is not None:

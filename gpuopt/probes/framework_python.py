@@ -1,25 +1,29 @@
 """How much of a step's CPU time a training framework spends in its own code: sampled over
 ordinary steps.
 
-On a run that imported a framework (gpuopt.frameworks), once the recorder's window has ended,
-the training thread's stack is looked at every :data:`INTERVAL_S` in every other step, for
-:data:`STEPS` steps (fewer where the run ends first). Each look weighs the CPU time the training
-thread used since the previous look (its thread CPU clock, read from the sampling thread), and
-goes to the innermost
-frame of its stack that is a framework's, the user's or torch's (``gpuopt.frameworks.frames``):
-an op's time to the code that called it. The framework's CPU time over the thread's is its share
+On a run that imported a framework (gpuopt.frameworks), once the recorder's window has ended
+and :data:`CLEAN` steps more have passed unsampled, the training thread's stack is looked at
+every :data:`INTERVAL_S` for :data:`STEPS` steps in a row (fewer where the run ends first): the
+clean steps stay in the run's statistics however soon it ends, and the sampled ones, with the
+window's, are under half of a 60-step run's. Each look weighs the CPU time the training thread
+used since the previous look (its thread CPU clock, read from the sampling thread), and goes to
+the innermost frame of its stack that is a framework's, the user's or torch's
+(``gpuopt.frameworks.frames``): an op's time to the code that called it. The framework's CPU
+time over the thread's is its share
 (``gpuopt.assemble.framework_run.python_share``).
 
 Why not the recorder's window, as before: there the recorder's own work on every op took most of
 the time (the Lightning autoencoder's 2.6 ms step took 11-25 ms recorded), so its three steps
 held 7-23 looks in Python, and with the window's time between ops (calibrated, on a loaded
-machine from 0 to 41% of the step) the share read 0.00-0.28 run to run. Here each look is cheap
-for the run (no recorder), there are a few hundred, and CPU time leaves out the time the thread
-waited for a core or for the GIL: a busy machine stretches the wall clock, not the split. The
-interpreter hands the GIL over every :data:`SWITCH_S` while sampling (instead of every 5 ms) so
-that a look is not held back to the moment the thread enters an op. The sampling thread's
-cost falls on these steps: they are instrumented, left out of the run's statistics; the steps in
-between, the sampling thread blocked, stay in them.
+machine from 0 to 41% of the step) the share read 0.00-0.28 run to run. Here a look costs the
+run no recorder, only the wake-up and the GIL handed over and back (50-100 us: a look every
+:data:`INTERVAL_S` adds a few % to a sampled step), there are tens to hundreds of them, and CPU
+time leaves out the time the thread waited for a core or for the GIL: a busy machine stretches
+the wall clock, not the split. The interpreter hands the GIL over every :data:`SWITCH_S` while
+sampling (instead of every 5 ms) so that a look is not held back to the moment the thread enters
+an op. The sampling thread's cost falls on these steps: they are instrumented, left out of the
+run's statistics, and what they took beyond the median step is the ``overhead`` key's
+``windows_s``; before and after them the sampling thread is blocked.
 """
 
 from __future__ import annotations
@@ -31,8 +35,11 @@ from gpuopt.probes.gap_sampler import GapSampler
 
 log = logger(__name__)
 
-STEPS = 20  # steps sampled: a few hundred looks on a 5 ms step
-INTERVAL_S = 2e-4  # between looks
+STEPS = 20  # steps sampled at most: under half of a 60-step Lightning run's
+CLEAN = 10  # steps after the window before the sampled ones
+# between looks: each costs the training thread 50-100 us (a wake-up, the GIL handed over and
+# back), +4-8% of a 2 ms step's CPU at 1 ms, +34-38% at 0.2 ms (pinned, load 5)
+INTERVAL_S = 1e-3
 SWITCH_S = 1e-4  # the interpreter's switch interval while sampling (its default: 5 ms)
 
 
@@ -49,12 +56,12 @@ class _Flag:
 
 class FrameworkPython:
     """The sampling (see the module doc): :meth:`begin` at a step boundary, :meth:`on_step`
-    at each, :meth:`end` at the run's end at the latest. Every other step is sampled, the
-    sampling thread blocked in between: half the steps after the window stay in the run's
-    statistics, however soon it ends."""
+    at each, :meth:`end` at the run's end at the latest. The sampling thread is blocked over
+    the ``clean`` steps first, then looks over ``steps`` steps in a row."""
 
-    def __init__(self, steps: int = STEPS) -> None:
+    def __init__(self, steps: int = STEPS, clean: int = CLEAN) -> None:
         self.wanted = steps
+        self.clean = clean  # steps still to pass before sampling
         self.sampler: GapSampler | None = None  # kept after the end: its looks are the result
         self.steps: list[int] = []  # the steps sampled (instrumented)
         self.running = False
@@ -66,7 +73,7 @@ class FrameworkPython:
         """Sample from now on (called from the training thread, at a step boundary)."""
         try:
             self.sampler = GapSampler(self._flag, frozenset(), INTERVAL_S, python=True)
-            self._sampling(True)
+            self._sampling(self.clean <= 0)  # blocked until the clean steps have passed
             self.sampler.start()
             self.running = True
         except Exception as exc:  # measuring must never break the run
@@ -90,12 +97,14 @@ class FrameworkPython:
     def on_step(self, index: int) -> None:
         if not self.running:
             return
-        if self._flag.recording:
-            self.steps.append(index)
+        if not self._flag.recording:
+            self.clean -= 1
+            if self.clean <= 0:
+                self._sampling(True)  # the next step is the first sampled
+            return
+        self.steps.append(index)
         if len(self.steps) >= self.wanted:
             self.end()
-            return
-        self._sampling(not self._flag.recording)
 
     def end(self) -> None:
         """Stop sampling (at the last step sampled, or the run's end); idempotent."""

@@ -20,8 +20,8 @@ Each is the minimum over a few repetitions of a loop of cheap CPU calls, timed w
 the layer side by side, the setups' repetitions interleaved: a slow stretch of those
 milliseconds (the other vCPU of a hyperthread pair busy) then slows every setup alike, where
 back-to-back repetitions of one setup would double all of its minimums. It runs after the
-user's code has finished, so it never disturbs the steps it corrects, and costs a few tens of
-milliseconds.
+user's code has finished, so it never disturbs the steps it corrects, and costs 10-15 ms (part
+of the ``overhead`` key's ``end_s``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ from typing import Any
 from msgspec import Struct
 
 _N = 100
-_REPS = 7
+# minimums of 3 repetitions: 12 ms a run, within 2% of 7's (25 ms) on 8 calibrations at load 5,
+# one passthrough of the 8 at +20%
+_REPS = 3
 
 
 def _loop_index(x: Any, n: int) -> float:

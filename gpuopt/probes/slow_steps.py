@@ -3,10 +3,14 @@
 A step many times the median step, late in the run or recurring (a script that samples 500
 tokens from its model every 500 iterations, evaluates, saves a checkpoint), is no warm-up and no
 noise: it is work the loop does now and then. The recorder's window sees a few early steps only,
-so this probe looks at the training thread's Python stack every :data:`INTERVAL_S` for the
-whole run (a daemon thread; a look is a walk of the stack under the GIL, 10-30 microseconds),
-more often where the steps are short (half the median step, down to :data:`MIN_INTERVAL_S`: a
-step four times a 4 ms median still gets a look or more), and keeps the samples of a step only
+so this probe looks at the training thread's Python stack for the whole run (a daemon thread;
+a look is a walk of the stack under the GIL, 10-30 microseconds, and each wake-up costs the
+training thread the GIL handed over and back). While the running step is not yet slow, the next
+look waits for the moment it would be (:data:`SLOW_FACTOR` times the median after the last step
+ended, and :data:`MIN_INTERVAL_S` more), at most :data:`INTERVAL_S`: a step that ends before
+then keeps no samples, and the usual steps' frames are still seen; past it, the looks come every
+half median step, from :data:`INTERVAL_S` down to :data:`MIN_INTERVAL_S` (a step four times a
+4 ms median still gets a look or more). The samples of a step are kept only
 when the step ends far slower than the median of the steps before it (:data:`SLOW_FACTOR`, and
 :data:`MIN_INTERVAL_S` longer); the early steps' samples wait until the end, when there is a
 median to judge them by. The frames of the samples of steps near the median
@@ -26,6 +30,7 @@ import sys
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from types import CodeType
 from typing import Any
 
@@ -40,6 +45,7 @@ INTERVAL_S = 0.05  # between looks at the stack: an 8 s step gets ~160 samples, 
 # ... or half the median step where that is shorter, down to this: 100 looks a second, 30 us each
 # on this loaded 2-core machine (0.3% of a core)
 MIN_INTERVAL_S = 0.01
+MIN_WAIT_S = 1e-3  # the shortest wait for a step to turn slow (no wake-ups back to back)
 # A step this many times the median of the recent ones, and MIN_INTERVAL_S longer, keeps its
 # samples (the rule flags one of 4x the run's median: kept looser, a busy machine's slower steps
 # still named)
@@ -80,6 +86,8 @@ class SlowStepSampler:
         self._early: list[tuple[int, float, list[Stack]]] = []
         self._stacks: dict[Stack, Stack] = {}
         self._last_t: float | None = None
+        self._median: float | None = None  # of the recent steps, once there are enough
+        self._clock: Callable[[], float] = time.perf_counter  # the step clock's
         self._ends: deque[tuple[int, float, list[Stack]]] = deque()  # steps ended, not yet judged
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -91,7 +99,8 @@ class SlowStepSampler:
     # -- Probe interface -------------------------------------------------------------------
     def start(self, ctx: RunContext) -> None:
         self._roots = list(ctx.user_roots)
-        self._last_t = (ctx.clock or time.perf_counter)()  # the step clock's times
+        self._clock = ctx.clock or time.perf_counter
+        self._last_t = self._clock()  # the step clock's times
         self._tid = threading.get_ident()
         self._thread = threading.Thread(target=self._run, name="gpuopt-slow-steps", daemon=True)
         self._thread.start()
@@ -149,13 +158,25 @@ class SlowStepSampler:
     # -- sampling ----------------------------------------------------------------------------
     def _run(self) -> None:
         try:
-            while not self._stop.wait(self.interval_s):
+            while not self._stop.wait(self._wait()):
                 self._drain()
                 self.look()
                 self.cpu_time.read()
         except Exception as exc:  # never disturb the run: stop sampling and say why
             log.debug("slow steps: the sampler gave up", exc_info=True)
             self.errors.append(f"slow-step sampler stopped: {type(exc).__name__}: {exc}")
+
+    def _wait(self) -> float:
+        """Seconds until the next look (see the module doc): until the running step would be
+        slow, or the usual pace once it is."""
+        self._drain()
+        median, last = self._median, self._last_t
+        if median is None or last is None:
+            return self.interval_s
+        left = last + max(SLOW_FACTOR * median, median + MIN_INTERVAL_S) - self._clock()
+        if left <= 0:
+            return self.interval_s
+        return min(max(left, MIN_WAIT_S), self.max_interval_s)
 
     def look(self) -> None:
         """One sample of the training thread's stack, into the running step's."""
@@ -181,6 +202,7 @@ class SlowStepSampler:
         (``median``: of the steps it is judged by; None below 3 of them)."""
         if median is None:
             return
+        self._median = median
         self.interval_s = min(self.max_interval_s, max(MIN_INTERVAL_S, median / 2))
         if seconds >= SLOW_FACTOR * median and seconds - median >= MIN_INTERVAL_S:
             self._keep(index, seconds, samples)
