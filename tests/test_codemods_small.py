@@ -560,3 +560,76 @@ def test_from_import_goes_after_the_imports(before: str, after: str) -> None:
     assert add_from_import(cst.parse_module(before), "gpuopt.batching", ["pad_collate"]).code == (
         after
     )
+
+
+# -- dataloader: the training's threads ------------------------------------------------------
+def test_dataloader_threads_are_set_once_after_the_imports() -> None:
+    """``threads``: ``torch.set_num_threads(N)`` after the last top-level import, one note a
+    line; run again, nothing; another count replaces the literal in place."""
+    before = src(
+        """
+        import torch
+        from torch.utils.data import DataLoader
+
+        def main():
+            dl = DataLoader(ds, batch_size=4)
+        """
+    )
+    r = rewrite_dataloader(before, [5], {"num_workers": 4}, threads=1)
+    assert r.source == src(
+        """
+        import torch
+        from torch.utils.data import DataLoader
+        torch.set_num_threads(1)
+
+        def main():
+            dl = DataLoader(ds, batch_size=4, num_workers=4)
+        """
+    )
+    assert r.notes == [
+        "line 5: DataLoader(num_workers=4)",
+        "line 3: torch.set_num_threads(1) (added after the imports)",
+    ]
+    again = rewrite_dataloader(r.source, [6], {"num_workers": 4}, threads=1)
+    assert again.source == r.source and again.notes == [] and again.skipped == []
+    two = rewrite_dataloader(r.source, [6], {"num_workers": 4}, threads=2)
+    assert "torch.set_num_threads(2)\n" in two.source and "set_num_threads(1)" not in two.source
+    assert two.notes == ["line 3: torch.set_num_threads(2)"]
+
+
+def test_dataloader_threads_import_torch_where_the_module_does_not() -> None:
+    r = rewrite_dataloader(
+        "from torch.utils.data import DataLoader\ndl = DataLoader(ds)\n",
+        [2],
+        {"num_workers": 2},
+        threads=1,
+    )
+    assert r.source == (
+        "from torch.utils.data import DataLoader\nimport torch\ntorch.set_num_threads(1)\n"
+        "dl = DataLoader(ds, num_workers=2)\n"
+    )
+
+
+def test_dataloader_threads_the_script_sets_itself_are_left() -> None:
+    """A ``set_num_threads`` call inside a function, or from an expression, is the script's
+    own choice: left, and the reason names its line; the DataLoader keywords still set."""
+    before = src(
+        """
+        import torch
+
+        def main(n):
+            torch.set_num_threads(n)
+            dl = DataLoader(ds)
+        """
+    )
+    r = rewrite_dataloader(before, [5], {"num_workers": 2}, threads=1)
+    assert "set_num_threads(n)" in r.source and "set_num_threads(1)" not in r.source
+    assert r.notes == ["line 5: DataLoader(num_workers=2)"]
+    assert r.skipped == [
+        Skipped(
+            5,
+            "the script sets its threads at line 4 (`torch.set_num_threads(n)`): "
+            "set_num_threads(1) there",
+        )
+    ]
+    assert rewrite_dataloader("x = 1\n", [1], {"num_workers": 2}, threads=1).source == "x = 1\n"

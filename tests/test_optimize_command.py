@@ -122,6 +122,14 @@ def test_write_edits_in_place_with_a_backup_and_leaves_nothing_to_change(tmp_pat
     assert again.returncode == 0 and again.stdout == ""  # nothing left to change
 
 
+def _quiet_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The profile's cores as a quiet machine has them: the training's threads are left (on a
+    busy one the fix would also set them, and one thread's float sums may differ in rounding)."""
+    import gpuopt.fixes.dataloader.plan as loader_plan
+
+    monkeypatch.setattr(loader_plan, "training_threads", lambda profile: None)
+
+
 def _swept(site: str) -> SweepResult:
     """What the sweep measures for io_loader.py on a quiet machine (its DataLoader alone:
     docs/benchmarks.md): four workers load five times as many batches a second."""
@@ -141,6 +149,7 @@ def test_apply_keeps_the_dataloader_fix_at_run_time(
     script = _copy(tmp_path, "io_loader.py")
     args = ["--samples", "320", "--epochs", "1", "--wait-ms", "5"]
     monkeypatch.chdir(tmp_path)
+    _quiet_cores(monkeypatch)
     swept: list[str] = []
 
     def sweep(script: str, args: list[str], site: str, out_file: Path, **_: object) -> SweepResult:
@@ -181,6 +190,7 @@ def test_a_loader_fix_too_noisy_to_measure_is_kept_on_the_sweeps_estimate(
     script = _copy(tmp_path, "io_loader.py")
     args = ["--samples", "320", "--epochs", "1", "--wait-ms", "5"]
     monkeypatch.chdir(tmp_path)
+    _quiet_cores(monkeypatch)
 
     def swept(*a: object, **kw: object) -> SweepResult:
         out = _swept(str(a[2]))
@@ -210,6 +220,7 @@ def test_a_fix_measured_slower_is_dropped_whatever_the_machine(
     script = _copy(tmp_path, "io_loader.py")
     args = ["--samples", "320", "--epochs", "1", "--wait-ms", "5"]
     monkeypatch.chdir(tmp_path)
+    _quiet_cores(monkeypatch)
     monkeypatch.setattr(sweep_module, "run_sweep", lambda *a, **kw: _swept(a[2]))
     slower = Gain(
         0.8,

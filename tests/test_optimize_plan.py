@@ -56,6 +56,26 @@ def test_dataloader_fix_takes_the_sweeps_setting_and_both_forms() -> None:
     assert fix.expected_gain == 2.4
 
 
+def test_dataloader_fix_gives_a_busy_cpu_training_the_cores_left_free() -> None:
+    """Beside two busy loops (1.24 of 2 cores busy with other processes while the profile ran):
+    the training's intra-op threads go from 2 to 1 with the workers, in the settings, the
+    run-time form and a note; on a quiet machine, or with a GPU computing, they are left."""
+    busy = _profile(DL)
+    busy.environment.cpu_count, busy.environment.torch_threads = 2, 2
+    busy.utilization.cpu.other_cores_busy_mean = 1.24
+    (fix,) = plan_fixes(PlanInput(busy, [], False, None, "train.py", sweep=_sweep(4)))
+    assert fix.settings == {"num_workers": 4, "prefetch_factor": 2, "torch_threads": 1}
+    assert fix.loaders[0].torch_threads == 1
+    assert any(
+        n.startswith("torch.set_num_threads(1): other processes kept 1.2") for n in fix.notes
+    )
+    gpu = _by_name(PlanInput(busy, [], True, None, "train.py", sweep=_sweep(4)))["dataloader"]
+    assert gpu.loaders[0].torch_threads is None and "torch_threads" not in gpu.settings
+    busy.utilization.cpu.other_cores_busy_mean = 0.02
+    (quiet,) = plan_fixes(PlanInput(busy, [], False, None, "train.py", sweep=_sweep(4)))
+    assert quiet.loaders[0].torch_threads is None and "torch_threads" not in quiet.settings
+
+
 def test_dataloader_fix_without_a_faster_setting_is_not_applied() -> None:
     sweep = _sweep(0)
     sweep.note = "no setting beat the script's own by more than 10%"

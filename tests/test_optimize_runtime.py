@@ -320,3 +320,24 @@ def test_fp16_amp_scales_the_loss_and_keeps_the_training(tmp_path: Path) -> None
 def test_every_model_transform_of_the_catalogue_has_its_run_time_form() -> None:
     wanted = {k.transform for k in CATALOGUE if k.transform} | {"fp16_autocast"}  # --amp-dtype
     assert wanted <= set(MODEL_TRANSFORMS)
+
+
+def test_the_loader_fix_sets_the_trainings_threads_where_it_is_built(tmp_path: Path) -> None:
+    """A plan's ``torch_threads`` is set as the loader at its site is built (the script's threads
+    after it print 1); a loader elsewhere leaves the threads as they were, and says nothing."""
+    script = _script(tmp_path)
+    script.write_text(script.read_text() + "print('threads', torch.get_num_threads())\n")
+    for site, want in (("train.py:4", "threads 1"), ("train.py:99", None)):
+        fixes = RuntimeFixes(
+            fixes=["dataloader"],
+            loaders=[LoaderSettings(site=site, num_workers=0, torch_threads=1)],
+        )
+        (tmp_path / "fx").mkdir(exist_ok=True)
+        (tmp_path / "fx" / "fixes.json").write_bytes(encode_fixes(fixes))
+        r = run_gpuopt(
+            "run", "--fixes", "fx", script.name, cwd=tmp_path, env={"OMP_NUM_THREADS": "2"}
+        )
+        assert r.returncode == 0, r.stderr
+        assert f"torch.set_num_threads(1) at {site}" in r.stderr
+        assert ("threads 1" in r.stdout) is (want is not None)
+        assert want is not None or "threads 2" in r.stdout

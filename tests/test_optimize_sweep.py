@@ -328,3 +328,41 @@ def test_run_sweep_failures_are_one_line(tmp_path: Path) -> None:
     crash = "failed .exit code 1. before iterating it: RuntimeError: no data here"
     with pytest.raises(GpuoptError, match=crash):
         run_sweep(str(tmp_path / "crash.py"), [], "crash.py:1", tmp_path / "c.json")
+
+
+def _cores(threads: int | None, cores: int | None, others: float | None) -> Any:
+    from gpuopt.model.profile import Profile
+
+    p = Profile()
+    p.environment.cpu_count = cores
+    if threads is not None:
+        p.environment.torch_threads = threads
+    if others is not None:
+        p.utilization.cpu.other_cores_busy_mean = others
+    return p
+
+
+@pytest.mark.parametrize(
+    ("threads", "cores", "others", "want"),
+    [
+        (2, 2, 1.24, 1),  # beside two busy loops (the profile's other_cores_busy_mean, recorded)
+        (2, 2, 1.399, 1),
+        (2, 2, 0.02, None),  # a quiet machine: the script's own 2 threads kept
+        (8, 8, 3.4, 5),  # 4.6 cores free: 5 threads
+        (2, 2, 2.0, 1),  # never fewer than one
+        (1, 2, 1.5, None),  # already at one
+        (None, 2, 1.24, None),  # not measured: left as is
+        (2, 2, None, None),
+    ],
+)
+def test_the_trainings_threads_beside_its_workers_are_the_cores_left_free(
+    threads: int | None, cores: int | None, others: float | None, want: int | None
+) -> None:
+    from gpuopt.fixes.dataloader.plan import threads_note, training_threads
+
+    profile = _cores(threads, cores, others)
+    assert training_threads(profile) == want
+    if want is not None:
+        note = threads_note(profile, want)
+        assert note.startswith(f"torch.set_num_threads({want}): other processes kept")
+        assert f"{others:.1f} of the {cores} cores" in note

@@ -214,3 +214,18 @@ def test_stats_is_at_the_bottom_and_light() -> None:
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
+
+
+def test_a_lone_outlier_is_found_by_its_modified_z_score() -> None:
+    """Iglewicz & Hoaglin's modified z-score (median and MAD): one value far off among five or
+    more is found; two far off are a second mode (none); under five values, none; identical
+    values set nothing apart for a rounding's difference."""
+    from gpuopt.stats.outliers import lone_outlier, modified_z
+
+    logs = [0.81, 0.70, 0.81, 0.97, -0.66, 0.95]  # io_loader's pairs, one candidate stalled
+    assert lone_outlier(logs) == 4
+    assert modified_z(logs)[4] == pytest.approx(8.0, abs=0.1)
+    assert lone_outlier([0.81, 0.70, 0.81, 0.97, -0.66, -0.70, 0.95]) is None
+    assert lone_outlier([0.81, 0.70, 0.81, -0.66]) is None
+    assert lone_outlier([0.5, 0.5, 0.5, 0.5, 0.505]) is None
+    assert lone_outlier([0.5, 0.5, 0.5, 0.5, 0.9]) == 4

@@ -45,6 +45,8 @@ PAIRED = (
     "; the speedup and its interval from the pairs of runs timed in turn (each baseline run over "
     "the candidate run next to it; Student's t, 90%)"
 )
+# appended after PAIRED where one pair was set apart
+SET_APART = "; one pair set apart: its ratio's modified z-score over 3.5 against the others'"
 
 
 class LoaderSettings(Record):
@@ -56,6 +58,9 @@ class LoaderSettings(Record):
     prefetch_factor: int | None = None
     pin_memory: bool | None = None
     batch_size: int | None = None  # --fix batch-size (opt-in: it changes the training)
+    # the training process's intra-op threads (torch.set_num_threads) beside its workers, where
+    # other processes held its cores (None: as the script has them); not a DataLoader keyword
+    torch_threads: int | None = None
 
     def knobs(self) -> dict[str, int | bool]:
         """The settings that are set, by DataLoader keyword."""
@@ -127,6 +132,10 @@ class Gain(Record):
     # over 2x slower), "time budget", "runs cap", "minimum runs" (--quick), "slower" (every fix
     # dropped on its own run), "one run" (a fix alone, measured once)
     stopped: str | UnsetType = UNSET
+    # the pairs of runs measured: the one set apart (1-based), far beyond the others' spread
+    # (gpuopt.stats.outliers), and its ratio; the gain and interval are the others'
+    set_apart_pair: int | UnsetType = UNSET
+    set_apart_ratio: float | UnsetType = UNSET
 
 
 class MemoryChange(Record):

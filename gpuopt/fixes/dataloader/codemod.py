@@ -20,6 +20,13 @@ Safety rules, each a :class:`Skipped` with its reason, the other knobs still app
   ``num_workers`` is 0 (torch refuses them) or unknown (set by an expression or a splat).
 
 A targeted line with no DataLoader call is a :class:`Skipped` too.
+
+With ``threads`` (a CPU training whose cores other processes held: the plan's
+``torch_threads``), ``torch.set_num_threads(threads)`` is set once at the top of the module:
+inserted after the last top-level import (with ``import torch`` where the module does not bind
+``torch`` by then), or its literal replaced where the module already calls it at top level; a
+call elsewhere, or from an expression, is left (a :class:`Skipped` naming it: the script sets its
+threads on purpose).
 """
 
 from __future__ import annotations
@@ -34,9 +41,12 @@ from gpuopt.source import (
     Rewrite,
     Skipped,
     add_argument,
+    after_imports,
     code,
+    is_import,
     is_literal,
     keyword,
+    parse,
     wrap,
 )
 
@@ -194,8 +204,10 @@ def rewrite_dataloader(
     lines: Collection[int],
     settings: Mapping[str, int | bool],
     name: str = "<source>",
+    threads: int | None = None,
 ) -> Rewrite:
-    """Set ``settings`` on the ``DataLoader(...)`` calls on ``lines`` (see the module doc)."""
+    """Set ``settings`` on the ``DataLoader(...)`` calls on ``lines``, and with ``threads`` the
+    training's intra-op threads at the top (see the module doc)."""
     wrapper = wrap(source, name)
     setter = _Setter(lines, settings)
     new = wrapper.visit(setter)
@@ -205,4 +217,98 @@ def rewrite_dataloader(
         for ln in sorted(set(lines))
         if ln not in setter.found
     ]
-    return Rewrite(new.code, setter.notes, skipped)
+    notes = list(setter.notes)
+    text = new.code
+    if threads is not None and setter.found:
+        text = _set_threads(text, threads, min(setter.found), notes, skipped, name)
+    return Rewrite(text, notes, skipped)
+
+
+_SET_THREADS = m.Call(func=m.Attribute(attr=m.Name("set_num_threads")))
+
+
+class _ThreadCalls(cst.CSTVisitor):
+    """Every ``<x>.set_num_threads(...)`` call, with its line and whether it is a statement of
+    its own at the module's top level."""
+
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self, top: set[int]) -> None:
+        self.top = top
+        self.calls: list[tuple[cst.Call, int, bool]] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if m.matches(node, _SET_THREADS):
+            line = self.get_metadata(PositionProvider, node).start.line
+            self.calls.append((node, line, id(node) in self.top))
+
+
+def _top_level_calls(module: cst.Module) -> set[int]:
+    return {
+        id(small.value)
+        for s in module.body
+        if isinstance(s, cst.SimpleStatementLine)
+        for small in s.body
+        if isinstance(small, cst.Expr)
+    }
+
+
+def _set_threads(
+    text: str, threads: int, line: int, notes: list[str], skipped: list[Skipped], name: str
+) -> str:
+    """``text`` with ``torch.set_num_threads(threads)`` set once at its top (the module doc)."""
+    wrapper = wrap(text, name)
+    scan = _ThreadCalls(_top_level_calls(wrapper.module))
+    wrapper.visit(scan)
+    want = f"set_num_threads({threads})"
+    for call, at, top in scan.calls:
+        arg = call.args[0].value if len(call.args) == 1 else None
+        if top and isinstance(arg, cst.Integer):
+            if arg.evaluated_value == threads:
+                return text
+            notes.append(f"line {at}: {code(call.func)}({threads})")
+            fixed = _ReplaceArg(call, threads)
+            return wrapper.module.visit(fixed).code
+        skipped.append(
+            Skipped(
+                line, f"the script sets its threads at line {at} (`{code(call)}`): {want} there"
+            )
+        )
+        return text
+    return _insert_threads(parse(text, name), threads, notes).code
+
+
+class _ReplaceArg(cst.CSTTransformer):
+    def __init__(self, call: cst.Call, threads: int) -> None:
+        self.call, self.threads = call, threads
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        if original is not self.call:
+            return updated
+        arg = updated.args[0].with_changes(value=cst.Integer(str(self.threads)))
+        return updated.with_changes(args=[arg])
+
+
+def _binds_torch(stmt: cst.BaseStatement) -> bool:
+    """``import torch`` or ``import torch.x`` (either binds the name ``torch``)."""
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return False
+    return any(
+        isinstance(s, cst.Import)
+        and any(a.asname is None and code(a.name).split(".")[0] == "torch" for a in s.names)
+        for s in stmt.body
+    )
+
+
+def _insert_threads(module: cst.Module, threads: int, notes: list[str]) -> cst.Module:
+    body = list(module.body)
+    at = after_imports(body)
+    added = [] if any(_binds_torch(s) for s in body[:at]) else ["import torch\n"]
+    added.append(f"torch.set_num_threads({threads})\n")
+    stmts = [cst.parse_statement(t) for t in added]
+    before = module.with_changes(body=body[:at], footer=(), has_trailing_newline=True)
+    first = (before.code.count("\n") if at else len(module.header)) + 1
+    where = "after the imports" if any(is_import(s) for s in body[:at]) else "at the top"
+    for n, text in enumerate(added):
+        notes.append(f"line {first + n}: {text.strip()} (added {where})")
+    return module.with_changes(body=[*body[:at], *stmts, *body[at:]])

@@ -8,6 +8,7 @@ from gpuopt.fixes.dataloader.sweep import PERSISTENT_KEPT, PERSISTENT_NOTE
 from gpuopt.fixes.kind import FixKind
 from gpuopt.fixes.planned import PlanInput, PlannedFix, SourceEdit, findings_named
 from gpuopt.model.optimize import LoaderSettings
+from gpuopt.model.profile import Profile
 from gpuopt.source import Rewrite
 from gpuopt.units import site_line
 
@@ -44,8 +45,13 @@ def plan(kind: FixKind, inp: PlanInput) -> PlannedFix:
         prefetch_factor=best.prefetch_factor if best.num_workers > 0 else None,
         pin_memory=True if inp.cuda else None,
     )
+    if best.num_workers > 0 and not inp.cuda:
+        settings.torch_threads = training_threads(inp.profile)
     fix.loaders = [settings]
     fix.settings = dict(settings.knobs())
+    if settings.torch_threads is not None:
+        fix.settings["torch_threads"] = settings.torch_threads
+        fix.notes.append(threads_note(inp.profile, settings.torch_threads))
     fix.applicable = True
     kept = ", persistent_workers=True" if best.persistent_workers else ""
     fix.reason = (
@@ -67,6 +73,45 @@ def plan(kind: FixKind, inp: PlanInput) -> PlannedFix:
     return fix
 
 
+def training_threads(profile: Profile) -> int | None:
+    """The intra-op threads a CPU training beside its DataLoader workers is given: the cores
+    other processes left free while the profile ran (``environment.cpu_count`` less
+    ``utilization.cpu.other_cores_busy_mean``, rounded, at least 1), where that is fewer than
+    its threads (``environment.torch_threads``); None: its own count is kept (or not known).
+
+    GNU OpenMP's threads spin-wait at the end of every parallel op: with more threads than free
+    cores, each op waits for a thread the kernel has taken off its core, and the workers'
+    wake-ups add to that. Beside two busy loops on two cores, examples/io_loader.py's 1 ms of
+    compute a step took 60-400 ms with 2 threads and 1 ms with 1, in plain python too."""
+    from gpuopt.model.records import given
+
+    env, cpu = profile.environment, profile.utilization.cpu
+    threads, cores, others = (
+        given(env.torch_threads),
+        env.cpu_count,
+        given(cpu.other_cores_busy_mean),
+    )
+    if not isinstance(threads, int) or not cores or not isinstance(others, (int, float)):
+        return None
+    free = max(1, int(cores - others + 0.5))
+    return free if free < threads else None
+
+
+def threads_note(profile: Profile, threads: int) -> str:
+    """What the thread setting is and the measurement behind it."""
+    from gpuopt.model.records import given
+
+    others = given(profile.utilization.cpu.other_cores_busy_mean)
+    busy = f"{others:.1f}" if isinstance(others, (int, float)) else "some"
+    return (
+        f"torch.set_num_threads({threads}): other processes kept {busy} of the "
+        f"{profile.environment.cpu_count} cores busy while the profile ran; with more intra-op "
+        "threads than free cores, every parallel op waits for a thread taken off its core "
+        "(OpenMP threads spin-wait), which the workers' wake-ups make worse: the training "
+        f"keeps {threads} (set once, after the imports)"
+    )
+
+
 def loader_edits(site: str, settings: LoaderSettings) -> list[SourceEdit]:
     from gpuopt.fixes.dataloader.codemod import rewrite_dataloader
 
@@ -76,7 +121,9 @@ def loader_edits(site: str, settings: LoaderSettings) -> list[SourceEdit]:
     knobs = settings.knobs()
 
     def codemod(text: str, name: str) -> Rewrite:
-        return rewrite_dataloader(text, [parsed[1]], knobs, name=name)
+        return rewrite_dataloader(
+            text, [parsed[1]], knobs, name=name, threads=settings.torch_threads
+        )
 
     return [SourceEdit(parsed[0], [parsed[1]], codemod)]
 
@@ -85,4 +132,6 @@ __all__ = [
     "KIND",
     "loader_edits",
     "plan",
+    "threads_note",
+    "training_threads",
 ]

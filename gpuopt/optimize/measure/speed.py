@@ -18,10 +18,13 @@ user's clock shows of the training (a median of settled steps leaves the start-u
 overstates such a fix: 4.4-8.7x for one 1.0-1.7x faster timed outside). With two runs a side or
 more its speedup and interval come from the **pairs of runs** (:func:`paired`): the baseline
 and candidate runs alternate, so each baseline run over the candidate run timed next to it; the
-geometric mean of those ratios, and Student's t interval (90%) of it. A neighbour's load that
-comes and goes weighs on both runs of a pair and leaves their ratio, and the pairs' own spread
-is in the interval: such a gain need only clear :data:`MIN_EFFECT` (not the noise too), and is
-too noisy only when its interval is wider than ±:data:`NOISY` and not clear of it.
+geometric mean of those ratios, and Student's t interval (90%) of it. From five pairs on, a
+single pair far beyond the others' spread (modified z-score over 3.5: a run stalled from its
+start) is set apart and named (``set_apart_pair``); two or more such pairs all count. A
+neighbour's load that comes and goes weighs on both runs of a pair and leaves their ratio, and
+the pairs' own spread is in the interval: such a gain need only clear :data:`MIN_EFFECT` (not
+the noise too), and is too noisy only when its interval is wider than ±:data:`NOISY` and not
+clear of it.
 
 **The interval.** A hierarchical bootstrap of each side
 (:func:`~gpuopt.stats.bootstrap.hierarchical_levels`, 2,000 resamples): the runs drawn with
@@ -48,10 +51,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuopt.model.optimize import PAIRED, TRAINING_TIME, WHOLE_STATISTIC, Gain
+from gpuopt.model.optimize import PAIRED, SET_APART, TRAINING_TIME, WHOLE_STATISTIC, Gain
 from gpuopt.optimize.measure.policy import TIGHT
 from gpuopt.optimize.measure.step_series import SplitRun, split_run
 from gpuopt.stats.bootstrap import LEVEL, hierarchical_levels, tail_percentiles
+from gpuopt.stats.outliers import lone_outlier
 from gpuopt.stats.t import t_quantile
 
 MIN_EFFECT = 0.03  # a gain or a loss under 3% is never claimed, however quiet the runs
@@ -112,22 +116,44 @@ def _geomean(values: Sequence[float]) -> float:
     return float(np.exp(np.mean(np.log(np.asarray(values, dtype=float)))))
 
 
-def paired(base: Side, cand: Side) -> tuple[float, float, float] | None:
+@dataclass(frozen=True)
+class Paired:
+    """The gain the runs' pairs measure: (speedup, low, high), and the pair set apart, if one
+    was (its 0-based index and its ratio)."""
+
+    speedup: float
+    low: float
+    high: float
+    apart: int | None = None
+    apart_ratio: float | None = None
+
+
+def paired(base: Side, cand: Side) -> Paired | None:
     """The training's time as the runs' pairs measure it: each baseline run over the candidate
     run timed next to it (they alternate, so a load that comes and goes weighs on both runs of
     a pair and leaves their ratio), and Student's t interval (90%) of those ratios' geometric
-    mean — (speedup, low, high); None with fewer than two pairs."""
-    pairs = [
-        np.log(b.level / c.level)
+    mean; None with fewer than two pairs.
+
+    From five pairs on, one pair whose log ratio is far beyond the others' spread (its modified
+    z-score over 3.5, :func:`~gpuopt.stats.outliers.lone_outlier`) is set apart, and said: a run
+    stalled from its start (a machine's oversubscribed threads) would otherwise set the mean and
+    the interval's width alone. Two or more such pairs are a second mode: they all count."""
+    logs = [
+        float(np.log(b.level / c.level))
         for b, c in zip(base.runs, cand.runs, strict=False)
         if b.level and c.level
     ]
-    if len(pairs) < 2:
+    if len(logs) < 2:
         return None
-    mean = float(np.mean(pairs))
-    half = t_quantile((1 + LEVEL) / 2, len(pairs) - 1) * float(np.std(pairs, ddof=1))
-    half /= float(np.sqrt(len(pairs)))
-    return float(np.exp(mean)), float(np.exp(mean - half)), float(np.exp(mean + half))
+    apart = lone_outlier(logs)
+    kept = [x for i, x in enumerate(logs) if i != apart]
+    mean = float(np.mean(kept))
+    half = t_quantile((1 + LEVEL) / 2, len(kept) - 1) * float(np.std(kept, ddof=1))
+    half /= float(np.sqrt(len(kept)))
+    ratio = float(np.exp(logs[apart])) if apart is not None else None
+    return Paired(
+        float(np.exp(mean)), float(np.exp(mean - half)), float(np.exp(mean + half)), apart, ratio
+    )
 
 
 def compare(base: Side, cand: Side, whole: bool = False) -> Gain:
@@ -142,7 +168,7 @@ def compare(base: Side, cand: Side, whole: bool = False) -> Gain:
     floor = max(noise, MIN_EFFECT)
     pairs = paired(base, cand) if whole else None
     if pairs is not None:
-        speedup, low, high = round(pairs[0], 4), pairs[1], pairs[2]
+        speedup, low, high = round(pairs.speedup, 4), pairs.low, pairs.high
         floor = MIN_EFFECT
     out = Gain(
         speedup=speedup,
@@ -155,8 +181,12 @@ def compare(base: Side, cand: Side, whole: bool = False) -> Gain:
     out.baseline_half_width = round(base.half_width, 4)
     out.candidate_half_width = round(cand.half_width, 4)
     out.runs = [len(base.runs), len(cand.runs)]
+    if pairs is not None and pairs.apart is not None and pairs.apart_ratio is not None:
+        out.set_apart_pair, out.set_apart_ratio = pairs.apart + 1, round(pairs.apart_ratio, 4)
     out.statistic = (
-        WHOLE_STATISTIC + (PAIRED if pairs is not None else "")
+        WHOLE_STATISTIC
+        + (PAIRED if pairs is not None else "")
+        + (SET_APART if pairs is not None and pairs.apart is not None else "")
         if whole
         else (
             "each run's median settled step (warm-up detected per run, left out), geometric mean "

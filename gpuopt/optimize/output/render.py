@@ -28,6 +28,18 @@ def _gain_text(g: Gain | None) -> str:
     return f"{head} ({g.speedup:.2f}x{interval}{noise})" + (f"; {sure}" if sure else "")
 
 
+def _apart_pair(g: Gain | None) -> str | None:
+    """The pair of runs the gain set apart (far beyond the others' spread), if one."""
+    pair = given(g.set_apart_pair) if g is not None else None
+    ratio = given(g.set_apart_ratio) if g is not None else None
+    if pair is None or ratio is None:
+        return None
+    return (
+        f"apart    pair {pair} of runs (baseline {pair} over candidate {pair}: {ratio:.2f}x), far "
+        "beyond the other pairs' spread: the gain is the others'"
+    )
+
+
 def _apart(doc: OptimizeDocument) -> str | None:
     """The steps the statistic leaves out or does not let decide, per side: the warm-up each
     run found (first epoch, allocator growth, autotuning, a capture or compile) and the extreme
@@ -87,7 +99,8 @@ def headline(doc: OptimizeDocument) -> list[str]:
         lines.append("planned only (--no-measure, or nothing to apply): no candidate run")
     else:
         lines.append(f"gain     {_gain_text(doc.gain)}")
-        apart = None if whole else _apart(doc)  # the training's time leaves no step apart
+        # the training's time leaves no step apart; its pairs may leave one pair
+        apart = _apart_pair(doc.gain) if whole else _apart(doc)
         if apart:
             lines.append(apart)
     if doc.verification is not None:
