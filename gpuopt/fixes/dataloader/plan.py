@@ -108,7 +108,8 @@ def threads_note(profile: Profile, threads: int) -> str:
         f"{profile.environment.cpu_count} cores busy while the profile ran; with more intra-op "
         "threads than free cores, every parallel op waits for a thread taken off its core "
         "(OpenMP threads spin-wait), which the workers' wake-ups make worse: the training "
-        f"keeps {threads} (set once, after the imports)"
+        f"keeps {threads} (set once, after the imports); where the training has the machine's "
+        "cores to itself, remove that line"
     )
 
 
