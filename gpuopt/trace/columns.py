@@ -78,7 +78,7 @@ class EventColumns:
     def has_name(self, predicate: Any) -> BoolArray:
         """Per-event mask: the event's name satisfies ``predicate``."""
         table = np.fromiter(
-            (bool(predicate(n)) for n in self.names), dtype=np.bool_, count=len(self.names)
+            map(bool, map(predicate, self.names)), dtype=np.bool_, count=len(self.names)
         )
         if table.size == 0:
             return np.zeros(len(self), dtype=np.bool_)
