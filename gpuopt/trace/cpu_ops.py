@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import lru_cache
 
+import msgspec
 import numpy as np
 
 from gpuopt.trace.prepare import RankView
@@ -33,8 +33,7 @@ CPU_OP_CATS = (
 )
 
 
-@dataclass
-class ThreadOps:
+class ThreadOps(msgspec.Struct):
     """The CPU events of one thread, sorted by start (longer first on ties: parents before
     children)."""
 
@@ -45,7 +44,7 @@ class ThreadOps:
     top_ts: np.ndarray
     top_end: np.ndarray
     # range-maximum table of ``end`` (level j: max over 2**j consecutive ops), built on first use
-    end_max: list[np.ndarray] = field(default_factory=list, repr=False)
+    end_max: list[np.ndarray] = msgspec.field(default_factory=list)
 
 
 def thread_ops(v: RankView, thread: int, mask: np.ndarray | None = None) -> ThreadOps:
@@ -358,8 +357,7 @@ def _python_cat_codes(v: RankView) -> set[int]:
     return {i for i, c in enumerate(v.ev.cats) if c == "python_function"}
 
 
-@dataclass
-class HostOps:
+class HostOps(msgspec.Struct):
     """PyTorch's ``aten::`` ops on the host: how many ran, and their mean duration."""
 
     count: int
