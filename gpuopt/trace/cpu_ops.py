@@ -167,7 +167,8 @@ def _walk(
 
 # The walk costs numpy calls per chain level and table level (~7 ms for 8 events 41 ops deep
 # among 198,094 ops on TraceLens' Flux.1 capture, the table's build aside); scanning each event's
-# range is one comparison per op in it (0.5 ms for those 8 events' 871,548 ops), measured.
+# range is one comparison per op in it (0.5 ms for those 8 events' 871,548 ops; 4M ops, the most
+# scanned, a few ms), measured (docs/bench-trace.md).
 SCAN_MAX_EVENTS = 256
 SCAN_MAX_OPS = 1 << 22
 
