@@ -334,3 +334,27 @@ def test_a_report_runs_numpy_with_one_blas_thread(tmp_path: Path, preset: str | 
         assert (threads, value) == ("1", "None")
     else:
         assert value == preset
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_a_report_keeps_freed_memory_in_the_heap_while_it_runs(tmp_path: Path) -> None:
+    """Large arrays come from the heap, and what is freed stays there for the next ones, while
+    the report runs (and the decode helper it forks); the defaults are back after it."""
+    trace = public_file(SHARED_TRACES / "hta" / "trace_filter" / "sampled_rank-0.json.gz")
+    code = (
+        "import sys\n"
+        "import gpuopt.commands.entry as e\n"
+        "e.quick_exit = lambda code: print('exit', code)\n"
+        "calls = []\n"
+        "real = e._mallopt\n"
+        "e._mallopt = lambda p, v: calls.append((p, v)) or real(p, v)\n"
+        f"sys.argv = ['gpuopt', 'report', {str(trace)!r}, '-o', {str(tmp_path / 'r.json')!r}]\n"
+        "e.main()\n"
+        "print(calls)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert r.returncode == 0, r.stderr
+    calls = r.stdout.split("\n")[1]
+    assert calls == str([(-3, 32 << 20), (-1, 1 << 30), (-3, 128 << 10), (-1, 128 << 10)])

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -53,8 +52,7 @@ POOL_MIN_TEXT_BYTES = 16 << 20
 Progress = Callable[[int, int], None]  # (ranks done, ranks in all)
 
 
-@dataclass
-class TraceJob:
+class TraceJob(msgspec.Struct):
     """Every rank of one job, summarised, and what was measured across them."""
 
     path: str
@@ -63,7 +61,7 @@ class TraceJob:
     analyze_s: float
     filtered_last_step: bool
     straggler: Straggler | None = None
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = msgspec.field(default_factory=list)
 
 
 def job_of(path: str, ranks: list[RankSummary], notes: Iterable[str] = ()) -> TraceJob:

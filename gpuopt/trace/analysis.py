@@ -9,7 +9,7 @@ prints.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 
 from gpuopt.model.trace import (
     DeviceInfo,
@@ -31,8 +31,7 @@ from gpuopt.trace.columns import EventColumns
 from gpuopt.trace.prepare import RankView, build_view, count_step_names
 
 
-@dataclass
-class RankAnalysis:
+class RankAnalysis(msgspec.Struct):
     rank: int
     file: str
     view: RankView
@@ -51,10 +50,10 @@ class RankAnalysis:
     communication_us: float  # time with a communication kernel running
     collective_us: float  # ... or a training thread inside a collective op (their union)
     host_ops: cpu_ops.HostOps
-    step_overview: list[StepOverview] = field(default_factory=list)
-    idle_causes: IdleCauses = field(default_factory=IdleCauses)
+    step_overview: list[StepOverview] = msgspec.field(default_factory=list)
+    idle_causes: IdleCauses = msgspec.field(default_factory=IdleCauses)
     # per step_overview row: collective time with no other GPU work running (steps.py)
-    exposed_collective_us: list[float] = field(default_factory=list)
+    exposed_collective_us: list[float] = msgspec.field(default_factory=list)
     gpu_lag: GpuLag | None = None  # where the GPU runs behind the host
 
     @property

@@ -8,9 +8,9 @@ run vectorised. Strings (names, categories, threads) are interned into integer c
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -31,8 +31,7 @@ QUEUED_CATS = (
 )
 
 
-@dataclass
-class EventColumns:
+class EventColumns(msgspec.Struct):
     """Complete events (those with a duration and a category) of one trace file.
 
     ``ts``/``dur`` are microseconds as in the file (float64: Kineto writes integers, or fractions
@@ -55,11 +54,11 @@ class EventColumns:
     cats: list[str]
     threads: list[tuple[Any, Any]]
     stacks: list[str]
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     total_events: int = 0
     fractional_ts: bool = False
     # What :func:`gpuopt.trace.anomalies.repair_events` repaired, one line each (no rank yet).
-    repairs: list[str] = field(default_factory=list)
+    repairs: list[str] = msgspec.field(default_factory=list)
 
     def __len__(self) -> int:
         return int(self.ts.shape[0])
@@ -78,7 +77,7 @@ class EventColumns:
     def has_name(self, predicate: Any) -> BoolArray:
         """Per-event mask: the event's name satisfies ``predicate``."""
         table = np.fromiter(
-            (bool(predicate(n)) for n in self.names), dtype=np.bool_, count=len(self.names)
+            map(bool, map(predicate, self.names)), dtype=np.bool_, count=len(self.names)
         )
         if table.size == 0:
             return np.zeros(len(self), dtype=np.bool_)

@@ -10,9 +10,10 @@ once by a vectorised walk down a range-maximum table (:func:`enclosing_chains`).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from functools import lru_cache
 
+import msgspec
 import numpy as np
 
 from gpuopt.trace.prepare import RankView
@@ -32,8 +33,7 @@ CPU_OP_CATS = (
 )
 
 
-@dataclass
-class ThreadOps:
+class ThreadOps(msgspec.Struct):
     """The CPU events of one thread, sorted by start (longer first on ties: parents before
     children)."""
 
@@ -44,7 +44,7 @@ class ThreadOps:
     top_ts: np.ndarray
     top_end: np.ndarray
     # range-maximum table of ``end`` (level j: max over 2**j consecutive ops), built on first use
-    end_max: list[np.ndarray] = field(default_factory=list, repr=False)
+    end_max: list[np.ndarray] = msgspec.field(default_factory=list)
 
 
 def thread_ops(v: RankView, thread: int, mask: np.ndarray | None = None) -> ThreadOps:
@@ -107,59 +107,155 @@ def enclosing_chains(v: RankView, ops: ThreadOps, events: np.ndarray) -> list[li
     earlier (the event itself left out). A top-level op can hold thousands of ops, so instead of
     scanning them, each event walks down from the last op starting no later than it to the next
     op that ends late enough, found in O(log n) with a range-maximum table; the walk is
-    vectorised over the events, one step per chain level.
+    vectorised over the events, one step per chain level. Few events are scanned instead
+    (:func:`_scan_pays`).
     """
     events = np.asarray(events, dtype=np.int64)
     chains: list[list[int]] = [[] for _ in range(events.size)]
     if events.size == 0 or ops.top.size == 0:
         return chains
-    t0, t1 = v.ts[events], v.end[events]
-    last = ops.ts.searchsorted(t0, side="right") - 1
-    tp = ops.top_ts.searchsorted(t0, side="right") - 1
-    first = ops.top[np.maximum(tp, 0)]
-    hi = np.where(tp >= 0, last, -1)  # walk positions first..hi, downwards; hi < first: done
+    first, hi, t1 = _ranges(v, ops, events)
     own = events.tolist()
-    active = np.flatnonzero(hi >= first)
-    while active.size:
-        r = _last_reaching(ops, first[active], hi[active], t1[active])
-        active, r = active[r >= 0], r[r >= 0]
-        for e, j in zip(active.tolist(), ops.index[r].tolist(), strict=True):
+    if _scan_pays(first, hi):
+        return _scanned_chains(ops, first, hi, t1, own, chains)
+
+    def visit(active: list[int], found: list[int]) -> None:
+        for e, j in zip(active, found, strict=True):
             if j != own[e]:
                 chains[e].append(j)
-        hi[active] = r - 1
-        active = active[hi[active] >= first[active]]
+
+    _walk(ops, first, hi, t1, visit)
     for c in chains:
         c.reverse()
     return chains
 
 
+def _ranges(
+    v: RankView, ops: ThreadOps, events: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per event: the positions its enclosing ops lie in (``first..hi`` of ``ops``: from its
+    top-level op to the last op starting no later than it; ``hi < first``: none, as for an event
+    without a finite end), and its end."""
+    t0, t1 = v.ts[events], v.end[events]
+    last = ops.ts.searchsorted(t0, side="right") - 1
+    tp = ops.top_ts.searchsorted(t0, side="right") - 1
+    first = ops.top[np.maximum(tp, 0)]
+    return first, np.where((tp >= 0) & np.isfinite(t1), last, -1), t1
+
+
+def _walk(
+    ops: ThreadOps,
+    first: np.ndarray,
+    hi: np.ndarray,
+    t1: np.ndarray,
+    visit: Callable[[list[int], list[int]], list[bool] | None],
+) -> None:
+    """The events' enclosing ops, innermost first, one level per step: ``visit(events, ops)``
+    gets the events (positions into ``first``) that found one more, and that op's index; it
+    returns which of those events are done (None: none is), or they walk on outwards."""
+    active = np.flatnonzero(hi >= first)
+    while active.size:
+        r = _last_reaching(ops, first[active], hi[active], t1[active])
+        active, r = active[r >= 0], r[r >= 0]
+        done = visit(active.tolist(), ops.index[r].tolist())
+        hi[active] = r - 1
+        going = hi[active] >= first[active]
+        if done is not None:
+            going &= ~np.array(done, dtype=bool).reshape(-1)
+        active = active[going]
+
+
+# The walk costs numpy calls per chain level and table level (~7 ms for 8 events 41 ops deep
+# among 198,094 ops on TraceLens' Flux.1 capture, the table's build aside); scanning each event's
+# range is one comparison per op in it (0.5 ms for those 8 events' 871,548 ops; 4M ops, the most
+# scanned, a few ms), measured (docs/bench-trace.md).
+SCAN_MAX_EVENTS = 256
+SCAN_MAX_OPS = 1 << 22
+
+
+def _scan_pays(first: np.ndarray, hi: np.ndarray) -> bool:
+    """Whether scanning every event's range beats the walk: few events, few ops in their ranges
+    together."""
+    if first.size > SCAN_MAX_EVENTS:
+        return False
+    return int(np.maximum(hi - first + 1, 0).sum()) <= SCAN_MAX_OPS
+
+
+def _scanned_chains(
+    ops: ThreadOps,
+    first: np.ndarray,
+    hi: np.ndarray,
+    t1: np.ndarray,
+    own: list[int],
+    chains: list[list[int]],
+) -> list[list[int]]:
+    """:func:`enclosing_chains` by scanning: the ops in an event's range that end at or after it
+    (a NaN end never does), in start order, the event itself left out; what the walk finds one
+    level at a time."""
+    for e, (lo, top, x) in enumerate(zip(first.tolist(), hi.tolist(), t1.tolist(), strict=True)):
+        if top < lo:
+            continue
+        found = ops.index[lo + np.flatnonzero(ops.end[lo : top + 1] >= x)].tolist()
+        chains[e] = [j for j in found if j != own[e]]
+    return chains
+
+
+# The walk's table holds the maxima of blocks of BLOCK ops, not of every op: on the Flux.1
+# capture's 198,094 ops a table over every op took 17 levels (27 MB, ~30 ms to build, measured);
+# over blocks of 16 it takes 1.2 MB, each step scanning the two part blocks at its ends.
+BLOCK = 16
+_IN_BLOCK = np.arange(BLOCK)
+
+
 def _last_reaching(ops: ThreadOps, lo: np.ndarray, hi: np.ndarray, x: np.ndarray) -> np.ndarray:
     """Per query: the last position in ``[lo, hi]`` whose op ends at or after ``x``, else -1.
 
-    Greedy from the right over the range-maximum table: a block of 2**j ops whose latest end is
-    before ``x`` holds no answer and is skipped whole, largest blocks first.
+    In ``hi``'s block, by scanning it; else in the last whole block before it that holds one,
+    found greedily from the right over the range-maximum table of the blocks (a run of 2**j
+    blocks whose latest end is before ``x`` holds no answer and is skipped whole, longest runs
+    first); else in ``lo``'s block.
     """
-    table = _end_max(ops)
-    c = hi + 1  # exclusive right end of what is left
+    ends, *table = _end_max(ops)
+    hb = hi // BLOCK
+    last = _in_block(ends, hb, lo, hi, x)
+    lb = -(-lo // BLOCK)  # the first whole block
+    c = hb.copy()  # exclusive right end, in blocks, of what is left
     for j in range(len(table) - 1, -1, -1):
         b = c - (1 << j)
-        skip = b >= lo
+        skip = b >= lb
         skip &= table[j][np.where(skip, b, 0)] < x
         c = np.where(skip, b, c)
-    r = c - 1
-    found = (r >= lo) & (ops.end[np.maximum(r, 0)] >= x)
-    return np.where(found, r, -1)
+    k = c - 1
+    k = np.where((k >= lb) & (table[0][np.maximum(k, 0)] >= x), k, -1)
+    last = np.where(last >= 0, last, _in_block(ends, k, lo, hi, x))
+    return np.where(last >= 0, last, _in_block(ends, lo // BLOCK, lo, hi, x))
+
+
+def _in_block(
+    ends: np.ndarray, block: np.ndarray, lo: np.ndarray, hi: np.ndarray, x: np.ndarray
+) -> np.ndarray:
+    """Per query: the last position of ``block`` (-1: none) in ``[lo, hi]`` whose end is at or
+    after ``x``, else -1."""
+    pos = np.maximum(block, 0)[:, None] * BLOCK + _IN_BLOCK
+    ok = (pos >= lo[:, None]) & (pos <= hi[:, None]) & (ends[pos] >= x[:, None])
+    ok &= (block >= 0)[:, None]
+    back = np.argmax(ok[:, ::-1], axis=1)  # the last True of each row, from the right
+    return np.where(ok.any(axis=1), pos[:, 0] + BLOCK - 1 - back, -1)
 
 
 def _end_max(ops: ThreadOps) -> list[np.ndarray]:
-    """Range-maximum (sparse) table of the ops' ends, up to blocks as long as the longest
-    top-level group: every query range lies inside one group."""
+    """The ops' ends padded to whole blocks (NaN ends as -inf: they never contain anything),
+    then the range-maximum (sparse) table of the blocks' latest ends, level j over runs of 2**j
+    blocks, up to the whole thread."""
     if not ops.end_max:
-        longest = int(np.diff(np.append(ops.top, ops.index.size)).max())
-        level = np.fmax(ops.end, -np.inf)  # NaN ends never contain anything: make them -inf
-        table = [level]
+        n = ops.end.size
+        blocks = -(-n // BLOCK)
+        ends = np.full(blocks * BLOCK, -np.inf)
+        ends[:n] = np.fmax(ops.end, -np.inf)
+        level = ends.reshape(blocks, BLOCK).max(axis=1)
+        table = [ends, level]
         w = 1
-        while 2 * w <= longest:
+        while 2 * w <= blocks:
             level = np.maximum(level[:-w], level[w:])
             table.append(level)
             w *= 2
@@ -190,18 +286,47 @@ def sites_for(
     need = [k for k, s in enumerate(out) if s is None]
     if not need:
         return out
-    if chains is None:
-        chains = enclosing_chains(v, ops, events[need])
-    else:
-        chains = [chains[k] for k in need]
     op_site: dict[int, str | None] = {}  # chains share their outer ops: look each one up once
-    for k, chain in zip(need, chains, strict=True):
-        for j in reversed(chain):
-            if j not in op_site:
-                op_site[j] = _op_site(v, j, py_cat)
-            if op_site[j]:
-                out[k] = op_site[j]
-                break
+
+    def site(j: int) -> str | None:
+        if j not in op_site:
+            op_site[j] = _op_site(v, j, py_cat)
+        return op_site[j]
+
+    if chains is None:
+        found = _innermost_sites(v, ops, events[need], site)
+    else:
+        found = [next((s for j in reversed(chains[k]) if (s := site(j))), None) for k in need]
+    for k, s in zip(need, found, strict=True):
+        out[k] = s
+    return out
+
+
+def _innermost_sites(
+    v: RankView, ops: ThreadOps, events: np.ndarray, site: Callable[[int], str | None]
+) -> list[str | None]:
+    """Per event: the first truthy ``site`` of its enclosing ops, innermost first (None where
+    none has one). The walk stops for an event at its first site: a user frame is mostly a few
+    levels in, its chain tens of levels deep (41 on the Flux.1 capture)."""
+    out: list[str | None] = [None] * events.size
+    if ops.top.size == 0:
+        return out
+    first, hi, t1 = _ranges(v, ops, events)
+    own = events.tolist()
+    if _scan_pays(first, hi):
+        chains = _scanned_chains(ops, first, hi, t1, own, [[] for _ in own])
+        return [next((s for j in reversed(c) if (s := site(j))), None) for c in chains]
+
+    def visit(active: list[int], found: list[int]) -> list[bool]:
+        done = []
+        for e, j in zip(active, found, strict=True):
+            s = site(j) if j != own[e] else None
+            if s:
+                out[e] = s
+            done.append(bool(s))
+        return done
+
+    _walk(ops, first, hi, t1, visit)
     return out
 
 
@@ -233,8 +358,7 @@ def _python_cat_codes(v: RankView) -> set[int]:
     return {i for i, c in enumerate(v.ev.cats) if c == "python_function"}
 
 
-@dataclass
-class HostOps:
+class HostOps(msgspec.Struct):
     """PyTorch's ``aten::`` ops on the host: how many ran, and their mean duration."""
 
     count: int

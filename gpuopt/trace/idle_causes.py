@@ -35,8 +35,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from gpuopt.compile.regions import is_compiled_container
@@ -68,8 +68,7 @@ def idle_gaps(v: RankView) -> iv.Intervals:
     return s[keep], e[keep]
 
 
-@dataclass
-class _HostKinds:
+class _HostKinds(msgspec.Struct):
     """What kind of host activity each name or category code is (masks indexed by the code)."""
 
     step: BoolArray

@@ -9,8 +9,7 @@ GPU cannot be kept busy by such kernels however fast the host is.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from gpuopt.model.trace import Distribution, LaunchStats
@@ -43,8 +42,7 @@ RUNTIME_OUTLIER_US = 50.0
 LAUNCH_DELAY_OUTLIER_US = 100.0
 
 
-@dataclass
-class Launches:
+class Launches(msgspec.Struct):
     correlation: IntArray
     cpu_index: IntArray
     gpu_index: IntArray

@@ -25,9 +25,9 @@ we (docs/trace-metrics.md says where and why we differ):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from gpuopt.trace.anomalies import stream_overlaps
@@ -59,16 +59,14 @@ def step_number(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-@dataclass
-class Step:
+class Step(msgspec.Struct):
     number: int
     start: float
     end: float
     thread: int
 
 
-@dataclass
-class RankView:
+class RankView(msgspec.Struct):
     """One rank, analysed view. Arrays are aligned with ``ev`` (the kept events)."""
 
     rank: int
@@ -80,18 +78,18 @@ class RankView:
     gpu_kernel: BoolArray  # HTA's GPUKernelFilter
     ktype: IntArray  # kernel type per event (meaningful where on_stream)
     runtime_index: IntArray  # for GPU events: index of the launching CPU event, else -1
-    steps: list[Step] = field(default_factory=list)  # profiler steps kept
+    steps: list[Step] = msgspec.field(default_factory=list)  # profiler steps kept
     # starts of the GPU events whose launch is not in the trace (queued before it began), sorted;
     # taken before the last-step rule, which drops them
-    unlaunched_ts: FloatArray = field(default_factory=lambda: np.zeros(0))
+    unlaunched_ts: FloatArray = msgspec.field(default_factory=lambda: np.zeros(0))
     dropped_last_step: Step | None = None
     events_total: int = 0
     source: str = ""
     # Repairs of this rank's events, one line each (the rank is not named: the caller adds it).
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = msgspec.field(default_factory=list)
     # Derived structures several analyses need (e.g. a thread's sorted CPU ops, see cpu_ops),
     # built once on first use instead of once per analysis.
-    memo: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+    memo: dict[Any, Any] = msgspec.field(default_factory=dict)
 
     def name(self, i: int) -> str:
         return self.ev.names[int(self.ev.name[i])]

@@ -80,10 +80,20 @@ def collective_us(v: RankView) -> float:
 
 
 def collective_ops(v: RankView) -> np.ndarray:
-    """Mask of the collective ops (:func:`is_comm_op`) on the rank's training threads."""
-    ev = v.ev
-    host = ~v.on_stream & code_mask(ev.thread, training_threads(v), len(ev.threads))
-    return host & ev.has_cat(OP_CATS) & ev.has_name(is_comm_op)
+    """Mask of the collective ops (:func:`is_comm_op`) on the rank's training threads; computed
+    once per view (three analyses ask), not to be written to."""
+    if "collective_ops" not in v.memo:
+        ev = v.ev
+        host = ~v.on_stream & code_mask(ev.thread, training_threads(v), len(ev.threads))
+        v.memo["collective_ops"] = host & ev.has_cat(OP_CATS) & _comm_names(v)
+    return v.memo["collective_ops"]  # type: ignore[no-any-return]
+
+
+def _comm_names(v: RankView) -> np.ndarray:
+    """Per event: its name is a collective op's (:func:`is_comm_op`, once per view)."""
+    if "comm_names" not in v.memo:
+        v.memo["comm_names"] = v.ev.has_name(is_comm_op)
+    return v.memo["comm_names"]  # type: ignore[no-any-return]
 
 
 def training_threads(v: RankView) -> np.ndarray:
@@ -121,7 +131,7 @@ def category_intervals(v: RankView) -> list[tuple[str, iv.Intervals]]:
     runtime = host & ev.has_cat(RUNTIME_CATS)
     sync_rt = runtime & ev.has_name(lambda n: n in SYNC_APIS)
     ops = host & ev.has_cat(OP_CATS) & ~ev.has_name(lambda n: n.startswith("ProfilerStep"))
-    comm = ops & ev.has_name(is_comm_op)
+    comm = ops & _comm_names(v)
     dl = ops & ev.has_name(is_dataloader)
 
     def u(m: np.ndarray) -> iv.Intervals:
