@@ -208,9 +208,10 @@ def test_the_running_median_is_the_recent_steps_median() -> None:
 
 
 def test_the_sampler_waits_until_the_running_step_would_be_slow() -> None:
-    """While the running step is younger than what makes a step slow (twice the median, and
-    MIN_INTERVAL_S more), the next look waits until then, at most INTERVAL_S; past it, the
-    looks come at the usual pace (half the median, from INTERVAL_S down to MIN_INTERVAL_S)."""
+    """Until a slow step is seen, a look every INTERVAL_S. From then on, while the running step
+    is younger than what makes a step slow (twice the median, and MIN_INTERVAL_S more), the
+    next look waits until then, at most INTERVAL_S; past it, the looks come at the usual pace
+    (half the median, from INTERVAL_S down to MIN_INTERVAL_S)."""
     from gpuopt.probes import slow_steps
 
     for step_s, first_wait in ((0.004, 0.012), (0.2, slow_steps.INTERVAL_S)):
@@ -223,6 +224,10 @@ def test_the_sampler_waits_until_the_running_step_would_be_slow() -> None:
         for index in range(30):
             t += step_s
             sampler.on_step(index, t)
+        now[0] = t + 0.002
+        assert sampler._wait() == slow_steps.INTERVAL_S  # no slow step yet: the steady pace
+        t += 5 * step_s + 0.05  # a slow step
+        sampler.on_step(30, t)
         now[0] = t + 0.002
         slow_at = max(slow_steps.SLOW_FACTOR * step_s, step_s + slow_steps.MIN_INTERVAL_S)
         assert abs(sampler._wait() - min(slow_at - 0.002, first_wait)) < 1e-9

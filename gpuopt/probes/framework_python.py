@@ -16,8 +16,8 @@ Why not the recorder's window, as before: there the recorder's own work on every
 the time (the Lightning autoencoder's 2.6 ms step took 11-25 ms recorded), so its three steps
 held 7-23 looks in Python, and with the window's time between ops (calibrated, on a loaded
 machine from 0 to 41% of the step) the share read 0.00-0.28 run to run. Here a look costs the
-run no recorder, only the wake-up and the GIL handed over and back (50-100 us: a look every
-:data:`INTERVAL_S` adds a few % to a sampled step), there are tens to hundreds of them, and CPU
+run no recorder, only the wake-up and the GIL handed over and back (50-100 us: looks every
+:data:`INTERVAL_S` add about a third to a sampled step), there are a few hundred, and CPU
 time leaves out the time the thread waited for a core or for the GIL: a busy machine stretches
 the wall clock, not the split. The interpreter hands the GIL over every :data:`SWITCH_S` while
 sampling (instead of every 5 ms) so that a look is not held back to the moment the thread enters
@@ -37,9 +37,11 @@ log = logger(__name__)
 
 STEPS = 20  # steps sampled at most: under half of a 60-step Lightning run's
 CLEAN = 10  # steps after the window before the sampled ones
-# between looks: each costs the training thread 50-100 us (a wake-up, the GIL handed over and
-# back), +4-8% of a 2 ms step's CPU at 1 ms, +34-38% at 0.2 ms (pinned, load 5)
-INTERVAL_S = 1e-3
+# between looks (on average: each wait drawn around it): each costs the training thread 50-100 us
+# (a wake-up, the GIL handed over and back), +34-38% of a 2 ms step's CPU (pinned, load 5); a
+# look every 1 ms costs +4-8% but read a Lightning loop's share 0.04-0.17 where every 0.2 ms
+# reads 0.09-0.23 (six runs each, alternated, quiet)
+INTERVAL_S = 2e-4
 SWITCH_S = 1e-4  # the interpreter's switch interval while sampling (its default: 5 ms)
 
 

@@ -5,7 +5,10 @@ tokens from its model every 500 iterations, evaluates, saves a checkpoint), is n
 noise: it is work the loop does now and then. The recorder's window sees a few early steps only,
 so this probe looks at the training thread's Python stack for the whole run (a daemon thread;
 a look is a walk of the stack under the GIL, 10-30 microseconds, and each wake-up costs the
-training thread the GIL handed over and back). While the running step is not yet slow, the next
+training thread the GIL handed over and back). Until a step of the run turns out slow, a look
+comes every :data:`INTERVAL_S` (20 a second: on steps of a few milliseconds, one step in ten or
+more holds a look, so the usual step pays nothing); from the first slow step on, the looks are
+timed to catch the next ones. While the running step is not yet slow, the next
 look waits for the moment it would be (:data:`SLOW_FACTOR` times the median after the last step
 ended, and :data:`MIN_INTERVAL_S` more), at most :data:`INTERVAL_S`: a step that ends before
 then keeps no samples, and the usual steps' frames are still seen; past it, the looks come every
@@ -87,6 +90,8 @@ class SlowStepSampler:
         self._stacks: dict[Stack, Stack] = {}
         self._last_t: float | None = None
         self._median: float | None = None  # of the recent steps, once there are enough
+        # a slow step was seen: looks timed to catch the next ones (until then every INTERVAL_S)
+        self._eager = False
         self._clock: Callable[[], float] = time.perf_counter  # the step clock's
         self._ends: deque[tuple[int, float, list[Stack]]] = deque()  # steps ended, not yet judged
         self._stop = threading.Event()
@@ -171,8 +176,8 @@ class SlowStepSampler:
         slow, or the usual pace once it is."""
         self._drain()
         median, last = self._median, self._last_t
-        if median is None or last is None:
-            return self.interval_s
+        if median is None or last is None or not self._eager:
+            return self.max_interval_s
         left = last + max(SLOW_FACTOR * median, median + MIN_INTERVAL_S) - self._clock()
         if left <= 0:
             return self.interval_s
@@ -205,6 +210,7 @@ class SlowStepSampler:
         self._median = median
         self.interval_s = min(self.max_interval_s, max(MIN_INTERVAL_S, median / 2))
         if seconds >= SLOW_FACTOR * median and seconds - median >= MIN_INTERVAL_S:
+            self._eager = True
             self._keep(index, seconds, samples)
         elif seconds <= USUAL_FACTOR * median:
             self._usual(samples)
