@@ -214,6 +214,34 @@ def after_imports(body: Sequence[cst.BaseStatement]) -> int:
     return at
 
 
+def binds_torch(stmt: cst.BaseStatement) -> bool:
+    """``import torch`` or ``import torch.x`` (either binds the name ``torch``)."""
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return False
+    return any(
+        isinstance(s, cst.Import)
+        and any(a.asname is None and code(a.name).split(".")[0] == "torch" for a in s.names)
+        for s in stmt.body
+    )
+
+
+def insert_after_imports(module: cst.Module, lines: Sequence[str], notes: list[str]) -> cst.Module:
+    """``module`` with the statements ``lines`` after its imports (:func:`after_imports`),
+    ``import torch`` before them where the imports do not bind ``torch``; each added line said
+    in ``notes`` with its line number."""
+    body = list(module.body)
+    at = after_imports(body)
+    added = [] if any(binds_torch(s) for s in body[:at]) else ["import torch\n"]
+    added += lines
+    stmts = [cst.parse_statement(t) for t in added]
+    before = module.with_changes(body=body[:at], footer=(), has_trailing_newline=True)
+    first = (before.code.count("\n") if at else len(module.header)) + 1
+    where = "after the imports" if any(is_import(s) for s in body[:at]) else "at the top"
+    for n, text in enumerate(added):
+        notes.append(f"line {first + n}: {text.strip()} (added {where})")
+    return module.with_changes(body=[*body[:at], *stmts, *body[at:]])
+
+
 def on_lines(pos: CodeRange, lines: Collection[int]) -> bool:
     """Whether a node whose position is ``pos`` starts on one of ``lines``, or spans one
     (a statement continued over several lines is found by any of its lines)."""
@@ -230,8 +258,10 @@ __all__ = [
     "Skipped",
     "append_arg",
     "append_before_close",
+    "binds_torch",
     "code",
     "is_import",
+    "insert_after_imports",
     "is_literal",
     "keyword",
     "on_lines",

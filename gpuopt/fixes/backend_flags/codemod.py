@@ -31,14 +31,11 @@ from gpuopt.source import (
     PositionProvider,
     Rewrite,
     Skipped,
-    after_imports,
     code,
-    is_import,
+    insert_after_imports,
     is_literal,
     wrap,
 )
-
-Body = list[cst.SimpleStatementLine | cst.BaseCompoundStatement]
 
 
 @dataclass(frozen=True)
@@ -82,23 +79,6 @@ class _Replace(cst.CSTTransformer):
     def leave_Assign(self, original: cst.Assign, updated: cst.Assign) -> cst.Assign:
         want = self.values.get(id(original))
         return updated if want is None else updated.with_changes(value=cst.Name(str(want)))
-
-
-def _binds_torch(stmt: cst.BaseStatement) -> bool:
-    """``import torch`` or ``import torch.x`` (either binds the name ``torch``)."""
-    if not isinstance(stmt, cst.SimpleStatementLine):
-        return False
-    return any(
-        isinstance(s, cst.Import)
-        and any(a.asname is None and code(a.name).split(".")[0] == "torch" for a in s.names)
-        for s in stmt.body
-    )
-
-
-def _statement(text: str) -> cst.SimpleStatementLine:
-    stmt = cst.parse_statement(text)
-    assert isinstance(stmt, cst.SimpleStatementLine)
-    return stmt
 
 
 def _check(setting: _Setting, want: bool) -> tuple[bool, str | None]:
@@ -148,15 +128,6 @@ def rewrite_backend_flags(
 
 def _insert(module: cst.Module, missing: Mapping[str, bool], notes: list[str]) -> cst.Module:
     """``module`` with ``<flag> = <value>`` for each of ``missing`` after its imports."""
-    body: Body = list(module.body)
-    at = after_imports(body)
-    added: Body = []
-    if not any(_binds_torch(s) for s in body[:at]):
-        added.append(_statement("import torch\n"))
-    added += [_statement(f"{flag} = {want}\n") for flag, want in missing.items()]
-    before = module.with_changes(body=body[:at], footer=(), has_trailing_newline=True)
-    first = (before.code.count("\n") if at else len(module.header)) + 1
-    where = "after the imports" if any(is_import(s) for s in body[:at]) else "at the top"
-    for n, stmt in enumerate(added):
-        notes.append(f"line {first + n}: {code(stmt).strip()} (added {where})")
-    return module.with_changes(body=[*body[:at], *added, *body[at:]])
+    return insert_after_imports(
+        module, [f"{flag} = {want}\n" for flag, want in missing.items()], notes
+    )

@@ -41,9 +41,8 @@ from gpuopt.source import (
     Rewrite,
     Skipped,
     add_argument,
-    after_imports,
     code,
-    is_import,
+    insert_after_imports,
     is_literal,
     keyword,
     parse,
@@ -289,26 +288,5 @@ class _ReplaceArg(cst.CSTTransformer):
         return updated.with_changes(args=[arg])
 
 
-def _binds_torch(stmt: cst.BaseStatement) -> bool:
-    """``import torch`` or ``import torch.x`` (either binds the name ``torch``)."""
-    if not isinstance(stmt, cst.SimpleStatementLine):
-        return False
-    return any(
-        isinstance(s, cst.Import)
-        and any(a.asname is None and code(a.name).split(".")[0] == "torch" for a in s.names)
-        for s in stmt.body
-    )
-
-
 def _insert_threads(module: cst.Module, threads: int, notes: list[str]) -> cst.Module:
-    body = list(module.body)
-    at = after_imports(body)
-    added = [] if any(_binds_torch(s) for s in body[:at]) else ["import torch\n"]
-    added.append(f"torch.set_num_threads({threads})\n")
-    stmts = [cst.parse_statement(t) for t in added]
-    before = module.with_changes(body=body[:at], footer=(), has_trailing_newline=True)
-    first = (before.code.count("\n") if at else len(module.header)) + 1
-    where = "after the imports" if any(is_import(s) for s in body[:at]) else "at the top"
-    for n, text in enumerate(added):
-        notes.append(f"line {first + n}: {text.strip()} (added {where})")
-    return module.with_changes(body=[*body[:at], *stmts, *body[at:]])
+    return insert_after_imports(module, [f"torch.set_num_threads({threads})\n"], notes)
