@@ -114,6 +114,8 @@ def decode_error(
             f"{path}: not valid JSON: a string is not valid UTF-8 text ({exc.reason})"
         )
     msg = str(exc)
+    if msg.startswith("Invalid UTF-8"):  # msgspec 0.23 says so itself (0.22: UnicodeDecodeError)
+        return GpuoptError(f"{path}: not valid JSON: a string is not valid UTF-8 text")
     if msg == "Input data was truncated":
         return GpuoptError(
             f"{path}: not valid JSON: the text ends in the middle of the document "
