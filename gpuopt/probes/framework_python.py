@@ -40,7 +40,7 @@ CLEAN = 10  # steps after the window before the sampled ones
 # between looks (on average: each wait drawn around it): each costs the training thread 50-100 us
 # (a wake-up, the GIL handed over and back), +34-38% of a 2 ms step's CPU (pinned, load 5); a
 # look every 1 ms costs +4-8% but read a Lightning loop's share 0.04-0.17 where every 0.2 ms
-# reads 0.09-0.23 (six runs each, alternated, quiet)
+# reads 0.14-0.26 (six runs each, alternated, quiet)
 INTERVAL_S = 2e-4
 SWITCH_S = 1e-4  # the interpreter's switch interval while sampling (its default: 5 ms)
 

@@ -1,7 +1,7 @@
 """One value far beyond the others' spread, by the modified z-score (Iglewicz & Hoaglin):
 ``0.6745 * |x - median| / MAD``, the median absolute deviation standing in for the standard
-deviation, so the outlier itself cannot widen the spread it is measured against. Pure Python: it
-sits on the CLI's start-up path."""
+deviation, so the outlier itself cannot widen the spread it is measured against. Pure Python
+(``statistics.median``): its callers hold a few values (one per pair of runs)."""
 
 from __future__ import annotations
 

@@ -296,10 +296,15 @@ def sites_for(
     if chains is None:
         found = _innermost_sites(v, ops, events[need], site)
     else:
-        found = [next((s for j in reversed(chains[k]) if (s := site(j))), None) for k in need]
+        found = [_first_site(chains[k], site) for k in need]
     for k, s in zip(need, found, strict=True):
         out[k] = s
     return out
+
+
+def _first_site(chain: list[int], site: Callable[[int], str | None]) -> str | None:
+    """The first truthy ``site`` of the ops of ``chain`` (outermost first), innermost first."""
+    return next((s for j in reversed(chain) if (s := site(j))), None)
 
 
 def _innermost_sites(
@@ -315,7 +320,7 @@ def _innermost_sites(
     own = events.tolist()
     if _scan_pays(first, hi):
         chains = _scanned_chains(ops, first, hi, t1, own, [[] for _ in own])
-        return [next((s for j in reversed(c) if (s := site(j))), None) for c in chains]
+        return [_first_site(c, site) for c in chains]
 
     def visit(active: list[int], found: list[int]) -> list[bool]:
         done = []

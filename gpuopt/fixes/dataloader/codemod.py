@@ -45,7 +45,6 @@ from gpuopt.source import (
     insert_after_imports,
     is_literal,
     keyword,
-    parse,
     wrap,
 )
 
@@ -274,7 +273,7 @@ def _set_threads(
             )
         )
         return text
-    return _insert_threads(parse(text, name), threads, notes).code
+    return insert_after_imports(wrapper.module, [f"torch.set_num_threads({threads})\n"], notes).code
 
 
 class _ReplaceArg(cst.CSTTransformer):
@@ -286,7 +285,3 @@ class _ReplaceArg(cst.CSTTransformer):
             return updated
         arg = updated.args[0].with_changes(value=cst.Integer(str(self.threads)))
         return updated.with_changes(args=[arg])
-
-
-def _insert_threads(module: cst.Module, threads: int, notes: list[str]) -> cst.Module:
-    return insert_after_imports(module, [f"torch.set_num_threads({threads})\n"], notes)
