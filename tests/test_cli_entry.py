@@ -90,20 +90,33 @@ def test_anything_else_goes_to_typer(argv: list[str]) -> None:
     assert entry.parse_fast(argv, REPORT) is None
 
 
+def report_in_child(
+    trace: Path, out: Path, before: str = "", after: str = "", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``gpuopt report TRACE -o OUT`` through the entry point in a fresh interpreter: the lines
+    ``before`` run first, ``after`` once the command is done (its exit code printed first,
+    ``exit N``, not taken)."""
+    code = (
+        "import os, sys\n"
+        "import gpuopt.commands.entry as e\n"
+        "e.quick_exit = lambda code: print('exit', code)\n"
+        f"{before}"
+        f"sys.argv = ['gpuopt', 'report', {str(trace)!r}, '-o', {str(out)!r}]\n"
+        "e.main()\n"
+        f"{after}"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=60
+    )
+
+
 def test_fast_path_runs_the_report_without_typer(tmp_path: Path) -> None:
     trace = ROOT / "tests" / "data" / "report" / "gpu_ranks.json"
     out = tmp_path / "r.md"
-    code = (
-        "import sys\n"
-        "import gpuopt.commands.entry as e\n"
-        "e.quick_exit = lambda code: print('exit', code)\n"
-        f"sys.argv = ['gpuopt', 'report', {str(trace)!r}, '-o', {str(out)!r}]\n"
-        "e.main()\n"
+    after = (
         "print('typer' in sys.modules, 'click' in sys.modules or 'typer._click' in sys.modules)\n"
     )
-    r = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
-    )
+    r = report_in_child(trace, out, after=after)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split("\n")[:2] == ["exit 0", "False False"]
     assert out.read_text().startswith(
@@ -287,20 +300,13 @@ def test_a_trace_report_imports_only_what_it_uses(tmp_path: Path) -> None:
     renderers (html, statistics, random) for an input that is no optimize result."""
     trace = SHARED_TRACES / "hta" / "trace_filter" / "sampled_rank-0.json.gz"
     trace = public_file(trace)  # two ProfilerStep names: the last-step rule runs
-    code = (
-        "import sys\n"
-        "import gpuopt.commands.entry as e\n"
-        "e.quick_exit = lambda code: print('exit', code)\n"
-        f"sys.argv = ['gpuopt', 'report', {str(trace)!r}, '-o', {str(tmp_path / 'r.json')!r}]\n"
-        "e.main()\n"
+    after = (
         "print(sorted(m for m in ('numpy.ma', 'gpuopt.optimize.output.report', 'statistics',"
         " 'html') if m in sys.modules))\n"
     )
     if numpy_imports_ma():
-        code = code.replace("'numpy.ma', ", "")
-    r = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
-    )
+        after = after.replace("'numpy.ma', ", "")
+    r = report_in_child(trace, tmp_path / "r.json", after=after)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split("\n")[:2] == ["exit 0", "[]"]
     assert (tmp_path / "r.json").read_text().startswith("{")
@@ -313,21 +319,14 @@ def test_a_report_runs_numpy_with_one_blas_thread(tmp_path: Path, preset: str | 
     report: one is asked for while the report runs, and the variable is gone after it; a number
     the environment names is kept."""
     trace = public_file(SHARED_TRACES / "hta" / "trace_filter" / "sampled_rank-0.json.gz")
-    code = (
-        "import os, sys\n"
-        "import gpuopt.commands.entry as e\n"
-        "e.quick_exit = lambda code: print('exit', code)\n"
-        f"sys.argv = ['gpuopt', 'report', {str(trace)!r}, '-o', {str(tmp_path / 'r.json')!r}]\n"
-        "e.main()\n"
+    after = (
         "assert 'numpy' in sys.modules\n"
         "print(len(os.listdir('/proc/self/task')), os.environ.get('OPENBLAS_NUM_THREADS'))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     if preset is not None:
         env["OPENBLAS_NUM_THREADS"] = preset
-    r = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=60
-    )
+    r = report_in_child(trace, tmp_path / "r.json", after=after, env=env)
     assert r.returncode == 0, r.stderr
     threads, value = r.stdout.split("\n")[1].split()
     if preset is None:
@@ -341,20 +340,12 @@ def test_a_report_keeps_freed_memory_in_the_heap_while_it_runs(tmp_path: Path) -
     """Large arrays come from the heap, and what is freed stays there for the next ones, while
     the report runs (and the decode helper it forks); the defaults are back after it."""
     trace = public_file(SHARED_TRACES / "hta" / "trace_filter" / "sampled_rank-0.json.gz")
-    code = (
-        "import sys\n"
-        "import gpuopt.commands.entry as e\n"
-        "e.quick_exit = lambda code: print('exit', code)\n"
+    before = (
         "calls = []\n"
         "real = e._mallopt\n"
         "e._mallopt = lambda p, v: calls.append((p, v)) or real(p, v)\n"
-        f"sys.argv = ['gpuopt', 'report', {str(trace)!r}, '-o', {str(tmp_path / 'r.json')!r}]\n"
-        "e.main()\n"
-        "print(calls)\n"
     )
-    r = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
-    )
+    r = report_in_child(trace, tmp_path / "r.json", before=before, after="print(calls)\n")
     assert r.returncode == 0, r.stderr
     calls = r.stdout.split("\n")[1]
     assert calls == str([(-3, 32 << 20), (-1, 1 << 30), (-3, 128 << 10), (-1, 128 << 10)])
