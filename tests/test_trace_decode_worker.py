@@ -7,6 +7,7 @@ The helper is forked, so these tests run only where ``os.fork`` and ``memfd_crea
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -56,9 +57,9 @@ def test_helper_and_parent_split_the_pieces_and_agree(
     seen: dict[str, int] = {}
     real_result = decode._helper_result
 
-    def counting(h: decode_worker.DecodeHelper, start: int):  # type: ignore[no-untyped-def]
-        got = real_result(h, start)
-        seen["helper_pieces"] = -1 if got is None else len(got[0])
+    def counting(h: decode_worker.DecodeHelper, start: int, merge):  # type: ignore[no-untyped-def]
+        got = real_result(h, start, merge)
+        seen["helper_pieces"] = -1 if got is None else got[0]
         return got
 
     monkeypatch.setattr(decode, "_helper_result", counting)
@@ -155,6 +156,31 @@ def test_a_busy_machine_forks_the_helper_for_smaller_files(
     assert decode_worker.min_text_bytes(2) == threshold
 
 
+@pytest.mark.parametrize(
+    ("others", "early", "threshold"),
+    [
+        (0, True, decode_worker.QUIET_EARLY_MIN_TEXT_BYTES),
+        (0, False, decode_worker.MIN_TEXT_BYTES),  # after the imports: nothing to overlap
+        (1, True, decode_worker.MIN_TEXT_BYTES),  # the second core is taken now
+        (None, True, decode_worker.MIN_TEXT_BYTES),  # not known
+    ],
+)
+def test_an_early_helper_on_an_idle_machine_is_forked_for_smaller_files(
+    monkeypatch: pytest.MonkeyPatch, others: int | None, early: bool, threshold: int
+) -> None:
+    """Forked before the imports with no other task runnable, the helper decodes on the free
+    core while the parent imports; beside another busy task it would share that core."""
+    monkeypatch.setattr(decode_worker.os, "getloadavg", lambda: (0.5, 0.5, 0.5))
+    monkeypatch.setattr(decode_worker, "others_runnable", lambda: others)
+    assert decode_worker.min_text_bytes(2, early=early) == threshold
+
+
+@pytest.mark.skipif(not Path("/proc/loadavg").exists(), reason="Linux's /proc/loadavg")
+def test_the_runnable_tasks_are_read_from_the_kernel() -> None:
+    got = decode_worker.others_runnable()
+    assert isinstance(got, int) and got >= 0  # this process, running, is not counted
+
+
 def test_no_load_average_counts_as_idle(monkeypatch: pytest.MonkeyPatch) -> None:
     def unavailable() -> tuple[float, float, float]:
         raise OSError("no load average")
@@ -232,10 +258,10 @@ def _helper_pieces_seen(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     seen: dict[str, int] = {}
     real_result = decode._helper_result
 
-    def counting(h: decode_worker.DecodeHelper, start: int):  # type: ignore[no-untyped-def]
-        got = real_result(h, start)
+    def counting(h: decode_worker.DecodeHelper, start: int, merge):  # type: ignore[no-untyped-def]
+        got = real_result(h, start, merge)
         seen["split"] = h.split
-        seen["helper_pieces"] = -1 if got is None else len(got[0])
+        seen["helper_pieces"] = -1 if got is None else got[0]
         return got
 
     monkeypatch.setattr(decode, "_helper_result", counting)
@@ -271,7 +297,7 @@ def test_an_early_helper_for_another_or_changed_file_is_not_used(
     monkeypatch.setenv("GPUOPT_TRACE_WORKERS", "1")
 
     def reaped(h: decode_worker.DecodeHelper) -> bool:
-        return h.fd == -1 and not Path(f"/proc/{h.pid}").exists()
+        return h.fd == h.ready == -1 and not Path(f"/proc/{h.pid}").exists()
 
     assert decode_ahead.start(p)
     h = decode_ahead._started[1]  # type: ignore[index]
@@ -321,6 +347,80 @@ def test_the_entry_point_forks_the_helper_and_the_loader_keeps_it(
         entry._decode_early(args)
         assert decode_ahead._started is None, args
     assert not decode_ahead.start(fifo)
+
+
+def test_the_parent_reads_frames_while_the_helper_still_decodes(tmp_path: Path) -> None:
+    """Each frame is the parent's as soon as it is written, not at the helper's end."""
+    go_on = tmp_path / "go-on"
+
+    def writer(_stream: pieces.PieceStream, _split: int):  # type: ignore[no-untyped-def]
+        yield b"first"
+        for _ in range(2000):  # until the parent has read the first frame (at most 20 s)
+            if go_on.exists():
+                break
+            time.sleep(0.01)
+        yield b"second"
+
+    h = decode_worker.DecodeHelper.start(_trace(tmp_path, n=10), writer)
+    assert h is not None
+    try:
+        got = []
+        for frame in h.frames(bytes):
+            got.append(frame)
+            if len(got) == 1:
+                assert os.waitpid(h.pid, os.WNOHANG) == (0, 0)  # the helper still runs
+                go_on.touch()
+        assert got == [b"first", b"second"]
+    finally:
+        go_on.touch()
+        h.close()
+    assert h.fd == h.ready == -1
+
+
+def test_the_entry_point_forks_before_what_the_helper_does_not_need(tmp_path: Path) -> None:
+    """Everything imported before the early helper's fork is on its way to its first piece: the
+    entry point forks it with msgspec and the decoder, before pathlib and numpy (the parent's
+    own), and without typing_extensions (msgspec's optional import, which nothing in a report
+    needs)."""
+    import subprocess
+    import sys
+
+    p = _trace(tmp_path)
+    watched = ("pathlib", "numpy", "typing_extensions", "inspect", "msgspec")
+    code = (
+        "import os, sys\n"
+        f"watched = {watched!r}\n"
+        "at_start = {m for m in watched if m in sys.modules}\n"
+        "def fork():\n"
+        "    print(sorted(m for m in watched if m in sys.modules and m not in at_start))\n"
+        "    sys.stdout.flush()\n"
+        "    os._exit(0)\n"
+        "os.fork = fork\n"
+        f"sys.argv = ['gpuopt', 'report', {str(p)!r}, '--format', 'json']\n"
+        "from gpuopt.commands.entry import main\n"
+        "main()\n"
+    )
+    env = dict(os.environ, GPUOPT_TRACE_WORKERS="1")
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert out.stdout.strip() == "['msgspec']", out.stderr[-2000:]
+
+
+def test_msgspec_imported_alone_leaves_typing_extensions_to_others() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from gpuopt.commands.entry import _import_msgspec_alone\n"
+        "_import_msgspec_alone()\n"
+        "print('msgspec' in sys.modules, 'typing_extensions' in sys.modules)\n"
+        "import typing_extensions\n"  # whoever imports it later still gets it
+        "print(typing_extensions.__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "False", "typing_extensions"]
 
 
 def test_the_early_path_imports_no_numpy() -> None:

@@ -43,7 +43,6 @@ if TYPE_CHECKING:
 # (docs/benchmarks.md). Only used to cap the default number of workers by available memory.
 WORKER_BASE_BYTES = 32 << 20
 MSGPACK = msgspec.msgpack.Encoder()
-_SUMMARY_MSGPACK = msgspec.msgpack.Decoder(RankSummary)
 # Below this much JSON in all, one process does a folder faster than a pool: forking the pool
 # and importing its modules cost 0.05-0.1 s here (2 ranks of 1.7 MB: 0.34 s pooled, 0.28 s
 # alone; docs/benchmarks.md), the same threshold as the decode helper's
@@ -226,6 +225,8 @@ def _pool(
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
 
+    # built here: 1.8 ms (RankSummary's types) that a single trace file's report does not need
+    summaries = msgspec.msgpack.Decoder(RankSummary)
     results: list[RankSummary | NotATrace | None] = [None] * len(files)
     errors: dict[int, str] = {}
     with ProcessPoolExecutor(
@@ -239,7 +240,7 @@ def _pool(
         for fut in as_completed(futures):
             i = futures[fut]
             try:
-                results[i] = _SUMMARY_MSGPACK.decode(fut.result())
+                results[i] = summaries.decode(fut.result())
             except NotATrace as exc:
                 results[i] = exc
             except GpuoptError as exc:

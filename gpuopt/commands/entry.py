@@ -233,6 +233,7 @@ def main() -> None:
     blas = _one_blas_thread()
     heap = _keep_freed_memory()
     try:
+        _import_msgspec_alone()
         _decode_early(values)
         from gpuopt.commands.report import report_values
 
@@ -250,6 +251,22 @@ def main() -> None:
             _mallopt(_TRIM_THRESHOLD, _MALLOC_DEFAULT)
         if "gpuopt.trace.decode_ahead" in sys.modules:
             sys.modules["gpuopt.trace.decode_ahead"].discard()
+
+
+def _import_msgspec_alone() -> None:
+    """Import msgspec as it is imported where typing_extensions is not installed: msgspec's own
+    fallback, ``typing.get_type_hints``, which on Python 3.11+ gives what typing_extensions'
+    gives msgspec (it asks for the extras). typing_extensions, and the ``inspect``, ``ast`` and
+    ``dis`` it imports, took 5-8 ms of a report's start-up, before the decode helper could be
+    forked; nothing else a report runs imports it. Left as it is where either is imported
+    already (a caller in the same process)."""
+    if "msgspec" in sys.modules or "typing_extensions" in sys.modules:
+        return
+    sys.modules["typing_extensions"] = None  # type: ignore[assignment]  # ImportError, as if absent
+    try:
+        import msgspec  # noqa: F401
+    finally:
+        del sys.modules["typing_extensions"]
 
 
 # numpy's OpenBLAS starts a thread per core when numpy is imported; the thread spins for work a
@@ -308,11 +325,9 @@ def _decode_early(values: dict[str, object]) -> None:
     name = str(paths[0])
     if not name.endswith((".json.gz", ".json")) or name.endswith((".summary.json", "profile.json")):
         return
-    from pathlib import Path
-
     from gpuopt.trace import decode_ahead
 
-    decode_ahead.start(Path(name))
+    decode_ahead.start(name)
 
 
 def _profile(values: dict[str, object]) -> NoReturn:

@@ -217,29 +217,25 @@ def _load_streaming(path: Path, workers: int | None = None) -> EventColumns:
     if helper is None and decode_worker.wanted(path, workers):
         helper = decode_worker.DecodeHelper.start(path, ev.helper_frames)
     joiner = PieceJoiner()
+    builder = _Builder()
     try:
         stream = PieceStream(path)
         meta_doc = _decode_header(stream.header)
-        parts: list[dict[str, Any]] = []
         # where the parent stopped and the helper's pieces must begin
-        stop, helper = _parent_pieces(stream, helper, joiner, parts)
+        stop, helper = _parent_pieces(stream, helper, joiner, builder.merge)
         if stop < 0:
             # the parent reached the end itself: the helper had nothing to do
             tail = joiner.text() + stream.tail if joiner.held else stream.tail
         else:
             assert helper is not None
-            got = _helper_result(helper, stop)
+            got = _helper_result(helper, stop, builder.merge)
             if got is None:  # the helper stopped short (failed or killed): decode it all here
                 helper.close()
                 return _load_streaming(path, workers=0)
-            parts += got[0]
             tail = got[1]
     finally:
         if helper is not None:
             helper.close()
-    builder = _Builder()
-    for part in parts:
-        builder.merge(part)
     # The tail holds the last events, the closing ']' and any top-level keys after traceEvents.
     try:
         tail_doc = ev.DOC.decode(b'{"traceEvents":[' + tail)
@@ -258,9 +254,9 @@ def _parent_pieces(
     stream: PieceStream,
     helper: decode_worker.DecodeHelper | None,
     joiner: PieceJoiner,
-    parts: list[dict[str, Any]],
+    merge: Callable[[dict[str, Any]], None],
 ) -> tuple[int, decode_worker.DecodeHelper | None]:
-    """Decode here, into ``parts``, the pieces before the helper's split (every piece without a
+    """Decode here, and ``merge``, the pieces before the helper's split (every piece without a
     helper). Returns where the parent stopped (-1: at the end, the helper had nothing to do) and
     the helper still to be read (None: none, or stopped because a piece before the split waits
     for text past it)."""
@@ -276,7 +272,7 @@ def _parent_pieces(
             helper = None
         part = joiner.feed(offset, end, text, _decode_piece)
         if part is not None:
-            parts.append(part)
+            merge(part)
     return -1, helper
 
 
@@ -285,18 +281,20 @@ def _decode_piece(_start: int, _end: int, data: bytes) -> dict[str, Any]:
 
 
 def _helper_result(
-    helper: decode_worker.DecodeHelper, start: int
-) -> tuple[list[dict[str, Any]], bytes] | None:
-    """The helper's parts and the tail, if its frames cover the text from ``start`` to the tail
-    without a gap; else None."""
-    parts: list[dict[str, Any]] = []
+    helper: decode_worker.DecodeHelper, start: int, merge: Callable[[dict[str, Any]], None]
+) -> tuple[int, bytes] | None:
+    """``merge`` the helper's parts as its frames come; how many there were and the tail, if
+    the frames cover the text from ``start`` to the tail without a gap; else None (some parts
+    may have been merged: the caller starts again)."""
+    n = 0
     at = start
     for got in helper.frames(ev.read_frame):
         if got["offset"] != at:
             return None
         if "tail" in got:
-            return parts, got["tail"]
-        parts.append(got["part"])
+            return n, got["tail"]
+        merge(got["part"])
+        n += 1
         at = got["end"]
     return None
 

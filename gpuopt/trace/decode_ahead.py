@@ -19,17 +19,20 @@ from __future__ import annotations
 
 import os
 import stat
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuopt.debug import logger
 from gpuopt.trace import decode_worker, events
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 log = logger(__name__)
 
 _started: tuple[tuple[int, int, int, int], decode_worker.DecodeHelper] | None = None
 
 
-def _identity(path: Path) -> tuple[int, int, int, int] | None:
+def _identity(path: str | Path) -> tuple[int, int, int, int] | None:
     """A regular file's device, inode, size and mtime; None for anything else."""
     try:
         st = os.stat(path)
@@ -41,9 +44,9 @@ def _identity(path: Path) -> tuple[int, int, int, int] | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def start(path: Path) -> bool:
-    """Fork a helper for ``path`` now, if one is worth it (:func:`decode_worker.wanted`: the same
-    size threshold as the helper forked after the imports, :func:`decode_worker.min_text_bytes`);
+def start(path: str | Path) -> bool:
+    """Fork a helper for ``path`` now, if one is worth it (:func:`decode_worker.wanted`, early:
+    :func:`decode_worker.min_text_bytes`);
     a helper forked for this very file already (by the command's entry point) is kept. Only for
     a regular file: a FIFO or a device is never opened here."""
     global _started
@@ -51,7 +54,7 @@ def start(path: Path) -> bool:
     if _started is not None and ident is not None and _started[0] == ident:
         return True
     discard()
-    if ident is None or not decode_worker.wanted(path):
+    if ident is None or not decode_worker.wanted(path, early=True):
         return False
     h = decode_worker.DecodeHelper.start(path, events.helper_frames, early=True)
     if h is None:
@@ -60,7 +63,7 @@ def start(path: Path) -> bool:
     return True
 
 
-def claim(path: Path) -> decode_worker.DecodeHelper | None:
+def claim(path: str | Path) -> decode_worker.DecodeHelper | None:
     """The helper :func:`start` forked for this very file (same device, inode, size and mtime),
     or None; a helper for another file, or for a file changed since, is stopped."""
     global _started

@@ -28,12 +28,14 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Generator, Iterator
-from pathlib import Path
-from typing import BinaryIO, TypeVar, cast
+from typing import TYPE_CHECKING, BinaryIO, TypeVar, cast
 
 from gpuopt.debug import logger
 from gpuopt.errors import GpuoptError, NotATrace
 from gpuopt.trace import jsontext
+
+if TYPE_CHECKING:  # a str is as good: the decode helper is forked before pathlib is imported
+    from pathlib import Path
 
 log = logger(__name__)
 
@@ -77,18 +79,18 @@ class CutError(Fallback):
     (a guessed cut of a layout without line structure). Join it with the next piece."""
 
 
-def iter_blocks(path: Path) -> Generator[bytes, None, None]:
+def iter_blocks(path: str | Path) -> Generator[bytes, None, None]:
     """Decompressed blocks of ``path`` (gzip detected by its magic bytes, not the name). The text
     must start as a trace does (:func:`gpuopt.trace.jsontext.check_start`): garbage is refused
     from its first block, before the rest of the file is read."""
     try:
-        fh = path.open("rb")
+        fh = open(path, "rb")  # noqa: SIM115 - closed by the with below
     except OSError as exc:
         raise GpuoptError(f"{path}: cannot read: {exc.strerror or exc}") from None
     with fh:
         head = fh.read(2)
         if head != b"\x1f\x8b":
-            if path.name.endswith(".gz"):
+            if os.path.basename(path).endswith(".gz"):
                 raise GpuoptError(f"{path}: not a gzip file (the name ends in .gz)")
             yield from _checked(path, _plain_blocks(fh, head), "file")
         else:
@@ -104,7 +106,7 @@ def _plain_blocks(fh: BinaryIO, head: bytes) -> Iterator[bytes]:
         yield chunk
 
 
-def _gunzip_blocks(path: Path, fh: BinaryIO, head: bytes) -> Iterator[bytes]:
+def _gunzip_blocks(path: str | Path, fh: BinaryIO, head: bytes) -> Iterator[bytes]:
     d = zlib.decompressobj(wbits=31)
     data = head
     total = 0
@@ -143,7 +145,7 @@ def _gunzip_blocks(path: Path, fh: BinaryIO, head: bytes) -> Iterator[bytes]:
         )
 
 
-def _check_ratio(path: Path, text: int, packed: int) -> None:
+def _check_ratio(path: str | Path, text: int, packed: int) -> None:
     """Refuse a gzip bomb: ``text`` bytes decompressed from the first ``packed`` bytes of the
     file, more than :data:`MAX_RATIO` to one."""
     if text > MAX_RATIO * max(packed, 1):
@@ -154,7 +156,7 @@ def _check_ratio(path: Path, text: int, packed: int) -> None:
         )
 
 
-def _checked(path: Path, blocks: Iterator[bytes], what: str) -> Iterator[bytes]:
+def _checked(path: str | Path, blocks: Iterator[bytes], what: str) -> Iterator[bytes]:
     """``blocks``, once the first non-whitespace byte is known to start a JSON object."""
     leading = 0
     for block in blocks:
@@ -174,11 +176,11 @@ def _checked(path: Path, blocks: Iterator[bytes], what: str) -> Iterator[bytes]:
         raise GpuoptError(f"{path}: only whitespace, not a trace")
 
 
-def text_size(path: Path) -> int:
+def text_size(path: str | Path) -> int:
     """The decompressed size of ``path``, cheaply: gzip's ISIZE trailer (exact below 4 GiB for a
     single-member file, an estimate otherwise), the file size for plain JSON. 0 if unreadable."""
     try:
-        with path.open("rb") as fh:
+        with open(path, "rb") as fh:
             magic = fh.read(2)
             size = os.fstat(fh.fileno()).st_size
             if magic != b"\x1f\x8b":
@@ -205,7 +207,7 @@ class PieceStream:
     yield the same pieces at the same offsets.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: str | Path) -> None:
         self._blocks: Generator[bytes, None, None] = iter_blocks(path)
         buf: bytes | bytearray = b""
         header_end = -1
