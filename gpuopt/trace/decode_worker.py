@@ -39,6 +39,7 @@ Safe by construction:
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 import sys
@@ -193,24 +194,35 @@ class DecodeHelper:
         os.close(written)
         return cls(pid, fd, split, ready)
 
-    def frames(self, read: Callable[[bytes], T]) -> Iterator[T]:
+    def frames(self, read: Callable[[memoryview], T]) -> Iterator[T]:
         """``read`` each of the helper's frames in order, as soon as the helper has written it
         (fewer, or none, if it failed): the parent takes in the first frames while the helper
-        still decodes the last pieces."""
+        still decodes the last. ``read`` gets a view into the helper's memory and must not keep
+        it."""
         pos = 0
         ended = False
         try:
             while not ended:
                 ended = not os.read(self.ready, 4096)  # a frame is written, or the helper ended
                 size = os.fstat(self.fd).st_size
-                while pos + _LEN.size <= size:
-                    (n,) = _LEN.unpack(os.pread(self.fd, _LEN.size, pos))
-                    if pos + _LEN.size + n > size:
-                        break  # a frame still being written, or cut short (the helper was killed)
-                    frame = os.pread(self.fd, n, pos + _LEN.size)
-                    pos += _LEN.size + n
-                    yield read(frame)
-        except OSError as exc:
+                if size - pos < _LEN.size:
+                    continue
+                # mapped, not read: pread copied every frame once more (2-3 ms on 15 MB of JSON)
+                base = pos - pos % mmap.ALLOCATIONGRANULARITY
+                with (
+                    mmap.mmap(self.fd, size - base, prot=mmap.PROT_READ, offset=base) as data,
+                    memoryview(data) as view,
+                ):
+                    while pos + _LEN.size <= size:
+                        (n,) = _LEN.unpack_from(view, pos - base)
+                        start = pos - base + _LEN.size
+                        if start + n > size - base:
+                            break  # still being written, or cut short (the helper was killed)
+                        with view[start : start + n] as frame:
+                            got = read(frame)
+                        pos += _LEN.size + n
+                        yield got
+        except (OSError, ValueError) as exc:
             log.debug("the decode helper's output not read (%s): decoded here", exc)
         self._wait()
 
