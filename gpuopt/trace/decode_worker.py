@@ -67,9 +67,9 @@ MIN_TEXT_BYTES = 16 << 20
 # (medians of 10 alternating runs each, docs/bench-trace.md).
 BUSY_MIN_TEXT_BYTES = 8 << 20
 # Forked before the parent's imports while no other task is runnable (the second core free), the
-# helper decodes the whole file while the parent imports: 0.90x the wall time on 4.6 MB of JSON,
-# 0.82x on 9.8 MB, 0.79x on 15.4 MB; 1.7 MB: no gain (medians of 11 alternated runs, load 1).
-# Beside one busy process it was 6-16% slower from 4.6 to 25.8 MB (docs/bench-trace.md).
+# helper decodes the whole file while the parent imports: 0.90x the wall time on 4.8 MB of JSON,
+# 0.82x on 9.8 MB, 0.79-0.83x on 15.4 MB; 1.8 MB: no gain (medians of 9-11 alternated runs, load
+# 1). Beside one busy process it was 6-16% slower from 4.8 to 25.8 MB (docs/bench-trace.md).
 QUIET_EARLY_MIN_TEXT_BYTES = 4 << 20
 # The parent's share: a little over half, since the helper also decompresses the parent's half.
 PARENT_SHARE = 0.55
