@@ -157,21 +157,30 @@ def test_a_busy_machine_forks_the_helper_for_smaller_files(
 
 
 @pytest.mark.parametrize(
-    ("others", "early", "threshold"),
+    ("others", "early", "numpy_in", "threshold"),
     [
-        (0, True, decode_worker.QUIET_EARLY_MIN_TEXT_BYTES),
-        (0, False, decode_worker.MIN_TEXT_BYTES),  # after the imports: nothing to overlap
-        (1, True, decode_worker.MIN_TEXT_BYTES),  # the second core is taken now
-        (None, True, decode_worker.MIN_TEXT_BYTES),  # not known
+        (0, True, False, decode_worker.QUIET_EARLY_MIN_TEXT_BYTES),
+        (0, False, False, decode_worker.MIN_TEXT_BYTES),  # after the imports: nothing to overlap
+        (0, True, True, decode_worker.MIN_TEXT_BYTES),  # numpy imported already (a notebook)
+        (1, True, False, decode_worker.MIN_TEXT_BYTES),  # the second core is taken now
+        (None, True, False, decode_worker.MIN_TEXT_BYTES),  # not known
     ],
 )
 def test_an_early_helper_on_an_idle_machine_is_forked_for_smaller_files(
-    monkeypatch: pytest.MonkeyPatch, others: int | None, early: bool, threshold: int
+    monkeypatch: pytest.MonkeyPatch,
+    others: int | None,
+    early: bool,
+    numpy_in: bool,
+    threshold: int,
 ) -> None:
-    """Forked before the imports with no other task runnable, the helper decodes on the free
-    core while the parent imports; beside another busy task it would share that core."""
+    """Forked before numpy is imported with no other task runnable, the helper decodes on the
+    free core while the parent imports; beside another busy task it would share that core."""
+    import sys
+
     monkeypatch.setattr(decode_worker.os, "getloadavg", lambda: (0.5, 0.5, 0.5))
     monkeypatch.setattr(decode_worker, "others_runnable", lambda: others)
+    if not numpy_in:
+        monkeypatch.delitem(sys.modules, "numpy")
     assert decode_worker.min_text_bytes(2, early=early) == threshold
 
 

@@ -45,10 +45,9 @@ def _identity(path: str | Path) -> tuple[int, int, int, int] | None:
 
 
 def start(path: str | Path) -> bool:
-    """Fork a helper for ``path`` now, if one is worth it (:func:`decode_worker.wanted`, early:
-    :func:`decode_worker.min_text_bytes`);
-    a helper forked for this very file already (by the command's entry point) is kept. Only for
-    a regular file: a FIFO or a device is never opened here."""
+    """Fork a helper for ``path`` now, if one forked before the imports is worth it
+    (:func:`decode_worker.wanted`); a helper forked for this very file already (by the command's
+    entry point) is kept. Only for a regular file: a FIFO or a device is never opened here."""
     global _started
     ident = _identity(path)
     if _started is not None and ident is not None and _started[0] == ident:

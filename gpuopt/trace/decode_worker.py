@@ -66,7 +66,7 @@ MIN_TEXT_BYTES = 16 << 20
 # (2 vCPUs) it took 0.84x the wall time on 9.8 MB of JSON, 0.87x on 15.4 MB, 0.90x on 25.8 MB
 # (medians of 10 alternating runs each, docs/bench-trace.md).
 BUSY_MIN_TEXT_BYTES = 8 << 20
-# Forked before the parent's imports while no other task is runnable (the second core free), the
+# Forked before numpy is imported while no other task is runnable (the second core free), the
 # helper decodes the whole file while the parent imports: 0.90x the wall time on 4.8 MB of JSON,
 # 0.82x on 9.8 MB, 0.79-0.83x on 15.4 MB; 1.8 MB: no gain (medians of 9-11 alternated runs, load
 # 1). Beside one busy process it was 6-16% slower from 4.8 to 25.8 MB (docs/bench-trace.md).
@@ -116,15 +116,16 @@ def wanted(path: str | Path, workers: int | None = None, early: bool = False) ->
 
 def min_text_bytes(cores: int, early: bool = False) -> int:
     """The least JSON a helper is forked for: :data:`BUSY_MIN_TEXT_BYTES` while the cores are
-    busy (load average); :data:`QUIET_EARLY_MIN_TEXT_BYTES` for an ``early`` helper while no
-    other task is runnable; else :data:`MIN_TEXT_BYTES`."""
+    busy (load average); :data:`QUIET_EARLY_MIN_TEXT_BYTES` for an ``early`` helper while numpy
+    is still to be imported (the import it overlaps) and no other task is runnable; else
+    :data:`MIN_TEXT_BYTES`."""
     try:
         busy = os.getloadavg()[0] >= cores
     except OSError:  # no load average on this system
         busy = False
     if busy:
         return BUSY_MIN_TEXT_BYTES
-    if early and others_runnable() == 0:
+    if early and "numpy" not in sys.modules and others_runnable() == 0:
         return QUIET_EARLY_MIN_TEXT_BYTES
     return MIN_TEXT_BYTES
 
@@ -207,7 +208,7 @@ class DecodeHelper:
                 size = os.fstat(self.fd).st_size
                 if size - pos < _LEN.size:
                     continue
-                # mapped, not read: pread copied every frame once more (2-3 ms on 15 MB of JSON)
+                # mapped, not read: pread copied each frame once more (0.5-1 ms on 15.4 MB of JSON)
                 base = pos - pos % mmap.ALLOCATIONGRANULARITY
                 with (
                     mmap.mmap(self.fd, size - base, prot=mmap.PROT_READ, offset=base) as data,
