@@ -358,6 +358,19 @@ def test_the_entry_point_forks_the_helper_and_the_loader_keeps_it(
     assert not decode_ahead.start(fifo)
 
 
+def test_no_pipe_no_helper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Out of file descriptors: no helper (the parent decodes alone), nothing left open."""
+    p = _trace(tmp_path, n=10)
+    before = len(os.listdir("/proc/self/fd"))
+
+    def no_pipe() -> tuple[int, int]:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(decode_worker.os, "pipe", no_pipe)
+    assert decode_worker.DecodeHelper.start(p, events.helper_frames) is None
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
 def test_the_parent_reads_frames_while_the_helper_still_decodes(tmp_path: Path) -> None:
     """Each frame is the parent's as soon as it is written, not at the helper's end."""
     go_on = tmp_path / "go-on"

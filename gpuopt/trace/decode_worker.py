@@ -177,7 +177,12 @@ class DecodeHelper:
         except (OSError, AttributeError) as exc:
             log.debug("no decode helper: memfd_create failed: %s", exc)
             return None
-        ready, written = os.pipe()
+        try:
+            ready, written = os.pipe()
+        except OSError as exc:  # out of file descriptors
+            log.debug("no decode helper: pipe failed: %s", exc)
+            os.close(fd)
+            return None
         parent = os.getpid()
         try:
             pid = os.fork()
