@@ -49,6 +49,7 @@ class FrameworkProbe:
             log.debug("probe framework: gave up", exc_info=True)
             self.errors.append(f"framework probe: {type(exc).__name__}: {exc}")
             self.looks = LOOK_STEPS
+        return None
 
     def _look(self, frame: Any) -> None:
         from gpuopt.frameworks.detect import (
