@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import msgspec
@@ -258,3 +259,50 @@ def test_process_tree_finds_children_and_grandchildren(proc_files: bool) -> None
             p.kill()
         child.kill()
         child.wait()
+
+
+def test_the_proc_reader_finds_the_tree_and_reads_what_psutil_reads() -> None:
+    """Linux's /proc read directly (no psutil before the script starts): the same children and
+    grandchildren, the same RSS, a busy child's CPU counted, the machine's busy cores."""
+    import subprocess
+    import time
+
+    from gpuopt.probes import proc_tree
+    from gpuopt.probes.samplers import tree_cpu
+
+    if not proc_tree.available():
+        pytest.skip("no /proc/PID/task/TID/children on this system")
+    assert isinstance(tree_cpu(), proc_tree.ProcTreeCpu)
+    code = (
+        "import subprocess, sys, time; "
+        "subprocess.Popen([sys.executable, '-c', 'while True: pass']); time.sleep(30)"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        tree = proc_tree.ProcTreeCpu()
+        deadline = time.monotonic() + 20
+        want: set[int] = set()
+        while time.monotonic() < deadline:
+            want = {child.pid} | {p.pid for p in psutil.Process(child.pid).children()}
+            tree._last_refresh = -1e9  # look for new descendants on every read
+            tree.read(time.perf_counter())
+            if len(want) == 2 and want <= tree.pids():
+                break
+            time.sleep(0.05)
+        assert len(want) == 2 and want <= tree.pids()
+        time.sleep(0.3)  # the spinning grandchild runs meanwhile
+        cpu, rss = tree.read(time.perf_counter())
+        assert cpu > 10  # one core spinning somewhere in the tree (one core = 100)
+        mine = psutil.Process().memory_info().rss
+        assert rss > mine and tree._stat(os.getpid()) == (
+            pytest.approx(sum(psutil.Process().cpu_times()[:2]), abs=0.05),
+            pytest.approx(mine, rel=0.1),
+        )
+        assert 0.0 < tree.machine_percent() <= 100.0 * (os.cpu_count() or 1)
+    finally:
+        for p in psutil.Process(child.pid).children():
+            p.kill()
+        child.kill()
+        child.wait()
+    tree.read(time.perf_counter() + 2)  # the child reaped: no longer read
+    assert child.pid not in tree.pids()

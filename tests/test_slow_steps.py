@@ -3,6 +3,8 @@ of the slow-step sampler (gpuopt.probes.slow_steps) and judged by its rule."""
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 from gpuopt.findings.rules.slow_steps import slow_steps
@@ -234,3 +236,35 @@ def test_the_sampler_waits_until_the_running_step_would_be_slow() -> None:
         now[0] = t + slow_at + 1e-6  # the running step is slow now
         assert sampler._wait() == sampler.interval_s
         assert sampler.interval_s == max(slow_steps.MIN_INTERVAL_S, min(step_s / 2, 0.05))
+
+
+def test_no_look_comes_before_the_first_step_ends() -> None:
+    """Step 0 is never judged: the sampler's thread sleeps until it ends (the script's imports
+    and setup pay no GIL hand-overs), then looks at its usual pace."""
+    sampler = SlowStepSampler(interval_s=0.001)
+    looked = threading.Event()
+    looks: list[int] = []
+
+    def look() -> None:
+        looks.append(1)
+        looked.set()
+
+    sampler.look = look  # type: ignore[method-assign]
+    sampler.start(RunContext(script="x.py", user_roots=[HERE], out_dir=HERE))
+    try:
+        time.sleep(0.05)  # 50 of its intervals
+        assert looks == []
+        sampler.on_step(0, time.perf_counter())
+        assert looked.wait(10.0)
+    finally:
+        sampler.stop()
+    assert sampler._thread is None
+
+
+def test_a_sampler_stopped_before_any_step_ends_its_thread() -> None:
+    sampler = SlowStepSampler(interval_s=0.001)
+    sampler.start(RunContext(script="x.py", user_roots=[HERE], out_dir=HERE))
+    thread = sampler._thread
+    sampler.stop()
+    assert thread is not None and not thread.is_alive()
+    assert sampler.result() == []

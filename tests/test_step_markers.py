@@ -13,6 +13,7 @@ from conftest import SCRIPTS, run_gpuopt
 from fakes import FakeClock
 
 from gpuopt.probes import steps as steps_mod
+from gpuopt.probes.protocol import RunContext
 
 
 def _profile(out: Path) -> dict:
@@ -131,6 +132,108 @@ def test_installed_hooks_find_steps_of_real_torch_loops() -> None:
         steps_mod.uninstall()
     assert not hasattr(torch.autograd.backward, "__wrapped__")  # restored
     assert not hasattr(torch.Tensor.backward, "__wrapped__")
+
+
+def test_once_an_optimizer_marks_its_pre_hook_and_the_backward_wrappers_go() -> None:
+    """From the first optimizer step on, a backward can never mark: the steps after it pay
+    neither the wrappers nor the pre-step hook, and are still counted."""
+    from torch.optim.optimizer import _global_optimizer_pre_hooks
+
+    sc = steps_mod.StepClock(clock=FakeClock())
+    steps_mod.install(sc)
+    try:
+        assert hasattr(torch.Tensor.backward, "__wrapped__")
+        assert steps_mod._optimizer_pre_hook in _global_optimizer_pre_hooks.values()
+        w = torch.nn.Parameter(torch.ones(3))
+        opt = torch.optim.SGD([w], lr=0.1)
+        for _ in range(3):
+            (w * 2).sum().backward()
+            opt.step()
+        assert sc.count == 3 and sc.sources == {"optimizer.step"}
+        assert not hasattr(torch.Tensor.backward, "__wrapped__")
+        assert not hasattr(torch.autograd.backward, "__wrapped__")
+        assert steps_mod._optimizer_pre_hook not in _global_optimizer_pre_hooks.values()
+        again = steps_mod.StepClock(clock=FakeClock())
+        steps_mod.install(again)  # a new run in this process: a backward may mark again
+        assert hasattr(torch.Tensor.backward, "__wrapped__")
+        assert steps_mod._optimizer_pre_hook in _global_optimizer_pre_hooks.values()
+    finally:
+        steps_mod.uninstall()
+    assert steps_mod._optimizer_pre_hook not in _global_optimizer_pre_hooks.values()
+
+
+def test_a_wrapper_the_script_put_over_backward_stays_when_gpuopt_takes_its_out() -> None:
+    sc = steps_mod.StepClock(clock=FakeClock())
+    steps_mod.install(sc)
+    inner = torch.Tensor.backward
+    calls: list[int] = []
+
+    def users_backward(self: torch.Tensor, *args: object, **kwargs: object) -> None:
+        calls.append(1)
+        inner(self, *args, **kwargs)
+
+    try:
+        torch.Tensor.backward = users_backward  # type: ignore[method-assign,assignment]
+        w = torch.nn.Parameter(torch.ones(3))
+        opt = torch.optim.SGD([w], lr=0.1)
+        for _ in range(2):
+            (w * 2).sum().backward()
+            opt.step()
+        assert torch.Tensor.backward is users_backward and calls == [1, 1]
+        assert sc.count == 2
+    finally:
+        steps_mod.uninstall()
+        torch.Tensor.backward = inner.__wrapped__  # type: ignore[attr-defined,method-assign]
+    assert not hasattr(torch.Tensor.backward, "__wrapped__")
+
+
+def test_a_listener_that_is_done_is_not_called_again() -> None:
+    sc = steps_mod.StepClock(clock=FakeClock())
+    heard: dict[str, list[int]] = {"done": [], "more": []}
+
+    def done_after_two(index: int, t: float) -> object:
+        heard["done"].append(index)
+        return steps_mod.DONE if index >= 1 else None
+
+    def more(index: int, t: float) -> None:
+        heard["more"].append(index)
+
+    sc.listeners += [done_after_two, more]
+    for _ in range(4):
+        sc.mark()
+    assert heard == {"done": [0, 1], "more": [0, 1, 2, 3]}
+    assert sc.listeners == [more]
+
+
+def test_the_framework_probe_asks_for_no_more_steps_once_it_has_looked() -> None:
+    from gpuopt.probes.framework import LOOK_STEPS, FrameworkProbe
+
+    probe = FrameworkProbe()
+    probe.start(RunContext(script="x.py", user_roots=[SCRIPTS], out_dir=SCRIPTS))
+    assert [probe.on_step(i, 0.0) for i in range(LOOK_STEPS + 1)] == [None] * LOOK_STEPS + [
+        steps_mod.DONE
+    ]
+
+
+def test_a_steps_own_cost_counts_the_optimizer_hooks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gpuopt's own clock moving a second a read: the first step's cost holds the pre-step
+    hook's read pair and the post-step hook's (from its first read to the step's end); later
+    steps, the pre-step hook gone, the post-step hook's only."""
+    from gpuopt.probes import own_cost
+
+    ticks = iter(range(1000))
+    monkeypatch.setattr(own_cost, "clock", lambda: float(next(ticks)))
+    own_cost.reset()
+    sc = steps_mod.StepClock(clock=FakeClock())
+    steps_mod.install(sc)
+    try:
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.ones(3))], lr=0.1)
+        for _ in range(3):
+            opt.step()  # no backward: every boundary is the optimizer's
+    finally:
+        steps_mod.uninstall()
+    assert own_cost.step_costs == [2.0, 1.0, 1.0]
+    own_cost.reset()
 
 
 # -- whole runs -----------------------------------------------------------------------------

@@ -6,7 +6,7 @@ At a step boundary the stack runs from the user's line into the framework's loop
 framework frame and the user's line that called it. The first :data:`LOOK_STEPS` boundaries are
 read and the last that saw a framework wins (the first steps of a loop may be marked by its
 backward, ``accelerator.backward(loss)``, before its ``optimizer.step()`` marks them); then the
-probe does nothing more.
+probe asks for no more boundaries.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from gpuopt.debug import logger
 from gpuopt.frameworks.detect import FrameworkCapture
-from gpuopt.probes.protocol import RunContext
+from gpuopt.probes.protocol import DONE, RunContext
 
 log = logger(__name__)
 
@@ -38,9 +38,9 @@ class FrameworkProbe:
 
         self._resolver = SiteResolver(ctx.user_roots)
 
-    def on_step(self, index: int, t: float) -> None:
+    def on_step(self, index: int, t: float) -> str | None:
         if self.looks >= LOOK_STEPS or self._resolver is None:
-            return
+            return DONE  # no more boundaries: the step clock stops calling
         self.looks += 1
         self._main = sys.modules.get("__main__")
         try:
@@ -49,6 +49,7 @@ class FrameworkProbe:
             log.debug("probe framework: gave up", exc_info=True)
             self.errors.append(f"framework probe: {type(exc).__name__}: {exc}")
             self.looks = LOOK_STEPS
+        return None
 
     def _look(self, frame: Any) -> None:
         from gpuopt.frameworks.detect import (

@@ -18,6 +18,10 @@ from msgspec import Struct, field
 
 from gpuopt.defaults import WARMUP_STEPS, WINDOW_STEPS
 
+# what ``on_step`` returns when the probe wants no more step boundaries (the step clock then stops
+# calling it: a call less in every later step); anything else, None included, asks for more
+DONE = "done"
+
 
 class RunContext(Struct):
     """What a probe may know about the run."""
@@ -44,8 +48,9 @@ class Probe(Protocol):
     def start(self, ctx: RunContext) -> None:
         """Called once before the user's code runs."""
 
-    def on_step(self, index: int, t: float) -> None:
-        """Called when step ``index`` (0-based) ends at clock time ``t``."""
+    def on_step(self, index: int, t: float) -> object:
+        """Called when step ``index`` (0-based) ends at clock time ``t``; :data:`DONE`: never
+        again."""
 
     def stop(self) -> None:
         """Called once when the user's code has ended, however it ended. Must not raise."""

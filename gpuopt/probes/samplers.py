@@ -1,4 +1,5 @@
-"""Background utilization sampling: CPU and RSS of the process tree (psutil), GPUs (NVML).
+"""Background utilization sampling: CPU and RSS of the process tree (``/proc`` on Linux, else
+psutil), GPUs (NVML).
 
 One daemon thread calls :meth:`UtilizationSampler.tick` every ``interval`` seconds. ``tick`` is
 also what tests call directly, with a fake clock and a fake NVML backend, so the numbers the
@@ -26,7 +27,7 @@ from gpuopt.model.profile import (
     Timeline,
     Utilization,
 )
-from gpuopt.probes import contention
+from gpuopt.probes import contention, proc_tree
 from gpuopt.probes.accelerator import GpuSample, NvmlBackend
 from gpuopt.probes.own_cost import ThreadTime
 from gpuopt.probes.protocol import RunContext
@@ -161,7 +162,7 @@ class UtilizationSampler:
     # -- Probe interface -------------------------------------------------------------------
     def start(self, ctx: RunContext | None = None, thread: bool = True) -> None:
         if self._cpu is None:
-            self._cpu = ProcessTreeCpu()
+            self._cpu = tree_cpu()
         self.t0 = self._clock()
         self.sched0 = contention.snapshot()
         if thread:
@@ -289,6 +290,14 @@ class UtilizationSampler:
             vals = [g.util_pct for g in self.gpu[-1] if g.util_pct is not None]
             gpu = _mean(vals)
         return cpu, gpu
+
+
+def tree_cpu() -> Any:
+    """The reader of the process tree's CPU and RSS: Linux's ``/proc`` where it has the files
+    (:mod:`gpuopt.probes.proc_tree`: no psutil import before the script starts), else psutil."""
+    if proc_tree.available():
+        return proc_tree.ProcTreeCpu()
+    return ProcessTreeCpu()
 
 
 def _usable_cpus() -> int:

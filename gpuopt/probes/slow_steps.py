@@ -3,27 +3,27 @@
 A step many times the median step, late in the run or recurring (a script that samples 500
 tokens from its model every 500 iterations, evaluates, saves a checkpoint), is no warm-up and no
 noise: it is work the loop does now and then. The recorder's window sees a few early steps only,
-so this probe looks at the training thread's Python stack for the whole run (a daemon thread;
-a look is a walk of the stack under the GIL, 10-30 microseconds, and each wake-up costs the
-training thread the GIL handed over and back). Until a step of the run turns out slow, a look
-comes every :data:`INTERVAL_S` (20 a second: on steps of a few milliseconds, one step in ten or
-more holds a look, so the usual step pays nothing); from the first slow step on, the looks are
-timed to catch the next ones. While the running step is not yet slow, the next
-look waits for the moment it would be (:data:`SLOW_FACTOR` times the median after the last step
-ended, and :data:`MIN_INTERVAL_S` more), at most :data:`INTERVAL_S`: a step that ends before
-then keeps no samples, and the usual steps' frames are still seen; past it, the looks come every
-half median step, from :data:`INTERVAL_S` down to :data:`MIN_INTERVAL_S` (a step four times a
-4 ms median still gets a look or more). The samples of a step are kept only
+so this probe looks at the training thread's Python stack for the whole run from the end of the
+first step (a daemon thread; a look is a walk of the stack under the GIL, 10-30 microseconds,
+and each wake-up costs the training thread the GIL handed over and back). Until a step of the
+run turns out slow, a look comes every :data:`INTERVAL_S` (20 a second: on steps of a few
+milliseconds, one step in ten or more holds a look, so the usual step pays nothing); from the
+first slow step on, the looks are timed to catch the next ones. While the running step is not
+yet slow, the next look waits for the moment it would be (:data:`SLOW_FACTOR` times the median
+after the last step ended, and :data:`MIN_INTERVAL_S` more), at most :data:`INTERVAL_S`: a step
+that ends before then keeps no samples, and the usual steps' frames are still seen; past it, the
+looks come every half median step, from :data:`INTERVAL_S` down to :data:`MIN_INTERVAL_S` (a
+step four times a 4 ms median still gets a look or more). The samples of a step are kept only
 when the step ends far slower than the median of the steps before it (:data:`SLOW_FACTOR`, and
 :data:`MIN_INTERVAL_S` longer); the early steps' samples wait until the end, when there is a
 median to judge them by. The frames of the samples of steps near the median
-(:data:`USUAL_FACTOR`) are remembered as the loop's usual ones. A sample of a slow step
-is named by the user's line that called the outermost function the usual steps never ran whose
-name says what it does (``generate``/``sample``: sampling; ``eval``/``valid``/``test``:
-evaluation; torch's ``serialization``, ``save``: checkpointing), else by the outermost frame of
-the user's code the usual steps never showed (the line in the loop that called the new work).
-Nothing here judges what is an outlier of the run: ``findings/rules/slow_steps.py`` does, from
-the step times.
+(:data:`USUAL_FACTOR`) are remembered as the loop's usual ones. A sample of a slow step is named
+by the user's line that called the outermost function the usual steps never ran whose name says
+what it does (``generate``/``sample``: sampling; ``eval``/``valid``/``test``: evaluation;
+torch's ``serialization``, ``save``: checkpointing), else by the outermost frame of the user's
+code the usual steps never showed (the line in the loop that called the new work). Nothing here
+judges what is an outlier of the run: ``findings/rules/slow_steps.py`` does, from the step
+times.
 """
 
 from __future__ import annotations
@@ -95,6 +95,10 @@ class SlowStepSampler:
         self._clock: Callable[[], float] = time.perf_counter  # the step clock's
         self._ends: deque[tuple[int, float, list[Stack]]] = deque()  # steps ended, not yet judged
         self._stop = threading.Event()
+        # set when the first step has ended: no look before (step 0 is never judged, and the
+        # script's imports and setup before it would only cost the training thread the GIL)
+        self._first = threading.Event()
+        self._waiting_first = True
         self._thread: threading.Thread | None = None
         self._tid = 0
         self._roots: list[Any] = []
@@ -116,6 +120,9 @@ class SlowStepSampler:
         samples = self._current
         self._current = []
         self._ends.append((index, t, samples))
+        if self._waiting_first:
+            self._waiting_first = False
+            self._first.set()
 
     def _drain(self) -> None:
         ends = self._ends
@@ -141,6 +148,7 @@ class SlowStepSampler:
 
     def stop(self) -> None:
         self._stop.set()
+        self._first.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=1.0)
@@ -163,6 +171,7 @@ class SlowStepSampler:
     # -- sampling ----------------------------------------------------------------------------
     def _run(self) -> None:
         try:
+            self._first.wait()
             while not self._stop.wait(self._wait()):
                 self._drain()
                 self.look()

@@ -24,6 +24,11 @@ iteration, and from then on optimizer steps mark (the one short step, the first,
 ``gpuopt.step``; ``sources`` every marker that marked a step (a moved boundary counts as the
 optimizer's).
 
+Once an optimizer marks steps, a backward pass can no longer mark one: the backward wrappers and
+the optimizer's pre-step hook (which only tells a backward inside ``optimizer.step()`` apart) are
+taken out then, so the steps after the first pay for neither. A listener that has nothing more
+to do returns :data:`DONE` and is not called again.
+
 The clock is injectable (tests pass a fake); the listeners are the runner's probes.
 """
 
@@ -36,8 +41,9 @@ from typing import Any
 from msgspec import Struct, field
 
 from gpuopt.probes import own_cost
+from gpuopt.probes.protocol import DONE
 
-StepListener = Callable[[int, float], None]
+StepListener = Callable[[int, float], object]  # returns DONE when it wants no more boundaries
 
 OPTIMIZER = "optimizer.step"
 BACKWARD = "loss.backward"
@@ -67,20 +73,30 @@ class StepClock(Struct):
     _optimizer_depth: int = 0  # > 0 while an optimizer's step() runs
     stopping: bool = False
 
-    def mark(self, source: str = EXPLICIT, optimizer: Any = None) -> None:
+    def mark(
+        self, source: str = EXPLICIT, optimizer: Any = None, entered: float | None = None
+    ) -> bool:
+        """A boundary seen by ``source``; whether it ended a step. ``entered``: when gpuopt's
+        code that saw it began (own_cost's clock), counted in the step's own cost."""
         if self.stopping:
-            return
+            return False
         if source == EXPLICIT:
             self._explicit = True
         elif self._explicit:
-            return
+            return False
         elif source == BACKWARD:
             if self._optimizer_depth or self._first_optimizer is not None:
-                return
+                return False
         elif optimizer is not None:
             if not self._optimizer_marks(id(optimizer)):
-                return
-        self._tick(source)
+                return False
+        self._tick(source, entered=entered)
+        return True
+
+    @property
+    def optimizer_marks(self) -> bool:
+        """Whether an optimizer's steps mark (from then on a backward never does)."""
+        return self._first_optimizer is not None and not self._explicit
 
     def _optimizer_marks(self, oid: int) -> bool:
         """Whether this step of optimizer ``oid`` ends a step (see the module doc)."""
@@ -108,16 +124,17 @@ class StepClock(Struct):
         self._tick(OPTIMIZER, first)
         return True
 
-    def _tick(self, source: str, at: float | None = None) -> None:
+    def _tick(self, source: str, at: float | None = None, entered: float | None = None) -> None:
+        heard = own_cost.clock() if entered is None else entered
         t = self.clock() if at is None else at
         index = len(self.ends)
         self.ends.append(t)
         if source not in self.sources:  # a test, not a call: set.add each step is a call more
             self.sources.add(source)
         self.marker = source
-        heard = own_cost.clock()
         for fn in list(self.listeners):
-            fn(index, t)
+            if fn(index, t) is DONE:
+                self.listeners.remove(fn)
         # the step's cost to gpuopt so far, with its listeners' (a call less than a function)
         own_cost.step_costs.append(own_cost.spent + own_cost.clock() - heard)
         own_cost.spent = 0.0
@@ -138,6 +155,7 @@ class StepClock(Struct):
 
 _ACTIVE: StepClock | None = None
 _HOOK_HANDLES: list[Any] = []
+_PRE_HOOK: list[Any] = []  # the optimizer's pre-step hook, while a backward may still mark
 
 
 def active_clock() -> StepClock | None:
@@ -152,13 +170,30 @@ def mark_step(source: str = EXPLICIT) -> None:
 
 def _optimizer_pre_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
     if _ACTIVE is not None:
+        entered = own_cost.clock()
         _ACTIVE.optimizer_entered()
+        own_cost.spent += own_cost.clock() - entered
 
 
 def _optimizer_post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
-    if _ACTIVE is not None:
-        _ACTIVE.optimizer_left()
-        _ACTIVE.mark(OPTIMIZER, optimizer=optimizer)
+    clock = _ACTIVE
+    if clock is None:
+        return
+    entered = own_cost.clock()
+    clock.optimizer_left()
+    if not clock.mark(OPTIMIZER, optimizer=optimizer, entered=entered):
+        own_cost.spent += own_cost.clock() - entered
+    elif _PRE_HOOK and clock.optimizer_marks:
+        _backward_unneeded()
+
+
+def _backward_unneeded() -> None:
+    """An optimizer marks steps: a backward never will again, so its wrappers and the pre-step
+    hook that tells a backward inside ``optimizer.step()`` apart go (each is a call more in
+    every step: a few microseconds with the caches cold, between a step's tensor ops)."""
+    while _PRE_HOOK:
+        _PRE_HOOK.pop().remove()
+    _BACKWARD.uninstall()
 
 
 class _BackwardMarks:
@@ -170,7 +205,7 @@ class _BackwardMarks:
 
     def __init__(self) -> None:
         self.depth = 0
-        self.originals: list[tuple[Any, str, Any]] = []
+        self.originals: list[tuple[Any, str, Any, Any]] = []  # owner, name, original, wrapper
 
     def install(self) -> None:
         import torch
@@ -187,13 +222,16 @@ class _BackwardMarks:
             wrapper = wrap(original)
             wrapper.__wrapped__ = original
             wrapper.__doc__ = original.__doc__
-            self.originals.append((owner, "backward", original))
+            self.originals.append((owner, "backward", original, wrapper))
             setattr(owner, "backward", wrapper)  # noqa: B010 (owner is Any: a class or module)
 
     def uninstall(self) -> None:
+        """The originals back, where the wrapper is still what the name holds (a wrapper the
+        script put over it since stays, with this one, now inert, beneath)."""
         while self.originals:
-            owner, attr, original = self.originals.pop()
-            setattr(owner, attr, original)
+            owner, attr, original, wrapper = self.originals.pop()
+            if getattr(owner, attr, None) is wrapper:
+                setattr(owner, attr, original)
 
     def _tensor(self, original: Any) -> Any:
         def backward(*args: Any, **kwargs: Any) -> Any:
@@ -226,14 +264,15 @@ def install(clock: StepClock) -> None:
     entry points (``Tensor.backward``, ``torch.autograd.backward``)."""
     global _ACTIVE
     _ACTIVE = clock
-    if not _HOOK_HANDLES:
-        from torch.optim.optimizer import (
-            register_optimizer_step_post_hook,
-            register_optimizer_step_pre_hook,
-        )
+    from torch.optim.optimizer import (
+        register_optimizer_step_post_hook,
+        register_optimizer_step_pre_hook,
+    )
 
-        _HOOK_HANDLES.append(register_optimizer_step_pre_hook(_optimizer_pre_hook))
+    if not _HOOK_HANDLES:
         _HOOK_HANDLES.append(register_optimizer_step_post_hook(_optimizer_post_hook))
+    if not _PRE_HOOK:  # a clock before this one may have seen an optimizer mark
+        _PRE_HOOK.append(register_optimizer_step_pre_hook(_optimizer_pre_hook))
     _BACKWARD.install()
 
 
@@ -242,4 +281,6 @@ def uninstall() -> None:
     _ACTIVE = None
     while _HOOK_HANDLES:
         _HOOK_HANDLES.pop().remove()
+    while _PRE_HOOK:
+        _PRE_HOOK.pop().remove()
     _BACKWARD.uninstall()
