@@ -64,3 +64,20 @@ def test_a_run_says_what_gpuopt_cost_it(tmp_path: Path) -> None:
     for fmt, where in (("md", "<sub>gpuopt's own cost"), ("html", "<footer>gpuopt&#x27;s own")):
         shown = run_gpuopt("report", str(out), "--format", fmt)
         assert shown.returncode == 0 and where in shown.stdout, fmt
+
+
+def test_the_end_imports_the_report_it_will_print_before_it_is_timed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    from gpuopt.runner.finish import import_report
+    from gpuopt.runner.options import ProfileOptions
+
+    for fmt, module in (("text", "gpuopt.report.text"), ("md", "gpuopt.report.markdown")):
+        monkeypatch.delitem(sys.modules, module, raising=False)
+        import_report(ProfileOptions(script="t.py", module=None, args=[], fmt=fmt, quiet=True))
+        assert module not in sys.modules, fmt  # --quiet prints no report: nothing to import
+        import_report(ProfileOptions(script="t.py", module=None, args=[], fmt=fmt))
+        assert module in sys.modules, fmt
+    import_report(ProfileOptions(script="t.py", module=None, args=[], fmt="nope"))  # no raise
