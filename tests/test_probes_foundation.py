@@ -306,3 +306,23 @@ def test_the_proc_reader_finds_the_tree_and_reads_what_psutil_reads() -> None:
         child.wait()
     tree.read(time.perf_counter() + 2)  # the child reaped: no longer read
     assert child.pid not in tree.pids()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="elsewhere Python's own name")
+def test_the_environment_runs_no_process_and_names_the_platform_as_python() -> None:
+    # a fresh interpreter: Python caches the processor it reads with `uname -p` once read
+    code = (
+        "import sys\n"
+        "seen = []\n"
+        "sys.addaudithook(lambda ev, a: seen.append(ev) if ev.startswith(('subprocess', 'os.fork',"
+        " 'os.posix_spawn', 'os.exec', 'os.system')) else None)\n"
+        "from gpuopt.probes.environment import environment\n"
+        "name = environment().platform\n"
+        "print(seen)\n"
+        "import platform\n"
+        "print(name == platform.platform(terse=True))\n"
+    )
+    import subprocess
+
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.split("\n")[:2] == ["[]", "True"], r.stdout + r.stderr

@@ -14,8 +14,10 @@ def overhead_record(
     median measured step. A window's steps count beyond it. The work gpuopt's listeners do at a
     step boundary falls in the next step's time: at a window's last, it counts with the window;
     at the boundary before a window's step (a window turned on, 1-7 ms), that step's excess holds
-    it already: the step before counts as costing nothing (its own part, tens of us, with it)."""
+    it already: the step before counts as costing nothing (its own part, tens of us, with it).
+    A step gpuopt recorded that the statistics keep (``spent.recorded``) counts as a window's."""
     costs = [max(c, 0.0) for c in spent.step_costs]  # a test's fake clocks can make one < 0
+    instrumented = instrumented | set(spent.recorded)
     timed = len(step_times)
     outside = [
         0.0 if i + 1 in instrumented and i + 1 < timed else c

@@ -12,13 +12,26 @@ from gpuopt.model.profile import Environment, GpuInfo
 log = logger(__name__)
 
 
+def platform_name() -> str:
+    """``platform.platform(terse=True)`` without running a process: Python reads the processor
+    for it with ``uname -p`` (a child process, 1-3 ms, the first time: in a run, from the
+    sampling thread's first checkpoint, mid-step), and on Linux that string leaves the processor
+    out anyway where it names the machine again or is unknown, as it nearly always does."""
+    u = platform.uname()  # the processor is read only when asked for
+    if u.system != "Linux":
+        return platform.platform(terse=True)
+    libc, version = platform.libc_ver()
+    parts = (u.system, u.release, u.machine, "with" if libc else "", libc + version)
+    return "-".join(p.strip().replace(" ", "_").replace("/", "-") for p in parts if p.strip())
+
+
 def environment() -> Environment:
     """Python, torch, device and GPUs of this process (read when the run ends: torch is imported
     by then, and CUDA initialised if the run used it)."""
     env = Environment(
         python=platform.python_version(),
         cpu_count=os.cpu_count() or 1,
-        platform=platform.platform(terse=True),
+        platform=platform_name(),
     )
     torch = sys.modules.get("torch")
     if torch is None:

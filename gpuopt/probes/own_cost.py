@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 
-from msgspec import Struct
+from msgspec import Struct, field
 
 clock = time.perf_counter
 spent = 0.0  # seconds of gpuopt's code in the running step so far
@@ -35,6 +35,9 @@ class Spent(Struct):
     start_s: float  # gpuopt's code before the script's first line, torch's import left out
     step_costs: list[float]  # per ended step: gpuopt's seconds on the training thread
     threads_s: float  # the sampling threads' CPU seconds
+    # steps gpuopt recorded that the statistics keep (the recorder's last warm-up step, recorded
+    # in case the window never comes): their time beyond the median is a window's cost
+    recorded: list[int] = field(default_factory=list)
 
 
 class ThreadTime:

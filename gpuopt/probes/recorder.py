@@ -221,6 +221,14 @@ class DispatchRecorder:
             log.debug("probe recorder: stop failed", exc_info=True)
             self.errors.append(f"recorder stop failed: {type(exc).__name__}: {exc}")
 
+    def warmup_recorded(self) -> int | None:
+        """The last warm-up step, where it was recorded in case and the window's steps stand
+        instead (it is then no instrumented step of the statistics)."""
+        warm = self.warmup_engine
+        if self.from_warmup or warm is None or warm.steps_done == 0 or self.ctx is None:
+            return None
+        return self.ctx.window_start - 1
+
     @property
     def warmup_used(self) -> bool:
         """The run ended before the window: its last warm-up step stands for it."""

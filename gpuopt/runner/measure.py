@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpuopt.model.profile import Profile
-from gpuopt.runner.finish import finish_profile, import_finish
+from gpuopt.runner.finish import finish_profile, import_finish, import_report
 from gpuopt.runner.options import ProfileOptions
 from gpuopt.runner.run_dir import RunDirectory
 from gpuopt.script.target import Target
@@ -28,5 +28,6 @@ def measure(
     if isinstance(result, ChildExit):
         return result
     profile = finish_profile(result)
+    import_report(opts)  # the report's renderer: its import is the end's largest part
     with_end(profile, session.clock() - session.t_end)  # the session's clock: perf_counter
     return profile

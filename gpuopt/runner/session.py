@@ -261,7 +261,17 @@ class ProfileSession:
             start_s=max(started - self.started_at_clock - self.torch_import_s, 0.0),
             step_costs=list(own_cost.step_costs),
             threads_s=threads,
+            recorded=self._recorded_in_case(),
         )
+
+    def _recorded_in_case(self) -> list[int]:
+        """The recorder's last warm-up step, recorded in case the window never comes, where it
+        was and the statistics keep it (its cost is a window step's, 5-15 ms here)."""
+        rec = self.recorder
+        if rec is None or rec not in self.started:
+            return []
+        step = rec.warmup_recorded()
+        return [] if step is None else [step]
 
     def _warnings(self, full: bool) -> list[str]:
         if full and self.checkpoint_error is not None:
