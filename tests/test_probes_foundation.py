@@ -222,13 +222,14 @@ def test_no_nvidia_device_node_means_no_pynvml_import(monkeypatch: pytest.Monkey
     assert backend is None and reason is not None and "nvidia-ml-py is not installed" in reason
 
 
-@pytest.mark.parametrize("proc_files", [True, False], ids=["proc-children", "psutil-scan"])
-def test_process_tree_finds_children_and_grandchildren(proc_files: bool) -> None:
-    """DataLoader workers and what they start count in the CPU/RSS of the run: both ways of
-    finding them (Linux's per-thread children files, psutil's scan of every process) agree."""
+@pytest.mark.parametrize("reader", ["proc", "psutil"])
+def test_process_tree_finds_children_and_grandchildren(reader: str) -> None:
+    """DataLoader workers and what they start count in the CPU/RSS of the run: both readers
+    (Linux's /proc files, psutil where those are missing) find them."""
     import subprocess
     import time
 
+    from gpuopt.probes import proc_tree
     from gpuopt.probes.samplers import ProcessTreeCpu
 
     code = (
@@ -237,11 +238,11 @@ def test_process_tree_finds_children_and_grandchildren(proc_files: bool) -> None
     )
     child = subprocess.Popen([sys.executable, "-c", code])
     try:
-        tree = ProcessTreeCpu()
-        if not proc_files:
-            tree._proc_children = False
-        elif not tree._proc_children:
+        if reader == "proc" and not proc_tree.available():
             pytest.skip("no /proc/PID/task/TID/children on this system")
+        tree: proc_tree.ProcTreeCpu | ProcessTreeCpu = (
+            proc_tree.ProcTreeCpu() if reader == "proc" else ProcessTreeCpu()
+        )
         deadline = time.monotonic() + 20
         want: set[int] = set()
         while time.monotonic() < deadline:

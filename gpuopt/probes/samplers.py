@@ -38,7 +38,8 @@ _CHILD_REFRESH_S = 1.0
 
 
 class ProcessTreeCpu:
-    """CPU% and RSS of a process and all its descendants (DataLoader workers included)."""
+    """CPU% and RSS of a process and all its descendants (DataLoader workers included), through
+    psutil: the reader where Linux's ``/proc`` files are missing (:func:`tree_cpu`)."""
 
     def __init__(self, pid: int | None = None) -> None:
         import psutil
@@ -47,8 +48,6 @@ class ProcessTreeCpu:
         self.root = psutil.Process(pid or os.getpid())
         self._procs: dict[int, Any] = {self.root.pid: self.root}
         self._last_refresh = -1e9
-        me = self.root.pid
-        self._proc_children = os.path.exists(f"/proc/{me}/task/{me}/children")  # Linux >= 3.5
         self.root.cpu_percent(None)  # prime: the first call always returns 0
         psutil.cpu_percent(None)  # the machine's, primed alike
 
@@ -57,41 +56,10 @@ class ProcessTreeCpu:
         return float(self._psutil.cpu_percent(None)) * (os.cpu_count() or 1)
 
     def _descendants(self) -> list[Any]:
-        """The root's descendants. On Linux they come from ``/proc/PID/task/TID/children`` (a few
-        small reads per process of the tree); psutil's ``children(recursive=True)`` reads the
-        ``stat`` file of every process on the machine instead: 1.7 ms with 64 processes here (and
-        growing with the process count), every refresh, mostly holding the GIL the training loop
-        needs. Elsewhere (or without that file) psutil's way."""
-        if not self._proc_children:
-            return list(self.root.children(recursive=True))
-        ps = self._psutil
-        out: list[Any] = []
-        todo = [self.root.pid]
-        while todo:
-            pid = todo.pop()
-            try:
-                tids = os.listdir(f"/proc/{pid}/task")
-            except OSError as exc:
-                log.debug_once("a process gone before its threads were read: %s", exc)
-                continue  # gone since its parent listed it
-            for tid in tids:
-                try:
-                    with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
-                        kids = [int(k) for k in fh.read().split()]
-                except (OSError, ValueError) as exc:
-                    log.debug_once("a thread's children not read: %s", exc)
-                    continue  # the thread ended meanwhile
-                todo += kids
-                for kid in kids:
-                    proc = self._procs.get(kid)
-                    if proc is None:
-                        try:
-                            proc = ps.Process(kid)
-                        except ps.Error as exc:
-                            log.debug_once("a child process gone before it was read: %s", exc)
-                            continue
-                    out.append(proc)
-        return out
+        """The root's descendants, by psutil's scan of every process on the machine (1.7 ms with
+        64 processes here, growing with their count); where Linux has per-thread ``children``
+        files, :class:`gpuopt.probes.proc_tree.ProcTreeCpu` reads those instead."""
+        return list(self.root.children(recursive=True))
 
     def pids(self) -> set[int]:
         return set(self._procs)
