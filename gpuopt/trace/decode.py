@@ -228,11 +228,11 @@ def _load_streaming(path: Path, workers: int | None = None) -> EventColumns:
             tail = joiner.text() + stream.tail if joiner.held else stream.tail
         else:
             assert helper is not None
-            got = _helper_result(helper, stop, builder.merge)
-            if got is None:  # the helper stopped short (failed or killed): decode it all here
+            helper_tail = _helper_result(helper, stop, builder.merge)
+            if helper_tail is None:  # the helper stopped short (failed, killed): decode it here
                 helper.close()
                 return _load_streaming(path, workers=0)
-            tail = got[1]
+            tail = helper_tail
     finally:
         if helper is not None:
             helper.close()
@@ -282,19 +282,18 @@ def _decode_piece(_start: int, _end: int, data: bytes) -> dict[str, Any]:
 
 def _helper_result(
     helper: decode_worker.DecodeHelper, start: int, merge: Callable[[dict[str, Any]], None]
-) -> tuple[int, bytes] | None:
-    """``merge`` the helper's parts as its frames come; how many there were and the tail, if
-    the frames cover the text from ``start`` to the tail without a gap; else None (some parts
-    may have been merged: the caller starts again)."""
-    n = 0
+) -> bytes | None:
+    """``merge`` the helper's parts as its frames come; the tail, if the frames cover the text
+    from ``start`` to the tail without a gap; else None (some parts may have been merged: the
+    caller starts again)."""
     at = start
     for got in helper.frames(ev.read_frame):
         if got["offset"] != at:
             return None
         if "tail" in got:
-            return n, got["tail"]
+            tail: bytes = got["tail"]
+            return tail
         merge(got["part"])
-        n += 1
         at = got["end"]
     return None
 
