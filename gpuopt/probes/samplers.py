@@ -260,7 +260,7 @@ class UtilizationSampler:
         return cpu, gpu
 
 
-def tree_cpu() -> Any:
+def tree_cpu() -> proc_tree.ProcTreeCpu | ProcessTreeCpu:
     """The reader of the process tree's CPU and RSS: Linux's ``/proc`` where it has the files
     (:mod:`gpuopt.probes.proc_tree`: no psutil import before the script starts), else psutil."""
     if proc_tree.available():
