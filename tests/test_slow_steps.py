@@ -164,6 +164,101 @@ def test_short_steps_cost_the_run_their_time_above_the_median_named_or_not() -> 
     assert f.evidence["share"] == round(excess / loop, 4) and f.severity == "high"
 
 
+def test_sampling_on_a_busy_machine_is_one_finding_however_usual_its_samples() -> None:
+    """A loaded machine slows the training part of each sampling step too, and the looks land
+    there more than in the sampling: each step shows the new work in 2 samples of 10. Recurring
+    every 5 steps, it is one finding; a sampling step whose looks all landed in its training part
+    (named only by the usual work, at the backward line) joins it on its recurrence. A busy
+    stretch's steps caught at a rarely sampled line, not recurring and of no kind, are none."""
+    times = {i: 0.04 for i in range(1, 300, 5)}
+    named = {
+        f"s{i}": SlowStep(index=i, site="t.py:5", kind="sampling", samples=10, usual_samples=8)
+        for i in range(1, 300, 5)
+    }
+    for i in (21, 46):  # every look in the training part
+        named[f"s{i}"] = SlowStep(index=i, site="t.py:9", samples=3, usual_samples=3)
+    p = _run(times, count=300, **named)
+    p.steps.series = [
+        StepRecord(index=r.index, start_s=None, time_s=times.get(r.index, 0.004), warmup=r.warmup)
+        for r in p.steps.series
+    ]
+    (f,) = slow_steps(p)
+    assert f.site == "t.py:5" and f.evidence["steps"] == list(range(1, 300, 5))
+    assert f.evidence["kind"] == "sampling" and f.evidence["every_steps"] == 5
+    stretch = [5, 12, 44, 68, 69]
+    p.steps.slow = [SlowStep(index=i, site="t.py:45", samples=5, usual_samples=4) for i in stretch]
+    for r in p.steps.series:
+        r.time_s = 0.04 if r.index in stretch else 0.004
+    assert slow_steps(p) == []
+
+
+def test_a_slow_step_is_named_by_its_new_work_even_once_seen_in_a_usual_step() -> None:
+    """A busy machine: two steps in three lose a time slice (0.3 s against 0.1 s). A step of
+    0.4 s that ran ``generate`` is under 1.5 times the median, usual: ``generate`` is in one of
+    the usual steps' ~37 samples, against one in five of the slow steps', and stays their own
+    work. A slow step with one look in ``generate`` and three in the loop's usual work is named
+    by the one. A look at the usual line, at another instruction of it, is the usual work."""
+    sampler = SlowStepSampler()
+    sampler._tid = threading.get_ident()  # sampled from this thread, no sampling thread
+    sampler._roots = [HERE]
+    _busy_loop(sampler)
+    sampler.stop()
+    slow = {s.index: s for s in sampler.result()}
+    assert sorted(slow) == [31, 35]
+    assert slow[31].kind == "sampling" and slow[31].samples == 4 and slow[31].usual_samples == 3
+    line = next(
+        i
+        for i, text in enumerate(Path(__file__).read_text().splitlines(), 1)
+        if text.strip() == "generate(sampler)  # the busy loop's new work"
+    )
+    assert slow[31].site is not None and slow[31].site.endswith(f"test_slow_steps.py:{line}")
+    assert slow[35].usual_samples == slow[35].samples == 1
+
+
+def test_a_short_runs_few_usual_samples_that_missed_a_line_say_nothing_of_it() -> None:
+    """A line of the loop's that the usual steps' samples never showed is the slow steps' own
+    work only when they would have shown it by chance: in 40 usual samples, yes (the slow step
+    is named by it); in 6, no (the slow step did the usual work, named nothing of)."""
+    for steps, own in ((8, False), (42, True)):
+        sampler = SlowStepSampler()
+        sampler._tid = threading.get_ident()
+        sampler._roots = [HERE]
+        t = 0.0
+        for index in range(steps):
+            slow = index == steps - 1
+            _loop_lines(sampler, slow)
+            t += 2.0 if slow else 0.1
+            sampler.on_step(index, t)
+        sampler.stop()
+        (step,) = sampler.result()
+        assert (step.usual_samples < step.samples) is own, (steps, step)
+
+
+def _loop_lines(sampler: SlowStepSampler, slow: bool) -> None:
+    sampler.look()  # the line every usual look lands on
+    if slow:
+        for _ in range(3):
+            sampler.look()  # a line of the loop the usual looks never landed on
+
+
+def _busy_loop(sampler: SlowStepSampler) -> None:
+    t = 0.0
+    for index in range(40):
+        if index in (25, 31):
+            generate(sampler)  # the busy loop's new work
+        _usual_work(sampler, index != 35, 3 if index == 31 else 1)
+        if index in (31, 35):
+            t += 2.0
+        else:
+            t += 0.4 if index == 25 else 0.1 if index % 3 == 0 else 0.3
+        sampler.on_step(index, t)
+
+
+def _usual_work(sampler: SlowStepSampler, first: bool, looks: int) -> None:
+    for _ in range(looks):
+        sampler.look() if first else sampler.look()  # two calls, one line
+
+
 def test_the_sampler_looks_more_often_where_the_steps_are_short() -> None:
     """Half the median step between looks, from 50 ms down to 10 ms: a step four times a 4 ms
     median still gets a look; a slow step 10 ms above the median keeps its samples."""

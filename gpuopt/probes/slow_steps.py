@@ -1,34 +1,36 @@
 """What a step far slower than the others did: the training thread's stack, sampled all run.
 
-A step many times the median step, late in the run or recurring (a script that samples 500
-tokens from its model every 500 iterations, evaluates, saves a checkpoint), is no warm-up and no
-noise: it is work the loop does now and then. The recorder's window sees a few early steps only,
-so this probe looks at the training thread's Python stack for the whole run from the end of the
-first step (a daemon thread; a look is a walk of the stack under the GIL, 10-30 microseconds,
-and each wake-up costs the training thread the GIL handed over and back). Until a step of the
-run turns out slow, a look comes every :data:`INTERVAL_S` (20 a second: on steps of a few
-milliseconds, one step in ten or more holds a look, so the usual step pays nothing); from the
-first slow step on, the looks are timed to catch the next ones. While the running step is not
-yet slow, the next look waits for the moment it would be (:data:`SLOW_FACTOR` times the median
-after the last step ended, and :data:`MIN_INTERVAL_S` more), at most :data:`INTERVAL_S`: a step
-that ends before then keeps no samples, and the usual steps' frames are still seen; past it, the
-looks come every half median step, from :data:`INTERVAL_S` down to :data:`MIN_INTERVAL_S` (a
-step four times a 4 ms median still gets a look or more). The samples of a step are kept only
-when the step ends far slower than the median of the steps before it (:data:`SLOW_FACTOR`, and
-:data:`MIN_INTERVAL_S` longer); the early steps' samples wait until the end, when there is a
-median to judge them by. The frames of the samples of steps near the median
-(:data:`USUAL_FACTOR`) are remembered as the loop's usual ones. A sample of a slow step is named
-by the user's line that called the outermost function the usual steps never ran whose name says
-what it does (``generate``/``sample``: sampling; ``eval``/``valid``/``test``: evaluation;
-torch's ``serialization``, ``save``: checkpointing), else by the outermost frame of the user's
-code the usual steps never showed (the line in the loop that called the new work). Nothing here
-judges what is an outlier of the run: ``findings/rules/slow_steps.py`` does, from the step
-times.
+A step many times the median step, late in the run or recurring (a script that samples 500 tokens
+from its model every 500 iterations, evaluates, saves a checkpoint), is no warm-up and no noise: it
+is work the loop does now and then. The recorder's window sees a few early steps only, so this probe
+looks at the training thread's Python stack for the whole run from the end of the first step (a
+daemon thread; a look is a walk of the stack under the GIL, 10-30 microseconds, and each wake-up
+costs the training thread the GIL handed over and back). Until a step of the run turns out slow, a
+look comes every :data:`INTERVAL_S` (20 a second: on steps of a few milliseconds, one step in ten or
+more holds a look, so the usual step pays nothing); from the first slow step on, the looks are timed
+to catch the next ones. While the running step is not yet slow, the next look waits for the moment
+it would be (:data:`SLOW_FACTOR` times the median after the last step ended, and
+:data:`MIN_INTERVAL_S` more), at most :data:`INTERVAL_S`: a step that ends before then keeps no
+samples, and the usual steps' frames are still seen; past it, the looks come every half median step,
+from :data:`INTERVAL_S` down to :data:`MIN_INTERVAL_S` (a step four times a 4 ms median still gets a
+look or more). The samples of a step are kept only when the step ends far slower than the median of
+the steps before it (:data:`SLOW_FACTOR`, and :data:`MIN_INTERVAL_S` longer); the early steps'
+samples wait until the end, when there is a median to judge them by. The samples of the steps near
+the median (:data:`USUAL_FACTOR`) are the loop's usual work; the slow steps' own work is what the
+usual steps' samples show far less often than the slow steps' (:meth:`SlowStepSampler._new_work`). A
+sample of a slow step is named by the user's line that called the outermost function of that work
+whose name says what it does (``generate``/``sample``: sampling; ``eval``/``valid``/``test``:
+evaluation; torch's ``serialization``, ``save``: checkpointing), else by the outermost user line of
+that work (the line in the loop that called it); a step is named by its samples of its own work
+where it has any (on a busy machine the usual work of a slow step is slowed too, and sampled more
+than the work that made it slow). Nothing here judges what is an outlier of the run:
+``findings/rules/slow_steps.py`` does, from the step times.
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 import sys
 import threading
 import time
@@ -59,6 +61,13 @@ EARLY = 8  # the first steps, judged at the end by the median of the run
 MAX_KEPT = 256  # slow steps whose samples are kept (the longest; the rest by their period)
 MAX_DEPTH = 64  # frames kept per sample, innermost first
 MAX_USUAL = 100_000  # frames remembered as the usual steps' ones
+# The slow steps' own work: a line the usual steps' samples show less often than chance allows
+# (under LINE_ALPHA) at half its rate in the slow steps' samples (a busy machine slows the usual
+# work of a slow step too: there a sampling step's own work was 14% of its samples) ...
+LINE_RATE, LINE_ALPHA = 2.0, 0.01
+# ... or a function named for what it does (generate, evaluate, save), on less evidence (or none:
+# never in the usual steps' samples)
+KIND_RATE, KIND_ALPHA = 1.5, 0.05
 
 Stack = tuple[tuple[int, int], ...]  # (id(code), lasti), innermost first
 
@@ -78,7 +87,8 @@ class SlowStepSampler:
         self.interval_s = interval_s  # between looks now: shorter where the steps are short
         self.max_interval_s = interval_s
         self.codes: dict[int, CodeType] = {}
-        self.usual: set[tuple[int, int]] = set()
+        self.usual: Counter[tuple[int, int]] = Counter()  # frame -> usual samples showing it
+        self.usual_samples = 0  # the usual steps' samples
         self.kept: dict[int, tuple[float, Counter[Stack]]] = {}  # index -> (seconds, stacks)
         self.errors: list[str] = []
         self._current: list[Stack] = []
@@ -237,7 +247,8 @@ class SlowStepSampler:
     def _usual(self, samples: list[Stack]) -> None:
         if len(self.usual) >= MAX_USUAL:
             return
-        for stack in set(samples):
+        self.usual_samples += len(samples)
+        for stack in samples:
             self.usual.update(stack)
 
     # -- naming ------------------------------------------------------------------------------
@@ -250,50 +261,104 @@ class SlowStepSampler:
         # the code objects of the kept steps' samples only (every step's are in self.codes)
         seen = {fr[0] for _, stacks in self.kept.values() for stack in stacks for fr in stack}
         codes = self.codes
+        lines: dict[tuple[int, int], tuple[int, int]] = {}
+
+        def line(fr: tuple[int, int]) -> tuple[int, int]:
+            got = lines.get(fr)
+            if got is None:
+                got = lines[fr] = (fr[0], resolver.position(codes[fr[0]], fr[1])[0])
+            return got
+
         is_user = {cid: resolver.classify(codes[cid]) == USER for cid in seen}
         own = {cid for cid in seen if codes[cid].co_filename.startswith(GPUOPT_DIR)}
+        new_lines, new_funcs = self._new_work(line)
+        new = (new_lines, new_funcs - own)  # gpuopt's own functions say nothing of the work
         out: list[SlowStep] = []
         for index in sorted(self.kept):
             _, stacks = self.kept[index]
             sites: Counter[tuple[int, int]] = Counter()
+            own_sites: Counter[tuple[int, int]] = Counter()  # of the samples of new work
             calls: Counter[str] = Counter()
             kinds: Counter[str] = Counter()
             usual = 0
             for stack, n in stacks.items():
-                site, kind, new = self._site_of(stack, is_user)
+                site, kind, shows_new = self._site_of(stack, is_user, new, line)
                 if site is not None:
                     sites[site] += n
+                    if shows_new:
+                        own_sites[site] += n
                 if kind is not None:
                     kinds[kind] += n
-                usual += 0 if new else n
+                usual += 0 if shows_new else n
                 inner = next((fr for fr in stack if fr[0] not in own), None)
                 if inner is not None:
                     calls[self._where(resolver, inner)] += n
-            step = self._step(resolver, index, stacks, sites, calls, kinds)
-            step.usual_samples = usual
+            step = self._step(resolver, index, stacks, own_sites or sites, calls, kinds, usual)
             out.append(step)
         return out
 
+    def _new_work(
+        self, line: Callable[[tuple[int, int]], tuple[int, int]]
+    ) -> tuple[set[tuple[int, int]], set[int]]:
+        """The lines, and the functions, that are the slow steps' own work: those the usual
+        steps' samples show far less often than chance allows (:func:`_rare`) at a fraction of
+        their rate in the slow steps' samples, and functions they never show. Lines, not
+        instructions (a look that lands on a rarely sampled call of a usual line is the usual
+        work); a rate, not never (a sampling step a busy machine made look usual once does not
+        make sampling the usual work); and chance (a short run's few usual samples that missed
+        its backward line say nothing; a function named ``generate`` they never show is work of
+        its own however few they are)."""
+        usual_lines: Counter[tuple[int, int]] = Counter()
+        usual_funcs: Counter[int] = Counter()
+        for fr, n in self.usual.items():
+            usual_lines[line(fr)] += n
+            usual_funcs[fr[0]] += n
+        slow_lines: Counter[tuple[int, int]] = Counter()
+        slow_funcs: Counter[int] = Counter()
+        kept = 0
+        for _, stacks in self.kept.values():
+            for stack, n in stacks.items():
+                kept += n
+                slow_lines.update(dict.fromkeys({line(fr) for fr in stack}, n))
+                slow_funcs.update(dict.fromkeys({fr[0] for fr in stack}, n))
+        usual = self.usual_samples
+        lines = {
+            ln
+            for ln, n in slow_lines.items()
+            if _rare(usual_lines[ln], usual, n / kept, LINE_RATE, LINE_ALPHA)
+        }
+        funcs = {
+            cid
+            for cid, n in slow_funcs.items()
+            if not usual_funcs[cid]
+            or _rare(usual_funcs[cid], usual, n / kept, KIND_RATE, KIND_ALPHA)
+        }
+        return lines, funcs
+
     def _site_of(
-        self, stack: Stack, is_user: dict[int, bool]
+        self,
+        stack: Stack,
+        is_user: dict[int, bool],
+        new: tuple[set[tuple[int, int]], set[int]],
+        line: Callable[[tuple[int, int]], tuple[int, int]],
     ) -> tuple[tuple[int, int] | None, str | None, bool]:
         """The user's line a sample of a slow step is under, and what it is doing: the line
-        that called the outermost function the usual steps never ran whose name says what it
-        does (``generate``, ``evaluate``, torch's ``save``); else the outermost user frame the
-        usual steps never showed; else the innermost user frame. The last: whether the sample
-        showed work the usual steps never did (one of the first two)."""
-        outer_first = stack[::-1]
+        that called the outermost function of the slow steps' own work whose name says what it
+        does (``generate``, ``evaluate``, torch's ``save``); else the outermost user line of
+        their own work; else the innermost user frame (``new``: :meth:`_new_work`'s). The
+        last: whether the sample showed the slow steps' own work (one of the first two)."""
+        new_lines, new_funcs = new
         users: list[tuple[int, int]] = []
-        for fr in outer_first:
-            if fr not in self.usual:
+        for fr in stack[::-1]:
+            if fr[0] in new_funcs:
                 kind = _kind(self.codes[fr[0]])
                 if kind is not None:
                     return (users[-1] if users else None), kind, True
             if is_user.get(fr[0]):
                 users.append(fr)
-        new = [fr for fr in users if fr not in self.usual]
-        if new:
-            return new[0], None, True
+        own = [fr for fr in users if line(fr) in new_lines]
+        if own:
+            return own[0], None, True
         return (users[-1] if users else None), None, False
 
     def _step(
@@ -304,9 +369,17 @@ class SlowStepSampler:
         sites: Counter[tuple[int, int]],
         calls: Counter[str],
         kinds: Counter[str],
+        usual: int,
     ) -> SlowStep:
+        """A kept step, named by ``sites``; its kind, that of most of its samples of new work
+        (``usual``: its samples of the usual work)."""
         total = sum(stacks.values())
-        step = SlowStep(index=index, samples=total, calls=[c for c, _ in calls.most_common(3)])
+        step = SlowStep(
+            index=index,
+            samples=total,
+            calls=[c for c, _ in calls.most_common(3)],
+            usual_samples=usual,
+        )
         if sites:
             (cid, lasti), n = sites.most_common(1)[0]
             code = self.codes[cid]
@@ -316,7 +389,7 @@ class SlowStepSampler:
             step.at_site = n
         if kinds:
             kind, n = kinds.most_common(1)[0]
-            if 2 * n >= total:
+            if 2 * n >= total - usual:
                 step.kind = kind
         return step
 
@@ -337,6 +410,32 @@ def _median(ordered: list[float]) -> float | None:
         return None
     mid = n // 2
     return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _rare(seen: int, samples: int, rate: float, factor: float, alpha: float) -> bool:
+    """Whether ``seen`` of ``samples`` is less than chance allows (``alpha``) at ``rate`` divided
+    by ``factor``: the binomial distribution's probability of ``seen`` or fewer."""
+    p = rate / factor
+    if samples == 0 or seen >= samples * p:
+        return False
+    if p >= 1.0:
+        return True
+    q = 1.0 - p
+    # the probability of exactly ``seen``, then of each count below it, down to where they no
+    # longer add up (the counts below the mean fall off fast: a few terms, not ``seen``)
+    term = math.exp(
+        math.lgamma(samples + 1)
+        - math.lgamma(seen + 1)
+        - math.lgamma(samples - seen + 1)
+        + seen * math.log(p)
+        + (samples - seen) * math.log(q)
+    )
+    total, k = term, seen
+    while k > 0 and term > total * 1e-9:
+        term *= k / (samples - k + 1) * q / p
+        total += term
+        k -= 1
+    return total < alpha
 
 
 def _kind(code: CodeType) -> str | None:

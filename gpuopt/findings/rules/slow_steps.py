@@ -1,20 +1,21 @@
 """``slow-steps``: steps many times the median step, late in the run or recurring, named.
 
 A step of :data:`SLOW_FACTOR` times the median measured step or more (and :data:`MIN_EXCESS_S`
-longer; where the slow-step sampler ran, :data:`SAMPLED_MIN_EXCESS_S`: its stack samples tell
-work from noise) is an outlier; one only among the warm-up steps, and not seen again, is
-warm-up. The others are work the loop does now and then (sampling from the model, an
-evaluation, a checkpoint): steps the recorder or the memory probe slowed are left out, and the
-outliers are grouped by the line the sampler named (``steps.slow``). A group is a finding when
-one of its steps is past the warm-up or it recurs, its stack samples, pooled, show work the usual
-steps never did (steps slow at the loop's usual work are a busy machine's), and its steps cost
-the run :data:`MIN_GROUP_EXCESS_S` or more. The same work in shorter steps joins it: a step of
-:data:`JOIN_FACTOR` times the median the sampler named at the group's line, and one it named
-nothing of (shorter than a look apart, or past the samples it keeps) that falls on the group's
-recurrence; any other outlier it named nothing of shows nothing of its own and is left out. The
-finding: its line, what the stacks say it did, its steps and what they cost the run (their time
-above the median, of the loop's time: the steps after the first, whose time is the script's
-start), the severity by that share.
+longer; where the slow-step sampler ran, :data:`SAMPLED_MIN_EXCESS_S`: its stack samples tell work
+from noise) is an outlier; one only among the warm-up steps, and not seen again, is warm-up. The
+others are work the loop does now and then (sampling from the model, an evaluation, a checkpoint):
+steps the recorder or the memory probe slowed are left out, and the outliers are grouped by the line
+the sampler named (``steps.slow``; a step whose samples showed only the usual steps' work is named
+nothing of: the machine, not the line, made it slow). A group is a finding when one of its steps is
+past the warm-up or it recurs, its stack samples, pooled, show work the usual steps never did, or
+:data:`MIN_RECURRING` of its steps each did, recurring or of a kind named (steps slow at the loop's
+usual work are a busy machine's), and its steps cost the run :data:`MIN_GROUP_EXCESS_S` or more. The
+same work in shorter steps joins it: a step of :data:`JOIN_FACTOR` times the median the sampler
+named at the group's line, and one it named nothing of (shorter than a look apart, or past the
+samples it keeps) that falls on the group's recurrence; any other outlier it named nothing of shows
+nothing of its own and is left out. The finding: its line, what the stacks say it did, its steps and
+what they cost the run (their time above the median, of the loop's time: the steps after the first,
+whose time is the script's start), the severity by that share.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ SAMPLED_MIN_EXCESS_S = 0.01  # ... or sampled: the sampler's finest interval, a 
 MIN_GROUP_EXCESS_S = 0.1  # a group's steps cost the run this much above the median, or more
 MAX_FINDINGS = 3
 MIN_MEASURED = 5  # a median needs this many measured steps
+MIN_RECURRING = 3  # steps that showed the same new work: the loop's, not a busy stretch's
 FIXES = {
     "sampling": "Sample less often or fewer tokens, or sample from a copy of the weights in "
     "another process, outside the training loop.",
@@ -75,7 +77,9 @@ def slow_steps(profile: Profile) -> list[Finding]:
         and r.time_s - median >= min_excess
     ]
     outliers = [r for r in slower if r.time_s >= SLOW_FACTOR * median]
-    named = {s.index: s for s in sampled or []}
+    # a step whose samples showed only the loop's usual work says nothing of what made it slow
+    # (a busy machine slows the usual work too): it is one the sampler named nothing of
+    named = {s.index: s for s in sampled or [] if not s.samples or s.usual_samples < s.samples}
     groups: dict[str | None, list[StepRecord]] = {}
     for r in outliers:
         s = named.get(r.index)
@@ -133,7 +137,15 @@ def _joined(
 def _usual(names: list[SlowStep]) -> bool:
     """Slow steps whose stack samples, pooled, showed most of them only the usual steps' frames
     (pooled: one step of a busy stretch caught in 2 looks of 5 does not make the stretch work
-    of its own)."""
+    of its own), unless :data:`MIN_RECURRING` of them showed new work at the line they are
+    named by, and it recurs (every 3 steps or more) or says what it is: the same sampling every
+    5 steps is the loop's, however busy the machine made the usual work around it; a busy
+    stretch's steps caught at a rarely sampled usual line are neither."""
+    if len(names) >= MIN_RECURRING and (
+        2 * sum(1 for n in names if n.kind) >= len(names)
+        or (_period([n.index for n in names]) or 0) >= 3
+    ):
+        return False
     samples = sum(n.samples for n in names)
     return samples > 0 and 2 * sum(n.usual_samples for n in names) > samples
 
