@@ -61,9 +61,9 @@ EARLY = 8  # the first steps, judged at the end by the median of the run
 MAX_KEPT = 256  # slow steps whose samples are kept (the longest; the rest by their period)
 MAX_DEPTH = 64  # frames kept per sample, innermost first
 MAX_USUAL = 100_000  # frames remembered as the usual steps' ones
-# The slow steps' own work: a line the usual steps' samples show less often than chance allows
-# (under LINE_ALPHA) at half its rate in the slow steps' samples (a busy machine slows the usual
-# work of a slow step too: there a sampling step's own work was 14% of its samples) ...
+# The slow steps' own work: a line the usual steps' samples never show where chance (under
+# LINE_ALPHA) says they would have at half its rate in the slow steps' samples (a busy machine
+# slows the usual work of a slow step too: there a sampling step's own work was 14% of them) ...
 LINE_RATE, LINE_ALPHA = 2.0, 0.01
 # ... or a function named for what it does (generate, evaluate, save), on less evidence (or none:
 # never in the usual steps' samples)
@@ -300,14 +300,17 @@ class SlowStepSampler:
     def _new_work(
         self, line: Callable[[tuple[int, int]], tuple[int, int]]
     ) -> tuple[set[tuple[int, int]], set[int]]:
-        """The lines, and the functions, that are the slow steps' own work: those the usual
-        steps' samples show far less often than chance allows (:func:`_rare`) at a fraction of
-        their rate in the slow steps' samples, and functions they never show. Lines, not
-        instructions (a look that lands on a rarely sampled call of a usual line is the usual
-        work); a rate, not never (a sampling step a busy machine made look usual once does not
-        make sampling the usual work); and chance (a short run's few usual samples that missed
-        its backward line say nothing; a function named ``generate`` they never show is work of
-        its own however few they are)."""
+        """The lines, and the functions, that are the slow steps' own work: the lines the usual
+        steps' samples never show where chance says they would have (:func:`_rare`, at a
+        fraction of their rate in the slow steps' samples), and the functions they never show
+        or show far less often than chance allows. Lines, not instructions (a look that lands on
+        a rarely sampled call of a usual line is the usual work); never, for a line (a busy
+        machine slows some of the usual work far more than the rest: a conv net's backward,
+        its threads waiting on a core taken away); a rate, for a function named for what it
+        does (a sampling step a busy machine made look usual once does not make sampling the
+        usual work); and chance (a short run's few usual samples that missed its backward line
+        say nothing; a function named ``generate`` they never show is work of its own however
+        few they are)."""
         usual_lines: Counter[tuple[int, int]] = Counter()
         usual_funcs: Counter[int] = Counter()
         for fr, n in self.usual.items():
@@ -325,7 +328,7 @@ class SlowStepSampler:
         lines = {
             ln
             for ln, n in slow_lines.items()
-            if _rare(usual_lines[ln], usual, n / kept, LINE_RATE, LINE_ALPHA)
+            if not usual_lines[ln] and _rare(0, usual, n / kept, LINE_RATE, LINE_ALPHA)
         }
         funcs = {
             cid
