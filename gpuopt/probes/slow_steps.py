@@ -30,7 +30,6 @@ than the work that made it slow). Nothing here judges what is an outlier of the 
 from __future__ import annotations
 
 import bisect
-import math
 import sys
 import threading
 import time
@@ -311,10 +310,9 @@ class SlowStepSampler:
         usual work); and chance (a short run's few usual samples that missed its backward line
         say nothing; a function named ``generate`` they never show is work of its own however
         few they are)."""
-        usual_lines: Counter[tuple[int, int]] = Counter()
+        usual_lines = {line(fr) for fr in self.usual}
         usual_funcs: Counter[int] = Counter()
         for fr, n in self.usual.items():
-            usual_lines[line(fr)] += n
             usual_funcs[fr[0]] += n
         slow_lines: Counter[tuple[int, int]] = Counter()
         slow_funcs: Counter[int] = Counter()
@@ -328,7 +326,7 @@ class SlowStepSampler:
         lines = {
             ln
             for ln, n in slow_lines.items()
-            if not usual_lines[ln] and _rare(0, usual, n / kept, LINE_RATE, LINE_ALPHA)
+            if ln not in usual_lines and _rare(0, usual, n / kept, LINE_RATE, LINE_ALPHA)
         }
         funcs = {
             cid
@@ -418,27 +416,12 @@ def _median(ordered: list[float]) -> float | None:
 def _rare(seen: int, samples: int, rate: float, factor: float, alpha: float) -> bool:
     """Whether ``seen`` of ``samples`` is less than chance allows (``alpha``) at ``rate`` divided
     by ``factor``: the binomial distribution's probability of ``seen`` or fewer."""
+    from gpuopt.stats.binomial import lower_tail  # at the run's end only, not its start
+
     p = rate / factor
     if samples == 0 or seen >= samples * p:
         return False
-    if p >= 1.0:
-        return True
-    q = 1.0 - p
-    # the probability of exactly ``seen``, then of each count below it, down to where they no
-    # longer add up (the counts below the mean fall off fast: a few terms, not ``seen``)
-    term = math.exp(
-        math.lgamma(samples + 1)
-        - math.lgamma(seen + 1)
-        - math.lgamma(samples - seen + 1)
-        + seen * math.log(p)
-        + (samples - seen) * math.log(q)
-    )
-    total, k = term, seen
-    while k > 0 and term > total * 1e-9:
-        term *= k / (samples - k + 1) * q / p
-        total += term
-        k -= 1
-    return total < alpha
+    return p >= 1.0 or lower_tail(seen, samples, p) < alpha
 
 
 def _kind(code: CodeType) -> str | None:
